@@ -1,0 +1,77 @@
+"""Atomic file writes: a temporary file in the same folder, fsync, rename.
+
+A crash or a full disk leaves either the old file or the new one, never a
+torn one. Disk-full becomes a `DiskFullError` that says what to do.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import DiskFullError, WorkspaceError
+
+
+def _raise_for_os_error(exc: OSError, path: Path) -> None:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise DiskFullError(
+            f"The disk holding {path.parent} is full; nothing was overwritten.",
+            "Free some space and try again.",
+        ) from exc
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        raise WorkspaceError(
+            f"Cannot write {path}: permission denied.",
+            "Choose a folder you can write to.",
+        ) from exc
+    raise WorkspaceError(f"Cannot write {path}: {exc.strerror or exc}.") from exc
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path next to `path`; rename it over `path` on success.
+
+    For writers that want a file name (soundfile, safetensors, torch.save).
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix or ".tmp",
+                                    dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        _raise_for_os_error(exc, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write(path: str | os.PathLike[str], writer: Callable[[IO[bytes]], Any]) -> Path:
+    target = Path(path)
+    with atomic_path(target) as tmp, open(tmp, "wb") as fh:
+        writer(fh)
+        fh.flush()
+    return target
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    return atomic_write(path, lambda fh: fh.write(data))
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    return write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")

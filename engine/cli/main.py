@@ -1,0 +1,129 @@
+"""Entry point of `voxshard-engine`.
+
+Output contract:
+- `--json`: one JSON event per line on stdout (progress, log, metric,
+  artifact, state, result, error); nothing else is printed on stdout.
+- otherwise: human lines and progress bars on stderr, the result on stdout.
+- exit code 0 only on success; 1 on a deliberate error (one sentence, no
+  traceback unless `--debug`); 2 on bad usage; 130 when cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ..errors import Cancelled, VoxshardError
+from ..events import Emitter
+from .output import HumanOutput, JsonOutput
+
+# Modules that contribute sub-commands; each has `register(subparsers)`.
+COMMAND_MODULES = (
+    "engine.cli.cmd_model",
+    "engine.cli.cmd_voice",
+    "engine.cli.cmd_train",
+    "engine.cli.cmd_speak",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse exits with 2 itself; keep its one-line style
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="voxshard-engine",
+                     description="Voxshard headless engine: prepare, train and speak.")
+    parser.add_argument("--json", action="store_true",
+                        help="emit one JSON event per line on stdout")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # area not built yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    # `--json`/`--debug` are accepted after the sub-command too
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+
+
+def add_command(sub: Any, name: str, func: Any, help: str,
+                **kwargs: Any) -> argparse.ArgumentParser:
+    """Register one sub-command whose handler is `func(args, emitter) -> dict`."""
+    p = sub.add_parser(name, help=help, description=help, **kwargs)
+    _add_common(p)
+    p.set_defaults(func=func)
+    return p
+
+
+def _install_signal_handlers() -> None:
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def _private_stdout() -> TextIO:
+    """A stream on the real stdout reserved for JSON events.
+
+    File descriptor 1 is pointed at stderr, so prints from libraries and
+    child processes (Ray, transformers) can never corrupt the event stream.
+    """
+    sys.stdout.flush()
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    output = JsonOutput(_private_stdout()) if args.json else HumanOutput(sys.stderr)
+    emitter = Emitter(output.handle)
+    _install_signal_handlers()
+    try:
+        result = args.func(args, emitter)
+    except Cancelled as exc:
+        output.error("cancelled", exc.message, exc.hint)
+        return 130
+    except KeyboardInterrupt:
+        output.error("cancelled", "Cancelled.", None)
+        return 130
+    except VoxshardError as exc:
+        if args.debug:
+            traceback.print_exc(file=sys.stderr)
+        output.error(exc.code, exc.message, exc.hint)
+        return 1
+    except Exception as exc:  # a bug: still one line unless --debug
+        if args.debug:
+            traceback.print_exc(file=sys.stderr)
+        output.error("internal", f"Internal error: {type(exc).__name__}: {exc}",
+                     "Run again with --debug and report the traceback.")
+        return 1
+    output.result(result if result is not None else {})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

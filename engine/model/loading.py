@@ -1,0 +1,180 @@
+"""Find and load Qwen3-TTS models: a local folder or a Hugging Face hub id.
+
+`resolve_model` turns what a user typed into a checked local folder,
+downloading from the hub when needed (resumable; the hub client keeps partial
+files). Every way this can fail ends in a `ModelError` that says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelError
+from ..events import Emitter, EventCallback, as_emitter
+
+KNOWN_BASE_MODELS = {
+    "Qwen/Qwen3-TTS-12Hz-1.7B-Base": "1.7B, best quality (about 4 GB download)",
+    "Qwen/Qwen3-TTS-12Hz-0.6B-Base": "0.6B, faster and smaller (about 2 GB download)",
+}
+DEFAULT_BASE_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a model folder is, read from its config without loading weights."""
+
+    path: Path
+    model_type: str  # "base" or "custom_voice" (or "voice_design")
+    size: str | None
+    talker_hidden: int
+    talker_layers: int
+    speakers: tuple[str, ...]
+    languages: tuple[str, ...]
+    tiny: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "model_type": self.model_type, "size": self.size,
+                "talker_hidden": self.talker_hidden, "talker_layers": self.talker_layers,
+                "speakers": list(self.speakers), "languages": list(self.languages),
+                "tiny": self.tiny}
+
+
+def inspect_model(path: str | Path) -> ModelInfo:
+    """Check that `path` is a Qwen3-TTS 12 Hz model folder and describe it."""
+    folder = Path(path)
+    cfg_path = folder / "config.json"
+    if not folder.is_dir():
+        raise ModelError(f"Model folder {folder} does not exist.",
+                         "Check the path, or give a hub id like " + DEFAULT_BASE_MODEL + ".")
+    if not cfg_path.is_file():
+        raise ModelError(f"{folder} is not a model folder (it has no config.json).",
+                         "Point to the folder that holds config.json and model.safetensors.")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{cfg_path} cannot be read: {exc}.",
+                         "The download may be incomplete; download the model again.") from exc
+    if cfg.get("model_type") != "qwen3_tts":
+        raise ModelError(
+            f"{folder} holds a {cfg.get('model_type') or 'unknown'!s} model, not Qwen3-TTS.",
+            "Use a Qwen3-TTS-12Hz model such as " + DEFAULT_BASE_MODEL + ".")
+    if cfg.get("tokenizer_type") not in (None, "qwen3_tts_tokenizer_12hz"):
+        raise ModelError(f"{folder} uses the {cfg.get('tokenizer_type')} speech tokenizer; "
+                         "Voxshard supports the 12 Hz models only.",
+                         "Use a Qwen3-TTS-12Hz model such as " + DEFAULT_BASE_MODEL + ".")
+    if not (folder / "speech_tokenizer" / "config.json").is_file():
+        raise ModelError(f"{folder} has no speech_tokenizer/ folder.",
+                         "The download may be incomplete; download the model again.")
+    if not any(folder.glob("*.safetensors")):
+        raise ModelError(f"{folder} has no weights (*.safetensors).",
+                         "The download may be incomplete; download the model again.")
+    talker = cfg.get("talker_config", {})
+    langs = tuple(k for k in (talker.get("codec_language_id") or {}) if "dialect" not in k)
+    return ModelInfo(
+        path=folder,
+        model_type=str(cfg.get("tts_model_type") or "base"),
+        size=cfg.get("tts_model_size"),
+        talker_hidden=int(talker.get("hidden_size", 0)),
+        talker_layers=int(talker.get("num_hidden_layers", 0)),
+        speakers=tuple((talker.get("spk_id") or {}).keys()),
+        languages=langs,
+        tiny=(folder / "VOXSHARD_TINY_MODEL").exists(),
+    )
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
+
+
+def resolve_model(name_or_path: str | os.PathLike[str], *, download: bool = True,
+                  on_event: EventCallback | Emitter | None = None) -> Path:
+    """Return a local, checked model folder for a path or a hub id."""
+    text = str(name_or_path).strip()
+    if not text:
+        raise ModelError("No model was given.", f"Give a folder or a hub id such as "
+                         f"{DEFAULT_BASE_MODEL}.")
+    path = Path(text).expanduser()
+    if path.exists() or text.startswith((".", "/", "~")) or not _HUB_ID.match(text):
+        inspect_model(path)
+        return path
+    return download_model(text, download=download, on_event=on_event)
+
+
+def download_model(repo_id: str, *, download: bool = True,
+                   on_event: EventCallback | Emitter | None = None) -> Path:
+    """Fetch `repo_id` from the Hugging Face hub (or its local cache)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    emitter = as_emitter(on_event)
+    try:
+        folder = Path(snapshot_download(repo_id, local_files_only=True))
+        inspect_model(folder)
+        return folder
+    except (LocalEntryNotFoundError, FileNotFoundError, ModelError):
+        pass
+    if not download or _offline():
+        raise ModelError(
+            f"Model {repo_id} is not on this machine and downloading is off.",
+            "Connect to the internet and run `voxshard-engine model download "
+            f"{repo_id}`, or give the path of a local copy of the model folder.")
+    emitter.state("downloading_model", detail=repo_id)
+    emitter.log(f"Downloading {repo_id} (resumes where it stopped if interrupted)...")
+    try:
+        folder = Path(snapshot_download(repo_id))
+    except (RepositoryNotFoundError, GatedRepoError) as exc:
+        raise ModelError(f"The hub has no accessible model called {repo_id}.",
+                         "Check the spelling, e.g. " + DEFAULT_BASE_MODEL + ".") from exc
+    except OSError as exc:
+        raise ModelError(
+            f"Could not download {repo_id}: {exc}.",
+            "Check the internet connection and disk space, then run the same command again "
+            "(it resumes), or give the path of a local copy of the model folder.") from exc
+    except Exception as exc:  # hub client raises many HTTP error types
+        raise ModelError(
+            f"Could not download {repo_id} ({type(exc).__name__}).",
+            "Check the internet connection, then run the same command again (it resumes), "
+            "or give the path of a local copy of the model folder.") from exc
+    inspect_model(folder)
+    emitter.artifact(str(folder), role="model")
+    return folder
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(path: str | os.PathLike[str], device: str | None = None,
+               dtype: Any = None) -> Any:
+    """Load a model folder with the official `Qwen3TTSModel` (returns the wrapper)."""
+    import torch
+
+    from .official import import_qwen_tts
+
+    folder = Path(path)
+    inspect_model(folder)
+    device = device or default_device()
+    if dtype is None:
+        # bf16 matmuls crawl on CPUs without AMX; fp32 there.
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    qwen_tts = import_qwen_tts()
+    try:
+        return qwen_tts.Qwen3TTSModel.from_pretrained(
+            str(folder), device_map=device, dtype=dtype, attn_implementation="sdpa")
+    except ModelError:
+        raise
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise ModelError(f"Could not load the model in {folder}: {exc}.",
+                         "The folder may be damaged; download or export it again.") from exc

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Create or update the virtual environment at .venv in the checkout. Idempotent:
+# a second run with unchanged requirements only checks a stamp.
+#
+#   bash packaging/setup_venv.sh          # the app and engine
+#   bash packaging/setup_venv.sh --test   # plus the test tools
+#
+# TORCH_SPEC overrides the torch requirement (default torch==2.13.0, a CPU
+# build; GPU users may set e.g. TORCH_SPEC="torch==2.13.0 --index-url ...").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+python=${PYTHON:-python3}
+torch_spec=${TORCH_SPEC:-torch==2.13.0}
+qwen_spec="qwen-tts==0.1.1"
+
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+stamp=.venv/.voxshard-stamp
+want=$(cat pyproject.toml packaging/setup_venv.sh | sha256sum | cut -c1-16)"$extras $torch_spec"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+pip="./.venv/bin/python -m pip"
+# torch first and pinned, so nothing later pulls a multi-GB CUDA build.
+$pip install -q $torch_spec
+# The official model code without its demo/25 Hz-tokenizer dependencies
+# (gradio, torchaudio, sox, onnxruntime); see pyproject.toml.
+$pip install -q --no-deps "$qwen_spec"
+$pip install -q -e ".$extras"
+echo "$want" > "$stamp"

@@ -1,0 +1,14 @@
+"""Model fixtures: the tiny random Qwen3-TTS model, built once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from engine.model.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-base", seed=0)
