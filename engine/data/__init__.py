@@ -1,0 +1,1 @@
+"""Training data: codec codes, sequence layout, dataset."""

@@ -1,0 +1,224 @@
+"""The training configuration: one tree of dataclasses, every field documented.
+
+Every field is validated in `__post_init__` (a bad value raises `ValueError`
+naming the field), and `TrainConfig.to_dict()` / `TrainConfig.from_dict()`
+round-trip exactly so the resolved config saved with a run can re-create it.
+
+This module must stay light (no torch import): the GUI and `plan` read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: Which parameters receive gradients and go to the optimizer.
+#: - "talker": every talker parameter (decoder layers, norms, codec embedding,
+#:   text_projection, codec_head) and the whole code predictor; the 311M-param
+#:   text embedding stays frozen (it only maps the fixed text vocabulary).
+#: - "talker+text": as "talker", plus the text embedding.
+#: - "code_predictor": only the code predictor (sub-talker); cheap, fixes timbre
+#:   detail but not prosody.
+#: - "talker_layers": the talker decoder layers, its final norm and codec_head
+#:   (not the embeddings, not the code predictor).
+Trainable = Literal["talker", "talker+text", "code_predictor", "talker_layers"]
+TRAINABLE_CHOICES: tuple[str, ...] = ("talker", "talker+text", "code_predictor", "talker_layers")
+
+Precision = Literal["auto", "bf16", "fp32"]
+Schedule = Literal["cosine", "constant", "linear"]
+
+
+def _check(cond: bool, name: str, why: str) -> None:
+    if not cond:
+        raise ValueError(f"{name}: {why}")
+
+
+@dataclass
+class ModelConfig:
+    """What is trained and how the loss is weighted."""
+
+    #: base model: a Hub id or a local folder in the official format
+    base: str = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
+    #: which parameters train (see `Trainable`)
+    trainable: str = "talker"
+    #: weight of the sub-talker (code predictor) loss in the total
+    subtalker_weight: float = 0.3
+    #: name the exported custom voice answers to (lower-cased on export)
+    speaker_name: str = "voice"
+
+    def __post_init__(self) -> None:
+        _check(bool(self.base), "model.base", "must name a model")
+        _check(self.trainable in TRAINABLE_CHOICES, "model.trainable",
+               f"must be one of {', '.join(TRAINABLE_CHOICES)}, not {self.trainable!r}")
+        _check(self.subtalker_weight >= 0, "model.subtalker_weight", "must be >= 0")
+        _check(bool(self.speaker_name.strip()), "model.speaker_name", "must not be empty")
+
+
+@dataclass
+class DataConfig:
+    """How prepared clips become batches."""
+
+    #: clips per optimizer micro-step summed over all workers (each worker gets
+    #: about batch_size / workers, balanced by length); must be >= workers
+    batch_size: int = 8
+    #: optimizer steps accumulate this many micro-steps
+    grad_accum: int = 1
+    #: clips are sorted by length inside windows of this many batches before
+    #: being cut into batches, so a batch holds similar lengths (less padding)
+    bucket_batches: int = 16
+    #: fraction of usable clips held out for validation (at least `val_min`)
+    val_fraction: float = 0.05
+    #: smallest validation set when there are enough clips (0 disables validation)
+    val_min: int = 2
+    #: clips whose sequence (text + frames + 11 specials) exceeds this are skipped
+    max_seq_len: int = 2048
+    #: id of the clip whose speaker-encoder x-vector fills the speaker slot;
+    #: None picks automatically among the best-quality clips
+    reference_clip: str | None = None
+    #: seed of the split and of the per-epoch order
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.batch_size >= 1, "data.batch_size", "must be >= 1")
+        _check(self.grad_accum >= 1, "data.grad_accum", "must be >= 1")
+        _check(self.bucket_batches >= 1, "data.bucket_batches", "must be >= 1")
+        _check(0.0 <= self.val_fraction < 1.0, "data.val_fraction", "must be in [0, 1)")
+        _check(self.val_min >= 0, "data.val_min", "must be >= 0")
+        _check(self.max_seq_len >= 32, "data.max_seq_len", "must be >= 32")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with warmup then decay; fp32 master weights always."""
+
+    #: peak learning rate (2e-6 is the advice for 1.7B; the tiny test model wants ~1e-3)
+    lr: float = 2e-6
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    #: clip the global gradient norm to this (0 disables)
+    grad_clip: float = 1.0
+    #: linear warmup from 0 over this many optimizer steps
+    warmup_steps: int = 10
+    #: decay after warmup
+    schedule: str = "cosine"
+    #: the learning rate decays to lr * min_lr_ratio
+    min_lr_ratio: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, "optim.lr", "must be > 0")
+        _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+        _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "optim.beta1/beta2",
+               "must be in [0, 1)")
+        _check(self.eps > 0, "optim.eps", "must be > 0")
+        _check(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0")
+        _check(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        _check(self.schedule in ("cosine", "constant", "linear"), "optim.schedule",
+               "must be cosine, constant or linear")
+        _check(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "must be in [0, 1]")
+
+
+@dataclass
+class ParallelConfig:
+    """Workers, devices and how the model is sharded."""
+
+    #: number of Ray Train workers (one per GPU on a GPU machine)
+    workers: int = 1
+    #: None: use GPUs when the cluster has them; True/False forces it
+    use_gpu: bool | None = None
+    #: "auto": bf16 compute with fp32 master weights and fp32 gradient
+    #: reduction on GPU, plain fp32 on CPU (bf16 matmuls are ~40x slower on AVX2 CPUs)
+    precision: str = "auto"
+    #: recompute each decoder layer's activations in backward (less memory, ~30% slower)
+    activation_checkpointing: bool = False
+    #: keep sharded parameters, gradients and optimizer state in host memory (GPU only)
+    cpu_offload: bool = False
+    #: give the (frozen) text embedding its own FSDP unit so it is freed after use
+    #: instead of staying gathered for the whole step in the root unit
+    separate_text_embedding: bool = True
+    #: Ray cluster address; None starts a local one bound to 127.0.0.1
+    address: str | None = None
+    #: threads per worker for torch on CPU
+    cpu_threads_per_worker: int = 1
+
+    def __post_init__(self) -> None:
+        _check(self.workers >= 1, "parallel.workers", "must be >= 1")
+        _check(self.precision in ("auto", "bf16", "fp32"), "parallel.precision",
+               "must be auto, bf16 or fp32")
+        _check(self.cpu_threads_per_worker >= 1, "parallel.cpu_threads_per_worker", "must be >= 1")
+
+
+@dataclass
+class RunConfig:
+    """Length of the run, checkpoints, validation and logging."""
+
+    #: optimizer steps; None means derive from `epochs`
+    steps: int | None = None
+    #: passes over the training clips (used when steps is None)
+    epochs: float = 10.0
+    #: write a sharded checkpoint every N optimizer steps (and always at the end)
+    checkpoint_every: int = 100
+    #: how many checkpoints to keep (>= 2 so a torn latest one has a fallback)
+    keep_checkpoints: int = 2
+    #: validation loss every N optimizer steps (0 disables)
+    val_every: int = 50
+    #: seed of model-side randomness (dropout is off in Qwen3-TTS; kept for exactness)
+    seed: int = 0
+    #: run folder name under <voice>/runs/ (None: a timestamp)
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.steps is None or self.steps >= 1, "run.steps", "must be >= 1")
+        _check(self.epochs > 0, "run.epochs", "must be > 0")
+        _check(self.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
+        _check(self.keep_checkpoints >= 2, "run.keep_checkpoints", "must be >= 2")
+        _check(self.val_every >= 0, "run.val_every", "must be >= 0")
+
+
+@dataclass
+class TrainConfig:
+    """The whole training configuration; saved resolved with every run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        # Every worker must get at least one clip per micro-step: FSDP collectives
+        # need every rank to run forward and backward.
+        _check(self.data.batch_size >= self.parallel.workers, "data.batch_size",
+               f"must be >= parallel.workers ({self.parallel.workers}) so every worker gets a clip")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """Inverse of `to_dict`; unknown keys are an error (a typo must not pass silently)."""
+        parts: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            sub = d.get(f.name, {})
+            sub_cls = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig,
+                       "parallel": ParallelConfig, "run": RunConfig}[f.name]
+            names = {g.name for g in dataclasses.fields(sub_cls)}
+            unknown = set(sub) - names
+            if unknown:
+                raise ValueError(f"{f.name}: unknown field(s) {', '.join(sorted(unknown))}")
+            parts[f.name] = sub_cls(**sub)
+        unknown_top = set(d) - set(parts)
+        if unknown_top:
+            raise ValueError(f"unknown section(s) {', '.join(sorted(unknown_top))}")
+        return cls(**parts)
+
+    def replace(self, **sections: dict[str, Any]) -> TrainConfig:
+        """A copy with some fields changed: cfg.replace(optim={"lr": 1e-3})."""
+        d = self.to_dict()
+        for name, changes in sections.items():
+            if name not in d:
+                raise ValueError(f"unknown section {name!r}")
+            d[name].update(changes)
+        return TrainConfig.from_dict(d)

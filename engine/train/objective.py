@@ -1,0 +1,333 @@
+"""The training objective: one nn.Module whose forward computes the WHOLE loss.
+
+CONTRACT (train-core -> train-ray, synth). Stable; changes are announced here.
+-------------------------------------------------------------------------------
+Per worker (rank r of world w), inside the Ray Train function::
+
+    from engine.train.config import TrainConfig
+    from engine.train.objective import (build_objective, load_base_weights,
+        trainable_parameters, full_state_dict, batch_to_device)
+    from engine.train.parallelize import parallelize
+    from engine.data.dataset import VoiceData
+
+    objective = build_objective(model_dir, cfg.model, device="meta")  # no memory yet
+    parallelize(objective, mesh, cfg.parallel, device)   # fully_shard per layer + root
+                                                         # (mesh None when w == 1)
+    load_base_weights(objective, model_dir, device)      # real weights, local shards only
+    params = trainable_parameters(objective)            # -> AdamW (never frozen ones)
+
+    data = VoiceData.open(voice_dir, model_dir, cfg.data)   # codes must exist (codes.py)
+    n = data.steps_per_epoch()                               # optimizer steps per epoch
+    for micro in data.rank_batches(epoch, position, rank=r, world=w):  # grad_accum items
+        out = objective(batch_to_device(micro, device))
+        out["loss"].backward()          # already scaled for w ranks and grad_accum
+    ...optimizer.step(); position += 1  (position = optimizer steps done in this epoch)
+
+`out` (a dict of tensors): "loss" (for backward; FSDP's gradient averaging over
+ranks then gives exactly the full-batch gradient), "talker_sum",
+"subtalker_sum" (summed CE, detached), "talker_tokens", "subtalker_tokens"
+(local target counts). For logging exact global means, all-reduce the four
+sums/counts over ranks and divide: talker = talker_sum / talker_tokens,
+subtalker likewise, total = talker + subtalker_weight * subtalker.
+Validation: `data.val_batches(rank=r, world=w)`, same forward under no_grad.
+
+Export: `sd = full_state_dict(objective)` (a collective: every rank calls it;
+rank 0 gets {official key: CPU fp32 tensor}, keys like
+"talker.model.layers.0.self_attn.q_proj.weight"; other ranks get {}), then
+rank 0 calls `engine.model.export.export_custom_voice(model_dir, sd,
+speaker_name, data.x_vector, out_dir)`.
+Checkpoints (train-ray): `torch.distributed.checkpoint` of
+`get_model_state_dict(objective)` / `get_optimizer_state_dict(objective, opt)`;
+the keys are the official ones (prefix "talker."), never FSDP-specific.
+-------------------------------------------------------------------------------
+
+The loss (facts file, "The correct loss"), with the four upstream bugs fixed:
+1. text embeddings go through `talker.text_projection` (as at inference);
+2. talker: logits at position q against the codebook-0 token at q+1, shifted
+   once (no second shift inside a library loss);
+3. sub-talker input for a frame at position p is the talker hidden state at
+   p-1, the one that predicted its codebook 0 (as generation does);
+4. sub-talker head i (1..15) is scored against codebook i, not i+1.
+Total = talker CE + subtalker_weight (0.3) x sub-talker CE, each a mean over
+its target tokens of the whole global batch (see `loss` normalisers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..data.layout import NO_CODE, NO_CODEC, NUM_CODEBOOKS, SPEAKER_POS
+from ..errors import ModelError
+from . import loss
+from .config import ModelConfig
+
+TALKER_PREFIX = "talker."
+
+
+class VoiceObjective(nn.Module):
+    """Root module for FSDP: wraps the official talker (incl. code predictor).
+
+    The speaker encoder and the codec are not part of it: they are frozen
+    and only used before training (x-vector, codes), so they are never
+    sharded, never in the optimizer, never in training memory.
+    """
+
+    def __init__(self, talker: nn.Module, subtalker_weight: float = 0.3) -> None:
+        super().__init__()
+        self.talker = talker
+        self.subtalker_weight = float(subtalker_weight)
+
+    # -- pieces, public so tests and the reference can check each one ---------
+
+    def embed(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Talker input embeddings (B, L, D): text channel + codec channel + sub-codes."""
+        talker = self.talker
+        text_ids = batch["text_ids"]
+        codec_ids = batch["codec_ids"]
+        sub_codes = batch["sub_codes"]
+        # Bug 1 fixed: the projection maps text_hidden -> talker hidden, always.
+        x = talker.text_projection(talker.model.text_embedding(text_ids))
+        has_codec = (codec_ids != NO_CODEC).unsqueeze(-1)
+        codec = talker.model.codec_embedding(codec_ids.clamp(min=0))
+        x = x + codec * has_codec.to(codec.dtype)
+        cp_emb = talker.code_predictor.model.codec_embedding
+        is_frame = (sub_codes[..., 0] != NO_CODE).unsqueeze(-1)
+        sub = sub_codes.clamp(min=0)
+        extra = cp_emb[0](sub[..., 0])
+        for i in range(1, NUM_CODEBOOKS - 1):
+            extra = extra + cp_emb[i](sub[..., i])
+        x = x + extra * is_frame.to(extra.dtype)
+        # The speaker slot holds the x-vector itself (no codec row at training time).
+        speaker = batch["x_vector"].to(x.dtype)
+        slot = torch.zeros_like(x)
+        slot[:, SPEAKER_POS] = speaker
+        return x + slot
+
+    def talker_hidden(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        # Right padding + causal attention: real positions never see padding, so
+        # no attention mask is needed (and sdpa keeps its causal fast path).
+        out = self.talker.model(inputs_embeds=inputs_embeds, use_cache=False)
+        return out.last_hidden_state
+
+    def subtalker_logits(self, prev_hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced code-predictor logits (F, 15, V) for F frames.
+
+        prev_hidden: (F, D) talker hidden state at the position BEFORE each frame
+        (bug 3 fixed); codes: (F, 16) the frame's codebooks. Input sequence:
+        [hidden, emb0(code0), emb_cp[0](code1), ..., emb_cp[13](code14)];
+        position i (1..15) has seen codes 0..i-1 and head i-1 predicts code i
+        (bug 4 fixed: no extra shift).
+        """
+        talker = self.talker
+        cp = talker.code_predictor
+        parts = [prev_hidden.unsqueeze(1), talker.model.codec_embedding(codes[:, :1])]
+        for i in range(1, NUM_CODEBOOKS - 1):
+            parts.append(cp.model.codec_embedding[i - 1](codes[:, i:i + 1]))
+        seq = cp.small_to_mtp_projection(torch.cat(parts, dim=1))
+        h = cp.model(inputs_embeds=seq, use_cache=False).last_hidden_state
+        return torch.stack([cp.lm_head[i - 1](h[:, i]) for i in range(1, NUM_CODEBOOKS)], dim=1)
+
+    # -- the loss ------------------------------------------------------------------
+
+    def forward(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        hidden = self.talker_hidden(self.embed(batch))
+        codec_ids = batch["codec_ids"]
+        talker_sum, n_talker = loss.talker_ce(hidden, self.talker.codec_head, codec_ids,
+                                              batch["target_mask"])
+        prev, codes = loss.frame_inputs(hidden, codec_ids, batch["sub_codes"],
+                                        batch["frame_mask"])
+        sub_sum, n_sub = loss.subtalker_ce(self.subtalker_logits(prev, codes), codes)
+        # Normalisers from the data side (whole optimizer step, see loss.normalisers);
+        # without them: the local mean.
+        norm_t = batch.get("talker_norm", n_talker)
+        norm_s = batch.get("subtalker_norm", n_sub)
+        total = loss.combine(talker_sum, norm_t.to(torch.float32), sub_sum,
+                             norm_s.to(torch.float32), self.subtalker_weight)
+        return {
+            "loss": total,
+            "talker_sum": talker_sum.detach(),
+            "subtalker_sum": sub_sum.detach(),
+            "talker_tokens": n_talker,
+            "subtalker_tokens": n_sub,
+            "talker": (talker_sum / n_talker.clamp(min=1)).detach(),
+            "subtalker": (sub_sum / n_sub.clamp(min=1)).detach(),
+        }
+
+
+# -- building, loading, parameters, export ----------------------------------------
+
+def read_config(model_dir: str | Path) -> dict[str, Any]:
+    path = Path(model_dir) / "config.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ModelError(f"{model_dir} has no config.json; it is not a model folder.") from exc
+    if cfg.get("model_type") != "qwen3_tts" or "talker_config" not in cfg:
+        raise ModelError(f"{model_dir} is not a Qwen3-TTS model.",
+                         "Use a Qwen3-TTS-12Hz Base model folder or Hub id.")
+    return cfg
+
+
+def build_talker(model_dir: str | Path, device: str | torch.device = "cpu") -> nn.Module:
+    """The official talker module (randomly initialised; `load_base_weights` fills it).
+
+    device="meta" builds it without memory (for FSDP: shard, then materialise).
+    """
+    from ..model.official import configuration, modeling
+
+    cfg = configuration().Qwen3TTSConfig.from_pretrained(str(model_dir))
+    # sdpa everywhere: flash-attn is optional and eager is slow.
+    cfg.talker_config._attn_implementation = "sdpa"
+    cfg.talker_config.code_predictor_config._attn_implementation = "sdpa"
+    with torch.device(device):
+        talker = modeling().Qwen3TTSTalkerForConditionalGeneration(cfg.talker_config)
+    return talker
+
+
+def build_objective(model_dir: str | Path, model_cfg: ModelConfig | None = None,
+                    device: str | torch.device = "cpu") -> VoiceObjective:
+    """Objective around a fresh talker; sets requires_grad per `model_cfg.trainable`."""
+    model_cfg = model_cfg or ModelConfig()
+    objective = VoiceObjective(build_talker(model_dir, device), model_cfg.subtalker_weight)
+    set_trainable(objective, model_cfg.trainable)
+    return objective
+
+
+def set_trainable(objective: VoiceObjective, trainable: str) -> None:
+    """Freeze / unfreeze parameters per the config choice (see config.Trainable)."""
+    talker = objective.talker
+    for p in objective.parameters():
+        p.requires_grad_(False)
+    if trainable in ("talker", "talker+text"):
+        for p in talker.parameters():
+            p.requires_grad_(True)
+        if trainable == "talker":
+            talker.model.text_embedding.weight.requires_grad_(False)
+    elif trainable == "code_predictor":
+        for p in talker.code_predictor.parameters():
+            p.requires_grad_(True)
+    elif trainable == "talker_layers":
+        for mod in (talker.model.layers, talker.model.norm, talker.codec_head):
+            for p in mod.parameters():
+                p.requires_grad_(True)
+    else:
+        raise ValueError(f"unknown trainable choice {trainable!r}")
+
+
+def trainable_parameters(objective: nn.Module) -> list[nn.Parameter]:
+    """Exactly the parameters the optimizer gets (frozen ones never)."""
+    return [p for p in objective.parameters() if p.requires_grad]
+
+
+def _safetensors_files(model_dir: Path) -> list[Path]:
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [model_dir / n for n in names]
+    single = model_dir / "model.safetensors"
+    if not single.exists():
+        raise ModelError(f"{model_dir} has no model.safetensors.")
+    return [single]
+
+
+def read_talker_weights(model_dir: str | Path) -> dict[str, torch.Tensor]:
+    """{official key: tensor} of every `talker.*` tensor of a model folder (mmap, no copy)."""
+    from safetensors import safe_open
+
+    out: dict[str, torch.Tensor] = {}
+    for f in _safetensors_files(Path(model_dir)):
+        with safe_open(str(f), framework="pt") as fh:
+            for key in fh.keys():
+                if key.startswith(TALKER_PREFIX):
+                    out[key] = fh.get_tensor(key)
+    return out
+
+
+def _reset_rotary(module: nn.Module, device: torch.device) -> None:
+    # inv_freq is a non-persistent buffer: not in the checkpoint, garbage after
+    # to_empty() from meta. Recompute it exactly as the module's __init__ does.
+    for m in module.modules():
+        if hasattr(m, "inv_freq") and hasattr(m, "rope_init_fn"):
+            inv_freq, scaling = m.rope_init_fn(m.config, device)
+            m.inv_freq = inv_freq
+            m.original_inv_freq = inv_freq
+            m.attention_scaling = scaling
+
+
+@torch.no_grad()
+def load_base_weights(objective: VoiceObjective, model_dir: str | Path,
+                      device: str | torch.device = "cpu",
+                      weights: Mapping[str, torch.Tensor] | None = None) -> None:
+    """Materialise (if on meta) and fill the objective with the base model's weights.
+
+    Works before or after `parallelize`: sharded parameters (DTensors) take
+    only their local shard from the full tensor, with no communication (every
+    rank reads the same mmap'd file). fp32 master weights whatever the file's dtype.
+    """
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    device = torch.device(device)
+    if any(p.is_meta for p in objective.parameters()) or any(
+            b.is_meta for b in objective.buffers()):
+        objective.to_empty(device=device)
+    _reset_rotary(objective, device)
+    src = weights if weights is not None else read_talker_weights(model_dir)
+    own = dict(objective.named_parameters())
+    missing = [k for k in own if k not in src]
+    if missing:
+        raise ModelError(f"{model_dir} lacks {len(missing)} talker tensors (e.g. {missing[0]}).",
+                         "The folder is not a complete Qwen3-TTS model.")
+    for name, param in own.items():
+        full = src[name].to(device=device, dtype=torch.float32)
+        if tuple(full.shape) != tuple(param.shape):
+            raise ModelError(f"{name} is {tuple(full.shape)} in {model_dir}, expected "
+                             f"{tuple(param.shape)}: config and weights disagree.")
+        if isinstance(param, DTensor):
+            local = distribute_tensor(full, param.device_mesh, param.placements,
+                                      src_data_rank=None).to_local()
+            param.to_local().copy_(local)
+        else:
+            param.copy_(full)
+
+
+def full_state_dict(objective: nn.Module) -> dict[str, torch.Tensor]:
+    """Gather the full, unsharded state dict to rank 0 (CPU, fp32, official keys).
+
+    A collective when the objective is sharded: every rank must call it.
+    Non-zero ranks get {}.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    sd = get_model_state_dict(objective, options=StateDictOptions(full_state_dict=True,
+                                                                  cpu_offload=True))
+    return {k: v.detach().to("cpu", torch.float32) for k, v in sd.items()}
+
+
+def batch_to_device(batch: Mapping[str, Any],
+                    device: str | torch.device) -> dict[str, torch.Tensor]:
+    """numpy / python values -> tensors on `device` (ids int64, masks bool, floats fp32)."""
+    out: dict[str, torch.Tensor] = {}
+    for k, v in batch.items():
+        if isinstance(v, torch.Tensor):
+            t = v
+        elif isinstance(v, np.ndarray):
+            t = torch.from_numpy(v)
+        elif isinstance(v, int | float):
+            t = torch.tensor(float(v))
+        else:
+            continue  # metadata (clip ids) stays on the host
+        if t.is_floating_point():
+            t = t.to(torch.float32)
+        out[k] = t.to(device, non_blocking=True)
+    return out
+
+
+def named_trainable(objective: nn.Module) -> Iterable[tuple[str, nn.Parameter]]:
+    return ((n, p) for n, p in objective.named_parameters() if p.requires_grad)
