@@ -1,0 +1,114 @@
+"""Import: audio files and folders into a voice's takes, with their transcripts.
+
+The audio is copied byte for byte (prepare does all conversion later). Each
+file is probed first; one that cannot be used is skipped with a one-line
+reason and the rest of the batch goes on. A file already in the voice (same
+SHA-256) is skipped, so importing a folder twice does not duplicate takes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import Cancelled, InputError, VoxshardError
+from ..events import Emitter, EventCallback, as_emitter
+from ..workspace import Voice, display_path, file_sha256
+from .io import AUDIO_EXTENSIONS, BadAudioFile
+from .transcripts import TranscriptIndex, find_sidecar, load_transcripts
+
+
+def _expand(paths: list[Path], skipped: list[dict[str, str]]) -> list[Path]:
+    """Files named directly, plus audio files found (recursively, sorted) in folders."""
+    out: list[Path] = []
+    seen: set[str] = set()
+
+    def add(p: Path) -> None:
+        key = os.path.normpath(p.absolute())
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+
+    for p in paths:
+        if p.is_dir():
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(files):
+                    f = Path(root) / name
+                    if f.suffix.lower() in AUDIO_EXTENSIONS and not name.startswith("."):
+                        add(f)
+        elif p.suffix.lower() in AUDIO_EXTENSIONS:
+            add(p)  # even if missing or unreadable: the probe says why
+        elif not p.exists() and not p.is_symlink():
+            skipped.append({"path": display_path(p), "code": "missing",
+                            "reason": "does not exist"})
+        else:
+            skipped.append({"path": display_path(p), "code": "not_audio",
+                            "reason": "is not a WAV, FLAC, OGG or MP3 file (by its extension)"})
+    return out
+
+
+def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
+                 transcripts: str | os.PathLike[str] | TranscriptIndex | None = None,
+                 on_event: EventCallback | Emitter | None = None,
+                 cancel: Any = None) -> dict[str, Any]:
+    """Copy audio files (and the audio in folders) into `voice` as takes.
+
+    Transcripts: the explicit list `transcripts` first, then a same-named .txt,
+    then an LJSpeech metadata.csv next to the audio or one folder up.
+    Returns {"imported": [...], "skipped": [...], "summary": str}.
+    """
+    em = as_emitter(on_event)
+    if not paths:
+        raise InputError("No files or folders to import.")
+    index: TranscriptIndex | None
+    if transcripts is None or isinstance(transcripts, TranscriptIndex):
+        index = transcripts
+    else:
+        index = load_transcripts(transcripts)
+    skipped: list[dict[str, str]] = []
+    files = _expand([Path(p) for p in paths], skipped)
+    known = {t.sha256: t.id for t in voice.list_takes()}
+    sidecars: dict[Path, TranscriptIndex | None] = {}
+    imported: list[dict[str, Any]] = []
+    for i, f in enumerate(files):
+        if cancel is not None and cancel():
+            raise Cancelled("Import was cancelled; files imported so far are kept.")
+        em.progress("import", i, len(files), file=display_path(f.name))
+        text = index.lookup(f) if index is not None else None
+        text_from = "list" if text is not None else None
+        if text is None:
+            text = find_sidecar(f, sidecars)
+            text_from = "sidecar" if text is not None else None
+        try:
+            digest = file_sha256(f) if f.is_file() else None
+        except OSError:
+            digest = None  # the probe in add_take gives the reason
+        if digest is not None and digest in known:
+            skipped.append({"path": display_path(f), "code": "already_imported",
+                            "reason": f"is already take {known[digest]}"})
+            em.log(f"{display_path(f)} is already take {known[digest]}; skipped.")
+            continue
+        try:
+            take = voice.add_take(f, text or "", source=display_path(f))
+        except VoxshardError as exc:
+            cause = exc.__cause__
+            code = cause.reason_code if isinstance(cause, BadAudioFile) else exc.code
+            reason = cause.message if isinstance(cause, BadAudioFile) else exc.message
+            skipped.append({"path": display_path(f), "code": code, "reason": reason})
+            em.log(f"{display_path(f)} {reason}; skipped.", level="warning", code=code)
+            continue
+        known[take.sha256] = take.id
+        imported.append({"take": take.id, "source": take.source, "text": take.text,
+                         "text_from": text_from, "duration_s": take.duration_s})
+    em.progress("import", len(files), len(files))
+    no_text = sum(1 for t in imported if not t["text"])
+    minutes = sum(t["duration_s"] or 0.0 for t in imported) / 60.0
+    lines = [f"Imported {len(imported)} file(s), {minutes:.2f} min, into {voice.path}."]
+    if no_text:
+        lines.append(f"{no_text} of them have no transcript.")
+    if skipped:
+        lines.append(f"Skipped {len(skipped)}:")
+        lines += [f"  {s['path']}: {s['reason']}" for s in skipped]
+    return {"imported": imported, "skipped": skipped, "summary": "\n".join(lines)}

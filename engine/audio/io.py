@@ -1,0 +1,274 @@
+"""Audio file I/O: probe, decode to 24 kHz mono in blocks, write WAV, copy untouched.
+
+libsndfile (>= 1.1, through soundfile) reads WAV, FLAC, OGG/Vorbis/Opus and MP3
+itself, so there is no ffmpeg/audioread fallback. Decoding streams the file in
+blocks: each block is downmixed and resampled before the next is read, so
+memory holds only the 24 kHz mono result (a 60-minute file is ~350 MB) and a
+file longer than the limit is refused from its header, before any decoding.
+
+Light module: numpy + soundfile (+ soxr or scipy), no torch.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from ..atomic import atomic_path
+from ..errors import AudioError, DiskFullError, WorkspaceError
+
+TARGET_SR = 24000
+AUDIO_EXTENSIONS = frozenset({".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".mp3"})
+#: 10 ms frames at the source rate count full-scale samples (for per-clip clipping)
+CLIP_FRAME_S = 0.01
+#: a sample this close to full scale counts as clipped
+CLIP_LEVEL = 0.999
+MAX_FILE_BYTES = 8 << 30
+
+
+class BadAudioFile(AudioError):
+    """A file that cannot be used, with a stable `reason_code` for reports."""
+
+    def __init__(self, reason: str, reason_code: str = "unreadable") -> None:
+        super().__init__(reason)
+        self.reason_code = reason_code
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    path: Path
+    sample_rate: int
+    channels: int
+    frames: int
+    format: str
+    subtype: str
+    bytes: int
+
+    @property
+    def duration_s(self) -> float:
+        return self.frames / self.sample_rate if self.sample_rate else 0.0
+
+
+@dataclass
+class DecodeStats:
+    """What the raw file looked like before any processing."""
+
+    source_rate: int
+    channels: int
+    frames: int
+    peak: float
+    dc_offset: float
+    non_finite: int
+    clipped: int
+    #: full-scale sample count per 10 ms frame of the source (summed over channels)
+    clip_frames: np.ndarray
+
+    def clipped_between(self, start_s: float, end_s: float) -> int:
+        a = max(0, int(start_s / CLIP_FRAME_S))
+        b = max(a, int(np.ceil(end_s / CLIP_FRAME_S)))
+        return int(self.clip_frames[a:b].sum())
+
+
+def _reason(exc: BaseException) -> str:
+    """libsndfile's message, made one short line."""
+    text = str(exc).strip()
+    low = text.lower()
+    if "not recognised" in low or "unknown format" in low or "not recognized" in low:
+        return "is not a readable audio file (format not recognised)"
+    if ": " in text:
+        text = text.rsplit(": ", 1)[-1]
+    return " ".join(text.split())[:160] or type(exc).__name__
+
+
+def _os_reason(exc: OSError) -> str:
+    if exc.errno == errno.ENOENT:
+        return "cannot be read: the file does not exist (or is a broken link)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "cannot be read: permission denied"
+    if exc.errno == errno.EISDIR:
+        return "is a folder, not an audio file"
+    return f"cannot be read: {exc.strerror or exc}"
+
+
+def probe(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> AudioInfo:
+    """Read only the header. Raises AudioError with a one-line reason."""
+    p = Path(path)
+    try:
+        st = p.stat()
+        if not p.is_file():
+            raise BadAudioFile("is a folder or device, not an audio file", "not_a_file")
+        if st.st_size == 0:
+            raise BadAudioFile("is empty (0 bytes)", "empty")
+        if st.st_size > max_bytes:
+            raise BadAudioFile(f"is too large ({st.st_size / (1 << 30):.1f} GiB; the limit is "
+                               f"{max_bytes / (1 << 30):.0f} GiB)", "too_large")
+        with open(p, "rb") as fh:  # soundfile hides permission errors behind its own text
+            fh.read(1)
+        info = sf.info(str(p))
+    except AudioError:
+        raise
+    except OSError as exc:
+        raise BadAudioFile(_os_reason(exc), "unreadable") from exc
+    except (RuntimeError, sf.LibsndfileError, ValueError, TypeError) as exc:
+        reason = _reason(exc)
+        raise BadAudioFile(reason, "not_audio" if "not recognised" in reason
+                           else "damaged") from exc
+    if info.samplerate <= 0 or info.channels <= 0:
+        raise BadAudioFile("has an invalid header (no sample rate or channels)", "damaged")
+    if info.frames <= 0:
+        raise BadAudioFile("contains no audio samples", "empty")
+    return AudioInfo(p, int(info.samplerate), int(info.channels), int(info.frames),
+                     str(info.format), str(info.subtype), int(st.st_size))
+
+
+class _Resampler:
+    """Streaming resampler: soxr when installed (a librosa dependency), else scipy at the end."""
+
+    def __init__(self, in_rate: int, out_rate: int) -> None:
+        self.in_rate, self.out_rate = in_rate, out_rate
+        self._stream = None
+        self._pending: list[np.ndarray] = []
+        if in_rate != out_rate:
+            try:
+                import soxr
+                self._stream = soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32",
+                                                   quality="HQ")
+            except ImportError:
+                self._stream = None
+
+    def push(self, block: np.ndarray, last: bool = False) -> np.ndarray | None:
+        if self.in_rate == self.out_rate:
+            return block
+        if self._stream is not None:
+            return self._stream.resample_chunk(block, last=last)
+        self._pending.append(block)
+        if not last:
+            return None
+        from math import gcd
+
+        from scipy.signal import resample_poly
+        whole = np.concatenate(self._pending)
+        g = gcd(self.in_rate, self.out_rate)
+        return resample_poly(whole, self.out_rate // g, self.in_rate // g).astype(np.float32)
+
+
+def decode(path: str | os.PathLike[str], target_sr: int = TARGET_SR,
+           max_seconds: float = 3600.0, block_s: float = 10.0
+           ) -> tuple[np.ndarray, DecodeStats]:
+    """Decode any supported file to float32 mono at `target_sr`.
+
+    Non-finite samples are counted and zeroed (the caller decides whether to reject).
+    Raises AudioError (one-line reason) for unreadable, empty or over-long files.
+    """
+    info = probe(path)
+    if info.duration_s > max_seconds:
+        raise BadAudioFile(f"is too long ({info.duration_s / 60:.1f} min; the limit is "
+                           f"{max_seconds / 60:.0f} min per file)", "too_long_file")
+    sr, ch = info.sample_rate, info.channels
+    frame_len = max(1, round(sr * CLIP_FRAME_S))
+    block = max(frame_len, int(sr * block_s) // frame_len * frame_len)
+    resampler = _Resampler(sr, target_sr)
+    out: list[np.ndarray] = []
+    clip_frames: list[np.ndarray] = []
+    peak = 0.0
+    total = 0.0
+    non_finite = 0
+    clipped = 0
+    frames = 0
+    try:
+        with sf.SoundFile(str(info.path)) as fh:
+            while True:
+                data = fh.read(block, dtype="float32", always_2d=True)
+                n = len(data)
+                last = n < block
+                if n:
+                    bad = ~np.isfinite(data)
+                    if bad.any():
+                        non_finite += int(bad.sum())
+                        data = np.where(bad, 0.0, data).astype(np.float32)
+                    absd = np.abs(data)
+                    peak = max(peak, float(absd.max()))
+                    full = (absd >= CLIP_LEVEL).sum(axis=1)
+                    clipped += int(full.sum())
+                    pad = (-n) % frame_len
+                    if pad:
+                        full = np.concatenate([full, np.zeros(pad, dtype=full.dtype)])
+                    clip_frames.append(full.reshape(-1, frame_len).sum(axis=1).astype(np.int32))
+                    mono = data.mean(axis=1) if ch > 1 else data[:, 0]
+                    total += float(mono.sum(dtype=np.float64))
+                    frames += n
+                    res = resampler.push(np.ascontiguousarray(mono, dtype=np.float32), last)
+                elif last:
+                    res = resampler.push(np.zeros(0, dtype=np.float32), True)
+                else:
+                    res = None
+                if res is not None and len(res):
+                    out.append(res)
+                if last:
+                    break
+    except AudioError:
+        raise
+    except MemoryError as exc:
+        raise BadAudioFile("is too large to decode in memory", "too_large") from exc
+    except OSError as exc:
+        raise BadAudioFile(_os_reason(exc), "unreadable") from exc
+    except (RuntimeError, sf.LibsndfileError, ValueError) as exc:
+        raise BadAudioFile(f"is damaged: {_reason(exc)}", "damaged") from exc
+    if frames == 0:
+        raise BadAudioFile("contains no audio samples", "empty")
+    audio = np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+    stats = DecodeStats(
+        source_rate=sr, channels=ch, frames=frames, peak=peak,
+        dc_offset=total / frames, non_finite=non_finite, clipped=clipped,
+        clip_frames=np.concatenate(clip_frames) if clip_frames else np.zeros(0, np.int32),
+    )
+    return audio.astype(np.float32, copy=False), stats
+
+
+def read_mono(path: str | os.PathLike[str], target_sr: int = TARGET_SR) -> np.ndarray:
+    """Convenience for callers that need samples only (train, synth reference audio)."""
+    return decode(path, target_sr)[0]
+
+
+def write_wav(path: str | os.PathLike[str], audio: np.ndarray, sample_rate: int,
+              subtype: str = "PCM_16") -> Path:
+    """Atomically write a WAV file."""
+    target = Path(path)
+    with atomic_path(target, suffix=".wav") as tmp:
+        sf.write(str(tmp), audio, sample_rate, subtype=subtype, format="WAV")
+    return target
+
+
+def write_take_array(target: Path, audio: np.ndarray, sample_rate: int) -> None:
+    """Save a recorded array as WAV without changing its samples (int16 stays int16)."""
+    arr = np.asarray(audio)
+    if arr.dtype == np.int16:
+        subtype = "PCM_16"
+    elif arr.dtype == np.int32:
+        subtype = "PCM_32"
+    else:
+        arr = arr.astype(np.float32, copy=False)
+        subtype = "FLOAT"
+    write_wav(target, arr, sample_rate, subtype=subtype)
+
+
+def copy_and_hash(src: Path, dst: Path, chunk: int = 1 << 20) -> str:
+    """Copy bytes untouched (atomically) and return their SHA-256."""
+    h = hashlib.sha256()
+    try:
+        with open(src, "rb") as fin, atomic_path(dst, suffix=dst.suffix) as tmp, \
+                open(tmp, "wb") as fout:
+            while block := fin.read(chunk):
+                h.update(block)
+                fout.write(block)
+    except (WorkspaceError, DiskFullError):
+        raise
+    except OSError as exc:
+        raise BadAudioFile(_os_reason(exc), "unreadable") from exc
+    return h.hexdigest()

@@ -1,0 +1,340 @@
+"""Prepare: raw takes -> 24 kHz mono, loudness-normalised, trimmed, sliced clips + reports.
+
+Writes, in `<voice>/prepared/`:
+- `clips/<clip>.wav`  24 kHz mono PCM_16
+- `manifest.jsonl`    one clip per line: id, path (relative to the voice), text,
+                      duration_s, sample_rate, usable, issues, source_take
+- `report.json`       the voice-level quality report; `report.txt` the same for people
+- `cache/<take>.json` what each take produced, keyed by a hash of its bytes, its
+                      text and the settings: an unchanged take is not decoded again
+
+Every take is handled on its own: a file that cannot be used becomes one line
+in the report (`rejected`) and the batch goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..atomic import write_json, write_text
+from ..errors import Cancelled
+from ..events import Emitter, EventCallback, as_emitter
+from ..workspace import Take, Voice, now_iso
+from .io import TARGET_SR, BadAudioFile, decode, write_wav
+from .loudness import normalize_loudness
+from .quality import BLOCKING, ClipFacts, check_clip, is_usable, mark_duplicates
+from .transcripts import group_sentences, split_sentences
+from .vad import (
+    MIN_SPEECH_S,
+    Slice,
+    frame_levels,
+    longest_gaps,
+    plan_slices,
+    slices_at,
+    snr_db,
+    speech_regions,
+    speech_seconds,
+)
+
+#: bump when the processing changes so cached results are recomputed
+PREPARE_VERSION = 1
+TEXT_TOLERANCE = 0.35
+
+
+@dataclass
+class TakeOutcome:
+    take_id: str
+    key: str
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    rejected: dict[str, str] | None = None
+    audio_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"take_id": self.take_id, "key": self.key, "entries": self.entries,
+                "metrics": self.metrics, "rejected": self.rejected, "audio_s": self.audio_s}
+
+
+def _take_key(take: Take, settings: dict[str, Any]) -> str:
+    blob = json.dumps({"v": PREPARE_VERSION, "sha": take.sha256, "bytes": take.bytes,
+                       "text": take.text, "settings": settings}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _split_text(text: str, regions: list[tuple[int, int]], total: int,
+                settings: dict[str, Any]) -> tuple[list[Slice], list[str], str]:
+    """Slices and one text per slice; method says how reliable the text is."""
+    lo, hi = float(settings["min_clip_s"]), float(settings["max_clip_s"])
+    slices = plan_slices(regions, total, TARGET_SR, lo, hi)
+    if len(slices) == 1:
+        return slices, [text], "whole"
+    if not text:
+        return slices, [""] * len(slices), "whole"
+    sentences = split_sentences(text)
+    n = len(sentences)
+    # first choice: one sentence per slice, cut at the n-1 longest pauses
+    if 1 < n <= len(regions):
+        by_sentence = slices_at(regions, longest_gaps(regions, n - 1), total, TARGET_SR)
+        if all(lo <= s.duration(TARGET_SR) <= hi for s in by_sentence):
+            texts = group_sentences(sentences, [s.speech_s for s in by_sentence],
+                                    TEXT_TOLERANCE)
+            if texts is not None:
+                return by_sentence, texts, "sentences"
+    # else: whole sentences grouped onto the pause-based slices by length
+    texts = group_sentences(sentences, [s.speech_s for s in slices], TEXT_TOLERANCE)
+    if texts is not None:
+        return slices, texts, "proportional"
+    return slices, [""] * len(slices), "none"
+
+
+def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any]
+                  ) -> TakeOutcome:
+    out = TakeOutcome(take.id, key)
+    try:
+        audio, stats = decode(take.audio_path, TARGET_SR,
+                              max_seconds=float(settings["max_file_minutes"]) * 60.0)
+    except BadAudioFile as exc:
+        out.rejected = {"code": exc.reason_code, "reason": exc.message}
+        return out
+    out.audio_s = len(audio) / TARGET_SR
+    if stats.non_finite:
+        out.rejected = {"code": "non_finite",
+                        "reason": f"contains {stats.non_finite} NaN or infinite samples"}
+        return out
+    audio = audio - np.float32(audio.mean())  # DC offset (reported below)
+    levels = frame_levels(audio, TARGET_SR)
+    regions = speech_regions(audio, TARGET_SR, levels)
+    if speech_seconds(regions, TARGET_SR) < MIN_SPEECH_S:
+        out.rejected = {"code": "silent",
+                        "reason": "contains no speech (silence or steady noise only)"}
+        return out
+    take_snr = snr_db(audio, TARGET_SR, levels, regions)
+    slices, texts, method = _split_text(take.text, regions, len(audio), settings)
+    clips_dir = voice.prepared_dir / "clips"
+    target, ceiling = float(settings["target_lufs"]), float(settings["peak_dbfs"])
+    for k, (sl, text) in enumerate(zip(slices, texts, strict=True)):
+        clip_id = take.id if len(slices) == 1 else f"{take.id}_{k + 1:02d}"
+        seg = audio[sl.start:sl.end]
+        norm = normalize_loudness(seg, TARGET_SR, target, ceiling)
+        start_s, end_s = sl.start / TARGET_SR, sl.end / TARGET_SR
+        duration = len(seg) / TARGET_SR
+        shortfall = (target - norm.loudness_after) if math.isfinite(norm.loudness_after) else 0.0
+        facts = ClipFacts(
+            duration_s=duration, text=text, text_method=method,
+            clipped_samples=stats.clipped_between(start_s, end_s),
+            source_samples=int(duration * stats.source_rate * stats.channels),
+            snr_db=take_snr, dc_offset=stats.dc_offset, gain_shortfall_db=shortfall,
+        )
+        issues = check_clip(facts, settings)
+        rel = f"prepared/clips/{clip_id}.wav"
+        write_wav(clips_dir / f"{clip_id}.wav", norm.audio, TARGET_SR, "PCM_16")
+        out.entries.append({
+            "id": clip_id, "path": rel, "text": text, "duration_s": round(duration, 3),
+            "sample_rate": TARGET_SR, "usable": is_usable(issues), "issues": issues,
+            "source_take": take.id,
+        })
+        out.metrics.append({
+            "id": clip_id, "source_take": take.id, "start_s": round(start_s, 3),
+            "end_s": round(end_s, 3), "speech_s": round(sl.speech_s, 3),
+            "loudness_in_lufs": _r(norm.loudness_before), "loudness_lufs": _r(norm.loudness_after),
+            "gain_db": _r(norm.gain_db), "peak_limited": norm.peak_limited,
+            "snr_db": _r(take_snr), "clipped_samples": facts.clipped_samples,
+            "text_method": method,
+        })
+    return out
+
+
+def _r(x: float) -> float | None:
+    return round(float(x), 2) if math.isfinite(x) else None
+
+
+def _load_cached(path: Path, key: str, voice: Voice) -> TakeOutcome | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if data.get("key") != key:
+        return None
+    for e in data.get("entries", []):
+        if not (voice.path / e["path"]).is_file():
+            return None
+    return TakeOutcome(data["take_id"], key, data.get("entries", []), data.get("metrics", []),
+                       data.get("rejected"), float(data.get("audio_s", 0.0)))
+
+
+def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
+            cancel: Any = None) -> dict[str, Any]:
+    """Prepare every take of `voice`; returns the voice report (also in report.json).
+
+    `cancel`: optional callable returning True when the user asked to stop.
+    """
+    em = as_emitter(on_event)
+    t0 = time.perf_counter()
+    settings = voice.prepare_settings
+    takes = voice.list_takes()
+    prepared = voice.prepared_dir
+    (prepared / "clips").mkdir(parents=True, exist_ok=True)
+    (prepared / "cache").mkdir(parents=True, exist_ok=True)
+    em.state("preparing", detail=f"{len(takes)} takes")
+    outcomes: list[TakeOutcome] = []
+    reused = 0
+    processed_audio_s = 0.0
+    for i, take in enumerate(takes):
+        if cancel is not None and cancel():
+            raise Cancelled("Prepare was cancelled; finished takes are kept for next time.")
+        em.progress("prepare", i, len(takes), take=take.id)
+        key = _take_key(take, settings)
+        cache_file = prepared / "cache" / f"{take.id}.json"
+        outcome = _load_cached(cache_file, key, voice)
+        if outcome is not None:
+            reused += 1
+        else:
+            for old in (prepared / "clips").glob(f"{take.id}*.wav"):
+                if old.stem == take.id or old.stem.startswith(f"{take.id}_"):
+                    old.unlink(missing_ok=True)
+            try:
+                outcome = _process_take(voice, take, key, settings)
+            except MemoryError:
+                outcome = TakeOutcome(take.id, key, rejected={
+                    "code": "too_large", "reason": "is too large to process in memory"})
+            processed_audio_s += outcome.audio_s
+            write_json(cache_file, outcome.to_dict())
+        if outcome.rejected:
+            em.log(f"{take.id} ({take.source or take.audio_path.name}) "
+                   f"{outcome.rejected['reason']}; skipped.", level="warning",
+                   take=take.id, code=outcome.rejected["code"])
+        outcomes.append(outcome)
+    em.progress("prepare", len(takes), len(takes))
+    _remove_stale(prepared, {t.id for t in takes}, outcomes)
+    report = _write_outputs(voice, takes, outcomes, settings)
+    wall = time.perf_counter() - t0
+    report["run"] = {"takes_processed": len(takes) - reused, "takes_reused": reused,
+                     "audio_s_processed": round(processed_audio_s, 3),
+                     "wall_s": round(wall, 3)}
+    em.artifact(str(prepared / "manifest.jsonl"), "manifest")
+    em.artifact(str(prepared / "report.json"), "report")
+    return report
+
+
+def _remove_stale(prepared: Path, take_ids: set[str], outcomes: list[TakeOutcome]) -> None:
+    """Delete clips and cache entries of takes that no longer exist."""
+    keep = {e["id"] for o in outcomes for e in o.entries}
+    for clip in (prepared / "clips").glob("*.wav"):
+        if clip.stem not in keep:
+            clip.unlink(missing_ok=True)
+    for cached in (prepared / "cache").glob("*.json"):
+        if cached.stem not in take_ids:
+            cached.unlink(missing_ok=True)
+
+
+def _write_outputs(voice: Voice, takes: list[Take], outcomes: list[TakeOutcome],
+                   settings: dict[str, Any]) -> dict[str, Any]:
+    entries = [json.loads(json.dumps(e)) for o in outcomes for e in o.entries]
+    mark_duplicates(entries)
+    for e in entries:
+        e["usable"] = is_usable(e["issues"])
+    metrics = {m["id"]: m for o in outcomes for m in o.metrics}
+    source = {t.id: t.source or t.audio_path.name for t in takes}
+    rejected = [{"take": o.take_id, "source": source.get(o.take_id, ""), **o.rejected}
+                for o in outcomes if o.rejected]
+    rejected += [{"take": p["take"], "source": p["take"], "code": p["code"],
+                  "reason": p["reason"]} for p in voice.problems()]
+    total_s = sum(e["duration_s"] for e in entries)
+    usable_s = sum(e["duration_s"] for e in entries if e["usable"])
+    rec_min = float(settings["recommended_minutes"])
+    issues_by_code = Counter(i["code"] for e in entries for i in e["issues"])
+    unusable_by = Counter(next(i["code"] for i in e["issues"] if i["code"] in BLOCKING)
+                          for e in entries if not e["usable"])
+    totals = {
+        "takes": len(takes) + len(voice.problems()),
+        "prepared_takes": sum(1 for o in outcomes if not o.rejected),
+        "rejected_takes": len(rejected),
+        "clips": len(entries),
+        "usable_clips": sum(1 for e in entries if e["usable"]),
+        "minutes_recorded": round(sum(t.duration_s or 0.0 for t in takes) / 60.0, 3),
+        "minutes_total": round(total_s / 60.0, 3),
+        "minutes_usable": round(usable_s / 60.0, 3),
+        "recommended_minutes": rec_min,
+        "percent_of_recommendation": round(100.0 * usable_s / 60.0 / rec_min, 1),
+        "enough": usable_s / 60.0 >= rec_min,
+    }
+    report: dict[str, Any] = {
+        "voice": voice.speaker, "created": now_iso(), "version": PREPARE_VERSION,
+        "sample_rate": TARGET_SR, "settings": settings, "totals": totals,
+        "rejects_by_reason": dict(Counter(r["code"] for r in rejected)),
+        "unusable_by_reason": dict(unusable_by), "issues_by_code": dict(issues_by_code),
+        "rejected": rejected,
+        "clips": [{**metrics.get(e["id"], {}), "text": e["text"],
+                   "duration_s": e["duration_s"], "usable": e["usable"],
+                   "issues": e["issues"]} for e in entries],
+        "take_hashes": sorted(t.sha256 for t in takes),
+    }
+    report["advice"] = _advice(report)
+    prepared = voice.prepared_dir
+    write_text(prepared / "manifest.jsonl",
+               "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
+    write_json(prepared / "report.json", report)
+    write_text(prepared / "report.txt", format_report(report))
+    return report
+
+
+def _advice(report: dict[str, Any]) -> list[str]:
+    t = report["totals"]
+    out: list[str] = []
+    if not t["enough"]:
+        missing = t["recommended_minutes"] - t["minutes_usable"]
+        out.append(f"Record or import about {missing:.1f} more minutes of clean speech "
+                   f"({t['recommended_minutes']:g} minutes recommended).")
+    u = report["unusable_by_reason"]
+    if u.get("needs_transcript") or u.get("empty_text"):
+        out.append("Some clips have no transcript: add .txt files or a transcript list "
+                   "and import again, or type the text.")
+    if u.get("low_snr"):
+        out.append("Some recordings are noisy: record in a quieter room, closer to the mic.")
+    if u.get("clipping"):
+        out.append("Some recordings clip: lower the input gain.")
+    if u.get("too_long"):
+        out.append("Some speech runs over the maximum clip length without a pause.")
+    return out
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The plain-text quality report a person reads."""
+    t = report["totals"]
+    lines = [
+        f"Voice '{report['voice']}': prepared {report['created']}",
+        f"  takes        {t['takes']} ({t['prepared_takes']} prepared, "
+        f"{t['rejected_takes']} rejected)",
+        f"  clips        {t['clips']} ({t['usable_clips']} usable)",
+        f"  recorded     {t['minutes_recorded']:.2f} min",
+        f"  usable       {t['minutes_usable']:.2f} min of {t['recommended_minutes']:g} "
+        f"recommended ({t['percent_of_recommendation']:.0f}%)",
+    ]
+    if report["rejected"]:
+        lines.append("Rejected files:")
+        for r in report["rejected"]:
+            lines.append(f"  {r['take']} {r['source']}: {r['reason']} [{r['code']}]")
+    if report["unusable_by_reason"]:
+        lines.append("Unusable clips by reason: " + ", ".join(
+            f"{k} {v}" for k, v in sorted(report["unusable_by_reason"].items())))
+    bad = [c for c in report["clips"] if c["issues"]]
+    if bad:
+        lines.append("Clip issues:")
+        for c in bad[:200]:
+            mark = " " if c["usable"] else "x"
+            msgs = "; ".join(f"{i['code']}: {i['message']}" for i in c["issues"])
+            lines.append(f" {mark} {c.get('id', '?')}: {msgs}")
+        if len(bad) > 200:
+            lines.append(f"  ... and {len(bad) - 200} more (see report.json)")
+    for a in report.get("advice", []):
+        lines.append(f"Advice: {a}")
+    return "\n".join(lines) + "\n"

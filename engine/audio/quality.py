@@ -1,0 +1,103 @@
+"""The quality gate: issue codes, which of them make a clip unusable, and the checks.
+
+A clip issue is `{"code", "message"}` (the manifest contract). Codes in
+BLOCKING make the clip unusable for training; the others are advice.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+#: clip issue codes that make a clip unusable
+BLOCKING = frozenset({
+    "too_short", "too_long", "empty_text", "needs_transcript", "clipping", "low_snr",
+})
+#: clip issue codes that are advice only
+WARNINGS = frozenset({
+    "minor_clipping", "noisy", "dc_offset", "text_estimated", "duplicate_text", "peak_limited",
+})
+
+#: more than this fraction of full-scale samples is audible distortion
+CLIP_FRACTION_BLOCK = 1e-3
+#: a few full-scale samples (a plosive) are worth a note only from this many on
+CLIP_SAMPLES_WARN = 3
+NOISY_MARGIN_DB = 10.0
+DC_WARN = 0.02
+PEAK_LIMIT_WARN_DB = 3.0
+
+
+def issue(code: str, message: str) -> dict[str, str]:
+    return {"code": code, "message": message}
+
+
+def is_usable(issues: list[dict[str, str]]) -> bool:
+    return not any(i["code"] in BLOCKING for i in issues)
+
+
+@dataclass(frozen=True)
+class ClipFacts:
+    duration_s: float
+    text: str
+    text_method: str
+    clipped_samples: int
+    source_samples: int
+    snr_db: float
+    dc_offset: float
+    gain_shortfall_db: float  # how far below the loudness target the peak ceiling left it
+
+
+def check_clip(f: ClipFacts, settings: dict[str, Any]) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    lo, hi = float(settings["min_clip_s"]), float(settings["max_clip_s"])
+    if f.duration_s < lo:
+        out.append(issue("too_short", f"{f.duration_s:.2f} s is shorter than {lo:g} s."))
+    elif f.duration_s > hi:
+        out.append(issue("too_long", f"{f.duration_s:.1f} s is longer than {hi:g} s and has no "
+                                     "pause to cut at."))
+    if f.text_method == "none":
+        out.append(issue("needs_transcript", "The transcript could not be split reliably "
+                                             "across the slices; type this clip's text."))
+    elif not f.text.strip():
+        out.append(issue("empty_text", "There is no transcript."))
+    elif f.text_method == "proportional":
+        out.append(issue("text_estimated", "Text assigned by length; check it matches."))
+    frac = f.clipped_samples / max(1, f.source_samples)
+    if frac > CLIP_FRACTION_BLOCK:
+        out.append(issue("clipping", f"{frac:.2%} of the samples are clipped."))
+    elif f.clipped_samples >= CLIP_SAMPLES_WARN:
+        out.append(issue("minor_clipping", f"{f.clipped_samples} samples touch full scale."))
+    min_snr = float(settings["min_snr_db"])
+    if f.snr_db < min_snr:
+        out.append(issue("low_snr", f"Speech is only {f.snr_db:.0f} dB above the background "
+                                    f"(needs {min_snr:g} dB)."))
+    elif f.snr_db < min_snr + NOISY_MARGIN_DB:
+        out.append(issue("noisy", f"Background noise is audible ({f.snr_db:.0f} dB SNR)."))
+    if abs(f.dc_offset) > DC_WARN:
+        out.append(issue("dc_offset", f"DC offset {f.dc_offset:+.3f} (removed)."))
+    if f.gain_shortfall_db > PEAK_LIMIT_WARN_DB:
+        out.append(issue("peak_limited", f"{f.gain_shortfall_db:.1f} dB under the loudness "
+                                         "target to keep peaks from clipping."))
+    return out
+
+
+def text_key(text: str) -> str:
+    """What counts as the same sentence: case, accents and punctuation aside."""
+    folded = unicodedata.normalize("NFKD", text.lower())
+    folded = "".join(c for c in folded if not unicodedata.combining(c))
+    return re.sub(r"[\W_]+", " ", folded).strip()
+
+
+def mark_duplicates(entries: list[dict[str, Any]]) -> None:
+    """Note every clip whose text was already read in an earlier clip (in place)."""
+    first: dict[str, str] = {}
+    for e in entries:
+        key = text_key(e.get("text", ""))
+        if not key:
+            continue
+        if key in first:
+            e["issues"].append(issue("duplicate_text", f"Same text as clip {first[key]}."))
+        else:
+            first[key] = e["id"]

@@ -1,0 +1,489 @@
+"""The voice workspace: one folder per voice, the filesystem is the database.
+
+```
+<voice>/voice.toml          speaker, language, settings
+<voice>/takes/<id>.<ext>    raw audio, never modified once saved
+<voice>/takes/<id>.json     transcript and metadata, written last
+<voice>/prepared/           clips, manifest.jsonl, report.json (engine.audio.prepare)
+<voice>/runs/ exports/ renders/
+```
+
+A take exists once its JSON exists: the audio is written first, the JSON
+last, so a crash between the two leaves an orphan audio file that listing
+ignores, never a take without audio. Every write goes through engine.atomic.
+Imported takes keep their original container (`.mp3`, `.flac`...) because
+their bytes are copied untouched; recorded takes are `.wav`.
+
+This module is light: no torch, no Qt (the GUI uses it directly).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import tomllib
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .atomic import write_json, write_text
+from .errors import AudioError, InputError, WorkspaceError
+
+VOICE_FILE = "voice.toml"
+FORMAT_VERSION = 1
+TAKE_ID_RE = re.compile(r"^(\d{4,})(?:-[a-z0-9_-]+)?$")
+RECOMMENDED_MINUTES = 10.0
+
+#: prepare settings stored in voice.toml [prepare]; engine.audio.prepare reads them
+DEFAULT_PREPARE_SETTINGS: dict[str, Any] = {
+    "target_lufs": -20.0,
+    "peak_dbfs": -1.0,
+    "min_clip_s": 1.0,
+    "max_clip_s": 15.0,
+    "min_snr_db": 15.0,
+    "max_file_minutes": 60.0,
+    "recommended_minutes": RECOMMENDED_MINUTES,
+}
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def safe_speaker_name(name: str) -> str:
+    """Lowercase ASCII `[a-z0-9_]` form of a speaker name (the model's speaker key)."""
+    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    safe = re.sub(r"[^a-z0-9]+", "_", folded.lower()).strip("_")
+    if not safe:
+        raise InputError(f"The speaker name {name!r} has no letters or digits.",
+                         "Use a name such as 'anna' or 'narrator_2'.")
+    return safe[:64]
+
+
+def slug(text: str, limit: int = 40) -> str:
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    return re.sub(r"[^a-z0-9]+", "-", folded.lower()).strip("-")[:limit].strip("-")
+
+
+def display_path(path: str | os.PathLike[str]) -> str:
+    """A printable, JSON-safe form of a path (undecodable bytes become U+FFFD)."""
+    raw = os.fsencode(path)
+    return raw.decode("utf-8", "replace").replace("\n", "\\n").replace("\r", "\\r")
+
+
+# --- a small TOML writer (tomllib only reads) -------------------------------------------
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not np.isfinite(value):
+            raise ValueError("TOML cannot hold NaN/inf settings")
+        return repr(value)
+    if isinstance(value, str):
+        # a JSON string is a valid TOML basic string
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ValueError(f"cannot write {type(value).__name__} to voice.toml")
+
+
+def dump_toml(tables: Mapping[str, Mapping[str, Any]]) -> str:
+    lines: list[str] = []
+    for table, values in tables.items():
+        lines.append(f"[{table}]")
+        for key, value in values.items():
+            if value is None:
+                continue
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# --- takes --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Take:
+    """One saved recording and its metadata (the JSON sidecar)."""
+
+    id: str
+    audio_path: Path
+    meta_path: Path
+    text: str = ""
+    prompt_id: str | None = None
+    origin: str = "recorded"  # "recorded" | "imported"
+    source: str | None = None
+    created: str = ""
+    duration_s: float | None = None
+    sample_rate: int | None = None
+    channels: int | None = None
+    sha256: str = ""
+    bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "audio": self.audio_path.name, "text": self.text,
+            "prompt_id": self.prompt_id, "origin": self.origin, "source": self.source,
+            "created": self.created, "duration_s": self.duration_s,
+            "sample_rate": self.sample_rate, "channels": self.channels,
+            "sha256": self.sha256, "bytes": self.bytes, "extra": self.extra,
+        }
+
+    @staticmethod
+    def from_meta(meta_path: Path) -> Take:
+        try:
+            data = json.loads(meta_path.read_text(encoding="utf-8"))
+            audio = meta_path.parent / str(data["audio"])
+            return Take(
+                id=str(data["id"]), audio_path=audio, meta_path=meta_path,
+                text=str(data.get("text") or ""), prompt_id=data.get("prompt_id"),
+                origin=str(data.get("origin", "recorded")), source=data.get("source"),
+                created=str(data.get("created", "")), duration_s=data.get("duration_s"),
+                sample_rate=data.get("sample_rate"), channels=data.get("channels"),
+                sha256=str(data.get("sha256", "")), bytes=int(data.get("bytes", 0)),
+                extra=dict(data.get("extra") or {}),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise WorkspaceError(f"The take metadata {meta_path.name} is damaged ({exc}).",
+                                 "Delete the take or fix its JSON file.") from exc
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --- the voice ----------------------------------------------------------------------------
+
+class Voice:
+    """An open voice folder. Cheap to create; state lives on disk."""
+
+    def __init__(self, path: Path, config: dict[str, Any]) -> None:
+        self.path = path
+        self.config = config
+
+    # layout
+    @property
+    def voice_file(self) -> Path:
+        return self.path / VOICE_FILE
+
+    @property
+    def takes_dir(self) -> Path:
+        return self.path / "takes"
+
+    @property
+    def prepared_dir(self) -> Path:
+        return self.path / "prepared"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.path / "runs"
+
+    @property
+    def exports_dir(self) -> Path:
+        return self.path / "exports"
+
+    @property
+    def renders_dir(self) -> Path:
+        return self.path / "renders"
+
+    # settings
+    @property
+    def speaker(self) -> str:
+        return str(self.config["voice"]["speaker"])
+
+    @property
+    def display_name(self) -> str:
+        return str(self.config["voice"].get("display_name") or self.speaker)
+
+    @property
+    def language(self) -> str:
+        return str(self.config["voice"].get("language", "english"))
+
+    @property
+    def prompt_set(self) -> str:
+        return str(self.config["voice"].get("prompt_set", "english"))
+
+    @property
+    def prepare_settings(self) -> dict[str, Any]:
+        merged = dict(DEFAULT_PREPARE_SETTINGS)
+        merged.update(self.config.get("prepare", {}))
+        return merged
+
+    def _save_config(self) -> None:
+        write_text(self.voice_file, dump_toml(self.config))
+
+    def rename(self, speaker: str) -> None:
+        """Change the speaker name (the folder stays where it is)."""
+        self.config["voice"]["display_name"] = speaker.strip()
+        self.config["voice"]["speaker"] = safe_speaker_name(speaker)
+        self._save_config()
+
+    def set_language(self, language: str) -> None:
+        self.config["voice"]["language"] = _check_language(language)
+        self._save_config()
+
+    def update_settings(self, **values: Any) -> None:
+        unknown = set(values) - set(DEFAULT_PREPARE_SETTINGS)
+        if unknown:
+            raise InputError(f"Unknown prepare setting(s): {', '.join(sorted(unknown))}.")
+        self.config.setdefault("prepare", {}).update(values)
+        self._save_config()
+
+    # takes
+    def _next_id(self, hint: str | None) -> tuple[str, int]:
+        highest = 0
+        if self.takes_dir.is_dir():
+            for p in self.takes_dir.iterdir():
+                m = TAKE_ID_RE.match(p.stem)
+                if m:
+                    highest = max(highest, int(m.group(1)))
+        tail = slug(hint or "", 32)
+        return (f"-{tail}" if tail else ""), highest + 1
+
+    def _reserve(self, hint: str | None, suffix: str) -> tuple[str, Path]:
+        """Claim a new take id by creating its audio file exclusively (no races)."""
+        self.takes_dir.mkdir(parents=True, exist_ok=True)
+        tail, n = self._next_id(hint)
+        for _ in range(1000):
+            take_id = f"{n:04d}{tail}"
+            target = self.takes_dir / f"{take_id}{suffix}"
+            try:
+                fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                n += 1
+                continue
+            except OSError as exc:
+                raise WorkspaceError(f"Cannot create a take in {self.takes_dir}: "
+                                     f"{exc.strerror or exc}.") from exc
+            os.close(fd)
+            return take_id, target
+        raise WorkspaceError(f"Cannot find a free take id in {self.takes_dir}.")
+
+    def add_take(self, audio: np.ndarray | str | os.PathLike[str], text: str = "", *,
+                 sample_rate: int | None = None, prompt_id: str | None = None,
+                 source: str | None = None, extra: dict[str, Any] | None = None,
+                 id_hint: str | None = None) -> Take:
+        """Save a take: an audio array (recorded) or a file copied byte for byte (imported).
+
+        Arrays are (samples,) or (samples, channels) float in [-1, 1] or int16.
+        """
+        # imported lazily so the workspace stays importable without libsndfile
+        from .audio.io import copy_and_hash, probe, write_take_array
+
+        if isinstance(audio, np.ndarray):
+            if not sample_rate or sample_rate <= 0:
+                raise InputError("A recorded take needs its sample rate.")
+            if audio.size == 0:
+                raise InputError("The recording is empty.")
+            take_id, target = self._reserve(id_hint, ".wav")
+            try:
+                write_take_array(target, audio, sample_rate)
+                info = probe(target)
+                digest = file_sha256(target)
+            except BaseException:
+                target.unlink(missing_ok=True)
+                raise
+            origin = "recorded"
+        else:
+            src = Path(audio)
+            try:
+                info = probe(src)
+            except AudioError as exc:
+                raise AudioError(f"{display_path(src.name)} {exc.message}.",
+                                 "Choose a WAV, FLAC, OGG or MP3 file.") from exc
+            suffix = src.suffix.lower() or ".wav"
+            take_id, target = self._reserve(id_hint if id_hint is not None else src.stem,
+                                            suffix)
+            try:
+                digest = copy_and_hash(src, target)
+            except BaseException:
+                target.unlink(missing_ok=True)
+                raise
+            origin = "imported"
+            source = source or display_path(src)
+        take = Take(
+            id=take_id, audio_path=target, meta_path=self.takes_dir / f"{take_id}.json",
+            text=normalize_text(text), prompt_id=prompt_id, origin=origin, source=source,
+            created=now_iso(), duration_s=round(info.duration_s, 4),
+            sample_rate=info.sample_rate, channels=info.channels, sha256=digest,
+            bytes=target.stat().st_size, extra=dict(extra or {}),
+        )
+        write_json(take.meta_path, take.to_dict())  # last: the take now exists
+        return take
+
+    def list_takes(self) -> list[Take]:
+        """Every complete take, oldest id first. Damaged sidecars are skipped (see `problems`)."""
+        return self._scan()[0]
+
+    def problems(self) -> list[dict[str, str]]:
+        """Takes whose metadata is damaged or whose audio is missing."""
+        return self._scan()[1]
+
+    def _scan(self) -> tuple[list[Take], list[dict[str, str]]]:
+        takes: list[Take] = []
+        bad: list[dict[str, str]] = []
+        if not self.takes_dir.is_dir():
+            return takes, bad
+        for meta in sorted(self.takes_dir.glob("*.json")):
+            try:
+                take = Take.from_meta(meta)
+            except WorkspaceError as exc:
+                bad.append({"take": meta.stem, "code": "damaged_metadata", "reason": exc.message})
+                continue
+            if not take.audio_path.is_file():
+                bad.append({"take": take.id, "code": "missing_audio",
+                            "reason": f"The audio file {take.audio_path.name} is missing."})
+                continue
+            takes.append(take)
+        takes.sort(key=_take_sort_key)
+        return takes, bad
+
+    def find_take(self, take_id: str) -> Take:
+        """A take by id, or by its unique numeric prefix ("7" or "0007")."""
+        takes = self.list_takes()
+        for t in takes:
+            if t.id == take_id:
+                return t
+        if take_id.isdigit():
+            matches = [t for t in takes if int(TAKE_ID_RE.match(t.id).group(1)) == int(take_id)]  # type: ignore[union-attr]
+            if len(matches) == 1:
+                return matches[0]
+        raise InputError(f"There is no take {take_id!r} in {self.path}.",
+                         "List the takes with `voxshard-engine voice list VOICE`.")
+
+    def set_take_text(self, take_id: str, text: str) -> Take:
+        """Correct a transcript. Only the JSON changes; the audio stays untouched."""
+        take = self.find_take(take_id)
+        data = take.to_dict()
+        data["text"] = normalize_text(text)
+        write_json(take.meta_path, data)
+        return Take.from_meta(take.meta_path)
+
+    def delete_take(self, take_id: str) -> Take:
+        take = self.find_take(take_id)
+        # JSON first: once it is gone the take no longer exists, whatever happens next
+        take.meta_path.unlink(missing_ok=True)
+        take.audio_path.unlink(missing_ok=True)
+        return take
+
+    def summary(self) -> dict[str, Any]:
+        takes = self.list_takes()
+        recorded_s = sum(t.duration_s or 0.0 for t in takes)
+        out: dict[str, Any] = {
+            "path": str(self.path), "speaker": self.speaker, "display_name": self.display_name,
+            "language": self.language, "takes": len(takes),
+            "recorded": sum(1 for t in takes if t.origin == "recorded"),
+            "imported": sum(1 for t in takes if t.origin == "imported"),
+            "without_text": sum(1 for t in takes if not t.text),
+            "minutes_recorded": round(recorded_s / 60.0, 3),
+            "recommended_minutes": float(self.prepare_settings["recommended_minutes"]),
+            "problems": self.problems(),
+            "prepared": None,
+        }
+        report = self.prepared_dir / "report.json"
+        if report.is_file():
+            try:
+                rep = json.loads(report.read_text(encoding="utf-8"))
+                totals = rep.get("totals", {})
+                prepared_hashes = set(rep.get("take_hashes", []))
+                out["prepared"] = {
+                    "minutes_usable": totals.get("minutes_usable"),
+                    "clips": totals.get("clips"), "usable_clips": totals.get("usable_clips"),
+                    "rejected_takes": totals.get("rejected_takes"),
+                    "created": rep.get("created"),
+                    # stale when takes were added or removed since the last prepare
+                    "stale": prepared_hashes != {t.sha256 for t in takes},
+                }
+            except (OSError, ValueError, AttributeError):
+                out["prepared"] = {"damaged": True}
+        return out
+
+
+def _take_sort_key(t: Take) -> tuple[int, str]:
+    m = TAKE_ID_RE.match(t.id)
+    return (int(m.group(1)) if m else 1 << 30, t.id)
+
+
+def normalize_text(text: str | None) -> str:
+    """NFC, single spaces, no control characters."""
+    if not text:
+        return ""
+    text = unicodedata.normalize("NFC", str(text))
+    text = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _check_language(language: str) -> str:
+    lang = language.strip().lower()
+    if not re.fullmatch(r"[a-z][a-z_ -]{0,31}", lang):
+        raise InputError(f"{language!r} is not a language name.",
+                         "Use a name such as 'english', 'german' or 'auto'.")
+    return lang
+
+
+def create_voice(path: str | os.PathLike[str], speaker: str, language: str = "english",
+                 prompt_set: str = "english") -> Voice:
+    """Make a new voice folder. The folder must not exist or be empty."""
+    root = Path(path)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        if (root / VOICE_FILE).exists():
+            raise WorkspaceError(f"{display_path(root)} is already a voice.",
+                                 "Open it instead, or choose another folder.")
+        raise WorkspaceError(f"{display_path(root)} exists and is not empty.",
+                             "Choose a new folder for the voice.")
+    config: dict[str, Any] = {
+        "voice": {
+            "format": FORMAT_VERSION, "speaker": safe_speaker_name(speaker),
+            "display_name": speaker.strip(), "language": _check_language(language),
+            "prompt_set": prompt_set, "created": now_iso(),
+        },
+        "prepare": dict(DEFAULT_PREPARE_SETTINGS),
+    }
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for sub in ("takes", "prepared", "runs", "exports", "renders"):
+            (root / sub).mkdir(exist_ok=True)
+    except OSError as exc:
+        raise WorkspaceError(f"Cannot create {display_path(root)}: {exc.strerror or exc}.",
+                             "Choose a folder you can write to.") from exc
+    voice = Voice(root, config)
+    voice._save_config()  # last: the folder becomes a voice only when complete
+    return voice
+
+
+def open_voice(path: str | os.PathLike[str]) -> Voice:
+    root = Path(path)
+    if not root.exists():
+        raise WorkspaceError(f"There is no voice at {display_path(root)}.",
+                             "Create one with `voxshard-engine voice new PATH --speaker NAME`.")
+    if not root.is_dir():
+        raise WorkspaceError(f"{display_path(root)} is a file, not a voice folder.")
+    vf = root / VOICE_FILE
+    if not vf.is_file():
+        raise WorkspaceError(f"{display_path(root)} is not a voice folder (no {VOICE_FILE}).",
+                             "Create one with `voxshard-engine voice new PATH --speaker NAME`.")
+    try:
+        config = tomllib.loads(vf.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise WorkspaceError(f"The voice file {display_path(vf)} is damaged ({exc}).",
+                             "Fix or recreate voice.toml; the takes are safe.") from exc
+    voice_table = config.get("voice")
+    if not isinstance(voice_table, dict) or not isinstance(voice_table.get("speaker"), str):
+        raise WorkspaceError(f"The voice file {display_path(vf)} has no [voice] speaker.",
+                             "Fix or recreate voice.toml; the takes are safe.")
+    if int(voice_table.get("format", 1)) > FORMAT_VERSION:
+        raise WorkspaceError(f"{display_path(root)} was made by a newer Voxshard.",
+                             "Update Voxshard to open it.")
+    return Voice(root, config)
