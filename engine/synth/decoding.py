@@ -1,0 +1,346 @@
+"""Our decoding loop over the official Qwen3-TTS modules.
+
+The official `generate` runs Hugging Face `generate` for the talker and, inside
+every talker step, a second `generate` for the 15 sub-codebooks: per codec
+frame that is 16 trips through the generation machinery (logits processors,
+stopping criteria, cache objects, mask builders) on top of the actual layer
+math. On small models the machinery is nearly all of the time; on larger ones
+the code predictor's 15 sequential passes are bound by reading its weights.
+
+Here the same weights are called directly:
+- key/value caches are preallocated once per request ([B, kv_heads, T, d] per
+  layer), written in place, never concatenated or re-allocated;
+- rotary tables are computed once by the official rotary modules;
+- no attention mask is built when no row is padded (the common single-chunk
+  case), as the official sdpa path does;
+- several chunks of a long text share one batch, so each weight read serves
+  all of them (what makes long text fast on a memory-bound CPU);
+- the end-of-speech check is the only host sync, every `sync_every` frames.
+On CUDA, `graphs=True` runs each frame as one captured CUDA graph over static
+shapes (see `StaticFrame`), which removes the per-kernel launch cost that
+dominates there.
+
+Layer math mirrors the official modules op for op (same RMSNorm, rotary and
+sdpa calls, same grouping of projections), so greedy decoding produces the
+official codes exactly; tests/test_synth_greedy.py proves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .sampling import RowStreams, SamplerSettings, choose
+
+# How many positions the official code feeds the code predictor per frame:
+# the talker state, codebook 0, then codebooks 1..14 (codebook 15 is only
+# produced, never fed back).
+PREDICTOR_POSITIONS = 16
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    talker: SamplerSettings = field(default_factory=SamplerSettings)
+    predictor: SamplerSettings = field(default_factory=SamplerSettings)
+    repetition_penalty: float = 1.05
+    #: frames that must pass before end-of-speech may be chosen (official: 2 tokens)
+    min_new_tokens: int = 2
+    #: check for end-of-speech every N frames (1 on CPU; larger saves GPU syncs)
+    sync_every: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.repetition_penalty > 0:
+            raise ValueError("repetition_penalty must be > 0")
+        if self.sync_every < 1:
+            raise ValueError("sync_every must be >= 1")
+
+
+@dataclass
+class Prefill:
+    """Talker inputs for a batch, left-padded like the official batch path."""
+
+    embeds: torch.Tensor  # [B, T, H]
+    lengths: list[int]  # real (unpadded) length of each row
+    trailing: torch.Tensor  # [B, Tt, H] text still to feed, padded with tts_pad
+    tts_pad: torch.Tensor  # [1, 1, H]
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # Same op sequence as the official Qwen3TTSRMSNorm (float32 statistics).
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    if n_rep == 1:
+        return x
+    b, h, t, d = x.shape
+    return x[:, :, None].expand(b, h, n_rep, t, d).reshape(b, h * n_rep, t, d)
+
+
+KV = tuple[torch.Tensor, torch.Tensor]
+
+
+class _Stack:
+    """Direct calls into one official decoder stack (talker or code predictor)."""
+
+    def __init__(self, layers: Any, norm: Any, config: Any) -> None:
+        self.layers = list(layers)
+        self.norm_w = norm.weight
+        self.norm_eps = norm.variance_epsilon
+        attn = self.layers[0].self_attn
+        self.head_dim = attn.head_dim
+        self.n_rep = attn.num_key_value_groups
+        self.scaling = attn.scaling
+        self.kv_heads = config.num_key_value_heads
+        self.heads = config.num_attention_heads
+
+    def alloc(self, batch: int, length: int, like: torch.Tensor) -> list[KV]:
+        shape = (batch, self.kv_heads, length, self.head_dim)
+        return [(like.new_zeros(shape), like.new_zeros(shape)) for _ in self.layers]
+
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: list[KV], start: int,
+                mask: torch.Tensor | None, full: bool = False) -> torch.Tensor:
+        """Run all layers on `h` [B, T, H] written at cache slots start..start+T.
+
+        `mask` None: causal over the filled prefix, no padding (the official
+        sdpa path with GQA). Otherwise a bool [B, 1, T, S] mask over the first
+        S cache slots (S = start+T, or the whole cache when `full`).
+        """
+        b, t, _ = h.shape
+        end = start + t
+        cos = cos.unsqueeze(1)
+        sin = sin.unsqueeze(1)
+        for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
+            attn = layer.self_attn
+            x = _rms(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+            q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(b, t, -1, self.head_dim)
+            k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(b, t, -1, self.head_dim)
+            v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(b, t, -1, self.head_dim)
+            q = _rms(q, attn.q_norm.weight, attn.q_norm.variance_epsilon).transpose(1, 2)
+            k = _rms(k, attn.k_norm.weight, attn.k_norm.variance_epsilon).transpose(1, 2)
+            v = v.transpose(1, 2)
+            q = (q * cos) + (_rotate_half(q) * sin)
+            k = (k * cos) + (_rotate_half(k) * sin)
+            k_cache[:, :, start:end] = k
+            v_cache[:, :, start:end] = v
+            span = k_cache.shape[2] if full else end
+            keys = k_cache[:, :, :span]
+            values = v_cache[:, :, :span]
+            if mask is None:
+                out = F.scaled_dot_product_attention(q, keys, values, scale=self.scaling,
+                                                     is_causal=t > 1, enable_gqa=self.n_rep > 1)
+            else:
+                out = F.scaled_dot_product_attention(
+                    q, _repeat_kv(keys, self.n_rep), _repeat_kv(values, self.n_rep),
+                    attn_mask=mask, scale=self.scaling)
+            out = out.transpose(1, 2).reshape(b, t, -1)
+            h = h + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+            x = _rms(h, layer.post_attention_layernorm.weight,
+                     layer.post_attention_layernorm.variance_epsilon)
+            mlp = layer.mlp
+            gate = F.linear(x, mlp.gate_proj.weight)
+            up = F.linear(x, mlp.up_proj.weight)
+            h = h + F.linear(mlp.act_fn(gate) * up, mlp.down_proj.weight)
+        return _rms(h, self.norm_w, self.norm_eps)
+
+
+def _rope_table(rotary: Any, length: int, like: torch.Tensor, axes: int) -> KV:
+    """cos/sin [length, head_dim] from the official rotary module.
+
+    For speech the talker's three MRoPE axes carry equal positions, so the
+    interleaved table equals axis 0's table bit for bit.
+    """
+    positions = torch.arange(length, device=like.device)[None]
+    if axes == 3:
+        cos, sin = rotary(like, positions[None].expand(3, 1, -1))
+        return cos[0, 0], sin[0, 0]
+    cos, sin = rotary(like, positions)
+    return cos[0], sin[0]
+
+
+class FastTalker:
+    """Batched codec-frame generation for one loaded official model."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        talker = model.talker
+        self.talker = talker
+        self.cfg = talker.config
+        self.predictor = talker.code_predictor
+        self.t_stack = _Stack(talker.model.layers, talker.model.norm, talker.config)
+        self.p_stack = _Stack(self.predictor.model.layers, self.predictor.model.norm,
+                              self.predictor.config)
+        self.groups = self.cfg.num_code_groups
+        self.eos = self.cfg.codec_eos_token_id
+        self.vocab = self.cfg.vocab_size
+        self.p_vocab = self.predictor.config.vocab_size
+        w = talker.codec_head.weight
+        self.device = w.device
+        self.dtype = w.dtype
+        # ids 2048..3071 are control codes; only end-of-speech may be generated
+        suppress = torch.zeros(self.vocab, dtype=torch.bool, device=self.device)
+        suppress[self.vocab - 1024:] = True
+        suppress[self.eos] = False
+        self.suppress = suppress
+        self.p_cos, self.p_sin = _rope_table(self.predictor.model.rotary_emb, PREDICTOR_POSITIONS,
+                                             w, axes=1)
+        self._t_rope: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    # -- pieces ------------------------------------------------------------------------
+    def _talker_rope(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._t_rope is None or self._t_rope[0].shape[0] < length:
+            # grow in large steps so long requests do not recompute it often
+            size = max(length, 4096)
+            self._t_rope = _rope_table(self.talker.model.rotary_emb, size,
+                                       self.talker.codec_head.weight, axes=3)
+        return self._t_rope
+
+    def _talker_logits(self, hidden: torch.Tensor, seen: torch.Tensor, generated: int,
+                       settings: DecodeSettings) -> torch.Tensor:
+        """Processed float32 scores [B, V] for the last position of `hidden`."""
+        scores = F.linear(hidden, self.talker.codec_head.weight)[:, -1].to(torch.float32)
+        p = settings.repetition_penalty
+        if p != 1.0:
+            penalised = torch.where(scores < 0, scores * p, scores / p)
+            scores = torch.where(seen, penalised, scores)
+        if generated < settings.min_new_tokens:
+            scores[:, self.eos] = float("-inf")
+        return scores.masked_fill(self.suppress, float("-inf"))
+
+    def _predict_frame(self, past_hidden: torch.Tensor, token: torch.Tensor,
+                       cache: list[KV], settings: SamplerSettings,
+                       noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Codebooks 1..15 of one frame: (codes [B, 16], summed input embedding [B, 1, H])."""
+        pred = self.predictor
+        embed0 = self.talker.model.codec_embedding(token[:, None])  # [B, 1, H]
+        proj = pred.small_to_mtp_projection
+        h = proj(torch.cat((past_hidden, embed0), dim=1))
+        codes = [token]
+        embeds = [embed0]
+        start = 0
+        for step in range(self.groups - 1):
+            t = h.shape[1]
+            out = self.p_stack.forward(h, self.p_cos[start:start + t][None],
+                                       self.p_sin[start:start + t][None], cache, start, None)
+            logits = F.linear(out, pred.lm_head[step].weight)[:, -1].to(torch.float32)
+            code = choose(logits, settings, None if noise is None else noise[:, step])
+            codes.append(code)
+            emb = pred.model.codec_embedding[step](code[:, None])
+            embeds.append(emb)
+            start += t
+            if step < self.groups - 2:
+                h = proj(emb)
+        summed = torch.cat(embeds, dim=1).sum(1, keepdim=True)
+        return torch.stack(codes, dim=1), summed
+
+    # -- main loop ---------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(self, prefill: Prefill, max_frames: list[int], settings: DecodeSettings,
+                 seeds: list[int] | None = None,
+                 on_frame: Callable[[int], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> list[torch.Tensor]:
+        """Generate codec frames; returns one [frames, 16] long tensor per row.
+
+        A row ends at end-of-speech (not included) or after its `max_frames`.
+        `on_frame(n)` is called after frame n; `should_stop()` returning True
+        ends the loop early (cancel), returning what exists so far.
+        """
+        embeds = prefill.embeds.to(self.device, self.dtype)
+        batch, t0, _ = embeds.shape
+        if len(max_frames) != batch or min(max_frames) < 1:
+            raise ValueError("one max_frames >= 1 per row is required")
+        limit = max(max_frames)
+        sampling = settings.talker.do_sample or settings.predictor.do_sample
+        if sampling and (seeds is None or len(seeds) != batch):
+            raise ValueError("sampling needs one seed per row")
+        streams = RowStreams(seeds, self.device) if sampling and seeds is not None else None
+
+        total = t0 + limit + 1
+        cos_t, sin_t = self._talker_rope(total)
+        t_cache = self.t_stack.alloc(batch, total, embeds)
+        p_cache = self.p_stack.alloc(batch, PREDICTOR_POSITIONS, embeds)
+
+        pads = torch.tensor([t0 - n for n in prefill.lengths], device=self.device)
+        padded = bool((pads > 0).any())
+        # Rotary positions per row: real tokens count from 0 after the left padding
+        # (the official code parks pad slots at position 1).
+        slots = torch.arange(t0, device=self.device)
+        positions = (slots[None] - pads[:, None]).clamp_min(0)
+        positions = torch.where(slots[None] < pads[:, None], torch.ones_like(positions), positions)
+        key_valid = None
+        mask = None
+        if padded:
+            key_valid = torch.zeros(batch, total, dtype=torch.bool, device=self.device)
+            key_valid[:, :t0] = slots[None] >= pads[:, None]
+            causal = torch.ones(t0, t0, dtype=torch.bool, device=self.device).tril()
+            mask = causal[None] & key_valid[:, None, :t0]
+            # a pad query with nothing to attend would give NaN that then leaks
+            # through the values; let it see itself (its output is never used)
+            mask |= torch.eye(t0, dtype=torch.bool, device=self.device)[None]
+            mask = mask[:, None]
+        hidden = self.t_stack.forward(embeds, cos_t[positions], sin_t[positions], t_cache, 0, mask)
+
+        seen = torch.zeros(batch, self.vocab, dtype=torch.bool, device=self.device)
+        noise = streams.draw(self.groups, self.vocab) if streams else None
+        scores = self._talker_logits(hidden, seen, 0, settings)
+        token = choose(scores, settings.talker, None if noise is None else noise[:, 0])
+        past_hidden = hidden[:, -1:]
+
+        trailing = prefill.trailing.to(self.device, self.dtype)
+        tts_pad = prefill.tts_pad.to(self.device, self.dtype)
+        limits = torch.tensor(max_frames, device=self.device)
+        codes = torch.zeros(batch, limit, self.groups, dtype=torch.long, device=self.device)
+        ended = torch.full((batch,), limit, dtype=torch.long, device=self.device)
+        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        frames = 0
+        for frame in range(limit):
+            is_eos = token == self.eos
+            ended = torch.where(is_eos & ~done, torch.full_like(ended, frame), ended)
+            done = done | is_eos | (limits <= frame)
+            if frame % settings.sync_every == 0 and bool(done.all()):
+                break
+            if should_stop is not None and should_stop():
+                break
+            seen[torch.arange(batch, device=self.device), token] = True
+            frame_codes, summed = self._predict_frame(
+                past_hidden, token, p_cache, settings.predictor,
+                None if noise is None else noise[:, 1:])
+            codes[:, frame] = frame_codes
+            frames = frame + 1
+            if on_frame is not None:
+                on_frame(frames)
+            if frames >= limit:
+                break
+            text = trailing[:, frame:frame + 1] if frame < trailing.shape[1] else tts_pad
+            step_in = summed + text
+            slot = t0 + frame
+            pos = (slot - pads)[:, None]
+            step_mask = None
+            if key_valid is not None:
+                key_valid[:, slot] = True
+                step_mask = key_valid[:, None, None, :slot + 1]
+            hidden = self.t_stack.forward(step_in, cos_t[pos], sin_t[pos], t_cache, slot, step_mask)
+            past_hidden = hidden
+            if streams is not None:
+                noise = streams.draw(self.groups, self.vocab)
+            scores = self._talker_logits(hidden, seen, frames, settings)
+            token = choose(scores, settings.talker, None if noise is None else noise[:, 0])
+        # rows still running at the end stop at their own cap
+        is_eos = token == self.eos
+        ended = torch.where(is_eos & ~done, torch.full_like(ended, frames), ended)
+        made = torch.tensor(frames, device=self.device)
+        lengths = torch.minimum(torch.minimum(ended, limits), made)
+        return [codes[b, : int(lengths[b])] for b in range(batch)]

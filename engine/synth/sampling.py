@@ -1,0 +1,81 @@
+"""Token choice for our decoding loop: the same filters, in the same order, as
+Hugging Face `generate` applies for the official call, but batched, with one
+random stream per row.
+
+Order (transformers 4.57 `_get_logits_processor`): repetition penalty, the
+end-of-speech ban during the first tokens, suppressed ids, then (sampling
+only) temperature, top-k, top-p. Greedy is a plain argmax of the processed
+scores, which is what makes our greedy output equal the official one.
+
+Sampling draws with the "exponential race" (argmax of p / E with E ~ Exp(1)),
+which picks token i with probability p_i exactly like `torch.multinomial`,
+but lets every row use its own generator: a chunk's audio then depends only
+on (seed, chunk), never on which other chunks shared its batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    do_sample: bool = True
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.do_sample and not self.temperature > 0:
+            raise ValueError("temperature must be > 0 when sampling")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0 (0 disables it)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+
+
+def warp(scores: torch.Tensor, s: SamplerSettings) -> torch.Tensor:
+    """Temperature, top-k and top-p on float32 scores [B, V] (sampling only)."""
+    if s.temperature != 1.0:
+        scores = scores / s.temperature
+    if s.top_k and s.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, s.top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if s.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=False, dim=-1)
+        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= (1 - s.top_p)
+        drop[..., -1:] = False  # always keep the most likely token
+        scores = scores.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return scores
+
+
+def choose(scores: torch.Tensor, s: SamplerSettings, noise: torch.Tensor | None) -> torch.Tensor:
+    """Pick one token per row of `scores` [B, V]; `noise` [B, >=V] holds Exp(1) draws."""
+    if not s.do_sample:
+        return scores.argmax(dim=-1)
+    probs = warp(scores, s).softmax(dim=-1)
+    assert noise is not None
+    return (probs / noise[:, : probs.shape[-1]]).argmax(dim=-1)
+
+
+class RowStreams:
+    """One `torch.Generator` per batch row, seeded from (seed, chunk index).
+
+    Noise is drawn on the CPU generator (cheap, device independent, so a seed
+    gives the same audio on CPU and GPU up to float rounding) and moved once
+    per frame.
+    """
+
+    def __init__(self, seeds: list[int], device: torch.device) -> None:
+        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.device = device
+
+    def draw(self, steps: int, vocab: int) -> torch.Tensor:
+        """Exp(1) noise [B, steps, vocab] for one frame."""
+        rows = [torch.empty(steps, vocab).exponential_(generator=g) for g in self.generators]
+        # a zero draw would divide by zero; Exp(1) hits it with negligible probability
+        noise = torch.stack(rows).clamp_min_(1e-20)
+        return noise.to(self.device, non_blocking=True)
