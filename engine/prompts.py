@@ -1,0 +1,143 @@
+"""Prompt sets: sentences to read aloud, and which of them a voice still lacks.
+
+Sets live in `assets/prompts/*.txt` (format in assets/prompts/README.md). A
+recorded take stores the prompt id in its metadata (`Take.prompt_id`), which
+is all the engine needs to hand out the next unrecorded prompt.
+
+Light module: no numpy, no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputError
+
+if TYPE_CHECKING:
+    from .workspace import Voice
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def prompts_dir() -> Path:
+    """Where the bundled sets are; VOXSHARD_PROMPTS_DIR overrides (tests, packaging)."""
+    override = os.environ.get("VOXSHARD_PROMPTS_DIR")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parent.parent / "assets" / "prompts"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    text: str
+    group: str
+    set_name: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "text": self.text, "group": self.group, "set": self.set_name}
+
+
+@dataclass
+class PromptSet:
+    name: str
+    language: str = "english"
+    title: str = ""
+    prompts: list[Prompt] = field(default_factory=list)
+
+    @property
+    def groups(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for p in self.prompts:
+            seen.setdefault(p.group, None)
+        return list(seen)
+
+    def get(self, prompt_id: str) -> Prompt | None:
+        for p in self.prompts:
+            if p.id == prompt_id:
+                return p
+        return None
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def parse_prompt_set(text: str, default_name: str, source: str = "<text>") -> PromptSet:
+    """Parse the prompt-set format; raises InputError naming the bad line."""
+    ps = PromptSet(name=default_name)
+    group = "default"
+    ids: set[str] = set()
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("@"):
+            key, _, value = line[1:].partition(" ")
+            if key in ("name", "language", "title"):
+                setattr(ps, key, value.strip())
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            group = line[1:-1].strip() or "default"
+            continue
+        pid, sep, sentence = line.partition("|")
+        pid, sentence = pid.strip(), " ".join(sentence.split())
+        if not sep or not sentence or not _ID_RE.match(pid):
+            raise InputError(f"{source} line {n} is not 'id | sentence'.")
+        if pid in ids:
+            raise InputError(f"{source} line {n} repeats the prompt id {pid!r}.")
+        ids.add(pid)
+        ps.prompts.append(Prompt(pid, sentence, group, ps.name))
+    # the set name may be declared after the first prompt is read
+    ps.prompts = [Prompt(p.id, p.text, p.group, ps.name) for p in ps.prompts]
+    return ps
+
+
+def load_prompt_set(path: str | os.PathLike[str]) -> PromptSet:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"Cannot read the prompt set {p}: {exc}.") from exc
+    return parse_prompt_set(text, p.stem, p.name)
+
+
+def list_prompt_sets(folder: Path | None = None) -> list[PromptSet]:
+    root = folder or prompts_dir()
+    return [load_prompt_set(f) for f in sorted(root.glob("*.txt"))]
+
+
+def get_prompt_set(name: str, folder: Path | None = None) -> PromptSet:
+    sets = list_prompt_sets(folder)
+    for ps in sets:
+        if ps.name == name:
+            return ps
+    names = ", ".join(ps.name for ps in sets) or "none"
+    raise InputError(f"There is no prompt set named {name!r} (available: {names}).")
+
+
+def recorded_prompt_ids(voice: Voice) -> set[str]:
+    return {t.prompt_id for t in voice.list_takes() if t.prompt_id}
+
+
+def next_prompts(voice: Voice, count: int = 1, set_name: str | None = None) -> list[Prompt]:
+    """The first `count` prompts of the voice's set that have no take yet, in set order."""
+    ps = get_prompt_set(set_name or voice.prompt_set)
+    done = recorded_prompt_ids(voice)
+    return [p for p in ps.prompts if p.id not in done][: max(0, count)]
+
+
+def next_prompt(voice: Voice, set_name: str | None = None) -> Prompt | None:
+    found = next_prompts(voice, 1, set_name)
+    return found[0] if found else None
+
+
+def prompt_progress(voice: Voice, set_name: str | None = None) -> dict[str, Any]:
+    ps = get_prompt_set(set_name or voice.prompt_set)
+    done = recorded_prompt_ids(voice)
+    recorded = sum(1 for p in ps.prompts if p.id in done)
+    return {"set": ps.name, "total": len(ps), "recorded": recorded,
+            "remaining": len(ps) - recorded}
