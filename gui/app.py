@@ -1,0 +1,272 @@
+"""The Voxshard window and the `voxshard` entry point.
+
+`MainWindow` needs a QApplication to exist but never creates one, so tests
+(pytest-qt's) and `main()` (the desktop app's) both construct it.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import TypeVar
+
+from PySide6 import __version__ as pyside_version
+from PySide6.QtCore import QSettings, QSize, Qt, QTimer, qVersion
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QApplication,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from . import __version__, voicedata
+from .context import APP_NAME, ORG_NAME, AppContext, default_workspace
+from .pages.base import Page
+from .pages.help import HelpPage
+from .pages.importer import ImportPage
+from .pages.listen import ListenPage
+from .pages.prepare import PreparePage
+from .pages.record import RecordPage
+from .pages.train import TrainPage
+from .pages.voices import VoicesPage
+from .theme import ThemeManager, app_icon, icon
+from .widgets import button, retint_buttons
+
+P = TypeVar("P", bound=Page)
+
+PAGE_CLASSES: list[type[Page]] = [VoicesPage, RecordPage, ImportPage, PreparePage, TrainPage,
+                                  ListenPage, HelpPage]
+
+
+def versions() -> list[tuple[str, str]]:
+    """Versions for the About box; engine packages are looked up, never imported."""
+    out = [("Voxshard", __version__), ("Python", platform.python_version()),
+           ("Qt", qVersion()), ("PySide6", pyside_version)]
+    for dist in ("pyqtgraph", "numpy", "sounddevice", "soundfile", "torch", "ray",
+                 "transformers", "qwen-tts"):
+        try:
+            out.append((dist, metadata.version(dist)))
+        except metadata.PackageNotFoundError:
+            out.append((dist, "not installed"))
+    try:
+        import sounddevice as sd
+
+        out.append(("PortAudio", sd.get_portaudio_version()[1]))
+    except Exception:
+        out.append(("PortAudio", "not found"))
+    return out
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, ctx: AppContext | None = None, settings: QSettings | None = None,
+                 theme: ThemeManager | None = None) -> None:
+        super().__init__()
+        self.ctx = ctx or AppContext(settings)
+        self.theme = theme
+        self.setWindowTitle(APP_NAME)
+        self.setWindowIcon(app_icon())
+        self.resize(1320, 860)
+        self.setMinimumSize(QSize(1024, 680))
+        self._closing_confirmed = False
+
+        central = QWidget()
+        lay = QHBoxLayout(central)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(0)
+        lay.addWidget(self._build_sidebar())
+        self.stack = QStackedWidget()
+        lay.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+
+        self.pages: list[Page] = []
+        for cls in PAGE_CLASSES:
+            page = cls(self.ctx)
+            self.pages.append(page)
+            self.stack.addWidget(page)
+            item = QListWidgetItem(icon(cls.icon_name), cls.title)
+            item.setData(Qt.ItemDataRole.UserRole, cls.icon_name)
+            item.setSizeHint(QSize(180, 42))
+            self.nav.addItem(item)
+        self.nav.currentRowChanged.connect(self._go)
+        self._current = 0
+
+        self.job_label = QLabel("")
+        self.statusBar().addPermanentWidget(self.job_label)
+        self.ctx.status.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
+        self.ctx.jobs.changed.connect(self._jobs_changed)
+        self.ctx.voice_changed.connect(self._voice_changed)
+
+        self._shortcuts()
+        if self.theme is not None:
+            self.theme.changed.connect(lambda _t: self._retint())
+        if self.ctx.workspace is None:
+            self.ctx.set_workspace(default_workspace())
+        else:
+            self.ctx.set_workspace(self.ctx.workspace)
+        self.nav.setCurrentRow(0)
+        self._voice_changed(self.ctx.voice)
+
+    # -- layout -----------------------------------------------------------------------
+    def _build_sidebar(self) -> QWidget:
+        side = QWidget()
+        side.setObjectName("Sidebar")
+        side.setFixedWidth(220)
+        lay = QVBoxLayout(side)
+        lay.setContentsMargins(12, 18, 12, 12)
+        brand_row = QHBoxLayout()
+        logo = QLabel()
+        logo.setPixmap(app_icon().pixmap(34, 34))
+        brand = QLabel("Voxshard")
+        brand.setObjectName("Brand")
+        brand_row.addWidget(logo)
+        brand_row.addWidget(brand, 1)
+        lay.addLayout(brand_row)
+        sub = QLabel("Local voice cloning")
+        sub.setObjectName("BrandSub")
+        lay.addWidget(sub)
+        lay.addSpacing(14)
+        self.nav = QListWidget()
+        self.nav.setIconSize(QSize(20, 20))
+        self.nav.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        lay.addWidget(self.nav, 1)
+        self.voice_badge = QLabel("No voice open")
+        self.voice_badge.setObjectName("VoiceBadge")
+        self.voice_badge.setWordWrap(True)
+        lay.addWidget(self.voice_badge)
+        lay.addSpacing(6)
+        self.about_btn = button("About", "info", slot=self.show_about)
+        lay.addWidget(self.about_btn)
+        return side
+
+    def _shortcuts(self) -> None:
+        for i in range(6):
+            QShortcut(QKeySequence(f"Ctrl+{i + 1}"), self,
+                      activated=lambda i=i: self.nav.setCurrentRow(i))
+        QShortcut(QKeySequence(Qt.Key.Key_F1), self,
+                  activated=lambda: self.nav.setCurrentRow(len(self.pages) - 1))
+        QShortcut(QKeySequence("Ctrl+N"), self, activated=self._new_voice)
+        QShortcut(QKeySequence("Ctrl+Q"), self, activated=self.close)
+        listen = self.page(ListenPage)
+        sc = QShortcut(QKeySequence("Ctrl+Return"), listen, activated=lambda: listen.speak())
+        sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), listen, activated=listen.stop)
+        esc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+
+    def page(self, cls: type[P]) -> P:
+        for p in self.pages:
+            if isinstance(p, cls):
+                return p
+        raise KeyError(cls.__name__)
+
+    def _go(self, row: int) -> None:
+        if row < 0:
+            return
+        if 0 <= self._current < len(self.pages) and self._current != row:
+            self.pages[self._current].hidden()
+        self._current = row
+        self.stack.setCurrentIndex(row)
+        self.pages[row].shown()
+        if isinstance(self.pages[row], RecordPage):
+            self.pages[row].setFocus()
+
+    def show_page(self, cls: type[Page]) -> Page:
+        page = self.page(cls)
+        self.nav.setCurrentRow(self.pages.index(page))
+        return page
+
+    def _new_voice(self) -> None:
+        self.show_page(VoicesPage)
+        self.page(VoicesPage).new_voice()
+
+    def _voice_changed(self, voice: Path | None) -> None:
+        if voice is None:
+            self.voice_badge.setText("No voice open")
+            self.setWindowTitle(APP_NAME)
+        else:
+            name = voicedata.speaker_name(voice)
+            self.voice_badge.setText(f"<b>{name}</b><br><span>{voice.name}</span>")
+            self.setWindowTitle(f"{name} — {APP_NAME}")
+
+    def _jobs_changed(self) -> None:
+        running = self.ctx.jobs.running()
+        if running:
+            self.job_label.setText("Running: " + ", ".join(j.title for j in running))
+        else:
+            self.job_label.setText("")
+
+    def _retint(self) -> None:
+        for i in range(self.nav.count()):
+            item = self.nav.item(i)
+            item.setIcon(icon(str(item.data(Qt.ItemDataRole.UserRole))))
+        retint_buttons(self)
+
+    # -- about / close ---------------------------------------------------------------------
+    def show_about(self) -> QMessageBox:
+        rows = "".join(f"<tr><td>{k}</td><td>&nbsp;&nbsp;{v}</td></tr>" for k, v in versions())
+        box = QMessageBox(self)
+        box.setWindowTitle("About Voxshard")
+        box.setIconPixmap(app_icon().pixmap(64, 64))
+        box.setText("<h3>Voxshard</h3><p>Clone a voice on your own machine: record, prepare, "
+                    "fine-tune Qwen3-TTS with Ray + FSDP2, speak.</p>")
+        box.setInformativeText(f"<table>{rows}</table><p>Apache-2.0</p>")
+        box.open()
+        return box
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        running = self.ctx.jobs.running()
+        if running and not self._closing_confirmed:
+            event.ignore()
+            names = ", ".join(j.title for j in running)
+            box = QMessageBox(QMessageBox.Icon.Question, "Quit Voxshard",
+                              f"{names} is still running. Stop it and quit?",
+                              QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                              self)
+            box.setInformativeText("Training saves a checkpoint before it stops.")
+
+            def answer(_r: int) -> None:
+                b = box.clickedButton()
+                if b is not None and box.standardButton(b) == QMessageBox.StandardButton.Yes:
+                    self._closing_confirmed = True
+                    QTimer.singleShot(0, self.close)
+
+            box.finished.connect(answer)
+            box.open()
+            return
+        self.shutdown()
+        super().closeEvent(event)
+
+    def shutdown(self) -> None:
+        """Stop everything this window started: jobs, streams, timers."""
+        self.page(RecordPage).shutdown()
+        self.page(TrainPage).redraw_timer.stop()
+        self.ctx.player.stop()
+        self.ctx.jobs.shutdown()
+        self.ctx.settings.sync()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv if argv is None else argv)
+    QApplication.setApplicationName(APP_NAME)
+    QApplication.setOrganizationName(ORG_NAME)
+    QApplication.setApplicationVersion(__version__)
+    QApplication.setDesktopFileName("voxshard")
+    app = QApplication(argv)
+    app.setWindowIcon(app_icon())
+    theme = ThemeManager(app)
+    theme.apply()
+    window = MainWindow(theme=theme)
+    window.show()
+    return app.exec()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""Recording and playback in the window's process, through sounddevice.
+
+Input and output use separate streams with latency='high': full-duplex
+streams through the ALSA-PulseAudio bridge returned garbage (design doc).
+PortAudio calls back on its own thread; the callbacks only copy samples and
+update a few numbers, and the GUI reads them from a timer, so no Qt object is
+touched off the GUI thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sounddevice as sd
+import soundfile as sf
+from PySide6.QtCore import QObject, QTimer, Signal
+
+CLIP_LEVEL = 0.99  # a sample at or above this is taken as clipped
+HOLD_AFTER_STOP_MS = 300  # keep recording briefly so the last word is not cut
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int
+    name: str
+    hostapi: str
+    channels: int
+    default_samplerate: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.hostapi})"
+
+
+def _devices(kind: str) -> list[Device]:
+    try:
+        raw = sd.query_devices()
+        apis = sd.query_hostapis()
+    except Exception:  # no PortAudio backend at all: the page says so
+        return []
+    key = "max_input_channels" if kind == "input" else "max_output_channels"
+    out = []
+    for i, d in enumerate(raw):
+        if d[key] > 0:
+            out.append(Device(i, d["name"], apis[d["hostapi"]]["name"], int(d[key]),
+                              float(d["default_samplerate"])))
+    return out
+
+
+def input_devices() -> list[Device]:
+    return _devices("input")
+
+
+def output_devices() -> list[Device]:
+    return _devices("output")
+
+
+def default_device(kind: str) -> int | None:
+    try:
+        idx = sd.default.device[0 if kind == "input" else 1]
+    except Exception:
+        return None
+    return None if idx is None or idx < 0 else int(idx)
+
+
+def device_samplerate(device: int | None, kind: str) -> int:
+    try:
+        info = sd.query_devices(device, kind)
+        return int(info["default_samplerate"])
+    except Exception:
+        return 48000
+
+
+class Recorder(QObject):
+    """One input stream; `stop()` keeps recording for the hold time, then emits."""
+
+    stopped = Signal(object, int)  # mono float32 audio, sample rate
+    failed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._lock = threading.Lock()
+        self._chunks: list[np.ndarray] = []
+        self._stream: sd.InputStream | None = None
+        self._peak = 0.0
+        self._rms = 0.0
+        self._clipped = 0
+        self._frames = 0
+        self.samplerate = 48000
+        self.keep = True  # False: meter only (device test), nothing is stored
+        self._hold = QTimer(self)
+        self._hold.setSingleShot(True)
+        self._hold.timeout.connect(self._finish)
+
+    @property
+    def active(self) -> bool:
+        return self._stream is not None
+
+    @property
+    def stopping(self) -> bool:
+        return self._hold.isActive()
+
+    def start(self, device: int | None = None, keep: bool = True) -> bool:
+        self.abort()
+        self.samplerate = device_samplerate(device, "input")
+        self.keep = keep
+        with self._lock:
+            self._chunks = []
+            self._peak = self._rms = 0.0
+            self._clipped = 0
+            self._frames = 0
+        try:
+            self._stream = sd.InputStream(device=device, channels=1, dtype="float32",
+                                          samplerate=self.samplerate, latency="high",
+                                          callback=self._callback)
+            self._stream.start()
+        except Exception as exc:
+            self._stream = None
+            self.failed.emit(f"The input device could not be opened: {exc}")
+            return False
+        return True
+
+    def _callback(self, indata: np.ndarray, frames: int, time: object, status: object) -> None:
+        mono = indata[:, 0]
+        peak = float(np.max(np.abs(mono))) if frames else 0.0
+        rms = float(np.sqrt(np.mean(mono * mono))) if frames else 0.0
+        with self._lock:
+            if self.keep:
+                self._chunks.append(mono.copy())
+            self._frames += frames
+            # the meter shows the loudest block since the GUI last looked
+            self._peak = max(self._peak, peak)
+            self._rms = max(self._rms, rms)
+            self._clipped += int(np.count_nonzero(np.abs(mono) >= CLIP_LEVEL))
+
+    def read_level(self) -> tuple[float, float, int]:
+        """(peak, rms, clipped samples) since the last call; resets peak and rms."""
+        with self._lock:
+            out = (self._peak, self._rms, self._clipped)
+            self._peak = self._rms = 0.0
+        return out
+
+    def seconds(self) -> float:
+        with self._lock:
+            return self._frames / float(self.samplerate or 1)
+
+    def stop(self, hold_ms: int = HOLD_AFTER_STOP_MS) -> None:
+        if self._stream is None or self._hold.isActive():
+            return
+        self._hold.start(max(0, hold_ms))
+
+    def _finish(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.stop()
+            finally:
+                stream.close()
+        with self._lock:
+            audio = (np.concatenate(self._chunks) if self._chunks
+                     else np.zeros(0, dtype=np.float32))
+            self._chunks = []
+        if self.keep:
+            self.stopped.emit(audio, self.samplerate)
+
+    def abort(self) -> None:
+        """Close the stream at once, dropping what was recorded."""
+        self._hold.stop()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.abort()
+            finally:
+                stream.close()
+        with self._lock:
+            self._chunks = []
+
+
+class Player(QObject):
+    """Plays one buffer or file at a time through an output stream."""
+
+    started = Signal()
+    finished = Signal()
+    failed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.device: int | None = None
+        self._stream: sd.OutputStream | None = None
+        self._audio = np.zeros(0, dtype=np.float32)
+        self._pos = 0
+        self._done = threading.Event()
+        self.samplerate = 24000
+        self.current: Path | None = None
+        self._poll = QTimer(self)
+        self._poll.setInterval(40)
+        self._poll.timeout.connect(self._check)
+
+    @property
+    def playing(self) -> bool:
+        return self._stream is not None
+
+    def position_s(self) -> float:
+        return self._pos / float(self.samplerate or 1)
+
+    def play_file(self, path: Path | str) -> bool:
+        try:
+            audio, sr = sf.read(str(path), dtype="float32", always_2d=True)
+        except Exception as exc:
+            self.failed.emit(f"Cannot play {Path(path).name}: {exc}")
+            return False
+        ok = self.play(audio.mean(axis=1), int(sr))
+        self.current = Path(path) if ok else None
+        return ok
+
+    def play(self, audio: np.ndarray, samplerate: int) -> bool:
+        self.stop()
+        self.current = None
+        self._audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
+        self._pos = 0
+        self.samplerate = int(samplerate)
+        self._done.clear()
+        try:
+            self._stream = sd.OutputStream(device=self.device, channels=1, dtype="float32",
+                                           samplerate=self.samplerate, latency="high",
+                                           callback=self._callback)
+            self._stream.start()
+        except Exception as exc:
+            self._stream = None
+            self.failed.emit(f"The output device could not be opened: {exc}")
+            return False
+        self._poll.start()
+        self.started.emit()
+        return True
+
+    def _callback(self, outdata: np.ndarray, frames: int, time: object, status: object) -> None:
+        chunk = self._audio[self._pos:self._pos + frames]
+        outdata[:len(chunk), 0] = chunk
+        outdata[len(chunk):, 0] = 0.0
+        self._pos += len(chunk)
+        if len(chunk) < frames:
+            self._done.set()
+
+    def _check(self) -> None:
+        if self._done.is_set():
+            self.stop()
+
+    def stop(self) -> None:
+        self._poll.stop()
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return
+        try:
+            stream.abort()
+        finally:
+            stream.close()
+        self.finished.emit()
+
+
+def envelope(audio: np.ndarray, samplerate: int, points: int = 1600
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Time axis with min and max per bucket: a waveform that draws fast at any length."""
+    n = len(audio)
+    if n == 0:
+        z = np.zeros(1, dtype=np.float32)
+        return z, z, z
+    buckets = max(1, min(points, n))
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    starts = edges[:-1]
+    lo = np.minimum.reduceat(audio, starts)
+    hi = np.maximum.reduceat(audio, starts)
+    t = starts / float(samplerate)
+    return t, lo, hi

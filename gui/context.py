@@ -1,0 +1,65 @@
+"""State the pages share: the workspace, the current voice, jobs, playback, settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+from PySide6.QtCore import QObject, QSettings, Signal
+
+from .audio import Player
+from .jobs import JobManager
+
+APP_NAME = "Voxshard"
+ORG_NAME = "Voxshard"
+
+
+def default_workspace() -> Path:
+    return Path(platformdirs.user_documents_dir()) / "Voxshard"
+
+
+class AppContext(QObject):
+    workspace_changed = Signal(object)  # Path | None
+    voice_changed = Signal(object)  # Path | None
+    data_changed = Signal()  # something in the current voice changed on disk
+    status = Signal(str)  # a line for the status bar
+
+    def __init__(self, settings: QSettings | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        # platform's standard place (~/.config/Voxshard/Voxshard.conf on Linux)
+        self.settings = settings or QSettings(
+            QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORG_NAME, APP_NAME)
+        self.jobs = JobManager(self)
+        self.player = Player(self)
+        out_dev = self.settings.value("audio/output_device")
+        self.player.device = int(out_dev) if out_dev not in (None, "", "None") else None
+        self.workspace: Path | None = None
+        self.voice: Path | None = None
+        saved = self.settings.value("workspace")
+        if saved:
+            self.workspace = Path(str(saved))
+
+    def set_workspace(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.workspace = path
+        self.settings.setValue("workspace", str(path))
+        self.settings.sync()
+        self.workspace_changed.emit(path)
+        last = self.settings.value(f"last_voice/{path}")
+        candidate = path / str(last) if last else None
+        self.set_voice(candidate if candidate and (candidate / "voice.toml").exists() else None)
+
+    def set_voice(self, voice: Path | None) -> None:
+        if voice == self.voice:
+            return
+        self.voice = voice
+        if voice is not None and self.workspace is not None:
+            self.settings.setValue(f"last_voice/{self.workspace}", voice.name)
+        self.voice_changed.emit(voice)
+
+    def set_output_device(self, index: int | None) -> None:
+        self.player.device = index
+        self.settings.setValue("audio/output_device", "" if index is None else index)
+
+    def notify_changed(self) -> None:
+        self.data_changed.emit()

@@ -1,0 +1,302 @@
+"""Background jobs: the engine runs in its own process, the window only reads events.
+
+One `EngineJob` is one `voxshard-engine --json <command> ...` process. Its
+stdout carries one JSON event per line (engine/events.py); the job turns them
+into Qt signals on the GUI thread. QProcess delivers output through the event
+loop, so nothing here ever blocks it; a burst of lines is parsed in slices so
+that even a flood of metrics cannot stall the window.
+
+Outcomes, exactly one per job, then `finished`:
+- `succeeded(result)`: exit code 0 with the command's `result` event;
+- `cancelled()`: the user asked to stop (a cancel is not an error);
+- `failed(code, message, hint)`: everything else, with the engine's one-sentence
+  error, or the tail of stderr when the process died without one.
+
+Cancel sends SIGTERM to the job's whole process group (the engine starts in a
+new session, so Ray workers and other children go too), and SIGKILL after a
+grace period if the engine has not exited by then.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# At most this many lines are parsed per turn of the event loop; the rest wait
+# for the next turn, so a burst of events never holds the window.
+LINES_PER_SLICE = 400
+EXIT_CANCELLED = 130
+
+
+def engine_command() -> list[str]:
+    """The command line that starts the headless engine.
+
+    `VOXSHARD_ENGINE` overrides it (e.g. a different virtual environment);
+    a frozen bundle ships `voxshard-engine` next to the app's executable.
+    """
+    override = os.environ.get("VOXSHARD_ENGINE")
+    if override:
+        return shlex.split(override)
+    if getattr(sys, "frozen", False):
+        return [str(Path(sys.executable).with_name("voxshard-engine"))]
+    return [sys.executable, "-m", "engine.cli.main"]
+
+
+class EngineJob(QObject):
+    """One engine command running in a child process, reported as signals."""
+
+    started = Signal()
+    event = Signal(dict)  # every event, raw (kind under "event")
+    progress = Signal(str, float, object)  # stage, done, total (float or None)
+    log = Signal(str, str)  # level, message
+    metric = Signal(dict)  # the event's "values" plus "rank"/"step" when given
+    state = Signal(str, str)  # state, detail
+    artifact = Signal(str, str)  # path, role
+    succeeded = Signal(dict)
+    failed = Signal(str, str, str)  # code, message, hint
+    cancelled = Signal()
+    finished = Signal()
+
+    def __init__(self, args: list[str], *, title: str = "", kill_after_s: float = 20.0,
+                 parent: QObject | None = None, env: dict[str, str] | None = None) -> None:
+        super().__init__(parent)
+        self.args = [str(a) for a in args]
+        self.title = title or (self.args[0] if self.args else "engine")
+        self.kill_after_s = kill_after_s
+        self.result: dict[str, Any] | None = None
+        self.error: tuple[str, str, str] | None = None
+        self.outcome: str | None = None  # "succeeded" | "failed" | "cancelled"
+        self.events_seen = 0
+        self._extra_env = env or {}
+        self._cancel_requested = False
+        self._buffer = b""
+        self._pending: deque[bytes] = deque()
+        self._stderr_tail: deque[str] = deque(maxlen=40)
+        self._proc = QProcess(self)
+        self._proc.readyReadStandardOutput.connect(self._on_stdout)
+        self._proc.readyReadStandardError.connect(self._on_stderr)
+        self._proc.finished.connect(self._on_finished)
+        self._proc.errorOccurred.connect(self._on_process_error)
+        self._drain_timer = QTimer(self)
+        self._drain_timer.setSingleShot(True)
+        self._drain_timer.setInterval(0)
+        self._drain_timer.timeout.connect(self._drain)
+        self._kill_timer = QTimer(self)
+        self._kill_timer.setSingleShot(True)
+        self._kill_timer.timeout.connect(self._kill)
+
+    # -- control -----------------------------------------------------------
+    def command_line(self) -> list[str]:
+        return [*engine_command(), "--json", *self.args]
+
+    def start(self) -> None:
+        cmd = self.command_line()
+        env = QProcessEnvironment.systemEnvironment()
+        # the engine must be importable from a source checkout too
+        path = env.value("PYTHONPATH", "")
+        env.insert("PYTHONPATH", str(ROOT) + (os.pathsep + path if path else ""))
+        env.insert("PYTHONUNBUFFERED", "1")
+        if not env.contains("OMP_NUM_THREADS"):
+            env.insert("OMP_NUM_THREADS", "1")
+        for key, value in self._extra_env.items():
+            env.insert(key, value)
+        self._proc.setProcessEnvironment(env)
+        self._proc.setWorkingDirectory(str(ROOT))
+        if sys.platform != "win32":
+            # own session = own process group: cancel reaches every child
+            params = QProcess.UnixProcessParameters()
+            params.flags = QProcess.UnixProcessFlag.CreateNewSession
+            self._proc.setUnixProcessParameters(params)
+        self._proc.start(cmd[0], cmd[1:])
+        self.started.emit()
+
+    def is_running(self) -> bool:
+        return self._proc.state() != QProcess.ProcessState.NotRunning
+
+    def pid(self) -> int:
+        return int(self._proc.processId())
+
+    def cancel(self) -> None:
+        """Ask the engine to stop (it saves what it must); not an error."""
+        if not self.is_running():
+            return
+        self._cancel_requested = True
+        self._signal_group(signal.SIGTERM)
+        self._kill_timer.start(int(self.kill_after_s * 1000))
+
+    def wait(self, msecs: int = 30000) -> bool:
+        """Block until the process ends (for shutdown only, never in normal use)."""
+        if not self.is_running():
+            return True
+        done = self._proc.waitForFinished(msecs)
+        return done
+
+    def _signal_group(self, sig: int) -> None:
+        pid = self.pid()
+        if pid <= 0:
+            return
+        try:
+            if sys.platform == "win32":
+                self._proc.kill() if sig == signal.SIGKILL else self._proc.terminate()
+            else:
+                os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _kill(self) -> None:
+        if self.is_running():
+            self._stderr_tail.append("the engine did not stop in time; it was killed")
+            self._signal_group(signal.SIGKILL)
+
+    # -- output ------------------------------------------------------------
+    def _on_stdout(self) -> None:
+        data = bytes(self._proc.readAllStandardOutput().data())
+        if not data:
+            return
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        self._pending.extend(lines)
+        self._drain()
+
+    def _drain(self) -> None:
+        for _ in range(min(LINES_PER_SLICE, len(self._pending))):
+            self._handle_line(self._pending.popleft())
+        if self._pending:
+            self._drain_timer.start()
+
+    def _on_stderr(self) -> None:
+        text = bytes(self._proc.readAllStandardError().data()).decode("utf-8", "replace")
+        for line in text.splitlines():
+            if line.strip():
+                self._stderr_tail.append(line.rstrip())
+
+    def _handle_line(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line:
+            return
+        try:
+            obj = json.loads(line)
+            kind = obj.get("event")
+        except (ValueError, AttributeError):
+            obj, kind = None, None
+        if not isinstance(obj, dict) or not isinstance(kind, str):
+            # a stray print from a library: keep it visible, not fatal
+            self.log.emit("info", line)
+            return
+        self.events_seen += 1
+        self.event.emit(obj)
+        if kind == "progress":
+            total = obj.get("total")
+            self.progress.emit(str(obj.get("stage", "")), float(obj.get("done") or 0),
+                               None if total is None else float(total))
+        elif kind == "log":
+            self.log.emit(str(obj.get("level", "info")), str(obj.get("message", "")))
+        elif kind == "metric":
+            values = dict(obj.get("values") or {})
+            for key in ("rank", "step", "time"):
+                if key in obj and key not in values:
+                    values[key] = obj[key]
+            self.metric.emit(values)
+        elif kind == "state":
+            self.state.emit(str(obj.get("state", "")), str(obj.get("detail", "") or ""))
+        elif kind == "artifact":
+            self.artifact.emit(str(obj.get("path", "")), str(obj.get("role", "")))
+        elif kind == "result":
+            obj.pop("event", None)
+            obj.pop("time", None)
+            self.result = obj
+        elif kind == "error":
+            self.error = (str(obj.get("code") or "error"), str(obj.get("message") or ""),
+                          str(obj.get("hint") or ""))
+
+    # -- end ---------------------------------------------------------------
+    def _on_process_error(self, err: QProcess.ProcessError) -> None:
+        if err == QProcess.ProcessError.FailedToStart:
+            self.error = ("engine_missing", "The Voxshard engine could not be started.",
+                          f"Check that `{shlex.join(engine_command())}` works in a terminal.")
+            self._finish("failed")
+
+    def _on_finished(self, exit_code: int, status: QProcess.ExitStatus) -> None:
+        self._kill_timer.stop()
+        # events still in the pipe come before the outcome
+        self._on_stdout()
+        if self._buffer:
+            self._pending.append(self._buffer)
+            self._buffer = b""
+        while self._pending:
+            self._handle_line(self._pending.popleft())
+        cancelled_by_engine = self.error is not None and self.error[0] == "cancelled"
+        if self._cancel_requested or exit_code == EXIT_CANCELLED or cancelled_by_engine:
+            self._finish("cancelled")
+        elif status == QProcess.ExitStatus.NormalExit and exit_code == 0:
+            self._finish("succeeded")
+        else:
+            if self.error is None:
+                tail = "\n".join(list(self._stderr_tail)[-5:])
+                how = ("crashed" if status == QProcess.ExitStatus.CrashExit
+                       else f"stopped with exit code {exit_code}")
+                self.error = ("crashed", f"The engine {how} without saying why.",
+                              tail or "Run the same command in a terminal to see more.")
+            self._finish("failed")
+
+    def _finish(self, outcome: str) -> None:
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        if outcome == "succeeded":
+            self.succeeded.emit(self.result or {})
+        elif outcome == "cancelled":
+            self.cancelled.emit()
+        else:
+            code, message, hint = self.error or ("error", "The job failed.", "")
+            self.failed.emit(code, message, hint)
+        self.finished.emit()
+
+    def stderr_tail(self) -> list[str]:
+        return list(self._stderr_tail)
+
+
+class JobManager(QObject):
+    """Keeps every running job alive, and knows which one a page owns."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.jobs: list[EngineJob] = []
+
+    def start(self, args: list[str], title: str = "", **kwargs: Any) -> EngineJob:
+        job = EngineJob(args, title=title, parent=self, **kwargs)
+        self.jobs.append(job)
+        job.finished.connect(lambda j=job: self._forget(j))
+        job.start()
+        self.changed.emit()
+        return job
+
+    def _forget(self, job: EngineJob) -> None:
+        if job in self.jobs:
+            self.jobs.remove(job)
+        job.deleteLater()
+        self.changed.emit()
+
+    def running(self) -> list[EngineJob]:
+        return [j for j in self.jobs if j.is_running()]
+
+    def shutdown(self, msecs: int = 30000) -> None:
+        """Cancel every job and wait for each to end (window closing)."""
+        for job in list(self.jobs):
+            job.cancel()
+        for job in list(self.jobs):
+            if not job.wait(msecs):
+                job._signal_group(signal.SIGKILL)
+                job.wait(2000)

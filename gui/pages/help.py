@@ -1,0 +1,64 @@
+"""Help: keyboard shortcuts and the path from recordings to a cloned voice."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QWidget
+
+from ..context import AppContext
+from .base import Page
+
+SHORTCUTS = [
+    ("Anywhere", "Ctrl+1 … Ctrl+6", "Voices, Record, Import, Prepare, Train, Listen"),
+    ("Anywhere", "F1", "This help page"),
+    ("Anywhere", "Ctrl+N", "New voice"),
+    ("Anywhere", "Ctrl+Q", "Quit (running jobs are stopped safely)"),
+    ("Record", "Space", "Record / stop (the input stays open 0.3 s after stop)"),
+    ("Record", "Enter", "Accept the take: it is saved at once"),
+    ("Record", "R", "Re-take"),
+    ("Record", "P", "Play the take / stop playing"),
+    ("Record", "S", "Skip this prompt"),
+    ("Import", "Space", "Play the selected clip"),
+    ("Import", "F2 or double-click", "Edit the transcript"),
+    ("Listen", "Ctrl+Enter", "Speak the text"),
+    ("Listen", "Esc", "Stop speaking / playing"),
+]
+
+STEPS = """
+<ol>
+<li><b>Voices</b>: pick a workspace folder and create a voice for one speaker.</li>
+<li><b>Record</b> prompted sentences (10 minutes recommended) or <b>Import</b> recordings
+you already have, with their transcripts.</li>
+<li><b>Prepare</b>: the clips are cleaned and checked; the report says what to fix.</li>
+<li><b>Train</b>: fine-tune the base model on every GPU (or CPU workers) and watch the
+loss fall. Stop and resume at any time.</li>
+<li><b>Listen</b>: type text and hear the cloned voice; compare checkpoints side by side.</li>
+</ol>
+<p>Every step is also a command of the headless engine (<code>voxshard-engine</code>), so
+a script can do what the app does.</p>
+"""
+
+
+class HelpPage(Page):
+    title = "Help"
+    subtitle = "From a few minutes of speech to a cloned voice, and the keys that get you there."
+    icon_name = "help"
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        steps = QLabel(STEPS)
+        steps.setWordWrap(True)
+        self.outer.addWidget(steps)
+        title = QLabel("<b>Keyboard shortcuts</b>")
+        self.outer.addWidget(title)
+        self.table = QTableWidget(len(SHORTCUTS), 3)
+        self.table.setHorizontalHeaderLabels(["Where", "Keys", "What"])
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setAlternatingRowColors(True)
+        self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.table.setColumnWidth(0, 110)
+        self.table.setColumnWidth(1, 170)
+        for row, cells in enumerate(SHORTCUTS):
+            for col, text in enumerate(cells):
+                self.table.setItem(row, col, QTableWidgetItem(text))
+        self.outer.addWidget(self.table, 1)

@@ -1,0 +1,416 @@
+"""Import: bring existing recordings in, then review every clip.
+
+Files and folders come by dialog or drag and drop and are handed to the
+engine's `import` command (a background job). The table lists every take of
+the voice with the prepare step's quality flags; transcripts are edited in
+place and saved through the workspace API; a take can be excluded from
+training without deleting it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QTableView,
+    QWidget,
+)
+
+from .. import voicedata
+from ..context import AppContext
+from ..jobs import EngineJob
+from ..widgets import button, fmt_duration, hbox, show_error
+from .base import Page
+
+AUDIO_SUFFIXES = {".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".mp3"}
+FILTERS = ["All clips", "Flagged", "Usable", "Excluded", "Without transcript"]
+
+_Index = QModelIndex | QPersistentModelIndex
+
+
+def set_take_excluded(voice: Path, take_id: str, excluded: bool) -> None:
+    """Mark a take as left out of (or back into) training; its audio is untouched."""
+    from engine.atomic import write_json
+    from engine.workspace import open_voice
+
+    take = open_voice(voice).find_take(take_id)
+    data = take.to_dict()
+    extra = dict(data.get("extra") or {})
+    extra["excluded"] = bool(excluded)
+    data["extra"] = extra
+    write_json(take.meta_path, data)
+
+
+class TakesModel(QAbstractTableModel):
+    COLUMNS = ("Use", "Take", "Source", "Length", "Transcript", "Quality")
+    text_edited = Signal(str, str)  # take id, new text
+    use_toggled = Signal(str, bool)  # take id, used
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.takes: list[voicedata.Take] = []
+
+    def set_takes(self, takes: list[voicedata.Take]) -> None:
+        self.beginResetModel()
+        self.takes = takes
+        self.endResetModel()
+
+    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.takes)
+
+    def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
+        return len(self.COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.COLUMNS[section]
+        return None
+
+    @staticmethod
+    def excluded(t: voicedata.Take) -> bool:
+        return t.excluded or bool((t.meta.get("extra") or {}).get("excluded"))
+
+    @staticmethod
+    def quality_text(t: voicedata.Take) -> str:
+        if t.issues:
+            return "; ".join(str(i.get("message") or i.get("code")) for i in t.issues)
+        if t.usable is None:
+            return "not prepared"
+        return "ok" if t.usable else "rejected"
+
+    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        t = self.takes[index.row()]
+        col = index.column()
+        if role == Qt.ItemDataRole.CheckStateRole and col == 0:
+            return Qt.CheckState.Unchecked if self.excluded(t) else Qt.CheckState.Checked
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
+            if col == 1:
+                return t.id
+            if col == 2:
+                src = str(t.meta.get("source") or "")
+                return Path(src).name if src and t.source == "imported" else t.source
+            if col == 3:
+                return fmt_duration(t.duration_s) if role == Qt.ItemDataRole.DisplayRole \
+                    else t.duration_s
+            if col == 4:
+                return t.text
+            if col == 5:
+                return self.quality_text(t)
+        if role == Qt.ItemDataRole.ToolTipRole and col == 5 and t.issues:
+            return "\n".join(f"{i.get('code')}: {i.get('message')}" for i in t.issues)
+        if role == Qt.ItemDataRole.ForegroundRole:
+            if col == 5 and (t.issues or t.usable is False):
+                return QColor("#e5484d") if t.usable is False else QColor("#f5a524")
+            if self.excluded(t):
+                return QColor("#8e9aaf")
+        if role == Qt.ItemDataRole.UserRole:
+            return t
+        return None
+
+    def flags(self, index: _Index) -> Qt.ItemFlag:
+        base = super().flags(index)
+        if index.column() == 0:
+            return base | Qt.ItemFlag.ItemIsUserCheckable
+        if index.column() == 4:
+            return base | Qt.ItemFlag.ItemIsEditable
+        return base
+
+    def setData(self, index: _Index, value: Any, role: int = Qt.ItemDataRole.EditRole) -> bool:
+        if not index.isValid():
+            return False
+        t = self.takes[index.row()]
+        if index.column() == 0 and role == Qt.ItemDataRole.CheckStateRole:
+            used = Qt.CheckState(value) == Qt.CheckState.Checked
+            self.use_toggled.emit(t.id, used)
+            t.excluded = not used
+            t.meta.setdefault("extra", {})["excluded"] = not used
+            self.dataChanged.emit(index, index.siblingAtColumn(5))
+            return True
+        if index.column() == 4 and role == Qt.ItemDataRole.EditRole:
+            text = str(value).strip()
+            if text == t.text:
+                return False
+            self.text_edited.emit(t.id, text)
+            t.text = text
+            self.dataChanged.emit(index, index)
+            return True
+        return False
+
+
+class TakesFilter(QSortFilterProxyModel):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.mode = FILTERS[0]
+        self.needle = ""
+
+    def set_mode(self, mode: str) -> None:
+        self.mode = mode
+        self.invalidateFilter()
+
+    def set_needle(self, text: str) -> None:
+        self.needle = text.lower().strip()
+        self.invalidateFilter()
+
+    def filterAcceptsRow(self, row: int, parent: _Index) -> bool:
+        model = self.sourceModel()
+        assert isinstance(model, TakesModel)
+        t = model.takes[row]
+        excluded = TakesModel.excluded(t)
+        if self.mode == "Flagged" and not (t.issues or t.usable is False):
+            return False
+        if self.mode == "Usable" and not (t.usable and not excluded):
+            return False
+        if self.mode == "Excluded" and not excluded:
+            return False
+        if self.mode == "Without transcript" and t.text.strip():
+            return False
+        if self.needle and self.needle not in f"{t.id} {t.text} {t.source}".lower():
+            return False
+        return True
+
+
+class DropZone(QLabel):
+    dropped = Signal(list)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("DropZone")
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setText("Drop audio files or folders here\n"
+                     "WAV · FLAC · OGG · MP3, with transcripts in same-named .txt files, "
+                     "an LJSpeech metadata.csv, or a CSV/JSONL list")
+        self.setAcceptDrops(True)
+        self.setMinimumHeight(84)
+
+    def _set_active(self, on: bool) -> None:
+        self.setProperty("active", on)
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if event.mimeData().hasUrls():
+            self._set_active(True)
+            event.acceptProposedAction()
+
+    def dragLeaveEvent(self, event: Any) -> None:
+        self._set_active(False)
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        self._set_active(False)
+        paths = [Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()]
+        if paths:
+            self.dropped.emit(paths)
+            event.acceptProposedAction()
+
+
+class ImportPage(Page):
+    title = "Import"
+    subtitle = ("Add recordings you already have, then check every clip: "
+                "fix transcripts, leave out what should not be learned.")
+    icon_name = "import"
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        self.job: EngineJob | None = None
+        self.transcripts: Path | None = None
+        self.drop = DropZone()
+        self.drop.dropped.connect(self.import_paths)
+        self.outer.addWidget(self.drop)
+
+        self.transcripts_label = QLabel("Transcripts: found automatically")
+        self.transcripts_label.setObjectName("Muted")
+        self.files_btn = button("Add files…", "add", primary=True, slot=self.pick_files)
+        self.folder_btn = button("Add folder…", "folder", slot=self.pick_folder)
+        self.tr_btn = button("Transcript list…", "rename", slot=self.pick_transcripts,
+                             tip="A CSV, JSONL or LJSpeech metadata.csv naming each file's text")
+        self.outer.addWidget(hbox(self.files_btn, self.folder_btn, self.tr_btn,
+                                  self.transcripts_label, stretch_at=4))
+        self.progress = QProgressBar()
+        self.progress.hide()
+        self.outer.addWidget(self.progress)
+
+        self.filter_combo = QComboBox()
+        self.filter_combo.addItems(FILTERS)
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search transcripts…")
+        self.search.setClearButtonEnabled(True)
+        self.count_label = QLabel("")
+        self.count_label.setObjectName("Muted")
+        self.play_btn = button("Play", "play", slot=self.play_selected, tip="Space in the table")
+        self.outer.addWidget(hbox(QLabel("Show"), self.filter_combo, self.search,
+                                  self.play_btn, self.count_label, stretch_at=5))
+
+        self.model = TakesModel(self)
+        self.model.text_edited.connect(self.save_text)
+        self.model.use_toggled.connect(self.save_use)
+        self.proxy = TakesFilter(self)
+        self.proxy.setSourceModel(self.model)
+        self.filter_combo.currentTextChanged.connect(self._filter_changed)
+        self.search.textChanged.connect(self._search_changed)
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.setAlternatingRowColors(True)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked
+                                   | QAbstractItemView.EditTrigger.EditKeyPressed)
+        self.table.verticalHeader().hide()
+        hh = self.table.horizontalHeader()
+        hh.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        for col, width in ((0, 48), (1, 150), (2, 160), (3, 70), (5, 220)):
+            self.table.setColumnWidth(col, width)
+        self.table.doubleClicked.connect(self._double_clicked)
+        self.outer.addWidget(self.table, 1)
+
+    # -- adding files --------------------------------------------------------------
+    def pick_files(self) -> None:
+        dlg = QFileDialog(self, "Import audio files")
+        dlg.setFileMode(QFileDialog.FileMode.ExistingFiles)
+        dlg.setNameFilter("Audio (*.wav *.flac *.ogg *.opus *.mp3);;All files (*)")
+        dlg.filesSelected.connect(lambda files: self.import_paths([Path(f) for f in files]))
+        dlg.open()
+
+    def pick_folder(self) -> None:
+        dlg = QFileDialog(self, "Import a folder of recordings")
+        dlg.setFileMode(QFileDialog.FileMode.Directory)
+        dlg.fileSelected.connect(lambda d: self.import_paths([Path(d)]))
+        dlg.open()
+
+    def pick_transcripts(self) -> None:
+        dlg = QFileDialog(self, "Transcript list")
+        dlg.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dlg.setNameFilter("Transcripts (*.csv *.jsonl *.txt *.tsv);;All files (*)")
+        dlg.fileSelected.connect(lambda f: self.set_transcripts(Path(f)))
+        dlg.open()
+
+    def set_transcripts(self, path: Path | None) -> None:
+        self.transcripts = path
+        self.transcripts_label.setText(f"Transcripts: {path.name}" if path
+                                       else "Transcripts: found automatically")
+
+    def import_paths(self, paths: list[Path]) -> EngineJob | None:
+        if self.voice is None:
+            show_error(self, "No voice", "Open or create a voice before importing.")
+            return None
+        if self.job is not None:
+            show_error(self, "Busy", "An import is already running.")
+            return None
+        args = ["import", str(self.voice), *[str(p) for p in paths]]
+        if self.transcripts is not None:
+            args += ["--transcripts", str(self.transcripts)]
+        job = self.start_job(args, "Import")
+        self.job = job
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        job.progress.connect(self._on_progress)
+        job.succeeded.connect(self._imported)
+        job.finished.connect(self._job_done)
+        return job
+
+    def _on_progress(self, stage: str, done: float, total: object) -> None:
+        if isinstance(total, float) and total > 0:
+            self.progress.setRange(0, int(total))
+            self.progress.setValue(int(done))
+            self.progress.setFormat(f"{stage} %v / %m")
+
+    def _imported(self, result: dict) -> None:
+        self.ctx.status.emit(str(result.get("summary") or "Import finished"))
+        self.set_transcripts(None)
+
+    def _job_done(self) -> None:
+        self.job = None
+        self.progress.hide()
+        self.ctx.notify_changed()
+
+    # -- table -------------------------------------------------------------------------
+    def refresh(self) -> None:
+        takes = voicedata.list_takes(self.voice) if self.voice else []
+        self.model.set_takes(takes)
+        self._update_count()
+        busy = self.job is not None
+        for b in (self.files_btn, self.folder_btn, self.tr_btn):
+            b.setEnabled(self.voice is not None and not busy)
+
+    def _filter_changed(self, mode: str) -> None:
+        self.proxy.set_mode(mode)
+        self._update_count()
+
+    def _search_changed(self, text: str) -> None:
+        self.proxy.set_needle(text)
+        self._update_count()
+
+    def _update_count(self) -> None:
+        takes = self.model.takes
+        flagged = sum(1 for t in takes if t.issues or t.usable is False)
+        minutes = sum(t.duration_s for t in takes if not TakesModel.excluded(t)) / 60
+        self.count_label.setText(f"{self.proxy.rowCount()} shown · {len(takes)} takes · "
+                                 f"{flagged} flagged · {minutes:.1f} min in use")
+
+    def save_text(self, take_id: str, text: str) -> None:
+        from engine.errors import VoxshardError
+        from engine.workspace import open_voice
+
+        if self.voice is None:
+            return
+        try:
+            open_voice(self.voice).set_take_text(take_id, text)
+            self.ctx.status.emit(f"Transcript of {take_id} saved")
+        except VoxshardError as exc:
+            show_error(self, "Transcript not saved", exc.message, exc.hint or "")
+
+    def save_use(self, take_id: str, used: bool) -> None:
+        from engine.errors import VoxshardError
+
+        if self.voice is None:
+            return
+        try:
+            set_take_excluded(self.voice, take_id, not used)
+            self.ctx.status.emit(f"{take_id} {'included in' if used else 'left out of'} training")
+        except VoxshardError as exc:
+            show_error(self, "Not saved", exc.message, exc.hint or "")
+        self._update_count()
+
+    def selected_take(self) -> voicedata.Take | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        return self.proxy.data(rows[0], Qt.ItemDataRole.UserRole)
+
+    def play_selected(self) -> None:
+        t = self.selected_take()
+        if t is None:
+            return
+        if self.ctx.player.playing and self.ctx.player.current == t.path:
+            self.ctx.player.stop()
+        else:
+            self.ctx.player.play_file(t.path)
+
+    def _double_clicked(self, index: QModelIndex) -> None:
+        if index.column() != 4:
+            self.play_selected()
+
+    def keyPressEvent(self, event: Any) -> None:
+        if event.key() == Qt.Key.Key_Space and self.table.hasFocus():
+            self.play_selected()
+            return
+        super().keyPressEvent(event)

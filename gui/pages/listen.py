@@ -1,0 +1,324 @@
+"""Listen: speak any text in the voice, from a checkpoint, an export, or zero-shot.
+
+Each render is a job of the engine's `speak` command writing into the
+voice's renders/ folder, with a small JSON beside it saying what made it.
+The comparison renders the same sentences from several checkpoints (engine
+`compare`) into a table: one click per cell plays it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .. import voicedata
+from ..context import AppContext
+from ..jobs import EngineJob
+from ..widgets import button, hbox, show_error
+from .base import Page
+from .train import BASE_MODELS
+
+SAMPLE_TEXT = ("The quick brown fox jumps over the lazy dog. "
+               "A cloned voice should sound natural on sentences it has never heard.")
+
+
+def best_reference_clip(voice: Path) -> Path | None:
+    """A usable prepared clip of 3-12 s for the zero-shot preview (longest first)."""
+    clips = [c for c in voicedata.prepared_clips(voice) if c.get("usable")]
+    good = [c for c in clips if 3.0 <= float(c.get("duration_s") or 0) <= 12.0] or clips
+    if not good:
+        return None
+    best = max(good, key=lambda c: float(c.get("duration_s") or 0))
+    return voice / str(best["path"])
+
+
+class ListenPage(Page):
+    title = "Listen"
+    subtitle = "Hear the voice speak any text. Compare checkpoints to pick the best one."
+    icon_name = "listen"
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        self.job: EngineJob | None = None
+        self.compare_job: EngineJob | None = None
+        self.last_render: Path | None = None
+
+        self.text = QPlainTextEdit()
+        self.text.setPlaceholderText("Type or paste what the voice should say…")
+        self.text.setPlainText(SAMPLE_TEXT)
+        self.text.setMaximumHeight(130)
+        self.outer.addWidget(self.text)
+
+        self.source = QComboBox()
+        self.source.setMinimumWidth(360)
+        self.source.setToolTip("Which model speaks: an exported model, a training "
+                               "checkpoint, or the base model with a reference clip")
+        self.base = QComboBox()
+        self.base.setEditable(True)
+        self.base.addItems(BASE_MODELS)
+        self.base.setToolTip("Base model for the zero-shot preview")
+        self.speak_btn = button("Speak", "play", primary=True, slot=lambda: self.speak(),
+                                tip="Ctrl+Enter")
+        self.stop_btn = button("Stop", "stop", slot=self.stop)
+        self.save_btn = button("Save as…", "save", slot=self.save_as)
+        self.outer.addWidget(hbox(QLabel("Speak with"), self.source, QLabel("Base"), self.base,
+                                  stretch_at=4))
+        self.state = QLabel("")
+        self.state.setObjectName("Muted")
+        self.outer.addWidget(hbox(self.speak_btn, self.stop_btn, self.save_btn, self.state,
+                                  stretch_at=4))
+        self.progress = QProgressBar()
+        self.progress.hide()
+        self.outer.addWidget(self.progress)
+
+        tabs = QTabWidget()
+        # history
+        hist = QWidget()
+        hl = QVBoxLayout(hist)
+        self.history = QTableWidget(0, 4)
+        self.history.setHorizontalHeaderLabels(["When", "Model", "Text", "Length"])
+        self.history.verticalHeader().hide()
+        self.history.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.history.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.history.setAlternatingRowColors(True)
+        self.history.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.history.setColumnWidth(0, 130)
+        self.history.setColumnWidth(1, 220)
+        self.history.cellDoubleClicked.connect(lambda r, _c: self.play_history(r))
+        hl.addWidget(self.history)
+        hl.addWidget(hbox(button("Play", "play", slot=lambda: self.play_history(
+            self.history.currentRow())), stretch_at=1))
+        tabs.addTab(hist, "History")
+        # comparison
+        comp = QWidget()
+        cl = QVBoxLayout(comp)
+        self.compare_btn = button("Compare checkpoints", "compare", slot=lambda: self.compare(),
+                                  tip="Render the text from every checkpoint of the latest "
+                                      "run and the zero-shot preview, same seed")
+        self.compare_note = QLabel("Each row is one sentence; click a cell to hear it.")
+        self.compare_note.setObjectName("Muted")
+        cl.addWidget(hbox(self.compare_btn, self.compare_note, stretch_at=2))
+        self.compare_table = QTableWidget(0, 0)
+        self.compare_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.compare_table.verticalHeader().hide()
+        self.compare_table.cellClicked.connect(self._compare_clicked)
+        cl.addWidget(self.compare_table)
+        tabs.addTab(comp, "A/B comparison")
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(tabs)
+        self.outer.addWidget(split, 1)
+        ctx.player.finished.connect(lambda: self.stop_btn.setEnabled(self.job is not None))
+        ctx.player.started.connect(lambda: self.stop_btn.setEnabled(True))
+
+    # -- sources -------------------------------------------------------------------
+    def refresh(self) -> None:
+        current = self.source.currentData()
+        self.source.clear()
+        voice = self.voice
+        if voice is not None:
+            for export in reversed(voicedata.list_exports(voice)):
+                self.source.addItem(f"Exported: {export.name}", {"kind": "export",
+                                                                  "path": str(export)})
+            for run in reversed(voicedata.list_runs(voice)):
+                for ckpt in reversed(run.checkpoints):
+                    self.source.addItem(f"Run {run.name} · {ckpt.name}",
+                                        {"kind": "checkpoint", "path": str(ckpt),
+                                         "run": run.name})
+            self.source.addItem("Zero-shot preview (base model + a reference clip)",
+                                {"kind": "zero_shot"})
+            if current is not None:
+                for i in range(self.source.count()):
+                    if self.source.itemData(i) == current:
+                        self.source.setCurrentIndex(i)
+        self._fill_history()
+        self._buttons()
+
+    def _buttons(self) -> None:
+        has = self.voice is not None and self.source.count() > 0
+        self.speak_btn.setEnabled(has and self.job is None)
+        self.compare_btn.setEnabled(has and self.compare_job is None)
+        self.stop_btn.setEnabled(self.job is not None or self.ctx.player.playing)
+        self.save_btn.setEnabled(self.last_render is not None)
+
+    def speak_args(self, text: str, out: Path) -> list[str]:
+        assert self.voice is not None
+        src = self.source.currentData() or {"kind": "zero_shot"}
+        if src["kind"] == "export":
+            return ["speak", src["path"], text, "-o", str(out)]
+        if src["kind"] == "checkpoint":
+            return ["speak", str(self.voice), text, "-o", str(out), "--checkpoint", src["path"]]
+        ref = best_reference_clip(self.voice)
+        args = ["speak", self.base.currentText().strip(), text, "-o", str(out)]
+        if ref is not None:
+            args += ["--reference", str(ref)]
+        return args
+
+    # -- speak --------------------------------------------------------------------------
+    def speak(self, text: str | None = None) -> EngineJob | None:
+        if self.voice is None or self.job is not None:
+            return None
+        text = (text if text is not None else self.text.toPlainText()).strip()
+        if not text:
+            show_error(self, "Nothing to say", "Type some text first.")
+            return None
+        src = self.source.currentData() or {"kind": "zero_shot"}
+        if src["kind"] == "zero_shot" and best_reference_clip(self.voice) is None:
+            show_error(self, "No reference clip", "The zero-shot preview needs a prepared clip.",
+                       "Record or import some audio and run Prepare first.")
+            return None
+        renders = self.voice / "renders"
+        renders.mkdir(parents=True, exist_ok=True)
+        out = renders / time.strftime("%Y%m%d-%H%M%S.wav")
+        n = 1
+        while out.exists():
+            out = renders / time.strftime(f"%Y%m%d-%H%M%S-{n}.wav")
+            n += 1
+        self.ctx.player.stop()
+        job = self.start_job(self.speak_args(text, out), "Speak")
+        self.job = job
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        self.state.setText("Loading the model and speaking…")
+        job.progress.connect(self._on_progress)
+        job.succeeded.connect(lambda r: self._spoken(out, text, src, r))
+        job.cancelled.connect(lambda: self.state.setText("Stopped."))
+        job.finished.connect(self._job_done)
+        self._buttons()
+        return job
+
+    def _on_progress(self, stage: str, done: float, total: object) -> None:
+        if isinstance(total, float) and total > 0:
+            self.progress.setRange(0, int(total))
+            self.progress.setValue(int(done))
+
+    def _spoken(self, out: Path, text: str, src: dict[str, Any], result: dict) -> None:
+        self.last_render = out
+        meta = out.with_suffix(".json")
+        if not meta.exists():
+            from engine.atomic import write_json
+
+            label = self.source.currentText() if src["kind"] != "zero_shot" else "Zero-shot"
+            write_json(meta, {"text": text, "model": label, "source": src,
+                              "duration_s": result.get("duration_s"),
+                              "created": time.strftime("%Y-%m-%d %H:%M:%S")})
+        self.state.setText(str(result.get("summary") or f"Saved {out.name}"))
+        if out.exists():
+            self.ctx.player.play_file(out)
+        self._fill_history()
+
+    def _job_done(self) -> None:
+        self.job = None
+        self.progress.hide()
+        self._buttons()
+
+    def stop(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+        self.ctx.player.stop()
+
+    def save_as(self) -> None:
+        if self.last_render is None:
+            return
+        src = self.last_render
+        dlg = QFileDialog(self, "Save the render as", str(Path.home() / src.name))
+        dlg.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        dlg.setNameFilter("WAV audio (*.wav)")
+        dlg.fileSelected.connect(lambda f: Path(f).write_bytes(src.read_bytes()))
+        dlg.open()
+
+    # -- history -----------------------------------------------------------------------
+    def _fill_history(self) -> None:
+        items = voicedata.list_renders(self.voice) if self.voice else []
+        self.history.setRowCount(len(items))
+        for row, e in enumerate(items):
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(e["mtime"])))
+            dur = e.get("duration_s")
+            cells = [when, str(e.get("model", "")), str(e.get("text", e["path"].name)),
+                     f"{float(dur):.1f} s" if isinstance(dur, int | float) else ""]
+            for col, value in enumerate(cells):
+                item = QTableWidgetItem(value)
+                item.setData(Qt.ItemDataRole.UserRole, str(e["path"]))
+                self.history.setItem(row, col, item)
+
+    def play_history(self, row: int) -> None:
+        item = self.history.item(row, 0) if row >= 0 else None
+        if item is not None:
+            self.last_render = Path(item.data(Qt.ItemDataRole.UserRole))
+            self.ctx.player.play_file(self.last_render)
+            self._buttons()
+
+    # -- A/B comparison -------------------------------------------------------------------
+    def compare(self, extra_args: list[str] | None = None) -> EngineJob | None:
+        if self.voice is None or self.compare_job is not None:
+            return None
+        sentences = [s.strip() for s in self.text.toPlainText().split("\n") if s.strip()]
+        out = self.voice / "renders" / time.strftime("compare-%Y%m%d-%H%M%S")
+        args = ["compare", str(self.voice), "-o", str(out)]
+        for s in sentences[:10]:
+            args += ["--text", s]
+        ref = best_reference_clip(self.voice)
+        if ref is not None:
+            args += ["--base", self.base.currentText().strip(), "--reference", str(ref)]
+        job = self.start_job(args + list(extra_args or []), "Compare")
+        self.compare_job = job
+        self.compare_note.setText("Rendering every checkpoint with the same seed…")
+        job.succeeded.connect(lambda r: self.show_comparison(Path(r.get("folder") or out)))
+        job.finished.connect(self._compare_done)
+        self._buttons()
+        return job
+
+    def _compare_done(self) -> None:
+        self.compare_job = None
+        self._buttons()
+
+    def show_comparison(self, folder: Path) -> None:
+        """Fill the table from the comparison folder's index.json."""
+        try:
+            index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.compare_note.setText(f"No comparison index in {folder}.")
+            return
+        rows: list[dict[str, Any]] = list(index.get("items") or index.get("renders") or [])
+        sources = list(dict.fromkeys(str(r.get("source") or r.get("checkpoint")) for r in rows))
+        texts = list(dict.fromkeys(str(r.get("text")) for r in rows))
+        self.compare_table.clear()
+        self.compare_table.setColumnCount(1 + len(sources))
+        self.compare_table.setRowCount(len(texts))
+        self.compare_table.setHorizontalHeaderLabels(["Sentence", *sources])
+        self.compare_table.horizontalHeader().setSectionResizeMode(
+            0, QHeaderView.ResizeMode.Stretch)
+        for r, text in enumerate(texts):
+            self.compare_table.setItem(r, 0, QTableWidgetItem(text))
+        for item in rows:
+            r = texts.index(str(item.get("text")))
+            c = 1 + sources.index(str(item.get("source") or item.get("checkpoint")))
+            cell = QTableWidgetItem("▶ play")
+            cell.setData(Qt.ItemDataRole.UserRole, str(folder / str(item.get("path"))))
+            cell.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+            self.compare_table.setItem(r, c, cell)
+        self.compare_note.setText(f"{len(texts)} sentences × {len(sources)} models, "
+                                  "same seed. Click a cell to hear it.")
+
+    def _compare_clicked(self, row: int, col: int) -> None:
+        item = self.compare_table.item(row, col)
+        path = item.data(Qt.ItemDataRole.UserRole) if item else None
+        if path:
+            self.ctx.player.play_file(Path(path))

@@ -1,0 +1,193 @@
+"""Prepare: the engine's prepare step as a background job, and its quality report.
+
+The report says what is wrong, with which clip, and what to do about it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QWidget,
+)
+
+from .. import voicedata
+from ..context import AppContext
+from ..jobs import EngineJob
+from ..widgets import Card, StatCard, button, hbox
+from .base import Page
+
+# What a person can do about each issue code (engine/audio/quality.py codes).
+WHAT_TO_DO = {
+    "too_short": "Record a longer sentence; clips under a second teach little.",
+    "too_long": "Pause between sentences so the clip can be split, or import shorter files.",
+    "empty_text": "Type the transcript on the Import page.",
+    "needs_transcript": "Add a transcript (.txt beside the file, a transcript list, or type it).",
+    "clipping": "Lower the input gain or move back from the microphone, then re-take.",
+    "minor_clipping": "A few samples hit full scale; fine, but watch the input level.",
+    "low_snr": "Record in a quieter room, closer to the microphone.",
+    "noisy": "Some background noise: usable, a quieter room would be better.",
+    "dc_offset": "The microphone adds a DC offset; usable, but check the audio interface.",
+    "text_estimated": "The transcript of this slice was estimated; check it on the Import page.",
+    "duplicate_text": "The same sentence appears twice; keep the better take.",
+    "peak_limited": "Peaks were limited during normalising; usable.",
+    "unreadable": "The file cannot be decoded: convert it to WAV or FLAC.",
+    "silent": "The file is silent: check the recording.",
+    "non_finite": "The file holds invalid samples: export it again from the source.",
+    "damaged_metadata": "The take's JSON file is damaged: delete the take and record it again.",
+    "missing_audio": "The take's audio file is missing: delete the take.",
+}
+
+
+def advice_for(code: str) -> str:
+    return WHAT_TO_DO.get(code, "See the message.")
+
+
+class PreparePage(Page):
+    title = "Prepare"
+    subtitle = ("Turn the takes into clean 24 kHz clips: loudness, silence trimming, "
+                "slicing at pauses, and a quality check of every clip.")
+    icon_name = "prepare"
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        self.job: EngineJob | None = None
+        self.run_btn = button("Prepare now", "prepare", primary=True, slot=self.run)
+        self.cancel_btn = button("Cancel", "stop", slot=self.cancel)
+        self.cancel_btn.setEnabled(False)
+        self.state = QLabel("")
+        self.state.setObjectName("Muted")
+        self.outer.addWidget(hbox(self.run_btn, self.cancel_btn, self.state, stretch_at=3))
+        self.progress = QProgressBar()
+        self.progress.setValue(0)
+        self.outer.addWidget(self.progress)
+
+        grid = QGridLayout()
+        grid.setSpacing(12)
+        self.cards = {
+            "usable": StatCard("usable minutes"),
+            "percent": StatCard("of the recommended 10 min"),
+            "clips": StatCard("clips (usable / all)"),
+            "rejected": StatCard("takes rejected"),
+        }
+        for i, card in enumerate(self.cards.values()):
+            grid.addWidget(card, 0, i)
+        self.outer.addLayout(grid)
+
+        advice_card = Card()
+        cap = QLabel("What to do")
+        cap.setObjectName("StatLabel")
+        self.advice = QLabel("Run prepare to see the quality report.")
+        self.advice.setWordWrap(True)
+        self.verdict = QLabel("")
+        advice_card.layout_.addWidget(cap)
+        advice_card.layout_.addWidget(self.verdict)
+        advice_card.layout_.addWidget(self.advice)
+        self.outer.addWidget(advice_card)
+
+        self.tree = QTreeWidget()
+        self.tree.setHeaderLabels(["Clip / file", "Problem", "What to do"])
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setRootIsDecorated(True)
+        hh = self.tree.header()
+        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        hh.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.outer.addWidget(self.tree, 1)
+
+    def run(self) -> EngineJob | None:
+        if self.voice is None or self.job is not None:
+            return None
+        job = self.start_job(["prepare", str(self.voice)], "Prepare")
+        self.job = job
+        self.progress.setRange(0, 0)
+        self.state.setText("Starting…")
+        job.progress.connect(self._on_progress)
+        job.log.connect(lambda level, msg: self.state.setText(msg) if level != "debug" else None)
+        job.succeeded.connect(lambda r: self.state.setText(
+            f"Prepared in {r.get('run', {}).get('wall_s', 0):.1f} s"))
+        job.cancelled.connect(lambda: self.state.setText("Cancelled; finished takes are kept."))
+        job.finished.connect(self._done)
+        self._buttons()
+        return job
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+
+    def _on_progress(self, stage: str, done: float, total: object) -> None:
+        if isinstance(total, float) and total > 0:
+            self.progress.setRange(0, int(total))
+            self.progress.setValue(int(done))
+            self.progress.setFormat(f"{stage}: %v of %m takes")
+
+    def _done(self) -> None:
+        self.job = None
+        if self.progress.maximum() == 0:
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+        self.ctx.notify_changed()
+        self._buttons()
+
+    def _buttons(self) -> None:
+        self.run_btn.setEnabled(self.voice is not None and self.job is None)
+        self.cancel_btn.setEnabled(self.job is not None)
+
+    def refresh(self) -> None:
+        self._buttons()
+        report = voicedata.quality_report(self.voice) if self.voice else None
+        self.show_report(report)
+
+    def show_report(self, report: dict[str, Any] | None) -> None:
+        self.tree.clear()
+        if not report:
+            for card in self.cards.values():
+                card.set("—")
+            self.verdict.setText("")
+            self.advice.setText("Not prepared yet. Press “Prepare now”." if self.voice
+                                else "Open a voice first.")
+            return
+        t = report.get("totals", {})
+        self.cards["usable"].set(f"{float(t.get('minutes_usable', 0)):.1f}")
+        self.cards["percent"].set(f"{float(t.get('percent_of_recommendation', 0)):.0f}%")
+        self.cards["clips"].set(f"{t.get('usable_clips', 0)} / {t.get('clips', 0)}")
+        self.cards["rejected"].set(str(t.get("rejected_takes", 0)))
+        if t.get("enough"):
+            self.verdict.setText("Enough clean speech to train.")
+            self.verdict.setObjectName("Good")
+        else:
+            self.verdict.setText("Not enough usable speech yet for a good voice.")
+            self.verdict.setObjectName("Warn")
+        self.verdict.style().unpolish(self.verdict)
+        self.verdict.style().polish(self.verdict)
+        advice = report.get("advice") or []
+        self.advice.setText("\n".join(f"• {a}" for a in advice) if advice
+                            else "Nothing to fix. Go on to Train.")
+
+        rejected = report.get("rejected") or []
+        if rejected:
+            top = QTreeWidgetItem([f"Rejected files ({len(rejected)})", "", ""])
+            self.tree.addTopLevelItem(top)
+            for r in rejected:
+                QTreeWidgetItem(top, [f"{r.get('take')}  {r.get('source', '')}",
+                                      str(r.get("reason", "")), advice_for(str(r.get("code")))])
+            top.setExpanded(True)
+        unusable = [c for c in report.get("clips", []) if not c.get("usable")]
+        notes = [c for c in report.get("clips", []) if c.get("usable") and c.get("issues")]
+        for title, clips in ((f"Unusable clips ({len(unusable)})", unusable),
+                             (f"Usable clips with notes ({len(notes)})", notes)):
+            if not clips:
+                continue
+            top = QTreeWidgetItem([title, "", ""])
+            self.tree.addTopLevelItem(top)
+            for c in clips[:2000]:  # the report keeps all; the view stays quick
+                for i in c.get("issues", []):
+                    QTreeWidgetItem(top, [str(c.get("id", "?")), str(i.get("message", "")),
+                                          advice_for(str(i.get("code")))])
+            top.setExpanded(len(clips) <= 50)

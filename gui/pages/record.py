@@ -1,0 +1,346 @@
+"""Record: read the prompt aloud, keyboard first.
+
+Space starts and stops, Enter accepts, R re-takes, P plays, S skips. After
+stop the input stays open for a short hold so the last word is not cut. A
+take is written through the engine's workspace API the moment it is
+accepted; nothing accepted lives only in memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QComboBox,
+    QGridLayout,
+    QLabel,
+    QProgressBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .. import audio as au
+from .. import voicedata
+from ..context import AppContext
+from ..prompts_source import Prompt, PromptSource
+from ..widgets import Card, LevelMeter, WaveformView, button, fmt_duration, hbox, show_error
+from .base import Page
+
+METER_MS = 33
+
+
+class RecordPage(Page):
+    title = "Record"
+    subtitle = ("Read each sentence naturally, in a quiet room. "
+                "Space: record/stop · Enter: accept · R: re-take · P: play · S: skip")
+    icon_name = "record"
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        self.recorder = au.Recorder(self)
+        self.recorder.stopped.connect(self._stopped)
+        self.recorder.failed.connect(lambda m: show_error(self, "Recording failed", m))
+        self.prompts = PromptSource()
+        self.prompt: Prompt | None = None
+        self.take_audio: np.ndarray | None = None
+        self.take_sr = 48000
+        self.clipped = False
+        self.saved_takes = 0
+        self.testing = False
+
+        # devices
+        self.input_combo = QComboBox()
+        self.output_combo = QComboBox()
+        self.input_combo.currentIndexChanged.connect(self._input_changed)
+        self.output_combo.currentIndexChanged.connect(self._output_changed)
+        self.test_btn = button("Test input", "record", slot=self.toggle_test,
+                               tip="Watch the meter while you speak; nothing is saved.")
+        dev_row = hbox(QLabel("Microphone"), self.input_combo, self.test_btn,
+                       QLabel("Speakers"), self.output_combo, stretch_at=5)
+        self.outer.addWidget(dev_row)
+
+        # prompt card
+        card = Card()
+        self.prompt_meta = QLabel("")
+        self.prompt_meta.setObjectName("PromptMeta")
+        self.prompt_label = QLabel("Open a voice to start recording.")
+        self.prompt_label.setObjectName("Prompt")
+        self.prompt_label.setWordWrap(True)
+        self.prompt_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.prompt_label.setMinimumHeight(150)
+        card.layout_.addWidget(self.prompt_meta)
+        card.layout_.addWidget(self.prompt_label, 1)
+        self.outer.addWidget(card, 2)
+
+        # meter + status
+        meter_box = QWidget()
+        ml = QGridLayout(meter_box)
+        ml.setContentsMargins(0, 0, 0, 0)
+        self.meter = LevelMeter()
+        self.rec_state = QLabel("Ready")
+        self.rec_state.setObjectName("StateLabel")
+        self.rec_time = QLabel("0:00")
+        self.clip_label = QLabel("")
+        self.clip_label.setObjectName("ClipWarning")
+        ml.addWidget(self.rec_state, 0, 0)
+        ml.addWidget(self.meter, 0, 1)
+        ml.addWidget(self.rec_time, 0, 2)
+        ml.addWidget(self.clip_label, 1, 1)
+        ml.setColumnStretch(1, 1)
+        self.outer.addWidget(meter_box)
+
+        self.wave = WaveformView()
+        self.outer.addWidget(self.wave, 1)
+
+        # controls
+        self.rec_btn = button("Record", "rec-dot", primary=True, slot=self.toggle_record,
+                              tip="Space")
+        self.accept_btn = button("Accept", "check", slot=self.accept, tip="Enter")
+        self.retake_btn = button("Re-take", "retake", slot=self.retake, tip="R")
+        self.play_btn = button("Play", "play", slot=self.play, tip="P")
+        self.skip_btn = button("Skip", "skip", slot=self.skip, tip="S")
+        self.outer.addWidget(hbox(self.rec_btn, self.accept_btn, self.retake_btn,
+                                  self.play_btn, self.skip_btn, stretch_at=5))
+
+        # progress toward the recommended minutes
+        prog = QVBoxLayout()
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress_label = QLabel("")
+        self.progress_label.setObjectName("Muted")
+        prog.addWidget(self.progress_label)
+        prog.addWidget(self.progress)
+        self.outer.addLayout(prog)
+
+        self.meter_timer = QTimer(self)
+        self.meter_timer.setInterval(METER_MS)
+        self.meter_timer.timeout.connect(self._poll_meter)
+
+        for key, slot in ((Qt.Key.Key_Space, self.toggle_record),
+                          (Qt.Key.Key_Return, self.accept), (Qt.Key.Key_Enter, self.accept),
+                          (Qt.Key.Key_R, self.retake), (Qt.Key.Key_P, self.play),
+                          (Qt.Key.Key_S, self.skip)):
+            sc = QShortcut(QKeySequence(key), self)
+            sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            sc.activated.connect(slot)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self._fill_devices()
+        self._update_buttons()
+
+    # -- devices -----------------------------------------------------------------
+    def _fill_devices(self) -> None:
+        self.input_combo.blockSignals(True)
+        self.output_combo.blockSignals(True)
+        self.input_combo.clear()
+        self.output_combo.clear()
+        self.input_combo.addItem("System default", None)
+        self.output_combo.addItem("System default", None)
+        for d in au.input_devices():
+            self.input_combo.addItem(d.label, d.index)
+        for d in au.output_devices():
+            self.output_combo.addItem(d.label, d.index)
+        saved_in = self.ctx.settings.value("audio/input_device")
+        saved_out = self.ctx.settings.value("audio/output_device")
+        for combo, saved in ((self.input_combo, saved_in), (self.output_combo, saved_out)):
+            if saved not in (None, "", "None"):
+                i = combo.findData(int(saved))
+                if i >= 0:
+                    combo.setCurrentIndex(i)
+        self.input_combo.blockSignals(False)
+        self.output_combo.blockSignals(False)
+
+    def input_device(self) -> int | None:
+        return self.input_combo.currentData()
+
+    def _input_changed(self, _i: int) -> None:
+        dev = self.input_device()
+        self.ctx.settings.setValue("audio/input_device", "" if dev is None else dev)
+
+    def _output_changed(self, _i: int) -> None:
+        self.ctx.set_output_device(self.output_combo.currentData())
+
+    def toggle_test(self) -> None:
+        if self.testing:
+            self.recorder.abort()
+            self.testing = False
+            self.meter_timer.stop()
+            self.meter.reset()
+            self.test_btn.setText("Test input")
+            self.rec_state.setText("Ready")
+        elif not self.recorder.active:
+            if self.recorder.start(self.input_device(), keep=False):
+                self.testing = True
+                self.meter.reset()
+                self.meter_timer.start()
+                self.test_btn.setText("Stop test")
+                self.rec_state.setText("Testing input: speak now")
+        self._update_buttons()
+
+    # -- prompt ------------------------------------------------------------------
+    def refresh(self) -> None:
+        if self.recorder.active and not self.testing:
+            return  # never pull the prompt from under a running take
+        voice = self.voice
+        if voice is None:
+            self.prompt = None
+            self.prompt_label.setText("Open or create a voice on the Voices page first.")
+            self.prompt_meta.setText("")
+        else:
+            self.prompts.load(voice)
+            if self.prompt is None or self.prompts.is_done(self.prompt):
+                self.prompt = self.prompts.next()
+            self._show_prompt()
+        self._update_progress()
+        self._update_buttons()
+
+    def _show_prompt(self) -> None:
+        if self.prompt is None:
+            self.prompt_label.setText("Every prompt of this set is recorded. Well done!")
+            self.prompt_meta.setText("")
+            return
+        done, total = self.prompts.counts()
+        self.prompt_label.setText(self.prompt.text)
+        self.prompt_meta.setText(f"Prompt {self.prompt.id}  ·  {self.prompt.group}  ·  "
+                                 f"{done} of {total} recorded")
+
+    def _update_progress(self) -> None:
+        if self.voice is None:
+            self.progress.setValue(0)
+            self.progress_label.setText("")
+            return
+        minutes = sum(t.duration_s for t in voicedata.list_takes(self.voice)) / 60.0
+        target = voicedata.RECOMMENDED_MINUTES
+        self.progress.setValue(int(min(1.0, minutes / target) * 1000))
+        self.progress.setFormat(f"{minutes:.1f} of {target:.0f} min")
+        self.progress_label.setText(
+            f"{minutes:.1f} minutes recorded · {max(0.0, target - minutes):.1f} more recommended"
+            if minutes < target else f"{minutes:.1f} minutes recorded · enough to train")
+
+    # -- actions -----------------------------------------------------------------
+    def toggle_record(self) -> None:
+        if self.testing:
+            self.toggle_test()
+        if self.recorder.stopping:
+            return
+        if self.recorder.active:
+            self.recorder.stop()
+            self.rec_state.setText("Finishing…")
+            self._update_buttons()
+            return
+        if self.voice is None or self.prompt is None:
+            return
+        self.ctx.player.stop()
+        self.take_audio = None
+        self.clipped = False
+        self.clip_label.setText("")
+        self.wave.clear_audio()
+        if self.recorder.start(self.input_device()):
+            self.meter.reset()
+            self.meter_timer.start()
+            self.rec_state.setText("● Recording")
+            self.rec_btn.setText("Stop")
+        self._update_buttons()
+
+    def _poll_meter(self) -> None:
+        peak, _rms, clipped = self.recorder.read_level()
+        self.meter.set_level(peak, clipped > 0)
+        if self.recorder.active:
+            self.rec_time.setText(fmt_duration(self.recorder.seconds()))
+        if clipped and not self.clipped and not self.testing:
+            self.clipped = True
+            self.clip_label.setText("Clipping: the input is too loud. Move back or lower "
+                                    "the input gain, then re-take.")
+
+    def _stopped(self, audio: np.ndarray, sr: int) -> None:
+        self.meter_timer.stop()
+        self.meter.reset()
+        self.take_audio = audio
+        self.take_sr = sr
+        self.rec_btn.setText("Record")
+        self.wave.show_audio(audio, sr)
+        secs = len(audio) / float(sr or 1)
+        self.rec_time.setText(fmt_duration(secs))
+        if len(audio) == 0 or float(np.max(np.abs(audio))) < 1e-4:
+            self.rec_state.setText("Silent take: check the microphone, then re-take")
+        else:
+            self.rec_state.setText("Review: Enter to accept, R to re-take, P to play")
+        self._update_buttons()
+
+    def accept(self) -> bool:
+        """Save the take through the engine workspace and move to the next prompt."""
+        if self.take_audio is None or self.voice is None or self.prompt is None:
+            return False
+        if self.recorder.active:
+            return False
+        from engine.errors import VoxshardError
+        from engine.workspace import open_voice
+
+        try:
+            open_voice(self.voice).add_take(
+                self.take_audio, self.prompt.text, sample_rate=self.take_sr,
+                prompt_id=self.prompt.id,
+                extra={"clipped": self.clipped, "prompt_set": self.prompts.set_name})
+        except VoxshardError as exc:
+            show_error(self, "The take was not saved", exc.message, exc.hint or "")
+            return False
+        self.saved_takes += 1
+        self.ctx.status.emit(f"Saved take for prompt {self.prompt.id}")
+        self.take_audio = None
+        self.wave.clear_audio()
+        self.prompts.mark_done(self.prompt)
+        self.prompt = self.prompts.next()
+        self._show_prompt()
+        self.rec_state.setText("Saved. Space to record the next one")
+        self._update_progress()
+        self._update_buttons()
+        self.ctx.notify_changed()
+        return True
+
+    def retake(self) -> None:
+        if self.recorder.active:
+            return
+        self.take_audio = None
+        self.wave.clear_audio()
+        self.clip_label.setText("")
+        self.rec_state.setText("Ready: Space to record again")
+        self._update_buttons()
+        self.toggle_record()
+
+    def play(self) -> None:
+        if self.take_audio is None or self.recorder.active:
+            return
+        if self.ctx.player.playing:
+            self.ctx.player.stop()
+        else:
+            self.ctx.player.play(self.take_audio, self.take_sr)
+
+    def skip(self) -> None:
+        if self.recorder.active or self.prompt is None:
+            return
+        self.take_audio = None
+        self.wave.clear_audio()
+        self.prompt = self.prompts.next(after=self.prompt)
+        self._show_prompt()
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        rec = self.recorder.active and not self.testing
+        has_take = self.take_audio is not None and not rec
+        can_record = self.voice is not None and self.prompt is not None
+        self.rec_btn.setEnabled(can_record or rec)
+        self.accept_btn.setEnabled(has_take)
+        self.retake_btn.setEnabled(has_take)
+        self.play_btn.setEnabled(has_take)
+        self.skip_btn.setEnabled(can_record and not rec)
+        self.test_btn.setEnabled(not rec)
+
+    def hidden(self) -> None:
+        # leaving the page ends a device test; a running take finishes normally
+        if self.testing:
+            self.toggle_test()
+
+    def shutdown(self) -> None:
+        self.meter_timer.stop()
+        self.recorder.abort()
+        self.testing = False

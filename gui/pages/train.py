@@ -1,0 +1,544 @@
+"""Train: choose the base model, hardware and settings; watch the run live.
+
+Metric events only append to bounded series (gui/metrics.py); the charts are
+redrawn by a timer a few times a second, and only when something changed, so
+a run of 100k steps draws as fast as one of 100.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pyqtgraph as pg
+from PySide6.QtCore import QProcess, Qt, QTimer
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QRadioButton,
+    QScrollArea,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .. import voicedata
+from ..context import AppContext
+from ..jobs import EngineJob
+from ..metrics import MetricsStore
+from ..theme import SERIES
+from ..widgets import button, fmt_duration, hbox
+from .base import Page
+
+BASE_MODELS = ["Qwen/Qwen3-TTS-12Hz-1.7B-Base", "Qwen/Qwen3-TTS-12Hz-0.6B-Base"]
+
+STATE_LABELS = {
+    "starting_cluster": "Starting the Ray cluster",
+    "loading_model": "Loading the base model",
+    "extracting_codes": "Extracting codec codes",
+    "sharding": "Sharding the model (FSDP2)",
+    "training": "Training",
+    "validating": "Validating",
+    "checkpointing": "Saving a checkpoint",
+    "recovering": "Recovering from a failed worker",
+    "restarting": "Recovering from a failed worker",
+    "stopping": "Stopping: saving a checkpoint",
+    "finished": "Finished",
+    "done": "Finished",
+    "cancelled": "Stopped",
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    max_minutes: float
+    steps: int
+    lr: float
+    note: str
+
+
+PRESETS = [
+    Preset("Few minutes of audio", 5, 400, 2e-6,
+           "short run, low learning rate to avoid overfitting"),
+    Preset("Standard (5–30 min)", 30, 1500, 2e-6, "the usual fine-tune"),
+    Preset("Large (over 30 min)", 1e9, 4000, 2e-6, "more steps for more data"),
+]
+
+
+def preset_for(minutes: float | None) -> Preset:
+    for p in PRESETS:
+        if minutes is None or minutes < p.max_minutes:
+            return p
+    return PRESETS[-1]
+
+
+@dataclass
+class Gpu:
+    index: int
+    name: str
+    total_mib: float
+    free_mib: float
+
+
+def parse_nvidia_smi(text: str) -> list[Gpu]:
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4:
+            continue
+        try:
+            gpus.append(Gpu(int(parts[0]), parts[1], float(parts[2]), float(parts[3])))
+        except ValueError:
+            continue
+    return gpus
+
+
+class TrainPage(Page):
+    title = "Train"
+    subtitle = ("Fine-tune Qwen3-TTS on this voice: one worker per GPU, sharded with FSDP2 "
+                "on a Ray cluster. Stop saves a checkpoint; resume continues from it.")
+    icon_name = "train"
+    REDRAW_MS = 250
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        self.job: EngineJob | None = None
+        self.store = MetricsStore()
+        self.gpus: list[Gpu] = []
+        self._versions: dict[str, int] = {}
+        self._curves: dict[str, pg.PlotDataItem] = {}
+        self._limit_lines: dict[str, pg.InfiniteLine] = {}
+        self._t0: float | None = None
+        self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
+        self.total_steps = 0
+        self.redraws = 0
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self._build_settings())
+        split.addWidget(self._build_monitor())
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setSizes([360, 900])
+        self.outer.addWidget(split, 1)
+
+        self.redraw_timer = QTimer(self)
+        self.redraw_timer.setInterval(self.REDRAW_MS)
+        self.redraw_timer.timeout.connect(self.redraw)
+        self._detect_gpus()
+
+    # -- settings column -----------------------------------------------------------
+    def _build_settings(self) -> QWidget:
+        col = QWidget()
+        lay = QVBoxLayout(col)
+        lay.setContentsMargins(0, 0, 8, 0)
+
+        model_box = QGroupBox("Base model")
+        mf = QVBoxLayout(model_box)
+        self.base = QComboBox()
+        self.base.setEditable(True)
+        self.base.addItems(BASE_MODELS)
+        self.base.setToolTip("A Hugging Face hub id or a local model folder.")
+        mf.addWidget(self.base)
+        mf.addWidget(button("Local folder…", "folder", slot=self._browse_base))
+        lay.addWidget(model_box)
+
+        hw_box = QGroupBox("Hardware")
+        hf = QVBoxLayout(hw_box)
+        self.gpu_list = QListWidget()
+        self.gpu_list.setMaximumHeight(96)
+        self.gpu_note = QLabel("Looking for GPUs…")
+        self.gpu_note.setObjectName("Muted")
+        self.gpu_note.setWordWrap(True)
+        self.workers = QSpinBox()
+        self.workers.setRange(1, 64)
+        self.workers.setValue(2)
+        hf.addWidget(self.gpu_list)
+        hf.addWidget(self.gpu_note)
+        hf.addWidget(hbox(QLabel("Workers"), self.workers, stretch_at=2))
+        lay.addWidget(hw_box)
+
+        set_box = QGroupBox("Settings")
+        sf = QFormLayout(set_box)
+        self.preset = QComboBox()
+        for p in PRESETS:
+            self.preset.addItem(p.name)
+        self.preset.currentIndexChanged.connect(self._apply_preset)
+        self.preset_note = QLabel()
+        self.preset_note.setObjectName("Muted")
+        self.preset_note.setWordWrap(True)
+        self.steps = QSpinBox()
+        self.steps.setRange(1, 10_000_000)
+        self.steps.setSingleStep(100)
+        self.lr = QDoubleSpinBox()
+        self.lr.setDecimals(8)
+        self.lr.setRange(1e-8, 1e-2)
+        self.lr.setSingleStep(1e-6)
+        sf.addRow("Preset", self.preset)
+        sf.addRow(self.preset_note)
+        sf.addRow("Steps", self.steps)
+        sf.addRow("Learning rate", self.lr)
+        lay.addWidget(set_box)
+
+        cl_box = QGroupBox("Cluster")
+        cf = QVBoxLayout(cl_box)
+        self.local_radio = QRadioButton("Local (this machine, loopback only)")
+        self.remote_radio = QRadioButton("Existing Ray cluster")
+        self.local_radio.setChecked(True)
+        group = QButtonGroup(cl_box)
+        group.addButton(self.local_radio)
+        group.addButton(self.remote_radio)
+        self.address = QLineEdit()
+        self.address.setPlaceholderText("ray://host:10001 or host:6379")
+        self.address.setEnabled(False)
+        self.remote_radio.toggled.connect(self.address.setEnabled)
+        cf.addWidget(self.local_radio)
+        cf.addWidget(self.remote_radio)
+        cf.addWidget(self.address)
+        lay.addWidget(cl_box)
+
+        self.plan_btn = button("Check memory plan", "info", slot=self.plan)
+        self.start_btn = button("Start training", "play", primary=True, slot=lambda: self.start())
+        self.resume_btn = button("Resume", "resume", slot=lambda: self.start(resume=True))
+        self.stop_btn = button("Stop", "stop", danger=True, slot=self.stop)
+        self.stop_btn.setEnabled(False)
+        lay.addWidget(self.plan_btn)
+        lay.addWidget(hbox(self.start_btn, self.resume_btn, self.stop_btn))
+        lay.addStretch(1)
+        self._apply_preset(0)
+
+        scroll = QScrollArea()
+        scroll.setWidget(col)
+        scroll.setWidgetResizable(True)
+        scroll.setMinimumWidth(330)
+        return scroll
+
+    def _browse_base(self) -> None:
+        dlg = QFileDialog(self, "Choose a Qwen3-TTS model folder")
+        dlg.setFileMode(QFileDialog.FileMode.Directory)
+        dlg.fileSelected.connect(self.base.setEditText)
+        dlg.open()
+
+    def _apply_preset(self, index: int) -> None:
+        p = PRESETS[max(0, index)]
+        self.steps.setValue(p.steps)
+        self.lr.setValue(p.lr)
+        self.preset_note.setText(p.note)
+
+    def _detect_gpus(self) -> None:
+        # nvidia-smi, asynchronously: the GUI never loads torch to ask CUDA
+        self._smi = QProcess(self)
+        self._smi.finished.connect(self._gpus_found)
+        self._smi.errorOccurred.connect(lambda _e: self._gpus_found(-1, None))
+        self._smi.start("nvidia-smi", ["--query-gpu=index,name,memory.total,memory.free",
+                                       "--format=csv,noheader,nounits"])
+
+    def _gpus_found(self, code: int, _status: object) -> None:
+        if self._smi is None:
+            return
+        out = bytes(self._smi.readAllStandardOutput().data()).decode() if code == 0 else ""
+        self._smi.deleteLater()
+        self._smi = None
+        self.gpus = parse_nvidia_smi(out)
+        self.gpu_list.clear()
+        for g in self.gpus:
+            item = QListWidgetItem(f"GPU {g.index}: {g.name} — {g.free_mib / 1024:.1f} of "
+                                   f"{g.total_mib / 1024:.1f} GiB free")
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            item.setCheckState(Qt.CheckState.Checked)
+            self.gpu_list.addItem(item)
+        if self.gpus:
+            self.gpu_note.setText("One training worker per checked GPU.")
+            self.workers.setValue(len(self.gpus))
+            self.workers.setEnabled(False)
+            self.gpu_list.itemChanged.connect(self._gpu_selection_changed)
+        else:
+            self.gpu_list.hide()
+            self.gpu_note.setText("No NVIDIA GPU found: training runs on CPU workers "
+                                  "(slow; fine for the tiny test model).")
+
+    def _gpu_selection_changed(self, _item: QListWidgetItem) -> None:
+        self.workers.setValue(max(1, len(self.selected_gpus())))
+
+    def selected_gpus(self) -> list[int]:
+        out = []
+        for i in range(self.gpu_list.count()):
+            item = self.gpu_list.item(i)
+            if item.checkState() == Qt.CheckState.Checked:
+                out.append(self.gpus[i].index)
+        return out
+
+    # -- monitor column -----------------------------------------------------------
+    def _build_monitor(self) -> QWidget:
+        mon = QWidget()
+        lay = QVBoxLayout(mon)
+        lay.setContentsMargins(8, 0, 0, 0)
+        stats = QGridLayout()
+        stats.setHorizontalSpacing(18)
+        self.state_label = QLabel("Idle")
+        self.state_label.setObjectName("StateLabel")
+        self.stat_labels: dict[str, QLabel] = {}
+        for col, (key, caption) in enumerate([("step", "step"), ("loss", "train loss"),
+                                              ("val", "val loss"), ("lr", "learning rate"),
+                                              ("tps", "tokens/s"), ("elapsed", "elapsed"),
+                                              ("eta", "ETA")]):
+            value = QLabel("—")
+            value.setObjectName("StatValue")
+            cap = QLabel(caption)
+            cap.setObjectName("StatLabel")
+            stats.addWidget(value, 0, col)
+            stats.addWidget(cap, 1, col)
+            self.stat_labels[key] = value
+        lay.addWidget(hbox(QLabel("<b>State</b>"), self.state_label, stretch_at=2))
+        lay.addLayout(stats)
+
+        self.charts = pg.GraphicsLayoutWidget()
+        self.charts.setMinimumHeight(380)
+        self.loss_plot = self._plot("Loss", "loss", row=0, col=0)
+        self.mem_plot = self._plot("Memory per worker", "GiB", row=0, col=1)
+        self.lr_plot = self._plot("Learning rate", "lr", row=1, col=0)
+        self.tps_plot = self._plot("Throughput", "tokens/s", row=1, col=1)
+        for p in (self.loss_plot, self.mem_plot, self.lr_plot, self.tps_plot):
+            p.addLegend(offset=(-8, 8), labelTextSize="8pt")
+        self._curve(self.loss_plot, "loss/train", SERIES[0], "train")
+        self._curve(self.loss_plot, "loss/val", SERIES[2], "validation", symbol=True)
+        self._curve(self.lr_plot, "lr", SERIES[1], "lr")
+        self._curve(self.tps_plot, "perf/tokens_per_s", SERIES[4], "tokens/s")
+
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(3000)  # bounded, however long the run
+        self.log.setPlaceholderText("Engine log")
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.charts)
+        split.addWidget(self.log)
+        split.setSizes([560, 160])
+        lay.addWidget(split, 1)
+        return mon
+
+    def _plot(self, title: str, unit: str, row: int, col: int) -> pg.PlotItem:
+        p = self.charts.addPlot(row=row, col=col, title=title)
+        p.showGrid(x=True, y=True, alpha=0.15)
+        p.setLabel("bottom", "step")
+        p.setLabel("left", unit)
+        p.setClipToView(True)
+        p.setDownsampling(auto=True, mode="peak")
+        return p
+
+    def _curve(self, plot: pg.PlotItem, name: str, color: str, label: str,
+               style: Qt.PenStyle = Qt.PenStyle.SolidLine, symbol: bool = False) -> pg.PlotDataItem:
+        pen = pg.mkPen(QColor(color), width=2, style=style)
+        kwargs = {"symbol": "o", "symbolSize": 5, "symbolBrush": QColor(color)} if symbol else {}
+        curve = plot.plot(pen=pen, name=label, **kwargs)
+        self._curves[name] = curve
+        return curve
+
+    # -- redraw ----------------------------------------------------------------------
+    def redraw(self) -> None:
+        """Push changed series to the charts (timer, a few times a second)."""
+        for name, series in list(self.store.series.items()):
+            if self._versions.get(name) == series.version:
+                continue
+            self._versions[name] = series.version
+            curve = self._curves.get(name) or self._new_curve(name)
+            if curve is None:
+                continue
+            x, y = series.data()
+            curve.setData(x, y)
+        self._update_stats()
+        self.redraws += 1
+
+    def _new_curve(self, name: str) -> pg.PlotDataItem | None:
+        if "@" not in name:
+            return None
+        key, rank = name.split("@", 1)
+        if not key.startswith(("memory/", "host/")):
+            return None
+        ranks = self.store.ranks()
+        color = SERIES[ranks.index(rank) % len(SERIES)] if rank in ranks else SERIES[0]
+        leaf = key.rsplit("/", 1)[-1]
+        if any(w in leaf for w in ("limit", "total", "capacity")):
+            line = pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen(
+                QColor(color), width=1, style=Qt.PenStyle.DashDotLine),
+                label=f"limit w{rank}", labelOpts={"position": 0.05, "color": color})
+            self.mem_plot.addItem(line)
+            self._limit_lines[name] = line
+            self._curves[name] = _LimitAdapter(line)
+            return self._curves[name]
+        style = Qt.PenStyle.SolidLine
+        if "reserved" in leaf:
+            style = Qt.PenStyle.DashLine
+        elif "peak" in leaf or "max" in leaf:
+            style = Qt.PenStyle.DotLine
+        label = f"w{rank} {leaf.replace('_gib', '').replace('_', ' ')}"
+        return self._curve(self.mem_plot, name, color, label, style=style)
+
+    def _update_stats(self) -> None:
+        latest = self.store.latest
+        step = self.store.last_step
+
+        def put(key: str, text: str) -> None:
+            self.stat_labels[key].setText(text)
+
+        put("step", f"{step:.0f} / {self.total_steps}" if self.total_steps else f"{step:.0f}")
+        if "loss/train" in latest:
+            put("loss", f"{latest['loss/train']:.4f}")
+        if "loss/val" in latest:
+            put("val", f"{latest['loss/val']:.4f}")
+        if "lr" in latest:
+            put("lr", f"{latest['lr']:.2e}")
+        if "perf/tokens_per_s" in latest:
+            put("tps", f"{latest['perf/tokens_per_s']:,.0f}")
+        if self._t0 is not None and self.job is not None:
+            put("elapsed", fmt_duration(time.monotonic() - self._t0))
+        if self._train_t0 is not None and self.total_steps:
+            t0, s0 = self._train_t0
+            done = step - s0
+            if done > 0:
+                rate = (time.monotonic() - t0) / done
+                put("eta", fmt_duration(rate * max(0.0, self.total_steps - step)))
+
+    # -- run control -----------------------------------------------------------------
+    def refresh(self) -> None:
+        running = self.job is not None
+        has_voice = self.voice is not None
+        self.start_btn.setEnabled(has_voice and not running)
+        self.plan_btn.setEnabled(has_voice and not running)
+        self.resume_btn.setEnabled(has_voice and not running and bool(
+            self.voice and any(r.checkpoints for r in voicedata.list_runs(self.voice))))
+        self.stop_btn.setEnabled(running)
+        if has_voice and not running:
+            s = voicedata.summarize(self.voice)  # type: ignore[arg-type]
+            p = preset_for(s.usable_minutes)
+            self.preset.setCurrentIndex(PRESETS.index(p))
+
+    def common_args(self) -> list[str]:
+        assert self.voice is not None
+        args = [str(self.voice), "--base", self.base.currentText().strip(),
+                "--workers", str(self.workers.value())]
+        if self.remote_radio.isChecked() and self.address.text().strip():
+            args += ["--address", self.address.text().strip()]
+        return args
+
+    def train_args(self, resume: bool = False) -> list[str]:
+        args = ["train", *self.common_args(), "--steps", str(self.steps.value()),
+                "--lr", f"{self.lr.value():g}"]
+        if resume:
+            args.append("--resume")
+        return args
+
+    def plan(self) -> EngineJob | None:
+        if self.voice is None:
+            return None
+        job = self.start_job(["plan", *self.common_args()], "Memory plan")
+        self._append_log("info", "Checking the memory plan…")
+        job.log.connect(self._append_log)
+        job.succeeded.connect(self._plan_done)
+        return job
+
+    def _plan_done(self, result: dict) -> None:
+        text = result.get("summary") or "\n".join(f"{k}: {v}" for k, v in result.items())
+        self._append_log("info", str(text))
+
+    def start(self, resume: bool = False, extra_args: list[str] | None = None,
+              env: dict[str, str] | None = None) -> EngineJob | None:
+        if self.voice is None or self.job is not None:
+            return None
+        self.store.clear()
+        self._versions.clear()
+        for name in [n for n in self._curves if "@" in n]:
+            curve = self._curves.pop(name)
+            if isinstance(curve, _LimitAdapter):
+                self.mem_plot.removeItem(curve.line)
+            else:
+                self.mem_plot.removeItem(curve)
+        for c in self._curves.values():
+            c.setData([], [])
+        for label in self.stat_labels.values():
+            label.setText("—")
+        self.total_steps = self.steps.value()
+        self._t0 = time.monotonic()
+        self._train_t0 = None
+        if self.gpus and self.selected_gpus():
+            env = {**(env or {}), "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.selected_gpus()))}
+        args = self.train_args(resume) + list(extra_args or [])
+        # a stop saves a checkpoint and shuts Ray down: give it time before SIGKILL
+        job = self.start_job(args, "Training", kill_after_s=90.0, env=env)
+        self.job = job
+        job.metric.connect(self._on_metric)
+        job.state.connect(self._on_state)
+        job.log.connect(self._append_log)
+        job.progress.connect(self._on_progress)
+        job.finished.connect(self._on_finished)
+        job.succeeded.connect(lambda r: self._end_state("Finished", r))
+        job.cancelled.connect(lambda: self._end_state("Stopped (checkpoint saved)", {}))
+        job.failed.connect(lambda _c, m, _h: self._end_state("Failed", {"summary": m}))
+        self.state_label.setText("Starting…")
+        self._append_log("info", "$ voxshard-engine " + " ".join(args))
+        self.redraw_timer.start()
+        self.refresh()
+        return job
+
+    def stop(self) -> None:
+        if self.job is not None:
+            self.state_label.setText(STATE_LABELS["stopping"])
+            self._append_log("info", "Stopping: the engine saves a checkpoint first…")
+            self.job.cancel()
+
+    def _on_metric(self, values: dict) -> None:
+        self.store.add(values)
+        if self._train_t0 is None and "loss/train" in values:
+            self._train_t0 = (time.monotonic(), self.store.last_step)
+
+    def _on_state(self, state: str, detail: str) -> None:
+        text = STATE_LABELS.get(state, state.replace("_", " ").capitalize())
+        self.state_label.setText(text + (f" — {detail}" if detail else ""))
+        self._append_log("state", text + (f": {detail}" if detail else ""))
+
+    def _on_progress(self, stage: str, done: float, total: object) -> None:
+        if stage in ("train", "training", "step") and isinstance(total, float) and total:
+            self.total_steps = int(total)
+
+    def _append_log(self, level: str, message: str) -> None:
+        prefix = {"warning": "⚠ ", "error": "✖ ", "state": "▸ "}.get(level, "")
+        self.log.appendPlainText(f"{time.strftime('%H:%M:%S')}  {prefix}{message}")
+
+    def _end_state(self, text: str, result: dict) -> None:
+        self.state_label.setText(text)
+        if result.get("summary"):
+            self._append_log("info", str(result["summary"]))
+
+    def _on_finished(self) -> None:
+        self.redraw_timer.stop()
+        self.redraw()
+        self.job = None
+        self.ctx.notify_changed()
+        self.refresh()
+
+
+class _LimitAdapter:
+    """Lets a device-limit line take `setData` like a curve (it shows the last value)."""
+
+    def __init__(self, line: pg.InfiniteLine) -> None:
+        self.line = line
+
+    def setData(self, x: object, y: object) -> None:
+        try:
+            values = list(y)  # type: ignore[call-overload]
+        except TypeError:
+            return
+        if values:
+            self.line.setValue(float(values[-1]))
+

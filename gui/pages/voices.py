@@ -1,0 +1,293 @@
+"""Voices: the workspace folder, and create / open / rename / delete a voice."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from PySide6.QtCore import QFile, Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .. import voicedata
+from ..context import AppContext
+from ..theme import icon
+from ..widgets import Card, StatCard, button, hbox, show_error
+from .base import Page
+
+_SAFE = re.compile(r"[^\w\- .]+", re.UNICODE)
+
+LANGUAGES = ["English", "Chinese", "Japanese", "Korean", "German", "French", "Russian",
+             "Portuguese", "Spanish", "Italian"]
+
+
+def folder_name_for(speaker: str) -> str:
+    """A folder name from a speaker's name: readable, no path separators."""
+    name = _SAFE.sub("", speaker).strip().strip(".")
+    return re.sub(r"\s+", "-", name) or "voice"
+
+
+class NewVoiceDialog(QDialog):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("New voice")
+        self.setMinimumWidth(380)
+        form = QFormLayout(self)
+        self.speaker = QLineEdit()
+        self.speaker.setPlaceholderText("e.g. Ada")
+        self.language = QComboBox()
+        self.language.addItems(LANGUAGES)
+        form.addRow("Speaker name", self.speaker)
+        form.addRow("Language", self.language)
+        hint = QLabel("The speaker name is what the exported model answers to.")
+        hint.setObjectName("Muted")
+        hint.setWordWrap(True)
+        form.addRow(hint)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
+                                        | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        form.addRow(self.buttons)
+
+
+class RenameDialog(QDialog):
+    def __init__(self, current: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Rename voice")
+        form = QFormLayout(self)
+        self.name = QLineEdit(current)
+        form.addRow("Folder name", self.name)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
+                                   | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+
+class VoicesPage(Page):
+    title = "Voices"
+    subtitle = ("Each voice is one speaker: their recordings, training runs and models, "
+                "in one folder.")
+    icon_name = "voices"
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        self.ws_label = QLabel()
+        self.ws_label.setObjectName("Muted")
+        self.ws_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.outer.addWidget(hbox(QLabel("<b>Workspace</b>"), self.ws_label,
+                                  button("Change…", "folder", slot=self.pick_workspace),
+                                  stretch_at=2))
+
+        body = QHBoxLayout()
+        body.setSpacing(16)
+        left = QVBoxLayout()
+        self.list = QListWidget()
+        self.list.setMinimumWidth(240)
+        self.list.setMaximumWidth(320)
+        self.list.currentItemChanged.connect(self._selected)
+        left.addWidget(self.list, 1)
+        self.new_btn = button("New voice", "add", primary=True, slot=self.new_voice)
+        self.rename_btn = button("Rename", "rename", slot=self.rename_current)
+        self.delete_btn = button("Delete", "delete", danger=True, slot=self.delete_current)
+        left.addWidget(hbox(self.new_btn, self.rename_btn, self.delete_btn))
+        body.addLayout(left)
+
+        right = QVBoxLayout()
+        self.voice_title = QLabel("No voice selected")
+        self.voice_title.setObjectName("PageTitle")
+        self.voice_sub = QLabel("")
+        self.voice_sub.setObjectName("Muted")
+        right.addWidget(self.voice_title)
+        right.addWidget(self.voice_sub)
+        grid = QGridLayout()
+        grid.setSpacing(12)
+        self.cards = {
+            "takes": StatCard("takes"),
+            "recorded": StatCard("minutes recorded"),
+            "usable": StatCard("minutes usable (of 10 recommended)"),
+            "runs": StatCard("training runs"),
+            "exports": StatCard("exported models"),
+            "renders": StatCard("renders"),
+        }
+        for i, card in enumerate(self.cards.values()):
+            grid.addWidget(card, i // 3, i % 3)
+        right.addLayout(grid)
+        verdict_card = Card()
+        cap = QLabel("Quality verdict")
+        cap.setObjectName("StatLabel")
+        self.verdict = QLabel("—")
+        self.verdict.setWordWrap(True)
+        verdict_card.layout_.addWidget(cap)
+        verdict_card.layout_.addWidget(self.verdict)
+        right.addWidget(verdict_card)
+        self.empty_hint = QLabel(
+            "Next steps: <b>Record</b> prompted sentences or <b>Import</b> existing audio, "
+            "then <b>Prepare</b>, <b>Train</b> and <b>Listen</b>.")
+        self.empty_hint.setObjectName("Muted")
+        self.empty_hint.setWordWrap(True)
+        right.addWidget(self.empty_hint)
+        right.addStretch(1)
+        body.addLayout(right, 1)
+        self.outer.addLayout(body, 1)
+        self.new_job = None
+        ctx.workspace_changed.connect(lambda _p: self.refresh())
+
+    # -- workspace -----------------------------------------------------------
+    def pick_workspace(self) -> None:
+        start = str(self.ctx.workspace or voicedata.Path.home())
+        dlg = QFileDialog(self, "Choose the workspace folder", start)
+        dlg.setFileMode(QFileDialog.FileMode.Directory)
+        dlg.setOption(QFileDialog.Option.ShowDirsOnly, True)
+        dlg.fileSelected.connect(lambda p: self.ctx.set_workspace(Path(p)))
+        dlg.open()
+
+    # -- list ----------------------------------------------------------------
+    def refresh(self) -> None:
+        ws = self.ctx.workspace
+        self.ws_label.setText(str(ws) if ws else "not chosen yet")
+        current = self.ctx.voice
+        self.list.blockSignals(True)
+        self.list.clear()
+        for path in voicedata.list_voices(ws) if ws else []:
+            item = QListWidgetItem(icon("voices"), f"{voicedata.speaker_name(path)}")
+            item.setData(Qt.ItemDataRole.UserRole, str(path))
+            item.setToolTip(str(path))
+            if path.name != voicedata.speaker_name(path):
+                item.setText(f"{voicedata.speaker_name(path)}  ·  {path.name}")
+            self.list.addItem(item)
+            if current is not None and path == current:
+                self.list.setCurrentItem(item)
+        self.list.blockSignals(False)
+        has = self.ctx.voice is not None
+        self.rename_btn.setEnabled(has)
+        self.delete_btn.setEnabled(has)
+        self.new_btn.setEnabled(ws is not None)
+        self._show_summary()
+
+    def _selected(self, item: QListWidgetItem | None, _prev: QListWidgetItem | None) -> None:
+        self.ctx.set_voice(Path(item.data(Qt.ItemDataRole.UserRole)) if item else None)
+
+    def select(self, voice: Path) -> None:
+        self.ctx.set_voice(voice)
+
+    def _show_summary(self) -> None:
+        voice = self.ctx.voice
+        if voice is None or not voice.exists():
+            self.voice_title.setText("No voice selected")
+            self.voice_sub.setText("Create a voice, or pick one on the left.")
+            for card in self.cards.values():
+                card.set("—")
+            self.verdict.setText("—")
+            return
+        s = voicedata.summarize(voice)
+        self.voice_title.setText(s.speaker)
+        self.voice_sub.setText(f"{voice}" + (f"  ·  {s.language}" if s.language else ""))
+        self.cards["takes"].set(str(s.takes))
+        self.cards["recorded"].set(f"{s.recorded_minutes:.1f}")
+        self.cards["usable"].set("—" if s.usable_minutes is None else f"{s.usable_minutes:.1f}")
+        self.cards["runs"].set(str(s.runs))
+        self.cards["exports"].set(str(s.exports))
+        self.cards["renders"].set(str(s.renders))
+        self.verdict.setText(s.verdict)
+
+    # -- create / rename / delete --------------------------------------------------
+    def new_voice(self) -> NewVoiceDialog | None:
+        if self.ctx.workspace is None:
+            show_error(self, "No workspace", "Choose a workspace folder first.")
+            return None
+        dlg = NewVoiceDialog(self)
+        dlg.accepted.connect(lambda: self.create_voice(dlg.speaker.text().strip(),
+                                                       dlg.language.currentText()))
+        dlg.open()
+        return dlg
+
+    def create_voice(self, speaker: str, language: str = "English"):  # -> EngineJob | None
+        assert self.ctx.workspace is not None
+        if not speaker:
+            show_error(self, "No name", "Give the speaker a name.")
+            return None
+        base = folder_name_for(speaker)
+        path = self.ctx.workspace / base
+        n = 2
+        while path.exists():
+            path = self.ctx.workspace / f"{base}-{n}"
+            n += 1
+        job = self.start_job(["voice", "new", str(path), "--speaker", speaker,
+                              "--language", language], "Create voice")
+        job.succeeded.connect(lambda _r: self._created(path))
+        self.new_job = job
+        return job
+
+    def _created(self, path: Path) -> None:
+        self.ctx.status.emit(f"Created voice {path.name}")
+        self.ctx.set_voice(path)
+        self.refresh()
+
+    def rename_current(self) -> RenameDialog | None:
+        voice = self.ctx.voice
+        if voice is None:
+            return None
+        dlg = RenameDialog(voice.name, self)
+        dlg.accepted.connect(lambda: self.rename_voice(voice, dlg.name.text()))
+        dlg.open()
+        return dlg
+
+    def rename_voice(self, voice: Path, new_name: str) -> Path | None:
+        new_name = folder_name_for(new_name)
+        target = voice.with_name(new_name)
+        if target == voice:
+            return voice
+        if target.exists():
+            show_error(self, "Cannot rename", f"A folder named {new_name} already exists.",
+                       "Pick another name.")
+            return None
+        if any(voice in job.args or str(voice) in job.args for job in self.ctx.jobs.running()):
+            show_error(self, "Cannot rename", "A job is using this voice.",
+                       "Wait for it to finish or stop it first.")
+            return None
+        try:
+            voice.rename(target)
+        except OSError as exc:
+            show_error(self, "Cannot rename", f"Renaming failed: {exc.strerror or exc}.")
+            return None
+        self.ctx.voice = None  # force the change signal
+        self.ctx.set_voice(target)
+        self.refresh()
+        return target
+
+    def delete_current(self):  # -> QMessageBox | None
+        voice = self.ctx.voice
+        if voice is None:
+            return None
+        s = voicedata.summarize(voice)
+        return self.confirm(
+            "Delete voice",
+            f"Delete the voice “{s.speaker}”?",
+            lambda: self.delete_voice(voice),
+            detail=(f"{s.takes} takes ({s.recorded_minutes:.1f} min), {s.runs} runs and "
+                    f"{s.exports} exported models in {voice} will be moved to the trash "
+                    "(or deleted where there is no trash)."),
+        )
+
+    def delete_voice(self, voice: Path) -> None:
+        if not QFile.moveToTrash(str(voice)):
+            shutil.rmtree(voice, ignore_errors=True)
+        if voice.exists():
+            show_error(self, "Cannot delete", f"{voice} could not be removed.")
+        self.ctx.set_voice(None)
+        self.refresh()

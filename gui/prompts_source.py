@@ -1,0 +1,74 @@
+"""The sentences to read aloud, from the engine's prompt sets (engine.prompts).
+
+Which prompts are done is read from the voice's takes (their `prompt_id`),
+so the order survives restarts and a crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    text: str
+    group: str = ""
+
+
+def _as_prompt(obj: Any) -> Prompt:
+    if isinstance(obj, Prompt):
+        return obj
+    if isinstance(obj, dict):
+        return Prompt(str(obj["id"]), str(obj["text"]), str(obj.get("group", "")))
+    return Prompt(str(obj.id), str(obj.text), str(getattr(obj, "group", "") or ""))
+
+
+class PromptSource:
+    def __init__(self) -> None:
+        self.set_name = "english"
+        self.prompts: list[Prompt] = []
+        self.done: set[str] = set()
+        self.error = ""
+
+    def load(self, voice: Path) -> None:
+        from engine import prompts as engine_prompts
+        from engine.errors import VoxshardError
+        from engine.workspace import open_voice
+
+        try:
+            v = open_voice(voice)
+            self.set_name = v.prompt_set
+            self.prompts = [_as_prompt(p) for p in engine_prompts.load_prompt_set(self.set_name)]
+            self.done = {t.prompt_id for t in v.list_takes() if t.prompt_id}
+            self.error = ""
+        except VoxshardError as exc:
+            self.prompts, self.done, self.error = [], set(), exc.message
+
+    def is_done(self, prompt: Prompt) -> bool:
+        return prompt.id in self.done
+
+    def mark_done(self, prompt: Prompt) -> None:
+        self.done.add(prompt.id)
+
+    def counts(self) -> tuple[int, int]:
+        ids = {p.id for p in self.prompts}
+        return len(self.done & ids), len(ids)
+
+    def next(self, after: Prompt | None = None) -> Prompt | None:
+        """The next unrecorded prompt, after `after` when skipping (wrapping around)."""
+        if not self.prompts:
+            return None
+        start = 0
+        if after is not None:
+            ids = [p.id for p in self.prompts]
+            if after.id in ids:
+                start = ids.index(after.id) + 1
+        n = len(self.prompts)
+        for k in range(n):
+            p = self.prompts[(start + k) % n]
+            if p.id not in self.done and (after is None or p.id != after.id):
+                return p
+        return None

@@ -1,0 +1,233 @@
+"""Small widgets shared by the pages."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt, QTimer
+from PySide6.QtGui import QColor, QLinearGradient, QPainter, QPalette
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .audio import envelope
+from .theme import SERIES, icon
+
+
+def page_header(title: str, subtitle: str) -> QWidget:
+    box = QWidget()
+    lay = QVBoxLayout(box)
+    lay.setContentsMargins(0, 0, 0, 8)
+    lay.setSpacing(2)
+    t = QLabel(title)
+    t.setObjectName("PageTitle")
+    s = QLabel(subtitle)
+    s.setObjectName("PageSubtitle")
+    s.setWordWrap(True)
+    lay.addWidget(t)
+    lay.addWidget(s)
+    return box
+
+
+def button(text: str, icon_name: str | None = None, *, primary: bool = False,
+           danger: bool = False, tip: str = "", slot: Callable[[], object] | None = None
+           ) -> QPushButton:
+    b = QPushButton(text)
+    if icon_name:
+        b.setProperty("icon_name", icon_name)
+        b.setIcon(icon(icon_name, "#ffffff" if primary else None))
+    if primary:
+        b.setProperty("primary", True)
+    if danger:
+        b.setProperty("danger", True)
+    if tip:
+        b.setToolTip(tip)
+    if slot is not None:
+        b.clicked.connect(slot)
+    b.setCursor(Qt.CursorShape.PointingHandCursor)
+    return b
+
+
+def retint_buttons(root: QWidget) -> None:
+    """Re-draw icon buttons in the current theme's colours."""
+    for b in root.findChildren(QPushButton):
+        name = b.property("icon_name")
+        if name:
+            b.setIcon(icon(str(name), "#ffffff" if b.property("primary") else None))
+
+
+class Card(QFrame):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("Card")
+        self.layout_ = QVBoxLayout(self)
+        self.layout_.setContentsMargins(14, 12, 14, 12)
+
+
+class StatCard(Card):
+    """A number with a label underneath (minutes, takes, runs...)."""
+
+    def __init__(self, label: str, value: str = "—", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.value = QLabel(value)
+        self.value.setObjectName("StatValue")
+        self.label = QLabel(label)
+        self.label.setObjectName("StatLabel")
+        self.layout_.addWidget(self.value)
+        self.layout_.addWidget(self.label)
+
+    def set(self, value: str) -> None:
+        self.value.setText(value)
+
+
+def show_error(parent: QWidget | None, title: str, message: str, hint: str = "") -> None:
+    box = QMessageBox(parent)
+    box.setIcon(QMessageBox.Icon.Warning)
+    box.setWindowTitle(title)
+    box.setText(message)
+    if hint:
+        box.setInformativeText(hint)
+    box.setStandardButtons(QMessageBox.StandardButton.Ok)
+    box.open()  # not exec(): never a nested event loop
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return "—"
+    seconds = round(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class LevelMeter(QWidget):
+    """Horizontal input meter in dBFS with a peak hold and a clip lamp."""
+
+    FLOOR_DB = -60.0
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumHeight(22)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self._level = 0.0  # 0..1 on the dB scale
+        self._hold = 0.0
+        self.clipping = False
+        self._decay = QTimer(self)
+        self._decay.setInterval(50)
+        self._decay.timeout.connect(self._fall)
+
+    @staticmethod
+    def to_fraction(amplitude: float) -> float:
+        if amplitude <= 0:
+            return 0.0
+        db = 20 * math.log10(max(amplitude, 1e-9))
+        return max(0.0, min(1.0, (db - LevelMeter.FLOOR_DB) / -LevelMeter.FLOOR_DB))
+
+    def set_level(self, peak: float, clipped: bool = False) -> None:
+        frac = self.to_fraction(peak)
+        self._level = max(frac, self._level * 0.85)
+        self._hold = max(self._hold, frac)
+        self.clipping = self.clipping or clipped
+        if not self._decay.isActive():
+            self._decay.start()
+        self.update()
+
+    def reset(self) -> None:
+        self._level = self._hold = 0.0
+        self.clipping = False
+        self._decay.stop()
+        self.update()
+
+    def level(self) -> float:
+        return self._level
+
+    def _fall(self) -> None:
+        self._hold = max(self._level, self._hold - 0.01)
+        if self._level == 0 and self._hold == 0:
+            self._decay.stop()
+        self.update()
+
+    def hideEvent(self, event: object) -> None:
+        self._decay.stop()
+
+    def paintEvent(self, event: object) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        r = QRectF(self.rect()).adjusted(1, 1, -1, -1)
+        base = self.palette().color(QPalette.ColorRole.AlternateBase)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.setBrush(base)
+        p.drawRoundedRect(r, 5, 5)
+        grad = QLinearGradient(r.left(), 0, r.right(), 0)
+        grad.setColorAt(0.0, QColor("#3fb950"))
+        grad.setColorAt(0.75, QColor("#3fb950"))
+        grad.setColorAt(0.88, QColor("#f5a524"))
+        grad.setColorAt(1.0, QColor("#e5484d"))
+        fill = QRectF(r.left(), r.top(), r.width() * self._level, r.height())
+        p.setBrush(grad)
+        p.drawRoundedRect(fill, 5, 5)
+        x = r.left() + r.width() * self._hold
+        p.setPen(QColor("#e5484d" if self._hold > 0.97 else "#f0f0f0"))
+        p.drawLine(int(x), int(r.top() + 2), int(x), int(r.bottom() - 2))
+        # -12 and -3 dBFS ticks: where speech should peak
+        p.setPen(self.palette().color(QPalette.ColorRole.PlaceholderText))
+        for db in (-12.0, -3.0):
+            tx = r.left() + r.width() * (db - self.FLOOR_DB) / -self.FLOOR_DB
+            p.drawLine(int(tx), int(r.bottom() - 5), int(tx), int(r.bottom()))
+        p.end()
+
+
+class WaveformView(pg.PlotWidget):
+    """A take's waveform as a min/max envelope (fast for any length)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMenuEnabled(False)
+        self.setMouseEnabled(x=False, y=False)
+        self.hideButtons()
+        self.setYRange(-1, 1)
+        self.getPlotItem().hideAxis("left")
+        self.setLabel("bottom", "seconds")
+        color = QColor(SERIES[0])
+        self._hi = self.plot(pen=pg.mkPen(color, width=1))
+        self._lo = self.plot(pen=pg.mkPen(color, width=1))
+        fill_color = QColor(color)
+        fill_color.setAlpha(110)
+        self._fill = pg.FillBetweenItem(self._hi, self._lo, brush=pg.mkBrush(fill_color))
+        self.addItem(self._fill)
+        self.setMinimumHeight(110)
+
+    def show_audio(self, audio: np.ndarray, samplerate: int) -> None:
+        t, lo, hi = envelope(np.asarray(audio, dtype=np.float32), samplerate)
+        self._hi.setData(t, hi)
+        self._lo.setData(t, lo)
+        self.setXRange(0, max(float(t[-1]), 0.1), padding=0.01)
+
+    def clear_audio(self) -> None:
+        self._hi.setData([], [])
+        self._lo.setData([], [])
+
+
+def hbox(*widgets: QWidget | None, stretch_at: int | None = None, spacing: int = 8) -> QWidget:
+    w = QWidget()
+    lay = QHBoxLayout(w)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.setSpacing(spacing)
+    for i, child in enumerate(widgets):
+        if i == stretch_at:
+            lay.addStretch(1)
+        if child is not None:
+            lay.addWidget(child)
+    if stretch_at is not None and stretch_at >= len(widgets):
+        lay.addStretch(1)
+    return w
