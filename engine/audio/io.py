@@ -194,7 +194,15 @@ def decode(path: str | os.PathLike[str], target_sr: int = TARGET_SR,
                         data = np.where(bad, 0.0, data).astype(np.float32)
                     absd = np.abs(data)
                     peak = max(peak, float(absd.max()))
-                    full = (absd >= CLIP_LEVEL).sum(axis=1)
+                    at_max = absd >= CLIP_LEVEL
+                    # clipping flattens the wave: count full-scale samples with a full-scale
+                    # neighbour, not the lone peak sample of a peak-normalised file
+                    flat = np.zeros_like(at_max)
+                    if n > 1:
+                        pair = at_max[1:] & at_max[:-1]
+                        flat[1:] |= pair
+                        flat[:-1] |= pair
+                    full = flat.sum(axis=1)
                     clipped += int(full.sum())
                     pad = (-n) % frame_len
                     if pad:

