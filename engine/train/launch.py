@@ -1,0 +1,237 @@
+"""Launch one training run on a connected Ray cluster with Ray Train's TorchTrainer.
+
+- One worker per selected GPU (NCCL), or N CPU workers (gloo).
+- `FailureConfig(max_failures)`: a worker that dies (kill -9, OOM) makes Ray
+  start a new worker group, which resumes from the last reported checkpoint.
+- `RunConfig(storage_path=<voice>/runs, name=<run>)`: Ray's run folder *is*
+  our run folder, so checkpoints, Ray's own state and metrics.jsonl sit together.
+- `CheckpointConfig(num_to_keep=k)`: Ray deletes all but the newest k.
+- `fit()` blocks, so it runs in a thread; the caller's thread stays free to
+  pump metrics and to react to cancel (a cooperative stop flag the workers
+  poll every step; they then write a final checkpoint and return normally).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import Cancelled, TrainingError
+from ..events import Emitter
+from .metrics import MetricsPump, make_queue
+
+#: seconds the workers get to write their final checkpoint after a stop request
+STOP_GRACE_S = 300.0
+
+
+class _StopFlag:
+    """A tiny actor the driver sets and every worker reads once per step."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+@dataclass
+class LaunchSpec:
+    """Everything one `fit()` needs; built by api.train."""
+
+    config: dict[str, Any]
+    run_dir: Path
+    total_steps: int
+    workers: int
+    use_gpu: bool
+    cpus_per_worker: int = 1
+    max_failures: int = 2
+    resume: bool = False
+    #: "module:function" returning TrainParts; None = the product builder
+    builder: str | None = None
+    #: extra keys for the worker (voice folder, base model path, ...)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LaunchResult:
+    stopped: bool
+    records: list[dict[str, Any]]
+    checkpoint: Path | None
+    launch_to_first_metric_s: float | None
+    fit_s: float
+    restarts: int
+
+
+class Launch:
+    """One run: `start()`, then `wait()`; `request_stop()` from any thread."""
+
+    def __init__(self, spec: LaunchSpec, emitter: Emitter) -> None:
+        self.spec = spec
+        self.emitter = emitter
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._result: Any = None
+        self._stop_requested = False
+        self._t_start = 0.0
+        self._worker_starts = 0
+        self.worker_pids: dict[int, int] = {}
+
+    def _on_state(self, state: str, values: dict[str, Any]) -> None:
+        if state == "worker_started":
+            self._worker_starts += 1
+            self.worker_pids[int(values["rank"])] = int(values["pid"])
+
+    def start(self) -> Launch:
+        import ray
+        from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchConfig, TorchTrainer
+
+        from .worker import train_loop
+
+        spec = self.spec
+        spec.run_dir.mkdir(parents=True, exist_ok=True)
+        self.queue = make_queue()
+        self.flag = ray.remote(num_cpus=0)(_StopFlag).remote()
+        self.pump = _StatePump(self.queue, self.emitter, spec.run_dir / "metrics.jsonl",
+                               on_state=self._on_state).start()
+        loop_config = {
+            "config": spec.config,
+            "run_dir": str(spec.run_dir),
+            "total_steps": spec.total_steps,
+            "queue": self.queue,
+            "stop_flag": self.flag,
+            "resume": spec.resume,
+            "builder": spec.builder,
+            **spec.extra,
+        }
+        resources = {"CPU": spec.cpus_per_worker}
+        if spec.use_gpu:
+            resources["GPU"] = 1
+        trainer = TorchTrainer(
+            train_loop,
+            train_loop_config=loop_config,
+            torch_config=TorchConfig(backend="nccl" if spec.use_gpu else "gloo"),
+            scaling_config=ScalingConfig(num_workers=spec.workers, use_gpu=spec.use_gpu,
+                                         resources_per_worker=resources),
+            run_config=RunConfig(
+                name=spec.run_dir.name,
+                storage_path=str(spec.run_dir.parent),
+                failure_config=FailureConfig(max_failures=spec.max_failures),
+                checkpoint_config=CheckpointConfig(
+                    num_to_keep=int(spec.config["run"]["keep_checkpoints"])),
+                # Ray's console reporter repeats what our events already say
+                worker_runtime_env={"env_vars": {
+                    "OMP_NUM_THREADS": str(spec.cpus_per_worker),
+                    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+                }},
+            ),
+        )
+        self._t_start = time.time()
+
+        def run() -> None:
+            try:
+                self._result = trainer.fit()
+            except BaseException as exc:  # handed to wait()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="voxshard-fit", daemon=True)
+        self._thread.start()
+        return self
+
+    def request_stop(self) -> None:
+        """Ask every worker to checkpoint and return at the end of its current step."""
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        self.emitter.state("stopping", detail="saving a final checkpoint")
+        try:
+            self.flag.set.remote()
+        except Exception:
+            pass
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self, poll_s: float = 0.2) -> LaunchResult:
+        """Block until fit() ends. Ctrl-C / SIGTERM (KeyboardInterrupt) request a stop."""
+        assert self._thread is not None
+        deadline: float | None = None
+        while self._thread.is_alive():
+            try:
+                self._thread.join(poll_s)
+            except KeyboardInterrupt:
+                if self._stop_requested:
+                    # a second interrupt: the caller shuts the cluster down hard
+                    raise
+                self.request_stop()
+            if self._stop_requested and deadline is None:
+                deadline = time.monotonic() + STOP_GRACE_S
+            if deadline is not None and time.monotonic() > deadline:
+                raise TrainingError("The workers did not stop within "
+                                    f"{STOP_GRACE_S:.0f} s of the cancel request.")
+        fit_s = time.time() - self._t_start
+        self.pump.stop()
+        first = self.pump.first_metric_time
+        from .checkpoint import latest_checkpoint
+
+        result = LaunchResult(
+            stopped=self._stop_requested,
+            records=self.pump.records,
+            checkpoint=latest_checkpoint(self.spec.run_dir),
+            launch_to_first_metric_s=(first - self._t_start) if first else None,
+            fit_s=fit_s,
+            restarts=max(0, self._worker_starts // max(1, self.spec.workers) - 1),
+        )
+        if self._error is not None:
+            raise _as_training_error(self._error) from self._error
+        return result
+
+
+class _StatePump(MetricsPump):
+    """MetricsPump that also lets the launcher see worker pids and state changes."""
+
+    def __init__(self, *args: Any, on_state: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_state = on_state
+
+    def handle(self, rec: dict[str, Any]) -> None:
+        if rec.get("kind") == "state":
+            values = dict(rec.get("values", {}))
+            if self._on_state is not None:
+                self._on_state(str(values.get("state")), values)
+            state = str(values.pop("state", ""))
+            self.emitter.state(state, **values)
+            return
+        super().handle(rec)
+
+
+def _as_training_error(exc: BaseException) -> BaseException:
+    if isinstance(exc, Cancelled | TrainingError):
+        return exc
+    # Ray wraps the worker's exception; its message carries the worker traceback,
+    # whose last line is the actual error
+    text = str(exc).strip()
+    last = [line for line in text.splitlines() if line.strip()][-1:] or [type(exc).__name__]
+    return TrainingError(f"Training failed: {last[0].strip()}",
+                         "Run again with --debug for the full worker traceback.")
+
+
+def pids_alive(pids: dict[int, int]) -> list[int]:
+    """Which worker pids are still running (tests, cancel check)."""
+    alive = []
+    for pid in pids.values():
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            alive.append(pid)
+    return alive

@@ -1,0 +1,205 @@
+"""Live training metrics: every rank -> a Ray queue -> the driver -> events + metrics.jsonl.
+
+Why a queue and not `ray.train.report`: in Ray Train V2 `report` is a
+barrier every rank must call equally often, and calling it every step
+throttles the step to the controller's poll interval (about 2 s). A
+`ray.util.queue.Queue` actor that workers `put_nowait` into and the driver
+polls delivers every rank's per-step record in milliseconds, and keeps
+working through a worker-group restart (the actor belongs to the driver).
+We report to Ray only together with checkpoints.
+
+A record is a plain dict: ``{"kind": "train"|"val"|"log"|"state", "rank": r,
+"time": t, "values": {...}}``. Metric keys are namespaced (`loss/train`,
+`memory/peak_gib`, `perf/tokens_per_s`); `step` is always present in
+train/val values.
+
+This module imports ray and torch lazily: the driver side is used by the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ..events import Emitter
+
+GIB = float(1 << 30)
+#: records waiting in the queue before workers start dropping (the driver
+#: drains every few hundred ms; only a stalled driver can fill this)
+QUEUE_SIZE = 10_000
+
+
+def make_queue() -> Any:
+    """The metrics queue actor. num_cpus=0: it must not take a worker's CPU slot."""
+    from ray.util.queue import Queue
+
+    return Queue(maxsize=QUEUE_SIZE, actor_options={"num_cpus": 0, "max_concurrency": 64})
+
+
+class MetricsSender:
+    """Worker side. Never blocks training: a full or dead queue drops the record."""
+
+    def __init__(self, queue: Any, rank: int) -> None:
+        self.queue = queue
+        self.rank = rank
+        self.dropped = 0
+
+    def send(self, kind: str, values: dict[str, Any]) -> None:
+        record = {"kind": kind, "rank": self.rank, "time": time.time(), "values": values}
+        if self.queue is None:
+            return
+        try:
+            self.queue.put_nowait(record)
+        except Exception:  # queue.Full, or the driver went away: training goes on
+            self.dropped += 1
+
+    def log(self, message: str, level: str = "info") -> None:
+        self.send("log", {"message": message, "level": level})
+
+
+class MetricsPump:
+    """Driver side: a thread that drains the queue, emits events, appends metrics.jsonl.
+
+    Polls with a blocking `get(timeout=poll_s)`, so a record reaches the
+    emitter within about `poll_s` of being put (default 0.25 s).
+    """
+
+    def __init__(self, queue: Any, emitter: Emitter, jsonl_path: Path | None,
+                 poll_s: float = 0.25,
+                 on_record: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.queue = queue
+        self.emitter = emitter
+        self.jsonl_path = jsonl_path
+        self.poll_s = poll_s
+        self.on_record = on_record
+        self.records: list[dict[str, Any]] = []
+        self.first_metric_time: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="voxshard-metrics", daemon=True)
+        self._file = None
+        if jsonl_path is not None:
+            jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+            # append: a resumed run continues the same history
+            self._file = open(jsonl_path, "a", encoding="utf-8", buffering=1)
+
+    def start(self) -> MetricsPump:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from ray.util.queue import Empty
+
+        while not self._stop.is_set():
+            try:
+                first = self.queue.get(block=True, timeout=self.poll_s)
+            except Empty:
+                continue
+            except Exception:  # the queue actor died with the cluster: nothing more will come
+                if self._stop.wait(self.poll_s):
+                    break
+                continue
+            self._handle_all([first, *self._drain()])
+        # what arrived between the last poll and stop()
+        try:
+            self._handle_all(self._drain())
+        except Exception:
+            pass
+
+    def _drain(self) -> list[dict[str, Any]]:
+        try:
+            n = self.queue.qsize()
+            return self.queue.get_nowait_batch(n) if n else []
+        except Exception:
+            return []
+
+    def _handle_all(self, records: Iterable[dict[str, Any]]) -> None:
+        for rec in records:
+            self.handle(rec)
+
+    def handle(self, rec: dict[str, Any]) -> None:
+        kind = rec.get("kind")
+        values = rec.get("values", {})
+        if kind == "log":
+            self.emitter.log(str(values.get("message", "")), level=str(values.get("level", "info")),
+                             rank=rec.get("rank"))
+            return
+        if kind == "state":
+            self.emitter.state(str(values.get("state", "")), detail=values.get("detail", ""))
+            return
+        if kind in ("train", "val"):
+            if self.first_metric_time is None:
+                self.first_metric_time = time.time()
+            self.records.append(rec)
+            if self._file is not None:
+                self._file.write(json.dumps({"kind": kind, "rank": rec.get("rank"),
+                                             "time": round(rec.get("time", 0.0), 3), **values},
+                                            default=float) + "\n")
+            self.emitter.metric(values, rank=rec.get("rank"), split=kind)
+            if self.on_record is not None:
+                self.on_record(rec)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+# --- measuring, worker side -------------------------------------------------------------
+
+def memory_values(device: Any) -> dict[str, float]:
+    """Device memory of this rank: CUDA allocator figures on GPU, process RSS on CPU."""
+    import torch
+
+    if device is not None and getattr(device, "type", "cpu") == "cuda":
+        return {
+            "memory/allocated_gib": torch.cuda.memory_allocated(device) / GIB,
+            "memory/reserved_gib": torch.cuda.memory_reserved(device) / GIB,
+            "memory/peak_gib": torch.cuda.max_memory_allocated(device) / GIB,
+        }
+    import psutil
+
+    proc = psutil.Process(os.getpid())
+    rss = proc.memory_info().rss
+    # ru_maxrss is the process's peak RSS in KiB on Linux
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"memory/rss_gib": rss / GIB, "memory/peak_gib": peak / GIB}
+
+
+def local_bytes(tensor: Any) -> int:
+    """Bytes this rank really holds for a tensor: a DTensor's local shard, or all of it."""
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    return int(local.numel() * local.element_size())
+
+
+def model_state_bytes(model: Any, optimizer: Any | None = None) -> dict[str, int]:
+    """Per-rank bytes of parameters, gradients and optimizer state, from local shards.
+
+    Process RSS hides what sharding saves (runtime and allocator caches
+    dominate), so this counts the tensors themselves.
+    """
+    params = grads = 0
+    seen: set[int] = set()
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        params += local_bytes(p)
+        if p.grad is not None:
+            grads += local_bytes(p.grad)
+    opt = 0
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            for value in state.values():
+                if hasattr(value, "numel") and value.dim() > 0:
+                    opt += local_bytes(value)
+    return {"params": params, "grads": grads, "optimizer": opt, "total": params + grads + opt}
