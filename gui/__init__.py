@@ -1,3 +1,27 @@
 """Voxshard desktop app (PySide6 + pyqtgraph). Never imports torch or ray."""
 
+from __future__ import annotations
+
+import ctypes
+import sys
+
 __version__ = "0.1.0"
+
+
+def _pin_bool_singletons() -> None:
+    """Work around a PySide6 6.12.0 refcount bug that crashes the app on Python 3.11.
+
+    Every Python-level `Signal.emit()` returns True/False without taking a
+    reference (measured: 10 emits lower `sys.getrefcount(True)` by 10), so a
+    long training run (or pyqtgraph's own signals) drives the count to zero and
+    CPython aborts with "bool_dealloc". Python 3.12+ makes True/False immortal;
+    on older interpreters we give them the same property by adding a huge
+    reference count once. Harmless where the bug is fixed.
+    """
+    if sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
+        return
+    for singleton in (True, False):
+        ctypes.c_ssize_t.from_address(id(singleton)).value += 1 << 40
+
+
+_pin_bool_singletons()

@@ -56,20 +56,25 @@ class EngineJob(QObject):
     """One engine command running in a child process, reported as signals."""
 
     started = Signal()
-    event = Signal(dict)  # every event, raw (kind under "event")
+    # `object`, not `dict`: PySide converts dict payloads through QVariantMap, which
+    # is slow and (PySide 6.12) corrupts refcounts of bools under a flood of events
+    event = Signal(object)  # every event, raw (kind under "event")
     progress = Signal(str, float, object)  # stage, done, total (float or None)
     log = Signal(str, str)  # level, message
-    metric = Signal(dict)  # the event's "values" plus "rank"/"step" when given
+    metric = Signal(object)  # the event's "values" plus "rank"/"step" when given
     state = Signal(str, str)  # state, detail
     artifact = Signal(str, str)  # path, role
-    succeeded = Signal(dict)
+    succeeded = Signal(object)
     failed = Signal(str, str, str)  # code, message, hint
     cancelled = Signal()
     finished = Signal()
 
     def __init__(self, args: list[str], *, title: str = "", kill_after_s: float = 20.0,
-                 parent: QObject | None = None, env: dict[str, str] | None = None) -> None:
+                 parent: QObject | None = None, env: dict[str, str] | None = None,
+                 program: list[str] | None = None) -> None:
         super().__init__(parent)
+        # `program` replaces the engine's command prefix (another interpreter or build)
+        self.program = program
         self.args = [str(a) for a in args]
         self.title = title or (self.args[0] if self.args else "engine")
         self.kill_after_s = kill_after_s
@@ -97,7 +102,7 @@ class EngineJob(QObject):
 
     # -- control -----------------------------------------------------------
     def command_line(self) -> list[str]:
-        return [*engine_command(), "--json", *self.args]
+        return [*(self.program or engine_command()), "--json", *self.args]
 
     def start(self) -> None:
         cmd = self.command_line()

@@ -41,7 +41,8 @@ class PromptSource:
         try:
             v = open_voice(voice)
             self.set_name = v.prompt_set
-            self.prompts = [_as_prompt(p) for p in engine_prompts.load_prompt_set(self.set_name)]
+            prompt_set = engine_prompts.get_prompt_set(self.set_name)
+            self.prompts = [_as_prompt(p) for p in prompt_set.prompts]
             self.done = {t.prompt_id for t in v.list_takes() if t.prompt_id}
             self.error = ""
         except VoxshardError as exc:

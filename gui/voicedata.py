@@ -69,7 +69,7 @@ def voice_config(voice: Path) -> dict[str, Any]:
 def speaker_name(voice: Path) -> str:
     cfg = voice_config(voice)
     nested = cfg.get("voice") if isinstance(cfg.get("voice"), dict) else {}
-    for key in ("speaker", "name"):
+    for key in ("display_name", "speaker", "name"):
         value = cfg.get(key) or nested.get(key)
         if isinstance(value, str) and value:
             return value

@@ -190,7 +190,7 @@ class TakesFilter(QSortFilterProxyModel):
 
 
 class DropZone(QLabel):
-    dropped = Signal(list)
+    dropped = Signal(object)  # list[Path]
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)

@@ -1,0 +1,101 @@
+"""The job API: real engine subprocesses, outcomes, cancel, and no stalls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gui.jobs import EngineJob, JobManager
+from tests.test_gui_support import StallProbe, flood_program, pid_alive
+
+
+def test_success_with_the_real_engine(qtbot, tmp_path: Path) -> None:
+    job = EngineJob(["voice", "new", str(tmp_path / "v"), "--speaker", "Ada"])
+    artifacts: list[tuple[str, str]] = []
+    job.artifact.connect(lambda p, r: artifacts.append((p, r)))
+    with qtbot.waitSignal(job.succeeded, timeout=30000) as blocker:
+        job.start()
+    qtbot.waitUntil(lambda: job.outcome is not None)
+    result = blocker.args[0]
+    assert result["speaker"] == "ada"
+    assert "Created voice" in result["summary"]
+    assert (tmp_path / "v" / "voice.toml").is_file()
+    assert artifacts and artifacts[0][1] == "voice"
+    assert job.outcome == "succeeded"
+    qtbot.waitUntil(lambda: not job.is_running())
+
+
+def test_engine_error_is_one_clear_sentence(qtbot, tmp_path: Path) -> None:
+    job = EngineJob(["voice", "info", str(tmp_path / "missing")])
+    cancelled: list[bool] = []
+    job.cancelled.connect(lambda: cancelled.append(True))
+    with qtbot.waitSignal(job.failed, timeout=30000) as blocker:
+        job.start()
+    code, message, hint = blocker.args
+    assert code == "workspace"
+    assert "There is no voice" in message and "Traceback" not in message
+    assert "voice new" in hint
+    assert not cancelled
+
+
+def test_bad_usage_and_missing_engine_fail_cleanly(qtbot, tmp_path: Path) -> None:
+    job = EngineJob(["no-such-command"])
+    with qtbot.waitSignal(job.failed, timeout=30000) as blocker:
+        job.start()
+    assert blocker.args[0] == "crashed"
+    assert "exit code 2" in blocker.args[1]
+    assert "invalid choice" in blocker.args[2]  # argparse's line from stderr
+
+    missing = EngineJob(["voice", "info", "x"], program=[str(tmp_path / "no-engine")])
+    with qtbot.waitSignal(missing.failed, timeout=10000) as blocker:
+        missing.start()
+    assert blocker.args[0] == "engine_missing"
+
+
+def test_cancel_is_not_an_error_and_reaches_the_whole_group(qtbot) -> None:
+    job = EngineJob(["x"], program=flood_program(0, forever=True, child=True),
+                    kill_after_s=10)
+    grandchild: list[int] = []
+    job.log.connect(lambda _l, m: grandchild.append(int(m.split()[1]))
+                    if m.startswith("grandchild") else None)
+    failed: list[object] = []
+    job.failed.connect(lambda *a: failed.append(a))
+    job.start()
+    qtbot.waitUntil(lambda: bool(grandchild) and job.events_seen > 20, timeout=30000)
+    assert pid_alive(grandchild[0])
+    with qtbot.waitSignal(job.cancelled, timeout=20000):
+        job.cancel()
+    qtbot.waitUntil(lambda: not job.is_running(), timeout=10000)
+    assert not failed
+    assert job.outcome == "cancelled"
+    # the grandchild got SIGTERM with the group: nothing is left running
+    qtbot.waitUntil(lambda: not pid_alive(grandchild[0]), timeout=10000)
+
+
+def test_a_flood_of_events_never_stalls_the_window(qtbot) -> None:
+    count = 20000
+    job = EngineJob(["x"], program=flood_program(count))
+    metrics: list[dict] = []
+    job.metric.connect(metrics.append)
+    probe = StallProbe(5)
+    probe.start()
+    with qtbot.waitSignal(job.succeeded, timeout=120000) as blocker:
+        job.start()
+    worst = probe.stop()
+    assert blocker.args[0]["steps"] == count
+    assert len(metrics) == count
+    assert metrics[-1]["step"] == count - 1 and metrics[-1]["rank"] == 1
+    print(f"\nworst event-loop gap while {count} events streamed: {worst:.1f} ms "
+          f"({probe.ticks} ticks)")
+    assert worst < 50.0, f"event loop stalled {worst:.1f} ms"
+
+
+def test_manager_shutdown_stops_everything(qtbot) -> None:
+    manager = JobManager()
+    jobs = [manager.start(["x"], "flood", program=flood_program(0, forever=True))
+            for _ in range(2)]
+    qtbot.waitUntil(lambda: all(j.events_seen > 5 for j in jobs), timeout=30000)
+    pids = [j.pid() for j in jobs]
+    manager.shutdown(10000)
+    assert not manager.running()
+    qtbot.waitUntil(lambda: not any(pid_alive(p) for p in pids), timeout=10000)
+    qtbot.waitUntil(lambda: not manager.jobs, timeout=5000)

@@ -1,0 +1,190 @@
+"""Fixtures and helpers shared by the GUI tests (no tests here).
+
+- `settings`: a QSettings in a temporary INI file, so tests never touch the
+  user's configuration.
+- `ctx`, `window`: an AppContext / MainWindow on a temporary workspace; the
+  window is shut down after the test (jobs, streams, timers).
+- `pulse`: a running PulseAudio daemon with a null sink as the default sink
+  and its monitor as the default source (started here when not running).
+- `StallProbe`: measures the longest gap between ticks of a fast QTimer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QObject, QSettings, QTimer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> QSettings:
+    return QSettings(str(tmp_path / "voxshard.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def ctx(qapp: object, settings: QSettings, workspace: Path) -> Iterator[object]:
+    from gui.context import AppContext
+
+    settings.setValue("workspace", str(workspace))
+    c = AppContext(settings)
+    yield c
+    c.player.stop()
+    c.jobs.shutdown(10000)
+
+
+@pytest.fixture
+def window(qtbot: object, ctx: object) -> Iterator[object]:
+    from gui.app import MainWindow
+
+    w = MainWindow(ctx)  # type: ignore[arg-type]
+    qtbot.addWidget(w)  # type: ignore[attr-defined]
+    w.show()
+    yield w
+    w.shutdown()
+
+
+def make_voice(workspace: Path, speaker: str = "Ada") -> Path:
+    from engine.workspace import create_voice
+
+    return create_voice(workspace / speaker.lower(), speaker).path
+
+
+@pytest.fixture
+def voice(workspace: Path) -> Path:
+    return make_voice(workspace)
+
+
+def _pulse_running() -> bool:
+    if not shutil.which("pactl"):
+        return False
+    return subprocess.run(["pactl", "info"], capture_output=True, timeout=10).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def pulse() -> str:
+    """A real sound device: PulseAudio null sink `vsink`, its monitor as default source."""
+    if not shutil.which("pulseaudio"):
+        pytest.skip("PulseAudio is not installed (apt-get install pulseaudio libportaudio2)")
+    if not _pulse_running():
+        subprocess.run(["pulseaudio", "--daemonize=yes", "--exit-idle-time=-1", "-n",
+                        "--load=module-null-sink sink_name=vsink",
+                        "--load=module-native-protocol-unix"],
+                       capture_output=True, timeout=30)
+        deadline = time.monotonic() + 10
+        while not _pulse_running() and time.monotonic() < deadline:
+            time.sleep(0.1)  # daemon start-up, outside any Qt test
+    if not _pulse_running():
+        pytest.skip("PulseAudio could not be started")
+    sinks = subprocess.run(["pactl", "list", "short", "sinks"], capture_output=True,
+                           text=True, timeout=10).stdout
+    if "vsink" not in sinks:
+        subprocess.run(["pactl", "load-module", "module-null-sink", "sink_name=vsink"],
+                       capture_output=True, timeout=10)
+    subprocess.run(["pactl", "set-default-sink", "vsink"], check=True, timeout=10)
+    subprocess.run(["pactl", "set-default-source", "vsink.monitor"], check=True, timeout=10)
+    return "vsink"
+
+
+class StallProbe(QObject):
+    """Ticks every `interval_ms`; `worst_gap_ms` is the longest time between two ticks.
+
+    A gap longer than the interval is time the event loop could not run a
+    timer: the stall a user would feel.
+    """
+
+    def __init__(self, interval_ms: int = 5) -> None:
+        super().__init__()
+        self.interval_ms = interval_ms
+        self.timer = QTimer(self)
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self._tick)
+        self.last: float | None = None
+        self.worst_gap_ms = 0.0
+        self.ticks = 0
+
+    def start(self) -> None:
+        self.last = time.perf_counter()
+        self.timer.start()
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        if self.last is not None:
+            self.worst_gap_ms = max(self.worst_gap_ms, (now - self.last) * 1000.0)
+        self.last = now
+        self.ticks += 1
+
+    def stop(self) -> float:
+        self.timer.stop()
+        return self.worst_gap_ms
+
+
+def flood_program(count: int, forever: bool = False, child: bool = False) -> list[str]:
+    """A process speaking the engine's event protocol with the engine's own writer.
+
+    It streams `count` metric events as fast as it can (or forever, until
+    SIGTERM), then a result; `child` also starts a grandchild process in the
+    same group, to prove a cancel reaches it.
+    """
+    code = f"""
+import os, signal, subprocess, sys, time
+from engine.cli.output import JsonOutput
+from engine.events import Emitter
+out = JsonOutput(sys.stdout)
+em = Emitter(out.handle)
+if {child!r}:
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    em.log("grandchild %d" % p.pid)
+def term(*_):
+    out.error("cancelled", "Cancelled.", None)
+    sys.exit(130)
+signal.signal(signal.SIGTERM, term)
+em.state("training")
+i = 0
+while {forever!r} or i < {count}:
+    em.metric({{"step": i, "loss/train": 5.0 / (1 + i * 1e-3), "lr": 2e-6,
+               "perf/tokens_per_s": 1000.0 + i % 7, "memory/rss_gib": 1.0 + (i % 5) * 0.01}},
+              rank=i % 2, split="train")
+    if i % 100 == 0:
+        em.progress("train", i, {count})
+    i += 1
+    if {forever!r}:
+        time.sleep(0.001)
+out.result({{"steps": i, "summary": "done"}})
+"""
+    return [sys.executable, "-c", code, "flood"]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie waiting to be reaped is not running
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def python_threads() -> set[str]:
+    return {t.name for t in threading.enumerate()}
