@@ -274,9 +274,11 @@ def load_base_weights(objective: VoiceObjective, model_dir: str | Path,
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     device = torch.device(device)
+    # With CPU offload (parallelize sets this) the shards live in host memory.
+    param_device = torch.device(getattr(objective, "_voxshard_param_device", None) or device)
     if any(p.is_meta for p in objective.parameters()) or any(
             b.is_meta for b in objective.buffers()):
-        objective.to_empty(device=device)
+        objective.to_empty(device=param_device)
     _reset_rotary(objective, device)
     src = weights if weights is not None else read_talker_weights(model_dir)
     own = dict(objective.named_parameters())
@@ -285,7 +287,7 @@ def load_base_weights(objective: VoiceObjective, model_dir: str | Path,
         raise ModelError(f"{model_dir} lacks {len(missing)} talker tensors (e.g. {missing[0]}).",
                          "The folder is not a complete Qwen3-TTS model.")
     for name, param in own.items():
-        full = src[name].to(device=device, dtype=torch.float32)
+        full = src[name].to(device=param_device, dtype=torch.float32)
         if tuple(full.shape) != tuple(param.shape):
             raise ModelError(f"{name} is {tuple(full.shape)} in {model_dir}, expected "
                              f"{tuple(param.shape)}: config and weights disagree.")

@@ -1,0 +1,118 @@
+"""FSDP2 sharding of the training objective, in one function.
+
+The layout that works with the official modules (measured, see
+ray-fsdp-facts.md): `fully_shard` every talker decoder layer and every
+code-predictor decoder layer, then the root `VoiceObjective`, whose forward
+calls everything else (embeddings, text_projection, norms, codec head,
+small_to_mtp_projection, the 15 heads). Making the talker the root, or the
+code predictor one unit, fails or silently trains wrong, because those
+modules' pieces are called from outside their own forward.
+
+The frozen text embedding (311M parameters on the real models) optionally gets
+its own unit so it is gathered only while the embedding runs instead of for
+the whole step in the root unit.
+
+The training loop never mentions FSDP: it gets the sharded objective back.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+
+from .config import ParallelConfig
+
+
+def make_mesh(device: torch.device) -> Any:
+    """A 1-D data-parallel mesh over all ranks, or None outside torch.distributed."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("dp",))
+
+
+def resolve_precision(cfg: ParallelConfig, device: torch.device) -> str:
+    """"bf16" or "fp32": auto means bf16 compute on GPU only (CPU bf16 matmuls crawl)."""
+    if cfg.precision == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    return cfg.precision
+
+
+def decoder_layers(objective: nn.Module) -> list[nn.Module]:
+    """Every transformer block: the talker's, then the code predictor's."""
+    talker = objective.talker
+    return [*talker.model.layers, *talker.code_predictor.model.layers]
+
+
+def enable_activation_checkpointing(objective: nn.Module) -> None:
+    """Recompute each decoder layer in backward instead of keeping its activations.
+
+    Uses the layers' own (transformers) checkpoint switch, so module names and
+    state-dict keys stay the official ones. Non-reentrant checkpointing is
+    the variant that composes with FSDP2's hooks.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    for layer in decoder_layers(objective):
+        layer.gradient_checkpointing = True
+        layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
+
+
+def parallelize(objective: nn.Module, mesh: Any, cfg: ParallelConfig,
+                device: torch.device | str = "cpu") -> nn.Module:
+    """Shard `objective` in place over `mesh` and return it.
+
+    With mesh None (no process group) the objective is only moved to the
+    device (if materialised) and set up for activation checkpointing; mixed
+    precision then needs a process group, so single-process GPU runs should
+    still go through Ray Train (which always creates one, even for 1 worker).
+    Parameters may still be on the meta device: call `load_base_weights` after.
+    """
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        MixedPrecisionPolicy,
+        OffloadPolicy,
+        fully_shard,
+    )
+
+    device = torch.device(device)
+    if cfg.activation_checkpointing:
+        enable_activation_checkpointing(objective)
+    if mesh is None:
+        if not any(p.is_meta for p in objective.parameters()):
+            objective.to(device)
+        return objective
+
+    if resolve_precision(cfg, device) == "bf16":
+        # Parameters stay fp32 (the master copy the optimizer updates); compute
+        # in bf16; gradients reduced and kept in fp32 so tiny updates survive.
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    else:
+        mp = MixedPrecisionPolicy()
+    offload: OffloadPolicy = (CPUOffloadPolicy() if cfg.cpu_offload and device.type == "cuda"
+                              else OffloadPolicy())
+    shard = partial(fully_shard, mesh=mesh, mp_policy=mp, offload_policy=offload)
+    # load_base_weights must materialise offloaded shards in host memory
+    objective._voxshard_param_device = "cpu" if isinstance(offload, CPUOffloadPolicy) else None
+
+    for layer in decoder_layers(objective):
+        shard(layer)
+    if cfg.separate_text_embedding:
+        shard(objective.talker.model.text_embedding)
+    # The root holds everything else and must be the module whose forward runs it all.
+    shard(objective)
+    if not any(p.is_meta for p in objective.parameters()) and not cfg.cpu_offload:
+        objective.to(device)
+    return objective
+
+
+def set_gradient_sync(objective: nn.Module, enabled: bool) -> None:
+    """For gradient accumulation: reduce across ranks only on the last micro-step."""
+    setter = getattr(objective, "set_requires_gradient_sync", None)
+    if setter is not None:
+        setter(enabled)
