@@ -43,7 +43,7 @@ RECOMMENDED_MINUTES = 10.0
 
 #: prepare settings stored in voice.toml [prepare]; engine.audio.prepare reads them
 DEFAULT_PREPARE_SETTINGS: dict[str, Any] = {
-    "target_lufs": -20.0,
+    "target_lufs": -23.0,
     "peak_dbfs": -1.0,
     "min_clip_s": 1.0,
     "max_clip_s": 15.0,

@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import Cancelled, InputError, VoxshardError
+from ..errors import AudioError, Cancelled, InputError
 from ..events import Emitter, EventCallback, as_emitter
 from ..workspace import Voice, display_path, file_sha256
-from .io import AUDIO_EXTENSIONS, BadAudioFile
+from .io import AUDIO_EXTENSIONS, BadAudioFile, probe
 from .transcripts import TranscriptIndex, find_sidecar, load_transcripts
 
 
@@ -70,6 +70,7 @@ def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
     skipped: list[dict[str, str]] = []
     files = _expand([Path(p) for p in paths], skipped)
     known = {t.sha256: t.id for t in voice.list_takes()}
+    max_s = float(voice.prepare_settings["max_file_minutes"]) * 60.0
     sidecars: dict[Path, TranscriptIndex | None] = {}
     imported: list[dict[str, Any]] = []
     for i, f in enumerate(files):
@@ -82,9 +83,20 @@ def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
             text = find_sidecar(f, sidecars)
             text_from = "sidecar" if text is not None else None
         try:
+            info = probe(f)
+            if info.duration_s > max_s:
+                raise BadAudioFile(f"is too long ({info.duration_s / 60:.1f} min; the limit "
+                                   f"is {max_s / 60:.0f} min per file)", "too_long_file")
+        except BadAudioFile as exc:
+            skipped.append({"path": display_path(f), "code": exc.reason_code,
+                            "reason": exc.message})
+            em.log(f"{display_path(f)} {exc.message}; skipped.", level="warning",
+                   code=exc.reason_code)
+            continue
+        try:
             digest = file_sha256(f) if f.is_file() else None
         except OSError:
-            digest = None  # the probe in add_take gives the reason
+            digest = None  # add_take reports why it cannot copy
         if digest is not None and digest in known:
             skipped.append({"path": display_path(f), "code": "already_imported",
                             "reason": f"is already take {known[digest]}"})
@@ -92,8 +104,8 @@ def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
             continue
         try:
             take = voice.add_take(f, text or "", source=display_path(f))
-        except VoxshardError as exc:
-            cause = exc.__cause__
+        except AudioError as exc:  # this file only; disk or workspace errors stop the batch
+            cause = exc if isinstance(exc, BadAudioFile) else exc.__cause__
             code = cause.reason_code if isinstance(cause, BadAudioFile) else exc.code
             reason = cause.message if isinstance(cause, BadAudioFile) else exc.message
             skipped.append({"path": display_path(f), "code": code, "reason": reason})

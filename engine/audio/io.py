@@ -81,6 +81,9 @@ def _reason(exc: BaseException) -> str:
     low = text.lower()
     if "not recognised" in low or "unknown format" in low or "not recognized" in low:
         return "is not a readable audio file (format not recognised)"
+    if "does not exist" in low:
+        # libsndfile's words when its MP3 decoder finds no frame in a file that does exist
+        return "is not a readable audio file (no valid audio frames)"
     if ": " in text:
         text = text.rsplit(": ", 1)[-1]
     return " ".join(text.split())[:160] or type(exc).__name__
@@ -117,7 +120,7 @@ def probe(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> Audi
         raise BadAudioFile(_os_reason(exc), "unreadable") from exc
     except (RuntimeError, sf.LibsndfileError, ValueError, TypeError) as exc:
         reason = _reason(exc)
-        raise BadAudioFile(reason, "not_audio" if "not recognised" in reason
+        raise BadAudioFile(reason, "not_audio" if "not a readable" in reason
                            else "damaged") from exc
     if info.samplerate <= 0 or info.channels <= 0:
         raise BadAudioFile("has an invalid header (no sample rate or channels)", "damaged")

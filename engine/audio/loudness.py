@@ -90,7 +90,7 @@ class Normalized:
     peak_limited: bool
 
 
-def normalize_loudness(audio: np.ndarray, sample_rate: int, target_lufs: float = -20.0,
+def normalize_loudness(audio: np.ndarray, sample_rate: int, target_lufs: float = -23.0,
                        peak_dbfs: float = -1.0) -> Normalized:
     """Scale to `target_lufs`, but never push the sample peak above `peak_dbfs`.
 
