@@ -1,0 +1,344 @@
+"""Predicted memory per worker before anything starts, with advice when it will not fit.
+
+Model state is counted, not guessed: the objective is built on the meta
+device (no memory) from the model's config, and every parameter is assigned
+to its FSDP unit (each decoder layer, the text embedding when it has its own
+unit, the root for the rest). FSDP2 shards each parameter along dim 0 in
+`ceil(rows / N)` chunks, so rank 0 holds the largest shard; that is what we
+predict (and what a test compares with the local DTensor shards of a real run).
+
+Per worker, in bytes:
+- parameters: the local shard of every parameter, fp32 master weights;
+- gradients: fp32 local shards of the trainable ones;
+- optimizer: AdamW's two fp32 moments per trainable element;
+- all-gather buffers: the root unit stays gathered for the whole step, the
+  largest other unit is gathered twice (the current one and the prefetched
+  next), in the compute dtype, plus that unit's full-size gradient in fp32
+  before it is reduce-scattered;
+- activations: what autograd keeps for backward, per token and layer, from
+  the layer shapes (see `_layer_activation_elems`), plus the fp32 logits of
+  the codec head and the 15 sub-talker heads; with activation checkpointing
+  only each layer's input is kept, plus one layer's working set;
+- runtime: CUDA context, NCCL and allocator slack (GPU), or the Python,
+  torch and Ray worker process itself (CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+GIB = float(1 << 30)
+#: CUDA context + NCCL communicators + allocator fragmentation, per GPU (measured
+#: ranges 0.6-1.2 GiB on recent drivers; the larger figure keeps advice safe)
+GPU_RUNTIME_BYTES = int(1.2 * GIB)
+#: a Ray Train CPU worker with torch imported, before the model (measured ~0.45 GiB RSS)
+CPU_RUNTIME_BYTES = int(0.5 * GIB)
+#: frames per second of the 12 Hz codec
+FRAME_RATE = 12.5
+#: specials around text and audio in one training sequence (layout facts)
+SEQ_SPECIALS = 11
+
+
+@dataclass
+class UnitCount:
+    name: str
+    numel: int
+    local_numel: int
+    trainable_local: int
+    trainable_full: int = 0
+
+
+@dataclass
+class Plan:
+    """What `plan` prints; all sizes in bytes, per worker (rank 0, the largest shard)."""
+
+    workers: int
+    device: str
+    precision: str
+    total_params: int
+    trainable_params: int
+    params: int
+    grads: int
+    optimizer: int
+    gather_buffer: int
+    activations: int
+    runtime: int
+    micro_batch_clips: int
+    seq_len: int
+    frames: int
+    free: list[int] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+
+    @property
+    def model_state(self) -> int:
+        return self.params + self.grads + self.optimizer
+
+    @property
+    def total(self) -> int:
+        return self.model_state + self.gather_buffer + self.activations + self.runtime
+
+    @property
+    def fits(self) -> bool:
+        if not self.free:
+            return True
+        if self.device == "cpu":
+            # CPU workers share host memory
+            return self.total * self.workers <= self.free[0]
+        return all(self.total <= f for f in self.free[: self.workers])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(model_state=self.model_state, total=self.total, fits=self.fits)
+        return d
+
+    def table(self) -> str:
+        rows = [("parameters (fp32 shard)", self.params), ("gradients", self.grads),
+                ("optimizer (AdamW)", self.optimizer), ("all-gather buffers", self.gather_buffer),
+                ("activations", self.activations), ("runtime", self.runtime),
+                ("total per worker", self.total)]
+        unit = "GPU" if self.device == "cuda" else "CPU worker"
+        lines = [f"Predicted memory per {unit} ({self.workers} worker(s), {self.precision}, "
+                 f"{self.micro_batch_clips} clip(s) x {self.seq_len} tokens per micro-batch; "
+                 f"{self.trainable_params / 1e6:,.1f}M of {self.total_params / 1e6:,.1f}M "
+                 "parameters train):"]
+        lines += [f"  {name:<26}{size / GIB:8.2f} GiB" for name, size in rows]
+        if self.free:
+            if self.device == "cpu":
+                lines.append(f"  {'host memory available':<26}{self.free[0] / GIB:8.2f} GiB "
+                             f"(needs {self.total * self.workers / GIB:.2f} GiB for all workers)")
+            else:
+                frees = ", ".join(f"{f / GIB:.1f}" for f in self.free)
+                lines.append(f"  {'free per GPU':<26}{frees} GiB")
+        lines.append("  fits" if self.fits else "  DOES NOT FIT")
+        lines += [f"  - {a}" for a in self.advice]
+        return "\n".join(lines)
+
+
+def _shard_rows(rows: int, n: int) -> int:
+    """Rows rank 0 holds when FSDP2 chunks `rows` over `n` ranks."""
+    return min(rows, math.ceil(rows / n)) if rows else 0
+
+
+def _local_numel(shape: tuple[int, ...], n: int) -> int:
+    if not shape:
+        return 1
+    rest = math.prod(shape[1:])
+    return _shard_rows(shape[0], n) * rest
+
+
+def count_units(model_dir: str | Path, model_cfg: Any, workers: int,
+                separate_text_embedding: bool = True) -> list[UnitCount]:
+    """Per FSDP unit: full and rank-0-local element counts (meta device, no memory)."""
+    from .objective import build_objective
+    from .parallelize import decoder_layers
+
+    objective = build_objective(model_dir, model_cfg, device="meta")
+    owner: dict[int, str] = {}
+    for i, layer in enumerate(decoder_layers(objective)):
+        for p in layer.parameters():
+            owner[id(p)] = f"layer{i}"
+    if separate_text_embedding:
+        for p in objective.talker.model.text_embedding.parameters():
+            owner[id(p)] = "text_embedding"
+    units: dict[str, UnitCount] = {}
+    for p in objective.parameters():
+        name = owner.get(id(p), "root")
+        u = units.setdefault(name, UnitCount(name, 0, 0, 0))
+        local = _local_numel(tuple(p.shape), workers)
+        u.numel += p.numel()
+        u.local_numel += local
+        if p.requires_grad:
+            u.trainable_local += local
+            u.trainable_full += p.numel()
+    return list(units.values())
+
+
+def _dims(talker_cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
+    h = int(talker_cfg["hidden_size"])
+    inter = int(talker_cfg["intermediate_size"])
+    heads = int(talker_cfg["num_attention_heads"])
+    kv = int(talker_cfg["num_key_value_heads"])
+    hd = int(talker_cfg.get("head_dim") or h // heads)
+    return h, inter, heads, kv, hd
+
+
+def _layer_activation_elems(talker_cfg: dict[str, Any], checkpointing: bool) -> int:
+    """Elements autograd keeps per token for one Qwen3 decoder layer.
+
+    Counted from the layer's ops: the two RMSNorms keep their input and output
+    (4h), q/k/v projections their outputs, q/k-norm and RoPE their outputs
+    again (q twice more, k twice more), attention its output, o_proj its input,
+    the residual adds nothing; the SwiGLU MLP keeps gate, up, silu(gate) and
+    the product (4i). Memory-efficient SDPA keeps only a per-head logsumexp.
+    """
+    h, inter, heads, kv, hd = _dims(talker_cfg)
+    if checkpointing:
+        return h  # only the layer's input survives the forward
+    q, k = heads * hd, kv * hd
+    return 4 * h + (q + 2 * k) + 2 * (q + k) + 2 * q + 4 * inter + heads
+
+
+def estimate_activations(cfg: dict[str, Any], clips: int, seq_len: int, frames: int,
+                         compute_bytes: int, checkpointing: bool) -> int:
+    """Bytes kept for backward in one micro-batch of `clips` sequences of `seq_len` tokens."""
+    talker = cfg["talker_config"]
+    cp = talker["code_predictor_config"]
+    tokens = clips * seq_len
+    n_layers = int(talker["num_hidden_layers"])
+    cp_layers = int(cp["num_hidden_layers"])
+    groups = int(talker.get("num_code_groups", 16))
+    # the code predictor runs one short sequence per frame: the talker state + 15 codes
+    cp_tokens = clips * frames * groups
+    per_layer = _layer_activation_elems(talker, checkpointing)
+    per_cp_layer = _layer_activation_elems(cp, checkpointing)
+    elems = tokens * per_layer * n_layers + cp_tokens * per_cp_layer * cp_layers
+    if checkpointing:
+        # one layer's full working set is rebuilt during its backward
+        elems += max(tokens * _layer_activation_elems(talker, False),
+                     cp_tokens * _layer_activation_elems(cp, False))
+    # the summed input embeddings (text projection MLP keeps ~3 tensors of hidden size)
+    h = int(talker["hidden_size"])
+    elems += tokens * 4 * h + cp_tokens * int(cp["hidden_size"])
+    act = elems * compute_bytes
+    # fp32 logits and their softmax for the codec head and the 15 sub-talker heads
+    vocab = int(talker["vocab_size"])
+    cp_vocab = int(cp["vocab_size"])
+    act += 2 * 4 * (tokens * vocab + clips * frames * (groups - 1) * cp_vocab)
+    return int(act)
+
+
+def typical_lengths(voice_dir: Path, max_seq_len: int) -> tuple[int, int]:
+    """(sequence tokens, audio frames) of the longest usable clip, from the manifest.
+
+    Batches are bucketed by length, so the longest clip bounds a micro-batch.
+    Text tokens are estimated at one per 3 characters (BPE on English).
+    """
+    manifest = voice_dir / "prepared" / "manifest.jsonl"
+    best = (0, 0)
+    if manifest.exists():
+        for line in manifest.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if not rec.get("usable", True):
+                continue
+            frames = math.ceil(float(rec.get("duration_s", 0.0)) * FRAME_RATE)
+            seq = frames + len(str(rec.get("text", ""))) // 3 + 1 + SEQ_SPECIALS
+            if seq > best[0] and seq <= max_seq_len:
+                best = (seq, frames)
+    if best[0] == 0:
+        # no data yet: a 10-second clip with a sentence of text
+        best = (int(10 * FRAME_RATE) + 40 + SEQ_SPECIALS, int(10 * FRAME_RATE))
+    return best
+
+
+def gpu_free_memory() -> list[int]:
+    """Free bytes per visible GPU via nvidia-smi (no CUDA context in this process)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(float(x)) * (1 << 20) for x in out.split() if x.strip()]
+
+
+def host_available_memory() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: int,
+             free: list[int]) -> Plan:
+    import torch
+
+    from .parallelize import resolve_precision
+
+    cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    n = config.parallel.workers
+    units = count_units(model_dir, config.model, n, config.parallel.separate_text_embedding)
+    precision = resolve_precision(config.parallel, torch.device(device))
+    cbytes = 2 if precision == "bf16" else 4
+    trainable_local = sum(u.trainable_local for u in units)
+    root = next((u.numel for u in units if u.name == "root"), 0)
+    biggest = max((u.numel for u in units if u.name != "root"), default=0)
+    clips = max(1, math.ceil(config.data.batch_size / n))
+    plan = Plan(
+        workers=n, device=device, precision=precision,
+        total_params=sum(u.numel for u in units),
+        trainable_params=sum(u.trainable_full for u in units),
+        params=4 * sum(u.local_numel for u in units),
+        grads=4 * trainable_local,
+        optimizer=8 * trainable_local,
+        gather_buffer=cbytes * root + 2 * cbytes * biggest + 4 * biggest,
+        activations=estimate_activations(cfg, clips, seq_len, frames, cbytes,
+                                         config.parallel.activation_checkpointing),
+        runtime=GPU_RUNTIME_BYTES if device == "cuda" else CPU_RUNTIME_BYTES,
+        micro_batch_clips=clips, seq_len=seq_len, frames=frames, free=list(free))
+    if device == "cuda" and config.parallel.cpu_offload:
+        # sharded state lives in host memory; the GPU keeps buffers and activations
+        plan.params = plan.grads = plan.optimizer = 0
+    return plan
+
+
+def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Path | None = None,
+              free: list[int] | None = None, seq_len: int | None = None,
+              frames: int | None = None) -> Plan:
+    """The prediction for `config` (a TrainConfig) on `device` ("cuda" or "cpu")."""
+    model_dir = Path(model_dir)
+    if seq_len is None or frames is None:
+        seq_len, frames = typical_lengths(voice_dir or Path("/nonexistent"),
+                                          config.data.max_seq_len)
+    if free is None:
+        free = gpu_free_memory() if device == "cuda" else [host_available_memory()]
+    plan = _compute(model_dir, config, device, seq_len, frames, free)
+    plan.advice = advise(plan, model_dir, config, device)
+    return plan
+
+
+def advise(plan: Plan, model_dir: Path, config: Any, device: str) -> list[str]:
+    """Concrete changes that make the run fit, cheapest first (empty when it fits)."""
+    if plan.fits:
+        return []
+
+    def variant(**changes: Any) -> Plan:
+        return _compute(model_dir, config.replace(parallel=changes), device, plan.seq_len,
+                        plan.frames, plan.free)
+
+    out: list[str] = []
+    need = plan.total * (plan.workers if device == "cpu" else 1)
+    have = plan.free[0] if device == "cpu" else min(plan.free[: plan.workers] or [0])
+    out.append(f"Short by {(need - have) / GIB:.1f} GiB per "
+               f"{'machine' if device == 'cpu' else 'GPU'}.")
+    if not config.parallel.activation_checkpointing and plan.activations > 0.2 * plan.total:
+        saved = plan.activations - variant(activation_checkpointing=True).activations
+        out.append("Turn on activation checkpointing (--activation-checkpointing): saves about "
+                   f"{saved / GIB:.1f} GiB per worker for ~30% more compute.")
+    if device == "cuda":
+        for n in (2, 4, 8, 16):
+            if n <= plan.workers or config.data.batch_size < n:
+                continue
+            other = variant(workers=n)
+            if other.total <= have:
+                out.append(f"Use {n} GPUs (--workers {n}): {other.total / GIB:.1f} GiB per GPU.")
+                break
+        if not config.parallel.cpu_offload:
+            off = variant(cpu_offload=True).total
+            out.append("Keep sharded weights and optimizer state in host memory "
+                       f"(--cpu-offload): about {off / GIB:.1f} GiB per GPU, slower steps.")
+    if plan.micro_batch_clips > 1:
+        half = max(plan.workers, config.data.batch_size // 2)
+        out.append(f"Lower the batch size (--batch-size {half}) and raise --grad-accum "
+                   "to keep the effective batch.")
+    if plan.total_params > 1.2e9:
+        out.append("Fine-tune the smaller model instead: --base Qwen/Qwen3-TTS-12Hz-0.6B-Base.")
+    return out
