@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .sampling import RowStreams, SamplerSettings, choose
+from .sampling import RowStreams, SamplerSettings, choose, noise_width
 
 # How many positions the official code feeds the code predictor per frame:
 # the talker state, codebook 0, then codebooks 1..14 (codebook 15 is only
@@ -267,6 +267,8 @@ class FastTalker:
         if sampling and (seeds is None or len(seeds) != batch):
             raise ValueError("sampling needs one seed per row")
         streams = RowStreams(seeds, self.device) if sampling and seeds is not None else None
+        width = max(noise_width(settings.talker, self.vocab),
+                    noise_width(settings.predictor, self.p_vocab), 1)
 
         total = t0 + limit + 1
         cos_t, sin_t = self._talker_rope(total)
@@ -294,7 +296,7 @@ class FastTalker:
         hidden = self.t_stack.forward(embeds, cos_t[positions], sin_t[positions], t_cache, 0, mask)
 
         seen = torch.zeros(batch, self.vocab, dtype=torch.bool, device=self.device)
-        noise = streams.draw(self.groups, self.vocab) if streams else None
+        noise = streams.draw(self.groups, width) if streams else None
         scores = self._talker_logits(hidden, seen, 0, settings)
         token = choose(scores, settings.talker, None if noise is None else noise[:, 0])
         past_hidden = hidden[:, -1:]
@@ -335,7 +337,7 @@ class FastTalker:
             hidden = self.t_stack.forward(step_in, cos_t[pos], sin_t[pos], t_cache, slot, step_mask)
             past_hidden = hidden
             if streams is not None:
-                noise = streams.draw(self.groups, self.vocab)
+                noise = streams.draw(self.groups, width)
             scores = self._talker_logits(hidden, seen, frames, settings)
             token = choose(scores, settings.talker, None if noise is None else noise[:, 0])
         # rows still running at the end stop at their own cap

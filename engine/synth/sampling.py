@@ -36,29 +36,58 @@ class SamplerSettings:
             raise ValueError("top_p must be in (0, 1]")
 
 
-def warp(scores: torch.Tensor, s: SamplerSettings) -> torch.Tensor:
-    """Temperature, top-k and top-p on float32 scores [B, V] (sampling only)."""
+def noise_width(s: SamplerSettings, vocab: int) -> int:
+    """How many noise values one draw needs: only the top-k survive filtering."""
+    if not s.do_sample:
+        return 0
+    return min(s.top_k, vocab) if s.top_k else vocab
+
+
+def _top_p_keep(sorted_desc: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep-mask over scores sorted high to low, as HF's TopPLogitsWarper decides.
+
+    HF sorts ascending, drops tokens whose cumulative probability is
+    <= 1 - top_p and always keeps the most likely one; same rule, flipped.
+    """
+    ascending = sorted_desc.flip(-1)
+    cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+    drop = cumulative <= (1 - top_p)
+    drop[..., -1:] = False
+    return ~drop.flip(-1)
+
+
+def _filtered(scores: torch.Tensor, s: SamplerSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """(probabilities over the surviving candidates, their token ids), best first."""
     if s.temperature != 1.0:
         scores = scores / s.temperature
     if s.top_k and s.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, s.top_k, dim=-1).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
+        values, index = torch.topk(scores, s.top_k, dim=-1)  # sorted high to low
+    else:
+        values, index = torch.sort(scores, dim=-1, descending=True)
     if s.top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=False, dim=-1)
-        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-        drop = cumulative <= (1 - s.top_p)
-        drop[..., -1:] = False  # always keep the most likely token
-        scores = scores.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
-    return scores
+        values = values.masked_fill(~_top_p_keep(values, s.top_p), float("-inf"))
+    return values.softmax(dim=-1), index
+
+
+def probabilities(scores: torch.Tensor, s: SamplerSettings) -> torch.Tensor:
+    """The full-vocabulary distribution `choose` samples from (for checks and tests)."""
+    probs, index = _filtered(scores, s)
+    return torch.zeros_like(scores).scatter(-1, index, probs)
 
 
 def choose(scores: torch.Tensor, s: SamplerSettings, noise: torch.Tensor | None) -> torch.Tensor:
-    """Pick one token per row of `scores` [B, V]; `noise` [B, >=V] holds Exp(1) draws."""
+    """Pick one token per row of float32 `scores` [B, V].
+
+    `noise` [B, >= noise_width] holds Exp(1) draws. With top-k the race runs
+    over the k best scores only (all others have probability zero after
+    HF's top-k filter anyway), so a draw costs k values, not the vocabulary.
+    """
     if not s.do_sample:
         return scores.argmax(dim=-1)
-    probs = warp(scores, s).softmax(dim=-1)
     assert noise is not None
-    return (probs / noise[:, : probs.shape[-1]]).argmax(dim=-1)
+    probs, index = _filtered(scores, s)
+    pick = (probs / noise[:, : probs.shape[-1]]).argmax(dim=-1, keepdim=True)
+    return index.gather(-1, pick).squeeze(-1)
 
 
 class RowStreams:
@@ -73,9 +102,9 @@ class RowStreams:
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.device = device
 
-    def draw(self, steps: int, vocab: int) -> torch.Tensor:
-        """Exp(1) noise [B, steps, vocab] for one frame."""
-        rows = [torch.empty(steps, vocab).exponential_(generator=g) for g in self.generators]
+    def draw(self, steps: int, width: int) -> torch.Tensor:
+        """Exp(1) noise [B, steps, width] for one frame."""
+        rows = [torch.empty(steps, width).exponential_(generator=g) for g in self.generators]
         # a zero draw would divide by zero; Exp(1) hits it with negligible probability
         noise = torch.stack(rows).clamp_min_(1e-20)
         return noise.to(self.device, non_blocking=True)

@@ -1,0 +1,114 @@
+"""User-facing synthesis controls, validated once (no torch: the GUI builds these)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError
+from .text import DEFAULT_CHUNK_CHARS
+
+FORMATS = ("wav", "flac", "ogg")
+
+
+def _check(cond: bool, message: str, hint: str | None = None) -> None:
+    if not cond:
+        raise InputError(message, hint)
+
+
+@dataclass(frozen=True)
+class SpeakOptions:
+    """How to speak. `None` means "the model's own default" (its generation_config.json)."""
+
+    #: randomness of codebook 0 (rhythm, intonation); lower is steadier
+    temperature: float | None = None
+    #: sample only among the k most likely codes (0 = no limit)
+    top_k: int | None = None
+    #: sample only within this cumulative probability (1 = no limit)
+    top_p: float | None = None
+    #: > 1 discourages repeating codes (stops stuck, droning output)
+    repetition_penalty: float | None = None
+    #: False: always take the most likely code (deterministic, flatter)
+    do_sample: bool | None = None
+    #: the same controls for codebooks 1..15 (timbre detail)
+    subtalker_temperature: float | None = None
+    subtalker_top_k: int | None = None
+    subtalker_top_p: float | None = None
+    subtalker_do_sample: bool | None = None
+    #: base seed; chunk i uses seed + i, so any chunk can be re-rendered alone.
+    #: None picks one at random and reports it.
+    seed: int | None = None
+    #: "auto" or one of the model's languages (fine-tuned voices: keep "auto")
+    language: str = "auto"
+    #: soft limit of characters per chunk of long text
+    chunk_chars: int = DEFAULT_CHUNK_CHARS
+    #: hard cap on codec frames per chunk (12.5 per second); None: from text length
+    max_frames: int | None = None
+    #: silence between sentences / paragraphs, seconds
+    sentence_pause_s: float = 0.3
+    paragraph_pause_s: float = 0.6
+    #: integrated loudness of the output in LUFS; None leaves the level alone
+    loudness_lufs: float | None = -20.0
+    #: chunks generated together (each weight read serves all of them)
+    batch_size: int = 4
+    #: whole text in the prompt (True) or fed as speech goes (False); None:
+    #: the official default for the voice kind
+    non_streaming: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("temperature", "subtalker_temperature"):
+            v = getattr(self, name)
+            _check(v is None or 0 < v <= 5, f"{name} must be between 0 and 5 (got {v}).")
+        for name in ("top_k", "subtalker_top_k"):
+            v = getattr(self, name)
+            _check(v is None or 0 <= v <= 4096, f"{name} must be between 0 and 4096 (got {v}).")
+        for name in ("top_p", "subtalker_top_p"):
+            v = getattr(self, name)
+            _check(v is None or 0 < v <= 1, f"{name} must be in (0, 1] (got {v}).")
+        rp = self.repetition_penalty
+        _check(rp is None or 0.5 <= rp <= 3, f"repetition_penalty must be between 0.5 and 3 "
+               f"(got {rp}).")
+        _check(self.seed is None or 0 <= self.seed < 2**63, "seed must be a non-negative integer.")
+        _check(self.chunk_chars >= 20, f"chunk_chars must be at least 20 (got {self.chunk_chars}).")
+        _check(self.max_frames is None or 2 <= self.max_frames <= 8192,
+               f"max_frames must be between 2 and 8192 (got {self.max_frames}).")
+        _check(0 <= self.sentence_pause_s <= 5 and 0 <= self.paragraph_pause_s <= 5,
+               "pauses must be between 0 and 5 seconds.")
+        _check(self.loudness_lufs is None or -70 < self.loudness_lufs < 0,
+               f"loudness_lufs must be between -70 and 0 (got {self.loudness_lufs}).")
+        _check(1 <= self.batch_size <= 64, f"batch_size must be between 1 and 64 "
+               f"(got {self.batch_size}).")
+        _check(bool(self.language and self.language.strip()), "language must not be empty.",
+               "Use 'auto' to let the model decide.")
+
+    def replace(self, **changes: Any) -> SpeakOptions:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpeakOptions:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        _check(not unknown, f"Unknown speech option(s): {', '.join(unknown)}.",
+               f"Known options: {', '.join(sorted(known))}.")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise InputError(f"Bad speech options: {exc}.") from exc
+
+
+def audio_format(path: str, requested: str | None) -> str:
+    """The output format: `requested`, else the file extension, else WAV."""
+    if requested:
+        fmt = requested.lower().lstrip(".")
+    else:
+        suffix = path.rsplit(".", 1)[-1].lower() if "." in path else "wav"
+        fmt = "ogg" if suffix in ("oga", "opus") else suffix
+        if fmt not in FORMATS:
+            fmt = "wav"
+    _check(fmt in FORMATS, f"Audio format {fmt!r} is not supported.",
+           f"Use one of: {', '.join(FORMATS)}.")
+    return fmt

@@ -1,0 +1,94 @@
+"""From per-chunk waveforms to one file: trim, join with pauses, level, write."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..atomic import atomic_path
+from ..errors import InputError
+
+SAMPLE_RATE = 24000
+_FADE_S = 0.005
+_TRIM_FLOOR_DB = -45.0
+_TRIM_KEEP_S = 0.04
+
+
+def trim_silence(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Drop leading/trailing near-silence (relative to the chunk's peak), keeping
+    a short margin, so the pauses we insert are the pauses people hear."""
+    if audio.size == 0:
+        return audio
+    peak = float(np.max(np.abs(audio)))
+    if peak <= 0:
+        return audio[:0]
+    hop = max(1, sample_rate // 100)
+    frames = len(audio) // hop
+    if frames == 0:
+        return audio
+    env = np.abs(audio[: frames * hop]).reshape(frames, hop).max(axis=1)
+    loud = np.nonzero(env > peak * 10 ** (_TRIM_FLOOR_DB / 20))[0]
+    if loud.size == 0:
+        return audio[:0]
+    keep = int(_TRIM_KEEP_S * sample_rate)
+    start = max(0, loud[0] * hop - keep)
+    end = min(len(audio), (loud[-1] + 1) * hop + keep)
+    return audio[start:end]
+
+
+def _fade(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    # a few milliseconds of fade at each cut: no click where chunks meet
+    n = min(len(audio) // 2, int(_FADE_S * sample_rate))
+    if n <= 0:
+        return audio
+    out = audio.copy()
+    ramp = np.linspace(0.0, 1.0, n, dtype=np.float32)
+    out[:n] *= ramp
+    out[-n:] *= ramp[::-1]
+    return out
+
+
+def join_chunks(chunks: list[np.ndarray], pauses_s: list[float],
+                sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Concatenate trimmed, faded chunks with `pauses_s[i]` of silence after chunk i."""
+    parts: list[np.ndarray] = []
+    for audio, pause in zip(chunks, pauses_s, strict=True):
+        trimmed = trim_silence(np.asarray(audio, dtype=np.float32), sample_rate)
+        parts.append(_fade(trimmed, sample_rate))
+        if pause > 0:
+            parts.append(np.zeros(round(pause * sample_rate), dtype=np.float32))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def match_loudness(audio: np.ndarray, target_lufs: float | None,
+                   sample_rate: int = SAMPLE_RATE) -> tuple[np.ndarray, float | None]:
+    """Scale to `target_lufs` (peak kept under -1 dBFS); returns (audio, loudness after)."""
+    if target_lufs is None or audio.size == 0:
+        return audio, None
+    from ..audio.loudness import normalize_loudness
+
+    result = normalize_loudness(audio, sample_rate, target_lufs=target_lufs)
+    after = result.loudness_after
+    return result.audio, (after if np.isfinite(after) else None)
+
+
+_SUBTYPES = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "ogg": ("OGG", "VORBIS")}
+
+
+def write_audio(path: str | os.PathLike[str], audio: np.ndarray, fmt: str = "wav",
+                sample_rate: int = SAMPLE_RATE) -> Path:
+    """Write mono audio atomically as 16-bit WAV/FLAC or Ogg Vorbis."""
+    import soundfile as sf
+
+    if fmt not in _SUBTYPES:
+        raise InputError(f"Audio format {fmt!r} is not supported.", "Use wav, flac or ogg.")
+    container, subtype = _SUBTYPES[fmt]
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"The output {target} is a folder.", "Give a file name such as out.wav.")
+    data = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
+    with atomic_path(target, suffix=f".{fmt}") as tmp:
+        sf.write(str(tmp), data, sample_rate, format=container, subtype=subtype)
+    return target

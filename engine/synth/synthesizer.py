@@ -1,0 +1,340 @@
+"""Speak: a loaded voice turns text into audio, chunk by chunk, fast.
+
+`Synthesizer.load(source)` loads the model once; `speak()` can then be called
+any number of times (the worker and the comparison reuse one instance).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import Cancelled, InputError, ModelError, SynthesisError
+from ..events import Emitter, EventCallback, as_emitter
+from .options import SpeakOptions, audio_format
+from .render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
+from .text import Chunk, split_text
+from .voice import VoiceSource
+
+_HARD_DEFAULTS = {
+    "do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9,
+    "repetition_penalty": 1.05, "subtalker_dosample": True, "subtalker_top_k": 50,
+    "subtalker_top_p": 1.0, "subtalker_temperature": 0.9,
+}
+
+
+@dataclass
+class Speech:
+    """What `speak` returns: the audio and how it was made."""
+
+    audio: np.ndarray
+    sample_rate: int
+    seed: int
+    chunks: list[dict[str, Any]]
+    compute_s: float
+    loudness_lufs: float | None
+    cancelled: bool = False
+    codes: list[Any] = field(default_factory=list, repr=False)
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    @property
+    def rtf(self) -> float:
+        """Real-time factor: seconds of audio per second of compute."""
+        return self.duration_s / self.compute_s if self.compute_s > 0 else 0.0
+
+
+class Synthesizer:
+    """One loaded voice. Thread-safe for one speak() at a time (a lock guards it)."""
+
+    def __init__(self, wrapper: Any, source: VoiceSource, speaker_vector: Any) -> None:
+        from .decoding import FastTalker
+
+        self.wrapper = wrapper
+        self.model = wrapper.model
+        self.processor = wrapper.processor
+        self.source = source
+        self.speaker_vector = speaker_vector
+        self.fast = FastTalker(self.model)
+        self._lock = threading.Lock()
+        self._overwritten: set[str] = set()
+
+    # -- loading ----------------------------------------------------------------------------
+    @classmethod
+    def load(cls, source: VoiceSource, device: str | None = None, dtype: Any = None,
+             on_event: EventCallback | Emitter | None = None) -> Synthesizer:
+        from ..model.loading import load_model
+
+        emitter = as_emitter(on_event)
+        emitter.state("loading_model", detail=str(source.model_dir))
+        wrapper = load_model(source.model_dir, device=device, dtype=dtype)
+        synth = cls(wrapper, source, None)
+        synth.use_source(source, on_event=emitter)
+        return synth
+
+    def use_source(self, source: VoiceSource,
+                   on_event: EventCallback | Emitter | None = None) -> None:
+        """Switch to another voice that shares this model's base weights (no reload).
+
+        Used by the comparison: zero-shot and every checkpoint of a run all sit
+        on one base model; only the trained tensors and the speaker vector change.
+        """
+        from .voice import load_checkpoint_weights, reference_x_vector, voice_x_vector
+
+        emitter = as_emitter(on_event)
+        with self._lock:
+            if source.kind == "custom_voice":
+                if source.model_dir != self.source.model_dir:
+                    raise InputError("A custom voice needs its own model; load it separately.")
+                spk_id = self.model.config.talker_config.spk_id[source.speaker]
+                embedding = self.model.talker.get_input_embeddings().weight
+                self.speaker_vector = embedding[spk_id].detach().clone()
+            elif source.kind == "zero_shot":
+                self._restore_base()
+                assert source.reference is not None
+                self.speaker_vector = reference_x_vector(self.model, source.reference)
+            elif source.kind == "checkpoint":
+                assert source.checkpoint is not None
+                if source.voice_dir is None:
+                    raise ModelError(f"The run of {source.checkpoint} is not inside a voice "
+                                     "folder, so its speaker vector is unknown.",
+                                     "Keep runs under <voice>/runs/.")
+                names = load_checkpoint_weights(self.model, source.checkpoint)
+                if self._overwritten - set(names):
+                    # the previous checkpoint trained tensors this one does not
+                    # hold: they must go back to base values
+                    self._restore_base()
+                    names = load_checkpoint_weights(self.model, source.checkpoint)
+                self._overwritten |= set(names)
+                emitter.log(f"Loaded {len(names)} trained tensors from "
+                            f"{source.checkpoint.name}.", level="debug")
+                self.speaker_vector = voice_x_vector(self.model, source.voice_dir)
+            else:
+                raise InputError(f"Unknown voice kind {source.kind!r}.")
+            self.source = source
+
+    def _restore_base(self) -> None:
+        """Put back the base values of every tensor a checkpoint overwrote (read from
+        the base model's safetensors, so no second copy of the model sits in memory)."""
+        import torch
+        from safetensors import safe_open
+
+        if not self._overwritten:
+            return
+        params = dict(self.model.named_parameters())
+        pending = set(self._overwritten)
+        with torch.no_grad():
+            for file in sorted(Path(self.source.model_dir).glob("*.safetensors")):
+                with safe_open(str(file), framework="pt") as fh:
+                    for name in pending & set(fh.keys()):
+                        params[name].copy_(fh.get_tensor(name).to(params[name].dtype))
+                        pending.discard(name)
+        if pending:
+            raise ModelError(f"The base model lacks {len(pending)} tensors the checkpoint "
+                             "changed, so it cannot be restored.", "Load the voice again.")
+        self._overwritten = set()
+
+    # -- settings ---------------------------------------------------------------------------
+    @property
+    def languages(self) -> list[str]:
+        ids = self.model.config.talker_config.codec_language_id or {}
+        return sorted(k for k in ids if "dialect" not in k)
+
+    def _language_id(self, language: str) -> int | None:
+        lang = language.strip().lower()
+        if lang == "auto":
+            return None
+        ids = self.model.config.talker_config.codec_language_id or {}
+        if lang not in ids or "dialect" in lang:
+            known = ", ".join(["auto", *self.languages])
+            raise InputError(f"This voice does not support the language {language!r}.",
+                             f"Use one of: {known}.")
+        return int(ids[lang])
+
+    def decode_settings(self, options: SpeakOptions) -> Any:
+        from .decoding import DecodeSettings
+        from .sampling import SamplerSettings
+
+        defaults = dict(_HARD_DEFAULTS)
+        defaults.update({k: v for k, v in (self.wrapper.generate_defaults or {}).items()
+                         if k in _HARD_DEFAULTS})
+
+        def pick(value: Any, key: str) -> Any:
+            return defaults[key] if value is None else value
+
+        talker = SamplerSettings(
+            do_sample=bool(pick(options.do_sample, "do_sample")),
+            temperature=float(pick(options.temperature, "temperature")),
+            top_k=int(pick(options.top_k, "top_k")),
+            top_p=float(pick(options.top_p, "top_p")))
+        predictor = SamplerSettings(
+            do_sample=bool(pick(options.subtalker_do_sample, "subtalker_dosample")),
+            temperature=float(pick(options.subtalker_temperature, "subtalker_temperature")),
+            top_k=int(pick(options.subtalker_top_k, "subtalker_top_k")),
+            top_p=float(pick(options.subtalker_top_p, "subtalker_top_p")))
+        sync = 1 if self.fast.device.type == "cpu" else 8
+        return DecodeSettings(talker=talker, predictor=predictor,
+                              repetition_penalty=float(pick(options.repetition_penalty,
+                                                            "repetition_penalty")),
+                              sync_every=sync)
+
+    def _non_streaming(self, options: SpeakOptions) -> bool:
+        if options.non_streaming is not None:
+            return options.non_streaming
+        # official defaults: custom voice True (and it is the layout training
+        # uses, hence checkpoints too); voice clone False
+        return self.source.kind != "zero_shot"
+
+    # -- speaking ---------------------------------------------------------------------------
+    def generate_codes(self, chunks: list[Chunk], seeds: list[int], options: SpeakOptions,
+                       emitter: Emitter, cancel: threading.Event | None,
+                       ) -> tuple[list[Any], bool]:
+        """Codec frames for each chunk (seeded per chunk), `batch_size` chunks at a time."""
+        from .prompt import build_prefill
+
+        settings = self.decode_settings(options)
+        language_id = self._language_id(options.language)
+        non_streaming = self._non_streaming(options)
+        out: list[Any] = [None] * len(chunks)
+        total_frames = sum(c.max_frames for c in chunks)
+        done_chunks = 0
+        cancelled = False
+        # Similar lengths in one batch waste fewer steps on rows that already ended.
+        order = sorted(range(len(chunks)), key=lambda i: -chunks[i].max_frames)
+        for start in range(0, len(order), options.batch_size):
+            picked = order[start:start + options.batch_size]
+            rows = [chunks[i] for i in picked]
+            prefill = build_prefill(self.model, self.processor, [c.text for c in rows],
+                                    self.speaker_vector, language_id, non_streaming)
+            limit = max(c.max_frames for c in rows)
+            last = [0.0]
+
+            def on_frame(n: int, picked: list[int] = picked, limit: int = limit,
+                         last: list[float] = last) -> None:
+                now = time.monotonic()
+                if now - last[0] > 0.25 or n == limit:
+                    last[0] = now
+                    emitter.progress("frames", n, limit, chunks=picked, unit="frames",
+                                     total_frames=total_frames)
+
+            codes = self.fast.generate(
+                prefill, [c.max_frames for c in rows], settings,
+                seeds=[seeds[i] for i in picked], on_frame=on_frame,
+                should_stop=(cancel.is_set if cancel is not None else None))
+            for i, chunk, c in zip(picked, rows, codes, strict=True):
+                out[i] = c
+                done_chunks += 1
+                if len(c) >= chunk.max_frames:
+                    emitter.log(f"Chunk {i + 1} reached its length cap of {chunk.max_frames} "
+                                "frames without ending; it was cut there.",
+                                level="warning", chunk=i)
+                emitter.progress("chunks", done_chunks, len(chunks), chunk=i,
+                                 text=chunk.text, frames=len(c))
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+        return out, cancelled
+
+    def decode_audio(self, codes: list[Any]) -> list[np.ndarray]:
+        """Codec frames -> 24 kHz waveforms with the official decoder, one chunk each."""
+        import torch
+
+        tokenizer = self.model.speech_tokenizer
+        waves: list[np.ndarray] = []
+        with torch.inference_mode():
+            for c in codes:
+                if c is None or len(c) == 0:
+                    waves.append(np.zeros(0, dtype=np.float32))
+                    continue
+                wav, _sr = tokenizer.decode([{"audio_codes": c}])
+                waves.append(np.asarray(wav[0], dtype=np.float32))
+        return waves
+
+    def speak(self, text: str, options: SpeakOptions | None = None,
+              on_event: EventCallback | Emitter | None = None,
+              cancel: threading.Event | None = None) -> Speech:
+        """Render `text`; raises `Cancelled` if `cancel` is set before anything was made."""
+        return self.speak_many([text], options, on_event, cancel)[0]
+
+    def speak_many(self, texts: list[str], options: SpeakOptions | None = None,
+                   on_event: EventCallback | Emitter | None = None,
+                   cancel: threading.Event | None = None) -> list[Speech]:
+        """Render several independent texts, their chunks batched together.
+
+        Chunk i of every text uses seed + i, so a text sounds the same whether
+        it is rendered alone or beside others (the comparison relies on it).
+        """
+        options = options or SpeakOptions()
+        emitter = as_emitter(on_event)
+        split = [split_text(t, options.chunk_chars, options.sentence_pause_s,
+                            options.paragraph_pause_s, max_frames=options.max_frames)
+                 for t in texts]
+        seed = options.seed if options.seed is not None else random.randrange(2**31)
+        flat = [c for chunks in split for c in chunks]
+        seeds = [seed + c.index for c in flat]
+        with self._lock:
+            started = time.perf_counter()
+            emitter.state("speaking", detail=f"{len(flat)} chunk(s)", chunks=len(flat))
+            try:
+                codes, cancelled = self.generate_codes(flat, seeds, options, emitter, cancel)
+            except RuntimeError as exc:
+                if "out of memory" in str(exc).lower():
+                    raise SynthesisError("The device ran out of memory while speaking.",
+                                         "Lower the batch size or use a smaller model.") from exc
+                raise
+            if cancelled and all(c is None for c in codes):
+                raise Cancelled()
+            waves = self.decode_audio(codes)
+            results: list[Speech] = []
+            offset = 0
+            for chunks in split:
+                mine = list(zip(chunks, codes[offset:offset + len(chunks)],
+                                waves[offset:offset + len(chunks)], strict=True))
+                offset += len(chunks)
+                kept = [(ch, c, w) for ch, c, w in mine if c is not None]
+                pauses = [ch.pause_after_s for ch, _, _ in kept]
+                if pauses:
+                    pauses[-1] = 0.0
+                audio = join_chunks([w for _, _, w in kept], pauses, SAMPLE_RATE)
+                audio, loudness = match_loudness(audio, options.loudness_lufs, SAMPLE_RATE)
+                info = [{"index": ch.index, "text": ch.text, "frames": len(c),
+                         "max_frames": ch.max_frames, "seed": seed + ch.index,
+                         "capped": bool(len(c) >= ch.max_frames)} for ch, c, _ in kept]
+                results.append(Speech(audio=audio, sample_rate=SAMPLE_RATE, seed=seed,
+                                      chunks=info, compute_s=0.0, loudness_lufs=loudness,
+                                      cancelled=cancelled, codes=[c for _, c, _ in kept]))
+            compute = time.perf_counter() - started
+        audio_s = sum(r.duration_s for r in results)
+        for r in results:
+            # one batch made them all: share the compute time by audio length
+            r.compute_s = compute * (r.duration_s / audio_s) if audio_s > 0 else compute
+        emitter.metric({"synth/rtf": round(audio_s / compute, 4) if compute > 0 else 0.0,
+                        "synth/audio_s": round(audio_s, 3),
+                        "synth/compute_s": round(compute, 3)})
+        return results
+
+    def speak_to_file(self, text: str, out: str | Path, options: SpeakOptions | None = None,
+                      fmt: str | None = None, on_event: EventCallback | Emitter | None = None,
+                      cancel: threading.Event | None = None) -> dict[str, Any]:
+        """Render `text` into `out` (WAV/FLAC/OGG); returns a JSON-able summary."""
+        emitter = as_emitter(on_event)
+        fmt = audio_format(str(out), fmt)
+        speech = self.speak(text, options, emitter, cancel)
+        path = write_audio(out, speech.audio, fmt, speech.sample_rate)
+        emitter.artifact(str(path), role="speech")
+        return {
+            "path": str(path), "format": fmt, "sample_rate": speech.sample_rate,
+            "duration_s": round(speech.duration_s, 3), "compute_s": round(speech.compute_s, 3),
+            "rtf": round(speech.rtf, 3), "seed": speech.seed, "chunks": speech.chunks,
+            "loudness_lufs": (None if speech.loudness_lufs is None
+                              else round(speech.loudness_lufs, 2)),
+            "cancelled": speech.cancelled, "voice": self.source.to_dict(),
+        }

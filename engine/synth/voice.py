@@ -1,0 +1,392 @@
+"""Which voice to speak with: resolve what the user named, then load it.
+
+Three kinds of voice:
+- ``custom_voice``: an exported model folder in the official format (a
+  speaker row in the codec embedding);
+- ``checkpoint``: a training run's checkpoint, built in memory from the base
+  model plus the checkpoint's trained weights (no export step), speaking with
+  the voice's x-vector in the speaker slot, exactly as training saw it;
+- ``zero_shot``: a base model plus a reference clip (x-vector only), the
+  preview of the voice before any training.
+
+Resolution is pure path logic (no torch) so errors come fast and clear.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, ModelError, WorkspaceError
+
+CHECKPOINT_PREFIX = "checkpoint_step_"
+_CKPT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
+# How many prepared clips feed the voice's x-vector (their mean); more adds
+# little once the speaker is well sampled.
+XVECTOR_CLIPS = 16
+
+
+@dataclass(frozen=True)
+class VoiceSource:
+    """A resolved voice, not loaded yet."""
+
+    kind: str  # "custom_voice" | "checkpoint" | "zero_shot"
+    model_dir: Path  # what to load: the export, or the base model
+    label: str  # short human name ("step 200", "zero-shot", export name)
+    checkpoint: Path | None = None
+    reference: Path | None = None
+    speaker: str | None = None
+    voice_dir: Path | None = None
+    run_dir: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "model": str(self.model_dir), "label": self.label,
+                "checkpoint": str(self.checkpoint) if self.checkpoint else None,
+                "reference": str(self.reference) if self.reference else None,
+                "speaker": self.speaker,
+                "voice": str(self.voice_dir) if self.voice_dir else None}
+
+
+# -- checkpoints of a run --------------------------------------------------------------------
+
+def checkpoint_step(path: Path) -> int | None:
+    m = _CKPT.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+def list_run_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (a folder without COMPLETE is torn)."""
+    if not run_dir.is_dir():
+        return []
+    found = [p for p in run_dir.iterdir()
+             if p.is_dir() and checkpoint_step(p) is not None and (p / "COMPLETE").exists()]
+    return sorted(found, key=lambda p: checkpoint_step(p) or 0)
+
+
+def _is_run_dir(path: Path) -> bool:
+    return path.is_dir() and any(checkpoint_step(p) is not None for p in path.iterdir())
+
+
+def _latest_run(voice_dir: Path) -> Path | None:
+    runs = voice_dir / "runs"
+    if not runs.is_dir():
+        return None
+    candidates = [r for r in runs.iterdir() if r.is_dir() and list_run_checkpoints(r)]
+    return max(candidates, key=lambda r: list_run_checkpoints(r)[-1].stat().st_mtime,
+               default=None)
+
+
+def pick_checkpoint(run_dir: Path, which: str | None) -> Path:
+    """A checkpoint of `run_dir` by name, step number, path, or "latest"/None."""
+    found = list_run_checkpoints(run_dir)
+    if not found:
+        raise WorkspaceError(f"The run {run_dir} has no complete checkpoint yet.",
+                             "Train longer (a checkpoint is written every few hundred steps).")
+    if which in (None, "", "latest"):
+        return found[-1]
+    text = str(which)
+    direct = Path(text).expanduser()
+    if direct.is_dir() and checkpoint_step(direct) is not None:
+        return direct
+    for ckpt in found:
+        if ckpt.name == text or (text.isdigit() and checkpoint_step(ckpt) == int(text)):
+            return ckpt
+    steps = ", ".join(str(checkpoint_step(c)) for c in found)
+    raise InputError(f"The run {run_dir.name} has no checkpoint {text!r}.",
+                     f"Available steps: {steps} (or 'latest').")
+
+
+def run_base_model(run_dir: Path) -> str | None:
+    """The base model a run trained from, read from the resolved config saved with it."""
+    candidates = sorted(run_dir.glob("*.json"))
+    ckpts = list_run_checkpoints(run_dir)
+    if ckpts:
+        candidates.append(ckpts[-1] / "trainer.json")
+    for path in candidates:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        for holder in (data, data.get("config"), data.get("train_config")):
+            if isinstance(holder, dict):
+                model = holder.get("model")
+                if isinstance(model, dict) and model.get("base"):
+                    return str(model["base"])
+                if holder.get("base_model"):
+                    return str(holder["base_model"])
+    return None
+
+
+def _run_speaker(run_dir: Path) -> str | None:
+    for path in sorted(run_dir.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        model = data.get("model") if isinstance(data, dict) else None
+        if isinstance(model, dict) and model.get("speaker_name"):
+            return str(model["speaker_name"])
+    return None
+
+
+# -- resolution --------------------------------------------------------------------------------
+
+def _model_info(path: Path) -> Any:
+    from ..model.loading import inspect_model
+
+    return inspect_model(path)
+
+
+def _resolve_model(name: str) -> Path:
+    from ..model.loading import resolve_model
+
+    return resolve_model(name)
+
+
+def _voice_of_run(run_dir: Path) -> Path | None:
+    # <voice>/runs/<run>
+    voice = run_dir.parent.parent
+    return voice if run_dir.parent.name == "runs" and voice.is_dir() else None
+
+
+def _latest_export(voice_dir: Path) -> Path | None:
+    exports = voice_dir / "exports"
+    if not exports.is_dir():
+        return None
+    found = [p for p in exports.iterdir() if (p / "config.json").is_file()]
+    return max(found, key=lambda p: (p / "config.json").stat().st_mtime, default=None)
+
+
+def _checkpoint_source(run_dir: Path, which: str | None, base: str | None) -> VoiceSource:
+    ckpt = pick_checkpoint(run_dir, which)
+    base_name = base or run_base_model(run_dir)
+    if not base_name:
+        raise WorkspaceError(f"The run {run_dir} does not say which base model it trained.",
+                             "Give the base model with --base.")
+    model_dir = _resolve_model(base_name)
+    info = _model_info(model_dir)
+    if info.model_type != "base":
+        raise ModelError(f"{model_dir} is not a base model, so it cannot host the checkpoint.",
+                         "Give the run's base model with --base.")
+    step = checkpoint_step(ckpt)
+    return VoiceSource(kind="checkpoint", model_dir=model_dir, label=f"step {step}",
+                       checkpoint=ckpt, voice_dir=_voice_of_run(run_dir), run_dir=run_dir,
+                       speaker=_run_speaker(run_dir))
+
+
+def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = None,
+                   reference: str | os.PathLike[str] | None = None, speaker: str | None = None,
+                   base: str | None = None) -> VoiceSource:
+    """Turn MODEL_OR_VOICE (+ options) into a `VoiceSource`, or say clearly why not."""
+    text = str(target).strip()
+    if not text:
+        raise InputError("No voice or model was given.",
+                         "Give a voice folder, a run folder, an exported model or a base model.")
+    path = Path(text).expanduser()
+    ref = Path(reference).expanduser() if reference else None
+    if ref is not None and not ref.is_file():
+        raise InputError(f"The reference clip {ref} does not exist.",
+                         "Give a WAV/FLAC file of the speaker (5-15 seconds works well).")
+
+    if ref is not None:
+        # zero-shot: a base model, named directly or through a voice/run
+        if path.is_dir() and not (path / "config.json").is_file():
+            run = path if _is_run_dir(path) else _latest_run(path)
+            base_name = base or (run_base_model(run) if run else None)
+            if not base_name:
+                raise InputError(f"{path} is not a model folder, and no base model is known "
+                                 "for it.", "Give the base model with --base.")
+            model_dir = _resolve_model(base_name)
+        else:
+            model_dir = _resolve_model(text)
+        info = _model_info(model_dir)
+        if info.model_type != "base":
+            raise ModelError(f"{model_dir.name} is a {info.model_type} model; a zero-shot "
+                             "preview needs a base model.",
+                             "Give a base model such as Qwen/Qwen3-TTS-12Hz-1.7B-Base.")
+        return VoiceSource(kind="zero_shot", model_dir=model_dir, label="zero-shot",
+                           reference=ref)
+
+    if path.is_dir() and checkpoint_step(path) is not None:
+        return _checkpoint_source(path.parent, str(path), base)
+    if path.is_dir() and _is_run_dir(path):
+        return _checkpoint_source(path, checkpoint, base)
+    if path.is_dir() and (path / "config.json").is_file():
+        if checkpoint:
+            raise InputError(f"{path} is a model folder; --checkpoint needs a run or voice "
+                             "folder.", "Pass the run folder (<voice>/runs/<run>) instead.")
+        info = _model_info(path)
+        return _custom_voice_source(path, info, speaker)
+    if path.is_dir() and ((path / "voice.toml").is_file() or (path / "runs").is_dir()
+                          or (path / "exports").is_dir()):
+        if checkpoint:
+            ckpt_path = Path(checkpoint).expanduser()
+            if ckpt_path.is_dir() and checkpoint_step(ckpt_path) is not None:
+                return _checkpoint_source(ckpt_path.parent, str(ckpt_path), base)
+            run = _latest_run(path)
+            if run is None:
+                raise WorkspaceError(f"The voice {path.name} has no training run with a "
+                                     "checkpoint.", "Train the voice first.")
+            return _checkpoint_source(run, checkpoint, base)
+        export = _latest_export(path)
+        if export is not None:
+            return _custom_voice_source(export, _model_info(export), speaker, voice_dir=path)
+        run = _latest_run(path)
+        if run is not None:
+            return _checkpoint_source(run, None, base)
+        raise WorkspaceError(f"The voice {path.name} has no trained model yet.",
+                             "Train it first, or give --reference CLIP with a base model "
+                             "for a zero-shot preview.")
+    if path.is_dir():
+        raise ModelError(f"{path} is not a model, voice, run or checkpoint folder.",
+                         "Point to an exported model (with config.json), a voice folder, "
+                         "or a run folder under <voice>/runs/.")
+    if path.exists():
+        raise ModelError(f"{path} is a file, not a model or voice folder.",
+                         "Point to the folder that holds config.json.")
+    model_dir = _resolve_model(text)  # a hub id, or a clear "does not exist"
+    return _custom_voice_source(model_dir, _model_info(model_dir), speaker)
+
+
+def _custom_voice_source(path: Path, info: Any, speaker: str | None,
+                         voice_dir: Path | None = None) -> VoiceSource:
+    if info.model_type == "base":
+        raise ModelError(f"{path.name} is a base model with no trained voice in it.",
+                         "Give --reference CLIP for a zero-shot preview, or speak with an "
+                         "exported voice or a run.")
+    if info.model_type != "custom_voice":
+        raise ModelError(f"{path.name} is a {info.model_type} model, which Voxshard does not "
+                         "speak with.", "Use an exported custom voice or a base model.")
+    speakers = [s.lower() for s in info.speakers]
+    if not speakers:
+        raise ModelError(f"{path.name} has no speakers in its config.",
+                         "Export the voice again.")
+    name = (speaker or speakers[0]).lower()
+    if name not in speakers:
+        raise InputError(f"{path.name} has no speaker {speaker!r}.",
+                         f"Its speakers: {', '.join(speakers)}.")
+    return VoiceSource(kind="custom_voice", model_dir=path, label=path.name, speaker=name,
+                       voice_dir=voice_dir)
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+def load_checkpoint_weights(model: Any, checkpoint: Path) -> list[str]:
+    """Copy a run checkpoint's trained weights into `model` (official module tree).
+
+    The checkpoint is a `torch.distributed.checkpoint` folder whose "model"
+    entries use the official names ("talker.model.layers.0..."); frozen
+    weights are not in it and stay as loaded from the base model. Works in a
+    single process: DCP reads every shard when no process group exists.
+    Returns the names of the tensors it replaced.
+    """
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    reader = dcp.FileSystemReader(str(checkpoint))
+    try:
+        metadata = reader.read_metadata()
+    except Exception as exc:  # any unreadable metadata means a damaged folder
+        raise ModelError(f"The checkpoint {checkpoint} cannot be read ({type(exc).__name__}).",
+                         "It may be damaged; pick another checkpoint of the run.") from exc
+    params = dict(model.named_parameters())
+    wanted: dict[str, torch.Tensor] = {}
+    for key, meta in metadata.state_dict_metadata.items():
+        if not key.startswith("model."):
+            continue
+        name = key[len("model."):]
+        if name not in params:
+            raise ModelError(f"The checkpoint {checkpoint.name} holds {name}, which the base "
+                             "model does not have.",
+                             "Speak with the base model this run was trained from (--base).")
+        size = getattr(meta, "size", None)
+        if size is not None and tuple(size) != tuple(params[name].shape):
+            raise ModelError(f"The checkpoint {checkpoint.name} does not fit this base model "
+                             f"({name} is {tuple(size)}, the model has "
+                             f"{tuple(params[name].shape)}).",
+                             "Speak with the base model this run was trained from (--base).")
+        dtype = getattr(getattr(meta, "properties", None), "dtype", torch.float32)
+        wanted[name] = torch.empty(tuple(size), dtype=dtype)
+    if not wanted:
+        raise ModelError(f"The checkpoint {checkpoint} has no model weights.",
+                         "Pick another checkpoint of the run.")
+    with warnings.catch_warnings():
+        # "assuming the intent is to load in a single process" is exactly our intent
+        warnings.simplefilter("ignore")
+        dcp.load({"model": wanted}, storage_reader=reader)
+    with torch.no_grad():
+        for name, tensor in wanted.items():
+            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+    return sorted(wanted)
+
+
+def reference_x_vector(model: Any, clip: Path) -> Any:
+    """Speaker-encoder x-vector of one clip (24 kHz mono), as the official clone prompt."""
+    import numpy as np
+
+    from ..audio.io import read_mono
+
+    audio = read_mono(clip, 24000)
+    if audio.size < 24000 // 2:
+        raise InputError(f"The reference clip {clip.name} is shorter than half a second.",
+                         "Use 5-15 seconds of the speaker talking.")
+    return model.extract_speaker_embedding(np.ascontiguousarray(audio, dtype=np.float32), 24000)
+
+
+def voice_x_vector(model: Any, voice_dir: Path) -> Any:
+    """The voice's x-vector: the mean over its usable prepared clips (longest first).
+
+    Training puts the voice's x-vector in the speaker slot; when the data
+    module saved it we use that exact vector, otherwise we compute it the same
+    way from the prepared clips.
+    """
+    import torch
+
+    saved = voice_dir / "prepared" / "x_vector.pt"
+    if saved.is_file():
+        return torch.load(saved, map_location="cpu", weights_only=True)
+    manifest = voice_dir / "prepared" / "manifest.jsonl"
+    if not manifest.is_file():
+        raise WorkspaceError(f"The voice {voice_dir.name} has no prepared clips, so its speaker "
+                             "vector cannot be computed.",
+                             "Run `voxshard-engine voice prepare` on it first.")
+    clips = []
+    for line in manifest.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if row.get("usable", True):
+                clips.append(row)
+    if not clips:
+        raise WorkspaceError(f"The voice {voice_dir.name} has no usable prepared clip.",
+                             "Record or import more audio and prepare again.")
+    clips.sort(key=lambda r: -float(r.get("duration_s", 0)))
+    vectors = [reference_x_vector(model, voice_dir / row["path"])
+               for row in clips[:XVECTOR_CLIPS]]
+    return torch.stack([v.float() for v in vectors]).mean(0)
+
+
+def first_clip(voice_dir: Path) -> Path | None:
+    """The voice's longest usable prepared clip: the default zero-shot reference."""
+    manifest = voice_dir / "prepared" / "manifest.jsonl"
+    if not manifest.is_file():
+        return None
+    best: tuple[float, Path] | None = None
+    for line in manifest.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if not row.get("usable", True):
+            continue
+        dur = float(row.get("duration_s", 0))
+        if best is None or dur > best[0]:
+            best = (dur, voice_dir / row["path"])
+    return best[1] if best else None
