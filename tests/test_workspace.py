@@ -1,0 +1,195 @@
+"""The voice workspace on disk: create/open, takes, atomic writes, prompts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from engine.atomic import write_json
+from engine.errors import AudioError, InputError, WorkspaceError
+from engine.prompts import (
+    list_prompt_sets,
+    next_prompt,
+    next_prompts,
+    parse_prompt_set,
+    prompt_progress,
+)
+from engine.workspace import create_voice, open_voice, safe_speaker_name
+
+
+def test_create_and_open_voice_layout(tmp_path: Path) -> None:
+    voice = create_voice(tmp_path / "v", "Zoë O'Brien", "English")
+    for sub in ("takes", "prepared", "runs", "exports", "renders"):
+        assert (voice.path / sub).is_dir()
+    cfg = tomllib.loads((voice.path / "voice.toml").read_text(encoding="utf-8"))
+    assert cfg["voice"]["speaker"] == "zoe_o_brien"
+    assert cfg["voice"]["display_name"] == "Zoë O'Brien"
+    assert cfg["voice"]["language"] == "english"
+    assert cfg["prepare"]["max_clip_s"] == 15.0
+    again = open_voice(voice.path)
+    assert (again.speaker, again.language) == ("zoe_o_brien", "english")
+    again.rename("Zoe Two")
+    again.update_settings(target_lufs=-21.5)
+    third = open_voice(voice.path)
+    assert third.speaker == "zoe_two" and third.prepare_settings["target_lufs"] == -21.5
+    with pytest.raises(InputError):
+        third.update_settings(bogus=1)
+
+
+def test_speaker_names() -> None:
+    assert safe_speaker_name("  Anna-Lena Müller ") == "anna_lena_muller"
+    with pytest.raises(InputError):
+        safe_speaker_name("🎤🎤")
+
+
+def test_create_refuses_existing_and_open_explains(tmp_path: Path) -> None:
+    create_voice(tmp_path / "v", "a")
+    with pytest.raises(WorkspaceError, match="already a voice"):
+        create_voice(tmp_path / "v", "a")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(WorkspaceError, match="not empty"):
+        create_voice(tmp_path / "full", "a")
+    with pytest.raises(WorkspaceError, match="no voice"):
+        open_voice(tmp_path / "missing")
+    with pytest.raises(WorkspaceError, match="not a voice folder"):
+        open_voice(tmp_path / "full")
+    (tmp_path / "v" / "voice.toml").write_text("[voice\nspeaker = ", encoding="utf-8")
+    with pytest.raises(WorkspaceError, match="damaged"):
+        open_voice(tmp_path / "v")
+    (tmp_path / "v" / "voice.toml").write_text("[voice]\nlanguage = 'x'\n", encoding="utf-8")
+    with pytest.raises(WorkspaceError, match="speaker"):
+        open_voice(tmp_path / "v")
+
+
+def test_recorded_take_roundtrip(tmp_path: Path) -> None:
+    voice = create_voice(tmp_path / "v", "a")
+    rng = np.random.default_rng(0)
+    pcm = (rng.normal(0, 3000, 48000)).astype(np.int16)
+    take = voice.add_take(pcm, "  Hello   there.\n", sample_rate=48000, prompt_id="ev-001")
+    assert take.id == "0001" and take.audio_path.suffix == ".wav"
+    data, sr = sf.read(take.audio_path, dtype="int16")
+    assert sr == 48000 and np.array_equal(data, pcm)  # saved exactly as recorded
+    meta = json.loads(take.meta_path.read_text(encoding="utf-8"))
+    assert meta["text"] == "Hello there." and meta["prompt_id"] == "ev-001"
+    assert meta["sha256"] == hashlib.sha256(take.audio_path.read_bytes()).hexdigest()
+    assert meta["duration_s"] == pytest.approx(1.0)
+    f32 = voice.add_take(np.zeros((2400, 2), np.float32), "two", sample_rate=24000)
+    assert f32.id == "0002" and f32.channels == 2
+    assert [t.id for t in voice.list_takes()] == ["0001", "0002"]
+    with pytest.raises(InputError):
+        voice.add_take(np.zeros(10, np.float32), "x")  # no sample rate
+    with pytest.raises(InputError):
+        voice.add_take(np.zeros(0, np.float32), "x", sample_rate=16000)
+
+
+def test_imported_take_bytes_untouched(tmp_path: Path,
+                                       piper_sentences: list[dict[str, Any]]) -> None:
+    voice = create_voice(tmp_path / "v", "a")
+    src = tmp_path / "clip.flac"
+    audio, sr = sf.read(piper_sentences[0]["path"])
+    sf.write(src, audio, sr)
+    take = voice.add_take(src, "text")
+    assert take.audio_path.suffix == ".flac" and take.id == "0001-clip"
+    assert take.audio_path.read_bytes() == src.read_bytes()
+    assert take.origin == "imported" and take.source == str(src)
+    bad = tmp_path / "bad.wav"
+    bad.write_text("not audio")
+    with pytest.raises(AudioError, match=r"bad\.wav is not a readable audio file"):
+        voice.add_take(bad, "x")
+    # a refused file leaves nothing behind
+    assert sorted(p.name for p in voice.takes_dir.iterdir()) == ["0001-clip.flac",
+                                                                 "0001-clip.json"]
+
+
+def test_take_exists_only_once_its_json_is_written(tmp_path: Path) -> None:
+    voice = create_voice(tmp_path / "v", "a")
+    voice.add_take(np.zeros(2400, np.float32), "one", sample_rate=24000)
+    # a crash between audio and metadata leaves an orphan audio file: not a take
+    sf.write(voice.takes_dir / "0002.wav", np.zeros(100), 24000)
+    assert [t.id for t in voice.list_takes()] == ["0001"]
+    # and the next id skips it rather than overwriting it
+    nxt = voice.add_take(np.zeros(2400, np.float32), "three", sample_rate=24000)
+    assert nxt.id == "0003"
+    # a damaged sidecar is reported, not fatal
+    (voice.takes_dir / "0003.json").write_text("{broken", encoding="utf-8")
+    assert [t.id for t in voice.list_takes()] == ["0001"]
+    assert voice.problems()[0]["code"] == "damaged_metadata"
+    (voice.takes_dir / "0001.wav").unlink()
+    assert {p["code"] for p in voice.problems()} == {"damaged_metadata", "missing_audio"}
+
+
+def test_delete_and_find_and_retext(tmp_path: Path) -> None:
+    voice = create_voice(tmp_path / "v", "a")
+    for i in range(3):
+        voice.add_take(np.zeros(2400, np.float32), f"take {i}", sample_rate=24000)
+    assert voice.find_take("2").id == "0002"
+    fixed = voice.set_take_text("0002", "corrected")
+    assert fixed.text == "corrected"
+    voice.delete_take("0002")
+    assert [t.id for t in voice.list_takes()] == ["0001", "0003"]
+    assert not (voice.takes_dir / "0002.wav").exists()
+    with pytest.raises(InputError, match="no take"):
+        voice.delete_take("0002")
+    summary = voice.summary()
+    assert summary["takes"] == 2
+    assert summary["minutes_recorded"] == pytest.approx(0.2 / 60, abs=1e-3)
+    assert summary["prepared"] is None
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path) -> None:
+    voice = create_voice(tmp_path / "v", "a")
+    before = voice.voice_file.read_bytes()
+    # a value TOML cannot hold fails while the text is built: the file is untouched
+    voice.config["voice"]["bad"] = float("nan")
+    with pytest.raises(ValueError):
+        voice._save_config()
+    assert voice.voice_file.read_bytes() == before
+    # a failure mid-write (here: a value JSON cannot encode) leaves the old file and no temp
+    target = tmp_path / "v" / "x.json"
+    write_json(target, {"a": 1})
+
+    class Boom:
+        def __str__(self) -> str:
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        write_json(target, {"a": Boom()})
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert sorted(os.listdir(tmp_path / "v")) == ["exports", "prepared", "renders", "runs",
+                                                  "takes", "voice.toml", "x.json"]
+
+
+def test_prompt_sets_and_next_prompt(tmp_path: Path) -> None:
+    sets = list_prompt_sets()
+    english = next(s for s in sets if s.name == "english")
+    assert len(english) >= 300 and len(english.groups) >= 8
+    assert len({p.id for p in english.prompts}) == len(english)
+    assert len({p.text for p in english.prompts}) == len(english)
+    for p in english.prompts:
+        assert 5 <= len(p.text.split()) <= 20, p
+    voice = create_voice(tmp_path / "v", "a")
+    first = next_prompt(voice)
+    assert first is not None and first.id == english.prompts[0].id
+    voice.add_take(np.zeros(2400, np.float32), first.text, sample_rate=24000,
+                   prompt_id=first.id)
+    assert next_prompts(voice, 2)[0].id == english.prompts[1].id
+    progress = prompt_progress(voice)
+    assert progress["recorded"] == 1 and progress["remaining"] == len(english) - 1
+
+
+def test_prompt_format_errors() -> None:
+    ps = parse_prompt_set("@name t\n[g]\na-1 | One two three four five.\n", "x")
+    assert ps.name == "t" and ps.prompts[0].group == "g" and ps.prompts[0].set_name == "t"
+    with pytest.raises(InputError, match="line 2"):
+        parse_prompt_set("a-1 | ok sentence here\nno separator\n", "x")
+    with pytest.raises(InputError, match="repeats"):
+        parse_prompt_set("a | one\na | two\n", "x")
