@@ -301,5 +301,45 @@ def report_checkpoint(path: Path, metrics: dict[str, Any]) -> None:
 
 
 def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> TrainParts:
-    """The product builder: train-core's objective, dataset and parallelize."""
-    raise NotImplementedError("wired up once train-core's objective/dataset land")
+    """The product builder: train-core's objective, `parallelize` and dataset.
+
+    The objective is built on the meta device, sharded, and only then filled
+    with the base weights, so no rank ever holds the whole model.
+    """
+    import torch
+
+    from ..data.dataset import VoiceData
+    from .objective import batch_to_device, build_objective, load_base_weights
+    from .parallelize import make_mesh, parallelize, set_gradient_sync
+
+    model_dir = Path(loop_config["model_dir"])
+    voice_dir = Path(loop_config["voice_dir"])
+    if cfg.parallel.use_gpu and torch.cuda.is_available():
+        import ray.train
+
+        device = ray.train.torch.get_device()
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    objective = build_objective(model_dir, cfg.model, device="meta")
+    parallelize(objective, make_mesh(device), cfg.parallel, device)
+    load_base_weights(objective, model_dir, device)
+    data = VoiceData.open(voice_dir, model_dir, cfg.data)
+
+    def step_batches(epoch: int, position: int) -> list[Any]:
+        return list(data.rank_batches(epoch, position, rank=rank, world=world))
+
+    def forward(model: Any, batch: Any) -> dict[str, Any]:
+        return model(batch_to_device(batch, device))
+
+    def val_batches() -> list[Any]:
+        return list(data.val_batches(rank=rank, world=world))
+
+    return TrainParts(
+        model=objective, device=device, steps_per_epoch=int(data.steps_per_epoch()),
+        step_batches=step_batches, forward=forward,
+        subtalker_weight=cfg.model.subtalker_weight,
+        val_batches=val_batches if cfg.run.val_every > 0 else None,
+        set_grad_sync=lambda enabled: set_gradient_sync(objective, enabled),
+        info={"base": str(model_dir), "speaker": cfg.model.speaker_name},
+    )

@@ -1,0 +1,130 @@
+"""CLI: train, plan and export.
+
+    voxshard-engine train VOICE --base MODEL [--workers N] [--steps N | --epochs N]
+                          [--lr LR] [--address ADDR] [--resume] [--dry-run] [--json]
+    voxshard-engine plan VOICE --base MODEL [--workers N]
+    voxshard-engine export VOICE [--run RUN] [--step STEP] OUT_DIR
+
+Thin layers over `engine.train.api`; nothing here imports torch or ray at
+module level, so `voxshard-engine --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..events import Emitter
+from .main import add_command
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, not {value}")
+    return value
+
+
+def _add_shape_options(p: argparse.ArgumentParser) -> None:
+    """Options that change the memory plan; shared by train and plan."""
+    p.add_argument("voice", help="voice folder (prepared)")
+    p.add_argument("--base", required=True,
+                   help="base model: a folder or a hub id such as Qwen/Qwen3-TTS-12Hz-1.7B-Base")
+    p.add_argument("--workers", type=_positive_int, default=None,
+                   help="Ray Train workers: one per GPU (default: every GPU), or CPU workers")
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even if GPUs exist")
+    p.add_argument("--batch-size", type=_positive_int, default=None,
+                   help="clips per micro-step over all workers (default: by data volume)")
+    p.add_argument("--grad-accum", type=_positive_int, default=None,
+                   help="micro-steps per optimizer step")
+    p.add_argument("--activation-checkpointing", action="store_true", default=None,
+                   help="recompute layer activations in backward (less memory, slower)")
+    p.add_argument("--cpu-offload", action="store_true", default=None,
+                   help="keep sharded weights and optimizer state in host memory (GPU only)")
+    p.add_argument("--address", default=None,
+                   help="an existing Ray cluster (host:port); default: a private local one")
+
+
+def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "workers": args.workers,
+        "batch_size": args.batch_size,
+        "grad_accum": args.grad_accum,
+        "activation_checkpointing": args.activation_checkpointing,
+        "cpu_offload": args.cpu_offload,
+        "use_gpu": False if args.cpu else None,
+        "address": args.address,
+    }
+
+
+def _train(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    from ..train.api import cancelled_error, train
+
+    result = train(args.voice, args.base, steps=args.steps, epochs=args.epochs, lr=args.lr,
+                   checkpoint_every=args.checkpoint_every, val_every=args.val_every,
+                   keep_checkpoints=args.keep, resume=args.resume, run=args.run,
+                   dry_run=args.dry_run, max_failures=args.max_failures,
+                   verbose=args.verbose, on_event=em, **_common_kwargs(args))
+    if result.get("stopped"):
+        # a cancel is not a failure, but the run did not finish: exit code 130
+        raise cancelled_error(result)
+    return result
+
+
+def _plan(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    from ..train.api import train
+
+    return train(args.voice, args.base, dry_run=True, on_event=em, **_common_kwargs(args))
+
+
+def _export(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    from ..train.api import export
+
+    return export(args.voice, Path(args.out_dir), run=args.run, step=args.step,
+                  name=args.name, on_event=em)
+
+
+def register(sub: Any) -> None:
+    p = add_command(sub, "train", _train,
+                    "Fine-tune a Qwen3-TTS Base model on a prepared voice (FSDP on Ray).")
+    _add_shape_options(p)
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=_positive_int, default=None, help="optimizer steps")
+    length.add_argument("--epochs", type=_positive_float, default=None,
+                        help="passes over the training clips (default: by data volume)")
+    p.add_argument("--lr", type=_positive_float, default=None,
+                   help="peak learning rate (default: 2e-6 for 1.7B, 4e-6 for 0.6B)")
+    p.add_argument("--checkpoint-every", type=_positive_int, default=None,
+                   help="optimizer steps between checkpoints")
+    p.add_argument("--val-every", type=int, default=None,
+                   help="optimizer steps between validation losses (0: never)")
+    p.add_argument("--keep", type=int, default=None, help="checkpoints to keep (>= 2)")
+    p.add_argument("--run", default=None, help="run name under VOICE/runs/ (default: a timestamp)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the latest run (or --run NAME) from its last checkpoint")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check everything and print the memory plan; start nothing")
+    p.add_argument("--max-failures", type=int, default=2,
+                   help="worker-group restarts from the last checkpoint before giving up")
+    p.add_argument("--verbose", action="store_true", help="forward Ray's own logs")
+
+    p = add_command(sub, "plan", _plan,
+                    "Predict memory per GPU (or CPU worker) for a training run; start nothing.")
+    _add_shape_options(p)
+
+    p = add_command(sub, "export", _export,
+                    "Write a trained checkpoint as an official custom-voice model folder.")
+    p.add_argument("voice", help="voice folder")
+    p.add_argument("out_dir", help="folder to create (must not exist or be empty)")
+    p.add_argument("--run", default=None, help="run name (default: the latest run)")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    p.add_argument("--name", default=None,
+                   help="speaker name the model answers to (default: the voice's speaker)")

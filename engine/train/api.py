@@ -1,0 +1,388 @@
+"""`train(voice, base, ...)`: the Python API behind `voxshard-engine train` and the GUI.
+
+Order of work, so that a bad configuration fails in a second and not after
+a minute of cluster start-up: resolve the voice and the base model, check
+the data, resolve the config (presets by data volume, then the caller's
+overrides), predict memory, and only then start Ray and the run.
+
+Cancel is cooperative: setting `stop` (a `threading.Event`), Ctrl-C or
+SIGTERM (which the CLI turns into KeyboardInterrupt) asks the workers to
+finish their step, write a checkpoint and return; then the local cluster is
+shut down and every process it started is reaped. A second interrupt stops
+waiting and shuts everything down at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import Cancelled, InputError, ModelError, TrainingError
+from ..events import Emitter, EventCallback, as_emitter
+from .config import TrainConfig
+
+#: fewer usable clips than this cannot be split into train + validation batches
+MIN_CLIPS = 4
+#: less audio than this (seconds) cannot teach a voice anything
+MIN_SECONDS = 10.0
+#: below this many minutes the result is usually poor (facts: 10-30 min advised)
+ADVISED_MINUTES = 10.0
+
+
+@dataclass
+class DataSummary:
+    clips: int
+    seconds: float
+
+    @property
+    def minutes(self) -> float:
+        return self.seconds / 60.0
+
+
+def data_summary(voice_dir: Path) -> DataSummary:
+    """Usable clips and their total duration, from prepared/manifest.jsonl."""
+    manifest = voice_dir / "prepared" / "manifest.jsonl"
+    if not manifest.exists():
+        raise InputError(f"{voice_dir.name} has no prepared clips.",
+                         f"Run `voxshard-engine prepare {voice_dir}` first.")
+    clips, seconds = 0, 0.0
+    for line in manifest.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            if rec.get("usable", True):
+                clips += 1
+                seconds += float(rec.get("duration_s", 0.0))
+    return DataSummary(clips, seconds)
+
+
+def preset(minutes: float, talker_hidden: int) -> dict[str, dict[str, Any]]:
+    """Defaults by data volume and model size (then the caller's overrides win).
+
+    Little data: more passes, smaller batches, frequent checkpoints; lots of
+    data: fewer passes over bigger batches. The learning rate follows model
+    size: 2e-6 is the community's advice for 1.7B (2e-5, the upstream default,
+    often yields noise or no end-of-speech); the 0.6B model tolerates a bit
+    more; the tiny test model needs a real step size to show learning at all.
+    """
+    if minutes < ADVISED_MINUTES:
+        d = {"run": {"epochs": 20.0, "checkpoint_every": 50, "val_every": 25},
+             "data": {"batch_size": 4}}
+    elif minutes < 30:
+        d = {"run": {"epochs": 10.0, "checkpoint_every": 100, "val_every": 50},
+             "data": {"batch_size": 8}}
+    else:
+        d = {"run": {"epochs": 5.0, "checkpoint_every": 200, "val_every": 100},
+             "data": {"batch_size": 16}}
+    if talker_hidden >= 2048:
+        lr, warmup = 2e-6, 20
+    elif talker_hidden >= 1024:
+        lr, warmup = 4e-6, 20
+    else:
+        lr, warmup = 1e-3, 2
+    d["optim"] = {"lr": lr, "warmup_steps": warmup}
+    return d
+
+
+def resolve_config(voice_dir: Path, model_dir: Path, talker_hidden: int,
+                   summary: DataSummary, overrides: dict[str, dict[str, Any]],
+                   speaker: str) -> TrainConfig:
+    """Preset, then overrides; batch size made legal for the worker count."""
+    base = TrainConfig().to_dict()
+    for layer in (preset(summary.minutes, talker_hidden), overrides):
+        for section, values in layer.items():
+            base[section].update({k: v for k, v in values.items() if v is not None})
+    base["model"]["base"] = str(model_dir)
+    base["model"]["speaker_name"] = speaker
+    workers = int(base["parallel"]["workers"])
+    if "batch_size" not in overrides.get("data", {}):
+        # every worker needs a clip per micro-step; no more than the data holds
+        base["data"]["batch_size"] = max(workers, min(base["data"]["batch_size"],
+                                                      summary.clips - 1))
+    try:
+        return TrainConfig.from_dict(base)
+    except ValueError as exc:
+        raise InputError(f"Bad training setting: {exc}.") from exc
+
+
+def _new_run_name() -> str:
+    return datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S")
+
+
+def find_run(runs_dir: Path, name: str | None) -> Path | None:
+    """The named run, or the most recently modified one."""
+    if name:
+        p = runs_dir / name
+        return p if p.is_dir() else None
+    runs = [p for p in runs_dir.iterdir() if p.is_dir()] if runs_dir.is_dir() else []
+    return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
+
+
+def detect_gpus(address: str | None) -> int:
+    """GPUs training could use, without starting CUDA in this process."""
+    if address is not None:
+        return -1  # decided by the cluster's resources once connected
+    from .plan import gpu_free_memory
+
+    return len(gpu_free_memory())
+
+
+def train(voice: str | Path, base: str, *, workers: int | None = None,
+          steps: int | None = None, epochs: float | None = None, lr: float | None = None,
+          batch_size: int | None = None, grad_accum: int | None = None,
+          checkpoint_every: int | None = None, val_every: int | None = None,
+          keep_checkpoints: int | None = None, activation_checkpointing: bool | None = None,
+          cpu_offload: bool | None = None, use_gpu: bool | None = None,
+          address: str | None = None, resume: bool = False, run: str | None = None,
+          dry_run: bool = False, max_failures: int = 2, verbose: bool = False,
+          builder: str | None = None, seed: int | None = None,
+          on_event: EventCallback | Emitter | None = None,
+          stop: threading.Event | None = None) -> dict[str, Any]:
+    """Fine-tune `base` on a prepared voice; returns a summary dict (the CLI's result)."""
+    from ..model.loading import inspect_model, resolve_model
+    from ..workspace import open_voice
+
+    emitter = as_emitter(on_event)
+    v = open_voice(voice)
+    model_dir = resolve_model(base, on_event=emitter)
+    info = inspect_model(model_dir)
+    if info.model_type != "base":
+        raise ModelError(f"{model_dir.name} is a {info.model_type} model; training starts from "
+                         "a Qwen3-TTS Base model.",
+                         "Use --base Qwen/Qwen3-TTS-12Hz-1.7B-Base or the 0.6B Base model.")
+    summary = data_summary(v.path)
+    if summary.clips < MIN_CLIPS or summary.seconds < MIN_SECONDS:
+        raise InputError(f"{v.display_name} has {summary.clips} usable clip(s), "
+                         f"{summary.seconds:.0f} s of audio; training needs at least "
+                         f"{MIN_CLIPS} clips and {MIN_SECONDS:.0f} s.",
+                         "Record or import more speech, then prepare again.")
+    if summary.minutes < ADVISED_MINUTES:
+        emitter.log(f"Only {summary.minutes:.1f} minutes of usable audio; 10-30 minutes "
+                    "usually give a much better voice.", level="warning")
+
+    gpus = detect_gpus(address)
+    if use_gpu is None:
+        use_gpu = gpus > 0
+    if workers is None:
+        workers = gpus if use_gpu and gpus > 0 else 2
+    if use_gpu and gpus >= 0 and workers > gpus:
+        raise InputError(f"You asked for {workers} workers but this machine has {gpus} "
+                         f"GPU{'s' if gpus != 1 else ''}.",
+                         f"Use --workers {max(1, gpus)}, or --cpu to train on the CPU.")
+    if use_gpu and gpus == 0:
+        raise InputError("No GPU was found.", "Drop the GPU option to train on the CPU.")
+
+    overrides: dict[str, dict[str, Any]] = {
+        "parallel": {"workers": workers, "use_gpu": use_gpu, "address": address,
+                     "activation_checkpointing": activation_checkpointing,
+                     "cpu_offload": cpu_offload},
+        "optim": {"lr": lr},
+        "data": {k: val for k, val in {"batch_size": batch_size,
+                                       "grad_accum": grad_accum}.items() if val is not None},
+        "run": {"steps": steps, "epochs": epochs, "checkpoint_every": checkpoint_every,
+                "val_every": val_every, "keep_checkpoints": keep_checkpoints, "seed": seed},
+    }
+    runs_dir = v.runs_dir
+    run_dir: Path
+    if resume:
+        found = find_run(runs_dir, run)
+        if found is None:
+            raise InputError(f"There is no run {run or ''} to resume in {runs_dir}.".replace(
+                "run  to", "run to"), "Start a new run without --resume.")
+        run_dir = found
+        saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+        # the saved config wins except for what the caller changed now (e.g. more steps)
+        for section, values in overrides.items():
+            saved[section].update({k: val for k, val in values.items() if val is not None})
+        cfg = TrainConfig.from_dict(saved)
+    else:
+        run_dir = runs_dir / (run or _new_run_name())
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise InputError(f"Run {run_dir.name} already exists.",
+                             "Pass --resume to continue it, or choose another --run name.")
+        cfg = resolve_config(v.path, model_dir, info.talker_hidden, summary, overrides,
+                             v.speaker)
+    cfg = cfg.replace(run={"name": run_dir.name})
+
+    from .plan import make_plan
+
+    device = "cuda" if use_gpu else "cpu"
+    plan = make_plan(model_dir, cfg, device=device, voice_dir=v.path,
+                     free=None if address is None else [])
+    emitter.log(plan.table(), level="info" if dry_run else "debug")
+    if dry_run:
+        return {"dry_run": True, "config": cfg.to_dict(), "plan": plan.to_dict(),
+                "summary": plan.table()}
+    if not plan.fits:
+        raise InputError(f"Training will not fit: it needs about {plan.total / (1 << 30):.1f} GiB "
+                         f"per {'GPU' if use_gpu else 'worker'}. {plan.advice[0]}",
+                         " ".join(plan.advice[1:]) or None)
+
+    return _run(v, model_dir, cfg, run_dir, resume, max_failures, verbose, builder,
+                emitter, stop)
+
+
+def _run(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: bool,
+         max_failures: int, verbose: bool, builder: str | None, emitter: Emitter,
+         stop: threading.Event | None) -> dict[str, Any]:
+    from ..atomic import write_json
+    from ..cluster import connect
+    from .launch import Launch, LaunchSpec
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / "config.json", cfg.to_dict())
+    t0 = time.time()
+    cluster = connect(cfg.parallel.address,
+                      num_cpus=_local_cpus(cfg) if cfg.parallel.address is None else None,
+                      verbose=verbose, on_event=emitter)
+    interrupted = False
+    try:
+        if cfg.parallel.use_gpu and cluster.num_gpus < cfg.parallel.workers:
+            raise InputError(f"You asked for {cfg.parallel.workers} workers but the cluster has "
+                             f"{cluster.num_gpus:g} GPUs.",
+                             f"Use --workers {int(cluster.num_gpus) or 1}.")
+        total_steps = _total_steps(cfg, voice.path, model_dir, emitter)
+        spec = LaunchSpec(config=cfg.to_dict(), run_dir=run_dir, total_steps=total_steps,
+                          workers=cfg.parallel.workers, use_gpu=bool(cfg.parallel.use_gpu),
+                          cpus_per_worker=cfg.parallel.cpu_threads_per_worker,
+                          max_failures=max_failures, resume=resume, builder=builder,
+                          extra={"voice_dir": str(voice.path), "model_dir": str(model_dir)})
+        emitter.state("training", detail=f"{run_dir.name}: {total_steps} steps on "
+                      f"{cfg.parallel.workers} worker(s)", run=str(run_dir),
+                      total_steps=total_steps)
+        launch = Launch(spec, emitter).start()
+        if stop is not None:
+            threading.Thread(target=_watch_stop, args=(stop, launch), daemon=True).start()
+        try:
+            result = launch.wait()
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+    finally:
+        t_close = time.time()
+        cluster.close()
+        emitter.log(f"Ray shut down in {time.time() - t_close:.1f} s", level="debug")
+    losses = [r["values"] for r in result.records
+              if r["kind"] == "train" and "loss/train" in r["values"]]
+    vals = [r["values"] for r in result.records if r["kind"] == "val"]
+    if result.checkpoint is not None:
+        emitter.artifact(str(result.checkpoint), "checkpoint")
+    out: dict[str, Any] = {
+        "run": str(run_dir),
+        "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+        "steps": losses[-1]["step"] if losses else 0,
+        "total_steps": total_steps,
+        "stopped": result.stopped or interrupted,
+        "first_loss": losses[0]["loss/train"] if losses else None,
+        "final_loss": losses[-1]["loss/train"] if losses else None,
+        "final_val_loss": vals[-1]["loss/val"] if vals else None,
+        "restarts": result.restarts,
+        "launch_to_first_metric_s": result.launch_to_first_metric_s,
+        "wall_s": time.time() - t0,
+    }
+    verb = "Stopped" if out["stopped"] else "Finished"
+    out["summary"] = (f"{verb} {run_dir.name} at step {out['steps']}/{total_steps}"
+                      + (f", loss {out['final_loss']:.4f}" if out["final_loss"] is not None else "")
+                      + (f"; checkpoint {result.checkpoint.name}" if result.checkpoint else ""))
+    return out
+
+
+def _watch_stop(stop: threading.Event, launch: Any) -> None:
+    while launch.running():
+        if stop.wait(0.2):
+            launch.request_stop()
+            return
+
+
+def _local_cpus(cfg: TrainConfig) -> int:
+    import os
+
+    # enough logical CPUs for every worker even on a small machine: Ray would
+    # otherwise wait forever for resources; the OS shares the real cores
+    return max(os.cpu_count() or 1, cfg.parallel.workers * cfg.parallel.cpu_threads_per_worker)
+
+
+def _total_steps(cfg: TrainConfig, voice_dir: Path, model_dir: Path, emitter: Emitter) -> int:
+    if cfg.run.steps is not None:
+        return int(cfg.run.steps)
+    per_epoch = steps_per_epoch(cfg, voice_dir, model_dir, emitter)
+    return max(1, math.ceil(cfg.run.epochs * per_epoch))
+
+
+def steps_per_epoch(cfg: TrainConfig, voice_dir: Path, model_dir: Path,
+                    emitter: Emitter) -> int:
+    """Optimizer steps in one pass over the training clips (train-core's dataset decides)."""
+    try:
+        from ..data.dataset import VoiceData
+    except ImportError as exc:  # pragma: no cover - only while the data side is missing
+        raise TrainingError("The dataset module is missing from this installation.") from exc
+    data = VoiceData.open(voice_dir, model_dir, cfg.data)
+    return int(data.steps_per_epoch())
+
+
+def cancelled_error(result: dict[str, Any]) -> Cancelled:
+    """What the CLI raises after a stopped run (exit code 130, not a failure)."""
+    where = f" at step {result['steps']}" if result.get("steps") else ""
+    ckpt = Path(result["checkpoint"]).name if result.get("checkpoint") else None
+    return Cancelled(f"Training stopped{where}" + (f"; saved {ckpt}." if ckpt else "."),
+                     "Continue later with --resume." if ckpt else None)
+
+
+def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: int | None = None,
+           name: str | None = None,
+           on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
+    """Write checkpoint `step` (default: the latest) of a run as an official custom-voice folder.
+
+    Runs in this process, no Ray, no process group: DCP reads every shard and
+    reassembles full tensors. Frozen weights come from the base model, the
+    trained ones from the checkpoint.
+    """
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from ..data.dataset import VoiceData
+    from ..model.export import export_custom_voice
+    from ..model.loading import resolve_model
+    from ..workspace import open_voice
+    from .checkpoint import checkpoint_name, latest_checkpoint
+    from .objective import build_objective, load_base_weights
+
+    emitter = as_emitter(on_event)
+    v = open_voice(voice)
+    run_dir = find_run(v.runs_dir, run)
+    if run_dir is None:
+        raise InputError(f"{v.display_name} has no training run{' ' + run if run else ''}.",
+                         "Train first with `voxshard-engine train`.")
+    if step is None:
+        ckpt = latest_checkpoint(run_dir)
+    else:
+        ckpt = run_dir / checkpoint_name(step)
+        ckpt = ckpt if (ckpt / "COMPLETE").exists() else None
+    if ckpt is None:
+        raise InputError(f"Run {run_dir.name} has no complete checkpoint"
+                         + (f" at step {step}." if step is not None else "."),
+                         "Pick another --step or --run.")
+    cfg = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text(encoding="utf-8")))
+    model_dir = resolve_model(cfg.model.base, on_event=emitter)
+    emitter.state("exporting", detail=f"{run_dir.name}/{ckpt.name}")
+    objective = build_objective(model_dir, cfg.model, device="cpu")
+    load_base_weights(objective, model_dir, "cpu")
+    trained = {n: p.detach().clone() for n, p in objective.named_parameters() if p.requires_grad}
+    dcp.load({"model": trained}, checkpoint_id=str(ckpt))
+    params = dict(objective.named_parameters())
+    with torch.no_grad():
+        for key, tensor in trained.items():
+            params[key].copy_(tensor)
+    full = {k: t.detach().to(torch.float32) for k, t in objective.state_dict().items()}
+    data = VoiceData.open(v.path, model_dir, cfg.data)
+    speaker = (name or cfg.model.speaker_name or v.speaker).strip().lower()
+    out = export_custom_voice(model_dir, full, speaker, data.x_vector, Path(out_dir))
+    emitter.artifact(str(out), "model")
+    return {"out_dir": str(out), "run": run_dir.name, "checkpoint": ckpt.name,
+            "speaker": speaker,
+            "summary": f"Exported {run_dir.name}/{ckpt.name} as voice '{speaker}' to {out}."}
