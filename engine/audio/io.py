@@ -111,9 +111,10 @@ def probe(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> Audi
         if st.st_size > max_bytes:
             raise BadAudioFile(f"is too large ({st.st_size / (1 << 30):.1f} GiB; the limit is "
                                f"{max_bytes / (1 << 30):.0f} GiB)", "too_large")
-        with open(p, "rb") as fh:  # soundfile hides permission errors behind its own text
-            fh.read(1)
-        info = sf.info(str(p))
+        # through a Python file object: permission errors stay OSErrors, and names that
+        # are not valid UTF-8 never reach libsndfile
+        with open(p, "rb") as fh:
+            info = sf.info(fh)
     except AudioError:
         raise
     except OSError as exc:
@@ -185,7 +186,7 @@ def decode(path: str | os.PathLike[str], target_sr: int = TARGET_SR,
     clipped = 0
     frames = 0
     try:
-        with sf.SoundFile(str(info.path)) as fh:
+        with open(info.path, "rb") as raw, sf.SoundFile(raw) as fh:
             while True:
                 data = fh.read(block, dtype="float32", always_2d=True)
                 n = len(data)

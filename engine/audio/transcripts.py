@@ -108,6 +108,8 @@ def load_transcripts(path: str | os.PathLike[str]) -> TranscriptIndex:
     index = TranscriptIndex()
     index.source = display_path(p)
     count = 0
+    if not raw.strip():
+        raise InputError(f"{display_path(p)} lists no transcripts.")
     if p.suffix.lower() in (".jsonl", ".ndjson", ".json"):
         for n, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
