@@ -171,11 +171,9 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
     if workers is None:
         workers = gpus if use_gpu and gpus > 0 else 2
     if use_gpu and gpus >= 0 and workers > gpus:
-        raise InputError(f"You asked for {workers} workers but this machine has {gpus} "
-                         f"GPU{'s' if gpus != 1 else ''}.",
+        raise InputError(f"You asked for {workers} worker{'s' if workers != 1 else ''} but this "
+                         f"machine has {gpus} GPU{'s' if gpus != 1 else ''}.",
                          f"Use --workers {max(1, gpus)}, or --cpu to train on the CPU.")
-    if use_gpu and gpus == 0:
-        raise InputError("No GPU was found.", "Drop the GPU option to train on the CPU.")
 
     overrides: dict[str, dict[str, Any]] = {
         "parallel": {"workers": workers, "use_gpu": use_gpu, "address": address,
@@ -246,6 +244,11 @@ def _run(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: b
             raise InputError(f"You asked for {cfg.parallel.workers} workers but the cluster has "
                              f"{cluster.num_gpus:g} GPUs.",
                              f"Use --workers {int(cluster.num_gpus) or 1}.")
+        # codes are cached by content hash: a re-run or a resume encodes nothing
+        from ..data.codes import extract_codes_ray
+
+        extract_codes_ray(voice.path, model_dir, reference_clip=cfg.data.reference_clip,
+                          on_event=emitter)
         total_steps = _total_steps(cfg, voice.path, model_dir, emitter)
         spec = LaunchSpec(config=cfg.to_dict(), run_dir=run_dir, total_steps=total_steps,
                           workers=cfg.parallel.workers, use_gpu=bool(cfg.parallel.use_gpu),

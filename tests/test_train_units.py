@@ -1,0 +1,234 @@
+"""train-ray pieces without Ray: schedule, checkpoints, the memory plan, fail-fast checks.
+
+The sharded parts run in two real processes with a gloo process group and
+FSDP2 applied by train-core's `parallelize` to the tiny model's objective.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.errors import InputError, ModelError
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_lr_schedule_warmup_then_cosine_to_floor() -> None:
+    from engine.train.worker import lr_lambda
+
+    f = lr_lambda(warmup=4, total=20, schedule="cosine", min_ratio=0.1)
+    assert [round(f(s), 3) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert f(4) == pytest.approx(1.0)
+    values = [f(s) for s in range(4, 21)]
+    assert all(a >= b for a, b in itertools.pairwise(values))  # decays
+    assert f(20) == pytest.approx(0.1)
+    assert lr_lambda(0, 10, "constant", 0.1)(7) == 1.0
+
+
+# -- two-rank FSDP worker (spawned) -------------------------------------------------------
+
+def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch
+    import torch.distributed as dist
+
+    from engine.train.checkpoint import Checkpointer
+    from engine.train.config import TrainConfig
+    from engine.train.metrics import model_state_bytes
+    from engine.train.objective import build_objective, load_base_weights
+    from engine.train.parallelize import make_mesh, parallelize
+    from engine.train.worker import lr_lambda
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        cfg = TrainConfig().replace(parallel={"workers": world}, data={"batch_size": world})
+        device = torch.device("cpu")
+        obj = build_objective(model_dir, cfg.model, device="meta")
+        parallelize(obj, make_mesh(device), cfg.parallel, device)
+        load_base_weights(obj, model_dir, device)
+        params = [p for p in obj.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=1e-3)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(2, 10, "cosine", 0.1))
+        g = torch.Generator().manual_seed(rank)
+        for p in params:  # a real optimizer step on every shard, without data
+            local = torch.randn(p.to_local().shape, generator=g)
+            p.grad = p.new_zeros(p.shape)
+            p.grad.to_local().copy_(local)
+        opt.step()
+        sched.step()
+        measured = model_state_bytes(obj, opt)
+
+        ckpt = Checkpointer(Path(out_dir) / "run", rank, world, keep=2)
+        torch.manual_seed(1234 + rank)
+        path = ckpt.save(1, obj, opt, sched, {"epoch": 0, "position": 1})
+        before = {n: p.to_local().clone() for n, p in obj.named_parameters()}
+        exp_avg = {i: s["exp_avg"].to_local().clone() for i, s in enumerate(opt.state.values())}
+        expect_rand = torch.rand(3)
+        # wreck everything the checkpoint must restore
+        with torch.no_grad():
+            for p in obj.parameters():
+                p.to_local().add_(1.0)
+        for s in opt.state.values():
+            s["exp_avg"].to_local().zero_()
+        sched.step()
+        sched.step()
+        torch.manual_seed(999)
+        state = ckpt.load(path, obj, opt, sched)
+        restored = all(torch.equal(before[n], p.to_local()) if p.requires_grad else True
+                       for n, p in obj.named_parameters())
+        opt_ok = all(torch.equal(exp_avg[i], s["exp_avg"].to_local())
+                     for i, s in enumerate(opt.state.values()))
+        rng_ok = torch.equal(torch.rand(3), expect_rand)
+        ckpt.save(2, obj, opt, sched, {"epoch": 0, "position": 2})
+        ckpt.save(3, obj, opt, sched, {"epoch": 0, "position": 3})
+        pruned = [p.name for p in ckpt.prune()]
+        ckpt.close()
+        result = {"measured": measured, "restored": restored, "opt_ok": opt_ok,
+                  "rng_ok": rng_ok, "sched_epoch": sched.last_epoch, "state": state,
+                  "pruned": pruned}
+        (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(result, default=str))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_rank_result(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                    ) -> dict[int, dict[str, Any]]:
+    import torch.multiprocessing as mp
+
+    out = tmp_path_factory.mktemp("two_rank")
+    mp.spawn(_rank_main, args=(2, _free_port(), str(tiny_model_dir), str(out)), nprocs=2,
+             join=True)
+    return {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(2)}
+
+
+def test_checkpoint_restores_model_optimizer_scheduler_rng_exactly(
+        two_rank_result: dict[int, dict[str, Any]]) -> None:
+    for rank, res in two_rank_result.items():
+        assert res["restored"], f"rank {rank}: parameters differ after load"
+        assert res["opt_ok"], f"rank {rank}: AdamW state differs after load"
+        assert res["rng_ok"], f"rank {rank}: RNG stream differs after load"
+        assert res["sched_epoch"] == 1
+        assert res["state"]["data"] == {"epoch": 0, "position": 1}
+    # keep=2: of steps 1, 2, 3 only the oldest goes
+    assert two_rank_result[0]["pruned"] == ["checkpoint_step_0000001"]
+
+
+def test_plan_predicts_sharded_model_state_exactly(
+        two_rank_result: dict[int, dict[str, Any]], tiny_model_dir: Path) -> None:
+    from engine.train.config import TrainConfig
+    from engine.train.plan import make_plan
+
+    cfg = TrainConfig().replace(parallel={"workers": 2}, data={"batch_size": 2})
+    plan = make_plan(tiny_model_dir, cfg, device="cpu", free=[1 << 40], seq_len=100, frames=60)
+    m0 = two_rank_result[0]["measured"]
+    m1 = two_rank_result[1]["measured"]
+    # rank 0 holds the larger chunk of every odd-sized dimension: the plan predicts rank 0
+    assert plan.params == m0["params"]
+    assert plan.grads == m0["grads"]
+    assert plan.optimizer == m0["optimizer"]
+    assert m1["total"] <= m0["total"]
+    # and the two shards together are the unsharded model (nothing duplicated)
+    single = make_plan(tiny_model_dir, cfg.replace(parallel={"workers": 1},
+                                                   data={"batch_size": 1}),
+                       device="cpu", free=[1 << 40], seq_len=100, frames=60)
+    assert m0["params"] + m1["params"] == single.params
+
+
+def test_plan_advises_when_it_does_not_fit(tiny_model_dir: Path) -> None:
+    from engine.train.config import TrainConfig
+    from engine.train.plan import make_plan
+
+    cfg = TrainConfig().replace(parallel={"workers": 1}, data={"batch_size": 8})
+    plan = make_plan(tiny_model_dir, cfg, device="cuda", free=[int(1.0 * (1 << 30))],
+                     seq_len=1500, frames=1200)
+    assert not plan.fits
+    text = "\n".join(plan.advice)
+    assert "activation checkpointing" in text
+    assert "--batch-size" in text
+    assert "DOES NOT FIT" in plan.table()
+
+
+# -- fail fast, before any cluster starts ---------------------------------------------------
+
+def _voice_with_clips(tmp: Path, n: int, seconds: float) -> Path:
+    from engine.workspace import create_voice
+
+    v = create_voice(tmp / "v", "Tester")
+    prep = v.prepared_dir
+    prep.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"id": f"c{i}", "path": f"prepared/clips/c{i}.wav", "text": "hello there",
+                         "duration_s": seconds, "sample_rate": 24000, "usable": True,
+                         "issues": [], "source_take": f"t{i}"}) for i in range(n)]
+    (prep / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    return v.path
+
+
+def test_too_little_data_fails_in_one_sentence(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from engine.train.api import train
+
+    voice = _voice_with_clips(tmp_path, 2, 3.0)
+    with pytest.raises(InputError) as err:
+        train(voice, str(tiny_model_dir), workers=2, dry_run=True)
+    assert "training needs at least" in err.value.message
+    assert err.value.message.count(". ") == 0  # one sentence
+
+
+def test_more_workers_than_gpus_fails(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from engine.train.api import detect_gpus, train
+
+    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    gpus = detect_gpus(None)
+    with pytest.raises(InputError) as err:
+        train(voice, str(tiny_model_dir), workers=gpus + 1, use_gpu=True, dry_run=True)
+    assert err.value.message == (f"You asked for {gpus + 1} worker{'s' if gpus else ''} "
+                                 f"but this machine has {gpus} GPU{'' if gpus == 1 else 's'}.")
+
+
+def test_base_must_be_qwen3_tts_base(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from engine.train.api import train
+
+    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    other = tmp_path / "bert"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(ModelError) as err:
+        train(voice, str(other), dry_run=True)
+    assert "not Qwen3-TTS" in err.value.message
+
+
+def test_dry_run_plans_with_presets(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from engine.train.api import train
+
+    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    out = train(voice, str(tiny_model_dir), workers=2, dry_run=True)
+    cfg = out["config"]
+    assert cfg["parallel"]["workers"] == 2
+    assert cfg["optim"]["lr"] == 1e-3  # the tiny model's preset
+    assert cfg["run"]["epochs"] == 20.0  # under 10 minutes of data
+    assert 2 <= cfg["data"]["batch_size"] <= 7
+    assert out["plan"]["fits"]
+    assert "Predicted memory per CPU worker" in out["summary"]
+
+
+def test_not_enough_memory_fails_fast(tmp_path: Path, tiny_model_dir: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.train import api, plan
+
+    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    monkeypatch.setattr(plan, "host_available_memory", lambda: 64 << 20)
+    with pytest.raises(InputError) as err:
+        api.train(voice, str(tiny_model_dir), workers=2)
+    assert err.value.message.startswith("Training will not fit")
