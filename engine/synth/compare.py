@@ -30,9 +30,9 @@ from .voice import (
     _latest_run,
     _voice_of_run,
     checkpoint_step,
-    first_clip,
     list_run_checkpoints,
     pick_checkpoint,
+    reference_clip,
     resolve_source,
 )
 
@@ -75,7 +75,7 @@ def plan_sources(target: str | Path, checkpoints: list[str] | None, *,
                sorted(dict.fromkeys(picked), key=lambda p: checkpoint_step(p) or 0)]
     if zero_shot:
         voice = _voice_of_run(run)
-        ref = Path(reference) if reference else (first_clip(voice) if voice else None)
+        ref = Path(reference) if reference else (reference_clip(voice) if voice else None)
         if ref is not None:
             shot = resolve_source(str(sources[0].model_dir), reference=ref)
             sources.insert(0, shot)

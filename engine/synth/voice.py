@@ -21,13 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, ModelError, WorkspaceError
+from ..errors import InputError, ModelError, VoxshardError, WorkspaceError
 
 CHECKPOINT_PREFIX = "checkpoint_step_"
 _CKPT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
-# How many prepared clips feed the voice's x-vector (their mean); more adds
-# little once the speaker is well sampled.
-XVECTOR_CLIPS = 16
 
 
 @dataclass(frozen=True)
@@ -343,50 +340,55 @@ def reference_x_vector(model: Any, clip: Path) -> Any:
 
 
 def voice_x_vector(model: Any, voice_dir: Path) -> Any:
-    """The voice's x-vector: the mean over its usable prepared clips (longest first).
+    """The x-vector training put in the speaker slot for this voice.
 
-    Training puts the voice's x-vector in the speaker slot; when the data
-    module saved it we use that exact vector, otherwise we compute it the same
-    way from the prepared clips.
+    Code extraction saved it (engine.data.codes: the x-vector of the voice's
+    chosen reference clip); that exact vector is used. A voice whose codes
+    were never extracted gets it computed the same way, from the same choice
+    of reference clip, with this model's speaker encoder.
     """
     import torch
 
-    saved = voice_dir / "prepared" / "x_vector.pt"
-    if saved.is_file():
-        return torch.load(saved, map_location="cpu", weights_only=True)
-    manifest = voice_dir / "prepared" / "manifest.jsonl"
-    if not manifest.is_file():
-        raise WorkspaceError(f"The voice {voice_dir.name} has no prepared clips, so its speaker "
-                             "vector cannot be computed.",
+    from ..data.codes import load_codes_index
+
+    try:
+        index = load_codes_index(voice_dir)
+        if index.x_vector_file is not None:
+            return torch.from_numpy(index.x_vector())
+    except VoxshardError:
+        pass
+    clip = reference_clip(voice_dir)
+    if clip is None:
+        raise WorkspaceError(f"The voice {voice_dir.name} has no usable prepared clip, so its "
+                             "speaker vector cannot be computed.",
                              "Run `voxshard-engine voice prepare` on it first.")
-    clips = []
-    for line in manifest.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            if row.get("usable", True):
-                clips.append(row)
-    if not clips:
-        raise WorkspaceError(f"The voice {voice_dir.name} has no usable prepared clip.",
-                             "Record or import more audio and prepare again.")
-    clips.sort(key=lambda r: -float(r.get("duration_s", 0)))
-    vectors = [reference_x_vector(model, voice_dir / row["path"])
-               for row in clips[:XVECTOR_CLIPS]]
-    return torch.stack([v.float() for v in vectors]).mean(0)
+    return reference_x_vector(model, clip)
 
 
-def first_clip(voice_dir: Path) -> Path | None:
-    """The voice's longest usable prepared clip: the default zero-shot reference."""
-    manifest = voice_dir / "prepared" / "manifest.jsonl"
-    if not manifest.is_file():
+def reference_clip(voice_dir: Path) -> Path | None:
+    """The voice's reference clip (the one training took the x-vector from), if any.
+
+    Also the default reference of the zero-shot preview in a comparison, so
+    the preview and the trained voice start from the same recording.
+    """
+    from ..data.codes import choose_reference, load_codes_index, read_manifest
+
+    try:
+        index = load_codes_index(voice_dir)
+        if index.reference_clip is not None:
+            clips = {c["id"]: c for c in read_manifest(voice_dir)}
+            if index.reference_clip in clips:
+                return voice_dir / clips[index.reference_clip]["path"]
+    except VoxshardError:
+        pass
+    try:
+        clips = read_manifest(voice_dir)
+    except (VoxshardError, OSError):
         return None
-    best: tuple[float, Path] | None = None
-    for line in manifest.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        if not row.get("usable", True):
-            continue
-        dur = float(row.get("duration_s", 0))
-        if best is None or dur > best[0]:
-            best = (dur, voice_dir / row["path"])
-    return best[1] if best else None
+    if not clips:
+        return None
+    try:
+        chosen = choose_reference(voice_dir, clips)
+    except VoxshardError:
+        return None
+    return voice_dir / next(c for c in clips if c["id"] == chosen)["path"]

@@ -1,0 +1,145 @@
+"""Our decoding loop against the official generation (tiny model, CPU).
+
+Greedy decoding must give exactly the official codes, so speed never changes
+what is said; sampling must draw from exactly the official distribution.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from engine.model.loading import load_model
+from engine.synth.decoding import DecodeSettings, FastTalker
+from engine.synth.prompt import _text_ids, build_prefill
+from engine.synth.sampling import SamplerSettings, choose, probabilities
+
+GREEDY = DecodeSettings(talker=SamplerSettings(do_sample=False),
+                        predictor=SamplerSettings(do_sample=False))
+TEXTS = ["Hello world, this is a test.",
+         "She sells sea shells by the sea shore, and the shells she sells are surely shells."]
+FRAMES = 30
+
+
+@pytest.fixture(scope="module")
+def official(tiny_model_dir: Path) -> Any:
+    return load_model(tiny_model_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def fast(official: Any) -> FastTalker:
+    return FastTalker(official.model)
+
+
+@pytest.fixture(scope="module")
+def speaker(official: Any) -> torch.Tensor:
+    hidden = official.model.config.talker_config.hidden_size
+    return torch.randn(hidden, generator=torch.Generator().manual_seed(7))
+
+
+def _official_codes(official: Any, texts: list[str], speaker: torch.Tensor,
+                    non_streaming: bool, frames: int) -> list[torch.Tensor]:
+    model = official.model
+    ids = [_text_ids(official.processor, t, model.device) for t in texts]
+    prompt = {"ref_code": [None] * len(texts), "ref_spk_embedding": [speaker] * len(texts),
+              "x_vector_only_mode": [True] * len(texts), "icl_mode": [False] * len(texts)}
+    # the official loop makes max_new_tokens - 1 frames (the last token is never fed back)
+    codes, _ = model.generate(input_ids=ids, languages=["auto"] * len(texts),
+                              voice_clone_prompt=prompt, non_streaming_mode=non_streaming,
+                              do_sample=False, subtalker_dosample=False,
+                              max_new_tokens=frames + 1)
+    return list(codes)
+
+
+@pytest.mark.parametrize("non_streaming", [True, False])
+def test_greedy_codes_equal_the_official_generate(official: Any, fast: FastTalker,
+                                                  speaker: torch.Tensor,
+                                                  non_streaming: bool) -> None:
+    for text in TEXTS:
+        expected = _official_codes(official, [text], speaker, non_streaming, FRAMES)[0]
+        prefill = build_prefill(official.model, official.processor, [text], speaker, None,
+                                non_streaming)
+        ours = fast.generate(prefill, [FRAMES], GREEDY)[0]
+        assert len(expected) >= 5  # a real run, not an immediate end-of-speech
+        assert ours.shape == expected.shape
+        assert torch.equal(ours, expected)
+
+
+def test_greedy_batch_with_left_padding_equals_the_official_batch(
+        official: Any, fast: FastTalker, speaker: torch.Tensor) -> None:
+    expected = _official_codes(official, TEXTS, speaker, True, FRAMES)
+    prefill = build_prefill(official.model, official.processor, TEXTS, speaker, None, True)
+    assert len(set(prefill.lengths)) == 2  # rows really are padded
+    ours = fast.generate(prefill, [FRAMES, FRAMES], GREEDY)
+    for a, b in zip(ours, expected, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_each_row_stops_at_its_own_cap(official: Any, fast: FastTalker,
+                                       speaker: torch.Tensor) -> None:
+    prefill = build_prefill(official.model, official.processor, TEXTS, speaker, None, True)
+    full = fast.generate(prefill, [FRAMES, FRAMES], GREEDY)
+    capped = fast.generate(prefill, [7, FRAMES], GREEDY)
+    assert len(capped[0]) == min(7, len(full[0]))
+    assert torch.equal(capped[0], full[0][:7])
+    assert torch.equal(capped[1], full[1])
+
+
+def test_sampled_rows_do_not_depend_on_their_batch(official: Any, fast: FastTalker,
+                                                   speaker: torch.Tensor) -> None:
+    sampled = DecodeSettings()
+    both = build_prefill(official.model, official.processor, TEXTS, speaker, None, True)
+    alone = build_prefill(official.model, official.processor, TEXTS[1:], speaker, None, True)
+    together = fast.generate(both, [20, 20], sampled, seeds=[11, 12])
+    single = fast.generate(alone, [20], sampled, seeds=[12])
+    again = fast.generate(alone, [20], sampled, seeds=[12])
+    other = fast.generate(alone, [20], sampled, seeds=[13])
+    assert torch.equal(single[0], again[0])
+    assert not torch.equal(single[0], other[0])
+    # padding changes float rounding a little, so compare what was chosen, not logits
+    n = min(len(together[1]), len(single[0]))
+    agree = (together[1][:n] == single[0][:n]).float().mean()
+    assert agree > 0.9
+
+
+def test_cancel_stops_within_a_frame(official: Any, fast: FastTalker,
+                                     speaker: torch.Tensor) -> None:
+    prefill = build_prefill(official.model, official.processor, TEXTS[:1], speaker, None, True)
+    made: list[int] = []
+    out = fast.generate(prefill, [FRAMES], GREEDY, on_frame=made.append,
+                        should_stop=lambda: len(made) >= 3)
+    assert len(out[0]) == 3
+
+
+@pytest.mark.parametrize("settings", [SamplerSettings(temperature=0.7, top_k=5, top_p=1.0),
+                                      SamplerSettings(temperature=1.3, top_k=0, top_p=0.8),
+                                      SamplerSettings(temperature=0.9, top_k=50, top_p=0.9)])
+def test_sampling_distribution_equals_hugging_face_warpers(settings: SamplerSettings) -> None:
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    scores = torch.randn(3, 300, generator=torch.Generator().manual_seed(0)) * 3
+    scores[:, 250:] = float("-inf")  # suppressed ids, as in the talker
+    hf = scores.clone()
+    hf = TemperatureLogitsWarper(settings.temperature)(None, hf)
+    if settings.top_k:
+        hf = TopKLogitsWarper(settings.top_k)(None, hf)
+    if settings.top_p < 1:
+        hf = TopPLogitsWarper(settings.top_p)(None, hf)
+    torch.testing.assert_close(probabilities(scores, settings), hf.softmax(-1))
+
+
+def test_exponential_race_samples_with_the_right_frequencies() -> None:
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    scores = probs.log()[None].expand(20000, -1)
+    settings = SamplerSettings(temperature=1.0, top_k=0, top_p=1.0)
+    noise = torch.empty(20000, 4).exponential_(generator=torch.Generator().manual_seed(3))
+    picks = choose(scores, settings, noise)
+    freq = torch.bincount(picks, minlength=4).float() / len(picks)
+    torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)
