@@ -67,9 +67,10 @@ class DataConfig:
     #: clips are sorted by length inside windows of this many batches before
     #: being cut into batches, so a batch holds similar lengths (less padding)
     bucket_batches: int = 16
-    #: fraction of usable clips held out for validation (at least `val_min`)
+    #: fraction of usable clips held out for validation (0 disables validation);
+    #: never more than a fifth of the clips
     val_fraction: float = 0.05
-    #: smallest validation set when there are enough clips (0 disables validation)
+    #: at least this many clips are held out when val_fraction > 0
     val_min: int = 2
     #: clips whose sequence (text + frames + 11 specials) exceeds this are skipped
     max_seq_len: int = 2048
