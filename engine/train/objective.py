@@ -2,43 +2,47 @@
 
 CONTRACT (train-core -> train-ray, synth). Stable; changes are announced here.
 -------------------------------------------------------------------------------
-Per worker (rank r of world w), inside the Ray Train function::
+Before training (driver, once; cached, cheap to re-run):
+    engine.data.codes.extract_codes(voice_dir, model_dir)          # in-process, or
+    engine.data.codes.extract_codes_ray(voice_dir, model_dir)      # Ray tasks (cluster up)
 
-    from engine.train.config import TrainConfig
-    from engine.train.objective import (build_objective, load_base_weights,
-        trainable_parameters, full_state_dict, batch_to_device)
-    from engine.train.parallelize import parallelize
-    from engine.data.dataset import VoiceData
+Per worker (rank r of world w, process group already initialised by Ray Train):
 
-    objective = build_objective(model_dir, cfg.model, device="meta")  # no memory yet
-    parallelize(objective, mesh, cfg.parallel, device)   # fully_shard per layer + root
-                                                         # (mesh None when w == 1)
-    load_base_weights(objective, model_dir, device)      # real weights, local shards only
-    params = trainable_parameters(objective)            # -> AdamW (never frozen ones)
+    setup = setup_worker(model_dir, voice_dir, cfg, device)   # cfg: TrainConfig
+    # == build_objective(model_dir, cfg.model, "meta")        (no memory yet)
+    #    parallelize(objective, make_mesh(device), cfg.parallel, device)
+    #    load_base_weights(objective, model_dir, device)      (local shards only)
+    #    VoiceData.open(voice_dir, model_dir, cfg.data); data.check(w)
+    objective, data = setup.objective, setup.data
+    optimizer = AdamW(trainable_parameters(objective), ...)   # never the frozen ones
+    micro = data.rank_batches(epoch, rank=r, world=w)  # Sequence; len ==
+                                                       # data.micro_batches_per_epoch()
+    # resume: index micro[k] directly (k = micro-batches done in this epoch)
+    for k in range(len(micro)):
+        set_gradient_sync(objective, last_micro_of_step)      # parallelize.py
+        out = objective(batch_to_device(micro[k], device))
+        (out["loss"] / cfg.data.grad_accum).backward()
+    optimizer.step() every grad_accum micro-batches; steps/epoch = data.steps_per_epoch()
 
-    data = VoiceData.open(voice_dir, model_dir, cfg.data)   # codes must exist (codes.py)
-    n = data.steps_per_epoch()                               # optimizer steps per epoch
-    for micro in data.rank_batches(epoch, position, rank=r, world=w):  # grad_accum items
-        out = objective(batch_to_device(micro, device))
-        out["loss"].backward()          # already scaled for w ranks and grad_accum
-    ...optimizer.step(); position += 1  (position = optimizer steps done in this epoch)
+`out` (dict of tensors): "loss" (to backpropagate; micro-batches carry the
+normalisers of their whole optimizer step, so with `/ grad_accum` and FSDP's
+averaging over ranks the gradient is exactly the full-batch one); "total",
+"talker", "subtalker" (this micro-batch's local means, for display);
+"talker_sum", "subtalker_sum" (summed CE, detached) and "talker_tokens",
+"subtalker_tokens" (local counts). Exact global means: all-reduce the four
+sums/counts and take talker_sum / talker_tokens + subtalker_weight *
+subtalker_sum / subtalker_tokens.
+Validation: `data.val_batches(rank=r, world=w)` (same length on every rank,
+may be empty), the same forward under torch.no_grad().
 
-`out` (a dict of tensors): "loss" (for backward; FSDP's gradient averaging over
-ranks then gives exactly the full-batch gradient), "talker_sum",
-"subtalker_sum" (summed CE, detached), "talker_tokens", "subtalker_tokens"
-(local target counts). For logging exact global means, all-reduce the four
-sums/counts over ranks and divide: talker = talker_sum / talker_tokens,
-subtalker likewise, total = talker + subtalker_weight * subtalker.
-Validation: `data.val_batches(rank=r, world=w)`, same forward under no_grad.
-
-Export: `sd = full_state_dict(objective)` (a collective: every rank calls it;
-rank 0 gets {official key: CPU fp32 tensor}, keys like
-"talker.model.layers.0.self_attn.q_proj.weight"; other ranks get {}), then
-rank 0 calls `engine.model.export.export_custom_voice(model_dir, sd,
-speaker_name, data.x_vector, out_dir)`.
-Checkpoints (train-ray): `torch.distributed.checkpoint` of
+Export (collective): `sd = full_state_dict(objective)` on every rank; rank 0
+gets {official key: CPU fp32 tensor} ("talker.model.layers.0...."), others {}.
+Then rank 0 (or the driver, from a checkpoint):
+`engine.model.export.export_custom_voice(model_dir, sd, speaker_name,
+data.x_vector, out_dir)`.
+Checkpoints (train-ray): `torch.distributed.checkpoint` over
 `get_model_state_dict(objective)` / `get_optimizer_state_dict(objective, opt)`;
-the keys are the official ones (prefix "talker."), never FSDP-specific.
+keys are the official ones (prefix "talker."), never FSDP-specific.
 -------------------------------------------------------------------------------
 
 The loss (facts file, "The correct loss"), with the four upstream bugs fixed:
@@ -56,6 +60,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +163,8 @@ class VoiceObjective(nn.Module):
             "subtalker_tokens": n_sub,
             "talker": (talker_sum / n_talker.clamp(min=1)).detach(),
             "subtalker": (sub_sum / n_sub.clamp(min=1)).detach(),
+            "total": (talker_sum / n_talker.clamp(min=1)
+                      + self.subtalker_weight * sub_sum / n_sub.clamp(min=1)).detach(),
         }
 
 
@@ -333,3 +340,45 @@ def batch_to_device(batch: Mapping[str, Any],
 
 def named_trainable(objective: nn.Module) -> Iterable[tuple[str, nn.Parameter]]:
     return ((n, p) for n, p in objective.named_parameters() if p.requires_grad)
+
+
+@dataclass
+class WorkerSetup:
+    """Everything a training worker needs from train-core."""
+
+    objective: VoiceObjective
+    data: Any  # engine.data.dataset.VoiceData
+    device: torch.device
+    mesh: Any
+    rank: int
+    world: int
+
+    def parameters(self) -> list[nn.Parameter]:
+        return trainable_parameters(self.objective)
+
+
+def setup_worker(model_dir: str | Path, voice_dir: str | Path, cfg: Any,
+                 device: str | torch.device) -> WorkerSetup:
+    """Build, shard and load the objective, open the data; `cfg` is a TrainConfig.
+
+    Call inside the worker after the process group exists (Ray Train does it);
+    without one it builds an unsharded objective (single process).
+    """
+    import torch.distributed as dist
+
+    from ..data.dataset import VoiceData
+    from .parallelize import make_mesh, parallelize
+
+    device = torch.device(device)
+    if dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world = 0, 1
+    data = VoiceData.open(voice_dir, model_dir, cfg.data)
+    data.check(world)
+    torch.manual_seed(cfg.run.seed)
+    objective = build_objective(model_dir, cfg.model, device="meta")
+    mesh = make_mesh(device)
+    parallelize(objective, mesh, cfg.parallel, device)
+    load_base_weights(objective, model_dir, device)
+    return WorkerSetup(objective, data, device, mesh, rank, world)
