@@ -11,16 +11,17 @@ __version__ = "0.1.0"
 def _pin_bool_singletons() -> None:
     """Work around a PySide6 6.12.0 refcount bug that crashes the app on Python 3.11.
 
-    Every Python-level `Signal.emit()` returns True/False without taking a
-    reference (measured: 10 emits lower `sys.getrefcount(True)` by 10), so a
-    long training run (or pyqtgraph's own signals) drives the count to zero and
-    CPython aborts with "bool_dealloc". Python 3.12+ makes True/False immortal;
-    on older interpreters we give them the same property by adding a huge
-    reference count once. Harmless where the bug is fixed.
+    Calls that return True/False or None (every `Signal.emit()`, many QPainter
+    calls) return the singleton without taking a reference (measured: 10 emits
+    lower `sys.getrefcount(True)` by 10; 6.11.3 does not), so a long training
+    run drives the count to zero and CPython aborts ("bool_dealloc",
+    "none_dealloc"). Python 3.12+ makes these singletons immortal; on older
+    interpreters we give them the same property by adding a huge reference
+    count once. Harmless where the bug is fixed.
     """
     if sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
         return
-    for singleton in (True, False):
+    for singleton in (True, False, None):
         ctypes.c_ssize_t.from_address(id(singleton)).value += 1 << 40
 
 

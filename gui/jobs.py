@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # At most this many lines are parsed per turn of the event loop; the rest wait
 # for the next turn, so a burst of events never holds the window.
-LINES_PER_SLICE = 400
+LINES_PER_SLICE = 100
 EXIT_CANCELLED = 130
 
 
@@ -86,6 +86,7 @@ class EngineJob(QObject):
         self._cancel_requested = False
         self._buffer = b""
         self._pending: deque[bytes] = deque()
+        self._exit: tuple[int, QProcess.ExitStatus] | None = None
         self._stderr_tail: deque[str] = deque(maxlen=40)
         self._proc = QProcess(self)
         self._proc.readyReadStandardOutput.connect(self._on_stdout)
@@ -178,6 +179,8 @@ class EngineJob(QObject):
             self._handle_line(self._pending.popleft())
         if self._pending:
             self._drain_timer.start()
+        elif self._exit is not None:
+            self._conclude(*self._exit)
 
     def _on_stderr(self) -> None:
         text = bytes(self._proc.readAllStandardError().data()).decode("utf-8", "replace")
@@ -233,13 +236,16 @@ class EngineJob(QObject):
 
     def _on_finished(self, exit_code: int, status: QProcess.ExitStatus) -> None:
         self._kill_timer.stop()
-        # events still in the pipe come before the outcome
+        # events still in the pipe come before the outcome, parsed in slices as usual
         self._on_stdout()
         if self._buffer:
             self._pending.append(self._buffer)
             self._buffer = b""
-        while self._pending:
-            self._handle_line(self._pending.popleft())
+        self._exit = (exit_code, status)
+        if not self._pending:
+            self._conclude(exit_code, status)
+
+    def _conclude(self, exit_code: int, status: QProcess.ExitStatus) -> None:
         cancelled_by_engine = self.error is not None and self.error[0] == "cancelled"
         if self._cancel_requested or exit_code == EXIT_CANCELLED or cancelled_by_engine:
             self._finish("cancelled")

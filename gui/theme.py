@@ -130,7 +130,8 @@ def apply_theme(app: QApplication, theme: Theme) -> None:
     for key, value in asdict(theme).items():
         sheet = sheet.replace("{" + key + "}", value)
     app.setStyleSheet(sheet)
-    pg.setConfigOptions(antialias=True, background=theme.surface, foreground=theme.text_muted)
+    # antialiasing costs ~3x the paint time of the live charts; lines stay crisp without it
+    pg.setConfigOptions(antialias=False, background=theme.surface, foreground=theme.text_muted)
 
 
 @lru_cache(maxsize=256)

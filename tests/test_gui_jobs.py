@@ -84,9 +84,9 @@ def test_a_flood_of_events_never_stalls_the_window(qtbot) -> None:
     assert blocker.args[0]["steps"] == count
     assert len(metrics) == count
     assert metrics[-1]["step"] == count - 1 and metrics[-1]["rank"] == 1
-    print(f"\nworst event-loop gap while {count} events streamed: {worst:.1f} ms "
-          f"({probe.ticks} ticks)")
-    assert worst < 50.0, f"event loop stalled {worst:.1f} ms"
+    print("\n" + probe.report(f"{count} events streamed as fast as the engine writes"))
+    assert probe.worst_busy_ms < 50.0, probe.report("stall")
+    assert worst < 500.0, probe.report("stall")
 
 
 def test_manager_shutdown_stops_everything(qtbot) -> None:

@@ -24,12 +24,17 @@ class Page(QWidget):
         self.outer.setContentsMargins(28, 22, 28, 18)
         self.outer.setSpacing(12)
         self.outer.addWidget(page_header(self.title, self.subtitle))
-        ctx.voice_changed.connect(lambda _v: self.refresh())
-        ctx.data_changed.connect(self.refresh)
+        # hidden pages re-read the disk only when they are shown again
+        ctx.voice_changed.connect(lambda _v: self._changed())
+        ctx.data_changed.connect(self._changed)
 
     @property
     def voice(self) -> Path | None:
         return self.ctx.voice
+
+    def _changed(self) -> None:
+        if self.isVisible():
+            self.refresh()
 
     def refresh(self) -> None:
         """Re-read what the page shows from disk."""

@@ -1,0 +1,292 @@
+"""Every page constructs and responds, against real voice folders and the real engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from gui.app import MainWindow, versions
+from gui.metrics import MetricsStore, Series
+from gui.pages.help import HelpPage
+from gui.pages.importer import ImportPage
+from gui.pages.listen import ListenPage
+from gui.pages.prepare import PreparePage
+from gui.pages.record import RecordPage
+from gui.pages.train import TrainPage, parse_nvidia_smi, preset_for
+from gui.pages.voices import VoicesPage, folder_name_for
+from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
+from tests.test_gui_support import StallProbe, flood_program, make_voice
+
+
+def _click_yes(qtbot, parent) -> None:
+    qtbot.waitUntil(lambda: any(isinstance(w, QMessageBox) and w.isVisible()
+                                for w in parent.findChildren(QMessageBox)), timeout=5000)
+    box = next(w for w in parent.findChildren(QMessageBox) if w.isVisible())
+    box.button(QMessageBox.StandardButton.Yes).click()
+
+
+def test_window_has_every_page_and_navigates(qtbot, window: MainWindow) -> None:
+    titles = [p.title for p in window.pages]
+    assert titles == ["Voices", "Record", "Import", "Prepare", "Train", "Listen", "Help"]
+    for row in range(len(window.pages)):
+        window.nav.setCurrentRow(row)
+        assert window.stack.currentWidget() is window.pages[row]
+    qtbot.keyClick(window, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
+    assert isinstance(window.stack.currentWidget(), RecordPage)
+    qtbot.keyClick(window, Qt.Key.Key_F1)
+    assert isinstance(window.stack.currentWidget(), HelpPage)
+    assert window.page(HelpPage).table.rowCount() >= 10
+
+
+def test_about_lists_versions_without_importing_torch(qtbot, window: MainWindow) -> None:
+    import sys
+
+    names = dict(versions())
+    assert names["Voxshard"] and names["PySide6"] and "torch" in names
+    box = window.show_about()
+    assert "PySide6" in box.informativeText()
+    box.close()
+    assert "torch" not in sys.modules
+
+
+def test_workspace_is_remembered(qtbot, ctx, tmp_path: Path) -> None:
+    from gui.context import AppContext
+
+    other = tmp_path / "elsewhere"
+    ctx.set_workspace(other)
+    again = AppContext(ctx.settings)
+    assert again.workspace == other
+
+
+def test_voices_create_rename_delete(qtbot, window: MainWindow, workspace: Path) -> None:
+    page = window.page(VoicesPage)
+    window.show_page(VoicesPage)
+    dlg = page.new_voice()
+    assert dlg is not None
+    dlg.speaker.setText("Grace Hopper")
+    with qtbot.waitSignal(window.ctx.voice_changed, timeout=30000):
+        dlg.buttons.button(dlg.buttons.StandardButton.Ok).click()
+    created = workspace / "Grace-Hopper"
+    assert (created / "voice.toml").is_file()
+    assert window.ctx.voice == created
+    assert page.list.count() == 1 and "Grace Hopper" in page.list.item(0).text()
+    assert page.voice_title.text() == "Grace Hopper"
+    assert "Grace Hopper" in window.windowTitle()
+
+    renamed = page.rename_voice(created, "grace")
+    assert renamed == workspace / "grace" and renamed.is_dir() and not created.exists()
+    assert window.ctx.voice == renamed
+
+    page.delete_current()
+    _click_yes(qtbot, page)
+    qtbot.waitUntil(lambda: not renamed.exists(), timeout=5000)
+    assert window.ctx.voice is None and page.list.count() == 0
+
+
+def test_delete_can_be_cancelled(qtbot, window: MainWindow, voice: Path) -> None:
+    page = window.page(VoicesPage)
+    window.ctx.set_voice(voice)
+    box = page.delete_current()
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    assert voice.exists()
+
+
+def test_folder_names_are_safe() -> None:
+    assert folder_name_for("Ada Lovelace") == "Ada-Lovelace"
+    assert folder_name_for("../../etc") == "etc"
+    assert folder_name_for("///") == "voice"
+
+
+def test_import_table_edit_and_exclude(qtbot, window: MainWindow, voice: Path,
+                                       piper_sentences) -> None:
+    window.ctx.set_voice(voice)
+    page = window.show_page(ImportPage)
+    assert isinstance(page, ImportPage)
+    files = [s["path"] for s in piper_sentences[:3]]
+    with qtbot.waitSignal(window.ctx.data_changed, timeout=60000):
+        job = page.import_paths(files)
+        assert job is not None
+    assert job.outcome == "succeeded"
+    assert page.model.rowCount() == 3
+    assert page.proxy.rowCount() == 3
+    first = page.model.takes[0]
+    assert first.text == piper_sentences[0]["text"]
+
+    # edit a transcript in place: saved through the workspace API
+    idx = page.model.index(0, 4)
+    assert page.model.setData(idx, "A corrected sentence.", Qt.ItemDataRole.EditRole)
+    meta = json.loads(first.path.with_suffix(".json").read_text())
+    assert meta["text"] == "A corrected sentence."
+
+    # exclude from training; the audio is untouched
+    before = first.path.read_bytes()
+    assert page.model.setData(page.model.index(0, 0), Qt.CheckState.Unchecked.value,
+                              Qt.ItemDataRole.CheckStateRole)
+    meta = json.loads(first.path.with_suffix(".json").read_text())
+    assert meta["extra"]["excluded"] is True
+    assert first.path.read_bytes() == before
+    page.filter_combo.setCurrentText("Excluded")
+    assert page.proxy.rowCount() == 1
+    page.filter_combo.setCurrentText("All clips")
+    page.search.setText("corrected")
+    assert page.proxy.rowCount() == 1
+    page.search.clear()
+    assert "3 takes" in page.count_label.text()
+
+
+def test_prepare_page_runs_and_reports(qtbot, window: MainWindow, workspace: Path,
+                                       prepared_voice: Path) -> None:
+    voice = workspace / "prepared"
+    shutil.copytree(prepared_voice, voice)
+    window.ctx.set_voice(voice)
+    page = window.show_page(PreparePage)
+    assert isinstance(page, PreparePage)
+    # the report already on disk is shown at once
+    assert page.cards["clips"].value.text() != "—"
+    with qtbot.waitSignal(window.ctx.data_changed, timeout=120000):
+        job = page.run()
+        assert job is not None
+    assert job.outcome == "succeeded", job.error
+    report = json.loads((voice / "prepared" / "report.json").read_text())
+    usable = report["totals"]["minutes_usable"]
+    assert page.cards["usable"].value.text() == f"{usable:.1f}"
+    assert page.advice.text()
+    assert page.run_btn.isEnabled()
+
+
+def test_train_page_live_charts_stay_smooth(qtbot, window: MainWindow, voice: Path) -> None:
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    assert page.start_btn.isEnabled()
+    # 2000 metric events/s for 5 s: two ranks at 1000 steps/s, far beyond a real run
+    steps = 10000
+    page.steps.setValue(steps)
+    probe = StallProbe(5)
+    probe.start()
+    with qtbot.waitSignal(page.ctx.jobs.changed, timeout=10000):
+        job = page.start(program=flood_program(steps, rate=2000))
+    assert job is not None and not page.start_btn.isEnabled() and page.stop_btn.isEnabled()
+    with qtbot.waitSignal(job.finished, timeout=120000):
+        pass
+    worst = probe.stop()
+    print("\n" + probe.report(f"Train page, {steps} metric events at 2000/s"))
+    assert probe.worst_busy_ms < 50.0, probe.report("stall")
+    assert worst < 500.0, probe.report("stall")
+    assert job.outcome == "succeeded"
+    loss = page.store.series["loss/train"]
+    assert loss.count == steps and loss.n <= loss.capacity
+    assert page.store.ranks() == ["0", "1"]
+    assert "memory/rss_gib@1" in page.store.series
+    x, _y = page._curves["loss/train"].getData()
+    assert len(x) == len(loss.data()[0]) and x[-1] == steps - 1
+    assert page.stat_labels["step"].text().startswith(f"{steps - 1}")
+    assert page.redraws >= 1
+    assert page.state_label.text() == "Finished"
+    assert not page.redraw_timer.isActive()
+
+
+def test_train_page_stop_is_a_clean_cancel(qtbot, window: MainWindow, voice: Path) -> None:
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    job = page.start(program=flood_program(0, forever=True))
+    qtbot.waitUntil(lambda: page.store.last_step > 10, timeout=30000)
+    with qtbot.waitSignal(job.cancelled, timeout=30000):
+        page.stop()
+    qtbot.waitUntil(lambda: page.job is None, timeout=10000)
+    assert page.state_label.text().startswith("Stopped")
+    assert page.start_btn.isEnabled()
+    assert not [w for w in page.findChildren(QMessageBox) if w.isVisible()]
+
+
+def test_train_args_and_presets(qtbot, window: MainWindow, voice: Path) -> None:
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    page.base.setEditText("/models/tiny")
+    page.workers.setValue(2)
+    page.steps.setValue(5)
+    page.remote_radio.setChecked(True)
+    page.address.setText("10.0.0.2:6379")
+    args = page.train_args(resume=True)
+    assert args[:2] == ["train", str(voice)]
+    assert args[args.index("--base") + 1] == "/models/tiny"
+    assert args[args.index("--workers") + 1] == "2"
+    assert args[args.index("--steps") + 1] == "5"
+    assert args[args.index("--address") + 1] == "10.0.0.2:6379"
+    assert "--resume" in args
+    assert preset_for(2).steps < preset_for(20).steps < preset_for(120).steps
+    gpus = parse_nvidia_smi("0, NVIDIA H200, 143771, 140000\n1, NVIDIA H200, 143771, 9000\n")
+    assert [g.index for g in gpus] == [0, 1] and gpus[1].free_mib == 9000
+
+
+def test_series_stay_bounded_for_100k_steps() -> None:
+    s = Series(capacity=1024)
+    for i in range(100_000):
+        s.append(i, 10.0 - i * 1e-4)
+    x, y = s.data()
+    assert s.n <= 1024 and len(x) <= 1025 and x[-1] == 99_999
+    assert np.all(np.diff(x) > 0)
+    assert abs(y[0] - 10.0) < 0.02 and abs(y[-1] - (10.0 - 99_999e-4)) < 0.02
+    peak = Series(capacity=64, reduce="max")
+    for i in range(10_000):
+        peak.append(i, 5.0 if i == 7777 else 1.0)
+    assert peak.data()[1].max() == 5.0  # a spike survives any decimation
+    store = MetricsStore()
+    store.add({"step": 3, "memory/rank1/allocated_gib": 2.0, "loss/train": 1.0})
+    store.add({"step": 3, "rank": 0, "memory/peak_gib": 3.0})
+    assert "memory/allocated_gib@1" in store.series and "memory/peak_gib@0" in store.series
+
+
+def test_listen_page_lists_sources_and_refuses_without_reference(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    window.ctx.set_voice(voice)
+    page = window.show_page(ListenPage)
+    assert isinstance(page, ListenPage)
+    labels = [page.source.itemText(i) for i in range(page.source.count())]
+    assert labels[-1].startswith("Zero-shot")
+    assert page.speak("hello") is None  # no prepared clip to use as a reference
+    qtbot.waitUntil(lambda: any(w.isVisible() for w in page.findChildren(QMessageBox)))
+    box = next(w for w in page.findChildren(QMessageBox) if w.isVisible())
+    assert "prepared clip" in box.text()
+    box.close()
+    (voice / "exports" / "best").mkdir(parents=True)
+    (voice / "exports" / "best" / "config.json").write_text("{}")
+    page.refresh()
+    assert page.source.itemText(0) == "Exported: best"
+    page.source.setCurrentIndex(0)
+    args = page.speak_args("Hi there.", voice / "renders" / "x.wav")
+    assert args[:3] == ["speak", str(voice / "exports" / "best"), "Hi there."]
+
+
+def test_themes_switch(qtbot, window: MainWindow) -> None:
+    from gui.theme import ThemeManager
+
+    app = QApplication.instance()
+    tm = ThemeManager(app, "dark")
+    window.theme = tm
+    tm.changed.connect(lambda _t: window._retint())
+    assert tm.apply().name == "dark"
+    dark_bg = app.palette().window().color().name()
+    tm.set_mode("light")
+    assert tm.theme.name == "light"
+    assert app.palette().window().color().name() != dark_bg
+    tm.set_mode("system")
+    assert tm.theme.name in ("dark", "light")
+
+
+def test_record_page_without_voice_is_calm(qtbot, window: MainWindow, workspace: Path) -> None:
+    page = window.show_page(RecordPage)
+    assert isinstance(page, RecordPage)
+    assert not page.rec_btn.isEnabled()
+    assert "voice" in page.prompt_label.text().lower()
+    v = make_voice(workspace, "Bob")
+    window.ctx.set_voice(v)
+    assert page.prompt is not None and page.prompt_label.text() == page.prompt.text
+    first = page.prompt
+    qtbot.keyClick(page, Qt.Key.Key_S)
+    assert page.prompt is not None and page.prompt.id != first.id
