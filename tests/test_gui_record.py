@@ -1,0 +1,97 @@
+"""Recording through a real sound device: speech played into a PulseAudio null sink
+is recorded from its monitor by the Record page, kept, and saved when accepted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+from PySide6.QtCore import Qt
+
+from gui import audio as au
+from gui.app import MainWindow
+from gui.pages.record import RecordPage
+from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, pulse...)
+
+
+def _speech(piper_synth, text: str) -> tuple[np.ndarray, int]:
+    audio, sr = piper_synth(text)
+    pad = np.zeros(int(0.3 * sr), dtype=np.float32)
+    # loud enough to read clearly on the meter, below clipping
+    return np.concatenate([pad, 0.6 * audio, pad]).astype(np.float32), sr
+
+
+def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow, voice: Path,
+                                               piper_synth) -> None:
+    assert au.input_devices() and au.output_devices()
+    window.ctx.set_voice(voice)
+    page = window.show_page(RecordPage)
+    assert isinstance(page, RecordPage)
+    prompt = page.prompt
+    assert prompt is not None and page.rec_btn.isEnabled()
+    speech, sr = _speech(piper_synth, prompt.text)
+
+    # keyboard first: Space starts recording from the default source (the sink's monitor)
+    qtbot.keyClick(page, Qt.Key.Key_Space)
+    assert page.recorder.active and page.rec_btn.text() == "Stop"
+    assert page.ctx.player.play(speech, sr)  # "speak" into the null sink
+    qtbot.waitUntil(lambda: page.meter.level() > 0.3, timeout=15000)  # the meter moves
+    qtbot.waitUntil(lambda: not page.ctx.player.playing, timeout=30000)
+    with qtbot.waitSignal(page.recorder.stopped, timeout=10000) as blocker:
+        qtbot.keyClick(page, Qt.Key.Key_Space)  # stop: the 300 ms hold keeps the tail
+        assert page.recorder.stopping
+    audio, rate = blocker.args
+    assert not page.recorder.active and not page.meter_timer.isActive()
+    assert len(audio) / rate >= len(speech) / sr * 0.8
+    assert float(np.max(np.abs(audio))) > 0.2  # speech came through, not silence
+    assert not page.clipped
+    assert page.accept_btn.isEnabled()
+
+    # Enter accepts: the take is on disk at once, with its prompt
+    qtbot.keyClick(page, Qt.Key.Key_Return)
+    takes = sorted((voice / "takes").glob("*.json"))
+    assert len(takes) == 1
+    meta = json.loads(takes[0].read_text())
+    assert meta["prompt_id"] == prompt.id and meta["text"] == prompt.text
+    assert meta["origin"] == "recorded"
+    saved, saved_sr = sf.read(str(takes[0].with_suffix(".wav")), dtype="float32")
+    assert saved_sr == rate and abs(len(saved) - len(audio)) <= 1
+    assert page.prompt is not None and page.prompt.id != prompt.id
+    assert "recorded" in page.progress_label.text()
+
+
+def test_retake_discards_and_clipping_is_flagged(qtbot, pulse, window: MainWindow,
+                                                 voice: Path) -> None:
+    window.ctx.set_voice(voice)
+    page = window.show_page(RecordPage)
+    page.toggle_record()
+    # a full-scale square wave: every sample clips
+    tone = np.sign(np.sin(np.linspace(0, 2 * np.pi * 220, 24000))).astype(np.float32)
+    page.ctx.player.play(tone, 24000)
+    qtbot.waitUntil(lambda: page.clipped, timeout=15000)
+    assert "Clipping" in page.clip_label.text()
+    with qtbot.waitSignal(page.recorder.stopped, timeout=10000):
+        page.toggle_record()
+    page.ctx.player.stop()
+    # R re-takes: the clipped take is dropped and a new one starts
+    qtbot.keyClick(page, Qt.Key.Key_R)
+    assert page.recorder.active and page.take_audio is None and page.clip_label.text() == ""
+    with qtbot.waitSignal(page.recorder.stopped, timeout=10000):
+        page.toggle_record()
+    assert not list((voice / "takes").glob("*.json"))  # nothing accepted, nothing saved
+
+
+def test_input_test_moves_the_meter_and_saves_nothing(qtbot, pulse, window: MainWindow,
+                                                      voice: Path) -> None:
+    window.ctx.set_voice(voice)
+    page = window.show_page(RecordPage)
+    page.toggle_test()
+    assert page.testing and not page.recorder.keep
+    tone = (0.5 * np.sin(np.linspace(0, 2 * np.pi * 440 * 2, 48000))).astype(np.float32)
+    page.ctx.player.play(tone, 24000)
+    qtbot.waitUntil(lambda: page.meter.level() > 0.5, timeout=15000)
+    page.toggle_test()
+    assert not page.testing and not page.recorder.active
+    assert page.take_audio is None and not list((voice / "takes").glob("*"))
