@@ -95,7 +95,9 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
         first = {"op": "load", "id": "initial", "voice": args.model,
                  "checkpoint": args.checkpoint, "reference": args.reference,
                  "speaker": args.speaker, "base": args.base}
-    served = serve(sys.stdin, sys.stdout, device=args.device, first_load=first)
+    # events go through the CLI's own writer: with --json that is the reserved
+    # stdout stream, which library prints cannot corrupt
+    served = serve(sys.stdin, emitter.callback, device=args.device, first_load=first)
     return {"served": served, "summary": f"Served {served} request(s)."}
 
 

@@ -210,6 +210,9 @@ class Synthesizer:
         # Similar lengths in one batch waste fewer steps on rows that already ended.
         order = sorted(range(len(chunks)), key=lambda i: -chunks[i].max_frames)
         for start in range(0, len(order), options.batch_size):
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
             picked = order[start:start + options.batch_size]
             rows = [chunks[i] for i in picked]
             prefill = build_prefill(self.model, self.processor, [c.text for c in rows],
@@ -290,8 +293,11 @@ class Synthesizer:
                     raise SynthesisError("The device ran out of memory while speaking.",
                                          "Lower the batch size or use a smaller model.") from exc
                 raise
-            if cancelled and all(c is None for c in codes):
-                raise Cancelled()
+            if cancelled:
+                # keep the chunks that were finished; nothing made means nothing to keep
+                codes = [c if c is not None and len(c) else None for c in codes]
+                if all(c is None for c in codes):
+                    raise Cancelled()
             waves = self.decode_audio(codes)
             results: list[Speech] = []
             offset = 0

@@ -11,7 +11,7 @@ lines to it. Requests (stdin), one object per line:
     {"op": "ping", "id": "p"}
     {"op": "shutdown"}
 
-Every event the worker writes (stdout) is an engine event (see events.py)
+Every event the worker writes (stdout, with --json) is an engine event (see events.py)
 with a "request" field naming the request it belongs to; each request ends
 with exactly one "result" or "error" event. Requests run one at a time in
 order; reading continues meanwhile, so cancel takes effect within one frame.
@@ -165,16 +165,16 @@ class SpeechWorker:
         return result
 
 
-def serve(stdin: TextIO, stdout: TextIO, device: str | None = None,
+def serve(stdin: TextIO, sink: Callable[[Event], None], device: str | None = None,
           first_load: dict[str, Any] | None = None) -> int:
     """Run the JSON-lines protocol until stdin closes or a shutdown request; returns
-    how many requests were served."""
+    how many requests were served. `sink` receives every event (the CLI passes
+    its `--json` writer, which owns the real stdout)."""
     write_lock = threading.Lock()
 
     def write(event: Event) -> None:
         with write_lock:
-            stdout.write(event.to_json() + "\n")
-            stdout.flush()
+            sink(event)
 
     worker = SpeechWorker(write, device=device).start()
     write(Event("state", {"state": "ready", "request": ""}))
