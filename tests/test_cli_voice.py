@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from engine.workspace import create_voice
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -101,7 +103,7 @@ def test_json_mode_streams_events_and_a_result(tmp_path: Path, speech_folder: Pa
 ])
 def test_errors_are_one_line_without_traceback(tmp_path: Path, args: tuple[str, ...],
                                                needle: str) -> None:
-    assert run("voice", "new", tmp_path / "exists", "--speaker", "x").returncode == 0
+    create_voice(tmp_path / "exists", "x")
     (tmp_path / "junk.wav").write_text("not audio")
     (tmp_path / "damaged").mkdir()
     (tmp_path / "damaged" / "voice.toml").write_text("[voice\n")

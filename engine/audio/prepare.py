@@ -47,7 +47,12 @@ from .vad import (
 
 #: bump when the processing changes so cached results are recomputed
 PREPARE_VERSION = 1
+#: how far (relative) a slice's share of the text may stray from its share of speech time
 TEXT_TOLERANCE = 0.35
+#: looser when the pauses already single out the sentence boundaries
+SENTENCE_TOLERANCE = 0.6
+#: sentence pauses must be this many times longer than the longest pause inside a sentence
+PAUSE_CONTRAST = 1.5
 
 
 @dataclass
@@ -70,6 +75,15 @@ def _take_key(take: Take, settings: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _pauses_stand_out(regions: list[tuple[int, int]], count: int) -> bool:
+    """The `count` longest pauses are clearly longer than every other one."""
+    gaps = sorted((regions[i][0] - regions[i - 1][1] for i in range(1, len(regions))),
+                  reverse=True)
+    if len(gaps) <= count:
+        return True
+    return gaps[count - 1] >= PAUSE_CONTRAST * gaps[count]
+
+
 def _split_text(text: str, regions: list[tuple[int, int]], total: int,
                 settings: dict[str, Any]) -> tuple[list[Slice], list[str], str]:
     """Slices and one text per slice; method says how reliable the text is."""
@@ -81,12 +95,14 @@ def _split_text(text: str, regions: list[tuple[int, int]], total: int,
         return slices, [""] * len(slices), "whole"
     sentences = split_sentences(text)
     n = len(sentences)
-    # first choice: one sentence per slice, cut at the n-1 longest pauses
+    # first choice: one sentence per slice, cut at the n-1 longest pauses; reliable when
+    # those pauses stand out from the rest and every sentence's length fits its slice
     if 1 < n <= len(regions):
         by_sentence = slices_at(regions, longest_gaps(regions, n - 1), total, TARGET_SR)
-        if all(lo <= s.duration(TARGET_SR) <= hi for s in by_sentence):
+        if (all(lo <= s.duration(TARGET_SR) <= hi for s in by_sentence)
+                and _pauses_stand_out(regions, n - 1)):
             texts = group_sentences(sentences, [s.speech_s for s in by_sentence],
-                                    TEXT_TOLERANCE)
+                                    SENTENCE_TOLERANCE)
             if texts is not None:
                 return by_sentence, texts, "sentences"
     # else: whole sentences grouped onto the pause-based slices by length
