@@ -237,3 +237,24 @@ def test_stereo_44k_mp3_take_prepares_to_24k_mono(
     info = sf.info(voice.path / entry["path"])
     assert (info.samplerate, info.channels) == (TARGET_SR, 1) and entry["usable"]
     assert entry["duration_s"] == pytest.approx(piper_sentences[2]["duration_s"], abs=0.5)
+
+
+def test_cancel_keeps_finished_takes_for_next_time(
+        tmp_path: Path, piper_sentences: list[dict[str, Any]]) -> None:
+    from engine.errors import Cancelled
+
+    voice = create_voice(tmp_path / "v", "a")
+    for s in piper_sentences[:3]:
+        audio, sr = _speech(s)
+        voice.add_take(audio, s["text"], sample_rate=sr)
+    calls = []
+
+    def cancel_after_first() -> bool:
+        calls.append(1)
+        return len(calls) > 1
+
+    with pytest.raises(Cancelled):
+        prepare(voice, cancel=cancel_after_first)
+    report = prepare(voice)
+    assert report["run"] == {**report["run"], "takes_reused": 1, "takes_processed": 2}
+    assert report["totals"]["usable_clips"] == 3

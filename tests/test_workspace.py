@@ -193,3 +193,22 @@ def test_prompt_format_errors() -> None:
         parse_prompt_set("a-1 | ok sentence here\nno separator\n", "x")
     with pytest.raises(InputError, match="repeats"):
         parse_prompt_set("a | one\na | two\n", "x")
+
+
+def test_light_modules_import_no_torch_or_qt() -> None:
+    # the GUI imports these directly: they must stay free of torch, ray and Qt
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import engine.workspace, engine.prompts, engine.audio.io, engine.audio.loudness\n"
+        "import engine.audio.vad, engine.audio.quality, engine.audio.transcripts\n"
+        "import engine.audio.importer, engine.audio.prepare, engine.cli.cmd_voice\n"
+        "heavy = ('torch', 'ray', 'transformers', 'qwen_tts', 'PySide6', 'pyqtgraph')\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "[]"
