@@ -33,6 +33,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .errors import ClusterError
@@ -163,7 +164,13 @@ def connect(
         "configure_logging": True,
         "logging_level": logging.INFO if verbose else logging.WARNING,
     }
-    runtime_env = {"env_vars": {k: os.environ[k] for k in _QUIET_ENV}}
+    env_vars = {k: os.environ[k] for k in _QUIET_ENV}
+    # workers must import `engine` (the train loop lives there) even when this
+    # process found it through the current directory rather than site-packages
+    root = str(Path(__file__).resolve().parent.parent)
+    env_vars["PYTHONPATH"] = os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    runtime_env = {"env_vars": env_vars}
     t0 = time.monotonic()
     if address is None:
         _loopback_only()

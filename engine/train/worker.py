@@ -237,7 +237,11 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 "total_steps": total_steps,
             })
         if step == 1 or (resumed_from is not None and step == (step_of(resumed_from) or 0) + 1):
-            values["memory/state_gib"] = state_bytes["total"] / float(1 << 30)
+            gib = float(1 << 30)
+            values["memory/state_gib"] = state_bytes["total"] / gib
+            # the split, from local shards: what sharding saves per rank
+            for key in ("params", "grads", "optimizer"):
+                values[f"memory/state_{key}_gib"] = state_bytes[key] / gib
             values["perf/build_s"] = build_s
         sender.send("train", values)
         stopped = tot[4] > 0
