@@ -191,3 +191,6 @@ class PreparePage(Page):
                     QTreeWidgetItem(top, [str(c.get("id", "?")), str(i.get("message", "")),
                                           advice_for(str(i.get("code")))])
             top.setExpanded(len(clips) <= 50)
+        if not self.tree.topLevelItemCount():
+            self.tree.addTopLevelItem(QTreeWidgetItem(
+                ["Every clip passed", "No clipping, noise, length or transcript problems.", ""]))

@@ -7,8 +7,10 @@ a run of 100k steps draws as fast as one of 100.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from typing import TextIO
 
 import pyqtgraph as pg
 from PySide6.QtCore import QProcess, Qt, QTimer
@@ -42,6 +44,7 @@ from ..theme import SERIES
 from ..widgets import button, fmt_duration, hbox
 from .base import Page
 
+HISTORY_LINES_PER_SLICE = 2000
 BASE_MODELS = ["Qwen/Qwen3-TTS-12Hz-1.7B-Base", "Qwen/Qwen3-TTS-12Hz-0.6B-Base"]
 
 STATE_LABELS = {
@@ -54,6 +57,9 @@ STATE_LABELS = {
     "checkpointing": "Saving a checkpoint",
     "recovering": "Recovering from a failed worker",
     "restarting": "Recovering from a failed worker",
+    "worker_started": "Worker started",
+    "x_vector": "Computing the speaker embedding",
+    "preparing": "Preparing",
     "stopping": "Stopping: saving a checkpoint",
     "finished": "Finished",
     "done": "Finished",
@@ -125,13 +131,16 @@ class TrainPage(Page):
         self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
         self.total_steps = 0
         self.redraws = 0
+        self._shown_voice: object = None
+        self._starts: dict[str, int] = {}  # worker starts per rank: >1 means a recovery
+        self._history: TextIO | None = None
 
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self._build_settings())
         split.addWidget(self._build_monitor())
         split.setStretchFactor(0, 0)
         split.setStretchFactor(1, 1)
-        split.setSizes([360, 900])
+        split.setSizes([380, 900])
         self.outer.addWidget(split, 1)
 
         self.redraw_timer = QTimer(self)
@@ -223,7 +232,8 @@ class TrainPage(Page):
         scroll = QScrollArea()
         scroll.setWidget(col)
         scroll.setWidgetResizable(True)
-        scroll.setMinimumWidth(330)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(370)
         return scroll
 
     def _browse_base(self) -> None:
@@ -445,10 +455,67 @@ class TrainPage(Page):
         self.resume_btn.setEnabled(has_voice and not running and bool(
             self.voice and any(r.checkpoints for r in voicedata.list_runs(self.voice))))
         self.stop_btn.setEnabled(running)
-        if has_voice and not running:
+        if has_voice and not running and self._shown_voice != self.voice:
+            # a new voice: preset by its data volume, and its latest run's curves
+            self._shown_voice = self.voice
             s = voicedata.summarize(self.voice)  # type: ignore[arg-type]
             p = preset_for(s.usable_minutes)
             self.preset.setCurrentIndex(PRESETS.index(p))
+            runs = [r for r in voicedata.list_runs(self.voice)  # type: ignore[arg-type]
+                    if r.metrics_file.is_file() and r.metrics_file.stat().st_size > 0]
+            self._reset_charts()
+            if runs:
+                self.show_run(runs[-1])
+
+    def _reset_charts(self) -> None:
+        self._history = None
+        self.store.clear()
+        self._versions.clear()
+        for name in [n for n in self._curves if "@" in n]:
+            curve = self._curves.pop(name)
+            if isinstance(curve, _LimitAdapter):
+                self.mem_plot.removeItem(curve.line)
+            else:
+                self.mem_plot.removeItem(curve)
+        for c in self._curves.values():
+            c.setData([], [])
+        for label in self.stat_labels.values():
+            label.setText("—")
+        self.state_label.setText("Idle")
+
+    def show_run(self, run: voicedata.Run) -> None:
+        """Draw a finished run from its metrics.jsonl, read in slices (runs can be long)."""
+        try:
+            fh = run.metrics_file.open(encoding="utf-8")
+        except OSError:
+            return
+        self._history = fh
+        self.state_label.setText(f"Last run: {run.name}")
+        steps = run.config.get("steps") or run.config.get("total_steps")
+        if isinstance(steps, int):
+            self.total_steps = steps
+        self._read_history()
+
+    def _read_history(self) -> None:
+        fh = self._history
+        if fh is None:
+            return
+        for _ in range(HISTORY_LINES_PER_SLICE):
+            line = fh.readline()
+            if not line:
+                fh.close()
+                self._history = None
+                self.redraw()
+                return
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                rec.pop("kind", None)
+                rec.pop("time", None)
+                self.store.add(rec)
+        QTimer.singleShot(0, self._read_history)
 
     def common_args(self) -> list[str]:
         assert self.voice is not None
@@ -483,18 +550,10 @@ class TrainPage(Page):
               program: list[str] | None = None) -> EngineJob | None:
         if self.voice is None or self.job is not None:
             return None
-        self.store.clear()
-        self._versions.clear()
-        for name in [n for n in self._curves if "@" in n]:
-            curve = self._curves.pop(name)
-            if isinstance(curve, _LimitAdapter):
-                self.mem_plot.removeItem(curve.line)
-            else:
-                self.mem_plot.removeItem(curve)
-        for c in self._curves.values():
-            c.setData([], [])
-        for label in self.stat_labels.values():
-            label.setText("—")
+        if self._history is not None:
+            self._history.close()
+        self._reset_charts()
+        self._starts.clear()
         self.total_steps = self.steps.value()
         self._t0 = time.monotonic()
         self._train_t0 = None
@@ -506,6 +565,7 @@ class TrainPage(Page):
         self.job = job
         job.metric.connect(self._on_metric)
         job.state.connect(self._on_state)
+        job.event.connect(self._on_raw_event)
         job.log.connect(self._append_log)
         job.progress.connect(self._on_progress)
         job.finished.connect(self._on_finished)
@@ -529,7 +589,21 @@ class TrainPage(Page):
         if self._train_t0 is None and "loss/train" in values:
             self._train_t0 = (time.monotonic(), self.store.last_step)
 
+    def _on_raw_event(self, event: dict) -> None:
+        # the engine's state events carry extras: the run's step count and folder
+        if event.get("event") == "state" and isinstance(event.get("total_steps"), int):
+            self.total_steps = int(event["total_steps"])
+
     def _on_state(self, state: str, detail: str) -> None:
+        if state == "worker_started":
+            # a second start of any rank means Ray restarted the group after a failure
+            rank = detail or "?"
+            self._starts[rank] = self._starts.get(rank, 0) + 1
+            if self._starts[rank] > 1:
+                state, detail = "recovering", f"restart {self._starts[rank] - 1}"
+            else:
+                self._append_log("state", f"Worker started ({rank})")
+                return
         text = STATE_LABELS.get(state, state.replace("_", " ").capitalize())
         self.state_label.setText(text + (f" — {detail}" if detail else ""))
         self._append_log("state", text + (f": {detail}" if detail else ""))

@@ -167,7 +167,7 @@ class VoicesPage(Page):
             item = QListWidgetItem(icon("voices"), f"{voicedata.speaker_name(path)}")
             item.setData(Qt.ItemDataRole.UserRole, str(path))
             item.setToolTip(str(path))
-            if path.name != voicedata.speaker_name(path):
+            if path.name.lower() != voicedata.speaker_name(path).lower():
                 item.setText(f"{voicedata.speaker_name(path)}  ·  {path.name}")
             self.list.addItem(item)
             if current is not None and path == current:

@@ -1,0 +1,81 @@
+"""Screenshots of every page: `python -m gui.screenshots --workspace WS --voice NAME --out DIR`.
+
+Opens the real window on a real workspace (a voice with takes, a prepare
+report, a run's metrics, renders) and saves each page with `QWidget.grab()`.
+Used for docs/screenshots/; runs offscreen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workspace", required=True, type=Path)
+    parser.add_argument("--voice", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--theme", choices=["dark", "light"], default="dark")
+    parser.add_argument("--suffix", default="", help="added to each file name, e.g. -light")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    import soundfile as sf
+    from PySide6.QtCore import QSettings, QTemporaryDir
+    from PySide6.QtWidgets import QApplication
+
+    from .app import MainWindow
+    from .context import AppContext
+    from .pages.record import RecordPage
+    from .pages.train import TrainPage
+    from .theme import ThemeManager
+    from .voicedata import list_takes
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    theme = ThemeManager(app, args.theme)  # type: ignore[arg-type]
+    theme.apply()
+    tmp = QTemporaryDir()
+    settings = QSettings(tmp.filePath("s.ini"), QSettings.Format.IniFormat)
+    settings.setValue("workspace", str(args.workspace))
+    settings.setValue(f"last_voice/{args.workspace}", args.voice)
+    window = MainWindow(AppContext(settings), theme=theme)
+    window.resize(1360, 860)
+    window.show()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def settle() -> None:
+        for _ in range(20):
+            app.processEvents()
+
+    names = ["voices", "record", "import", "prepare", "train", "listen", "help"]
+    for row, name in enumerate(names):
+        window.nav.setCurrentRow(row)
+        page = window.pages[row]
+        if isinstance(page, RecordPage):
+            takes = [t for t in list_takes(window.ctx.voice) if t.path.exists()] \
+                if window.ctx.voice else []
+            if takes:
+                # the review state of a real take: its waveform and level
+                audio, sr = sf.read(str(takes[0].path), dtype="float32", always_2d=True)
+                page._stopped(audio.mean(axis=1), sr)
+                page.meter.set_level(0.5)
+        if isinstance(page, TrainPage):
+            while page._history is not None:
+                app.processEvents()
+            page.redraw()
+        settle()
+        window.grab().save(str(args.out / f"{row + 1}-{name}{args.suffix}.png"))
+    box = window.show_about()
+    settle()
+    box.grab().save(str(args.out / f"8-about{args.suffix}.png"))
+    box.close()
+    window.shutdown()
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
