@@ -256,6 +256,9 @@ class MainWindow(QMainWindow):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
+    smoke = "--smoke-test" in argv  # packaging check: start, show, quit
+    if smoke:
+        argv.remove("--smoke-test")
     QApplication.setApplicationName(APP_NAME)
     QApplication.setOrganizationName(ORG_NAME)
     QApplication.setApplicationVersion(__version__)
@@ -270,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     # collector's view, so a full collection during training is no 100 ms pause
     gc.collect()
     gc.freeze()
+    if smoke:
+        def report() -> None:
+            print(f"Voxshard started: {len(window.pages)} pages, "
+                  + ", ".join(f"{k} {v}" for k, v in versions()[:4]))
+            window.close()
+
+        QTimer.singleShot(200, report)
     return app.exec()
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 from collections import deque
@@ -41,14 +42,19 @@ EXIT_CANCELLED = 130
 def engine_command() -> list[str]:
     """The command line that starts the headless engine.
 
-    `VOXSHARD_ENGINE` overrides it (e.g. a different virtual environment);
-    a frozen bundle ships `voxshard-engine` next to the app's executable.
+    `VOXSHARD_ENGINE` overrides it (e.g. another virtual environment). A frozen
+    bundle holds only the window: Ray starts its workers with a real Python
+    interpreter, so the engine stays an installed Python program, found next
+    to the app's executable or on PATH.
     """
     override = os.environ.get("VOXSHARD_ENGINE")
     if override:
         return shlex.split(override)
     if getattr(sys, "frozen", False):
-        return [str(Path(sys.executable).with_name("voxshard-engine"))]
+        sibling = Path(sys.executable).with_name("voxshard-engine")
+        if sibling.exists():
+            return [str(sibling)]
+        return [shutil.which("voxshard-engine") or "voxshard-engine"]
     return [sys.executable, "-m", "engine.cli.main"]
 
 

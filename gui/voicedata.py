@@ -8,6 +8,7 @@ an older layout, leaves a field empty instead of failing the page.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,9 +173,22 @@ class Run:
     config: dict[str, Any]
 
 
-def _checkpoint_step(path: Path) -> int:
-    digits = "".join(ch for ch in path.name if ch.isdigit())
-    return int(digits) if digits else -1
+# engine/train/checkpoint.py: <run>/checkpoint_step_NNNNNNN/, complete once COMPLETE exists
+_CKPT = re.compile(r"^checkpoint_step_(\d+)$")
+
+
+def checkpoint_step(path: Path) -> int | None:
+    m = _CKPT.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+def _run_checkpoints(run_dir: Path) -> list[Path]:
+    try:
+        found = [p for p in run_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None
+                 and (p / "COMPLETE").exists()]
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: checkpoint_step(p) or 0)
 
 
 def list_runs(voice: Path) -> list[Run]:
@@ -183,8 +197,7 @@ def list_runs(voice: Path) -> list[Run]:
     if not folder.is_dir():
         return runs
     for run_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
-        ckpts = [p for p in run_dir.rglob("checkpoint*") if p.is_dir()]
-        ckpts.sort(key=_checkpoint_step)
+        ckpts = _run_checkpoints(run_dir)
         cfg = _read_json(run_dir / "config.json")
         runs.append(Run(run_dir.name, run_dir, ckpts, run_dir / "metrics.jsonl",
                         cfg if isinstance(cfg, dict) else {}))

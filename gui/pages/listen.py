@@ -60,6 +60,7 @@ class ListenPage(Page):
         self.job: EngineJob | None = None
         self.compare_job: EngineJob | None = None
         self.last_render: Path | None = None
+        self.last_comparison: Path | None = None
 
         self.text = QPlainTextEdit()
         self.text.setPlaceholderText("Type or paste what the voice should say…")
@@ -149,6 +150,10 @@ class ListenPage(Page):
                     if self.source.itemData(i) == current:
                         self.source.setCurrentIndex(i)
         self._fill_history()
+        if voice is not None:
+            done = sorted((voice / "renders").glob("compare-*/index.json"))
+            if done and done[-1].parent != self.last_comparison:
+                self.show_comparison(done[-1].parent)
         self._buttons()
 
     def _buttons(self) -> None:
@@ -164,7 +169,8 @@ class ListenPage(Page):
         if src["kind"] == "export":
             return ["speak", src["path"], text, "-o", str(out)]
         if src["kind"] == "checkpoint":
-            return ["speak", str(self.voice), text, "-o", str(out), "--checkpoint", src["path"]]
+            # a checkpoint folder speaks directly; the engine finds the run's base model
+            return ["speak", src["path"], text, "-o", str(out)]
         ref = best_reference_clip(self.voice)
         args = ["speak", self.base.currentText().strip(), text, "-o", str(out)]
         if ref is not None:
@@ -271,16 +277,18 @@ class ListenPage(Page):
             return None
         sentences = [s.strip() for s in self.text.toPlainText().split("\n") if s.strip()]
         out = self.voice / "renders" / time.strftime("compare-%Y%m%d-%H%M%S")
-        args = ["compare", str(self.voice), "-o", str(out)]
-        for s in sentences[:10]:
-            args += ["--text", s]
+        args = ["compare", str(self.voice), str(out)]
+        if sentences:
+            args += ["--sentences", *sentences[:10]]
         ref = best_reference_clip(self.voice)
         if ref is not None:
-            args += ["--base", self.base.currentText().strip(), "--reference", str(ref)]
+            args += ["--reference", str(ref)]
+        else:
+            args.append("--no-zero-shot")
         job = self.start_job(args + list(extra_args or []), "Compare")
         self.compare_job = job
         self.compare_note.setText("Rendering every checkpoint with the same seed…")
-        job.succeeded.connect(lambda r: self.show_comparison(Path(r.get("folder") or out)))
+        job.succeeded.connect(lambda r: self.show_comparison(Path(r.get("path") or out)))
         job.finished.connect(self._compare_done)
         self._buttons()
         return job
@@ -296,9 +304,12 @@ class ListenPage(Page):
         except (OSError, ValueError):
             self.compare_note.setText(f"No comparison index in {folder}.")
             return
-        rows: list[dict[str, Any]] = list(index.get("items") or index.get("renders") or [])
-        sources = list(dict.fromkeys(str(r.get("source") or r.get("checkpoint")) for r in rows))
-        texts = list(dict.fromkeys(str(r.get("text")) for r in rows))
+        # engine/synth/compare.py: {"sentences": [...], "entries": [{"label", "files":
+        # [{"sentence": i, "path": relative}]}]}
+        texts = [str(t) for t in index.get("sentences") or []]
+        entries: list[dict[str, Any]] = [e for e in index.get("entries") or []
+                                         if isinstance(e, dict)]
+        sources = [str(e.get("label")) for e in entries]
         self.compare_table.clear()
         self.compare_table.setColumnCount(1 + len(sources))
         self.compare_table.setRowCount(len(texts))
@@ -307,13 +318,18 @@ class ListenPage(Page):
             0, QHeaderView.ResizeMode.Stretch)
         for r, text in enumerate(texts):
             self.compare_table.setItem(r, 0, QTableWidgetItem(text))
-        for item in rows:
-            r = texts.index(str(item.get("text")))
-            c = 1 + sources.index(str(item.get("source") or item.get("checkpoint")))
-            cell = QTableWidgetItem("▶ play")
-            cell.setData(Qt.ItemDataRole.UserRole, str(folder / str(item.get("path"))))
-            cell.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
-            self.compare_table.setItem(r, c, cell)
+        for c, entry in enumerate(entries, start=1):
+            for f in entry.get("files") or []:
+                r = int(f.get("sentence", -1))
+                if not 0 <= r < len(texts):
+                    continue
+                dur = f.get("duration_s")
+                cell = QTableWidgetItem("▶ " + (f"{float(dur):.1f} s" if dur else "play"))
+                cell.setData(Qt.ItemDataRole.UserRole, str(folder / str(f.get("path"))))
+                cell.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+                cell.setToolTip(f"{entry.get('label')}: sentence {r + 1}")
+                self.compare_table.setItem(r, c, cell)
+        self.last_comparison = folder
         self.compare_note.setText(f"{len(texts)} sentences × {len(sources)} models, "
                                   "same seed. Click a cell to hear it.")
 

@@ -1,0 +1,8 @@
+"""Entry script of the frozen app (PyInstaller needs a file, not a console script)."""
+
+import sys
+
+from gui.app import main
+
+if __name__ == "__main__":
+    sys.exit(main())
