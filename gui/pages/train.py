@@ -122,6 +122,7 @@ class TrainPage(Page):
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
         super().__init__(ctx, parent)
         self.job: EngineJob | None = None
+        self.export_job: EngineJob | None = None
         self.store = MetricsStore()
         self.gpus: list[Gpu] = []
         self._versions: dict[str, int] = {}
@@ -198,8 +199,12 @@ class TrainPage(Page):
         self.lr.setSingleStep(1e-6)
         sf.addRow("Preset", self.preset)
         sf.addRow(self.preset_note)
+        self.ckpt_every = QSpinBox()
+        self.ckpt_every.setRange(1, 1_000_000)
+        self.ckpt_every.setToolTip("A checkpoint every N steps; Stop also saves one")
         sf.addRow("Steps", self.steps)
         sf.addRow("Learning rate", self.lr)
+        sf.addRow("Checkpoint every", self.ckpt_every)
         lay.addWidget(set_box)
 
         cl_box = QGroupBox("Cluster")
@@ -224,8 +229,12 @@ class TrainPage(Page):
         self.resume_btn = button("Resume", "resume", slot=lambda: self.start(resume=True))
         self.stop_btn = button("Stop", "stop", danger=True, slot=self.stop)
         self.stop_btn.setEnabled(False)
+        self.export_btn = button("Export model", "save", slot=lambda: self.export(),
+                                 tip="Write the latest checkpoint as a model folder that "
+                                     "the official loader and Listen can use")
         lay.addWidget(self.plan_btn)
         lay.addWidget(hbox(self.start_btn, self.resume_btn, self.stop_btn))
+        lay.addWidget(self.export_btn)
         lay.addStretch(1)
         self._apply_preset(0)
 
@@ -246,6 +255,7 @@ class TrainPage(Page):
         p = PRESETS[max(0, index)]
         self.steps.setValue(p.steps)
         self.lr.setValue(p.lr)
+        self.ckpt_every.setValue(max(1, p.steps // 4))
         self.preset_note.setText(p.note)
 
     def _detect_gpus(self) -> None:
@@ -455,6 +465,7 @@ class TrainPage(Page):
         self.resume_btn.setEnabled(has_voice and not running and bool(
             self.voice and any(r.checkpoints for r in voicedata.list_runs(self.voice))))
         self.stop_btn.setEnabled(running)
+        self.export_btn.setEnabled(self.resume_btn.isEnabled() and self.export_job is None)
         if has_voice and not running and self._shown_voice != self.voice:
             # a new voice: preset by its data volume, and its latest run's curves
             self._shown_voice = self.voice
@@ -527,10 +538,36 @@ class TrainPage(Page):
 
     def train_args(self, resume: bool = False) -> list[str]:
         args = ["train", *self.common_args(), "--steps", str(self.steps.value()),
-                "--lr", f"{self.lr.value():g}"]
+                "--lr", f"{self.lr.value():g}",
+                "--checkpoint-every", str(self.ckpt_every.value())]
         if resume:
             args.append("--resume")
         return args
+
+    def export(self) -> EngineJob | None:
+        """Export the latest checkpoint of the latest run into <voice>/exports/."""
+        if self.voice is None or self.export_job is not None:
+            return None
+        runs = [r for r in voicedata.list_runs(self.voice) if r.checkpoints]
+        if not runs:
+            return None
+        run = max(runs, key=lambda r: r.checkpoints[-1].stat().st_mtime)
+        step = voicedata.checkpoint_step(run.checkpoints[-1])
+        out = self.voice / "exports" / f"{run.name}-step{step}"
+        args = ["export", str(self.voice), str(out), "--run", run.name, "--step", str(step)]
+        job = self.start_job(args, "Export")
+        self.export_job = job
+        self._append_log("info", f"Exporting {run.name} step {step} to {out}…")
+        job.succeeded.connect(lambda r: self._append_log(
+            "info", str(r.get("summary") or f"Exported to {out}")))
+        job.finished.connect(self._export_done)
+        self.refresh()
+        return job
+
+    def _export_done(self) -> None:
+        self.export_job = None
+        self.ctx.notify_changed()
+        self.refresh()
 
     def plan(self) -> EngineJob | None:
         if self.voice is None:

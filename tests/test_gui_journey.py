@@ -1,0 +1,142 @@
+"""The whole journey through the window, on the real engine and the tiny model.
+
+Create a voice, record takes through the real sound device (speech played
+into a PulseAudio null sink), import files, prepare, train two CPU workers on
+a local Ray cluster while the charts update (measuring the event loop's worst
+stall), stop, resume, export, speak and play.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from gui import voicedata
+from gui.app import MainWindow
+from gui.pages.importer import ImportPage
+from gui.pages.listen import ListenPage
+from gui.pages.prepare import PreparePage
+from gui.pages.record import RecordPage
+from gui.pages.train import TrainPage
+from gui.pages.voices import VoicesPage
+from tests.test_gui_support import *  # noqa: F403 (fixtures: window, pulse, workspace...)
+from tests.test_gui_support import StallProbe
+
+pytestmark = pytest.mark.slow
+
+
+def _record_one(qtbot, page: RecordPage, piper_synth) -> None:
+    prompt = page.prompt
+    assert prompt is not None
+    audio, sr = piper_synth(prompt.text)
+    pad = np.zeros(int(0.3 * sr), dtype=np.float32)
+    speech = np.concatenate([pad, 0.6 * audio, pad]).astype(np.float32)
+    qtbot.keyClick(page, Qt.Key.Key_Space)
+    assert page.recorder.active
+    page.ctx.player.play(speech, sr)
+    qtbot.waitUntil(lambda: not page.ctx.player.playing, timeout=30000)
+    with qtbot.waitSignal(page.recorder.stopped, timeout=10000):
+        qtbot.keyClick(page, Qt.Key.Key_Space)
+    assert page.take_audio is not None and float(np.max(np.abs(page.take_audio))) > 0.2
+    qtbot.keyClick(page, Qt.Key.Key_Return)
+    assert page.take_audio is None  # accepted and saved
+
+
+def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: Path,
+                                  piper_synth, piper_sentences, tiny_model_dir: Path) -> None:
+    ctx = window.ctx
+    # 1. a new voice
+    voices = window.show_page(VoicesPage)
+    assert isinstance(voices, VoicesPage)
+    dlg = voices.new_voice()
+    dlg.speaker.setText("Journey")
+    with qtbot.waitSignal(ctx.voice_changed, timeout=30000):
+        dlg.buttons.button(dlg.buttons.StandardButton.Ok).click()
+    voice = ctx.voice
+    assert voice is not None and (voice / "voice.toml").is_file()
+
+    # 2. record two takes through the real device
+    record = window.show_page(RecordPage)
+    assert isinstance(record, RecordPage)
+    for _ in range(2):
+        _record_one(qtbot, record, piper_synth)
+    assert len(list((voice / "takes").glob("*.json"))) == 2
+
+    # 3. import files with their transcripts
+    importer = window.show_page(ImportPage)
+    assert isinstance(importer, ImportPage)
+    with qtbot.waitSignal(ctx.data_changed, timeout=60000):
+        job = importer.import_paths([s["path"] for s in piper_sentences[:8]])
+    assert job is not None and job.outcome == "succeeded"
+    assert importer.model.rowCount() == 10
+
+    # 4. prepare
+    prepare = window.show_page(PreparePage)
+    assert isinstance(prepare, PreparePage)
+    with qtbot.waitSignal(ctx.data_changed, timeout=180000):
+        job = prepare.run()
+    assert job is not None and job.outcome == "succeeded", job.error
+    report = voicedata.quality_report(voice)
+    assert report is not None and report["totals"]["usable_clips"] >= 8
+
+    # 5. train two CPU workers while the charts update; stop; resume
+    train = window.show_page(TrainPage)
+    assert isinstance(train, TrainPage)
+    train.base.setEditText(str(tiny_model_dir))
+    train.workers.setValue(2)
+    train.steps.setValue(12)
+    train.ckpt_every.setValue(4)
+    probe = StallProbe(5)
+    probe.start()
+    job = train.start()
+    assert job is not None
+    # live metrics reach the charts (not only the store)
+    qtbot.waitUntil(lambda: train.store.series.get("loss/train") is not None
+                    and train.store.series["loss/train"].count >= 2
+                    and len(train._curves["loss/train"].getData()[0] or []) >= 1,
+                    timeout=400000)
+    assert any(n.startswith("memory/") for n in train.store.series)
+    with qtbot.waitSignal(job.finished, timeout=180000):
+        train.stop()
+    probe.stop()
+    print("\n" + probe.report("training on 2 CPU workers (tiny model)"))
+    assert job.outcome == "cancelled", job.error
+    assert train.state_label.text().startswith("Stopped")
+    assert probe.worst_busy_ms < 50.0, probe.report("stall")
+    runs = voicedata.list_runs(voice)
+    assert runs and runs[-1].checkpoints  # stop saved a checkpoint
+    stopped_at = voicedata.checkpoint_step(runs[-1].checkpoints[-1])
+    assert train.resume_btn.isEnabled()
+
+    job = train.start(resume=True)
+    assert job is not None
+    with qtbot.waitSignal(job.finished, timeout=600000):
+        pass
+    assert job.outcome == "succeeded", job.error
+    assert train.state_label.text() == "Finished"
+    last = voicedata.list_runs(voice)[-1]
+    assert voicedata.checkpoint_step(last.checkpoints[-1]) == 12 > (stopped_at or 0)
+
+    # 6. export
+    with qtbot.waitSignal(ctx.data_changed, timeout=300000):
+        job = train.export()
+    assert job is not None and job.outcome == "succeeded", job.error
+    exports = voicedata.list_exports(voice)
+    assert exports and json.loads((exports[0] / "config.json").read_text())
+
+    # 7. speak with the exported model and play it
+    listen = window.show_page(ListenPage)
+    assert isinstance(listen, ListenPage)
+    assert listen.source.itemText(0).startswith("Exported:")
+    listen.source.setCurrentIndex(0)
+    with qtbot.waitSignal(ctx.player.started, timeout=300000):
+        job = listen.speak("Hello from the cloned voice.")
+    assert job is not None and job.outcome == "succeeded", job.error
+    assert listen.last_render is not None and listen.last_render.is_file()
+    assert listen.history.rowCount() == 1
+    with qtbot.waitSignal(ctx.player.finished, timeout=60000):
+        listen.stop()
