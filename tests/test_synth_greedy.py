@@ -143,3 +143,17 @@ def test_exponential_race_samples_with_the_right_frequencies() -> None:
     picks = choose(scores, settings, noise)
     freq = torch.bincount(picks, minlength=4).float() / len(picks)
     torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_static_shape_path_equals_the_eager_loop(official: Any, fast: FastTalker,
+                                                 speaker: torch.Tensor, sampled: bool) -> None:
+    # The CUDA-graph path runs this same static frame (captured); on the CPU it
+    # runs uncaptured, which checks its masks, buffers and random-stream use.
+    settings = DecodeSettings() if sampled else GREEDY
+    prefill = build_prefill(official.model, official.processor, TEXTS, speaker, None, False)
+    eager = fast.generate(prefill, [9, 25], settings, seeds=[4, 5], static=False)
+    static = fast.generate(prefill, [9, 25], settings, seeds=[4, 5], static=True)
+    assert [len(c) for c in static] == [len(c) for c in eager]
+    for a, b in zip(eager, static, strict=True):
+        assert torch.equal(a, b)

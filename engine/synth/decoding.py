@@ -70,7 +70,12 @@ class Prefill:
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # Same op sequence as the official Qwen3TTSRMSNorm (float32 statistics).
+    # Same op sequence as the official Qwen3TTSRMSNorm (float32 statistics,
+    # normalised value rounded to the input dtype before the weight).
+    if x.dtype == torch.float32:
+        # the fused kernel is bit-identical to that sequence in float32 (checked
+        # by the greedy-equality tests) and costs one dispatch instead of six
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     dtype = x.dtype
     h = x.to(torch.float32)
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
@@ -92,14 +97,53 @@ def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
 KV = tuple[torch.Tensor, torch.Tensor]
 
 
+@dataclass(frozen=True)
+class _Layer:
+    """One decoder layer's tensors, looked up once (module attribute access is
+    slow Python, and a frame makes hundreds of layer passes)."""
+
+    in_norm: torch.Tensor
+    in_eps: float
+    q: torch.Tensor
+    q_bias: torch.Tensor | None
+    k: torch.Tensor
+    k_bias: torch.Tensor | None
+    v: torch.Tensor
+    v_bias: torch.Tensor | None
+    o: torch.Tensor
+    o_bias: torch.Tensor | None
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    qk_eps: float
+    post_norm: torch.Tensor
+    post_eps: float
+    gate: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+    act: Callable[[torch.Tensor], torch.Tensor]
+
+    @staticmethod
+    def of(layer: Any) -> _Layer:
+        attn, mlp = layer.self_attn, layer.mlp
+        return _Layer(
+            layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
+            attn.q_proj.weight, attn.q_proj.bias, attn.k_proj.weight, attn.k_proj.bias,
+            attn.v_proj.weight, attn.v_proj.bias, attn.o_proj.weight, attn.o_proj.bias,
+            attn.q_norm.weight, attn.k_norm.weight, attn.q_norm.variance_epsilon,
+            layer.post_attention_layernorm.weight,
+            layer.post_attention_layernorm.variance_epsilon,
+            mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight, mlp.act_fn)
+
+
 class _Stack:
     """Direct calls into one official decoder stack (talker or code predictor)."""
 
     def __init__(self, layers: Any, norm: Any, config: Any) -> None:
-        self.layers = list(layers)
+        self.modules = list(layers)
+        self.layers = [_Layer.of(layer) for layer in self.modules]
         self.norm_w = norm.weight
         self.norm_eps = norm.variance_epsilon
-        attn = self.layers[0].self_attn
+        attn = self.modules[0].self_attn
         self.head_dim = attn.head_dim
         self.n_rep = attn.num_key_value_groups
         self.scaling = attn.scaling
@@ -111,32 +155,40 @@ class _Stack:
         return [(like.new_zeros(shape), like.new_zeros(shape)) for _ in self.layers]
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: list[KV], start: int,
+                cache: list[KV], start: int | torch.Tensor,
                 mask: torch.Tensor | None, full: bool = False) -> torch.Tensor:
         """Run all layers on `h` [B, T, H] written at cache slots start..start+T.
 
         `mask` None: causal over the filled prefix, no padding (the official
         sdpa path with GQA). Otherwise a bool [B, 1, T, S] mask over the first
         S cache slots (S = start+T, or the whole cache when `full`).
+        With `full`, `start` may be a 1-element tensor (static shapes for CUDA
+        graphs: the write position lives on the device).
         """
         b, t, _ = h.shape
-        end = start + t
+        d = self.head_dim
         cos = cos.unsqueeze(1)
         sin = sin.unsqueeze(1)
-        for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
-            attn = layer.self_attn
-            x = _rms(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
-            q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(b, t, -1, self.head_dim)
-            k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(b, t, -1, self.head_dim)
-            v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(b, t, -1, self.head_dim)
-            q = _rms(q, attn.q_norm.weight, attn.q_norm.variance_epsilon).transpose(1, 2)
-            k = _rms(k, attn.k_norm.weight, attn.k_norm.variance_epsilon).transpose(1, 2)
-            v = v.transpose(1, 2)
+        if isinstance(start, torch.Tensor):
+            slots = start + torch.arange(t, device=start.device)
+        for w, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
+            x = _rms(h, w.in_norm, w.in_eps)
+            q = _rms(F.linear(x, w.q, w.q_bias).view(b, t, -1, d), w.q_norm, w.qk_eps)
+            k = _rms(F.linear(x, w.k, w.k_bias).view(b, t, -1, d), w.k_norm, w.qk_eps)
+            v = F.linear(x, w.v, w.v_bias).view(b, t, -1, d).transpose(1, 2)
+            q = q.transpose(1, 2)
+            k = k.transpose(1, 2)
             q = (q * cos) + (_rotate_half(q) * sin)
             k = (k * cos) + (_rotate_half(k) * sin)
-            k_cache[:, :, start:end] = k
-            v_cache[:, :, start:end] = v
-            span = k_cache.shape[2] if full else end
+            if isinstance(start, torch.Tensor):
+                k_cache.index_copy_(2, slots, k)
+                v_cache.index_copy_(2, slots, v)
+                span = k_cache.shape[2]
+            else:
+                end = start + t
+                k_cache[:, :, start:end] = k
+                v_cache[:, :, start:end] = v
+                span = k_cache.shape[2] if full else end
             keys = k_cache[:, :, :span]
             values = v_cache[:, :, :span]
             if mask is None:
@@ -147,13 +199,9 @@ class _Stack:
                     q, _repeat_kv(keys, self.n_rep), _repeat_kv(values, self.n_rep),
                     attn_mask=mask, scale=self.scaling)
             out = out.transpose(1, 2).reshape(b, t, -1)
-            h = h + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
-            x = _rms(h, layer.post_attention_layernorm.weight,
-                     layer.post_attention_layernorm.variance_epsilon)
-            mlp = layer.mlp
-            gate = F.linear(x, mlp.gate_proj.weight)
-            up = F.linear(x, mlp.up_proj.weight)
-            h = h + F.linear(mlp.act_fn(gate) * up, mlp.down_proj.weight)
+            h = h + F.linear(out, w.o, w.o_bias)
+            x = _rms(h, w.post_norm, w.post_eps)
+            h = h + F.linear(w.act(F.linear(x, w.gate)) * F.linear(x, w.up), w.down)
         return _rms(h, self.norm_w, self.norm_eps)
 
 
@@ -251,13 +299,21 @@ class FastTalker:
     def generate(self, prefill: Prefill, max_frames: list[int], settings: DecodeSettings,
                  seeds: list[int] | None = None,
                  on_frame: Callable[[int], None] | None = None,
-                 should_stop: Callable[[], bool] | None = None) -> list[torch.Tensor]:
+                 should_stop: Callable[[], bool] | None = None,
+                 static: bool | None = None, graphs: bool | None = None,
+                 ) -> list[torch.Tensor]:
         """Generate codec frames; returns one [frames, 16] long tensor per row.
 
         A row ends at end-of-speech (not included) or after its `max_frames`.
         `on_frame(n)` is called after frame n; `should_stop()` returning True
         ends the loop early (cancel), returning what exists so far.
+        `static` (default: on CUDA) runs every frame with fixed shapes and all
+        state on the device; `graphs` (default: on CUDA) then captures one
+        frame as a CUDA graph and replays it.
         """
+        cuda = self.device.type == "cuda"
+        static = cuda if static is None else static
+        graphs = (cuda if graphs is None else graphs) and static and cuda
         embeds = prefill.embeds.to(self.device, self.dtype)
         batch, t0, _ = embeds.shape
         if len(max_frames) != batch or min(max_frames) < 1:
@@ -303,6 +359,16 @@ class FastTalker:
 
         trailing = prefill.trailing.to(self.device, self.dtype)
         tts_pad = prefill.tts_pad.to(self.device, self.dtype)
+        if static:
+            if key_valid is None:
+                key_valid = torch.zeros(batch, total, dtype=torch.bool, device=self.device)
+                key_valid[:, :t0] = True
+            state = _StaticState(token=token, past_hidden=past_hidden, seen=seen,
+                                 key_valid=key_valid, pads=pads, t0=t0, trailing=trailing,
+                                 tts_pad=tts_pad, noise=noise, cos=cos_t, sin=sin_t,
+                                 t_cache=t_cache, p_cache=p_cache)
+            return self._loop_static(state, max_frames, settings, streams, width, graphs,
+                                     on_frame, should_stop)
         limits = torch.tensor(max_frames, device=self.device)
         codes = torch.zeros(batch, limit, self.groups, dtype=torch.long, device=self.device)
         ended = torch.full((batch,), limit, dtype=torch.long, device=self.device)
@@ -346,3 +412,154 @@ class FastTalker:
         made = torch.tensor(frames, device=self.device)
         lengths = torch.minimum(torch.minimum(ended, limits), made)
         return [codes[b, : int(lengths[b])] for b in range(batch)]
+
+    # -- static shapes (CUDA graphs) -----------------------------------------------------
+    def _loop_static(self, st: _StaticState, max_frames: list[int], settings: DecodeSettings,
+                     streams: RowStreams | None, width: int, graphs: bool,
+                     on_frame: Callable[[int], None] | None,
+                     should_stop: Callable[[], bool] | None) -> list[torch.Tensor]:
+        """The frame loop with every shape fixed and all state in device buffers.
+
+        One frame (15 predictor passes, sampling, one talker pass) reads and
+        writes only the buffers of `st`, so it can be captured once as a CUDA
+        graph and replayed: the host then launches one graph per frame instead
+        of thousands of kernels, and syncs only every `sync_every` frames.
+        Attention spans the whole preallocated cache with a validity mask.
+        """
+        dev = self.device
+        batch = st.token.shape[0]
+        limit = max(max_frames)
+        pred = self.predictor
+        proj = pred.small_to_mtp_projection
+        head_w = self.talker.codec_head.weight
+        p_embed = pred.model.codec_embedding
+        t_embed = self.talker.model.codec_embedding
+        slot = torch.full((1,), st.t0, dtype=torch.long, device=dev)
+        step = torch.zeros(1, dtype=torch.long, device=dev)
+        last_text = st.trailing.shape[1]
+        trailing = torch.cat((st.trailing, st.tts_pad.expand(batch, 1, -1)), dim=1)
+        rows = torch.arange(batch, device=dev)
+        codes_all = torch.zeros(batch, limit, self.groups, dtype=torch.long, device=dev)
+        # Same random stream use as the eager loop: the predictor of frame f uses
+        # draw f, the codebook-0 choice that ends frame f uses draw f+1.
+        noise = torch.ones(batch, self.groups, width, device=dev)
+        pending = st.noise
+        # predictor: slot j may see slots <= j (stale slots of the last frame are hidden)
+        p_slots = torch.arange(PREDICTOR_POSITIONS, device=dev)
+        p_masks = [(p_slots[None] <= p_slots[:2, None])[None, None]]
+        p_masks += [(p_slots <= j)[None, None, None] for j in range(2, PREDICTOR_POSITIONS)]
+        penalty = settings.repetition_penalty
+        eos = self.eos
+        min_new = settings.min_new_tokens
+
+        def frame() -> None:
+            token = st.token
+            st.seen[rows, token] = True
+            embed0 = t_embed(token[:, None])
+            h = proj(torch.cat((st.past_hidden, embed0), dim=1))
+            codes = [token]
+            embeds = [embed0]
+            start = 0
+            for j in range(self.groups - 1):
+                t = h.shape[1]
+                out = self.p_stack.forward(h, self.p_cos[start:start + t][None],
+                                           self.p_sin[start:start + t][None], st.p_cache,
+                                           start, p_masks[j], full=True)
+                logits = F.linear(out, pred.lm_head[j].weight)[:, -1].to(torch.float32)
+                code = choose(logits, settings.predictor, noise[:, j + 1])
+                codes.append(code)
+                emb = p_embed[j](code[:, None])
+                embeds.append(emb)
+                start += t
+                if j < self.groups - 2:
+                    h = proj(emb)
+            codes_all.index_copy_(1, step, torch.stack(codes, dim=1)[:, None])
+            summed = torch.cat(embeds, dim=1).sum(1, keepdim=True)
+            text = trailing.index_select(1, step.clamp(max=last_text))
+            pos = (slot - st.pads)[:, None]
+            st.key_valid.index_fill_(1, slot, True)
+            hidden = self.t_stack.forward(summed + text, st.cos[pos], st.sin[pos], st.t_cache,
+                                          slot, st.key_valid[:, None, None, :], full=True)
+            scores = F.linear(hidden, head_w)[:, -1].to(torch.float32)
+            if penalty != 1.0:
+                penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
+                scores = torch.where(st.seen, penalised, scores)
+            # frames made so far = step + 1; end-of-speech banned below min_new_tokens
+            early = (step + 1) < min_new
+            scores[:, eos] = torch.where(early, float("-inf"), scores[:, eos])
+            scores = scores.masked_fill(self.suppress, float("-inf"))
+            st.token.copy_(choose(scores, settings.talker, noise[:, 0]))
+            st.past_hidden.copy_(hidden)
+            slot.add_(1)
+            step.add_(1)
+
+        graph = None
+        frames = 0
+        limits = torch.tensor(max_frames)
+        for f in range(limit):
+            if should_stop is not None and should_stop():
+                break
+            if f and f % settings.sync_every == 0 and self._static_done(codes_all, f, limits):
+                break
+            if streams is not None and pending is not None:
+                upcoming = streams.draw(self.groups, width)
+                noise[:, 1:].copy_(pending[:, 1:], non_blocking=True)
+                noise[:, 0].copy_(upcoming[:, 0], non_blocking=True)
+                pending = upcoming
+            if graphs and graph is None and f >= 2:
+                # two eager frames warmed up every kernel; now record one
+                graph = self._capture(frame)
+                graphs = graph is not None
+            if graph is not None:
+                graph.replay()
+            else:
+                frame()
+            frames = f + 1
+            if on_frame is not None:
+                on_frame(frames)
+        return self._static_lengths(codes_all, frames, limits)
+
+    def _capture(self, frame: Callable[[], None]) -> Any:
+        try:
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                frame()
+            return graph
+        except RuntimeError:
+            # capture is an optimisation: the same frame runs eagerly instead
+            return None
+
+    def _static_done(self, codes_all: torch.Tensor, made: int, limits: torch.Tensor) -> bool:
+        first = codes_all[:, :made, 0].cpu()
+        ended = (first == self.eos).any(dim=1) | (limits <= made)
+        return bool(ended.all())
+
+    def _static_lengths(self, codes_all: torch.Tensor, frames: int,
+                        limits: torch.Tensor) -> list[torch.Tensor]:
+        first = codes_all[:, :frames, 0].cpu()
+        out = []
+        for b in range(codes_all.shape[0]):
+            hits = (first[b] == self.eos).nonzero()
+            n = int(hits[0]) if len(hits) else frames
+            out.append(codes_all[b, : min(n, int(limits[b]), frames)])
+        return out
+
+
+@dataclass
+class _StaticState:
+    """Device buffers one static frame reads and writes in place."""
+
+    token: torch.Tensor
+    past_hidden: torch.Tensor
+    seen: torch.Tensor
+    key_valid: torch.Tensor
+    pads: torch.Tensor
+    t0: int
+    trailing: torch.Tensor
+    tts_pad: torch.Tensor
+    noise: torch.Tensor | None
+    cos: torch.Tensor
+    sin: torch.Tensor
+    t_cache: list[KV]
+    p_cache: list[KV]
