@@ -51,6 +51,9 @@ class DecodeSettings:
     min_new_tokens: int = 2
     #: check for end-of-speech every N frames (1 on CPU; larger saves GPU syncs)
     sync_every: int = 1
+    #: False bans end-of-speech like the other control codes, so every row runs
+    #: to its cap: fixed-length generation for benchmarks, never for speech
+    stop_at_eos: bool = True
 
     def __post_init__(self) -> None:
         if not self.repetition_penalty > 0:
@@ -264,7 +267,7 @@ class FastTalker:
         if p != 1.0:
             penalised = torch.where(scores < 0, scores * p, scores / p)
             scores = torch.where(seen, penalised, scores)
-        if generated < settings.min_new_tokens:
+        if generated < settings.min_new_tokens or not settings.stop_at_eos:
             scores[:, self.eos] = float("-inf")
         return scores.masked_fill(self.suppress, float("-inf"))
 
@@ -485,7 +488,7 @@ class FastTalker:
                 penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
                 scores = torch.where(st.seen, penalised, scores)
             # frames made so far = step + 1; end-of-speech banned below min_new_tokens
-            early = (step + 1) < min_new
+            early = ((step + 1) < min_new) | (not settings.stop_at_eos)
             scores[:, eos] = torch.where(early, float("-inf"), scores[:, eos])
             scores = scores.masked_fill(self.suppress, float("-inf"))
             st.token.copy_(choose(scores, settings.talker, noise[:, 0]))

@@ -1,0 +1,219 @@
+"""Speech speed: our decoding loop against the official `generate_custom_voice`.
+
+    python bench/bench_synth.py [--models tiny,0.6b] [--frames 24] [--layers 28]
+
+For each model (a custom-voice folder exported from random weights: the tiny
+test model, and the real 0.6B configuration) it prints the real-time factor
+(seconds of audio per second of compute; higher is faster) of:
+- one sentence (batch 1), and
+- four sentences of a longer text (the official call batched over a list,
+  ours batched the same way),
+each end to end (prompt, generation, codec decode) and for generation alone.
+Both sides sample with the model's default settings and make exactly
+`--frames` codec frames per sentence (end-of-speech cannot stop either: the
+official call gets an end id that generation never emits, ours bans it), so
+the work is identical. Both share one loaded model, in one process.
+
+The 0.6B figures use the tiny model's codec (the real codec's configuration
+is not available offline), so their decode share is smaller than with the
+real codec; the generation-only column is the like-for-like figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+FRAME_S = 1920 / 24000  # one codec frame is 80 ms of audio
+SPEAKER = "bench"
+SENTENCES = [
+    "The kettle started to whistle just as the phone rang in the hall.",
+    "She folded the laundry while listening to an old jazz record.",
+    "Our train was delayed because of a fallen tree on the track.",
+    "Fresh bread tastes best while it is still warm from the oven.",
+]
+#: the real 0.6B-Base talker and code predictor (qwen3-tts-facts.md)
+TALKER_06B = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+              "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+              "text_hidden_size": 2048, "text_vocab_size": 151936}
+PREDICTOR_06B = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 5,
+                 "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128}
+
+
+def tiny_voice(work: Path) -> Path:
+    import numpy as np
+
+    from engine.model.export import export_custom_voice
+    from engine.model.tiny import make_tiny_model
+
+    base = make_tiny_model(work / "tiny-base", seed=0)
+    hidden = json.loads((base / "config.json").read_text())["talker_config"]["hidden_size"]
+    xvec = np.random.default_rng(0).standard_normal(hidden).astype("float32") * 0.05
+    return export_custom_voice(base, {}, SPEAKER, xvec, work / "tiny-voice")
+
+
+def voice_06b(work: Path, layers: int) -> Path:
+    """Custom voice with the real 0.6B talker shape and random weights (std 0.02)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    from engine.model.export import export_custom_voice
+    from engine.model.official import configuration, modeling
+    from engine.model.tiny import make_tiny_model
+
+    tiny = make_tiny_model(work / "tiny-for-06b", seed=0)
+    base = work / "base-06b"
+    base.mkdir()
+    cfg = json.loads((tiny / "config.json").read_text())
+    talker = cfg["talker_config"]
+    talker.update(TALKER_06B, num_hidden_layers=layers)
+    # MRoPE sections sum to head_dim / 2, as in the released models
+    talker["rope_scaling"] = {"interleaved": True, "mrope_section": [24, 20, 20],
+                              "rope_type": "default"}
+    talker["code_predictor_config"].update(PREDICTOR_06B)
+    for sub in (talker, talker["code_predictor_config"]):
+        sub.pop("layer_types", None)  # rebuilt from the layer count
+    cfg["speaker_encoder_config"]["enc_dim"] = talker["hidden_size"]
+    cfg["tts_model_size"] = "0b6"
+    (base / "config.json").write_text(json.dumps(cfg, indent=1))
+    for item in tiny.iterdir():
+        if item.name not in ("config.json", "model.safetensors"):
+            target = base / item.name
+            if item.is_dir():
+                import shutil
+
+                shutil.copytree(item, target)
+            else:
+                target.write_bytes(item.read_bytes())
+    config = configuration().Qwen3TTSConfig.from_pretrained(str(base))
+    torch.manual_seed(0)
+    talker_module = modeling().Qwen3TTSTalkerForConditionalGeneration(config.talker_config)
+    with torch.no_grad():
+        for p in talker_module.parameters():
+            p.normal_(0.0, 0.02)
+    state = {f"talker.{k}": v.to(torch.bfloat16).contiguous()
+             for k, v in talker_module.state_dict().items()}
+    del talker_module
+    save_file(state, str(base / "model.safetensors"))
+    del state
+    gc.collect()
+    xvec = np.random.default_rng(0).standard_normal(talker["hidden_size"]).astype("float32")
+    return export_custom_voice(base, {}, SPEAKER, xvec * 0.02, work / "voice-06b")
+
+
+def _official(wrapper: Any, texts: list[str], frames: int, decode: bool) -> float:
+    import torch
+
+    eos_never = wrapper.model.config.talker_config.codec_pad_id  # suppressed: never emitted
+    start = time.perf_counter()
+    if decode:
+        wavs, _ = wrapper.generate_custom_voice(texts, speaker=[SPEAKER] * len(texts),
+                                                max_new_tokens=frames + 1,
+                                                eos_token_id=eos_never)
+        assert len(wavs) == len(texts)
+    else:
+        ids = [wrapper._tokenize_texts([wrapper._build_assistant_text(t)])[0] for t in texts]
+        kwargs = wrapper._merge_generate_kwargs(max_new_tokens=frames + 1)
+        with torch.no_grad():
+            wrapper.model.generate(input_ids=ids, languages=["auto"] * len(texts),
+                                   speakers=[SPEAKER] * len(texts), non_streaming_mode=True,
+                                   eos_token_id=eos_never, **kwargs)
+    return time.perf_counter() - start
+
+
+def _ours(synth: Any, texts: list[str], frames: int, decode: bool) -> float:
+    import dataclasses
+
+    from engine.synth.options import SpeakOptions
+    from engine.synth.prompt import build_prefill
+
+    settings = dataclasses.replace(synth.decode_settings(SpeakOptions()), stop_at_eos=False)
+    start = time.perf_counter()
+    prefill = build_prefill(synth.model, synth.processor, texts, synth.speaker_vector, None,
+                            True)
+    codes = synth.fast.generate(prefill, [frames] * len(texts), settings,
+                                seeds=list(range(len(texts))))
+    assert all(len(c) == frames for c in codes)
+    if decode:
+        synth.decode_audio(codes)
+    return time.perf_counter() - start
+
+
+def bench_model(name: str, folder: Path, frames: int) -> list[dict[str, Any]]:
+    from engine.model.loading import load_model
+    from engine.synth.synthesizer import Synthesizer
+    from engine.synth.voice import resolve_source
+
+    source = resolve_source(folder)
+    wrapper = load_model(folder, device="cpu")
+    synth = Synthesizer(wrapper, source, None)
+    synth.use_source(source)  # the speaker row, as speak() uses it
+    # first calls pay one-off costs (allocator, lazy imports): not part of the figure
+    _official(wrapper, SENTENCES[:1], 3, True)
+    _ours(synth, SENTENCES[:1], 3, True)
+    rows = []
+    for label, texts in (("1 sentence", SENTENCES[:1]), ("4 sentences", SENTENCES)):
+        audio_s = len(texts) * frames * FRAME_S
+        for decode in (True, False):
+            t_off = _official(wrapper, texts, frames, decode)
+            t_ours = _ours(synth, texts, frames, decode)
+            rows.append({"model": name, "case": label,
+                         "scope": "end to end" if decode else "generation only",
+                         "frames": frames * len(texts), "audio_s": round(audio_s, 2),
+                         "official_s": round(t_off, 3), "ours_s": round(t_ours, 3),
+                         "official_rtf": round(audio_s / t_off, 3),
+                         "ours_rtf": round(audio_s / t_ours, 3),
+                         "speedup": round(t_off / t_ours, 2)})
+            print(_line(rows[-1]), flush=True)
+    del synth, wrapper
+    gc.collect()
+    return rows
+
+
+def _line(r: dict[str, Any]) -> str:
+    return (f"{r['model']:<6} {r['case']:<12} {r['scope']:<16} {r['frames']:>5} frames  "
+            f"official RTF {r['official_rtf']:>7.3f}  ours RTF {r['ours_rtf']:>7.3f}  "
+            f"x{r['speedup']:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="tiny,0.6b")
+    parser.add_argument("--frames", type=int, default=24, help="codec frames per sentence")
+    parser.add_argument("--layers", type=int, default=28, help="0.6B talker layers")
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args()
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+          f"{args.frames} frames per sentence, sampling with the model defaults", flush=True)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-synth-") as tmp:
+        work = Path(tmp)
+        for name in args.models.split(","):
+            if name == "tiny":
+                folder = tiny_voice(work)
+            elif name == "0.6b":
+                folder = voice_06b(work, args.layers)
+            else:
+                raise SystemExit(f"unknown model {name!r} (tiny, 0.6b)")
+            rows += bench_model(name, folder, args.frames)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
