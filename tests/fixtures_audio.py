@@ -1,7 +1,8 @@
 """Real English speech for tests, made offline with piper and the bundled 'joe' voice.
 
 Fixtures (session scope, shared by every area):
-- `piper_synth`: `synth(text) -> (float32 mono array, 22050)`.
+- `piper_synth`: `synth(text) -> (float32 mono array, 22050)`, deterministic
+  (piper's sampling noise is off).
 - `piper_sentences`: ~10 sentences as 22.05 kHz mono WAVs, each with a same-named
   .txt transcript, in a per-session temporary folder: list of dicts
   {"text", "path", "duration_s"}.
@@ -47,10 +48,14 @@ def _load_piper() -> Any:
 
 @pytest.fixture(scope="session")
 def piper_synth() -> Callable[[str], tuple[np.ndarray, int]]:
+    from piper import SynthesisConfig
+
     voice = _load_piper()
+    # no sampling noise: the same text gives the same samples, so tests are repeatable
+    config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
 
     def synth(text: str) -> tuple[np.ndarray, int]:
-        chunks = [c.audio_float_array for c in voice.synthesize(text)]
+        chunks = [c.audio_float_array for c in voice.synthesize(text, config)]
         audio = np.concatenate(chunks).astype(np.float32)
         return audio, int(voice.config.sample_rate)
 
