@@ -1,5 +1,39 @@
 """Audio: file I/O, loudness, voice activity and slicing, quality checks, import, prepare.
 
-Submodules are imported where needed; `io`, `loudness`, `vad`, `quality` and
-`transcripts` are light (numpy, scipy, soundfile) and never import torch.
+The script-facing API, importable from here without loading anything heavy
+until it is used (none of it ever imports torch):
+
+    from engine.workspace import create_voice, open_voice
+    from engine.audio import import_files, prepare, decode, read_mono
+
+    voice = create_voice("voices/ada", speaker="Ada")
+    import_files(voice, ["recordings/"], transcripts="recordings/metadata.csv")
+    report = prepare(voice, on_event=print)   # writes <voice>/prepared/...
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "import_files": "engine.audio.importer",
+    "prepare": "engine.audio.prepare",
+    "format_report": "engine.audio.prepare",
+    "decode": "engine.audio.io",
+    "read_mono": "engine.audio.io",
+    "probe": "engine.audio.io",
+    "write_wav": "engine.audio.io",
+    "TARGET_SR": "engine.audio.io",
+    "integrated_loudness": "engine.audio.loudness",
+    "normalize_loudness": "engine.audio.loudness",
+    "load_transcripts": "engine.audio.transcripts",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'engine.audio' has no attribute {name!r}")
