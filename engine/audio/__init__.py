@@ -4,7 +4,8 @@ The script-facing API, importable from here without loading anything heavy
 until it is used (none of it ever imports torch):
 
     from engine.workspace import create_voice, open_voice
-    from engine.audio import import_files, prepare, decode, read_mono
+    from engine.audio import import_files, decode, read_mono
+    from engine.audio.prepare import prepare   # (a submodule of the same name)
 
     voice = create_voice("voices/ada", speaker="Ada")
     import_files(voice, ["recordings/"], transcripts="recordings/metadata.csv")
@@ -18,8 +19,6 @@ from typing import Any
 
 _EXPORTS = {
     "import_files": "engine.audio.importer",
-    "prepare": "engine.audio.prepare",
-    "format_report": "engine.audio.prepare",
     "decode": "engine.audio.io",
     "read_mono": "engine.audio.io",
     "probe": "engine.audio.io",
