@@ -3,11 +3,11 @@
 Fixtures (session scope, shared by every area):
 - `piper_synth`: `synth(text) -> (float32 mono array, 22050)`, deterministic
   (piper's sampling noise is off).
-- `piper_sentences`: ~10 sentences as 22.05 kHz mono WAVs, each with a same-named
+- `piper_sentences`: 12 sentences as 22.05 kHz mono WAVs, each with a same-named
   .txt transcript, in a per-session temporary folder: list of dicts
   {"text", "path", "duration_s"}.
 - `prepared_voice`: a voice folder built from those sentences and prepared
-  (~30-40 s of usable speech); returns its Path. Treat it as read-only: copy it
+  (12 clips, ~37 s of usable speech); returns its Path. Treat it as read-only: copy it
   (`shutil.copytree`) before changing anything.
 """
 
@@ -35,6 +35,8 @@ SENTENCES = [
     "Wow, I can't believe we actually won the championship!",
     "The museum was closed on Mondays, which we only learned at the door.",
     "Please remember to water the plants while I am away.",
+    "A flock of starlings swirled like smoke above the marsh.",
+    "How long does it take to walk to the station from here?",
 ]
 
 
