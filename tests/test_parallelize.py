@@ -106,13 +106,18 @@ def _rank_main(rank: int, world: int, model_dir: str, out: str, port: int) -> No
             objective = build_objective(model_dir, device="meta")
             parallelize(objective, mesh, cfg, device)
             load_base_weights(objective, model_dir, device)
+            # runs after FSDP's own pre-forward hook: sees the batch as forward gets it
+            seen: list[torch.dtype] = []
+            objective.register_forward_pre_hook(
+                lambda _m, args, seen=seen: seen.append(args[0]["talker_norm"].dtype))
             local = sum(p.to_local().numel() for p in objective.parameters()
                         if isinstance(p, DTensor))
             total = sum(p.numel() for p in objective.parameters())
             losses = _train(objective, batch, all_sum)
             dtypes = {str(p.dtype) for p in objective.parameters()}
             results[name] = {"losses": losses, "sd": full_state_dict(objective),
-                             "local": local, "total": total, "dtypes": sorted(dtypes)}
+                             "local": local, "total": total, "dtypes": sorted(dtypes),
+                             "norm_dtype": str(seen[0])}
         if rank == 0:
             torch.save(results, out)
         # nobody tears gloo down while the other rank still talks to it
@@ -189,6 +194,8 @@ def test_bf16_mixed_precision_keeps_fp32_master_weights(sharded: dict[str, Any],
                                                         tiny_model_dir: Path) -> None:
     got = sharded["bf16"]
     assert got["dtypes"] == ["torch.float32"]  # master weights (and so AdamW) stay fp32
+    # the loss normalisers reach forward unrounded (not cast to bf16 with the weights)
+    assert got["norm_dtype"] == "torch.float32"
     # bf16 compute: close to the fp32 losses, not equal
     assert got["losses"] == pytest.approx(single["losses"], rel=2e-2)
     assert got["losses"] != single["losses"]

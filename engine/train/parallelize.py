@@ -92,8 +92,12 @@ def parallelize(objective: nn.Module, mesh: Any, cfg: ParallelConfig,
         # Parameters stay fp32 (the master copy the optimizer updates); compute
         # in bf16; gradients reduced and kept in fp32 so tiny updates survive.
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        # The root must not cast its batch: the loss normalisers (token counts,
+        # e.g. 1234.5) would round in bf16. `embed` casts the x-vector itself.
+        root_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                       cast_forward_inputs=False)
     else:
-        mp = MixedPrecisionPolicy()
+        mp = root_mp = MixedPrecisionPolicy()
     offload: OffloadPolicy = (CPUOffloadPolicy() if cfg.cpu_offload and device.type == "cuda"
                               else OffloadPolicy())
     shard = partial(fully_shard, mesh=mesh, mp_policy=mp, offload_policy=offload)
@@ -105,7 +109,7 @@ def parallelize(objective: nn.Module, mesh: Any, cfg: ParallelConfig,
     if cfg.separate_text_embedding:
         shard(objective.talker.model.text_embedding)
     # The root holds everything else and must be the module whose forward runs it all.
-    shard(objective)
+    fully_shard(objective, mesh=mesh, mp_policy=root_mp, offload_policy=offload)
     if not any(p.is_meta for p in objective.parameters()) and not cfg.cpu_offload:
         objective.to(device)
     return objective
