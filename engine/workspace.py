@@ -357,7 +357,8 @@ class Voice:
             if t.id == take_id:
                 return t
         if take_id.isdigit():
-            matches = [t for t in takes if int(TAKE_ID_RE.match(t.id).group(1)) == int(take_id)]  # type: ignore[union-attr]
+            matches = [t for t in takes
+                       if (m := TAKE_ID_RE.match(t.id)) and int(m.group(1)) == int(take_id)]
             if len(matches) == 1:
                 return matches[0]
         raise InputError(f"There is no take {take_id!r} in {self.path}.",

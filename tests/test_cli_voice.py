@@ -85,6 +85,8 @@ def test_json_mode_streams_events_and_a_result(tmp_path: Path, speech_folder: Pa
     assert [e for e in evs if e["event"] == "progress"][-1]["done"] == 3
     assert {e["role"] for e in evs if e["event"] == "artifact"} == {"manifest", "report"}
     assert evs[-1]["totals"]["usable_clips"] == 3
+    r = run("--json", "import", voice, speech_folder)  # again: nothing new, still a success
+    assert r.returncode == 0 and len(events(r.stdout)[-1]["skipped"]) == 3
     r = run("--json", "prompts", "next", voice)
     assert events(r.stdout)[-1]["prompts"][0]["id"] == "ev-001"
 
@@ -99,6 +101,7 @@ def test_json_mode_streams_events_and_a_result(tmp_path: Path, speech_folder: Pa
     (("import", "{tmp}/exists", "{tmp}/junk.wav", "--transcripts", "{tmp}/none.csv"),
      "does not exist"),
     (("voice", "list", "{tmp}/damaged"), "is damaged"),
+    (("import", "{tmp}/exists", "{tmp}/damaged"), "No WAV, FLAC, OGG or MP3 files"),
     (("prompts", "next", "{tmp}/exists", "--count", "0"), "at least 1"),
 ])
 def test_errors_are_one_line_without_traceback(tmp_path: Path, args: tuple[str, ...],

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import InputError
+from ..errors import AudioError, InputError
 from ..events import Emitter
 from ..prompts import next_prompts, prompt_progress
 from ..workspace import create_voice, open_voice
@@ -98,13 +98,15 @@ def _import(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
 
     voice = open_voice(args.voice)
     result = import_files(voice, args.paths, transcripts=args.transcripts, on_event=em)
-    if not result["imported"] and result["skipped"]:
-        # nothing usable at all is a failure the exit code must show
-        from ..errors import AudioError
-        first = result["skipped"][0]
+    failed = [s for s in result["skipped"] if s["code"] != "already_imported"]
+    if not result["imported"] and not result["skipped"]:
+        raise InputError("No WAV, FLAC, OGG or MP3 files were found there.",
+                         "Give audio files, or folders that hold them.")
+    if not result["imported"] and failed:
+        # nothing usable at all is a failure the exit code must show (a re-import is not)
+        first = failed[0]
         raise AudioError(f"Nothing was imported: {first['path']} {first['reason']}"
-                         + (f" (and {len(result['skipped']) - 1} more)."
-                            if len(result["skipped"]) > 1 else "."),
+                         + (f" (and {len(failed) - 1} more)." if len(failed) > 1 else "."),
                          "Give WAV, FLAC, OGG or MP3 files or folders holding them.")
     return result
 
