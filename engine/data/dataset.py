@@ -78,6 +78,23 @@ def load_text_tokenizer(model_dir: str | Path) -> Any:
     return proc.Qwen3TTSProcessor.from_pretrained(str(model_dir), fix_mistral_regex=True).tokenizer
 
 
+def training_text(text: str) -> str:
+    """A transcript as synthesis will feed text of the same kind to the model.
+
+    Speaking runs every input through `engine.synth.text.clean_text` (curly
+    quotes to straight ones, dashes, invisible characters dropped...); training
+    on the same normal form means the model never sees at inference a token
+    sequence that training wrote differently. Text it refuses stays as it was.
+    """
+    from ..errors import InputError
+    from ..synth.text import clean_text
+
+    try:
+        return clean_text(text).replace("\n", " ")
+    except InputError:
+        return text
+
+
 def split_ids(ids: Sequence[str], val_fraction: float, val_min: int, seed: int
               ) -> tuple[list[str], list[str]]:
     """(train, validation) clip ids, chosen by the seed.
@@ -195,7 +212,7 @@ class VoiceData:
         tok = tokenizer or load_text_tokenizer(model_dir)
         clips, skipped = [], []
         for cid, entry in index.clips.items():
-            role, text = tokenize(tok, entry["text"])
+            role, text = tokenize(tok, training_text(entry["text"]))
             clip = Clip(cid, tuple(role), tuple(text), int(entry["frames"]))
             if clip.length > cfg.max_seq_len:
                 skipped.append(cid)  # too long for the configured sequence budget
