@@ -249,7 +249,9 @@ def _run(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: b
 
         extract_codes_ray(voice.path, model_dir, reference_clip=cfg.data.reference_clip,
                           on_event=emitter)
-        total_steps = _total_steps(cfg, voice.path, model_dir, emitter)
+        per_epoch = steps_per_epoch(cfg, voice.path, model_dir, emitter)
+        total_steps = (int(cfg.run.steps) if cfg.run.steps is not None
+                       else max(1, math.ceil(cfg.run.epochs * per_epoch)))
         spec = LaunchSpec(config=cfg.to_dict(), run_dir=run_dir, total_steps=total_steps,
                           workers=cfg.parallel.workers, use_gpu=bool(cfg.parallel.use_gpu),
                           cpus_per_worker=cfg.parallel.cpu_threads_per_worker,
@@ -310,13 +312,6 @@ def _local_cpus(cfg: TrainConfig) -> int:
     return max(os.cpu_count() or 1, cfg.parallel.workers * cfg.parallel.cpu_threads_per_worker)
 
 
-def _total_steps(cfg: TrainConfig, voice_dir: Path, model_dir: Path, emitter: Emitter) -> int:
-    if cfg.run.steps is not None:
-        return int(cfg.run.steps)
-    per_epoch = steps_per_epoch(cfg, voice_dir, model_dir, emitter)
-    return max(1, math.ceil(cfg.run.epochs * per_epoch))
-
-
 def steps_per_epoch(cfg: TrainConfig, voice_dir: Path, model_dir: Path,
                     emitter: Emitter) -> int:
     """Optimizer steps in one pass over the training clips (train-core's dataset decides)."""
@@ -325,6 +320,10 @@ def steps_per_epoch(cfg: TrainConfig, voice_dir: Path, model_dir: Path,
     except ImportError as exc:  # pragma: no cover - only while the data side is missing
         raise TrainingError("The dataset module is missing from this installation.") from exc
     data = VoiceData.open(voice_dir, model_dir, cfg.data)
+    try:
+        data.check(cfg.parallel.workers)
+    except TrainingError as exc:  # too little data for this batch/worker shape
+        raise InputError(exc.message, exc.hint) from exc
     return int(data.steps_per_epoch())
 
 

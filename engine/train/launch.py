@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 
 from ..errors import Cancelled, TrainingError
 from ..events import Emitter
+from .checkpoint import latest_checkpoint, list_checkpoints
 from .metrics import MetricsPump, make_queue
 
 #: seconds the workers get to write their final checkpoint after a stop request
@@ -179,8 +181,11 @@ class Launch:
         fit_s = time.time() - self._t_start
         self.pump.stop()
         first = self.pump.first_metric_time
-        from .checkpoint import latest_checkpoint
-
+        # Ray deletes the old checkpoints it registered; one it never heard of
+        # (saved just before a worker died) would otherwise stay forever
+        keep = int(self.spec.config["run"]["keep_checkpoints"])
+        for old in list_checkpoints(self.spec.run_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
         result = LaunchResult(
             stopped=self._stop_requested,
             records=self.pump.records,

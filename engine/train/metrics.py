@@ -139,7 +139,10 @@ class MetricsPump:
                 self._file.write(json.dumps({"kind": kind, "rank": rec.get("rank"),
                                              "time": round(rec.get("time", 0.0), 3), **values},
                                             default=float) + "\n")
-            self.emitter.metric(values, rank=rec.get("rank"), split=kind)
+            # `sent`: when the worker measured it; the event's own time minus
+            # this is the delivery latency
+            self.emitter.metric(values, rank=rec.get("rank"), split=kind,
+                                sent=round(float(rec.get("time", 0.0)), 3))
             if self.on_record is not None:
                 self.on_record(rec)
 

@@ -42,8 +42,8 @@ class TrainParts:
     #: this rank's micro-batches (grad_accum of them) for optimizer step
     #: `position` of `epoch`; deterministic, so a resumed run sees the same data
     step_batches: Callable[[int, int], list[Any]]
-    #: forward + loss of one micro-batch: a dict with "loss" (to backpropagate,
-    #: already scaled for ranks and accumulation), "talker_sum",
+    #: forward + loss of one micro-batch: a dict with "loss" (to backpropagate
+    #: after dividing by the micro-steps of the step), "talker_sum",
     #: "subtalker_sum", "talker_tokens", "subtalker_tokens" (local sums/counts)
     forward: Callable[[Any, Any], dict[str, Any]]
     #: weight of the sub-talker loss in the reported total
@@ -145,16 +145,18 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                              cfg.optim.min_lr_ratio))
     ckpt = Checkpointer(run_dir, rank, world, keep=cfg.run.keep_checkpoints)
 
-    # Resume: Ray's latest reported checkpoint (after a worker failure) or the newest
-    # complete one in the run folder (--resume, or a final checkpoint Ray never heard of).
+    # Resume from the newest complete checkpoint: the one Ray hands back after a
+    # worker failure, or a newer one in the run folder that Ray never registered.
+    # The latter happens: Ray's controller polls reports every ~2 s, so a worker
+    # killed within that window after a save restarts with Ray unaware of it
+    # (measured). A new run's folder is empty, so scanning it is always safe.
     candidates: list[Path] = []
     ray_ckpt = ray.train.get_checkpoint()
     if ray_ckpt is not None:
         candidates.append(Path(ray_ckpt.path))
-    if loop_config.get("resume", False) or ray_ckpt is not None:
-        found = latest_checkpoint(run_dir)
-        if found is not None:
-            candidates.append(found)
+    found = latest_checkpoint(run_dir)
+    if found is not None:
+        candidates.append(found)
     step, cursor = 0, _DataCursor(parts)
     resumed_from = None
     if candidates:
@@ -200,7 +202,10 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 # reduce gradients across ranks only on the last micro-step
                 parts.set_grad_sync(i == len(micro_batches) - 1)
             out = parts.forward(model, batch)
-            out["loss"].backward()
+            # the data's loss normalisers count the whole optimizer step over
+            # world x accumulation; FSDP averages over ranks, dividing by the
+            # micro-steps here makes the gradient exactly the full-batch mean's
+            (out["loss"] / len(micro_batches)).backward()
             sums = _add_sums(sums, out)
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
@@ -329,9 +334,16 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
     parallelize(objective, make_mesh(device), cfg.parallel, device)
     load_base_weights(objective, model_dir, device)
     data = VoiceData.open(voice_dir, model_dir, cfg.data)
+    data.check(world)
+    accum = cfg.data.grad_accum
+    epoch_cache: dict[int, Any] = {}
 
     def step_batches(epoch: int, position: int) -> list[Any]:
-        return list(data.rank_batches(epoch, position, rank=rank, world=world))
+        if epoch not in epoch_cache:
+            epoch_cache.clear()  # one epoch at a time; batches collate lazily
+            epoch_cache[epoch] = data.rank_batches(epoch, rank=rank, world=world)
+        micro = epoch_cache[epoch]
+        return [micro[k] for k in range(position * accum, (position + 1) * accum)]
 
     def forward(model: Any, batch: Any) -> dict[str, Any]:
         return model(batch_to_device(batch, device))

@@ -1,0 +1,202 @@
+"""End to end on a real local Ray cluster: 2 CPU workers (gloo), FSDP2, the tiny model,
+real speech (piper), real processes killed with SIGKILL and SIGTERM.
+
+Kept to three `fit()` calls in two tests (each costs ~20-30 s on 2 cores):
+1. API: trains (loss goes down), live metrics from both ranks within a second,
+   checkpoints (keeps the last 2), a worker killed with kill -9 mid-run makes
+   Ray restart the group from the last checkpoint and the replayed steps give
+   bit-identical losses (exact resume), the run finishes, no Ray process is left,
+   and the exported checkpoint speaks through the official loader.
+2. CLI `--json`: metric events stream on stdout; SIGTERM saves a checkpoint
+   and exits 130 with nothing left running; `--resume` continues that run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from engine.events import Event
+from tests.fixtures_audio import copy_voice
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def test_train_failover_exact_resume_and_export(prepared_voice: Path, tiny_model_dir: Path,
+                                                tmp_path: Path) -> None:
+    from engine.train.api import export, train
+
+    voice = copy_voice(prepared_voice, tmp_path / "voice")
+    before = _children()
+    events: list[Event] = []
+    pids: dict[int, int] = {}
+    killed: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def on_event(ev: Event) -> None:
+        if os.environ.get("VOXSHARD_TEST_VERBOSE") and ev.kind in ("state", "log", "error"):
+            print(f"{ev.time % 1000:8.2f} {ev.kind} {ev.data}", flush=True)
+        with lock:
+            events.append(ev)
+            d = ev.data
+            if ev.kind == "state" and d.get("state") == "worker_started":
+                pids[int(d["rank"])] = int(d["pid"])
+            if (ev.kind == "metric" and d.get("rank") == 1 and d["values"].get("step") == 6
+                    and not killed):
+                # SIGKILL a real worker process in the middle of the run
+                os.kill(pids[1], signal.SIGKILL)
+                killed["t"] = time.time()
+
+    t0 = time.time()
+    result = train(voice, str(tiny_model_dir), workers=2, steps=12, checkpoint_every=4,
+                   val_every=6, keep_checkpoints=2, lr=2e-3, max_failures=1,
+                   on_event=on_event)
+    wall = time.time() - t0
+    assert killed, "the run ended before the worker could be killed"
+    assert result["steps"] == 12 and not result["stopped"]
+    assert result["restarts"] == 1
+
+    metrics = [e for e in events if e.kind == "metric" and e.data["split"] == "train"]
+    rank0 = [(e.data["values"]["step"], e.data["values"]["loss/train"], e.time)
+             for e in metrics if e.data["rank"] == 0]
+    steps = [s for s, _, _ in rank0]
+    # steps 5 and 6 ran before the kill and again after the restart from step 4
+    assert steps.count(5) == 2 and steps.count(6) == 2, steps
+    first_pass = {s: loss for s, loss, _ in rank0[: steps.index(6) + 1]}
+    second_pass = {s: loss for s, loss, _ in rank0[steps.index(6) + 1:]}
+    for s in (5, 6):
+        assert first_pass[s] == second_pass[s], f"step {s} replayed differently"
+    assert sorted(second_pass) == list(range(5, 13))
+
+    # it learns: the last steps' loss is clearly below the first steps'
+    losses = [second_pass.get(s, first_pass.get(s)) for s in range(1, 13)]
+    assert statistics.mean(losses[-3:]) < statistics.mean(losses[:3]) - 0.05, losses
+    val = [e.data["values"]["loss/val"] for e in events
+           if e.kind == "metric" and e.data["split"] == "val"]
+    assert val, "no validation loss was reported"
+
+    # every rank's metrics reach the driver within a second of being measured
+    latency = [e.time - e.data["sent"] for e in metrics]
+    assert statistics.median(latency) < 1.0, latency
+    assert {e.data["rank"] for e in metrics} == {0, 1}
+    mem = metrics[0].data["values"]
+    assert mem["memory/rss_gib"] > 0 and "memory/state_gib" in mem
+
+    # recovery: from the kill to the first metric of the new worker group
+    recovered = min(t for s, _, t in rank0 if t > killed["t"])
+    print(f"\nfailover: first metric {recovered - killed['t']:.1f} s after kill -9; "
+          f"launch->first metric {result['launch_to_first_metric_s']:.1f} s; wall {wall:.1f} s")
+
+    run_dir = Path(result["run"])
+    ckpts = sorted(p.name for p in run_dir.glob("checkpoint_step_*"))
+    assert ckpts == ["checkpoint_step_0000008", "checkpoint_step_0000012"], ckpts
+    assert all((run_dir / c / "COMPLETE").exists() for c in ckpts)
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {x["rank"] for x in lines if x["kind"] == "train"} == {0, 1}
+    assert json.loads((run_dir / "config.json").read_text())["parallel"]["workers"] == 2
+
+    # Ray is gone: nothing this test process started is still running
+    assert _children() - before == set()
+
+    # the exported checkpoint speaks through the official loader
+    out = export(voice, tmp_path / "export")
+    from engine.model.official import import_qwen_tts
+
+    qwen_tts = import_qwen_tts()
+    model = qwen_tts.Qwen3TTSModel.from_pretrained(out["out_dir"], device_map="cpu")
+    wavs, sr = model.generate_custom_voice(text="Hello there.", speaker=out["speaker"],
+                                           max_new_tokens=8)
+    assert sr == 24000 and len(wavs) == 1 and len(wavs[0]) > 0
+
+
+def _read_events(proc: subprocess.Popen[str], until: Any, timeout: float) -> list[dict]:
+    """JSON events from the CLI's stdout until `until(events)` or the process ends."""
+    assert proc.stdout is not None
+    events: list[dict] = []
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        events.append(json.loads(line))
+        if until(events):
+            break
+    return events
+
+
+def _session_processes(sid: int) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return found
+
+
+def test_cli_json_streams_metrics_sigterm_saves_and_resume(prepared_voice: Path,
+                                                           tiny_model_dir: Path,
+                                                           tmp_path: Path) -> None:
+    voice = copy_voice(prepared_voice, tmp_path / "voice")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "engine.cli.main", "--json", "train", str(voice),
+           "--base", str(tiny_model_dir), "--workers", "2", "--steps", "400",
+           "--checkpoint-every", "1000", "--val-every", "0", "--run", "cli"]
+    # its own session, as the GUI starts the engine: every process it starts is findable
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT, start_new_session=True)
+    try:
+        def two_steps(evs: list[dict]) -> bool:
+            return sum(1 for e in evs if e["event"] == "metric" and e.get("rank") == 0) >= 2
+
+        events = _read_events(proc, two_steps, timeout=240)
+        assert two_steps(events), (events[-5:], proc.stderr.read() if proc.poll() else "")
+        proc.send_signal(signal.SIGTERM)
+        events += _read_events(proc, lambda evs: False, timeout=120)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 130, proc.stderr.read() if proc.stderr else rc
+    metric = next(e for e in events if e["event"] == "metric" and e.get("rank") == 0)
+    for key in ("loss/train", "loss/talker", "loss/subtalker", "lr", "grad/norm",
+                "perf/step_s", "perf/tokens_per_s", "memory/rss_gib", "step"):
+        assert key in metric["values"], key
+    saved = [e for e in events if e["event"] == "state" and e.get("state") == "checkpoint"]
+    assert saved and saved[-1]["step"] >= 2
+    assert events[-1]["event"] == "error" and events[-1]["code"] == "cancelled"
+    stop_step = saved[-1]["step"]
+    run_dir = voice / "runs" / "cli"
+    assert (run_dir / f"checkpoint_step_{stop_step:07d}" / "COMPLETE").exists()
+    time.sleep(1.0)
+    assert _session_processes(proc.pid) == [], "processes of the cancelled run are left"
+
+    # --resume continues from the saved step to the new end
+    out = subprocess.run([*cmd[:8], "--workers", "2", "--steps", str(stop_step + 2), "--resume",
+                          "--run", "cli"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    evs = [json.loads(x) for x in out.stdout.splitlines()]
+    steps = [e["values"]["step"] for e in evs if e["event"] == "metric" and e.get("rank") == 0
+             and e.get("split") == "train"]
+    assert steps == [stop_step + 1, stop_step + 2], steps
+    assert evs[-1]["event"] == "result" and evs[-1]["steps"] == stop_step + 2
