@@ -177,6 +177,7 @@ class MainWindow(QMainWindow):
         self.stack.setCurrentIndex(row)
         self.pages[row].shown()
         if isinstance(self.pages[row], RecordPage):
+            self.activateWindow()
             self.pages[row].setFocus()
 
     def show_page(self, cls: type[Page]) -> Page:

@@ -243,9 +243,13 @@ class Player(QObject):
         self._pos += len(chunk)
         if len(chunk) < frames:
             self._done.set()
+            # PortAudio still plays what is buffered (latency='high' holds a lot),
+            # then the stream goes inactive; the poll timer notices without blocking
+            raise sd.CallbackStop
 
     def _check(self) -> None:
-        if self._done.is_set():
+        stream = self._stream
+        if stream is not None and self._done.is_set() and not stream.active:
             self.stop()
 
     def stop(self) -> None:

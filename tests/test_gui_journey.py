@@ -62,6 +62,7 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
     # 2. record two takes through the real device
     record = window.show_page(RecordPage)
     assert isinstance(record, RecordPage)
+    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
     for _ in range(2):
         _record_one(qtbot, record, piper_synth)
     assert len(list((voice / "takes").glob("*.json"))) == 2

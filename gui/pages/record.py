@@ -117,13 +117,18 @@ class RecordPage(Page):
         self.meter_timer.setInterval(METER_MS)
         self.meter_timer.timeout.connect(self._poll_meter)
 
+        # window-wide while this page is shown (enabled in shown()), so the keys
+        # work wherever the focus is; they win over a focused button's Space
+        self.shortcuts: list[QShortcut] = []
         for key, slot in ((Qt.Key.Key_Space, self.toggle_record),
                           (Qt.Key.Key_Return, self.accept), (Qt.Key.Key_Enter, self.accept),
                           (Qt.Key.Key_R, self.retake), (Qt.Key.Key_P, self.play),
                           (Qt.Key.Key_S, self.skip)):
             sc = QShortcut(QKeySequence(key), self)
-            sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            sc.setContext(Qt.ShortcutContext.WindowShortcut)
             sc.activated.connect(slot)
+            sc.setEnabled(False)
+            self.shortcuts.append(sc)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self._fill_devices()
         self._update_buttons()
@@ -335,7 +340,14 @@ class RecordPage(Page):
         self.skip_btn.setEnabled(can_record and not rec)
         self.test_btn.setEnabled(not rec)
 
+    def shown(self) -> None:
+        for sc in self.shortcuts:
+            sc.setEnabled(True)
+        super().shown()
+
     def hidden(self) -> None:
+        for sc in self.shortcuts:
+            sc.setEnabled(False)
         # leaving the page ends a device test; a running take finishes normally
         if self.testing:
             self.toggle_test()

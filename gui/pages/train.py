@@ -45,6 +45,9 @@ from ..widgets import button, fmt_duration, hbox
 from .base import Page
 
 HISTORY_LINES_PER_SLICE = 2000
+# memory series drawn per worker (engine/train/metrics.py memory_values), plus a
+# device limit when the engine sends one (`memory/limit_gib`, `memory/total_gib`)
+MEMORY_CURVES = ("allocated_gib", "reserved_gib", "peak_gib", "rss_gib")
 BASE_MODELS = ["Qwen/Qwen3-TTS-12Hz-1.7B-Base", "Qwen/Qwen3-TTS-12Hz-0.6B-Base"]
 
 STATE_LABELS = {
@@ -56,6 +59,7 @@ STATE_LABELS = {
     "validating": "Validating",
     "checkpointing": "Saving a checkpoint",
     "recovering": "Recovering from a failed worker",
+    "checkpoint": "Training (checkpoint saved)",
     "restarting": "Recovering from a failed worker",
     "worker_started": "Worker started",
     "x_vector": "Computing the speaker embedding",
@@ -319,7 +323,7 @@ class TrainPage(Page):
             value.setObjectName("StatValue")
             # fixed width: a value growing a digit must not re-layout (and so
             # repaint from scratch) the charts below
-            value.setFixedWidth(150 if key == "step" else 118)
+            value.setFixedWidth(150 if key == "step" else 132)
             cap = QLabel(caption)
             cap.setObjectName("StatLabel")
             stats.addWidget(value, 0, col)
@@ -359,6 +363,8 @@ class TrainPage(Page):
         # 85% of a 20 ms repaint; without them a repaint of all four charts is ~2 ms
         p.setLabel("bottom", "step")
         p.setLabel("left", unit)
+        # "GiB (x0.001)" helps nobody: show the numbers as they are
+        p.getAxis("left").enableAutoSIPrefix(False)
         p.setClipToView(True)
         p.setDownsampling(auto=True, mode="peak")
         return p
@@ -423,6 +429,8 @@ class TrainPage(Page):
             self._limit_lines[name] = line
             self._curves[name] = _LimitAdapter(line)
             return self._curves[name]
+        if leaf not in MEMORY_CURVES:
+            return None  # e.g. memory/state_gib: the plan's figures, not a live curve
         style = Qt.PenStyle.SolidLine
         if "reserved" in leaf:
             style = Qt.PenStyle.DashLine
@@ -622,6 +630,9 @@ class TrainPage(Page):
             self.job.cancel()
 
     def _on_metric(self, values: dict) -> None:
+        total = values.pop("total_steps", None)
+        if isinstance(total, int) and total > 0:
+            self.total_steps = total
         self.store.add(values)
         if self._train_t0 is None and "loss/train" in values:
             self._train_t0 = (time.monotonic(), self.store.last_step)
