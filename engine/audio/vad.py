@@ -43,8 +43,9 @@ def frame_levels(audio: np.ndarray, sample_rate: int) -> Levels:
     n = len(audio) // frame
     if n == 0:
         return Levels(np.zeros(0), FLOOR_DB, FLOOR_DB, 0.0, frame)
-    x = audio[: n * frame].astype(np.float64).reshape(n, frame)
-    power = np.mean(x * x, axis=1)
+    # a view, not a float64 copy: an hour of audio stays an hour of float32 in memory
+    x = np.ascontiguousarray(audio[: n * frame], dtype=np.float32).reshape(n, frame)
+    power = np.einsum("ij,ij->i", x, x, dtype=np.float64) / frame
     db = np.maximum(10.0 * np.log10(np.maximum(power, 1e-12)), FLOOR_DB)
     noise = float(np.percentile(db, 10))
     loud = float(np.percentile(db, 97))
