@@ -226,3 +226,26 @@ def test_activation_checkpointing_recomputes_layers(tiny_model_dir: Path) -> Non
     assert len(calls) == 1
     out["loss"].backward()
     assert len(calls) == 2  # run again in backward instead of keeping activations
+
+
+def test_world_of_one_is_sharded_and_equal(tiny_model_dir: Path, single: dict[str, Any],
+                                           tmp_path: Path) -> None:
+    """One worker (the single-GPU case) still goes through fully_shard, with equal results."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0,
+                            world_size=1)
+    try:
+        objective = build_objective(tiny_model_dir, device="meta")
+        parallelize(objective, make_mesh(torch.device("cpu")), ParallelConfig(), "cpu")
+        load_base_weights(objective, tiny_model_dir, "cpu")
+        assert all(isinstance(p, DTensor) for p in objective.parameters())
+        seqs, ids, xv = _sequences(tiny_model_dir)
+        losses = _train(objective, _batch(seqs, ids, xv, [0, 1, 2, 3], 1), lambda t: t)
+        sd = full_state_dict(objective)
+    finally:
+        dist.destroy_process_group()
+    assert losses == pytest.approx(single["losses"], rel=1e-5)
+    for name, ref in single["sd"].items():
+        torch.testing.assert_close(sd[name], ref, rtol=1e-4, atol=2e-6, msg=name)
