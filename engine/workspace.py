@@ -409,7 +409,24 @@ class Voice:
                 }
             except (OSError, ValueError, AttributeError):
                 out["prepared"] = {"damaged": True}
+        out["verdict"] = _verdict(out)
         return out
+
+
+def _verdict(s: dict[str, Any]) -> str:
+    """One line a person reads first: is this voice ready to train?"""
+    prep = s["prepared"]
+    if not s["takes"]:
+        return "No takes yet: record or import speech."
+    if not prep or prep.get("damaged"):
+        return "Not prepared yet: run prepare."
+    if prep["stale"]:
+        return "Takes changed since the last prepare: run prepare again."
+    usable, rec = prep["minutes_usable"] or 0.0, s["recommended_minutes"]
+    if usable >= rec:
+        return f"Ready to train: {usable:.1f} min of usable speech."
+    return f"Usable {usable:.1f} of {rec:g} recommended minutes: record more (training works " \
+           "with less, but the voice will be less faithful)."
 
 
 def _take_sort_key(t: Take) -> tuple[int, str]:
@@ -488,3 +505,25 @@ def open_voice(path: str | os.PathLike[str]) -> Voice:
         raise WorkspaceError(f"{display_path(root)} was made by a newer Voxshard.",
                              "Update Voxshard to open it.")
     return Voice(root, config)
+
+
+def list_voices(workspace: str | os.PathLike[str]) -> list[Path]:
+    """Voice folders directly inside a workspace folder, by name."""
+    root = Path(workspace)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / VOICE_FILE).is_file())
+
+
+def delete_voice(path: str | os.PathLike[str]) -> None:
+    """Remove a voice folder and everything in it. Refuses folders that are not voices."""
+    import shutil
+
+    voice = open_voice(path)  # raises unless it really is a voice
+    try:
+        # voice.toml first: a half-deleted folder is then no longer taken for a voice
+        voice.voice_file.unlink()
+        shutil.rmtree(voice.path)
+    except OSError as exc:
+        raise WorkspaceError(f"Cannot delete {display_path(voice.path)}: "
+                             f"{exc.strerror or exc}.") from exc

@@ -64,7 +64,9 @@ def test_prepared_voice_follows_the_contract(prepared_voice: Path,
     assert report["rejects_by_reason"] == {}
     text = (prepared_voice / "prepared" / "report.txt").read_text(encoding="utf-8")
     assert "usable" in text and "recommended" in text
-    assert open_voice(prepared_voice).summary()["prepared"]["stale"] is False
+    summary = open_voice(prepared_voice).summary()
+    assert summary["prepared"]["stale"] is False
+    assert summary["verdict"].startswith("Usable 0.6 of 10 recommended minutes")
 
 
 def test_rerun_reuses_unchanged_takes(tmp_path: Path, prepared_voice: Path) -> None:

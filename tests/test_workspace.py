@@ -22,7 +22,13 @@ from engine.prompts import (
     parse_prompt_set,
     prompt_progress,
 )
-from engine.workspace import create_voice, open_voice, safe_speaker_name
+from engine.workspace import (
+    create_voice,
+    delete_voice,
+    list_voices,
+    open_voice,
+    safe_speaker_name,
+)
 
 
 def test_create_and_open_voice_layout(tmp_path: Path) -> None:
@@ -212,3 +218,19 @@ def test_light_modules_import_no_torch_or_qt() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_list_and_delete_voices(tmp_path: Path) -> None:
+    a = create_voice(tmp_path / "b_voice", "b")
+    create_voice(tmp_path / "a_voice", "a")
+    (tmp_path / "not_a_voice").mkdir()
+    assert [p.name for p in list_voices(tmp_path)] == ["a_voice", "b_voice"]
+    assert "No takes yet" in a.summary()["verdict"]
+    a.add_take(np.zeros(2400, np.float32), "x", sample_rate=24000)
+    assert "Not prepared" in a.summary()["verdict"]
+    with pytest.raises(WorkspaceError):
+        delete_voice(tmp_path / "not_a_voice")
+    assert (tmp_path / "not_a_voice").is_dir()
+    delete_voice(a.path)
+    assert [p.name for p in list_voices(tmp_path)] == ["a_voice"]
+    assert list_voices(tmp_path / "missing") == []

@@ -78,6 +78,7 @@ def _voice_info(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
         lines.append(f"  prompts    {pp['recorded']}/{pp['total']} of set '{pp['set']}' recorded")
     for p in info["problems"]:
         lines.append(f"  problem    {p['take']}: {p['reason']}")
+    lines.append(info["verdict"])
     info["summary"] = "\n".join(lines)
     return info
 
