@@ -213,3 +213,24 @@ def test_split_batch_gradients_equal_full_batch(setup: dict[str, Any]) -> None:
     objective.zero_grad()
     for f, a, b in zip(full, *parts, strict=True):
         torch.testing.assert_close((a + b) / 2, f, rtol=1e-4, atol=1e-7)
+
+
+def test_accumulated_micro_batches_equal_one_batch(setup: dict[str, Any]) -> None:
+    """grad_accum micro-batches, each with its step's normalisers and loss / accum, sum
+    to the gradient of the whole batch at once (what the worker loop does)."""
+    objective: VoiceObjective = setup["objective"]
+    params = [p for p in objective.parameters() if p.requires_grad]
+    objective.zero_grad()
+    objective(_batch(setup, [0, 1, 2]))["loss"].backward()
+    full = [p.grad.clone() for p in params]
+    objective.zero_grad()
+    t, s = count_tokens(setup["seqs"])
+    accum = 2
+    for which in ([1], [0, 2]):
+        b = _batch(setup, which)
+        b["talker_norm"] = torch.tensor(t / accum)
+        b["subtalker_norm"] = torch.tensor(s / accum)
+        (objective(b)["loss"] / accum).backward()
+    for p, f in zip(params, full, strict=True):
+        torch.testing.assert_close(p.grad, f, rtol=1e-4, atol=1e-7)
+    objective.zero_grad()
