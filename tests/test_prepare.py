@@ -267,3 +267,20 @@ def test_cancel_keeps_finished_takes_for_next_time(
     report = prepare(voice)
     assert report["run"] == {**report["run"], "takes_reused": 1, "takes_processed": 2}
     assert report["totals"]["usable_clips"] == 3
+
+
+def test_check_recording_judges_a_take_in_memory(piper_sentences: list[dict[str, Any]]
+                                                 ) -> None:
+    from engine.audio.prepare import check_recording
+
+    audio, sr = _speech(piper_sentences[0])
+    good = check_recording(audio, sr, piper_sentences[0]["text"])
+    assert good["usable"] and good["issues"] == [] and good["snr_db"] > 30
+    assert good["duration_s"] == pytest.approx(len(audio) / sr, abs=1e-3)
+    pcm = (np.stack([audio, audio], axis=1) * 32767).astype(np.int16)  # stereo int16 works
+    assert check_recording(pcm, sr, "text")["usable"]
+    loud = check_recording(np.clip(audio * 5, -1, 1), sr, "text")
+    assert [i["code"] for i in loud["issues"]] == ["clipping"] and not loud["usable"]
+    silent = check_recording(np.zeros(sr, np.float32), sr, "text")
+    assert [i["code"] for i in silent["issues"]] == ["silent"] and not silent["usable"]
+    assert "empty_text" in [i["code"] for i in check_recording(audio, sr, "")["issues"]]

@@ -75,6 +75,21 @@ class DecodeStats:
         return int(self.clip_frames[a:b].sum())
 
 
+def clipped_per_sample(absd: np.ndarray) -> np.ndarray:
+    """Clipped channels per sample of a (samples, channels) array of magnitudes.
+
+    Clipping flattens the wave: a full-scale sample counts only with a
+    full-scale neighbour, so the lone peak of a peak-normalised file does not.
+    """
+    at_max = absd >= CLIP_LEVEL
+    flat = np.zeros_like(at_max)
+    if len(at_max) > 1:
+        pair = at_max[1:] & at_max[:-1]
+        flat[1:] |= pair
+        flat[:-1] |= pair
+    return flat.sum(axis=1)
+
+
 def _reason(exc: BaseException) -> str:
     """libsndfile's message, made one short line."""
     text = str(exc).strip()
@@ -198,15 +213,7 @@ def decode(path: str | os.PathLike[str], target_sr: int = TARGET_SR,
                         data = np.where(bad, 0.0, data).astype(np.float32)
                     absd = np.abs(data)
                     peak = max(peak, float(absd.max()))
-                    at_max = absd >= CLIP_LEVEL
-                    # clipping flattens the wave: count full-scale samples with a full-scale
-                    # neighbour, not the lone peak sample of a peak-normalised file
-                    flat = np.zeros_like(at_max)
-                    if n > 1:
-                        pair = at_max[1:] & at_max[:-1]
-                        flat[1:] |= pair
-                        flat[:-1] |= pair
-                    full = flat.sum(axis=1)
+                    full = clipped_per_sample(absd)
                     clipped += int(full.sum())
                     pad = (-n) % frame_len
                     if pad:

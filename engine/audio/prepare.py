@@ -28,10 +28,10 @@ import numpy as np
 from ..atomic import write_json, write_text
 from ..errors import Cancelled
 from ..events import Emitter, EventCallback, as_emitter
-from ..workspace import Take, Voice, now_iso
+from ..workspace import DEFAULT_PREPARE_SETTINGS, Take, Voice, now_iso
 from .io import TARGET_SR, BadAudioFile, decode, write_wav
 from .loudness import normalize_loudness
-from .quality import BLOCKING, ClipFacts, check_clip, is_usable, mark_duplicates
+from .quality import BLOCKING, ClipFacts, check_clip, is_usable, issue, mark_duplicates
 from .transcripts import group_sentences, split_sentences
 from .vad import (
     MIN_SPEECH_S,
@@ -166,6 +166,65 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any]
             "snr_db": _r(take_snr), "clipped_samples": facts.clipped_samples,
             "text_method": method,
         })
+    return out
+
+
+def check_recording(audio: np.ndarray, sample_rate: int, text: str = "",
+                    settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Judge one recording in memory, as prepare would, without writing anything.
+
+    For the record screen: right after a take, say whether to keep it. `audio`
+    is (samples,) or (samples, channels), float in [-1, 1] or int16.
+    """
+    from .io import clipped_per_sample
+
+    merged = dict(DEFAULT_PREPARE_SETTINGS)
+    merged.update(settings or {})
+    x = np.asarray(audio)
+    if x.dtype == np.int16:
+        x = x.astype(np.float32) / 32768.0
+    x = x.astype(np.float32, copy=False)
+    x2 = x.reshape(len(x), -1)
+    finite = np.isfinite(x2)
+    if not finite.all():
+        x2 = np.where(finite, x2, 0.0).astype(np.float32)
+    clipped = int(clipped_per_sample(np.abs(x2)).sum())
+    mono = x2.mean(axis=1)
+    dc = float(mono.mean()) if len(mono) else 0.0
+    if sample_rate != TARGET_SR and len(mono):
+        from math import gcd
+
+        from scipy.signal import resample_poly
+        g = gcd(sample_rate, TARGET_SR)
+        mono = resample_poly(mono, TARGET_SR // g, sample_rate // g).astype(np.float32)
+    mono = mono - np.float32(dc)
+    out: dict[str, Any] = {"duration_s": round(len(x2) / sample_rate, 3),
+                           "peak_dbfs": _r(20 * math.log10(max(float(np.abs(x2).max(
+                               initial=0.0)), 1e-10))),
+                           "clipped_samples": clipped, "non_finite": int((~finite).sum())}
+    levels = frame_levels(mono, TARGET_SR)
+    regions = speech_regions(mono, TARGET_SR, levels)
+    speech = speech_seconds(regions, TARGET_SR)
+    if out["non_finite"]:
+        issues = [issue("non_finite", "The recording holds NaN or infinite samples.")]
+    elif speech < MIN_SPEECH_S:
+        issues = [issue("silent", "No speech was heard: check the microphone and its level.")]
+    else:
+        sl = plan_slices(regions, len(mono), TARGET_SR, 0.0, float("inf"))[0]
+        seg = mono[sl.start:sl.end]
+        snr = snr_db(mono, TARGET_SR, levels, regions)
+        norm = normalize_loudness(seg, TARGET_SR, float(merged["target_lufs"]),
+                                  float(merged["peak_dbfs"]))
+        facts = ClipFacts(
+            duration_s=len(seg) / TARGET_SR, text=text, text_method="whole",
+            clipped_samples=clipped, source_samples=x2.size, snr_db=snr, dc_offset=dc,
+            gain_shortfall_db=float(merged["target_lufs"]) - norm.loudness_after,
+        )
+        issues = check_clip(facts, merged)
+        out.update({"speech_s": round(speech, 3), "snr_db": _r(snr),
+                    "loudness_lufs": _r(norm.loudness_before)})
+    out["issues"] = issues
+    out["usable"] = is_usable(issues) and not out["non_finite"] and speech >= MIN_SPEECH_S
     return out
 
 
