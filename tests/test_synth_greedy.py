@@ -157,3 +157,14 @@ def test_static_shape_path_equals_the_eager_loop(official: Any, fast: FastTalker
     assert [len(c) for c in static] == [len(c) for c in eager]
     for a, b in zip(eager, static, strict=True):
         assert torch.equal(a, b)
+
+
+def test_greedy_codes_equal_the_official_generate_in_bfloat16(tiny_model_dir: Path,
+                                                              speaker: torch.Tensor) -> None:
+    # bf16 is what GPUs (and bf16-capable CPUs) run: the unfused RMSNorm path
+    official = load_model(tiny_model_dir, device="cpu", dtype=torch.bfloat16)
+    fast = FastTalker(official.model)
+    expected = _official_codes(official, TEXTS[:1], speaker, True, FRAMES)[0]
+    prefill = build_prefill(official.model, official.processor, TEXTS[:1], speaker, None, True)
+    assert prefill.embeds.dtype == torch.bfloat16
+    assert torch.equal(fast.generate(prefill, [FRAMES], GREEDY)[0], expected)

@@ -62,7 +62,7 @@ def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     split_text(text, options.chunk_chars)
     source = resolve_source(args.model, checkpoint=args.checkpoint, reference=args.reference,
                             speaker=args.speaker, base=args.base)
-    synth = Synthesizer.load(source, device=args.device, on_event=emitter)
+    synth = Synthesizer.load(source, device=args.device, dtype=args.dtype, on_event=emitter)
     result = synth.speak_to_file(text, args.output, options, fmt, emitter)
     result["summary"] = (f"Wrote {result['path']} ({result['duration_s']:.1f} s of audio in "
                          f"{result['compute_s']:.1f} s, {result['rtf']:.2f}x real time, "
@@ -84,7 +84,7 @@ def _compare(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     return compare(args.target, args.out_dir, sentences or None, args.checkpoints or None,
                    options=options, zero_shot=not args.no_zero_shot,
                    reference=args.reference, base=args.base, device=args.device,
-                   on_event=emitter)
+                   dtype=args.dtype, on_event=emitter)
 
 
 def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
@@ -97,7 +97,8 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
                  "speaker": args.speaker, "base": args.base}
     # events go through the CLI's own writer: with --json that is the reserved
     # stdout stream, which library prints cannot corrupt
-    served = serve(sys.stdin, emitter.callback, device=args.device, first_load=first)
+    served = serve(sys.stdin, emitter.callback, device=args.device, dtype=args.dtype,
+                   first_load=first)
     return {"served": served, "summary": f"Served {served} request(s)."}
 
 
@@ -116,12 +117,14 @@ def _add_controls(p: argparse.ArgumentParser) -> None:
                    help="characters per chunk of long text (default 220)")
     g.add_argument("--max-frames", type=int,
                    help="cap on frames per chunk (12.5 per second); default from text length")
-    g.add_argument("--batch-size", type=int, default=4,
-                   help="chunks generated together (default 4)")
+    g.add_argument("--batch-size", type=int, default=8,
+                   help="chunks generated together (default 8)")
     g.add_argument("--loudness", type=float, default=-20.0,
                    help="output loudness in LUFS (default -20)")
     g.add_argument("--no-loudness", action="store_true", help="leave the level as generated")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: GPU if present)")
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                   help="weight precision (auto: bf16 on GPUs and bf16-capable CPUs)")
     p.add_argument("--base", help="base model for a run checkpoint (default: the run's own)")
 
 
@@ -159,4 +162,5 @@ def register(sub: Any) -> None:
     p.add_argument("--reference")
     p.add_argument("--speaker")
     p.add_argument("--device")
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
     p.add_argument("--base")

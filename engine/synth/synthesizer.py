@@ -52,6 +52,40 @@ class Speech:
         return self.duration_s / self.compute_s if self.compute_s > 0 else 0.0
 
 
+def cpu_has_bf16() -> bool:
+    """True when the CPU multiplies bf16 natively (AVX512-BF16 or AMX)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as fh:
+            flags = fh.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(dtype: Any, device: str | None) -> Any:
+    """The weight dtype to load with (see `Synthesizer.load`).
+
+    The released weights are bf16. On a CPU with native bf16 math a bf16
+    weight read costs half the memory traffic of fp32 and batched chunks cost
+    little more than one (measured: 0.74 ms for one row of a 1024x3072 layer,
+    0.86 ms for eight, against 0.93 / 1.97 ms in fp32), so auto picks bf16
+    there; elsewhere fp32, because emulated bf16 is slow.
+    """
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = (dtype or "auto").lower()
+    if name in ("float32", "fp32"):
+        return torch.float32
+    if name in ("bfloat16", "bf16"):
+        return torch.bfloat16
+    if name != "auto":
+        raise InputError(f"Unknown dtype {dtype!r}.", "Use auto, float32 or bfloat16.")
+    on_gpu = (device or "").startswith("cuda") or (device is None and torch.cuda.is_available())
+    return torch.bfloat16 if on_gpu or cpu_has_bf16() else torch.float32
+
+
 class Synthesizer:
     """One loaded voice. Thread-safe for one speak() at a time (a lock guards it)."""
 
@@ -71,11 +105,13 @@ class Synthesizer:
     @classmethod
     def load(cls, source: VoiceSource, device: str | None = None, dtype: Any = None,
              on_event: EventCallback | Emitter | None = None) -> Synthesizer:
+        """Load `source`. `dtype`: a torch dtype, "float32", "bfloat16", or
+        None/"auto" (bf16 on GPUs and on CPUs with native bf16 math, else fp32)."""
         from ..model.loading import load_model
 
         emitter = as_emitter(on_event)
         emitter.state("loading_model", detail=str(source.model_dir))
-        wrapper = load_model(source.model_dir, device=device, dtype=dtype)
+        wrapper = load_model(source.model_dir, device=device, dtype=resolve_dtype(dtype, device))
         synth = cls(wrapper, source, None)
         synth.use_source(source, on_event=emitter)
         return synth

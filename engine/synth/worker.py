@@ -43,9 +43,11 @@ class _Job:
 class SpeechWorker:
     """Serve requests on a background thread; `events(Event)` receives everything."""
 
-    def __init__(self, events: Callable[[Event], None], device: str | None = None) -> None:
+    def __init__(self, events: Callable[[Event], None], device: str | None = None,
+                 dtype: Any = None) -> None:
         self._events = events
         self._device = device
+        self._dtype = dtype
         self._queue: queue.Queue[Any] = queue.Queue()
         self._jobs: dict[str, _Job] = {}
         self._current: _Job | None = None
@@ -148,7 +150,8 @@ class SpeechWorker:
                 self._synth.use_source(source, on_event=emitter)
             else:
                 self._synth = None  # free the old model before loading the next
-                self._synth = Synthesizer.load(source, device=self._device, on_event=emitter)
+                self._synth = Synthesizer.load(source, device=self._device, dtype=self._dtype,
+                                               on_event=emitter)
             return {"loaded": source.to_dict(), "summary": f"Loaded {source.label}"}
         # speak
         if self._synth is None:
@@ -166,7 +169,7 @@ class SpeechWorker:
 
 
 def serve(stdin: TextIO, sink: Callable[[Event], None], device: str | None = None,
-          first_load: dict[str, Any] | None = None) -> int:
+          dtype: Any = None, first_load: dict[str, Any] | None = None) -> int:
     """Run the JSON-lines protocol until stdin closes or a shutdown request; returns
     how many requests were served. `sink` receives every event (the CLI passes
     its `--json` writer, which owns the real stdout)."""
@@ -176,7 +179,7 @@ def serve(stdin: TextIO, sink: Callable[[Event], None], device: str | None = Non
         with write_lock:
             sink(event)
 
-    worker = SpeechWorker(write, device=device).start()
+    worker = SpeechWorker(write, device=device, dtype=dtype).start()
     write(Event("state", {"state": "ready", "request": ""}))
     if first_load:
         worker.submit(first_load)
