@@ -157,3 +157,26 @@ def test_ray_tasks_give_the_same_codes(extracted: dict[str, Any], tiny_model_dir
         assert np.array_equal(index.codes(cid), want.codes(cid))
     progress = [e.data for e in events if e.kind == "progress"]
     assert progress[0]["total"] == len(index.clips) == progress[-1]["done"]
+
+
+def test_bf16_model_folder(extracted: dict[str, Any], tiny_model_dir: Path,
+                           tmp_path: Path) -> None:
+    """The released weights are bf16: fingerprints and the x-vector must cope."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from engine.data.codes import speaker_encoder_fingerprint
+
+    bf16 = tmp_path / "tiny-bf16"
+    shutil.copytree(tiny_model_dir, bf16)
+    weights = load_file(str(bf16 / "model.safetensors"))
+    save_file({k: v.to(torch.bfloat16) for k, v in weights.items()},
+              str(bf16 / "model.safetensors"), metadata={"format": "pt"})
+    assert speaker_encoder_fingerprint(bf16) != speaker_encoder_fingerprint(tiny_model_dir)
+    voice = copy_voice(extracted["voice"], tmp_path / "joe")
+    index = extract_codes(voice, bf16)
+    # same codec: every clip's codes are reused; the x-vector is the bf16 encoder's
+    assert index.codec == extracted["index"].codec
+    assert index.x_vector_file != extracted["index"].x_vector_file
+    np.testing.assert_allclose(index.x_vector(), extracted["index"].x_vector(), atol=0.1)

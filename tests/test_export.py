@@ -133,3 +133,29 @@ def test_failed_export_leaves_nothing(tiny_model_dir: Path, trained: dict[str, A
     assert [p.name for p in tmp_path.iterdir()] == ["bad"]
     with pytest.raises(ModelError):  # a custom_voice folder is not a base to export from
         export_custom_voice(done, {}, "z", trained["x_vector"], tmp_path / "again")
+
+
+def test_bf16_base_round_trip(tiny_model_dir: Path, trained: dict[str, Any],
+                              tmp_path: Path) -> None:
+    """Released bases are bf16: training loads them as fp32 masters, export writes bf16 back."""
+    import shutil
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    base = tmp_path / "tiny-bf16"
+    shutil.copytree(tiny_model_dir, base)
+    weights = load_file(str(base / "model.safetensors"))
+    save_file({k: v.to(torch.bfloat16) for k, v in weights.items()},
+              str(base / "model.safetensors"), metadata={"format": "pt"})
+    objective = build_objective(base, device="meta")
+    load_base_weights(objective, base)
+    p = dict(objective.named_parameters())["talker.codec_head.weight"]
+    assert p.dtype == torch.float32
+    assert torch.equal(p, weights["talker.codec_head.weight"].to(torch.bfloat16).float())
+    out = export_custom_voice(base, trained["sd"], "joe", trained["x_vector"], tmp_path / "out")
+    with safe_open(str(out / "model.safetensors"), "pt") as fh:
+        assert {fh.get_tensor(k).dtype for k in fh.keys()} == {torch.bfloat16}
+    tts = _load(out)
+    wavs, _ = tts.generate_custom_voice("Hi.", speaker="joe", max_new_tokens=4, do_sample=False)
+    assert wavs[0].size > 0

@@ -109,14 +109,17 @@ def speaker_encoder_fingerprint(model_dir: str | Path) -> str:
     files = _safetensors_files(Path(model_dir))
 
     def compute() -> str:
+        import torch
         from safetensors import safe_open
 
         h = hashlib.sha256(b"xvec-v1")
         for f in files:
-            with safe_open(str(f), framework="np") as fh:
+            # framework "pt": the released weights are bf16, which numpy cannot hold
+            with safe_open(str(f), framework="pt") as fh:
                 for key in sorted(k for k in fh.keys() if k.startswith("speaker_encoder.")):
-                    h.update(key.encode())
-                    h.update(np.ascontiguousarray(fh.get_tensor(key)).tobytes())
+                    t = fh.get_tensor(key).contiguous().reshape(-1)
+                    h.update(f"{key}:{t.dtype}".encode())
+                    h.update(t.view(torch.uint8).numpy().tobytes())
         return h.hexdigest()
 
     return _memo_fingerprint(files[0], compute)
