@@ -39,7 +39,12 @@ Export (collective): `sd = full_state_dict(objective)` on every rank; rank 0
 gets {official key: CPU fp32 tensor} ("talker.model.layers.0...."), others {}.
 Then rank 0 (or the driver, from a checkpoint):
 `engine.model.export.export_custom_voice(model_dir, sd, speaker_name,
-data.x_vector, out_dir)`.
+data.x_vector, out_dir)`. `sd` may hold only the trained tensors (e.g. loaded
+straight from a DCP checkpoint of the trainable parameters): the rest come
+from the base files, so export needs no model build. Use the x-vector the
+run trained with (`data.x_vector` = `load_codes_index(voice).x_vector()` at
+training time; re-preparing the voice may pick another reference clip, so
+keep a copy in the run folder).
 Checkpoints (train-ray): `torch.distributed.checkpoint` over
 `get_model_state_dict(objective)` / `get_optimizer_state_dict(objective, opt)`;
 keys are the official ones (prefix "talker."), never FSDP-specific.
