@@ -284,3 +284,26 @@ def test_check_recording_judges_a_take_in_memory(piper_sentences: list[dict[str,
     silent = check_recording(np.zeros(sr, np.float32), sr, "text")
     assert [i["code"] for i in silent["issues"]] == ["silent"] and not silent["usable"]
     assert "empty_text" in [i["code"] for i in check_recording(audio, sr, "")["issues"]]
+
+
+def test_one_prepare_at_a_time(tmp_path: Path, prepared_voice: Path) -> None:
+    import subprocess
+    import sys
+
+    from engine.errors import WorkspaceError
+
+    path = Path(shutil.copytree(prepared_voice, tmp_path / "v"))
+    voice = open_voice(path)
+    lock = path / "prepared" / ".lock"
+    # a live process holds the lock: refused with a clear sentence
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        lock.write_text(str(holder.pid))
+        with pytest.raises(WorkspaceError, match="Another prepare"):
+            prepare(voice)
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is gone: its stale lock is taken over, and released afterwards
+    assert prepare(voice)["totals"]["usable_clips"] == 12
+    assert not lock.exists()

@@ -17,8 +17,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..atomic import write_json, write_text
-from ..errors import Cancelled
+from ..errors import Cancelled, WorkspaceError
 from ..events import Emitter, EventCallback, as_emitter
 from ..workspace import DEFAULT_PREPARE_SETTINGS, Take, Voice, now_iso
 from .io import TARGET_SR, BadAudioFile, decode, write_wav
@@ -246,12 +249,55 @@ def _load_cached(path: Path, key: str, voice: Voice) -> TakeOutcome | None:
                        data.get("rejected"), float(data.get("audio_s", 0.0)))
 
 
+@contextmanager
+def _prepare_lock(prepared: Path) -> Iterator[None]:
+    """One prepare per voice at a time (the GUI and a script may both try)."""
+    prepared.mkdir(parents=True, exist_ok=True)
+    lock = prepared / ".lock"
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and pid != os.getpid() and _alive(pid):
+                raise WorkspaceError(f"Another prepare (process {pid}) is running on this "
+                                     "voice.", "Wait for it to finish.") from None
+            lock.unlink(missing_ok=True)  # left by a crashed run
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        break
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
             cancel: Any = None) -> dict[str, Any]:
     """Prepare every take of `voice`; returns the voice report (also in report.json).
 
     `cancel`: optional callable returning True when the user asked to stop.
     """
+    with _prepare_lock(voice.prepared_dir):
+        return _prepare(voice, on_event, cancel)
+
+
+def _prepare(voice: Voice, on_event: EventCallback | Emitter | None,
+             cancel: Any) -> dict[str, Any]:
     em = as_emitter(on_event)
     t0 = time.perf_counter()
     settings = voice.prepare_settings
