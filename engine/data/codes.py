@@ -428,11 +428,19 @@ def extract_codes_ray(voice_dir: str | Path, model_dir: str | Path, *,
             refs.append(remote.remote(str(model_dir), device, items))
         done = 0
         pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            for cid, codes in ray.get(ready[0]):
-                _save_codes(out_dir, plan.files[cid][0], codes)
-                done += 1
-            em.progress("codes", done, total)
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                for cid, codes in ray.get(ready[0]):
+                    _save_codes(out_dir, plan.files[cid][0], codes)
+                    done += 1
+                em.progress("codes", done, total)
+        except ray.exceptions.RayError as exc:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            # finished clips are already saved: a re-run only does the rest
+            raise TrainingError(f"Code extraction failed on the cluster: {exc}".splitlines()[0],
+                                "Run again (finished clips are kept); check the Ray logs "
+                                "if it keeps failing.") from exc
     return _finish(plan, model_dir, reference_clip, em)
 
