@@ -144,3 +144,19 @@ def test_checkpoint_errors_are_clear(trained: dict[str, Any], tmp_path: Path) ->
         resolve_source(empty)
     with pytest.raises(WorkspaceError, match="not a training run"):
         compare(empty, tmp_path / "out", ["Hi."])
+
+
+def test_cli_compare_picks_checkpoints_by_step(trained: dict[str, Any], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli.main import main
+
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("One sentence here.\n\nAnother one.\n", encoding="utf-8")
+    code = main(["compare", str(trained["run"]), str(tmp_path / "ab"), "--checkpoints", "20",
+                 "--sentences-file", str(sentences), "--no-zero-shot", "--max-frames", "8",
+                 "--seed", "2"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Compared 1 voice(s) on 2 sentence(s)" in captured.out
+    index = json.loads((tmp_path / "ab" / "index.json").read_text())
+    assert [e["step"] for e in index["entries"]] == [20] and index["seed"] == 2

@@ -221,3 +221,39 @@ def test_serve_speaks_json_lines(tiny_model_dir: Path, reference: Path, tmp_path
     results = {e["request"]: e for e in lines if e["event"] == "result"}
     assert results["a"]["format"] == "ogg" and sf.info(tmp_path / "a.ogg").format == "OGG"
     assert any(e["event"] == "error" and "not a JSON object" in e["message"] for e in lines)
+
+
+def test_cli_text_file_and_human_summary(tiny_model_dir: Path, reference: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    text = tmp_path / "story.txt"
+    text.write_text("First line of the story.\nSecond line.\n", encoding="utf-8")
+    out = tmp_path / "story.wav"
+    code = main(["speak", str(tiny_model_dir), "--text-file", str(text), "-o", str(out),
+                 "--reference", str(reference), "--seed", "4", "--max-frames", "10"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out.startswith(f"Wrote {out}") and "seed 4" in captured.out
+    assert sf.info(out).samplerate == 24000
+    code = main(["speak", str(tiny_model_dir), "--text-file", str(tmp_path / "none.txt"),
+                 "-o", str(out), "--reference", str(reference)])
+    assert code == 1 and "does not exist" in capsys.readouterr().err
+
+
+def test_serve_speech_process_answers_json_lines(tiny_model_dir: Path, reference: Path,
+                                                 tmp_path: Path) -> None:
+    # the way the GUI runs it: a separate process, requests on stdin, events on stdout
+    requests = [{"op": "speak", "id": "a", "text": "Warm worker.", "out": str(tmp_path / "a.wav"),
+                 "options": {"seed": 1, "max_frames": 10}},
+                {"op": "shutdown"}]
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli.main", "--json", "serve-speech", str(tiny_model_dir),
+         "--reference", str(reference)],
+        input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True,
+        timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert events[0]["event"] == "state" and events[0]["state"] == "ready"
+    done = {e.get("request"): e for e in events if e["event"] == "result"}
+    assert done["initial"]["loaded"]["kind"] == "zero_shot"
+    assert done["a"]["path"] == str(tmp_path / "a.wav") and (tmp_path / "a.wav").is_file()
+    assert events[-1]["event"] == "result" and events[-1]["served"] == 2

@@ -1,0 +1,20 @@
+"""Speech synthesis: speak any text in a cloned voice, fast.
+
+Engine API (the CLI and the GUI's worker process use the same calls):
+
+- `voice.resolve_source(target, checkpoint=, reference=, speaker=, base=)`
+  -> `VoiceSource`: an exported voice, a run checkpoint (built in memory from
+  the base model, no export), or a zero-shot preview (base + reference clip).
+- `synthesizer.Synthesizer.load(source, device=, dtype=)`, then
+  `.speak(text, SpeakOptions, on_event, cancel)` -> `Speech` (audio, seed,
+  per-chunk info, real-time factor), `.speak_to_file(text, out, ...)`,
+  `.speak_many(texts, ...)`, `.use_source(other)` (swap checkpoints in place).
+- `compare.compare(voice_or_run, out_dir, sentences, checkpoints)`: A/B folder
+  with index.json and index.html.
+- `worker.SpeechWorker` / `worker.serve`: a warm worker speaking JSON lines
+  (`voxshard-engine --json serve-speech`).
+- `options.SpeakOptions` and `text.split_text` are torch-free (safe for the GUI).
+
+Speed comes from `decoding.FastTalker`, our frame loop over the official
+modules (greedy output identical to the official `generate`).
+"""
