@@ -27,6 +27,7 @@ official codes exactly; tests/test_synth_greedy.py proves it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -316,7 +317,10 @@ class FastTalker:
         """
         cuda = self.device.type == "cuda"
         static = cuda if static is None else static
-        graphs = (cuda if graphs is None else graphs) and static and cuda
+        if graphs is None:
+            # escape hatch for drivers where capture misbehaves
+            graphs = os.environ.get("VOXSHARD_CUDA_GRAPHS", "1") not in ("0", "false", "no")
+        graphs = graphs and static and cuda
         embeds = prefill.embeds.to(self.device, self.dtype)
         batch, t0, _ = embeds.shape
         if len(max_frames) != batch or min(max_frames) < 1:
