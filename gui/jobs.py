@@ -12,9 +12,12 @@ Outcomes, exactly one per job, then `finished`:
 - `failed(code, message, hint)`: everything else, with the engine's one-sentence
   error, or the tail of stderr when the process died without one.
 
-Cancel sends SIGTERM to the job's whole process group (the engine starts in a
-new session, so Ray workers and other children go too), and SIGKILL after a
-grace period if the engine has not exited by then.
+Cancel sends SIGTERM to the engine process itself, which stops cooperatively
+(training asks its Ray workers to checkpoint, then shuts the cluster down).
+Signalling the whole group at once would kill those workers before they
+save. The engine runs in its own session, so whatever of the group is still
+alive when the engine has exited, or when the grace period ends, gets SIGKILL:
+nothing the job started outlives it.
 """
 
 from __future__ import annotations
@@ -93,12 +96,14 @@ class EngineJob(QObject):
         self._buffer = b""
         self._pending: deque[bytes] = deque()
         self._exit: tuple[int, QProcess.ExitStatus] | None = None
+        self._pgid = 0
         self._stderr_tail: deque[str] = deque(maxlen=40)
         self._proc = QProcess(self)
         self._proc.readyReadStandardOutput.connect(self._on_stdout)
         self._proc.readyReadStandardError.connect(self._on_stderr)
         self._proc.finished.connect(self._on_finished)
         self._proc.errorOccurred.connect(self._on_process_error)
+        self._proc.started.connect(lambda: setattr(self, "_pgid", self.pid() or self._pgid))
         self._drain_timer = QTimer(self)
         self._drain_timer.setSingleShot(True)
         self._drain_timer.setInterval(0)
@@ -130,6 +135,8 @@ class EngineJob(QObject):
             params.flags = QProcess.UnixProcessFlag.CreateNewSession
             self._proc.setUnixProcessParameters(params)
         self._proc.start(cmd[0], cmd[1:])
+        # session leader: its pid is the group id, remembered for the clean-up
+        self._pgid = self.pid()
         self.started.emit()
 
     def is_running(self) -> bool:
@@ -143,7 +150,7 @@ class EngineJob(QObject):
         if not self.is_running():
             return
         self._cancel_requested = True
-        self._signal_group(signal.SIGTERM)
+        self._signal_main(signal.SIGTERM)
         self._kill_timer.start(int(self.kill_after_s * 1000))
 
     def wait(self, msecs: int = 30000) -> bool:
@@ -152,6 +159,27 @@ class EngineJob(QObject):
             return True
         done = self._proc.waitForFinished(msecs)
         return done
+
+    def _signal_main(self, sig: int) -> None:
+        pid = self.pid()
+        if pid <= 0:
+            return
+        try:
+            if sys.platform == "win32":
+                self._proc.terminate()
+            else:
+                os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _reap_group(self) -> None:
+        """SIGKILL what is left of the job's process group once the engine is gone."""
+        if sys.platform == "win32" or self._pgid <= 0:
+            return
+        try:
+            os.killpg(self._pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def _signal_group(self, sig: int) -> None:
         pid = self.pid()
@@ -242,6 +270,7 @@ class EngineJob(QObject):
 
     def _on_finished(self, exit_code: int, status: QProcess.ExitStatus) -> None:
         self._kill_timer.stop()
+        self._reap_group()
         # events still in the pipe come before the outcome, parsed in slices as usual
         self._on_stdout()
         if self._buffer:
