@@ -212,8 +212,9 @@ def main() -> None:
     parser.add_argument("--models", default="tiny,0.6b")
     parser.add_argument("--frames", type=int, default=24, help="codec frames per sentence")
     parser.add_argument("--layers", type=int, default=28, help="0.6B talker layers")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                        help="weights of both sides (the official CPU default is float32)")
+    parser.add_argument("--dtypes", default="float32",
+                        help="comma list of float32, bfloat16: weights of both sides "
+                             "(the official CPU default is float32)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     import torch
@@ -230,7 +231,10 @@ def main() -> None:
                 folder = voice_06b(work, args.layers)
             else:
                 raise SystemExit(f"unknown model {name!r} (tiny, 0.6b)")
-            rows += bench_model(name, folder, args.frames, args.dtype)
+            for dtype in args.dtypes.split(","):
+                if dtype not in ("float32", "bfloat16"):
+                    raise SystemExit(f"unknown dtype {dtype!r}")
+                rows += bench_model(name, folder, args.frames, dtype)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
