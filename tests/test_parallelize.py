@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from engine.data.layout import LayoutIds, build_sequence, collate, count_tokens
-from engine.train.config import ParallelConfig
+from engine.train.config import ModelConfig, ParallelConfig
 from engine.train.loss import normalisers
 from engine.train.objective import (
     batch_to_device,
@@ -79,7 +79,10 @@ VARIANTS = {
     "plain": ParallelConfig(workers=2),
     "activation_checkpointing": ParallelConfig(workers=2, activation_checkpointing=True),
     "bf16": ParallelConfig(workers=2, precision="bf16"),
+    # only the code predictor trains: frozen talker layers are whole FSDP units
+    "code_predictor": ParallelConfig(workers=2),
 }
+TRAINABLE = {"code_predictor": "code_predictor"}
 
 
 def _rank_main(rank: int, world: int, model_dir: str, out: str, port: int) -> None:
@@ -103,7 +106,8 @@ def _rank_main(rank: int, world: int, model_dir: str, out: str, port: int) -> No
             return t
 
         for name, cfg in VARIANTS.items():
-            objective = build_objective(model_dir, device="meta")
+            objective = build_objective(model_dir, ModelConfig(trainable=TRAINABLE.get(
+                name, "talker")), device="meta")
             parallelize(objective, mesh, cfg, device)
             load_base_weights(objective, model_dir, device)
             # runs after FSDP's own pre-forward hook: sees the batch as forward gets it
@@ -132,14 +136,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def single(tiny_model_dir: Path) -> dict[str, Any]:
-    objective = build_objective(tiny_model_dir, device="meta")
+def _single(model_dir: Path, trainable: str) -> dict[str, Any]:
+    objective = build_objective(model_dir, ModelConfig(trainable=trainable), device="meta")
     parallelize(objective, None, ParallelConfig(), "cpu")
-    load_base_weights(objective, tiny_model_dir, "cpu")
-    seqs, ids, xv = _sequences(tiny_model_dir)
+    load_base_weights(objective, model_dir, "cpu")
+    seqs, ids, xv = _sequences(model_dir)
     losses = _train(objective, _batch(seqs, ids, xv, [0, 1, 2, 3], 1), lambda t: t)
     return {"losses": losses, "sd": full_state_dict(objective)}
+
+
+@pytest.fixture(scope="module")
+def single(tiny_model_dir: Path) -> dict[str, Any]:
+    return _single(tiny_model_dir, "talker")
 
 
 def test_meta_build_loads_exactly_the_base_weights(tiny_model_dir: Path) -> None:
@@ -249,3 +257,17 @@ def test_world_of_one_is_sharded_and_equal(tiny_model_dir: Path, single: dict[st
     assert losses == pytest.approx(single["losses"], rel=1e-5)
     for name, ref in single["sd"].items():
         torch.testing.assert_close(sd[name], ref, rtol=1e-4, atol=2e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_sharded_partial_training_equals_single_process(sharded: dict[str, Any],
+                                                        tiny_model_dir: Path) -> None:
+    ref = _single(tiny_model_dir, "code_predictor")
+    got = sharded["code_predictor"]
+    assert got["losses"] == pytest.approx(ref["losses"], rel=1e-5)
+    base = read_talker_weights(tiny_model_dir)
+    for name, value in ref["sd"].items():
+        torch.testing.assert_close(got["sd"][name], value, rtol=1e-4, atol=2e-6, msg=name)
+        # frozen parts are bit-identical to the base; the code predictor moved
+        changed = not torch.equal(got["sd"][name], base[name].float())
+        assert changed == name.startswith("talker.code_predictor."), name
