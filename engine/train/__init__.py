@@ -1,0 +1,1 @@
+"""Training: objective, loss, sharding, config; launch, worker, checkpoints, metrics."""
