@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject, QSettings, Signal
 
 from .audio import Player
 from .jobs import JobManager
+from .speech import SpeechService
 
 APP_NAME = "Voxshard"
 ORG_NAME = "Voxshard"
@@ -30,6 +31,7 @@ class AppContext(QObject):
         self.settings = settings or QSettings(
             QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORG_NAME, APP_NAME)
         self.jobs = JobManager(self)
+        self.speech = SpeechService(self.jobs, self)
         self.player = Player(self)
         out_dev = self.settings.value("audio/output_device")
         self.player.device = int(out_dev) if out_dev not in (None, "", "None") else None

@@ -139,6 +139,10 @@ class EngineJob(QObject):
         self._pgid = self.pid()
         self.started.emit()
 
+    def send(self, request: dict[str, Any]) -> None:
+        """Write one JSON line to the engine's stdin (long-lived workers)."""
+        self._proc.write((json.dumps(request, ensure_ascii=False) + "\n").encode("utf-8"))
+
     def is_running(self) -> bool:
         return self._proc.state() != QProcess.ProcessState.NotRunning
 
@@ -253,6 +257,8 @@ class EngineJob(QObject):
             self.state.emit(str(obj.get("state", "")), str(obj.get("detail", "") or ""))
         elif kind == "artifact":
             self.artifact.emit(str(obj.get("path", "")), str(obj.get("role", "")))
+        elif "request" in obj:
+            return  # a served request's own result/error (serve-speech), not the job's
         elif kind == "result":
             obj.pop("event", None)
             obj.pop("time", None)

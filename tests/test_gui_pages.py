@@ -259,8 +259,27 @@ def test_listen_page_lists_sources_and_refuses_without_reference(
     page.refresh()
     assert page.source.itemText(0) == "Exported: best"
     page.source.setCurrentIndex(0)
-    args = page.speak_args("Hi there.", voice / "renders" / "x.wav")
-    assert args[:3] == ["speak", str(voice / "exports" / "best"), "Hi there."]
+    assert page.voice_spec() == {"voice": str(voice / "exports" / "best")}
+
+
+def test_speech_worker_error_is_a_clear_message(qtbot, window: MainWindow, voice: Path) -> None:
+    """The warm `serve-speech` engine answers a model that is not one with one sentence."""
+    (voice / "exports" / "broken").mkdir(parents=True)
+    (voice / "exports" / "broken" / "config.json").write_text("{}")
+    window.ctx.set_voice(voice)
+    page = window.show_page(ListenPage)
+    page.source.setCurrentIndex(0)
+    with qtbot.waitSignal(page.speech.failed, timeout=120000) as blocker:
+        rid = page.speak("Hello.")
+        assert rid is not None and not page.speak_btn.isEnabled()
+    assert blocker.args[0].startswith("load-")
+    qtbot.waitUntil(lambda: page.request is None, timeout=60000)
+    boxes = [w for w in page.findChildren(QMessageBox) if w.isVisible()]
+    assert boxes and boxes[0].windowTitle() == "The model could not be loaded"
+    assert "Traceback" not in boxes[0].text() and boxes[0].text()
+    assert page.speak_btn.isEnabled()
+    worker = page.speech.job
+    assert worker is not None and worker.is_running()  # stays warm for the next request
 
 
 def test_themes_switch(qtbot, window: MainWindow) -> None:

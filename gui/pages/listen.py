@@ -57,7 +57,14 @@ class ListenPage(Page):
 
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
         super().__init__(ctx, parent)
-        self.job: EngineJob | None = None
+        self.speech = ctx.speech
+        self.request: str | None = None
+        self._pending: tuple[Path, str, dict[str, Any]] | None = None
+        self._load_error = False
+        self.speech.progress.connect(self._req_progress)
+        self.speech.finished.connect(self._req_finished)
+        self.speech.failed.connect(self._req_failed)
+        self.speech.cancelled.connect(self._req_cancelled)
         self.compare_job: EngineJob | None = None
         self.last_render: Path | None = None
         self.last_comparison: Path | None = None
@@ -126,7 +133,7 @@ class ListenPage(Page):
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(tabs)
         self.outer.addWidget(split, 1)
-        ctx.player.finished.connect(lambda: self.stop_btn.setEnabled(self.job is not None))
+        ctx.player.finished.connect(lambda: self.stop_btn.setEnabled(self.request is not None))
         ctx.player.started.connect(lambda: self.stop_btn.setEnabled(True))
 
     # -- sources -------------------------------------------------------------------
@@ -140,7 +147,8 @@ class ListenPage(Page):
                                                                   "path": str(export)})
             for run in reversed(voicedata.list_runs(voice)):
                 for ckpt in reversed(run.checkpoints):
-                    self.source.addItem(f"Run {run.name} · {ckpt.name}",
+                    step = voicedata.checkpoint_step(ckpt)
+                    self.source.addItem(f"Checkpoint: {run.name} · step {step}",
                                         {"kind": "checkpoint", "path": str(ckpt),
                                          "run": run.name})
             self.source.addItem("Zero-shot preview (base model + a reference clip)",
@@ -158,28 +166,26 @@ class ListenPage(Page):
 
     def _buttons(self) -> None:
         has = self.voice is not None and self.source.count() > 0
-        self.speak_btn.setEnabled(has and self.job is None)
+        self.speak_btn.setEnabled(has and self.request is None)
         self.compare_btn.setEnabled(has and self.compare_job is None)
-        self.stop_btn.setEnabled(self.job is not None or self.ctx.player.playing)
+        self.stop_btn.setEnabled(self.request is not None or self.ctx.player.playing)
         self.save_btn.setEnabled(self.last_render is not None)
 
-    def speak_args(self, text: str, out: Path) -> list[str]:
+    def voice_spec(self) -> dict[str, Any]:
+        """What the speech worker loads for the chosen source (a `load` request)."""
         assert self.voice is not None
         src = self.source.currentData() or {"kind": "zero_shot"}
-        if src["kind"] == "export":
-            return ["speak", src["path"], text, "-o", str(out)]
-        if src["kind"] == "checkpoint":
+        if src["kind"] in ("export", "checkpoint"):
             # a checkpoint folder speaks directly; the engine finds the run's base model
-            return ["speak", src["path"], text, "-o", str(out)]
+            return {"voice": src["path"]}
         ref = best_reference_clip(self.voice)
-        args = ["speak", self.base.currentText().strip(), text, "-o", str(out)]
-        if ref is not None:
-            args += ["--reference", str(ref)]
-        return args
+        return {"voice": self.base.currentText().strip(),
+                "reference": str(ref) if ref is not None else None}
 
     # -- speak --------------------------------------------------------------------------
-    def speak(self, text: str | None = None) -> EngineJob | None:
-        if self.voice is None or self.job is not None:
+    def speak(self, text: str | None = None) -> str | None:
+        """Render through the warm speech worker; returns the request id."""
+        if self.voice is None or self.request is not None:
             return None
         text = (text if text is not None else self.text.toPlainText()).strip()
         if not text:
@@ -198,17 +204,50 @@ class ListenPage(Page):
             out = renders / time.strftime(f"%Y%m%d-%H%M%S-{n}.wav")
             n += 1
         self.ctx.player.stop()
-        job = self.start_job(self.speak_args(text, out), "Speak")
-        self.job = job
+        loading = self.speech.loaded != self.voice_spec()
+        self.request = self.speech.speak(self.voice_spec(), text, str(out))
+        self._pending = (out, text, src)
+        self._load_error = False
         self.progress.setRange(0, 0)
         self.progress.show()
-        self.state.setText("Loading the model and speaking…")
-        job.progress.connect(self._on_progress)
-        job.succeeded.connect(lambda r: self._spoken(out, text, src, r))
-        job.cancelled.connect(lambda: self.state.setText("Stopped."))
-        job.finished.connect(self._job_done)
+        self.state.setText("Loading the model…" if loading else "Speaking…")
         self._buttons()
-        return job
+        return self.request
+
+    def _req_progress(self, rid: str, stage: str, done: float, total: object) -> None:
+        if rid == self.request:
+            self.state.setText("Speaking…")
+            self._on_progress(stage, done, total)
+
+    def _req_finished(self, rid: str, result: dict) -> None:
+        if rid == self.request and self._pending is not None:
+            out, text, src = self._pending
+            self._end_request()
+            self._spoken(out, text, src, result)
+
+    def _req_failed(self, rid: str, code: str, message: str, hint: str) -> None:
+        if self.request is None:
+            return
+        if rid.startswith("load-"):
+            # the model did not load: say that, not the speak request's follow-up error
+            self._load_error = True
+            show_error(self, "The model could not be loaded", message, hint)
+        elif rid == self.request:
+            if not self._load_error:
+                show_error(self, "Speaking failed", message, hint)
+            self.state.setText("Failed: " + message)
+            self._end_request()
+
+    def _req_cancelled(self, rid: str) -> None:
+        if rid == self.request:
+            self.state.setText("Stopped.")
+            self._end_request()
+
+    def _end_request(self) -> None:
+        self.request = None
+        self._pending = None
+        self.progress.hide()
+        self._buttons()
 
     def _on_progress(self, stage: str, done: float, total: object) -> None:
         if isinstance(total, float) and total > 0:
@@ -230,14 +269,9 @@ class ListenPage(Page):
             self.ctx.player.play_file(out)
         self._fill_history()
 
-    def _job_done(self) -> None:
-        self.job = None
-        self.progress.hide()
-        self._buttons()
-
     def stop(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
+        if self.request is not None:
+            self.speech.cancel(self.request)
         self.ctx.player.stop()
 
     def save_as(self) -> None:
