@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,6 +194,11 @@ def connect(
     else:
         emitter.state("connecting_cluster", detail=address)
         kwargs.update(address=address, runtime_env=runtime_env)
+    # Ray's core worker installs a C++ handler for SIGTERM that logs and aborts
+    # the process (exit -6), which would skip our cooperative stop and leave
+    # the cluster behind; put back the Python handler that was there before
+    main_thread = threading.current_thread() is threading.main_thread()
+    prev_term = signal.getsignal(signal.SIGTERM) if main_thread else None
     try:
         ctx = ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -201,6 +208,9 @@ def connect(
         raise ClusterError(f"Could not reach the Ray cluster at {address}.",
                            "Check the address printed by `ray start --head` and that "
                            "this machine can reach it.") from exc
+    finally:
+        if main_thread and callable(prev_term):
+            signal.signal(signal.SIGTERM, prev_term)
     res = ray.cluster_resources()
     handle = ClusterHandle(
         address=getattr(ctx, "address_info", {}).get("gcs_address") or _gcs_address(),

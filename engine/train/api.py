@@ -14,10 +14,13 @@ waiting and shuts everything down at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -229,11 +232,45 @@ def _run(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: b
          max_failures: int, verbose: bool, builder: str | None, emitter: Emitter,
          stop: threading.Event | None) -> dict[str, Any]:
     from ..atomic import write_json
-    from ..cluster import connect
-    from .launch import Launch, LaunchSpec
 
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "config.json", cfg.to_dict())
+    with _sigterm_as_interrupt():
+        return _run_on_cluster(voice, model_dir, cfg, run_dir, resume, max_failures, verbose,
+                               builder, emitter, stop)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM behaves like Ctrl-C while a run is active (main thread only).
+
+    The CLI already does this; a Python caller of `train()` gets the same
+    clean stop (final checkpoint, cluster shut down) instead of dying with
+    Ray processes left behind.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    prev = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if not callable(prev):
+        signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        if not callable(prev):
+            signal.signal(signal.SIGTERM, prev)
+
+
+def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: bool,
+                    max_failures: int, verbose: bool, builder: str | None, emitter: Emitter,
+                    stop: threading.Event | None) -> dict[str, Any]:
+    from ..cluster import connect
+    from .launch import Launch, LaunchSpec
+
     t0 = time.time()
     cluster = connect(cfg.parallel.address,
                       num_cpus=_local_cpus(cfg) if cfg.parallel.address is None else None,

@@ -81,6 +81,11 @@ class Launch:
         self._error: BaseException | None = None
         self._result: Any = None
         self._stop_requested = False
+        # Waited on instead of Thread.join: on Python 3.11 a KeyboardInterrupt
+        # (Ctrl-C, or SIGTERM via the CLI) landing inside join() marks a still
+        # running thread as stopped (the bpo-45274 clean-up), and the caller
+        # would shut Ray down under a run that is busy saving its checkpoint.
+        self._done = threading.Event()
         self._t_start = 0.0
         self._worker_starts = 0
         self.worker_pids: dict[int, int] = {}
@@ -142,6 +147,8 @@ class Launch:
                 self._result = trainer.fit()
             except BaseException as exc:  # handed to wait()
                 self._error = exc
+            finally:
+                self._done.set()
 
         self._thread = threading.Thread(target=run, name="voxshard-fit", daemon=True)
         self._thread.start()
@@ -159,15 +166,15 @@ class Launch:
             pass
 
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._thread is not None and not self._done.is_set()
 
     def wait(self, poll_s: float = 0.2) -> LaunchResult:
         """Block until fit() ends. Ctrl-C / SIGTERM (KeyboardInterrupt) request a stop."""
         assert self._thread is not None
         deadline: float | None = None
-        while self._thread.is_alive():
+        while not self._done.is_set():
             try:
-                self._thread.join(poll_s)
+                self._done.wait(poll_s)
             except KeyboardInterrupt:
                 if self._stop_requested:
                     # a second interrupt: the caller shuts the cluster down hard
