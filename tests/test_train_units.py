@@ -232,3 +232,58 @@ def test_not_enough_memory_fails_fast(tmp_path: Path, tiny_model_dir: Path,
     with pytest.raises(InputError) as err:
         api.train(voice, str(tiny_model_dir), workers=2)
     assert err.value.message.startswith("Training will not fit")
+
+
+def _widened_model_dir(tiny: Path, out: Path) -> Path:
+    """The tiny model's folder with real 0.6B layer widths (1 layer each, small text vocab)."""
+    cfg = json.loads((tiny / "config.json").read_text())
+    talker = cfg["talker_config"]
+    widths = {"hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
+              "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 1}
+    talker.update(widths)
+    talker.setdefault("rope_scaling", {})["mrope_section"] = [24, 20, 20]
+    talker["code_predictor_config"].update(widths)
+    for sub in (talker, talker["code_predictor_config"]):
+        if "layer_types" in sub:
+            sub["layer_types"] = ["full_attention"]
+    cfg["speaker_encoder_config"]["enc_dim"] = 1024
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def test_plan_activation_estimate_matches_saved_tensors(tiny_model_dir: Path,
+                                                        tmp_path: Path) -> None:
+    """The activation term against what autograd really keeps for backward (real widths)."""
+    import numpy as np
+    import torch
+
+    from engine.data.layout import LayoutIds, build_sequence, collate
+    from engine.train.objective import batch_to_device, build_objective
+    from engine.train.plan import estimate_activations
+
+    model_dir = _widened_model_dir(tiny_model_dir, tmp_path / "wide")
+    cfg = json.loads((model_dir / "config.json").read_text())
+    torch.manual_seed(0)
+    obj = build_objective(model_dir, None, device="cpu")  # random weights are enough
+    ids = LayoutIds.from_config(cfg)
+    rng = np.random.default_rng(0)
+    frames, clips = 60, 2
+    seqs = [build_sequence(ids, [1, 2, 3], rng.integers(10, 500, 12).tolist(),
+                           rng.integers(0, 2048, (frames, 16))) for _ in range(clips)]
+    batch = collate(seqs, ids)
+    batch["x_vector"] = rng.standard_normal((clips, 1024)).astype("float32")
+    params = {p.untyped_storage().data_ptr() for p in obj.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        kept[st.data_ptr()] = max(kept.get(st.data_ptr(), 0), st.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        obj(batch_to_device(batch, "cpu"))
+    measured = sum(n for ptr, n in kept.items() if ptr not in params)
+    seq_len = int(batch["text_ids"].shape[1])
+    predicted = estimate_activations(cfg, clips, seq_len, frames, 4, checkpointing=False)
+    assert 0.85 * measured <= predicted <= 1.3 * measured, (predicted, measured)
