@@ -5,11 +5,15 @@
 For each model (a custom-voice folder exported from random weights: the tiny
 test model, and the real 0.6B configuration) it prints the real-time factor
 (seconds of audio per second of compute; higher is faster) of:
-- one sentence (batch 1), and
-- four sentences of a longer text (the official call batched over a list,
-  ours batched the same way),
-each end to end (prompt, generation, codec decode) and for generation alone,
-by wall time and by this process's CPU time (steadier on a shared machine).
+- one sentence (batch 1);
+- four sentences (the official call batched over a list, ours batched the
+  same way);
+- a long text of eight sentences: the official call given the whole text,
+  as its API takes it, against ours splitting it at sentences and
+  generating the chunks as one batch (the same total audio);
+the first two end to end (prompt, generation, codec decode) and for
+generation alone, by wall time and by this process's CPU time (steadier on
+a shared machine).
 Both sides sample with the model's default settings and make exactly
 `--frames` codec frames per sentence (end-of-speech cannot stop either: the
 official call gets an end id that generation never emits, ours bans it), so
@@ -44,6 +48,10 @@ SENTENCES = [
     "She folded the laundry while listening to an old jazz record.",
     "Our train was delayed because of a fallen tree on the track.",
     "Fresh bread tastes best while it is still warm from the oven.",
+    "Could you move the blue chair closer to the window, please?",
+    "The river curved gently through a valley of tall pines.",
+    "Light from the sun takes about eight minutes to reach the earth.",
+    "Please remember to water the plants while I am away.",
 ]
 #: the real 0.6B-Base talker and code predictor (qwen3-tts-facts.md)
 TALKER_06B = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
@@ -179,21 +187,28 @@ def bench_model(name: str, folder: Path, frames: int, dtype: str) -> list[dict[s
     _official(wrapper, SENTENCES[:1], 3, True)
     _ours(synth, SENTENCES[:1], 3, True)
     rows = []
-    for label, texts in (("1 sentence", SENTENCES[:1]), ("4 sentences", SENTENCES)):
+    cases = [("1 sentence", SENTENCES[:1], True), ("1 sentence", SENTENCES[:1], False),
+             ("4 sentences", SENTENCES[:4], True), ("4 sentences", SENTENCES[:4], False),
+             ("long text", SENTENCES, True)]
+    for label, texts, decode in cases:
         audio_s = len(texts) * frames * FRAME_S
-        for decode in (True, False):
+        if label == "long text":
+            # official: one call on the whole text, all frames in one sequence
+            (w_off, c_off) = _official(wrapper, [" ".join(texts)], frames * len(texts),
+                                       decode)
+        else:
             (w_off, c_off) = _official(wrapper, texts, frames, decode)
-            (w_ours, c_ours) = _ours(synth, texts, frames, decode)
-            rows.append({"model": name, "dtype": dtype, "case": label,
-                         "scope": "end to end" if decode else "generation only",
-                         "frames": frames * len(texts), "audio_s": round(audio_s, 2),
-                         "official_wall_s": round(w_off, 3), "ours_wall_s": round(w_ours, 3),
-                         "official_cpu_s": round(c_off, 3), "ours_cpu_s": round(c_ours, 3),
-                         "official_rtf": round(audio_s / w_off, 3),
-                         "ours_rtf": round(audio_s / w_ours, 3),
-                         "official_rtf_cpu": round(audio_s / c_off, 3),
-                         "ours_rtf_cpu": round(audio_s / c_ours, 3)})
-            print(_line(rows[-1]), flush=True)
+        (w_ours, c_ours) = _ours(synth, texts, frames, decode)
+        rows.append({"model": name, "dtype": dtype, "case": label,
+                     "scope": "end to end" if decode else "generation only",
+                     "frames": frames * len(texts), "audio_s": round(audio_s, 2),
+                     "official_wall_s": round(w_off, 3), "ours_wall_s": round(w_ours, 3),
+                     "official_cpu_s": round(c_off, 3), "ours_cpu_s": round(c_ours, 3),
+                     "official_rtf": round(audio_s / w_off, 3),
+                     "ours_rtf": round(audio_s / w_ours, 3),
+                     "official_rtf_cpu": round(audio_s / c_off, 3),
+                     "ours_rtf_cpu": round(audio_s / c_ours, 3)})
+        print(_line(rows[-1]), flush=True)
     del synth, wrapper
     gc.collect()
     return rows

@@ -319,6 +319,10 @@ class Synthesizer:
                             options.paragraph_pause_s, max_frames=options.max_frames)
                  for t in texts]
         seed = options.seed if options.seed is not None else random.randrange(2**31)
+        if options.language.strip().lower() != "auto" and self.source.kind != "zero_shot":
+            emitter.log("Fine-tuned voices are trained without a language tag; "
+                        "--language auto usually sounds closer to the recordings.",
+                        level="warning")
         flat = [c for chunks in split for c in chunks]
         seeds = [seed + c.index for c in flat]
         with self._lock:
