@@ -215,7 +215,8 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
     device = "cuda" if use_gpu else "cpu"
     plan = make_plan(model_dir, cfg, device=device, voice_dir=v.path,
                      free=None if address is None else [])
-    emitter.log(plan.table(), level="info" if dry_run else "debug")
+    # dry runs show it as their result; real runs keep it for --json consumers
+    emitter.log(plan.table(), level="debug")
     if dry_run:
         return {"dry_run": True, "config": cfg.to_dict(), "plan": plan.to_dict(),
                 "summary": plan.table()}
