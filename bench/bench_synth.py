@@ -125,7 +125,12 @@ def voice_06b(work: Path, layers: int) -> Path:
 
 def _clock() -> tuple[float, float]:
     # wall time, and this process's CPU time: on a machine shared with other
-    # jobs the CPU time is the steadier measure of the work done
+    # jobs the CPU time is the steadier measure of the work done (on a GPU the
+    # queue is drained first, and CPU time means little)
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return time.perf_counter(), time.process_time()
 
 
@@ -172,7 +177,32 @@ def _ours(synth: Any, texts: list[str], frames: int, decode: bool) -> tuple[floa
     return _since(start)
 
 
-def bench_model(name: str, folder: Path, frames: int, dtype: str) -> list[dict[str, Any]]:
+def check_greedy(wrapper: Any, synth: Any, frames: int) -> bool:
+    """Ours (with CUDA graphs on a GPU) against the official generate, greedy."""
+    import torch
+
+    from engine.synth.options import SpeakOptions
+    from engine.synth.prompt import build_prefill
+
+    text = SENTENCES[0]
+    ids = [wrapper._tokenize_texts([wrapper._build_assistant_text(text)])[0]]
+    with torch.no_grad():
+        expected, _ = wrapper.model.generate(
+            input_ids=ids, languages=["auto"], speakers=[SPEAKER], non_streaming_mode=True,
+            do_sample=False, subtalker_dosample=False, max_new_tokens=frames + 1)
+    settings = synth.decode_settings(SpeakOptions(do_sample=False, subtalker_do_sample=False))
+    prefill = build_prefill(synth.model, synth.processor, [text], synth.speaker_vector, None,
+                            True)
+    ours = synth.fast.generate(prefill, [frames], settings)
+    same = ours[0].shape == expected[0].shape and bool(torch.equal(ours[0], expected[0]))
+    print(f"greedy check ({len(expected[0])} frames): "
+          f"{'identical to the official codes' if same else 'DIFFERENT from the official codes'}",
+          flush=True)
+    return same
+
+
+def bench_model(name: str, folder: Path, frames: int, dtype: str,
+                device: str = "cpu") -> list[dict[str, Any]]:
     import torch
 
     from engine.model.loading import load_model
@@ -180,12 +210,13 @@ def bench_model(name: str, folder: Path, frames: int, dtype: str) -> list[dict[s
     from engine.synth.voice import resolve_source
 
     source = resolve_source(folder)
-    wrapper = load_model(folder, device="cpu", dtype=getattr(torch, dtype))
+    wrapper = load_model(folder, device=device, dtype=getattr(torch, dtype))
     synth = Synthesizer(wrapper, source, None)
     synth.use_source(source)  # the speaker row, as speak() uses it
     # first calls pay one-off costs (allocator, lazy imports): not part of the figure
     _official(wrapper, SENTENCES[:1], 3, True)
     _ours(synth, SENTENCES[:1], 3, True)
+    check_greedy(wrapper, synth, frames)
     rows = []
     cases = [("1 sentence", SENTENCES[:1], True), ("1 sentence", SENTENCES[:1], False),
              ("4 sentences", SENTENCES[:4], True), ("4 sentences", SENTENCES[:4], False),
@@ -230,11 +261,12 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float32",
                         help="comma list of float32, bfloat16: weights of both sides "
                              "(the official CPU default is float32)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     import torch
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+    print(f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} thread(s), "
           f"{args.frames} frames per sentence, sampling with the model defaults", flush=True)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-synth-") as tmp:
@@ -249,7 +281,7 @@ def main() -> None:
             for dtype in args.dtypes.split(","):
                 if dtype not in ("float32", "bfloat16"):
                     raise SystemExit(f"unknown dtype {dtype!r}")
-                rows += bench_model(name, folder, args.frames, dtype)
+                rows += bench_model(name, folder, args.frames, dtype, args.device)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
