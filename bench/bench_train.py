@@ -56,7 +56,9 @@ def make_model_dir(out: Path, layers: int) -> Path:
     from engine.model.tiny import make_tiny_model
     from engine.train.objective import build_talker
 
-    tiny = make_tiny_model(out.parent / "tiny-template", seed=0)
+    tiny = out.parent / "tiny-template"
+    if not (tiny / "config.json").exists():
+        tiny = make_tiny_model(tiny, seed=0)
     cfg = json.loads((tiny / "config.json").read_text())
     talker = cfg["talker_config"]
     talker.update(REAL_06B["talker"], num_hidden_layers=layers)
@@ -192,8 +194,8 @@ def upstream_step(model_dir: str, steps: int, clips: int, seconds: float,
 
     import torch
 
-    from engine.train.objective import batch_to_device, build_objective, load_base_weights
     from engine.train.metrics import model_state_bytes
+    from engine.train.objective import batch_to_device, build_objective, load_base_weights
 
     torch.set_num_threads(threads)
     md = Path(model_dir)

@@ -67,8 +67,13 @@ class ClusterHandle:
     _child_pids: set[int] = field(default_factory=set)
     _closed: bool = False
 
-    def close(self) -> None:
-        """Disconnect; for a local cluster, also stop every Ray process it started."""
+    def close(self, force: bool = False) -> None:
+        """Disconnect; for a local cluster, also stop every Ray process it started.
+
+        force: kill the local cluster's processes first. For a second Ctrl-C while
+        a run is still going: `ray.shutdown()` under a live `fit()` can crash this
+        process, and whatever it had not stopped yet would be left running.
+        """
         if self._closed:
             return
         self._closed = True
@@ -78,6 +83,8 @@ class ClusterHandle:
             # Ray's own children (gcs, raylet, workers) plus anything they spawned:
             # collected before shutdown, because after it the tree is gone.
             self._child_pids |= _descendants(os.getpid())
+            if force:
+                _reap(self._child_pids, timeout=0.0)
         ray.shutdown()
         if self.started_here:
             _reap(self._child_pids, timeout=10.0)

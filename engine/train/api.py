@@ -169,8 +169,10 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
                     "usually give a much better voice.", level="warning")
 
     gpus = detect_gpus(address)
-    if use_gpu is None:
+    workers_given = workers is not None
+    if use_gpu is None and address is None:
         use_gpu = gpus > 0
+    # an existing cluster (--address): GPUs or not is known once connected
     if workers is None:
         workers = gpus if use_gpu and gpus > 0 else 2
     if use_gpu and gpus >= 0 and workers > gpus:
@@ -212,7 +214,7 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
 
     from .plan import make_plan
 
-    device = "cuda" if use_gpu else "cpu"
+    device = "cuda" if use_gpu else "cpu"  # an unknown remote cluster is planned as CPU
     plan = make_plan(model_dir, cfg, device=device, voice_dir=v.path,
                      free=None if address is None else [])
     # dry runs show it as their result; real runs keep it for --json consumers
@@ -226,19 +228,19 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
                          " ".join(plan.advice[1:]) or None)
 
     return _run(v, model_dir, cfg, run_dir, resume, max_failures, verbose, builder,
-                emitter, stop)
+                emitter, stop, workers_given)
 
 
 def _run(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: bool,
          max_failures: int, verbose: bool, builder: str | None, emitter: Emitter,
-         stop: threading.Event | None) -> dict[str, Any]:
+         stop: threading.Event | None, workers_given: bool = True) -> dict[str, Any]:
     from ..atomic import write_json
 
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "config.json", cfg.to_dict())
     with _sigterm_as_interrupt():
         return _run_on_cluster(voice, model_dir, cfg, run_dir, resume, max_failures, verbose,
-                               builder, emitter, stop)
+                               builder, emitter, stop, workers_given)
 
 
 @contextlib.contextmanager
@@ -268,7 +270,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: bool,
                     max_failures: int, verbose: bool, builder: str | None, emitter: Emitter,
-                    stop: threading.Event | None) -> dict[str, Any]:
+                    stop: threading.Event | None, workers_given: bool) -> dict[str, Any]:
+    from ..atomic import write_json
     from ..cluster import connect
     from .launch import Launch, LaunchSpec
 
@@ -278,6 +281,13 @@ def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path
                       verbose=verbose, on_event=emitter)
     interrupted = False
     try:
+        if cfg.parallel.use_gpu is None:
+            # an existing cluster: its GPUs decide, one worker per GPU by default
+            gpus = int(cluster.num_gpus)
+            workers = cfg.parallel.workers if workers_given or not gpus else gpus
+            cfg = cfg.replace(parallel={"use_gpu": gpus > 0, "workers": workers},
+                              data={"batch_size": max(cfg.data.batch_size, workers)})
+            write_json(run_dir / "config.json", cfg.to_dict())
         if cfg.parallel.use_gpu and cluster.num_gpus < cfg.parallel.workers:
             raise InputError(f"You asked for {cfg.parallel.workers} workers but the cluster has "
                              f"{cluster.num_gpus:g} GPUs.",
@@ -308,7 +318,8 @@ def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path
             raise
     finally:
         t_close = time.time()
-        cluster.close()
+        # after a second interrupt fit() may still be running: end its processes first
+        cluster.close(force=interrupted)
         emitter.log(f"Ray shut down in {time.time() - t_close:.1f} s", level="debug")
     losses = [r["values"] for r in result.records
               if r["kind"] == "train" and "loss/train" in r["values"]]
