@@ -431,6 +431,7 @@ class TrainPage(Page):
             return self._curves[name]
         if leaf not in MEMORY_CURVES:
             return None  # e.g. memory/state_gib: the plan's figures, not a live curve
+        self._gpu_limit_line(rank, color)
         style = Qt.PenStyle.SolidLine
         if "reserved" in leaf:
             style = Qt.PenStyle.DashLine
@@ -438,6 +439,21 @@ class TrainPage(Page):
             style = Qt.PenStyle.DotLine
         label = f"w{rank} {leaf.replace('_gib', '').replace('_', ' ')}"
         return self._curve(self.mem_plot, name, color, label, style=style)
+
+    def _gpu_limit_line(self, rank: str, color: str) -> None:
+        """The device's memory, from nvidia-smi, as a line (rank r runs on the r-th GPU)."""
+        key = f"gpu-limit@{rank}"
+        selected = self.selected_gpus()
+        if key in self._limit_lines or not rank.isdigit() or int(rank) >= len(selected):
+            return
+        gpu = next(g for g in self.gpus if g.index == selected[int(rank)])
+        line = pg.InfiniteLine(pos=gpu.total_mib / 1024.0, angle=0, movable=False,
+                               pen=pg.mkPen(QColor(color), width=1,
+                                            style=Qt.PenStyle.DashDotLine),
+                               label=f"GPU {gpu.index} limit",
+                               labelOpts={"position": 0.05, "color": color})
+        self.mem_plot.addItem(line)
+        self._limit_lines[key] = line
 
     def _update_stats(self) -> None:
         latest = self.store.latest
@@ -488,6 +504,8 @@ class TrainPage(Page):
 
     def _reset_charts(self) -> None:
         self._history = None
+        for key in [k for k in self._limit_lines if k.startswith("gpu-limit@")]:
+            self.mem_plot.removeItem(self._limit_lines.pop(key))
         self.store.clear()
         self._versions.clear()
         for name in [n for n in self._curves if "@" in n]:
