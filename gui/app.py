@@ -61,7 +61,7 @@ def versions() -> list[tuple[str, str]]:
     try:
         import sounddevice as sd
 
-        out.append(("PortAudio", sd.get_portaudio_version()[1]))
+        out.append(("PortAudio", sd.get_portaudio_version()[1].split(",")[0]))
     except Exception:
         out.append(("PortAudio", "not found"))
     return out

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .app import MainWindow
     from .context import AppContext
+    from .pages.listen import ListenPage
     from .pages.record import RecordPage
     from .pages.train import TrainPage
     from .theme import ThemeManager
@@ -68,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
             page.redraw()
         settle()
         window.grab().save(str(args.out / f"{row + 1}-{name}{args.suffix}.png"))
+        if isinstance(page, ListenPage) and page.last_comparison is not None:
+            page.tabs.setCurrentIndex(1)
+            settle()
+            window.grab().save(str(args.out / f"{row + 1}b-compare{args.suffix}.png"))
+            page.tabs.setCurrentIndex(0)
     box = window.show_about()
     settle()
     box.grab().save(str(args.out / f"8-about{args.suffix}.png"))

@@ -97,7 +97,7 @@ class ListenPage(Page):
         self.progress.hide()
         self.outer.addWidget(self.progress)
 
-        tabs = QTabWidget()
+        tabs = self.tabs = QTabWidget()
         # history
         hist = QWidget()
         hl = QVBoxLayout(hist)
@@ -109,7 +109,7 @@ class ListenPage(Page):
         self.history.setAlternatingRowColors(True)
         self.history.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.history.setColumnWidth(0, 130)
-        self.history.setColumnWidth(1, 220)
+        self.history.setColumnWidth(1, 330)
         self.history.cellDoubleClicked.connect(lambda r, _c: self.play_history(r))
         hl.addWidget(self.history)
         hl.addWidget(hbox(button("Play", "play", slot=lambda: self.play_history(

@@ -323,7 +323,7 @@ class TrainPage(Page):
             value.setObjectName("StatValue")
             # fixed width: a value growing a digit must not re-layout (and so
             # repaint from scratch) the charts below
-            value.setFixedWidth(150 if key == "step" else 132)
+            value.setFixedWidth(160 if key in ("step", "lr") else 128)
             cap = QLabel(caption)
             cap.setObjectName("StatLabel")
             stats.addWidget(value, 0, col)
@@ -468,7 +468,7 @@ class TrainPage(Page):
         if "loss/val" in latest:
             put("val", f"{latest['loss/val']:.4f}")
         if "lr" in latest:
-            put("lr", f"{latest['lr']:.2e}")
+            put("lr", f"{latest['lr']:.1e}")
         if "perf/tokens_per_s" in latest:
             put("tps", f"{latest['perf/tokens_per_s']:,.0f}")
         if self._t0 is not None and self.job is not None:
@@ -528,6 +528,7 @@ class TrainPage(Page):
             return
         self._history = fh
         self.state_label.setText(f"Last run: {run.name}")
+        self._append_log("info", f"Showing {run.name} from {run.metrics_file}")
         steps = run.config.get("steps") or run.config.get("total_steps")
         if isinstance(steps, int):
             self.total_steps = steps
