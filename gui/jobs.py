@@ -336,9 +336,11 @@ class JobManager(QObject):
         return job
 
     def _forget(self, job: EngineJob) -> None:
+        # A finished job stays a child of the manager (a few KB) instead of being
+        # deleteLater()'d: with PySide 6.12, deleting it while callers still hold
+        # its Python wrapper crashed the event loop later (reproduced in a test).
         if job in self.jobs:
             self.jobs.remove(job)
-        job.deleteLater()
         self.changed.emit()
 
     def running(self) -> list[EngineJob]:
