@@ -309,3 +309,21 @@ def test_record_page_without_voice_is_calm(qtbot, window: MainWindow, workspace:
     first = page.prompt
     qtbot.keyClick(page, Qt.Key.Key_S)
     assert page.prompt is not None and page.prompt.id != first.id
+
+
+def test_download_offline_says_what_to_do(qtbot, window: MainWindow, voice: Path,
+                                          monkeypatch) -> None:
+    """No network here: the real `model download` job fails with one clear sentence."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    page.base.setEditText("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
+    with qtbot.waitSignal(page.ctx.jobs.changed, timeout=10000):
+        job = page.download()
+    assert job is not None and not page.download_btn.isEnabled()
+    with qtbot.waitSignal(job.finished, timeout=120000):
+        pass
+    assert job.outcome == "failed"
+    note = page.model_note.text()
+    assert note and "Traceback" not in note
+    assert page.download_btn.isEnabled() and page.download_bar.isHidden()

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
+    QProgressBar,
     QRadioButton,
     QScrollArea,
     QSpinBox,
@@ -127,6 +128,7 @@ class TrainPage(Page):
         super().__init__(ctx, parent)
         self.job: EngineJob | None = None
         self.export_job: EngineJob | None = None
+        self.download_job: EngineJob | None = None
         self.store = MetricsStore()
         self.gpus: list[Gpu] = []
         self._versions: dict[str, int] = {}
@@ -167,7 +169,18 @@ class TrainPage(Page):
         self.base.addItems(BASE_MODELS)
         self.base.setToolTip("A Hugging Face hub id or a local model folder.")
         mf.addWidget(self.base)
-        mf.addWidget(button("Local folder…", "folder", slot=self._browse_base))
+        self.download_btn = button("Download", "import", slot=lambda: self.download(),
+                                   tip="Fetch the hub model into the local cache "
+                                       "(resumes an interrupted download)")
+        mf.addWidget(hbox(button("Local folder…", "folder", slot=self._browse_base),
+                          self.download_btn))
+        self.download_bar = QProgressBar()
+        self.download_bar.hide()
+        self.model_note = QLabel("")
+        self.model_note.setObjectName("Muted")
+        self.model_note.setWordWrap(True)
+        mf.addWidget(self.download_bar)
+        mf.addWidget(self.model_note)
         lay.addWidget(model_box)
 
         hw_box = QGroupBox("Hardware")
@@ -570,6 +583,37 @@ class TrainPage(Page):
         if resume:
             args.append("--resume")
         return args
+
+    def download(self) -> EngineJob | None:
+        """`model download`: progress here; offline, the engine's one clear sentence."""
+        repo = self.base.currentText().strip()
+        if not repo or self.download_job is not None:
+            return None
+        job = self.start_job(["model", "download", repo], "Download")
+        self.download_job = job
+        self.download_bar.setRange(0, 0)
+        self.download_bar.show()
+        self.model_note.setText(f"Downloading {repo}…")
+        job.progress.connect(self._download_progress)
+        job.succeeded.connect(lambda r: self.model_note.setText(str(r.get("summary", ""))))
+        job.failed.connect(lambda _c, m, h: self.model_note.setText(f"{m} {h}".strip()))
+        job.cancelled.connect(lambda: self.model_note.setText("Download stopped; it resumes "
+                                                              "where it left off."))
+        job.finished.connect(self._download_done)
+        self.download_btn.setEnabled(False)
+        return job
+
+    def _download_progress(self, stage: str, done: float, total: object) -> None:
+        if isinstance(total, float) and total > 0:
+            self.download_bar.setRange(0, 1000)
+            self.download_bar.setValue(int(1000 * done / total))
+            if total > 1e6:
+                self.download_bar.setFormat(f"{done / 1e9:.2f} of {total / 1e9:.2f} GB")
+
+    def _download_done(self) -> None:
+        self.download_job = None
+        self.download_bar.hide()
+        self.download_btn.setEnabled(True)
 
     def export(self) -> EngineJob | None:
         """Export the latest checkpoint of the latest run into <voice>/exports/."""
