@@ -1,0 +1,153 @@
+"""The engine's Python API for scripts: the same operations as `voxshard-engine`.
+
+Every long operation takes `on_event`, a callable receiving `engine.events.Event`
+objects (progress, log, metric, artifact, state), and raises a subclass of
+`engine.errors.VoxshardError` with a one-sentence message and a hint.
+
+    from engine import api
+
+    voice = api.create_voice("voices/ada", speaker="Ada")
+    api.import_files(voice, ["recordings/"], on_event=print)
+    report = api.prepare(voice)
+    api.train(voice.path, base="Qwen/Qwen3-TTS-12Hz-0.6B-Base", workers=2, steps=200)
+    api.export(voice.path, "exports/ada")
+    api.speak("exports/ada", "Hello from my own voice.", "hello.wav")
+
+Importing this module is cheap: torch and ray load inside the calls that use them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .events import Emitter, EventCallback, as_emitter
+
+__all__ = [
+    "compare", "create_voice", "delete_voice", "download_model", "export", "import_files",
+    "inspect_model", "list_voices", "make_tiny_model", "next_prompt", "open_voice", "plan",
+    "prepare", "speak", "train",
+]
+
+PathLike = str | os.PathLike[str]
+
+
+def create_voice(path: PathLike, speaker: str, language: str = "english") -> Any:
+    """Create a voice folder (voice.toml, takes/, prepared/, runs/, exports/, renders/)."""
+    from .workspace import create_voice as _create
+
+    return _create(path, speaker, language)
+
+
+def open_voice(path: PathLike) -> Any:
+    from .workspace import open_voice as _open
+
+    return _open(path)
+
+
+def list_voices(workspace: PathLike) -> list[Path]:
+    from .workspace import list_voices as _list
+
+    return _list(workspace)
+
+
+def delete_voice(path: PathLike) -> None:
+    from .workspace import delete_voice as _delete
+
+    _delete(path)
+
+
+def _voice(voice: Any) -> Any:
+    return voice if hasattr(voice, "list_takes") else open_voice(voice)
+
+
+def next_prompt(voice: Any, set_name: str | None = None) -> Any:
+    """The next prompt sentence this voice has not recorded yet (None when all are done)."""
+    from .prompts import next_prompt as _next
+
+    return _next(_voice(voice), set_name)
+
+
+def import_files(voice: Any, paths: list[PathLike], transcripts: PathLike | None = None,
+                 on_event: EventCallback | Emitter | None = None) -> Any:
+    """Copy audio files/folders into the voice, untouched, with their transcripts."""
+    from .audio.importer import import_files as _import
+
+    return _import(_voice(voice), list(paths), transcripts=transcripts, on_event=on_event)
+
+
+def prepare(voice: Any, on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
+    """24 kHz mono, loudness, trim, slice, quality report; returns the report."""
+    from .audio.prepare import prepare as _prepare
+
+    return _prepare(_voice(voice), on_event=on_event)
+
+
+def make_tiny_model(out_dir: PathLike, seed: int = 0) -> Path:
+    from .model.tiny import make_tiny_model as _make
+
+    return _make(out_dir, seed=seed)
+
+
+def download_model(repo_id: str, on_event: EventCallback | Emitter | None = None) -> Path:
+    from .model.loading import download_model as _download
+
+    return _download(repo_id, on_event=on_event)
+
+
+def inspect_model(name_or_path: PathLike) -> Any:
+    from .model.loading import inspect_model as _inspect
+    from .model.loading import resolve_model
+
+    return _inspect(resolve_model(name_or_path, download=False))
+
+
+def plan(voice: PathLike, base: str, on_event: EventCallback | Emitter | None = None,
+         **options: Any) -> dict[str, Any]:
+    """Predicted memory per GPU/worker for a run; starts nothing."""
+    from .train.api import train as _train
+
+    return _train(voice, base, dry_run=True, on_event=on_event, **options)
+
+
+def train(voice: PathLike, base: str, on_event: EventCallback | Emitter | None = None,
+          **options: Any) -> dict[str, Any]:
+    """Fine-tune `base` on a prepared voice with Ray Train + FSDP2 (see `train.api.train`)."""
+    from .train.api import train as _train
+
+    return _train(voice, base, on_event=on_event, **options)
+
+
+def export(voice: PathLike, out_dir: PathLike, run: str | None = None, step: int | None = None,
+           on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
+    """Write a run's checkpoint as an official custom_voice model folder."""
+    from .train.api import export as _export
+
+    return _export(voice, Path(out_dir), run=run, step=step, on_event=on_event)
+
+
+def speak(model_or_voice: PathLike, text: str, out: PathLike, *,
+          checkpoint: str | None = None, reference: PathLike | None = None,
+          device: str | None = None, on_event: EventCallback | Emitter | None = None,
+          **options: Any) -> dict[str, Any]:
+    """Render `text` to an audio file from an export, a voice/run checkpoint, or a base
+    model with a reference clip (zero-shot preview). `options` are `SpeakOptions` fields."""
+    from .synth.options import SpeakOptions, audio_format
+    from .synth.synthesizer import Synthesizer
+    from .synth.voice import resolve_source
+
+    emitter = as_emitter(on_event)
+    source = resolve_source(model_or_voice, checkpoint=checkpoint,
+                            reference=None if reference is None else str(reference))
+    synth = Synthesizer.load(source, device=device, on_event=emitter)
+    return synth.speak_to_file(text, out, SpeakOptions(**options),
+                               audio_format(str(out), None), emitter)
+
+
+def compare(target: PathLike, out_dir: PathLike, sentences: list[str] | None = None,
+            on_event: EventCallback | Emitter | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Render the same sentences from several checkpoints (and zero-shot) into an A/B folder."""
+    from .synth.compare import compare as _compare
+
+    return _compare(target, out_dir, sentences, on_event=on_event, **kwargs)
