@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .atomic import write_json, write_text
+from .config import PrepareConfig
 from .errors import AudioError, InputError, WorkspaceError
 
 VOICE_FILE = "voice.toml"
@@ -41,16 +42,9 @@ FORMAT_VERSION = 1
 TAKE_ID_RE = re.compile(r"^(\d{4,})(?:-[a-z0-9_-]+)?$")
 RECOMMENDED_MINUTES = 10.0
 
-#: prepare settings stored in voice.toml [prepare]; engine.audio.prepare reads them
-DEFAULT_PREPARE_SETTINGS: dict[str, Any] = {
-    "target_lufs": -23.0,
-    "peak_dbfs": -1.0,
-    "min_clip_s": 1.0,
-    "max_clip_s": 15.0,
-    "min_snr_db": 15.0,
-    "max_file_minutes": 60.0,
-    "recommended_minutes": RECOMMENDED_MINUTES,
-}
+#: prepare settings stored in voice.toml [prepare]; engine.audio.prepare reads them.
+#: The fields, their meaning and their limits live in engine.config.PrepareConfig.
+DEFAULT_PREPARE_SETTINGS: dict[str, Any] = PrepareConfig().to_dict()
 
 
 def now_iso() -> str:
@@ -238,6 +232,10 @@ class Voice:
         unknown = set(values) - set(DEFAULT_PREPARE_SETTINGS)
         if unknown:
             raise InputError(f"Unknown prepare setting(s): {', '.join(sorted(unknown))}.")
+        try:
+            PrepareConfig.from_dict({**self.prepare_settings, **values})
+        except ValueError as exc:
+            raise InputError(f"Invalid prepare setting: {exc}.") from exc
         self.config.setdefault("prepare", {}).update(values)
         self._save_config()
 

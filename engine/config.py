@@ -1,0 +1,90 @@
+"""The one configuration tree: every tunable of Voxshard as documented dataclasses.
+
+    VoxshardConfig
+    ├── prepare: PrepareConfig   (stored per voice in voice.toml [prepare])
+    ├── train:   TrainConfig     (engine.train.config; saved resolved with every run)
+    └── speak:   SpeakOptions    (engine.synth.options; defaults for rendering)
+
+Each class validates itself in `__post_init__` and raises `ValueError` with
+the field name. Importing this module is cheap (no torch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .synth.options import SpeakOptions
+from .train.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """How `prepare` turns takes into training clips."""
+
+    #: integrated loudness of every clip (ITU-R BS.1770), LUFS
+    target_lufs: float = -23.0
+    #: sample peak ceiling after gain, dBFS; quieter clips keep their gain lower
+    peak_dbfs: float = -1.0
+    #: clips shorter than this are unusable (seconds)
+    min_clip_s: float = 1.0
+    #: long recordings are sliced at pauses into clips no longer than this (seconds)
+    max_clip_s: float = 15.0
+    #: clips with a lower signal-to-noise estimate are unusable (dB)
+    min_snr_db: float = 15.0
+    #: files longer than this are refused from their header, never decoded (minutes)
+    max_file_minutes: float = 60.0
+    #: usable minutes the quality report measures a voice against
+    recommended_minutes: float = 10.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"prepare.{f.name}: must be a finite number, got {value!r}")
+        if not -40.0 <= self.target_lufs <= -10.0:
+            raise ValueError("prepare.target_lufs: must be between -40 and -10 LUFS")
+        if not -12.0 <= self.peak_dbfs <= 0.0:
+            raise ValueError("prepare.peak_dbfs: must be between -12 and 0 dBFS")
+        if not 0.2 <= self.min_clip_s < self.max_clip_s:
+            raise ValueError("prepare.min_clip_s: must be at least 0.2 s and below max_clip_s")
+        if self.max_clip_s > 30.0:
+            raise ValueError("prepare.max_clip_s: must be at most 30 s (longer clips train badly)")
+        if self.min_snr_db < 0:
+            raise ValueError("prepare.min_snr_db: must not be negative")
+        if self.max_file_minutes <= 0 or self.recommended_minutes <= 0:
+            raise ValueError("prepare.max_file_minutes/recommended_minutes: must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PrepareConfig:
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"prepare: unknown field(s) {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+
+@dataclass
+class VoxshardConfig:
+    """Everything, in one tree (what a script or the GUI may tune)."""
+
+    prepare: PrepareConfig = field(default_factory=PrepareConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    speak: SpeakOptions = field(default_factory=SpeakOptions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prepare": self.prepare.to_dict(), "train": self.train.to_dict(),
+                "speak": dataclasses.asdict(self.speak)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> VoxshardConfig:
+        unknown = set(d) - {"prepare", "train", "speak"}
+        if unknown:
+            raise ValueError(f"unknown section(s) {', '.join(sorted(unknown))}")
+        return cls(prepare=PrepareConfig.from_dict(d.get("prepare", {})),
+                   train=TrainConfig.from_dict(d.get("train", {})),
+                   speak=SpeakOptions(**d.get("speak", {})))
