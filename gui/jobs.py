@@ -114,7 +114,14 @@ class EngineJob(QObject):
 
     # -- control -----------------------------------------------------------
     def command_line(self) -> list[str]:
-        return [*(self.program or engine_command()), "--json", *self.args]
+        cmd = [*(self.program or engine_command()), "--json", *self.args]
+        # Background work yields the CPU to the window: training keeps every core
+        # busy, and the window must still answer within a frame. Ray's workers
+        # inherit the niceness. VOXSHARD_ENGINE_NICE=0 turns this off.
+        nice = os.environ.get("VOXSHARD_ENGINE_NICE", "10")
+        if sys.platform != "win32" and nice not in ("", "0") and shutil.which("nice"):
+            cmd = ["nice", "-n", nice, *cmd]
+        return cmd
 
     def start(self) -> None:
         cmd = self.command_line()
@@ -293,6 +300,11 @@ class EngineJob(QObject):
         elif status == QProcess.ExitStatus.NormalExit and exit_code == 0:
             self._finish("succeeded")
         else:
+            if self.error is None and exit_code in (126, 127) and not self.events_seen:
+                # `nice` (or a shell) could not run the engine: it is not installed
+                self.error = ("engine_missing", "The Voxshard engine could not be started.",
+                              f"Check that `{shlex.join(engine_command())}` works in a "
+                              "terminal.")
             if self.error is None:
                 tail = "\n".join(list(self._stderr_tail)[-5:])
                 how = ("crashed" if status == QProcess.ExitStatus.CrashExit
