@@ -19,12 +19,14 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
+    QMessageBox,
     QVBoxLayout,
     QWidget,
 )
 
 from .. import voicedata
 from ..context import AppContext
+from ..jobs import EngineJob
 from ..theme import icon
 from ..widgets import Card, StatCard, button, hbox, show_error
 from .base import Page
@@ -144,12 +146,12 @@ class VoicesPage(Page):
         right.addStretch(1)
         body.addLayout(right, 1)
         self.outer.addLayout(body, 1)
-        self.new_job = None
+        self.new_job: EngineJob | None = None
         ctx.workspace_changed.connect(lambda _p: self.refresh())
 
     # -- workspace -----------------------------------------------------------
     def pick_workspace(self) -> None:
-        start = str(self.ctx.workspace or voicedata.Path.home())
+        start = str(self.ctx.workspace or Path.home())
         dlg = QFileDialog(self, "Choose the workspace folder", start)
         dlg.setFileMode(QFileDialog.FileMode.Directory)
         dlg.setOption(QFileDialog.Option.ShowDirsOnly, True)
@@ -216,7 +218,7 @@ class VoicesPage(Page):
         dlg.open()
         return dlg
 
-    def create_voice(self, speaker: str, language: str = "English"):  # -> EngineJob | None
+    def create_voice(self, speaker: str, language: str = "English") -> EngineJob | None:
         assert self.ctx.workspace is not None
         if not speaker:
             show_error(self, "No name", "Give the speaker a name.")
@@ -270,7 +272,7 @@ class VoicesPage(Page):
         self.refresh()
         return target
 
-    def delete_current(self):  # -> QMessageBox | None
+    def delete_current(self) -> QMessageBox | None:
         voice = self.ctx.voice
         if voice is None:
             return None
