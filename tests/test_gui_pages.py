@@ -327,3 +327,25 @@ def test_download_offline_says_what_to_do(qtbot, window: MainWindow, voice: Path
     note = page.model_note.text()
     assert note and "Traceback" not in note
     assert page.download_btn.isEnabled() and page.download_bar.isHidden()
+
+
+def test_shutdown_leaves_nothing_running(qtbot, window: MainWindow, voice: Path) -> None:
+    import threading
+
+    from PySide6.QtCore import QTimer
+
+    from tests.test_gui_support import pid_alive
+
+    threads_before = {t.ident for t in threading.enumerate()}
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    job = page.start(program=flood_program(0, forever=True, child=True))
+    qtbot.waitUntil(lambda: page.store.last_step > 5, timeout=30000)
+    assert page.redraw_timer.isActive()
+    pid = job.pid()
+    window.shutdown()
+    assert not job.is_running() and not pid_alive(pid)
+    active = [t for t in window.findChildren(QTimer) if t.isActive()]
+    active += [t for t in window.ctx.findChildren(QTimer) if t.isActive()]
+    assert active == []
+    assert {t.ident for t in threading.enumerate()} <= threads_before
