@@ -160,3 +160,13 @@ def test_cli_compare_picks_checkpoints_by_step(trained: dict[str, Any], tmp_path
     assert "Compared 1 voice(s) on 2 sentence(s)" in captured.out
     index = json.loads((tmp_path / "ab" / "index.json").read_text())
     assert [e["step"] for e in index["entries"]] == [20] and index["seed"] == 2
+
+
+def test_available_sources_lists_exports_and_checkpoints(trained: dict[str, Any]) -> None:
+    from engine.synth.voice import available_sources
+
+    found = available_sources(trained["voice"])
+    assert [f["kind"] for f in found] == ["custom_voice", "checkpoint", "checkpoint"]
+    assert [f.get("step") for f in found[1:]] == [20, 10]
+    # every listed path resolves to a speakable source
+    assert [resolve_source(f["path"]).kind for f in found] == [f["kind"] for f in found]

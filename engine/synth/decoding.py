@@ -15,10 +15,13 @@ Here the same weights are called directly:
   case), as the official sdpa path does;
 - several chunks of a long text share one batch, so each weight read serves
   all of them (what makes long text fast on a memory-bound CPU);
+- sampling draws only over the top-k candidates, from one random stream per
+  row (a chunk sounds the same whatever shares its batch);
 - the end-of-speech check is the only host sync, every `sync_every` frames.
-On CUDA, `graphs=True` runs each frame as one captured CUDA graph over static
-shapes (see `StaticFrame`), which removes the per-kernel launch cost that
-dominates there.
+On CUDA the frame loop runs with static shapes (`_loop_static`) and each frame
+is captured once as a CUDA graph and replayed, which removes the per-kernel
+launch cost that dominates small decoding steps on a GPU. The same static
+frame runs uncaptured on the CPU in the tests.
 
 Layer math mirrors the official modules op for op (same RMSNorm, rotary and
 sdpa calls, same grouping of projections), so greedy decoding produces the

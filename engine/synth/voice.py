@@ -392,3 +392,24 @@ def reference_clip(voice_dir: Path) -> Path | None:
     except VoxshardError:
         return None
     return voice_dir / next(c for c in clips if c["id"] == chosen)["path"]
+
+
+def available_sources(voice_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """What a voice folder can speak with, newest first within each kind (for pickers):
+    exports, then the checkpoints of every run. Path logic only, no model loaded."""
+    root = Path(voice_dir).expanduser()
+    found: list[dict[str, Any]] = []
+    exports = root / "exports"
+    if exports.is_dir():
+        for folder in sorted((p for p in exports.iterdir() if (p / "config.json").is_file()),
+                             key=lambda p: -(p / "config.json").stat().st_mtime):
+            found.append({"kind": "custom_voice", "label": folder.name, "path": str(folder)})
+    runs = root / "runs"
+    if runs.is_dir():
+        for run in sorted((r for r in runs.iterdir() if r.is_dir()), key=lambda r: r.name,
+                          reverse=True):
+            for ckpt in reversed(list_run_checkpoints(run)):
+                found.append({"kind": "checkpoint", "label": f"{run.name} step "
+                              f"{checkpoint_step(ckpt)}", "path": str(ckpt),
+                              "run": run.name, "step": checkpoint_step(ckpt)})
+    return found
