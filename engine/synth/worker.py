@@ -13,7 +13,9 @@ lines to it. Requests (stdin), one object per line:
 
 Every event the worker writes (stdout, with --json) is an engine event (see events.py)
 with a "request" field naming the request it belongs to; each request ends
-with exactly one "result" or "error" event. Requests run one at a time in
+with exactly one "result" or "error" event. A cancelled speak request ends
+with an error of code "cancelled" when no chunk was finished, otherwise with
+a result (`"cancelled": true`) whose file holds the finished chunks. Requests run one at a time in
 order; reading continues meanwhile, so cancel takes effect within one frame.
 """
 
