@@ -186,9 +186,15 @@ class Synthesizer:
 
     def _language_id(self, language: str) -> int | None:
         lang = language.strip().lower()
+        tc = self.model.config.talker_config
+        ids = tc.codec_language_id or {}
+        dialect = (tc.spk_is_dialect or {}).get(self.source.speaker or "", False)
+        if dialect and lang in ("auto", "chinese") and dialect in ids:
+            # official rule: a dialect speaker of a released CustomVoice model
+            # speaks its dialect unless another language is asked for
+            return int(ids[dialect])
         if lang == "auto":
             return None
-        ids = self.model.config.talker_config.codec_language_id or {}
         if lang not in ids or "dialect" in lang:
             known = ", ".join(["auto", *self.languages])
             raise InputError(f"This voice does not support the language {language!r}.",
