@@ -67,6 +67,8 @@ class LaunchResult:
     records: list[dict[str, Any]]
     checkpoint: Path | None
     launch_to_first_metric_s: float | None
+    #: wall-clock time (epoch seconds) the first metric reached the driver
+    first_metric_time: float | None
     fit_s: float
     restarts: int
 
@@ -198,6 +200,7 @@ class Launch:
             records=self.pump.records,
             checkpoint=latest_checkpoint(self.spec.run_dir),
             launch_to_first_metric_s=(first - self._t_start) if first else None,
+            first_metric_time=first,
             fit_s=fit_s,
             restarts=max(0, self._worker_starts // max(1, self.spec.workers) - 1),
         )

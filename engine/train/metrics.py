@@ -162,10 +162,15 @@ def memory_values(device: Any) -> dict[str, float]:
     import torch
 
     if device is not None and getattr(device, "type", "cpu") == "cuda":
+        # the allocator's view, plus the device's own (what nvidia-smi shows:
+        # CUDA context, NCCL buffers and any other process on the same GPU)
+        free, total = torch.cuda.mem_get_info(device)
         return {
             "memory/allocated_gib": torch.cuda.memory_allocated(device) / GIB,
             "memory/reserved_gib": torch.cuda.memory_reserved(device) / GIB,
             "memory/peak_gib": torch.cuda.max_memory_allocated(device) / GIB,
+            "memory/device_used_gib": (total - free) / GIB,
+            "memory/device_total_gib": total / GIB,
         }
     import psutil
 
