@@ -287,3 +287,16 @@ def test_plan_activation_estimate_matches_saved_tensors(tiny_model_dir: Path,
     seq_len = int(batch["text_ids"].shape[1])
     predicted = estimate_activations(cfg, clips, seq_len, frames, 4, checkpointing=False)
     assert 0.85 * measured <= predicted <= 1.3 * measured, (predicted, measured)
+
+
+def test_batch_larger_than_the_data_fails_before_any_cluster(tmp_path: Path,
+                                                             tiny_model_dir: Path) -> None:
+    from engine.train.api import train
+
+    voice = _voice_with_clips(tmp_path, 10, 4.0)  # 8 train + 2 validation clips
+    with pytest.raises(InputError) as err:
+        train(voice, str(tiny_model_dir), workers=2, batch_size=9, dry_run=True)
+    assert err.value.message == ("Only 8 training clips, fewer than one optimizer step "
+                                 "needs (9).")
+    out = train(voice, str(tiny_model_dir), workers=2, dry_run=True)
+    assert out["config"]["data"]["batch_size"] == 4  # preset, fits the 8 clips

@@ -42,6 +42,15 @@ ADVISED_MINUTES = 10.0
 class DataSummary:
     clips: int
     seconds: float
+    ids: tuple[str, ...] = ()
+
+    def train_clips(self, cfg: TrainConfig) -> int:
+        """Clips left for training after the validation split (the dataset's own rule)."""
+        from ..data.dataset import split_ids
+
+        train_ids, _ = split_ids(list(self.ids), cfg.data.val_fraction, cfg.data.val_min,
+                                 cfg.data.seed)
+        return len(train_ids)
 
     @property
     def minutes(self) -> float:
@@ -54,14 +63,15 @@ def data_summary(voice_dir: Path) -> DataSummary:
     if not manifest.exists():
         raise InputError(f"{voice_dir.name} has no prepared clips.",
                          f"Run `voxshard-engine prepare {voice_dir}` first.")
-    clips, seconds = 0, 0.0
+    ids: list[str] = []
+    seconds = 0.0
     for line in manifest.read_text(encoding="utf-8").splitlines():
         if line.strip():
             rec = json.loads(line)
             if rec.get("usable", True):
-                clips += 1
+                ids.append(str(rec.get("id")))
                 seconds += float(rec.get("duration_s", 0.0))
-    return DataSummary(clips, seconds)
+    return DataSummary(len(ids), seconds, tuple(ids))
 
 
 def preset(minutes: float, talker_hidden: int) -> dict[str, dict[str, Any]]:
@@ -103,14 +113,16 @@ def resolve_config(voice_dir: Path, model_dir: Path, talker_hidden: int,
     base["model"]["base"] = str(model_dir)
     base["model"]["speaker_name"] = speaker
     workers = int(base["parallel"]["workers"])
-    if "batch_size" not in overrides.get("data", {}):
-        # every worker needs a clip per micro-step; no more than the data holds
-        base["data"]["batch_size"] = max(workers, min(base["data"]["batch_size"],
-                                                      summary.clips - 1))
     try:
-        return TrainConfig.from_dict(base)
+        cfg = TrainConfig.from_dict(base)
     except ValueError as exc:
         raise InputError(f"Bad training setting: {exc}.") from exc
+    if "batch_size" not in overrides.get("data", {}):
+        # every worker needs a clip per micro-step, and one optimizer step must
+        # fit in the training clips
+        fit = summary.train_clips(cfg) // cfg.data.grad_accum
+        cfg = cfg.replace(data={"batch_size": max(workers, min(cfg.data.batch_size, fit))})
+    return cfg
 
 
 def _new_run_name() -> str:
@@ -211,6 +223,10 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
         cfg = resolve_config(v.path, model_dir, info.talker_hidden, summary, overrides,
                              v.speaker)
     cfg = cfg.replace(run={"name": run_dir.name})
+    n_train, per_step = summary.train_clips(cfg), cfg.data.batch_size * cfg.data.grad_accum
+    if n_train < per_step:
+        raise InputError(f"Only {n_train} training clips, fewer than one optimizer step needs "
+                         f"({per_step}).", "Prepare more audio or lower --batch-size.")
 
     from .plan import make_plan
 
