@@ -147,3 +147,36 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
     assert listen.history.rowCount() == 1
     with qtbot.waitSignal(ctx.player.finished, timeout=60000):
         listen.stop()
+
+
+def test_a_killed_worker_is_shown_recovering(qtbot, window: MainWindow, workspace: Path,
+                                             prepared_voice: Path, tiny_model_dir: Path) -> None:
+    """kill -9 of a Ray worker mid-run: the page says it recovers, and the run goes on."""
+    import os
+    import shutil
+    import signal
+
+    voice = workspace / "voice"
+    shutil.copytree(prepared_voice, voice)
+    window.ctx.set_voice(voice)
+    train = window.show_page(TrainPage)
+    assert isinstance(train, TrainPage)
+    train.base.setEditText(str(tiny_model_dir))
+    train.workers.setValue(2)
+    train.steps.setValue(40)
+    train.ckpt_every.setValue(2)
+    job = train.start()
+    assert job is not None
+    states: list[str] = []
+    job.state.connect(lambda s, _d: states.append(s))
+    qtbot.waitUntil(lambda: any(r.checkpoints for r in voicedata.list_runs(voice))
+                    and "1" in train.worker_pids, timeout=400000)
+    os.kill(train.worker_pids["1"], signal.SIGKILL)
+    qtbot.waitUntil(lambda: train.state_label.text().startswith(
+        "Recovering from a failed worker"), timeout=300000)
+    before = train.store.last_step
+    qtbot.waitUntil(lambda: train.store.last_step > before, timeout=300000)  # going on
+    with qtbot.waitSignal(job.finished, timeout=180000):
+        train.stop()
+    assert job.outcome == "cancelled", job.error
+    assert "worker_started" in states

@@ -140,6 +140,7 @@ class TrainPage(Page):
         self.redraws = 0
         self._shown_voice: object = None
         self._starts: dict[str, int] = {}  # worker starts per rank: >1 means a recovery
+        self.worker_pids: dict[str, int] = {}  # rank -> pid of its current Ray worker
         self._history: TextIO | None = None
 
         split = QSplitter(Qt.Orientation.Horizontal)
@@ -662,6 +663,7 @@ class TrainPage(Page):
             self._history.close()
         self._reset_charts()
         self._starts.clear()
+        self.worker_pids.clear()
         self.total_steps = self.steps.value()
         self._t0 = time.monotonic()
         self._train_t0 = None
@@ -702,8 +704,12 @@ class TrainPage(Page):
 
     def _on_raw_event(self, event: dict) -> None:
         # the engine's state events carry extras: the run's step count and folder
-        if event.get("event") == "state" and isinstance(event.get("total_steps"), int):
+        if event.get("event") != "state":
+            return
+        if isinstance(event.get("total_steps"), int):
             self.total_steps = int(event["total_steps"])
+        if event.get("state") == "worker_started" and isinstance(event.get("pid"), int):
+            self.worker_pids[str(event.get("rank"))] = int(event["pid"])
 
     def _on_state(self, state: str, detail: str) -> None:
         if state == "worker_started":
