@@ -349,3 +349,24 @@ def test_shutdown_leaves_nothing_running(qtbot, window: MainWindow, voice: Path)
     active += [t for t in window.ctx.findChildren(QTimer) if t.isActive()]
     assert active == []
     assert {t.ident for t in threading.enumerate()} <= threads_before
+
+
+def test_dropping_files_imports_them(qtbot, window: MainWindow, voice: Path,
+                                     piper_sentences) -> None:
+    from PySide6.QtCore import QMimeData, QPointF, QUrl
+    from PySide6.QtGui import QDragEnterEvent, QDropEvent
+
+    window.ctx.set_voice(voice)
+    page = window.show_page(ImportPage)
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(s["path"])) for s in piper_sentences[3:5]])
+    enter = QDragEnterEvent(QPointF(5, 5).toPoint(), Qt.DropAction.CopyAction, mime,
+                            Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(page.drop, enter)
+    assert enter.isAccepted() and page.drop.property("active") is True
+    drop = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime,
+                      Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    with qtbot.waitSignal(window.ctx.data_changed, timeout=60000):
+        QApplication.sendEvent(page.drop, drop)
+    assert page.model.rowCount() == 2
+    assert {t.text for t in page.model.takes} == {s["text"] for s in piper_sentences[3:5]}
