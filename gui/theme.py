@@ -123,7 +123,8 @@ def _palette(t: Theme) -> QPalette:
 
 
 def apply_theme(app: QApplication, theme: Theme) -> None:
-    app.setStyle("Fusion")
+    if app.style().name().lower() != "fusion":
+        app.setStyle("Fusion")  # re-polishes every widget: only once
     app.setPalette(_palette(theme))
     template = style_path().read_text(encoding="utf-8")
     sheet = template
