@@ -234,6 +234,18 @@ class FastTalker:
         talker = model.talker
         self.talker = talker
         self.cfg = talker.config
+        for name, cfg in (("talker", talker.config),
+                          ("code predictor", talker.code_predictor.config)):
+            rope = getattr(cfg, "rope_scaling", None) or {}
+            kind = rope.get("rope_type", rope.get("type", "default"))
+            # the loop precomputes rotary tables and attends over the whole
+            # cache: both assume what every released 12 Hz model uses
+            if kind != "default" or getattr(cfg, "sliding_window", None):
+                from ..errors import ModelError
+
+                raise ModelError(f"This model's {name} uses {kind} rotary positions or a "
+                                 "sliding window, which Voxshard's decoder does not support.",
+                                 "Use a released Qwen3-TTS-12Hz model or one trained from it.")
         self.predictor = talker.code_predictor
         self.t_stack = _Stack(talker.model.layers, talker.model.norm, talker.config)
         self.p_stack = _Stack(self.predictor.model.layers, self.predictor.model.norm,
