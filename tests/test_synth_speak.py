@@ -196,7 +196,7 @@ def test_worker_serves_requests_in_order_and_cancels(tiny_model_dir: Path, refer
     worker.close(30)
     final = {e.data["request"]: e for e in events if e.kind in ("result", "error")}
     assert final["early"].kind == "error" and "No voice is loaded" in final["early"].data["message"]
-    assert final["load"].kind == "result"
+    assert final["load"].kind == "result" and final["load"].data["languages"][0] == "auto"
     assert final["s0"].kind == "result" and final["s1"].kind == "result"
     assert (tmp_path / "s0.wav").is_file() and (tmp_path / "s1.wav").is_file()
     assert final["doomed"].data["code"] == "cancelled"

@@ -154,7 +154,8 @@ class SpeechWorker:
                 self._synth = None  # free the old model before loading the next
                 self._synth = Synthesizer.load(source, device=self._device, dtype=self._dtype,
                                                on_event=emitter)
-            return {"loaded": source.to_dict(), "summary": f"Loaded {source.label}"}
+            return {"loaded": source.to_dict(), "languages": ["auto", *self._synth.languages],
+                    "summary": f"Loaded {source.label}"}
         # speak
         if self._synth is None:
             raise InputError("No voice is loaded.", "Send a load request first.")
