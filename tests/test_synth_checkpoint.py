@@ -170,3 +170,21 @@ def test_available_sources_lists_exports_and_checkpoints(trained: dict[str, Any]
     assert [f.get("step") for f in found[1:]] == [20, 10]
     # every listed path resolves to a speakable source
     assert [resolve_source(f["path"]).kind for f in found] == [f["kind"] for f in found]
+
+
+def test_damaged_checkpoint_fails_clearly_and_leaves_the_voice_usable(
+        trained: dict[str, Any], run_synth: Synthesizer, tmp_path: Path) -> None:
+    import shutil
+
+    from engine.errors import ModelError
+
+    run = tmp_path / "joe" / "runs" / "r1"
+    shutil.copytree(trained["run"], run)
+    broken = run / "checkpoint_step_0000030"
+    shutil.copytree(run / "checkpoint_step_0000020", broken)
+    (broken / ".metadata").write_bytes(b"not a checkpoint")
+    before = run_synth.speak(TEXT, GREEDY).codes[0]
+    with pytest.raises(ModelError, match="cannot be read") as info:
+        run_synth.use_source(resolve_source(run, checkpoint="30"))
+    assert info.value.hint
+    assert torch.equal(run_synth.speak(TEXT, GREEDY).codes[0], before)
