@@ -106,6 +106,23 @@ def test_cancel_before_start_raises_and_midway_keeps_what_exists(synth: Synthesi
     assert speech.cancelled and len(speech.chunks) == 1
 
 
+def test_streaming_writes_each_chunk_in_text_order_before_the_whole(synth: Synthesizer,
+                                                                   tmp_path: Path) -> None:
+    events: list[Event] = []
+    out = tmp_path / "long.wav"
+    result = synth.speak_to_file(LONG_TEXT, out, SpeakOptions(seed=2, chunk_chars=60,
+                                                              max_frames=10, batch_size=2),
+                                 on_event=events.append, stream=True)
+    parts = [e for e in events if e.kind == "artifact" and e.data["role"] == "speech_chunk"]
+    assert [e.data["chunk"] for e in parts] == list(range(len(result["chunks"])))
+    for e in parts:
+        audio, sr = sf.read(e.data["path"], dtype="float32")
+        assert sr == 24000 and len(audio) > 0
+    whole = [i for i, e in enumerate(events) if e.kind == "artifact" and e.data["role"] == "speech"]
+    assert whole and whole[0] > events.index(parts[-1])
+    assert out.is_file()
+
+
 def test_language_must_be_one_the_model_knows(synth: Synthesizer) -> None:
     with pytest.raises(InputError, match="language 'klingon'"):
         synth.speak("Hello.", SpeakOptions(language="klingon"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 from ..errors import Cancelled, InputError, ModelError, SynthesisError
 from ..events import Emitter, EventCallback, as_emitter
 from .options import SpeakOptions, audio_format
-from .render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
+from .render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
 from .text import Chunk, split_text
 from .voice import VoiceSource
 
@@ -238,8 +239,15 @@ class Synthesizer:
     # -- speaking ---------------------------------------------------------------------------
     def generate_codes(self, chunks: list[Chunk], seeds: list[int], options: SpeakOptions,
                        emitter: Emitter, cancel: threading.Event | None,
-                       ) -> tuple[list[Any], bool]:
-        """Codec frames for each chunk (seeded per chunk), `batch_size` chunks at a time."""
+                       on_batch: Callable[[list[int], list[Any]], None] | None = None,
+                       in_order: bool = False) -> tuple[list[Any], bool]:
+        """Codec frames for each chunk (seeded per chunk), `batch_size` chunks at a time.
+
+        Batches take chunks of similar length (fewer wasted steps on rows that
+        already ended) unless `in_order` (streaming: the first chunks first).
+        A batch interrupted by `cancel` is dropped whole: only finished chunks
+        come back. `on_batch(indices, codes)` sees each finished batch.
+        """
         from .prompt import build_prefill
 
         settings = self.decode_settings(options)
@@ -249,8 +257,9 @@ class Synthesizer:
         total_frames = sum(c.max_frames for c in chunks)
         done_chunks = 0
         cancelled = False
-        # Similar lengths in one batch waste fewer steps on rows that already ended.
-        order = sorted(range(len(chunks)), key=lambda i: -chunks[i].max_frames)
+        order = list(range(len(chunks)))
+        if not in_order:
+            order.sort(key=lambda i: -chunks[i].max_frames)
         for start in range(0, len(order), options.batch_size):
             if cancel is not None and cancel.is_set():
                 cancelled = True
@@ -274,6 +283,9 @@ class Synthesizer:
                 prefill, [c.max_frames for c in rows], settings,
                 seeds=[seeds[i] for i in picked], on_frame=on_frame,
                 should_stop=(cancel.is_set if cancel is not None else None))
+            if cancel is not None and cancel.is_set():
+                cancelled = True  # this batch stopped mid-way: not speech anyone wants
+                break
             for i, chunk, c in zip(picked, rows, codes, strict=True):
                 out[i] = c
                 done_chunks += 1
@@ -283,9 +295,8 @@ class Synthesizer:
                                 level="warning", chunk=i)
                 emitter.progress("chunks", done_chunks, len(chunks), chunk=i,
                                  text=chunk.text, frames=len(c))
-            if cancel is not None and cancel.is_set():
-                cancelled = True
-                break
+            if on_batch is not None:
+                on_batch(picked, codes)
         return out, cancelled
 
     def decode_audio(self, codes: list[Any], group: int = 8) -> list[np.ndarray]:
@@ -307,17 +318,25 @@ class Synthesizer:
 
     def speak(self, text: str, options: SpeakOptions | None = None,
               on_event: EventCallback | Emitter | None = None,
-              cancel: threading.Event | None = None) -> Speech:
-        """Render `text`; raises `Cancelled` if `cancel` is set before anything was made."""
-        return self.speak_many([text], options, on_event, cancel)[0]
+              cancel: threading.Event | None = None,
+              on_chunk: Callable[[int, np.ndarray], None] | None = None) -> Speech:
+        """Render `text`; raises `Cancelled` if `cancel` is set before anything was made.
+        `on_chunk(chunk_index, audio)`: see `speak_many`."""
+        each = None if on_chunk is None else (lambda _t, i, audio: on_chunk(i, audio))
+        return self.speak_many([text], options, on_event, cancel, on_chunk=each)[0]
 
     def speak_many(self, texts: list[str], options: SpeakOptions | None = None,
                    on_event: EventCallback | Emitter | None = None,
-                   cancel: threading.Event | None = None) -> list[Speech]:
+                   cancel: threading.Event | None = None,
+                   on_chunk: Callable[[int, int, np.ndarray], None] | None = None,
+                   ) -> list[Speech]:
         """Render several independent texts, their chunks batched together.
 
         Chunk i of every text uses seed + i, so a text sounds the same whether
         it is rendered alone or beside others (the comparison relies on it).
+        `on_chunk(text_index, chunk_index, audio)` receives each chunk's audio
+        (trimmed, loudness-matched) as soon as its batch is decoded, chunks
+        then generated in text order: a player can start before the end.
         """
         options = options or SpeakOptions()
         emitter = as_emitter(on_event)
@@ -334,8 +353,21 @@ class Synthesizer:
         with self._lock:
             started = time.perf_counter()
             emitter.state("speaking", detail=f"{len(flat)} chunk(s)", chunks=len(flat))
+            waves: list[np.ndarray | None] = [None] * len(flat)
+            owner = [(t, c.index) for t, chunks in enumerate(split) for c in chunks]
+
+            def decode_batch(picked: list[int], batch_codes: list[Any]) -> None:
+                for i, wave in zip(picked, self.decode_audio(batch_codes), strict=True):
+                    waves[i] = wave
+                    if on_chunk is not None:
+                        level, _ = match_loudness(trim_silence(wave, SAMPLE_RATE),
+                                                  options.loudness_lufs, SAMPLE_RATE)
+                        on_chunk(owner[i][0], owner[i][1], level)
+
             try:
-                codes, cancelled = self.generate_codes(flat, seeds, options, emitter, cancel)
+                codes, cancelled = self.generate_codes(flat, seeds, options, emitter, cancel,
+                                                       on_batch=decode_batch,
+                                                       in_order=on_chunk is not None)
             except RuntimeError as exc:
                 if "out of memory" in str(exc).lower():
                     raise SynthesisError("The device ran out of memory while speaking.",
@@ -346,12 +378,12 @@ class Synthesizer:
                 codes = [c if c is not None and len(c) else None for c in codes]
                 if all(c is None for c in codes):
                     raise Cancelled()
-            waves = self.decode_audio(codes)
             results: list[Speech] = []
             offset = 0
             for chunks in split:
                 mine = list(zip(chunks, codes[offset:offset + len(chunks)],
                                 waves[offset:offset + len(chunks)], strict=True))
+                mine = [(ch, c, w) for ch, c, w in mine if w is not None]
                 offset += len(chunks)
                 kept = [(ch, c, w) for ch, c, w in mine if c is not None]
                 pauses = [ch.pause_after_s for ch, _, _ in kept]
@@ -377,11 +409,25 @@ class Synthesizer:
 
     def speak_to_file(self, text: str, out: str | Path, options: SpeakOptions | None = None,
                       fmt: str | None = None, on_event: EventCallback | Emitter | None = None,
-                      cancel: threading.Event | None = None) -> dict[str, Any]:
-        """Render `text` into `out` (WAV/FLAC/OGG); returns a JSON-able summary."""
+                      cancel: threading.Event | None = None,
+                      stream: bool = False) -> dict[str, Any]:
+        """Render `text` into `out` (WAV/FLAC/OGG); returns a JSON-able summary.
+
+        `stream`: also write each chunk as soon as it exists, as
+        `<out stem>.partNN.wav` beside `out`, each announced by an artifact
+        event (role "speech_chunk", with its index), so a player can start early.
+        """
         emitter = as_emitter(on_event)
         fmt = audio_format(str(out), fmt)
-        speech = self.speak(text, options, emitter, cancel)
+        target = Path(out)
+
+        def write_part(index: int, audio: np.ndarray) -> None:
+            part = target.with_name(f"{target.stem}.part{index + 1:02d}.wav")
+            write_audio(part, audio, "wav")
+            emitter.artifact(str(part), role="speech_chunk", chunk=index)
+
+        speech = self.speak(text, options, emitter, cancel,
+                            on_chunk=write_part if stream else None)
         path = write_audio(out, speech.audio, fmt, speech.sample_rate)
         emitter.artifact(str(path), role="speech")
         return {

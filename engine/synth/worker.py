@@ -6,7 +6,11 @@ lines to it. Requests (stdin), one object per line:
     {"op": "load", "id": "l1", "voice": "PATH", "checkpoint": null,
      "reference": null, "base": null, "speaker": null}
     {"op": "speak", "id": "r1", "text": "...", "out": "PATH.wav",
-     "format": null, "options": {"seed": 1, "temperature": 0.8}}
+     "format": null, "options": {"seed": 1, "temperature": 0.8}, "stream": false}
+
+With "stream": true each chunk is also written as PATH.partNN.wav the moment
+it is ready (artifact event, role "speech_chunk"), so playback can start
+while later chunks are still being generated.
     {"op": "cancel", "id": "r1"}          (queued or running; no id: the running one)
     {"op": "ping", "id": "p"}
     {"op": "shutdown"}
@@ -166,8 +170,9 @@ class SpeechWorker:
         if not out:
             raise InputError("The speak request has no output path.", "Add \"out\": PATH.")
         options = SpeakOptions.from_dict(dict(req.get("options") or {}))
-        result: dict[str, Any] = self._synth.speak_to_file(text, out, options, req.get("format"),
-                                                           emitter, job.cancel)
+        result: dict[str, Any] = self._synth.speak_to_file(
+            text, out, options, req.get("format"), emitter, job.cancel,
+            stream=bool(req.get("stream", False)))
         return result
 
 
