@@ -63,7 +63,7 @@ def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     source = resolve_source(args.model, checkpoint=args.checkpoint, reference=args.reference,
                             speaker=args.speaker, base=args.base)
     synth = Synthesizer.load(source, device=args.device, dtype=args.dtype, on_event=emitter)
-    result = synth.speak_to_file(text, args.output, options, fmt, emitter)
+    result = synth.speak_to_file(text, args.output, options, fmt, emitter, stream=args.stream)
     result["summary"] = (f"Wrote {result['path']} ({result['duration_s']:.1f} s of audio in "
                          f"{result['compute_s']:.1f} s, {result['rtf']:.2f}x real time, "
                          f"seed {result['seed']}, voice {source.label})")
@@ -140,6 +140,8 @@ def register(sub: Any) -> None:
     p.add_argument("--speaker", help="speaker name when the model has several")
     p.add_argument("--format", choices=("wav", "flac", "ogg"),
                    help="audio format (default: from the file name, else wav)")
+    p.add_argument("--stream", action="store_true",
+                   help="also write each chunk as OUT.partNN.wav as soon as it is ready")
     _add_controls(p)
 
     p = add_command(sub, "compare", _compare,
