@@ -20,6 +20,7 @@ import math
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -443,7 +444,10 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     objective = build_objective(model_dir, cfg.model, device="cpu")
     load_base_weights(objective, model_dir, "cpu")
     trained = {n: p.detach().clone() for n, p in objective.named_parameters() if p.requires_grad}
-    dcp.load({"model": trained}, checkpoint_id=str(ckpt))
+    with warnings.catch_warnings():
+        # "assuming the intent is to load in a single process": it is, by design
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        dcp.load({"model": trained}, checkpoint_id=str(ckpt))
     params = dict(objective.named_parameters())
     with torch.no_grad():
         for key, tensor in trained.items():
