@@ -102,7 +102,7 @@ def test_folder_names_are_safe() -> None:
     assert folder_name_for("///") == "voice"
 
 
-def test_import_table_edit_and_exclude(qtbot, window: MainWindow, voice: Path,
+def test_import_table_edit_and_exclude(qtbot, pulse, window: MainWindow, voice: Path,
                                        piper_sentences) -> None:
     window.ctx.set_voice(voice)
     page = window.show_page(ImportPage)
@@ -137,6 +137,15 @@ def test_import_table_edit_and_exclude(qtbot, window: MainWindow, voice: Path,
     assert page.proxy.rowCount() == 1
     page.search.clear()
     assert "3 takes" in page.count_label.text()
+
+    # Space in the table plays the selected clip through the output device
+    page.table.selectRow(1)
+    page.table.setFocus()
+    with qtbot.waitSignal(window.ctx.player.started, timeout=10000):
+        qtbot.keyClick(page.table, Qt.Key.Key_Space)
+    assert window.ctx.player.current == page.selected_take().path
+    with qtbot.waitSignal(window.ctx.player.finished, timeout=10000):
+        qtbot.keyClick(page.table, Qt.Key.Key_Space)  # again: stop
 
 
 def test_prepare_page_runs_and_reports(qtbot, window: MainWindow, workspace: Path,

@@ -20,7 +20,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent
+from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -280,6 +280,9 @@ class ImportPage(Page):
         for col, width in ((0, 48), (1, 150), (2, 160), (3, 70), (5, 220)):
             self.table.setColumnWidth(col, width)
         self.table.doubleClicked.connect(self._double_clicked)
+        play_key = QShortcut(QKeySequence(Qt.Key.Key_Space), self.table)
+        play_key.setContext(Qt.ShortcutContext.WidgetShortcut)  # the table's own Space
+        play_key.activated.connect(self.play_selected)
         self.outer.addWidget(self.table, 1)
 
     # -- adding files --------------------------------------------------------------
@@ -408,9 +411,3 @@ class ImportPage(Page):
     def _double_clicked(self, index: QModelIndex) -> None:
         if index.column() != 4:
             self.play_selected()
-
-    def keyPressEvent(self, event: Any) -> None:
-        if event.key() == Qt.Key.Key_Space and self.table.hasFocus():
-            self.play_selected()
-            return
-        super().keyPressEvent(event)
