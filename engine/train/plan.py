@@ -14,7 +14,12 @@ Per worker, in bytes:
 - all-gather buffers: the root unit stays gathered for the whole step, the
   largest other unit is gathered twice (the current one and the prefetched
   next), in the compute dtype, plus that unit's full-size gradient in fp32
-  before it is reduce-scattered;
+  before it is reduce-scattered. Deliberately conservative: the largest unit
+  is often the frozen text embedding, which needs neither a prefetched twin
+  nor a gradient; on CPU this margin roughly covers what process RSS adds
+  (allocator slack, the mmap'd weight file during loading) - measured on
+  the 0.6B widths with 12 layers: predicted 8.25 / 12.24 GiB per worker
+  (2 / 1 workers) against 7.9 / 11.4 GiB peak RSS;
 - activations: what autograd keeps for backward, per token and layer, from
   the layer shapes (see `_layer_activation_elems`), plus the fp32 logits of
   the codec head and the 15 sub-talker heads; with activation checkpointing
