@@ -95,7 +95,13 @@ class Launch:
     def _on_state(self, state: str, values: dict[str, Any]) -> None:
         if state == "worker_started":
             self._worker_starts += 1
-            self.worker_pids[int(values["rank"])] = int(values["pid"])
+            rank = int(values["rank"])
+            if rank in self.worker_pids and rank == 0:
+                # a second start of a rank: Ray replaced the worker group after a failure
+                n = self._worker_starts // max(1, self.spec.workers)
+                self.emitter.state("recovering", detail=f"restart {n}: a worker was lost; "
+                                   "resuming from the last checkpoint")
+            self.worker_pids[rank] = int(values["pid"])
 
     def start(self) -> Launch:
         import ray

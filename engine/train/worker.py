@@ -164,7 +164,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         state = ckpt.load(resumed_from, model, optimizer, scheduler)
         step = int(state["step"])
         cursor = _DataCursor(parts, state["data"]["epoch"], state["data"]["position"])
-        sender.log(f"resumed from {resumed_from.name} (step {step})")
+        if rank == 0:
+            sender.log(f"resumed from {resumed_from.name} (step {step})")
     build_s = time.monotonic() - t_build
 
     stop_flag = loop_config.get("stop_flag")
