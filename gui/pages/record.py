@@ -160,7 +160,7 @@ class RecordPage(Page):
 
     def _input_changed(self, _i: int) -> None:
         dev = self.input_device()
-        self.ctx.settings.setValue("audio/input_device", "" if dev is None else dev)
+        self.ctx.save_setting("audio/input_device", "" if dev is None else dev)
 
     def _output_changed(self, _i: int) -> None:
         self.ctx.set_output_device(self.output_combo.currentData())
