@@ -148,7 +148,9 @@ def run_ours(model_dir: Path, workers: int, steps: int, clips: int, seconds: flo
 
     cfg = TrainConfig().replace(
         model={"base": str(model_dir)},
-        parallel={"workers": workers},
+        # the same cores as the single-process baseline: split between the workers
+        parallel={"workers": workers,
+                  "cpu_threads_per_worker": max(1, (os.cpu_count() or 1) // workers)},
         data={"batch_size": max(clips, workers)},
         optim={"lr": 1e-5, "warmup_steps": 0},
         run={"steps": steps, "checkpoint_every": 10_000, "val_every": 0})
@@ -157,6 +159,7 @@ def run_ours(model_dir: Path, workers: int, steps: int, clips: int, seconds: flo
         run_dir = run_root / f"bench-{workers}w-{int(time.time())}"
         spec = LaunchSpec(config=cfg.to_dict(), run_dir=run_dir, total_steps=steps,
                           workers=workers, use_gpu=False,
+                          cpus_per_worker=max(1, (os.cpu_count() or 1) // workers),
                           builder="bench.bench_train:bench_builder",
                           extra={"model_dir": str(model_dir), "bench_clips": clips,
                                  "bench_seconds": seconds})

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -193,8 +194,12 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
                          f"machine has {gpus} GPU{'s' if gpus != 1 else ''}.",
                          f"Use --workers {max(1, gpus)}, or --cpu to train on the CPU.")
 
+    # CPU workers share this machine's cores: give each its share of threads
+    # (one per worker would leave cores idle when there are fewer workers than cores)
+    threads = max(1, (os.cpu_count() or 1) // workers) if use_gpu is False else None
     overrides: dict[str, dict[str, Any]] = {
         "parallel": {"workers": workers, "use_gpu": use_gpu, "address": address,
+                     "cpu_threads_per_worker": threads,
                      "activation_checkpointing": activation_checkpointing,
                      "cpu_offload": cpu_offload},
         "optim": {"lr": lr},
@@ -374,8 +379,6 @@ def _watch_stop(stop: threading.Event, launch: Any) -> None:
 
 
 def _local_cpus(cfg: TrainConfig) -> int:
-    import os
-
     # enough logical CPUs for every worker even on a small machine: Ray would
     # otherwise wait forever for resources; the OS shares the real cores
     return max(os.cpu_count() or 1, cfg.parallel.workers * cfg.parallel.cpu_threads_per_worker)
