@@ -103,17 +103,20 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
     probe.start()
     job = train.start()
     assert job is not None
+    states: list[str] = []
+    job.state.connect(lambda s, _d: states.append(s))
     # live metrics reach the charts (not only the store)
     qtbot.waitUntil(lambda: train.store.series.get("loss/train") is not None
                     and train.store.series["loss/train"].count >= 2
                     and _points(train._curves["loss/train"]) >= 1,
                     timeout=400000)
     assert any(n.startswith("memory/") for n in train.store.series)
-    # stop once the first periodic checkpoint is complete (resume needs one either way)
-    qtbot.waitUntil(lambda: any(r.checkpoints for r in voicedata.list_runs(voice)),
-                    timeout=400000)
+    # stop once the first periodic checkpoint is saved (resume needs one either way);
+    # waiting on the engine's event, not polling the disk inside the measured window
+    qtbot.waitUntil(lambda: "checkpoint" in states, timeout=400000)
     with qtbot.waitSignal(job.finished, timeout=180000):
         train.stop()
+    qtbot.waitUntil(lambda: not train.redraw_timer.isActive(), timeout=10000)
     probe.stop()
     print("\n" + probe.report("training on 2 CPU workers (tiny model)"))
     assert job.outcome == "cancelled", job.error

@@ -173,18 +173,21 @@ def test_train_page_live_charts_stay_smooth(qtbot, window: MainWindow, voice: Pa
     page = window.show_page(TrainPage)
     assert isinstance(page, TrainPage)
     assert page.start_btn.isEnabled()
-    # 2000 metric events/s for 5 s: two ranks at 1000 steps/s, far beyond a real run
-    steps = 10000
+    # 1000 metric events/s for 8 s: two ranks at 500 steps/s, far beyond a real run
+    # (a 1.7B model on a GPU makes a few steps a second)
+    steps = 8000
     page.steps.setValue(steps)
     probe = StallProbe(5)
     probe.start()
     with qtbot.waitSignal(page.ctx.jobs.changed, timeout=10000):
-        job = page.start(program=flood_program(steps, rate=2000))
+        job = page.start(program=flood_program(steps, rate=1000))
     assert job is not None and not page.start_btn.isEnabled() and page.stop_btn.isEnabled()
     with qtbot.waitSignal(job.finished, timeout=120000):
         pass
+    # the last values are drawn by the timer's final turn, which then stops
+    qtbot.waitUntil(lambda: not page.redraw_timer.isActive(), timeout=10000)
     worst = probe.stop()
-    print("\n" + probe.report(f"Train page, {steps} metric events at 2000/s"))
+    print("\n" + probe.report(f"Train page, {steps} metric events at 1000/s"))
     assert probe.worst_busy_ms < 50.0, probe.report("stall")
     assert worst < 500.0, probe.report("stall")
     assert job.outcome == "succeeded"
@@ -192,12 +195,13 @@ def test_train_page_live_charts_stay_smooth(qtbot, window: MainWindow, voice: Pa
     assert loss.count == steps and loss.n <= loss.capacity
     assert page.store.ranks() == ["0", "1"]
     assert "memory/rss_gib@1" in page.store.series
-    x, _y = page._curves["loss/train"].getData()
+    x = page._curves["loss/train"].xData  # all it holds (it draws a decimated view)
     assert len(x) == len(loss.data()[0]) and x[-1] == steps - 1
+    x0, x1 = page.loss_plot.getViewBox().viewRange()[0]
+    assert x0 <= 1 and x1 >= steps - 1  # the view grew with the run
     assert page.stat_labels["step"].text().startswith(f"{steps - 1}")
     assert page.redraws >= 1
     assert page.state_label.text() == "Finished"
-    assert not page.redraw_timer.isActive()
 
 
 def test_train_page_stop_is_a_clean_cancel(qtbot, window: MainWindow, voice: Path) -> None:

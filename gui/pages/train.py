@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QProcess, Qt, QTimer
 from PySide6.QtGui import QColor
@@ -138,6 +139,8 @@ class TrainPage(Page):
         self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
         self.total_steps = 0
         self.redraws = 0
+        self._final_ticks = 0
+        self._ranged: dict[int, bool] = {}
         self._shown_voice: object = None
         self._starts: dict[str, int] = {}  # worker starts per rank: >1 means a recovery
         self.worker_pids: dict[str, int] = {}  # rank -> pid of its current Ray worker
@@ -381,7 +384,42 @@ class TrainPage(Page):
         p.getAxis("left").enableAutoSIPrefix(False)
         p.setClipToView(True)
         p.setDownsampling(auto=True, mode="peak")
+        # ranges are set by _fit_range in steps, not re-fitted on every update:
+        # a changed range makes pyqtgraph re-lay out the axis ticks and labels,
+        # which was most of each repaint
+        p.disableAutoRange()
         return p
+
+    def _fit_range(self, plot: pg.PlotItem) -> None:
+        """Grow the plot's view in jumps only when the data leaves it."""
+        xs: list[float] = []
+        ys: list[float] = []
+        for name, curve in self._curves.items():
+            series = self.store.series.get(name)
+            if (isinstance(curve, _LimitAdapter) or series is None
+                    or self._plot_for(name) is not plot):
+                continue
+            # the series, not curve.getData(): a curve clipped to the view only
+            # returns what is already in view
+            x, y = series.data()
+            if len(x) == 0:
+                continue
+            xs += [float(np.min(x)), float(np.max(x))]
+            ys += [float(np.nanmin(y)), float(np.nanmax(y))]
+        if plot is self.mem_plot:
+            ys += [line.value() for line in self._limit_lines.values()]
+        if not xs:
+            return
+        (vx0, vx1), (vy0, vy1) = plot.getViewBox().viewRange()
+        x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+        fresh = self._ranged.get(id(plot)) is None
+        if fresh or x1 > vx1 or x0 < vx0:
+            span = max(x1 - x0, 1.0)
+            plot.setXRange(x0, x0 + span * 1.25, padding=0)
+        if fresh or y1 > vy1 or y0 < vy0 or (y1 - y0) < 0.25 * (vy1 - vy0):
+            pad = max((y1 - y0) * 0.3, abs(y1) * 0.02, 1e-12)
+            plot.setYRange(y0 - pad, y1 + pad, padding=0)
+        self._ranged[id(plot)] = True
 
     def _curve(self, plot: pg.PlotItem, name: str, color: str, label: str,
                style: Qt.PenStyle = Qt.PenStyle.SolidLine, symbol: bool = False) -> pg.PlotDataItem:
@@ -409,6 +447,11 @@ class TrainPage(Page):
         plots = (self.loss_plot, self.mem_plot, self.lr_plot, self.tps_plot)
         self.redraw(only=plots[self._turn % len(plots)])
         self._turn += 1
+        if self.job is None:
+            # the run ended: one more turn over the charts, then the timer rests
+            self._final_ticks -= 1
+            if self._final_ticks <= 0:
+                self.redraw_timer.stop()
 
     def redraw(self, only: pg.PlotItem | None = None) -> None:
         """Push changed series to the charts (from the timer, never per event)."""
@@ -423,6 +466,9 @@ class TrainPage(Page):
                 continue
             x, y = series.data()
             curve.setData(x, y)
+        for plot in (self.loss_plot, self.mem_plot, self.lr_plot, self.tps_plot):
+            if only is None or plot is only:
+                self._fit_range(plot)
         self._update_stats()
         self.redraws += 1
 
@@ -518,6 +564,7 @@ class TrainPage(Page):
 
     def _reset_charts(self) -> None:
         self._history = None
+        self._ranged.clear()
         for key in [k for k in self._limit_lines if k.startswith("gpu-limit@")]:
             self.mem_plot.removeItem(self._limit_lines.pop(key))
         self.store.clear()
@@ -739,8 +786,11 @@ class TrainPage(Page):
             self._append_log("info", str(result["summary"]))
 
     def _on_finished(self) -> None:
-        self.redraw_timer.stop()
-        self.redraw()
+        # the last values reach the charts through the staggered timer too: a
+        # redraw of all four at once was the longest stall of a whole run
+        self._final_ticks = 4
+        if not self.redraw_timer.isActive():
+            self.redraw()
         self.job = None
         self.ctx.notify_changed()
         self.refresh()
