@@ -727,7 +727,9 @@ class TrainPage(Page):
         job.progress.connect(self._on_progress)
         job.finished.connect(self._on_finished)
         job.succeeded.connect(lambda r: self._end_state("Finished", r))
-        job.cancelled.connect(lambda: self._end_state("Stopped (checkpoint saved)", {}))
+        # the engine's own words say where it stopped and what it saved
+        job.cancelled.connect(lambda: self._end_state(
+            "Stopped", {"summary": job.error[1] if job.error else ""}))
         job.failed.connect(lambda _c, m, _h: self._end_state("Failed", {"summary": m}))
         self.state_label.setText("Starting…")
         self._append_log("info", "$ voxshard-engine " + " ".join(args))
