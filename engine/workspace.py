@@ -370,6 +370,14 @@ class Voice:
         write_json(take.meta_path, data)
         return Take.from_meta(take.meta_path)
 
+    def set_take_excluded(self, take_id: str, excluded: bool = True) -> Take:
+        """Leave a take out of prepare/training (or bring it back); audio untouched."""
+        take = self.find_take(take_id)
+        data = take.to_dict()
+        data["extra"] = {**(data.get("extra") or {}), "excluded": bool(excluded)}
+        write_json(take.meta_path, data)
+        return Take.from_meta(take.meta_path)
+
     def delete_take(self, take_id: str) -> Take:
         take = self.find_take(take_id)
         # JSON first: once it is gone the take no longer exists, whatever happens next

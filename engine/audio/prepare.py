@@ -313,6 +313,10 @@ def _prepare(voice: Voice, on_event: EventCallback | Emitter | None,
         if cancel is not None and cancel():
             raise Cancelled("Prepare was cancelled; finished takes are kept for next time.")
         em.progress("prepare", i, len(takes), take=take.id)
+        if (take.extra or {}).get("excluded"):
+            outcomes.append(TakeOutcome(take.id, "", rejected={
+                "code": "excluded", "reason": "is excluded (include it again to use it)"}))
+            continue
         key = _take_key(take, settings)
         cache_file = prepared / "cache" / f"{take.id}.json"
         outcome = _load_cached(cache_file, key, voice)

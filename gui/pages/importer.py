@@ -47,15 +47,9 @@ _Index = QModelIndex | QPersistentModelIndex
 
 def set_take_excluded(voice: Path, take_id: str, excluded: bool) -> None:
     """Mark a take as left out of (or back into) training; its audio is untouched."""
-    from engine.atomic import write_json
     from engine.workspace import open_voice
 
-    take = open_voice(voice).find_take(take_id)
-    data = take.to_dict()
-    extra = dict(data.get("extra") or {})
-    extra["excluded"] = bool(excluded)
-    data["extra"] = extra
-    write_json(take.meta_path, data)
+    open_voice(voice).set_take_excluded(take_id, excluded)
 
 
 class TakesModel(QAbstractTableModel):
