@@ -33,6 +33,7 @@ import numpy as np
 from ..atomic import atomic_path, write_json
 from ..errors import AudioError, Cancelled, TrainingError, WorkspaceError
 from ..events import Emitter, EventCallback, as_emitter
+from ..workspace import file_sha256
 
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920
@@ -66,14 +67,6 @@ def read_manifest(voice_dir: str | Path, usable_only: bool = True) -> list[dict[
             continue
         clips.append(entry)
     return clips
-
-
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _memo_fingerprint(path: Path, compute: Callable[[], str]) -> str:
