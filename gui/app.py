@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import platform
 import sys
 from importlib import metadata
@@ -255,11 +256,28 @@ class MainWindow(QMainWindow):
         self.ctx.settings.sync()
 
 
+def no_display_reason(env: dict[str, str] | None = None) -> str | None:
+    """Why a window cannot open here (Linux without X11/Wayland), or None."""
+    env = dict(os.environ if env is None else env)
+    if not sys.platform.startswith("linux") or env.get("QT_QPA_PLATFORM"):
+        return None
+    if env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"):
+        return None
+    return ("No display was found, so the Voxshard window cannot open. Run it in a desktop "
+            "session, or use `voxshard-engine` for headless work "
+            "(QT_QPA_PLATFORM=offscreen runs the window without a screen).")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     smoke = "--smoke-test" in argv  # packaging check: start, show, quit
     if smoke:
         argv.remove("--smoke-test")
+    reason = no_display_reason()
+    if reason:
+        # Qt would abort with a plugin list; say what to do instead.
+        print(f"error: {reason}", file=sys.stderr)
+        return 1
     QApplication.setApplicationName(APP_NAME)
     QApplication.setOrganizationName(ORG_NAME)
     QApplication.setApplicationVersion(__version__)

@@ -389,3 +389,23 @@ def test_dropping_files_imports_them(qtbot, window: MainWindow, voice: Path,
         QApplication.sendEvent(page.drop, drop)
     assert page.model.rowCount() == 2
     assert {t.text for t in page.model.takes} == {s["text"] for s in piper_sentences[3:5]}
+
+
+def test_no_display_is_a_clear_message_not_a_qt_abort() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from gui.app import no_display_reason
+
+    assert no_display_reason({"DISPLAY": ":0"}) is None
+    assert no_display_reason({"QT_QPA_PLATFORM": "offscreen"}) is None
+    if not sys.platform.startswith("linux"):
+        return
+    assert "No display" in (no_display_reason({}) or "")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    out = subprocess.run([sys.executable, "-m", "gui.app"], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip().startswith("error: No display was found")
