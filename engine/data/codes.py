@@ -356,6 +356,16 @@ def _remove_stale(out_dir: Path, keep: set[str]) -> None:
             f.unlink(missing_ok=True)
 
 
+def _start(voice_dir: Path, model_dir: Path,
+           em: Emitter) -> tuple[Any, Path, dict[str, dict[str, Any]], int]:
+    """What both extraction paths begin with: the plan, where codes go, the first progress."""
+    plan = _plan(voice_dir, model_dir)
+    by_id = {c["id"]: c for c in plan.clips}
+    total = len(plan.missing)
+    em.progress("codes", 0, total, cached=len(plan.clips) - total)
+    return plan, voice_dir / "prepared" / CODES_DIRNAME, by_id, total
+
+
 def extract_codes(voice_dir: str | Path, model_dir: str | Path, *, device: str = "cpu",
                   reference_clip: str | None = None,
                   on_event: EventCallback | Emitter | None = None,
@@ -363,11 +373,7 @@ def extract_codes(voice_dir: str | Path, model_dir: str | Path, *, device: str =
     """Encode every usable clip not yet cached, in this process; returns the index."""
     em = as_emitter(on_event)
     voice_dir, model_dir = Path(voice_dir), Path(model_dir)
-    plan = _plan(voice_dir, model_dir)
-    out_dir = voice_dir / "prepared" / CODES_DIRNAME
-    by_id = {c["id"]: c for c in plan.clips}
-    total = len(plan.missing)
-    em.progress("codes", 0, total, cached=len(plan.clips) - total)
+    plan, out_dir, by_id, total = _start(voice_dir, model_dir, em)
     if plan.missing:
         codec = load_codec(model_dir, device)
         for n, cid in enumerate(plan.missing, 1):
@@ -396,11 +402,7 @@ def extract_codes_ray(voice_dir: str | Path, model_dir: str | Path, *,
         raise TrainingError("Code extraction with Ray needs a running cluster.")
     em = as_emitter(on_event)
     voice_dir, model_dir = Path(voice_dir), Path(model_dir)
-    plan = _plan(voice_dir, model_dir)
-    out_dir = voice_dir / "prepared" / CODES_DIRNAME
-    by_id = {c["id"]: c for c in plan.clips}
-    total = len(plan.missing)
-    em.progress("codes", 0, total, cached=len(plan.clips) - total)
+    plan, out_dir, by_id, total = _start(voice_dir, model_dir, em)
     if plan.missing:
         res = ray.cluster_resources()
         gpus = int(res.get("GPU", 0))
