@@ -91,6 +91,10 @@ class EngineJob(QObject):
         self.error: tuple[str, str, str] | None = None
         self.outcome: str | None = None  # "succeeded" | "failed" | "cancelled"
         self.events_seen = 0
+        # counted, not timed: how many turns of the event loop parsed output,
+        # and the most lines any one turn parsed (never above LINES_PER_SLICE)
+        self.slices = 0
+        self.max_slice_lines = 0
         self._extra_env = env or {}
         self._cancel_requested = False
         self._buffer = b""
@@ -220,7 +224,11 @@ class EngineJob(QObject):
         self._drain()
 
     def _drain(self) -> None:
-        for _ in range(min(LINES_PER_SLICE, len(self._pending))):
+        n = min(LINES_PER_SLICE, len(self._pending))
+        if n:
+            self.slices += 1
+            self.max_slice_lines = max(self.max_slice_lines, n)
+        for _ in range(n):
             self._handle_line(self._pending.popleft())
         if self._pending:
             self._drain_timer.start()

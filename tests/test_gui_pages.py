@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from gui.app import MainWindow, versions
+from gui.jobs import LINES_PER_SLICE
 from gui.metrics import MetricsStore, Series
 from gui.pages.help import HelpPage
 from gui.pages.importer import ImportPage
@@ -20,7 +21,7 @@ from gui.pages.record import RecordPage
 from gui.pages.train import TrainPage, parse_nvidia_smi, preset_for
 from gui.pages.voices import VoicesPage, folder_name_for
 from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
-from tests.test_gui_support import StallProbe, flood_program, make_voice
+from tests.test_gui_support import flood_program, make_voice
 
 
 def _click_yes(qtbot, parent) -> None:
@@ -174,17 +175,17 @@ def test_prepare_page_runs_and_reports(qtbot, window: MainWindow, workspace: Pat
     assert page.run_btn.isEnabled()
 
 
-def test_train_page_live_charts_stay_smooth(qtbot, window: MainWindow, voice: Path) -> None:
+def test_train_page_live_charts_redraw_by_timer_not_per_event(qtbot, window: MainWindow,
+                                                               voice: Path) -> None:
     window.ctx.set_voice(voice)
     page = window.show_page(TrainPage)
     assert isinstance(page, TrainPage)
     assert page.start_btn.isEnabled()
-    # 1000 metric events/s for 8 s: two ranks at 500 steps/s, far beyond a real run
-    # (a 1.7B model on a GPU makes a few steps a second)
+    # 1000 metric events/s: two ranks at 500 steps/s, far beyond a real run
+    # (a 1.7B model on a GPU makes a few steps a second); bench/bench_gui.py
+    # measures the stalls, this test counts what is deterministic
     steps = 8000
     page.steps.setValue(steps)
-    probe = StallProbe(5)
-    probe.start()
     with qtbot.waitSignal(page.ctx.jobs.changed, timeout=10000):
         job = page.start(program=flood_program(steps, rate=1000))
     assert job is not None and not page.start_btn.isEnabled() and page.stop_btn.isEnabled()
@@ -192,10 +193,9 @@ def test_train_page_live_charts_stay_smooth(qtbot, window: MainWindow, voice: Pa
         pass
     # the last values are drawn by the timer's final turn, which then stops
     qtbot.waitUntil(lambda: not page.redraw_timer.isActive(), timeout=10000)
-    worst = probe.stop()
-    print("\n" + probe.report(f"Train page, {steps} metric events at 1000/s"))
-    assert probe.worst_busy_ms < 50.0, probe.report("stall")
-    assert worst < 500.0, probe.report("stall")
+    assert 0 < job.max_slice_lines <= LINES_PER_SLICE
+    # charts are redrawn by the timer (plus at most one final redraw), never per event
+    assert 1 <= page.redraws <= page.redraw_ticks + 1
     assert job.outcome == "succeeded"
     loss = page.store.series["loss/train"]
     assert loss.count == steps and loss.n <= loss.capacity

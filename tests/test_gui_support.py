@@ -6,12 +6,11 @@
   window is shut down after the test (jobs, streams, timers).
 - `pulse`: a running PulseAudio daemon with a null sink as the default sink
   and its monitor as the default source (started here when not running).
-- `StallProbe`: measures the longest gap between ticks of a fast QTimer.
+- `flood_program`: a process speaking the engine's event protocol (metrics, fast).
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import subprocess
@@ -22,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QObject, QSettings, QTimer
+from PySide6.QtCore import QSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,63 +102,14 @@ def pulse() -> str:
     return "vsink"
 
 
-class StallProbe(QObject):
-    """Ticks every `interval_ms`; `worst_gap_ms` is the longest time between two ticks.
-
-    A gap longer than the interval is time the event loop could not run a
-    timer: the stall a user would feel. `worst_busy_ms` is the same gap in
-    this thread's CPU time: the work the window itself did, without the time
-    the OS gave other processes (on the shared 2-core test machine, many).
-    """
-
-    def __init__(self, interval_ms: int = 5) -> None:
-        super().__init__()
-        self.interval_ms = interval_ms
-        self.timer = QTimer(self)
-        self.timer.setInterval(interval_ms)
-        self.timer.timeout.connect(self._tick)
-        self.last: float | None = None
-        self.last_cpu = 0.0
-        self.worst_gap_ms = 0.0
-        self.worst_busy_ms = 0.0
-        self.ticks = 0
-
-    def start(self) -> None:
-        # as gui.app.main does after start-up: objects that live for the whole
-        # session leave the collector, so a full collection is not a 90 ms pause
-        gc.collect()
-        gc.freeze()
-        self.last = time.perf_counter()
-        self.last_cpu = time.thread_time()
-        self.timer.start()
-
-    def _tick(self) -> None:
-        now, cpu = time.perf_counter(), time.thread_time()
-        if self.last is not None:
-            self.worst_gap_ms = max(self.worst_gap_ms, (now - self.last) * 1000.0)
-            self.worst_busy_ms = max(self.worst_busy_ms, (cpu - self.last_cpu) * 1000.0)
-        self.last, self.last_cpu = now, cpu
-        self.ticks += 1
-
-    def report(self, what: str) -> str:
-        load = os.getloadavg()[0]
-        return (f"{what}: worst event-loop gap {self.worst_gap_ms:.1f} ms wall, "
-                f"{self.worst_busy_ms:.1f} ms of GUI-thread CPU ({self.ticks} ticks, "
-                f"load average {load:.1f} on {os.cpu_count()} cores)")
-
-    def stop(self) -> float:
-        self.timer.stop()
-        gc.unfreeze()
-        return self.worst_gap_ms
-
-
 def flood_program(count: int, forever: bool = False, child: bool = False,
-                  rate: float = 0.0) -> list[str]:
+                  rate: float = 0.0, ranks: int = 2) -> list[str]:
     """A process speaking the engine's event protocol with the engine's own writer.
 
     It streams `count` metric events, `rate` per second (0: as fast as it
-    can), or forever until SIGTERM, then a result; `child` also starts a grandchild process in the
-    same group, to prove a cancel reaches it.
+    can), or forever until SIGTERM, then a result; events cycle through `ranks`
+    workers (step = event index, as the page keys points by step); `child` also
+    starts a grandchild process in the same group, to prove a cancel reaches it.
     """
     code = f"""
 import os, signal, subprocess, sys, time
@@ -180,7 +130,7 @@ i = 0
 while {forever!r} or i < {count}:
     em.metric({{"step": i, "loss/train": 5.0 / (1 + i * 1e-3), "lr": 2e-6,
                "perf/tokens_per_s": 1000.0 + i % 7, "memory/rss_gib": 1.0 + (i % 5) * 0.01}},
-              rank=i % 2, split="train")
+              rank=i % {ranks!r}, split="train")
     if i % 100 == 0:
         em.progress("train", i, {count})
     i += 1

@@ -139,6 +139,7 @@ class TrainPage(Page):
         self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
         self.total_steps = 0
         self.redraws = 0
+        self.redraw_ticks = 0  # turns of the redraw timer; redraws never outnumber them + 1
         self._final_ticks = 0
         self._ranged: dict[int, bool] = {}
         self._shown_voice: object = None
@@ -445,6 +446,7 @@ class TrainPage(Page):
         # one chart per tick, in turn: each chart still updates every
         # 4 x REDRAW_MS, but a tick repaints one chart's axes, not four
         plots = (self.loss_plot, self.mem_plot, self.lr_plot, self.tps_plot)
+        self.redraw_ticks += 1
         self.redraw(only=plots[self._turn % len(plots)])
         self._turn += 1
         if self.job is None:
