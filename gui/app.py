@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import signal
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -256,6 +257,24 @@ class MainWindow(QMainWindow):
         self.ctx.settings.sync()
 
 
+def _quit_on_signals(window: MainWindow) -> None:
+    """SIGTERM/SIGINT close the window as its Quit does (jobs stop cleanly), not abruptly."""
+    if sys.platform == "win32":
+        return
+
+    def close(*_: object) -> None:
+        window._closing_confirmed = True  # a signal is the user's answer already
+        QTimer.singleShot(0, window.close)
+
+    signal.signal(signal.SIGTERM, close)
+    signal.signal(signal.SIGINT, close)
+    # Python runs signal handlers only when it holds control: a slow no-op timer
+    # hands it control a few times a second while Qt's loop waits in C++
+    keepalive = QTimer(window)
+    keepalive.timeout.connect(lambda: None)
+    keepalive.start(250)
+
+
 def no_display_reason(env: dict[str, str] | None = None) -> str | None:
     """Why a window cannot open here (Linux without X11/Wayland), or None."""
     env = dict(os.environ if env is None else env)
@@ -288,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     theme.apply()
     window = MainWindow(theme=theme)
     window.show()
+    _quit_on_signals(window)
     # what start-up built lives until exit: take it out of the garbage
     # collector's view, so a full collection during training is no 100 ms pause
     gc.collect()
