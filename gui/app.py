@@ -80,6 +80,7 @@ class MainWindow(QMainWindow):
         self.resize(1320, 860)
         self.setMinimumSize(QSize(1024, 680))
         self._closing_confirmed = False
+        self._quit_wait: QMessageBox | None = None  # shown while quitting waits for jobs
 
         central = QWidget()
         lay = QHBoxLayout(central)
@@ -227,6 +228,9 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         running = self.ctx.jobs.running()
+        if running and self._quit_wait is not None:
+            event.ignore()  # already waiting for the jobs to stop; the window stays
+            return
         if running and not self._closing_confirmed:
             event.ignore()
             names = ", ".join(j.title for j in running)
@@ -234,7 +238,8 @@ class MainWindow(QMainWindow):
                               f"{names} is still running. Stop it and quit?",
                               QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
                               self)
-            box.setInformativeText("Training saves a checkpoint before it stops.")
+            box.setInformativeText("Training saves a checkpoint before it stops; the window "
+                                   "waits for that and closes by itself.")
 
             def answer(_r: int) -> None:
                 b = box.clickedButton()
@@ -245,8 +250,51 @@ class MainWindow(QMainWindow):
             box.finished.connect(answer)
             box.open()
             return
+        if running:
+            # confirmed: ask every job to stop, then wait without blocking the window
+            event.ignore()
+            self._wait_for_jobs_then_quit()
+            return
         self.shutdown()
         super().closeEvent(event)
+
+    def _wait_for_jobs_then_quit(self) -> None:
+        self.ctx.jobs.stop_all()
+        box = QMessageBox(QMessageBox.Icon.Information, "Quitting Voxshard", "",
+                          QMessageBox.StandardButton.NoButton, self)
+        self._quit_wait = box
+        force = box.addButton("Quit now", QMessageBox.ButtonRole.DestructiveRole)
+        keep = box.addButton("Keep running", QMessageBox.ButtonRole.RejectRole)
+        box.setInformativeText("The window closes by itself as soon as they have stopped. "
+                               "Quit now kills them: a checkpoint being saved is lost "
+                               "(earlier checkpoints are safe).")
+
+        def update() -> None:
+            running = self.ctx.jobs.running()
+            if not running:
+                box.done(0)
+                self._quit_wait = None
+                QTimer.singleShot(0, self.close)
+                return
+            box.setText("Waiting for " + ", ".join(
+                f"{j.title} ({'saving and stopping' if j.stopping else 'running'})"
+                for j in running) + " to stop…")
+
+        def clicked(button: object) -> None:
+            if button is force:
+                for job in self.ctx.jobs.running():
+                    job.force_stop()
+            elif button is keep:
+                # the stop already asked for goes on; only the quit is called off
+                self._closing_confirmed = False
+                self._quit_wait = None
+                self.ctx.jobs.changed.disconnect(update)
+
+        self.ctx.jobs.changed.connect(update)
+        box.buttonClicked.connect(clicked)
+        update()
+        if self._quit_wait is not None:
+            box.open()
 
     def shutdown(self) -> None:
         """Stop everything this window started: jobs, streams, timers."""

@@ -8,16 +8,21 @@ that even a flood of metrics cannot stall the window.
 
 Outcomes, exactly one per job, then `finished`:
 - `succeeded(result)`: exit code 0 with the command's `result` event;
-- `cancelled()`: the user asked to stop (a cancel is not an error);
+- `cancelled()`: the user asked to stop and the engine stopped as asked (exit
+  code 130: for training, a checkpoint was saved); a cancel is not an error;
 - `failed(code, message, hint)`: everything else, with the engine's one-sentence
-  error, or the tail of stderr when the process died without one.
+  error, or the tail of stderr when the process died without one. A cancel
+  that then failed (the engine's final save failed, or the user forced the
+  stop) is a failure: nothing says "stopped" unless the engine finished its stop.
 
 Cancel sends SIGTERM to the engine process itself, which stops cooperatively
 (training asks its Ray workers to checkpoint, then shuts the cluster down).
 Signalling the whole group at once would kill those workers before they
-save. The engine runs in its own session, so whatever of the group is still
-alive when the engine has exited, or when the grace period ends, gets SIGKILL:
-nothing the job started outlives it.
+save. No timer in the window ever kills a job that is stopping: a 1.7B
+checkpoint save can take minutes. Only `force_stop()`, the user's explicit
+choice, kills it. The engine runs in its own session, so whatever of the group
+is still alive when the engine has exited gets SIGKILL: nothing the job
+started outlives it.
 """
 
 from __future__ import annotations
@@ -78,15 +83,19 @@ class EngineJob(QObject):
     cancelled = Signal()
     finished = Signal()
 
-    def __init__(self, args: list[str], *, title: str = "", kill_after_s: float = 20.0,
+    def __init__(self, args: list[str], *, title: str = "", kill_after_s: float | None = None,
                  parent: QObject | None = None, env: dict[str, str] | None = None,
-                 program: list[str] | None = None) -> None:
+                 program: list[str] | None = None, voice: Path | None = None) -> None:
         super().__init__(parent)
         # `program` replaces the engine's command prefix (another interpreter or build)
         self.program = program
         self.args = [str(a) for a in args]
         self.title = title or (self.args[0] if self.args else "engine")
+        # None: a stop is never cut short by a timer (only for jobs with nothing
+        # to save, such as the speech worker, is a grace period set)
         self.kill_after_s = kill_after_s
+        # the voice folder this job writes into (delete/rename wait for it)
+        self.voice = Path(voice).resolve() if voice is not None else None
         self.result: dict[str, Any] | None = None
         self.error: tuple[str, str, str] | None = None
         self.outcome: str | None = None  # "succeeded" | "failed" | "cancelled"
@@ -97,6 +106,7 @@ class EngineJob(QObject):
         self.max_slice_lines = 0
         self._extra_env = env or {}
         self._cancel_requested = False
+        self._killed = False
         self._buffer = b""
         self._pending: deque[bytes] = deque()
         self._exit: tuple[int, QProcess.ExitStatus] | None = None
@@ -162,11 +172,26 @@ class EngineJob(QObject):
 
     def cancel(self) -> None:
         """Ask the engine to stop (it saves what it must); not an error."""
-        if not self.is_running():
+        if not self.is_running() or self._cancel_requested:
             return
         self._cancel_requested = True
         self._signal_main(signal.SIGTERM)
-        self._kill_timer.start(int(self.kill_after_s * 1000))
+        if self.kill_after_s is not None:
+            self._kill_timer.start(int(self.kill_after_s * 1000))
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for and the engine is still finishing it."""
+        return self._cancel_requested and self.is_running()
+
+    def force_stop(self) -> None:
+        """Kill the job now (the user's explicit choice): what it was saving is lost."""
+        if not self.is_running():
+            return
+        self._cancel_requested = True
+        self._stderr_tail.append("stopped by force before it finished stopping")
+        self._killed = True
+        self._signal_group(signal.SIGKILL)
 
     def wait(self, msecs: int = 30000) -> bool:
         """Block until the process ends (for shutdown only, never in normal use)."""
@@ -211,6 +236,7 @@ class EngineJob(QObject):
     def _kill(self) -> None:
         if self.is_running():
             self._stderr_tail.append("the engine did not stop in time; it was killed")
+            self._killed = True
             self._signal_group(signal.SIGKILL)
 
     # -- output ------------------------------------------------------------
@@ -302,11 +328,23 @@ class EngineJob(QObject):
             self._conclude(exit_code, status)
 
     def _conclude(self, exit_code: int, status: QProcess.ExitStatus) -> None:
+        normal = status == QProcess.ExitStatus.NormalExit
         cancelled_by_engine = self.error is not None and self.error[0] == "cancelled"
-        if self._cancel_requested or exit_code == EXIT_CANCELLED or cancelled_by_engine:
-            self._finish("cancelled")
-        elif status == QProcess.ExitStatus.NormalExit and exit_code == 0:
+        if self._killed:
+            # a kill can cut a save short: never reported as a clean stop
+            self.error = ("killed", f"{self.title} was stopped by force before it finished "
+                          "stopping; what it was saving at that moment is lost.",
+                          "Everything saved before (for training, the last complete "
+                          "checkpoint) is intact.")
+            self._finish("failed")
+        elif normal and exit_code == 0:
             self._finish("succeeded")
+        elif (normal and exit_code == EXIT_CANCELLED) or cancelled_by_engine:
+            self._finish("cancelled")
+        elif self._cancel_requested and not normal and self.error is None:
+            # a program without a SIGTERM handler ends on the signal itself:
+            # it had nothing to save, so this is the stop that was asked for
+            self._finish("cancelled")
         else:
             if self.error is None and exit_code in (126, 127) and not self.events_seen:
                 # `nice` (or a shell) could not run the engine: it is not installed
@@ -348,6 +386,7 @@ class JobManager(QObject):
         self.jobs: list[EngineJob] = []
 
     def start(self, args: list[str], title: str = "", **kwargs: Any) -> EngineJob:
+        """Start a job; `voice=` names the voice folder it writes into."""
         job = EngineJob(args, title=title, parent=self, **kwargs)
         self.jobs.append(job)
         job.finished.connect(lambda j=job: self._forget(j))
@@ -366,8 +405,24 @@ class JobManager(QObject):
     def running(self) -> list[EngineJob]:
         return [j for j in self.jobs if j.is_running()]
 
+    def writing_into(self, voice: Path | None) -> list[EngineJob]:
+        """Running jobs that write into `voice` (its delete and rename must wait)."""
+        if voice is None:
+            return []
+        target = Path(voice).resolve()
+        return [j for j in self.running() if j.voice == target]
+
+    def stop_all(self) -> None:
+        """Ask every job to stop; never waits, never kills (window closing)."""
+        for job in list(self.jobs):
+            job.cancel()
+
     def shutdown(self, msecs: int = 30000) -> None:
-        """Cancel every job and wait for each to end (window closing)."""
+        """Cancel every job and wait for each to end, killing after `msecs`.
+
+        Blocks: only for tests and for a window whose jobs already ended. The
+        window's own quit uses `stop_all` and waits on `changed` instead.
+        """
         for job in list(self.jobs):
             job.cancel()
         for job in list(self.jobs):

@@ -101,3 +101,57 @@ def test_manager_shutdown_stops_everything(qtbot) -> None:
     assert not manager.running()
     qtbot.waitUntil(lambda: not any(pid_alive(p) for p in pids), timeout=10000)
     qtbot.waitUntil(lambda: not manager.jobs, timeout=5000)
+
+
+def test_a_stop_is_never_cut_short_by_a_timer(qtbot) -> None:
+    # the engine takes its time to save (as a 1.7B checkpoint does); no window timer kills it
+    job = EngineJob(["x"], program=flood_program(0, forever=True, stop_s=3.0))
+    states: list[str] = []
+    job.state.connect(lambda s, _d: states.append(s))
+    job.start()
+    qtbot.waitUntil(lambda: job.events_seen > 5, timeout=30000)
+    job.cancel()
+    assert job.stopping
+    qtbot.waitUntil(lambda: "stopping" in states, timeout=30000)
+    with qtbot.waitSignal(job.cancelled, timeout=60000):
+        pass
+    assert job.outcome == "cancelled" and "saved checkpoint_step_0000007" in job.error[1]
+
+
+def test_a_stop_whose_save_failed_is_a_failure(qtbot) -> None:
+    job = EngineJob(["x"], program=flood_program(0, forever=True, stop_fails=True))
+    cancelled: list[bool] = []
+    job.cancelled.connect(lambda: cancelled.append(True))
+    job.start()
+    qtbot.waitUntil(lambda: job.events_seen > 5, timeout=30000)
+    with qtbot.waitSignal(job.failed, timeout=60000) as blocker:
+        job.cancel()
+    assert not cancelled and job.outcome == "failed"
+    code, message, hint = blocker.args
+    assert code == "training" and "no space left" in message
+    assert "checkpoint_step_0000004 is intact" in hint
+
+
+def test_force_stop_is_a_failure_that_says_what_was_lost(qtbot) -> None:
+    job = EngineJob(["x"], program=flood_program(0, forever=True, stop_s=600.0))
+    job.start()
+    qtbot.waitUntil(lambda: job.events_seen > 5, timeout=30000)
+    job.cancel()
+    qtbot.waitUntil(lambda: job.stopping, timeout=10000)
+    with qtbot.waitSignal(job.failed, timeout=30000) as blocker:
+        job.force_stop()
+    assert blocker.args[0] == "killed" and "lost" in blocker.args[1]
+    qtbot.waitUntil(lambda: not job.is_running(), timeout=10000)
+
+
+def test_manager_knows_which_jobs_write_into_a_voice(qtbot, tmp_path: Path) -> None:
+    manager = JobManager()
+    voice = tmp_path / "ada"
+    job = manager.start(["x"], "flood", program=flood_program(0, forever=True), voice=voice)
+    other = manager.start(["x"], "flood", program=flood_program(0, forever=True))
+    qtbot.waitUntil(lambda: job.events_seen > 2 and other.events_seen > 2, timeout=30000)
+    assert manager.writing_into(voice) == [job]
+    assert manager.writing_into(tmp_path / "bob") == []
+    manager.stop_all()  # never blocks: both end through their own stop
+    qtbot.waitUntil(lambda: not manager.running(), timeout=30000)
+    assert job.outcome == other.outcome == "cancelled"

@@ -103,13 +103,16 @@ def pulse() -> str:
 
 
 def flood_program(count: int, forever: bool = False, child: bool = False,
-                  rate: float = 0.0, ranks: int = 2) -> list[str]:
+                  rate: float = 0.0, ranks: int = 2, stop_s: float = 0.0,
+                  stop_fails: bool = False) -> list[str]:
     """A process speaking the engine's event protocol with the engine's own writer.
 
     It streams `count` metric events, `rate` per second (0: as fast as it
     can), or forever until SIGTERM, then a result; events cycle through `ranks`
     workers (step = event index, as the page keys points by step); `child` also
     starts a grandchild process in the same group, to prove a cancel reaches it.
+    On SIGTERM it "saves" for `stop_s` seconds as training does (state
+    `stopping`), then exits as cancelled, or, with `stop_fails`, as a failed save.
     """
     code = f"""
 import os, signal, subprocess, sys, time
@@ -120,14 +123,25 @@ em = Emitter(out.handle)
 if {child!r}:
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     em.log("grandchild %d" % p.pid)
+stop = []
 def term(*_):
-    out.error("cancelled", "Cancelled.", None)
+    stop.append(True)  # handled in the loop: a write here could re-enter one in progress
+def finish_stop():
+    em.state("stopping", detail="saving a checkpoint")
+    time.sleep({stop_s!r})
+    if {stop_fails!r}:
+        out.error("training", "Saving the final checkpoint failed: no space left on device.",
+                  "Free some space; checkpoint_step_0000004 is intact.")
+        sys.exit(1)
+    out.error("cancelled", "Training stopped at step 7; saved checkpoint_step_0000007.", None)
     sys.exit(130)
 signal.signal(signal.SIGTERM, term)
 em.state("training")
 t0 = time.monotonic()
 i = 0
 while {forever!r} or i < {count}:
+    if stop:
+        finish_stop()
     em.metric({{"step": i, "loss/train": 5.0 / (1 + i * 1e-3), "lr": 2e-6,
                "perf/tokens_per_s": 1000.0 + i % 7, "memory/rss_gib": 1.0 + (i % 5) * 0.01}},
               rank=i % {ranks!r}, split="train")
