@@ -129,20 +129,24 @@ def export(voice: PathLike, out_dir: PathLike, run: str | None = None, step: int
 
 def speak(model_or_voice: PathLike, text: str, out: PathLike, *,
           checkpoint: str | None = None, reference: PathLike | None = None,
-          device: str | None = None, on_event: EventCallback | Emitter | None = None,
+          reference_text: str | None = None, device: str | None = None,
+          on_event: EventCallback | Emitter | None = None, stream: bool = False,
           **options: Any) -> dict[str, Any]:
     """Render `text` to an audio file from an export, a voice/run checkpoint, or a base
-    model with a reference clip (zero-shot preview). `options` are `SpeakOptions` fields."""
+    model with a reference clip (zero-shot preview: in-context cloning when
+    `reference_text`, or the workspace's transcript of the clip, is known).
+    `stream`: write the file as it grows. `options` are `SpeakOptions` fields."""
     from .synth.options import SpeakOptions, audio_format
     from .synth.synthesizer import Synthesizer
     from .synth.voice import resolve_source
 
     emitter = as_emitter(on_event)
+    fmt = audio_format(str(out), None)
     source = resolve_source(model_or_voice, checkpoint=checkpoint,
-                            reference=None if reference is None else str(reference))
+                            reference=None if reference is None else str(reference),
+                            reference_text=reference_text)
     synth = Synthesizer.load(source, device=device, on_event=emitter)
-    return synth.speak_to_file(text, out, SpeakOptions(**options),
-                               audio_format(str(out), None), emitter)
+    return synth.speak_to_file(text, out, SpeakOptions(**options), fmt, emitter, stream=stream)
 
 
 def compare(target: PathLike, out_dir: PathLike, sentences: list[str] | None = None,

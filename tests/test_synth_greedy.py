@@ -168,3 +168,107 @@ def test_greedy_codes_equal_the_official_generate_in_bfloat16(tiny_model_dir: Pa
     prefill = build_prefill(official.model, official.processor, TEXTS[:1], speaker, None, True)
     assert prefill.embeds.dtype == torch.bfloat16
     assert torch.equal(fast.generate(prefill, [FRAMES], GREEDY)[0], expected)
+
+
+# -- in-context cloning (reference clip + its transcript) -------------------------------------
+
+
+
+
+@pytest.fixture(scope="module")
+def reference_clip(official: Any, piper_sentences: list[dict[str, Any]]) -> dict[str, Any]:
+    from engine.synth.voice import reference_audio, reference_codes
+
+    entry = piper_sentences[0]
+    audio = reference_audio(Path(entry["path"]))
+    return {"audio": audio, "text": entry["text"],
+            "codes": reference_codes(official.model, audio),
+            "xvec": official.model.extract_speaker_embedding(audio, 24000)}
+
+
+@pytest.mark.parametrize("non_streaming", [False, True])
+@pytest.mark.parametrize("text", TEXTS)
+def test_in_context_greedy_codes_equal_the_official_voice_clone(
+        official: Any, fast: FastTalker, reference_clip: dict[str, Any], non_streaming: bool,
+        text: str) -> None:
+    from engine.synth.prompt import IclPrompt, ref_text_ids
+
+    model = official.model
+    ref = reference_clip
+    assert ref["codes"].shape[1] == 16 and len(ref["codes"]) > 10
+    # the official call, given the prompt create_voice_clone_prompt would build
+    ref_ids = official._tokenize_texts([official._build_ref_text(ref["text"])])
+    prompt = {"ref_code": [ref["codes"]], "ref_spk_embedding": [ref["xvec"]],
+              "x_vector_only_mode": [False], "icl_mode": [True]}
+    ids = [_text_ids(official.processor, text, model.device)]
+    expected, _ = model.generate(input_ids=ids, ref_ids=ref_ids, voice_clone_prompt=prompt,
+                                 languages=["auto"], non_streaming_mode=non_streaming,
+                                 do_sample=False, subtalker_dosample=False,
+                                 max_new_tokens=FRAMES + 1)
+    icl = IclPrompt(ref_text_ids(official.processor, ref["text"], model.device), ref["codes"])
+    prefill = build_prefill(model, official.processor, [text], ref["xvec"], None, non_streaming,
+                            icl=icl)
+    # streaming text of a short sentence fits under the reference frames: nothing trails
+    assert prefill.embeds.shape[1] > len(ref["codes"])
+    ours = fast.generate(prefill, [FRAMES], GREEDY)[0]
+    assert len(expected[0]) >= 5
+    assert torch.equal(ours, expected[0])
+
+
+def test_in_context_batch_and_speech_equal_the_official_voice_clone(
+        tiny_model_dir: Path, official: Any, reference_clip: dict[str, Any],
+        piper_sentences: list[dict[str, Any]]) -> None:
+    """End to end through the Synthesizer: the prompt from the clip, our loop, and the
+    decode with the reference in front, against `generate_voice_clone` itself."""
+    import numpy as np
+
+    from engine.synth.options import SpeakOptions
+    from engine.synth.synthesizer import Synthesizer
+    from engine.synth.text import split_text
+    from engine.synth.voice import resolve_source
+
+    clip = Path(piper_sentences[0]["path"])
+    source = resolve_source(tiny_model_dir, reference=clip)
+    # the piper clip has a same-named .txt: its transcript is found, in-context mode
+    assert source.reference_text == reference_clip["text"]
+    assert source.to_dict()["mode"] == "in_context"
+    synth = Synthesizer.load(source, device="cpu", dtype="float32")
+    options = SpeakOptions(do_sample=False, subtalker_do_sample=False, max_frames=FRAMES,
+                           batch_size=2)
+    from engine.events import Emitter
+
+    chunks = split_text(" ".join(TEXTS), 60, max_frames=FRAMES)
+    assert len(chunks) == 2
+    codes, _ = synth.generate_codes(chunks, [0, 1], options, Emitter(None), None)
+    wavs = synth.decode_audio(codes)
+    expected, sr = official.generate_voice_clone(
+        [c.text for c in chunks], ref_audio=(reference_clip["audio"], 24000),
+        ref_text=reference_clip["text"], do_sample=False, subtalker_dosample=False,
+        max_new_tokens=FRAMES + 1)
+    assert sr == 24000
+    for ours, theirs, c in zip(wavs, expected, codes, strict=True):
+        assert len(c) >= 5
+        assert ours.shape == theirs.shape
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_instruction_prompt_equals_the_official_layout(official: Any, fast: FastTalker,
+                                                       speaker: torch.Tensor) -> None:
+    from engine.synth.prompt import instruct_ids
+
+    model = official.model
+    text = TEXTS[0]
+    ins = instruct_ids(official.processor, "Speak slowly and warmly.", model.device)
+    expected_ids = official._tokenize_texts([official._build_instruct_text(
+        "Speak slowly and warmly.")])[0]
+    assert torch.equal(ins, expected_ids)
+    prompt = {"ref_code": [None], "ref_spk_embedding": [speaker],
+              "x_vector_only_mode": [True], "icl_mode": [False]}
+    expected, _ = model.generate(input_ids=[_text_ids(official.processor, text, model.device)],
+                                 instruct_ids=[ins], voice_clone_prompt=prompt,
+                                 languages=["auto"], non_streaming_mode=True, do_sample=False,
+                                 subtalker_dosample=False, max_new_tokens=FRAMES + 1)
+    prefill = build_prefill(model, official.processor, [text], speaker, None, True, instruct=ins)
+    plain = build_prefill(model, official.processor, [text], speaker, None, True)
+    assert prefill.embeds.shape[1] == plain.embeds.shape[1] + ins.shape[1]
+    assert torch.equal(fast.generate(prefill, [FRAMES], GREEDY)[0], expected[0])

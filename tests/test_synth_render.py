@@ -49,16 +49,40 @@ def test_loudness_is_matched_and_peak_kept_below_ceiling() -> None:
     assert none is None and not silent.any()
 
 
-@pytest.mark.parametrize("fmt,container", [("wav", "WAV"), ("flac", "FLAC"), ("ogg", "OGG")])
-def test_write_audio_formats(tmp_path: Path, fmt: str, container: str) -> None:
+@pytest.mark.parametrize("fmt,container,subtype", [
+    ("wav", "WAV", "PCM_16"), ("flac", "FLAC", "PCM_16"), ("ogg", "OGG", "VORBIS"),
+    ("opus", "OGG", "OPUS"), ("mp3", "MP3", "MPEG_LAYER_III")])
+def test_write_audio_formats(tmp_path: Path, fmt: str, container: str, subtype: str) -> None:
+    from engine.synth.options import available_formats
+
+    if fmt not in available_formats():
+        pytest.skip(f"this libsndfile ({sf.__libsndfile_version__}) does not write {fmt}")
     path = write_audio(tmp_path / f"x.{fmt}", _tone(0.5), fmt)
     info = sf.info(path)
-    assert info.format == container and info.samplerate == SR and info.channels == 1
+    assert info.format == container and info.subtype == subtype
+    assert info.samplerate == SR and info.channels == 1
+    back, _ = sf.read(path, dtype="float32")
+    assert abs(len(back) - len(_tone(0.5))) < 0.1 * SR  # codecs may pad a little
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_written_audio_gets_the_users_normal_permissions(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        path = write_audio(tmp_path / "shared.wav", _tone(0.1))
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        os.umask(0o002)
+        path = write_audio(tmp_path / "group.flac", _tone(0.1), "flac")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o664
+    finally:
+        os.umask(old)
 
 
 def test_write_audio_refuses_a_folder_and_unknown_format(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="is a folder"):
         write_audio(tmp_path, _tone(0.1))
     with pytest.raises(InputError, match="not supported"):
-        write_audio(tmp_path / "x.mp3", _tone(0.1), "mp3")
+        write_audio(tmp_path / "x.aiff", _tone(0.1), "aiff")

@@ -274,3 +274,58 @@ def test_serve_speech_process_answers_json_lines(tiny_model_dir: Path, reference
     assert done["initial"]["loaded"]["kind"] == "zero_shot"
     assert done["a"]["path"] == str(tmp_path / "a.wav") and (tmp_path / "a.wav").is_file()
     assert events[-1]["event"] == "result" and events[-1]["served"] == 2
+
+
+def test_reference_transcript_comes_from_the_voice_or_is_given(
+        prepared_voice: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    from engine.data.codes import read_manifest
+    from engine.synth.voice import reference_transcript
+
+    entry = read_manifest(prepared_voice)[0]
+    clip = prepared_voice / entry["path"]
+    assert reference_transcript(clip) == entry["text"]
+    source = resolve_source(tiny_model_dir, reference=clip)
+    assert source.reference_text == entry["text"] and source.to_dict()["mode"] == "in_context"
+    given = resolve_source(tiny_model_dir, reference=clip, reference_text=" Said this. ")
+    assert given.reference_text == "Said this."
+    only = resolve_source(tiny_model_dir, reference=clip, x_vector_only=True)
+    assert only.reference_text is None and only.to_dict()["mode"] == "x_vector"
+    # a clip nobody transcribed: x-vector only, and the source says why
+    lone = tmp_path / "lone.wav"
+    lone.write_bytes(clip.read_bytes())
+    bare = resolve_source(tiny_model_dir, reference=lone)
+    assert bare.reference_text is None and "--reference-text" in bare.extra["note"]
+    with pytest.raises(InputError, match="without a reference clip"):
+        resolve_source(tiny_model_dir, reference_text="hello")
+    with pytest.raises(InputError, match="reference text is empty"):
+        resolve_source(tiny_model_dir, reference=clip, reference_text="  ")
+
+
+def test_cli_in_context_clone_and_instruct_that_has_no_effect(
+        tiny_model_dir: Path, reference: Path, tmp_path: Path) -> None:
+    out = tmp_path / "icl.mp3"
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli.main", "--json", "speak", str(tiny_model_dir),
+         "A new sentence.", "-o", str(out), "--reference", str(reference), "--reference-text",
+         "What the clip says.", "--instruct", "Speak slowly.", "--seed", "3",
+         "--max-frames", "10"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = [json.loads(x) for x in proc.stdout.splitlines()]
+    result = events[-1]
+    assert result["event"] == "result" and result["format"] == "mp3"
+    assert result["voice"]["mode"] == "in_context"
+    assert result["voice"]["reference_text"] == "What the clip says."
+    assert sf.info(out).format == "MP3"
+    warnings = [e["message"] for e in events if e["event"] == "log"]
+    assert any("Base models take no instruction" in w for w in warnings)
+
+
+def test_cli_refuses_an_unknown_extension_before_loading(tiny_model_dir: Path, reference: Path,
+                                                          tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    code = main(["speak", str(tiny_model_dir), "Hi.", "-o", str(tmp_path / "out.txt"),
+                 "--reference", str(reference)])
+    assert code == 1 and "not an audio format" in capsys.readouterr().err
+    assert not (tmp_path / "out.txt").exists()

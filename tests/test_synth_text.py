@@ -95,5 +95,13 @@ def test_options_are_validated_with_clear_messages() -> None:
     assert audio_format("x.flac", None) == "flac"
     assert audio_format("x.oga", None) == "ogg"
     assert audio_format("x", None) == "wav"
+    assert audio_format("x.opus", None) == "opus"  # Opus, not Vorbis under an .opus name
+    assert audio_format("x.wav", "mp3") == "mp3"
     with pytest.raises(InputError, match="not supported"):
-        audio_format("x.wav", "mp3")
+        audio_format("x.wav", "aiff")
+    # an extension that names no format is refused, not written as WAV under that name
+    for name in ("out.txt", "out.wv", "dir.d/out.mp4"):
+        with pytest.raises(InputError, match="not an audio format") as info:
+            audio_format(name, None)
+        assert info.value.hint and ".mp3" in info.value.hint
+    assert audio_format("dir.d/out", None) == "wav"

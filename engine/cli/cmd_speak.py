@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..events import Emitter
+from ..synth.options import FORMATS
 from .main import add_command
 
 
@@ -42,6 +43,7 @@ def _options(args: argparse.Namespace) -> Any:
         "language": args.language, "chunk_chars": args.chunk_chars,
         "max_frames": args.max_frames, "batch_size": args.batch_size,
         "loudness_lufs": None if args.no_loudness else args.loudness,
+        "instruct": getattr(args, "instruct", None),
     }
     if args.greedy:
         values["do_sample"] = False
@@ -61,7 +63,9 @@ def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     # Check the text and voice before the (slow) model load, so mistakes fail fast.
     split_text(text, options.chunk_chars)
     source = resolve_source(args.model, checkpoint=args.checkpoint, reference=args.reference,
-                            speaker=args.speaker, base=args.base)
+                            speaker=args.speaker, base=args.base,
+                            reference_text=args.reference_text,
+                            x_vector_only=args.x_vector_only)
     synth = Synthesizer.load(source, device=args.device, dtype=args.dtype, on_event=emitter)
     result = synth.speak_to_file(text, args.output, options, fmt, emitter, stream=args.stream)
     result["summary"] = (f"Wrote {result['path']} ({result['duration_s']:.1f} s of audio in "
@@ -94,7 +98,8 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     if args.model:
         first = {"op": "load", "id": "initial", "voice": args.model,
                  "checkpoint": args.checkpoint, "reference": args.reference,
-                 "speaker": args.speaker, "base": args.base}
+                 "reference_text": args.reference_text, "speaker": args.speaker,
+                 "base": args.base}
     # events go through the CLI's own writer: with --json that is the reserved
     # stdout stream, which library prints cannot corrupt
     served = serve(sys.stdin, emitter.callback, device=args.device, dtype=args.dtype,
@@ -133,12 +138,19 @@ def register(sub: Any) -> None:
     p.add_argument("model", metavar="MODEL_OR_VOICE",
                    help="exported voice, voice folder, run folder, checkpoint or base model")
     p.add_argument("text", nargs="?", help="the text; - reads stdin")
-    p.add_argument("-o", "--output", required=True, help="output file (.wav, .flac, .ogg)")
+    p.add_argument("-o", "--output", required=True,
+                   help="output file (.wav, .flac, .ogg, .opus, .mp3)")
     p.add_argument("--text-file", help="read the text from this UTF-8 file")
     p.add_argument("--reference", help="reference clip: zero-shot preview with a base model")
+    p.add_argument("--reference-text", help="what is said in the reference clip: in-context "
+                   "cloning (default: the voice's own transcript of that clip, if any)")
+    p.add_argument("--x-vector-only", action="store_true",
+                   help="clone from the reference clip's speaker vector alone")
+    p.add_argument("--instruct", help="style instruction, for models that take one "
+                   "(1.7B CustomVoice); says so when it has no effect")
     p.add_argument("--checkpoint", help="checkpoint of the run: name, step or 'latest'")
     p.add_argument("--speaker", help="speaker name when the model has several")
-    p.add_argument("--format", choices=("wav", "flac", "ogg"),
+    p.add_argument("--format", choices=FORMATS,
                    help="audio format (default: from the file name, else wav)")
     p.add_argument("--stream", action="store_true",
                    help="also write each chunk as OUT.partNN.wav as soon as it is ready")
@@ -162,6 +174,7 @@ def register(sub: Any) -> None:
     p.add_argument("model", nargs="?", metavar="MODEL_OR_VOICE", help="voice to load at start")
     p.add_argument("--checkpoint")
     p.add_argument("--reference")
+    p.add_argument("--reference-text")
     p.add_argument("--speaker")
     p.add_argument("--device")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))

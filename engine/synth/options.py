@@ -9,7 +9,12 @@ from typing import Any
 from ..errors import InputError
 from .text import DEFAULT_CHUNK_CHARS
 
-FORMATS = ("wav", "flac", "ogg")
+#: output formats by name; mp3 and opus only where the installed libsndfile
+#: writes them (1.1+ for MP3, 1.0.29+ for Opus), see `available_formats`
+FORMATS = ("wav", "flac", "ogg", "opus", "mp3")
+#: file extensions that name a format
+EXTENSIONS = {"wav": "wav", "wave": "wav", "flac": "flac", "ogg": "ogg", "oga": "ogg",
+              "opus": "opus", "mp3": "mp3"}
 
 
 def _check(cond: bool, message: str, hint: str | None = None) -> None:
@@ -56,6 +61,9 @@ class SpeakOptions:
     #: whole text in the prompt (True) or fed as speech goes (False); None:
     #: the official default for the voice kind
     non_streaming: bool | None = None
+    #: style instruction for models that take one (released 1.7B CustomVoice);
+    #: ignored, with a warning, where it has no effect
+    instruct: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("temperature", "subtalker_temperature"):
@@ -82,6 +90,8 @@ class SpeakOptions:
                f"(got {self.batch_size}).")
         _check(bool(self.language and self.language.strip()), "language must not be empty.",
                "Use 'auto' to let the model decide.")
+        _check(self.instruct is None or len(self.instruct) <= 2000,
+               "instruct must be at most 2000 characters.")
 
     def replace(self, **changes: Any) -> SpeakOptions:
         return dataclasses.replace(self, **changes)
@@ -101,15 +111,42 @@ class SpeakOptions:
             raise InputError(f"Bad speech options: {exc}.") from exc
 
 
+def available_formats() -> tuple[str, ...]:
+    """The formats this machine can write (asks libsndfile; WAV/FLAC/OGG always)."""
+    try:
+        import soundfile as sf
+    except (ImportError, OSError):
+        return FORMATS[:3]
+    found = []
+    for fmt in FORMATS:
+        container, subtype = {"opus": ("OGG", "OPUS"), "mp3": ("MP3", "MPEG_LAYER_III")}.get(
+            fmt, (fmt.upper(), None))
+        if subtype is None or subtype in sf.available_subtypes(container):
+            found.append(fmt)
+    return tuple(found)
+
+
 def audio_format(path: str, requested: str | None) -> str:
-    """The output format: `requested`, else the file extension, else WAV."""
+    """The output format: `requested`, else the file extension (none: WAV).
+
+    An extension that names no format is an error, never a WAV under a
+    misleading name.
+    """
     if requested:
         fmt = requested.lower().lstrip(".")
+        fmt = EXTENSIONS.get(fmt, fmt)
     else:
-        suffix = path.rsplit(".", 1)[-1].lower() if "." in path else "wav"
-        fmt = "ogg" if suffix in ("oga", "opus") else suffix
-        if fmt not in FORMATS:
-            fmt = "wav"
+        name = path.replace("\\", "/").rsplit("/", 1)[-1]
+        suffix = name.rsplit(".", 1)[-1].lower() if "." in name.lstrip(".") else ""
+        if not suffix:
+            return "wav"
+        _check(suffix in EXTENSIONS, f"The output name {name!r} ends in .{suffix}, which is "
+               "not an audio format Voxshard writes.",
+               f"Use one of: {', '.join('.' + e for e in sorted(set(EXTENSIONS)))}, "
+               "or give --format.")
+        fmt = EXTENSIONS[suffix]
     _check(fmt in FORMATS, f"Audio format {fmt!r} is not supported.",
            f"Use one of: {', '.join(FORMATS)}.")
+    _check(fmt in available_formats(), f"This machine's libsndfile cannot write {fmt}.",
+           f"Use one of: {', '.join(available_formats())} (or upgrade libsndfile).")
     return fmt

@@ -8,6 +8,17 @@ the whole text is in the prompt and the talker then only sees tts_pad; in
 streaming mode (the official default for voice cloning) one text token goes
 in per generated frame.
 
+In-context cloning (a Base model given a reference clip and its transcript,
+the official `generate_voice_clone` default) continues the reference: the
+text channel carries the reference transcript then the new text, the codec
+channel codec_bos then the reference clip's frames (all 16 codebooks' input
+embeddings summed per frame). Non-streaming puts the whole text first, then
+the frames under tts_pad; streaming sums the two channels position by
+position and feeds whatever text is left during generation.
+
+An instruction (custom-voice models that take one) is its own text segment,
+`<|im_start|>user ... <|im_end|>`, in front of everything.
+
 Projections are called with the same groupings as the official code (role,
 control, text, first token), because a matrix product over a different
 number of rows may round differently and greedy decoding must match exactly.
@@ -15,11 +26,44 @@ number of rows may round differently and greedy decoding must match exactly.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .decoding import Prefill
+
+
+@dataclass(frozen=True)
+class IclPrompt:
+    """The reference of in-context cloning: its transcript's token ids and its codec frames."""
+
+    ref_ids: torch.Tensor  # [1, n] transcript tokens, without role tokens
+    ref_codes: torch.Tensor  # [T, 16] codec frames of the reference clip
+
+
+def ref_text_ids(processor: Any, text: str, device: torch.device) -> torch.Tensor:
+    """Token ids of a reference transcript, as the official voice clone slices them."""
+    wrapped = f"<|im_start|>assistant\n{text}<|im_end|>\n"
+    ids = processor(text=wrapped, return_tensors="pt", padding=True)["input_ids"]
+    ids = ids if ids.dim() == 2 else ids[None]
+    return ids[:, 3:-2].to(device)
+
+
+def instruct_ids(processor: Any, instruct: str, device: torch.device) -> torch.Tensor:
+    wrapped = f"<|im_start|>user\n{instruct}<|im_end|>\n"
+    ids = processor(text=wrapped, return_tensors="pt", padding=True)["input_ids"]
+    ids = ids if ids.dim() == 2 else ids[None]
+    return ids.to(device)
+
+
+def _ref_codec_embed(model: Any, codes: torch.Tensor) -> torch.Tensor:
+    """[1, T, H]: each reference frame's 16 codebook input embeddings, summed."""
+    talker = model.talker
+    parts = [talker.get_input_embeddings()(codes[:, :1])]
+    embeds = talker.code_predictor.get_input_embeddings()
+    parts += [embeds[i - 1](codes[:, i:i + 1]) for i in range(1, codes.shape[1])]
+    return torch.cat(parts, dim=1).sum(1).unsqueeze(0)
 
 
 def _text_ids(processor: Any, text: str, device: torch.device) -> torch.Tensor:
@@ -31,11 +75,14 @@ def _text_ids(processor: Any, text: str, device: torch.device) -> torch.Tensor:
 
 @torch.inference_mode()
 def build_prefill(model: Any, processor: Any, texts: list[str], speaker: torch.Tensor | None,
-                  language_id: int | None, non_streaming: bool) -> Prefill:
+                  language_id: int | None, non_streaming: bool, icl: IclPrompt | None = None,
+                  instruct: torch.Tensor | None = None) -> Prefill:
     """Prefill for `texts` (one row each), all with the same speaker and language.
 
     `speaker` is a talker-width vector (a custom voice's embedding row or an
     x-vector); None leaves the speaker slot out, as the official code does.
+    `icl`: continue this reference clip (in-context cloning). `instruct`:
+    instruction token ids (`instruct_ids`) put in front of every row.
     """
     talker = model.talker
     cfg = model.config
@@ -63,6 +110,12 @@ def build_prefill(model: Any, processor: Any, texts: list[str], speaker: torch.T
     control.append(codec([tc.codec_pad_id, tc.codec_bos_id]))
     control_embed = torch.cat(control, dim=1)
 
+    ref_frames = None
+    if icl is not None:
+        ref_frames = torch.cat((codec([tc.codec_bos_id]),
+                                _ref_codec_embed(model, icl.ref_codes.to(device))), dim=1)
+    lead = project(instruct.to(device)) if instruct is not None else None
+
     rows: list[torch.Tensor] = []
     trailing: list[torch.Tensor] = []
     for text in texts:
@@ -72,7 +125,24 @@ def build_prefill(model: Any, processor: Any, texts: list[str], speaker: torch.T
         head = head + control_embed[:, :-1]
         row = torch.cat((role, head), dim=1)
         body = ids[:, 3:-5]
-        if non_streaming:
+        if icl is not None and ref_frames is not None:
+            # one projection over transcript + text, as the official call groups it
+            joined = torch.cat((project(torch.cat((icl.ref_ids.to(device), body), dim=-1)),
+                                    tts_eos), dim=1)
+            n_text, n_codec = joined.shape[1], ref_frames.shape[1]
+            if non_streaming:
+                joined = joined + codec([tc.codec_pad_id] * n_text)
+                row = torch.cat((row, joined, ref_frames + tts_pad), dim=1)
+                trailing.append(tts_pad)
+            elif n_text > n_codec:
+                row = torch.cat((row, joined[:, :n_codec] + ref_frames), dim=1)
+                trailing.append(joined[:, n_codec:])
+            else:
+                joined = torch.cat((joined, tts_pad.expand(-1, n_codec - n_text, -1)),
+                                       dim=1)
+                row = torch.cat((row, joined + ref_frames), dim=1)
+                trailing.append(tts_pad)
+        elif non_streaming:
             text_part = torch.cat((project(body), tts_eos), dim=1)
             text_part = text_part + codec([tc.codec_pad_id] * (body.shape[1] + 1))
             row = torch.cat((row, text_part, tts_pad + codec([tc.codec_bos_id])), dim=1)
@@ -81,6 +151,8 @@ def build_prefill(model: Any, processor: Any, texts: list[str], speaker: torch.T
             first = project(ids[:, 3:4]) + control_embed[:, -1:]
             row = torch.cat((row, first), dim=1)
             trailing.append(torch.cat((project(ids[:, 4:-5]), tts_eos), dim=1))
+        if lead is not None:
+            row = torch.cat((lead, row), dim=1)
         rows.append(row)
 
     lengths = [r.shape[1] for r in rows]

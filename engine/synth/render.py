@@ -74,16 +74,34 @@ def match_loudness(audio: np.ndarray, target_lufs: float | None,
     return result.audio, (after if np.isfinite(after) else None)
 
 
-_SUBTYPES = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "ogg": ("OGG", "VORBIS")}
+_SUBTYPES = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "ogg": ("OGG", "VORBIS"),
+             "opus": ("OGG", "OPUS"), "mp3": ("MP3", "MPEG_LAYER_III")}
+
+
+def user_file_mode() -> int:
+    """The mode a plain new file gets from this process (0o666 less the umask).
+
+    Atomic writes start from a private temporary file (mkstemp: owner only);
+    a finished output must look like any file the user creates."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def write_audio(path: str | os.PathLike[str], audio: np.ndarray, fmt: str = "wav",
                 sample_rate: int = SAMPLE_RATE) -> Path:
-    """Write mono audio atomically as 16-bit WAV/FLAC or Ogg Vorbis."""
+    """Write mono audio atomically: 16-bit WAV/FLAC, Ogg Vorbis, Ogg Opus or MP3
+    (the last two where libsndfile writes them), with the user's normal permissions."""
     import soundfile as sf
 
+    from .options import available_formats
+
     if fmt not in _SUBTYPES:
-        raise InputError(f"Audio format {fmt!r} is not supported.", "Use wav, flac or ogg.")
+        raise InputError(f"Audio format {fmt!r} is not supported.",
+                         f"Use one of: {', '.join(_SUBTYPES)}.")
+    if fmt not in available_formats():
+        raise InputError(f"This machine's libsndfile cannot write {fmt}.",
+                         f"Use one of: {', '.join(available_formats())}.")
     container, subtype = _SUBTYPES[fmt]
     target = Path(path)
     if target.is_dir():
@@ -91,4 +109,5 @@ def write_audio(path: str | os.PathLike[str], audio: np.ndarray, fmt: str = "wav
     data = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
     with atomic_path(target, suffix=f".{fmt}") as tmp:
         sf.write(str(tmp), data, sample_rate, format=container, subtype=subtype)
+        os.chmod(tmp, user_file_mode())
     return target

@@ -99,6 +99,8 @@ class Synthesizer:
         self.source = source
         self.speaker_vector = speaker_vector
         self.fast = FastTalker(self.model)
+        #: in-context cloning prompt (zero-shot with a transcript), else None
+        self.icl: Any = None
         self._lock = threading.Lock()
         self._overwritten: set[str] = set()
 
@@ -127,6 +129,7 @@ class Synthesizer:
         from .voice import load_checkpoint_weights, reference_x_vector, voice_x_vector
 
         emitter = as_emitter(on_event)
+        icl = None
         with self._lock:
             if source.kind == "custom_voice":
                 if source.model_dir != self.source.model_dir:
@@ -135,9 +138,19 @@ class Synthesizer:
                 embedding = self.model.talker.get_input_embeddings().weight
                 self.speaker_vector = embedding[spk_id].detach().clone()
             elif source.kind == "zero_shot":
-                self._restore_base()
+                from .prompt import IclPrompt, ref_text_ids
+                from .voice import reference_audio, reference_codes
+
                 assert source.reference is not None
-                self.speaker_vector = reference_x_vector(self.model, source.reference)
+                audio = reference_audio(source.reference)  # bad clips fail before any change
+                self._restore_base()
+                if source.reference_text:
+                    icl = IclPrompt(ref_text_ids(self.processor, source.reference_text,
+                                                 self.fast.device),
+                                    reference_codes(self.model, audio).to(self.fast.device))
+                self.speaker_vector = reference_x_vector(self.model, source.reference, audio)
+                if source.extra.get("note"):
+                    emitter.log(str(source.extra["note"]), level="warning")
             elif source.kind == "checkpoint":
                 assert source.checkpoint is not None
                 if source.voice_dir is None:
@@ -156,6 +169,7 @@ class Synthesizer:
                 self.speaker_vector = voice_x_vector(self.model, source.voice_dir)
             else:
                 raise InputError(f"Unknown voice kind {source.kind!r}.")
+            self.icl = icl
             self.source = source
 
     def _restore_base(self) -> None:
@@ -229,6 +243,34 @@ class Synthesizer:
                                                             "repetition_penalty")),
                               sync_every=sync)
 
+    def instruct_effect(self) -> str | None:
+        """Why an instruction would do nothing with this voice (None: the model takes it)."""
+        size = str(getattr(self.model, "tts_model_size", "") or "")
+        if self.source.kind == "zero_shot":
+            return ("Base models take no instruction (the official voice clone has none), "
+                    "so it was ignored.")
+        if "0b6" in size:
+            return ("0.6B models take no instruction (the official code drops it), "
+                    "so it was ignored.")
+        return None
+
+    def instruct_ids(self, options: SpeakOptions, emitter: Emitter) -> Any:
+        """Token ids of `options.instruct` where the model takes one, else None (said why)."""
+        if not options.instruct:
+            return None
+        reason = self.instruct_effect()
+        if reason is not None:
+            emitter.log(reason, level="warning")
+            return None
+        spk_ids = self.model.config.talker_config.spk_id or {}
+        if self.source.kind == "checkpoint" or list(spk_ids.values()) == [3000]:
+            # Voxshard voices (runs and their exports) fill speaker slot 3000 of a Base model
+            emitter.log("This voice was fine-tuned from a Base model, which was never trained "
+                        "on instructions: expect little or no effect.", level="warning")
+        from .prompt import instruct_ids
+
+        return instruct_ids(self.processor, options.instruct, self.fast.device)
+
     def _non_streaming(self, options: SpeakOptions) -> bool:
         if options.non_streaming is not None:
             return options.non_streaming
@@ -253,6 +295,7 @@ class Synthesizer:
         settings = self.decode_settings(options)
         language_id = self._language_id(options.language)
         non_streaming = self._non_streaming(options)
+        instruct = self.instruct_ids(options, emitter)
         out: list[Any] = [None] * len(chunks)
         total_frames = sum(c.max_frames for c in chunks)
         done_chunks = 0
@@ -267,7 +310,8 @@ class Synthesizer:
             picked = order[start:start + options.batch_size]
             rows = [chunks[i] for i in picked]
             prefill = build_prefill(self.model, self.processor, [c.text for c in rows],
-                                    self.speaker_vector, language_id, non_streaming)
+                                    self.speaker_vector, language_id, non_streaming,
+                                    icl=self.icl, instruct=instruct)
             limit = max(c.max_frames for c in rows)
             last = [0.0]
 
@@ -308,12 +352,22 @@ class Synthesizer:
         tokenizer = self.model.speech_tokenizer
         waves: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in codes]
         todo = [i for i, c in enumerate(codes) if c is not None and len(c) > 0]
+        ref = None if self.icl is None else self.icl.ref_codes
         with torch.inference_mode():
             for start in range(0, len(todo), group):
                 picked = todo[start:start + group]
-                wavs, _sr = tokenizer.decode([{"audio_codes": codes[i]} for i in picked])
-                for i, wav in zip(picked, wavs, strict=True):
-                    waves[i] = np.asarray(wav, dtype=np.float32)
+                if ref is None:
+                    items = [codes[i] for i in picked]
+                else:
+                    # in-context speech continues the reference: decode it with the
+                    # reference frames in front, then cut them off (as the official call)
+                    items = [torch.cat((ref.to(codes[i].device), codes[i])) for i in picked]
+                wavs, _sr = tokenizer.decode([{"audio_codes": c} for c in items])
+                for i, item, wav in zip(picked, items, wavs, strict=True):
+                    wav = np.asarray(wav, dtype=np.float32)
+                    if ref is not None:
+                        wav = wav[int(len(ref) / max(len(item), 1) * wav.shape[0]):]
+                    waves[i] = wav
         return waves
 
     def speak(self, text: str, options: SpeakOptions | None = None,

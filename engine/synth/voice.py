@@ -6,8 +6,10 @@ Three kinds of voice:
 - ``checkpoint``: a training run's checkpoint, built in memory from the base
   model plus the checkpoint's trained weights (no export step), speaking with
   the voice's x-vector in the speaker slot, exactly as training saw it;
-- ``zero_shot``: a base model plus a reference clip (x-vector only), the
-  preview of the voice before any training.
+- ``zero_shot``: a base model plus a reference clip, the preview of the voice
+  before any training: in-context cloning when the clip's transcript is known
+  (given, or the voice's own transcript of that clip), else the clip's
+  x-vector alone.
 
 Resolution is pure path logic (no torch) so errors come fast and clear.
 """
@@ -36,6 +38,8 @@ class VoiceSource:
     label: str  # short human name ("step 200", "zero-shot", export name)
     checkpoint: Path | None = None
     reference: Path | None = None
+    #: transcript of `reference`: in-context cloning (None: x-vector only)
+    reference_text: str | None = None
     speaker: str | None = None
     voice_dir: Path | None = None
     run_dir: Path | None = None
@@ -45,6 +49,9 @@ class VoiceSource:
         return {"kind": self.kind, "model": str(self.model_dir), "label": self.label,
                 "checkpoint": str(self.checkpoint) if self.checkpoint else None,
                 "reference": str(self.reference) if self.reference else None,
+                "reference_text": self.reference_text,
+                "mode": (None if self.kind != "zero_shot"
+                         else "in_context" if self.reference_text else "x_vector"),
                 "speaker": self.speaker,
                 "voice": str(self.voice_dir) if self.voice_dir else None}
 
@@ -178,10 +185,51 @@ def _checkpoint_source(run_dir: Path, which: str | None, base: str | None) -> Vo
                        speaker=_run_speaker(run_dir))
 
 
+def reference_transcript(clip: Path) -> str | None:
+    """What is said in `clip`, when the workspace knows it: the voice's prepared
+    manifest (clips), a take's metadata (takes), or a same-named .txt beside it."""
+    clip = Path(clip).expanduser()
+    resolved = clip.resolve()
+    if clip.parent.name == "clips" and clip.parent.parent.name == "prepared":
+        voice = clip.parent.parent.parent
+        try:
+            from ..data.codes import read_manifest
+
+            for entry in read_manifest(voice, usable_only=False):
+                if (voice / entry["path"]).resolve() == resolved and entry.get("text"):
+                    return str(entry["text"]).strip() or None
+        except (VoxshardError, OSError, KeyError):
+            pass
+    for sidecar in (clip.with_suffix(".json"), clip.with_suffix(".txt")):
+        if not sidecar.is_file() or sidecar == clip:
+            continue
+        try:
+            raw = sidecar.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if sidecar.suffix == ".json":
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                continue
+            text = data.get("text") if isinstance(data, dict) else None
+            if isinstance(text, str) and text.strip():
+                return text.strip()
+        elif raw.strip():
+            return raw.strip()
+    return None
+
+
 def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = None,
                    reference: str | os.PathLike[str] | None = None, speaker: str | None = None,
-                   base: str | None = None) -> VoiceSource:
-    """Turn MODEL_OR_VOICE (+ options) into a `VoiceSource`, or say clearly why not."""
+                   base: str | None = None, reference_text: str | None = None,
+                   x_vector_only: bool = False) -> VoiceSource:
+    """Turn MODEL_OR_VOICE (+ options) into a `VoiceSource`, or say clearly why not.
+
+    With a reference clip: in-context cloning with `reference_text`, or with
+    the transcript the workspace holds for that clip; x-vector only when no
+    transcript is known or `x_vector_only`.
+    """
     text = str(target).strip()
     if not text:
         raise InputError("No voice or model was given.",
@@ -191,6 +239,12 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
     if ref is not None and not ref.is_file():
         raise InputError(f"The reference clip {ref} does not exist.",
                          "Give a WAV/FLAC file of the speaker (5-15 seconds works well).")
+    if reference_text is not None and ref is None:
+        raise InputError("A reference text was given without a reference clip.",
+                         "Give the clip with --reference, or drop --reference-text.")
+    if reference_text is not None and not reference_text.strip():
+        raise InputError("The reference text is empty.",
+                         "Give what is said in the reference clip, or leave it out.")
 
     if ref is not None:
         # zero-shot: a base model, named directly or through a voice/run
@@ -208,8 +262,16 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
             raise ModelError(f"{model_dir.name} is a {info.model_type} model; a zero-shot "
                              "preview needs a base model.",
                              "Give a base model such as Qwen/Qwen3-TTS-12Hz-1.7B-Base.")
+        extra: dict[str, Any] = {}
+        text = None
+        if not x_vector_only:
+            text = reference_text.strip() if reference_text else reference_transcript(ref)
+            if text is None:
+                extra["note"] = (f"No transcript is known for {ref.name}, so the preview clones "
+                                 "from its speaker vector only; give --reference-text for "
+                                 "in-context cloning, which sounds closer.")
         return VoiceSource(kind="zero_shot", model_dir=model_dir, label="zero-shot",
-                           reference=ref)
+                           reference=ref, reference_text=text, extra=extra)
 
     if path.is_dir() and checkpoint_step(path) is not None:
         return _checkpoint_source(path.parent, str(path), base)
@@ -326,8 +388,8 @@ def load_checkpoint_weights(model: Any, checkpoint: Path) -> list[str]:
     return sorted(wanted)
 
 
-def reference_x_vector(model: Any, clip: Path) -> Any:
-    """Speaker-encoder x-vector of one clip (24 kHz mono), as the official clone prompt."""
+def reference_audio(clip: Path) -> Any:
+    """The reference clip as 24 kHz mono float32, checked long enough."""
     import numpy as np
 
     from ..audio.io import read_mono
@@ -336,7 +398,24 @@ def reference_x_vector(model: Any, clip: Path) -> Any:
     if audio.size < 24000 // 2:
         raise InputError(f"The reference clip {clip.name} is shorter than half a second.",
                          "Use 5-15 seconds of the speaker talking.")
-    return model.extract_speaker_embedding(np.ascontiguousarray(audio, dtype=np.float32), 24000)
+    if audio.size > 24000 * 60:
+        raise InputError(f"The reference clip {clip.name} is longer than a minute.",
+                         "Use 5-15 seconds of the speaker talking.")
+    return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+def reference_x_vector(model: Any, clip: Path, audio: Any = None) -> Any:
+    """Speaker-encoder x-vector of one clip (24 kHz mono), as the official clone prompt."""
+    audio = reference_audio(clip) if audio is None else audio
+    return model.extract_speaker_embedding(audio, 24000)
+
+
+def reference_codes(model: Any, audio: Any) -> Any:
+    """The codec frames [T, 16] of 24 kHz reference audio (what in-context cloning continues)."""
+    import torch
+
+    with torch.inference_mode():
+        return model.speech_tokenizer.encode(audio, sr=24000).audio_codes[0]
 
 
 def voice_x_vector(model: Any, voice_dir: Path) -> Any:

@@ -147,7 +147,9 @@ class SpeechWorker:
                 raise InputError("The load request has no voice.", "Add \"voice\": PATH.")
             source = resolve_source(voice, checkpoint=req.get("checkpoint"),
                                     reference=req.get("reference"), speaker=req.get("speaker"),
-                                    base=req.get("base"))
+                                    base=req.get("base"),
+                                    reference_text=req.get("reference_text"),
+                                    x_vector_only=bool(req.get("x_vector_only", False)))
             same_base = (self._synth is not None and source.kind != "custom_voice"
                          and self._synth.source.kind != "custom_voice"
                          and source.model_dir == self._synth.source.model_dir)
