@@ -63,6 +63,19 @@ class SpeechService(QObject):
     def busy(self) -> bool:
         return bool(self.pending)
 
+    def holds_model(self) -> bool:
+        """The worker is up (and so may hold a model in GPU memory)."""
+        return self.job is not None and self.job.is_running()
+
+    def unload(self) -> bool:
+        """End the worker so its model leaves the GPU (training or a comparison needs
+        the memory); the next request starts it again. True when one was running."""
+        if not self.holds_model():
+            return False
+        assert self.job is not None
+        self.job.cancel()
+        return True
+
     def _on_event(self, ev: dict[str, Any]) -> None:
         rid = ev.get("request")
         if not rid:
