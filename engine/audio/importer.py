@@ -52,12 +52,16 @@ def _expand(paths: list[Path], skipped: list[dict[str, str]]) -> list[Path]:
 def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
                  transcripts: str | os.PathLike[str] | TranscriptIndex | None = None,
                  on_event: EventCallback | Emitter | None = None,
-                 cancel: Any = None) -> dict[str, Any]:
+                 cancel: Any = None, transcribe: bool | str | None = None) -> dict[str, Any]:
     """Copy audio files (and the audio in folders) into `voice` as takes.
 
     Transcripts: the explicit list `transcripts` first, then a same-named .txt,
     then an LJSpeech metadata.csv next to the audio or one folder up.
-    Returns {"imported": [...], "skipped": [...], "summary": str}.
+    `transcribe` (True, or a recogniser spec such as "pocketsphinx" or a Whisper
+    model): afterwards, speech recognition fills the missing transcripts of the
+    imported takes and flags doubtful ones (`engine.quality.transcribe`).
+    Returns {"imported": [...], "skipped": [...], "summary": str} (plus
+    "transcription" when transcribing).
     """
     em = as_emitter(on_event)
     if not paths:
@@ -118,9 +122,33 @@ def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
     no_text = sum(1 for t in imported if not t["text"])
     minutes = sum(t["duration_s"] or 0.0 for t in imported) / 60.0
     lines = [f"Imported {len(imported)} file(s), {minutes:.2f} min, into {voice.path}."]
-    if no_text:
+    transcription = None
+    if transcribe and imported:
+        transcription = _transcribe(voice, imported, transcribe, em, cancel)
+        lines.append(transcription["summary"])
+    elif no_text:
         lines.append(f"{no_text} of them have no transcript.")
     if skipped:
         lines.append(f"Skipped {len(skipped)}:")
         lines += [f"  {s['path']}: {s['reason']}" for s in skipped]
-    return {"imported": imported, "skipped": skipped, "summary": "\n".join(lines)}
+    out = {"imported": imported, "skipped": skipped, "summary": "\n".join(lines)}
+    if transcription is not None:
+        out["transcription"] = transcription
+    return out
+
+
+def _transcribe(voice: Voice, imported: list[dict[str, Any]], spec: bool | str, em: Emitter,
+                cancel: Any) -> dict[str, Any]:
+    """Speech recognition over the takes just imported; their rows get the new text."""
+    from ..quality.transcribe import transcribe_takes
+
+    result = transcribe_takes(voice, None if spec is True else str(spec),
+                              takes=[t["take"] for t in imported], on_event=em, cancel=cancel)
+    by_take = {r["take"]: r for r in result["takes"]}
+    for row in imported:
+        heard = by_take.get(row["take"])
+        if heard is not None:
+            if heard["filled"]:
+                row["text"], row["text_from"] = heard["text"], "asr"
+            row["doubtful"] = heard["doubtful"]
+    return result

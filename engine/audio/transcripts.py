@@ -247,3 +247,31 @@ def group_sentences(sentences: list[str], durations: list[float], tolerance: flo
         if abs(share - sd) / sd > tolerance:
             return None
     return [" ".join(g) for g in groups]
+
+
+# --- machine transcripts: one text per slice from the recogniser's word times --------------
+
+def texts_from_words(words: list[list[object]] | list[tuple[str, float, float]],
+                     spans_s: list[tuple[float, float]]) -> list[str] | None:
+    """Text for each slice (start_s, end_s) of a take from recognised words and their times.
+
+    A word belongs to the slice holding its midpoint (or, between slices, to the
+    nearest one). `words` are `[text, start_s, end_s]` as a take's `extra.asr.words`
+    stores them. None when there are no timed words (then prepare splits by length).
+    """
+    timed = []
+    for w in words:
+        try:
+            text, start, end = str(w[0]), float(w[1]), float(w[2])  # type: ignore[arg-type]
+        except (IndexError, TypeError, ValueError):
+            return None
+        if text.strip():
+            timed.append((text.strip(), (start + end) / 2.0))
+    if not timed or not spans_s:
+        return None
+    out: list[list[str]] = [[] for _ in spans_s]
+    for text, mid in timed:
+        best = min(range(len(spans_s)), key=lambda k: 0.0 if spans_s[k][0] <= mid < spans_s[k][1]
+                   else min(abs(mid - spans_s[k][0]), abs(mid - spans_s[k][1])))
+        out[best].append(text)
+    return [" ".join(ws) for ws in out]
