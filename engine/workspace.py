@@ -41,6 +41,10 @@ VOICE_FILE = "voice.toml"
 FORMAT_VERSION = 1
 TAKE_ID_RE = re.compile(r"^(\d{4,})(?:-[a-z0-9_-]+)?$")
 RECOMMENDED_MINUTES = 10.0
+#: a leftover in takes/ untouched this long belongs to no write still in progress
+STALE_AFTER_S = 600.0
+#: `engine.atomic` temporaries of take files: ".<take file name>.<random><suffix>"
+_TEMP_RE = re.compile(r"^\.\d{4,}[^/]*\.")
 
 #: prepare settings stored in voice.toml [prepare]; engine.audio.prepare reads them.
 #: The fields, their meaning and their limits live in engine.config.PrepareConfig.
@@ -329,6 +333,10 @@ class Voice:
         """Takes whose metadata is damaged or whose audio is missing."""
         return self._scan()[1]
 
+    def scan(self) -> tuple[list[Take], list[dict[str, str]]]:
+        """Takes and problems from one pass over takes/ (a reader needs both)."""
+        return self._scan()
+
     def _scan(self) -> tuple[list[Take], list[dict[str, str]]]:
         takes: list[Take] = []
         bad: list[dict[str, str]] = []
@@ -348,8 +356,80 @@ class Voice:
         takes.sort(key=_take_sort_key)
         return takes, bad
 
+    def sweep(self, stale_after_s: float = STALE_AFTER_S) -> dict[str, list[str]]:
+        """Finish what a killed import or recording left behind in takes/.
+
+        An audio file whose JSON was never written becomes a take without a
+        transcript (its bytes are kept; the Import page shows it for typing),
+        or is removed when it holds no readable audio (an id reserved, never
+        filled). A hidden temporary of an atomic write is removed. Only files
+        older than `stale_after_s` are touched, and not an audio file with a
+        fresh temporary beside it: a write in progress elsewhere is left alone.
+        """
+        from .audio.io import probe  # lazily: libsndfile only when needed
+
+        done: dict[str, list[str]] = {"recovered": [], "removed": []}
+        if not self.takes_dir.is_dir():
+            return done
+        now = _dt.datetime.now().timestamp()
+        stems: set[str] = set()
+        audio: list[os.DirEntry[str]] = []
+        temps: list[os.DirEntry[str]] = []
+        with os.scandir(self.takes_dir) as it:
+            for entry in it:
+                name = entry.name
+                if name.startswith("."):
+                    if _TEMP_RE.match(name):
+                        temps.append(entry)
+                elif name.endswith(".json"):
+                    stems.add(name[:-5])
+                elif TAKE_ID_RE.match(name.rsplit(".", 1)[0]):
+                    audio.append(entry)
+        busy: set[str] = set()
+        for entry in temps:
+            try:
+                if now - entry.stat().st_mtime < stale_after_s:
+                    busy.add(entry.name[1:].split(".", 1)[0])
+                    continue
+                os.unlink(entry.path)
+                done["removed"].append(entry.name)
+            except FileNotFoundError:
+                continue
+        for entry in audio:
+            take_id = entry.name.rsplit(".", 1)[0]
+            if take_id in stems or take_id in busy:
+                continue
+            try:
+                st = entry.stat()
+            except FileNotFoundError:
+                continue
+            if now - st.st_mtime < stale_after_s:
+                continue
+            path = Path(entry.path)
+            try:
+                info = probe(path)
+            except AudioError as exc:
+                if getattr(exc, "reason_code", "") in ("empty", "not_audio", "damaged"):
+                    path.unlink(missing_ok=True)  # no audio in it: nothing to keep
+                    done["removed"].append(entry.name)
+                continue  # unreadable for now (permissions...): leave it for a later open
+            take = Take(id=take_id, audio_path=path, meta_path=self.takes_dir / f"{take_id}.json",
+                        origin="imported", source=None, created=now_iso(),
+                        duration_s=round(info.duration_s, 4), sample_rate=info.sample_rate,
+                        channels=info.channels, sha256=file_sha256(path), bytes=st.st_size,
+                        extra={"recovered": "its metadata was never written"})
+            write_json(take.meta_path, take.to_dict())
+            done["recovered"].append(take_id)
+        return done
+
     def find_take(self, take_id: str) -> Take:
         """A take by id, or by its unique numeric prefix ("7" or "0007")."""
+        meta = self.takes_dir / f"{take_id}.json"
+        if TAKE_ID_RE.match(take_id) and meta.is_file():
+            # by its file name: no scan of every sidecar (a voice may hold thousands)
+            take = Take.from_meta(meta)
+            if take.id == take_id and take.audio_path.is_file():
+                return take
         takes = self.list_takes()
         for t in takes:
             if t.id == take_id:
@@ -385,8 +465,10 @@ class Voice:
         take.audio_path.unlink(missing_ok=True)
         return take
 
-    def summary(self) -> dict[str, Any]:
-        takes = self.list_takes()
+    def summary(self, scanned: tuple[list[Take], list[dict[str, str]]] | None = None
+                ) -> dict[str, Any]:
+        """Totals and the verdict; `scanned` reuses a `scan()` the caller already made."""
+        takes, problems = scanned if scanned is not None else self._scan()
         recorded_s = sum(t.duration_s or 0.0 for t in takes)
         out: dict[str, Any] = {
             "path": str(self.path), "speaker": self.speaker, "display_name": self.display_name,
@@ -396,7 +478,7 @@ class Voice:
             "without_text": sum(1 for t in takes if not t.text),
             "minutes_recorded": round(recorded_s / 60.0, 3),
             "recommended_minutes": float(self.prepare_settings["recommended_minutes"]),
-            "problems": self.problems(),
+            "problems": problems,
             "prepared": None,
         }
         report = self.prepared_dir / "report.json"
@@ -510,7 +592,12 @@ def open_voice(path: str | os.PathLike[str]) -> Voice:
     if int(voice_table.get("format", 1)) > FORMAT_VERSION:
         raise WorkspaceError(f"{display_path(root)} was made by a newer Voxshard.",
                              "Update Voxshard to open it.")
-    return Voice(root, config)
+    voice = Voice(root, config)
+    try:
+        voice.sweep()
+    except (OSError, WorkspaceError):
+        pass  # a read-only or damaged folder still opens; nothing was lost by not sweeping
+    return voice
 
 
 def list_voices(workspace: str | os.PathLike[str]) -> list[Path]:

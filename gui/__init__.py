@@ -6,6 +6,8 @@ import ctypes
 import sys
 
 __version__ = "0.1.0"
+#: PySide6 releases whose emit() drops references to True/False/None
+AFFECTED_PYSIDE = ("6.12.0",)
 
 
 def _pin_bool_singletons() -> None:
@@ -17,9 +19,14 @@ def _pin_bool_singletons() -> None:
     run drives the count to zero and CPython aborts ("bool_dealloc",
     "none_dealloc"). Python 3.12+ makes these singletons immortal; on older
     interpreters we give them the same property by adding a huge reference
-    count once. Harmless where the bug is fixed.
+    count once, and only under the affected release (pyproject excludes it;
+    this guards an environment that installed it anyway).
     """
     if sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
+        return
+    from PySide6 import __version__ as pyside_version  # the package only, not Qt
+
+    if pyside_version not in AFFECTED_PYSIDE:
         return
     for singleton in (True, False, None):
         ctypes.c_ssize_t.from_address(id(singleton)).value += 1 << 40

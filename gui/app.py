@@ -31,8 +31,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import __version__, voicedata
+from engine.catalog import VoiceSnapshot, speaker_name
+
+from . import __version__
 from .context import APP_NAME, ORG_NAME, AppContext, default_workspace
+from .jobs import EngineJob
 from .pages.base import Page
 from .pages.help import HelpPage
 from .pages.importer import ImportPage
@@ -51,11 +54,10 @@ PAGE_CLASSES: list[type[Page]] = [VoicesPage, RecordPage, ImportPage, PreparePag
 
 
 def versions() -> list[tuple[str, str]]:
-    """Versions for the About box; engine packages are looked up, never imported."""
+    """The window's own versions for the About box (the engine reports its own)."""
     out = [("Voxshard", __version__), ("Python", platform.python_version()),
            ("Qt", qVersion()), ("PySide6", pyside_version)]
-    for dist in ("pyqtgraph", "numpy", "sounddevice", "soundfile", "torch", "ray",
-                 "transformers", "qwen-tts"):
+    for dist in ("pyqtgraph", "numpy", "sounddevice", "soundfile"):
         try:
             out.append((dist, metadata.version(dist)))
         except metadata.PackageNotFoundError:
@@ -108,6 +110,13 @@ class MainWindow(QMainWindow):
         self.ctx.status.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         self.ctx.jobs.changed.connect(self._jobs_changed)
         self.ctx.voice_changed.connect(self._voice_changed)
+        self.ctx.reader.voice_loaded.connect(self._voice_read)
+        # what `voxshard-engine version` answered (None: not asked yet / no answer)
+        self.engine_versions: dict[str, str] | None = None
+        self._engine_error = ""
+        self._version_warned = False
+        self._about: QMessageBox | None = None
+        self._version_job: EngineJob | None = None
 
         self._shortcuts()
         if self.theme is not None:
@@ -197,9 +206,26 @@ class MainWindow(QMainWindow):
             self.voice_badge.setText("No voice open")
             self.setWindowTitle(APP_NAME)
         else:
-            name = voicedata.speaker_name(voice)
+            snap = self.ctx.reader.cached(voice)
+            name = snap.speaker if snap is not None else speaker_name(voice)  # one small file
             self.voice_badge.setText(f"<b>{name}</b><br><span>{voice.name}</span>")
             self.setWindowTitle(f"{name} — {APP_NAME}")
+
+    def _voice_read(self, voice: Path, snap: VoiceSnapshot) -> None:
+        if voice == self.ctx.voice:  # a rename shows in the badge and the title
+            self._voice_changed(voice)
+
+    def open_path(self, path: Path) -> bool:
+        """Open a voice folder given on the command line (or by the desktop entry's %F)."""
+        folder = path.parent if path.name == "voice.toml" else path
+        if not (folder / "voice.toml").is_file():
+            self.statusBar().showMessage(
+                f"{path} is not a voice folder; open a folder that holds a voice.toml.", 15000)
+            return False
+        folder = folder.resolve()
+        self.ctx.set_workspace(folder.parent)
+        self.ctx.set_voice(folder)
+        return True
 
     def _jobs_changed(self) -> None:
         running = self.ctx.jobs.running()
@@ -216,15 +242,64 @@ class MainWindow(QMainWindow):
 
     # -- about / close ---------------------------------------------------------------------
     def show_about(self) -> QMessageBox:
-        rows = "".join(f"<tr><td>{k}</td><td>&nbsp;&nbsp;{v}</td></tr>" for k, v in versions())
         box = QMessageBox(self)
         box.setWindowTitle("About Voxshard")
         box.setIconPixmap(app_icon().pixmap(64, 64))
         box.setText("<h3>Voxshard</h3><p>Clone a voice on your own machine: record, prepare, "
                     "fine-tune Qwen3-TTS with Ray + FSDP2, speak.</p>")
-        box.setInformativeText(f"<table>{rows}</table><p>Apache-2.0</p>")
+        self._about = box
+        box.finished.connect(lambda _r: setattr(self, "_about", None))
+        self._fill_about()
+        if self.engine_versions is None:
+            self.check_engine()  # the engine's packages are the engine's to report
         box.open()
         return box
+
+    def _fill_about(self) -> None:
+        if self._about is None:
+            return
+
+        def table(rows: list[tuple[str, str]]) -> str:
+            return "<table>" + "".join(f"<tr><td>{k}</td><td>&nbsp;&nbsp;{v}</td></tr>"
+                                       for k, v in rows) + "</table>"
+        if self.engine_versions is not None:
+            engine = table(list(self.engine_versions.items()))
+        else:
+            engine = f"<p>{self._engine_error or 'Asking the engine…'}</p>"
+        self._about.setInformativeText(f"<p><b>Window</b></p>{table(versions())}"
+                                       f"<p><b>Engine</b></p>{engine}<p>Apache-2.0</p>")
+
+    def check_engine(self) -> EngineJob:
+        """Ask the engine its versions in the background; warn once if it is another release.
+
+        Not one of the manager's jobs: a read-only answer in a fraction of a
+        second, which a quit neither waits for nor asks about.
+        """
+        if self._version_job is not None and self._version_job.is_running():
+            return self._version_job
+        job = self._version_job = EngineJob(["version"], title="Engine version",
+                                            kill_after_s=2.0, parent=self)
+        job.succeeded.connect(lambda r: self._engine_answered(r.get("versions") or {}, ""))
+        job.failed.connect(lambda _c, msg, hint: self._engine_answered(
+            None, f"The engine did not answer: {msg} {hint}".strip()))
+        job.start()
+        return job
+
+    def _engine_answered(self, found: dict[str, str] | None, error: str) -> None:
+        self.engine_versions = {str(k): str(v) for k, v in found.items()} \
+            if found is not None else None
+        self._engine_error = error
+        self._fill_about()
+        engine = (found or {}).get("voxshard-engine")
+        if engine and engine != __version__ and not self._version_warned:
+            self._version_warned = True
+            box = QMessageBox(QMessageBox.Icon.Warning, "Different engine version",
+                              f"This window is Voxshard {__version__}, but the engine it starts "
+                              f"is version {engine}.", QMessageBox.StandardButton.Ok, self)
+            box.setInformativeText("Install the window and the engine from the same release "
+                                   "(or point VOXSHARD_ENGINE at the matching engine); jobs "
+                                   "may fail or read results wrongly until then.")
+            box.open()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         running = self.ctx.jobs.running()
@@ -302,6 +377,9 @@ class MainWindow(QMainWindow):
         self.page(TrainPage).redraw_timer.stop()
         self.ctx.player.stop()
         self.ctx.jobs.shutdown()
+        self.ctx.reader.shutdown()
+        if self._version_job is not None:
+            self._version_job.force_stop()
         self.ctx.settings.sync()
 
 
@@ -355,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     theme.apply()
     window = MainWindow(theme=theme)
     window.show()
+    # `voxshard VOICE_FOLDER` (the desktop entry passes files with %F): open it
+    for arg in app.arguments()[1:]:
+        if not arg.startswith("-"):
+            window.open_path(Path(arg))
+            break
+    window.check_engine()  # a bundle and an engine of different releases: warn once
     _quit_on_signals(window)
     # what start-up built lives until exit: take it out of the garbage
     # collector's view, so a full collection during training is no 100 ms pause

@@ -10,6 +10,7 @@ from PySide6.QtCore import QObject, QSettings, Signal
 from .audio import Player
 from .jobs import JobManager
 from .speech import SpeechService
+from .workspace_reader import WorkspaceReader
 
 APP_NAME = "Voxshard"
 ORG_NAME = "Voxshard"
@@ -40,6 +41,19 @@ class AppContext(QObject):
         saved = self.settings.value("workspace")
         if saved:
             self.workspace = Path(str(saved))
+        # pages read the workspace through this (off the GUI thread, cached); connected
+        # before any page, so a change is being re-read by the time pages refresh
+        self.reader = WorkspaceReader(self)
+        self.voice_changed.connect(self._read_voice)
+        self.data_changed.connect(self._read_voice)
+        self.workspace_changed.connect(lambda ws: self.reader.load_voices(ws))
+
+    def _read_voice(self, *_: object) -> None:
+        self.reader.watch(self.voice)
+        if self.voice is not None:
+            self.reader.load_voice(self.voice)
+        if self.workspace is not None:
+            self.reader.load_voices(self.workspace)
 
     def set_workspace(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)

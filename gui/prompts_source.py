@@ -7,7 +7,6 @@ so the order survives restarts and a crash.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 
@@ -33,17 +32,17 @@ class PromptSource:
         self.done: set[str] = set()
         self.error = ""
 
-    def load(self, voice: Path) -> None:
+    def load(self, set_name: str, done: set[str]) -> None:
+        """The voice's prompt set, and the prompt ids its takes already hold (a snapshot's)."""
         from engine import prompts as engine_prompts
         from engine.errors import VoxshardError
-        from engine.workspace import open_voice
 
         try:
-            v = open_voice(voice)
-            self.set_name = v.prompt_set
-            prompt_set = engine_prompts.get_prompt_set(self.set_name)
-            self.prompts = [_as_prompt(p) for p in prompt_set.prompts]
-            self.done = {t.prompt_id for t in v.list_takes() if t.prompt_id}
+            if set_name != self.set_name or not self.prompts:
+                prompt_set = engine_prompts.get_prompt_set(set_name)
+                self.prompts = [_as_prompt(p) for p in prompt_set.prompts]
+            self.set_name = set_name
+            self.done = set(done)
             self.error = ""
         except VoxshardError as exc:
             self.prompts, self.done, self.error = [], set(), exc.message

@@ -44,21 +44,45 @@ def test_window_has_every_page_and_navigates(qtbot, window: MainWindow) -> None:
     assert window.page(HelpPage).table.rowCount() >= 10
 
 
-def test_about_lists_versions_without_importing_torch(qtbot, window: MainWindow) -> None:
+def test_about_asks_the_engine_for_its_versions(qtbot, window: MainWindow) -> None:
     import subprocess
     import sys
 
     names = dict(versions())
-    assert names["Voxshard"] and names["PySide6"] and "torch" in names
+    assert names["Voxshard"] and names["PySide6"] and "torch" not in names
     box = window.show_about()
     assert "PySide6" in box.informativeText()
+    # the engine's packages come from the engine's own environment, when it answers
+    qtbot.waitUntil(lambda: "torch" in box.informativeText(), timeout=30000)
+    assert window.engine_versions and window.engine_versions["voxshard-engine"]
     box.close()
     # Other tests in this process load torch, so check in a fresh interpreter.
     code = ("import sys; from gui.app import versions; v = dict(versions()); "
-            "print(bool(v.get('torch')), 'torch' in sys.modules)")
+            "print(bool(v.get('PySide6')), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.split()[-2:] == ["True", "False"]
+
+
+def test_an_engine_of_another_release_is_warned_about_once(qtbot, window: MainWindow,
+                                                          tmp_path: Path, monkeypatch) -> None:
+    import sys
+
+    fake = tmp_path / "old_engine.py"
+    fake.write_text("import json\nprint(json.dumps({'event': 'result', 'versions': "
+                    "{'voxshard-engine': '0.0.9', 'torch': '2.0'}}))\n")
+    monkeypatch.setenv("VOXSHARD_ENGINE", f"{sys.executable} {fake}")
+
+    def warnings() -> list[QMessageBox]:
+        return [w for w in window.findChildren(QMessageBox)
+                if w.isVisible() and w.windowTitle() == "Different engine version"]
+
+    for _ in range(2):
+        job = window.check_engine()
+        qtbot.waitUntil(lambda job=job: job.outcome is not None, timeout=30000)
+    qtbot.waitUntil(lambda: bool(warnings()), timeout=5000)
+    assert len(warnings()) == 1 and "0.0.9" in warnings()[0].text()
+    assert window.engine_versions == {"voxshard-engine": "0.0.9", "torch": "2.0"}
 
 
 def test_workspace_is_remembered(qtbot, ctx, tmp_path: Path) -> None:
@@ -81,18 +105,23 @@ def test_voices_create_rename_delete(qtbot, window: MainWindow, workspace: Path)
     created = workspace / "Grace-Hopper"
     assert (created / "voice.toml").is_file()
     assert window.ctx.voice == created
-    assert page.list.count() == 1 and "Grace Hopper" in page.list.item(0).text()
+    # the list and the summary arrive from the background reader
+    qtbot.waitUntil(lambda: page.list.count() == 1 and page.voice_title.text() != "Grace-Hopper",
+                    timeout=10000)
+    assert "Grace Hopper" in page.list.item(0).text()
     assert page.voice_title.text() == "Grace Hopper"
     assert "Grace Hopper" in window.windowTitle()
 
     renamed = page.rename_voice(created, "grace")
     assert renamed == workspace / "grace" and renamed.is_dir() and not created.exists()
     assert window.ctx.voice == renamed
+    qtbot.waitUntil(lambda: page.cards["takes"].value.text() == "0", timeout=10000)
 
     page.delete_current()
     _click_yes(qtbot, page)
     qtbot.waitUntil(lambda: not renamed.exists(), timeout=5000)
-    assert window.ctx.voice is None and page.list.count() == 0
+    assert window.ctx.voice is None
+    qtbot.waitUntil(lambda: page.list.count() == 0, timeout=10000)
 
 
 def test_delete_can_be_cancelled(qtbot, window: MainWindow, voice: Path) -> None:
@@ -119,7 +148,7 @@ def test_import_table_edit_and_exclude(qtbot, pulse, window: MainWindow, voice: 
         job = page.import_paths(files)
         assert job is not None
     assert job.outcome == "succeeded"
-    assert page.model.rowCount() == 3
+    qtbot.waitUntil(lambda: page.model.rowCount() == 3, timeout=10000)
     assert page.proxy.rowCount() == 3
     first = page.model.takes[0]
     assert first.text == piper_sentences[0]["text"]
@@ -162,15 +191,15 @@ def test_prepare_page_runs_and_reports(qtbot, window: MainWindow, workspace: Pat
     window.ctx.set_voice(voice)
     page = window.show_page(PreparePage)
     assert isinstance(page, PreparePage)
-    # the report already on disk is shown at once
-    assert page.cards["clips"].value.text() != "—"
+    # the report already on disk is shown once the reader has it
+    qtbot.waitUntil(lambda: page.cards["clips"].value.text() != "—", timeout=10000)
     with qtbot.waitSignal(window.ctx.data_changed, timeout=120000):
         job = page.run()
         assert job is not None
     assert job.outcome == "succeeded", job.error
     report = json.loads((voice / "prepared" / "report.json").read_text())
     usable = report["totals"]["minutes_usable"]
-    assert page.cards["usable"].value.text() == f"{usable:.1f}"
+    qtbot.waitUntil(lambda: page.cards["usable"].value.text() == f"{usable:.1f}", timeout=10000)
     assert page.advice.text()
     assert page.run_btn.isEnabled()
 
@@ -266,6 +295,7 @@ def test_listen_page_lists_sources_and_refuses_without_reference(
     window.ctx.set_voice(voice)
     page = window.show_page(ListenPage)
     assert isinstance(page, ListenPage)
+    qtbot.waitUntil(lambda: page.source.count() > 0, timeout=10000)  # the reader's snapshot
     labels = [page.source.itemText(i) for i in range(page.source.count())]
     assert labels[-1].startswith("Zero-shot")
     assert page.speak("hello") is None  # no prepared clip to use as a reference
@@ -275,8 +305,8 @@ def test_listen_page_lists_sources_and_refuses_without_reference(
     box.close()
     (voice / "exports" / "best").mkdir(parents=True)
     (voice / "exports" / "best" / "config.json").write_text("{}")
-    page.refresh()
-    assert page.source.itemText(0) == "Exported: best"
+    # no refresh asked for: the reader sees exports/ change on disk
+    qtbot.waitUntil(lambda: page.source.itemText(0) == "Exported: best", timeout=10000)
     page.source.setCurrentIndex(0)
     assert page.voice_spec() == {"voice": str(voice / "exports" / "best")}
 
@@ -287,6 +317,7 @@ def test_speech_worker_error_is_a_clear_message(qtbot, window: MainWindow, voice
     (voice / "exports" / "broken" / "config.json").write_text("{}")
     window.ctx.set_voice(voice)
     page = window.show_page(ListenPage)
+    qtbot.waitUntil(lambda: page.source.itemText(0) == "Exported: broken", timeout=10000)
     page.source.setCurrentIndex(0)
     with qtbot.waitSignal(page.speech.failed, timeout=120000) as blocker:
         rid = page.speak("Hello.")
@@ -324,7 +355,8 @@ def test_record_page_without_voice_is_calm(qtbot, window: MainWindow, workspace:
     assert "voice" in page.prompt_label.text().lower()
     v = make_voice(workspace, "Bob")
     window.ctx.set_voice(v)
-    assert page.prompt is not None and page.prompt_label.text() == page.prompt.text
+    qtbot.waitUntil(lambda: page.prompt is not None, timeout=10000)
+    assert page.prompt_label.text() == page.prompt.text
     first = page.prompt
     qtbot.keyClick(page, Qt.Key.Key_S)
     assert page.prompt is not None and page.prompt.id != first.id
@@ -387,7 +419,7 @@ def test_dropping_files_imports_them(qtbot, window: MainWindow, voice: Path,
                       Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
     with qtbot.waitSignal(window.ctx.data_changed, timeout=60000):
         QApplication.sendEvent(page.drop, drop)
-    assert page.model.rowCount() == 2
+    qtbot.waitUntil(lambda: page.model.rowCount() == 2, timeout=10000)
     assert {t.text for t in page.model.takes} == {s["text"] for s in piper_sentences[3:5]}
 
 

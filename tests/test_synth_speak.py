@@ -37,7 +37,8 @@ def reference(piper_sentences: list[dict[str, Any]]) -> Path:
 
 @pytest.fixture(scope="module")
 def synth(tiny_model_dir: Path, reference: Path) -> Synthesizer:
-    source = resolve_source(tiny_model_dir, reference=reference)
+    # x-vector mode: the fixed behaviour these tests pin (in-context has its own tests)
+    source = resolve_source(tiny_model_dir, reference=reference, x_vector_only=True)
     return Synthesizer.load(source, device="cpu")
 
 
@@ -104,23 +105,6 @@ def test_cancel_before_start_raises_and_midway_keeps_what_exists(synth: Synthesi
     speech = synth.speak(LONG_TEXT, SpeakOptions(seed=1, batch_size=1, chunk_chars=60),
                          on_event=on_event, cancel=stop)
     assert speech.cancelled and len(speech.chunks) == 1
-
-
-def test_streaming_writes_each_chunk_in_text_order_before_the_whole(synth: Synthesizer,
-                                                                   tmp_path: Path) -> None:
-    events: list[Event] = []
-    out = tmp_path / "long.wav"
-    result = synth.speak_to_file(LONG_TEXT, out, SpeakOptions(seed=2, chunk_chars=60,
-                                                              max_frames=10, batch_size=2),
-                                 on_event=events.append, stream=True)
-    parts = [e for e in events if e.kind == "artifact" and e.data["role"] == "speech_chunk"]
-    assert [e.data["chunk"] for e in parts] == list(range(len(result["chunks"])))
-    for e in parts:
-        audio, sr = sf.read(e.data["path"], dtype="float32")
-        assert sr == 24000 and len(audio) > 0
-    whole = [i for i, e in enumerate(events) if e.kind == "artifact" and e.data["role"] == "speech"]
-    assert whole and whole[0] > events.index(parts[-1])
-    assert out.is_file()
 
 
 def test_language_must_be_one_the_model_knows(synth: Synthesizer) -> None:

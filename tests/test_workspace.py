@@ -234,3 +234,44 @@ def test_list_and_delete_voices(tmp_path: Path) -> None:
     delete_voice(a.path)
     assert [p.name for p in list_voices(tmp_path)] == ["a_voice"]
     assert list_voices(tmp_path / "missing") == []
+
+
+def test_open_sweeps_what_a_killed_import_left(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    voice = create_voice(tmp_path / "v", "a")
+    src = tmp_path / "song.flac"
+    sf.write(src, 0.1 * np.sin(np.linspace(0, 900, 24000)), 24000)
+    # the engine's own import, killed after the audio was copied and before its JSON
+    code = ("import os, sys\nimport engine.workspace as ws\n"
+            "ws.write_json = lambda *a, **k: os._exit(9)\n"
+            "ws.Voice(ws.Path(sys.argv[1]), {'voice': {'speaker': 'a'}}).add_take(sys.argv[2])\n")
+    killed = subprocess.run([sys.executable, "-c", code, str(voice.path), str(src)],
+                            cwd=Path(__file__).resolve().parents[1])
+    assert killed.returncode == 9
+    takes = voice.takes_dir
+    assert [p.name for p in takes.iterdir()] == ["0001-song.flac"]
+    # an id reserved but never filled, and the temporary of its interrupted copy
+    (takes / "0002-cut.mp3").write_bytes(b"")
+    (takes / ".0002-cut.mp3.k3j2h1.mp3").write_bytes(b"ID3 partial")
+    then = time.time() - 3600
+    for p in takes.iterdir():
+        os.utime(p, (then, then))
+    # an import running right now in another process: its files are young, left alone
+    (takes / "0003-live.wav").write_bytes(b"")
+    (takes / ".0003-live.wav.a1b2c3.wav").write_bytes(b"RIFF")
+    (takes / "notes.txt").write_text("mine")  # not a take file: never touched
+
+    again = open_voice(voice.path)
+    names = sorted(p.name for p in takes.iterdir())
+    assert names == [".0003-live.wav.a1b2c3.wav", "0001-song.flac", "0001-song.json",
+                     "0003-live.wav", "notes.txt"]
+    (take,) = again.list_takes()
+    assert take.id == "0001-song" and take.text == "" and take.origin == "imported"
+    assert take.duration_s == pytest.approx(1.0, abs=1e-3)
+    assert take.sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
+    assert take.extra["recovered"]
+    # swept once: opening again changes nothing
+    assert again.sweep() == {"recovered": [], "removed": []}

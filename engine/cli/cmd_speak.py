@@ -59,19 +59,71 @@ def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
 
     text = _read_text(args)
     options = _options(args)
-    fmt = audio_format(args.output, args.format)
+    to_pipe = args.output == "-"
+    if args.output is None and not args.play:
+        raise InputError("No output was given.",
+                         "Write a file with -o OUT.wav, raw audio with -o -, or play it with "
+                         "--play.")
+    if to_pipe and getattr(args, "json", False):
+        raise InputError("-o - writes raw audio to standard output, which --json uses for "
+                         "events.", "Drop --json, or write a file.")
+    if to_pipe and args.text == "-":
+        raise InputError("The text comes from standard input and the audio goes to standard "
+                         "output: give the text as an argument or with --text-file.")
+    fmt = audio_format(args.output, args.format) if args.output and not to_pipe else None
     # Check the text and voice before the (slow) model load, so mistakes fail fast.
     split_text(text, options.chunk_chars)
     source = resolve_source(args.model, checkpoint=args.checkpoint, reference=args.reference,
                             speaker=args.speaker, base=args.base,
                             reference_text=args.reference_text,
                             x_vector_only=args.x_vector_only)
+    player = None
+    if args.play:
+        from ..synth.stream import Player
+
+        player = Player()  # no sound device: fail before the model load
     synth = Synthesizer.load(source, device=args.device, dtype=args.dtype, on_event=emitter)
-    result = synth.speak_to_file(text, args.output, options, fmt, emitter, stream=args.stream)
-    result["summary"] = (f"Wrote {result['path']} ({result['duration_s']:.1f} s of audio in "
-                         f"{result['compute_s']:.1f} s, {result['rtf']:.2f}x real time, "
-                         f"seed {result['seed']}, voice {source.label})")
+    if args.output and not to_pipe:
+        result = synth.speak_to_file(text, args.output, options, fmt, emitter,
+                                     stream=args.stream, play=player)
+        where = f"Wrote {result['path']}"
+    else:
+        result = _speak_to_stream(synth, text, options, emitter, player, to_pipe)
+        where = "Streamed raw 16-bit 24 kHz mono audio" if to_pipe else "Played"
+    first = result.get("first_audio_s")
+    result["summary"] = (f"{where} ({result['duration_s']:.1f} s of audio in "
+                         f"{result['compute_s']:.1f} s, {result['rtf']:.2f}x real time"
+                         + (f", first audio after {first:.2f} s" if first is not None else "")
+                         + f", seed {result['seed']}, voice {source.label})")
     return result
+
+
+def _speak_to_stream(synth: Any, text: str, options: Any, emitter: Emitter, player: Any,
+                     to_pipe: bool) -> dict[str, Any]:
+    from ..synth.stream import RawPcm
+    from .main import _private_stdout
+
+    # the audio owns the real stdout; prints (and the summary) go to stderr
+    pipe = _private_stdout() if to_pipe else None  # held: dropping it closes the fd
+    sinks = ([RawPcm(pipe.buffer)] if pipe is not None else []) + ([player] if player else [])
+
+    class _Tee:
+        def write(self, audio: Any) -> None:
+            for sink in sinks:
+                sink.write(audio)
+
+    try:
+        speech = synth.speak_stream(text, _Tee(), options, emitter)
+    finally:
+        for sink in sinks:
+            sink.close()
+    return {"path": "-" if to_pipe else None, "format": "s16le" if to_pipe else None,
+            "sample_rate": speech.sample_rate, "duration_s": round(speech.duration_s, 3),
+            "compute_s": round(speech.compute_s, 3), "rtf": round(speech.rtf, 3),
+            "first_audio_s": (None if speech.first_audio_s is None
+                              else round(speech.first_audio_s, 3)),
+            "seed": speech.seed, "chunks": speech.chunks, "cancelled": speech.cancelled,
+            "voice": synth.source.to_dict()}
 
 
 def _compare(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
@@ -138,8 +190,9 @@ def register(sub: Any) -> None:
     p.add_argument("model", metavar="MODEL_OR_VOICE",
                    help="exported voice, voice folder, run folder, checkpoint or base model")
     p.add_argument("text", nargs="?", help="the text; - reads stdin")
-    p.add_argument("-o", "--output", required=True,
-                   help="output file (.wav, .flac, .ogg, .opus, .mp3)")
+    p.add_argument("-o", "--output",
+                   help="output file (.wav, .flac, .ogg, .opus, .mp3); - writes raw 16-bit "
+                   "24 kHz mono PCM to standard output as it is generated")
     p.add_argument("--text-file", help="read the text from this UTF-8 file")
     p.add_argument("--reference", help="reference clip: zero-shot preview with a base model")
     p.add_argument("--reference-text", help="what is said in the reference clip: in-context "
@@ -153,7 +206,10 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=FORMATS,
                    help="audio format (default: from the file name, else wav)")
     p.add_argument("--stream", action="store_true",
-                   help="also write each chunk as OUT.partNN.wav as soon as it is ready")
+                   help="write OUT as the audio is generated (it grows; at the end it holds "
+                   "the finished render)")
+    p.add_argument("--play", action="store_true",
+                   help="play on the sound device as it is generated")
     _add_controls(p)
 
     p = add_command(sub, "compare", _compare,

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "engine.cli.cmd_voice",
     "engine.cli.cmd_train",
     "engine.cli.cmd_speak",
+    "engine.cli.cmd_status",
 )
 
 

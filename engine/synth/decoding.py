@@ -320,12 +320,15 @@ class FastTalker:
                  on_frame: Callable[[int], None] | None = None,
                  should_stop: Callable[[], bool] | None = None,
                  static: bool | None = None, graphs: bool | None = None,
+                 on_codes: Callable[[int, torch.Tensor], None] | None = None,
                  ) -> list[torch.Tensor]:
         """Generate codec frames; returns one [frames, 16] long tensor per row.
 
         A row ends at end-of-speech (not included) or after its `max_frames`.
         `on_frame(n)` is called after frame n; `should_stop()` returning True
         ends the loop early (cancel), returning what exists so far.
+        `on_codes(f, codes)` (streaming) sees frame f's codes [B, 16] as soon as
+        they exist; a row has ended at its first end-of-speech code 0 or its cap.
         `static` (default: on CUDA) runs every frame with fixed shapes and all
         state on the device; `graphs` (default: on CUDA) then captures one
         frame as a CUDA graph and replays it.
@@ -390,7 +393,7 @@ class FastTalker:
                                  tts_pad=tts_pad, noise=noise, cos=cos_t, sin=sin_t,
                                  t_cache=t_cache, p_cache=p_cache)
             return self._loop_static(state, max_frames, settings, streams, width, graphs,
-                                     on_frame, should_stop)
+                                     on_frame, should_stop, on_codes)
         limits = torch.tensor(max_frames, device=self.device)
         codes = torch.zeros(batch, limit, self.groups, dtype=torch.long, device=self.device)
         ended = torch.full((batch,), limit, dtype=torch.long, device=self.device)
@@ -410,6 +413,8 @@ class FastTalker:
                 None if noise is None else noise[:, 1:])
             codes[:, frame] = frame_codes
             frames = frame + 1
+            if on_codes is not None:
+                on_codes(frame, frame_codes)
             if on_frame is not None:
                 on_frame(frames)
             if frames >= limit:
@@ -439,7 +444,9 @@ class FastTalker:
     def _loop_static(self, st: _StaticState, max_frames: list[int], settings: DecodeSettings,
                      streams: RowStreams | None, width: int, graphs: bool,
                      on_frame: Callable[[int], None] | None,
-                     should_stop: Callable[[], bool] | None) -> list[torch.Tensor]:
+                     should_stop: Callable[[], bool] | None,
+                     on_codes: Callable[[int, torch.Tensor], None] | None = None,
+                     ) -> list[torch.Tensor]:
         """The frame loop with every shape fixed and all state in device buffers.
 
         One frame (15 predictor passes, sampling, one talker pass) reads and
@@ -537,6 +544,8 @@ class FastTalker:
             else:
                 frame()
             frames = f + 1
+            if on_codes is not None:
+                on_codes(f, codes_all[:, f])
             if on_frame is not None:
                 on_frame(frames)
         return self._static_lengths(codes_all, frames, limits)

@@ -42,6 +42,8 @@ class Speech:
     loudness_lufs: float | None
     cancelled: bool = False
     codes: list[Any] = field(default_factory=list, repr=False)
+    #: seconds from the call to the first audio (streaming only)
+    first_audio_s: float | None = None
 
     @property
     def duration_s(self) -> float:
@@ -282,7 +284,9 @@ class Synthesizer:
     def generate_codes(self, chunks: list[Chunk], seeds: list[int], options: SpeakOptions,
                        emitter: Emitter, cancel: threading.Event | None,
                        on_batch: Callable[[list[int], list[Any]], None] | None = None,
-                       in_order: bool = False) -> tuple[list[Any], bool]:
+                       in_order: bool = False,
+                       on_codes: Callable[[list[int], int, Any], None] | None = None,
+                       ) -> tuple[list[Any], bool]:
         """Codec frames for each chunk (seeded per chunk), `batch_size` chunks at a time.
 
         Batches take chunks of similar length (fewer wasted steps on rows that
@@ -326,7 +330,9 @@ class Synthesizer:
             codes = self.fast.generate(
                 prefill, [c.max_frames for c in rows], settings,
                 seeds=[seeds[i] for i in picked], on_frame=on_frame,
-                should_stop=(cancel.is_set if cancel is not None else None))
+                should_stop=(cancel.is_set if cancel is not None else None),
+                on_codes=(None if on_codes is None
+                          else lambda f, c, picked=picked: on_codes(picked, f, c)))
             if cancel is not None and cancel.is_set():
                 cancelled = True  # this batch stopped mid-way: not speech anyone wants
                 break
@@ -461,27 +467,144 @@ class Synthesizer:
                         "synth/compute_s": round(compute, 3)})
         return results
 
+    def speak_stream(self, text: str, sink: Any, options: SpeakOptions | None = None,
+                     on_event: EventCallback | Emitter | None = None,
+                     cancel: threading.Event | None = None,
+                     left_context: int | None = None) -> Speech:
+        """Speak `text` into `sink` (`stream.AudioSink`) while it is generated.
+
+        Chunks are generated in text order; the first chunk's audio reaches the
+        sink a few frames after generation starts, each later chunk follows
+        after its pause. The sink gets the audio as the codec makes it (not
+        trimmed or levelled: that needs the whole chunk); the returned `Speech`
+        is the finished render, as `speak` makes it from the same audio.
+        `Speech.first_audio_s`: seconds from the call to the first audio.
+        """
+        from .stream import StreamDecoder
+
+        options = options or SpeakOptions()
+        emitter = as_emitter(on_event)
+        chunks = split_text(text, options.chunk_chars, options.sentence_pause_s,
+                            options.paragraph_pause_s, max_frames=options.max_frames)
+        seed = options.seed if options.seed is not None else random.randrange(2**31)
+        started = time.perf_counter()
+        decoder = self.model.speech_tokenizer.model.decoder
+        prefix = None if self.icl is None else self.icl.ref_codes
+        decoders: dict[int, StreamDecoder] = {}
+        ended: set[int] = set()
+        streamed: list[list[np.ndarray]] = [[] for _ in chunks]
+        state = {"cursor": 0, "first": None}
+
+        def emit(index: int, audio: np.ndarray) -> None:
+            if not audio.size:
+                return
+            streamed[index].append(audio)
+            if state["first"] is None:
+                state["first"] = time.perf_counter() - started
+                emitter.metric({"synth/first_audio_s": round(state["first"], 3)})
+            sink.write(audio)
+
+        def flush() -> None:
+            while state["cursor"] < len(chunks) and state["cursor"] in decoders:
+                i = state["cursor"]
+                dec = decoders[i]
+                while (block := dec.pull()).size:
+                    emit(i, block)
+                if i not in ended:
+                    return
+                emit(i, dec.finish())
+                pause = chunks[i].pause_after_s
+                if pause > 0 and streamed[i]:
+                    sink.write(np.zeros(round(pause * SAMPLE_RATE), dtype=np.float32))
+                state["cursor"] = i + 1
+
+        def on_codes(picked: list[int], frame: int, codes: Any) -> None:
+            host = codes.cpu()
+            for row, i in enumerate(picked):
+                if i in ended:
+                    continue
+                dec = decoders.setdefault(i, StreamDecoder(decoder, prefix, left_context))
+                if int(host[row, 0]) == self.fast.eos:
+                    ended.add(i)
+                    continue
+                dec.push(host[row:row + 1])
+                if frame + 1 >= chunks[i].max_frames:
+                    ended.add(i)
+            flush()
+
+        def on_batch(picked: list[int], _codes: list[Any]) -> None:
+            for i in picked:
+                decoders.setdefault(i, StreamDecoder(decoder, prefix, left_context))
+                ended.add(i)
+            flush()
+
+        with self._lock:
+            emitter.state("speaking", detail=f"{len(chunks)} chunk(s)", chunks=len(chunks),
+                          streaming=True)
+            codes, cancelled = self.generate_codes(
+                chunks, [seed + c.index for c in chunks], options, emitter, cancel,
+                on_batch=on_batch, in_order=True, on_codes=on_codes)
+        if cancelled:
+            codes = [c if c is not None and len(c) else None for c in codes]
+            if all(c is None for c in codes):
+                raise Cancelled()
+        kept = [(ch, c, np.concatenate(streamed[ch.index]) if streamed[ch.index]
+                 else np.zeros(0, dtype=np.float32))
+                for ch, c in zip(chunks, codes, strict=True) if c is not None]
+        pauses = [ch.pause_after_s for ch, _, _ in kept]
+        if pauses:
+            pauses[-1] = 0.0
+        audio = join_chunks([w for _, _, w in kept], pauses, SAMPLE_RATE)
+        audio, loudness = match_loudness(audio, options.loudness_lufs, SAMPLE_RATE)
+        compute = time.perf_counter() - started
+        info = [{"index": ch.index, "text": ch.text, "frames": len(c),
+                 "max_frames": ch.max_frames, "seed": seed + ch.index,
+                 "capped": bool(len(c) >= ch.max_frames)} for ch, c, _ in kept]
+        speech = Speech(audio=audio, sample_rate=SAMPLE_RATE, seed=seed, chunks=info,
+                        compute_s=compute, loudness_lufs=loudness, cancelled=cancelled,
+                        codes=[c for _, c, _ in kept], first_audio_s=state["first"])
+        emitter.metric({"synth/rtf": round(speech.rtf, 4),
+                        "synth/audio_s": round(speech.duration_s, 3),
+                        "synth/compute_s": round(compute, 3)})
+        return speech
+
     def speak_to_file(self, text: str, out: str | Path, options: SpeakOptions | None = None,
                       fmt: str | None = None, on_event: EventCallback | Emitter | None = None,
                       cancel: threading.Event | None = None,
-                      stream: bool = False) -> dict[str, Any]:
-        """Render `text` into `out` (WAV/FLAC/OGG); returns a JSON-able summary.
+                      stream: bool = False, play: Any = None) -> dict[str, Any]:
+        """Render `text` into `out` (see `options.FORMATS`); returns a JSON-able summary.
 
-        `stream`: also write each chunk as soon as it exists, as
-        `<out stem>.partNN.wav` beside `out`, each announced by an artifact
-        event (role "speech_chunk", with its index), so a player can start early.
+        `stream`: `out` grows as the audio is generated (announced by an
+        artifact event, role "speech_partial", at the first audio), and is
+        replaced by the finished render (trimmed, levelled) at the end.
+        `play`: also a sink (`stream.Player`) that hears it as it is made.
         """
         emitter = as_emitter(on_event)
         fmt = audio_format(str(out), fmt)
         target = Path(out)
+        if stream or play is not None:
+            from .stream import GrowingFile
 
-        def write_part(index: int, audio: np.ndarray) -> None:
-            part = target.with_name(f"{target.stem}.part{index + 1:02d}.wav")
-            write_audio(part, audio, "wav")
-            emitter.artifact(str(part), role="speech_chunk", chunk=index)
+            sinks: list[Any] = [] if play is None else [play]
+            if stream:
+                sinks.append(GrowingFile(target, fmt))
+            announced = [False]
 
-        speech = self.speak(text, options, emitter, cancel,
-                            on_chunk=write_part if stream else None)
+            class _Tee:
+                def write(self, audio: np.ndarray) -> None:
+                    for sink in sinks:
+                        sink.write(audio)
+                    if stream and not announced[0]:
+                        announced[0] = True
+                        emitter.artifact(str(target), role="speech_partial")
+
+            try:
+                speech = self.speak_stream(text, _Tee(), options, emitter, cancel)
+            finally:
+                for sink in sinks:
+                    sink.close()
+        else:
+            speech = self.speak(text, options, emitter, cancel)
         path = write_audio(out, speech.audio, fmt, speech.sample_rate)
         emitter.artifact(str(path), role="speech")
         return {
@@ -490,5 +613,7 @@ class Synthesizer:
             "rtf": round(speech.rtf, 3), "seed": speech.seed, "chunks": speech.chunks,
             "loudness_lufs": (None if speech.loudness_lufs is None
                               else round(speech.loudness_lufs, 2)),
+            "first_audio_s": (None if speech.first_audio_s is None
+                              else round(speech.first_audio_s, 3)),
             "cancelled": speech.cancelled, "voice": self.source.to_dict(),
         }

@@ -9,6 +9,7 @@ training without deleting it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .. import voicedata
+from engine.catalog import TakeInfo, VoiceSnapshot
+
 from ..context import AppContext
 from ..jobs import EngineJob
 from ..widgets import button, fmt_duration, hbox, show_error
@@ -53,15 +55,25 @@ def set_take_excluded(voice: Path, take_id: str, excluded: bool) -> None:
 
 
 class TakesModel(QAbstractTableModel):
+    """The takes of a voice; an edit is kept only when `save_text`/`save_use` saved it."""
+
     COLUMNS = ("Use", "Take", "Source", "Length", "Transcript", "Quality")
-    text_edited = Signal(str, str)  # take id, new text
-    use_toggled = Signal(str, bool)  # take id, used
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.takes: list[voicedata.Take] = []
+        self.takes: list[TakeInfo] = []
+        # (take id, value) -> saved?  A refused save leaves the cell as it was.
+        self.save_text: Callable[[str, str], bool] = lambda _id, _text: True
+        self.save_use: Callable[[str, bool], bool] = lambda _id, _used: True
 
-    def set_takes(self, takes: list[voicedata.Take]) -> None:
+    def set_takes(self, takes: list[TakeInfo]) -> None:
+        if [t.id for t in takes] == [t.id for t in self.takes] and takes:
+            # the same rows re-read (an edit saved, a prepare verdict): update in
+            # place, so the selection, the scroll position and an open editor survive
+            self.takes = takes
+            self.dataChanged.emit(self.index(0, 0),
+                                  self.index(len(takes) - 1, len(self.COLUMNS) - 1))
+            return
         self.beginResetModel()
         self.takes = takes
         self.endResetModel()
@@ -79,11 +91,11 @@ class TakesModel(QAbstractTableModel):
         return None
 
     @staticmethod
-    def excluded(t: voicedata.Take) -> bool:
-        return t.excluded or bool((t.meta.get("extra") or {}).get("excluded"))
+    def excluded(t: TakeInfo) -> bool:
+        return t.excluded
 
     @staticmethod
-    def quality_text(t: voicedata.Take) -> str:
+    def quality_text(t: TakeInfo) -> str:
         if t.issues:
             return "; ".join(str(i.get("message") or i.get("code")) for i in t.issues)
         if t.usable is None:
@@ -101,8 +113,8 @@ class TakesModel(QAbstractTableModel):
             if col == 1:
                 return t.id
             if col == 2:
-                src = str(t.meta.get("source") or "")
-                return Path(src).name if src and t.source == "imported" else t.source
+                src = t.source or ""
+                return Path(src).name if src and t.origin == "imported" else t.origin
             if col == 3:
                 return fmt_duration(t.duration_s) if role == Qt.ItemDataRole.DisplayRole \
                     else t.duration_s
@@ -135,16 +147,18 @@ class TakesModel(QAbstractTableModel):
         t = self.takes[index.row()]
         if index.column() == 0 and role == Qt.ItemDataRole.CheckStateRole:
             used = Qt.CheckState(value) == Qt.CheckState.Checked
-            self.use_toggled.emit(t.id, used)
+            if not self.save_use(t.id, used):
+                return False
             t.excluded = not used
-            t.meta.setdefault("extra", {})["excluded"] = not used
+            t.extra["excluded"] = not used
             self.dataChanged.emit(index, index.siblingAtColumn(5))
             return True
         if index.column() == 4 and role == Qt.ItemDataRole.EditRole:
             text = str(value).strip()
             if text == t.text:
                 return False
-            self.text_edited.emit(t.id, text)
+            if not self.save_text(t.id, text):
+                return False  # the cell shows the saved text again; the page said why
             t.text = text
             self.dataChanged.emit(index, index)
             return True
@@ -255,8 +269,9 @@ class ImportPage(Page):
                                   self.play_btn, self.count_label, stretch_at=5))
 
         self.model = TakesModel(self)
-        self.model.text_edited.connect(self.save_text)
-        self.model.use_toggled.connect(self.save_use)
+        self.model.save_text = self.save_text
+        self.model.save_use = self.save_use
+        self.model.dataChanged.connect(lambda *_: self._update_count())
         self.proxy = TakesFilter(self)
         self.proxy.setSourceModel(self.model)
         self.filter_combo.currentTextChanged.connect(self._filter_changed)
@@ -278,6 +293,7 @@ class ImportPage(Page):
         play_key.setContext(Qt.ShortcutContext.WidgetShortcut)  # the table's own Space
         play_key.activated.connect(self.play_selected)
         self.outer.addWidget(self.table, 1)
+        ctx.reader.voice_loaded.connect(self._voice_loaded)
 
     # -- adding files --------------------------------------------------------------
     def pick_files(self) -> None:
@@ -341,8 +357,14 @@ class ImportPage(Page):
 
     # -- table -------------------------------------------------------------------------
     def refresh(self) -> None:
-        takes = voicedata.list_takes(self.voice) if self.voice else []
-        self.model.set_takes(takes)
+        self._show_snapshot(self.ctx.reader.refresh(self.voice))
+
+    def _voice_loaded(self, voice: Path, snap: VoiceSnapshot) -> None:
+        if voice == self.voice and self.isVisible():
+            self._show_snapshot(snap)
+
+    def _show_snapshot(self, snap: VoiceSnapshot | None) -> None:
+        self.model.set_takes(list(snap.takes) if snap is not None else [])
         self._update_count()
         busy = self.job is not None
         for b in (self.files_btn, self.folder_btn, self.tr_btn):
@@ -363,31 +385,38 @@ class ImportPage(Page):
         self.count_label.setText(f"{self.proxy.rowCount()} shown · {len(takes)} takes · "
                                  f"{flagged} flagged · {minutes:.1f} min in use")
 
-    def save_text(self, take_id: str, text: str) -> None:
+    def save_text(self, take_id: str, text: str) -> bool:
+        """Save a corrected transcript; on failure the cell keeps the saved text and says why."""
         from engine.errors import VoxshardError
         from engine.workspace import open_voice
 
         if self.voice is None:
-            return
+            return False
         try:
             open_voice(self.voice).set_take_text(take_id, text)
-            self.ctx.status.emit(f"Transcript of {take_id} saved")
         except VoxshardError as exc:
-            show_error(self, "Transcript not saved", exc.message, exc.hint or "")
+            show_error(self, "Transcript not saved",
+                       f"{exc.message} The table shows the saved transcript again.",
+                       exc.hint or "")
+            return False
+        self.ctx.status.emit(f"Transcript of {take_id} saved")
+        return True
 
-    def save_use(self, take_id: str, used: bool) -> None:
+    def save_use(self, take_id: str, used: bool) -> bool:
         from engine.errors import VoxshardError
 
         if self.voice is None:
-            return
+            return False
         try:
             set_take_excluded(self.voice, take_id, not used)
-            self.ctx.status.emit(f"{take_id} {'included in' if used else 'left out of'} training")
         except VoxshardError as exc:
-            show_error(self, "Not saved", exc.message, exc.hint or "")
-        self._update_count()
+            show_error(self, "Not saved", f"{exc.message} The take keeps its previous setting.",
+                       exc.hint or "")
+            return False
+        self.ctx.status.emit(f"{take_id} {'included in' if used else 'left out of'} training")
+        return True
 
-    def selected_take(self) -> voicedata.Take | None:
+    def selected_take(self) -> TakeInfo | None:
         rows = self.table.selectionModel().selectedRows()
         if not rows:
             return None

@@ -29,7 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .. import voicedata
+from engine.catalog import VoiceSnapshot
+
 from ..context import AppContext
 from ..jobs import EngineJob
 from ..widgets import button, hbox, show_error
@@ -40,9 +41,12 @@ SAMPLE_TEXT = ("The quick brown fox jumps over the lazy dog. "
                "A cloned voice should sound natural on sentences it has never heard.")
 
 
-def best_reference_clip(voice: Path) -> Path | None:
+def best_reference_clip(snap: VoiceSnapshot | None) -> Path | None:
     """A usable prepared clip of 3-12 s for the zero-shot preview (longest first)."""
-    clips = [c for c in voicedata.prepared_clips(voice) if c.get("usable")]
+    if snap is None:
+        return None
+    voice = snap.path
+    clips = [c for c in snap.clips if c.get("usable")]
     good = [c for c in clips if 3.0 <= float(c.get("duration_s") or 0) <= 12.0] or clips
     if not good:
         return None
@@ -135,19 +139,31 @@ class ListenPage(Page):
         self.outer.addWidget(split, 1)
         ctx.player.finished.connect(lambda: self.stop_btn.setEnabled(self.request is not None))
         ctx.player.started.connect(lambda: self.stop_btn.setEnabled(True))
+        ctx.reader.voice_loaded.connect(self._voice_loaded)
 
     # -- sources -------------------------------------------------------------------
+    @property
+    def snap(self) -> VoiceSnapshot | None:
+        return self.ctx.reader.cached(self.voice)
+
     def refresh(self) -> None:
+        self._show_snapshot(self.ctx.reader.refresh(self.voice))
+
+    def _voice_loaded(self, voice: Path, snap: VoiceSnapshot) -> None:
+        if voice == self.voice and self.isVisible():
+            self._show_snapshot(snap)
+
+    def _show_snapshot(self, snap: VoiceSnapshot | None) -> None:
         current = self.source.currentData()
         self.source.clear()
         voice = self.voice
-        if voice is not None:
-            for export in reversed(voicedata.list_exports(voice)):
+        if voice is not None and snap is not None:
+            for export in reversed(snap.exports):
                 self.source.addItem(f"Exported: {export.name}", {"kind": "export",
-                                                                  "path": str(export)})
-            for run in reversed(voicedata.list_runs(voice)):
-                for ckpt in reversed(run.checkpoints):
-                    step = voicedata.checkpoint_step(ckpt)
+                                                                  "path": str(export.path)})
+            for run in reversed(snap.runs):
+                for ckpt, step in zip(reversed(run.checkpoints),
+                                      reversed(run.checkpoint_steps), strict=True):
                     self.source.addItem(f"Checkpoint: {run.name} · step {step}",
                                         {"kind": "checkpoint", "path": str(ckpt),
                                          "run": run.name})
@@ -157,11 +173,10 @@ class ListenPage(Page):
                 for i in range(self.source.count()):
                     if self.source.itemData(i) == current:
                         self.source.setCurrentIndex(i)
-        self._fill_history()
-        if voice is not None:
-            done = sorted((voice / "renders").glob("compare-*/index.json"))
-            if done and done[-1].parent != self.last_comparison:
-                self.show_comparison(done[-1].parent)
+        self._fill_history(snap.renders if snap is not None else [])
+        if snap is not None and snap.comparisons \
+                and snap.comparisons[-1] != self.last_comparison:
+            self.show_comparison(snap.comparisons[-1])
         self._buttons()
 
     def _buttons(self) -> None:
@@ -178,7 +193,7 @@ class ListenPage(Page):
         if src["kind"] in ("export", "checkpoint"):
             # a checkpoint folder speaks directly; the engine finds the run's base model
             return {"voice": src["path"]}
-        ref = best_reference_clip(self.voice)
+        ref = best_reference_clip(self.snap)
         return {"voice": self.base.currentText().strip(),
                 "reference": str(ref) if ref is not None else None}
 
@@ -192,7 +207,7 @@ class ListenPage(Page):
             show_error(self, "Nothing to say", "Type some text first.")
             return None
         src = self.source.currentData() or {"kind": "zero_shot"}
-        if src["kind"] == "zero_shot" and best_reference_clip(self.voice) is None:
+        if src["kind"] == "zero_shot" and best_reference_clip(self.snap) is None:
             show_error(self, "No reference clip", "The zero-shot preview needs a prepared clip.",
                        "Record or import some audio and run Prepare first.")
             return None
@@ -267,7 +282,7 @@ class ListenPage(Page):
         self.state.setText(str(result.get("summary") or f"Saved {out.name}"))
         if out.exists():
             self.ctx.player.play_file(out)
-        self._fill_history()
+        self.ctx.notify_changed()  # the history is re-read with the new render
 
     def stop(self) -> None:
         if self.request is not None:
@@ -285,8 +300,7 @@ class ListenPage(Page):
         dlg.open()
 
     # -- history -----------------------------------------------------------------------
-    def _fill_history(self) -> None:
-        items = voicedata.list_renders(self.voice) if self.voice else []
+    def _fill_history(self, items: list[dict[str, Any]]) -> None:
         self.history.setRowCount(len(items))
         for row, e in enumerate(items):
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(e["mtime"])))
@@ -314,7 +328,7 @@ class ListenPage(Page):
         args = ["compare", str(self.voice), str(out)]
         if sentences:
             args += ["--sentences", *sentences[:10]]
-        ref = best_reference_clip(self.voice)
+        ref = best_reference_clip(self.snap)
         if ref is not None:
             args += ["--reference", str(ref)]
         else:

@@ -5,6 +5,7 @@ The report says what is wrong, with which clip, and what to do about it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtWidgets import (
@@ -17,7 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .. import voicedata
+from engine.catalog import VoiceSnapshot
+
 from ..context import AppContext
 from ..jobs import EngineJob
 from ..widgets import Card, StatCard, button, hbox
@@ -58,6 +60,7 @@ class PreparePage(Page):
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
         super().__init__(ctx, parent)
         self.job: EngineJob | None = None
+        self._shown: tuple[Any, ...] = ()
         self.run_btn = button("Prepare now", "prepare", primary=True, slot=self.run)
         self.cancel_btn = button("Cancel", "stop", slot=self.cancel)
         self.cancel_btn.setEnabled(False)
@@ -100,6 +103,7 @@ class PreparePage(Page):
         hh.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.outer.addWidget(self.tree, 1)
+        ctx.reader.voice_loaded.connect(self._voice_loaded)
 
     def run(self) -> EngineJob | None:
         if self.voice is None or self.job is not None:
@@ -141,10 +145,24 @@ class PreparePage(Page):
 
     def refresh(self) -> None:
         self._buttons()
-        report = voicedata.quality_report(self.voice) if self.voice else None
-        self.show_report(report)
+        snap = self.ctx.reader.refresh(self.voice)
+        self.show_report(snap.report if snap is not None else None)
+
+    def _voice_loaded(self, voice: Path, snap: VoiceSnapshot) -> None:
+        if voice == self.voice and self.isVisible():
+            self.show_report(snap.report)
+
+    def _report_key(self, report: dict[str, Any] | None) -> tuple[Any, ...]:
+        if not report:
+            return (self.voice, None)
+        return (self.voice, report.get("created"), repr(report.get("totals")),
+                len(report.get("rejected") or []), len(report.get("clips") or []))
 
     def show_report(self, report: dict[str, Any] | None) -> None:
+        key = self._report_key(report)
+        if report and key == self._shown:
+            return  # the same report re-read (takes changed): the tree is up to date
+        self._shown = key
         self.tree.clear()
         if not report:
             for card in self.cards.values():

@@ -8,6 +8,8 @@ accepted; nothing accepted lives only in memory.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QKeySequence, QShortcut
@@ -20,8 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.catalog import VoiceSnapshot
+
 from .. import audio as au
-from .. import voicedata
 from ..context import AppContext
 from ..prompts_source import Prompt, PromptSource
 from ..widgets import Card, LevelMeter, WaveformView, button, fmt_duration, hbox, show_error
@@ -47,6 +50,7 @@ class RecordPage(Page):
         self.take_sr = 48000
         self.clipped = False
         self.saved_takes = 0
+        self.accepted: dict[Path, set[str]] = {}  # prompt ids saved here, per voice
         self.testing = False
 
         # devices
@@ -130,6 +134,7 @@ class RecordPage(Page):
             sc.setEnabled(False)
             self.shortcuts.append(sc)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        ctx.reader.voice_loaded.connect(self._voice_loaded)
         self._fill_devices()
         self._update_buttons()
 
@@ -184,19 +189,31 @@ class RecordPage(Page):
 
     # -- prompt ------------------------------------------------------------------
     def refresh(self) -> None:
+        self._show_snapshot(self.ctx.reader.refresh(self.voice))
+
+    def _voice_loaded(self, voice: Path, snap: VoiceSnapshot) -> None:
+        if voice == self.voice and self.isVisible():
+            self._show_snapshot(snap)
+
+    def _show_snapshot(self, snap: VoiceSnapshot | None) -> None:
         if self.recorder.active and not self.testing:
             return  # never pull the prompt from under a running take
-        voice = self.voice
-        if voice is None:
+        if self.voice is None:
             self.prompt = None
             self.prompt_label.setText("Open or create a voice on the Voices page first.")
             self.prompt_meta.setText("")
+        elif snap is None:
+            self.prompt = None
+            self.prompt_label.setText("Reading the voice…")
+            self.prompt_meta.setText("")
         else:
-            self.prompts.load(voice)
+            # a take accepted a moment ago counts even before the re-read reaches here
+            done = {t.prompt_id for t in snap.takes if t.prompt_id}
+            self.prompts.load(snap.prompt_set, done | self.accepted.get(self.voice, set()))
             if self.prompt is None or self.prompts.is_done(self.prompt):
                 self.prompt = self.prompts.next()
             self._show_prompt()
-        self._update_progress()
+        self._update_progress(snap)
         self._update_buttons()
 
     def _show_prompt(self) -> None:
@@ -209,13 +226,13 @@ class RecordPage(Page):
         self.prompt_meta.setText(f"Prompt {self.prompt.id}  ·  {self.prompt.group}  ·  "
                                  f"{done} of {total} recorded")
 
-    def _update_progress(self) -> None:
-        if self.voice is None:
+    def _update_progress(self, snap: VoiceSnapshot | None) -> None:
+        if self.voice is None or snap is None:
             self.progress.setValue(0)
             self.progress_label.setText("")
             return
-        minutes = sum(t.duration_s for t in voicedata.list_takes(self.voice)) / 60.0
-        target = voicedata.RECOMMENDED_MINUTES
+        minutes = float(snap.summary["minutes_recorded"])
+        target = float(snap.summary["recommended_minutes"])
         self.progress.setValue(int(min(1.0, minutes / target) * 1000))
         self.progress.setFormat(f"{minutes:.1f} of {target:.0f} min")
         self.progress_label.setText(
@@ -294,12 +311,12 @@ class RecordPage(Page):
         self.take_audio = None
         self.wave.clear_audio()
         self.prompts.mark_done(self.prompt)
+        self.accepted.setdefault(self.voice, set()).add(self.prompt.id)
         self.prompt = self.prompts.next()
         self._show_prompt()
         self.rec_state.setText("Saved. Space to record the next one")
-        self._update_progress()
         self._update_buttons()
-        self.ctx.notify_changed()
+        self.ctx.notify_changed()  # the re-read brings the new minutes
         return True
 
     def retake(self) -> None:

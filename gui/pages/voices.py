@@ -24,7 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .. import voicedata
+from engine.catalog import VoiceEntry, VoiceSnapshot
+
 from ..context import AppContext
 from ..jobs import EngineJob
 from ..theme import icon
@@ -148,6 +149,8 @@ class VoicesPage(Page):
         self.outer.addLayout(body, 1)
         self.new_job: EngineJob | None = None
         ctx.workspace_changed.connect(lambda _p: self.refresh())
+        ctx.reader.voices_loaded.connect(self._voices_loaded)
+        ctx.reader.voice_loaded.connect(self._voice_loaded)
 
     # -- workspace -----------------------------------------------------------
     def pick_workspace(self) -> None:
@@ -160,26 +163,46 @@ class VoicesPage(Page):
 
     # -- list ----------------------------------------------------------------
     def refresh(self) -> None:
+        """Show what the reader has now; it re-reads in the background and signals changes."""
         ws = self.ctx.workspace
         self.ws_label.setText(str(ws) if ws else "not chosen yet")
-        current = self.ctx.voice
-        self.list.blockSignals(True)
-        self.list.clear()
-        for path in voicedata.list_voices(ws) if ws else []:
-            item = QListWidgetItem(icon("voices"), f"{voicedata.speaker_name(path)}")
-            item.setData(Qt.ItemDataRole.UserRole, str(path))
-            item.setToolTip(str(path))
-            if path.name.lower() != voicedata.speaker_name(path).lower():
-                item.setText(f"{voicedata.speaker_name(path)}  ·  {path.name}")
-            self.list.addItem(item)
-            if current is not None and path == current:
-                self.list.setCurrentItem(item)
-        self.list.blockSignals(False)
+        if ws is not None:
+            self.ctx.reader.load_voices(ws)
+        self._fill_list(self.ctx.reader.cached_voices(ws) or [])
         has = self.ctx.voice is not None
         self.rename_btn.setEnabled(has)
         self.delete_btn.setEnabled(has)
         self.new_btn.setEnabled(ws is not None)
-        self._show_summary()
+        self._show_summary(self.ctx.reader.refresh(self.ctx.voice))
+
+    def _voices_loaded(self, workspace: Path, entries: list[VoiceEntry]) -> None:
+        if workspace == self.ctx.workspace:
+            self._fill_list(entries)
+
+    def _voice_loaded(self, voice: Path, snap: VoiceSnapshot) -> None:
+        for i in range(self.list.count()):  # a rename shows in the list at once
+            item = self.list.item(i)
+            if item.data(Qt.ItemDataRole.UserRole) == str(voice):
+                item.setText(self._item_text(voice, snap.speaker))
+        if voice == self.ctx.voice:
+            self._show_summary(snap)
+
+    @staticmethod
+    def _item_text(path: Path, speaker: str) -> str:
+        return speaker if path.name.lower() == speaker.lower() else f"{speaker}  ·  {path.name}"
+
+    def _fill_list(self, entries: list[VoiceEntry]) -> None:
+        current = self.ctx.voice
+        self.list.blockSignals(True)
+        self.list.clear()
+        for entry in entries:
+            item = QListWidgetItem(icon("voices"), self._item_text(entry.path, entry.speaker))
+            item.setData(Qt.ItemDataRole.UserRole, str(entry.path))
+            item.setToolTip(str(entry.path))
+            self.list.addItem(item)
+            if current is not None and entry.path == current:
+                self.list.setCurrentItem(item)
+        self.list.blockSignals(False)
 
     def _selected(self, item: QListWidgetItem | None, _prev: QListWidgetItem | None) -> None:
         self.ctx.set_voice(Path(item.data(Qt.ItemDataRole.UserRole)) if item else None)
@@ -187,25 +210,27 @@ class VoicesPage(Page):
     def select(self, voice: Path) -> None:
         self.ctx.set_voice(voice)
 
-    def _show_summary(self) -> None:
+    def _show_summary(self, snap: VoiceSnapshot | None) -> None:
         voice = self.ctx.voice
-        if voice is None or not voice.exists():
-            self.voice_title.setText("No voice selected")
-            self.voice_sub.setText("Create a voice, or pick one on the left.")
+        if voice is None or snap is None:
+            self.voice_title.setText("No voice selected" if voice is None else voice.name)
+            self.voice_sub.setText("Create a voice, or pick one on the left." if voice is None
+                                   else f"{voice}  ·  reading…")
             for card in self.cards.values():
                 card.set("—")
             self.verdict.setText("—")
             return
-        s = voicedata.summarize(voice)
-        self.voice_title.setText(s.speaker)
-        self.voice_sub.setText(f"{voice}" + (f"  ·  {s.language}" if s.language else ""))
-        self.cards["takes"].set(str(s.takes))
-        self.cards["recorded"].set(f"{s.recorded_minutes:.1f}")
-        self.cards["usable"].set("—" if s.usable_minutes is None else f"{s.usable_minutes:.1f}")
-        self.cards["runs"].set(str(s.runs))
-        self.cards["exports"].set(str(s.exports))
-        self.cards["renders"].set(str(s.renders))
-        self.verdict.setText(s.verdict)
+        s = snap.summary
+        usable = snap.usable_minutes
+        self.voice_title.setText(snap.speaker)
+        self.voice_sub.setText(f"{voice}" + (f"  ·  {snap.language}" if snap.language else ""))
+        self.cards["takes"].set(str(s["takes"]))
+        self.cards["recorded"].set(f"{s['minutes_recorded']:.1f}")
+        self.cards["usable"].set("—" if usable is None else f"{usable:.1f}")
+        self.cards["runs"].set(str(len(snap.runs)))
+        self.cards["exports"].set(str(len(snap.exports)))
+        self.cards["renders"].set(str(len(snap.renders)))
+        self.verdict.setText(str(s["verdict"]))
 
     # -- create / rename / delete --------------------------------------------------
     def new_voice(self) -> NewVoiceDialog | None:
@@ -276,13 +301,15 @@ class VoicesPage(Page):
         voice = self.ctx.voice
         if voice is None:
             return None
-        s = voicedata.summarize(voice)
+        snap = self.ctx.reader.cached(voice)
+        what = (f"{snap.summary['takes']} takes ({snap.summary['minutes_recorded']:.1f} min), "
+                f"{len(snap.runs)} runs and {len(snap.exports)} exported models"
+                if snap is not None else "Everything")
         return self.confirm(
             "Delete voice",
-            f"Delete the voice “{s.speaker}”?",
+            f"Delete the voice “{snap.speaker if snap else voice.name}”?",
             lambda: self.delete_voice(voice),
-            detail=(f"{s.takes} takes ({s.recorded_minutes:.1f} min), {s.runs} runs and "
-                    f"{s.exports} exported models in {voice} will be moved to the trash "
+            detail=(f"{what} in {voice} will be moved to the trash "
                     "(or deleted where there is no trash)."),
         )
 

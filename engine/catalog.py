@@ -1,0 +1,466 @@
+"""What a reader needs to know about a workspace and its voices, from the engine's own layout.
+
+The window and `voxshard-engine status` read through this module, so there is
+one reading of the folders the engine writes: takes through `workspace.Voice`,
+checkpoints through `train.checkpoint`'s naming, a run's total steps where
+the trainer records them. Light: no torch, no Qt (the GUI imports it).
+
+Reading is tolerant: a file not written yet, or damaged, leaves a field empty
+instead of failing the whole read. Everything returned is plain data that a
+background thread can hand to the window and `to_dict()` can print as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import VoxshardError
+from .train.checkpoint import list_checkpoints, step_of
+from .workspace import VOICE_FILE, Voice, open_voice
+from .workspace import list_voices as _voice_folders
+
+PREPARED_REPORT = "report.json"
+PREPARED_MANIFEST = "manifest.jsonl"
+RUN_CONFIG = "config.json"
+RUN_METRICS = "metrics.jsonl"
+EXPORT_CONFIG = "config.json"
+#: a snapshot taken this soon after a change it read may have missed a second one
+RACY_NS = 2_000_000_000
+#: bytes read from the end of metrics.jsonl for the latest step and total (long runs are big)
+_TAIL_BYTES = 256 * 1024
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue  # a torn last line of a file being written
+                if isinstance(obj, dict):
+                    rows.append(obj)
+    except OSError:
+        pass
+    return rows
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)  # a storage Location (checkpoints in an object store) prints as its URI
+
+
+# --- the workspace ------------------------------------------------------------------------
+
+@dataclass
+class VoiceEntry:
+    """One voice folder of a workspace, as a list shows it."""
+
+    path: Path
+    speaker: str  # the name a person gave (display name), else the speaker key
+    language: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self.__dict__)
+
+
+def _voice_table(voice: Path) -> dict[str, Any]:
+    try:
+        with (voice / VOICE_FILE).open("rb") as fh:
+            table = tomllib.load(fh).get("voice")
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def speaker_name(voice: str | os.PathLike[str]) -> str:
+    """The voice's display name (what the person typed), else its speaker key, else the folder."""
+    table = _voice_table(Path(voice))
+    for key in ("display_name", "speaker"):
+        value = table.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return Path(voice).name
+
+
+def list_voices(workspace: str | os.PathLike[str]) -> list[VoiceEntry]:
+    """The voices directly inside a workspace, by folder name (case-insensitive)."""
+    try:
+        folders = _voice_folders(workspace)
+    except OSError:
+        return []
+    out = []
+    for path in sorted(folders, key=lambda p: p.name.lower()):
+        table = _voice_table(path)
+        out.append(VoiceEntry(path, speaker_name(path), str(table.get("language") or "")))
+    return out
+
+
+# --- takes and their prepare verdicts -----------------------------------------------------
+
+@dataclass
+class TakeInfo:
+    """A take with what prepare said about it (`usable` is None before prepare)."""
+
+    id: str
+    path: Path
+    text: str
+    duration_s: float
+    origin: str  # "recorded" | "imported"
+    source: str | None  # where an imported file came from
+    prompt_id: str | None
+    excluded: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+    usable: bool | None = None
+    issues: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self.__dict__)
+
+
+def prepared_clips(voice: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The prepare manifest: one dict per clip (id, path, text, usable, issues, source_take)."""
+    return _read_jsonl(Path(voice) / "prepared" / PREPARED_MANIFEST)
+
+
+def quality_report(voice: str | os.PathLike[str]) -> dict[str, Any] | None:
+    report = _read_json(Path(voice) / "prepared" / PREPARED_REPORT)
+    return report if isinstance(report, dict) else None
+
+
+def _take_infos(voice: Voice, takes: list[Any], clips: list[dict[str, Any]],
+                report: dict[str, Any] | None) -> list[TakeInfo]:
+    by_take: dict[str, list[dict[str, Any]]] = {}
+    for clip in clips:
+        by_take.setdefault(str(clip.get("source_take") or ""), []).append(clip)
+    rejected = {str(r.get("take")): r for r in (report or {}).get("rejected") or []
+                if isinstance(r, dict)}
+    out = []
+    for t in takes:
+        info = TakeInfo(id=t.id, path=t.audio_path, text=t.text,
+                        duration_s=float(t.duration_s or 0.0), origin=t.origin,
+                        source=t.source, prompt_id=t.prompt_id,
+                        excluded=bool(t.extra.get("excluded")), extra=dict(t.extra))
+        mine = by_take.get(t.id)
+        if mine:
+            info.usable = any(bool(c.get("usable")) for c in mine)
+            for c in mine:
+                info.issues.extend(i for i in c.get("issues") or [] if isinstance(i, dict))
+        elif t.id in rejected:
+            r = rejected[t.id]
+            info.usable = False
+            info.issues.append({"code": r.get("code"), "message": r.get("reason")})
+        out.append(info)
+    return out
+
+
+def list_takes(voice: str | os.PathLike[str]) -> list[TakeInfo]:
+    """Every complete take, oldest id first, with its prepare verdict and issues."""
+    v = open_voice(voice)
+    return _take_infos(v, v.list_takes(), prepared_clips(v.path), quality_report(v.path))
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+@dataclass
+class RunInfo:
+    """A training run folder: its complete checkpoints and where it stands."""
+
+    name: str
+    path: Path
+    checkpoints: list[Any]  # complete ones, oldest first (Paths; Locations for a URI)
+    metrics_file: Path
+    config: dict[str, Any]  # the resolved TrainConfig the run was started with
+    total_steps: int | None  # None: not known yet (no metric written, steps from epochs)
+    last_step: int | None  # the latest step in metrics.jsonl
+
+    @property
+    def checkpoint_steps(self) -> list[int]:
+        return [step_of(p) or 0 for p in self.checkpoints]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = _jsonable(self.__dict__)
+        d["checkpoint_steps"] = self.checkpoint_steps
+        return d
+
+
+def _tail_records(path: Path, max_bytes: int = _TAIL_BYTES) -> list[dict[str, Any]]:
+    """The last complete JSON lines of a file that may be long and still growing."""
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - max_bytes))
+            chunk = fh.read()
+    except OSError:
+        return []
+    lines = chunk.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]  # the first line of the window is cut
+    out = []
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def run_progress(run_dir: str | os.PathLike[str]) -> tuple[int | None, int | None]:
+    """(total steps, latest step) of a run.
+
+    The total is `run.steps` of the saved config when set (a resume with more
+    steps rewrites it before its first metric); a run sized by epochs learns
+    it only at launch, and every rank-0 metric record carries it as `total_steps`.
+    """
+    run = Path(run_dir)
+    cfg = _read_json(run / RUN_CONFIG)
+    run_cfg = cfg.get("run") if isinstance(cfg, dict) else None
+    configured = run_cfg.get("steps") if isinstance(run_cfg, dict) else None
+    total: int | None = None
+    last: int | None = None
+    for rec in reversed(_tail_records(run / RUN_METRICS)):
+        if last is None and isinstance(rec.get("step"), int):
+            last = int(rec["step"])
+        if total is None and isinstance(rec.get("total_steps"), int):
+            total = int(rec["total_steps"])
+        if total is not None and last is not None:
+            break
+    if isinstance(configured, int):
+        total = configured
+    return total, last
+
+
+def list_runs(voice: str | os.PathLike[str]) -> list[RunInfo]:
+    """Every run folder of a voice, by name (run names start with their date)."""
+    folder = Path(voice) / "runs"
+    try:
+        dirs = sorted(p for p in folder.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    runs = []
+    for run_dir in dirs:
+        cfg = _read_json(run_dir / RUN_CONFIG)
+        total, last = run_progress(run_dir)
+        try:
+            ckpts = list_checkpoints(run_dir)
+        except Exception:  # remote storage unreachable, a link file damaged: none to show
+            ckpts = []
+        runs.append(RunInfo(run_dir.name, run_dir, ckpts, run_dir / RUN_METRICS,
+                            cfg if isinstance(cfg, dict) else {}, total, last))
+    return runs
+
+
+def checkpoint_step(path: str | os.PathLike[str]) -> int | None:
+    """The step a checkpoint folder holds (None for a folder that is not one)."""
+    return step_of(Path(path))
+
+
+# --- exports and renders ------------------------------------------------------------------
+
+@dataclass
+class ExportInfo:
+    name: str
+    path: Path
+    info: dict[str, Any]  # VOXSHARD_EXPORT.json: run, checkpoint, speaker (when written)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self.__dict__)
+
+
+def list_exports(voice: str | os.PathLike[str]) -> list[ExportInfo]:
+    """Exported model folders (complete ones: the export renames them in when done)."""
+    folder = Path(voice) / "exports"
+    try:
+        dirs = sorted(p for p in folder.iterdir()
+                      if p.is_dir() and not p.name.startswith(".")
+                      and (p / EXPORT_CONFIG).is_file())
+    except OSError:
+        return []
+    out = []
+    for d in dirs:
+        info = _read_json(d / "VOXSHARD_EXPORT.json")
+        out.append(ExportInfo(d.name, d, info if isinstance(info, dict) else {}))
+    return out
+
+
+def list_renders(voice: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Rendered WAVs, newest first, each with its sidecar JSON's fields, `path` and `mtime`."""
+    folder = Path(voice) / "renders"
+    items: list[dict[str, Any]] = []
+    try:
+        wavs = list(folder.glob("*.wav"))
+    except OSError:
+        return items
+    for wav in wavs:
+        try:
+            mtime = wav.stat().st_mtime
+        except OSError:
+            continue
+        meta = _read_json(wav.with_suffix(".json"))
+        entry: dict[str, Any] = dict(meta) if isinstance(meta, dict) else {}
+        entry["path"] = wav
+        entry["mtime"] = mtime
+        items.append(entry)
+    items.sort(key=lambda e: e["mtime"], reverse=True)
+    return items
+
+
+def comparisons(voice: str | os.PathLike[str]) -> list[Path]:
+    """Finished checkpoint comparisons (folders with an index.json), oldest first."""
+    return sorted(p.parent for p in (Path(voice) / "renders").glob("compare-*/index.json"))
+
+
+# --- one voice, everything ---------------------------------------------------------------
+
+@dataclass
+class VoiceSnapshot:
+    """Everything the window shows about one voice, read in one pass."""
+
+    path: Path
+    speaker: str  # display name
+    speaker_key: str
+    language: str
+    prompt_set: str
+    summary: dict[str, Any]  # Voice.summary(): totals, prepared, verdict, problems
+    takes: list[TakeInfo]
+    clips: list[dict[str, Any]]
+    report: dict[str, Any] | None
+    runs: list[RunInfo]
+    exports: list[ExportInfo]
+    renders: list[dict[str, Any]]
+    comparisons: list[Path] = field(default_factory=list)
+    signature: tuple[tuple[str, int, int], ...] = ()
+    read_at_ns: int = 0  # wall clock when the signature was taken
+
+    @property
+    def minutes_in_use(self) -> float:
+        return sum(t.duration_s for t in self.takes if not t.excluded) / 60.0
+
+    @property
+    def usable_minutes(self) -> float | None:
+        prep = self.summary.get("prepared") or {}
+        value = prep.get("minutes_usable")
+        return float(value) if isinstance(value, int | float) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path), "speaker": self.speaker, "speaker_key": self.speaker_key,
+            "language": self.language, "prompt_set": self.prompt_set,
+            "summary": _jsonable(self.summary),
+            "takes": [t.to_dict() for t in self.takes], "clips": _jsonable(self.clips),
+            "report": _jsonable(self.report), "runs": [r.to_dict() for r in self.runs],
+            "exports": [e.to_dict() for e in self.exports],
+            "renders": _jsonable(self.renders),
+            "comparisons": [str(c) for c in self.comparisons],
+        }
+
+
+def snapshot(voice: str | os.PathLike[str]) -> VoiceSnapshot:
+    """Read a whole voice. Raises WorkspaceError when the folder is not a voice."""
+    read_at = time.time_ns()
+    sig = change_signature(voice)  # first: a change during the read makes the next one differ
+    v = open_voice(voice)
+    takes, problems = v.scan()
+    summary = v.summary((takes, problems))
+    clips = prepared_clips(v.path)
+    report = quality_report(v.path)
+    runs, exports, renders = list_runs(v.path), list_exports(v.path), list_renders(v.path)
+    summary.update(runs=len(runs), exports=len(exports), renders=len(renders))
+    return VoiceSnapshot(
+        path=v.path, speaker=v.display_name, speaker_key=v.speaker, language=v.language,
+        prompt_set=v.prompt_set, summary=summary, takes=_take_infos(v, takes, clips, report),
+        clips=clips, report=report, runs=runs, exports=exports, renders=renders,
+        comparisons=comparisons(v.path), signature=sig, read_at_ns=read_at)
+
+
+def voice_summary(voice: str | os.PathLike[str]) -> dict[str, Any]:
+    """Totals, readiness verdict and counts of runs, exports and renders."""
+    v = open_voice(voice)
+    out = v.summary()
+    out.update(runs=len(list_runs(v.path)), exports=len(list_exports(v.path)),
+               renders=len(list_renders(v.path)))
+    return out
+
+
+def _stamp(key: str, path: Path) -> tuple[str, int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (key, 0, -1)
+    return (key, st.st_mtime_ns, st.st_size)
+
+
+def change_signature(voice: str | os.PathLike[str]) -> tuple[tuple[str, int, int], ...]:
+    """Cheap proof of change: (what, mtime, size) of the folders and files a snapshot reads.
+
+    Takes are written by rename into takes/, so its own time changes with every
+    add, delete or edit; checkpoints appear (or complete) inside run folders.
+    metrics.jsonl is left out on purpose: it grows every step of a live run.
+    """
+    root = Path(voice)
+    parts = [_stamp(VOICE_FILE, root / VOICE_FILE)]
+    parts += [_stamp(sub or ".", root / sub)
+              for sub in ("", "takes", "prepared", "runs", "exports", "renders")]
+    parts += [_stamp(name, root / "prepared" / name)
+              for name in (PREPARED_REPORT, PREPARED_MANIFEST)]
+    try:
+        run_dirs = sorted(p for p in (root / "runs").iterdir() if p.is_dir())
+    except OSError:
+        run_dirs = []
+    for run in run_dirs:
+        parts += [_stamp(run.name, run), _stamp(f"{run.name}/{RUN_CONFIG}", run / RUN_CONFIG)]
+        try:
+            parts += [_stamp(f"{run.name}/{c.name}", c) for c in sorted(run.iterdir())
+                      if step_of(c) is not None]
+        except OSError:
+            pass
+    return tuple(parts)
+
+
+def is_current(snap: VoiceSnapshot) -> bool:
+    """Whether a snapshot still shows the disk, without reading it again.
+
+    Two writes within one tick of the file system's clock can leave a folder's
+    time unchanged, so a snapshot taken while anything it read was that young
+    is never trusted (the same rule as git's "racily clean" index entries).
+    """
+    if change_signature(snap.path) != snap.signature:
+        return False
+    newest = max((mtime for _key, mtime, _size in snap.signature), default=0)
+    return newest < snap.read_at_ns - RACY_NS
+
+
+def workspace_status(workspace: str | os.PathLike[str]) -> dict[str, Any]:
+    """Each voice of a workspace with its summary (a damaged one says why)."""
+    voices = []
+    for entry in list_voices(workspace):
+        row = entry.to_dict()
+        try:
+            row["summary"] = _jsonable(voice_summary(entry.path))
+        except VoxshardError as exc:
+            row["error"] = exc.message
+        voices.append(row)
+    return {"workspace": str(Path(workspace)), "voices": voices}

@@ -1,0 +1,222 @@
+"""Streaming: codec frames become audio while later frames are still generated.
+
+The official codec decoder is causal: the samples of frame t depend only on
+frames <= t, and (through its sliding-window transformer and convolutions) on
+a bounded number of them. `StreamDecoder` therefore decodes each new piece of
+frames together with enough frames before it (left context) and keeps only
+the new piece's samples. With a left context that covers the decoder's
+receptive field the streamed audio equals the full decode of the same codes
+within float rounding (tests/test_synth_stream.py): the joins are not
+approximations, so they cannot click.
+
+Pieces grow (4, 8, 16 ... frames): the first audio comes after a few frames,
+and later pieces amortise the context that each decode call re-reads.
+
+Sinks take float32 blocks at 24 kHz: a file that grows (`GrowingFile`), raw
+16-bit PCM for a pipe (`RawPcm`), the sound device (`Player`).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+import numpy as np
+
+from ..errors import InputError, SynthesisError
+
+#: frames per second of the 12 Hz codec, samples per frame at 24 kHz
+SAMPLES_PER_FRAME = 1920
+#: the official full decode works in windows of this many frames
+FULL_DECODE_WINDOW = 300
+
+
+def receptive_frames(decoder: Any) -> int:
+    """Frames before a piece that can still change its samples: each sliding-window
+    transformer layer looks `sliding_window` frames back, the convolutions a few
+    more (measured on the tiny codec: 72-frame window, exact from 80 on)."""
+    cfg = decoder.config
+    window = int(getattr(cfg, "sliding_window", None) or FULL_DECODE_WINDOW)
+    layers = int(getattr(cfg, "num_hidden_layers", 1) or 1)
+    return min(FULL_DECODE_WINDOW, window * layers + 8)
+
+
+class StreamDecoder:
+    """Incremental codec decoding of one utterance.
+
+    `push(frames)` adds codec frames [n, 16]; `pull()` returns the samples that
+    can be decoded now (a whole piece or nothing); `finish()` decodes the rest.
+    `prefix` frames (the reference of in-context cloning) are context only:
+    never returned, as the full decode cuts them off.
+    """
+
+    def __init__(self, decoder: Any, prefix: Any = None, left_context: int | None = None,
+                 first_piece: int = 4, max_piece: int = 48) -> None:
+        import torch
+
+        self.decoder = decoder
+        self.device = next(decoder.parameters()).device
+        self.left = receptive_frames(decoder) if left_context is None else int(left_context)
+        if self.left < 0 or first_piece < 1 or max_piece < first_piece:
+            raise ValueError("bad streaming piece sizes")
+        empty = torch.zeros(0, 16, dtype=torch.long, device=self.device)
+        self.frames = [prefix.to(self.device)] if prefix is not None and len(prefix) else [empty]
+        self.count = sum(len(f) for f in self.frames)
+        self.done = self.count  # frames already turned into samples (or prefix)
+        self.piece = first_piece
+        self.max_piece = max_piece
+
+    def push(self, frames: Any) -> None:
+        if len(frames):
+            self.frames.append(frames.to(self.device).reshape(-1, 16))
+            self.count += len(frames)
+
+    @property
+    def pending(self) -> int:
+        return self.count - self.done
+
+    def pull(self) -> np.ndarray:
+        if self.pending < self.piece:
+            return np.zeros(0, dtype=np.float32)
+        out = self._decode(self.done + self.piece)
+        self.piece = min(self.piece * 2, self.max_piece)
+        return out
+
+    def finish(self) -> np.ndarray:
+        parts = []
+        while self.pending > 0:
+            parts.append(self._decode(min(self.count, self.done + self.max_piece)))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+    def _decode(self, end: int) -> np.ndarray:
+        import torch
+
+        codes = torch.cat(self.frames) if len(self.frames) > 1 else self.frames[0]
+        self.frames = [codes]
+        start = max(0, self.done - self.left)
+        with torch.inference_mode():
+            wav = self.decoder(codes[start:end].clamp(min=0).T[None])[0, 0]
+        keep = wav[(self.done - start) * SAMPLES_PER_FRAME:]
+        self.done = end
+        return keep.float().cpu().numpy()
+
+
+# -- sinks ------------------------------------------------------------------------------------
+
+class AudioSink(Protocol):
+    def write(self, audio: np.ndarray) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class GrowingFile:
+    """An audio file that holds everything streamed so far (its header is
+    rewritten after each block, so players and `soundfile` can read it early)."""
+
+    def __init__(self, path: str | os.PathLike[str], fmt: str, sample_rate: int = 24000) -> None:
+        import soundfile as sf
+
+        from .render import _SUBTYPES
+
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise InputError(f"The output {self.path} is a folder.",
+                             "Give a file name such as out.wav.")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        container, subtype = _SUBTYPES[fmt]
+        # a plain open(): the file gets the user's normal permissions
+        self._file = sf.SoundFile(str(self.path), "w", sample_rate, 1, subtype, format=container)
+        self.samples = 0
+
+    def write(self, audio: np.ndarray) -> None:
+        if audio.size:
+            self._file.write(np.clip(audio, -1.0, 1.0).astype(np.float32))
+            self._file.flush()
+            self.samples += audio.size
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class RawPcm:
+    """Signed 16-bit little-endian mono PCM to a byte stream (a pipe: `| aplay -f S16_LE
+    -r 24000 -c 1`). A reader that goes away ends the speech with a clear error."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.samples = 0
+
+    def write(self, audio: np.ndarray) -> None:
+        if not audio.size:
+            return
+        pcm = (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2")
+        try:
+            self.stream.write(pcm.tobytes())
+            self.stream.flush()
+        except BrokenPipeError as exc:
+            raise SynthesisError("The program reading the audio closed the pipe.",
+                                 "Keep the reader running until the speech ends.") from exc
+        self.samples += audio.size
+
+    def close(self) -> None:
+        try:
+            self.stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+
+class Player:
+    """Plays blocks on the default sound device as they come (generation never
+    waits for the device: a callback drains a queue); `close` waits for the end."""
+
+    def __init__(self, sample_rate: int = 24000, device: Any = None) -> None:
+        try:
+            import sounddevice as sd
+        except (ImportError, OSError) as exc:
+            raise SynthesisError("No sound output is available (PortAudio did not load).",
+                                 "Install libportaudio2, or write a file with -o.") from exc
+        self._queue: queue.Queue[np.ndarray | None] = queue.Queue()
+        self._buffer = np.zeros(0, dtype=np.float32)
+        self._ended = threading.Event()
+        self._closing = False
+        self.samples = 0
+        try:
+            self._stream = sd.OutputStream(samplerate=sample_rate, channels=1, dtype="float32",
+                                           device=device, callback=self._callback,
+                                           latency="high")
+            self._stream.start()
+        except Exception as exc:  # PortAudio raises its own error types
+            raise SynthesisError(f"The sound device cannot play ({exc}).",
+                                 "Check the output device, or write a file with -o.") from exc
+
+    def _callback(self, out: np.ndarray, frames: int, _time: Any, _status: Any) -> None:
+        while self._buffer.size < frames:
+            try:
+                block = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if block is None:
+                self._closing = True
+                break
+            self._buffer = np.concatenate((self._buffer, block))
+        n = min(frames, self._buffer.size)
+        out[:n, 0] = self._buffer[:n]
+        out[n:, 0] = 0.0
+        self._buffer = self._buffer[n:]
+        if self._closing and not self._buffer.size and self._queue.empty():
+            self._ended.set()
+
+    def write(self, audio: np.ndarray) -> None:
+        if audio.size:
+            self._queue.put(np.clip(audio, -1.0, 1.0).astype(np.float32))
+            self.samples += audio.size
+
+    def close(self, timeout: float | None = None) -> None:
+        self._queue.put(None)
+        wait = timeout if timeout is not None else self.samples / 24000 + 5.0
+        self._ended.wait(wait)
+        self._stream.stop()
+        self._stream.close()
