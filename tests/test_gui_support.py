@@ -104,7 +104,8 @@ def pulse() -> str:
 
 def flood_program(count: int, forever: bool = False, child: bool = False,
                   rate: float = 0.0, ranks: int = 2, stop_s: float = 0.0,
-                  stop_fails: bool = False) -> list[str]:
+                  stop_fails: bool = False, gpu: bool = False,
+                  run: str | None = None) -> list[str]:
     """A process speaking the engine's event protocol with the engine's own writer.
 
     It streams `count` metric events, `rate` per second (0: as fast as it
@@ -113,6 +114,8 @@ def flood_program(count: int, forever: bool = False, child: bool = False,
     starts a grandchild process in the same group, to prove a cancel reaches it.
     On SIGTERM it "saves" for `stop_s` seconds as training does (state
     `stopping`), then exits as cancelled, or, with `stop_fails`, as a failed save.
+    `gpu` adds the memory figures a GPU worker reports (device used and total,
+    80 GiB devices); `run` names the run folder in the first state event.
     """
     code = f"""
 import os, signal, subprocess, sys, time
@@ -136,15 +139,19 @@ def finish_stop():
     out.error("cancelled", "Training stopped at step 7; saved checkpoint_step_0000007.", None)
     sys.exit(130)
 signal.signal(signal.SIGTERM, term)
-em.state("training")
+em.state("training", **({{"run": {run!r}}} if {run!r} else {{}}))
 t0 = time.monotonic()
 i = 0
 while {forever!r} or i < {count}:
     if stop:
         finish_stop()
-    em.metric({{"step": i, "loss/train": 5.0 / (1 + i * 1e-3), "lr": 2e-6,
-               "perf/tokens_per_s": 1000.0 + i % 7, "memory/rss_gib": 1.0 + (i % 5) * 0.01}},
-              rank=i % {ranks!r}, split="train")
+    values = {{"step": i, "loss/train": 5.0 / (1 + i * 1e-3), "lr": 2e-6,
+               "perf/tokens_per_s": 1000.0 + i % 7, "memory/rss_gib": 1.0 + (i % 5) * 0.01}}
+    if {gpu!r}:
+        rank = i % {ranks!r}
+        values.update({{"memory/device_used_gib": 20.0 + 5 * rank + (i % 11) * 0.1,
+                       "memory/allocated_gib": 15.0 + 5 * rank, "memory/total_gib": 80.0}})
+    em.metric(values, rank=i % {ranks!r}, split="train")
     if i % 100 == 0:
         em.progress("train", i, {count})
     i += 1

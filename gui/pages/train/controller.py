@@ -1,0 +1,211 @@
+"""One training run seen from the window: the engine job, its events, its history.
+
+The controller owns the run's `MetricsStore` and turns engine events into
+what the page shows: a state line, log lines, per-worker processes (a second
+start of a rank means Ray replaced the worker group after a failure), the
+step total and an ETA. A finished run is read back from its metrics.jsonl in
+slices, so a run of 100k steps loads without holding the window.
+
+Endings are the job API's (gui/jobs.py): "Stopped" only when the engine
+finished its stop (for training: saved a checkpoint); a stop that failed or
+was forced is a failure, shown with the last complete checkpoint on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from engine import catalog
+
+from ...jobs import EngineJob
+from ...metrics import MetricsStore
+
+HISTORY_LINES_PER_SLICE = 2000
+
+STATE_LABELS = {
+    "starting_cluster": "Starting the Ray cluster",
+    "loading_model": "Loading the base model",
+    "extracting_codes": "Extracting codec codes",
+    "sharding": "Sharding the model (FSDP2)",
+    "training": "Training",
+    "validating": "Validating",
+    "checkpointing": "Saving a checkpoint",
+    "recovering": "Recovering from a failed worker",
+    "checkpoint": "Training (checkpoint saved)",
+    "restarting": "Recovering from a failed worker",
+    "worker_started": "Worker started",
+    "x_vector": "Computing the speaker embedding",
+    "preparing": "Preparing",
+    "stopping": "Stopping: saving a checkpoint",
+    "evaluating": "Evaluating a checkpoint",
+    "finished": "Finished",
+    "done": "Finished",
+    "cancelled": "Stopped",
+}
+
+
+class RunController(QObject):
+    state_text = Signal(str)
+    log = Signal(str, str)  # level, message
+    ended = Signal(str, str)  # outcome ("succeeded" | "cancelled" | "failed"), summary
+    history_loaded = Signal()
+
+    def __init__(self, store: MetricsStore, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.job: EngineJob | None = None
+        self.total_steps = 0
+        self.run_dir: Path | None = None
+        self.worker_pids: dict[str, int] = {}  # rank -> pid of its current Ray worker
+        self.workers: dict[str, dict[str, object]] = {}  # rank -> node, gpu, pid
+        self._starts: dict[str, int] = {}  # worker starts per rank: >1 means a recovery
+        self._t0: float | None = None
+        self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
+        self._history: TextIO | None = None
+
+    # -- a live run -------------------------------------------------------------------
+    def attach(self, job: EngineJob, total_steps: int) -> None:
+        self.close_history()
+        self.job = job
+        self.total_steps = total_steps
+        self.worker_pids.clear()
+        self.workers.clear()
+        self._starts.clear()
+        self._t0 = time.monotonic()
+        self._train_t0 = None
+        job.metric.connect(self._on_metric)
+        job.state.connect(self._on_state)
+        job.event.connect(self._on_raw_event)
+        job.log.connect(self.log)
+        job.progress.connect(self._on_progress)
+        job.succeeded.connect(lambda r: self._end("succeeded", str(r.get("summary") or "")))
+        # the engine's own words say where it stopped and what it saved
+        job.cancelled.connect(lambda: self._end(
+            "cancelled", job.error[1] if job.error else "Stopped."))
+        job.failed.connect(lambda _c, m, h: self._end("failed", f"{m} {h}".strip()))
+        self.state_text.emit("Starting…")
+
+    def stop(self) -> str:
+        """First press: ask the engine to save and stop. Second: force (kills)."""
+        if self.job is None:
+            return "idle"
+        if self.job.stopping:
+            self.job.force_stop()
+            return "forced"
+        self.state_text.emit(STATE_LABELS["stopping"])
+        self.log.emit("info", "Stopping: the engine saves a checkpoint first; this can take "
+                              "minutes for a large model. Press Stop again to force it.")
+        self.job.cancel()
+        return "stopping"
+
+    def _end(self, outcome: str, summary: str) -> None:
+        if outcome == "failed" and self.run_dir is not None:
+            done = catalog.list_checkpoints(self.run_dir)
+            last = done[-1] if done else None
+            summary += (f" The last complete checkpoint is {last.name}; Resume continues "
+                        "from it." if last is not None else " No checkpoint of this run "
+                        "was completed.")
+        self.job = None
+        self.ended.emit(outcome, summary)
+
+    def _on_metric(self, values: dict) -> None:
+        total = values.pop("total_steps", None)
+        if isinstance(total, int) and total > 0:
+            self.total_steps = total
+        self.store.add(values)
+        if self._train_t0 is None and "loss/train" in values:
+            self._train_t0 = (time.monotonic(), self.store.last_step)
+
+    def _on_raw_event(self, event: dict) -> None:
+        # the engine's state events carry extras: the run's step count and folder
+        if event.get("event") != "state":
+            return
+        if isinstance(event.get("total_steps"), int):
+            self.total_steps = int(event["total_steps"])
+        if isinstance(event.get("run"), str) and event["run"]:
+            self.run_dir = Path(event["run"])
+        if event.get("state") == "worker_started":
+            rank = str(event.get("rank"))
+            if isinstance(event.get("pid"), int):
+                self.worker_pids[rank] = int(event["pid"])
+            self.workers[rank] = {k: event[k] for k in ("node", "gpu", "pid", "host")
+                                  if k in event}
+
+    def _on_state(self, state: str, detail: str) -> None:
+        if state == "worker_started":
+            rank = detail or "?"
+            self._starts[rank] = self._starts.get(rank, 0) + 1
+            if self._starts[rank] > 1:
+                state, detail = "recovering", f"restart {self._starts[rank] - 1}"
+            else:
+                self.log.emit("state", f"Worker started ({rank})")
+                return
+        text = STATE_LABELS.get(state, state.replace("_", " ").capitalize())
+        self.state_text.emit(text + (f" — {detail}" if detail else ""))
+        self.log.emit("state", text + (f": {detail}" if detail else ""))
+
+    def _on_progress(self, stage: str, _done: float, total: object) -> None:
+        if stage in ("train", "training", "step") and isinstance(total, float) and total:
+            self.total_steps = int(total)
+
+    def elapsed_s(self) -> float | None:
+        return None if self._t0 is None or self.job is None else time.monotonic() - self._t0
+
+    def eta_s(self) -> float | None:
+        if self._train_t0 is None or not self.total_steps or self.job is None:
+            return None
+        t0, s0 = self._train_t0
+        done = self.store.last_step - s0
+        if done <= 0:
+            return None
+        return (time.monotonic() - t0) / done * max(0.0, self.total_steps - self.store.last_step)
+
+    # -- a finished run ----------------------------------------------------------------
+    def show_run(self, name: str, metrics_file: Path, total_steps: int | None,
+                 on_line: Callable[[], None] | None = None) -> bool:
+        """Read a run's metrics.jsonl into the store, in slices (runs can be long)."""
+        self.close_history()
+        try:
+            fh = metrics_file.open(encoding="utf-8")
+        except OSError:
+            return False
+        self._history = fh
+        self.total_steps = total_steps or 0
+        self.state_text.emit(f"Last run: {name}")
+        self.log.emit("info", f"Showing {name} from {metrics_file}")
+        self._read_history()
+        return True
+
+    def close_history(self) -> None:
+        if self._history is not None:
+            self._history.close()
+            self._history = None
+
+    def _read_history(self) -> None:
+        fh = self._history
+        if fh is None:
+            return
+        for _ in range(HISTORY_LINES_PER_SLICE):
+            line = fh.readline()
+            if not line:
+                self.close_history()
+                self.history_loaded.emit()
+                return
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                rec.pop("kind", None)
+                rec.pop("time", None)
+                total = rec.pop("total_steps", None)
+                if isinstance(total, int) and total > 0:
+                    self.total_steps = total
+                self.store.add(rec)
+        QTimer.singleShot(0, self._read_history)

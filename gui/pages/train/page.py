@@ -1,0 +1,400 @@
+"""Train: choose the base model, hardware and settings; watch the run live.
+
+The page composes its parts (settings panel, GPU probe, stats bar, charts, run
+controller) and owns the redraw timer: metric events only append to the
+store; the timer redraws one chart per tick, and only what changed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (
+    QComboBox,
+    QLabel,
+    QPlainTextEdit,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import catalog
+
+from ...context import AppContext
+from ...jobs import EngineJob
+from ...metrics import MetricsStore
+from ...notify import notify_if_in_background
+from ...widgets import fmt_duration, hbox
+from ..base import Page
+from .charts import TrainCharts
+from .controller import STATE_LABELS, RunController
+from .gpus import Gpu, GpuProbe
+from .settings import PRESETS, TrainSettings, preset_for
+from .stats import StatsBar
+
+ENDED_LABELS = {"succeeded": "Finished", "cancelled": "Stopped", "failed": "Failed"}
+
+
+class TrainPage(Page):
+    title = "Train"
+    subtitle = ("Fine-tune Qwen3-TTS on this voice: one worker per GPU, sharded with FSDP2 "
+                "on a Ray cluster. Stop saves a checkpoint; resume continues from it.")
+    icon_name = "train"
+    REDRAW_MS = 125
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        self.export_job: EngineJob | None = None
+        self.download_job: EngineJob | None = None
+        self.store = MetricsStore()
+        self.run = RunController(self.store, self)
+        self.redraw_ticks = 0  # turns of the redraw timer; redraws never outnumber them + 1
+        self._final_ticks = 0
+        self._turn = 0
+        self._shown_voice: object = None
+        self._runs: list[catalog.RunInfo] = []
+
+        self.settings = TrainSettings()
+        s = self.settings
+        # the form's widgets under the names scripts and tests use
+        self.base, self.workers, self.steps, self.lr = s.base, s.workers, s.steps, s.lr
+        self.ckpt_every, self.preset = s.ckpt_every, s.preset
+        self.remote_radio, self.address = s.remote_radio, s.address
+        self.start_btn, self.resume_btn, self.stop_btn = s.start_btn, s.resume_btn, s.stop_btn
+        self.plan_btn, self.export_btn, self.download_btn = s.plan_btn, s.export_btn, \
+            s.download_btn
+        self.download_bar, self.model_note = s.download_bar, s.model_note
+        s.start_btn.clicked.connect(lambda: self.start())
+        s.resume_btn.clicked.connect(lambda: self.start(resume=True))
+        s.stop_btn.clicked.connect(self.stop)
+        s.plan_btn.clicked.connect(lambda: self.plan())
+        s.export_btn.clicked.connect(lambda: self.export())
+        s.download_btn.clicked.connect(lambda: self.download())
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(s)
+        split.addWidget(self._build_monitor())
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setSizes([380, 900])
+        self.outer.addWidget(split, 1)
+
+        self.run.state_text.connect(self.state_label.setText)
+        self.run.log.connect(self._append_log)
+        self.run.ended.connect(self._on_ended)
+        self.run.history_loaded.connect(lambda: self.redraw())
+
+        self.redraw_timer = QTimer(self)
+        self.redraw_timer.setInterval(self.REDRAW_MS)
+        self.redraw_timer.timeout.connect(self._tick)
+        self.gpus: list[Gpu] = []
+        self.probe = GpuProbe(self)
+        self.probe.found.connect(self._gpus_found)
+        self.probe.probe()
+
+    # -- layout ---------------------------------------------------------------------
+    def _build_monitor(self) -> QWidget:
+        mon = QWidget()
+        lay = QVBoxLayout(mon)
+        lay.setContentsMargins(8, 0, 0, 0)
+        self.run_picker = QComboBox()
+        self.run_picker.setToolTip("Show a run's curves and load its settings into the form")
+        self.run_picker.activated.connect(self._pick_run)
+        self.run_picker.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.run_picker.setMinimumContentsLength(28)
+        self.stats = StatsBar()
+        self.state_label = self.stats.state_label
+        lay.addWidget(hbox(QLabel("<b>State</b>"), self.state_label, QLabel("<b>Run</b>"),
+                           self.run_picker, stretch_at=2))
+        self.stat_labels = self.stats.labels
+        lay.addWidget(self.stats)
+        self.charts = TrainCharts(self.store)
+        self.loss_plot, self.mem_plot = self.charts.loss_plot, self.charts.mem_plot
+        self._curves = self.charts.curves
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(3000)  # bounded, however long the run
+        self.log.setPlaceholderText("Engine log")
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.charts)
+        split.addWidget(self.log)
+        split.setSizes([660, 100])
+        lay.addWidget(split, 1)
+        return mon
+
+    # -- GPUs -----------------------------------------------------------------------
+    def _gpus_found(self, gpus: list[Gpu]) -> None:
+        self.gpus = gpus
+        self.settings.show_gpus(gpus)
+        if gpus:
+            self.charts.limit_gib = min(g.total_mib for g in gpus) / 1024.0
+
+    def selected_gpus(self) -> list[int]:
+        return self.settings.selected_gpus()
+
+    # -- redraw ---------------------------------------------------------------------
+    @property
+    def job(self) -> EngineJob | None:
+        return self.run.job
+
+    @property
+    def worker_pids(self) -> dict[str, int]:
+        return self.run.worker_pids
+
+    @property
+    def redraws(self) -> int:
+        return self.charts.redraws
+
+    def _tick(self) -> None:
+        # one chart per tick, in turn: a tick repaints one chart's axes, not five
+        plots = self.charts.plots
+        self.redraw_ticks += 1
+        self.redraw(only=plots[self._turn % len(plots)])
+        self._turn += 1
+        if self.run.job is None:
+            # the run ended: one more turn over the charts, then the timer rests
+            self._final_ticks -= 1
+            if self._final_ticks <= 0:
+                self.redraw_timer.stop()
+
+    def redraw(self, only: Any = None) -> None:
+        self._label_workers()
+        self.charts.redraw(only)
+        self._update_stats()
+
+    def _label_workers(self) -> None:
+        # "GPU 3" for a local run (rank r on the r-th selected GPU), node names
+        # when the engine says where a worker runs (an existing cluster)
+        for rank in self.store.ranks():
+            if rank in self.charts.rank_labels:
+                continue
+            info = self.run.workers.get(rank, {})
+            node = info.get("node") or info.get("host")
+            gpu: object = info.get("gpu")
+            if gpu is None and rank.isdigit():
+                local = self.settings.gpu_for_rank(int(rank))
+                gpu = local.index if local is not None else None
+            parts = [str(node)] if node else []
+            parts.append(f"GPU {gpu}" if gpu is not None else f"worker {rank}")
+            self.charts.rank_labels[rank] = " ".join(parts)
+
+    def _update_stats(self) -> None:
+        latest, step, put = self.store.latest, self.store.last_step, self.stats.put
+        total = self.run.total_steps
+        put("step", f"{step:.0f} / {total}" if total else f"{step:.0f}")
+        for key, card, fmt in (("loss/train", "loss", "{:.4f}"), ("loss/val", "val", "{:.4f}"),
+                               ("lr", "lr", "{:.1e}"), ("perf/tokens_per_s", "tps", "{:,.0f}"),
+                               ("quality/similarity", "similarity", "{:.3f}"),
+                               ("quality/wer", "wer", "{:.1%}")):
+            if key in latest:
+                put(card, fmt.format(latest[key]))
+        elapsed = self.run.elapsed_s()
+        if elapsed is not None:
+            put("elapsed", fmt_duration(elapsed))
+        self.stats.show_progress(step, total, self.run.eta_s())
+
+    # -- runs on disk ----------------------------------------------------------------
+    def refresh(self) -> None:
+        running = self.run.job is not None
+        has_voice = self.voice is not None
+        self._runs = catalog.list_runs(self.voice) if self.voice is not None else []
+        self.start_btn.setEnabled(has_voice and not running)
+        self.plan_btn.setEnabled(has_voice and not running)
+        self.resume_btn.setEnabled(has_voice and not running
+                                   and any(r.checkpoints for r in self._runs))
+        self.stop_btn.setEnabled(running)
+        self.export_btn.setEnabled(self.resume_btn.isEnabled() and self.export_job is None)
+        self._fill_run_picker()
+        if has_voice and not running and self._shown_voice != self.voice:
+            # a new voice: preset by its data volume, and its latest run's curves
+            self._shown_voice = self.voice
+            report = catalog.quality_report(self.voice) or {}
+            p = preset_for((report.get("totals") or {}).get("minutes_usable"))
+            self.preset.setCurrentIndex(PRESETS.index(p))
+            self._reset_charts()
+            shown = [r for r in self._runs if r.metrics_file.is_file()
+                     and r.metrics_file.stat().st_size > 0]
+            if shown:
+                self.show_run(shown[-1], load_settings=False)
+
+    def _fill_run_picker(self) -> None:
+        current = self.run_picker.currentData()
+        self.run_picker.blockSignals(True)
+        self.run_picker.clear()
+        if not self._runs:
+            self.run_picker.addItem("No runs yet", None)
+        for r in reversed(self._runs):
+            steps = f"{r.last_step or 0}/{r.total_steps}" if r.total_steps else \
+                f"{r.last_step or 0}"
+            ckpt = f", {len(r.checkpoints)} checkpoint(s)" if r.checkpoints else ""
+            self.run_picker.addItem(f"{r.name}  (step {steps}{ckpt})", str(r.path))
+        i = self.run_picker.findData(current)
+        self.run_picker.setCurrentIndex(max(0, i))
+        self.run_picker.blockSignals(False)
+        self.run_picker.setEnabled(bool(self._runs) and self.run.job is None)
+
+    def _pick_run(self, index: int) -> None:
+        path = self.run_picker.itemData(index)
+        run = next((r for r in self._runs if str(r.path) == path), None)
+        if run is not None and self.run.job is None:
+            self._reset_charts()
+            self.show_run(run)
+
+    def show_run(self, run: catalog.RunInfo, load_settings: bool = True) -> None:
+        """Draw a run from its metrics.jsonl; by default also load its settings."""
+        if load_settings and run.config:
+            self.settings.load_run_config(run.config)
+            self._append_log("info", f"Loaded the settings of {run.name} into the form.")
+        self.run.run_dir = run.path
+        self.run.show_run(run.name, run.metrics_file, run.total_steps)
+
+    @property
+    def _history(self) -> object:
+        return self.run._history
+
+    def _reset_charts(self) -> None:
+        self.run.close_history()
+        self.store.clear()
+        self.charts.reset()
+        self.stats.clear()
+
+    # -- run control -----------------------------------------------------------------
+    def train_args(self, resume: bool = False) -> list[str]:
+        assert self.voice is not None
+        return self.settings.train_args(str(self.voice), resume)
+
+    def common_args(self) -> list[str]:
+        assert self.voice is not None
+        return self.settings.common_args(str(self.voice))
+
+    def start(self, resume: bool = False, extra_args: list[str] | None = None,
+              env: dict[str, str] | None = None,
+              program: list[str] | None = None) -> EngineJob | None:
+        if self.voice is None or self.run.job is not None:
+            return None
+        self._make_room_on_gpus()
+        self._reset_charts()
+        if self.gpus and self.selected_gpus():
+            env = {**(env or {}), "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.selected_gpus()))}
+        args = self.train_args(resume) + list(extra_args or [])
+        # no kill timer: a stop saves a checkpoint, which may take minutes
+        job = self.start_job(args, "Training", env=env, program=program, voice=self.voice)
+        self.run.attach(job, self.steps.value())
+        job.finished.connect(self._on_finished)
+        self._append_log("info", "$ voxshard-engine " + " ".join(args))
+        self.redraw_timer.start()
+        self.refresh()
+        return job
+
+    def _make_room_on_gpus(self) -> None:
+        """The warm speech worker may hold a model on these GPUs: end it first."""
+        if self.gpus and self.ctx.speech.unload():
+            self._append_log("info", "Unloaded the speech model from the GPU to make room "
+                                     "for training; Listen loads it again when needed.")
+
+    def stop(self) -> None:
+        what = self.run.stop()
+        if what == "stopping":
+            self.stop_btn.setText("Force stop")
+            self.stop_btn.setToolTip("Kill the run now: a checkpoint being saved is lost "
+                                     "(earlier checkpoints are safe)")
+
+    def _on_ended(self, outcome: str, summary: str) -> None:
+        label = ENDED_LABELS.get(outcome, outcome)
+        self.state_label.setText(label)
+        if summary:
+            self._append_log("error" if outcome == "failed" else "info", summary)
+        notify_if_in_background(self, f"Training {label.lower()}",
+                                summary or f"The run of {self.voice.name if self.voice else ''} "
+                                           f"{label.lower()}.")
+
+    def _on_finished(self) -> None:
+        self.stop_btn.setText("Stop")
+        self.stop_btn.setToolTip("Saves a checkpoint, then stops; press again to force")
+        # the last values reach the charts through the staggered timer too
+        self._final_ticks = len(self.charts.plots)
+        if not self.redraw_timer.isActive():
+            self.redraw()
+        self.ctx.notify_changed()
+        self.refresh()
+
+    def _append_log(self, level: str, message: str) -> None:
+        prefix = {"warning": "⚠ ", "error": "✖ ", "state": "▸ "}.get(level, "")
+        self.log.appendPlainText(f"{time.strftime('%H:%M:%S')}  {prefix}{message}")
+
+    # -- other jobs: download, export, plan --------------------------------------------
+    def download(self) -> EngineJob | None:
+        """`model download`: progress here; offline, the engine's one clear sentence."""
+        repo = self.base.currentText().strip()
+        if not repo or self.download_job is not None:
+            return None
+        job = self.start_job(["model", "download", repo], "Download")
+        self.download_job = job
+        self.download_bar.setRange(0, 0)
+        self.download_bar.show()
+        self.model_note.setText(f"Downloading {repo}… (Cancel it from the status bar.)")
+        job.progress.connect(self._download_progress)
+        job.succeeded.connect(lambda r: self.model_note.setText(str(r.get("summary", ""))))
+        job.failed.connect(lambda _c, m, h: self.model_note.setText(f"{m} {h}".strip()))
+        job.cancelled.connect(lambda: self.model_note.setText("Download stopped; it resumes "
+                                                              "where it left off."))
+        job.finished.connect(self._download_done)
+        self.download_btn.setEnabled(False)
+        return job
+
+    def _download_progress(self, _stage: str, done: float, total: object) -> None:
+        if isinstance(total, float) and total > 0:
+            self.download_bar.setRange(0, 1000)
+            self.download_bar.setValue(int(1000 * done / total))
+            if total > 1e6:
+                self.download_bar.setFormat(f"{done / 1e9:.2f} of {total / 1e9:.2f} GB")
+
+    def _download_done(self) -> None:
+        self.download_job = None
+        self.download_bar.hide()
+        self.download_btn.setEnabled(True)
+
+    def export(self) -> EngineJob | None:
+        """Export the latest checkpoint of the latest run into <voice>/exports/."""
+        if self.voice is None or self.export_job is not None:
+            return None
+        runs = [r for r in catalog.list_runs(self.voice) if r.checkpoints]
+        if not runs:
+            return None
+        run = max(runs, key=lambda r: r.checkpoints[-1].stat().st_mtime)
+        step = catalog.checkpoint_step(run.checkpoints[-1])
+        out = Path(self.voice) / "exports" / f"{run.name}-step{step}"
+        args = ["export", str(self.voice), str(out), "--run", run.name, "--step", str(step)]
+        job = self.start_job(args, "Export", voice=self.voice)
+        self.export_job = job
+        self._append_log("info", f"Exporting {run.name} step {step} to {out}…")
+        job.succeeded.connect(lambda r: self._append_log(
+            "info", str(r.get("summary") or f"Exported to {out}")))
+        job.finished.connect(self._export_done)
+        self.refresh()
+        return job
+
+    def _export_done(self) -> None:
+        self.export_job = None
+        self.ctx.notify_changed()
+        self.refresh()
+
+    def plan(self) -> EngineJob | None:
+        if self.voice is None:
+            return None
+        job = self.start_job(["plan", *self.common_args()], "Memory plan")
+        self._append_log("info", "Checking the memory plan…")
+        job.log.connect(self._append_log)
+        job.succeeded.connect(self._plan_done)
+        return job
+
+    def _plan_done(self, result: dict) -> None:
+        text = result.get("summary") or "\n".join(f"{k}: {v}" for k, v in result.items())
+        self._append_log("info", str(text))
+
+
+__all__ = ["STATE_LABELS", "TrainPage"]

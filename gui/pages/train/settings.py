@@ -1,0 +1,342 @@
+"""The Train page's settings column: base model, hardware, run settings, cluster, buttons.
+
+It only holds the form: what the values mean is the engine's business
+(`voxshard-engine train --help`); `train_args` turns the form into that command
+line, and `load_run_config` fills it back from a run's saved config.json, so a
+run picked from the list can be continued or repeated as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QRadioButton,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ...widgets import button, hbox
+from .gpus import Gpu
+
+BASE_MODELS = ["Qwen/Qwen3-TTS-12Hz-1.7B-Base", "Qwen/Qwen3-TTS-12Hz-0.6B-Base"]
+
+# engine/train/config.py's choices, with the words a user reads
+# (value, short text, tooltip)
+PRECISIONS = [("auto", "Automatic", "bf16 on GPUs that support it (compute capability 8.0+), "
+               "fp16 with loss scaling on older GPUs, fp32 on CPU"),
+              ("bf16", "bf16", "bf16 compute with fp32 master weights and reductions"),
+              ("fp16", "fp16", "fp16 compute with loss scaling (GPUs without bf16)"),
+              ("fp32", "fp32", "full precision: slowest, most memory")]
+TRAINABLES = [("talker", "Talker + code predictor", "The recommended full fine-tune"),
+              ("talker+text", "Talker + predictor + text", "Also the text embedding "
+               "(311M parameters more)"),
+              ("code_predictor", "Code predictor only", "Acoustic detail, not prosody"),
+              ("talker_layers", "Talker layers only", "The talker's decoder layers, not its "
+               "embeddings or the code predictor"),
+              ("lora", "LoRA adapters", "Small adapters on the talker's attention and MLP: "
+               "fits 1.7B on one 16-24 GB GPU; export merges them")]
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    max_minutes: float
+    steps: int
+    lr: float
+    note: str
+
+
+PRESETS = [
+    Preset("Few minutes of audio", 5, 400, 2e-6,
+           "short run, low learning rate to avoid overfitting"),
+    Preset("Standard (5–30 min)", 30, 1500, 2e-6, "the usual fine-tune"),
+    Preset("Large (over 30 min)", 1e9, 4000, 2e-6, "more steps for more data"),
+]
+
+
+def preset_for(minutes: float | None) -> Preset:
+    for p in PRESETS:
+        if minutes is None or minutes < p.max_minutes:
+            return p
+    return PRESETS[-1]
+
+
+def _combo(items: list[tuple[str, str, str]]) -> QComboBox:
+    box = QComboBox()
+    for i, (value, text, tip) in enumerate(items):
+        box.addItem(text, value)
+        box.setItemData(i, tip, Qt.ItemDataRole.ToolTipRole)
+    box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    box.setMinimumContentsLength(14)
+    return box
+
+
+def _select(box: QComboBox, value: object) -> None:
+    i = box.findData(value)
+    if i >= 0:
+        box.setCurrentIndex(i)
+
+
+class TrainSettings(QScrollArea):
+    """The form. Buttons are created here and wired by the page."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.gpus: list[Gpu] = []
+        col = QWidget()
+        lay = QVBoxLayout(col)
+        lay.setContentsMargins(0, 0, 8, 0)
+        lay.addWidget(self._model_box())
+        lay.addWidget(self._hardware_box())
+        lay.addWidget(self._settings_box())
+        lay.addWidget(self._cluster_box())
+
+        self.plan_btn = button("Check memory plan", "info")
+        self.start_btn = button("Start training", "play", primary=True)
+        self.resume_btn = button("Resume", "resume")
+        self.stop_btn = button("Stop", "stop", danger=True,
+                               tip="Saves a checkpoint, then stops; press again to force")
+        self.stop_btn.setEnabled(False)
+        self.export_btn = button("Export model", "save",
+                                 tip="Write the latest checkpoint as a model folder that "
+                                     "the official loader and Listen can use")
+        lay.addWidget(self.plan_btn)
+        lay.addWidget(hbox(self.start_btn, self.resume_btn, self.stop_btn))
+        lay.addWidget(self.export_btn)
+        lay.addStretch(1)
+        self.apply_preset(0)
+
+        self.setWidget(col)
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setMinimumWidth(370)
+
+    # -- boxes ---------------------------------------------------------------------
+    def _model_box(self) -> QGroupBox:
+        box = QGroupBox("Base model")
+        lay = QVBoxLayout(box)
+        self.base = QComboBox()
+        self.base.setEditable(True)
+        self.base.addItems(BASE_MODELS)
+        self.base.setToolTip("A Hugging Face hub id or a local model folder.")
+        self.base.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.base.setMinimumContentsLength(20)
+        lay.addWidget(self.base)
+        self.download_btn = button("Download", "import",
+                                   tip="Fetch the hub model into the local cache "
+                                       "(resumes an interrupted download)")
+        lay.addWidget(hbox(button("Local folder…", "folder", slot=self._browse_base),
+                           self.download_btn))
+        self.download_bar = QProgressBar()
+        self.download_bar.hide()
+        self.model_note = QLabel("")
+        self.model_note.setObjectName("Muted")
+        self.model_note.setWordWrap(True)
+        lay.addWidget(self.download_bar)
+        lay.addWidget(self.model_note)
+        return box
+
+    def _hardware_box(self) -> QGroupBox:
+        box = QGroupBox("Hardware")
+        lay = QVBoxLayout(box)
+        self.gpu_list = QListWidget()
+        self.gpu_list.setMaximumHeight(120)
+        self.gpu_list.itemChanged.connect(lambda _i: self._gpu_selection_changed())
+        self.gpu_note = QLabel("Looking for GPUs…")
+        self.gpu_note.setObjectName("Muted")
+        self.gpu_note.setWordWrap(True)
+        self.workers = QSpinBox()
+        self.workers.setRange(1, 64)
+        self.workers.setValue(2)
+        lay.addWidget(self.gpu_list)
+        lay.addWidget(self.gpu_note)
+        lay.addWidget(hbox(QLabel("Workers"), self.workers, stretch_at=2))
+        return box
+
+    def _settings_box(self) -> QGroupBox:
+        box = QGroupBox("Settings")
+        form = QFormLayout(box)
+        self.preset = QComboBox()
+        for p in PRESETS:
+            self.preset.addItem(p.name)
+        self.preset.currentIndexChanged.connect(self.apply_preset)
+        self.preset_note = QLabel()
+        self.preset_note.setObjectName("Muted")
+        self.preset_note.setWordWrap(True)
+        self.steps = QSpinBox()
+        self.steps.setRange(1, 10_000_000)
+        self.steps.setSingleStep(100)
+        self.lr = QDoubleSpinBox()
+        self.lr.setDecimals(8)
+        self.lr.setRange(1e-8, 1e-2)
+        self.lr.setSingleStep(1e-6)
+        self.ckpt_every = QSpinBox()
+        self.ckpt_every.setRange(1, 1_000_000)
+        self.ckpt_every.setToolTip("A checkpoint every N steps; Stop also saves one")
+        self.trainable = _combo(TRAINABLES)
+        self.trainable.setToolTip("Which parts of the model learn; LoRA trains small "
+                                  "adapters and merges them on export")
+        self.precision = _combo(PRECISIONS)
+        self.act_ckpt = QCheckBox("Activation checkpointing")
+        self.act_ckpt.setToolTip("Recompute activations in backward: less memory, ~30% slower")
+        self.offload = QCheckBox("Offload to CPU memory")
+        self.offload.setToolTip("Keep parameters, gradients and optimizer state in CPU "
+                                "memory between uses: fits larger models, slower")
+        form.addRow("Preset", self.preset)
+        form.addRow(self.preset_note)
+        form.addRow("Steps", self.steps)
+        form.addRow("Learning rate", self.lr)
+        form.addRow("Checkpoint every", self.ckpt_every)
+        form.addRow("What trains", self.trainable)
+        form.addRow("Precision", self.precision)
+        form.addRow(self.act_ckpt)
+        form.addRow(self.offload)
+        return box
+
+    def _cluster_box(self) -> QGroupBox:
+        box = QGroupBox("Cluster")
+        lay = QVBoxLayout(box)
+        self.local_radio = QRadioButton("Local (this machine, loopback only)")
+        self.remote_radio = QRadioButton("Existing Ray cluster")
+        self.local_radio.setChecked(True)
+        group = QButtonGroup(box)
+        group.addButton(self.local_radio)
+        group.addButton(self.remote_radio)
+        self.address = QLineEdit()
+        self.address.setPlaceholderText("ray://host:10001 or host:6379")
+        self.address.setEnabled(False)
+        self.remote_radio.toggled.connect(self.address.setEnabled)
+        lay.addWidget(self.local_radio)
+        lay.addWidget(self.remote_radio)
+        lay.addWidget(self.address)
+        return box
+
+    # -- behaviour -----------------------------------------------------------------
+    def _browse_base(self) -> None:
+        dlg = QFileDialog(self, "Choose a Qwen3-TTS model folder")
+        dlg.setFileMode(QFileDialog.FileMode.Directory)
+        dlg.fileSelected.connect(self.base.setEditText)
+        dlg.open()
+
+    def apply_preset(self, index: int) -> None:
+        p = PRESETS[max(0, index)]
+        self.steps.setValue(p.steps)
+        self.lr.setValue(p.lr)
+        self.ckpt_every.setValue(max(1, p.steps // 4))
+        self.preset_note.setText(p.note)
+
+    def show_gpus(self, gpus: list[Gpu]) -> None:
+        self.gpus = gpus
+        self.gpu_list.blockSignals(True)
+        self.gpu_list.clear()
+        for g in gpus:
+            text = (f"GPU {g.index}: {g.name} — {g.free_mib / 1024:.1f} of "
+                    f"{g.total_mib / 1024:.1f} GiB free")
+            if g.processes:
+                text += f"\n    in use by {g.holders()}"
+            item = QListWidgetItem(text)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            item.setCheckState(Qt.CheckState.Checked)
+            item.setToolTip(f"Also holding memory: {g.holders()}" if g.processes
+                            else "No other process holds memory on this GPU.")
+            self.gpu_list.addItem(item)
+        self.gpu_list.blockSignals(False)
+        self.gpu_list.setVisible(bool(gpus))
+        if gpus:
+            busy = [g for g in gpus if g.processes]
+            note = "One training worker per checked GPU."
+            if busy:
+                note += (" Other processes hold memory on GPU "
+                         + ", ".join(str(g.index) for g in busy)
+                         + ": the memory plan counts only what is free.")
+            self.gpu_note.setText(note)
+            self.workers.setValue(len(gpus))
+            self.workers.setEnabled(False)
+        else:
+            self.gpu_note.setText("No NVIDIA GPU found: training runs on CPU workers "
+                                  "(slow; fine for the tiny test model).")
+            self.workers.setEnabled(True)
+
+    def _gpu_selection_changed(self) -> None:
+        self.workers.setValue(max(1, len(self.selected_gpus())))
+
+    def selected_gpus(self) -> list[int]:
+        return [self.gpus[i].index for i in range(self.gpu_list.count())
+                if self.gpu_list.item(i).checkState() == Qt.CheckState.Checked]
+
+    def gpu_for_rank(self, rank: int) -> Gpu | None:
+        """Rank r runs on the r-th selected GPU (Ray's CUDA_VISIBLE_DEVICES order)."""
+        selected = self.selected_gpus()
+        if not 0 <= rank < len(selected):
+            return None
+        return next((g for g in self.gpus if g.index == selected[rank]), None)
+
+    def common_args(self, voice: str) -> list[str]:
+        args = [voice, "--base", self.base.currentText().strip(),
+                "--workers", str(self.workers.value())]
+        if self.remote_radio.isChecked() and self.address.text().strip():
+            args += ["--address", self.address.text().strip()]
+        trainable = self.trainable.currentData()
+        if trainable != "talker":
+            args += ["--trainable", str(trainable)]
+        precision = self.precision.currentData()
+        if precision != "auto":
+            args += ["--precision", str(precision)]
+        if self.act_ckpt.isChecked():
+            args.append("--activation-checkpointing")
+        if self.offload.isChecked():
+            args.append("--cpu-offload")
+        return args
+
+    def train_args(self, voice: str, resume: bool = False) -> list[str]:
+        args = ["train", *self.common_args(voice), "--steps", str(self.steps.value()),
+                "--lr", f"{self.lr.value():g}",
+                "--checkpoint-every", str(self.ckpt_every.value())]
+        if resume:
+            args.append("--resume")
+        return args
+
+    def load_run_config(self, config: dict[str, Any]) -> None:
+        """Fill the form from a run's config.json (engine/train/config.py's tree)."""
+        def table(name: str) -> dict[str, Any]:
+            value = config.get(name)
+            return value if isinstance(value, dict) else {}
+
+        model, optim, run, par = table("model"), table("optim"), table("run"), table("parallel")
+        if isinstance(model.get("base"), str) and model["base"]:
+            self.base.setEditText(model["base"])
+        if isinstance(run.get("steps"), int):
+            self.steps.setValue(run["steps"])
+        if isinstance(run.get("checkpoint_every"), int):
+            self.ckpt_every.setValue(run["checkpoint_every"])
+        if isinstance(optim.get("lr"), int | float):
+            self.lr.setValue(float(optim["lr"]))
+        if isinstance(par.get("workers"), int) and self.workers.isEnabled():
+            self.workers.setValue(par["workers"])
+        _select(self.trainable, model.get("trainable"))
+        _select(self.precision, par.get("precision"))
+        self.act_ckpt.setChecked(bool(par.get("activation_checkpointing")))
+        self.offload.setChecked(bool(par.get("cpu_offload")))
+        if isinstance(par.get("address"), str) and par["address"]:
+            self.remote_radio.setChecked(True)
+            self.address.setText(par["address"])
+        else:
+            self.local_radio.setChecked(True)

@@ -1,0 +1,170 @@
+"""The Train monitor: eight GPUs, the layout, run picking and honest endings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QRectF
+
+from engine.atomic import write_json
+from engine.train.config import TrainConfig
+from gui.app import MainWindow
+from gui.pages.train import TrainPage, attach_processes, parse_nvidia_smi
+from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
+from tests.test_gui_support import flood_program
+
+
+def _stream(qtbot, page: TrainPage, **kwargs) -> None:
+    job = page.start(program=flood_program(**kwargs))
+    assert job is not None
+    with qtbot.waitSignal(job.finished, timeout=120000):
+        pass
+    qtbot.waitUntil(lambda: not page.redraw_timer.isActive(), timeout=10000)
+
+
+def _scene_rect(item) -> QRectF:
+    return item.mapRectToScene(item.boundingRect())
+
+
+def test_eight_gpus_draw_as_bars_with_one_limit_and_legends_outside(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    window.resize(1400, 900)
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    page.steps.setValue(800)
+    _stream(qtbot, page, count=800, ranks=8, gpu=True, rate=2000)
+    charts = page.charts
+    assert page.store.ranks() == [str(r) for r in range(8)]
+    # one figure per GPU: the device's used memory, as a bar each, with its peak
+    assert charts.mode == "bars"
+    assert list(charts.memory_names().values()) == [
+        f"memory/device_used_gib@{r}" for r in range(8)]
+    heights = list(charts.bars.opts["height"])
+    assert len(heights) == 8 and heights == sorted(heights)  # rank r uses 20 + 5r GiB
+    assert len(charts.peaks.data) == 8
+    assert not any(n.startswith("memory/") for n in charts.curves)  # no tangle of lines
+    # one limit line, at the device's size
+    assert charts.limit_line.isVisible() and charts.limit_line.value() == 80.0
+    ticks = charts.mem_plot.getAxis("bottom")._tickLevels[0]
+    assert [label for _x, label in ticks] == [f"w{r}" for r in range(8)]
+    # legends live in their own row: never over a chart's data area
+    for plot, legend in ((charts.loss_plot, charts.loss_legend),
+                         (charts.mem_plot, charts.mem_legend),
+                         (charts.quality_plot, charts.quality_legend)):
+        data_area = _scene_rect(plot.getViewBox())
+        assert not data_area.intersects(_scene_rect(legend)), plot.titleLabel.text
+
+
+def test_stat_cards_never_touch_and_progress_shows_eta(qtbot, window: MainWindow,
+                                                        voice: Path) -> None:
+    window.resize(1100, 760)  # a small window: the cards must still hold their text
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    page.steps.setValue(600)
+    _stream(qtbot, page, count=600, ranks=2, rate=600)
+    cards = list(page.stats.cards.values())
+    for value in ("10.2409", "10.2658", "2.0e-06", "1,006", "0.812", "12.5%"):
+        for card in cards:
+            card.value.setText(value)
+        qtbot.wait(0)
+        for card in cards:
+            # the text fits its card, and no two cards overlap
+            assert card.value.width() >= card.value.sizeHint().width(), (value, card.label.text())
+        for i, a in enumerate(cards):
+            for b in cards[i + 1:]:
+                assert not a.geometry().intersects(b.geometry()), (a.label.text(),
+                                                                   b.label.text())
+    page.stats.show_progress(340, 1500, 245.0)
+    assert page.stats.progress.value() == 340
+    assert page.stats.progress.format() == "step 340 of 1500  ·  23%  ·  about 4:05 left"
+
+
+def test_two_workers_draw_a_line_each_and_one_limit(qtbot, window: MainWindow,
+                                                    voice: Path) -> None:
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    page.steps.setValue(400)
+    _stream(qtbot, page, count=400, ranks=2, gpu=True, rate=2000)
+    mem = sorted(n for n in page.charts.curves if n.startswith("memory/"))
+    assert mem == ["memory/device_used_gib@0", "memory/device_used_gib@1"]
+    assert page.charts.mode == "lines" and page.charts.limit_line.value() == 80.0
+
+
+def _write_run(voice: Path, name: str, steps: int, lr: float, total: int) -> Path:
+    run = voice / "runs" / name
+    run.mkdir(parents=True)
+    cfg = TrainConfig()
+    cfg.run.steps, cfg.optim.lr, cfg.run.checkpoint_every = steps, lr, 25
+    cfg.model.base = "/models/tiny"
+    write_json(run / "config.json", cfg.to_dict())
+    with (run / "metrics.jsonl").open("w") as fh:
+        for s in range(1, 41):
+            fh.write(json.dumps({"kind": "train", "step": s, "rank": 0, "loss/train": 9 - s / 10,
+                                 "total_steps": total}) + "\n")
+    (run / "checkpoint_step_0000040").mkdir()
+    (run / "checkpoint_step_0000040" / "COMPLETE").write_text("")
+    return run
+
+
+def test_a_reloaded_run_keeps_its_step_total_and_loads_its_settings(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    _write_run(voice, "2026-01-01_a", steps=300, lr=3e-5, total=300)
+    _write_run(voice, "2026-01-02_b", steps=120, lr=1e-5, total=120)
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    # the latest run is shown with its total (the engine's run.steps), so the
+    # step card reads "40 / 120" instead of losing the total
+    qtbot.waitUntil(lambda: page._history is None and page.store.last_step == 40,
+                    timeout=10000)
+    assert page.stat_labels["step"].text() == "40 / 120"
+    assert page.run_picker.count() == 2
+    # picking the older run draws it and loads its settings into the form
+    index = next(i for i in range(page.run_picker.count())
+                 if "2026-01-01_a" in page.run_picker.itemText(i))
+    page.run_picker.setCurrentIndex(index)
+    page.run_picker.activated.emit(index)
+    qtbot.waitUntil(lambda: page._history is None and page.run.total_steps == 300,
+                    timeout=10000)
+    assert page.steps.value() == 300 and abs(page.lr.value() - 3e-5) < 1e-12
+    assert page.ckpt_every.value() == 25 and page.base.currentText() == "/models/tiny"
+
+
+def test_stop_then_force_and_a_failed_stop_names_the_last_checkpoint(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    run = _write_run(voice, "2026-01-03_c", steps=100, lr=1e-5, total=100)
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    job = page.start(program=flood_program(0, forever=True, stop_fails=True, run=str(run)))
+    qtbot.waitUntil(lambda: page.store.last_step > 10, timeout=30000)
+    with qtbot.waitSignal(job.finished, timeout=30000):
+        page.stop()
+    assert job.outcome == "failed"
+    # failed, not "Stopped": the save failed; the log names what is intact
+    assert page.state_label.text() == "Failed"
+    log = page.log.toPlainText()
+    assert "no space left" in log and "checkpoint_step_0000040" in log
+    assert page.stop_btn.text() == "Stop" and page.start_btn.isEnabled()
+
+    job = page.start(program=flood_program(0, forever=True, stop_s=600.0))
+    qtbot.waitUntil(lambda: page.store.last_step > 10, timeout=30000)
+    page.stop()
+    assert page.stop_btn.text() == "Force stop" and job.stopping
+    with qtbot.waitSignal(job.finished, timeout=30000):
+        page.stop()  # the second press kills
+    assert job.outcome == "failed" and page.state_label.text() == "Failed"
+
+
+def test_gpu_probe_parses_devices_and_what_else_holds_them() -> None:
+    gpus = parse_nvidia_smi("0, NVIDIA H200, 143771, 120000, GPU-aaa\n"
+                            "1, NVIDIA H200, 143771, 143000, GPU-bbb\n")
+    attach_processes(gpus, "GPU-aaa, 4242, /usr/bin/python3, 23000\n"
+                           "GPU-zzz, 1, other, 5\nGPU-bbb, 77, x, [N/A]\n")
+    assert [g.uuid for g in gpus] == ["GPU-aaa", "GPU-bbb"]
+    assert gpus[0].holders() == "python3 (pid 4242, 22.5 GiB)"
+    assert gpus[1].processes == []
