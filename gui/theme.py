@@ -6,9 +6,12 @@ are filled from the active `Theme`, so both themes share one sheet.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from pathlib import Path
 
+import platformdirs
 import pyqtgraph as pg
 from PySide6.QtCore import QByteArray, QObject, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
@@ -122,15 +125,41 @@ def _palette(t: Theme) -> QPalette:
     return p
 
 
+def tinted_svg(name: str, color: str) -> Path:
+    """An icon as an SVG file in one colour, for style sheets (`url()` takes only files).
+
+    Kept in the user's cache folder, named by colour, so each theme writes it once.
+    """
+    folder = Path(platformdirs.user_cache_dir("Voxshard")) / "style"
+    target = folder / f"{name}-{color.lstrip('#')}.svg"
+    if not target.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}")
+        tmp.write_bytes(_svg_bytes(name).replace(b"currentColor", color.encode()))
+        os.replace(tmp, target)  # another process writing the same file is harmless
+    return target
+
+
+def style_sheet(theme: Theme) -> str:
+    """The style sheet template filled with a theme's colours and arrow images."""
+    fields = dict(asdict(theme))
+    for key, name in (("arrow_up", "chevron-up"), ("arrow_down", "chevron-down")):
+        try:
+            fields[key] = tinted_svg(name, theme.text).as_posix()
+            fields[f"{key}_off"] = tinted_svg(name, theme.border).as_posix()
+        except OSError:  # no writable cache: Qt's own (invisible) arrows, nothing worse
+            fields[key] = fields[f"{key}_off"] = ""
+    sheet = style_path().read_text(encoding="utf-8")
+    for key, value in fields.items():
+        sheet = sheet.replace("{" + key + "}", value)
+    return sheet
+
+
 def apply_theme(app: QApplication, theme: Theme) -> None:
     if app.style().name().lower() != "fusion":
         app.setStyle("Fusion")  # re-polishes every widget: only once
     app.setPalette(_palette(theme))
-    template = style_path().read_text(encoding="utf-8")
-    sheet = template
-    for key, value in asdict(theme).items():
-        sheet = sheet.replace("{" + key + "}", value)
-    app.setStyleSheet(sheet)
+    app.setStyleSheet(style_sheet(theme))
     # antialiasing costs ~3x the paint time of the live charts; lines stay crisp without it
     pg.setConfigOptions(antialias=False, background=theme.surface, foreground=theme.text_muted)
 
@@ -147,14 +176,25 @@ def icon(name: str, color: str | None = None, size: int = 48) -> QIcon:
         app = QApplication.instance()
         color = (app.palette().color(QPalette.ColorRole.WindowText).name()  # type: ignore[union-attr]
                  if app else "#888888")
-    data = svg.replace(b"currentColor", color.encode())
-    renderer = QSvgRenderer(QByteArray(data))
+    result = QIcon(_tinted_pixmap(svg, color, size))
+    # a disabled button's icon in the muted text colour: Fusion's generated one
+    # stays nearly as bright as the enabled icon on a dark theme
+    app = QApplication.instance()
+    if app is not None:
+        muted = app.palette().color(QPalette.ColorGroup.Disabled,  # type: ignore[union-attr]
+                                    QPalette.ColorRole.WindowText).name()
+        result.addPixmap(_tinted_pixmap(svg, muted, size), QIcon.Mode.Disabled)
+    return result
+
+
+def _tinted_pixmap(svg: bytes, color: str, size: int) -> QPixmap:
+    renderer = QSvgRenderer(QByteArray(svg.replace(b"currentColor", color.encode())))
     pix = QPixmap(size, size)
     pix.fill(Qt.GlobalColor.transparent)
     painter = QPainter(pix)
     renderer.render(painter, QRectF(0, 0, size, size))
     painter.end()
-    return QIcon(pix)
+    return pix
 
 
 def app_icon() -> QIcon:

@@ -441,3 +441,35 @@ def test_no_display_is_a_clear_message_not_a_qt_abort() -> None:
                          env=env, timeout=60)
     assert out.returncode == 1
     assert out.stderr.strip().startswith("error: No display was found")
+
+
+def test_disabled_danger_buttons_look_disabled_and_spin_boxes_have_arrows(qtbot) -> None:
+    from PySide6.QtGui import QColor
+    from PySide6.QtWidgets import QSpinBox
+
+    from gui.theme import DARK, ThemeManager
+    from gui.widgets import button
+
+    app = QApplication.instance()
+    ThemeManager(app, "dark").apply()
+
+    def pixels_near(what, color: str, tol: int = 40) -> int:
+        img = (what.grab() if hasattr(what, "grab") else what).toImage()
+        want = QColor(color)
+        return sum(1 for y in range(img.height()) for x in range(img.width())
+                   if all(abs(a - b) <= tol for a, b in zip(
+                       QColor(img.pixel(x, y)).getRgb()[:3], want.getRgb()[:3], strict=True)))
+
+    on, off = button("Delete", "delete", danger=True), button("Delete", "delete", danger=True)
+    off.setEnabled(False)
+    spin = QSpinBox()
+    spin.setRange(0, 10)
+    spin.setValue(5)  # both arrows active
+    for w in (on, off, spin):
+        qtbot.addWidget(w)
+        w.resize(140, 32)
+        w.show()
+    assert pixels_near(on, DARK.danger) > 20  # enabled: the danger colour shows
+    assert pixels_near(off, DARK.danger) == 0  # disabled: muted, like every disabled button
+    arrows = spin.grab().copy(spin.width() - 20, 0, 20, spin.height())
+    assert pixels_near(arrows, DARK.text, tol=60) > 4  # the up/down arrows are drawn
