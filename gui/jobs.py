@@ -71,7 +71,7 @@ class EngineJob(QObject):
 
     started = Signal()
     # `object`, not `dict`: PySide converts dict payloads through QVariantMap, which
-    # is slow and (PySide 6.12) corrupts refcounts of bools under a flood of events
+    # is slow (the 6.12.0 refcount bug is handled in gui/__init__.py, for that release only)
     event = Signal(object)  # every event, raw (kind under "event")
     progress = Signal(str, float, object)  # stage, done, total (float or None)
     log = Signal(str, str)  # level, message
@@ -396,8 +396,8 @@ class JobManager(QObject):
 
     def _forget(self, job: EngineJob) -> None:
         # A finished job stays a child of the manager (a few KB) instead of being
-        # deleteLater()'d: with PySide 6.12, deleting it while callers still hold
-        # its Python wrapper crashed the event loop later (reproduced in a test).
+        # deleteLater()'d: on every release, pages and scripts still ask a finished
+        # job for its outcome and process state, which a deleted object cannot answer.
         if job in self.jobs:
             self.jobs.remove(job)
         self.changed.emit()
