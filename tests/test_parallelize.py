@@ -122,6 +122,21 @@ def _rank_main(rank: int, world: int, model_dir: str, out: str, port: int) -> No
             results[name] = {"losses": losses, "sd": full_state_dict(objective),
                              "local": local, "total": total, "dtypes": sorted(dtypes),
                              "norm_dtype": str(seen[0])}
+        # gradient accumulation without reduction: count the whole gradients FSDP keeps
+        from engine.train.metrics import model_state_bytes, unsharded_grad_bytes
+        from engine.train.parallelize import set_gradient_sync
+
+        objective = build_objective(model_dir, ModelConfig(), device="meta")
+        parallelize(objective, mesh, ParallelConfig(workers=2), device)
+        load_base_weights(objective, model_dir, device)
+        set_gradient_sync(objective, False)
+        objective(batch)["loss"].backward()
+        results["accum_last_bytes"] = unsharded_grad_bytes(objective)
+        objective.zero_grad(set_to_none=True)
+        set_gradient_sync(objective, True)
+        objective(batch)["loss"].backward()
+        results["accum_every_bytes"] = model_state_bytes(objective)["grads"]
+        results["accum_every_unsharded"] = unsharded_grad_bytes(objective)
         if rank == 0:
             torch.save(results, out)
         # nobody tears gloo down while the other rank still talks to it
@@ -271,3 +286,31 @@ def test_sharded_partial_training_equals_single_process(sharded: dict[str, Any],
         # frozen parts are bit-identical to the base; the code predictor moved
         changed = not torch.equal(got["sd"][name], base[name].float())
         assert changed == name.startswith("talker.code_predictor."), name
+
+
+@pytest.mark.slow
+def test_plan_counts_gradient_accumulation_memory(sharded: dict[str, Any],
+                                                  tiny_model_dir: Path) -> None:
+    """Plan arithmetic against the bytes FSDP2 really holds during accumulation (rank 0)."""
+    from engine.train.config import TrainConfig
+    from engine.train.plan import make_plan
+
+    cfg = TrainConfig().replace(parallel={"workers": 2}, data={"batch_size": 2, "grad_accum": 2})
+
+    def plan(mode: str) -> Any:
+        return make_plan(tiny_model_dir, cfg.replace(parallel={"accum_reduce": mode}),
+                         device="cpu", free=[1 << 40], seq_len=100, frames=60, choices=False)
+
+    # reduction only on the last micro-step: whole fp32 gradients of every trainable tensor
+    assert plan("last").grads == sharded["accum_last_bytes"]
+    # reduce-scatter every micro-step: only the local shards, nothing unsharded left
+    assert plan("every").grads == sharded["accum_every_bytes"]
+    assert sharded["accum_every_unsharded"] == 0
+    assert sharded["accum_last_bytes"] > 1.9 * sharded["accum_every_bytes"]
+    # "auto" keeps "last" when it fits and picks "every" when only that fits
+    assert plan("auto").accum_reduce == "last"
+    tight = plan("every").total * 2  # both CPU workers share the host
+    auto = make_plan(tiny_model_dir, cfg, device="cpu", free=[tight], seq_len=100, frames=60,
+                     choices=False)
+    assert plan("last").total * 2 > tight
+    assert auto.accum_reduce == "every" and auto.fits

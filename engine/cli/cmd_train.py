@@ -1,7 +1,9 @@
 """CLI: train, plan and export.
 
     voxshard-engine train VOICE --base MODEL [--workers N] [--steps N | --epochs N]
-                          [--lr LR] [--address ADDR] [--resume] [--dry-run] [--json]
+                          [--lr LR] [--precision auto|bf16|fp16|fp32]
+                          [--trainable talker|talker+text|code_predictor|talker_layers|lora]
+                          [--address ADDR] [--resume] [--dry-run] [--json]
     voxshard-engine plan VOICE --base MODEL [--workers N]
     voxshard-engine export VOICE [--run RUN] [--step STEP] OUT_DIR
 
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..events import Emitter
+from ..train.config import PRECISION_CHOICES, TRAINABLE_CHOICES
 from .main import add_command
 
 
@@ -49,6 +52,18 @@ def _add_shape_options(p: argparse.ArgumentParser) -> None:
                    help="recompute layer activations in backward (less memory, slower)")
     p.add_argument("--cpu-offload", action="store_true", default=None,
                    help="keep sharded weights and optimizer state in host memory (GPU only)")
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default=None,
+                   help="auto (default): bf16 on GPUs of compute capability 8.0+, fp16 with "
+                        "loss scaling on older GPUs, fp32 on CPU")
+    p.add_argument("--trainable", choices=TRAINABLE_CHOICES, default=None,
+                   help="what trains: talker (default: talker and code predictor), "
+                        "talker+text (plus the text embedding), code_predictor, talker_layers, "
+                        "lora (adapters on the talker's attention and MLP; fits one 16-24 GB "
+                        "GPU for 1.7B); `plan` shows the memory of each")
+    p.add_argument("--lora-rank", type=_positive_int, default=None,
+                   help="LoRA adapter rank (default 16)")
+    p.add_argument("--lora-alpha", type=_positive_float, default=None,
+                   help="LoRA scale numerator: updates are scaled by alpha / rank (default 32)")
     p.add_argument("--address", default=None,
                    help="an existing Ray cluster (host:port); default: a private local one")
 
@@ -60,6 +75,10 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "grad_accum": args.grad_accum,
         "activation_checkpointing": args.activation_checkpointing,
         "cpu_offload": args.cpu_offload,
+        "precision": args.precision,
+        "trainable": args.trainable,
+        "lora_rank": args.lora_rank,
+        "lora_alpha": args.lora_alpha,
         "use_gpu": False if args.cpu else None,
         "address": args.address,
     }
@@ -72,7 +91,8 @@ def _train(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
                    checkpoint_every=args.checkpoint_every, val_every=args.val_every,
                    keep_checkpoints=args.keep, resume=args.resume, run=args.run,
                    dry_run=args.dry_run, max_failures=args.max_failures,
-                   verbose=args.verbose, on_event=em, **_common_kwargs(args))
+                   verbose=args.verbose, on_event=em, storage=args.storage,
+                   preflight=args.preflight, **_common_kwargs(args))
     if result.get("stopped"):
         # a cancel is not a failure, but the run did not finish: exit code 130
         raise cancelled_error(result)
@@ -83,6 +103,18 @@ def _plan(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     from ..train.api import train
 
     return train(args.voice, args.base, dry_run=True, on_event=em, **_common_kwargs(args))
+
+
+def _preflight(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    from ..errors import ClusterError
+    from ..train.preflight import check_cluster
+
+    out = check_cluster(args.voice, args.base, address=args.address, storage=args.storage,
+                        timeout_s=args.timeout, on_event=em)
+    if not out["ok"]:
+        raise ClusterError(f"The cluster is not ready: {out['problems']}.",
+                           "Fix what is listed for each node, then run preflight again.")
+    return out
 
 
 def _export(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
@@ -115,6 +147,23 @@ def register(sub: Any) -> None:
     p.add_argument("--max-failures", type=int, default=2,
                    help="worker-group restarts from the last checkpoint before giving up")
     p.add_argument("--verbose", action="store_true", help="forward Ray's own logs")
+    p.add_argument("--storage", default=None, metavar="DIR_OR_URI",
+                   help="where runs live: a folder every node mounts, or s3://bucket/prefix "
+                        "(gs://... too); remembered for the voice; 'default' = VOICE/runs/")
+    p.add_argument("--preflight", action=argparse.BooleanOptionalAction, default=None,
+                   help="check every node (storage, model, versions) before training "
+                        "(default: on with --address)")
+
+    p = add_command(sub, "preflight", _preflight,
+                    "Check every node of a Ray cluster for a run: storage, model, versions.")
+    p.add_argument("voice", help="voice folder")
+    p.add_argument("--base", required=True, help="base model: a folder or a hub id")
+    p.add_argument("--address", default=None,
+                   help="the Ray cluster (host:port or auto); default: a private local one")
+    p.add_argument("--storage", default=None, metavar="DIR_OR_URI",
+                   help="where runs will live (default: the voice's setting, else VOICE/runs/)")
+    p.add_argument("--timeout", type=_positive_float, default=120.0,
+                   help="seconds to wait for every node's answer")
 
     p = add_command(sub, "plan", _plan,
                     "Predict memory per GPU (or CPU worker) for a training run; start nothing.")

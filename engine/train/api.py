@@ -132,21 +132,52 @@ def _new_run_name() -> str:
 
 
 def find_run(runs_dir: Path, name: str | None) -> Path | None:
-    """The named run, or the most recently modified one."""
+    """The named run, or the most recently modified one.
+
+    A run kept in a shared folder is a symlink here; when that folder is not
+    mounted on this machine the run cannot be used, and saying so beats
+    "there is no run".
+    """
     if name:
         p = runs_dir / name
+        if p.is_symlink() and not p.exists():
+            raise InputError(f"Run {name} lives in {os.readlink(p)}, which this machine "
+                             "cannot see.", "Mount the shared storage folder, then try again.")
         return p if p.is_dir() else None
     runs = [p for p in runs_dir.iterdir() if p.is_dir()] if runs_dir.is_dir() else []
     return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
 
 
+@dataclass
+class _Where:
+    """Where a run's checkpoints go, and whether the cluster is checked first."""
+
+    #: the run's storage location: a folder or a URI (== str(run_dir) by default)
+    location: str
+    #: the base model as the caller named it (a hub id lets each node find its own copy)
+    model_spec: str
+    #: run the per-node preflight before training (default: on an existing cluster)
+    preflight: bool
+
+
+def _storage_for(voice: Any, storage: str | os.PathLike[str] | None) -> str | None:
+    """--storage as given, else the voice's setting; "default" means the voice's runs/."""
+    from ..storage import storage_arg
+
+    if storage is None:
+        return voice.storage
+    if str(storage).strip().lower() in ("", "default", "local"):
+        return None
+    return storage_arg(storage)
+
+
 def detect_gpus(address: str | None) -> int:
-    """GPUs training could use, without starting CUDA in this process."""
+    """GPUs training could use (CUDA_VISIBLE_DEVICES honoured), without starting CUDA here."""
     if address is not None:
         return -1  # decided by the cluster's resources once connected
-    from .plan import gpu_free_memory
+    from .gpus import visible_gpus
 
-    return len(gpu_free_memory())
+    return len(visible_gpus())
 
 
 def train(voice: str | Path, base: str, *, workers: int | None = None,
@@ -155,18 +186,40 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
           checkpoint_every: int | None = None, val_every: int | None = None,
           keep_checkpoints: int | None = None, activation_checkpointing: bool | None = None,
           cpu_offload: bool | None = None, use_gpu: bool | None = None,
+          precision: str | None = None, trainable: str | None = None,
+          lora_rank: int | None = None, lora_alpha: float | None = None,
           address: str | None = None, resume: bool = False, run: str | None = None,
           dry_run: bool = False, max_failures: int = 2, verbose: bool = False,
           builder: str | None = None, seed: int | None = None,
           on_event: EventCallback | Emitter | None = None,
-          stop: threading.Event | None = None) -> dict[str, Any]:
-    """Fine-tune `base` on a prepared voice; returns a summary dict (the CLI's result)."""
+          stop: threading.Event | None = None,
+          storage: str | os.PathLike[str] | None = None,
+          preflight: bool | None = None) -> dict[str, Any]:
+    """Fine-tune `base` on a prepared voice; returns a summary dict (the CLI's result).
+
+    Paths may be relative, start with `~`, and hold spaces or any characters.
+    storage: where the run's checkpoints go (`engine.storage`): None = the
+    voice's setting (default: its own runs/), a shared folder, or a URI such
+    as s3://bucket/prefix; "default" = the voice's runs/. A given storage is
+    remembered in voice.toml for the voice's next runs. preflight: check every
+    node of the cluster first (`engine.train.preflight`); default: on an
+    existing cluster (`address`) only.
+
+    precision: "auto" (default: bf16 on GPUs of compute capability 8.0+, fp16
+    on older ones, fp32 on CPU), "bf16", "fp16" or "fp32". trainable: what
+    trains (`engine.train.config.TRAINABLE_CHOICES`: "talker" by default,
+    "talker+text", "code_predictor", "talker_layers", "lora"); lora_rank and
+    lora_alpha size the LoRA adapters.
+    """
     from ..model.loading import inspect_model, resolve_model
+    from ..storage import expand_arg
     from ..workspace import open_voice
 
     emitter = as_emitter(on_event)
     v = open_voice(voice)
-    model_dir = resolve_model(base, on_event=emitter)
+    base = expand_arg(str(base))
+    # absolute: workers (on other nodes, in other folders) get this path
+    model_dir = Path(os.path.abspath(resolve_model(base, on_event=emitter)))
     info = inspect_model(model_dir)
     if info.model_type != "base":
         raise ModelError(f"{model_dir.name} is a {info.model_type} model; training starts from "
@@ -201,7 +254,8 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
         "parallel": {"workers": workers, "use_gpu": use_gpu, "address": address,
                      "cpu_threads_per_worker": threads,
                      "activation_checkpointing": activation_checkpointing,
-                     "cpu_offload": cpu_offload},
+                     "cpu_offload": cpu_offload, "precision": precision},
+        "model": {"trainable": trainable, "lora_rank": lora_rank, "lora_alpha": lora_alpha},
         "optim": {"lr": lr},
         "data": {k: val for k, val in {"batch_size": batch_size,
                                        "grad_accum": grad_accum}.items() if val is not None},
@@ -216,29 +270,46 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
             raise InputError(f"There is no run {run or ''} to resume in {runs_dir}.".replace(
                 "run  to", "run to"), "Start a new run without --resume.")
         run_dir = found
+        from .rundata import check_same_data, data_fingerprint, resume_changes
+
+        # the data position in a checkpoint indexes this run's clips: refuse other data
+        check_same_data(run_dir, v.path, data_fingerprint(v.path))
         saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+        before = json.loads(json.dumps(saved))
         # the saved config wins except for what the caller changed now (e.g. more steps)
         for section, values in overrides.items():
-            saved[section].update({k: val for k, val in values.items() if val is not None})
+            saved.setdefault(section, {}).update(
+                {k: val for k, val in values.items() if val is not None})
         cfg = TrainConfig.from_dict(saved)
+        resumed_changes = resume_changes(before, cfg.to_dict())
+        for change in resumed_changes:
+            emitter.log(change["message"], level="warning")
     else:
         run_dir = runs_dir / (run or _new_run_name())
-        if run_dir.exists() and any(run_dir.iterdir()):
+        if run_dir.is_symlink() or (run_dir.exists() and any(run_dir.iterdir())):
             raise InputError(f"Run {run_dir.name} already exists.",
                              "Pass --resume to continue it, or choose another --run name.")
         cfg = resolve_config(v.path, model_dir, info.talker_hidden, summary, overrides,
                              v.speaker)
+        resumed_changes = []
     cfg = cfg.replace(run={"name": run_dir.name})
     n_train, per_step = summary.train_clips(cfg), cfg.data.batch_size * cfg.data.grad_accum
     if n_train < per_step:
         raise InputError(f"Only {n_train} training clips, fewer than one optimizer step needs "
                          f"({per_step}).", "Prepare more audio or lower --batch-size.")
 
-    from .plan import make_plan
+    from .plan import make_plan, relief
+    from .precision import PrecisionError
 
     device = "cuda" if use_gpu else "cpu"  # an unknown remote cluster is planned as CPU
-    plan = make_plan(model_dir, cfg, device=device, voice_dir=v.path,
-                     free=None if address is None else [])
+    try:
+        plan = make_plan(model_dir, cfg, device=device, voice_dir=v.path,
+                         free=None if address is None else [])
+    except PrecisionError as exc:
+        raise InputError(str(exc), "Use --precision fp16 (or fp32) on this GPU.") from exc
+    if plan.accum_reduce in ("last", "every"):
+        # "auto" resolved by the plan: reduce every micro-step only when memory is tight
+        cfg = cfg.replace(parallel={"accum_reduce": plan.accum_reduce})
     # dry runs show it as their result; real runs keep it for --json consumers
     emitter.log(plan.table(), level="debug")
     if dry_run:
@@ -248,21 +319,66 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
         raise InputError(f"Training will not fit: it needs about {plan.total / (1 << 30):.1f} GiB "
                          f"per {'GPU' if use_gpu else 'worker'}. {plan.advice[0]}",
                          " ".join(plan.advice[1:]) or None)
+    _check_disk(run_dir, plan.checkpoint_bytes, cfg.run.keep_checkpoints, emitter)
+    if resumed_changes:
+        from .rundata import record_resume
 
+        record_resume(run_dir, resumed_changes)
+    # what a worker says when CUDA runs out of memory anyway, and the figure it is measured against
+    run_extra = {"oom_advice": relief(plan, model_dir, cfg, device),
+                 "plan_bytes": plan.total}
+    from ..storage import checkpoint_root, run_location
+
+    given = storage is not None and str(storage).strip() != ""
+    target = _storage_for(v, storage)
+    if given:
+        v.set_storage(target)  # remembered: the voice's next runs go there too
+    if resume:
+        location = str(checkpoint_root(run_dir))
+    else:
+        location = run_location(target, runs_dir, v.path.name, run_dir.name)
+    run_extra["model_spec"] = base
+    where = _Where(location=location, model_spec=base,
+                   preflight=address is not None if preflight is None else bool(preflight))
     return _run(v, model_dir, cfg, run_dir, resume, max_failures, verbose, builder,
-                emitter, stop, workers_given)
+                emitter, stop, workers_given, run_extra, where)
+
+
+def _check_disk(run_dir: Path, checkpoint_bytes: int, keep: int, emitter: Emitter) -> None:
+    """Say before starting when the disk cannot hold the checkpoints the run will keep."""
+    from .checkpoint import free_bytes
+
+    gib = float(1 << 30)
+    free = free_bytes(run_dir)
+    # keep + 1: a new checkpoint is written before the oldest is deleted
+    need = checkpoint_bytes * (keep + 1)
+    if need > free:
+        emitter.log(f"The disk holding {run_dir} has {free / gib:.1f} GiB free; keeping {keep} "
+                    f"checkpoints of {checkpoint_bytes / gib:.1f} GiB needs about "
+                    f"{need / gib:.1f} GiB. Each save checks the space first and the run "
+                    "stops cleanly if it runs out.", level="warning")
 
 
 def _run(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: bool,
          max_failures: int, verbose: bool, builder: str | None, emitter: Emitter,
-         stop: threading.Event | None, workers_given: bool = True) -> dict[str, Any]:
+         stop: threading.Event | None, workers_given: bool = True,
+         run_extra: dict[str, Any] | None = None,
+         where: _Where | None = None) -> dict[str, Any]:
     from ..atomic import write_json
+    from ..storage import link_run
 
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # the run's folder: a plain folder, a symlink to a shared folder, or a
+    # folder with storage.json naming the URI its checkpoints go to
+    try:
+        link_run(run_dir, where.location if where is not None else str(run_dir))
+    except OSError as exc:
+        place = where.location if where is not None else run_dir
+        raise InputError(f"Cannot create the run's storage at {place}: {exc.strerror or exc}.",
+                         "Check that the storage folder or bucket exists and is writable.") from exc
     write_json(run_dir / "config.json", cfg.to_dict())
     with _sigterm_as_interrupt():
         return _run_on_cluster(voice, model_dir, cfg, run_dir, resume, max_failures, verbose,
-                               builder, emitter, stop, workers_given)
+                               builder, emitter, stop, workers_given, run_extra or {}, where)
 
 
 @contextlib.contextmanager
@@ -292,7 +408,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: bool,
                     max_failures: int, verbose: bool, builder: str | None, emitter: Emitter,
-                    stop: threading.Event | None, workers_given: bool) -> dict[str, Any]:
+                    stop: threading.Event | None, workers_given: bool,
+                    run_extra: dict[str, Any], where: _Where | None = None) -> dict[str, Any]:
     from ..atomic import write_json
     from ..cluster import connect
     from .launch import Launch, LaunchSpec
@@ -314,11 +431,19 @@ def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path
             raise InputError(f"You asked for {cfg.parallel.workers} workers but the cluster has "
                              f"{cluster.num_gpus:g} GPUs.",
                              f"Use --workers {int(cluster.num_gpus) or 1}.")
+        if where is not None and where.preflight:
+            _preflight_or_fail(where, model_dir, emitter)
         # codes are cached by content hash: a re-run or a resume encodes nothing
         from ..data.codes import extract_codes_ray
 
-        extract_codes_ray(voice.path, model_dir, reference_clip=cfg.data.reference_clip,
-                          on_event=emitter)
+        index = extract_codes_ray(voice.path, model_dir, reference_clip=cfg.data.reference_clip,
+                                  on_event=emitter)
+        from .rundata import DATA_FILE, record_data
+
+        if not (run_dir / DATA_FILE).is_file():
+            # tie the run to its data: the fingerprint, and the x-vector it trains with
+            record_data(run_dir, voice.path, x_vector=index.x_vector(),
+                        reference_clip=index.reference_clip)
         per_epoch = steps_per_epoch(cfg, voice.path, model_dir, emitter)
         total_steps = (int(cfg.run.steps) if cfg.run.steps is not None
                        else max(1, math.ceil(cfg.run.epochs * per_epoch)))
@@ -326,7 +451,10 @@ def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path
                           workers=cfg.parallel.workers, use_gpu=bool(cfg.parallel.use_gpu),
                           cpus_per_worker=cfg.parallel.cpu_threads_per_worker,
                           max_failures=max_failures, resume=resume, builder=builder,
-                          extra={"voice_dir": str(voice.path), "model_dir": str(model_dir)})
+                          storage=(where.location if where is not None
+                                   and where.location != str(run_dir) else None),
+                          extra={"voice_dir": str(voice.path), "model_dir": str(model_dir),
+                                 **run_extra})
         emitter.state("training", detail=f"{run_dir.name}: {total_steps} steps on "
                       f"{cfg.parallel.workers} worker(s)", run=str(run_dir),
                       total_steps=total_steps)
@@ -369,6 +497,22 @@ def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path
                       + (f", loss {out['final_loss']:.4f}" if out["final_loss"] is not None else "")
                       + (f"; checkpoint {result.checkpoint.name}" if result.checkpoint else ""))
     return out
+
+
+def _preflight_or_fail(where: _Where, model_dir: Path, emitter: Emitter) -> None:
+    """Every node checked before anything starts; a bad node ends the start, named."""
+    from .preflight import run_preflight
+
+    # the folder that holds the run (Ray's storage path): it exists before the run
+    parent = where.location.rstrip("/").rpartition("/")[0]
+    report = run_preflight(parent, str(model_dir), where.model_spec, on_event=emitter)
+    emitter.state("preflight_done", detail="ok" if report.ok else "problems",
+                  report=report.to_dict())
+    if not report.ok:
+        raise InputError(f"The cluster is not ready for this run: {report.problem_sentence()}.",
+                         "Give every node the storage (--storage: a shared folder or an "
+                         "s3:// URI) and the base model, with the same Python, torch and Ray "
+                         "versions; `voxshard-engine preflight` shows each node.")
 
 
 def _watch_stop(stop: threading.Event, launch: Any) -> None:
@@ -420,11 +564,13 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     import torch.distributed.checkpoint as dcp
 
     from ..data.dataset import VoiceData
-    from ..model.export import export_custom_voice
+    from ..model.export import export_custom_voice, merge_lora
     from ..model.loading import resolve_model
+    from ..storage import checkpoint_root, user_path
     from ..workspace import open_voice
-    from .checkpoint import checkpoint_name, latest_checkpoint
+    from .checkpoint import checkpoint_name, dcp_args, latest_checkpoint
     from .objective import build_objective, load_base_weights
+    from .rundata import run_x_vector
 
     emitter = as_emitter(on_event)
     v = open_voice(voice)
@@ -435,7 +581,7 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     if step is None:
         ckpt = latest_checkpoint(run_dir)
     else:
-        ckpt = run_dir / checkpoint_name(step)
+        ckpt = checkpoint_root(run_dir) / checkpoint_name(step)
         ckpt = ckpt if (ckpt / "COMPLETE").exists() else None
     if ckpt is None:
         raise InputError(f"Run {run_dir.name} has no complete checkpoint"
@@ -450,15 +596,19 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     with warnings.catch_warnings():
         # "assuming the intent is to load in a single process": it is, by design
         warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-        dcp.load({"model": trained}, checkpoint_id=str(ckpt))
+        dcp.load({"model": trained}, **dcp_args(ckpt, write=False))
     params = dict(objective.named_parameters())
     with torch.no_grad():
         for key, tensor in trained.items():
             params[key].copy_(tensor)
     full = {k: t.detach().to(torch.float32) for k, t in objective.state_dict().items()}
-    data = VoiceData.open(v.path, model_dir, cfg.data)
+    # LoRA runs: adapters merged into their base weights, a plain official folder
+    full = merge_lora(full, cfg.model.lora_alpha / cfg.model.lora_rank)
+    x_vector = run_x_vector(run_dir)
+    if x_vector is None:  # a run from before the run kept its own copy
+        x_vector = VoiceData.open(v.path, model_dir, cfg.data).x_vector
     speaker = (name or cfg.model.speaker_name or v.speaker).strip().lower()
-    out = export_custom_voice(model_dir, full, speaker, data.x_vector, Path(out_dir))
+    out = export_custom_voice(model_dir, full, speaker, x_vector, user_path(out_dir))
     emitter.artifact(str(out), "model")
     return {"out_dir": str(out), "run": run_dir.name, "checkpoint": ckpt.name,
             "speaker": speaker,

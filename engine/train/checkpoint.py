@@ -10,6 +10,13 @@ One checkpoint is a folder ``<run>/checkpoint_step_NNNNNNN/`` holding:
 - ``COMPLETE`` (rank 0, last, after a barrier): a folder without it is torn
   (a crash mid-save) and is never loaded.
 
+Before each save every rank counts the bytes of its shards and checks the
+free space of the folder it writes to (ranks on one machine and one
+filesystem add up); when any disk is short, no rank writes, and the run ends
+with one sentence (`FatalTrainingError("disk_full")`, never retried). A disk
+that fills up during the save ends the run the same way; the torn folder has
+no COMPLETE marker and is removed, and the previous checkpoint is untouched.
+
 Resume is exact when the world size is unchanged: model, optimizer,
 scheduler, step, data position and RNG all come back. With another world
 size the shards are resharded by DCP and only the RNG streams differ.
@@ -18,17 +25,29 @@ Under Ray Train the folder lives inside the run's storage folder and is
 reported with `CheckpointUploadMode.NO_UPLOAD`, so Ray copies nothing and its
 `CheckpointConfig(num_to_keep=k)` deletes the old ones; outside Ray,
 `prune()` does the same.
+
+Where: the run's storage location (`engine.storage`): a folder (the voice's
+`runs/<run>`, or a shared folder every node mounts) or an object-store URI.
+For a URI every rank writes its shards straight through DCP's fsspec writer
+and the small files (trainer.json, RNG, COMPLETE) with single PUTs, so a
+checkpoint is never staged on a node's disk; listing and the COMPLETE check
+go through the same fsspec filesystem. Object stores write whole objects,
+so COMPLETE needs no rename there (and there is no free-space check).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import re
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
+
+from ..storage import Location, as_location, checkpoint_root, rmtree
 
 PREFIX = "checkpoint_step_"
 _NAME = re.compile(rf"^{PREFIX}(\d+)$")
@@ -40,27 +59,67 @@ def checkpoint_name(step: int) -> str:
     return f"{PREFIX}{step:07d}"
 
 
-def step_of(path: Path) -> int | None:
-    m = _NAME.match(path.name)
+def step_of(path: Path | Location | str) -> int | None:
+    name = path.name if isinstance(path, Path | Location) else str(path).rstrip("/")
+    m = _NAME.match(name.rsplit("/", 1)[-1])
     return int(m.group(1)) if m else None
 
 
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
-    if not run_dir.is_dir():
+def list_checkpoints(run_dir: str | os.PathLike[str] | Location) -> list[Any]:
+    """Complete checkpoints of a run, oldest first (`Path`s, or `Location`s for a URI).
+
+    `run_dir` is the run's local folder (its checkpoints may be elsewhere, see
+    `engine.storage.checkpoint_root`) or the storage location itself.
+    """
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
         return []
-    found = [p for p in run_dir.iterdir()
-             if p.is_dir() and step_of(p) is not None and (p / COMPLETE).exists()]
+    found = [p for p in root.iterdir()
+             if step_of(p) is not None and p.is_dir() and (p / COMPLETE).exists()]
     return sorted(found, key=lambda p: step_of(p) or 0)
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
+def latest_checkpoint(run_dir: str | os.PathLike[str] | Location) -> Any:
     found = list_checkpoints(run_dir)
     return found[-1] if found else None
 
 
-def read_trainer_state(path: Path) -> dict[str, Any]:
-    return json.loads((path / TRAINER_STATE).read_text(encoding="utf-8"))
+def read_trainer_state(path: Path | Location) -> dict[str, Any]:
+    return json.loads((as_location(path) / TRAINER_STATE).read_text(encoding="utf-8"))
+
+
+def dcp_args(path: Path | Location, write: bool) -> dict[str, Any]:
+    """Keyword arguments of `dcp.save`/`dcp.load` for a checkpoint folder or URI."""
+    if isinstance(path, Location):
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+
+        if write:
+            return {"storage_writer": FsspecWriter(path.url)}
+        return {"storage_reader": FsspecReader(path.url)}
+    return {"checkpoint_id": str(path)}
+
+
+def _torch_save(obj: Any, path: Path | Location) -> None:
+    import torch
+
+    if isinstance(path, Location):
+        import io
+
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        path.write_bytes(buf.getvalue())
+    else:
+        torch.save(obj, path)
+
+
+def _torch_load(path: Path | Location) -> Any:
+    import torch
+
+    if isinstance(path, Location):
+        import io
+
+        return torch.load(io.BytesIO(path.read_bytes()), weights_only=False)
+    return torch.load(path, weights_only=False)
 
 
 def _trainable_filter(model: Any, sd: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +131,54 @@ def _trainable_filter(model: Any, sd: dict[str, Any]) -> dict[str, Any]:
         missing = sorted(trainable - set(kept))[:3]
         raise RuntimeError(f"state dict lacks trainable parameters, e.g. {missing}")
     return kept
+
+
+#: room left beside a checkpoint's own bytes (trainer.json, RNG files, metadata, filesystem slack)
+SPACE_MARGIN = 1.05
+SPACE_SLACK_BYTES = 64 << 20
+
+
+def _existing(path: Path) -> Path:
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the filesystem holding `path` (or its nearest existing parent)."""
+    return int(shutil.disk_usage(_existing(path)).free)
+
+
+def state_bytes(state: Any) -> int:
+    """Bytes this rank writes for a (nested) state dict: local shards of DTensors."""
+    if isinstance(state, dict):
+        return sum(state_bytes(v) for v in state.values())
+    if isinstance(state, list | tuple):
+        return sum(state_bytes(v) for v in state)
+    local = state.to_local() if hasattr(state, "to_local") else state
+    if hasattr(local, "numel") and hasattr(local, "element_size"):
+        return int(local.numel() * local.element_size())
+    return 0
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):
+            return True
+        stack += [x for x in (e.__cause__, e.__context__) if x is not None]
+        failures = getattr(e, "failures", None)  # DCP's CheckpointException: {rank: exc}
+        if isinstance(failures, dict):
+            stack += [x for x in failures.values() if isinstance(x, BaseException)]
+    return False
 
 
 def _rng_state() -> dict[str, Any]:
@@ -107,7 +214,8 @@ class Checkpointer:
         if keep < 2:
             # one torn checkpoint would otherwise leave nothing to resume from
             raise ValueError("keep must be >= 2")
-        self.run_dir = Path(run_dir)
+        # the storage location itself (a folder or a URI), never a pointer to it
+        self.run_dir = checkpoint_root(run_dir)
         self.rank = rank
         self.world_size = world_size
         self.keep = keep
@@ -129,50 +237,113 @@ class Checkpointer:
     def save(self, step: int, model: Any, optimizer: Any, scheduler: Any,
              data_state: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
         """Write checkpoint `step`; returns its folder once every rank has finished."""
-        import torch
         import torch.distributed.checkpoint as dcp
 
         path = self.run_dir / checkpoint_name(step)
         if self.rank == 0 and path.exists():
             # a torn attempt at the same step (crash mid-save, then replay)
-            shutil.rmtree(path)
+            rmtree(path)
         self._barrier()
-        path.mkdir(parents=True, exist_ok=True)
         model_sd, optim_sd = self._state_dicts(model, optimizer)
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))
-        torch.save(_rng_state(), path / f"rng_rank{self.rank}.pt")
-        if self.rank == 0:
-            state = {
-                "step": step,
-                "world_size": self.world_size,
-                "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "data": data_state,
-                **(extra or {}),
-            }
-            (path / TRAINER_STATE).write_text(json.dumps(state, indent=1), encoding="utf-8")
+        self._check_space(step, state_bytes(model_sd) + state_bytes(optim_sd))
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            dcp.save({"model": model_sd, "optim": optim_sd}, **dcp_args(path, write=True))
+            _torch_save(_rng_state(), path / f"rng_rank{self.rank}.pt")
+            if self.rank == 0:
+                state = {
+                    "step": step,
+                    "world_size": self.world_size,
+                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                    "data": data_state,
+                    **(extra or {}),
+                }
+                (path / TRAINER_STATE).write_text(json.dumps(state, indent=1), encoding="utf-8")
+        except Exception as exc:
+            if not _is_disk_full(exc):
+                raise
+            if self.rank == 0:
+                rmtree(path)
+            raise self._disk_full(step, None, None) from exc
         # every rank's shards and RNG file are on disk before the marker
         self._barrier()
         if self.rank == 0:
             marker = path / COMPLETE
-            tmp = path / (COMPLETE + ".tmp")
-            tmp.write_text(str(step), encoding="utf-8")
-            os.replace(tmp, marker)
+            if isinstance(marker, Location):
+                marker.write_text(str(step))  # one PUT: whole or absent
+            else:
+                tmp = path / (COMPLETE + ".tmp")
+                tmp.write_text(str(step), encoding="utf-8")
+                os.replace(tmp, marker)
         self._barrier()
         return path
 
-    def load(self, path: str | os.PathLike[str], model: Any, optimizer: Any,
+    def _check_space(self, step: int, need: int) -> None:
+        """Refuse the save on every rank when any rank's disk cannot hold what goes on it."""
+        import torch.distributed as dist
+
+        if isinstance(self.run_dir, Location):
+            return  # an object store does not fill up; its errors say why a PUT failed
+        where = self.run_dir
+        try:
+            dev = os.stat(free_path := _existing(where)).st_dev
+        except OSError:
+            free_path, dev = where, -1
+        mine = (socket.gethostname(), dev, int(need), free_bytes(free_path))
+        if dist.is_available() and dist.is_initialized() and self.world_size > 1:
+            every: list[Any] = [None] * self.world_size
+            dist.all_gather_object(every, mine)
+        else:
+            every = [mine]
+        disks: dict[tuple[str, int], list[int]] = {}
+        for host, d, n, free in every:
+            disk = disks.setdefault((host, d), [0, free])
+            disk[0] += n
+            disk[1] = min(disk[1], free)
+        for total, free in disks.values():
+            if total * SPACE_MARGIN + SPACE_SLACK_BYTES > free:
+                raise self._disk_full(step, total, free)
+
+    def _disk_full(self, step: int, need: int | None, free: int | None) -> Exception:
+        from .failures import FatalTrainingError
+
+        gib = float(1 << 30)
+        prev = latest_checkpoint(self.run_dir)
+        kept = (f"; the checkpoint of step {step_of(prev)} is intact" if prev is not None
+                else "")
+        if need is not None and free is not None:
+            msg = (f"The disk holding {self.run_dir} has {free / gib:.1f} GiB free; the checkpoint "
+                   f"of step {step} needs about {need * SPACE_MARGIN / gib:.1f} GiB{kept}.")
+        else:
+            msg = f"The disk holding {self.run_dir} filled up while saving step {step}{kept}."
+        return FatalTrainingError("disk_full", msg,
+                                  "Free some space (old runs, exports), then continue with "
+                                  "--resume.")
+
+    def _in_run(self, path: str | os.PathLike[str] | Location) -> Path | Location:
+        """`path` as a location of this run.
+
+        Ray hands a restored checkpoint back as a path inside its storage
+        filesystem (for a URI: without the scheme); our checkpoints always
+        sit directly in the run's location, so the name is what counts.
+        """
+        place = as_location(path)
+        if isinstance(self.run_dir, Location) and not isinstance(place, Location):
+            return self.run_dir / place.name
+        return place
+
+    def load(self, path: str | os.PathLike[str] | Location, model: Any, optimizer: Any,
              scheduler: Any) -> dict[str, Any]:
         """Restore everything saved in `path`; returns trainer.json (step, data position...)."""
-        import torch
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        path = Path(path)
+        path = self._in_run(path)
         if not (path / COMPLETE).exists():
             raise FileNotFoundError(f"{path} is not a complete checkpoint")
         model_sd, optim_sd = self._state_dicts(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=str(path))
+        dcp.load(state, **dcp_args(path, write=False))
         # strict=False: the frozen weights are deliberately not in the checkpoint
         from torch.distributed.checkpoint.state_dict import StateDictOptions
 
@@ -184,7 +355,7 @@ class Checkpointer:
             scheduler.load_state_dict(trainer["scheduler"])
         rng_file = path / f"rng_rank{self.rank}.pt"
         if trainer.get("world_size") == self.world_size and rng_file.exists():
-            _set_rng_state(torch.load(rng_file, weights_only=False))
+            _set_rng_state(_torch_load(rng_file))
         return trainer
 
     def latest(self) -> Path | None:
@@ -197,7 +368,7 @@ class Checkpointer:
         found = list_checkpoints(self.run_dir)
         doomed = found[: max(0, len(found) - self.keep)]
         for p in doomed:
-            shutil.rmtree(p, ignore_errors=True)
+            rmtree(p)
         return doomed
 
     def close(self) -> None:

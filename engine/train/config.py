@@ -22,10 +22,21 @@ from typing import Any, Literal
 #:   detail but not prosody.
 #: - "talker_layers": the talker decoder layers, its final norm and codec_head
 #:   (not the embeddings, not the code predictor).
-Trainable = Literal["talker", "talker+text", "code_predictor", "talker_layers"]
-TRAINABLE_CHOICES: tuple[str, ...] = ("talker", "talker+text", "code_predictor", "talker_layers")
+#: - "lora": low-rank adapters (rank `lora_rank`) on every talker decoder
+#:   layer's attention (q, k, v, o) and MLP (gate, up, down) projections; the
+#:   base weights stay frozen, so gradients and AdamW state are a few MB and a
+#:   single 16-24 GB card can fine-tune 1.7B. Export merges the adapters.
+Trainable = Literal["talker", "talker+text", "code_predictor", "talker_layers", "lora"]
+TRAINABLE_CHOICES: tuple[str, ...] = ("talker", "talker+text", "code_predictor", "talker_layers",
+                                      "lora")
 
-Precision = Literal["auto", "bf16", "fp32"]
+Precision = Literal["auto", "bf16", "fp16", "fp32"]
+PRECISION_CHOICES: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
+#: gradient reduction during accumulation: "auto" (the driver picks from the
+#: plan), "last" (only on the last micro-step: fewer collectives, but every
+#: GPU holds whole fp32 gradients between micro-steps), "every" (reduce-scatter
+#: after every micro-step: gradients stay sharded)
+ACCUM_REDUCE_CHOICES: tuple[str, ...] = ("auto", "last", "every")
 Schedule = Literal["cosine", "constant", "linear"]
 
 
@@ -46,6 +57,9 @@ class ModelConfig:
     subtalker_weight: float = 0.3
     #: name the exported custom voice answers to (lower-cased on export)
     speaker_name: str = "voice"
+    #: LoRA (trainable "lora"): adapter rank, and alpha (the update is scaled by alpha / rank)
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
 
     def __post_init__(self) -> None:
         _check(bool(self.base), "model.base", "must name a model")
@@ -53,6 +67,8 @@ class ModelConfig:
                f"must be one of {', '.join(TRAINABLE_CHOICES)}, not {self.trainable!r}")
         _check(self.subtalker_weight >= 0, "model.subtalker_weight", "must be >= 0")
         _check(bool(self.speaker_name.strip()), "model.speaker_name", "must not be empty")
+        _check(self.lora_rank >= 1, "model.lora_rank", "must be >= 1")
+        _check(self.lora_alpha > 0, "model.lora_alpha", "must be > 0")
 
 
 @dataclass
@@ -129,8 +145,9 @@ class ParallelConfig:
     workers: int = 1
     #: None: use GPUs when the cluster has them; True/False forces it
     use_gpu: bool | None = None
-    #: "auto": bf16 compute with fp32 master weights and fp32 gradient
-    #: reduction on GPU, plain fp32 on CPU (bf16 matmuls are ~40x slower on AVX2 CPUs)
+    #: "auto": bf16 compute with fp32 master weights and fp32 gradient reduction
+    #: on a GPU of compute capability 8.0+, fp16 with loss scaling on older GPUs,
+    #: plain fp32 on CPU (bf16 matmuls are ~40x slower on AVX2 CPUs); see precision.py
     precision: str = "auto"
     #: recompute each decoder layer's activations in backward (less memory, ~30% slower)
     activation_checkpointing: bool = False
@@ -143,11 +160,15 @@ class ParallelConfig:
     address: str | None = None
     #: threads per worker for torch on CPU
     cpu_threads_per_worker: int = 1
+    #: gradient reduction with grad_accum > 1 (see ACCUM_REDUCE_CHOICES)
+    accum_reduce: str = "auto"
 
     def __post_init__(self) -> None:
         _check(self.workers >= 1, "parallel.workers", "must be >= 1")
-        _check(self.precision in ("auto", "bf16", "fp32"), "parallel.precision",
-               "must be auto, bf16 or fp32")
+        _check(self.precision in PRECISION_CHOICES, "parallel.precision",
+               f"must be one of {', '.join(PRECISION_CHOICES)}")
+        _check(self.accum_reduce in ACCUM_REDUCE_CHOICES, "parallel.accum_reduce",
+               f"must be one of {', '.join(ACCUM_REDUCE_CHOICES)}")
         _check(self.cpu_threads_per_worker >= 1, "parallel.cpu_threads_per_worker", "must be >= 1")
 
 

@@ -5,6 +5,15 @@
   start a new worker group, which resumes from the last reported checkpoint.
 - `RunConfig(storage_path=<voice>/runs, name=<run>)`: Ray's run folder *is*
   our run folder, so checkpoints, Ray's own state and metrics.jsonl sit together.
+  With `--storage` (`engine.storage`) Ray's run folder is the run's storage
+  location (a shared folder or a URI, handed to Ray with its filesystem so no
+  path is ever parsed as a URI); config.json and metrics.jsonl stay in the
+  voice's runs/<run> (which, for a shared folder, is a symlink to it).
+- Workers run `node_train_loop`: on its node it finds the base model
+  (`preflight.node_model_dir`) and unpacks the prepared codes and x-vector
+  that travel through the object store (`preflight.pack_voice_data`), so
+  no worker reads a driver-local path; the engine's code itself travels with
+  the job (`engine.cluster.code_runtime_env`).
 - `CheckpointConfig(num_to_keep=k)`: Ray deletes all but the newest k.
 - `fit()` blocks, so it runs in a thread; the caller's thread stays free to
   pump metrics and to react to cancel (a cooperative stop flag the workers
@@ -14,7 +23,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,6 +31,7 @@ from typing import Any
 
 from ..errors import Cancelled, TrainingError
 from ..events import Emitter
+from ..storage import rmtree
 from .checkpoint import latest_checkpoint, list_checkpoints
 from .metrics import MetricsPump, make_queue
 
@@ -59,6 +68,12 @@ class LaunchSpec:
     builder: str | None = None
     #: extra keys for the worker (voice folder, base model path, ...)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: where the checkpoints go (a folder or a URI); None: run_dir itself
+    storage: str | None = None
+
+    @property
+    def location(self) -> str:
+        return self.storage or str(self.run_dir)
 
 
 @dataclass
@@ -106,9 +121,11 @@ class Launch:
     def start(self) -> Launch:
         import ray
         from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-        from ray.train.torch import TorchConfig, TorchTrainer
+        from ray.train.torch import TorchConfig
 
-        from .worker import train_loop
+        from ..storage import ray_storage
+        from .parallelize import process_group_backend
+        from .preflight import pack_voice_data
 
         spec = self.spec
         spec.run_dir.mkdir(parents=True, exist_ok=True)
@@ -118,7 +135,7 @@ class Launch:
                                on_state=self._on_state).start()
         loop_config = {
             "config": spec.config,
-            "run_dir": str(spec.run_dir),
+            "run_dir": spec.location,
             "total_steps": spec.total_steps,
             "queue": self.queue,
             "stop_flag": self.flag,
@@ -126,18 +143,29 @@ class Launch:
             "builder": spec.builder,
             **spec.extra,
         }
+        voice_dir = spec.extra.get("voice_dir")
+        if voice_dir and (Path(voice_dir) / "prepared" / "codes" / "index.json").is_file():
+            # the codes and the x-vector through the object store: one put, every node
+            # reads it from there (held here until fit() returns)
+            self._voice_data = ray.put(pack_voice_data(spec.extra["voice_dir"]))
+            loop_config["voice_data"] = self._voice_data
+        parent, _, name = spec.location.rstrip("/").rpartition("/")
+        storage_path, storage_fs = ray_storage(parent)
         resources = {"CPU": spec.cpus_per_worker}
         if spec.use_gpu:
             resources["GPU"] = 1
-        trainer = TorchTrainer(
-            train_loop,
+        trainer = _trainer_class()(
+            node_train_loop,
             train_loop_config=loop_config,
-            torch_config=TorchConfig(backend="nccl" if spec.use_gpu else "gloo"),
+            # on GPU a gloo group beside NCCL: CPU tensors (offloaded gradients
+            # in clipping, DCP's planning) need a CPU collective backend
+            torch_config=TorchConfig(backend=process_group_backend(spec.use_gpu)),
             scaling_config=ScalingConfig(num_workers=spec.workers, use_gpu=spec.use_gpu,
                                          resources_per_worker=resources),
             run_config=RunConfig(
-                name=spec.run_dir.name,
-                storage_path=str(spec.run_dir.parent),
+                name=name,
+                storage_path=storage_path,
+                storage_filesystem=storage_fs,
                 failure_config=FailureConfig(max_failures=spec.max_failures),
                 checkpoint_config=CheckpointConfig(
                     num_to_keep=int(spec.config["run"]["keep_checkpoints"])),
@@ -199,12 +227,12 @@ class Launch:
         # Ray deletes the old checkpoints it registered; one it never heard of
         # (saved just before a worker died) would otherwise stay forever
         keep = int(self.spec.config["run"]["keep_checkpoints"])
-        for old in list_checkpoints(self.spec.run_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in list_checkpoints(self.spec.location)[:-keep]:
+            rmtree(old)
         result = LaunchResult(
             stopped=self._stop_requested,
             records=self.pump.records,
-            checkpoint=latest_checkpoint(self.spec.run_dir),
+            checkpoint=latest_checkpoint(self.spec.location),
             launch_to_first_metric_s=(first - self._t_start) if first else None,
             first_metric_time=first,
             fit_s=fit_s,
@@ -233,9 +261,60 @@ class _StatePump(MetricsPump):
         super().handle(rec)
 
 
+def node_train_loop(loop_config: dict[str, Any]) -> None:
+    """Every worker's entry point: make the driver's paths real on this node, then train.
+
+    - the base model: the driver's folder if this node has it at the same
+      path, else the hub id from this node's cache or a download (once per
+      node); a node that cannot get it ends the run at once, named
+      (`FatalTrainingError`, never retried);
+    - the voice: the prepared codes and x-vector from the object store,
+      unpacked once per node (content-addressed), never the driver's folder.
+    """
+    from .preflight import node_model_dir, unpack_voice_data
+    from .worker import train_loop
+
+    cfg = dict(loop_config)
+    data = cfg.pop("voice_data", None)
+    if data is not None:
+        import ray
+
+        bundle = ray.get(data) if isinstance(data, ray.ObjectRef) else data
+        cfg["voice_dir"] = str(unpack_voice_data(bundle))
+    if cfg.get("model_dir"):
+        cfg["model_dir"] = str(node_model_dir(str(cfg["model_dir"]), cfg.get("model_spec")))
+    train_loop(cfg)
+
+
+def _trainer_class() -> type:
+    """TorchTrainer whose failure policy raises a FatalTrainingError instead of retrying it.
+
+    Ray 2.60 builds its failure policy inside `fit()` with no way to pass
+    one; the controller is started by `_initialize_and_run_controller`, which
+    takes the policy as a keyword, so that is where ours goes in (Ray is pinned).
+    """
+    from ray.train.torch import TorchTrainer
+
+    from .failures import no_retry_policy_class
+
+    class VoxshardTrainer(TorchTrainer):
+        def _initialize_and_run_controller(self, **kwargs: Any) -> Any:
+            if "failure_policy" in kwargs:
+                kwargs["failure_policy"] = no_retry_policy_class()(
+                    self.run_config.failure_config)
+            return super()._initialize_and_run_controller(**kwargs)
+
+    return VoxshardTrainer
+
+
 def _as_training_error(exc: BaseException) -> BaseException:
+    from .failures import fatal_of
+
     if isinstance(exc, Cancelled | TrainingError):
         return exc
+    fatal = fatal_of(exc)
+    if fatal is not None:  # out of memory, disk full: one sentence and what to do
+        return TrainingError(fatal.message, fatal.hint)
     # Ray wraps the worker's exception; its message carries the worker traceback,
     # whose last line is the actual error
     text = str(exc).strip()

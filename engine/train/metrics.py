@@ -164,11 +164,15 @@ def memory_values(device: Any) -> dict[str, float]:
     if device is not None and getattr(device, "type", "cpu") == "cuda":
         # the allocator's view, plus the device's own (what nvidia-smi shows:
         # CUDA context, NCCL buffers and any other process on the same GPU)
+        # peak_gib: the allocator's peak since the model was loaded (the worker
+        # resets it then); reserved_peak_gib adds the allocator's cache;
+        # device_used_gib is the whole device as NVML sees it, and what runs out
         free, total = torch.cuda.mem_get_info(device)
         return {
             "memory/allocated_gib": torch.cuda.memory_allocated(device) / GIB,
             "memory/reserved_gib": torch.cuda.memory_reserved(device) / GIB,
             "memory/peak_gib": torch.cuda.max_memory_allocated(device) / GIB,
+            "memory/reserved_peak_gib": torch.cuda.max_memory_reserved(device) / GIB,
             "memory/device_used_gib": (total - free) / GIB,
             # the name the GUI draws as the device limit line
             "memory/total_gib": total / GIB,
@@ -212,3 +216,28 @@ def model_state_bytes(model: Any, optimizer: Any | None = None) -> dict[str, int
                 if hasattr(value, "numel") and value.dim() > 0:
                     opt += local_bytes(value)
     return {"params": params, "grads": grads, "optimizer": opt, "total": params + grads + opt}
+
+
+def unsharded_grad_bytes(model: Any) -> int:
+    """Bytes of whole (unsharded) gradients FSDP2 holds between accumulation micro-steps.
+
+    With gradient reduction off (`set_requires_gradient_sync(False)`), each
+    FSDP unit keeps its full-size gradient until the step that reduces: in
+    the reduce dtype (fp32) under mixed precision, else on the unsharded
+    parameter. Reads FSDP2's per-parameter state (torch-internal names,
+    checked by the test that compares this with the plan).
+    """
+    total = 0
+    for module in model.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        if get_state is None:
+            continue
+        group = getattr(get_state(), "_fsdp_param_group", None)
+        for fsdp_param in getattr(group, "fsdp_params", None) or []:
+            acc = getattr(fsdp_param, "unsharded_accumulated_grad", None)
+            if acc is None:
+                unsharded = getattr(fsdp_param, "_unsharded_param", None)
+                acc = getattr(unsharded, "grad", None) if unsharded is not None else None
+            if acc is not None:
+                total += int(acc.numel() * acc.element_size())
+    return total

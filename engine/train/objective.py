@@ -208,6 +208,10 @@ def build_objective(model_dir: str | Path, model_cfg: ModelConfig | None = None,
     """Objective around a fresh talker; sets requires_grad per `model_cfg.trainable`."""
     model_cfg = model_cfg or ModelConfig()
     objective = VoiceObjective(build_talker(model_dir, device), model_cfg.subtalker_weight)
+    if model_cfg.trainable == "lora":
+        from .lora import add_lora
+
+        add_lora(objective.talker, model_cfg.lora_rank, model_cfg.lora_alpha)
     set_trainable(objective, model_cfg.trainable)
     return objective
 
@@ -229,6 +233,14 @@ def set_trainable(objective: VoiceObjective, trainable: str) -> None:
         for mod in (talker.model.layers, talker.model.norm, talker.codec_head):
             for p in mod.parameters():
                 p.requires_grad_(True)
+    elif trainable == "lora":
+        from .lora import is_lora_name
+
+        adapters = [p for n, p in talker.named_parameters() if is_lora_name(n)]
+        if not adapters:
+            raise ValueError("trainable 'lora' needs adapters: build with build_objective")
+        for p in adapters:
+            p.requires_grad_(True)
     else:
         raise ValueError(f"unknown trainable choice {trainable!r}")
 
@@ -316,14 +328,18 @@ def load_base_weights(objective: VoiceObjective, model_dir: str | Path,
             b.is_meta for b in objective.buffers()):
         objective.to_empty(device=param_device)
     _reset_rotary(objective, device)
+    from .lora import initial_value, is_lora_name
+
     src = weights if weights is not None else read_talker_weights(model_dir)
     own = dict(objective.named_parameters())
-    missing = [k for k in own if k not in src]
+    missing = [k for k in own if k not in src and not is_lora_name(k)]
     if missing:
         raise ModelError(f"{model_dir} lacks {len(missing)} talker tensors (e.g. {missing[0]}).",
                          "The folder is not a complete Qwen3-TTS model.")
     for name, param in own.items():
-        full = src[name].to(device=param_device, dtype=torch.float32)
+        # LoRA adapters are not in the base model: their starting value, same on every rank
+        full = (initial_value(name, tuple(param.shape)) if is_lora_name(name) and name not in src
+                else src[name]).to(device=param_device, dtype=torch.float32)
         if tuple(full.shape) != tuple(param.shape):
             raise ModelError(f"{name} is {tuple(full.shape)} in {model_dir}, expected "
                              f"{tuple(param.shape)}: config and weights disagree.")

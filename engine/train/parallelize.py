@@ -36,11 +36,31 @@ def make_mesh(device: torch.device) -> Any:
     return init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("dp",))
 
 
-def resolve_precision(cfg: ParallelConfig, device: torch.device) -> str:
-    """"bf16" or "fp32": auto means bf16 compute on GPU only (CPU bf16 matmuls crawl)."""
-    if cfg.precision == "auto":
-        return "bf16" if device.type == "cuda" else "fp32"
-    return cfg.precision
+def process_group_backend(use_gpu: bool) -> str:
+    """The torch.distributed backend string for a run's process group.
+
+    On GPU, NCCL for CUDA tensors *and* gloo for CPU tensors: with CPU offload
+    the gradients and optimizer state live in host memory, and gradient
+    clipping's norm, the fp16 overflow check and DCP's planning then run
+    collectives on CPU tensors, which an NCCL-only group cannot do.
+    """
+    return "cpu:gloo,cuda:nccl" if use_gpu else "gloo"
+
+
+def resolve_precision(cfg: ParallelConfig, device: torch.device,
+                      capability: tuple[int, int] | None = None) -> str:
+    """"bf16", "fp16" or "fp32" for this device (see `engine.train.precision`).
+
+    capability: the GPU's compute capability; read from the device when None.
+    Raises `PrecisionError` for bf16 on a GPU older than 8.0.
+    """
+    from .precision import device_capability
+    from .precision import resolve_precision as _resolve
+
+    device = torch.device(device)
+    if capability is None and device.type == "cuda" and device.index is not None:
+        capability = device_capability(device)
+    return _resolve(cfg.precision, device.type, capability)
 
 
 def decoder_layers(objective: nn.Module) -> list[nn.Module]:
@@ -88,13 +108,15 @@ def parallelize(objective: nn.Module, mesh: Any, cfg: ParallelConfig,
             objective.to(device)
         return objective
 
-    if resolve_precision(cfg, device) == "bf16":
+    precision = resolve_precision(cfg, device)
+    if precision in ("bf16", "fp16"):
+        low = torch.bfloat16 if precision == "bf16" else torch.float16
         # Parameters stay fp32 (the master copy the optimizer updates); compute
-        # in bf16; gradients reduced and kept in fp32 so tiny updates survive.
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        # in bf16/fp16; gradients reduced and kept in fp32 so tiny updates survive.
+        mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
         # The root must not cast its batch: the loss normalisers (token counts,
         # e.g. 1234.5) would round in bf16. `embed` casts the x-vector itself.
-        root_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+        root_mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32,
                                        cast_forward_inputs=False)
     else:
         mp = root_mp = MixedPrecisionPolicy()
@@ -116,7 +138,13 @@ def parallelize(objective: nn.Module, mesh: Any, cfg: ParallelConfig,
 
 
 def set_gradient_sync(objective: nn.Module, enabled: bool) -> None:
-    """For gradient accumulation: reduce across ranks only on the last micro-step."""
+    """For gradient accumulation: reduce across ranks only on the last micro-step.
+
+    Between micro-steps without reduction every rank holds the *unsharded*
+    fp32 gradient of every trainable parameter (about 6 GiB for 1.7B, whatever
+    the GPU count); `accum_reduce="every"` (chosen by the plan when that does
+    not fit) never calls this and keeps gradients sharded.
+    """
     setter = getattr(objective, "set_requires_gradient_sync", None)
     if setter is not None:
         setter(enabled)

@@ -9,7 +9,12 @@ predict (and what a test compares with the local DTensor shards of a real run).
 
 Per worker, in bytes:
 - parameters: the local shard of every parameter, fp32 master weights;
-- gradients: fp32 local shards of the trainable ones;
+- gradients: fp32 local shards of the trainable ones; with gradient
+  accumulation and reduction only on the last micro-step ("last"), the
+  *unsharded* fp32 gradient of every trainable parameter instead, on every
+  GPU (FSDP keeps them between micro-steps); `accum_reduce="auto"` picks
+  "last" when that fits and "every" (sharded, a reduce-scatter per
+  micro-step) when it does not;
 - optimizer: AdamW's two fp32 moments per trainable element;
 - all-gather buffers: the root unit stays gathered for the whole step, the
   largest other unit is gathered twice (the current one and the prefetched
@@ -26,14 +31,17 @@ Per worker, in bytes:
   only each layer's input is kept, plus one layer's working set;
 - runtime: CUDA context, NCCL and allocator slack (GPU), or the Python,
   torch and Ray worker process itself (CPU).
+
+Also planned: the size of one checkpoint on disk (trainable fp32 parameters
+and AdamW's two moments, all ranks together: about 19 GB for 1.7B), and the
+per-worker total of every choice of what trains (`by_trainable`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-import shutil
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +87,14 @@ class Plan:
     frames: int
     free: list[int] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
+    #: gradient reduction with accumulation: "last", "every", or "none" (grad_accum 1)
+    accum_reduce: str = "none"
+    #: bytes of one checkpoint on disk, all ranks together
+    checkpoint_bytes: int = 0
+    #: per-worker total of each choice of what trains (`model.trainable`), same settings
+    by_trainable: dict[str, int] = field(default_factory=dict)
+    #: what trains in this plan
+    trainable: str = "talker"
 
     @property
     def model_state(self) -> int:
@@ -121,6 +137,16 @@ class Plan:
                 frees = ", ".join(f"{f / GIB:.1f}" for f in self.free)
                 lines.append(f"  {'free per GPU':<26}{frees} GiB")
         lines.append("  fits" if self.fits else "  DOES NOT FIT")
+        if self.accum_reduce != "none":
+            lines.append("  gradient accumulation: " + (
+                "reduce-scatter after every micro-step (gradients stay sharded)"
+                if self.accum_reduce == "every" else
+                "reduce on the last micro-step only (whole fp32 gradients between micro-steps)"))
+        lines.append(f"  one checkpoint on disk: {self.checkpoint_bytes / GIB:.2f} GiB")
+        if self.by_trainable:
+            lines.append("  by what trains (--trainable): " + ", ".join(
+                f"{k} {v / GIB:.2f}" + (" *" if k == self.trainable else "")
+                for k, v in self.by_trainable.items()) + " GiB per worker")
         lines += [f"  - {a}" for a in self.advice]
         return "\n".join(lines)
 
@@ -140,10 +166,34 @@ def _local_numel(shape: tuple[int, ...], n: int) -> int:
 def count_units(model_dir: str | Path, model_cfg: Any, workers: int,
                 separate_text_embedding: bool = True) -> list[UnitCount]:
     """Per FSDP unit: full and rank-0-local element counts (meta device, no memory)."""
+    from .config import ModelConfig
+
+    model_cfg = model_cfg or ModelConfig()
+    table = _param_table(str(model_dir), model_cfg.trainable, model_cfg.lora_rank,
+                         separate_text_embedding)
+    units: dict[str, UnitCount] = {}
+    for name, shape, trainable in table:
+        u = units.setdefault(name, UnitCount(name, 0, 0, 0))
+        local = _local_numel(shape, workers)
+        u.numel += math.prod(shape)
+        u.local_numel += local
+        if trainable:
+            u.trainable_local += local
+            u.trainable_full += math.prod(shape)
+    return list(units.values())
+
+
+@functools.lru_cache(maxsize=32)
+def _param_table(model_dir: str, trainable: str, lora_rank: int,
+                 separate_text_embedding: bool) -> tuple[tuple[str, tuple[int, ...], bool], ...]:
+    """(FSDP unit, shape, trains) of every parameter; one meta build per choice, cached
+    (a plan compares several choices and variants of the same model)."""
+    from .config import ModelConfig
     from .objective import build_objective
     from .parallelize import decoder_layers
 
-    objective = build_objective(model_dir, model_cfg, device="meta")
+    objective = build_objective(model_dir, ModelConfig(trainable=trainable, lora_rank=lora_rank),
+                                device="meta")
     owner: dict[int, str] = {}
     for i, layer in enumerate(decoder_layers(objective)):
         for p in layer.parameters():
@@ -151,17 +201,8 @@ def count_units(model_dir: str | Path, model_cfg: Any, workers: int,
     if separate_text_embedding:
         for p in objective.talker.model.text_embedding.parameters():
             owner[id(p)] = "text_embedding"
-    units: dict[str, UnitCount] = {}
-    for p in objective.parameters():
-        name = owner.get(id(p), "root")
-        u = units.setdefault(name, UnitCount(name, 0, 0, 0))
-        local = _local_numel(tuple(p.shape), workers)
-        u.numel += p.numel()
-        u.local_numel += local
-        if p.requires_grad:
-            u.trainable_local += local
-            u.trainable_full += p.numel()
-    return list(units.values())
+    return tuple((owner.get(id(p), "root"), tuple(p.shape), bool(p.requires_grad))
+                 for p in objective.parameters())
 
 
 def _dims(talker_cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
@@ -244,16 +285,10 @@ def typical_lengths(voice_dir: Path, max_seq_len: int) -> tuple[int, int]:
 
 
 def gpu_free_memory() -> list[int]:
-    """Free bytes per visible GPU via nvidia-smi (no CUDA context in this process)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [int(float(x)) * (1 << 20) for x in out.split() if x.strip()]
+    """Free bytes per visible GPU (NVML, honouring CUDA_VISIBLE_DEVICES; no CUDA context)."""
+    from .gpus import visible_gpus
+
+    return [g.free for g in visible_gpus()]
 
 
 def host_available_memory() -> int:
@@ -263,17 +298,22 @@ def host_available_memory() -> int:
 
 
 def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: int,
-             free: list[int]) -> Plan:
-    import torch
-
-    from .parallelize import resolve_precision
+             free: list[int], capability: tuple[int, int] | None = None,
+             accum_reduce: str | None = None) -> Plan:
+    from .precision import compute_bytes, resolve_precision
 
     cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     n = config.parallel.workers
     units = count_units(model_dir, config.model, n, config.parallel.separate_text_embedding)
-    precision = resolve_precision(config.parallel, torch.device(device))
-    cbytes = 2 if precision == "bf16" else 4
+    precision = resolve_precision(config.parallel.precision, device, capability)
+    cbytes = compute_bytes(precision)
     trainable_local = sum(u.trainable_local for u in units)
+    trainable_full = sum(u.trainable_full for u in units)
+    if config.data.grad_accum <= 1:
+        accum = "none"
+    else:
+        accum = accum_reduce or config.parallel.accum_reduce
+        accum = "last" if accum == "auto" else accum
     root = next((u.numel for u in units if u.name == "root"), 0)
     biggest = max((u.numel for u in units if u.name != "root"), default=0)
     clips = max(1, math.ceil(config.data.batch_size / n))
@@ -282,13 +322,16 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
         total_params=sum(u.numel for u in units),
         trainable_params=sum(u.trainable_full for u in units),
         params=4 * sum(u.local_numel for u in units),
-        grads=4 * trainable_local,
+        # "last": every unit's whole fp32 gradient stays between micro-steps
+        grads=4 * (trainable_full if accum == "last" else trainable_local),
         optimizer=8 * trainable_local,
         gather_buffer=cbytes * root + 2 * cbytes * biggest + 4 * biggest,
         activations=estimate_activations(cfg, clips, seq_len, frames, cbytes,
                                          config.parallel.activation_checkpointing),
         runtime=GPU_RUNTIME_BYTES if device == "cuda" else CPU_RUNTIME_BYTES,
-        micro_batch_clips=clips, seq_len=seq_len, frames=frames, free=list(free))
+        micro_batch_clips=clips, seq_len=seq_len, frames=frames, free=list(free),
+        accum_reduce=accum, checkpoint_bytes=12 * trainable_full,
+        trainable=config.model.trainable)
     if device == "cuda" and config.parallel.cpu_offload:
         # sharded state lives in host memory; the GPU keeps buffers and activations
         plan.params = plan.grads = plan.optimizer = 0
@@ -297,53 +340,116 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
 
 def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Path | None = None,
               free: list[int] | None = None, seq_len: int | None = None,
-              frames: int | None = None) -> Plan:
-    """The prediction for `config` (a TrainConfig) on `device` ("cuda" or "cpu")."""
+              frames: int | None = None, capability: tuple[int, int] | None = None,
+              choices: bool = True) -> Plan:
+    """The prediction for `config` (a TrainConfig) on `device` ("cuda" or "cpu").
+
+    capability: the GPUs' (oldest) compute capability, which decides "auto"
+    precision (read from the visible GPUs when None and device is "cuda").
+    With `accum_reduce="auto"` and gradient accumulation, the plan picks
+    "last" when it fits and "every" otherwise (`plan.accum_reduce`).
+    choices: also plan every other `--trainable` choice (`plan.by_trainable`).
+    """
     model_dir = Path(model_dir)
     if seq_len is None or frames is None:
         seq_len, frames = typical_lengths(voice_dir or Path("/nonexistent"),
                                           config.data.max_seq_len)
+    if capability is None and device == "cuda":
+        from .gpus import min_capability, visible_gpus
+
+        capability = min_capability(visible_gpus())
     if free is None:
         free = gpu_free_memory() if device == "cuda" else [host_available_memory()]
-    plan = _compute(model_dir, config, device, seq_len, frames, free)
-    plan.advice = advise(plan, model_dir, config, device)
+    plan = _best_accum(model_dir, config, device, seq_len, frames, free, capability)
+    if choices:
+        from .config import TRAINABLE_CHOICES
+
+        for choice in TRAINABLE_CHOICES:
+            plan.by_trainable[choice] = plan.total if choice == config.model.trainable else \
+                _best_accum(model_dir, config.replace(model={"trainable": choice}), device,
+                            seq_len, frames, free, capability).total
+    plan.advice = advise(plan, model_dir, config, device, capability)
     return plan
 
 
-def advise(plan: Plan, model_dir: Path, config: Any, device: str) -> list[str]:
-    """Concrete changes that make the run fit, cheapest first (empty when it fits)."""
-    if plan.fits:
-        return []
+def _best_accum(model_dir: Path, config: Any, device: str, seq_len: int, frames: int,
+                free: list[int], capability: tuple[int, int] | None) -> Plan:
+    """`_compute`, with "auto" accumulation resolved: "last" if it fits, else "every"."""
+    plan = _compute(model_dir, config, device, seq_len, frames, free, capability)
+    if (config.parallel.accum_reduce == "auto" and plan.accum_reduce == "last"
+            and not plan.fits):
+        plan = _compute(model_dir, config, device, seq_len, frames, free, capability, "every")
+    return plan
 
-    def variant(**changes: Any) -> Plan:
-        return _compute(model_dir, config.replace(parallel=changes), device, plan.seq_len,
-                        plan.frames, plan.free)
 
+def relief(plan: Plan, model_dir: Path, config: Any, device: str,
+           capability: tuple[int, int] | None = None, have: int | None = None) -> list[str]:
+    """Every change that lowers memory per worker, cheapest first, each with its figure.
+
+    have: the memory one worker may use; a change whose own total exceeds it
+    is left out (advice never recommends a setting that does not fit). None
+    keeps them all (out-of-memory hints, where the real limit was just met).
+    """
+    def variant(section: str = "parallel", **changes: Any) -> Plan:
+        return _best_accum(model_dir, config.replace(**{section: changes}), device,
+                           plan.seq_len, plan.frames, plan.free, capability)
+
+    def ok(p: Plan) -> bool:
+        return have is None or p.total <= have
+
+    gib = GIB
     out: list[str] = []
-    need = plan.total * (plan.workers if device == "cpu" else 1)
-    have = plan.free[0] if device == "cpu" else min(plan.free[: plan.workers] or [0])
-    out.append(f"Short by {(need - have) / GIB:.1f} GiB per "
-               f"{'machine' if device == 'cpu' else 'GPU'}.")
-    if not config.parallel.activation_checkpointing and plan.activations > 0.2 * plan.total:
-        saved = plan.activations - variant(activation_checkpointing=True).activations
-        out.append("Turn on activation checkpointing (--activation-checkpointing): saves about "
-                   f"{saved / GIB:.1f} GiB per worker for ~30% more compute.")
+    if not config.parallel.activation_checkpointing and plan.activations > 0.1 * plan.total:
+        v = variant(activation_checkpointing=True)
+        if ok(v):
+            out.append("Turn on activation checkpointing (--activation-checkpointing): about "
+                       f"{v.total / gib:.1f} GiB per worker, ~30% more compute.")
+    if plan.micro_batch_clips > 1:
+        half = max(plan.workers, config.data.batch_size // 2)
+        accum = config.data.grad_accum * max(1, config.data.batch_size // half)
+        v = _best_accum(model_dir, config.replace(data={"batch_size": half,
+                                                        "grad_accum": accum}),
+                        device, plan.seq_len, plan.frames, plan.free, capability)
+        if ok(v):
+            out.append(f"Lower the batch size (--batch-size {half} --grad-accum {accum} keeps "
+                       f"the effective batch): about {v.total / gib:.1f} GiB per worker.")
+    if config.model.trainable != "lora":
+        v = variant("model", trainable="lora")
+        if ok(v):
+            out.append(f"Train LoRA adapters only (--trainable lora): about "
+                       f"{v.total / gib:.1f} GiB per worker.")
     if device == "cuda":
+        if not config.parallel.cpu_offload:
+            v = variant(cpu_offload=True)
+            if ok(v):
+                out.append("Keep sharded weights and optimizer state in host memory "
+                           f"(--cpu-offload): about {v.total / gib:.1f} GiB per GPU, slower "
+                           "steps.")
         for n in (2, 4, 8, 16):
             if n <= plan.workers or config.data.batch_size < n:
                 continue
-            other = variant(workers=n)
-            if other.total <= have:
-                out.append(f"Use {n} GPUs (--workers {n}): {other.total / GIB:.1f} GiB per GPU.")
+            v = variant(workers=n)
+            if ok(v):
+                out.append(f"Use {n} GPUs (--workers {n}): about {v.total / gib:.1f} GiB per "
+                           "GPU.")
                 break
-        if not config.parallel.cpu_offload:
-            off = variant(cpu_offload=True).total
-            out.append("Keep sharded weights and optimizer state in host memory "
-                       f"(--cpu-offload): about {off / GIB:.1f} GiB per GPU, slower steps.")
-    if plan.micro_batch_clips > 1:
-        half = max(plan.workers, config.data.batch_size // 2)
-        out.append(f"Lower the batch size (--batch-size {half}) and raise --grad-accum "
-                   "to keep the effective batch.")
     if plan.total_params > 1.2e9:
         out.append("Fine-tune the smaller model instead: --base Qwen/Qwen3-TTS-12Hz-0.6B-Base.")
+    return out
+
+
+def advise(plan: Plan, model_dir: Path, config: Any, device: str,
+           capability: tuple[int, int] | None = None) -> list[str]:
+    """Concrete changes that make the run fit, cheapest first (empty when it fits)."""
+    if plan.fits:
+        return []
+    need = plan.total * (plan.workers if device == "cpu" else 1)
+    have = plan.free[0] if device == "cpu" else min(plan.free[: plan.workers] or [0])
+    per_worker = have // plan.workers if device == "cpu" else have
+    out = [f"Short by {(need - have) / GIB:.1f} GiB per "
+           f"{'machine' if device == 'cpu' else 'GPU'}."]
+    out += relief(plan, model_dir, config, device, capability, have=per_worker)
+    if len(out) == 1:
+        out.append("No single change fits; combine them (e.g. --activation-checkpointing with "
+                   "--trainable lora and a smaller --batch-size), or use more GPUs.")
     return out

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..storage import as_location
 from .checkpoint import Checkpointer, latest_checkpoint, step_of
 from .metrics import MetricsSender, memory_values, model_state_bytes
 
@@ -52,6 +53,8 @@ class TrainParts:
     val_batches: Callable[[], list[Any]] | None = None
     #: toggles gradient reduction for accumulation micro-steps (None: always reduce)
     set_grad_sync: Callable[[bool], None] | None = None
+    #: "bf16", "fp16" (the loop scales the loss) or "fp32": what the model computes in
+    precision: str = "fp32"
     #: anything the builder wants recorded in trainer.json (e.g. the reference clip)
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -97,176 +100,288 @@ class _DataCursor:
         return {"epoch": self.epoch, "position": self.position}
 
 
-def _stop_requested(flag: Any) -> bool:
-    if flag is None:
-        return False
-    import ray
+@dataclass
+class WorkerEnv:
+    """What a worker gets from whatever started it: Ray Train, or plain torch.distributed.
 
-    try:
-        return bool(ray.get(flag.is_set.remote(), timeout=5))
-    except Exception:  # the driver is gone: stop, it cannot use the result anyway
-        return True
+    The loop itself needs no Ray: `train_loop` fills this from Ray Train's
+    context; `bench/gpu_proof.py` fills it after its own `init_process_group`
+    (a GPU machine without Ray runs the same loop).
+    """
+
+    rank: int
+    world: int
+    #: send(kind, values) / log(message); MetricsSender under Ray
+    sender: Any
+    #: True once the user asked to stop (polled once per step)
+    stop: Callable[[], bool] = lambda: False
+    #: the checkpoint Ray hands back after a worker-group restart (None: none)
+    restored: Path | None = None
+    #: tells the launcher about a checkpoint written inside the run folder (every rank)
+    report_checkpoint: Callable[[Path, dict[str, Any]], None] = lambda path, metrics: None
+    #: the process's device choice for GPU runs (Ray's, or LOCAL_RANK)
+    gpu_device: Callable[[], Any] | None = None
 
 
 def train_loop(loop_config: dict[str, Any]) -> None:
     """Entry point given to `TorchTrainer(train_loop_per_worker=...)`."""
     import ray.train
-    import torch
-    import torch.distributed as dist
 
-    from .config import TrainConfig
+    from .failures import StopPoller
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    cfg = TrainConfig.from_dict(loop_config["config"])
-    torch.set_num_threads(cfg.parallel.cpu_threads_per_worker)
-    sender = MetricsSender(loop_config.get("queue"), rank)
-    sender.send("state", {"state": "worker_started", "detail": f"rank {rank}",
-                          "rank": rank, "pid": os.getpid()})
-    run_dir = Path(loop_config["run_dir"])
-    torch.manual_seed(cfg.run.seed + rank)
-
-    t_build = time.monotonic()
-    builder = _import(loop_config.get("builder") or DEFAULT_BUILDER)
-    parts = builder(cfg, loop_config, rank, world)
-    model, device = parts.model, parts.device
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise RuntimeError("nothing to train: no parameter requires a gradient")
-    optimizer = torch.optim.AdamW(
-        params, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
-        eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay,
-        # foreach fuses the per-parameter loops; fine for DTensor shards
-        foreach=True,
-    )
-    total_steps = int(loop_config["total_steps"])
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(cfg.optim.warmup_steps, total_steps, cfg.optim.schedule,
-                             cfg.optim.min_lr_ratio))
-    ckpt = Checkpointer(run_dir, rank, world, keep=cfg.run.keep_checkpoints)
-
-    # Resume from the newest complete checkpoint: the one Ray hands back after a
-    # worker failure, or a newer one in the run folder that Ray never registered.
-    # The latter happens: Ray's controller polls reports every ~2 s, so a worker
-    # killed within that window after a save restarts with Ray unaware of it
-    # (measured). A new run's folder is empty, so scanning it is always safe.
-    candidates: list[Path] = []
     ray_ckpt = ray.train.get_checkpoint()
-    if ray_ckpt is not None:
-        candidates.append(Path(ray_ckpt.path))
-    found = latest_checkpoint(run_dir)
-    if found is not None:
-        candidates.append(found)
-    step, cursor = 0, _DataCursor(parts)
-    resumed_from = None
-    if candidates:
-        resumed_from = max(candidates, key=lambda p: step_of(p) or 0)
-        state = ckpt.load(resumed_from, model, optimizer, scheduler)
-        step = int(state["step"])
-        cursor = _DataCursor(parts, state["data"]["epoch"], state["data"]["position"])
-        if rank == 0:
-            sender.log(f"resumed from {resumed_from.name} (step {step})")
-    build_s = time.monotonic() - t_build
 
-    stop_flag = loop_config.get("stop_flag")
-    ckpt_every = cfg.run.checkpoint_every
-    val_every = cfg.run.val_every
-    last_ckpt_step = step if resumed_from is not None else -1
-    state_bytes: dict[str, int] | None = None
-    stopped = False
+    def gpu_device() -> Any:
+        return ray.train.torch.get_device()
 
-    def all_sum(values: list[float]) -> list[float]:
-        t = torch.tensor(values, dtype=torch.float64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    env = WorkerEnv(rank=rank, world=world, sender=MetricsSender(loop_config.get("queue"), rank),
+                    stop=StopPoller(loop_config.get("stop_flag")),
+                    restored=Path(ray_ckpt.path) if ray_ckpt is not None else None,
+                    report_checkpoint=report_checkpoint, gpu_device=gpu_device)
+    run_worker(loop_config, env)
+
+
+def run_worker(loop_config: dict[str, Any], env: WorkerEnv) -> dict[str, Any]:
+    """Train on this rank (process group already initialised); returns this rank's summary.
+
+    A CUDA out-of-memory anywhere (loading, a step, a checkpoint) ends the run
+    with one sentence and the plan's advice (`FatalTrainingError`, never
+    retried), instead of Ray replaying the same step into the same wall.
+    """
+    import torch
+
+    from .failures import out_of_memory_error
+
+    run = _Run(loop_config, env)
+    try:
+        return run.run()
+    except torch.OutOfMemoryError as exc:
+        raise out_of_memory_error(exc, env.rank, run.step + 1 if run.built else 0, run.device,
+                                  loop_config.get("oom_advice")) from exc
+
+
+class _Run:
+    """One rank's run, in named stages: build, resume, then steps with validation and saves."""
+
+    def __init__(self, loop_config: dict[str, Any], env: WorkerEnv) -> None:
+        from .config import TrainConfig
+
+        self.loop_config = loop_config
+        self.env = env
+        self.cfg = TrainConfig.from_dict(loop_config["config"])
+        self.rank, self.world = env.rank, env.world
+        self.sender = env.sender
+        # the run's storage location: a folder, or a URI (engine.storage)
+        self.run_dir = as_location(loop_config["run_dir"])
+        self.total_steps = int(loop_config["total_steps"])
+        self.step = 0
+        self.built = False
+        self.device: Any = None
+        self.resumed_from: Path | None = None
+        self.last_ckpt_step = -1
+        self.scaler: Any = None
+        self.device_used_peak = 0.0
+        self.state_bytes: dict[str, int] | None = None
+        self.build_s = 0.0
+
+    # -- stages ---------------------------------------------------------------------------
+    def build(self) -> None:
+        import torch
+
+        cfg = self.cfg
+        torch.set_num_threads(cfg.parallel.cpu_threads_per_worker)
+        self.sender.send("state", {"state": "worker_started", "detail": f"rank {self.rank}",
+                                   "rank": self.rank, "pid": os.getpid()})
+        torch.manual_seed(cfg.run.seed + self.rank)
+        t_build = time.monotonic()
+        builder = _import(self.loop_config.get("builder") or DEFAULT_BUILDER)
+        self.loop_config.setdefault("_gpu_device", self.env.gpu_device)
+        parts = builder(cfg, self.loop_config, self.rank, self.world)
+        self.parts, self.model, self.device = parts, parts.model, parts.device
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        if not self.params:
+            raise RuntimeError("nothing to train: no parameter requires a gradient")
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
+            eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay,
+            # foreach fuses the per-parameter loops; fine for DTensor shards
+            foreach=True,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(cfg.optim.warmup_steps, self.total_steps,
+                                      cfg.optim.schedule, cfg.optim.min_lr_ratio))
+        if parts.precision == "fp16":
+            from .precision import LossScaler
+
+            self.scaler = LossScaler()
+        self.ckpt = Checkpointer(self.run_dir, self.rank, self.world,
+                                 keep=cfg.run.keep_checkpoints)
+        self.cursor = _DataCursor(parts)
+        self.resume()
+        self.build_s = time.monotonic() - t_build
+        if self.device is not None and getattr(self.device, "type", "") == "cuda":
+            # the reported peak is the training peak, not loading's transient one
+            torch.cuda.reset_peak_memory_stats(self.device)
+        if self.rank == 0 and parts.info.get("precision_detail"):
+            self.sender.log(f"precision: {parts.info['precision_detail']}")
+        self.built = True
+
+    def resume(self) -> None:
+        """From the newest complete checkpoint: Ray's after a restart, or one in the run folder.
+
+        Ray's controller polls reports every ~2 s, so a worker killed within
+        that window after a save restarts with Ray unaware of it (measured);
+        a new run's folder is empty, so scanning it is always safe.
+        """
+        candidates = [p for p in (self.env.restored, latest_checkpoint(self.run_dir))
+                      if p is not None]
+        if not candidates:
+            return
+        self.resumed_from = max(candidates, key=lambda p: step_of(p) or 0)
+        state = self.ckpt.load(self.resumed_from, self.model, self.optimizer, self.scheduler)
+        self.step = int(state["step"])
+        self.last_ckpt_step = self.step
+        self.cursor = _DataCursor(self.parts, state["data"]["epoch"], state["data"]["position"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        if self.rank == 0:
+            self.sender.log(f"resumed from {self.resumed_from.name} (step {self.step})")
+
+    def all_sum(self, values: list[float]) -> list[float]:
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t.tolist()
 
-    def save(reason: str) -> None:
-        nonlocal last_ckpt_step
+    def save(self, reason: str) -> None:
         t0 = time.monotonic()
-        path = ckpt.save(step, model, optimizer, scheduler, cursor.state(),
-                         extra={"reason": reason, "total_steps": total_steps, **parts.info})
-        last_ckpt_step = step
-        save_s = time.monotonic() - t0
-        if rank == 0:
-            sender.send("state", {"state": "checkpoint", "detail": path.name, "step": step,
-                                  "path": str(path), "save_s": round(save_s, 3)})
-        report_checkpoint(path, {"step": step, "reason": reason})
+        extra = {"reason": reason, "total_steps": self.total_steps, **self.parts.info}
+        if self.scaler is not None:
+            extra["scaler"] = self.scaler.state_dict()
+        path = self.ckpt.save(self.step, self.model, self.optimizer, self.scheduler,
+                              self.cursor.state(), extra=extra)
+        self.last_ckpt_step = self.step
+        if self.rank == 0:
+            self.sender.send("state", {"state": "checkpoint", "detail": path.name,
+                                       "step": self.step, "path": str(path),
+                                       "save_s": round(time.monotonic() - t0, 3)})
+        self.env.report_checkpoint(path, {"step": self.step, "reason": reason})
 
-    while step < total_steps:
-        t0 = time.monotonic()
-        model.train()
+    def train_step(self) -> tuple[list[float], float, float]:
+        """One optimizer step: (local loss sums, gradient norm, lr used)."""
+        import torch
+
+        cfg, parts = self.cfg, self.parts
+        self.model.train()
         # local sums: talker CE, talker targets, sub-talker CE, sub-talker targets
         sums = [0.0, 0.0, 0.0, 0.0]
-        micro_batches = cursor.next_step()
+        micro_batches = self.cursor.next_step()
+        # "every": FSDP reduce-scatters after each micro-step, gradients stay sharded
+        toggle = parts.set_grad_sync is not None and cfg.parallel.accum_reduce != "every"
         for i, batch in enumerate(micro_batches):
-            if parts.set_grad_sync is not None:
+            if toggle:
                 # reduce gradients across ranks only on the last micro-step
                 parts.set_grad_sync(i == len(micro_batches) - 1)
-            out = parts.forward(model, batch)
+            out = parts.forward(self.model, batch)
             # the data's loss normalisers count the whole optimizer step over
             # world x accumulation; FSDP averages over ranks, dividing by the
             # micro-steps here makes the gradient exactly the full-batch mean's
-            (out["loss"] / len(micro_batches)).backward()
+            loss = out["loss"] / len(micro_batches)
+            (self.scaler.scale_loss(loss) if self.scaler is not None else loss).backward()
             sums = _add_sums(sums, out)
+        finite = self.scaler.unscale_(self.params) if self.scaler is not None else True
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        if state_bytes is None:
+        lr = self.optimizer.param_groups[0]["lr"]
+        if finite:
+            self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.update(finite)  # an overflow skips the step and halves the scale
+        if self.state_bytes is None:
             # measured once, after the first step (AdamW state exists, gradients not yet freed)
-            state_bytes = model_state_bytes(model, optimizer)
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        stop_local = 1.0 if _stop_requested(stop_flag) else 0.0
-        tot = all_sum([*sums, stop_local])
-        step_s = time.monotonic() - t0
+            self.state_bytes = model_state_bytes(self.model, self.optimizer)
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return sums, float(grad_norm), lr
+
+    def step_values(self, tot: list[float], grad_norm: float, lr: float,
+                    step_s: float) -> dict[str, Any]:
+        parts = self.parts
         talker, subtalker = tot[0] / max(1.0, tot[1]), tot[2] / max(1.0, tot[3])
         tokens = tot[1]  # frames predicted (talker targets) over all ranks
-        values: dict[str, Any] = {
-            "step": step,
-            "epoch": cursor.epoch,
-            "perf/step_s": step_s,
-            **memory_values(device),
-        }
-        if rank == 0:
+        mem = memory_values(self.device)
+        if "memory/device_used_gib" in mem:
+            self.device_used_peak = max(self.device_used_peak, mem["memory/device_used_gib"])
+            mem["memory/device_used_peak_gib"] = self.device_used_peak
+        if self.loop_config.get("plan_bytes"):
+            mem["memory/plan_gib"] = float(self.loop_config["plan_bytes"]) / float(1 << 30)
+        values: dict[str, Any] = {"step": self.step, "epoch": self.cursor.epoch,
+                                  "perf/step_s": step_s, **mem}
+        if self.rank == 0:
             values.update({
                 "loss/train": talker + parts.subtalker_weight * subtalker,
                 "loss/talker": talker,
                 "loss/subtalker": subtalker,
                 "lr": lr,
-                "grad/norm": float(grad_norm),
+                "grad/norm": grad_norm,
                 "perf/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
                 "perf/tokens": tokens,
-                "total_steps": total_steps,
+                "total_steps": self.total_steps,
             })
-        if step == 1 or (resumed_from is not None and step == (step_of(resumed_from) or 0) + 1):
+            if self.scaler is not None:
+                values["precision/loss_scale"] = self.scaler.scale
+        first = self.step == 1 or (self.resumed_from is not None
+                                   and self.step == (step_of(self.resumed_from) or 0) + 1)
+        if first and self.state_bytes is not None:
             gib = float(1 << 30)
-            values["memory/state_gib"] = state_bytes["total"] / gib
+            values["memory/state_gib"] = self.state_bytes["total"] / gib
             # the split, from local shards: what sharding saves per rank
             for key in ("params", "grads", "optimizer"):
-                values[f"memory/state_{key}_gib"] = state_bytes[key] / gib
-            values["perf/build_s"] = build_s
-        sender.send("train", values)
-        stopped = tot[4] > 0
+                values[f"memory/state_{key}_gib"] = self.state_bytes[key] / gib
+            values["perf/build_s"] = self.build_s
+        return values
 
-        if (parts.val_batches is not None and val_every > 0
-                and (step % val_every == 0 or step == total_steps) and not stopped):
-            _validate(parts, model, step, sender, all_sum)
-        if stopped:
-            save("stopped")
-            break
-        if step % ckpt_every == 0 or step == total_steps:
-            save("final" if step == total_steps else "interval")
-
-    if not stopped and last_ckpt_step != step:
-        save("final")
-    ckpt.close()
-    if rank == 0:
-        sender.send("state", {"state": "stopped" if stopped else "finished", "step": step,
-                              "detail": f"step {step}"})
+    def run(self) -> dict[str, Any]:
+        self.build()
+        cfg, parts = self.cfg, self.parts
+        stopped = False
+        losses: list[float] = []
+        while self.step < self.total_steps:
+            t0 = time.monotonic()
+            sums, grad_norm, lr = self.train_step()
+            self.step += 1
+            stop_local = 1.0 if self.env.stop() else 0.0
+            tot = self.all_sum([*sums, stop_local])
+            values = self.step_values(tot, grad_norm, lr, time.monotonic() - t0)
+            if "loss/train" in values:
+                losses.append(values["loss/train"])
+            self.sender.send("train", values)
+            stopped = tot[4] > 0
+            if (parts.val_batches is not None and cfg.run.val_every > 0 and not stopped
+                    and (self.step % cfg.run.val_every == 0 or self.step == self.total_steps)):
+                _validate(parts, self.model, self.step, self.sender, self.all_sum)
+            if stopped:
+                self.save("stopped")
+                break
+            final = self.step == self.total_steps and self.loop_config.get("save_final", True)
+            if self.step % cfg.run.checkpoint_every == 0 or final:
+                self.save("final" if self.step == self.total_steps else "interval")
+        if (not stopped and self.last_ckpt_step != self.step
+                and self.loop_config.get("save_final", True)):
+            self.save("final")
+        self.ckpt.close()
+        if self.rank == 0:
+            self.sender.send("state", {"state": "stopped" if stopped else "finished",
+                                       "step": self.step, "detail": f"step {self.step}"})
+        return {"step": self.step, "stopped": stopped, "losses": losses,
+                "state_bytes": self.state_bytes, "build_s": self.build_s}
 
 
 def _add_sums(sums: list[float], out: dict[str, Any]) -> list[float]:
@@ -304,8 +419,15 @@ def report_checkpoint(path: Path, metrics: dict[str, Any]) -> None:
     import ray.train
     from ray.train import Checkpoint, CheckpointUploadMode
 
-    rank = ray.train.get_context().get_world_rank()
-    checkpoint = Checkpoint.from_directory(str(path)) if rank == 0 else None
+    ctx = ray.train.get_context()
+    rank = ctx.get_world_rank()
+    checkpoint = None
+    if rank == 0:
+        # named inside Ray's own storage filesystem, which is where `path` is (a
+        # folder or a URI): Ray sees it as its own and can delete it later
+        storage = ctx.get_storage()
+        checkpoint = Checkpoint(path=f"{storage.experiment_fs_path.rstrip('/')}/{path.name}",
+                                filesystem=storage.storage_filesystem)
     ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=path.name,
                      checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD)
 
@@ -316,7 +438,6 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
     The objective is built on the meta device, sharded, and only then filled
     with the base weights, so no rank ever holds the whole model.
     """
-    import torch
 
     from ..data.dataset import VoiceData
     from .objective import batch_to_device, build_objective, load_base_weights
@@ -324,13 +445,8 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
 
     model_dir = Path(loop_config["model_dir"])
     voice_dir = Path(loop_config["voice_dir"])
-    if cfg.parallel.use_gpu and torch.cuda.is_available():
-        import ray.train
-
-        device = ray.train.torch.get_device()
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
+    device = worker_device(cfg, loop_config)
+    precision, detail = worker_precision(cfg, device)
     objective = build_objective(model_dir, cfg.model, device="meta")
     parallelize(objective, make_mesh(device), cfg.parallel, device)
     load_base_weights(objective, model_dir, device)
@@ -358,5 +474,36 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
         subtalker_weight=cfg.model.subtalker_weight,
         val_batches=val_batches if cfg.run.val_every > 0 else None,
         set_grad_sync=lambda enabled: set_gradient_sync(objective, enabled),
-        info={"base": str(model_dir), "speaker": cfg.model.speaker_name},
+        precision=precision,
+        info={"base": str(model_dir), "speaker": cfg.model.speaker_name,
+              "precision": precision, "precision_detail": detail},
     )
+
+
+def worker_device(cfg: Any, loop_config: dict[str, Any]) -> Any:
+    """This rank's device: its GPU (Ray's choice, else LOCAL_RANK) or the CPU."""
+    import torch
+
+    if not (cfg.parallel.use_gpu and torch.cuda.is_available()):
+        return torch.device("cpu")
+    pick = loop_config.get("_gpu_device")
+    device = pick() if pick is not None else torch.device(
+        "cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(device)
+    return device
+
+
+def worker_precision(cfg: Any, device: Any) -> tuple[str, str]:
+    """(precision, one line saying which and why) for this rank's device; a clear error for
+    bf16 on a GPU older than compute capability 8.0."""
+    from .failures import FatalTrainingError
+    from .parallelize import resolve_precision
+    from .precision import PrecisionError, describe, device_capability
+
+    capability = device_capability(device)
+    try:
+        precision = resolve_precision(cfg.parallel, device, capability)
+    except PrecisionError as exc:
+        raise FatalTrainingError("precision", str(exc),
+                                 "Use --precision fp16 (or fp32) on this GPU.") from exc
+    return precision, describe(precision, device.type, capability)
