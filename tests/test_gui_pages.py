@@ -473,3 +473,33 @@ def test_disabled_danger_buttons_look_disabled_and_spin_boxes_have_arrows(qtbot)
     assert pixels_near(off, DARK.danger) == 0  # disabled: muted, like every disabled button
     arrows = spin.grab().copy(spin.width() - 20, 0, 20, spin.height())
     assert pixels_near(arrows, DARK.text, tol=60) > 4  # the up/down arrows are drawn
+
+
+def test_a_transcript_that_cannot_be_saved_is_reverted_with_a_reason(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    from engine.workspace import open_voice
+
+    v = open_voice(voice)
+    for text in ("First words.", "Second words."):
+        v.add_take(np.full(2400, 0.1, dtype=np.float32), text, sample_rate=24000)
+    window.ctx.set_voice(voice)
+    page = window.show_page(ImportPage)
+    qtbot.waitUntil(lambda: page.model.rowCount() == 2, timeout=10000)
+    first = page.model.takes[0]
+    first.path.with_suffix(".json").unlink()  # gone behind the window's back: saving fails
+    idx = page.model.index(0, 4)
+    assert not page.model.setData(idx, "Edited words.", Qt.ItemDataRole.EditRole)
+    assert page.model.data(idx) == "First words."  # the cell shows what is saved
+    boxes = [w for w in page.findChildren(QMessageBox) if w.isVisible()]
+    assert boxes and "saved transcript again" in boxes[0].text()
+    boxes[0].close()
+
+
+def test_a_voice_folder_argument_opens_that_voice(qtbot, window: MainWindow,
+                                                  tmp_path: Path) -> None:
+    other = make_voice(tmp_path / "elsewhere", "Eve")
+    assert window.open_path(other / "voice.toml")
+    assert window.ctx.voice == other.resolve()
+    assert window.ctx.workspace == other.resolve().parent
+    assert not window.open_path(tmp_path / "no-such-voice")
+    assert "not a voice folder" in window.statusBar().currentMessage()
