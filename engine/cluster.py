@@ -23,6 +23,12 @@ Decisions, and why:
   cloning a voice. Everything is still in the session's log folder, whose
   path `ClusterHandle.log_dir` gives. `verbose=True` forwards it all.
 - `RAY_TRAIN_ENABLE_PRINT_PATCH=0`: otherwise every worker print appears twice.
+- Code: the `engine` package travels with the job (`code_runtime_env`: Ray's
+  `py_modules`), so workers on any node run the driver's engine code without
+  it being installed there or on the driver's PYTHONPATH.
+- A local cluster's single-machine settings are undone before joining an
+  existing cluster, so an earlier local run in the same process does not stop
+  a later one from joining a multi-node cluster.
 
 This module imports ray lazily so the light parts of the engine stay light.
 """
@@ -174,16 +180,13 @@ def connect(
         "logging_level": logging.INFO if verbose else logging.WARNING,
     }
     env_vars = {k: os.environ[k] for k in _QUIET_ENV}
-    # workers must import `engine` (the train loop lives there) even when this
-    # process found it through the current directory rather than site-packages
-    root = str(Path(__file__).resolve().parent.parent)
-    env_vars["PYTHONPATH"] = os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    runtime_env = {"env_vars": env_vars}
+    runtime_env = {"env_vars": env_vars, **code_runtime_env()}
     t0 = time.monotonic()
     if address is None:
         _loopback_only()
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        if "RAY_AUTH_MODE" not in os.environ:
+            os.environ["RAY_AUTH_MODE"] = "disabled"
+            _LOCAL_ONLY_SET.add("RAY_AUTH_MODE")
         emitter.state("starting_cluster", detail="local Ray cluster on 127.0.0.1")
         kwargs.update(
             # "local" forces a new cluster even when RAY_ADDRESS is set
@@ -199,6 +202,9 @@ def connect(
         if temp_dir:
             kwargs["_temp_dir"] = temp_dir
     else:
+        # a local cluster started earlier in this process must not leave its
+        # single-machine mode behind: joining a real cluster needs the default
+        _undo_loopback_only()
         emitter.state("connecting_cluster", detail=address)
         kwargs.update(address=address, runtime_env=runtime_env)
     # Ray's core worker installs a C++ handler for SIGTERM that logs and aborts
@@ -233,14 +239,46 @@ def connect(
     return handle
 
 
+#: environment variables a local cluster set in this process (undone before joining another)
+_LOCAL_ONLY_SET: set[str] = set()
+_SAVED_CLUSTER_FLAG: list[bool] = []
+
+
+def code_runtime_env() -> dict[str, Any]:
+    """Voxshard's own code for every Ray worker, on every node.
+
+    Ray zips the `engine` package of this process and hands it to each
+    worker (cached by content hash on each node), so a node that has only
+    the installed dependencies runs exactly the driver's engine code, and no
+    worker depends on the driver's PYTHONPATH or current folder.
+    """
+    package = Path(__file__).resolve().parent
+    return {"py_modules": [str(package)], "excludes": ["__pycache__/", "*.pyc"]}
+
+
 def _loopback_only() -> None:
     """Put Ray in its single-machine mode (see the module docstring)."""
     # child processes (raylet, workers) read the variable at their import of ray
+    if "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ:
+        _LOCAL_ONLY_SET.add("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     # this process may have imported ray already; the flag is read at call time
     from ray._private import ray_constants
 
+    if not _SAVED_CLUSTER_FLAG:
+        _SAVED_CLUSTER_FLAG.append(bool(ray_constants.ENABLE_RAY_CLUSTER))
     ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _undo_loopback_only() -> None:
+    """Forget what `_loopback_only` and the local cluster's defaults set."""
+    for key in sorted(_LOCAL_ONLY_SET):
+        os.environ.pop(key, None)
+    _LOCAL_ONLY_SET.clear()
+    if _SAVED_CLUSTER_FLAG:
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = _SAVED_CLUSTER_FLAG.pop()
 
 
 def _gcs_address() -> str:

@@ -214,6 +214,27 @@ class Voice:
         return str(self.config["voice"].get("prompt_set", "english"))
 
     @property
+    def storage(self) -> str | None:
+        """Where new training runs of this voice live ([train] storage in voice.toml):
+        None for the voice's own runs/, else a shared folder or a URI (engine.storage)."""
+        value = self.config.get("train", {}).get("storage")
+        return str(value) if value else None
+
+    def set_storage(self, storage: str | os.PathLike[str] | None) -> None:
+        """Remember where new runs go (None or "" for the voice's own runs/)."""
+        from .storage import storage_arg
+
+        value = storage_arg(storage)
+        table = self.config.setdefault("train", {})
+        if value is None:
+            table.pop("storage", None)
+        else:
+            table["storage"] = value
+        if not table:
+            self.config.pop("train", None)
+        self._save_config()
+
+    @property
     def prepare_settings(self) -> dict[str, Any]:
         merged = dict(DEFAULT_PREPARE_SETTINGS)
         merged.update(self.config.get("prepare", {}))
@@ -542,7 +563,7 @@ def _check_language(language: str) -> str:
 def create_voice(path: str | os.PathLike[str], speaker: str, language: str = "english",
                  prompt_set: str = "english") -> Voice:
     """Make a new voice folder. The folder must not exist or be empty."""
-    root = Path(path)
+    root = voice_root(path)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         if (root / VOICE_FILE).exists():
             raise WorkspaceError(f"{display_path(root)} is already a voice.",
@@ -569,8 +590,23 @@ def create_voice(path: str | os.PathLike[str], speaker: str, language: str = "en
     return voice
 
 
+def voice_root(path: str | os.PathLike[str]) -> Path:
+    """A voice folder as typed (`~`, relative to the current folder), made absolute.
+
+    Absolute from here on: runs, Ray's storage and worker processes never see
+    a relative path (see engine.storage).
+    """
+    from .storage import user_path
+
+    try:
+        return user_path(path)
+    except (TypeError, ValueError) as exc:
+        raise WorkspaceError("No voice folder was given.",
+                             "Give the path of a voice folder.") from exc
+
+
 def open_voice(path: str | os.PathLike[str]) -> Voice:
-    root = Path(path)
+    root = voice_root(path)
     if not root.exists():
         raise WorkspaceError(f"There is no voice at {display_path(root)}.",
                              "Create one with `voxshard-engine voice new PATH --speaker NAME`.")
@@ -602,7 +638,7 @@ def open_voice(path: str | os.PathLike[str]) -> Voice:
 
 def list_voices(workspace: str | os.PathLike[str]) -> list[Path]:
     """Voice folders directly inside a workspace folder, by name."""
-    root = Path(workspace)
+    root = voice_root(workspace)
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if (p / VOICE_FILE).is_file())

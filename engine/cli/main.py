@@ -96,10 +96,47 @@ def _private_stdout() -> TextIO:
     return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
 
 
+#: arguments that name a local file or folder: `~` expanded, made absolute against the
+#: current folder here, once, so nothing downstream (Ray, its workers) sees a relative path
+PATH_ARGS = frozenset({"path", "voice", "paths", "transcripts", "out_dir", "output",
+                       "text_file", "sentences_file", "reference", "storage"})
+#: arguments that are a path *or* a hub id / URI: only a leading `~` is expanded, and
+#: a relative path that exists is made absolute; a hub id passes unchanged
+PATH_OR_ID_ARGS = frozenset({"model", "base", "target"})
+
+
+def normalize_paths(args: argparse.Namespace) -> None:
+    """Paths as typed (relative, `~`, spaces, non-ASCII) work in every command."""
+    from ..storage import expand_arg, storage_arg, user_path
+
+    def fix(name: str, value: Any) -> Any:
+        if not isinstance(value, str) or value in ("", "-"):
+            return value
+        if name == "storage":
+            keep = value.strip().lower() in ("default", "local")
+            return value if keep else storage_arg(value)
+        if name in PATH_OR_ID_ARGS:
+            return expand_arg(value)
+        return str(user_path(value))
+
+    for name in PATH_ARGS | PATH_OR_ID_ARGS:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        try:
+            if isinstance(value, list):
+                setattr(args, name, [fix(name, v) for v in value])
+            else:
+                setattr(args, name, fix(name, value))
+        except (TypeError, ValueError):
+            continue  # left as typed; the command says what is wrong with it
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
     args = parser.parse_args(argv)
+    normalize_paths(args)
     output = JsonOutput(_private_stdout()) if args.json else HumanOutput(sys.stderr)
     emitter = Emitter(output.handle)
     _install_signal_handlers()
