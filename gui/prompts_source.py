@@ -57,6 +57,14 @@ class PromptSource:
         ids = {p.id for p in self.prompts}
         return len(self.done & ids), len(ids)
 
+    def previous(self, before: Prompt | None) -> Prompt | None:
+        """The prompt before `before` in set order, recorded or not (the last one for None)."""
+        if not self.prompts:
+            return None
+        ids = [p.id for p in self.prompts]
+        at = ids.index(before.id) if before is not None and before.id in ids else 0
+        return self.prompts[(at - 1) % len(self.prompts)]
+
     def next(self, after: Prompt | None = None) -> Prompt | None:
         """The next unrecorded prompt, after `after` when skipping (wrapping around)."""
         if not self.prompts:

@@ -29,13 +29,17 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
     window.ctx.set_voice(voice)
     page = window.show_page(RecordPage)
     assert isinstance(page, RecordPage)
+    qtbot.waitUntil(lambda: page.prompt is not None, timeout=10000)  # the reader's snapshot
     prompt = page.prompt
     assert prompt is not None and page.rec_btn.isEnabled()
     speech, sr = _speech(piper_synth, prompt.text)
 
-    # keyboard first: Space starts recording from the default source (the sink's monitor)
+    # keyboard first: Space starts recording from the default source (the sink's monitor);
+    # a pre-roll already captures while it says "Get ready", then "speak now"
     qtbot.keyClick(page, Qt.Key.Key_Space)
     assert page.recorder.active and page.rec_btn.text() == "Stop"
+    assert page.rec_state.text() == "Get ready…" and page.preroll_timer.isActive()
+    qtbot.waitUntil(lambda: "speak now" in page.rec_state.text(), timeout=5000)
     assert page.ctx.player.play(speech, sr)  # "speak" into the null sink
     qtbot.waitUntil(lambda: page.meter.level() > 0.3, timeout=15000)  # the meter moves
     qtbot.waitUntil(lambda: not page.ctx.player.playing, timeout=30000)
@@ -47,6 +51,7 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
     assert len(audio) / rate >= len(speech) / sr * 0.8
     assert float(np.max(np.abs(audio))) > 0.2  # speech came through, not silence
     assert not page.clipped
+    assert page.warnings == [] and page.clip_label.text() == ""  # loud and long enough
     assert page.accept_btn.isEnabled()
 
     # Enter accepts: the take is on disk at once, with its prompt
@@ -59,13 +64,43 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
     saved, saved_sr = sf.read(str(takes[0].with_suffix(".wav")), dtype="float32")
     assert saved_sr == rate and abs(len(saved) - len(audio)) <= 1
     assert page.prompt is not None and page.prompt.id != prompt.id
-    assert "recorded" in page.progress_label.text()
+    qtbot.waitUntil(lambda: "recorded" in page.progress_label.text(), timeout=10000)
+
+    # B goes back to the accepted prompt; a new take of it replaces the old one
+    first_take = takes[0].stem
+    qtbot.keyClick(page, Qt.Key.Key_B)
+    assert page.prompt.id == prompt.id and "replaces" in page.prompt_meta.text()
+    with qtbot.waitSignal(page.recorder.stopped, timeout=20000):
+        page.toggle_record()
+        assert page.ctx.player.play(speech, sr)
+        qtbot.waitUntil(lambda: not page.ctx.player.playing, timeout=30000)
+        page.toggle_record()
+    assert page.accept()
+    takes = sorted((voice / "takes").glob("*.json"))
+    metas = [json.loads(t.read_text()) for t in takes]
+    assert [m["prompt_id"] for m in metas] == [prompt.id]
+    assert takes[0].stem != first_take and not (voice / "takes" / f"{first_take}.wav").exists()
+    assert page.prompt is not None and page.prompt.id != prompt.id
+
+
+def test_quiet_and_cut_takes_are_flagged(piper_synth) -> None:
+    from gui.pages.record import take_warnings
+
+    text = "The neighbours painted their fence a bright shade of yellow on Sunday."
+    speech, sr = _speech(piper_synth, text)
+    assert take_warnings(speech, sr, text) == []
+    quiet = take_warnings(speech * 0.05, sr, text)
+    assert len(quiet) == 1 and quiet[0].startswith("Too quiet")
+    cut = take_warnings(speech[: int(1.0 * sr)], sr, text)  # the reader stopped too early
+    assert len(cut) == 1 and cut[0].startswith("Too short for the sentence (12 words")
+    assert take_warnings(np.zeros(sr, np.float32), sr, text) == []  # silence: said elsewhere
 
 
 def test_retake_discards_and_clipping_is_flagged(qtbot, pulse, window: MainWindow,
                                                  voice: Path) -> None:
     window.ctx.set_voice(voice)
     page = window.show_page(RecordPage)
+    qtbot.waitUntil(lambda: page.prompt is not None, timeout=10000)
     page.toggle_record()
     # a full-scale square wave: every sample clips
     tone = np.sign(np.sin(np.linspace(0, 2 * np.pi * 220, 24000))).astype(np.float32)

@@ -1,13 +1,18 @@
 """Record: read the prompt aloud, keyboard first.
 
-Space starts and stops, Enter accepts, R re-takes, P plays, S skips. After
+Space starts and stops, Enter accepts, R re-takes, P plays, S skips, B goes
+back to the previous prompt (a recorded one is recorded again: the new take
+replaces it). Recording starts with a short pre-roll (the input is already
+capturing while "Get ready" shows, so the first word is never clipped); after
 stop the input stays open for a short hold so the last word is not cut. A
-take is written through the engine's workspace API the moment it is
-accepted; nothing accepted lives only in memory.
+take that is too quiet, or too short for its sentence, is flagged before it
+is accepted. A take is written through the engine's workspace API the moment
+it is accepted; nothing accepted lives only in memory.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +36,41 @@ from ..widgets import Card, LevelMeter, WaveformView, button, fmt_duration, hbox
 from .base import Page
 
 METER_MS = 33
+#: capturing before "speak now": the first word is never cut by a late start
+PREROLL_MS = 600
+#: loudest sample below this (-20 dBFS) is a take recorded too far or too low
+QUIET_PEAK = 0.1
+#: faster than this, in words per second of speech, no one reads aloud: the take was cut
+#: (a fast synthetic reader measured 4 words/s; people read about 2.5-3)
+MAX_WORDS_PER_S = 6.0
+FRAME_S = 0.02
+
+
+def take_warnings(audio: np.ndarray, sr: int, text: str) -> list[str]:
+    """What is wrong with a take before it is kept: too quiet, or too short for its text."""
+    mono = np.asarray(audio, dtype=np.float32)
+    if mono.ndim > 1:
+        mono = mono.mean(axis=1)
+    if mono.size == 0 or sr <= 0:
+        return []
+    warnings = []
+    peak = float(np.max(np.abs(mono)))
+    if 1e-4 <= peak < QUIET_PEAK:
+        warnings.append(f"Too quiet (peak {20 * np.log10(peak):.0f} dBFS): move closer or raise "
+                        "the input gain, then re-take (R).")
+    n = max(1, int(FRAME_S * sr))
+    frames = mono[: len(mono) // n * n].reshape(-1, n)
+    if len(frames):
+        rms = np.sqrt(np.mean(frames**2, axis=1))
+        # speech spans from the first to the last frame within 30 dB of the loudest
+        # (pauses between words count, room noise before and after does not)
+        loud = np.flatnonzero(rms > max(1e-3, 0.03 * float(rms.max())))
+        span_s = float(loud[-1] - loud[0] + 1) * FRAME_S if len(loud) else 0.0
+        words = len(re.findall(r"\w+", text))
+        if peak >= 1e-4 and words and span_s < words / MAX_WORDS_PER_S:
+            warnings.append(f"Too short for the sentence ({words} words in {span_s:.1f} s of "
+                            "speech): was it cut off? Re-take (R).")
+    return warnings
 
 
 class RecordPage(Page):
@@ -51,6 +91,9 @@ class RecordPage(Page):
         self.clipped = False
         self.saved_takes = 0
         self.accepted: dict[Path, set[str]] = {}  # prompt ids saved here, per voice
+        self.saved_ids: dict[tuple[Path, str], str] = {}  # (voice, prompt id) -> take id
+        self.revisiting = False  # B brought back a prompt that may be recorded already
+        self.warnings: list[str] = []
         self.testing = False
 
         # devices
@@ -87,6 +130,7 @@ class RecordPage(Page):
         self.rec_time = QLabel("0:00")
         self.clip_label = QLabel("")
         self.clip_label.setObjectName("ClipWarning")
+        self.clip_label.setWordWrap(True)
         ml.addWidget(self.rec_state, 0, 0)
         ml.addWidget(self.meter, 0, 1)
         ml.addWidget(self.rec_time, 0, 2)
@@ -104,8 +148,10 @@ class RecordPage(Page):
         self.retake_btn = button("Re-take", "retake", slot=self.retake, tip="R")
         self.play_btn = button("Play", "play", slot=self.play, tip="P")
         self.skip_btn = button("Skip", "skip", slot=self.skip, tip="S")
+        self.back_btn = button("Back", "resume", slot=self.back,
+                               tip="B: the previous prompt; recording it again replaces its take")
         self.outer.addWidget(hbox(self.rec_btn, self.accept_btn, self.retake_btn,
-                                  self.play_btn, self.skip_btn, stretch_at=5))
+                                  self.play_btn, self.back_btn, self.skip_btn, stretch_at=6))
 
         # progress toward the recommended minutes
         prog = QVBoxLayout()
@@ -120,6 +166,10 @@ class RecordPage(Page):
         self.meter_timer = QTimer(self)
         self.meter_timer.setInterval(METER_MS)
         self.meter_timer.timeout.connect(self._poll_meter)
+        self.preroll_timer = QTimer(self)
+        self.preroll_timer.setSingleShot(True)
+        self.preroll_timer.setInterval(PREROLL_MS)
+        self.preroll_timer.timeout.connect(self._speak_now)
 
         # window-wide while this page is shown (enabled in shown()), so the keys
         # work wherever the focus is; they win over a focused button's Space
@@ -127,7 +177,7 @@ class RecordPage(Page):
         for key, slot in ((Qt.Key.Key_Space, self.toggle_record),
                           (Qt.Key.Key_Return, self.accept), (Qt.Key.Key_Enter, self.accept),
                           (Qt.Key.Key_R, self.retake), (Qt.Key.Key_P, self.play),
-                          (Qt.Key.Key_S, self.skip)):
+                          (Qt.Key.Key_S, self.skip), (Qt.Key.Key_B, self.back)):
             sc = QShortcut(QKeySequence(key), self)
             sc.setContext(Qt.ShortcutContext.WindowShortcut)
             sc.activated.connect(slot)
@@ -210,7 +260,8 @@ class RecordPage(Page):
             # a take accepted a moment ago counts even before the re-read reaches here
             done = {t.prompt_id for t in snap.takes if t.prompt_id}
             self.prompts.load(snap.prompt_set, done | self.accepted.get(self.voice, set()))
-            if self.prompt is None or self.prompts.is_done(self.prompt):
+            if self.prompt is None or (self.prompts.is_done(self.prompt)
+                                       and not self.revisiting):
                 self.prompt = self.prompts.next()
             self._show_prompt()
         self._update_progress(snap)
@@ -223,8 +274,10 @@ class RecordPage(Page):
             return
         done, total = self.prompts.counts()
         self.prompt_label.setText(self.prompt.text)
+        again = ("  ·  recorded already: a new take replaces it"
+                 if self.prompts.is_done(self.prompt) else "")
         self.prompt_meta.setText(f"Prompt {self.prompt.id}  ·  {self.prompt.group}  ·  "
-                                 f"{done} of {total} recorded")
+                                 f"{done} of {total} recorded{again}")
 
     def _update_progress(self, snap: VoiceSnapshot | None) -> None:
         if self.voice is None or snap is None:
@@ -260,9 +313,14 @@ class RecordPage(Page):
         if self.recorder.start(self.input_device()):
             self.meter.reset()
             self.meter_timer.start()
-            self.rec_state.setText("● Recording")
+            self.rec_state.setText("Get ready…")  # already capturing: the pre-roll
+            self.preroll_timer.start()
             self.rec_btn.setText("Stop")
         self._update_buttons()
+
+    def _speak_now(self) -> None:
+        if self.recorder.active and not self.recorder.stopping and not self.testing:
+            self.rec_state.setText("● Recording: speak now")
 
     def _poll_meter(self) -> None:
         peak, _rms, clipped = self.recorder.read_level()
@@ -275,6 +333,7 @@ class RecordPage(Page):
                                     "the input gain, then re-take.")
 
     def _stopped(self, audio: np.ndarray, sr: int) -> None:
+        self.preroll_timer.stop()
         self.meter_timer.stop()
         self.meter.reset()
         self.take_audio = audio
@@ -283,10 +342,14 @@ class RecordPage(Page):
         self.wave.show_audio(audio, sr)
         secs = len(audio) / float(sr or 1)
         self.rec_time.setText(fmt_duration(secs))
+        self.warnings = take_warnings(audio, sr, self.prompt.text if self.prompt else "")
         if len(audio) == 0 or float(np.max(np.abs(audio))) < 1e-4:
             self.rec_state.setText("Silent take: check the microphone, then re-take")
         else:
             self.rec_state.setText("Review: Enter to accept, R to re-take, P to play")
+        if self.warnings:
+            shown = self.clip_label.text()
+            self.clip_label.setText("\n".join(([shown] if shown else []) + self.warnings))
         self._update_buttons()
 
     def accept(self) -> bool:
@@ -298,16 +361,30 @@ class RecordPage(Page):
         from engine.errors import VoxshardError
         from engine.workspace import open_voice
 
+        voice = open_voice(self.voice)
+        replaced = self._takes_of(self.prompt.id)
+        extra = {"clipped": self.clipped, "prompt_set": self.prompts.set_name}
+        if self.warnings:
+            extra["warnings"] = list(self.warnings)
         try:
-            open_voice(self.voice).add_take(
-                self.take_audio, self.prompt.text, sample_rate=self.take_sr,
-                prompt_id=self.prompt.id,
-                extra={"clipped": self.clipped, "prompt_set": self.prompts.set_name})
+            take = voice.add_take(self.take_audio, self.prompt.text, sample_rate=self.take_sr,
+                                  prompt_id=self.prompt.id, extra=extra)
         except VoxshardError as exc:
             show_error(self, "The take was not saved", exc.message, exc.hint or "")
             return False
+        gone = []
+        for old in replaced:  # the new take is saved first: a failure here loses nothing
+            try:
+                gone.append(voice.delete_take(old).id)
+            except VoxshardError:
+                continue  # already gone (deleted elsewhere)
+        self.saved_ids[(self.voice, self.prompt.id)] = take.id
         self.saved_takes += 1
-        self.ctx.status.emit(f"Saved take for prompt {self.prompt.id}")
+        self.revisiting = False
+        self.warnings = []
+        self.clip_label.setText("")
+        self.ctx.status.emit(f"Saved take for prompt {self.prompt.id}"
+                             + (f", replacing {', '.join(gone)}" if gone else ""))
         self.take_audio = None
         self.wave.clear_audio()
         self.prompts.mark_done(self.prompt)
@@ -342,9 +419,30 @@ class RecordPage(Page):
             return
         self.take_audio = None
         self.wave.clear_audio()
+        self.revisiting = False
         self.prompt = self.prompts.next(after=self.prompt)
         self._show_prompt()
         self._update_buttons()
+
+    def back(self) -> None:
+        """The previous prompt, recorded or not: record it (again) with Space."""
+        if self.recorder.active or self.voice is None or not self.prompts.prompts:
+            return
+        self.take_audio = None
+        self.wave.clear_audio()
+        self.clip_label.setText("")
+        self.revisiting = True
+        self.prompt = self.prompts.previous(self.prompt)
+        self._show_prompt()
+        self._update_buttons()
+
+    def _takes_of(self, prompt_id: str) -> list[str]:
+        """Ids of the takes already holding a prompt (the snapshot's, and this session's)."""
+        assert self.voice is not None
+        snap = self.ctx.reader.cached(self.voice)
+        ids = {t.id for t in snap.takes if t.prompt_id == prompt_id} if snap else set()
+        saved = self.saved_ids.get((self.voice, prompt_id))
+        return sorted(ids | ({saved} if saved else set()))
 
     def _update_buttons(self) -> None:
         rec = self.recorder.active and not self.testing
@@ -355,6 +453,8 @@ class RecordPage(Page):
         self.retake_btn.setEnabled(has_take)
         self.play_btn.setEnabled(has_take)
         self.skip_btn.setEnabled(can_record and not rec)
+        self.back_btn.setEnabled(self.voice is not None and bool(self.prompts.prompts)
+                                 and not rec)
         self.test_btn.setEnabled(not rec)
 
     def shown(self) -> None:
@@ -370,6 +470,7 @@ class RecordPage(Page):
             self.toggle_test()
 
     def shutdown(self) -> None:
+        self.preroll_timer.stop()
         self.meter_timer.stop()
         self.recorder.abort()
         self.testing = False
