@@ -25,9 +25,9 @@ from typing import Any
 from .events import Emitter, EventCallback, as_emitter
 
 __all__ = [
-    "compare", "create_voice", "delete_voice", "download_model", "export", "import_files",
-    "inspect_model", "list_voices", "make_tiny_model", "next_prompt", "open_voice", "plan",
-    "prepare", "speak", "train",
+    "compare", "create_voice", "delete_voice", "download_model", "evaluate", "export",
+    "import_files", "inspect_model", "list_voices", "make_tiny_model", "next_prompt",
+    "open_voice", "plan", "prepare", "recognize", "speak", "train", "transcribe",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -70,11 +70,14 @@ def next_prompt(voice: Any, set_name: str | None = None) -> Any:
 
 
 def import_files(voice: Any, paths: list[PathLike], transcripts: PathLike | None = None,
-                 on_event: EventCallback | Emitter | None = None) -> Any:
-    """Copy audio files/folders into the voice, untouched, with their transcripts."""
+                 on_event: EventCallback | Emitter | None = None,
+                 transcribe: bool | str | None = None) -> Any:
+    """Copy audio files/folders into the voice, untouched, with their transcripts.
+    `transcribe` (True or a recognizer spec): speech recognition fills the missing ones."""
     from .audio.importer import import_files as _import
 
-    return _import(_voice(voice), list(paths), transcripts=transcripts, on_event=on_event)
+    return _import(_voice(voice), list(paths), transcripts=transcripts, on_event=on_event,
+                   transcribe=transcribe)
 
 
 def prepare(voice: Any, on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
@@ -155,3 +158,34 @@ def compare(target: PathLike, out_dir: PathLike, sentences: list[str] | None = N
     from .synth.compare import compare as _compare
 
     return _compare(target, out_dir, sentences, on_event=on_event, **kwargs)
+
+
+def transcribe(voice: Any, asr: Any = None, *, takes: list[str] | None = None,
+               recheck: bool = False, threshold: float | None = None, device: str | None = None,
+               on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
+    """Speech recognition over a voice's takes: fill missing transcripts (marked machine-made)
+    and flag takes whose recognised words differ a lot from their transcript.
+    `asr`: "pocketsphinx", "auto", a Whisper hub id or folder (see `engine.quality.asr`)."""
+    from .quality.transcribe import transcribe_takes
+
+    return transcribe_takes(_voice(voice), asr, takes=takes, recheck=recheck,
+                            threshold=threshold, device=device, on_event=on_event)
+
+
+def recognize(audio: PathLike, asr: Any = None, language: str | None = None,
+              device: str | None = None) -> dict[str, Any]:
+    """What speech recognition hears in one audio file: text, timed words, language."""
+    from .quality.asr import transcribe_file
+
+    heard = transcribe_file(audio, asr, language, device)
+    return {**heard.to_dict(), "rtf": round(heard.rtf, 3)}
+
+
+def evaluate(voice: Any, run: str | None = None, checkpoints: str | list[str] | None = "all",
+             on_event: EventCallback | Emitter | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Render held-out sentences from the zero-shot clone, each checkpoint and the export;
+    measure speaker similarity, word error rate, speaking rate and loudness; write
+    `<run>/evaluation/evaluation.json` and `report.html` (see `engine.quality.evaluate`)."""
+    from .quality.evaluate import evaluate as _evaluate
+
+    return _evaluate(_voice(voice), run, checkpoints, on_event=on_event, **kwargs)

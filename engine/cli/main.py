@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "engine.cli.cmd_train",
     "engine.cli.cmd_speak",
     "engine.cli.cmd_status",
+    "engine.cli.cmd_quality",  # after cmd_voice: adds --transcribe to `import`
 )
 
 

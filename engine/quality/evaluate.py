@@ -1,0 +1,643 @@
+"""Evaluate a run: is the clone getting better, and does it still say the words?
+
+`evaluate(voice, run, checkpoints)` renders a fixed set of held-out sentences
+with one seed from
+- the zero-shot clone (the base model with the voice's reference clip: the
+  strongest zero-shot mode the synthesis supports; the report says which),
+- each chosen checkpoint of the run,
+- the voice's latest export,
+and measures every render:
+- speaker similarity to the speaker's held-out clips (the run's validation
+  clips, never trained on), with resemblyzer (independent of the model) and
+  with the base model's own speaker encoder (reported beside it, never alone);
+- intelligibility: word error rate of the recogniser's transcript against the
+  sentence (normalised text);
+- speaking rate in words per second of speech, against the speaker's own;
+- loudness (LUFS), peak and clipped samples, and whether a sentence hit its
+  length cap (the model never ended it).
+
+Everything lands in `<voice>/runs/<run>/evaluation/`: `evaluation.json`,
+`report.html` (players, table, plots) and `renders/<voice>/NN.wav`. A render
+already measured with the same sentences, seed, options and recogniser is
+reused, so evaluating again after more checkpoints costs only the new ones.
+
+Best checkpoint: the highest independent similarity among the checkpoints
+whose word error rate is within `WER_SLACK` of the lowest checkpoint WER
+(a voice that sounds right but mumbles is not the best).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..atomic import write_json, write_text
+from ..errors import Cancelled, InputError, VoxshardError, WorkspaceError
+from ..events import Emitter, EventCallback, as_emitter
+from ..workspace import Voice, display_path, now_iso, open_voice, slug
+
+#: sentences no prompt set or test clip contains (held out from any training data)
+HELD_OUT_SENTENCES = [
+    "A gentle breeze carried the smell of rain across the open field.",
+    "Please call me back when you have a free moment this afternoon.",
+    "The library opens at nine and closes early on Sundays.",
+    "We watched the boats drift slowly into the quiet harbor.",
+    "My brother baked a chocolate cake for the whole family.",
+    "Turn left at the bakery, then walk straight for two blocks.",
+    "Nobody expected the old clock to start ticking again.",
+    "Bright lanterns lit the narrow street during the winter festival.",
+]
+EVAL_DIR = "evaluation"
+FORMAT = 1
+#: held-out reference clips used at most (each costs two embeddings)
+MAX_REFERENCES = 8
+#: a checkpoint within this much WER of the best checkpoint WER may be "best"
+WER_SLACK = 0.10
+#: speaking rate outside this ratio of the speaker's own is reported as drift
+RATE_BAND = (0.8, 1.25)
+#: a similarity this much below the zero-shot clone is reported
+SIMILARITY_DROP = 0.02
+#: loudness floor reported for silence (integrated loudness of silence is -inf)
+LOUDNESS_FLOOR = -70.0
+PEAK_FLOOR = -100.0
+CLIP_LEVEL = 0.999
+
+
+@dataclass
+class Reference:
+    """The speaker's held-out clips and what they measure."""
+
+    clips: list[dict[str, Any]]
+    held_out: bool
+    words_per_s: float | None
+    centroid: dict[str, np.ndarray]
+    self_similarity: dict[str, float | None]
+
+    def to_dict(self, out_dir: Path) -> dict[str, Any]:
+        return {"clips": [{"id": c["id"], "text": c.get("text", ""),
+                           "path": _rel(Path(c["abs"]), out_dir)} for c in self.clips],
+                "held_out": self.held_out,
+                "words_per_s": _r(self.words_per_s),
+                "self_similarity": {k: _r(v) for k, v in self.self_similarity.items()}}
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), nd)
+
+
+def _rel(path: Path, base: Path) -> str:
+    try:
+        return os.path.relpath(path, base)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+
+
+# -- what to evaluate --------------------------------------------------------------------------
+
+def _runs_with_checkpoints(voice: Voice) -> list[Path]:
+    from ..synth.voice import list_run_checkpoints
+
+    if not voice.runs_dir.is_dir():
+        return []
+    return [r for r in voice.runs_dir.iterdir() if r.is_dir() and list_run_checkpoints(r)]
+
+
+def pick_run(voice: Voice, run: str | None) -> Path:
+    """The named run (name or path), else the run whose newest checkpoint is newest."""
+    from ..synth.voice import list_run_checkpoints
+
+    if run:
+        path = Path(run).expanduser()
+        run_dir = path if path.is_dir() and path.parent.name == "runs" else voice.runs_dir / run
+        if not run_dir.is_dir():
+            names = sorted(p.name for p in voice.runs_dir.iterdir() if p.is_dir()) \
+                if voice.runs_dir.is_dir() else []
+            raise InputError(f"The voice {voice.path.name} has no run {run!r}.",
+                             f"Its runs: {', '.join(names)}." if names
+                             else "Train the voice first.")
+    else:
+        found = _runs_with_checkpoints(voice)
+        if found:
+            return max(found, key=lambda r: list_run_checkpoints(r)[-1].stat().st_mtime)
+        runs = [p for p in voice.runs_dir.iterdir() if p.is_dir()] \
+            if voice.runs_dir.is_dir() else []
+        if not runs:
+            raise WorkspaceError(f"The voice {voice.path.name} has no training run yet, so "
+                                 "there is nothing to evaluate.",
+                                 "Train it first with `voxshard-engine train`.")
+        run_dir = max(runs, key=lambda p: p.stat().st_mtime)
+    if not list_run_checkpoints(run_dir):
+        raise WorkspaceError(f"The run {run_dir.name} has no complete checkpoint yet, so "
+                             "there is nothing to evaluate.",
+                             "Train longer (a checkpoint is written every few hundred steps), "
+                             "or pick another run with --run.")
+    return run_dir
+
+
+def _previous(out_dir: Path) -> dict[str, Any] | None:
+    path = out_dir / "evaluation.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def _best_by_validation(run_dir: Path) -> int | None:
+    """Step of the lowest validation loss in metrics.jsonl (when it has one)."""
+    best: tuple[float, int] | None = None
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        values = rec.get("values", rec) if isinstance(rec, dict) else {}
+        loss, step = values.get("loss/val"), values.get("step")
+        if isinstance(loss, int | float) and isinstance(step, int) and math.isfinite(loss):
+            if best is None or loss < best[0]:
+                best = (float(loss), step)
+    return None if best is None else best[1]
+
+
+def pick_checkpoints(run_dir: Path, which: str | list[str] | None, out_dir: Path,
+                     emitter: Emitter) -> list[Path]:
+    """`all`, `latest`, `best` (the last evaluation's best, else the lowest validation
+    loss, else the latest), or steps/names ("100,200")."""
+    from ..synth.voice import checkpoint_step, list_run_checkpoints, pick_checkpoint
+
+    found = list_run_checkpoints(run_dir)
+    if isinstance(which, list):
+        wanted = which
+    else:
+        wanted = [w.strip() for w in str(which or "all").split(",") if w.strip()]
+    if wanted in (["all"], []):
+        return found
+    if wanted == ["latest"]:
+        return found[-1:]
+    if wanted == ["best"]:
+        steps = {checkpoint_step(c): c for c in found}
+        prev = _previous(out_dir)
+        best = (prev or {}).get("best") or {}
+        if best.get("step") in steps:
+            emitter.log(f"Best checkpoint of the last evaluation: step {best['step']}.")
+            return [steps[best["step"]]]
+        val = _best_by_validation(run_dir)
+        if val in steps:
+            emitter.log(f"No evaluation yet; step {val} has the lowest validation loss.")
+            return [steps[val]]
+        emitter.log("No evaluation and no validation loss yet; using the latest checkpoint.",
+                    level="warning")
+        return found[-1:]
+    return sorted(dict.fromkeys(pick_checkpoint(run_dir, w) for w in wanted),
+                  key=lambda p: checkpoint_step(p) or 0)
+
+
+def _latest_export(voice: Voice) -> Path | None:
+    if not voice.exports_dir.is_dir():
+        return None
+    found = [p for p in voice.exports_dir.iterdir() if (p / "config.json").is_file()]
+    return max(found, key=lambda p: (p / "config.json").stat().st_mtime, default=None)
+
+
+def _run_config(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+# -- measuring ------------------------------------------------------------------------------------
+
+def speech_span_s(audio: np.ndarray, sample_rate: int) -> float:
+    """Seconds from the first to the last speech region (pauses inside count, silence around
+    does not); the whole length when no region is found."""
+    from ..audio.vad import speech_regions
+
+    if audio.size == 0:
+        return 0.0
+    try:
+        regions = speech_regions(np.asarray(audio, dtype=np.float32), sample_rate)
+    except (ValueError, IndexError):
+        regions = []
+    if not regions:
+        return len(audio) / sample_rate
+    return (regions[-1][1] - regions[0][0]) / sample_rate
+
+
+def level_figures(audio: np.ndarray, sample_rate: int) -> dict[str, float]:
+    """Integrated loudness (LUFS, floored), peak (dBFS, floored), clipped sample fraction."""
+    from ..audio.loudness import integrated_loudness
+
+    audio = np.nan_to_num(np.asarray(audio, dtype=np.float32))
+    try:
+        lufs = float(integrated_loudness(audio, sample_rate)) if audio.size else -math.inf
+    except (ValueError, ZeroDivisionError):
+        lufs = -math.inf
+    peak = float(np.abs(audio).max()) if audio.size else 0.0
+    return {
+        "loudness_lufs": round(max(LOUDNESS_FLOOR, lufs) if math.isfinite(lufs)
+                               else LOUDNESS_FLOOR, 2),
+        "peak_dbfs": round(max(PEAK_FLOOR, 20 * math.log10(peak)) if peak > 0 else PEAK_FLOOR,
+                           2),
+        "clipped_fraction": round(float(np.mean(np.abs(audio) >= CLIP_LEVEL)) if audio.size
+                                  else 0.0, 6),
+    }
+
+
+class Meter:
+    """The recogniser and both speaker encoders, loaded once, measuring renders."""
+
+    def __init__(self, asr: Any, base_model: Path | None, device: str | None,
+                 emitter: Emitter) -> None:
+        from .asr import load_recognizer
+        from .similarity import ModelSpeakerEncoder, ResemblyzerEncoder
+
+        self.asr = asr if hasattr(asr, "transcribe") else load_recognizer(asr, device)
+        self.encoders: dict[str, Any] = {"resemblyzer": ResemblyzerEncoder(
+            "cuda" if (device or "").startswith("cuda") else "cpu")}
+        if base_model is not None:
+            try:
+                self.encoders["model"] = ModelSpeakerEncoder(base_model, device or "cpu")
+            except VoxshardError as exc:
+                emitter.log(f"The model's own speaker encoder is not available: {exc.message}",
+                            level="warning")
+
+    def embed(self, audio: np.ndarray, sample_rate: int) -> dict[str, np.ndarray]:
+        return {k: enc.embed(audio, sample_rate) for k, enc in self.encoders.items()}
+
+    def reference(self, voice: Voice, run_dir: Path, limit: int) -> Reference:
+        from ..audio.io import read_mono
+        from ..data.codes import read_manifest
+        from ..data.dataset import split_ids
+        from .similarity import centroid, self_similarity
+        from .wer import word_count
+
+        try:
+            clips = read_manifest(voice.path)
+        except (VoxshardError, OSError) as exc:
+            raise WorkspaceError(f"The voice {voice.path.name} has no prepared clips to compare "
+                                 "renders with.", "Run `voxshard-engine prepare` first.") from exc
+        if not clips:
+            raise WorkspaceError(f"The voice {voice.path.name} has no usable prepared clips to "
+                                 "compare renders with.", "Run `voxshard-engine prepare` first.")
+        data = _run_config(run_dir).get("data") or {}
+        try:
+            _, val = split_ids([c["id"] for c in clips], float(data.get("val_fraction", 0.05)),
+                               int(data.get("val_min", 2)), int(data.get("seed", 0)))
+        except (TypeError, ValueError):
+            val = []
+        held_out = len(val) >= 1
+        chosen = [c for c in clips if c["id"] in set(val)] if held_out else clips
+        chosen = chosen[:limit]
+        embeds: dict[str, list[np.ndarray]] = {k: [] for k in self.encoders}
+        words = 0
+        speech_s = 0.0
+        out: list[dict[str, Any]] = []
+        for c in chosen:
+            path = voice.path / c["path"]
+            audio = read_mono(path, 24000)
+            for k, v in self.embed(audio, 24000).items():
+                embeds[k].append(v)
+            if c.get("text"):
+                words += word_count(c["text"])
+                speech_s += speech_span_s(audio, 24000)
+            out.append({**c, "abs": str(path)})
+        return Reference(
+            clips=out, held_out=held_out,
+            words_per_s=(words / speech_s) if speech_s > 0 and words else None,
+            centroid={k: centroid(v) for k, v in embeds.items()},
+            self_similarity={k: self_similarity(v) for k, v in embeds.items()})
+
+    def measure(self, audio: np.ndarray, sample_rate: int, text: str, ref: Reference,
+                language: str | None) -> dict[str, Any]:
+        from .asr import to_16k
+        from .similarity import cosine
+        from .wer import word_count, word_errors
+
+        emb = self.embed(audio, sample_rate)
+        heard = self.asr.transcribe(to_16k(audio, sample_rate), language)
+        errors = word_errors(text, heard.text)
+        span = speech_span_s(audio, sample_rate)
+        wps = word_count(text) / span if span > 0 else 0.0
+        out: dict[str, Any] = {
+            "similarity": _r(cosine(emb["resemblyzer"], ref.centroid["resemblyzer"])),
+            "similarity_model": (_r(cosine(emb["model"], ref.centroid["model"]))
+                                 if "model" in emb else None),
+            "heard": heard.text, "wer": _r(errors.wer),
+            "duration_s": _r(len(audio) / sample_rate, 3), "speech_s": _r(span, 3),
+            "words_per_s": _r(wps, 3),
+            "rate_ratio": _r(wps / ref.words_per_s, 3) if ref.words_per_s else None,
+            **level_figures(audio, sample_rate),
+        }
+        return out
+
+
+# -- the evaluation ----------------------------------------------------------------------------
+
+METRICS = ("similarity", "similarity_model", "wer", "words_per_s", "rate_ratio",
+           "loudness_lufs", "peak_dbfs", "clipped_fraction")
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r[key] for r in rows if isinstance(r.get(key), int | float)
+            and math.isfinite(r[key])]
+    return _r(float(np.mean(vals))) if vals else None
+
+
+def _key(source: Any, sentences: list[str], options: dict[str, Any], asr_model: str,
+         ref_ids: list[str], encoders: list[str]) -> str:
+    ckpt = getattr(source, "checkpoint", None)
+    stamp = None
+    if ckpt is not None:
+        marker = Path(ckpt) / "COMPLETE"
+        stamp = marker.stat().st_mtime if marker.exists() else None
+    elif source.kind == "custom_voice":
+        cfg = Path(source.model_dir) / "config.json"
+        stamp = cfg.stat().st_mtime if cfg.exists() else None
+    blob = json.dumps({"v": FORMAT, "kind": source.kind, "model": str(source.model_dir),
+                       "ckpt": str(ckpt) if ckpt else None, "stamp": stamp,
+                       "ref": str(getattr(source, "reference", None)),
+                       "ref_text": getattr(source, "reference_text", None),
+                       "sentences": sentences, "options": options, "asr": asr_model,
+                       "refs": ref_ids, "enc": encoders}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def zero_shot_mode(source: Any) -> str:
+    """How the zero-shot clone speaks: in-context (clip + transcript) or x-vector only."""
+    return "in_context" if getattr(source, "reference_text", None) else "x_vector"
+
+
+def _plan_sources(voice: Voice, run_dir: Path, checkpoints: list[Path], zero_shot: bool,
+                  export: bool | str | Path, base: str | None, emitter: Emitter) -> list[Any]:
+    from ..synth.voice import reference_clip, resolve_source
+
+    sources = [resolve_source(str(c), base=base) for c in checkpoints]
+    if zero_shot:
+        ref = reference_clip(voice.path)
+        if ref is None:
+            emitter.log("The voice has no reference clip, so there is no zero-shot baseline.",
+                        level="warning")
+        else:
+            sources.insert(0, resolve_source(str(sources[0].model_dir), reference=ref))
+    if export:
+        folder = Path(export) if isinstance(export, str | Path) and not isinstance(export, bool) \
+            else _latest_export(voice)
+        if folder is not None:
+            try:
+                sources.append(resolve_source(str(folder)))
+            except VoxshardError as exc:
+                emitter.log(f"The export {folder.name} is skipped: {exc.message}",
+                            level="warning")
+    return sources
+
+
+def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
+             checkpoints: str | list[str] | None = "all", *,
+             sentences: list[str] | None = None, seed: int = 0, asr: Any = None,
+             zero_shot: bool = True, export: bool | str | Path = True,
+             options: Any = None, device: str | None = None, dtype: Any = None,
+             base: str | None = None, references: int = MAX_REFERENCES, force: bool = False,
+             out_dir: str | os.PathLike[str] | None = None,
+             on_event: EventCallback | Emitter | None = None,
+             cancel: threading.Event | None = None) -> dict[str, Any]:
+    """Render, measure and report (see the module doc). Returns the evaluation dict
+    plus "summary", "path" (evaluation.json) and "html" (report.html)."""
+    from ..model.loading import resolve_model
+    from ..synth.options import SpeakOptions
+    from ..synth.voice import checkpoint_step, run_base_model
+    from .asr import describe
+
+    em = as_emitter(on_event)
+    v = voice if isinstance(voice, Voice) else open_voice(voice)
+    sentences = [s.strip() for s in (sentences or HELD_OUT_SENTENCES) if s and s.strip()]
+    if not sentences:
+        raise InputError("No sentences to evaluate with.", "Give at least one sentence.")
+    run_dir = pick_run(v, run)
+    out = Path(out_dir) if out_dir else run_dir / EVAL_DIR
+    picked = pick_checkpoints(run_dir, checkpoints, out, em)
+    base_name = base or run_base_model(run_dir)
+    if not base_name:
+        raise WorkspaceError(f"The run {run_dir.name} does not say which base model it "
+                             "trained.", "Give the base model with --base.")
+    base_dir = resolve_model(base_name, download=False)
+    opts = options if options is not None else SpeakOptions()
+    if isinstance(opts, dict):
+        opts = SpeakOptions.from_dict(opts)
+    # one seed for every voice, and the raw level (loudness is one of the figures)
+    opts = opts.replace(seed=seed, loudness_lufs=None)
+    em.state("evaluating", detail=f"{run_dir.name}: {len(picked)} checkpoint(s)")
+    started = time.perf_counter()
+    meter = Meter(asr, base_dir, device, em)
+    ref = meter.reference(v, run_dir, references)
+    sources = _plan_sources(v, run_dir, picked, zero_shot, export, base, em)
+    asr_model = f"{meter.asr.backend}:{meter.asr.model}"
+    previous = {e.get("key"): e for e in ((_previous(out) or {}).get("entries") or [])}
+    if force:
+        previous = {}
+    entries: list[dict[str, Any]] = []
+    synth: Any = None
+    total = len(sources) * len(sentences)
+    done = 0
+    for n, source in enumerate(sources):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("Evaluation was cancelled; nothing was written.")
+        step = checkpoint_step(source.checkpoint) if source.checkpoint else None
+        key = _key(source, sentences, opts.to_dict(), asr_model,
+                   [c["id"] for c in ref.clips], sorted(meter.encoders))
+        if key in previous and all((out / r["path"]).is_file()
+                                   for r in previous[key].get("renders", [])):
+            entry = previous[key]
+            em.log(f"{source.label}: measured before, reused.")
+        else:
+            em.state("evaluating", detail=source.label, index=n, total=len(sources))
+            synth = _ready(synth, source, device, dtype, em)
+            t0 = time.perf_counter()
+            speeches = synth.speak_many(sentences, opts, em, cancel)
+            render_s = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            renders = []
+            folder = out / "renders" / (slug(source.label) or f"voice-{n}")
+            for i, (text, speech) in enumerate(zip(sentences, speeches, strict=True)):
+                from ..synth.render import write_audio
+
+                path = write_audio(folder / f"{i + 1:02d}.wav", speech.audio, "wav",
+                                   speech.sample_rate)
+                row = {"sentence": i, "text": text, "path": _rel(path, out),
+                       "capped": any(c.get("capped") for c in speech.chunks),
+                       **meter.measure(speech.audio, speech.sample_rate, text, ref,
+                                       v.language)}
+                renders.append(row)
+                done += 1
+                em.progress("evaluate", done, total, label=source.label, sentence=i)
+            entry = {
+                "key": key, "label": source.label, "kind": source.kind, "step": step,
+                "checkpoint": str(source.checkpoint) if source.checkpoint else None,
+                "model": str(source.model_dir),
+                "mode": zero_shot_mode(source) if source.kind == "zero_shot" else None,
+                "reference": str(source.reference) if source.reference else None,
+                "renders": renders, "render_s": round(render_s, 3),
+                "measure_s": round(time.perf_counter() - t1, 3), "created": now_iso(),
+            }
+            entry["mean"] = {m: _mean(renders, m) for m in METRICS}
+            entry["mean"]["capped"] = sum(1 for r in renders if r["capped"])
+        if key in previous:
+            done += len(sentences)
+            em.progress("evaluate", done, total, label=source.label)
+        entries.append(entry)
+        _emit_metric(em, entry)
+    del synth
+    gc.collect()
+    result = _assemble(v, run_dir, base_dir, sentences, seed, opts.to_dict(), meter, ref,
+                       entries, out, describe(asr) if not hasattr(asr, "transcribe") else None)
+    result["elapsed_s"] = round(time.perf_counter() - started, 3)
+    from .report import render_html
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "evaluation.json", result)
+    write_text(out / "report.html", render_html(result))
+    em.artifact(str(out / "evaluation.json"), role="evaluation")
+    em.artifact(str(out / "report.html"), role="evaluation_report")
+    return {**result, "path": str(out / "evaluation.json"), "html": str(out / "report.html"),
+            "summary": format_summary(result, out)}
+
+
+def _ready(synth: Any, source: Any, device: str | None, dtype: Any, em: Emitter) -> Any:
+    """A synthesizer speaking `source`: the loaded one switched in place when it shares
+    the model (zero-shot and checkpoints sit on one base), else a fresh load."""
+    from ..synth.synthesizer import Synthesizer
+
+    if synth is not None and Path(synth.source.model_dir) == Path(source.model_dir) and \
+            source.kind != "custom_voice" and synth.source.kind != "custom_voice":
+        synth.use_source(source, on_event=em)
+        return synth
+    if synth is not None:
+        del synth
+        gc.collect()
+    return Synthesizer.load(source, device=device, dtype=dtype, on_event=em)
+
+
+def _emit_metric(em: Emitter, entry: dict[str, Any]) -> None:
+    mean = entry["mean"]
+    values = {f"eval/{k}": mean.get(k) for k in METRICS if mean.get(k) is not None}
+    values["eval/capped"] = mean.get("capped", 0)
+    if entry.get("step") is not None:
+        values["step"] = entry["step"]
+    em.metric(values, split="eval", label=entry["label"], source_kind=entry["kind"],
+              step=entry.get("step"))
+    sim = mean.get("similarity")
+    wer = mean.get("wer")
+    em.log(f"{entry['label']:<12} similarity {sim if sim is not None else '-'}  "
+           f"WER {wer if wer is not None else '-'}  rate x{mean.get('rate_ratio') or '-'}")
+
+
+def choose_best(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The best checkpoint (see the module doc), or None without checkpoints."""
+    ckpts = [e for e in entries if e["kind"] == "checkpoint"
+             and e["mean"].get("similarity") is not None]
+    if not ckpts:
+        return None
+    wers = [e["mean"]["wer"] for e in ckpts if e["mean"].get("wer") is not None]
+    floor = min(wers) if wers else None
+    fit = [e for e in ckpts if floor is None or e["mean"].get("wer") is None
+           or e["mean"]["wer"] <= floor + WER_SLACK]
+    best = max(fit, key=lambda e: (e["mean"]["similarity"], -(e["step"] or 0)))
+    return {"label": best["label"], "step": best["step"], "checkpoint": best["checkpoint"],
+            "similarity": best["mean"]["similarity"], "wer": best["mean"].get("wer")}
+
+
+def _warnings(entries: list[dict[str, Any]], ref: Reference) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    zero = next((e for e in entries if e["kind"] == "zero_shot"), None)
+    zs = zero["mean"].get("similarity") if zero else None
+    zw = zero["mean"].get("wer") if zero else None
+    for e in entries:
+        m, label = e["mean"], e["label"]
+        if e["kind"] != "zero_shot" and zs is not None and m.get("similarity") is not None \
+                and m["similarity"] < zs - SIMILARITY_DROP:
+            out.append({"label": label, "code": "below_zero_shot",
+                        "message": f"{label} sounds less like the speaker than the zero-shot "
+                                   f"clone (similarity {m['similarity']:.3f} < {zs:.3f})."})
+        if e["kind"] != "zero_shot" and zw is not None and m.get("wer") is not None \
+                and m["wer"] > zw + 0.2:
+            out.append({"label": label, "code": "wer_rose",
+                        "message": f"{label} says the words worse than the zero-shot clone "
+                                   f"(WER {m['wer']:.2f} > {zw:.2f})."})
+        ratio = m.get("rate_ratio")
+        if ratio is not None and not RATE_BAND[0] <= ratio <= RATE_BAND[1]:
+            kind = "faster" if ratio > 1 else "slower"
+            out.append({"label": label, "code": "rate_drift",
+                        "message": f"{label} speaks {kind} than the speaker "
+                                   f"({ratio:.2f} x their rate)."})
+        if (m.get("clipped_fraction") or 0) > 0.001:
+            out.append({"label": label, "code": "clipping",
+                        "message": f"{label} clips ({100 * m['clipped_fraction']:.2f} % of "
+                                   "samples at full scale)."})
+        if m.get("capped"):
+            out.append({"label": label, "code": "no_end",
+                        "message": f"{label} did not end {m['capped']} sentence(s) by itself "
+                                   "(cut at the length cap)."})
+    return out
+
+
+def _assemble(voice: Voice, run_dir: Path, base_dir: Path, sentences: list[str], seed: int,
+              options: dict[str, Any], meter: Meter, ref: Reference,
+              entries: list[dict[str, Any]], out: Path, asr_spec: str | None) -> dict[str, Any]:
+    zero = next((e for e in entries if e["kind"] == "zero_shot"), None)
+    return {
+        "format": FORMAT, "created": now_iso(), "voice": str(voice.path),
+        "speaker": voice.display_name, "language": voice.language, "run": run_dir.name,
+        "run_dir": str(run_dir), "base_model": str(base_dir), "sentences": sentences,
+        "seed": seed, "options": options,
+        "asr": {"backend": meter.asr.backend, "model": meter.asr.model, "spec": asr_spec},
+        "encoders": {"similarity": "resemblyzer",
+                     "similarity_model": "model" if "model" in meter.encoders else None},
+        "baseline": {"label": zero["label"], "mode": zero["mode"]} if zero else None,
+        "reference": ref.to_dict(out), "entries": entries, "best": choose_best(entries),
+        "warnings": _warnings(entries, ref),
+    }
+
+
+def format_summary(result: dict[str, Any], out: Path) -> str:
+    def f(x: Any, spec: str) -> str:
+        return "-" if x is None else format(x, spec)
+
+    lines = [f"Evaluated {len(result['entries'])} voice(s) of run {result['run']} on "
+             f"{len(result['sentences'])} held-out sentence(s) (seed {result['seed']}, "
+             f"ASR {result['asr']['backend']}).",
+             f"  {'voice':<14}{'similarity':>11}{'(model)':>9}{'WER':>7}{'rate':>7}"
+             f"{'LUFS':>8}{'clip %':>8}"]
+    for e in result["entries"]:
+        m = e["mean"]
+        mark = " *" if result.get("best") and e["label"] == result["best"]["label"] else ""
+        lines.append(f"  {e['label'][:14]:<14}{f(m.get('similarity'), '.3f'):>11}"
+                     f"{f(m.get('similarity_model'), '.3f'):>9}{f(m.get('wer'), '.2f'):>7}"
+                     f"{f(m.get('rate_ratio'), '.2f'):>7}{f(m.get('loudness_lufs'), '.1f'):>8}"
+                     f"{f(100 * m['clipped_fraction'] if m.get('clipped_fraction') is not None else None, '.2f'):>8}{mark}")  # noqa: E501
+    ceiling = result["reference"]["self_similarity"].get("resemblyzer")
+    if ceiling is not None:
+        lines.append(f"  real clips of the speaker score {ceiling:.3f} (the ceiling).")
+    if result.get("baseline"):
+        lines.append(f"  zero-shot baseline: {result['baseline']['mode'].replace('_', '-')} "
+                     "cloning.")
+    if result.get("best"):
+        lines.append(f"  best checkpoint: {result['best']['label']} (*).")
+    for w in result["warnings"]:
+        lines.append(f"  warning: {w['message']}")
+    lines.append(f"Report: {display_path(out / 'report.html')}")
+    return "\n".join(lines)

@@ -1,0 +1,228 @@
+"""The evaluation as one self-contained HTML page: summary, plots, table, players.
+
+Plots are inline SVG drawn here (no JavaScript, no network): speaker
+similarity per checkpoint (both encoders, the zero-shot clone and the
+ceiling as dashed lines), word error rate per checkpoint, speaking rate
+against the speaker's own. Audio players point at the renders beside the page.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+COLORS = ("#2463eb", "#d9480f", "#2b8a3e", "#862e9c")
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em}
+table{border-collapse:collapse;font-size:.92em}
+td,th{padding:4px 8px;border-bottom:1px solid #ddd;text-align:right}
+td:first-child,th:first-child{text-align:left}
+tr.best td{background:#eef6ee;font-weight:600}
+.warn{color:#a61e4d}.muted{color:#777}
+.plots{display:flex;flex-wrap:wrap;gap:18px}
+audio{width:210px;height:32px}
+"""
+
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _fmt(x: Any, spec: str) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    return format(x, spec)
+
+
+def line_plot(title: str, series: list[dict[str, Any]], hlines: list[dict[str, Any]],
+              x_label: str = "step", y_label: str = "", width: int = 380,
+              height: int = 230) -> str:
+    """An SVG line chart. `series`: {"name", "points": [(x, y)...]};
+    `hlines`: {"name", "y"} drawn dashed across the plot."""
+    pts = [(x, y) for s in series for x, y in s["points"]
+           if y is not None and math.isfinite(y)]
+    ys = [y for _, y in pts] + [h["y"] for h in hlines if h.get("y") is not None]
+    xs = [x for x, _ in pts]
+    left, right, top, bottom = 48, 12, 26, 40
+    pw, ph = width - left - right, height - top - bottom
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'role="img" aria-label="{_esc(title)}">',
+           f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13" '
+           f'font-weight="600">{_esc(title)}</text>']
+    if not ys:
+        out.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" '
+                   'font-size="12" fill="#777">no data</text></svg>')
+        return "".join(out)
+    y0, y1 = min(ys), max(ys)
+    if y1 - y0 < 1e-9:
+        y0, y1 = y0 - 0.5, y1 + 0.5
+    pad = 0.08 * (y1 - y0)
+    y0, y1 = y0 - pad, y1 + pad
+    x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    if x1 - x0 < 1e-9:
+        x0, x1 = x0 - 1, x1 + 1
+
+    def sx(x: float) -> float:
+        return left + (x - x0) / (x1 - x0) * pw
+
+    def sy(y: float) -> float:
+        return top + (1 - (y - y0) / (y1 - y0)) * ph
+
+    out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
+               'stroke="#bbb"/>')
+    for k in range(5):
+        yv = y0 + (y1 - y0) * k / 4
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{sy(yv):.1f}" y2="{sy(yv):.1f}" '
+                   'stroke="#eee"/>')
+        out.append(f'<text x="{left - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end" '
+                   f'font-size="10">{yv:.2f}</text>')
+    for x in sorted(set(xs)):
+        out.append(f'<text x="{sx(x):.1f}" y="{top + ph + 14}" text-anchor="middle" '
+                   f'font-size="10">{x:g}</text>')
+    out.append(f'<text x="{left + pw / 2}" y="{height - 6}" text-anchor="middle" '
+               f'font-size="11">{_esc(x_label)}</text>')
+    if y_label:
+        out.append(f'<text x="12" y="{top + ph / 2}" font-size="11" text-anchor="middle" '
+                   f'transform="rotate(-90 12 {top + ph / 2})">{_esc(y_label)}</text>')
+    legend_y = top + 12
+    for i, h in enumerate(hlines):
+        if h.get("y") is None:
+            continue
+        color = h.get("color", "#888")
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{sy(h["y"]):.1f}" '
+                   f'y2="{sy(h["y"]):.1f}" stroke="{color}" stroke-dasharray="5,4"/>')
+        out.append(f'<text x="{left + pw - 4}" y="{sy(h["y"]) - 3:.1f}" text-anchor="end" '
+                   f'font-size="10" fill="{color}">{_esc(h["name"])}</text>')
+        del i
+    for i, s in enumerate(series):
+        color = s.get("color", COLORS[i % len(COLORS)])
+        good = [(x, y) for x, y in s["points"] if y is not None and math.isfinite(y)]
+        if len(good) > 1:
+            path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in good)
+            out.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
+                       'stroke-width="2"/>')
+        for x, y in good:
+            out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="{color}">'
+                       f'<title>{_esc(s["name"])} {x:g}: {y:.3f}</title></circle>')
+        out.append(f'<text x="{left + 6}" y="{legend_y + 13 * i}" font-size="10" '
+                   f'fill="{color}">{_esc(s["name"])}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _plots(result: dict[str, Any]) -> list[str]:
+    entries = result["entries"]
+    ckpts = [e for e in entries if e["kind"] == "checkpoint" and e.get("step") is not None]
+    zero = next((e for e in entries if e["kind"] == "zero_shot"), None)
+    export = next((e for e in entries if e["kind"] == "custom_voice"), None)
+
+    def pts(key: str) -> list[tuple[float, float | None]]:
+        return [(float(e["step"]), e["mean"].get(key)) for e in ckpts]
+
+    def h(entry: dict[str, Any] | None, key: str, name: str, color: str
+          ) -> list[dict[str, Any]]:
+        if entry is None or entry["mean"].get(key) is None:
+            return []
+        return [{"name": name, "y": entry["mean"][key], "color": color}]
+
+    ceiling = result["reference"]["self_similarity"].get("resemblyzer")
+    sim_series = [{"name": "resemblyzer (independent)", "points": pts("similarity")}]
+    if any(y is not None for _, y in pts("similarity_model")):
+        sim_series.append({"name": "model's own encoder", "points": pts("similarity_model")})
+    sim = line_plot("Speaker similarity per checkpoint", sim_series,
+                    h(zero, "similarity", "zero-shot", "#d9480f")
+                    + h(export, "similarity", "export", "#2b8a3e")
+                    + ([{"name": "real clips", "y": ceiling, "color": "#555"}]
+                       if ceiling is not None else []),
+                    y_label="cosine")
+    wer = line_plot("Word error rate per checkpoint", [{"name": "WER", "points": pts("wer")}],
+                    h(zero, "wer", "zero-shot", "#d9480f"), y_label="WER")
+    rate = line_plot("Speaking rate vs the speaker's own",
+                     [{"name": "rate ratio", "points": pts("rate_ratio")}],
+                     [{"name": "speaker", "y": 1.0, "color": "#555"},
+                      *h(zero, "rate_ratio", "zero-shot", "#d9480f")], y_label="x speaker")
+    return [sim, wer, rate]
+
+
+def render_html(result: dict[str, Any]) -> str:
+    entries = result["entries"]
+    best = (result.get("best") or {}).get("label")
+    ref = result["reference"]
+    parts = ["<!doctype html>\n<html><head><meta charset=\"utf-8\">",
+             f"<title>Voxshard evaluation: {_esc(result['speaker'])} / {_esc(result['run'])}"
+             f"</title><style>{_STYLE}</style></head><body>",
+             f"<h1>Is the clone any good? {_esc(result['speaker'])}, run {_esc(result['run'])}"
+             "</h1>"]
+    base = result.get("baseline")
+    facts = [f"{len(result['sentences'])} held-out sentences, seed {result['seed']}",
+             f"speech recognition: {_esc(result['asr']['backend'])} "
+             f"({_esc(result['asr']['model'])})",
+             f"base model: {_esc(result['base_model'])}",
+             f"similarity to {len(ref['clips'])} "
+             f"{'held-out' if ref['held_out'] else ''} clips of the speaker"]
+    if base:
+        facts.append("zero-shot baseline: " + ("in-context cloning (reference clip and its "
+                     "transcript)" if base["mode"] == "in_context"
+                     else "speaker vector (x-vector) of the reference clip"))
+    if ref.get("words_per_s"):
+        facts.append(f"speaker's own rate: {ref['words_per_s']:.2f} words/s")
+    ceil = ref["self_similarity"].get("resemblyzer")
+    if ceil is not None:
+        facts.append(f"real clips of the speaker score {ceil:.3f} (the ceiling)")
+    parts.append("<p class=\"muted\">" + " · ".join(facts) + f" · {_esc(result['created'])}"
+                 "</p>")
+    if best:
+        parts.append(f"<p><b>Best checkpoint: {_esc(best)}</b> (highest independent "
+                     "similarity among checkpoints that still say the words).</p>")
+    if result["warnings"]:
+        parts.append("<ul>" + "".join(f"<li class=\"warn\">{_esc(w['message'])}</li>"
+                                      for w in result["warnings"]) + "</ul>")
+    parts.append("<h2>Per checkpoint</h2><div class=\"plots\">" + "".join(_plots(result))
+                 + "</div>")
+    head = ("<tr><th>voice</th><th>similarity</th><th>similarity (model's encoder)</th>"
+            "<th>WER</th><th>words/s</th><th>rate × speaker</th><th>loudness LUFS</th>"
+            "<th>peak dBFS</th><th>clipped %</th><th>unended</th><th>render s</th></tr>")
+    rows = []
+    for e in entries:
+        m = e["mean"]
+        label = e["label"] + (f" ({e['mode'].replace('_', '-')})" if e.get("mode") else "")
+        clipped = None if m.get("clipped_fraction") is None else 100 * m["clipped_fraction"]
+        rows.append(
+            f"<tr class=\"{'best' if e['label'] == best else ''}\"><td>{_esc(label)}</td>"
+            f"<td>{_fmt(m.get('similarity'), '.3f')}</td>"
+            f"<td>{_fmt(m.get('similarity_model'), '.3f')}</td>"
+            f"<td>{_fmt(m.get('wer'), '.2f')}</td><td>{_fmt(m.get('words_per_s'), '.2f')}</td>"
+            f"<td>{_fmt(m.get('rate_ratio'), '.2f')}</td>"
+            f"<td>{_fmt(m.get('loudness_lufs'), '.1f')}</td>"
+            f"<td>{_fmt(m.get('peak_dbfs'), '.1f')}</td><td>{_fmt(clipped, '.2f')}</td>"
+            f"<td>{m.get('capped', 0)}</td><td>{_fmt(e.get('render_s'), '.1f')}</td></tr>")
+    parts.append("<h2>Figures (means over the sentences)</h2><table>" + head + "".join(rows)
+                 + "</table>")
+    # players: one row per sentence, one column per voice
+    cols = "".join(f"<th>{_esc(e['label'])}</th>" for e in entries)
+    rows = []
+    for i, text in enumerate(result["sentences"]):
+        cells = []
+        for e in entries:
+            r = next((x for x in e["renders"] if x["sentence"] == i), None)
+            if r is None:
+                cells.append("<td></td>")
+                continue
+            tip = (f"heard: {r.get('heard', '')} | similarity {_fmt(r.get('similarity'), '.3f')}"
+                   f" | WER {_fmt(r.get('wer'), '.2f')}")
+            cells.append(f"<td title=\"{_esc(tip)}\"><audio controls preload=\"none\" "
+                         f"src=\"{_esc(r['path'])}\"></audio><br><span class=\"muted\">"
+                         f"sim {_fmt(r.get('similarity'), '.2f')} · WER "
+                         f"{_fmt(r.get('wer'), '.2f')}</span></td>")
+        rows.append(f"<tr><td>{_esc(text)}</td>{''.join(cells)}</tr>")
+    parts.append("<h2>Listen</h2><table><tr><th>sentence</th>" + cols + "</tr>"
+                 + "".join(rows) + "</table>")
+    refs = "".join(f"<tr><td>{_esc(c['id'])}</td><td>{_esc(c.get('text', ''))}</td><td>"
+                   f"<audio controls preload=\"none\" src=\"{_esc(c['path'])}\"></audio>"
+                   "</td></tr>" for c in ref["clips"])
+    parts.append("<h2>The speaker (reference clips)</h2><table><tr><th>clip</th><th>text</th>"
+                 f"<th></th></tr>{refs}</table>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)

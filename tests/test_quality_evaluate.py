@@ -1,0 +1,203 @@
+"""Evaluation of a tiny-model run: every figure present and finite, the report written,
+re-evaluation reuses what was measured, and the failures say what to do.
+
+The tiny model speaks noise, so these tests prove the plumbing only (render, recognise,
+embed, aggregate, report); that the figures discriminate is proved on real voices in
+test_quality_asr.py and test_quality_similarity.py.
+
+The run is made like the synthesis tests make theirs: the training area's real
+pieces (objective, AdamW, the DCP Checkpointer) in one process, the "training" a
+fixed perturbation of the trainable weights, then an export of the last step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from engine.errors import InputError, ModelError, WorkspaceError
+from engine.events import Event
+from engine.synth.options import SpeakOptions
+from tests.fixtures_audio import copy_voice
+
+FAST = SpeakOptions(max_frames=10, batch_size=8)
+#: three of the eight held-out sentences keep the test short (each render is recognised)
+SENTENCES = 3
+
+
+def _perturb(objective: Any, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in objective.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=g) * 0.05 * (p.std() + 1e-3))
+
+
+@pytest.fixture(scope="module")
+def trained_run(prepared_voice: Path, tiny_model_dir: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from engine.data.codes import extract_codes
+    from engine.model.export import export_custom_voice
+    from engine.train.checkpoint import Checkpointer
+    from engine.train.config import ModelConfig, TrainConfig
+    from engine.train.objective import build_objective, load_base_weights, trainable_parameters
+
+    root = tmp_path_factory.mktemp("quality_eval")
+    voice = copy_voice(prepared_voice, root / "joe")
+    index = extract_codes(voice, tiny_model_dir)
+    run = voice / "runs" / "r1"
+    run.mkdir(parents=True)
+    cfg = TrainConfig(model=ModelConfig(base=str(tiny_model_dir), speaker_name="joe"))
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()), encoding="utf-8")
+    objective = build_objective(tiny_model_dir, cfg.model, device="cpu")
+    load_base_weights(objective, tiny_model_dir, "cpu")
+    optimizer = torch.optim.AdamW(trainable_parameters(objective), lr=1e-4)
+    ckpt = Checkpointer(run, rank=0, world_size=1)
+    _perturb(objective, 1)
+    ckpt.save(10, objective, optimizer, None, {"epoch": 0, "position": 10})
+    _perturb(objective, 2)
+    ckpt.save(20, objective, optimizer, None, {"epoch": 0, "position": 20})
+    trained = {n: p.detach().clone() for n, p in objective.named_parameters()
+               if p.requires_grad}
+    export_custom_voice(tiny_model_dir, trained, "joe", index.x_vector(),
+                        voice / "exports" / "joe-step20")
+    return {"voice": voice, "run": run}
+
+
+@pytest.fixture(scope="module")
+def evaluated(trained_run: dict[str, Any]) -> dict[str, Any]:
+    from engine import api
+
+    events: list[Event] = []
+    from engine.quality.evaluate import HELD_OUT_SENTENCES
+
+    result = api.evaluate(trained_run["voice"], checkpoints="all", asr="pocketsphinx",
+                          sentences=HELD_OUT_SENTENCES[:SENTENCES], options=FAST, device="cpu",
+                          on_event=events.append)
+    return {"result": result, "events": events}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def test_evaluation_has_every_voice_and_every_figure_finite(
+        trained_run: dict[str, Any], evaluated: dict[str, Any]) -> None:
+    result = evaluated["result"]
+    out = trained_run["run"] / "evaluation"
+    data = json.loads((out / "evaluation.json").read_text(encoding="utf-8"))
+    labels = [e["label"] for e in data["entries"]]
+    assert labels == ["zero-shot", "step 10", "step 20", "joe-step20"]
+    assert [e["kind"] for e in data["entries"]] == ["zero_shot", "checkpoint", "checkpoint",
+                                                    "custom_voice"]
+    assert data["baseline"]["mode"] in ("x_vector", "in_context")
+    assert len(data["sentences"]) == SENTENCES and data["seed"] == 0
+    assert data["asr"]["backend"] == "pocketsphinx"
+    # the held-out clips are the run's validation clips (never trained on)
+    assert data["reference"]["held_out"] and len(data["reference"]["clips"]) >= 1
+    assert _finite(data["reference"]["words_per_s"])
+    for entry in data["entries"]:
+        assert len(entry["renders"]) == SENTENCES
+        for r in entry["renders"]:
+            assert (out / r["path"]).is_file()
+            for key in ("similarity", "similarity_model", "wer", "words_per_s", "rate_ratio",
+                        "loudness_lufs", "peak_dbfs", "clipped_fraction", "duration_s"):
+                assert _finite(r[key]), (entry["label"], key, r[key])
+            assert -1.0 <= r["similarity"] <= 1.0 and r["wer"] >= 0
+        for key in ("similarity", "similarity_model", "wer", "rate_ratio", "loudness_lufs"):
+            assert _finite(entry["mean"][key]), (entry["label"], key)
+        assert _finite(entry["render_s"]) and _finite(entry["measure_s"])
+    assert data["best"]["label"] in ("step 10", "step 20")
+    assert result["html"].endswith("report.html")
+    assert "best checkpoint: step" in result["summary"]
+
+
+def test_report_has_players_table_and_plots(trained_run: dict[str, Any],
+                                            evaluated: dict[str, Any]) -> None:
+    page = (trained_run["run"] / "evaluation" / "report.html").read_text(encoding="utf-8")
+    assert page.count("<svg") == 3 and "Speaker similarity per checkpoint" in page
+    # every sentence in every voice, plus the reference clips
+    assert page.count("<audio") >= SENTENCES * 4 + 1
+    assert "step 20" in page and "zero-shot" in page and "WER" in page
+    assert "nan" not in page.lower().replace("nant", "")
+
+
+def test_events_carry_per_checkpoint_metrics(evaluated: dict[str, Any]) -> None:
+    events = evaluated["events"]
+    metrics = [e.data for e in events if e.kind == "metric" and e.data.get("split") == "eval"]
+    assert [m["label"] for m in metrics] == ["zero-shot", "step 10", "step 20", "joe-step20"]
+    assert [m["values"].get("step") for m in metrics] == [None, 10, 20, None]
+    for m in metrics:
+        assert _finite(m["values"]["eval/similarity"]) and _finite(m["values"]["eval/wer"])
+    roles = {e.data["role"] for e in events if e.kind == "artifact"}
+    assert {"evaluation", "evaluation_report"} <= roles
+    progress = [e.data for e in events if e.kind == "progress" and e.data["stage"] == "evaluate"]
+    assert progress[-1]["done"] == progress[-1]["total"] == SENTENCES * 4
+
+
+def test_second_evaluation_reuses_measured_renders(trained_run: dict[str, Any],
+                                                   evaluated: dict[str, Any]) -> None:
+    from engine.quality.evaluate import evaluate
+
+    events: list[Event] = []
+    again = evaluate(trained_run["voice"], checkpoints="best", asr="pocketsphinx",
+                     sentences=evaluated["result"]["sentences"], options=FAST, device="cpu",
+                     on_event=events.append)
+    best = evaluated["result"]["best"]["label"]
+    assert [e["label"] for e in again["entries"]] == ["zero-shot", best, "joe-step20"]
+    reused = [e for e in events if e.kind == "log" and "reused" in e.data["message"]]
+    assert len(reused) == 3
+    assert not any(e.kind == "state" and e.data.get("state") == "loading_model" for e in events)
+
+
+def test_cli_evaluate_json_latest(trained_run: dict[str, Any], evaluated: dict[str, Any],
+                                  tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli.main", "--json", "evaluate", str(trained_run["voice"]),
+         "--run", "r1", "--checkpoints", "latest", "--asr", "pocketsphinx", "--max-frames",
+         "10", "--no-export", "--out", str(tmp_path / "ev"), "--sentences", "Hello there.",
+         "--device", "cpu"], capture_output=True, text=True, cwd=root, timeout=300)
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = lines[-1]
+    assert result["event"] == "result"
+    assert [e["label"] for e in result["entries"]] == ["zero-shot", "step 20"]
+    metrics = [x for x in lines if x["event"] == "metric" and x.get("split") == "eval"]
+    assert [m["values"].get("step") for m in metrics] == [None, 20]
+    assert (tmp_path / "ev" / "report.html").is_file()
+
+
+def test_run_without_checkpoint_and_voice_without_run_are_clear(
+        trained_run: dict[str, Any], tmp_path: Path) -> None:
+    from engine.quality.evaluate import evaluate
+
+    voice = copy_voice(trained_run["voice"], tmp_path / "v")
+    import shutil
+
+    shutil.rmtree(voice / "runs")
+    with pytest.raises(WorkspaceError, match="no training run yet"):
+        evaluate(voice, asr="pocketsphinx")
+    (voice / "runs" / "empty").mkdir(parents=True)
+    with pytest.raises(WorkspaceError, match="no complete checkpoint yet") as info:
+        evaluate(voice, run="empty", asr="pocketsphinx")
+    assert info.value.hint
+    with pytest.raises(InputError, match="no run 'nope'"):
+        evaluate(voice, run="nope", asr="pocketsphinx")
+
+
+def test_missing_asr_model_is_one_clear_sentence(trained_run: dict[str, Any]) -> None:
+    from engine.quality.evaluate import evaluate
+
+    with pytest.raises(ModelError, match="not on this machine") as info:
+        evaluate(trained_run["voice"], checkpoints="latest",
+                 asr="Systran/faster-whisper-nonexistent", options=FAST)
+    assert "hf download Systran/faster-whisper-nonexistent" in (info.value.hint or "")
