@@ -58,6 +58,12 @@ def delete_voice(path: PathLike) -> None:
     _delete(path)
 
 
+def _path(path: PathLike) -> Path:
+    from .storage import user_path
+
+    return user_path(path)
+
+
 def _voice(voice: Any) -> Any:
     return voice if hasattr(voice, "list_takes") else open_voice(voice)
 
@@ -76,7 +82,10 @@ def import_files(voice: Any, paths: list[PathLike], transcripts: PathLike | None
     `transcribe` (True or a recognizer spec): speech recognition fills the missing ones."""
     from .audio.importer import import_files as _import
 
-    return _import(_voice(voice), list(paths), transcripts=transcripts, on_event=on_event,
+    # paths as typed: ~ and relative ones (the CLI does the same in engine.cli.main)
+    paths = [_path(p) for p in paths]
+    transcripts = None if transcripts is None else _path(transcripts)
+    return _import(_voice(voice), paths, transcripts=transcripts, on_event=on_event,
                    transcribe=transcribe)
 
 
@@ -90,7 +99,7 @@ def prepare(voice: Any, on_event: EventCallback | Emitter | None = None) -> dict
 def make_tiny_model(out_dir: PathLike, seed: int = 0) -> Path:
     from .model.tiny import make_tiny_model as _make
 
-    return _make(out_dir, seed=seed)
+    return _make(_path(out_dir), seed=seed)
 
 
 def download_model(repo_id: str, on_event: EventCallback | Emitter | None = None) -> Path:
@@ -144,6 +153,7 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,
     from .synth.voice import resolve_source
 
     emitter = as_emitter(on_event)
+    out = _path(out)
     fmt = audio_format(str(out), None)
     source = resolve_source(model_or_voice, checkpoint=checkpoint,
                             reference=None if reference is None else str(reference),

@@ -106,6 +106,27 @@ def test_workspace_paths_are_absolute(tmp_path: Path, monkeypatch: pytest.Monkey
     assert open_voice(v.path).storage is None
 
 
+def test_api_calls_take_paths_as_typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    import soundfile as sf
+
+    from engine import api
+
+    home = tmp_path / "hôme dir"
+    rec = home / "rec ü"
+    rec.mkdir(parents=True)
+    t = np.arange(24000) / 24000.0
+    sf.write(rec / "take 1.wav", (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 24000)
+    (rec / "list.csv").write_text("file,text\ntake 1.wav,A tone.\n", encoding="utf-8")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    voice = api.create_voice("~/voices/é a", speaker="Ea")
+    assert voice.path == home / "voices" / "é a"
+    out = api.import_files("~/voices/é a", ["~/rec ü/"], transcripts="~/rec ü/list.csv")
+    assert len(out["imported"]) == 1, out
+    assert api.open_voice("~/voices/é a").list_takes()[0].text == "A tone."
+
+
 # -- slow: the README walkthrough ------------------------------------------------------------
 
 
