@@ -18,10 +18,11 @@ Here the same weights are called directly:
 - sampling draws only over the top-k candidates, from one random stream per
   row (a chunk sounds the same whatever shares its batch);
 - the end-of-speech check is the only host sync, every `sync_every` frames.
-On CUDA the frame loop runs with static shapes (`_loop_static`) and each frame
-is captured once as a CUDA graph and replayed, which removes the per-kernel
-launch cost that dominates small decoding steps on a GPU. The same static
-frame runs uncaptured on the CPU in the tests.
+On CUDA the frame loop runs with static shapes (`rows.RowBatch`, reused per
+batch shape) and each frame is captured once per attention span as a CUDA
+graph and replayed, which removes the per-kernel launch cost that dominates
+small decoding steps on a GPU. The same static frame runs uncaptured on the
+CPU in the tests, which also check it makes no host sync and no host tensor.
 
 Layer math mirrors the official modules op for op (same RMSNorm, rotary and
 sdpa calls, same grouping of projections), so greedy decoding produces the
@@ -104,6 +105,23 @@ def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
 KV = tuple[torch.Tensor, torch.Tensor]
 
 
+def _grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                       mask: torch.Tensor, scale: float, n_rep: int) -> torch.Tensor:
+    """Masked attention where each K/V head serves `n_rep` query heads, without
+    copying K/V: the query heads of a group become extra query rows of their
+    K/V head (the mask is per key, the same for all of them). Any sdpa
+    backend runs it; `enable_gqa` falls back to repeating K/V on some."""
+    if n_rep == 1:
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
+    b, h, t, d = q.shape
+    folded = q.reshape(b, h // n_rep, n_rep * t, d)
+    if t > 1:
+        mb, _, _, span = mask.shape
+        mask = mask[:, :, None].expand(mb, 1, n_rep, t, span).reshape(mb, 1, n_rep * t, span)
+    out = F.scaled_dot_product_attention(folded, keys, values, attn_mask=mask, scale=scale)
+    return out.view(b, h, t, d)
+
+
 @dataclass(frozen=True)
 class _Layer:
     """One decoder layer's tensors, looked up once (module attribute access is
@@ -162,22 +180,26 @@ class _Stack:
         return [(like.new_zeros(shape), like.new_zeros(shape)) for _ in self.layers]
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: list[KV], start: int | torch.Tensor,
-                mask: torch.Tensor | None, full: bool = False) -> torch.Tensor:
+                cache: list[KV], start: int, mask: torch.Tensor | None, full: bool = False,
+                rows: torch.Tensor | None = None, span: int | None = None) -> torch.Tensor:
         """Run all layers on `h` [B, T, H] written at cache slots start..start+T.
 
         `mask` None: causal over the filled prefix, no padding (the official
         sdpa path with GQA). Otherwise a bool [B, 1, T, S] mask over the first
         S cache slots (S = start+T, or the whole cache when `full`).
-        With `full`, `start` may be a 1-element tensor (static shapes for CUDA
-        graphs: the write position lives on the device).
+        `rows` (static shapes, CUDA graphs): one new position per row, row b
+        written at cache slot rows[b] (a device tensor: each row at its own
+        place, no host value involved); attention then covers the first
+        `span` slots under `mask` [B, 1, 1, span].
         """
         b, t, _ = h.shape
         d = self.head_dim
         cos = cos.unsqueeze(1)
         sin = sin.unsqueeze(1)
-        if isinstance(start, torch.Tensor):
-            slots = start + torch.arange(t, device=start.device)
+        index = None
+        if rows is not None:
+            index = rows.view(b, 1, 1, 1).expand(b, self.kv_heads, 1, d)
+        gqa = self.n_rep > 1
         for w, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
             x = _rms(h, w.in_norm, w.in_eps)
             q = _rms(F.linear(x, w.q, w.q_bias).view(b, t, -1, d), w.q_norm, w.qk_eps)
@@ -187,21 +209,30 @@ class _Stack:
             k = k.transpose(1, 2)
             q = (q * cos) + (_rotate_half(q) * sin)
             k = (k * cos) + (_rotate_half(k) * sin)
-            if isinstance(start, torch.Tensor):
-                k_cache.index_copy_(2, slots, k)
-                v_cache.index_copy_(2, slots, v)
-                span = k_cache.shape[2]
+            if index is not None:
+                k_cache.scatter_(2, index, k)
+                v_cache.scatter_(2, index, v)
+                end = k_cache.shape[2] if span is None else span
             else:
                 end = start + t
                 k_cache[:, :, start:end] = k
                 v_cache[:, :, start:end] = v
-                span = k_cache.shape[2] if full else end
-            keys = k_cache[:, :, :span]
-            values = v_cache[:, :, :span]
+                end = k_cache.shape[2] if full else end
+            keys = k_cache[:, :, :end]
+            values = v_cache[:, :, :end]
             if mask is None:
                 out = F.scaled_dot_product_attention(q, keys, values, scale=self.scaling,
-                                                     is_causal=t > 1, enable_gqa=self.n_rep > 1)
+                                                     is_causal=t > 1, enable_gqa=gqa)
+            elif index is not None:
+                # the talker's long cache: grouped heads read the shared K/V, never a copy
+                out = _grouped_attention(q, keys, values, mask, self.scaling, self.n_rep)
+            elif full:
+                # the predictor's 16-slot cache (folding its queries would change rounding
+                # against the eager loop, and a K/V copy here is tiny)
+                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                     scale=self.scaling, enable_gqa=gqa)
             else:
+                # padded batch: the official sdpa path repeats K/V here (same rounding)
                 out = F.scaled_dot_product_attention(
                     q, _repeat_kv(keys, self.n_rep), _repeat_kv(values, self.n_rep),
                     attn_mask=mask, scale=self.scaling)
@@ -265,6 +296,9 @@ class FastTalker:
         self.p_cos, self.p_sin = _rope_table(self.predictor.model.rotary_emb, PREDICTOR_POSITIONS,
                                              w, axes=1)
         self._t_rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._row_batches: dict[tuple[Any, ...], Any] = {}
+        #: "captured", "failed" (logged) or "off": what the last static call ran
+        self.graph_status = "off"
 
     # -- pieces ------------------------------------------------------------------------
     def _talker_rope(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -353,7 +387,14 @@ class FastTalker:
 
         total = t0 + limit + 1
         cos_t, sin_t = self._talker_rope(total)
-        t_cache = self.t_stack.alloc(batch, total, embeds)
+        rows = None
+        if static:
+            # buffers (and captured graphs) are reused by every call of this shape
+            rows = self.row_batch(batch, total, prefill.trailing.shape[1], limit, settings,
+                                  width)
+            t_cache = rows.t_cache
+        else:
+            t_cache = self.t_stack.alloc(batch, total, embeds)
         p_cache = self.p_stack.alloc(batch, PREDICTOR_POSITIONS, embeds)
 
         pads = torch.tensor([t0 - n for n in prefill.lengths], device=self.device)
@@ -384,15 +425,10 @@ class FastTalker:
 
         trailing = prefill.trailing.to(self.device, self.dtype)
         tts_pad = prefill.tts_pad.to(self.device, self.dtype)
-        if static:
-            if key_valid is None:
-                key_valid = torch.zeros(batch, total, dtype=torch.bool, device=self.device)
-                key_valid[:, :t0] = True
-            state = _StaticState(token=token, past_hidden=past_hidden, seen=seen,
-                                 key_valid=key_valid, pads=pads, t0=t0, trailing=trailing,
-                                 tts_pad=tts_pad, noise=noise, cos=cos_t, sin=sin_t,
-                                 t_cache=t_cache, p_cache=p_cache)
-            return self._loop_static(state, max_frames, settings, streams, width, graphs,
+        if rows is not None:
+            rows.load_rows(slice(None), token, past_hidden, slots[None] >= pads[:, None], pads,
+                           trailing, tts_pad)
+            return self._loop_static(rows, t0, noise, max_frames, settings, streams, graphs,
                                      on_frame, should_stop, on_codes)
         limits = torch.tensor(max_frames, device=self.device)
         codes = torch.zeros(batch, limit, self.groups, dtype=torch.long, device=self.device)
@@ -441,125 +477,58 @@ class FastTalker:
         return [codes[b, : int(lengths[b])] for b in range(batch)]
 
     # -- static shapes (CUDA graphs) -----------------------------------------------------
-    def _loop_static(self, st: _StaticState, max_frames: list[int], settings: DecodeSettings,
-                     streams: RowStreams | None, width: int, graphs: bool,
+    def row_batch(self, batch: int, total: int, trail: int, limit: int,
+                  settings: DecodeSettings, width: int) -> Any:
+        """The cached `RowBatch` for this batch shape (sizes rounded up, so nearby
+        requests share buffers and graphs); the least recently used one is dropped."""
+        from .rows import RowBatch, settings_key
+
+        capacity = -(-total // 256) * 256
+        trail = -(-max(trail, 1) // 64) * 64
+        limit = -(-limit // 128) * 128
+        key = (batch, capacity, trail, limit, width, settings_key(settings))
+        found = self._row_batches.pop(key, None)
+        if found is None:
+            while len(self._row_batches) >= 2:
+                self._row_batches.pop(next(iter(self._row_batches)))
+            found = RowBatch(self, batch, capacity, trail, limit, settings, width)
+        self._row_batches[key] = found
+        return found
+
+    def _loop_static(self, rows: Any, t0: int, pending: torch.Tensor | None,
+                     max_frames: list[int], settings: DecodeSettings,
+                     streams: RowStreams | None, graphs: bool,
                      on_frame: Callable[[int], None] | None,
                      should_stop: Callable[[], bool] | None,
                      on_codes: Callable[[int, torch.Tensor], None] | None = None,
                      ) -> list[torch.Tensor]:
-        """The frame loop with every shape fixed and all state in device buffers.
-
-        One frame (15 predictor passes, sampling, one talker pass) reads and
-        writes only the buffers of `st`, so it can be captured once as a CUDA
-        graph and replayed: the host then launches one graph per frame instead
-        of thousands of kernels, and syncs only every `sync_every` frames.
-        Attention spans the whole preallocated cache with a validity mask.
-        """
-        dev = self.device
-        batch = st.token.shape[0]
+        """The frame loop with every shape fixed and all state in device buffers
+        (`rows.RowBatch`): the host launches one graph per frame instead of
+        thousands of kernels, and syncs only every `sync_every` frames."""
         limit = max(max_frames)
-        pred = self.predictor
-        proj = pred.small_to_mtp_projection
-        head_w = self.talker.codec_head.weight
-        p_embed = pred.model.codec_embedding
-        t_embed = self.talker.model.codec_embedding
-        slot = torch.full((1,), st.t0, dtype=torch.long, device=dev)
-        step = torch.zeros(1, dtype=torch.long, device=dev)
-        last_text = st.trailing.shape[1]
-        trailing = torch.cat((st.trailing, st.tts_pad.expand(batch, 1, -1)), dim=1)
-        rows = torch.arange(batch, device=dev)
-        codes_all = torch.zeros(batch, limit, self.groups, dtype=torch.long, device=dev)
-        # Same random stream use as the eager loop: the predictor of frame f uses
-        # draw f, the codebook-0 choice that ends frame f uses draw f+1.
-        noise = torch.ones(batch, self.groups, width, device=dev)
-        pending = st.noise
-        # predictor: slot j may see slots <= j (stale slots of the last frame are hidden)
-        p_slots = torch.arange(PREDICTOR_POSITIONS, device=dev)
-        p_masks = [(p_slots[None] <= p_slots[:2, None])[None, None]]
-        p_masks += [(p_slots <= j)[None, None, None] for j in range(2, PREDICTOR_POSITIONS)]
-        penalty = settings.repetition_penalty
-        eos = self.eos
-        min_new = settings.min_new_tokens
-
-        def frame() -> None:
-            token = st.token
-            st.seen[rows, token] = True
-            embed0 = t_embed(token[:, None])
-            h = proj(torch.cat((st.past_hidden, embed0), dim=1))
-            codes = [token]
-            embeds = [embed0]
-            start = 0
-            for j in range(self.groups - 1):
-                t = h.shape[1]
-                out = self.p_stack.forward(h, self.p_cos[start:start + t][None],
-                                           self.p_sin[start:start + t][None], st.p_cache,
-                                           start, p_masks[j], full=True)
-                logits = F.linear(out, pred.lm_head[j].weight)[:, -1].to(torch.float32)
-                code = choose(logits, settings.predictor, noise[:, j + 1])
-                codes.append(code)
-                emb = p_embed[j](code[:, None])
-                embeds.append(emb)
-                start += t
-                if j < self.groups - 2:
-                    h = proj(emb)
-            codes_all.index_copy_(1, step, torch.stack(codes, dim=1)[:, None])
-            summed = torch.cat(embeds, dim=1).sum(1, keepdim=True)
-            text = trailing.index_select(1, step.clamp(max=last_text))
-            pos = (slot - st.pads)[:, None]
-            st.key_valid.index_fill_(1, slot, True)
-            hidden = self.t_stack.forward(summed + text, st.cos[pos], st.sin[pos], st.t_cache,
-                                          slot, st.key_valid[:, None, None, :], full=True)
-            scores = F.linear(hidden, head_w)[:, -1].to(torch.float32)
-            if penalty != 1.0:
-                penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
-                scores = torch.where(st.seen, penalised, scores)
-            # frames made so far = step + 1; end-of-speech banned below min_new_tokens
-            early = ((step + 1) < min_new) | (not settings.stop_at_eos)
-            scores[:, eos] = torch.where(early, float("-inf"), scores[:, eos])
-            scores = scores.masked_fill(self.suppress, float("-inf"))
-            st.token.copy_(choose(scores, settings.talker, noise[:, 0]))
-            st.past_hidden.copy_(hidden)
-            slot.add_(1)
-            step.add_(1)
-
-        graph = None
+        noise = rows.noise
         frames = 0
         limits = torch.tensor(max_frames)
         for f in range(limit):
             if should_stop is not None and should_stop():
                 break
-            if f and f % settings.sync_every == 0 and self._static_done(codes_all, f, limits):
+            if f and f % settings.sync_every == 0 and self._static_done(rows.codes, f, limits):
                 break
             if streams is not None and pending is not None:
-                upcoming = streams.draw(self.groups, width)
+                # same random stream use as the eager loop: the predictor of frame f
+                # uses draw f, the codebook-0 choice that ends frame f uses draw f+1
+                upcoming = streams.draw(self.groups, noise.shape[2])
                 noise[:, 1:].copy_(pending[:, 1:], non_blocking=True)
                 noise[:, 0].copy_(upcoming[:, 0], non_blocking=True)
                 pending = upcoming
-            if graphs and graph is None and f >= 2:
-                # two eager frames warmed up every kernel; now record one
-                graph = self._capture(frame)
-                graphs = graph is not None
-            if graph is not None:
-                graph.replay()
-            else:
-                frame()
+            rows.run(rows.span_for(t0 + f), graphs)
             frames = f + 1
             if on_codes is not None:
-                on_codes(f, codes_all[:, f])
+                on_codes(f, rows.codes[:, f])
             if on_frame is not None:
                 on_frame(frames)
-        return self._static_lengths(codes_all, frames, limits)
-
-    def _capture(self, frame: Callable[[], None]) -> Any:
-        try:
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                frame()
-            return graph
-        except RuntimeError:
-            # capture is an optimisation: the same frame runs eagerly instead
-            return None
+        self.graph_status = rows.graph_status if graphs else "off"
+        return [c.clone() for c in self._static_lengths(rows.codes, frames, limits)]
 
     def _static_done(self, codes_all: torch.Tensor, made: int, limits: torch.Tensor) -> bool:
         first = codes_all[:, :made, 0].cpu()
@@ -575,22 +544,3 @@ class FastTalker:
             n = int(hits[0]) if len(hits) else frames
             out.append(codes_all[b, : min(n, int(limits[b]), frames)])
         return out
-
-
-@dataclass
-class _StaticState:
-    """Device buffers one static frame reads and writes in place."""
-
-    token: torch.Tensor
-    past_hidden: torch.Tensor
-    seen: torch.Tensor
-    key_valid: torch.Tensor
-    pads: torch.Tensor
-    t0: int
-    trailing: torch.Tensor
-    tts_pad: torch.Tensor
-    noise: torch.Tensor | None
-    cos: torch.Tensor
-    sin: torch.Tensor
-    t_cache: list[KV]
-    p_cache: list[KV]

@@ -1,0 +1,202 @@
+"""Fixed-shape decoding of a batch of rows, each at its own position.
+
+`RowBatch` holds every buffer one codec frame reads and writes (KV caches,
+current token, write slot, frames made, text still to feed, noise) for `B`
+rows. `frame(span)` advances all rows by one frame with:
+- no host synchronisation and no tensor made from a Python value (checked on
+  the CPU by tests/test_synth_graphs.py with a torch dispatch mode), so it
+  can be captured as a CUDA graph and replayed;
+- per-row write positions (a scatter into the cache, never indexed
+  assignment of a host scalar), so a finished row can be refilled with the
+  next request while the others keep going (continuous batching,
+  engine/synth/batcher.py);
+- attention over the first `span` cache slots only (spans grow in steps of
+  `SPAN_STEP`; one graph per span, captured on first use and cached), with
+  grouped-query attention reading the shared K/V heads, never a copy.
+
+Sampling settings are fixed per batch (part of the cache key); random noise
+is copied in per frame from each row's own generator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .sampling import SamplerSettings, choose
+
+log = logging.getLogger(__name__)
+
+#: attention spans (and captured graphs) grow in steps of this many cache slots
+SPAN_STEP = 64
+PREDICTOR_POSITIONS = 16
+
+
+class RowBatch:
+    """Device state of `batch` rows for one model and one set of decode settings."""
+
+    def __init__(self, fast: Any, batch: int, capacity: int, trail: int, limit: int,
+                 settings: Any, width: int) -> None:
+        self.fast = fast
+        self.batch = batch
+        self.capacity = capacity
+        self.limit = limit
+        self.settings = settings
+        self.width = width
+        dev, dtype = fast.device, fast.dtype
+        hidden = fast.cfg.hidden_size
+        like = torch.zeros(1, device=dev, dtype=dtype)
+        self.t_cache = fast.t_stack.alloc(batch, capacity, like)
+        self.p_cache = fast.p_stack.alloc(batch, PREDICTOR_POSITIONS, like)
+        self.cos, self.sin = fast._talker_rope(capacity)
+        self.token = torch.zeros(batch, dtype=torch.long, device=dev)
+        self.past_hidden = torch.zeros(batch, 1, hidden, dtype=dtype, device=dev)
+        self.seen = torch.zeros(batch, fast.vocab, dtype=torch.bool, device=dev)
+        self.key_valid = torch.zeros(batch, capacity, dtype=torch.bool, device=dev)
+        self.slot = torch.zeros(batch, dtype=torch.long, device=dev)  # next cache write
+        self.base = torch.zeros(batch, dtype=torch.long, device=dev)  # rotary offset (padding)
+        self.step = torch.zeros(batch, dtype=torch.long, device=dev)  # frames made
+        self.trail_cap = trail
+        self.trailing = torch.zeros(batch, trail + 1, hidden, dtype=dtype, device=dev)
+        self.codes = torch.zeros(batch, limit, fast.groups, dtype=torch.long, device=dev)
+        self.noise = torch.ones(batch, fast.groups, max(width, 1), device=dev)
+        # constant index tensors, made once (not inside the captured frame)
+        self.frame_index = torch.arange(fast.groups, device=dev).view(1, 1, -1)
+        p_slots = torch.arange(PREDICTOR_POSITIONS, device=dev)
+        # predictor: slot j may see slots <= j (stale slots of the last frame are hidden)
+        self.p_masks = [(p_slots[None] <= p_slots[:2, None])[None, None]]
+        self.p_masks += [(p_slots <= j)[None, None, None]
+                         for j in range(2, PREDICTOR_POSITIONS)]
+        self.graphs: dict[int, Any] = {}
+        self.graph_status = "off"
+        self._warm: set[int] = set()
+
+    # -- filling rows ------------------------------------------------------------------------
+    def load_rows(self, rows: slice | list[int], token: torch.Tensor, hidden: torch.Tensor,
+                  valid: torch.Tensor, base: torch.Tensor, trailing: torch.Tensor,
+                  tts_pad: torch.Tensor) -> None:
+        """Start `rows` after their prefill (its K/V already in the caches at slots
+        [0, T)): first token, last hidden state, which slots hold real tokens."""
+        t0 = valid.shape[1]
+        self.token[rows] = token
+        self.past_hidden[rows] = hidden
+        self.seen[rows] = False
+        self.key_valid[rows] = False
+        self.key_valid[rows, :t0] = valid
+        self.slot[rows] = t0
+        self.base[rows] = base
+        self.step[rows] = 0
+        self.codes[rows] = 0
+        width = min(trailing.shape[1], self.trail_cap)
+        self.trailing[rows] = tts_pad.to(self.trailing.dtype).view(1, 1, -1)
+        self.trailing[rows, :width] = trailing[:, :width].to(self.trailing.dtype)
+
+    def span_for(self, longest: int) -> int:
+        """The attention span (a multiple of SPAN_STEP) covering slot `longest`."""
+        return min(self.capacity, -(-(longest + 1) // SPAN_STEP) * SPAN_STEP)
+
+    # -- one frame ---------------------------------------------------------------------------
+    def frame(self, span: int) -> None:
+        """Advance every row by one codec frame (capturable: see the module doc)."""
+        fast = self.fast
+        pred = fast.predictor
+        proj = pred.small_to_mtp_projection
+        settings = self.settings
+        token = self.token
+        self.seen.scatter_(1, token[:, None], True)
+        embed0 = fast.talker.model.codec_embedding(token[:, None])
+        h = proj(torch.cat((self.past_hidden, embed0), dim=1))
+        codes = [token]
+        embeds = [embed0]
+        start = 0
+        for j in range(fast.groups - 1):
+            t = h.shape[1]
+            out = fast.p_stack.forward(h, fast.p_cos[start:start + t][None],
+                                       fast.p_sin[start:start + t][None], self.p_cache,
+                                       start, self.p_masks[j], full=True)
+            logits = F.linear(out, pred.lm_head[j].weight)[:, -1].to(torch.float32)
+            code = choose(logits, settings.predictor, self.noise[:, j + 1])
+            codes.append(code)
+            emb = pred.model.codec_embedding[j](code[:, None])
+            embeds.append(emb)
+            start += t
+            if j < fast.groups - 2:
+                h = proj(emb)
+        made = torch.stack(codes, dim=1)[:, None]  # [B, 1, 16]
+        at = self.step.clamp(max=self.limit - 1).view(-1, 1, 1).expand(-1, 1, fast.groups)
+        self.codes.scatter_(1, at, made)
+        summed = torch.cat(embeds, dim=1).sum(1, keepdim=True)
+        text_at = self.step.clamp(max=self.trail_cap).view(-1, 1, 1)
+        text = self.trailing.gather(1, text_at.expand(-1, 1, self.trailing.shape[2]))
+        write = self.slot.clamp(max=self.capacity - 1)
+        pos = (write - self.base)[:, None]
+        self.key_valid.scatter_(1, write[:, None], True)
+        hidden = fast.t_stack.forward(summed + text, self.cos[pos], self.sin[pos], self.t_cache,
+                                      0, self.key_valid[:, None, None, :span], rows=write,
+                                      span=span)
+        scores = F.linear(hidden, fast.talker.codec_head.weight)[:, -1].to(torch.float32)
+        penalty = settings.repetition_penalty
+        if penalty != 1.0:
+            penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
+            scores = torch.where(self.seen, penalised, scores)
+        # frames made so far = step + 1; end-of-speech banned below min_new_tokens
+        ban = (self.step + 1) < settings.min_new_tokens
+        if not settings.stop_at_eos:
+            ban = ban | True
+        eos = fast.eos
+        scores[:, eos] = scores[:, eos].masked_fill(ban, float("-inf"))
+        scores = scores.masked_fill(fast.suppress, float("-inf"))
+        self.token.copy_(choose(scores, settings.talker, self.noise[:, 0]))
+        self.past_hidden.copy_(hidden)
+        self.slot.add_(1)
+        self.step.add_(1)
+
+    def run(self, span: int, graphs: bool) -> None:
+        """One frame: replay the graph of this span (captured on its second use, after
+        one eager warm-up frame), or run it eagerly."""
+        if not graphs:
+            self.frame(span)
+            return
+        graph = self.graphs.get(span)
+        if graph is not None:
+            graph.replay()
+            return
+        if span not in self._warm:
+            self._warm.add(span)
+            self.frame(span)
+            return
+        graph = _capture(lambda: self.frame(span))
+        if graph is None:
+            self.graph_status = "failed"
+            self.frame(span)
+            return
+        self.graphs[span] = graph
+        self.graph_status = "captured"
+        # the capture recorded the frame without running it
+        graph.replay()
+
+
+def _capture(frame: Callable[[], None]) -> Any:
+    try:
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            frame()
+        return graph
+    except RuntimeError as exc:
+        # capture is an optimisation: the same frame runs eagerly instead, and the
+        # reason is logged (the bench prints graph_status)
+        log.warning("CUDA graph capture failed, running frames eagerly: %s", exc)
+        return None
+
+
+def settings_key(settings: Any) -> tuple[Any, ...]:
+    def one(s: SamplerSettings) -> tuple[Any, ...]:
+        return (s.do_sample, s.temperature, s.top_k, s.top_p)
+
+    return (one(settings.talker), one(settings.predictor), settings.repetition_penalty,
+            settings.min_new_tokens, settings.stop_at_eos)
