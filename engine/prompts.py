@@ -119,6 +119,20 @@ def get_prompt_set(name: str, folder: Path | None = None) -> PromptSet:
     raise InputError(f"There is no prompt set named {name!r} (available: {names}).")
 
 
+def languages_with_prompts(folder: Path | None = None) -> list[str]:
+    """The languages some bundled prompt set is written in (what a new voice may choose)."""
+    return sorted({ps.language.strip().lower() for ps in list_prompt_sets(folder)
+                   if ps.language.strip() and len(ps)})
+
+
+def prompt_set_for_language(language: str, folder: Path | None = None) -> str | None:
+    """The name of the prompt set for a language (its own name first), or None."""
+    lang = language.strip().lower()
+    sets = [ps for ps in list_prompt_sets(folder) if ps.language.strip().lower() == lang]
+    sets.sort(key=lambda ps: ps.name != lang)
+    return sets[0].name if sets else None
+
+
 def recorded_prompt_ids(voice: Voice) -> set[str]:
     return {t.prompt_id for t in voice.list_takes() if t.prompt_id}
 

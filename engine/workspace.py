@@ -561,8 +561,15 @@ def _check_language(language: str) -> str:
 
 
 def create_voice(path: str | os.PathLike[str], speaker: str, language: str = "english",
-                 prompt_set: str = "english") -> Voice:
-    """Make a new voice folder. The folder must not exist or be empty."""
+                 prompt_set: str | None = None) -> Voice:
+    """Make a new voice folder. The folder must not exist or be empty.
+
+    The prompts to read are the set written in the voice's language, else English.
+    """
+    if prompt_set is None:
+        from .prompts import prompt_set_for_language
+
+        prompt_set = prompt_set_for_language(language) or "english"
     root = voice_root(path)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         if (root / VOICE_FILE).exists():

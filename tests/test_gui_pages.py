@@ -503,3 +503,18 @@ def test_a_voice_folder_argument_opens_that_voice(qtbot, window: MainWindow,
     assert window.ctx.workspace == other.resolve().parent
     assert not window.open_path(tmp_path / "no-such-voice")
     assert "not a voice folder" in window.statusBar().currentMessage()
+
+
+def test_new_voice_offers_languages_with_prompts_and_records_in_them(
+        qtbot, window: MainWindow, workspace: Path) -> None:
+    page = window.show_page(VoicesPage)
+    dlg = page.new_voice()
+    items = [dlg.language.itemText(i) for i in range(dlg.language.count())]
+    assert items == ["English", "French", "German"] and dlg.language.currentText() == "English"
+    dlg.speaker.setText("Greta")
+    dlg.language.setCurrentText("German")
+    with qtbot.waitSignal(window.ctx.voice_changed, timeout=30000):
+        dlg.buttons.button(dlg.buttons.StandardButton.Ok).click()
+    record = window.show_page(RecordPage)
+    qtbot.waitUntil(lambda: record.prompt is not None, timeout=10000)
+    assert record.prompt.id == "al-001" and record.prompts.set_name == "german"

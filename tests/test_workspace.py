@@ -275,3 +275,21 @@ def test_open_sweeps_what_a_killed_import_left(tmp_path: Path) -> None:
     assert take.extra["recovered"]
     # swept once: opening again changes nothing
     assert again.sweep() == {"recovered": [], "removed": []}
+
+
+def test_every_offered_language_has_its_own_prompt_set(tmp_path: Path) -> None:
+    from engine.prompts import languages_with_prompts, prompt_set_for_language
+
+    langs = languages_with_prompts()
+    assert langs == ["english", "french", "german"]
+    for lang in langs:
+        ps = next(p for p in list_prompt_sets() if p.name == prompt_set_for_language(lang))
+        assert ps.language == lang and len(ps) >= 100
+        assert len({p.text for p in ps.prompts}) == len(ps)  # no sentence twice
+    german = create_voice(tmp_path / "g", "Greta", language="german")
+    assert german.prompt_set == "german"
+    first = next_prompt(german)
+    assert first is not None and first.id == "al-001" and "Wasserkocher" in first.text
+    # a language without its own set still records, from the English one
+    assert create_voice(tmp_path / "j", "Jun", language="japanese").prompt_set == "english"
+    assert prompt_set_for_language("japanese") is None

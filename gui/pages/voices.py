@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceEntry, VoiceSnapshot
+from engine.errors import VoxshardError
 
 from ..context import AppContext
 from ..jobs import EngineJob
@@ -34,8 +35,23 @@ from .base import Page
 
 _SAFE = re.compile(r"[^\w\- .]+", re.UNICODE)
 
-LANGUAGES = ["English", "Chinese", "Japanese", "Korean", "German", "French", "Russian",
-             "Portuguese", "Spanish", "Italian"]
+
+
+def offered_languages() -> list[str]:
+    """Languages a new voice can be recorded in: those with a bundled prompt set.
+
+    Qwen3-TTS speaks ten languages, but recording needs sentences to read; a
+    language without a prompt set would leave the Record page with nothing
+    to show (imported audio works in any language: the language list grows
+    with the prompt sets in assets/prompts/).
+    """
+    from engine.prompts import languages_with_prompts
+
+    try:
+        found = languages_with_prompts()
+    except VoxshardError:
+        found = []
+    return [lang.capitalize() for lang in found] or ["English"]
 
 
 def folder_name_for(speaker: str) -> str:
@@ -53,10 +69,12 @@ class NewVoiceDialog(QDialog):
         self.speaker = QLineEdit()
         self.speaker.setPlaceholderText("e.g. Ada")
         self.language = QComboBox()
-        self.language.addItems(LANGUAGES)
+        self.language.addItems(offered_languages())
+        self.language.setCurrentText("English")
         form.addRow("Speaker name", self.speaker)
         form.addRow("Language", self.language)
-        hint = QLabel("The speaker name is what the exported model answers to.")
+        hint = QLabel("The speaker name is what the exported model answers to. "
+                      "The language decides the sentences the Record page offers.")
         hint.setObjectName("Muted")
         hint.setWordWrap(True)
         form.addRow(hint)
