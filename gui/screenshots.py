@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     def settle() -> None:
+        # pages fill from the background reader: wait for its reads, then paint
+        while window.ctx.reader.busy:
+            app.processEvents()
         for _ in range(20):
             app.processEvents()
 

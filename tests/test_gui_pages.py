@@ -518,3 +518,29 @@ def test_new_voice_offers_languages_with_prompts_and_records_in_them(
     record = window.show_page(RecordPage)
     qtbot.waitUntil(lambda: record.prompt is not None, timeout=10000)
     assert record.prompt.id == "al-001" and record.prompts.set_name == "german"
+
+
+def test_import_table_sorts_by_a_column_and_the_selection_follows(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    from engine.workspace import open_voice
+
+    v = open_voice(voice)
+    for seconds, text in ((0.3, "Bravo long"), (0.1, "Alpha short"), (0.2, "Charlie mid")):
+        v.add_take(np.full(int(24000 * seconds), 0.1, dtype=np.float32), text,
+                   sample_rate=24000)
+    window.ctx.set_voice(voice)
+    page = window.show_page(ImportPage)
+    qtbot.waitUntil(lambda: page.model.rowCount() == 3, timeout=10000)
+
+    def shown() -> list[str]:
+        return [page.proxy.index(r, 4).data() for r in range(page.proxy.rowCount())]
+
+    page.table.sortByColumn(3, Qt.SortOrder.DescendingOrder)  # Length, longest first
+    assert shown() == ["Bravo long", "Charlie mid", "Alpha short"]
+    page.table.selectRow(2)
+    assert page.selected_take().text == "Alpha short"
+    page.table.sortByColumn(4, Qt.SortOrder.AscendingOrder)  # Transcript
+    assert shown() == ["Alpha short", "Bravo long", "Charlie mid"]
+    assert page.selected_take().text == "Alpha short"  # the selection moved with its take
+    page.search.setText("mid")
+    assert shown() == ["Charlie mid"]
