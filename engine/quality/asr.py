@@ -293,14 +293,13 @@ class TransformersWhisperRecognizer:
     def _words(self, ids: Any, times: Any, offset_s: float) -> list[Word]:
         """Words from token timestamps: a token starting with a space starts a word."""
         tok = self._processor.tokenizer
-        special = set(tok.all_special_ids)
         out: list[Word] = []
         current, start, end = "", 0.0, 0.0
         pairs = [(int(i), float(t)) for i, t in zip(ids.tolist(), times.tolist(), strict=False)]
         for k, (i, t) in enumerate(pairs):
-            if i in special:
-                continue
-            piece = tok.decode([i])
+            piece = tok.decode([i], skip_special_tokens=True)
+            if not piece:
+                continue  # start of transcript, language, task, timestamps
             t_end = pairs[k + 1][1] if k + 1 < len(pairs) else t
             if piece.startswith(" ") and current:
                 out.append(Word(current.strip(), offset_s + start, offset_s + end))
