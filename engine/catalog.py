@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import VoxshardError
 from .train.checkpoint import list_checkpoints, step_of
-from .workspace import VOICE_FILE, Voice, open_voice
+from .workspace import VOICE_FILE, TakeCache, Voice, open_voice
 from .workspace import list_voices as _voice_folders
 
 PREPARED_REPORT = "report.json"
@@ -378,12 +378,17 @@ class VoiceSnapshot:
         }
 
 
-def snapshot(voice: str | os.PathLike[str]) -> VoiceSnapshot:
-    """Read a whole voice. Raises WorkspaceError when the folder is not a voice."""
+def snapshot(voice: str | os.PathLike[str], take_cache: TakeCache | None = None
+             ) -> VoiceSnapshot:
+    """Read a whole voice. Raises WorkspaceError when the folder is not a voice.
+
+    `take_cache` (see `Voice.scan`) makes a re-read of a big voice cost one
+    stat per take instead of one JSON parse per take.
+    """
     read_at = time.time_ns()
     sig = change_signature(voice)  # first: a change during the read makes the next one differ
     v = open_voice(voice)
-    takes, problems = v.scan()
+    takes, problems = v.scan(take_cache)
     summary = v.summary((takes, problems))
     clips = prepared_clips(v.path)
     report = quality_report(v.path)

@@ -162,6 +162,10 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+#: sidecar file name -> ((mtime_ns, size), Take): what `Voice.scan` need not read again
+TakeCache = dict[str, tuple[tuple[int, int], Take]]
+
+
 # --- the voice ----------------------------------------------------------------------------
 
 class Voice:
@@ -354,18 +358,38 @@ class Voice:
         """Takes whose metadata is damaged or whose audio is missing."""
         return self._scan()[1]
 
-    def scan(self) -> tuple[list[Take], list[dict[str, str]]]:
-        """Takes and problems from one pass over takes/ (a reader needs both)."""
-        return self._scan()
+    def scan(self, cache: TakeCache | None = None) -> tuple[list[Take], list[dict[str, str]]]:
+        """Takes and problems from one pass over takes/ (a reader needs both).
 
-    def _scan(self) -> tuple[list[Take], list[dict[str, str]]]:
+        With a `cache` (kept by the caller between scans of this voice), a
+        sidecar whose size and time are unchanged is not read again.
+        """
+        return self._scan(cache)
+
+    def _scan(self, cache: TakeCache | None = None
+              ) -> tuple[list[Take], list[dict[str, str]]]:
         takes: list[Take] = []
         bad: list[dict[str, str]] = []
         if not self.takes_dir.is_dir():
             return takes, bad
-        for meta in sorted(self.takes_dir.glob("*.json")):
+        fresh: TakeCache = {}
+        # trusted only when older than a clock tick or two: a same-size rewrite in the
+        # same tick keeps size and time (git's "racily clean" rule)
+        settled_ns = _dt.datetime.now().timestamp() * 1e9 - 2e9
+        for meta in sorted(self.takes_dir.glob("*.json"), key=lambda p: p.name):
             try:
-                take = Take.from_meta(meta)
+                if cache is None:
+                    take = Take.from_meta(meta)
+                else:
+                    st = meta.stat()
+                    stamp = (st.st_mtime_ns, st.st_size)
+                    hit = cache.get(meta.name)
+                    take = hit[1] if hit is not None and hit[0] == stamp \
+                        else Take.from_meta(meta)
+                    if st.st_mtime_ns < settled_ns:
+                        fresh[meta.name] = (stamp, take)
+            except FileNotFoundError:
+                continue  # deleted while scanning
             except WorkspaceError as exc:
                 bad.append({"take": meta.stem, "code": "damaged_metadata", "reason": exc.message})
                 continue
@@ -375,6 +399,9 @@ class Voice:
                 continue
             takes.append(take)
         takes.sort(key=_take_sort_key)
+        if cache is not None:
+            cache.clear()  # deleted takes leave it too
+            cache.update(fresh)
         return takes, bad
 
     def sweep(self, stale_after_s: float = STALE_AFTER_S) -> dict[str, list[str]]:

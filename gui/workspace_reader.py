@@ -18,6 +18,7 @@ from PySide6.QtCore import QFileSystemWatcher, QObject, QRunnable, QThreadPool, 
 
 from engine import catalog
 from engine.errors import VoxshardError
+from engine.workspace import TakeCache
 
 #: folders of a voice whose own change (a file added, renamed or removed) means a re-read
 WATCHED = ("", "takes", "prepared", "runs", "exports", "renders")
@@ -61,6 +62,7 @@ class WorkspaceReader(QObject):
         self._relay.done.connect(self._done)
         self._cache: dict[Path, catalog.VoiceSnapshot] = {}
         self._voices: dict[Path, list[catalog.VoiceEntry]] = {}
+        self._take_caches: dict[Path, TakeCache] = {}
         self._inflight: set[tuple[str, Path]] = set()
         self._again: set[tuple[str, Path]] = set()
         self._closed = False
@@ -90,11 +92,13 @@ class WorkspaceReader(QObject):
     def load_voice(self, voice: Path) -> None:
         """Check a voice in the background; `voice_loaded` follows when it is new or changed."""
         old = self._cache.get(voice)
+        # the pool thread alone uses it: one read per voice runs at a time
+        takes = self._take_caches.setdefault(voice, {})
 
         def work() -> catalog.VoiceSnapshot | None:
             if old is not None and catalog.is_current(old):
                 return None  # unchanged: the cached snapshot stands
-            return catalog.snapshot(voice)
+            return catalog.snapshot(voice, takes)
 
         self._submit(("voice", voice), work)
 
@@ -166,6 +170,8 @@ class WorkspaceReader(QObject):
     def forget(self, voice: Path) -> None:
         """Drop a voice from the cache (deleted or renamed)."""
         self._cache.pop(voice, None)
+        if ("voice", voice) not in self._inflight:
+            self._take_caches.pop(voice, None)
 
     def shutdown(self) -> None:
         """Stop watching and wait for reads in progress (each is short); idempotent."""

@@ -135,3 +135,22 @@ def test_a_snapshot_knows_when_the_disk_changed(tmp_path: Path) -> None:
     assert catalog.is_current(snap) and snap.summary["takes"] == 1
     (voice.path / "renders" / "x.wav").write_bytes(b"")
     assert not catalog.is_current(snap)
+
+
+def test_a_rescan_reads_only_the_sidecars_that_changed(tmp_path: Path) -> None:
+    voice = create_voice(tmp_path / "ada", "Ada")
+    for text in ("One.", "Two.", "Three."):
+        voice.add_take(np.full(2400, 0.1, dtype=np.float32), text, sample_rate=24000)
+    _age(voice.path, 60)
+    cache: dict = {}
+    first, _ = voice.scan(cache)
+    again, _ = voice.scan(cache)
+    assert len(cache) == 3 and all(a is b for a, b in zip(first, again, strict=True))
+    voice.set_take_text(first[1].id, "Two, corrected.")
+    voice.delete_take(first[2].id)
+    after, _ = voice.scan(cache)
+    assert [t.text for t in after] == ["One.", "Two, corrected."]
+    assert after[0] is first[0]  # untouched: not read again
+    assert set(cache) == {f"{first[0].id}.json"}  # the fresh write is not trusted yet
+    snap = catalog.snapshot(voice.path, cache)
+    assert [t.text for t in snap.takes] == ["One.", "Two, corrected."]

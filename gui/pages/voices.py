@@ -310,6 +310,7 @@ class VoicesPage(Page):
         except OSError as exc:
             show_error(self, "Cannot rename", f"Renaming failed: {exc.strerror or exc}.")
             return None
+        self.ctx.reader.forget(voice)
         self.ctx.voice = None  # force the change signal
         self.ctx.set_voice(target)
         self.refresh()
@@ -332,6 +333,7 @@ class VoicesPage(Page):
         )
 
     def delete_voice(self, voice: Path) -> None:
+        self.ctx.reader.forget(voice)
         if not QFile.moveToTrash(str(voice)):
             shutil.rmtree(voice, ignore_errors=True)
         if voice.exists():
