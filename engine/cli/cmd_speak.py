@@ -155,7 +155,7 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     # events go through the CLI's own writer: with --json that is the reserved
     # stdout stream, which library prints cannot corrupt
     served = serve(sys.stdin, emitter.callback, device=args.device, dtype=args.dtype,
-                   first_load=first)
+                   first_load=first, watch_parent=True, rows=args.rows)
     return {"served": served, "summary": f"Served {served} request(s)."}
 
 
@@ -235,3 +235,5 @@ def register(sub: Any) -> None:
     p.add_argument("--device")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
     p.add_argument("--base")
+    p.add_argument("--rows", type=int, default=8,
+                   help="chunks generated together across requests (default 8)")

@@ -4,28 +4,36 @@ The GUI keeps one `voxshard-engine serve-speech` process warm and talks JSON
 lines to it. Requests (stdin), one object per line:
 
     {"op": "load", "id": "l1", "voice": "PATH", "checkpoint": null,
-     "reference": null, "base": null, "speaker": null}
+     "reference": null, "reference_text": null, "base": null, "speaker": null}
     {"op": "speak", "id": "r1", "text": "...", "out": "PATH.wav",
      "format": null, "options": {"seed": 1, "temperature": 0.8}, "stream": false}
-
-With "stream": true each chunk is also written as PATH.partNN.wav the moment
-it is ready (artifact event, role "speech_chunk"), so playback can start
-while later chunks are still being generated.
-    {"op": "cancel", "id": "r1"}          (queued or running; no id: the running one)
+    {"op": "cancel", "id": "r1"}          (queued or running; no id: every running one)
     {"op": "ping", "id": "p"}
-    {"op": "shutdown"}
+    {"op": "shutdown"}                    (finish what was asked, then exit)
 
-Every event the worker writes (stdout, with --json) is an engine event (see events.py)
-with a "request" field naming the request it belongs to; each request ends
-with exactly one "result" or "error" event. A cancelled speak request ends
-with an error of code "cancelled" when no chunk was finished, otherwise with
-a result (`"cancelled": true`) whose file holds the finished chunks. Requests run one at a time in
-order; reading continues meanwhile, so cancel takes effect within one frame.
+Speak requests from any number of clients are batched together
+(`batcher.ContinuousBatcher`): each chunk is a row of one batch, and a row that
+finishes is refilled with the next waiting chunk at once. With "stream": true
+the file grows as the audio is generated (artifact role "speech_partial");
+such a request runs on its own, after the batch drains.
+
+Every event the worker writes (stdout, with --json) is an engine event (see
+events.py) with a "request" field naming the request it belongs to; each
+request ends with exactly one "result" or "error" event. A request id still
+queued or running cannot be used again (error code "input"). A cancelled
+speak request ends with an error of code "cancelled" when no chunk was
+finished, otherwise with a result (`"cancelled": true`) whose file holds the
+finished chunks. A load that fails leaves no voice loaded: later speak
+requests fail until a load succeeds, never speaking with the previous voice.
+Loads wait for the speech already asked of the previous voice. When the
+client goes away (stdin closes, or stdout breaks) the worker cancels
+everything and exits.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -34,7 +42,8 @@ from typing import Any, TextIO
 
 from ..errors import Cancelled, InputError, VoxshardError
 from ..events import Emitter, Event
-from .options import SpeakOptions
+from .batcher import BatchRequest, ContinuousBatcher
+from .options import SpeakOptions, audio_format
 from .voice import resolve_source
 
 _STOP = object()
@@ -44,21 +53,26 @@ _STOP = object()
 class _Job:
     request: dict[str, Any]
     cancel: threading.Event = field(default_factory=threading.Event)
+    running: bool = False
+    batched: bool = False
 
 
 class SpeechWorker:
     """Serve requests on a background thread; `events(Event)` receives everything."""
 
     def __init__(self, events: Callable[[Event], None], device: str | None = None,
-                 dtype: Any = None) -> None:
+                 dtype: Any = None, rows: int = 8) -> None:
         self._events = events
         self._device = device
         self._dtype = dtype
+        self._rows = rows
         self._queue: queue.Queue[Any] = queue.Queue()
         self._jobs: dict[str, _Job] = {}
         self._current: _Job | None = None
         self._lock = threading.Lock()
         self._synth: Any = None
+        self._batcher: Any = None
+        self._load_error: str | None = None
         self._thread = threading.Thread(target=self._run, name="speech-worker", daemon=True)
         self.served = 0
 
@@ -70,7 +84,7 @@ class SpeechWorker:
     def submit(self, request: dict[str, Any]) -> None:
         """Queue a request (load/speak/ping); handle cancel and shutdown at once."""
         op = request.get("op")
-        rid = str(request.get("id", ""))
+        rid = str(request.get("id", "") or "")
         if op == "cancel":
             self.cancel(rid or None)
             return
@@ -84,20 +98,44 @@ class SpeechWorker:
             return
         job = _Job(request)
         with self._lock:
-            if rid:
-                self._jobs[rid] = job
+            if rid and rid in self._jobs:
+                duplicate = True
+            else:
+                duplicate = False
+                if rid:
+                    self._jobs[rid] = job
+        if duplicate:
+            # not "request": rid, which would look like the end of the running one
+            self._events(Event("error", {"request": "", "duplicate_of": rid, "code": "input",
+                                         "message": f"The request id {rid!r} is already queued "
+                                                    "or running; this request was refused.",
+                                         "hint": "Give every request its own id."}))
+            return
         self._queue.put(job)
 
     def cancel(self, rid: str | None = None) -> bool:
         with self._lock:
-            job = self._jobs.get(rid) if rid else self._current
-        if job is None:
-            return False
-        job.cancel.set()
-        return True
+            jobs = ([self._jobs[rid]] if rid and rid in self._jobs
+                    else [] if rid else [j for j in self._jobs.values() if j.running])
+        for job in jobs:
+            job.cancel.set()
+            if self._batcher is not None and job.batched:
+                self._batcher.cancel(str(job.request.get("id", "")))
+        return bool(jobs)
 
-    def close(self, timeout: float | None = None) -> None:
-        """Finish the queued requests, then stop the thread."""
+    def cancel_all(self) -> None:
+        """Cancel every queued and running request, keeping nothing (the client is gone)."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            job.cancel.set()
+            if self._batcher is not None and job.batched:
+                self._batcher.cancel(str(job.request.get("id", "")), discard=True)
+
+    def close(self, timeout: float | None = None, cancel: bool = False) -> None:
+        """Finish the queued requests (or cancel them all: the client is gone), then stop."""
+        if cancel:
+            self.cancel_all()
         self._queue.put(_STOP)
         self._thread.join(timeout)
 
@@ -108,62 +146,95 @@ class SpeechWorker:
 
         return Emitter(forward)
 
+    def _end(self, job: _Job, result: dict[str, Any] | None,
+             exc: BaseException | None) -> None:
+        rid = str(job.request.get("id", "") or "")
+        emitter = self._emitter(rid)
+        if isinstance(exc, VoxshardError):
+            emitter.emit("error", code=exc.code, message=exc.message, hint=exc.hint)
+        elif exc is not None:  # a bug: report it and keep serving
+            emitter.emit("error", code="internal",
+                         message=f"Internal error: {type(exc).__name__}: {exc}",
+                         hint="Report this with the request that caused it.")
+        else:
+            emitter.emit("result", **(result or {}))
+        with self._lock:
+            if self._jobs.get(rid) is job:
+                self._jobs.pop(rid, None)
+            self.served += 1
+
     def _run(self) -> None:
         while True:
             job = self._queue.get()
             if job is _STOP:
+                if self._batcher is not None:
+                    self._batcher.close()
                 return
             rid = str(job.request.get("id", ""))
             emitter = self._emitter(rid)
-            with self._lock:
-                self._current = job
+            job.running = True
             try:
                 if job.cancel.is_set():
                     raise Cancelled()
-                result = self._handle(job, emitter)
-                emitter.emit("result", **result)
-            except VoxshardError as exc:
-                emitter.emit("error", code=exc.code, message=exc.message, hint=exc.hint)
-            except Exception as exc:  # a bug: report it and keep serving
-                emitter.emit("error", code="internal",
-                             message=f"Internal error: {type(exc).__name__}: {exc}",
-                             hint="Report this with the request that caused it.")
-            finally:
-                with self._lock:
-                    self._current = None
-                    self._jobs.pop(rid, None)
-                self.served += 1
+                if self._handle(job, emitter):
+                    continue  # the batcher ends it
+                raise AssertionError("unreachable")
+            except _Done as done:
+                self._end(job, done.result, None)
+            except BaseException as exc:
+                self._end(job, None, exc)
 
-    def _handle(self, job: _Job, emitter: Emitter) -> dict[str, Any]:
+    def _drain(self) -> None:
+        if self._batcher is not None:
+            self._batcher.wait_idle()
+
+    def _handle(self, job: _Job, emitter: Emitter) -> bool:
         from .synthesizer import Synthesizer
 
         req = job.request
         op = req["op"]
         if op == "ping":
-            return {"pong": True, "loaded": self._synth is not None}
+            raise _Done({"pong": True, "loaded": self._synth is not None,
+                         "batching": None if self._batcher is None else {
+                             "rows": self._batcher.size, "refills": self._batcher.refills,
+                             "frames": self._batcher.frames_run}})
         if op == "load":
             voice = req.get("voice")
             if not voice:
                 raise InputError("The load request has no voice.", "Add \"voice\": PATH.")
-            source = resolve_source(voice, checkpoint=req.get("checkpoint"),
-                                    reference=req.get("reference"), speaker=req.get("speaker"),
-                                    base=req.get("base"),
-                                    reference_text=req.get("reference_text"),
-                                    x_vector_only=bool(req.get("x_vector_only", False)))
-            same_base = (self._synth is not None and source.kind != "custom_voice"
-                         and self._synth.source.kind != "custom_voice"
-                         and source.model_dir == self._synth.source.model_dir)
-            if same_base:
-                # checkpoint <-> checkpoint <-> zero-shot on one base: swap in place
-                self._synth.use_source(source, on_event=emitter)
-            else:
-                self._synth = None  # free the old model before loading the next
-                self._synth = Synthesizer.load(source, device=self._device, dtype=self._dtype,
-                                               on_event=emitter)
-            return {"loaded": source.to_dict(), "languages": ["auto", *self._synth.languages],
-                    "summary": f"Loaded {source.label}"}
+            self._drain()  # speech asked of the previous voice is finished with it
+            try:
+                source = resolve_source(voice, checkpoint=req.get("checkpoint"),
+                                        reference=req.get("reference"),
+                                        speaker=req.get("speaker"), base=req.get("base"),
+                                        reference_text=req.get("reference_text"),
+                                        x_vector_only=bool(req.get("x_vector_only", False)))
+                same_base = (self._synth is not None and source.kind != "custom_voice"
+                             and self._synth.source.kind != "custom_voice"
+                             and source.model_dir == self._synth.source.model_dir)
+                if same_base:
+                    # checkpoint <-> checkpoint <-> zero-shot on one base: swap in place
+                    self._synth.use_source(source, on_event=emitter)
+                else:
+                    self._drop_voice()  # free the old model before loading the next
+                    self._synth = Synthesizer.load(source, device=self._device,
+                                                   dtype=self._dtype, on_event=emitter)
+            except BaseException as exc:
+                # never let the previous voice answer requests meant for this one
+                self._drop_voice()
+                self._load_error = getattr(exc, "message", None) or str(exc)
+                raise
+            self._load_error = None
+            self._batcher = ContinuousBatcher(self._synth, rows=self._rows)
+            raise _Done({"loaded": source.to_dict(),
+                         "languages": ["auto", *self._synth.languages],
+                         "summary": f"Loaded {source.label}"})
         # speak
         if self._synth is None:
+            if self._load_error:
+                raise InputError(f"No voice is loaded: the last load failed "
+                                 f"({self._load_error.rstrip('.')}).",
+                                 "Send a load request that succeeds.")
             raise InputError("No voice is loaded.", "Send a load request first.")
         text = req.get("text")
         out = req.get("out")
@@ -172,28 +243,86 @@ class SpeechWorker:
         if not out:
             raise InputError("The speak request has no output path.", "Add \"out\": PATH.")
         options = SpeakOptions.from_dict(dict(req.get("options") or {}))
-        result: dict[str, Any] = self._synth.speak_to_file(
-            text, out, options, req.get("format"), emitter, job.cancel,
-            stream=bool(req.get("stream", False)))
-        return result
+        fmt = audio_format(str(out), req.get("format"))
+        if req.get("stream"):
+            self._drain()
+            raise _Done(self._synth.speak_to_file(text, out, options, fmt, emitter, job.cancel,
+                                                  stream=True))
+        from .text import split_text
+
+        split_text(text, options.chunk_chars)  # bad text fails now, in order
+        self._synth._language_id(options.language)
+        job.batched = True
+        self._batcher.submit(BatchRequest(
+            rid=str(req.get("id", "")), text=text, out=str(out), fmt=fmt, options=options,
+            emitter=emitter, done=lambda result, exc, job=job: self._end(job, result, exc)))
+        if job.cancel.is_set():
+            self._batcher.cancel(str(req.get("id", "")))
+        return True
+
+    def _drop_voice(self) -> None:
+        if self._batcher is not None:
+            self._batcher.close(cancel=True)
+        self._batcher = None
+        self._synth = None
+
+
+class _Done(Exception):
+    """A request's normal end, carried out of `_handle` with its result."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__()
+        self.result = result
 
 
 def serve(stdin: TextIO, sink: Callable[[Event], None], device: str | None = None,
-          dtype: Any = None, first_load: dict[str, Any] | None = None) -> int:
+          dtype: Any = None, first_load: dict[str, Any] | None = None,
+          watch_parent: bool = False, rows: int = 8) -> int:
     """Run the JSON-lines protocol until stdin closes or a shutdown request; returns
     how many requests were served. `sink` receives every event (the CLI passes
-    its `--json` writer, which owns the real stdout)."""
+    its `--json` writer, which owns the real stdout).
+
+    Stdin closing finishes what was asked, then exits. The client being gone
+    (its end of stdout broken, or with `watch_parent` the parent process
+    dead) cancels everything at once and exits."""
     write_lock = threading.Lock()
+    gone = threading.Event()
+    holder: list[SpeechWorker] = []
+
+    def client_gone() -> None:
+        if not gone.is_set():
+            gone.set()
+            if holder:
+                holder[0].cancel_all()
 
     def write(event: Event) -> None:
-        with write_lock:
-            sink(event)
+        if gone.is_set():
+            return
+        try:
+            with write_lock:
+                sink(event)
+        except (BrokenPipeError, ValueError, OSError):
+            client_gone()
 
-    worker = SpeechWorker(write, device=device, dtype=dtype).start()
+    worker = SpeechWorker(write, device=device, dtype=dtype, rows=rows).start()
+    holder.append(worker)
+    if watch_parent:
+        parent = os.getppid()
+
+        def watch() -> None:
+            while not gone.wait(1.0):
+                if os.getppid() != parent:
+                    client_gone()
+                    worker.close(timeout=30, cancel=True)
+                    os._exit(0)  # stdin may never close: nobody is left to read us
+
+        threading.Thread(target=watch, name="speech-parent-watch", daemon=True).start()
     write(Event("state", {"state": "ready", "request": ""}))
     if first_load:
         worker.submit(first_load)
     for line in stdin:
+        if gone.is_set():
+            break
         line = line.strip()
         if not line:
             continue
@@ -209,5 +338,5 @@ def serve(stdin: TextIO, sink: Callable[[Event], None], device: str | None = Non
         worker.submit(request)
         if request.get("op") == "shutdown":
             break
-    worker.close()
+    worker.close(cancel=gone.is_set())
     return worker.served

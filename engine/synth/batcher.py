@@ -1,0 +1,358 @@
+"""Continuous batching for the warm worker: many requests share one batch.
+
+Each speak request is split into chunks (one row each). A fixed number of
+rows (`RowBatch`) advance together one frame at a time; the moment a row
+ends (end-of-speech or its cap) its chunk is handed back and the row is
+refilled with the next waiting chunk, from any request, while the other rows
+keep going. A request is finished (decoded, levelled, written) when its last
+chunk is.
+
+Rows share the decode settings of the batch (sampling controls are part of
+the captured frame): chunks with other settings wait until the rows that
+differ have drained. Each row keeps its own random stream (seed + chunk
+index), fed exactly as `FastTalker.generate` feeds it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import Cancelled
+from ..events import Emitter
+from .options import SpeakOptions
+from .render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
+from .rows import RowBatch, settings_key
+from .sampling import choose, noise_width
+from .text import Chunk, split_text
+
+
+@dataclass
+class BatchRequest:
+    """One speak request inside the batcher."""
+
+    rid: str
+    text: str
+    out: str
+    fmt: str
+    options: SpeakOptions
+    emitter: Emitter
+    done: Callable[[dict[str, Any] | None, BaseException | None], None]
+    chunks: list[Chunk] = field(default_factory=list)
+    seed: int = 0
+    codes: dict[int, torch.Tensor] = field(default_factory=dict)
+    cancelled: bool = False
+    #: cancelled with nobody left to use what was finished: write nothing
+    discard: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    settings: Any = None
+    key: Any = None
+
+
+@dataclass
+class _Unit:
+    request: BatchRequest
+    chunk: Chunk
+
+
+@dataclass
+class _Row:
+    unit: _Unit
+    frames: int = 0
+
+
+class ContinuousBatcher:
+    """Runs speak requests of one loaded `Synthesizer` on a background thread."""
+
+    def __init__(self, synth: Any, rows: int = 8) -> None:
+        self.synth = synth
+        self.fast = synth.fast
+        self.size = rows
+        self._pending: deque[_Unit] = deque()
+        self._requests: dict[str, BatchRequest] = {}
+        self._cond = threading.Condition()
+        self._stop = False
+        self._batch: RowBatch | None = None
+        self._rows: list[_Row | None] = [None] * rows
+        self._pending_noise: torch.Tensor | None = None
+        self._gens: list[torch.Generator | None] = [None] * rows
+        #: admissions into a free row while another row was mid-utterance
+        self.refills = 0
+        self.frames_run = 0
+        self._host_slot: dict[int, int] = {}
+        self._thread = threading.Thread(target=self._loop, name="speech-batcher", daemon=True)
+        self._thread.start()
+
+    # -- client side -------------------------------------------------------------------------
+    def submit(self, request: BatchRequest) -> None:
+        """Queue a request (its text was checked by the caller)."""
+        options = request.options
+        request.chunks = split_text(request.text, options.chunk_chars, options.sentence_pause_s,
+                                    options.paragraph_pause_s, max_frames=options.max_frames)
+        request.seed = options.seed if options.seed is not None else int(
+            np.random.default_rng().integers(2**31))
+        request.settings = self.synth.decode_settings(options)
+        request.key = (settings_key(request.settings), options.language,
+                       self.synth._non_streaming(options), options.instruct)
+        request.emitter.state("speaking", detail=f"{len(request.chunks)} chunk(s)",
+                              chunks=len(request.chunks), batched=True)
+        with self._cond:
+            self._requests[request.rid] = request
+            self._pending.extend(_Unit(request, c) for c in request.chunks)
+            self._cond.notify_all()
+
+    def cancel(self, rid: str, discard: bool = False) -> bool:
+        with self._cond:
+            request = self._requests.get(rid)
+            if request is None:
+                return False
+            request.cancelled = True
+            request.discard = request.discard or discard
+            self._cond.notify_all()
+            return True
+
+    def busy(self) -> bool:
+        with self._cond:
+            return bool(self._requests)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._requests, timeout)
+
+    def close(self, cancel: bool = False) -> None:
+        with self._cond:
+            if cancel:
+                for request in self._requests.values():
+                    request.cancelled = True
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    # -- batch side --------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stop or self._pending or self._active()
+                                    or any(r.cancelled for r in self._requests.values()))
+                if self._stop and not self._requests:
+                    return
+            try:
+                self._drop_cancelled()
+                self._admit()
+                if self._active():
+                    self._step()
+            except Exception as exc:  # a bug or out of memory: fail the requests, keep serving
+                self._fail_all(exc)
+
+    def _active(self) -> list[int]:
+        return [b for b, row in enumerate(self._rows) if row is not None]
+
+    def _key(self) -> Any:
+        for row in self._rows:
+            if row is not None:
+                return row.unit.request.key
+        return None
+
+    def _admit(self) -> None:
+        while True:
+            with self._cond:
+                free = [b for b, row in enumerate(self._rows) if row is None]
+                if not free or not self._pending:
+                    return
+                key = self._key()
+                unit = next((u for u in self._pending if key is None or u.request.key == key),
+                            None)
+                if unit is None:
+                    return  # other settings wait until these rows drain
+                self._pending.remove(unit)
+            busy = bool(self._active())
+            if not self._start_row(free[0], unit):
+                with self._cond:
+                    self._pending.appendleft(unit)  # waits until the rows drain
+                return
+            if busy:
+                self.refills += 1
+
+    def _width(self, settings: Any) -> int:
+        return max(noise_width(settings.talker, self.fast.vocab),
+                   noise_width(settings.predictor, self.fast.p_vocab), 1)
+
+    def _fits(self, unit: _Unit, needed: int) -> bool:
+        batch, settings = self._batch, unit.request.settings
+        return (batch is not None and batch.capacity >= needed
+                and batch.limit >= unit.chunk.max_frames + 16
+                and settings_key(batch.settings) == settings_key(settings)
+                and batch.width == self._width(settings))
+
+    def _ensure_batch(self, unit: _Unit, needed: int) -> RowBatch:
+        settings = unit.request.settings
+        width = self._width(settings)
+        if self._fits(unit, needed):
+            assert self._batch is not None
+            return self._batch
+        capacity = -(-max(needed, 1024) // 256) * 256
+        limit = -(-max(unit.chunk.max_frames + 16, 512) // 128) * 128
+        batch = RowBatch(self.fast, self.size, capacity, 256, limit, settings, width)
+        batch.key_valid[:, 0] = True  # idle rows attend to something: no NaN
+        self._batch = batch
+        self._pending_noise = torch.ones(self.size, self.fast.groups, width)
+        return batch
+
+    def _start_row(self, b: int, unit: _Unit) -> bool:
+        """Prefill `unit` into row `b`; False when it must wait for the rows to drain
+        (it needs a bigger or differently set batch)."""
+        from .prompt import build_prefill
+
+        synth = self.synth
+        request = unit.request
+        settings = request.settings
+        prefill = build_prefill(synth.model, synth.processor, [unit.chunk.text],
+                                synth.speaker_vector, synth._language_id(request.options.language),
+                                synth._non_streaming(request.options), icl=synth.icl,
+                                instruct=synth.instruct_ids(request.options, Emitter(None)))
+        t0 = prefill.embeds.shape[1]
+        needed = t0 + unit.chunk.max_frames + 16
+        if not self._fits(unit, needed) and self._active():
+            return False
+        batch = self._ensure_batch(unit, needed)
+        fast = self.fast
+        with torch.inference_mode():
+            embeds = prefill.embeds.to(fast.device, fast.dtype)
+            cos, sin = fast._talker_rope(t0)
+            cache = [(k[b:b + 1], v[b:b + 1]) for k, v in batch.t_cache]
+            hidden = fast.t_stack.forward(embeds, cos[:t0][None], sin[:t0][None], cache, 0, None)
+            sampling = settings.talker.do_sample or settings.predictor.do_sample
+            gen = torch.Generator().manual_seed(request.seed + unit.chunk.index)
+            width = batch.noise.shape[2]
+            draw = torch.empty(fast.groups, width).exponential_(generator=gen).clamp_min_(1e-20)
+            seen = torch.zeros(1, fast.vocab, dtype=torch.bool, device=fast.device)
+            scores = fast._talker_logits(hidden, seen, 0, settings)
+            token = choose(scores, settings.talker,
+                           draw[None, 0].to(fast.device) if sampling else None)
+            batch.load_rows(slice(b, b + 1), token, hidden[:, -1:],
+                            torch.ones(1, t0, dtype=torch.bool, device=fast.device),
+                            torch.zeros(1, dtype=torch.long, device=fast.device),
+                            prefill.trailing.to(fast.device), prefill.tts_pad.to(fast.device))
+        assert self._pending_noise is not None
+        self._pending_noise[b] = draw
+        self._gens[b] = gen if sampling else None
+        self._rows[b] = _Row(unit)
+        self._host_slot[b] = t0
+        return True
+
+    def _step(self) -> None:
+        batch = self._batch
+        assert batch is not None and self._pending_noise is not None
+        active = self._active()
+        with torch.inference_mode():
+            if any(self._gens[b] is not None for b in active):
+                upcoming = torch.ones_like(self._pending_noise)
+                for b in active:
+                    gen = self._gens[b]
+                    if gen is not None:
+                        upcoming[b] = torch.empty(upcoming.shape[1:]).exponential_(
+                            generator=gen).clamp_min_(1e-20)
+                batch.noise[:, 1:].copy_(self._pending_noise[:, 1:])
+                batch.noise[:, 0].copy_(upcoming[:, 0])
+                self._pending_noise = upcoming
+            longest = max(self._host_slot[b] for b in active)
+            batch.run(batch.span_for(longest), graphs=self.fast.device.type == "cuda")
+            self.frames_run += 1
+            tokens = batch.token.cpu()
+        finished: list[tuple[int, int]] = []
+        for b in active:
+            row = self._rows[b]
+            assert row is not None
+            row.frames += 1
+            self._host_slot[b] += 1
+            if int(tokens[b]) == self.fast.eos or row.frames >= row.unit.chunk.max_frames:
+                finished.append((b, row.frames))
+        for b, frames in finished:
+            row = self._rows[b]
+            assert row is not None
+            codes = batch.codes[b, :frames].clone()
+            self._rows[b] = None
+            self._gens[b] = None
+            self._chunk_done(row.unit, codes)
+
+    def _chunk_done(self, unit: _Unit, codes: torch.Tensor) -> None:
+        request = unit.request
+        if request.cancelled:
+            return
+        request.codes[unit.chunk.index] = codes
+        chunk = unit.chunk
+        if len(codes) >= chunk.max_frames:
+            request.emitter.log(f"Chunk {chunk.index + 1} reached its length cap of "
+                                f"{chunk.max_frames} frames without ending; it was cut there.",
+                                level="warning", chunk=chunk.index)
+        request.emitter.progress("chunks", len(request.codes), len(request.chunks),
+                                 chunk=chunk.index, text=chunk.text, frames=len(codes))
+        if len(request.codes) == len(request.chunks):
+            self._finish(request)
+
+    def _finish(self, request: BatchRequest, cancelled: bool = False) -> None:
+        with self._cond:
+            self._requests.pop(request.rid, None)
+            self._cond.notify_all()
+        try:
+            kept = [(c, request.codes[c.index]) for c in request.chunks
+                    if c.index in request.codes]
+            if not kept or request.discard:
+                raise Cancelled()
+            waves = self.synth.decode_audio([codes for _, codes in kept])
+            pauses = [c.pause_after_s for c, _ in kept]
+            pauses[-1] = 0.0
+            audio = join_chunks(waves, pauses, SAMPLE_RATE)
+            audio, loudness = match_loudness(audio, request.options.loudness_lufs, SAMPLE_RATE)
+            path = write_audio(request.out, audio, request.fmt, SAMPLE_RATE)
+            request.emitter.artifact(str(path), role="speech")
+            compute = time.perf_counter() - request.started
+            duration = len(audio) / SAMPLE_RATE
+            result = {
+                "path": str(path), "format": request.fmt, "sample_rate": SAMPLE_RATE,
+                "duration_s": round(duration, 3), "compute_s": round(compute, 3),
+                "rtf": round(duration / compute, 3) if compute > 0 else 0.0,
+                "seed": request.seed,
+                "chunks": [{"index": c.index, "text": c.text, "frames": len(codes),
+                            "max_frames": c.max_frames, "seed": request.seed + c.index,
+                            "capped": bool(len(codes) >= c.max_frames)} for c, codes in kept],
+                "loudness_lufs": None if loudness is None else round(loudness, 2),
+                "cancelled": cancelled, "batched": True,
+                "voice": self.synth.source.to_dict()}
+        except BaseException as exc:  # reported to the request, never raised here
+            request.done(None, exc)
+            return
+        request.done(result, None)
+
+    def _drop_cancelled(self) -> None:
+        with self._cond:
+            gone = [r for r in self._requests.values() if r.cancelled]
+            if not gone:
+                return
+            self._pending = deque(u for u in self._pending if not u.request.cancelled)
+        for b, row in enumerate(self._rows):
+            if row is not None and row.unit.request.cancelled:
+                self._rows[b] = None  # the row is free at once; its frames are dropped
+                self._gens[b] = None
+        for request in gone:
+            # finished chunks are kept, as a single request's cancel keeps them
+            self._finish(request, cancelled=True)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        with self._cond:
+            requests = list(self._requests.values())
+            self._pending.clear()
+        self._rows = [None] * self.size
+        self._batch = None
+        for request in requests:
+            with self._cond:
+                self._requests.pop(request.rid, None)
+                self._cond.notify_all()
+            request.done(None, exc)
