@@ -79,6 +79,8 @@ VARIANTS = {
     "plain": ParallelConfig(workers=2),
     "activation_checkpointing": ParallelConfig(workers=2, activation_checkpointing=True),
     "bf16": ParallelConfig(workers=2, precision="bf16"),
+    # what "auto" picks on GPUs older than compute capability 8.0
+    "fp16": ParallelConfig(workers=2, precision="fp16"),
     # only the code predictor trains: frozen talker layers are whole FSDP units
     "code_predictor": ParallelConfig(workers=2),
 }
@@ -229,6 +231,17 @@ def test_bf16_mixed_precision_keeps_fp32_master_weights(sharded: dict[str, Any],
     ours, ref = got["sd"][key] - base, single["sd"][key] - base
     assert ours.abs().max() > 0.5 * LR
     assert torch.nn.functional.cosine_similarity(ours.flatten(), ref.flatten(), dim=0) > 0.9
+
+
+@pytest.mark.slow
+def test_fp16_mixed_precision_trains_fp32_masters(sharded: dict[str, Any],
+                                                  single: dict[str, Any]) -> None:
+    got = sharded["fp16"]
+    assert got["dtypes"] == ["torch.float32"]
+    assert got["norm_dtype"] == "torch.float32"
+    assert got["losses"] == pytest.approx(single["losses"], rel=2e-2)
+    assert got["losses"] != single["losses"]
+    assert got["losses"][-1] < got["losses"][0]
 
 
 def test_activation_checkpointing_recomputes_layers(tiny_model_dir: Path) -> None:

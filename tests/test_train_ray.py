@@ -35,6 +35,19 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _listening(pids: set[int]) -> list[str]:
+    """"addr:port" of every listening TCP socket of these processes (as `ss -ltnp` lists)."""
+    out = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            conns = proc.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        out += [f"{c.laddr.ip}:{c.laddr.port}" for c in conns if c.status == psutil.CONN_LISTEN]
+    return out
+
+
 def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)
             if p.status() != psutil.STATUS_ZOMBIE}
@@ -49,6 +62,7 @@ def test_train_failover_exact_resume_and_export(prepared_voice: Path, tiny_model
     events: list[Event] = []
     pids: dict[int, int] = {}
     killed: dict[str, float] = {}
+    listening: list[str] = []
     lock = threading.Lock()
 
     def on_event(ev: Event) -> None:
@@ -59,6 +73,10 @@ def test_train_failover_exact_resume_and_export(prepared_voice: Path, tiny_model
             d = ev.data
             if ev.kind == "state" and d.get("state") == "worker_started":
                 pids[int(d["rank"])] = int(d["pid"])
+            if (ev.kind == "metric" and d.get("rank") == 0 and d["values"].get("step") == 3
+                    and not listening):
+                # what the training workers listen on while they train (ss -ltn's view)
+                listening.extend(_listening(set(pids.values())))
             if (ev.kind == "metric" and d.get("rank") == 1 and d["values"].get("step") == 6
                     and not killed):
                 # SIGKILL a real worker process in the middle of the run
@@ -73,6 +91,10 @@ def test_train_failover_exact_resume_and_export(prepared_voice: Path, tiny_model
     assert killed, "the run ended before the worker could be killed"
     assert result["steps"] == 12 and not result["stopped"]
     assert result["restarts"] == 1
+    # local means local: no rendezvous store on every interface, gloo on loopback
+    assert listening, "the workers listened on nothing (gloo pairs should be there)"
+    assert all(a.startswith(("127.0.0.1:", "::1:", "::ffff:127.0.0.1:")) for a in listening), \
+        listening
 
     metrics = [e for e in events if e.kind == "metric" and e.data["split"] == "train"]
     rank0 = [(e.data["values"]["step"], e.data["values"]["loss/train"], e.time)
@@ -201,3 +223,32 @@ def test_cli_json_streams_metrics_sigterm_saves_and_resume(prepared_voice: Path,
              and e.get("split") == "train"]
     assert steps == [stop_step + 1, stop_step + 2], steps
     assert evs[-1]["event"] == "result" and evs[-1]["steps"] == stop_step + 2
+
+
+def test_out_of_memory_in_a_ray_worker_ends_the_run_without_retries(tmp_path: Path) -> None:
+    """A real torch.OutOfMemoryError raised in one Ray Train worker: one sentence, no restart."""
+    from engine.cluster import connect
+    from engine.errors import TrainingError
+    from engine.events import Emitter
+    from engine.train.config import TrainConfig
+    from engine.train.launch import Launch, LaunchSpec
+
+    before = _children()
+    states: list[str] = []
+    cfg = TrainConfig().replace(parallel={"workers": 2}, data={"batch_size": 2})
+    cluster = connect(None, num_cpus=2)
+    try:
+        spec = LaunchSpec(config=cfg.to_dict(), run_dir=tmp_path / "runs" / "oom", total_steps=5,
+                          workers=2, use_gpu=False, max_failures=2,
+                          builder="tests.test_gpu_paths:oom_builder",
+                          extra={"oom_rank": 1, "oom_advice": ["Use 2 GPUs (--workers 2)."]})
+        launch = Launch(spec, Emitter(lambda ev: states.append(str(ev.data.get("state")))))
+        with pytest.raises(TrainingError) as err:
+            launch.start().wait()
+    finally:
+        cluster.close()
+    assert err.value.message == "Training ran out of GPU memory on rank 1 at step 1."
+    assert err.value.hint == "Use 2 GPUs (--workers 2)."
+    # max_failures=2 would have restarted the group twice: it started once
+    assert states.count("worker_started") == 2 and "recovering" not in states
+    assert _children() - before == set()

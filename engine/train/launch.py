@@ -125,6 +125,7 @@ class Launch:
 
         from ..storage import ray_storage
         from .parallelize import process_group_backend
+        from .pgroup import local_torch_config
         from .preflight import pack_voice_data
 
         spec = self.spec
@@ -159,7 +160,11 @@ class Launch:
             train_loop_config=loop_config,
             # on GPU a gloo group beside NCCL: CPU tensors (offloaded gradients
             # in clipping, DCP's planning) need a CPU collective backend
-            torch_config=TorchConfig(backend=process_group_backend(spec.use_gpu)),
+            # a local run rendezvous through a file (no TCPStore listening on every
+            # interface); an existing cluster through Ray's TCP store (pgroup.py)
+            torch_config=(local_torch_config(process_group_backend(spec.use_gpu))
+                          if spec.config["parallel"].get("address") is None
+                          else TorchConfig(backend=process_group_backend(spec.use_gpu))),
             scaling_config=ScalingConfig(num_workers=spec.workers, use_gpu=spec.use_gpu,
                                          resources_per_worker=resources),
             run_config=RunConfig(
@@ -173,6 +178,9 @@ class Launch:
                 worker_runtime_env={"env_vars": {
                     "OMP_NUM_THREADS": str(spec.cpus_per_worker),
                     "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+                    # gloo's sockets on loopback for a local run (see pgroup.py)
+                    **({"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+                       if spec.config["parallel"].get("address") is None else {}),
                 }},
             ),
         )

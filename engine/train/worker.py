@@ -438,18 +438,13 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
     The objective is built on the meta device, sharded, and only then filled
     with the base weights, so no rank ever holds the whole model.
     """
-
     from ..data.dataset import VoiceData
-    from .objective import batch_to_device, build_objective, load_base_weights
-    from .parallelize import make_mesh, parallelize, set_gradient_sync
+    from .objective import batch_to_device
+    from .parallelize import set_gradient_sync
 
     model_dir = Path(loop_config["model_dir"])
     voice_dir = Path(loop_config["voice_dir"])
-    device = worker_device(cfg, loop_config)
-    precision, detail = worker_precision(cfg, device)
-    objective = build_objective(model_dir, cfg.model, device="meta")
-    parallelize(objective, make_mesh(device), cfg.parallel, device)
-    load_base_weights(objective, model_dir, device)
+    objective, device, precision, detail = sharded_objective(cfg, loop_config, model_dir)
     data = VoiceData.open(voice_dir, model_dir, cfg.data)
     data.check(world)
     accum = cfg.data.grad_accum
@@ -478,6 +473,20 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
         info={"base": str(model_dir), "speaker": cfg.model.speaker_name,
               "precision": precision, "precision_detail": detail},
     )
+
+
+def sharded_objective(cfg: Any, loop_config: dict[str, Any],
+                      model_dir: Path) -> tuple[Any, Any, str, str]:
+    """(objective, device, precision, precision line): built on meta, sharded, then loaded."""
+    from .objective import build_objective, load_base_weights
+    from .parallelize import make_mesh, parallelize
+
+    device = worker_device(cfg, loop_config)
+    precision, detail = worker_precision(cfg, device)
+    objective = build_objective(model_dir, cfg.model, device="meta")
+    parallelize(objective, make_mesh(device), cfg.parallel, device)
+    load_base_weights(objective, model_dir, device)
+    return objective, device, precision, detail
 
 
 def worker_device(cfg: Any, loop_config: dict[str, Any]) -> Any:
