@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import VoxshardError
 from .train.checkpoint import list_checkpoints, step_of
-from .workspace import VOICE_FILE, TakeCache, Voice, open_voice
+from .workspace import VOICE_FILE, TakeCache, open_voice
 from .workspace import list_voices as _voice_folders
 
 PREPARED_REPORT = "report.json"
@@ -149,7 +149,7 @@ def quality_report(voice: str | os.PathLike[str]) -> dict[str, Any] | None:
     return report if isinstance(report, dict) else None
 
 
-def _take_infos(voice: Voice, takes: list[Any], clips: list[dict[str, Any]],
+def _take_infos(takes: list[Any], clips: list[dict[str, Any]],
                 report: dict[str, Any] | None) -> list[TakeInfo]:
     by_take: dict[str, list[dict[str, Any]]] = {}
     for clip in clips:
@@ -178,7 +178,7 @@ def _take_infos(voice: Voice, takes: list[Any], clips: list[dict[str, Any]],
 def list_takes(voice: str | os.PathLike[str]) -> list[TakeInfo]:
     """Every complete take, oldest id first, with its prepare verdict and issues."""
     v = open_voice(voice)
-    return _take_infos(v, v.list_takes(), prepared_clips(v.path), quality_report(v.path))
+    return _take_infos(v.list_takes(), prepared_clips(v.path), quality_report(v.path))
 
 
 # --- runs ---------------------------------------------------------------------------------
@@ -396,7 +396,7 @@ def snapshot(voice: str | os.PathLike[str], take_cache: TakeCache | None = None
     summary.update(runs=len(runs), exports=len(exports), renders=len(renders))
     return VoiceSnapshot(
         path=v.path, speaker=v.display_name, speaker_key=v.speaker, language=v.language,
-        prompt_set=v.prompt_set, summary=summary, takes=_take_infos(v, takes, clips, report),
+        prompt_set=v.prompt_set, summary=summary, takes=_take_infos(takes, clips, report),
         clips=clips, report=report, runs=runs, exports=exports, renders=renders,
         comparisons=comparisons(v.path), signature=sig, read_at_ns=read_at)
 

@@ -25,8 +25,8 @@ def _voice_lines(snap: catalog.VoiceSnapshot) -> list[str]:
              f"  takes      {s['takes']} ({s['minutes_recorded']:.2f} min recorded)"]
     prep = s.get("prepared")
     if prep and not prep.get("damaged"):
-        lines.append(f"  usable     {prep['minutes_usable']:.2f} min in "
-                     f"{prep['usable_clips']}/{prep['clips']} clips")
+        lines.append(f"  usable     {prep.get('minutes_usable') or 0:.2f} min in "
+                     f"{prep.get('usable_clips') or 0}/{prep.get('clips') or 0} clips")
     for run in snap.runs:
         steps = run.checkpoint_steps
         lines.append(f"  run        {run.name}: step {run.last_step or 0}/"
