@@ -25,6 +25,12 @@ from .train.checkpoint import list_checkpoints, step_of
 from .workspace import VOICE_FILE, TakeCache, open_voice
 from .workspace import list_voices as _voice_folders
 
+__all__ = ["ExportInfo", "RunInfo", "TakeInfo", "VoiceEntry", "VoiceSnapshot",
+           "change_signature", "checkpoint_step", "comparisons", "is_current",
+           "list_checkpoints", "list_exports", "list_renders", "list_runs", "list_takes",
+           "list_voices", "prepared_clips", "quality_report", "run_progress", "snapshot",
+           "speaker_name", "voice_summary", "workspace_status"]
+
 PREPARED_REPORT = "report.json"
 PREPARED_MANIFEST = "manifest.jsonl"
 RUN_CONFIG = "config.json"
