@@ -47,6 +47,7 @@ class AppContext(QObject):
         self.voice_changed.connect(self._read_voice)
         self.data_changed.connect(self._read_voice)
         self.workspace_changed.connect(lambda ws: self.reader.load_voices(ws))
+        self.reader.failed.connect(lambda _path, message: self.status.emit(message))
 
     def _read_voice(self, *_: object) -> None:
         self.reader.watch(self.voice)

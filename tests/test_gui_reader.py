@@ -12,6 +12,7 @@ from PySide6.QtCore import QTimer
 
 from engine.workspace import create_voice, open_voice
 from gui.workspace_reader import WorkspaceReader
+from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice...)
 
 BIG = 13_000
 
@@ -92,3 +93,31 @@ def test_the_reader_rereads_after_a_change_on_disk_and_not_without(qtbot,
     finally:
         reader.shutdown()
     assert not reader.settle.isActive() and reader.watcher.directories() == []
+
+
+def test_the_window_scans_takes_only_off_the_gui_thread(qtbot, window, voice: Path,
+                                                       monkeypatch) -> None:
+    import threading
+
+    from engine.workspace import Voice
+    from gui.pages.importer import ImportPage
+    from gui.pages.listen import ListenPage
+    from gui.pages.prepare import PreparePage
+    from gui.pages.record import RecordPage
+    from gui.pages.voices import VoicesPage
+
+    open_voice(voice).add_take(np.full(2400, 0.1, dtype=np.float32), "One.", sample_rate=24000)
+    threads: list[bool] = []
+    real_scan = Voice._scan
+
+    def watched_scan(self, *args, **kwargs):  # the real scan, noting which thread ran it
+        threads.append(threading.current_thread() is threading.main_thread())
+        return real_scan(self, *args, **kwargs)
+
+    monkeypatch.setattr(Voice, "_scan", watched_scan)
+    window.ctx.set_voice(voice)
+    for cls in (VoicesPage, RecordPage, ImportPage, PreparePage, ListenPage):
+        window.show_page(cls)
+        qtbot.waitUntil(lambda: not window.ctx.reader.busy, timeout=30000)
+    assert window.page(ImportPage).model.rowCount() == 1
+    assert threads and not any(threads)  # read, and never on the GUI thread
