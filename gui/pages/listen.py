@@ -206,6 +206,9 @@ class ListenPage(Page):
         if not text:
             show_error(self, "Nothing to say", "Type some text first.")
             return None
+        if self.snap is None:  # the sources are not known yet (Ctrl+Enter skips the button)
+            self.ctx.status.emit("Still reading the voice; speak again in a moment.")
+            return None
         src = self.source.currentData() or {"kind": "zero_shot"}
         if src["kind"] == "zero_shot" and best_reference_clip(self.snap) is None:
             show_error(self, "No reference clip", "The zero-shot preview needs a prepared clip.",
