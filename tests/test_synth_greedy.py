@@ -272,3 +272,27 @@ def test_instruction_prompt_equals_the_official_layout(official: Any, fast: Fast
     plain = build_prefill(model, official.processor, [text], speaker, None, True)
     assert prefill.embeds.shape[1] == plain.embeds.shape[1] + ins.shape[1]
     assert torch.equal(fast.generate(prefill, [FRAMES], GREEDY)[0], expected[0])
+
+
+def test_int8_and_fused_projections_are_options_that_run_both_loops(
+        official: Any, fast: FastTalker, speaker: torch.Tensor) -> None:
+    from engine.errors import InputError
+
+    settings = DecodeSettings(talker=SamplerSettings(do_sample=False),
+                              predictor=SamplerSettings(do_sample=False), stop_at_eos=False)
+    prefill = build_prefill(official.model, official.processor, TEXTS, speaker, None, True)
+    exact = fast.generate(prefill, [FRAMES, FRAMES], settings)
+    fused = FastTalker(official.model, fuse=True).generate(prefill, [FRAMES, FRAMES], settings)
+    # the same math in fewer calls: agrees with the exact loop (bit-equal on this CPU)
+    agree = torch.cat([(a == b).float().flatten() for a, b in zip(fused, exact, strict=True)])
+    assert agree.mean() > 0.9
+    int8 = FastTalker(official.model, quantize="int8", fuse=True)
+    eager = int8.generate(prefill, [FRAMES, FRAMES], settings, static=False)
+    static = int8.generate(prefill, [FRAMES, FRAMES], settings, static=True)
+    for a, b in zip(eager, static, strict=True):
+        assert a.shape == (FRAMES, 16) and torch.equal(a, b)
+        assert int(a.max()) < 2048  # real codec codes: the decoder can play them
+    # the model itself is untouched: the exact loop still gives the official codes
+    assert torch.equal(fast.generate(prefill, [FRAMES, FRAMES], settings)[0], exact[0])
+    with pytest.raises(InputError, match="Unknown quantization"):
+        FastTalker(official.model, quantize="int4")

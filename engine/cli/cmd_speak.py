@@ -82,7 +82,8 @@ def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
         from ..synth.stream import Player
 
         player = Player()  # no sound device: fail before the model load
-    synth = Synthesizer.load(source, device=args.device, dtype=args.dtype, on_event=emitter)
+    synth = Synthesizer.load(source, device=args.device, dtype=args.dtype, on_event=emitter,
+                             quantize=args.quantize, fuse=args.fuse)
     if args.output and not to_pipe:
         result = synth.speak_to_file(text, args.output, options, fmt, emitter,
                                      stream=args.stream, play=player)
@@ -140,7 +141,8 @@ def _compare(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     return compare(args.target, args.out_dir, sentences or None, args.checkpoints or None,
                    options=options, zero_shot=not args.no_zero_shot,
                    reference=args.reference, base=args.base, device=args.device,
-                   dtype=args.dtype, on_event=emitter)
+                   dtype=args.dtype, on_event=emitter, quantize=args.quantize,
+                   fuse=args.fuse)
 
 
 def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
@@ -155,7 +157,8 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     # events go through the CLI's own writer: with --json that is the reserved
     # stdout stream, which library prints cannot corrupt
     served = serve(sys.stdin, emitter.callback, device=args.device, dtype=args.dtype,
-                   first_load=first, watch_parent=True, rows=args.rows)
+                   first_load=first, watch_parent=True, rows=args.rows,
+                   quantize=args.quantize, fuse=args.fuse)
     return {"served": served, "summary": f"Served {served} request(s)."}
 
 
@@ -183,6 +186,15 @@ def _add_controls(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                    help="weight precision (auto: bf16 on GPUs and bf16-capable CPUs)")
     p.add_argument("--base", help="base model for a run checkpoint (default: the run's own)")
+    _add_speed(p)
+
+
+def _add_speed(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("CPU speed options (change the numbers; default: exact)")
+    g.add_argument("--quantize", choices=("int8",),
+                   help="int8 projections on the CPU (fbgemm), faster, not bit-exact")
+    g.add_argument("--fuse", action="store_true",
+                   help="fused q/k/v and gate/up projections (one weight pass each)")
 
 
 def register(sub: Any) -> None:
@@ -237,3 +249,4 @@ def register(sub: Any) -> None:
     p.add_argument("--base")
     p.add_argument("--rows", type=int, default=8,
                    help="chunks generated together across requests (default 8)")
+    _add_speed(p)

@@ -87,7 +87,8 @@ def compare(target: str | Path, out_dir: str | Path, sentences: list[str] | None
             zero_shot: bool = True, reference: str | Path | None = None,
             base: str | None = None, device: str | None = None, dtype: Any = None,
             on_event: EventCallback | Emitter | None = None,
-            cancel: threading.Event | None = None) -> dict[str, Any]:
+            cancel: threading.Event | None = None, quantize: str | None = None,
+            fuse: bool = False) -> dict[str, Any]:
     """Render `sentences` with every checkpoint (and the zero-shot preview) into `out_dir`."""
     from .synthesizer import Synthesizer
 
@@ -103,7 +104,8 @@ def compare(target: str | Path, out_dir: str | Path, sentences: list[str] | None
                            base=base)
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
-    synth = Synthesizer.load(sources[0], device=device, dtype=dtype, on_event=emitter)
+    synth = Synthesizer.load(sources[0], device=device, dtype=dtype, on_event=emitter,
+                             quantize=quantize, fuse=fuse)
     entries: list[dict[str, Any]] = []
     for n, source in enumerate(sources):
         if cancel is not None and cancel.is_set():

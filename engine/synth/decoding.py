@@ -39,6 +39,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .quant import linear
 from .sampling import RowStreams, SamplerSettings, choose, noise_width
 
 # How many positions the official code feeds the code predictor per frame:
@@ -146,6 +147,11 @@ class _Layer:
     up: torch.Tensor
     down: torch.Tensor
     act: Callable[[torch.Tensor], torch.Tensor]
+    # fused projections (quant.convert_layers with fuse=True), else None
+    qkv: Any = None
+    qkv_bias: torch.Tensor | None = None
+    qkv_split: tuple[int, int, int] | None = None
+    gate_up: Any = None
 
     @staticmethod
     def of(layer: Any) -> _Layer:
@@ -202,9 +208,14 @@ class _Stack:
         gqa = self.n_rep > 1
         for w, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
             x = _rms(h, w.in_norm, w.in_eps)
-            q = _rms(F.linear(x, w.q, w.q_bias).view(b, t, -1, d), w.q_norm, w.qk_eps)
-            k = _rms(F.linear(x, w.k, w.k_bias).view(b, t, -1, d), w.k_norm, w.qk_eps)
-            v = F.linear(x, w.v, w.v_bias).view(b, t, -1, d).transpose(1, 2)
+            if w.qkv is not None and w.qkv_split is not None:
+                q, k, v = linear(x, w.qkv, w.qkv_bias).split(w.qkv_split, dim=-1)
+            else:
+                q, k, v = (linear(x, w.q, w.q_bias), linear(x, w.k, w.k_bias),
+                           linear(x, w.v, w.v_bias))
+            q = _rms(q.reshape(b, t, -1, d), w.q_norm, w.qk_eps)
+            k = _rms(k.reshape(b, t, -1, d), w.k_norm, w.qk_eps)
+            v = v.reshape(b, t, -1, d).transpose(1, 2)
             q = q.transpose(1, 2)
             k = k.transpose(1, 2)
             q = (q * cos) + (_rotate_half(q) * sin)
@@ -237,9 +248,13 @@ class _Stack:
                     q, _repeat_kv(keys, self.n_rep), _repeat_kv(values, self.n_rep),
                     attn_mask=mask, scale=self.scaling)
             out = out.transpose(1, 2).reshape(b, t, -1)
-            h = h + F.linear(out, w.o, w.o_bias)
+            h = h + linear(out, w.o, w.o_bias)
             x = _rms(h, w.post_norm, w.post_eps)
-            h = h + F.linear(w.act(F.linear(x, w.gate)) * F.linear(x, w.up), w.down)
+            if w.gate_up is not None:
+                gate, up = linear(x, w.gate_up).chunk(2, dim=-1)
+            else:
+                gate, up = linear(x, w.gate), linear(x, w.up)
+            h = h + linear(w.act(gate) * up, w.down)
         return _rms(h, self.norm_w, self.norm_eps)
 
 
@@ -258,9 +273,13 @@ def _rope_table(rotary: Any, length: int, like: torch.Tensor, axes: int) -> KV:
 
 
 class FastTalker:
-    """Batched codec-frame generation for one loaded official model."""
+    """Batched codec-frame generation for one loaded official model.
 
-    def __init__(self, model: Any) -> None:
+    `quantize="int8"` / `fuse=True` (CPU options, see quant.py) change how the
+    projections run, never the model; the default is the exact official math.
+    """
+
+    def __init__(self, model: Any, quantize: str | None = None, fuse: bool = False) -> None:
         self.model = model
         talker = model.talker
         self.talker = talker
@@ -288,6 +307,19 @@ class FastTalker:
         w = talker.codec_head.weight
         self.device = w.device
         self.dtype = w.dtype
+        self.quantize = quantize
+        self.fuse = fuse
+        self.head: Any = w
+        self.p_heads: list[Any] = [h.weight for h in self.predictor.lm_head]
+        if quantize or fuse:
+            from .quant import Int8Linear, check_mode, convert_layers
+
+            check_mode(quantize, self.device)
+            for stack in (self.t_stack, self.p_stack):
+                stack.layers = convert_layers(stack.layers, quantize, fuse)
+            if quantize == "int8":
+                self.head = Int8Linear(w)
+                self.p_heads = [Int8Linear(h) for h in self.p_heads]
         # ids 2048..3071 are control codes; only end-of-speech may be generated
         suppress = torch.zeros(self.vocab, dtype=torch.bool, device=self.device)
         suppress[self.vocab - 1024:] = True
@@ -312,7 +344,7 @@ class FastTalker:
     def _talker_logits(self, hidden: torch.Tensor, seen: torch.Tensor, generated: int,
                        settings: DecodeSettings) -> torch.Tensor:
         """Processed float32 scores [B, V] for the last position of `hidden`."""
-        scores = F.linear(hidden, self.talker.codec_head.weight)[:, -1].to(torch.float32)
+        scores = linear(hidden, self.head)[:, -1].to(torch.float32)
         p = settings.repetition_penalty
         if p != 1.0:
             penalised = torch.where(scores < 0, scores * p, scores / p)
@@ -336,7 +368,7 @@ class FastTalker:
             t = h.shape[1]
             out = self.p_stack.forward(h, self.p_cos[start:start + t][None],
                                        self.p_sin[start:start + t][None], cache, start, None)
-            logits = F.linear(out, pred.lm_head[step].weight)[:, -1].to(torch.float32)
+            logits = linear(out, self.p_heads[step])[:, -1].to(torch.float32)
             code = choose(logits, settings, None if noise is None else noise[:, step])
             codes.append(code)
             emb = pred.model.codec_embedding[step](code[:, None])

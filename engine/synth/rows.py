@@ -25,8 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from .quant import linear
 from .sampling import SamplerSettings, choose
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class RowBatch:
             out = fast.p_stack.forward(h, fast.p_cos[start:start + t][None],
                                        fast.p_sin[start:start + t][None], self.p_cache,
                                        start, self.p_masks[j], full=True)
-            logits = F.linear(out, pred.lm_head[j].weight)[:, -1].to(torch.float32)
+            logits = linear(out, fast.p_heads[j])[:, -1].to(torch.float32)
             code = choose(logits, settings.predictor, self.noise[:, j + 1])
             codes.append(code)
             emb = pred.model.codec_embedding[j](code[:, None])
@@ -138,7 +138,7 @@ class RowBatch:
         hidden = fast.t_stack.forward(summed + text, self.cos[pos], self.sin[pos], self.t_cache,
                                       0, self.key_valid[:, None, None, :span], rows=write,
                                       span=span)
-        scores = F.linear(hidden, fast.talker.codec_head.weight)[:, -1].to(torch.float32)
+        scores = linear(hidden, fast.head)[:, -1].to(torch.float32)
         penalty = settings.repetition_penalty
         if penalty != 1.0:
             penalised = torch.where(scores < 0, scores * penalty, scores / penalty)

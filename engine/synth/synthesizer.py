@@ -92,7 +92,8 @@ def resolve_dtype(dtype: Any, device: str | None) -> Any:
 class Synthesizer:
     """One loaded voice. Thread-safe for one speak() at a time (a lock guards it)."""
 
-    def __init__(self, wrapper: Any, source: VoiceSource, speaker_vector: Any) -> None:
+    def __init__(self, wrapper: Any, source: VoiceSource, speaker_vector: Any,
+                 quantize: str | None = None, fuse: bool = False) -> None:
         from .decoding import FastTalker
 
         self.wrapper = wrapper
@@ -100,7 +101,7 @@ class Synthesizer:
         self.processor = wrapper.processor
         self.source = source
         self.speaker_vector = speaker_vector
-        self.fast = FastTalker(self.model)
+        self.fast = FastTalker(self.model, quantize=quantize, fuse=fuse)
         #: in-context cloning prompt (zero-shot with a transcript), else None
         self.icl: Any = None
         self._lock = threading.Lock()
@@ -109,15 +110,18 @@ class Synthesizer:
     # -- loading ----------------------------------------------------------------------------
     @classmethod
     def load(cls, source: VoiceSource, device: str | None = None, dtype: Any = None,
-             on_event: EventCallback | Emitter | None = None) -> Synthesizer:
+             on_event: EventCallback | Emitter | None = None, quantize: str | None = None,
+             fuse: bool = False) -> Synthesizer:
         """Load `source`. `dtype`: a torch dtype, "float32", "bfloat16", or
-        None/"auto" (bf16 on GPUs and on CPUs with native bf16 math, else fp32)."""
+        None/"auto" (bf16 on GPUs and on CPUs with native bf16 math, else fp32).
+        `quantize="int8"`, `fuse`: faster CPU decoding that changes the numbers
+        (quant.py); the default keeps exact parity with the official codes."""
         from ..model.loading import load_model
 
         emitter = as_emitter(on_event)
         emitter.state("loading_model", detail=str(source.model_dir))
         wrapper = load_model(source.model_dir, device=device, dtype=resolve_dtype(dtype, device))
-        synth = cls(wrapper, source, None)
+        synth = cls(wrapper, source, None, quantize=quantize, fuse=fuse)
         synth.use_source(source, on_event=emitter)
         return synth
 

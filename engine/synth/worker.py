@@ -61,7 +61,10 @@ class SpeechWorker:
     """Serve requests on a background thread; `events(Event)` receives everything."""
 
     def __init__(self, events: Callable[[Event], None], device: str | None = None,
-                 dtype: Any = None, rows: int = 8) -> None:
+                 dtype: Any = None, rows: int = 8, quantize: str | None = None,
+                 fuse: bool = False) -> None:
+        self._quantize = quantize
+        self._fuse = fuse
         self._events = events
         self._device = device
         self._dtype = dtype
@@ -218,7 +221,8 @@ class SpeechWorker:
                 else:
                     self._drop_voice()  # free the old model before loading the next
                     self._synth = Synthesizer.load(source, device=self._device,
-                                                   dtype=self._dtype, on_event=emitter)
+                                                   dtype=self._dtype, on_event=emitter,
+                                                   quantize=self._quantize, fuse=self._fuse)
             except BaseException as exc:
                 # never let the previous voice answer requests meant for this one
                 self._drop_voice()
@@ -277,7 +281,8 @@ class _Done(Exception):
 
 def serve(stdin: TextIO, sink: Callable[[Event], None], device: str | None = None,
           dtype: Any = None, first_load: dict[str, Any] | None = None,
-          watch_parent: bool = False, rows: int = 8) -> int:
+          watch_parent: bool = False, rows: int = 8, quantize: str | None = None,
+          fuse: bool = False) -> int:
     """Run the JSON-lines protocol until stdin closes or a shutdown request; returns
     how many requests were served. `sink` receives every event (the CLI passes
     its `--json` writer, which owns the real stdout).
@@ -304,7 +309,8 @@ def serve(stdin: TextIO, sink: Callable[[Event], None], device: str | None = Non
         except (BrokenPipeError, ValueError, OSError):
             client_gone()
 
-    worker = SpeechWorker(write, device=device, dtype=dtype, rows=rows).start()
+    worker = SpeechWorker(write, device=device, dtype=dtype, rows=rows, quantize=quantize,
+                          fuse=fuse).start()
     holder.append(worker)
     if watch_parent:
         parent = os.getppid()
