@@ -125,7 +125,13 @@ def plan(voice: PathLike, base: str, on_event: EventCallback | Emitter | None = 
 
 def train(voice: PathLike, base: str, on_event: EventCallback | Emitter | None = None,
           **options: Any) -> dict[str, Any]:
-    """Fine-tune `base` on a prepared voice with Ray Train + FSDP2 (see `train.api.train`)."""
+    """Fine-tune `base` on a prepared voice with Ray Train + FSDP2 (see `train.api.train`).
+
+    Options include workers, steps, epochs, lr, batch_size, grad_accum,
+    precision ("auto", "bf16", "fp16", "fp32"), trainable ("talker",
+    "talker+text", "code_predictor", "talker_layers", "lora"), lora_rank,
+    lora_alpha, activation_checkpointing, cpu_offload, resume, run, address.
+    """
     from .train.api import train as _train
 
     return _train(voice, base, on_event=on_event, **options)

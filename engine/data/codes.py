@@ -97,9 +97,9 @@ def codec_fingerprint(model_dir: str | Path) -> str:
 
 def speaker_encoder_fingerprint(model_dir: str | Path) -> str:
     """sha256 over the speaker encoder's tensors only (the talker may change freely)."""
-    from ..train.objective import _safetensors_files
+    from ..model.files import weight_files
 
-    files = _safetensors_files(Path(model_dir))
+    files = weight_files(model_dir)
 
     def compute() -> str:
         import torch
@@ -224,8 +224,8 @@ def load_speaker_encoder(model_dir: str | Path, device: str = "cpu") -> Any:
     import torch
     from safetensors import safe_open
 
+    from ..model.files import weight_files
     from ..model.official import configuration, modeling
-    from ..train.objective import _safetensors_files
 
     cfg = configuration().Qwen3TTSConfig.from_pretrained(str(model_dir))
     if cfg.tts_model_type != "base":
@@ -233,7 +233,7 @@ def load_speaker_encoder(model_dir: str | Path, device: str = "cpu") -> Any:
                             "encoder.", "Train from a Qwen3-TTS Base model.")
     enc = modeling().Qwen3TTSSpeakerEncoder(cfg.speaker_encoder_config)
     state = {}
-    for f in _safetensors_files(Path(model_dir)):
+    for f in weight_files(model_dir):
         with safe_open(str(f), framework="pt") as fh:
             for k in fh.keys():
                 if k.startswith("speaker_encoder."):

@@ -203,7 +203,7 @@ class VoiceData:
 
         `cfg` is a `DataConfig` (defaults if None).
         """
-        from ..train.config import DataConfig
+        from .config import DataConfig
 
         cfg = cfg or DataConfig()
         index = load_codes_index(voice_dir)

@@ -29,22 +29,13 @@ import numpy as np
 
 from ..errors import DiskFullError, InputError, ModelError
 from ..events import Emitter, EventCallback, as_emitter
+from .files import weight_files
 
 #: the codec-embedding row the exported speaker takes (free in every 12 Hz model)
 SPEAKER_ROW = 3000
 CODEC_EMBEDDING = "talker.model.codec_embedding.weight"
 EXPORT_INFO = "VOXSHARD_EXPORT.json"
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
-
-
-def _weight_files(base: Path) -> list[Path]:
-    index = base / "model.safetensors.index.json"
-    if index.is_file():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [base / n for n in names]
-    if (base / "model.safetensors").is_file():
-        return [base / "model.safetensors"]
-    raise ModelError(f"{base} has no model.safetensors.")
 
 
 def merge_lora(state_dict: Mapping[str, Any], scaling: float) -> dict[str, Any]:
@@ -111,7 +102,7 @@ def export_custom_voice(base_model_dir: str | Path, state_dict: Mapping[str, Any
     try:
         em.state("exporting", detail=str(out))
         tensors: dict[str, torch.Tensor] = {}
-        for f in _weight_files(base):
+        for f in weight_files(base):
             with safe_open(str(f), framework="pt") as fh:
                 for key in fh.keys():
                     if not key.startswith("speaker_encoder."):

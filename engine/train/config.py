@@ -13,6 +13,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# how prepared clips become batches lives with the data (data never imports train)
+from ..data.config import DataConfig
+
 #: Which parameters receive gradients and go to the optimizer.
 #: - "talker": every talker parameter (decoder layers, norms, codec embedding,
 #:   text_projection, codec_head) and the whole code predictor; the 311M-param
@@ -69,40 +72,6 @@ class ModelConfig:
         _check(bool(self.speaker_name.strip()), "model.speaker_name", "must not be empty")
         _check(self.lora_rank >= 1, "model.lora_rank", "must be >= 1")
         _check(self.lora_alpha > 0, "model.lora_alpha", "must be > 0")
-
-
-@dataclass
-class DataConfig:
-    """How prepared clips become batches."""
-
-    #: clips per optimizer micro-step summed over all workers (each worker gets
-    #: about batch_size / workers, balanced by length); must be >= workers
-    batch_size: int = 8
-    #: optimizer steps accumulate this many micro-steps
-    grad_accum: int = 1
-    #: clips are sorted by length inside windows of this many batches before
-    #: being cut into batches, so a batch holds similar lengths (less padding)
-    bucket_batches: int = 16
-    #: fraction of usable clips held out for validation (0 disables validation);
-    #: never more than a fifth of the clips
-    val_fraction: float = 0.05
-    #: at least this many clips are held out when val_fraction > 0
-    val_min: int = 2
-    #: clips whose sequence (text + frames + 11 specials) exceeds this are skipped
-    max_seq_len: int = 2048
-    #: id of the clip whose speaker-encoder x-vector fills the speaker slot;
-    #: None picks automatically among the best-quality clips
-    reference_clip: str | None = None
-    #: seed of the split and of the per-epoch order
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        _check(self.batch_size >= 1, "data.batch_size", "must be >= 1")
-        _check(self.grad_accum >= 1, "data.grad_accum", "must be >= 1")
-        _check(self.bucket_batches >= 1, "data.bucket_batches", "must be >= 1")
-        _check(0.0 <= self.val_fraction < 1.0, "data.val_fraction", "must be in [0, 1)")
-        _check(self.val_min >= 0, "data.val_min", "must be >= 0")
-        _check(self.max_seq_len >= 32, "data.max_seq_len", "must be >= 32")
 
 
 @dataclass

@@ -75,6 +75,7 @@ from torch import nn
 
 from ..data.layout import NO_CODE, NO_CODEC, NUM_CODEBOOKS, SPEAKER_POS
 from ..errors import ModelError
+from ..model.files import weight_files
 from . import loss
 from .config import ModelConfig
 
@@ -250,17 +251,6 @@ def trainable_parameters(objective: nn.Module) -> list[nn.Parameter]:
     return [p for p in objective.parameters() if p.requires_grad]
 
 
-def _safetensors_files(model_dir: Path) -> list[Path]:
-    index = model_dir / "model.safetensors.index.json"
-    if index.exists():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [model_dir / n for n in names]
-    single = model_dir / "model.safetensors"
-    if not single.exists():
-        raise ModelError(f"{model_dir} has no model.safetensors.")
-    return [single]
-
-
 class TalkerWeights(Mapping[str, torch.Tensor]):
     """Read-only view of a model folder's `talker.*` tensors, read one at a time.
 
@@ -273,7 +263,7 @@ class TalkerWeights(Mapping[str, torch.Tensor]):
         from safetensors import safe_open
 
         self._files: dict[str, str] = {}
-        for f in _safetensors_files(Path(model_dir)):
+        for f in weight_files(model_dir):
             with safe_open(str(f), framework="pt") as fh:
                 for key in fh.keys():
                     if key.startswith(TALKER_PREFIX):

@@ -1,0 +1,24 @@
+"""Which files of an official model folder hold its weights.
+
+Below `data`, `train` and `model.export`, which all read the safetensors
+of a base model: one definition, and `data` need not import `train` for it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ModelError
+
+
+def weight_files(model_dir: str | Path) -> list[Path]:
+    """The safetensors files of a model folder: the index's shards, or model.safetensors."""
+    base = Path(model_dir)
+    index = base / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [base / n for n in names]
+    if (base / "model.safetensors").is_file():
+        return [base / "model.safetensors"]
+    raise ModelError(f"{base} has no model.safetensors.")
