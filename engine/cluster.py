@@ -94,6 +94,8 @@ class ClusterHandle:
         ray.shutdown()
         if self.started_here:
             _reap(self._child_pids, timeout=10.0)
+            # the process (and what it starts later, e.g. `ray start`) is as before
+            _undo_loopback_only()
 
     def __enter__(self) -> ClusterHandle:
         return self

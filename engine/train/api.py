@@ -506,8 +506,6 @@ def _preflight_or_fail(where: _Where, model_dir: Path, emitter: Emitter) -> None
     # the folder that holds the run (Ray's storage path): it exists before the run
     parent = where.location.rstrip("/").rpartition("/")[0]
     report = run_preflight(parent, str(model_dir), where.model_spec, on_event=emitter)
-    emitter.state("preflight_done", detail="ok" if report.ok else "problems",
-                  report=report.to_dict())
     if not report.ok:
         raise InputError(f"The cluster is not ready for this run: {report.problem_sentence()}.",
                          "Give every node the storage (--storage: a shared folder or an "

@@ -130,8 +130,14 @@ class Launch:
 
         spec = self.spec
         spec.run_dir.mkdir(parents=True, exist_ok=True)
-        self.queue = make_queue()
-        self.flag = ray.remote(num_cpus=0)(_StopFlag).remote()
+        # the driver's helpers live on the driver's node: on a cluster, a node that
+        # dies must not take the metrics queue or the stop flag with it
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = {"scheduling_strategy": NodeAffinitySchedulingStrategy(
+            node_id=ray.get_runtime_context().get_node_id(), soft=False)}
+        self.queue = make_queue(**here)
+        self.flag = ray.remote(num_cpus=0)(_StopFlag).options(**here).remote()
         self.pump = _StatePump(self.queue, self.emitter, spec.run_dir / "metrics.jsonl",
                                on_state=self._on_state).start()
         loop_config = {
@@ -283,6 +289,7 @@ def node_train_loop(loop_config: dict[str, Any]) -> None:
     from .worker import train_loop
 
     cfg = dict(loop_config)
+    _announce_node(cfg)
     data = cfg.pop("voice_data", None)
     if data is not None:
         import ray
@@ -292,6 +299,29 @@ def node_train_loop(loop_config: dict[str, Any]) -> None:
     if cfg.get("model_dir"):
         cfg["model_dir"] = str(node_model_dir(str(cfg["model_dir"]), cfg.get("model_spec")))
     train_loop(cfg)
+
+
+def _announce_node(loop_config: dict[str, Any]) -> None:
+    """Tell the driver where this rank runs: a `worker_node` state event (rank,
+    node name, address, Ray node id, the GPUs Ray gave it), for per-node labels."""
+    import socket
+
+    import ray
+    import ray.train
+
+    from .metrics import MetricsSender
+
+    try:
+        rank = ray.train.get_context().get_world_rank()
+        ctx = ray.get_runtime_context()
+        gpus = [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]
+        MetricsSender(loop_config.get("queue"), rank).send("state", {
+            "state": "worker_node", "rank": rank, "node": socket.gethostname(),
+            "node_ip": ray.util.get_node_ip_address(), "node_id": ctx.get_node_id(),
+            "gpus": gpus, "detail": f"rank {rank} on {socket.gethostname()}"
+            + (f" GPU {','.join(gpus)}" if gpus else "")})
+    except Exception:  # labels only: never fail a run for them
+        pass
 
 
 def _trainer_class() -> type:

@@ -34,11 +34,17 @@ GIB = float(1 << 30)
 QUEUE_SIZE = 10_000
 
 
-def make_queue() -> Any:
-    """The metrics queue actor. num_cpus=0: it must not take a worker's CPU slot."""
+def make_queue(**actor_options: Any) -> Any:
+    """The metrics queue actor. num_cpus=0: it must not take a worker's CPU slot.
+
+    `actor_options` add to Ray's options, e.g. a scheduling strategy that keeps
+    the queue on the driver's node (launch does: on a cluster, a queue on a
+    node that dies would silently swallow every metric after the restart).
+    """
     from ray.util.queue import Queue
 
-    return Queue(maxsize=QUEUE_SIZE, actor_options={"num_cpus": 0, "max_concurrency": 64})
+    return Queue(maxsize=QUEUE_SIZE,
+                 actor_options={"num_cpus": 0, "max_concurrency": 64, **actor_options})
 
 
 class MetricsSender:

@@ -396,6 +396,9 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
     report = PreflightReport(reports, storage or "(none)", model_spec or model_dir or "(none)",
                              time.monotonic() - t0)
     emitter.log(report.table(), level="info" if report.ok else "warning")
+    # the per-node report, structured (the app shows it; `--json` consumers read it)
+    emitter.state("preflight_done", detail="ok" if report.ok else "problems",
+                  report=report.to_dict())
     return report
 
 

@@ -1,0 +1,281 @@
+"""A real two-node Ray cluster on this machine, whose second node cannot see the
+driver's voice folder or the engine's source.
+
+The test runs this file as a script inside `unshare --net --mount`: a private
+network namespace whose only interface is loopback (Ray then keeps every
+address on 127.0.0.1, and nothing it starts can reach beyond this sandbox)
+and a private mount namespace. In there:
+- the head node: `ray start --head --num-cpus 1`;
+- the second node: `ray start --address ... --num-cpus 1`, started in a
+  further mount namespace where empty folders are bind-mounted over the
+  voice folder and over the `engine/` source (the installed packages stay
+  visible), so a driver path or code that is not shipped fails the run;
+- a 2-worker FSDP run (gloo) of the tiny model with `--storage` in a folder
+  both nodes see; one CPU per node puts the two workers on different nodes,
+  checked through the mount namespace of each worker process;
+- the second node's raylet killed with SIGKILL after the first checkpoint
+  (never `ray stop`, which would end every Ray process on the machine), then
+  started again: the run resumes from the shared storage and finishes with
+  the same final loss as an uninterrupted run on the same cluster;
+- every process this started killed by pid; the test checks none is left.
+
+Before the run, a local single-machine cluster is started and closed in the
+same driver process: it must not stop the later join of the real cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+def _can_unshare() -> bool:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    r = subprocess.run(["unshare", "--net", "--mount", "true"], capture_output=True)
+    return r.returncode == 0
+
+
+@pytest.mark.slow
+def test_two_nodes_second_sees_no_voice_or_source(prepared_voice: Path, tiny_model_dir: Path,
+                                                  tmp_path: Path) -> None:
+    if not _can_unshare():
+        pytest.skip("needs root and unshare (private network and mount namespaces)")
+    from tests.fixtures_audio import copy_voice
+
+    voice = copy_voice(prepared_voice, tmp_path / "driver only" / "voice")
+    shared = tmp_path / "shared"
+    model = shared / "models" / "tiny"  # the base model in a folder both nodes mount
+    shutil.copytree(tiny_model_dir, model)
+    out = tmp_path / "result.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    t0 = time.time()
+    proc = subprocess.run(
+        ["unshare", "--net", "--mount", "--propagation", "private", "--",
+         sys.executable, __file__, str(voice), str(model), str(shared), str(tmp_path), str(out)],
+        capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=1500)
+    wall = time.time() - t0
+    assert proc.returncode == 0 and out.is_file(), (proc.stdout[-4000:], proc.stderr[-6000:])
+    res = json.loads(out.read_text())
+    assert res["left_running"] == [], res["left_running"]
+    assert res["local_then_join"], "a local cluster earlier in the process blocked the join"
+    # the second node really could not see the voice or the source
+    assert res["node2_view"] == {"voice": [], "engine": []}, res["node2_view"]
+    assert res["nodes"] == 2 and res["preflight_ok"], res.get("preflight")
+    # the two workers ran on different nodes, one of them in node 2's mount namespace
+    for run in ("plain", "killed"):
+        assert len(set(res[run]["worker_mnt"].values())) == 2, res[run]
+        # and the engine says so too: the per-rank node labels the app shows
+        assert len(set(res[run]["worker_node"].values())) == 2, res[run]
+        assert res["node2_mnt"] in res[run]["worker_mnt"].values(), res[run]
+    assert res["plain"]["restarts"] == 0
+    assert res["killed"]["restarts"] >= 1 and res["killed"]["raylet_killed"]
+    assert res["killed"]["steps"] == res["plain"]["steps"]
+    # resumed from the shared storage to the same end as the uninterrupted run
+    assert res["killed"]["final_loss"] == pytest.approx(res["plain"]["final_loss"], rel=1e-6)
+    assert res["killed"]["checkpoint"].startswith(str(shared))
+    print(f"\ntwo-node cluster test: wall {wall:.1f} s (clusters {res['cluster_s']:.1f} s, "
+          f"uninterrupted run {res['plain']['wall_s']:.1f} s, run with node 2 killed and "
+          f"restarted {res['killed']['wall_s']:.1f} s, final loss "
+          f"{res['killed']['final_loss']:.6f} both)")
+
+
+# -- the script that runs inside the namespaces -------------------------------------------------
+
+
+def _loopback_up() -> None:
+    """A new network namespace starts with `lo` down; bring it up (no `ip` needed)."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        req = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(s, siocgifflags, req)[:18])[1]
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
+    finally:
+        s.close()
+
+
+def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+    fh = open(log, "ab")
+    return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _kill_tree(procs: list[Any]) -> None:
+    import psutil
+
+    pids: set[int] = set()
+    for p in procs:
+        pids.add(p.pid)
+        pids.update(_descendants(p.pid))
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except Exception:
+            pass
+    psutil.wait_procs([psutil.Process(x) for x in pids if psutil.pid_exists(x)], timeout=10)
+
+
+def _mnt(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/mnt")
+
+
+def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
+    import psutil
+
+    _loopback_up()
+    port = 6390
+    temp = tmp / "ray"
+    temp.mkdir(exist_ok=True)
+    empty_voice, empty_src = tmp / "empty-voice", tmp / "empty-src"
+    empty_voice.mkdir(exist_ok=True)
+    empty_src.mkdir(exist_ok=True)
+    common = ["--num-cpus", "1", "--num-gpus", "0", "--node-ip-address", "127.0.0.1",
+              "--disable-usage-stats", "--block"]
+    res: dict[str, Any] = {}
+    procs: list[subprocess.Popen[bytes]] = []
+
+    from engine.cluster import connect
+
+    # a local cluster first, in this process, closed again (must not block the join below)
+    t0 = time.time()
+    local = connect(None, num_cpus=1)
+    local.close()
+
+    def node2() -> subprocess.Popen[bytes]:
+        hide = (f"mount --bind '{empty_voice}' '{voice}' && "
+                f"mount --bind '{empty_src}' '{ROOT / 'engine'}' && "
+                f"ls -A '{voice}' > '{tmp}/node2-voice.txt' && "
+                f"ls -A '{ROOT / 'engine'}' > '{tmp}/node2-engine.txt' && exec ")
+        cmd = " ".join([RAY, "start", "--address", f"127.0.0.1:{port}", *common])
+        return _start(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                       hide + cmd], tmp / "node2.log")
+
+    try:
+        procs.append(_start([RAY, "start", "--head", "--port", str(port), "--temp-dir",
+                             str(temp), "--include-dashboard", "false", *common],
+                            tmp / "head.log"))
+        time.sleep(5)
+        procs.append(node2())
+        import ray
+
+        from engine.train.api import train
+
+        deadline = time.time() + 180
+        cluster = None
+        while time.time() < deadline:
+            try:
+                cluster = connect(f"127.0.0.1:{port}")
+                if ray.cluster_resources().get("CPU", 0) >= 2:
+                    break
+                cluster.close()
+                cluster = None
+            except Exception:
+                pass
+            time.sleep(2)
+        assert cluster is not None, "the two-node cluster did not come up"
+        res["local_then_join"] = True
+        res["nodes"] = len([n for n in ray.nodes() if n["Alive"]])
+        cluster.close()
+        res["cluster_s"] = time.time() - t0
+        res["node2_view"] = {
+            "voice": (tmp / "node2-voice.txt").read_text().split(),
+            "engine": (tmp / "node2-engine.txt").read_text().split()}
+        raylet2 = next(p for p in psutil.Process(procs[1].pid).children(recursive=True)
+                       if p.name() == "raylet")
+        res["node2_mnt"] = _mnt(raylet2.pid)
+
+        def run(name: str, kill: bool) -> dict[str, Any]:
+            pids: dict[int, int] = {}
+            mnts: dict[str, str] = {}
+            nodes: dict[str, str] = {}
+            state = {"killed": False}
+
+            def on_event(ev: Any) -> None:
+                d = ev.data
+                if ev.kind == "state" and d.get("state") == "worker_started":
+                    pids[int(d["rank"])] = int(d["pid"])
+                    try:
+                        mnts.setdefault(str(d["rank"]), _mnt(int(d["pid"])))
+                    except OSError:
+                        pass
+                if ev.kind == "state" and d.get("state") == "worker_node":
+                    nodes.setdefault(str(d["rank"]), str(d["node_id"]))
+                if ev.kind == "state" and d.get("state") == "preflight_done":
+                    res["preflight"] = d["report"]
+                    res["preflight_ok"] = d["report"]["ok"]
+                if (kill and not state["killed"] and ev.kind == "state"
+                        and d.get("state") == "checkpoint" and d.get("step") == 2):
+                    # lose node 2: its raylet dies hard (and with it its workers)
+                    r2 = [p for p in psutil.Process(procs[1].pid).children(recursive=True)
+                          if p.name() == "raylet"]
+                    for p in r2:
+                        os.kill(p.pid, signal.SIGKILL)
+                    state["killed"] = True
+                    time.sleep(3)
+                    _kill_tree([procs[1]])
+                    procs[1] = node2()  # and comes back
+
+            t = time.time()
+            r = train(voice, str(model), workers=2, steps=5, checkpoint_every=1, val_every=0,
+                      lr=2e-3, use_gpu=False, address=f"127.0.0.1:{port}", storage=str(shared),
+                      run=name, max_failures=3, on_event=on_event)
+            return {"steps": r["steps"], "final_loss": r["final_loss"],
+                    "restarts": r["restarts"], "checkpoint": r["checkpoint"],
+                    "worker_mnt": mnts, "worker_node": nodes,
+                    "raylet_killed": state["killed"],
+                    "wall_s": time.time() - t}
+
+        res["plain"] = run("plain", kill=False)
+        res["killed"] = run("killed", kill=True)
+    finally:
+        _kill_tree(procs)
+        time.sleep(1)
+        me = os.getpid()
+        res["left_running"] = [p.pid for p in psutil.process_iter()
+                               if p.pid != me and _is_ours(p, tmp)]
+        out.write_text(json.dumps(res, indent=1))
+
+
+def _is_ours(p: Any, tmp: Path) -> bool:
+    """A process of this test's cluster (its command line names our temp folder or port)."""
+    try:
+        cmd = " ".join(p.cmdline())
+    except Exception:
+        return False
+    return str(tmp) in cmd or "127.0.0.1:6390" in cmd
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    _main(*(Path(a) for a in sys.argv[1:6]))
