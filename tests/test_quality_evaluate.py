@@ -149,7 +149,10 @@ def test_second_evaluation_reuses_measured_renders(trained_run: dict[str, Any],
                      sentences=evaluated["result"]["sentences"], options=FAST, device="cpu",
                      on_event=events.append)
     best = evaluated["result"]["best"]["label"]
-    assert [e["label"] for e in again["entries"]] == ["zero-shot", best, "joe-step20"]
+    assert again["evaluated"] == ["zero-shot", best, "joe-step20"]
+    # the report keeps every voice measured with these settings
+    assert [e["label"] for e in again["entries"]] == ["zero-shot", "step 10", "step 20",
+                                                      "joe-step20"]
     reused = [e for e in events if e.kind == "log" and "reused" in e.data["message"]]
     assert len(reused) == 3
     assert not any(e.kind == "state" and e.data.get("state") == "loading_model" for e in events)
@@ -201,3 +204,37 @@ def test_missing_asr_model_is_one_clear_sentence(trained_run: dict[str, Any]) ->
         evaluate(trained_run["voice"], checkpoints="latest",
                  asr="Systran/faster-whisper-nonexistent", options=FAST)
     assert "hf download Systran/faster-whisper-nonexistent" in (info.value.hint or "")
+
+
+def test_watch_evaluates_new_checkpoints_and_suggests_an_early_stop(
+        trained_run: dict[str, Any], evaluated: dict[str, Any]) -> None:
+    """Runs last: it adds checkpoints 30 and 40 (copies of 20) to the shared run."""
+    import shutil
+
+    from engine.quality.evaluate import watch
+
+    run = trained_run["run"]
+    shutil.copytree(run / "checkpoint_step_0000020", run / "checkpoint_step_0000030")
+    events: list[Event] = []
+
+    def on_event(ev: Event) -> None:
+        events.append(ev)
+        if ev.kind == "state" and ev.data.get("state") == "evaluation_updated" \
+                and not (run / "checkpoint_step_0000040").exists():
+            # training writes another checkpoint while the watcher runs
+            shutil.copytree(run / "checkpoint_step_0000020", run / "checkpoint_step_0000040")
+
+    result = watch(trained_run["voice"], "r1", interval_s=0.01, idle_s=0.5, patience=1,
+                   asr="pocketsphinx", sentences=evaluated["result"]["sentences"],
+                   options=FAST, device="cpu", on_event=on_event)
+    steps = [e["step"] for e in result["entries"] if e["kind"] == "checkpoint"]
+    assert steps == [10, 20, 30, 40]
+    updates = [e.data for e in events if e.kind == "state"
+               and e.data.get("state") == "evaluation_updated"]
+    assert [u["checkpoints"] for u in updates] == [3, 4]
+    assert any(e.kind == "state" and e.data.get("state") == "early_stop_suggested"
+               for e in events)
+    # step 30 and 40 are new renders; everything else was measured before
+    rendered = [e.data["detail"] for e in events if e.kind == "state"
+                and e.data.get("state") == "evaluating" and "index" in e.data]
+    assert rendered == ["step 30", "step 40"]

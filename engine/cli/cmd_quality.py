@@ -3,6 +3,7 @@
     voxshard-engine transcribe VOICE [--asr SPEC] [--takes ID...] [--recheck] [--threshold X]
     voxshard-engine recognize FILE... [--asr SPEC] [--language LANG]
     voxshard-engine evaluate VOICE [--run R] [--checkpoints all|latest|best|STEP,...]
+    voxshard-engine evaluate VOICE --run R --watch [--patience K]   (beside training)
     voxshard-engine import VOICE FILES... --transcribe [--asr SPEC]   (adds to `import`)
 
 `--asr`: pocketsphinx (offline, English, the fallback), auto (a Whisper model
@@ -64,11 +65,16 @@ def _evaluate(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     from ..synth.options import SpeakOptions
 
     options = SpeakOptions(max_frames=args.max_frames, batch_size=args.batch_size)
-    return evaluate(args.voice, args.run, args.checkpoints, sentences=_read_sentences(args),
-                    seed=args.seed, asr=args.asr, zero_shot=not args.no_zero_shot,
-                    export=args.export or not args.no_export, options=options,
-                    device=args.device, base=args.base, force=args.force, out_dir=args.out_dir,
-                    on_event=em)
+    common = {"sentences": _read_sentences(args), "seed": args.seed, "asr": args.asr,
+              "options": options, "device": args.device, "base": args.base,
+              "out_dir": args.out_dir, "on_event": em}
+    if args.watch:
+        from ..quality.evaluate import watch
+
+        return watch(args.voice, args.run, interval_s=args.interval, idle_s=args.idle,
+                     patience=args.patience, **common)
+    return evaluate(args.voice, args.run, args.checkpoints, zero_shot=not args.no_zero_shot,
+                    export=args.export or not args.no_export, force=args.force, **common)
 
 
 def _import_with_transcribe(original: Any) -> Any:
@@ -151,3 +157,13 @@ def register(sub: Any) -> None:
                    help="output folder (default: <run>/evaluation)")
     p.add_argument("--force", action="store_true", help="measure again what was measured")
     p.add_argument("--device", default=None, help="cpu or cuda:N")
+    p.add_argument("--watch", action="store_true",
+                   help="keep running beside training: evaluate each new checkpoint as it "
+                        "is written (until Ctrl-C, or --idle)")
+    p.add_argument("--interval", type=float, default=15.0,
+                   help="with --watch: seconds between looks at the run (default 15)")
+    p.add_argument("--idle", type=float, default=None,
+                   help="with --watch: stop after this many seconds without a new checkpoint")
+    p.add_argument("--patience", type=int, default=None,
+                   help="with --watch: suggest stopping when the best checkpoint has not "
+                        "improved for this many evaluated checkpoints")

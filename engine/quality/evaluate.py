@@ -447,9 +447,12 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
     ref = meter.reference(v, run_dir, references)
     sources = _plan_sources(v, run_dir, picked, zero_shot, export, base, em)
     asr_model = f"{meter.asr.backend}:{meter.asr.model}"
-    previous = {e.get("key"): e for e in ((_previous(out) or {}).get("entries") or [])}
-    if force:
-        previous = {}
+    prev_data = _previous(out) or {}
+    same_setup = (prev_data.get("sentences") == sentences and prev_data.get("seed") == seed
+                  and prev_data.get("options") == opts.to_dict()
+                  and (prev_data.get("asr") or {}).get("key") == asr_model)
+    history = list(prev_data.get("entries") or []) if same_setup else []
+    previous = {e.get("key"): e for e in history} if not force else {}
     entries: list[dict[str, Any]] = []
     synth: Any = None
     total = len(sources) * len(sentences)
@@ -503,8 +506,12 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
         _emit_metric(em, entry)
     del synth
     gc.collect()
+    evaluated = list(entries)
+    entries = _merge(history, entries)
     result = _assemble(v, run_dir, base_dir, sentences, seed, opts.to_dict(), meter, ref,
                        entries, out, describe(asr) if not hasattr(asr, "transcribe") else None)
+    result["asr"]["key"] = asr_model
+    result["evaluated"] = [e["label"] for e in evaluated]
     result["elapsed_s"] = round(time.perf_counter() - started, 3)
     from .report import render_html
 
@@ -515,6 +522,20 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
     em.artifact(str(out / "report.html"), role="evaluation_report")
     return {**result, "path": str(out / "evaluation.json"), "html": str(out / "report.html"),
             "summary": format_summary(result, out)}
+
+
+def _merge(history: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every voice measured with these settings: earlier checkpoints stay in the history
+    (even once training pruned them), the fresh measurement of a voice replaces its old one;
+    zero-shot first, then checkpoints by step, then exports."""
+    def ident(e: dict[str, Any]) -> tuple[Any, ...]:
+        return (e["kind"], e.get("step") if e["kind"] == "checkpoint" else e.get("model"))
+
+    merged = {ident(e): e for e in history}
+    merged.update({ident(e): e for e in fresh})
+    order = {"zero_shot": 0, "checkpoint": 1, "custom_voice": 2}
+    return sorted(merged.values(), key=lambda e: (order.get(e["kind"], 3), e.get("step") or 0,
+                                                  e["label"]))
 
 
 def _ready(synth: Any, source: Any, device: str | None, dtype: Any, em: Emitter) -> Any:
@@ -617,9 +638,10 @@ def format_summary(result: dict[str, Any], out: Path) -> str:
     def f(x: Any, spec: str) -> str:
         return "-" if x is None else format(x, spec)
 
-    lines = [f"Evaluated {len(result['entries'])} voice(s) of run {result['run']} on "
-             f"{len(result['sentences'])} held-out sentence(s) (seed {result['seed']}, "
-             f"ASR {result['asr']['backend']}).",
+    fresh = len(result.get("evaluated") or result["entries"])
+    lines = [f"Evaluated {fresh} voice(s) of run {result['run']} ({len(result['entries'])} "
+             f"in the report) on {len(result['sentences'])} held-out sentence(s) "
+             f"(seed {result['seed']}, ASR {result['asr']['backend']}).",
              f"  {'voice':<14}{'similarity':>11}{'(model)':>9}{'WER':>7}{'rate':>7}"
              f"{'LUFS':>8}{'clip %':>8}"]
     for e in result["entries"]:
@@ -641,3 +663,73 @@ def format_summary(result: dict[str, Any], out: Path) -> str:
         lines.append(f"  warning: {w['message']}")
     lines.append(f"Report: {display_path(out / 'report.html')}")
     return "\n".join(lines)
+
+
+def watch(voice: Voice | str | os.PathLike[str], run: str | None = None, *,
+          interval_s: float = 15.0, idle_s: float | None = None, patience: int | None = None,
+          stop: threading.Event | None = None,
+          on_event: EventCallback | Emitter | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Evaluate each checkpoint of a run as training writes it, in this process (start it
+    as a second engine process beside training, which then never waits for it).
+
+    Polls the run every `interval_s`; each new complete checkpoint is rendered and
+    measured (the zero-shot clone and the export once, at the start), `evaluation.json`
+    and the report grow, and a `state` event `evaluation_updated` carries the best
+    checkpoint so far. With `patience`, a `state` event `early_stop_suggested` (and a
+    warning) says when the best has not improved for that many evaluated checkpoints;
+    stopping training stays the caller's decision. Returns the last evaluation when
+    `stop` is set, after `idle_s` seconds without a new checkpoint, or on Ctrl-C.
+    """
+    from ..synth.voice import checkpoint_step, list_run_checkpoints
+
+    em = as_emitter(on_event)
+    v = voice if isinstance(voice, Voice) else open_voice(voice)
+    if run:
+        run_dir = Path(run) if Path(run).is_dir() else v.runs_dir / run
+    else:
+        found = [p for p in v.runs_dir.iterdir() if p.is_dir()] if v.runs_dir.is_dir() else []
+        if not found:
+            raise WorkspaceError(f"The voice {v.path.name} has no training run to watch.",
+                                 "Start training first, or give --run.")
+        run_dir = max(found, key=lambda p: p.stat().st_mtime)
+    seen: set[str] = set()
+    result: dict[str, Any] = {}
+    best_step: int | None = None
+    since_best = 0
+    suggested = False
+    last_new = time.monotonic()
+    em.state("watching", detail=str(run_dir))
+    try:
+        while stop is None or not stop.is_set():
+            new = [c for c in list_run_checkpoints(run_dir) if c.name not in seen]
+            if new:
+                last_new = time.monotonic()
+                result = evaluate(v, str(run_dir), [str(checkpoint_step(c)) for c in new],
+                                  zero_shot=not seen, export=not seen, on_event=em, **kwargs)
+                seen |= {c.name for c in new}
+                best = result.get("best") or {}
+                if best.get("step") == best_step:
+                    since_best += len(new)
+                else:
+                    best_step, since_best = best.get("step"), 0
+                em.state("evaluation_updated", detail=f"best: {best.get('label')}",
+                         best_step=best_step, checkpoints=len(seen), path=result["path"])
+                if patience and since_best >= patience and not suggested:
+                    suggested = True
+                    em.log(f"The best checkpoint (step {best_step}) has not improved for "
+                           f"{since_best} evaluated checkpoints: training longer is unlikely "
+                           "to help.", level="warning")
+                    em.state("early_stop_suggested", best_step=best_step,
+                             detail=f"no improvement for {since_best} checkpoints")
+            elif idle_s is not None and time.monotonic() - last_new > idle_s:
+                break
+            if stop is not None:
+                stop.wait(interval_s)
+            else:
+                time.sleep(interval_s)
+    except KeyboardInterrupt:
+        em.log("Stopped watching.")
+    if not result:
+        return {"run": run_dir.name, "entries": [], "best": None,
+                "summary": f"No checkpoint of {run_dir.name} appeared while watching."}
+    return result
