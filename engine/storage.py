@@ -264,11 +264,12 @@ def link_run(run_dir: Path, location: str) -> None:
         return
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     if is_uri(location):
+        # the bucket first: when it cannot be reached, nothing is left behind here
+        Location(location).mkdir(parents=True, exist_ok=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         from .atomic import write_json
 
         write_json(run_dir / POINTER, {"checkpoints": location})
-        Location(location).mkdir(parents=True, exist_ok=True)
         return
     target = Path(location)
     target.mkdir(parents=True, exist_ok=True)

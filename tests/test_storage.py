@@ -282,3 +282,22 @@ def test_train_in_shared_folder_with_preflight(prepared_voice: Path, tiny_model_
     assert node["facts"]["torch"] and node["facts"]["ray"] and node["model"]
     # the preflight cleaned up after itself
     assert not (shared / "voice" / ".voxshard-preflight").exists()
+
+
+def test_unreachable_storage_fails_before_any_cluster(prepared_voice: Path,
+                                                      tiny_model_dir: Path,
+                                                      tmp_path: Path) -> None:
+    """One sentence naming the storage; nothing started, nothing left in runs/."""
+    from engine.errors import InputError
+    from engine.train.api import train
+
+    voice = copy_voice(prepared_voice, tmp_path / "voice")
+    blocker = tmp_path / "a file"
+    blocker.write_text("not a folder")
+    with pytest.raises(InputError, match="Cannot create the run's storage at .*a file"):
+        train(voice, str(tiny_model_dir), workers=2, steps=1, use_gpu=False,
+              storage=str(blocker / "runs"), run="r")
+    assert not (voice / "runs" / "r").exists()
+    from engine.workspace import open_voice
+
+    assert open_voice(voice).storage is None  # a storage that failed is not remembered

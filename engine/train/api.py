@@ -158,6 +158,9 @@ class _Where:
     model_spec: str
     #: run the per-node preflight before training (default: on an existing cluster)
     preflight: bool
+    #: remember `setting` as the voice's storage once the run's storage exists
+    remember: bool = False
+    setting: str | None = None
 
 
 def _storage_for(voice: Any, storage: str | os.PathLike[str] | None) -> str | None:
@@ -331,15 +334,14 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
 
     given = storage is not None and str(storage).strip() != ""
     target = _storage_for(v, storage)
-    if given:
-        v.set_storage(target)  # remembered: the voice's next runs go there too
     if resume:
         location = str(checkpoint_root(run_dir))
     else:
         location = run_location(target, runs_dir, v.path.name, run_dir.name)
     run_extra["model_spec"] = base
     where = _Where(location=location, model_spec=base,
-                   preflight=address is not None if preflight is None else bool(preflight))
+                   preflight=address is not None if preflight is None else bool(preflight),
+                   remember=given, setting=target)
     return _run(v, model_dir, cfg, run_dir, resume, max_failures, verbose, builder,
                 emitter, stop, workers_given, run_extra, where)
 
@@ -371,10 +373,14 @@ def _run(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: b
     # folder with storage.json naming the URI its checkpoints go to
     try:
         link_run(run_dir, where.location if where is not None else str(run_dir))
-    except OSError as exc:
+    except Exception as exc:  # OSError, or a bucket's own (e.g. botocore: no credentials)
         place = where.location if where is not None else run_dir
-        raise InputError(f"Cannot create the run's storage at {place}: {exc.strerror or exc}.",
+        why = getattr(exc, "strerror", None) or str(exc).strip().split("\n")[0] \
+            or type(exc).__name__
+        raise InputError(f"Cannot create the run's storage at {place}: {why}.",
                          "Check that the storage folder or bucket exists and is writable.") from exc
+    if where is not None and where.remember:
+        voice.set_storage(where.setting)  # the voice's next runs go there too
     write_json(run_dir / "config.json", cfg.to_dict())
     with _sigterm_as_interrupt():
         return _run_on_cluster(voice, model_dir, cfg, run_dir, resume, max_failures, verbose,

@@ -342,8 +342,18 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
     folder = None
     if storage:
         folder = as_location(storage) / PREFLIGHT_DIR / token
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "driver").write_text(token)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "driver").write_text(token)
+        except Exception as exc:
+            from ..errors import ClusterError
+
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ClusterError(f"This machine cannot write to the storage {storage} "
+                               f"({type(exc).__name__}{': ' + first if first else ''}).",
+                               "Check the folder or bucket and its credentials (for s3:// "
+                               "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL).",
+                               ) from exc
     driver = node_facts()
     driver_node = ray.get_runtime_context().get_node_id()
     nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -395,7 +405,8 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
             pass
     report = PreflightReport(reports, storage or "(none)", model_spec or model_dir or "(none)",
                              time.monotonic() - t0)
-    emitter.log(report.table(), level="info" if report.ok else "warning")
+    # the table once for a person (the CLI's result shows it too when all is well)
+    emitter.log(report.table(), level="debug" if report.ok else "warning")
     # the per-node report, structured (the app shows it; `--json` consumers read it)
     emitter.state("preflight_done", detail="ok" if report.ok else "problems",
                   report=report.to_dict())
