@@ -442,3 +442,54 @@ def test_resume_refuses_changed_data_and_says_what_changed_settings_do(
     assert err.value.message == ("The prepared data of this voice changed since run r1 started "
                                  "(the same number of clips, but different audio or "
                                  "transcripts), so it cannot be resumed.")
+
+
+def test_export_of_a_lora_run_merges_its_checkpoint_and_uses_the_runs_x_vector(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """api.export from a real DCP checkpoint of a LoRA run: a plain folder, the run's speaker."""
+    import warnings
+
+    import numpy as np
+    from safetensors import safe_open
+
+    from engine.train.api import export
+    from engine.train.checkpoint import Checkpointer
+    from engine.train.config import TrainConfig
+    from engine.train.objective import build_objective, load_base_weights
+    from engine.train.rundata import record_data
+    from tests.test_train_units import _voice_with_clips
+
+    warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+    voice = _voice_with_clips(tmp_path, 8, 4.0)  # no codes: export must not need them
+    cfg = TrainConfig().replace(model={"base": str(tiny_model_dir), "trainable": "lora",
+                                       "lora_rank": 2, "lora_alpha": 6.0})
+    run_dir = voice / "runs" / "lora"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict()))
+    obj = build_objective(tiny_model_dir, cfg.model, device="meta")
+    load_base_weights(obj, tiny_model_dir, "cpu")
+    hidden = obj.talker.config.hidden_size
+    xv = np.linspace(-1, 1, hidden).astype(np.float32)
+    record_data(run_dir, voice, x_vector=xv)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for n, p in obj.named_parameters():
+            if n.endswith(".lora_B"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    opt = torch.optim.AdamW([p for p in obj.parameters() if p.requires_grad], lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    Checkpointer(run_dir, 0, 1).save(4, obj, opt, sched, {"epoch": 0, "position": 4})
+    out = export(voice, tmp_path / "exported", run="lora")
+    key = "talker.model.layers.0.mlp.down_proj"
+    lin = obj.talker.get_submodule(key[len("talker."):])
+    want = lin.weight + 3.0 * (lin.lora_B @ lin.lora_A)  # alpha / rank = 3
+    with safe_open(str(Path(out["out_dir"]) / "model.safetensors"), framework="pt") as fh:
+        keys = set(fh.keys())
+        got = fh.get_tensor(key + ".weight")
+        row = fh.get_tensor("talker.model.codec_embedding.weight")[3000]
+    assert not any("lora" in k for k in keys)
+    # merged in fp32, stored in the base file's dtype, exactly
+    torch.testing.assert_close(got, want.detach().to(got.dtype), rtol=0, atol=0)
+    assert not torch.equal(got, lin.weight.detach().to(got.dtype))
+    # the speaker row is the run's own x-vector (the voice has no codes to take one from)
+    torch.testing.assert_close(row, torch.from_numpy(xv).to(row.dtype), rtol=0, atol=0)
