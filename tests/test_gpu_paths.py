@@ -493,3 +493,41 @@ def test_export_of_a_lora_run_merges_its_checkpoint_and_uses_the_runs_x_vector(
     assert not torch.equal(got, lin.weight.detach().to(got.dtype))
     # the speaker row is the run's own x-vector (the voice has no codes to take one from)
     torch.testing.assert_close(row, torch.from_numpy(xv).to(row.dtype), rtol=0, atol=0)
+
+
+def _sync_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
+    """A tiny linear model whose gradient-sync switch records every call."""
+    from engine.train.worker import TrainParts
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    calls = loop_config["_calls"]
+
+    def forward(m: Any, batch: Any) -> dict[str, Any]:
+        z = torch.zeros(())
+        return {"loss": m(batch).pow(2).mean(), "talker_sum": z, "talker_tokens": z,
+                "subtalker_sum": z, "subtalker_tokens": z}
+
+    return TrainParts(model=model, device=torch.device("cpu"), steps_per_epoch=100,
+                      step_batches=lambda e, p: [torch.ones(1, 2) * (p + k) for k in range(
+                          cfg.data.grad_accum)],
+                      forward=forward, set_grad_sync=calls.append)
+
+
+@pytest.mark.parametrize("mode,expected", [("last", [False, False, True] * 2), ("every", [])])
+def test_trainer_reduces_every_micro_step_when_the_plan_says_so(
+        tmp_path: Path, mode: str, expected: list[bool]) -> None:
+    """"last" switches reduction off until the last micro-step; "every" never switches it
+    off, so FSDP reduce-scatters after each micro-step and gradients stay sharded."""
+    from engine.train.config import TrainConfig
+    from engine.train.worker import WorkerEnv, run_worker
+
+    calls: list[bool] = []
+    cfg = TrainConfig().replace(data={"grad_accum": 3}, parallel={"accum_reduce": mode},
+                                run={"val_every": 0})
+    loop_config = {"config": cfg.to_dict(), "run_dir": str(tmp_path / "run"), "total_steps": 2,
+                   "builder": "tests.test_gpu_paths:_sync_builder", "_calls": calls,
+                   "save_final": False}
+    out = run_worker(loop_config, WorkerEnv(rank=0, world=1, sender=_Sender()))
+    assert out["step"] == 2
+    assert calls == expected
