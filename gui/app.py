@@ -36,6 +36,7 @@ from engine.catalog import VoiceSnapshot, speaker_name
 from . import __version__
 from .context import APP_NAME, ORG_NAME, AppContext, default_workspace
 from .jobs import EngineJob
+from .jobs_panel import JobsPanel
 from .pages.base import Page
 from .pages.help import HelpPage
 from .pages.importer import ImportPage
@@ -105,10 +106,10 @@ class MainWindow(QMainWindow):
         self.nav.currentRowChanged.connect(self._go)
         self._current = 0
 
-        self.job_label = QLabel("")
-        self.statusBar().addPermanentWidget(self.job_label)
+        # what runs, with a Cancel for each job (download, import, export, compare...)
+        self.jobs_panel = JobsPanel(self.ctx.jobs)
+        self.statusBar().addPermanentWidget(self.jobs_panel)
         self.ctx.status.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
-        self.ctx.jobs.changed.connect(self._jobs_changed)
         self.ctx.voice_changed.connect(self._voice_changed)
         self.ctx.reader.voice_loaded.connect(self._voice_read)
         # what `voxshard-engine version` answered (None: not asked yet / no answer)
@@ -226,13 +227,6 @@ class MainWindow(QMainWindow):
         self.ctx.set_workspace(folder.parent)
         self.ctx.set_voice(folder)
         return True
-
-    def _jobs_changed(self) -> None:
-        running = self.ctx.jobs.running()
-        if running:
-            self.job_label.setText("Running: " + ", ".join(j.title for j in running))
-        else:
-            self.job_label.setText("")
 
     def _retint(self) -> None:
         for i in range(self.nav.count()):

@@ -66,3 +66,52 @@ def test_keep_running_calls_off_the_quit(qtbot, window: MainWindow) -> None:
     qtbot.waitUntil(lambda: not job.is_running(), timeout=30000)
     assert window.isVisible()  # the stop went on, the quit did not
     assert window._quit_wait is None
+
+
+def test_every_job_can_be_cancelled_from_the_status_bar(qtbot, window: MainWindow) -> None:
+    download = window.ctx.jobs.start(["x"], "Download", program=flood_program(0, forever=True))
+    export = window.ctx.jobs.start(["x"], "Export",
+                                   program=flood_program(0, forever=True, stop_s=600.0))
+    qtbot.waitUntil(lambda: download.events_seen > 5 and export.events_seen > 5,
+                    timeout=30000)
+    panel = window.jobs_panel
+    assert panel.isVisible() and panel.text().startswith("Running: Download, Export")
+    panel.menu_.aboutToShow.emit()
+    actions = {a.text(): a for a in panel.menu_.actions()}
+    assert set(actions) == {"Cancel Download", "Cancel Export"}
+    with qtbot.waitSignal(download.cancelled, timeout=30000):
+        actions["Cancel Download"].trigger()
+    actions["Cancel Export"].trigger()
+    qtbot.waitUntil(lambda: export.stopping, timeout=10000)
+    assert "Export (stopping)" in panel.text()
+    panel.menu_.aboutToShow.emit()
+    (force,) = panel.menu_.actions()
+    assert force.text().startswith("Force stop Export")
+    with qtbot.waitSignal(export.failed, timeout=30000):
+        force.trigger()
+    qtbot.waitUntil(lambda: not panel.isVisible(), timeout=10000)
+
+
+def test_a_voice_a_job_writes_into_cannot_be_renamed_or_deleted(
+        qtbot, window: MainWindow, voice) -> None:
+    from engine.workspace import open_voice
+    from gui.pages.voices import VoicesPage
+
+    page = window.page(VoicesPage)
+    window.ctx.set_voice(voice)
+    job = window.ctx.jobs.start(["x"], "Training", program=flood_program(0, forever=True),
+                                voice=voice)
+    qtbot.waitUntil(lambda: job.events_seen > 5, timeout=30000)
+    assert page.rename_voice(voice, "Grace") is None
+    page.delete_voice(voice)
+    assert voice.is_dir() and (voice / "voice.toml").is_file()
+    errors = [w for w in window.findChildren(QMessageBox) if w.isVisible()]
+    assert errors and "Training is writing into this voice" in errors[-1].text()
+    for box in errors:
+        box.close()
+    with qtbot.waitSignal(job.finished, timeout=30000):
+        job.cancel()
+    # once the job is done: the folder and the speaker's name both change
+    renamed = page.rename_voice(voice, "Grace Hopper")
+    assert renamed == voice.with_name("Grace-Hopper") and not voice.exists()
+    assert open_voice(renamed).display_name == "Grace Hopper"

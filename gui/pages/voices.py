@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from engine.catalog import VoiceEntry, VoiceSnapshot
 from engine.errors import VoxshardError
+from engine.workspace import open_voice
 
 from ..context import AppContext
 from ..jobs import EngineJob
@@ -86,12 +87,18 @@ class NewVoiceDialog(QDialog):
 
 
 class RenameDialog(QDialog):
+    """A new speaker name; the folder follows it (Ada Lovelace -> Ada-Lovelace)."""
+
     def __init__(self, current: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Rename voice")
         form = QFormLayout(self)
         self.name = QLineEdit(current)
-        form.addRow("Folder name", self.name)
+        self.folder = QLabel(folder_name_for(current))
+        self.folder.setObjectName("Muted")
+        self.name.textChanged.connect(lambda t: self.folder.setText(folder_name_for(t)))
+        form.addRow("Speaker name", self.name)
+        form.addRow("Folder", self.folder)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
                                    | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
@@ -287,32 +294,49 @@ class VoicesPage(Page):
         voice = self.ctx.voice
         if voice is None:
             return None
-        dlg = RenameDialog(voice.name, self)
+        snap = self.ctx.reader.cached(voice)
+        dlg = RenameDialog(snap.speaker if snap is not None else voice.name, self)
         dlg.accepted.connect(lambda: self.rename_voice(voice, dlg.name.text()))
         dlg.open()
         return dlg
 
+    def _busy(self, voice: Path, action: str) -> bool:
+        """Refuse (with a message) while a job writes into the voice."""
+        jobs = self.ctx.jobs.writing_into(voice) + [
+            j for j in self.ctx.jobs.running()
+            if j.voice is None and str(voice) in j.args]
+        if not jobs:
+            return False
+        names = ", ".join(sorted({j.title for j in jobs}))
+        show_error(self, f"Cannot {action} the voice", f"{names} is writing into this voice.",
+                   f"Wait for it to finish, or stop it, then {action} the voice.")
+        return True
+
     def rename_voice(self, voice: Path, new_name: str) -> Path | None:
-        new_name = folder_name_for(new_name)
-        target = voice.with_name(new_name)
-        if target == voice:
-            return voice
-        if target.exists():
-            show_error(self, "Cannot rename", f"A folder named {new_name} already exists.",
+        """Rename the speaker (voice.toml) and its folder together."""
+        speaker = new_name.strip()
+        if not speaker:
+            show_error(self, "Cannot rename", "The new name is empty.", "Type a name.")
+            return None
+        if self._busy(voice, "rename"):
+            return None
+        target = voice.with_name(folder_name_for(speaker))
+        if target != voice and target.exists():
+            show_error(self, "Cannot rename", f"A folder named {target.name} already exists.",
                        "Pick another name.")
             return None
-        if any(voice in job.args or str(voice) in job.args for job in self.ctx.jobs.running()):
-            show_error(self, "Cannot rename", "A job is using this voice.",
-                       "Wait for it to finish or stop it first.")
-            return None
         try:
-            voice.rename(target)
-        except OSError as exc:
-            show_error(self, "Cannot rename", f"Renaming failed: {exc.strerror or exc}.")
+            if target != voice:
+                voice.rename(target)
+            open_voice(target).rename(speaker)  # the name the voice answers to, too
+        except (OSError, VoxshardError) as exc:
+            message = exc.message if isinstance(exc, VoxshardError) else \
+                f"Renaming failed: {exc.strerror or exc}."
+            show_error(self, "Cannot rename", message)
             return None
-        self.ctx.reader.forget(voice)
         self.ctx.voice = None  # force the change signal
         self.ctx.set_voice(target)
+        self.ctx.notify_changed()
         self.refresh()
         return target
 
@@ -333,6 +357,8 @@ class VoicesPage(Page):
         )
 
     def delete_voice(self, voice: Path) -> None:
+        if self._busy(voice, "delete"):
+            return
         self.ctx.reader.forget(voice)
         if not QFile.moveToTrash(str(voice)):
             shutil.rmtree(voice, ignore_errors=True)
