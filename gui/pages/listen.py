@@ -9,6 +9,7 @@ The comparison renders the same sentences from several checkpoints (engine
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -336,9 +337,13 @@ class ListenPage(Page):
             args += ["--reference", str(ref)]
         else:
             args.append("--no-zero-shot")
-        job = self.start_job(args + list(extra_args or []), "Compare")
+        # the comparison loads every checkpoint on the GPU: the warm speech model leaves first
+        unloaded = shutil.which("nvidia-smi") is not None and self.ctx.speech.unload()
+        job = self.start_job(args + list(extra_args or []), "Compare", voice=self.voice)
         self.compare_job = job
-        self.compare_note.setText("Rendering every checkpoint with the same seed…")
+        self.compare_note.setText("Rendering every checkpoint with the same seed…"
+                                  + (" (the speech model left the GPU to make room)"
+                                     if unloaded else ""))
         job.succeeded.connect(lambda r: self.show_comparison(Path(r.get("path") or out)))
         job.finished.connect(self._compare_done)
         self._buttons()
