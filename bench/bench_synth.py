@@ -1,6 +1,7 @@
 """Speech speed: our decoding loop against the official `generate_custom_voice`.
 
     python bench/bench_synth.py [--models tiny,0.6b] [--frames 24] [--layers 28]
+                                [--int8] [--device cuda]
 
 For each model (a custom-voice folder exported from random weights: the tiny
 test model, and the real 0.6B configuration) it prints the real-time factor
@@ -18,6 +19,13 @@ Both sides sample with the model's default settings and make exactly
 `--frames` codec frames per sentence (end-of-speech cannot stop either: the
 official call gets an end id that generation never emits, ours bans it), so
 the work is identical. Both share one loaded model, in one process.
+
+Then, per model: time to first audio of a streamed sentence
+(`Synthesizer.speak_stream`), the warm worker's throughput under 8
+concurrent requests (continuous batching, 8 rows) against the same worker
+one row at a time, and, with --int8 (CPU), our loop with int8 and fused
+projections against the official fp32 call, with the agreement of its greedy
+codes with fp32's. On CUDA it prints whether the frame graph was captured.
 
 The 0.6B figures use the tiny model's codec (the real codec's configuration
 is not available offline), so their decode share is smaller than with the
@@ -210,6 +218,126 @@ def check_greedy(wrapper: Any, synth: Any, frames: int) -> bool:
     return same_all
 
 
+def _int8_agreement(wrapper: Any, synth: Any, quick: Any, frames: int) -> None:
+    """Greedy codes of the int8 loop against the exact loop, same prompt, fixed length."""
+    import dataclasses
+
+    import torch
+
+    from engine.synth.options import SpeakOptions
+    from engine.synth.prompt import build_prefill
+
+    greedy = SpeakOptions(do_sample=False, subtalker_do_sample=False)
+    settings = dataclasses.replace(synth.decode_settings(greedy), stop_at_eos=False)
+    same = total = same0 = 0
+    firsts = []
+    for text in SENTENCES[:4]:
+        prefill = build_prefill(synth.model, synth.processor, [text], synth.speaker_vector,
+                                None, True)
+        exact = synth.fast.generate(prefill, [frames], settings)[0]
+        fast = quick.fast.generate(prefill, [frames], settings)[0]
+        equal = (exact == fast)
+        same += int(equal.sum())
+        total += equal.numel()
+        same0 += int(equal[:, 0].sum())
+        rows = (~equal.all(dim=1)).nonzero()
+        firsts.append(int(rows[0]) if len(rows) else frames)
+    del torch
+    print(f"int8 greedy agreement with fp32 over {len(firsts)} sentences x {frames} frames: "
+          f"{same / total:.1%} of codes, {same0 / (len(firsts) * frames):.1%} of codebook 0, "
+          f"first differing frame {firsts}", flush=True)
+
+
+def _first_audio(synth: Any, frames: int) -> float:
+    from engine.synth.options import SpeakOptions
+
+    class Sink:
+        def write(self, audio: Any) -> None:
+            pass
+
+    speech = synth.speak_stream(SENTENCES[0], Sink(), SpeakOptions(seed=1, max_frames=frames))
+    assert speech.first_audio_s is not None
+    return speech.first_audio_s
+
+
+def _worker_throughput(synth: Any, rows: int, requests: int, frames: int,
+                       tmp: Path) -> tuple[float, float]:
+    """(audio seconds, wall seconds) for `requests` concurrent one-sentence requests."""
+    import threading
+
+    from engine.events import Emitter
+    from engine.synth.batcher import BatchRequest, ContinuousBatcher
+    from engine.synth.options import SpeakOptions
+
+    batcher = ContinuousBatcher(synth, rows=rows)
+    done = threading.Semaphore(0)
+    audio = [0.0]
+
+    def finished(result: Any, exc: Any) -> None:
+        if exc is not None:
+            raise SystemExit(f"worker request failed: {exc}")
+        audio[0] += result["duration_s"]
+        done.release()
+
+    start = _clock()
+    for i in range(requests):
+        batcher.submit(BatchRequest(
+            rid=f"r{i}", text=SENTENCES[i % len(SENTENCES)], out=str(tmp / f"w{rows}-{i}.wav"),
+            fmt="wav", options=SpeakOptions(seed=i, max_frames=frames, loudness_lufs=None),
+            emitter=Emitter(None), done=finished))
+    for _ in range(requests):
+        done.acquire()
+    wall, _cpu = _since(start)
+    batcher.close()
+    return audio[0], wall
+
+
+def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,
+                 int8: bool, tmp: Path) -> None:
+    import torch
+
+    from engine.model.loading import load_model
+    from engine.synth.synthesizer import Synthesizer
+    from engine.synth.voice import resolve_source
+
+    source = resolve_source(folder)
+    wrapper = load_model(folder, device=device, dtype=getattr(torch, dtype))
+    synth = Synthesizer(wrapper, source, None)
+    synth.use_source(source)
+    _first_audio(synth, 4)  # warm-up
+    ttfa = _first_audio(synth, frames)
+    print(f"{name:<5} {dtype:<8} time to first audio of a streamed sentence: {ttfa:.3f} s",
+          flush=True)
+    if synth.fast.device.type == "cuda":
+        print(f"{name:<5} CUDA graph: {synth.fast.graph_status}", flush=True)
+    _worker_throughput(synth, 8, 2, 4, tmp)  # warm-up
+    one_audio, one_wall = _worker_throughput(synth, 1, 8, frames, tmp)
+    many_audio, many_wall = _worker_throughput(synth, 8, 8, frames, tmp)
+    one, many = one_audio / one_wall, many_audio / many_wall
+    print(f"{name:<5} {dtype:<8} warm worker, 8 concurrent requests of {frames} frames: "
+          f"one row at a time {one:.3f} audio s/s, continuous batching (8 rows) "
+          f"{many:.3f} audio s/s, x{many / one:.2f}", flush=True)
+    if int8 and synth.fast.device.type == "cpu":
+        quick = Synthesizer(wrapper, source, None, quantize="int8", fuse=True)
+        quick.use_source(source)
+        _int8_agreement(wrapper, synth, quick, frames)
+        for label, texts, decode in (("1 sentence", SENTENCES[:1], True),
+                                     ("1 sentence", SENTENCES[:1], False),
+                                     ("long text", SENTENCES, True)):
+            if label == "long text":
+                w_off, c_off = _official(wrapper, [" ".join(texts)], frames * len(texts), decode)
+            else:
+                w_off, c_off = _official(wrapper, texts, frames, decode)
+            w_q, c_q = _ours(quick, texts, frames, decode)
+            audio_s = len(texts) * frames * FRAME_S
+            scope = "end to end" if decode else "generation only"
+            print(f"{name:<5} int8+fuse {label:<11} {scope:<15} "
+                  f"| wall RTF official fp32 {audio_s / w_off:6.3f} ours int8 {audio_s / w_q:6.3f} "
+                  f"x{w_off / w_q:.2f} | cpu-time x{c_off / c_q:.2f}", flush=True)
+    del synth, wrapper
+    gc.collect()
+
+
 def bench_model(name: str, folder: Path, frames: int, dtype: str,
                 device: str = "cpu") -> list[dict[str, Any]]:
     import torch
@@ -272,6 +400,10 @@ def main() -> None:
                              "(the official CPU default is float32)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--int8", action="store_true",
+                        help="also int8 + fused projections (CPU) and their greedy agreement")
+    parser.add_argument("--skip-official", action="store_true",
+                        help="only the streaming, worker and int8 figures")
     args = parser.parse_args()
     import torch
 
@@ -290,7 +422,9 @@ def main() -> None:
             for dtype in args.dtypes.split(","):
                 if dtype not in ("float32", "bfloat16"):
                     raise SystemExit(f"unknown dtype {dtype!r}")
-                rows += bench_model(name, folder, args.frames, dtype, args.device)
+                if not args.skip_official:
+                    rows += bench_model(name, folder, args.frames, dtype, args.device)
+                bench_extras(name, folder, args.frames, dtype, args.device, args.int8, work)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -313,3 +313,19 @@ def test_cli_refuses_an_unknown_extension_before_loading(tiny_model_dir: Path, r
                  "--reference", str(reference)])
     assert code == 1 and "not an audio format" in capsys.readouterr().err
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_a_reference_without_transcript_is_heard_by_the_recognizer(
+        tiny_model_dir: Path, reference: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pocketsphinx")
+    lone = tmp_path / "lone.wav"
+    lone.write_bytes(reference.read_bytes())  # no transcript beside it
+    source = resolve_source(tiny_model_dir, reference=lone)
+    assert source.reference_text is None and source.extra.get("transcribe")
+    monkeypatch.setenv("VOXSHARD_ASR", "pocketsphinx")
+    events: list[Event] = []
+    synth = Synthesizer.load(source, device="cpu", on_event=events.append)
+    assert synth.icl is not None and synth.source.reference_text
+    assert synth.source.to_dict()["mode"] == "in_context"
+    assert any("Transcribed the reference clip" in e.data.get("message", "") for e in events)

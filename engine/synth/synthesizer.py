@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Cancelled, InputError, ModelError, SynthesisError
+from ..errors import Cancelled, InputError, ModelError, SynthesisError, VoxshardError
 from ..events import Emitter, EventCallback, as_emitter
 from .options import SpeakOptions, audio_format
 from .render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
@@ -149,6 +149,8 @@ class Synthesizer:
 
                 assert source.reference is not None
                 audio = reference_audio(source.reference)  # bad clips fail before any change
+                if source.extra.get("transcribe"):
+                    source = self._transcribed(source, emitter)
                 self._restore_base()
                 if source.reference_text:
                     icl = IclPrompt(ref_text_ids(self.processor, source.reference_text,
@@ -177,6 +179,37 @@ class Synthesizer:
                 raise InputError(f"Unknown voice kind {source.kind!r}.")
             self.icl = icl
             self.source = source
+
+    def _transcribed(self, source: VoiceSource, emitter: Emitter) -> VoiceSource:
+        """`source` with its reference clip's transcript from the recogniser (a Whisper
+        model in the local cache, or the one VOXSHARD_ASR names); unchanged, with
+        the reason logged, when there is none or it hears nothing."""
+        import dataclasses
+        import os
+
+        extra = {k: v for k, v in source.extra.items() if k != "transcribe"}
+        try:
+            from ..quality.asr import ENV_VAR, find_whisper, transcribe_file
+        except ImportError:
+            spec = None
+        else:
+            spec = os.environ.get(ENV_VAR) or find_whisper()
+        if spec:
+            assert source.reference is not None
+            try:
+                heard = transcribe_file(source.reference, spec).text.strip()
+            except VoxshardError as exc:
+                emitter.log(f"The reference clip could not be transcribed: {exc.message}",
+                            level="warning")
+                heard = ""
+            if heard:
+                emitter.log(f"Transcribed the reference clip ({spec}): {heard!r}; give "
+                            "--reference-text if that is not what it says.", level="info")
+                extra.pop("note", None)
+                return dataclasses.replace(source, reference_text=heard, extra=extra)
+        if extra.get("note"):
+            emitter.log(str(extra.pop("note")), level="warning")
+        return dataclasses.replace(source, extra=extra)
 
     def _restore_base(self) -> None:
         """Put back the base values of every tensor a checkpoint overwrote (read from

@@ -267,9 +267,12 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
         if not x_vector_only:
             text = reference_text.strip() if reference_text else reference_transcript(ref)
             if text is None:
+                # the synthesizer asks a recognizer when a good one is installed
+                extra["transcribe"] = True
                 extra["note"] = (f"No transcript is known for {ref.name}, so the preview clones "
                                  "from its speaker vector only; give --reference-text for "
-                                 "in-context cloning, which sounds closer.")
+                                 "in-context cloning, which sounds closer (or install a "
+                                 "Whisper model: it then transcribes the clip).")
         return VoiceSource(kind="zero_shot", model_dir=model_dir, label="zero-shot",
                            reference=ref, reference_text=text, extra=extra)
 
