@@ -75,6 +75,11 @@ def test_two_nodes_second_sees_no_voice_or_source(prepared_voice: Path, tiny_mod
     # the second node really could not see the voice or the source
     assert res["node2_view"] == {"voice": [], "engine": []}, res["node2_view"]
     assert res["nodes"] == 2 and res["preflight_ok"], res.get("preflight")
+    # every node read the driver's token in the shared storage and wrote its own
+    assert [n["storage"] for n in res["preflight"]["nodes"]] == ["read and write ok"] * 2
+    # the voice finds the run in the shared folder through its runs/<run> symlink
+    assert res["run_link"] == {"symlink": True,
+                               "target": str((shared / "voice" / "killed").resolve())}
     # the two workers ran on different nodes, one of them in node 2's mount namespace
     for run in ("plain", "killed"):
         assert len(set(res[run]["worker_mnt"].values())) == 2, res[run]
@@ -258,6 +263,8 @@ def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
 
         res["plain"] = run("plain", kill=False)
         res["killed"] = run("killed", kill=True)
+        link = voice / "runs" / "killed"
+        res["run_link"] = {"symlink": link.is_symlink(), "target": str(link.resolve())}
     finally:
         _kill_tree(procs)
         time.sleep(1)

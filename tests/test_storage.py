@@ -6,12 +6,12 @@ threaded, on 127.0.0.1, test extra of this project), reached by botocore
 pyarrow through fsspec (Ray Train's own storage) via AWS_ENDPOINT_URL, the
 same variable a user sets for MinIO or any other S3-compatible store.
 
-Slow tests, each one real local Ray cluster with 2 CPU workers (gloo, FSDP):
-- S3: every rank writes its shards to the bucket, COMPLETE and the latest
-  checkpoint scan work there, `resume` continues from it and `export` reads
-  from it; nothing but config, metrics and the pointer is on local disk;
-- a shared folder (spaces and accents in its path): the run lives there, the
-  voice's runs/<run> is a symlink to it, the per-node preflight passes first.
+The slow test, a real local Ray cluster with 2 CPU workers (gloo, FSDP): S3,
+every rank writes its shards to the bucket, COMPLETE and the latest
+checkpoint scan work there, `resume` continues from it and `export` reads
+from it; nothing but config, metrics and the pointer is on local disk.
+A shared folder is trained in by tests/test_multinode.py (two nodes, the
+preflight first, the voice's runs/<run> a symlink into it).
 """
 
 from __future__ import annotations
@@ -254,36 +254,6 @@ def test_train_resume_export_on_s3(s3_server: str, prepared_voice: Path, tiny_mo
           f"bucket) {', '.join(f'{s:.2f}' for s in saves)} s")
 
 
-@pytest.mark.slow
-def test_train_in_shared_folder_with_preflight(prepared_voice: Path, tiny_model_dir: Path,
-                                               tmp_path: Path) -> None:
-    from engine.train.api import find_run, train
-    from engine.train.checkpoint import latest_checkpoint
-
-    voice = copy_voice(prepared_voice, tmp_path / "voice")
-    shared = tmp_path / "shared store é"
-    shared.mkdir()
-    events: list[Any] = []
-    r = train(voice, str(tiny_model_dir), workers=2, steps=2, checkpoint_every=1, val_every=0,
-              use_gpu=False, storage=str(shared), run="shared", preflight=True,
-              on_event=_quiet(events))
-    assert r["steps"] == 2
-    link = voice / "runs" / "shared"
-    assert link.is_symlink() and link.resolve() == (shared / "voice" / "shared").resolve()
-    assert latest_checkpoint(shared / "voice" / "shared").name == "checkpoint_step_0000002"
-    assert (shared / "voice" / "shared" / "config.json").is_file()
-    # found through the voice like any local run (export, speak and the app use this)
-    assert find_run(voice / "runs", None) == link
-    report = next(e.data["report"] for e in events
-                  if e.kind == "state" and e.data.get("state") == "preflight_done")
-    assert report["ok"] and len(report["nodes"]) == 1
-    node = report["nodes"][0]
-    assert node["storage"] == "read and write ok" and node["driver_node"]
-    assert node["facts"]["torch"] and node["facts"]["ray"] and node["model"]
-    # the preflight cleaned up after itself
-    assert not (shared / "voice" / ".voxshard-preflight").exists()
-
-
 def test_unreachable_storage_fails_before_any_cluster(prepared_voice: Path,
                                                       tiny_model_dir: Path,
                                                       tmp_path: Path) -> None:
@@ -294,7 +264,7 @@ def test_unreachable_storage_fails_before_any_cluster(prepared_voice: Path,
     voice = copy_voice(prepared_voice, tmp_path / "voice")
     blocker = tmp_path / "a file"
     blocker.write_text("not a folder")
-    with pytest.raises(InputError, match="Cannot create the run's storage at .*a file"):
+    with pytest.raises(InputError, match=r"Cannot create the run's storage at .*a file"):
         train(voice, str(tiny_model_dir), workers=2, steps=1, use_gpu=False,
               storage=str(blocker / "runs"), run="r")
     assert not (voice / "runs" / "r").exists()
