@@ -168,3 +168,66 @@ def test_gpu_probe_parses_devices_and_what_else_holds_them() -> None:
     assert [g.uuid for g in gpus] == ["GPU-aaa", "GPU-bbb"]
     assert gpus[0].holders() == "python3 (pid 4242, 22.5 GiB)"
     assert gpus[1].processes == []
+
+
+EVALUATOR = r'''
+import signal, sys, time
+from engine.cli.output import JsonOutput
+from engine.events import Emitter
+out = JsonOutput(sys.stdout)
+em = Emitter(out.handle)
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+em.state("watching", detail=sys.argv[1])
+def measured(kind, step, sim, wer, rate):
+    values = {"eval/similarity": sim, "eval/wer": wer, "eval/rate_ratio": rate}
+    if step is not None:
+        values["step"] = step
+    em.metric(values, split="eval", label=kind, source_kind=kind, step=step)
+measured("zero_shot", None, 0.60, 0.15, 1.0)
+measured("checkpoint", 20, 0.55, 0.20, 1.30)
+measured("checkpoint", 40, 0.70, 0.10, 1.02)
+em.state("evaluation_updated", detail="best: step 40", best_step=40, checkpoints=2)
+em.state("early_stop_suggested", best_step=40, detail="no improvement for 2 checkpoints")
+while not stop:
+    time.sleep(0.05)
+out.result({"summary": "Stopped watching."})
+'''
+
+
+def test_evaluation_beside_training_plots_quality_and_stops_early(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    import sys
+
+    run = _write_run(voice, "2026-01-04_d", steps=100, lr=1e-5, total=100)
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    page.settings.evaluate.setChecked(True)
+    page.settings.patience.setValue(2)
+    # the engine's `evaluate --watch` speaks this event stream (engine/quality/evaluate.py)
+    page.evaluator_program = [sys.executable, "-c", EVALUATOR]
+    job = page.start(program=flood_program(0, forever=True, run=str(run), stop_s=0.5))
+    assert job is not None
+    qtbot.waitUntil(lambda: page.run.evaluator is not None, timeout=30000)
+    evaluator = page.run.evaluator
+    assert evaluator.args[:5] == ["evaluate", str(voice), "--run", run.name, "--watch"]
+    assert evaluator.args[-2:] == ["--patience", "2"]
+    # no improvement for 2 evaluations: training is stopped (with its checkpoint)
+    with qtbot.waitSignal(job.finished, timeout=60000):
+        pass
+    assert job.outcome == "cancelled"
+    # the evaluator has measured the last checkpoint on disk (step 40): it is ended too
+    qtbot.waitUntil(lambda: not evaluator.is_running(), timeout=30000)
+    sim = page.store.series["quality/similarity"].data()
+    assert list(sim[0]) == [20.0, 40.0] and list(sim[1]) == [0.55, 0.70]
+    assert list(page.store.series["quality/wer"].data()[1]) == [0.20, 0.10]
+    page.redraw()
+    charts = page.charts
+    assert charts.baseline.isVisible() and charts.baseline.value() == 0.60
+    assert all(line.isVisible() and line.value() == 40 for line in charts.best_lines)
+    log = page.log.toPlainText()
+    assert "Checkpoint 20 sounds less like the speaker than the zero-shot clone" in log
+    assert "Checkpoint 20 speaks at 1.30 x" in log
+    assert "Early stop: step 40 stays the best checkpoint." in log
+    assert page.stat_labels["similarity"].text() == "0.700"

@@ -81,6 +81,14 @@ class TrainCharts(pg.GraphicsLayoutWidget):
         layout = self.ci.layout
         for row, stretch in ((0, 4), (1, 0), (2, 4), (3, 0), (4, 2), (5, 0)):
             layout.setRowStretchFactor(row, stretch)
+        self.best_lines = []
+        for plot in (self.loss_plot, self.quality_plot):
+            line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(
+                QColor(SERIES[2]), width=1, style=Qt.PenStyle.DotLine),
+                label="best", labelOpts={"position": 0.92, "color": SERIES[2]})
+            line.hide()
+            plot.addItem(line)
+            self.best_lines.append(line)
         self.bars: pg.BarGraphItem | None = None
         self.peaks: pg.ScatterPlotItem | None = None
         self.mode = "lines"
@@ -215,6 +223,12 @@ class TrainCharts(pg.GraphicsLayoutWidget):
         self.mem_plot.setXRange(-0.6, len(ranks) - 0.4, padding=0)
         self.mem_plot.setYRange(0.0, top * 1.12, padding=0)
 
+    def mark_best(self, step: int) -> None:
+        """The evaluator's best checkpoint, on the loss and quality charts."""
+        for line in self.best_lines:
+            line.setValue(step)
+            line.show()
+
     # -- redraw ---------------------------------------------------------------------
     def redraw(self, only: pg.PlotItem | None = None) -> None:
         """Push changed series to the charts (from the timer, never per event)."""
@@ -292,6 +306,8 @@ class TrainCharts(pg.GraphicsLayoutWidget):
         self.mode = "lines"
         self.limit_line.hide()
         self.baseline.hide()
+        for line in self.best_lines:
+            line.hide()
         self.quality_hint.show()
         self.quality_plot.setXRange(0.0, 1.0, padding=0)
         self.rank_labels.clear()

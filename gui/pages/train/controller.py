@@ -55,6 +55,9 @@ class RunController(QObject):
     log = Signal(str, str)  # level, message
     ended = Signal(str, str)  # outcome ("succeeded" | "cancelled" | "failed"), summary
     history_loaded = Signal()
+    best_changed = Signal(int)  # the evaluator's best checkpoint step
+    early_stop = Signal(int)  # the best step, when it has not improved for `patience`
+    run_known = Signal(object)  # the live run's folder, once the engine names it
 
     def __init__(self, store: MetricsStore, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -68,10 +71,14 @@ class RunController(QObject):
         self._t0: float | None = None
         self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
         self._history: TextIO | None = None
+        self.evaluator: EngineJob | None = None
+        self.best_step: int | None = None
+        self.evaluated_step = -1  # the latest checkpoint step the evaluator measured
 
     # -- a live run -------------------------------------------------------------------
     def attach(self, job: EngineJob, total_steps: int) -> None:
         self.close_history()
+        self.run_dir = None
         self.job = job
         self.total_steps = total_steps
         self.worker_pids.clear()
@@ -129,7 +136,10 @@ class RunController(QObject):
         if isinstance(event.get("total_steps"), int):
             self.total_steps = int(event["total_steps"])
         if isinstance(event.get("run"), str) and event["run"]:
+            first = self.run_dir != Path(event["run"])
             self.run_dir = Path(event["run"])
+            if first:
+                self.run_known.emit(self.run_dir)
         if event.get("state") == "worker_started":
             rank = str(event.get("rank"))
             if isinstance(event.get("pid"), int):
@@ -165,6 +175,62 @@ class RunController(QObject):
         if done <= 0:
             return None
         return (time.monotonic() - t0) / done * max(0.0, self.total_steps - self.store.last_step)
+
+    # -- evaluation beside training --------------------------------------------------------
+    def attach_evaluator(self, job: EngineJob) -> None:
+        """`evaluate --watch`: per-checkpoint similarity and word errors join the store."""
+        self.evaluator = job
+        self.best_step = None
+        self.evaluated_step = -1
+        job.event.connect(self._on_eval_event)
+        job.finished.connect(lambda: setattr(self, "evaluator", None))
+
+    def _on_eval_event(self, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "metric" and event.get("split") == "eval":
+            self._on_eval_metric(event)
+        elif kind == "state" and event.get("state") == "evaluation_updated":
+            best = event.get("best_step")
+            if isinstance(best, int) and best != self.best_step:
+                self.best_step = best
+                self.best_changed.emit(best)
+                self.log.emit("info", f"Best checkpoint so far: step {best}")
+        elif kind == "state" and event.get("state") == "early_stop_suggested":
+            best = event.get("best_step")
+            self.log.emit("warning", f"The best checkpoint (step {best}) has not improved "
+                                     f"({event.get('detail', '')}).")
+            if isinstance(best, int):
+                self.early_stop.emit(best)
+
+    def _on_eval_metric(self, event: dict) -> None:
+        values = event.get("values") or {}
+        sim, wer = values.get("eval/similarity"), values.get("eval/wer")
+        rate = values.get("eval/rate_ratio")
+        source = event.get("source_kind")
+        if source == "zero_shot":
+            if isinstance(sim, int | float):
+                self.store.latest["quality/similarity_zero_shot"] = float(sim)
+            return
+        step = event.get("step", values.get("step"))
+        if source != "checkpoint" or not isinstance(step, int):
+            return
+        self.evaluated_step = max(self.evaluated_step, step)
+        point: dict[str, object] = {"step": step}
+        if isinstance(sim, int | float):
+            point["quality/similarity"] = float(sim)
+        if isinstance(wer, int | float):
+            point["quality/wer"] = float(wer)
+        # a point at its own step, without moving the run's step counter back or forth
+        last = self.store.last_step
+        self.store.add(point)
+        self.store.last_step = last
+        zero = self.store.latest.get("quality/similarity_zero_shot")
+        if isinstance(sim, int | float) and zero is not None and sim < zero - 0.02:
+            self.log.emit("warning", f"Checkpoint {step} sounds less like the speaker than the "
+                                     f"zero-shot clone (similarity {sim:.3f} < {zero:.3f}).")
+        if isinstance(rate, int | float) and not 0.85 <= rate <= 1.15:
+            self.log.emit("warning", f"Checkpoint {step} speaks at {rate:.2f} x the speaker's "
+                                     "own rate: the speaking rate is drifting.")
 
     # -- a finished run ----------------------------------------------------------------
     def show_run(self, name: str, metrics_file: Path, total_steps: int | None,

@@ -56,6 +56,7 @@ class TrainPage(Page):
         self._turn = 0
         self._shown_voice: object = None
         self._runs: list[catalog.RunInfo] = []
+        self.evaluator_program: list[str] | None = None  # tests: another engine stand-in
 
         self.settings = TrainSettings()
         s = self.settings
@@ -86,6 +87,12 @@ class TrainPage(Page):
         self.run.log.connect(self._append_log)
         self.run.ended.connect(self._on_ended)
         self.run.history_loaded.connect(lambda: self.redraw())
+        self.run.run_known.connect(self._start_evaluator)
+        self.run.best_changed.connect(self.charts.mark_best)
+        self.run.early_stop.connect(self._early_stop)
+        self._eval_finish = QTimer(self)
+        self._eval_finish.setInterval(2000)
+        self._eval_finish.timeout.connect(self._finish_evaluator)
 
         self.redraw_timer = QTimer(self)
         self.redraw_timer.setInterval(self.REDRAW_MS)
@@ -290,6 +297,42 @@ class TrainPage(Page):
         self.refresh()
         return job
 
+    # -- evaluation beside training ------------------------------------------------------
+    def _start_evaluator(self, run_dir: Path) -> None:
+        if self.voice is None or self.run.job is None or self.run.evaluator is not None:
+            return
+        args = self.settings.evaluate_args(str(self.voice), run_dir.name)
+        if args is None:
+            return
+        job = self.start_job(args, "Evaluation", voice=self.voice,
+                             program=self.evaluator_program)
+        self.run.attach_evaluator(job)
+        job.log.connect(self._evaluator_log)
+        self._append_log("info", "Evaluating each checkpoint as it is saved (similarity to "
+                                 "the speaker, word errors).")
+
+    def _evaluator_log(self, level: str, message: str) -> None:
+        if level != "debug":
+            self._append_log(level, f"[evaluation] {message}")
+
+    def _early_stop(self, best: int) -> None:
+        if self.settings.patience.value() and self.run.job is not None \
+                and not self.run.job.stopping:
+            self._append_log("info", f"Early stop: step {best} stays the best checkpoint.")
+            self.stop()
+
+    def _finish_evaluator(self) -> None:
+        """After training: let the evaluator measure the last checkpoint, then end it."""
+        ev = self.run.evaluator
+        if ev is None or not ev.is_running():
+            self._eval_finish.stop()
+            return
+        done = catalog.list_checkpoints(self.run.run_dir) if self.run.run_dir else []
+        last = catalog.checkpoint_step(done[-1]) if done else -1
+        if last is None or self.run.evaluated_step >= last:
+            ev.cancel()
+            self._eval_finish.stop()
+
     def _make_room_on_gpus(self) -> None:
         """The warm speech worker may hold a model on these GPUs: end it first."""
         if self.gpus and self.ctx.speech.unload():
@@ -313,6 +356,8 @@ class TrainPage(Page):
                                            f"{label.lower()}.")
 
     def _on_finished(self) -> None:
+        if self.run.evaluator is not None:
+            self._eval_finish.start()
         self.stop_btn.setText("Stop")
         self.stop_btn.setToolTip("Saves a checkpoint, then stops; press again to force")
         # the last values reach the charts through the staggered timer too

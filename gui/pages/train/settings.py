@@ -209,6 +209,17 @@ class TrainSettings(QScrollArea):
         form.addRow("Precision", self.precision)
         form.addRow(self.act_ckpt)
         form.addRow(self.offload)
+        self.evaluate = QCheckBox("Evaluate each checkpoint")
+        self.evaluate.setToolTip("Beside training, render held-out sentences from each new "
+                                 "checkpoint and measure similarity to the speaker and word "
+                                 "errors (a second engine process; on a GPU it needs memory)")
+        self.patience = QSpinBox()
+        self.patience.setRange(0, 100)
+        self.patience.setSpecialValueText("never")
+        self.patience.setToolTip("Stop training (saving a checkpoint) when the best checkpoint "
+                                 "has not improved for this many evaluations")
+        form.addRow(self.evaluate)
+        form.addRow("Early stop after", self.patience)
         return box
 
     def _cluster_box(self) -> QGroupBox:
@@ -306,6 +317,15 @@ class TrainSettings(QScrollArea):
             args.append("--cpu-offload")
         return args
 
+    def evaluate_args(self, voice: str, run: str) -> list[str] | None:
+        """`evaluate --watch` beside the run, when asked for."""
+        if not self.evaluate.isChecked():
+            return None
+        args = ["evaluate", voice, "--run", run, "--watch", "--interval", "10"]
+        if self.patience.value():
+            args += ["--patience", str(self.patience.value())]
+        return args
+
     def train_args(self, voice: str, resume: bool = False) -> list[str]:
         args = ["train", *self.common_args(voice), "--steps", str(self.steps.value()),
                 "--lr", f"{self.lr.value():g}",
@@ -334,6 +354,7 @@ class TrainSettings(QScrollArea):
         _select(self.trainable, model.get("trainable"))
         _select(self.precision, par.get("precision"))
         self.act_ckpt.setChecked(bool(par.get("activation_checkpointing")))
+        # evaluation is the window's choice, not the run's: left as it is
         self.offload.setChecked(bool(par.get("cpu_offload")))
         if isinstance(par.get("address"), str) and par["address"]:
             self.remote_radio.setChecked(True)
