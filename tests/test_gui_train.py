@@ -231,3 +231,44 @@ def test_evaluation_beside_training_plots_quality_and_stops_early(
     assert "Checkpoint 20 speaks at 1.30 x" in log
     assert "Early stop: step 40 stays the best checkpoint." in log
     assert page.stat_labels["similarity"].text() == "0.700"
+
+
+def test_existing_cluster_takes_storage_and_shows_each_node(qtbot, window: MainWindow,
+                                                            voice: Path) -> None:
+    from engine.train.preflight import NodeReport, PreflightReport
+
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    s = page.settings
+    assert not s.storage.isEnabled() and not s.preflight_btn.isEnabled()
+    s.remote_radio.setChecked(True)
+    assert s.storage.isEnabled() and s.preflight_btn.isEnabled()
+    s.address.setText("10.0.0.2:6379")
+    s.storage.setText("/shared/voxshard runs")
+    page.base.setEditText("/models/tiny")
+    args = page.train_args()
+    assert args[args.index("--storage") + 1] == "/shared/voxshard runs"
+    assert s.preflight_args(str(voice)) == [
+        "preflight", str(voice), "--base", "/models/tiny", "--address", "10.0.0.2:6379",
+        "--storage", "/shared/voxshard runs"]
+    # the engine's own report, as `preflight_done` carries it
+    report = PreflightReport([
+        NodeReport("n1", "node-a", "10.0.0.2", {"python": "3.11.7", "torch": "2.13.0",
+                                                "ray": "2.60.0"}, driver_node=True),
+        NodeReport("n2", "node-b", "10.0.0.3", {"python": "3.11.7", "torch": "2.12.0",
+                                                "ray": "2.60.0"},
+                   problems=["torch 2.12.0 here, 2.13.0 on the driver"])],
+        "/shared/voxshard runs", "/models/tiny", 1.5).to_dict()
+    page.run._on_raw_event({"event": "state", "state": "preflight_done", "report": report})
+    items = [s.preflight_list.item(i).text() for i in range(s.preflight_list.count())]
+    assert s.preflight_list.isVisibleTo(page) and len(items) == 2
+    assert items[0].startswith("✓ node-a (10.0.0.2) — driver")
+    assert items[1].startswith("✗ node-b") and "torch 2.12.0 here" in items[1]
+    # workers on two nodes are labelled by node and GPU
+    for rank, node in ((0, "node-a"), (1, "node-b")):
+        page.run._on_raw_event({"event": "state", "state": "worker_node", "rank": rank,
+                                "node": node, "gpus": ["0"]})
+        page.store.add({"step": 1, "rank": rank, "memory/device_used_gib": 3.0})
+    page.redraw()
+    assert page.charts.rank_labels == {"0": "node-a GPU 0", "1": "node-b GPU 0"}

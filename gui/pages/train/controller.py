@@ -58,6 +58,7 @@ class RunController(QObject):
     best_changed = Signal(int)  # the evaluator's best checkpoint step
     early_stop = Signal(int)  # the best step, when it has not improved for `patience`
     run_known = Signal(object)  # the live run's folder, once the engine names it
+    preflight = Signal(object)  # the engine's per-node preflight report
 
     def __init__(self, store: MetricsStore, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -144,8 +145,14 @@ class RunController(QObject):
             rank = str(event.get("rank"))
             if isinstance(event.get("pid"), int):
                 self.worker_pids[rank] = int(event["pid"])
-            self.workers[rank] = {k: event[k] for k in ("node", "gpu", "pid", "host")
-                                  if k in event}
+        if event.get("state") == "worker_node":
+            # where a rank runs (node name, the GPUs Ray gave it): the chart's labels
+            gpus = event.get("gpus") or []
+            self.workers[str(event.get("rank"))] = {
+                "node": event.get("node"), "gpu": gpus[0] if len(gpus) == 1 else
+                (",".join(map(str, gpus)) if gpus else None)}
+        if event.get("state") == "preflight_done" and isinstance(event.get("report"), dict):
+            self.preflight.emit(event["report"])
 
     def _on_state(self, state: str, detail: str) -> None:
         if state == "worker_started":

@@ -74,6 +74,7 @@ class TrainPage(Page):
         s.plan_btn.clicked.connect(lambda: self.plan())
         s.export_btn.clicked.connect(lambda: self.export())
         s.download_btn.clicked.connect(lambda: self.download())
+        s.preflight_btn.clicked.connect(lambda: self.check_cluster())
 
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(s)
@@ -90,6 +91,7 @@ class TrainPage(Page):
         self.run.run_known.connect(self._start_evaluator)
         self.run.best_changed.connect(self.charts.mark_best)
         self.run.early_stop.connect(self._early_stop)
+        self.run.preflight.connect(self.settings.show_preflight)
         self._eval_finish = QTimer(self)
         self._eval_finish.setInterval(2000)
         self._eval_finish.timeout.connect(self._finish_evaluator)
@@ -174,18 +176,16 @@ class TrainPage(Page):
         self._update_stats()
 
     def _label_workers(self) -> None:
-        # "GPU 3" for a local run (rank r on the r-th selected GPU), node names
-        # when the engine says where a worker runs (an existing cluster)
+        # "GPU 3" on one machine (rank r on the r-th selected GPU, unless the engine
+        # says which); "node-b GPU 1" once workers run on more than one node
+        nodes = {str(w.get("node")) for w in self.run.workers.values() if w.get("node")}
         for rank in self.store.ranks():
-            if rank in self.charts.rank_labels:
-                continue
             info = self.run.workers.get(rank, {})
-            node = info.get("node") or info.get("host")
             gpu: object = info.get("gpu")
-            if gpu is None and rank.isdigit():
+            if gpu is None and rank.isdigit() and len(nodes) <= 1:
                 local = self.settings.gpu_for_rank(int(rank))
                 gpu = local.index if local is not None else None
-            parts = [str(node)] if node else []
+            parts = [str(info["node"])] if len(nodes) > 1 and info.get("node") else []
             parts.append(f"GPU {gpu}" if gpu is not None else f"worker {rank}")
             self.charts.rank_labels[rank] = " ".join(parts)
 
@@ -427,6 +427,23 @@ class TrainPage(Page):
         self.export_job = None
         self.ctx.notify_changed()
         self.refresh()
+
+    def check_cluster(self) -> EngineJob | None:
+        """`preflight` on the existing cluster: every node's answer in the list."""
+        if self.voice is None:
+            return None
+        args = self.settings.preflight_args(str(self.voice))
+        if args is None:
+            return None
+        job = self.start_job(args, "Cluster check")
+        self._append_log("info", "Checking every node of the cluster…")
+        job.event.connect(self._on_cluster_event)
+        job.succeeded.connect(lambda r: self._append_log("info", str(r.get("summary") or "")))
+        return job
+
+    def _on_cluster_event(self, event: dict) -> None:
+        if event.get("state") == "preflight_done" and isinstance(event.get("report"), dict):
+            self.settings.show_preflight(event["report"])
 
     def plan(self) -> EngineJob | None:
         if self.voice is None:

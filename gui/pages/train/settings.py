@@ -233,12 +233,45 @@ class TrainSettings(QScrollArea):
         group.addButton(self.remote_radio)
         self.address = QLineEdit()
         self.address.setPlaceholderText("ray://host:10001 or host:6379")
-        self.address.setEnabled(False)
-        self.remote_radio.toggled.connect(self.address.setEnabled)
+        self.storage = QLineEdit()
+        self.storage.setPlaceholderText("storage every node reaches: /shared/runs or s3://…")
+        self.storage.setToolTip("Where the run's checkpoints live. On one machine the voice's "
+                                "own runs/ folder; on a cluster a folder every node mounts, "
+                                "or an s3:// or gs:// location.")
+        self.preflight_btn = button("Check cluster", "check",
+                                    tip="Ask every node whether it can reach the storage and "
+                                        "the model, with matching versions")
+        self.preflight_list = QListWidget()
+        self.preflight_list.setMaximumHeight(110)
+        self.preflight_list.hide()
+        for w in (self.address, self.storage, self.preflight_btn):
+            w.setEnabled(False)
+            self.remote_radio.toggled.connect(w.setEnabled)
         lay.addWidget(self.local_radio)
         lay.addWidget(self.remote_radio)
         lay.addWidget(self.address)
+        lay.addWidget(self.storage)
+        lay.addWidget(self.preflight_btn)
+        lay.addWidget(self.preflight_list)
         return box
+
+    def show_preflight(self, report: dict[str, Any]) -> None:
+        """The engine's per-node preflight report (state `preflight_done`)."""
+        self.preflight_list.clear()
+        for node in report.get("nodes") or []:
+            facts = node.get("facts") or {}
+            ok = bool(node.get("ok"))
+            head = (f"{'✓' if ok else '✗'} {node.get('hostname')} ({node.get('address')})"
+                    f"{' — driver' if node.get('driver_node') else ''}: Python "
+                    f"{facts.get('python')}, torch {facts.get('torch')}, Ray {facts.get('ray')}")
+            item = QListWidgetItem(head)
+            problems = [str(p) for p in node.get("problems") or []]
+            if problems:
+                item.setText(head + "\n    " + "\n    ".join(problems))
+                item.setForeground(Qt.GlobalColor.red)
+            item.setToolTip("\n".join(problems + [str(n) for n in node.get("notes") or []]))
+            self.preflight_list.addItem(item)
+        self.preflight_list.setVisible(self.preflight_list.count() > 0)
 
     # -- behaviour -----------------------------------------------------------------
     def _browse_base(self) -> None:
@@ -305,6 +338,8 @@ class TrainSettings(QScrollArea):
                 "--workers", str(self.workers.value())]
         if self.remote_radio.isChecked() and self.address.text().strip():
             args += ["--address", self.address.text().strip()]
+            if self.storage.text().strip():
+                args += ["--storage", self.storage.text().strip()]
         trainable = self.trainable.currentData()
         if trainable != "talker":
             args += ["--trainable", str(trainable)]
@@ -315,6 +350,16 @@ class TrainSettings(QScrollArea):
             args.append("--activation-checkpointing")
         if self.offload.isChecked():
             args.append("--cpu-offload")
+        return args
+
+    def preflight_args(self, voice: str) -> list[str] | None:
+        address = self.address.text().strip()
+        if not self.remote_radio.isChecked() or not address:
+            return None
+        args = ["preflight", voice, "--base", self.base.currentText().strip(),
+                "--address", address]
+        if self.storage.text().strip():
+            args += ["--storage", self.storage.text().strip()]
         return args
 
     def evaluate_args(self, voice: str, run: str) -> list[str] | None:
@@ -359,5 +404,8 @@ class TrainSettings(QScrollArea):
         if isinstance(par.get("address"), str) and par["address"]:
             self.remote_radio.setChecked(True)
             self.address.setText(par["address"])
+            storage = run.get("storage") or config.get("storage")
+            if isinstance(storage, str):
+                self.storage.setText(storage)
         else:
             self.local_radio.setChecked(True)
