@@ -30,5 +30,8 @@ $pip install -q $torch_spec
 # The official model code without its demo/25 Hz-tokenizer dependencies
 # (gradio, torchaudio, sox, onnxruntime); see pyproject.toml.
 $pip install -q --no-deps "$qwen_spec"
+# Speaker similarity (engine.quality) without its webrtcvad source build: the prebuilt
+# webrtcvad-wheels (same module) and its other needs come from pyproject.toml.
+$pip install -q --no-deps "resemblyzer==0.1.4"
 $pip install -q -e ".$extras"
 echo "$want" > "$stamp"
