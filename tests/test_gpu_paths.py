@@ -531,3 +531,25 @@ def test_trainer_reduces_every_micro_step_when_the_plan_says_so(
     out = run_worker(loop_config, WorkerEnv(rank=0, world=1, sender=_Sender()))
     assert out["step"] == 2
     assert calls == expected
+
+
+def test_plan_counts_offloaded_state_in_host_memory(tiny_model_dir: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.train import plan as planning
+    from engine.train.config import TrainConfig
+
+    cfg = TrainConfig().replace(parallel={"workers": 2}, data={"batch_size": 2})
+    on_gpu = planning.make_plan(tiny_model_dir, cfg, device="cuda", free=[8 << 30] * 2,
+                                seq_len=100, frames=60, capability=(9, 0), choices=False)
+    off = planning.make_plan(tiny_model_dir, cfg.replace(parallel={"cpu_offload": True}),
+                             device="cuda", free=[8 << 30] * 2, seq_len=100, frames=60,
+                             capability=(9, 0), choices=False)
+    # the sharded state moves from every GPU to the host, all workers' shards together
+    assert off.params == off.grads == off.optimizer == 0
+    assert off.host_bytes == 2 * on_gpu.model_state
+    assert off.fits and "offloaded to host memory" in off.table()
+    monkeypatch.setattr(planning, "host_available_memory", lambda: off.host_bytes - 1)
+    short = planning.make_plan(tiny_model_dir, cfg.replace(parallel={"cpu_offload": True}),
+                               device="cuda", free=[8 << 30] * 2, seq_len=100, frames=60,
+                               capability=(9, 0), choices=False)
+    assert not short.fits

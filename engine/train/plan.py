@@ -95,6 +95,10 @@ class Plan:
     by_trainable: dict[str, int] = field(default_factory=dict)
     #: what trains in this plan
     trainable: str = "talker"
+    #: with CPU offload: host bytes the sharded state takes, all workers together
+    host_bytes: int = 0
+    #: host memory available (0: not checked)
+    host_free: int = 0
 
     @property
     def model_state(self) -> int:
@@ -111,6 +115,8 @@ class Plan:
         if self.device == "cpu":
             # CPU workers share host memory
             return self.total * self.workers <= self.free[0]
+        if self.host_bytes and self.host_free and self.host_bytes > self.host_free:
+            return False  # offloaded state must fit in host memory too
         return all(self.total <= f for f in self.free[: self.workers])
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,6 +142,10 @@ class Plan:
             else:
                 frees = ", ".join(f"{f / GIB:.1f}" for f in self.free)
                 lines.append(f"  {'free per GPU':<26}{frees} GiB")
+        if self.host_bytes:
+            lines.append(f"  {'offloaded to host memory':<26}{self.host_bytes / GIB:8.2f} GiB "
+                         "(all workers)" + (f", {self.host_free / GIB:.1f} GiB available"
+                                            if self.host_free else ""))
         lines.append("  fits" if self.fits else "  DOES NOT FIT")
         if self.accum_reduce != "none":
             lines.append("  gradient accumulation: " + (
@@ -334,6 +344,7 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
         trainable=config.model.trainable)
     if device == "cuda" and config.parallel.cpu_offload:
         # sharded state lives in host memory; the GPU keeps buffers and activations
+        plan.host_bytes = plan.model_state * n
         plan.params = plan.grads = plan.optimizer = 0
     return plan
 
@@ -361,6 +372,8 @@ def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Pat
     if free is None:
         free = gpu_free_memory() if device == "cuda" else [host_available_memory()]
     plan = _best_accum(model_dir, config, device, seq_len, frames, free, capability)
+    if plan.host_bytes and free:
+        plan.host_free = host_available_memory()
     if choices:
         from .config import TRAINABLE_CHOICES
 
@@ -421,7 +434,7 @@ def relief(plan: Plan, model_dir: Path, config: Any, device: str,
     if device == "cuda":
         if not config.parallel.cpu_offload:
             v = variant(cpu_offload=True)
-            if ok(v):
+            if ok(v) and v.host_bytes <= host_available_memory():
                 out.append("Keep sharded weights and optimizer state in host memory "
                            f"(--cpu-offload): about {v.total / gib:.1f} GiB per GPU, slower "
                            "steps.")
