@@ -132,7 +132,7 @@ class Plan:
         unit = "GPU" if self.device == "cuda" else "CPU worker"
         lines = [f"Predicted memory per {unit} ({self.workers} worker(s), {self.precision}, "
                  f"{self.micro_batch_clips} clip(s) x {self.seq_len} tokens per micro-batch; "
-                 f"{self.trainable_params / 1e6:,.1f}M of {self.total_params / 1e6:,.1f}M "
+                 f"{_millions(self.trainable_params)} of {_millions(self.total_params)} "
                  "parameters train):"]
         lines += [f"  {name:<26}{size / GIB:8.2f} GiB" for name, size in rows]
         if self.free:
@@ -159,6 +159,11 @@ class Plan:
                 for k, v in self.by_trainable.items()) + " GiB per worker")
         lines += [f"  - {a}" for a in self.advice]
         return "\n".join(lines)
+
+
+def _millions(n: int) -> str:
+    # LoRA adapters of a small model are well under 0.1M parameters
+    return f"{n / 1e6:,.1f}M" if n >= 1e5 else f"{n / 1e6:,.3f}M"
 
 
 def _shard_rows(rows: int, n: int) -> int:
