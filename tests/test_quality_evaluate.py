@@ -5,9 +5,9 @@ The tiny model speaks noise, so these tests prove the plumbing only (render, rec
 embed, aggregate, report); that the figures discriminate is proved on real voices in
 test_quality_asr.py and test_quality_similarity.py.
 
-The run is made like the synthesis tests make theirs: the training area's real
-pieces (objective, AdamW, the DCP Checkpointer) in one process, the "training" a
-fixed perturbation of the trainable weights, then an export of the last step.
+The run (tests/fixtures_quality.py) is made with the training area's real pieces
+(objective, AdamW, the DCP Checkpointer) in one process, the "training" a fixed
+perturbation of the trainable weights, then an export of the last step.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from engine.errors import InputError, ModelError, WorkspaceError
 from engine.events import Event
@@ -30,43 +29,13 @@ FAST = SpeakOptions(max_frames=10, batch_size=8)
 SENTENCES = 3
 
 
-def _perturb(objective: Any, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in objective.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn(p.shape, generator=g) * 0.05 * (p.std() + 1e-3))
-
-
 @pytest.fixture(scope="module")
 def trained_run(prepared_voice: Path, tiny_model_dir: Path,
                 tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from engine.data.codes import extract_codes
-    from engine.model.export import export_custom_voice
-    from engine.train.checkpoint import Checkpointer
-    from engine.train.config import ModelConfig, TrainConfig
-    from engine.train.objective import build_objective, load_base_weights, trainable_parameters
+    from tests.fixtures_quality import make_perturbed_run
 
-    root = tmp_path_factory.mktemp("quality_eval")
-    voice = copy_voice(prepared_voice, root / "joe")
-    index = extract_codes(voice, tiny_model_dir)
-    run = voice / "runs" / "r1"
-    run.mkdir(parents=True)
-    cfg = TrainConfig(model=ModelConfig(base=str(tiny_model_dir), speaker_name="joe"))
-    (run / "config.json").write_text(json.dumps(cfg.to_dict()), encoding="utf-8")
-    objective = build_objective(tiny_model_dir, cfg.model, device="cpu")
-    load_base_weights(objective, tiny_model_dir, "cpu")
-    optimizer = torch.optim.AdamW(trainable_parameters(objective), lr=1e-4)
-    ckpt = Checkpointer(run, rank=0, world_size=1)
-    _perturb(objective, 1)
-    ckpt.save(10, objective, optimizer, None, {"epoch": 0, "position": 10})
-    _perturb(objective, 2)
-    ckpt.save(20, objective, optimizer, None, {"epoch": 0, "position": 20})
-    trained = {n: p.detach().clone() for n, p in objective.named_parameters()
-               if p.requires_grad}
-    export_custom_voice(tiny_model_dir, trained, "joe", index.x_vector(),
-                        voice / "exports" / "joe-step20")
-    return {"voice": voice, "run": run}
+    voice = copy_voice(prepared_voice, tmp_path_factory.mktemp("quality_eval") / "joe")
+    return {"voice": voice, "run": make_perturbed_run(voice, tiny_model_dir)}
 
 
 @pytest.fixture(scope="module")
