@@ -273,10 +273,13 @@ def _worker_throughput(synth: Any, rows: int, requests: int, frames: int,
     done = threading.Semaphore(0)
     audio = [0.0]
 
+    errors: list[BaseException] = []
+
     def finished(result: Any, exc: Any) -> None:
         if exc is not None:
-            raise SystemExit(f"worker request failed: {exc}")
-        audio[0] += result["duration_s"]
+            errors.append(exc)
+        else:
+            audio[0] += result["duration_s"]
         done.release()
 
     start = _clock()
@@ -286,9 +289,12 @@ def _worker_throughput(synth: Any, rows: int, requests: int, frames: int,
             fmt="wav", options=SpeakOptions(seed=i, max_frames=frames, loudness_lufs=None),
             emitter=Emitter(None), done=finished))
     for _ in range(requests):
-        done.acquire()
+        if not done.acquire(timeout=600):
+            raise SystemExit("the worker stopped answering")
     wall, _cpu = _since(start)
     batcher.close()
+    if errors:
+        raise SystemExit(f"a worker request failed: {errors[0]!r}")
     return audio[0], wall
 
 

@@ -131,6 +131,9 @@ def test_compare_folder_has_every_voice_and_an_index(trained: dict[str, Any],
     assert result["voices"] == ["zero-shot", "step 10", "step 20"]
     # the zero-shot column uses the voice's own reference clip (the x-vector training used)
     assert index["entries"][0]["reference"].startswith(str(trained["voice"]))
+    # the voice holds that clip's transcript: the preview clones in context
+    assert index["entries"][0]["mode"] == "in_context"
+    assert [e["mode"] for e in index["entries"][1:]] == [None, None]
 
 
 def test_checkpoint_errors_are_clear(trained: dict[str, Any], tmp_path: Path) -> None:

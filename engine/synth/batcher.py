@@ -144,10 +144,12 @@ class ContinuousBatcher:
                 if self._stop and not self._requests:
                     return
             try:
-                self._drop_cancelled()
-                self._admit()
-                if self._active():
-                    self._step()
+                # every buffer of the batch is made and updated in inference mode
+                with torch.inference_mode():
+                    self._drop_cancelled()
+                    self._admit()
+                    if self._active():
+                        self._step()
             except Exception as exc:  # a bug or out of memory: fail the requests, keep serving
                 self._fail_all(exc)
 

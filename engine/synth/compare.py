@@ -126,7 +126,7 @@ def compare(target: str | Path, out_dir: str | Path, sentences: list[str] | None
                         "checkpoint": str(source.checkpoint) if source.checkpoint else None,
                         "step": checkpoint_step(source.checkpoint) if source.checkpoint else None,
                         "reference": str(source.reference) if source.reference else None,
-                        "files": files})
+                        "mode": synth.source.to_dict()["mode"], "files": files})
         emitter.progress("voices", n + 1, len(sources), label=source.label)
     index = {"sentences": sentences, "seed": options.seed, "options": options.to_dict(),
              "model": str(sources[0].model_dir), "entries": entries}
