@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from time import monotonic
 
 import numpy as np
 import sounddevice as sd
@@ -20,6 +21,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 CLIP_LEVEL = 0.99  # a sample at or above this is taken as clipped
 HOLD_AFTER_STOP_MS = 300  # keep recording briefly so the last word is not cut
+# a stopping input stream that delivers nothing for this long has stalled for good
+STALLED_INPUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,14 @@ def device_samplerate(device: int | None, kind: str) -> int:
 
 
 class Recorder(QObject):
-    """One input stream; `stop()` keeps recording for the hold time, then emits."""
+    """One input stream; `stop()` keeps recording for the hold time, then emits.
+
+    The hold is counted in the stream's own samples, not by a window timer: on
+    a loaded machine the input arrives late (PortAudio's "high" latency plus
+    whatever the OS delays), so stop waits until every sample captured up to
+    the moment of Stop, plus the hold, has been delivered. Only an input that
+    delivers nothing at all for STALLED_INPUT_S ends the wait early.
+    """
 
     stopped = Signal(object, int)  # mono float32 audio, sample rate
     failed = Signal(str)
@@ -91,9 +101,12 @@ class Recorder(QObject):
         self._frames = 0
         self.samplerate = 48000
         self.keep = True  # False: meter only (device test), nothing is stored
+        self._t_start = 0.0  # the stream's clock when it started
+        self._stop_frames = 0  # samples to wait for after stop()
+        self._last_arrival = 0.0  # time.monotonic() of the last callback
         self._hold = QTimer(self)
-        self._hold.setSingleShot(True)
-        self._hold.timeout.connect(self._finish)
+        self._hold.setInterval(20)
+        self._hold.timeout.connect(self._check_hold)
 
     @property
     def active(self) -> bool:
@@ -117,6 +130,7 @@ class Recorder(QObject):
                                           samplerate=self.samplerate, latency="high",
                                           callback=self._callback)
             self._stream.start()
+            self._t_start = self._stream_time()
         except Exception as exc:
             self._stream = None
             self.failed.emit(f"The input device could not be opened: {exc}")
@@ -131,6 +145,7 @@ class Recorder(QObject):
             if self.keep:
                 self._chunks.append(mono.copy())
             self._frames += frames
+            self._last_arrival = monotonic()
             # the meter shows the loudest block since the GUI last looked
             self._peak = max(self._peak, peak)
             self._rms = max(self._rms, rms)
@@ -147,12 +162,33 @@ class Recorder(QObject):
         with self._lock:
             return self._frames / float(self.samplerate or 1)
 
+    def _stream_time(self) -> float:
+        try:
+            return float(self._stream.time) if self._stream is not None else monotonic()
+        except Exception:  # a backend without a stream clock
+            return monotonic()
+
     def stop(self, hold_ms: int = HOLD_AFTER_STOP_MS) -> None:
         if self._stream is None or self._hold.isActive():
             return
-        self._hold.start(max(0, hold_ms))
+        # every sample up to now on the stream's clock, plus the hold
+        elapsed = max(0.0, self._stream_time() - self._t_start) + max(0, hold_ms) / 1000.0
+        self._stop_frames = int(elapsed * self.samplerate)
+        with self._lock:
+            self._last_arrival = monotonic()
+        self._hold.start()
+        self._check_hold()
+
+    def _check_hold(self) -> None:
+        with self._lock:
+            arrived = self._frames >= self._stop_frames
+            stalled = monotonic() - self._last_arrival > STALLED_INPUT_S
+        if arrived or stalled:
+            self._hold.stop()
+            self._finish()
 
     def _finish(self) -> None:
+        self._hold.stop()
         stream, self._stream = self._stream, None
         if stream is not None:
             try:

@@ -27,13 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QSettings, QTemporaryDir
     from PySide6.QtWidgets import QApplication
 
+    from engine.catalog import list_takes
+
     from .app import MainWindow
     from .context import AppContext
     from .pages.listen import ListenPage
     from .pages.record import RecordPage
     from .pages.train import TrainPage
     from .theme import ThemeManager
-    from .voicedata import list_takes
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     theme = ThemeManager(app, args.theme)  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from gui import voicedata
+from engine import catalog
 from gui.app import MainWindow
 from gui.pages.importer import ImportPage
 from gui.pages.listen import ListenPage
@@ -79,7 +79,8 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
     with qtbot.waitSignal(ctx.data_changed, timeout=60000):
         job = importer.import_paths([s["path"] for s in piper_sentences[:8]])
     assert job is not None and job.outcome == "succeeded"
-    assert importer.model.rowCount() == 10
+    # the table refills from the background reader
+    qtbot.waitUntil(lambda: importer.model.rowCount() == 10, timeout=30000)
 
     # 4. prepare
     prepare = window.show_page(PreparePage)
@@ -87,7 +88,7 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
     with qtbot.waitSignal(ctx.data_changed, timeout=180000):
         job = prepare.run()
     assert job is not None and job.outcome == "succeeded", job.error
-    report = voicedata.quality_report(voice)
+    report = catalog.quality_report(voice)
     assert report is not None and report["totals"]["usable_clips"] >= 8
 
     # 5. train two CPU workers while the charts update; stop; resume
@@ -115,9 +116,9 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
     qtbot.waitUntil(lambda: not train.redraw_timer.isActive(), timeout=10000)
     assert job.outcome == "cancelled", job.error
     assert train.state_label.text().startswith("Stopped")
-    runs = voicedata.list_runs(voice)
+    runs = catalog.list_runs(voice)
     assert runs and runs[-1].checkpoints
-    stopped_at = voicedata.checkpoint_step(runs[-1].checkpoints[-1]) or 0
+    stopped_at = catalog.checkpoint_step(runs[-1].checkpoints[-1]) or 0
     assert train.resume_btn.isEnabled()
 
     # resume; kill -9 one Ray worker mid-run: the page shows the recovery, the run goes on
@@ -132,15 +133,15 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
         pass
     assert job.outcome == "succeeded", job.error
     assert train.state_label.text() == "Finished"
-    last = voicedata.list_runs(voice)[-1]
-    assert voicedata.checkpoint_step(last.checkpoints[-1]) == 12 > stopped_at
+    last = catalog.list_runs(voice)[-1]
+    assert catalog.checkpoint_step(last.checkpoints[-1]) == 12 > stopped_at
 
     # 6. export
     with qtbot.waitSignal(ctx.data_changed, timeout=300000):
         job = train.export()
     assert job is not None and job.outcome == "succeeded", job.error
-    exports = voicedata.list_exports(voice)
-    assert exports and json.loads((exports[0] / "config.json").read_text())
+    exports = catalog.list_exports(voice)
+    assert exports and json.loads((exports[0].path / "config.json").read_text())
 
     # 7. speak with the exported model and play it
     listen = window.show_page(ListenPage)
@@ -154,7 +155,7 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
         assert rid is not None
     assert not failures
     assert listen.last_render is not None and listen.last_render.is_file()
-    assert listen.history.rowCount() == 1
+    qtbot.waitUntil(lambda: listen.history.rowCount() == 1, timeout=30000)  # re-read off-thread
     with qtbot.waitSignal(ctx.player.finished, timeout=60000):
         listen.stop()
 
