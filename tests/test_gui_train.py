@@ -272,3 +272,32 @@ def test_existing_cluster_takes_storage_and_shows_each_node(qtbot, window: MainW
         page.store.add({"step": 1, "rank": rank, "memory/device_used_gib": 3.0})
     page.redraw()
     assert page.charts.rank_labels == {"0": "node-a GPU 0", "1": "node-b GPU 0"}
+
+
+def test_every_form_choice_is_a_real_engine_option(qtbot, window: MainWindow,
+                                                   voice: Path) -> None:
+    """The command lines the form builds parse with the engine's own argument parser."""
+    from engine.cli.main import build_parser
+
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    s = page.settings
+    s.trainable.setCurrentIndex(s.trainable.findData("lora"))
+    s.precision.setCurrentIndex(s.precision.findData("fp16"))
+    s.act_ckpt.setChecked(True)
+    s.offload.setChecked(True)
+    s.remote_radio.setChecked(True)
+    s.address.setText("10.0.0.2:6379")
+    s.storage.setText("/shared/runs")
+    parser = build_parser()
+    train = parser.parse_args(page.train_args(resume=True))
+    assert (train.trainable, train.precision, train.storage) == ("lora", "fp16", "/shared/runs")
+    assert train.activation_checkpointing and train.cpu_offload and train.resume
+    plan = parser.parse_args(["plan", *page.common_args()])
+    assert plan.trainable == "lora" and plan.address == "10.0.0.2:6379"
+    parser.parse_args(s.preflight_args(str(voice)))
+    s.evaluate.setChecked(True)
+    s.patience.setValue(3)
+    watch = parser.parse_args(s.evaluate_args(str(voice), "run-1"))
+    assert watch.watch and watch.patience == 3

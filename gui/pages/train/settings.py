@@ -338,8 +338,6 @@ class TrainSettings(QScrollArea):
                 "--workers", str(self.workers.value())]
         if self.remote_radio.isChecked() and self.address.text().strip():
             args += ["--address", self.address.text().strip()]
-            if self.storage.text().strip():
-                args += ["--storage", self.storage.text().strip()]
         trainable = self.trainable.currentData()
         if trainable != "talker":
             args += ["--trainable", str(trainable)]
@@ -375,6 +373,8 @@ class TrainSettings(QScrollArea):
         args = ["train", *self.common_args(voice), "--steps", str(self.steps.value()),
                 "--lr", f"{self.lr.value():g}",
                 "--checkpoint-every", str(self.ckpt_every.value())]
+        if "--address" in args and self.storage.text().strip():
+            args += ["--storage", self.storage.text().strip()]  # `plan` takes no storage
         if resume:
             args.append("--resume")
         return args
