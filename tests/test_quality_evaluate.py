@@ -207,3 +207,52 @@ def test_watch_evaluates_new_checkpoints_and_suggests_an_early_stop(
     rendered = [e.data["detail"] for e in events if e.kind == "state"
                 and e.data.get("state") == "evaluating" and "index" in e.data]
     assert rendered == ["step 30", "step 40"]
+
+
+def _entry(label: str, kind: str, step: int | None, **mean: Any) -> dict[str, Any]:
+    base = {"similarity": 0.5, "wer": 0.2, "rate_ratio": 1.0, "clipped_fraction": 0.0,
+            "capped": 0, "rate_from_capped": False}
+    return {"label": label, "kind": kind, "step": step, "checkpoint": f"c{step}",
+            "mean": {**base, **mean}}
+
+
+def test_best_checkpoint_is_the_most_similar_that_still_says_the_words() -> None:
+    from engine.quality.evaluate import choose_best
+
+    entries = [_entry("zero-shot", "zero_shot", None, similarity=0.9),
+               _entry("step 10", "checkpoint", 10, similarity=0.60, wer=0.10),
+               _entry("step 20", "checkpoint", 20, similarity=0.80, wer=0.15),
+               _entry("step 30", "checkpoint", 30, similarity=0.95, wer=0.60),  # mumbles
+               _entry("export", "custom_voice", None, similarity=0.99)]
+    assert choose_best(entries)["step"] == 20
+    # a tie goes to the earlier checkpoint
+    entries[1]["mean"]["similarity"] = 0.80
+    assert choose_best(entries)["step"] == 10
+    assert choose_best(entries[:1]) is None
+
+
+def test_warnings_name_what_went_wrong_against_the_zero_shot_clone() -> None:
+    from engine.quality.evaluate import Reference, _warnings
+
+    ref = Reference(clips=[], held_out=True, words_per_s=3.0, centroid={},
+                    self_similarity={})
+    entries = [_entry("zero-shot", "zero_shot", None, similarity=0.80, wer=0.10),
+               _entry("step 10", "checkpoint", 10, similarity=0.70, wer=0.50, rate_ratio=1.4),
+               _entry("step 20", "checkpoint", 20, similarity=0.81, rate_ratio=2.0,
+                      rate_from_capped=True, capped=2, clipped_fraction=0.01)]
+    codes = {(w["label"], w["code"]) for w in _warnings(entries, ref)}
+    assert codes == {("step 10", "below_zero_shot"), ("step 10", "wer_rose"),
+                     ("step 10", "rate_drift"), ("step 20", "no_end"),
+                     ("step 20", "clipping")}  # no rate drift from cut-off sentences
+
+
+def test_means_take_the_rate_from_sentences_that_ended() -> None:
+    from engine.quality.evaluate import _means
+
+    renders = [{"capped": True, "words_per_s": 9.0, "rate_ratio": 3.0, "similarity": 0.4},
+               {"capped": False, "words_per_s": 3.0, "rate_ratio": 1.0, "similarity": 0.6}]
+    m = _means(renders)
+    assert m["rate_ratio"] == 1.0 and not m["rate_from_capped"] and m["capped"] == 1
+    assert m["similarity"] == 0.5
+    m = _means(renders[:1])
+    assert m["rate_ratio"] == 3.0 and m["rate_from_capped"]

@@ -359,6 +359,19 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
     return _r(float(np.mean(vals))) if vals else None
 
 
+def _means(renders: list[dict[str, Any]]) -> dict[str, Any]:
+    """Means over the sentences. The speaking rate of a sentence cut at its length cap
+    says nothing, so the rate is averaged over the sentences that ended when any did
+    (else over all, marked `rate_from_capped`)."""
+    ended = [r for r in renders if not r["capped"]]
+    out: dict[str, Any] = {m: _mean(renders, m) for m in METRICS}
+    for m in ("words_per_s", "rate_ratio"):
+        out[m] = _mean(ended or renders, m)
+    out["rate_from_capped"] = not ended
+    out["capped"] = len(renders) - len(ended)
+    return out
+
+
 def _key(source: Any, sentences: list[str], options: dict[str, Any], asr_model: str,
          ref_ids: list[str], encoders: list[str]) -> str:
     ckpt = getattr(source, "checkpoint", None)
@@ -497,8 +510,7 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
                 "renders": renders, "render_s": round(render_s, 3),
                 "measure_s": round(time.perf_counter() - t1, 3), "created": now_iso(),
             }
-            entry["mean"] = {m: _mean(renders, m) for m in METRICS}
-            entry["mean"]["capped"] = sum(1 for r in renders if r["capped"])
+            entry["mean"] = _means(renders)
         if key in previous:
             done += len(sentences)
             em.progress("evaluate", done, total, label=source.label)
@@ -600,7 +612,8 @@ def _warnings(entries: list[dict[str, Any]], ref: Reference) -> list[dict[str, A
                         "message": f"{label} says the words worse than the zero-shot clone "
                                    f"(WER {m['wer']:.2f} > {zw:.2f})."})
         ratio = m.get("rate_ratio")
-        if ratio is not None and not RATE_BAND[0] <= ratio <= RATE_BAND[1]:
+        if ratio is not None and not m.get("rate_from_capped") \
+                and not RATE_BAND[0] <= ratio <= RATE_BAND[1]:
             kind = "faster" if ratio > 1 else "slower"
             out.append({"label": label, "code": "rate_drift",
                         "message": f"{label} speaks {kind} than the speaker "
