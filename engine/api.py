@@ -149,11 +149,12 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,
           checkpoint: str | None = None, reference: PathLike | None = None,
           reference_text: str | None = None, device: str | None = None,
           on_event: EventCallback | Emitter | None = None, stream: bool = False,
-          **options: Any) -> dict[str, Any]:
+          quantize: str | None = None, **options: Any) -> dict[str, Any]:
     """Render `text` to an audio file from an export, a voice/run checkpoint, or a base
     model with a reference clip (zero-shot preview: in-context cloning when
     `reference_text`, or the workspace's transcript of the clip, is known).
-    `stream`: write the file as it grows. `options` are `SpeakOptions` fields."""
+    `stream`: write the file as it grows. `quantize="int8"`: faster CPU decoding,
+    not bit-exact. `options` are `SpeakOptions` fields."""
     from .synth.options import SpeakOptions, audio_format
     from .synth.synthesizer import Synthesizer
     from .synth.voice import resolve_source
@@ -164,7 +165,7 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,
     source = resolve_source(model_or_voice, checkpoint=checkpoint,
                             reference=None if reference is None else str(reference),
                             reference_text=reference_text)
-    synth = Synthesizer.load(source, device=device, on_event=emitter)
+    synth = Synthesizer.load(source, device=device, on_event=emitter, quantize=quantize)
     return synth.speak_to_file(text, out, SpeakOptions(**options), fmt, emitter, stream=stream)
 
 
