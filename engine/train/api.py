@@ -437,12 +437,23 @@ def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path
             raise InputError(f"You asked for {cfg.parallel.workers} workers but the cluster has "
                              f"{cluster.num_gpus:g} GPUs.",
                              f"Use --workers {int(cluster.num_gpus) or 1}.")
+        same_model_path = True
         if where is not None and where.preflight:
-            _preflight_or_fail(where, model_dir, emitter)
+            report = _preflight_or_fail(where, model_dir, emitter)
+            same_model_path = all(n.model.endswith("(same path as the driver)")
+                                  for n in report.nodes)
         # codes are cached by content hash: a re-run or a resume encodes nothing
-        from ..data.codes import extract_codes_ray
+        from ..data.codes import extract_codes, extract_codes_ray
 
-        index = extract_codes_ray(voice.path, model_dir, reference_clip=cfg.data.reference_clip,
+        if same_model_path:
+            index = extract_codes_ray(voice.path, model_dir,
+                                      reference_clip=cfg.data.reference_clip, on_event=emitter)
+        else:
+            # extraction tasks load the model from the driver's path, which some node
+            # lacks (it has the model elsewhere): encode here instead, once (cached)
+            emitter.log("Some nodes keep the base model elsewhere; encoding the clips on this "
+                        "machine.", level="debug")
+            index = extract_codes(voice.path, model_dir, reference_clip=cfg.data.reference_clip,
                                   on_event=emitter)
         from .rundata import DATA_FILE, record_data
 
@@ -505,7 +516,7 @@ def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path
     return out
 
 
-def _preflight_or_fail(where: _Where, model_dir: Path, emitter: Emitter) -> None:
+def _preflight_or_fail(where: _Where, model_dir: Path, emitter: Emitter) -> Any:
     """Every node checked before anything starts; a bad node ends the start, named."""
     from .preflight import run_preflight
 
@@ -517,6 +528,7 @@ def _preflight_or_fail(where: _Where, model_dir: Path, emitter: Emitter) -> None
                          "Give every node the storage (--storage: a shared folder or an "
                          "s3:// URI) and the base model, with the same Python, torch and Ray "
                          "versions; `voxshard-engine preflight` shows each node.")
+    return report
 
 
 def _watch_stop(stop: threading.Event, launch: Any) -> None:
