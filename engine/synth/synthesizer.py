@@ -560,7 +560,9 @@ class Synthesizer:
             for row, i in enumerate(picked):
                 if i in ended:
                     continue
-                dec = decoders.setdefault(i, StreamDecoder(decoder, prefix, left_context))
+                dec = decoders.get(i)
+                if dec is None:
+                    dec = decoders[i] = StreamDecoder(decoder, prefix, left_context)
                 if int(host[row, 0]) == self.fast.eos:
                     ended.add(i)
                     continue
@@ -571,7 +573,8 @@ class Synthesizer:
 
         def on_batch(picked: list[int], _codes: list[Any]) -> None:
             for i in picked:
-                decoders.setdefault(i, StreamDecoder(decoder, prefix, left_context))
+                if i not in decoders:
+                    decoders[i] = StreamDecoder(decoder, prefix, left_context)
                 ended.add(i)
             flush()
 
