@@ -144,7 +144,11 @@ class PocketsphinxRecognizer:
         except ImportError as exc:
             raise ModelError("The offline speech recogniser needs the pocketsphinx package.",
                              "Install it with `pip install pocketsphinx`.") from exc
-        self._decoder = Decoder(samprate=SAMPLE_RATE, loglevel="FATAL")
+        # a narrower search (fewer active HMMs and word exits per frame): the same word
+        # error rate on clean speech (0.20 on piper sentences), 1.7x faster there and
+        # 3.5x faster on noise, which an untrained model produces (measured on 2 cores)
+        self._decoder = Decoder(samprate=SAMPLE_RATE, loglevel="FATAL", maxhmmpf=2000,
+                                maxwpf=5)
         self._lock = threading.Lock()
 
     def transcribe(self, audio: np.ndarray, language: str | None = None) -> Transcript:
