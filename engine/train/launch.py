@@ -297,7 +297,14 @@ def node_train_loop(loop_config: dict[str, Any]) -> None:
         bundle = ray.get(data) if isinstance(data, ray.ObjectRef) else data
         cfg["voice_dir"] = str(unpack_voice_data(bundle))
     if cfg.get("model_dir"):
-        cfg["model_dir"] = str(node_model_dir(str(cfg["model_dir"]), cfg.get("model_spec")))
+        import ray.train
+
+        from .metrics import MetricsSender
+
+        # a download on this node is said in the driver's log (once per node: a lock)
+        say = MetricsSender(cfg.get("queue"), ray.train.get_context().get_world_rank()).log
+        cfg["model_dir"] = str(node_model_dir(str(cfg["model_dir"]), cfg.get("model_spec"),
+                                              log=say))
     train_loop(cfg)
 
 
