@@ -172,6 +172,10 @@ class TrainCharts(pg.GraphicsLayoutWidget):
 
     def _redraw_memory(self) -> None:
         names = self.memory_names()
+        gpu = self._primary_leaf() == PRIMARY_MEMORY[0]
+        title = "Memory per GPU" if gpu or not names else "Memory per worker (process RSS)"
+        if self.mem_plot.titleLabel.text != title:
+            self.mem_plot.setTitle(title)
         limit = self._limit()
         if limit is not None:
             self.limit_line.setValue(limit)
