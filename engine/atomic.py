@@ -18,6 +18,20 @@ from typing import IO, Any
 from .errors import DiskFullError, WorkspaceError
 
 
+def _user_mode() -> int:
+    """The mode a plain `open(..., "w")` would give: 0666 less the process umask."""
+    try:  # Linux says it without changing it (os.umask would, for every thread)
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _raise_for_os_error(exc: OSError, path: Path) -> None:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         raise DiskFullError(
@@ -48,6 +62,8 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        # mkstemp makes the file owner-only; the user's files get their usual mode
+        os.chmod(tmp, _user_mode())
         os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

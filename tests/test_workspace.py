@@ -293,3 +293,20 @@ def test_every_offered_language_has_its_own_prompt_set(tmp_path: Path) -> None:
     # a language without its own set still records, from the English one
     assert create_voice(tmp_path / "j", "Jun", language="japanese").prompt_set == "english"
     assert prompt_set_for_language("japanese") is None
+
+
+def test_atomic_writes_get_the_users_usual_permissions(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from engine.atomic import write_json
+
+    old = os.umask(0o027)
+    try:
+        path = write_json(tmp_path / "a.json", {"x": 1})
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640  # not mkstemp's owner-only 0600
+        os.umask(0o002)
+        path = write_json(tmp_path / "b.json", {"x": 1})
+        assert stat.S_IMODE(path.stat().st_mode) == 0o664
+    finally:
+        os.umask(old)
