@@ -9,6 +9,7 @@ touched off the GUI thread.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,8 +216,69 @@ class Recorder(QObject):
             self._chunks = []
 
 
+class GrowingWav:
+    """A 16-bit PCM WAV file that another process is still writing, read as it grows.
+
+    The file stays open, so the bytes read are always the streamed ones, even
+    after the writer replaces the path with its finished render at the end.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._fh = open(self.path, "rb")  # kept open while it grows
+        head = self._fh.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            self.close()
+            raise ValueError(f"{self.path.name} is not a WAV file")
+        self.samplerate = 24000
+        self.channels = 1
+        self.offset = 0
+        while True:  # the chunks before the samples: fmt, maybe fact/PEAK, then data
+            chunk = self._fh.read(8)
+            if len(chunk) < 8:
+                self.close()
+                raise ValueError(f"{self.path.name} has no audio yet")
+            cid, size = chunk[:4], int.from_bytes(chunk[4:], "little")
+            if cid == b"data":
+                self.offset = self._fh.tell()
+                break
+            body = self._fh.read(size + (size & 1))
+            if cid == b"fmt ":
+                fmt_tag = int.from_bytes(body[0:2], "little")
+                self.channels = int.from_bytes(body[2:4], "little")
+                self.samplerate = int.from_bytes(body[4:8], "little")
+                bits = int.from_bytes(body[14:16], "little")
+                if fmt_tag != 1 or bits != 16:
+                    self.close()
+                    raise ValueError(f"{self.path.name} is not 16-bit PCM")
+        self._read = 0
+
+    def read_new(self) -> np.ndarray:
+        """The mono samples written since the last call (whole frames only)."""
+        frame = 2 * self.channels
+        size = os.fstat(self._fh.fileno()).st_size - self.offset
+        ready = (size - self._read) // frame * frame
+        if ready <= 0:
+            return np.zeros(0, dtype=np.float32)
+        self._fh.seek(self.offset + self._read)
+        raw = self._fh.read(ready)
+        self._read += len(raw)
+        pcm = np.frombuffer(raw[: len(raw) // frame * frame], dtype="<i2")
+        audio = pcm.astype(np.float32) / 32768.0
+        return audio.reshape(-1, self.channels).mean(axis=1)
+
+    def close(self) -> None:
+        self._fh.close()
+
+
 class Player(QObject):
-    """Plays one buffer or file at a time through an output stream."""
+    """Plays one buffer or file at a time through an output stream.
+
+    `play_stream` plays a file while another process is still writing it
+    (the speech engine streaming): it starts with the first samples, pauses
+    instead of stopping when it catches up with the writer, and ends after
+    `end_stream` once everything written has been played.
+    """
 
     started = Signal()
     finished = Signal()
@@ -234,6 +296,9 @@ class Player(QObject):
         self._poll = QTimer(self)
         self._poll.setInterval(40)
         self._poll.timeout.connect(self._check)
+        self._growing: GrowingWav | None = None
+        self._live = False  # more samples may still come (streaming)
+        self.underruns = 0  # callbacks that caught up with a stream and played silence
 
     @property
     def playing(self) -> bool:
@@ -252,8 +317,41 @@ class Player(QObject):
         self.current = Path(path) if ok else None
         return ok
 
-    def play(self, audio: np.ndarray, samplerate: int) -> bool:
+    def play_stream(self, path: Path | str) -> bool:
+        """Play a WAV file that is still being written, from its first samples."""
+        try:
+            growing = GrowingWav(path)
+        except (OSError, ValueError) as exc:
+            self.failed.emit(f"Cannot play {Path(path).name} as it is made: {exc}")
+            return False
+        ok = self.play(growing.read_new(), growing.samplerate, live=True)
+        if ok:
+            self._growing = growing
+            self.current = Path(path)
+        else:
+            growing.close()
+        return ok
+
+    def end_stream(self) -> None:
+        """The writer has finished: play what is left, then stop."""
+        self._feed()
+        self._live = False
+        if self._growing is not None:
+            self._growing.close()
+            self._growing = None
+
+    def _feed(self) -> None:
+        if self._growing is None:
+            return
+        new = self._growing.read_new()
+        if new.size:
+            # a new array, swapped in whole: the audio thread never sees a half-grown one
+            self._audio = np.concatenate([self._audio, new])
+
+    def play(self, audio: np.ndarray, samplerate: int, live: bool = False) -> bool:
         self.stop()
+        self._live = live
+        self.underruns = 0
         self.current = None
         self._audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
         self._pos = 0
@@ -277,6 +375,9 @@ class Player(QObject):
         outdata[:len(chunk), 0] = chunk
         outdata[len(chunk):, 0] = 0.0
         self._pos += len(chunk)
+        if len(chunk) < frames and self._live:
+            self.underruns += 1  # caught up with the writer: silence until more comes
+            return
         if len(chunk) < frames:
             self._done.set()
             # PortAudio still plays what is buffered (latency='high' holds a lot),
@@ -284,12 +385,17 @@ class Player(QObject):
             raise sd.CallbackStop
 
     def _check(self) -> None:
+        self._feed()
         stream = self._stream
         if stream is not None and self._done.is_set() and not stream.active:
             self.stop()
 
     def stop(self) -> None:
         self._poll.stop()
+        self._live = False
+        if self._growing is not None:
+            self._growing.close()
+            self._growing = None
         stream, self._stream = self._stream, None
         if stream is None:
             return

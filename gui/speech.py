@@ -22,6 +22,7 @@ class SpeechService(QObject):
     cancelled = Signal(str)  # request id
     progress = Signal(str, str, float, object)  # request id, stage, done, total
     state = Signal(str, str)  # request id, state
+    partial = Signal(str, str)  # request id, path of the file that grows as it is spoken
 
     def __init__(self, jobs: JobManager, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -42,8 +43,11 @@ class SpeechService(QObject):
         return self.job
 
     def speak(self, voice: dict[str, Any], text: str, out: str,
-              options: dict[str, Any] | None = None) -> str:
-        """Queue a render; returns its request id (signals carry it)."""
+              options: dict[str, Any] | None = None, stream: bool = False) -> str:
+        """Queue a render; returns its request id (signals carry it).
+
+        `stream`: the file grows as the audio is generated (`partial` says when
+        the first audio is in it), so it can be played before it is finished."""
         job = self._ensure()
         if voice != self.loaded:
             load_id = f"load-{next(self._ids)}"
@@ -52,7 +56,7 @@ class SpeechService(QObject):
             self.loaded = voice
         rid = f"speak-{next(self._ids)}"
         job.send({"op": "speak", "id": rid, "text": text, "out": out,
-                  "options": options or {}})
+                  "options": options or {}, "stream": stream})
         self.pending.add(rid)
         return rid
 
@@ -87,6 +91,8 @@ class SpeechService(QObject):
                                None if total is None else float(total))
         elif kind == "state":
             self.state.emit(rid, str(ev.get("state", "")))
+        elif kind == "artifact" and ev.get("role") == "speech_partial":
+            self.partial.emit(rid, str(ev.get("path", "")))
         elif kind == "result":
             self.pending.discard(rid)
             data = {k: v for k, v in ev.items() if k not in ("event", "time", "request")}

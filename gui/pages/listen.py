@@ -68,6 +68,8 @@ class ListenPage(Page):
         self._load_error = False
         self.speech.progress.connect(self._req_progress)
         self.speech.finished.connect(self._req_finished)
+        self.speech.partial.connect(self._req_partial)
+        self._streaming = False
         self.speech.failed.connect(self._req_failed)
         self.speech.cancelled.connect(self._req_cancelled)
         self.compare_job: EngineJob | None = None
@@ -224,7 +226,9 @@ class ListenPage(Page):
             n += 1
         self.ctx.player.stop()
         loading = self.speech.loaded != self.voice_spec()
-        self.request = self.speech.speak(self.voice_spec(), text, str(out))
+        # streamed: the first words play while the rest is still being generated
+        self.request = self.speech.speak(self.voice_spec(), text, str(out), stream=True)
+        self._streaming = False
         self._pending = (out, text, src)
         self._load_error = False
         self.progress.setRange(0, 0)
@@ -238,11 +242,17 @@ class ListenPage(Page):
             self.state.setText("Speaking…")
             self._on_progress(stage, done, total)
 
+    def _req_partial(self, rid: str, path: str) -> None:
+        if rid == self.request and self.ctx.player.play_stream(path):
+            self._streaming = True
+            self.state.setText("Speaking (playing as it is generated)…")
+
     def _req_finished(self, rid: str, result: dict) -> None:
         if rid == self.request and self._pending is not None:
             out, text, src = self._pending
+            streamed = self._streaming  # already playing: it ends by itself
             self._end_request()
-            self._spoken(out, text, src, result)
+            self._spoken(out, text, src, result, streamed)
 
     def _req_failed(self, rid: str, code: str, message: str, hint: str) -> None:
         if self.request is None:
@@ -263,6 +273,9 @@ class ListenPage(Page):
             self._end_request()
 
     def _end_request(self) -> None:
+        if self._streaming:
+            self.ctx.player.end_stream()  # what was streamed plays to its end, then stops
+            self._streaming = False
         self.request = None
         self._pending = None
         self.progress.hide()
@@ -273,7 +286,8 @@ class ListenPage(Page):
             self.progress.setRange(0, int(total))
             self.progress.setValue(int(done))
 
-    def _spoken(self, out: Path, text: str, src: dict[str, Any], result: dict) -> None:
+    def _spoken(self, out: Path, text: str, src: dict[str, Any], result: dict,
+                streamed: bool = False) -> None:
         self.last_render = out
         meta = out.with_suffix(".json")
         if not meta.exists():
@@ -284,7 +298,7 @@ class ListenPage(Page):
                               "duration_s": result.get("duration_s"),
                               "created": time.strftime("%Y-%m-%d %H:%M:%S")})
         self.state.setText(str(result.get("summary") or f"Saved {out.name}"))
-        if out.exists():
+        if out.exists() and not streamed:
             self.ctx.player.play_file(out)
         self.ctx.notify_changed()  # the history is re-read with the new render
 
