@@ -164,6 +164,11 @@ def bench_eval_width(voice: Path, work: Path, layers: int, frames: int,
     from engine.workspace import open_voice
 
     base = make_model_dir(work / "base-0.6b", layers)
+    # bench_train's folder holds the talker only: the codec and tokenizer come from the tiny
+    # model it was made from (the codec's cost is the tiny one's, as in bench_synth)
+    for item in (work / "tiny-template").iterdir():
+        if not (base / item.name).exists():
+            (shutil.copytree if item.is_dir() else shutil.copy)(item, base / item.name)
     v = open_voice(voice)
     texts = HELD_OUT_SENTENCES[:sentences]
     source = resolve_source(str(base), reference=reference_clip(voice))
@@ -175,7 +180,10 @@ def bench_eval_width(voice: Path, work: Path, layers: int, frames: int,
     t0 = time.perf_counter()
     speeches = synth.speak_many(texts, opts)
     render_s = time.perf_counter() - t0
-    meter = Meter("pocketsphinx", base, "cpu", __import__("engine.events").events.Emitter())
+    from engine.events import Emitter
+
+    # random talker weights only: no speaker encoder, so the independent encoder alone
+    meter = Meter("pocketsphinx", None, "cpu", Emitter())
     ref = meter.reference(v, pick_run(v, None), 8)
     t0 = time.perf_counter()
     for text, s in zip(texts, speeches, strict=True):
