@@ -544,3 +544,45 @@ def test_import_table_sorts_by_a_column_and_the_selection_follows(
     assert page.selected_take().text == "Alpha short"  # the selection moved with its take
     page.search.setText("mid")
     assert shown() == ["Charlie mid"]
+
+
+def test_import_page_transcribes_and_shows_only_doubtful_clips_for_review(
+        qtbot, window: MainWindow, voice: Path, piper_sentences, tmp_path: Path) -> None:
+    """Real speech, the real recogniser (pocketsphinx): machine text in italics, and the
+    clip whose transcript says something else listed under "Needs a look"."""
+    from engine.audio.importer import import_files
+    from engine.workspace import open_voice
+
+    untitled = tmp_path / "untitled.wav"
+    shutil.copy(piper_sentences[0]["path"], untitled)  # no transcript beside it
+    mislabelled = tmp_path / "mislabelled.wav"
+    shutil.copy(piper_sentences[1]["path"], mislabelled)
+    mislabelled.with_suffix(".txt").write_text("Purple elephants dance quietly on Mars.")
+    import_files(open_voice(voice), [untitled, mislabelled])
+    window.ctx.set_voice(voice)
+    page = window.show_page(ImportPage)
+    assert isinstance(page, ImportPage)
+    qtbot.waitUntil(lambda: page.model.rowCount() == 2, timeout=10000)
+    with qtbot.waitSignal(page.ctx.data_changed, timeout=300000):
+        job = page.transcribe(["--asr", "pocketsphinx", "--recheck"])
+        assert job is not None and not page.transcribe_btn.isEnabled()
+    assert job.outcome == "succeeded", job.error
+
+    def row(stem: str) -> int:
+        return next(i for i, t in enumerate(page.model.takes) if t.source
+                    and Path(t.source).stem == stem)
+
+    # the table refills from the reader once it has read both updated takes
+    qtbot.waitUntil(lambda: bool(page.model.takes[row("untitled")].text)
+                    and "asr" in page.model.takes[row("mislabelled")].extra, timeout=30000)
+    i = row("untitled")
+    text = page.model.index(i, 4)
+    assert page.model.data(text, Qt.ItemDataRole.FontRole).italic()  # machine-made
+    assert "Machine-made" in page.model.data(text, Qt.ItemDataRole.ToolTipRole)
+    j = row("mislabelled")
+    assert page.model.data(page.model.index(j, 4)) == "Purple elephants dance quietly on Mars."
+    assert page.model.data(page.model.index(j, 5)).startswith("transcript doubtful")
+    page.filter_combo.setCurrentText("Needs a look")
+    assert page.proxy.rowCount() == 1
+    shown = page.proxy.data(page.proxy.index(0, 4))
+    assert shown == "Purple elephants dance quietly on Mars."

@@ -21,9 +21,17 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
+from PySide6.QtGui import (
+    QColor,
+    QDragEnterEvent,
+    QDropEvent,
+    QFont,
+    QKeySequence,
+    QShortcut,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QHeaderView,
@@ -35,6 +43,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import TakeInfo, VoiceSnapshot
+from engine.quality.transcribe import asr_info, is_machine_made
 
 from ..context import AppContext
 from ..jobs import EngineJob
@@ -42,7 +51,20 @@ from ..widgets import button, fmt_duration, hbox, show_error
 from .base import Page
 
 AUDIO_SUFFIXES = {".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".mp3"}
-FILTERS = ["All clips", "Flagged", "Usable", "Excluded", "Without transcript"]
+FILTERS = ["All clips", "Flagged", "Needs a look", "Usable", "Excluded", "Without transcript"]
+
+
+def transcript_review(t: TakeInfo) -> tuple[bool, str | None]:
+    """(the text is the recogniser's, why it needs a look) for a take.
+
+    Only doubtful clips need a look: a machine transcript the recogniser was
+    unsure of, or a person's transcript that does not match what was heard
+    (a likely mislabelled clip)."""
+    asr = asr_info(t)  # type: ignore[arg-type]  # TakeInfo has the fields it reads
+    machine = is_machine_made(t)  # type: ignore[arg-type]
+    if asr and asr.get("doubtful"):
+        return machine, str(asr.get("reason") or "the recognised words differ a lot")
+    return machine, None
 
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -128,6 +150,9 @@ class TakesModel(QAbstractTableModel):
 
     @staticmethod
     def quality_text(t: TakeInfo) -> str:
+        _machine, doubt = transcript_review(t)
+        if doubt:
+            return f"transcript doubtful: {doubt}"
         if t.issues:
             return "; ".join(str(i.get("message") or i.get("code")) for i in t.issues)
         if t.usable is None:
@@ -160,7 +185,25 @@ class TakesModel(QAbstractTableModel):
                 return self.quality_text(t)
         if role == Qt.ItemDataRole.ToolTipRole and col == 5 and t.issues:
             return "\n".join(f"{i.get('code')}: {i.get('message')}" for i in t.issues)
+        if role == Qt.ItemDataRole.ToolTipRole and col == 4:
+            machine, doubt = transcript_review(t)
+            asr = asr_info(t) or {}  # type: ignore[arg-type]
+            lines = []
+            if machine:
+                lines.append(f"Machine-made by {asr.get('backend') or 'speech recognition'}: "
+                             "check it, or edit it to make it yours.")
+            if doubt:
+                lines.append(f"Needs a look: {doubt}.")
+            if asr.get("text") and not machine:
+                lines.append(f"Heard: {asr['text']}")
+            return "\n".join(lines) or None
+        if role == Qt.ItemDataRole.FontRole and col == 4 and transcript_review(t)[0]:
+            font = QFont()
+            font.setItalic(True)  # the recogniser's words, not a person's
+            return font
         if role == Qt.ItemDataRole.ForegroundRole:
+            if col in (4, 5) and transcript_review(t)[1]:
+                return QColor("#f5a524")
             if col == 5 and (t.issues or t.usable is False):
                 return QColor("#e5484d") if t.usable is False else QColor("#f5a524")
             if self.excluded(t):
@@ -228,6 +271,8 @@ class TakesFilter(QSortFilterProxyModel):
         excluded = TakesModel.excluded(t)
         if self.mode == "Flagged" and not (t.issues or t.usable is False):
             return False
+        if self.mode == "Needs a look" and not transcript_review(t)[1]:
+            return False
         if self.mode == "Usable" and not (t.usable and not excluded):
             return False
         if self.mode == "Excluded" and not excluded:
@@ -293,8 +338,16 @@ class ImportPage(Page):
         self.folder_btn = button("Add folder…", "folder", slot=self.pick_folder)
         self.tr_btn = button("Transcript list…", "rename", slot=self.pick_transcripts,
                              tip="A CSV, JSONL or LJSpeech metadata.csv naming each file's text")
+        self.transcribe_box = QCheckBox("Transcribe with speech recognition")
+        self.transcribe_box.setToolTip(
+            "Takes without a transcript get the recogniser's text (marked as machine-made, "
+            "in italics); takes with one are checked against what is heard")
+        self.transcribe_btn = button("Transcribe missing", "rename",
+                                     slot=lambda: self.transcribe(),
+                                     tip="Run speech recognition on the takes without text")
         self.outer.addWidget(hbox(self.files_btn, self.folder_btn, self.tr_btn,
-                                  self.transcripts_label, stretch_at=4))
+                                  self.transcripts_label, self.transcribe_box,
+                                  self.transcribe_btn, stretch_at=4))
         self.progress = QProgressBar()
         self.progress.hide()
         self.outer.addWidget(self.progress)
@@ -373,13 +426,30 @@ class ImportPage(Page):
         args = ["import", str(self.voice), *[str(p) for p in paths]]
         if self.transcripts is not None:
             args += ["--transcripts", str(self.transcripts)]
-        job = self.start_job(args, "Import")
+        if self.transcribe_box.isChecked():
+            args.append("--transcribe")
+        job = self.start_job(args, "Import", voice=self.voice)
         self.job = job
         self.progress.setRange(0, 0)
         self.progress.show()
         job.progress.connect(self._on_progress)
         job.succeeded.connect(self._imported)
         job.finished.connect(self._job_done)
+        return job
+
+    def transcribe(self, extra_args: list[str] | None = None) -> EngineJob | None:
+        """`transcribe VOICE`: fill the missing transcripts with the recogniser's text."""
+        if self.voice is None or self.job is not None:
+            return None
+        job = self.start_job(["transcribe", str(self.voice), *(extra_args or [])],
+                             "Transcribe", voice=self.voice)
+        self.job = job
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        job.progress.connect(self._on_progress)
+        job.succeeded.connect(self._imported)
+        job.finished.connect(self._job_done)
+        self.transcribe_btn.setEnabled(False)
         return job
 
     def _on_progress(self, stage: str, done: float, total: object) -> None:
@@ -394,6 +464,7 @@ class ImportPage(Page):
 
     def _job_done(self) -> None:
         self.job = None
+        self.transcribe_btn.setEnabled(True)
         self.progress.hide()
         self.ctx.notify_changed()
 
