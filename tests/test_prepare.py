@@ -307,3 +307,29 @@ def test_one_prepare_at_a_time(tmp_path: Path, prepared_voice: Path) -> None:
     # the holder is gone: its stale lock is taken over, and released afterwards
     assert prepare(voice)["totals"]["usable_clips"] == 12
     assert not lock.exists()
+
+
+def test_a_machine_transcript_slices_by_its_word_times(
+        tmp_path: Path, piper_sentences: list[dict[str, Any]]) -> None:
+    """A long recording without a transcript: the recogniser (pocketsphinx, real) fills
+    it, and each slice gets exactly the words heard inside it."""
+    from engine.quality.transcribe import transcribe_takes
+
+    audio, sr, _ = _long_recording(piper_sentences[:7], None)
+    assert len(audio) / sr > 25  # longer than one clip may be
+    voice = create_voice(tmp_path / "v", "a")
+    take = voice.add_take(audio, "", sample_rate=sr)
+    transcribe_takes(voice, asr="pocketsphinx")
+    heard = voice.find_take(take.id)
+    words = heard.extra["asr"]["words"]
+    assert heard.text and len(words) >= 8
+    report = prepare(voice)
+    entries = _manifest(voice.path)
+    assert len(entries) >= 2
+    assert {c["text_method"] for c in report["clips"]} == {"timestamps"}
+    # every word lands in exactly one slice, in order: the slices' texts add up to the take's
+    assert " ".join(e["text"] for e in entries).split() == [str(w[0]) for w in words]
+    for e, clip in zip(entries, report["clips"], strict=True):
+        inside = [str(w[0]) for w in words
+                  if clip["start_s"] <= (float(w[1]) + float(w[2])) / 2 < clip["end_s"]]
+        assert e["text"].split() == inside

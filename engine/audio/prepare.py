@@ -35,7 +35,7 @@ from ..workspace import DEFAULT_PREPARE_SETTINGS, Take, Voice, now_iso
 from .io import TARGET_SR, BadAudioFile, decode, write_wav
 from .loudness import normalize_loudness
 from .quality import BLOCKING, ClipFacts, check_clip, is_usable, issue, mark_duplicates
-from .transcripts import group_sentences, split_sentences
+from .transcripts import group_sentences, split_sentences, texts_from_words
 from .vad import (
     MIN_SPEECH_S,
     Slice,
@@ -115,6 +115,18 @@ def _split_text(text: str, regions: list[tuple[int, int]], total: int,
     return slices, [""] * len(slices), "none"
 
 
+def _texts_by_word_times(take: Take, slices: list[Slice]) -> list[str] | None:
+    """A machine-made transcript comes with the time of every word: each slice gets
+    exactly the words spoken inside it (a person's transcript keeps the other ways)."""
+    from ..quality.transcribe import asr_info, is_machine_made
+
+    asr = asr_info(take)
+    if not is_machine_made(take) or not asr or not asr.get("words"):
+        return None
+    spans = [(s.start / TARGET_SR, s.end / TARGET_SR) for s in slices]
+    return texts_from_words(asr["words"], spans)
+
+
 def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any]
                   ) -> TakeOutcome:
     out = TakeOutcome(take.id, key)
@@ -138,6 +150,10 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any]
         return out
     take_snr = snr_db(audio, TARGET_SR, levels, regions)
     slices, texts, method = _split_text(take.text, regions, len(audio), settings)
+    if len(slices) > 1:
+        by_time = _texts_by_word_times(take, slices)
+        if by_time is not None:
+            texts, method = by_time, "timestamps"
     clips_dir = voice.prepared_dir / "clips"
     target, ceiling = float(settings["target_lufs"]), float(settings["peak_dbfs"])
     for k, (sl, text) in enumerate(zip(slices, texts, strict=True)):
