@@ -26,7 +26,7 @@ from .workspace import VOICE_FILE, TakeCache, open_voice
 from .workspace import list_voices as _voice_folders
 
 __all__ = ["ExportInfo", "RunInfo", "TakeInfo", "VoiceEntry", "VoiceSnapshot",
-           "change_signature", "checkpoint_step", "comparisons", "is_current",
+           "best_checkpoint", "change_signature", "checkpoint_step", "comparisons", "is_current",
            "list_checkpoints", "list_exports", "list_renders", "list_runs", "list_takes",
            "list_voices", "prepared_clips", "quality_report", "run_progress", "snapshot",
            "speaker_name", "voice_summary", "workspace_status"]
@@ -277,6 +277,22 @@ def list_runs(voice: str | os.PathLike[str]) -> list[RunInfo]:
         runs.append(RunInfo(run_dir.name, run_dir, ckpts, run_dir / RUN_METRICS,
                             cfg if isinstance(cfg, dict) else {}, total, last))
     return runs
+
+
+def best_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
+    """The checkpoint the run's evaluation judged best, while it still exists (else None).
+
+    `evaluate` writes `<run>/evaluation/evaluation.json` with `best.step`."""
+    run = Path(run_dir)
+    data = _read_json(run / "evaluation" / "evaluation.json")
+    best = data.get("best") if isinstance(data, dict) else None
+    step = best.get("step") if isinstance(best, dict) else None
+    if not isinstance(step, int):
+        return None
+    try:
+        return next((c for c in list_checkpoints(run) if step_of(c) == step), None)
+    except OSError:
+        return None
 
 
 def checkpoint_step(path: str | os.PathLike[str]) -> int | None:

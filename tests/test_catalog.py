@@ -154,3 +154,20 @@ def test_a_rescan_reads_only_the_sidecars_that_changed(tmp_path: Path) -> None:
     assert set(cache) == {f"{first[0].id}.json"}  # the fresh write is not trusted yet
     snap = catalog.snapshot(voice.path, cache)
     assert [t.text for t in snap.takes] == ["One.", "Two, corrected."]
+
+
+def test_best_checkpoint_is_the_evaluations_while_it_exists(tmp_path: Path) -> None:
+    import json
+
+    from engine.catalog import best_checkpoint
+
+    run = tmp_path / "run"
+    for step in (10, 20):
+        (run / f"checkpoint_step_{step:07d}").mkdir(parents=True)
+        (run / f"checkpoint_step_{step:07d}" / "COMPLETE").write_text("")
+    assert best_checkpoint(run) is None  # never evaluated
+    (run / "evaluation").mkdir()
+    (run / "evaluation" / "evaluation.json").write_text(json.dumps({"best": {"step": 10}}))
+    assert best_checkpoint(run) == run / "checkpoint_step_0000010"
+    (run / "evaluation" / "evaluation.json").write_text(json.dumps({"best": {"step": 30}}))
+    assert best_checkpoint(run) is None  # pruned (or never complete): not offered

@@ -174,6 +174,7 @@ def register(sub: Any) -> None:
     p.add_argument("voice", help="voice folder")
     p.add_argument("out_dir", help="folder to create (must not exist or be empty)")
     p.add_argument("--run", default=None, help="run name (default: the latest run)")
-    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    p.add_argument("--step", type=int, default=None,
+                   help="checkpoint step (default: the evaluation's best, else the latest)")
     p.add_argument("--name", default=None,
                    help="speaker name the model answers to (default: the voice's speaker)")

@@ -570,7 +570,8 @@ def cancelled_error(result: dict[str, Any]) -> Cancelled:
 def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: int | None = None,
            name: str | None = None,
            on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
-    """Write checkpoint `step` (default: the latest) of a run as an official custom-voice folder.
+    """Write checkpoint `step` of a run as an official custom-voice folder; by default the
+    checkpoint the run's evaluation judged best (`evaluate`), else the latest.
 
     Runs in this process, no Ray, no process group: DCP reads every shard and
     reassembles full tensors. Frozen weights come from the base model, the
@@ -595,7 +596,14 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
         raise InputError(f"{v.display_name} has no training run{' ' + run if run else ''}.",
                          "Train first with `voxshard-engine train`.")
     if step is None:
-        ckpt = latest_checkpoint(run_dir)
+        from ..catalog import best_checkpoint
+
+        ckpt = best_checkpoint(run_dir)
+        if ckpt is not None:
+            emitter.log(f"Exporting {ckpt.name}, the best checkpoint of the evaluation "
+                        "(give --step for another).")
+        else:
+            ckpt = latest_checkpoint(run_dir)
     else:
         ckpt = checkpoint_root(run_dir) / checkpoint_name(step)
         ckpt = ckpt if (ckpt / "COMPLETE").exists() else None

@@ -404,19 +404,21 @@ class TrainPage(Page):
         self.download_btn.setEnabled(True)
 
     def export(self) -> EngineJob | None:
-        """Export the latest checkpoint of the latest run into <voice>/exports/."""
+        """Export the latest run's best checkpoint (its evaluation's, else the latest)."""
         if self.voice is None or self.export_job is not None:
             return None
         runs = [r for r in catalog.list_runs(self.voice) if r.checkpoints]
         if not runs:
             return None
         run = max(runs, key=lambda r: r.checkpoints[-1].stat().st_mtime)
-        step = catalog.checkpoint_step(run.checkpoints[-1])
+        best = catalog.best_checkpoint(run.path)
+        step = catalog.checkpoint_step(best or run.checkpoints[-1])
         out = Path(self.voice) / "exports" / f"{run.name}-step{step}"
         args = ["export", str(self.voice), str(out), "--run", run.name, "--step", str(step)]
         job = self.start_job(args, "Export", voice=self.voice)
         self.export_job = job
-        self._append_log("info", f"Exporting {run.name} step {step} to {out}…")
+        self._append_log("info", f"Exporting {run.name} step {step}"
+                                 + (" (the evaluation's best)" if best else "") + f" to {out}…")
         job.succeeded.connect(lambda r: self._append_log(
             "info", str(r.get("summary") or f"Exported to {out}")))
         job.finished.connect(self._export_done)
