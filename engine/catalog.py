@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import VoxshardError
-from .train.checkpoint import list_checkpoints, step_of
+from .train.best import kept_best
+from .train.checkpoint import checkpoint_name, list_checkpoints, step_of
 from .workspace import VOICE_FILE, TakeCache, open_voice
 from .workspace import list_voices as _voice_folders
 
@@ -280,9 +281,10 @@ def list_runs(voice: str | os.PathLike[str]) -> list[RunInfo]:
 
 
 def best_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
-    """The checkpoint the run's evaluation judged best, while it still exists (else None).
+    """The checkpoint the run's evaluation judged best (None: not evaluated, or gone).
 
-    `evaluate` writes `<run>/evaluation/evaluation.json` with `best.step`."""
+    `evaluate` writes `<run>/evaluation/evaluation.json` with `best.step`, and
+    keeps that checkpoint from pruning under `<run>/best/`."""
     run = Path(run_dir)
     data = _read_json(run / "evaluation" / "evaluation.json")
     best = data.get("best") if isinstance(data, dict) else None
@@ -290,9 +292,11 @@ def best_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
     if not isinstance(step, int):
         return None
     try:
-        return next((c for c in list_checkpoints(run) if step_of(c) == step), None)
+        live = next((c for c in list_checkpoints(run) if step_of(c) == step), None)
     except OSError:
-        return None
+        live = None
+    # pruned by training since: the copy the evaluation kept (train/best.py)
+    return live or kept_best(run, checkpoint_name(step))
 
 
 def checkpoint_step(path: str | os.PathLike[str]) -> int | None:

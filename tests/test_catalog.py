@@ -171,3 +171,36 @@ def test_best_checkpoint_is_the_evaluations_while_it_exists(tmp_path: Path) -> N
     assert best_checkpoint(run) == run / "checkpoint_step_0000010"
     (run / "evaluation" / "evaluation.json").write_text(json.dumps({"best": {"step": 30}}))
     assert best_checkpoint(run) is None  # pruned (or never complete): not offered
+
+
+def test_the_best_checkpoint_survives_pruning(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from engine.catalog import best_checkpoint
+    from engine.train.best import keep_best
+
+    run = tmp_path / "run"
+    for step in (10, 20, 30):
+        ckpt = run / f"checkpoint_step_{step:07d}"
+        (ckpt / "sub").mkdir(parents=True)
+        (ckpt / "__0_0.distcp").write_bytes(bytes([step]) * 1000)
+        (ckpt / "sub" / "trainer.json").write_text(json.dumps({"step": step}))
+        (ckpt / "COMPLETE").write_text("")
+    (run / "evaluation").mkdir()
+    (run / "evaluation" / "evaluation.json").write_text(json.dumps({"best": {"step": 10}}))
+    original = run / "checkpoint_step_0000010"
+    kept = keep_best(run, original)
+    assert kept == run / "best" / "checkpoint_step_0000010"
+    # hard links: the same bytes on disk, no copy
+    assert (kept / "__0_0.distcp").stat().st_ino == (original / "__0_0.distcp").stat().st_ino
+    shutil.rmtree(original)  # what training's pruning does to old checkpoints
+    assert best_checkpoint(run) == kept
+    assert (kept / "__0_0.distcp").read_bytes() == bytes([10]) * 1000
+    assert json.loads((kept / "sub" / "trainer.json").read_text()) == {"step": 10}
+    # a new best replaces the kept one
+    (run / "evaluation" / "evaluation.json").write_text(json.dumps({"best": {"step": 30}}))
+    assert keep_best(run, run / "checkpoint_step_0000030") == run / "best" / \
+        "checkpoint_step_0000030"
+    assert not kept.exists() and best_checkpoint(run) == run / "checkpoint_step_0000030"
+    assert keep_best(run, run / "no_such_checkpoint") is None

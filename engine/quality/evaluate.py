@@ -528,6 +528,14 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
     from .report import render_html
 
     out.mkdir(parents=True, exist_ok=True)
+    best = result.get("best") or {}
+    if best.get("checkpoint"):
+        from ..train.best import keep_best
+
+        # training prunes old checkpoints; the best one stays (hard links, no extra space)
+        if keep_best(run_dir, best["checkpoint"]) is not None:
+            em.log(f"Kept {Path(best['checkpoint']).name} (the best so far) from pruning.",
+                   level="debug")
     write_json(out / "evaluation.json", result)
     write_text(out / "report.html", render_html(result))
     em.artifact(str(out / "evaluation.json"), role="evaluation")
