@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 RAY = str(Path(sys.executable).parent / "ray")
+# below pytest's own timeout (600 s), so the test ends its processes itself
+INNER_TIMEOUT_S = 540
 
 
 def _can_unshare() -> bool:
@@ -63,12 +66,21 @@ def test_two_nodes_second_sees_no_voice_or_source(prepared_voice: Path, tiny_mod
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     t0 = time.time()
-    proc = subprocess.run(
+    # its own session: if it overruns, the whole group (both nodes included) is ended
+    proc = subprocess.Popen(
         ["unshare", "--net", "--mount", "--propagation", "private", "--",
          sys.executable, __file__, str(voice), str(model), str(shared), str(tmp_path), str(out)],
-        capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=1500)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT),
+        start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=INNER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the two-node run did not end within {INNER_TIMEOUT_S} s:\n"
+                    f"{stdout[-3000:]}\n{stderr[-5000:]}")
     wall = time.time() - t0
-    assert proc.returncode == 0 and out.is_file(), (proc.stdout[-4000:], proc.stderr[-6000:])
+    assert proc.returncode == 0 and out.is_file(), (stdout[-4000:], stderr[-6000:])
     res = json.loads(out.read_text())
     assert res["left_running"] == [], res["left_running"]
     assert res["local_then_join"], "a local cluster earlier in the process blocked the join"
@@ -160,8 +172,9 @@ def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
 
     _loopback_up()
     port = 6390
-    temp = tmp / "ray"
-    temp.mkdir(exist_ok=True)
+    # Ray's session sockets live under its temp folder and a UNIX socket path may not
+    # exceed 107 bytes: pytest's tmp_path is too deep for that
+    temp = Path(tempfile.mkdtemp(prefix="vx-ray-", dir="/tmp"))
     empty_voice, empty_src = tmp / "empty-voice", tmp / "empty-src"
     empty_voice.mkdir(exist_ok=True)
     empty_src.mkdir(exist_ok=True)
@@ -272,6 +285,7 @@ def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
         res["left_running"] = [p.pid for p in psutil.process_iter()
                                if p.pid != me and _is_ours(p, tmp)]
         out.write_text(json.dumps(res, indent=1))
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _is_ours(p: Any, tmp: Path) -> bool:
@@ -280,7 +294,7 @@ def _is_ours(p: Any, tmp: Path) -> bool:
         cmd = " ".join(p.cmdline())
     except Exception:
         return False
-    return str(tmp) in cmd or "127.0.0.1:6390" in cmd
+    return str(tmp) in cmd or "127.0.0.1:6390" in cmd or "/tmp/vx-ray-" in cmd
 
 
 if __name__ == "__main__":
