@@ -283,18 +283,23 @@ def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
         time.sleep(1)
         me = os.getpid()
         res["left_running"] = [p.pid for p in psutil.process_iter()
-                               if p.pid != me and _is_ours(p, tmp)]
+                               if p.pid != me and _is_ours(p, tmp, temp)]
         out.write_text(json.dumps(res, indent=1))
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _is_ours(p: Any, tmp: Path) -> bool:
-    """A process of this test's cluster (its command line names our temp folder or port)."""
+def _is_ours(p: Any, tmp: Path, temp: Path) -> bool:
+    """A process of this test's cluster: its command line names our folders, or our port
+    inside our own network namespace (another run of this test may use the same port
+    in its namespace at the same time)."""
     try:
         cmd = " ".join(p.cmdline())
+        if str(tmp) in cmd or str(temp) in cmd:
+            return True
+        return ("127.0.0.1:6390" in cmd
+                and os.readlink(f"/proc/{p.pid}/ns/net") == os.readlink("/proc/self/ns/net"))
     except Exception:
         return False
-    return str(tmp) in cmd or "127.0.0.1:6390" in cmd or "/tmp/vx-ray-" in cmd
 
 
 if __name__ == "__main__":
