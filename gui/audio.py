@@ -23,7 +23,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 CLIP_LEVEL = 0.99  # a sample at or above this is taken as clipped
 HOLD_AFTER_STOP_MS = 300  # keep recording briefly so the last word is not cut
 # a stopping input stream that delivers nothing for this long has stalled for good
-STALLED_INPUT_S = 2.0
+STALLED_INPUT_S = 10.0
 
 
 @dataclass(frozen=True)
