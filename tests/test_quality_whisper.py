@@ -46,7 +46,7 @@ def speech(piper_sentences: list[dict[str, Any]]) -> np.ndarray:
 def _check(heard: asr.Transcript, backend: str, duration_s: float) -> None:
     assert heard.backend == backend and isinstance(heard.text, str)
     assert math.isclose(heard.duration_s, duration_s, rel_tol=1e-6)
-    assert heard.compute_s > 0 and heard.rtf > 0
+    # speed is bench/bench_quality.py's figure (real-time factor per backend), not a test's
     for w in heard.words:
         assert 0 <= w.start_s <= w.end_s
 

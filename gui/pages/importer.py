@@ -428,7 +428,11 @@ class ImportPage(Page):
             args += ["--transcripts", str(self.transcripts)]
         if self.transcribe_box.isChecked():
             args.append("--transcribe")
-        job = self.start_job(args, "Import", voice=self.voice)
+        return self._run(args, "Import")
+
+    def _run(self, args: list[str], title: str) -> EngineJob:
+        """An engine job writing into this voice, with the page's progress bar."""
+        job = self.start_job(args, title, voice=self.voice)
         self.job = job
         self.progress.setRange(0, 0)
         self.progress.show()
@@ -441,14 +445,7 @@ class ImportPage(Page):
         """`transcribe VOICE`: fill the missing transcripts with the recogniser's text."""
         if self.voice is None or self.job is not None:
             return None
-        job = self.start_job(["transcribe", str(self.voice), *(extra_args or [])],
-                             "Transcribe", voice=self.voice)
-        self.job = job
-        self.progress.setRange(0, 0)
-        self.progress.show()
-        job.progress.connect(self._on_progress)
-        job.succeeded.connect(self._imported)
-        job.finished.connect(self._job_done)
+        job = self._run(["transcribe", str(self.voice), *(extra_args or [])], "Transcribe")
         self.transcribe_btn.setEnabled(False)
         return job
 
