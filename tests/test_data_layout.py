@@ -32,6 +32,10 @@ from engine.data.layout import (
 )
 from engine.train.objective import VoiceObjective, batch_to_device
 
+# numeric parity: the batched layout's embeddings against a per-position reference.
+# packaging/run_tests.sh runs these again under other CPU kernel dispatches.
+pytestmark = pytest.mark.parity
+
 
 @pytest.fixture(scope="module")
 def official(tiny_model_dir: Path) -> Any:

@@ -20,6 +20,10 @@ import torch
 
 from engine.errors import InputError
 
+# numeric parity: LoRA, precision and offload paths against the plain computation.
+# packaging/run_tests.sh runs these again under other CPU kernel dispatches.
+pytestmark = pytest.mark.parity
+
 # -- precision ---------------------------------------------------------------------------------
 
 

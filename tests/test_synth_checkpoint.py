@@ -22,6 +22,10 @@ from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
 from tests.fixtures_audio import copy_voice
 
+# numeric parity: a run folder against its export and the official loader.
+# packaging/run_tests.sh runs these again under other CPU kernel dispatches.
+pytestmark = pytest.mark.parity
+
 GREEDY = SpeakOptions(do_sample=False, subtalker_do_sample=False, max_frames=20,
                       loudness_lufs=None, seed=0)
 TEXT = "Please remember to water the plants while I am away."

@@ -17,6 +17,10 @@ from engine.synth.decoding import DecodeSettings, FastTalker
 from engine.synth.prompt import _text_ids, build_prefill
 from engine.synth.sampling import SamplerSettings, _filtered, choose, probabilities
 
+# numeric parity: our decoding loop against the official generate, static against eager.
+# packaging/run_tests.sh runs these again under other CPU kernel dispatches.
+pytestmark = pytest.mark.parity
+
 GREEDY = DecodeSettings(talker=SamplerSettings(do_sample=False),
                         predictor=SamplerSettings(do_sample=False))
 TEXTS = ["Hello world, this is a test.",

@@ -21,6 +21,10 @@ from engine.synth.stream import StreamDecoder, receptive_frames
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
 
+# numeric parity: streamed decoding against one full decode.
+# packaging/run_tests.sh runs these again under other CPU kernel dispatches.
+pytestmark = pytest.mark.parity
+
 TEXT = ("The kettle started to whistle. She folded the laundry while listening to jazz. "
         "Our train was delayed because of a fallen tree.")
 
