@@ -16,8 +16,9 @@ import soundfile as sf
 import torch
 
 from engine.events import Event
+from engine.model.codec_sizes import REAL_DECODER_CONFIG, build_decoder
 from engine.synth.options import SpeakOptions
-from engine.synth.stream import StreamDecoder, receptive_frames
+from engine.synth.stream import StreamDecoder
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
 
@@ -59,26 +60,54 @@ def _stream(dec: StreamDecoder, codes: torch.Tensor, step: int) -> tuple[np.ndar
 @pytest.mark.parametrize("step", [1, 5])
 def test_streamed_audio_equals_the_full_decode_of_the_same_codes(synth: Synthesizer,
                                                                   step: int) -> None:
+    # 160 frames: past the 72-frame window, so keys and values really slide out
     codes = _random_codes(160, 1)
     full = synth.decode_audio([codes])[0]
     decoder = synth.model.speech_tokenizer.model.decoder
-    assert receptive_frames(decoder) < 160  # pieces really are decoded with partial context
-    streamed, sizes = _stream(StreamDecoder(decoder), codes, step)
+    dec = StreamDecoder(decoder)
+    streamed, sizes = _stream(dec, codes, step)
     assert sizes[0] == 4 * 1920  # the first audio after four frames
     assert len(sizes) > 4 and max(sizes) > sizes[0]
     assert streamed.shape == full.shape
+    # float rounding only: convolutions over other lengths may sum in another order
     np.testing.assert_allclose(streamed, full, atol=1e-5)
-    # the check can fail: a context shorter than the codec's reach is audibly different
-    short, _ = _stream(StreamDecoder(decoder, left_context=2), codes, step)
-    assert np.abs(short - full).max() > 1e-3
+    assert dec.frames_decoded == 160  # every frame through the decoder once
+    # the check can fail: a decoder that forgets its state between pieces is wrong
+    forgetful = StreamDecoder(decoder)
+    parts = []
+    for start in range(0, 160, 40):
+        forgetful.state.reset()
+        forgetful.push(codes[start:start + 40])
+        parts.append(forgetful.finish())
+    assert np.abs(np.concatenate(parts) - full).max() > 1e-3
 
 
 def test_streamed_in_context_audio_leaves_out_the_reference(synth: Synthesizer) -> None:
     ref, codes = _random_codes(40, 2), _random_codes(90, 3)
     decoder = synth.model.speech_tokenizer.model.decoder
-    streamed, _ = _stream(StreamDecoder(decoder, prefix=ref), codes, 3)
+    dec = StreamDecoder(decoder, prefix=ref)
+    streamed, sizes = _stream(dec, codes, 3)
     whole = synth.decode_audio([torch.cat((ref, codes))])[0]
     np.testing.assert_allclose(streamed, whole[40 * 1920:], atol=1e-5)
+    assert sizes[0] == 4 * 1920 and dec.frames_decoded == 130
+
+
+def test_real_size_codec_streams_each_frame_once_and_equals_the_full_decode() -> None:
+    """The published decoder (8 layers, window 72, 1536-wide convolutions; random
+    weights): a prefix and 22 frames, pushed one at a time in small pieces."""
+    decoder = build_decoder(REAL_DECODER_CONFIG, seed=5)
+    ref, codes = _random_codes(6, 6), _random_codes(22, 7)
+    with torch.inference_mode():
+        full = decoder(torch.cat((ref, codes)).T[None])[0, 0].numpy()
+    assert 0.05 < np.abs(full).max() < 1.0  # audible, not clipped: the comparison means something
+    dec = StreamDecoder(decoder, prefix=ref, first_piece=2, max_piece=4)
+    streamed, sizes = _stream(dec, codes, 1)
+    assert sizes[:3] == [2 * 1920, 4 * 1920, 4 * 1920]
+    # float rounding only (AVX-512 here; CI may sum in another order)
+    np.testing.assert_allclose(streamed, full[6 * 1920:], atol=1e-5)
+    spoken = len(codes)
+    assert dec.frames_decoded - len(ref) <= 1.1 * spoken
+    assert dec.state.calls == len(sizes) + (1 if streamed.size > sum(sizes) else 0)
 
 
 class _Sink:

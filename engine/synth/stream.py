@@ -1,16 +1,16 @@
 """Streaming: codec frames become audio while later frames are still generated.
 
-The official codec decoder is causal: the samples of frame t depend only on
-frames <= t, and (through its sliding-window transformer and convolutions) on
-a bounded number of them. `StreamDecoder` therefore decodes each new piece of
-frames together with enough frames before it (left context) and keeps only
-the new piece's samples. With a left context that covers the decoder's
-receptive field the streamed audio equals the full decode of the same codes
-within float rounding (tests/test_synth_stream.py): the joins are not
+The official codec decoder is causal, and each of its parts needs only a
+bounded part of the past (a convolution's last input samples, a transposed
+convolution's spill, a sliding-window layer's last keys and values).
+`StreamDecoder` keeps that state between pieces (`codec_state.CodecState`), so
+every frame goes through the decoder exactly once, and the streamed audio
+equals the full decode of the same codes within float rounding
+(tests/test_synth_stream.py, at the real codec size): the joins are not
 approximations, so they cannot click.
 
 Pieces grow (4, 8, 16 ... frames): the first audio comes after a few frames,
-and later pieces amortise the context that each decode call re-reads.
+later pieces cost fewer calls. `finish()` decodes everything pending in one call.
 
 Sinks take float32 blocks at 24 kHz: a file that grows (`GrowingFile`), raw
 16-bit PCM for a pipe (`RawPcm`), the sound device (`Player`).
@@ -30,44 +30,40 @@ from ..errors import InputError, SynthesisError
 
 #: frames per second of the 12 Hz codec, samples per frame at 24 kHz
 SAMPLES_PER_FRAME = 1920
-#: the official full decode works in windows of this many frames
-FULL_DECODE_WINDOW = 300
-
-
-def receptive_frames(decoder: Any) -> int:
-    """Frames before a piece that can still change its samples: each sliding-window
-    transformer layer looks `sliding_window` frames back, the convolutions a few
-    more (measured on the tiny codec: 72-frame window, exact from 80 on)."""
-    cfg = decoder.config
-    window = int(getattr(cfg, "sliding_window", None) or FULL_DECODE_WINDOW)
-    layers = int(getattr(cfg, "num_hidden_layers", 1) or 1)
-    return min(FULL_DECODE_WINDOW, window * layers + 8)
 
 
 class StreamDecoder:
     """Incremental codec decoding of one utterance.
 
     `push(frames)` adds codec frames [n, 16]; `pull()` returns the samples that
-    can be decoded now (a whole piece or nothing); `finish()` decodes the rest.
-    `prefix` frames (the reference of in-context cloning) are context only:
-    never returned, as the full decode cuts them off.
+    can be decoded now (a whole piece or nothing); `finish()` decodes the rest
+    in one call. `prefix` frames (the reference of in-context cloning) are
+    context only: decoded once together with the first piece, never returned,
+    as the full decode cuts them off. `frames_decoded` counts the frames that
+    went through the decoder (prefix included).
     """
 
-    def __init__(self, decoder: Any, prefix: Any = None, left_context: int | None = None,
-                 first_piece: int = 4, max_piece: int = 48) -> None:
+    def __init__(self, decoder: Any, prefix: Any = None, first_piece: int = 4,
+                 max_piece: int = 48) -> None:
         import torch
 
-        self.decoder = decoder
-        self.device = next(decoder.parameters()).device
-        self.left = receptive_frames(decoder) if left_context is None else int(left_context)
-        if self.left < 0 or first_piece < 1 or max_piece < first_piece:
+        from .codec_state import CodecState
+
+        if first_piece < 1 or max_piece < first_piece:
             raise ValueError("bad streaming piece sizes")
+        self.state = CodecState(decoder)
+        self.device = next(decoder.parameters()).device
         empty = torch.zeros(0, 16, dtype=torch.long, device=self.device)
         self.frames = [prefix.to(self.device)] if prefix is not None and len(prefix) else [empty]
         self.count = sum(len(f) for f in self.frames)
-        self.done = self.count  # frames already turned into samples (or prefix)
+        self.skip = self.count  # prefix frames: decoded for their state, never returned
+        self.done = 0  # frames already through the decoder
         self.piece = first_piece
         self.max_piece = max_piece
+
+    @property
+    def frames_decoded(self) -> int:
+        return self.state.frames_decoded
 
     def push(self, frames: Any) -> None:
         if len(frames):
@@ -76,30 +72,27 @@ class StreamDecoder:
 
     @property
     def pending(self) -> int:
-        return self.count - self.done
+        return self.count - max(self.done, self.skip)
 
     def pull(self) -> np.ndarray:
         if self.pending < self.piece:
             return np.zeros(0, dtype=np.float32)
-        out = self._decode(self.done + self.piece)
+        out = self._decode(max(self.done, self.skip) + self.piece)
         self.piece = min(self.piece * 2, self.max_piece)
         return out
 
     def finish(self) -> np.ndarray:
-        parts = []
-        while self.pending > 0:
-            parts.append(self._decode(min(self.count, self.done + self.max_piece)))
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+        if self.pending <= 0:
+            return np.zeros(0, dtype=np.float32)
+        return self._decode(self.count)
 
     def _decode(self, end: int) -> np.ndarray:
         import torch
 
         codes = torch.cat(self.frames) if len(self.frames) > 1 else self.frames[0]
         self.frames = [codes]
-        start = max(0, self.done - self.left)
-        with torch.inference_mode():
-            wav = self.decoder(codes[start:end].clamp(min=0).T[None])[0, 0]
-        keep = wav[(self.done - start) * SAMPLES_PER_FRAME:]
+        wav = self.state.decode(codes[self.done:end].clamp(min=0).T[None])[0]
+        keep = wav[max(0, self.skip - self.done) * SAMPLES_PER_FRAME:]
         self.done = end
         return keep.float().cpu().numpy()
 

@@ -506,8 +506,7 @@ class Synthesizer:
 
     def speak_stream(self, text: str, sink: Any, options: SpeakOptions | None = None,
                      on_event: EventCallback | Emitter | None = None,
-                     cancel: threading.Event | None = None,
-                     left_context: int | None = None) -> Speech:
+                     cancel: threading.Event | None = None) -> Speech:
         """Speak `text` into `sink` (`stream.AudioSink`) while it is generated.
 
         Chunks are generated in text order; the first chunk's audio reaches the
@@ -562,7 +561,7 @@ class Synthesizer:
                     continue
                 dec = decoders.get(i)
                 if dec is None:
-                    dec = decoders[i] = StreamDecoder(decoder, prefix, left_context)
+                    dec = decoders[i] = StreamDecoder(decoder, prefix)
                 if int(host[row, 0]) == self.fast.eos:
                     ended.add(i)
                     continue
@@ -574,7 +573,7 @@ class Synthesizer:
         def on_batch(picked: list[int], _codes: list[Any]) -> None:
             for i in picked:
                 if i not in decoders:
-                    decoders[i] = StreamDecoder(decoder, prefix, left_context)
+                    decoders[i] = StreamDecoder(decoder, prefix)
                 ended.add(i)
             flush()
 
