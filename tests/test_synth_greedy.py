@@ -15,7 +15,8 @@ import torch
 from engine.model.loading import load_model
 from engine.synth.decoding import DecodeSettings, FastTalker
 from engine.synth.prompt import _text_ids, build_prefill
-from engine.synth.sampling import SamplerSettings, _filtered, choose, probabilities
+from engine.synth.sampling import SamplerSettings, choose, probabilities
+from tests.parity import assert_same_codes, record_choices
 
 # numeric parity: our decoding loop against the official generate, static against eager.
 # packaging/run_tests.sh runs these again under other CPU kernel dispatches.
@@ -61,25 +62,28 @@ def _official_codes(official: Any, texts: list[str], speaker: torch.Tensor,
 @pytest.mark.parametrize("non_streaming", [True, False])
 def test_greedy_codes_equal_the_official_generate(official: Any, fast: FastTalker,
                                                   speaker: torch.Tensor,
-                                                  non_streaming: bool) -> None:
+                                                  non_streaming: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     for text in TEXTS:
         expected = _official_codes(official, [text], speaker, non_streaming, FRAMES)[0]
         prefill = build_prefill(official.model, official.processor, [text], speaker, None,
                                 non_streaming)
-        ours = fast.generate(prefill, [FRAMES], GREEDY)[0]
+        with record_choices(monkeypatch) as log:
+            ours = fast.generate(prefill, [FRAMES], GREEDY)[0]
         assert len(expected) >= 5  # a real run, not an immediate end-of-speech
-        assert ours.shape == expected.shape
-        assert torch.equal(ours, expected)
+        assert_same_codes(ours, expected, log, fast.eos)
 
 
 def test_greedy_batch_with_left_padding_equals_the_official_batch(
-        official: Any, fast: FastTalker, speaker: torch.Tensor) -> None:
+        official: Any, fast: FastTalker, speaker: torch.Tensor,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     expected = _official_codes(official, TEXTS, speaker, True, FRAMES)
     prefill = build_prefill(official.model, official.processor, TEXTS, speaker, None, True)
     assert len(set(prefill.lengths)) == 2  # rows really are padded
-    ours = fast.generate(prefill, [FRAMES, FRAMES], GREEDY)
-    for a, b in zip(ours, expected, strict=True):
-        assert torch.equal(a, b)
+    with record_choices(monkeypatch) as log:
+        ours = fast.generate(prefill, [FRAMES, FRAMES], GREEDY)
+    for row, (a, b) in enumerate(zip(ours, expected, strict=True)):
+        assert_same_codes(a, b, log, fast.eos, row=row)
 
 
 def test_each_row_stops_at_its_own_cap(official: Any, fast: FastTalker,
@@ -149,41 +153,6 @@ def test_exponential_race_samples_with_the_right_frequencies() -> None:
     torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)
 
 
-class _Choices:
-    """Wraps `choose` where the decoding loops call it: records every choice's
-    scores, noise and pick and, given another run's picks, returns those
-    instead (teacher forcing), so two paths are compared step by step on the
-    same codes, not free-running (where one flipped sample changes the rest)."""
-
-    def __init__(self, forced: list[torch.Tensor] | None = None) -> None:
-        self.forced = forced or []
-        self.calls: list[tuple[torch.Tensor, SamplerSettings, torch.Tensor | None]] = []
-        self.own: list[torch.Tensor] = []
-
-    def __call__(self, scores: torch.Tensor, s: SamplerSettings,
-                 noise: torch.Tensor | None) -> torch.Tensor:
-        own = choose(scores, s, noise)
-        self.calls.append((scores.clone(), s, None if noise is None else noise.clone()))
-        self.own.append(own)
-        i = len(self.own) - 1
-        return self.forced[i] if i < len(self.forced) else own
-
-    def compared(self, i: int) -> torch.Tensor:
-        """What choice i is decided on: the distribution (sampling) or the scores."""
-        scores, s, _ = self.calls[i]
-        return probabilities(scores, s) if s.do_sample else scores
-
-    def race(self, i: int, row: int, token: int) -> float:
-        """The value choice i's argmax compares for `token` (p / noise when sampling)."""
-        scores, s, noise = self.calls[i]
-        if not s.do_sample:
-            return float(scores[row, token])
-        probs, index = _filtered(scores[row:row + 1], s)
-        at = int((index[0] == token).nonzero()[0])
-        assert noise is not None
-        return float(probs[0, at] / noise[row, at])
-
-
 @pytest.mark.parametrize("sampled", [False, True])
 def test_static_shape_path_equals_the_eager_loop(official: Any, fast: FastTalker,
                                                  speaker: torch.Tensor, sampled: bool,
@@ -194,21 +163,12 @@ def test_static_shape_path_equals_the_eager_loop(official: Any, fast: FastTalker
     # scores agree to float32 rounding, which depends on the CPU's kernels: a
     # sampled code can flip on an ulp (seen on AVX-512). So the static path is
     # teacher-forced on the eager path's codes and compared step by step.
-    import engine.synth.decoding as decoding
-    import engine.synth.rows as rows
-
     settings = DecodeSettings() if sampled else GREEDY
     prefill = build_prefill(official.model, official.processor, TEXTS, speaker, None, False)
-    runs = []
-    for static, forced in ((False, None), (True, "eager")):
-        calls = _Choices(runs[0].own if forced else None)
-        monkeypatch.setattr(decoding, "choose", calls)
-        monkeypatch.setattr(rows, "choose", calls)
-        codes = fast.generate(prefill, [9, 25], settings, seeds=[4, 5], static=static)
-        runs.append(calls)
-        if not static:
-            eager_codes = codes
-    eager, static = runs
+    with record_choices(monkeypatch) as eager:
+        eager_codes = fast.generate(prefill, [9, 25], settings, seeds=[4, 5], static=False)
+    with record_choices(monkeypatch, forced=eager.own) as static:
+        codes = fast.generate(prefill, [9, 25], settings, seeds=[4, 5], static=True)
     assert [len(c) for c in codes] == [len(c) for c in eager_codes]
     # the static loop also picks the next token after a row's last frame (unused)
     n = len(eager.own)
@@ -224,22 +184,23 @@ def test_static_shape_path_equals_the_eager_loop(official: Any, fast: FastTalker
         # the static path's own pick differs only on a near-tie of what the argmax compares
         for row in (static.own[i] != eager.own[i]).nonzero().flatten().tolist():
             a, b = int(eager.own[i][row]), int(static.own[i][row])
-            top = max(abs(eager.race(i, row, a)), 1e-30)
-            gap = abs(eager.race(i, row, a) - eager.race(i, row, b))
-            assert gap <= 1e-4 * top, (i, row, gap)
+            assert eager.near_tie(i, row, a, b, 1e-4), (i, row)
             flips += 1
     assert flips <= 2
 
 
-def test_greedy_codes_equal_the_official_generate_in_bfloat16(tiny_model_dir: Path,
-                                                              speaker: torch.Tensor) -> None:
+def test_greedy_codes_equal_the_official_generate_in_bfloat16(
+        tiny_model_dir: Path, speaker: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> None:
     # bf16 is what GPUs (and bf16-capable CPUs) run: the unfused RMSNorm path
     official = load_model(tiny_model_dir, device="cpu", dtype=torch.bfloat16)
     fast = FastTalker(official.model)
     expected = _official_codes(official, TEXTS[:1], speaker, True, FRAMES)[0]
     prefill = build_prefill(official.model, official.processor, TEXTS[:1], speaker, None, True)
     assert prefill.embeds.dtype == torch.bfloat16
-    assert torch.equal(fast.generate(prefill, [FRAMES], GREEDY)[0], expected)
+    with record_choices(monkeypatch) as log:
+        ours = fast.generate(prefill, [FRAMES], GREEDY)[0]
+    # bf16 sums round at about 4e-3: a near-tie is judged at that scale
+    assert_same_codes(ours, expected, log, fast.eos, tie=2e-2)
 
 
 # -- in-context cloning (reference clip + its transcript) -------------------------------------
@@ -262,7 +223,7 @@ def reference_clip(official: Any, piper_sentences: list[dict[str, Any]]) -> dict
 @pytest.mark.parametrize("text", TEXTS)
 def test_in_context_greedy_codes_equal_the_official_voice_clone(
         official: Any, fast: FastTalker, reference_clip: dict[str, Any], non_streaming: bool,
-        text: str) -> None:
+        text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.synth.prompt import IclPrompt, ref_text_ids
 
     model = official.model
@@ -282,9 +243,10 @@ def test_in_context_greedy_codes_equal_the_official_voice_clone(
                             icl=icl)
     # streaming text of a short sentence fits under the reference frames: nothing trails
     assert prefill.embeds.shape[1] > len(ref["codes"])
-    ours = fast.generate(prefill, [FRAMES], GREEDY)[0]
+    with record_choices(monkeypatch) as log:
+        ours = fast.generate(prefill, [FRAMES], GREEDY)[0]
     assert len(expected[0]) >= 5
-    assert torch.equal(ours, expected[0])
+    assert_same_codes(ours, expected[0], log, fast.eos)
 
 
 def test_in_context_batch_and_speech_equal_the_official_voice_clone(
@@ -325,7 +287,8 @@ def test_in_context_batch_and_speech_equal_the_official_voice_clone(
 
 
 def test_instruction_prompt_equals_the_official_layout(official: Any, fast: FastTalker,
-                                                       speaker: torch.Tensor) -> None:
+                                                       speaker: torch.Tensor,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.synth.prompt import instruct_ids
 
     model = official.model
@@ -343,28 +306,36 @@ def test_instruction_prompt_equals_the_official_layout(official: Any, fast: Fast
     prefill = build_prefill(model, official.processor, [text], speaker, None, True, instruct=ins)
     plain = build_prefill(model, official.processor, [text], speaker, None, True)
     assert prefill.embeds.shape[1] == plain.embeds.shape[1] + ins.shape[1]
-    assert torch.equal(fast.generate(prefill, [FRAMES], GREEDY)[0], expected[0])
+    with record_choices(monkeypatch) as log:
+        ours = fast.generate(prefill, [FRAMES], GREEDY)[0]
+    assert_same_codes(ours, expected[0], log, fast.eos)
 
 
 def test_int8_and_fused_projections_are_options_that_run_both_loops(
-        official: Any, fast: FastTalker, speaker: torch.Tensor) -> None:
+        official: Any, fast: FastTalker, speaker: torch.Tensor,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.errors import InputError
 
     settings = DecodeSettings(talker=SamplerSettings(do_sample=False),
                               predictor=SamplerSettings(do_sample=False), stop_at_eos=False)
     prefill = build_prefill(official.model, official.processor, TEXTS, speaker, None, True)
-    exact = fast.generate(prefill, [FRAMES, FRAMES], settings)
+    with record_choices(monkeypatch) as log:
+        exact = fast.generate(prefill, [FRAMES, FRAMES], settings)
     fused = FastTalker(official.model, fuse=True).generate(prefill, [FRAMES, FRAMES], settings)
-    # the same math in fewer calls: agrees with the exact loop (bit-equal on this CPU)
-    agree = torch.cat([(a == b).float().flatten() for a, b in zip(fused, exact, strict=True)])
-    assert agree.mean() > 0.9
+    # the same math in fewer (wider) matmuls: equal up to a rounding near-tie
+    for row, (a, b) in enumerate(zip(fused, exact, strict=True)):
+        assert_same_codes(a, b, log, fast.eos, row=row)
     int8 = FastTalker(official.model, quantize="int8", fuse=True)
-    eager = int8.generate(prefill, [FRAMES, FRAMES], settings, static=False)
+    with record_choices(monkeypatch) as log8:
+        eager = int8.generate(prefill, [FRAMES, FRAMES], settings, static=False)
     static = int8.generate(prefill, [FRAMES, FRAMES], settings, static=True)
-    for a, b in zip(eager, static, strict=True):
-        assert a.shape == (FRAMES, 16) and torch.equal(a, b)
+    for row, (a, b) in enumerate(zip(eager, static, strict=True)):
+        assert a.shape == (FRAMES, 16)
+        # static shapes attend over a larger masked cache: other rounding
+        assert_same_codes(b, a, log8, int8.eos, row=row)
         assert int(a.max()) < 2048  # real codec codes: the decoder can play them
-    # the model itself is untouched: the exact loop still gives the official codes
+    # the model itself is untouched: the same loop again gives the same codes
+    # (same kernels, same order: exact)
     assert torch.equal(fast.generate(prefill, [FRAMES, FRAMES], settings)[0], exact[0])
     with pytest.raises(InputError, match="Unknown quantization"):
         FastTalker(official.model, quantize="int4")
