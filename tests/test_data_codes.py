@@ -54,6 +54,7 @@ def test_codes_cover_every_usable_clip_with_the_right_length(extracted: dict[str
     assert len(np.unique(index.codes(clips[0]["id"])[:, 0])) > 1
 
 
+@pytest.mark.parity  # the official encoder alone vs ours (same thread count)
 def test_codes_equal_the_official_tokenizer(extracted: dict[str, Any],
                                             tiny_model_dir: Path) -> None:
     from engine.model.official import import_qwen_tts
@@ -97,6 +98,7 @@ def test_changed_clip_is_encoded_again(extracted: dict[str, Any], tiny_model_dir
     assert not (voice / "prepared" / CODES_DIRNAME / old).exists()  # stale file removed
 
 
+@pytest.mark.parity  # the official encoder alone vs ours (same thread count)
 def test_x_vector_equals_official_extraction(extracted: dict[str, Any],
                                              tiny_model_dir: Path) -> None:
     from engine.model.official import import_qwen_tts
