@@ -22,9 +22,9 @@ from engine.synth.stream import StreamDecoder
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
 
-# numeric parity: streamed decoding against one full decode.
-# packaging/run_tests.sh runs these again under other CPU kernel dispatches.
-pytestmark = pytest.mark.parity
+# numeric parity (streamed decoding against one full decode): the tests marked
+# `parity` run again under other CPU kernel dispatches (packaging/run_tests.sh).
+PARITY = pytest.mark.parity
 
 TEXT = ("The kettle started to whistle. She folded the laundry while listening to jazz. "
         "Our train was delayed because of a fallen tree.")
@@ -57,6 +57,7 @@ def _stream(dec: StreamDecoder, codes: torch.Tensor, step: int) -> tuple[np.ndar
     return np.concatenate(parts), sizes
 
 
+@PARITY
 @pytest.mark.parametrize("step", [1, 5])
 def test_streamed_audio_equals_the_full_decode_of_the_same_codes(synth: Synthesizer,
                                                                   step: int) -> None:
@@ -82,6 +83,7 @@ def test_streamed_audio_equals_the_full_decode_of_the_same_codes(synth: Synthesi
     assert np.abs(np.concatenate(parts) - full).max() > 1e-3
 
 
+@PARITY
 def test_streamed_in_context_audio_leaves_out_the_reference(synth: Synthesizer) -> None:
     ref, codes = _random_codes(40, 2), _random_codes(90, 3)
     decoder = synth.model.speech_tokenizer.model.decoder
@@ -92,6 +94,7 @@ def test_streamed_in_context_audio_leaves_out_the_reference(synth: Synthesizer) 
     assert sizes[0] == 4 * 1920 and dec.frames_decoded == 130
 
 
+@PARITY
 def test_real_size_codec_streams_each_frame_once_and_equals_the_full_decode() -> None:
     """The published decoder (8 layers, window 72, 1536-wide convolutions; random
     weights): a prefix and 22 frames, pushed one at a time in small pieces."""
@@ -123,6 +126,7 @@ class _Sink:
         self.blocks.append(audio)
 
 
+@PARITY
 def test_speech_reaches_the_sink_before_its_first_chunk_is_finished(synth: Synthesizer) -> None:
     events: list[Event] = []
     sink = _Sink(events)
@@ -162,6 +166,7 @@ def test_stream_to_a_growing_file_then_the_finished_render(synth: Synthesizer,
     assert sr == 24000 and len(final) / sr == pytest.approx(result["duration_s"], abs=1e-3)
 
 
+@PARITY
 def test_in_context_streaming_matches_its_plain_render(tiny_model_dir: Path,
                                                        reference: Path) -> None:
     synth = Synthesizer.load(resolve_source(tiny_model_dir, reference=reference), device="cpu",
