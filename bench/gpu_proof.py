@@ -23,13 +23,31 @@ model FLOPs of the step, see `model_flops`, over the GPU's bf16 dense peak;
 recomputation by activation checkpointing is not counted as useful). With 2+
 GPUs, N=2 runs too, and its per-rank model state against N=1.
 
-Without a GPU (and without --tiny) it says so in one line and exits 0.
-This module never imports ray at import time (the GPU machine may lack it).
+Before anything else it checks that every module it needs imports, and
+that transformers is the 4.57 line the official model code is written for;
+what is missing is named in one line with how to get it (the device kit:
+bench/device_kit.sh), exit 2, no traceback. Without a GPU (and without
+--tiny) it says so in one line and exits 0. This module never imports ray at
+import time (the GPU machine may lack it), and the parent process never
+creates a CUDA context: the model folder is written from CPU and the GPU's
+name is read through NVML, so the children measure a device nobody else holds.
+
+Resumed against uninterrupted losses: equal on CPU (same kernels, same order);
+on a GPU within a relative 5e-3 (`RESUME_RTOL`), because the fused attention
+backward accumulates with atomics and is not deterministic, so the two runs'
+bf16 weights drift apart by rounding from the first step.
+
+MFU is measured over a sweep of micro-batch sizes (`--batch 4,16,32,...`),
+each run only when the plan says it fits the GPU's free memory: 4 clips of
+10 s is ~660 tokens, which measures launch overhead, not the trainer.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -46,6 +64,62 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 GIB = float(1 << 30)
+#: resumed vs uninterrupted loss on a GPU (non-deterministic attention backward, bf16)
+RESUME_RTOL = 5e-3
+#: (module, what provides it); checked in this order before any work
+NEEDED = (("torch", "torch"), ("numpy", "numpy"), ("safetensors", "safetensors"),
+          ("einops", "einops"), ("psutil", "psutil"), ("yaml", "pyyaml"),
+          ("tokenizers", "the device kit"), ("huggingface_hub", "the device kit"),
+          ("transformers", "the device kit"), ("librosa", "the device kit"),
+          ("soundfile", "the device kit"))
+KIT_HINT = ("get it with the device kit: bash bench/device_kit.sh --python-version X.Y where "
+            "the package registry is reachable, then on this machine pip install --no-index "
+            "--no-deps --target build/device-kit/site build/device-kit/*.whl and run with "
+            "PYTHONPATH=$PWD/build/device-kit/site")
+
+
+def check_environment() -> str | None:
+    """One line naming every missing module or wrong version, or None when all is there.
+
+    The official model code (qwen-tts 0.1.1) is written against transformers
+    4.57.3: with 5.x its rotary init fails (ROPE_INIT_FUNCTIONS has no
+    "default"), so a 5.x transformers is named like a missing one.
+    """
+    problems: list[str] = []
+    for module, source in NEEDED:
+        try:
+            mod = importlib.import_module(module)
+        except Exception as exc:  # any failure to import is a missing piece, said in one line
+            first = (str(exc).splitlines() or [""])[0][:120]
+            problems.append(f"{module} ({source}; {type(exc).__name__}: {first})")
+            continue
+        if module == "transformers" and not str(mod.__version__).startswith("4.57."):
+            problems.append(f"transformers 4.57.x (found {mod.__version__}; the official model "
+                            "code needs 4.57.3)")
+    if importlib.util.find_spec("qwen_tts") is None:
+        problems.append("qwen_tts (the device kit: qwen-tts 0.1.1)")
+    if not problems:
+        try:  # the official modules, as the product imports them (no 25 Hz sox/onnx needs)
+            from engine.model.official import modeling
+
+            modeling()
+        except Exception as exc:
+            first = (str(exc).splitlines() or [""])[0][:160]
+            problems.append(f"the official model code ({type(exc).__name__}: {first})")
+    if not problems:
+        return None
+    return f"gpu_proof: missing {', '.join(problems)}; {KIT_HINT}."
+
+
+def gpu_name() -> str | None:
+    """The first visible GPU's name, through NVML (no CUDA context in this process)."""
+    try:
+        from engine.train.gpus import visible_gpus
+
+        gpus = visible_gpus()
+    except Exception:
+        return None
+    return gpus[0].name if gpus else None
 
 #: real talker / code-predictor widths (qwen3-tts-facts.md)
 SIZES: dict[str, dict[str, Any]] = {
@@ -96,15 +170,17 @@ def make_model_dir(out: Path, size: str | None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     torch.manual_seed(0)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = build_talker(out, device)
+    # on CPU: the parent must not hold the GPU while the children measure it
+    model = build_talker(out, "cpu")
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.02)
-    sd = {f"talker.{k}": v.to("cpu", torch.bfloat16).contiguous()
+    sd = {f"talker.{k}": v.to(torch.bfloat16).contiguous()
           for k, v in model.state_dict().items()}
     del model
     save_file(sd, str(out / "model.safetensors"))
+    del sd
+    gc.collect()
     return out
 
 
@@ -252,8 +328,12 @@ def _rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
             finally:
                 if rank == 0:
                     shutil.rmtree(run_dir, ignore_errors=True)
+                # FSDP2 modules sit in reference cycles: only the cyclic collector frees
+                # the previous configuration's weights and Adam state
+                gc.collect()
                 if use_gpu:
                     torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
             results[name] = res
             dist.barrier()
         (Path(job["out"]) / f"rank{rank}-n{world}.json").write_text(
@@ -351,12 +431,10 @@ def model_flops(model_dir: Path, clips: int, seconds: float, trainable: str) -> 
     return float(fwd + fwd + grads + 3 * attn)
 
 
-def peak_flops() -> float | None:
-    import torch
-
-    if not torch.cuda.is_available():
+def peak_flops(name: str | None) -> float | None:
+    """bf16 dense peak of the GPU called `name` (None: unknown or no GPU)."""
+    if not name:
         return None
-    name = torch.cuda.get_device_name(0)
     return next((v for k, v in PEAK_BF16 if k in name), None)
 
 
@@ -392,7 +470,12 @@ def summarise(name: str, world: int, ranks: dict[int, dict[str, Any]], job: dict
         again = {t["step"]: t["loss/train"] for t in r0["resumed"]}
         first = {t["step"]: t["loss/train"] for t in train}
         common = [s for s in range(half + 1, job["steps"] + 1) if s in again and s in first]
-        row["resume_equal"] = bool(common) and all(again[s] == first[s] for s in common)
+        rtol = RESUME_RTOL if job["use_gpu"] else 0.0
+        worst = max((abs(again[s] - first[s]) / max(abs(first[s]), 1e-12) for s in common),
+                    default=0.0)
+        row["resume_equal"] = bool(common) and worst <= rtol
+        row["resume_max_rel"] = worst
+        row["resume_rtol"] = rtol
         row["resumed_steps"] = common
     return row
 
@@ -436,6 +519,27 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _sweep(model_dir: Path, base: Any, batches: list[int], world: int,
+           args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Plain configurations at larger micro-batches, each only if the plan says it fits."""
+    from engine.train.plan import gpu_free_memory, make_plan
+
+    frames = max(2, int(args.seconds * 12.5))
+    seq = frames + max(2, int(args.seconds * 3)) + 14
+    free = gpu_free_memory()
+    out: dict[str, dict[str, Any]] = {}
+    for b in batches:
+        cfg = base.replace(data={"batch_size": b}, parallel={"workers": world})
+        plan = make_plan(model_dir, cfg, device="cuda", free=free, seq_len=seq, frames=frames,
+                         choices=False)
+        if plan.fits:
+            out[f"plain b{b}"] = {"data": {"batch_size": b}}
+        else:
+            print(f"gpu_proof: batch {b} skipped, the plan needs {plan.total / GIB:.1f} GiB per "
+                  "GPU", flush=True)
+    return out
+
+
 # -- main -------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -445,15 +549,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="0.6b,1.7b", help="model widths on GPU (0.6b, 1.7b)")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--batch", type=int, default=4, help="clips per micro-step (all GPUs)")
+    ap.add_argument("--batch", default="4,16,32",
+                    help="clips per micro-step (all GPUs); a list sweeps the plain configuration "
+                         "over each size the plan says fits (MFU at the best batch)")
     ap.add_argument("--seconds", type=float, default=10.0, help="audio per clip")
     ap.add_argument("--ray", action="store_true", help="also run the plain config through Ray")
     ap.add_argument("--json", default=None, help="also write the rows here")
     ap.add_argument("--cache", default=None, help="folder for the random-weight models")
     args = ap.parse_args(argv)
+    missing = check_environment()
+    if missing:
+        print(missing)
+        return 2
 
     import torch
 
+    # NVML-based count where torch has it: no CUDA context in this process
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if not args.tiny and gpus == 0:
         print("gpu_proof: no NVIDIA GPU visible (torch.cuda.is_available() is False); nothing "
@@ -466,13 +577,16 @@ def main(argv: list[str] | None = None) -> int:
     configs = {k: CONFIGS[k] for k in args.configs.split(",") if k}
     rows: list[dict[str, Any]] = []
     t_all = time.time()
+    batches = [int(b) for b in str(args.batch).split(",") if b]
+    name = gpu_name() if gpus else None
+    peak = peak_flops(name)
     try:
         if args.tiny:
             plans = [("tiny", None, [2], 2)]
             configs = {k: v for k, v in configs.items() if k != "offload"}  # GPU-only policy
-            args.seconds, args.batch = min(args.seconds, 2.0), max(2, min(args.batch, 4))
+            args.seconds, batches = min(args.seconds, 2.0), [max(2, min(batches[0], 4))]
         else:
-            plans = [(s, s, [1] + ([2] if gpus >= 2 else []), args.batch)
+            plans = [(s, s, [1] + ([2] if gpus >= 2 else []), batches[0])
                      for s in args.sizes.split(",")]
         for label, size, worlds, batch in plans:
             model_dir = make_model_dir(cache / (label if size else "tiny"), size)
@@ -481,20 +595,23 @@ def main(argv: list[str] | None = None) -> int:
                 optim={"lr": 1e-4 if size else 1e-3, "warmup_steps": 1},
                 parallel={"use_gpu": bool(gpus) and not args.tiny,
                           "precision": "auto"})
-            job = {"use_gpu": bool(gpus) and not args.tiny, "configs": configs,
+            size_configs = dict(configs)
+            if "plain" in configs and not args.tiny:
+                size_configs.update(_sweep(model_dir, base, batches[1:], max(worlds), args))
+            job = {"use_gpu": bool(gpus) and not args.tiny, "configs": size_configs,
                    "base_config": base.to_dict(), "steps": args.steps, "seconds": args.seconds,
                    "model_dir": str(model_dir), "out": str(work), "size_label": label,
                    # checkpoints of 1.7B with optimizer state are ~19 GB: resume is proved
                    # on the smaller sizes and on LoRA (small checkpoints)
                    "resume": True,
                    "resume_configs": (["plain", "lora"] if size != "1.7b" else ["lora"])}
-            peak = peak_flops()
             for world in worlds:
                 ranks = run_ray_free(job, world)
-                for name in configs:
-                    cfg = base.replace(**configs[name]) if configs[name] else base
-                    flops = model_flops(model_dir, batch, args.seconds, cfg.model.trainable)
-                    rows.append(summarise(name, world, ranks, job,
+                for cname, overrides in size_configs.items():
+                    cfg = base.replace(**overrides) if overrides else base
+                    flops = model_flops(model_dir, cfg.data.batch_size, args.seconds,
+                                        cfg.model.trainable)
+                    rows.append(summarise(cname, world, ranks, job,
                                           _plan_bytes(model_dir, cfg, world, job), flops, peak))
             if args.tiny or args.ray:
                 try:
@@ -516,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['ray_losses'][-1]:.4f}, "
                   + ("equal to the Ray-free run" if r["ray_equal"] else "DIFFERS from Ray-free"))
     print(f"wall {time.time() - t_all:.0f} s")
-    out = {"rows": rows, "device": torch.cuda.get_device_name(0) if gpus else "cpu",
+    out = {"rows": rows, "device": name or "cpu",
            "gpus": gpus, "torch": torch.__version__}
     print(json.dumps(out, default=float))
     if args.json:

@@ -32,6 +32,21 @@ def test_gpu_proof_without_a_gpu_says_so_in_one_line() -> None:
     assert "ray" not in out.stderr.lower()
 
 
+def test_gpu_proof_on_a_bare_python_names_what_is_missing_in_one_line() -> None:
+    """Without site-packages (python -S: only the standard library, as bare as a machine
+    gets) the proof stops before any work with one line naming the missing modules."""
+    code = "import sys; import bench.gpu_proof as g; sys.exit(g.main(['--tiny']))"
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("gpu_proof: missing torch (torch;"), lines[0]
+    for name in ("transformers", "librosa", "soundfile", "qwen_tts", "bench/device_kit.sh"):
+        assert name in lines[0], name
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+
+
 def test_model_flops_counts_the_step() -> None:
     """The MFU numerator: forward + input gradients + weight gradients (+ attention)."""
     import tempfile
