@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "engine.cli.cmd_speak",
     "engine.cli.cmd_status",
     "engine.cli.cmd_quality",  # after cmd_voice: adds --transcribe to `import`
+    "engine.cli.cmd_serve",
 )
 
 
@@ -100,7 +101,8 @@ def _private_stdout() -> TextIO:
 #: arguments that name a local file or folder: `~` expanded, made absolute against the
 #: current folder here, once, so nothing downstream (Ray, its workers) sees a relative path
 PATH_ARGS = frozenset({"path", "voice", "paths", "transcripts", "out_dir", "output",
-                       "text_file", "sentences_file", "reference", "storage"})
+                       "text_file", "sentences_file", "reference", "storage", "voices",
+                       "workspace", "api_key_file"})
 #: arguments that are a path *or* a hub id / URI: only a leading `~` is expanded, and
 #: a relative path that exists is made absolute; a hub id passes unchanged
 PATH_OR_ID_ARGS = frozenset({"model", "base", "target"})

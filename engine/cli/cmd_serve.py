@@ -1,0 +1,53 @@
+"""CLI: `serve` (the OpenAI-compatible speech endpoint, engine/serve)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..events import Emitter
+from .main import add_command
+
+
+def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
+    from ..serve.server import ServeSettings, serve
+
+    settings = ServeSettings(
+        targets=list(args.voices or []), workspace=args.workspace, host=args.host,
+        port=args.port, api_key_file=args.api_key_file, rows=args.rows, device=args.device,
+        dtype=args.dtype, quantize=args.quantize, fuse=args.fuse, max_loaded=args.max_loaded,
+        queue=args.queue, timeout_s=args.timeout, max_input=args.max_input,
+        max_body=args.max_body, preload=not args.no_preload)
+    return serve(settings, emitter)
+
+
+def register(sub: Any) -> None:
+    p = add_command(sub, "serve", _serve,
+                    "serve voices to other programs through OpenAI's /v1/audio/speech")
+    p.add_argument("voices", nargs="*", metavar="VOICE_OR_EXPORT",
+                   help="exported voices, voice folders or run folders to serve")
+    p.add_argument("--workspace", help="also serve every voice of this folder "
+                   "(each voice, its exports and its trained runs)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; any other needs a key)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0: any free)")
+    p.add_argument("--api-key-file", help="file holding the key clients send as "
+                   "'Authorization: Bearer KEY' (required off loopback)")
+    p.add_argument("--rows", type=int, default=8,
+                   help="chunks generated together across requests (default 8)")
+    p.add_argument("--queue", type=int, default=32,
+                   help="requests admitted at once; more get 429 with Retry-After (default 32)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds a request may take before it is cancelled (default 300)")
+    p.add_argument("--max-input", type=int, default=4096,
+                   help="longest input text in characters (default 4096, as OpenAI)")
+    p.add_argument("--max-body", type=int, default=1 << 20,
+                   help="largest request body in bytes (default 1 MiB)")
+    p.add_argument("--max-loaded", type=int, default=2,
+                   help="voices kept loaded at once (default 2)")
+    p.add_argument("--no-preload", action="store_true",
+                   help="load the first voice on its first request, not at start")
+    p.add_argument("--device")
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
+    p.add_argument("--quantize", choices=("int8",), help="faster CPU option (changes the numbers)")
+    p.add_argument("--fuse", action="store_true", help="faster CPU option (fused projections)")

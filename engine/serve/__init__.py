@@ -1,0 +1,9 @@
+"""`voxshard-engine serve`: the cloned voices behind OpenAI's `POST /v1/audio/speech`.
+
+- `voices.discover(targets, workspace)`: the voices offered, by stable names.
+- `pool.Pool`: one warm `engine.synth.worker.SpeechWorker` per loaded voice
+  (continuous batching across HTTP clients), a bounded admission queue.
+- `request.parse_speech`: OpenAI's fields checked; `ApiError` in OpenAI's shape.
+- `app.create_app`: the Starlette app (speech, models, voices, health).
+- `server.serve(ServeSettings)`: safe-default checks, then uvicorn.
+"""

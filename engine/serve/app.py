@@ -1,0 +1,415 @@
+"""The ASGI app (Starlette): OpenAI's speech endpoint over the warm workers.
+
+Routes: `POST /v1/audio/speech`, `GET /v1/models`, `GET /v1/models/{id}`,
+`GET /v1/audio/voices`, `GET /health`. With an API key every route asks for
+`Authorization: Bearer KEY` (compared in constant time). Every error is
+OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
+
+Without `stream_format` a request is rendered whole (batched with the other
+requests of its voice, levelled, encoded) and sent. With `stream_format`
+"audio" the body carries the audio as it is generated (wav and pcm byte by
+byte; flac, mp3 and opus are encoded when the render ends); "sse" sends
+OpenAI's `speech.audio.delta` events (base64 audio) and `speech.audio.done`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import InputError
+from . import formats
+from .pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
+from .request import MODELS, ApiError, SpeechRequest, parse_speech
+
+#: how often a waiting request looks whether its client is still there
+POLL_S = 0.25
+#: how often a stream looks for new audio in the growing file
+TAIL_S = 0.01
+
+
+@dataclass
+class ServeConfig:
+    api_key: str | None = None
+    max_body: int = 1 << 20
+    max_input: int = 4096
+    timeout_s: float = 300.0
+    allow_reference: bool = False
+    device: str = "cpu"
+
+
+def _error(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+class Guard:
+    """Key check and body-size check before any route runs (plain ASGI middleware)."""
+
+    def __init__(self, app: ASGIApp, key: str | None, max_body: int) -> None:
+        self.app = app
+        self.key = None if key is None else f"Bearer {key}".encode()
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        if self.key is not None:
+            given = headers.get(b"authorization", b"")
+            # constant time: the comparison says nothing about how much of the key matched
+            if not hmac.compare_digest(given, self.key):
+                await _error(ApiError(401, "Incorrect or missing API key; send "
+                                      "'Authorization: Bearer KEY'.", code="invalid_api_key")
+                             )(scope, receive, send)
+                return
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                too_big = int(length) > self.max_body
+            except ValueError:
+                too_big = True
+            if too_big:
+                await _error(ApiError(413, f"The request body is over the limit of "
+                                      f"{self.max_body} bytes.", code="body_too_large")
+                             )(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class _Stream(StreamingResponse):
+    """A streamed body whose clean-up runs however the response ends (finished,
+    client gone before the first byte, or cancelled)."""
+
+    def __init__(self, body: AsyncIterator[bytes], cleanup: Callable[[], None],
+                 **kwargs: Any) -> None:
+        super().__init__(body, **kwargs)
+        self._cleanup = cleanup
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._cleanup()
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise ApiError(413, f"The request body is over the limit of {limit} bytes.",
+                           code="body_too_large")
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _worker_error(error: dict[str, Any]) -> ApiError:
+    code = str(error.get("code") or "")
+    message = str(error.get("message") or "The speech failed.")
+    if code == "input":
+        return ApiError(400, message, code="invalid_input")
+    if code == "cancelled":
+        return ApiError(499, message, code="cancelled")
+    return ApiError(500, message, kind="server_error", code=code or "server_error")
+
+
+class SpeechApp:
+    """Routes over one `Pool`; `log(record)` hears one record per finished request."""
+
+    def __init__(self, pool: Pool, config: ServeConfig,
+                 log: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.pool = pool
+        self.config = config
+        self.formats = formats.available()
+        self.log = log or (lambda _record: None)
+        self.served = 0
+        self.audio_s = 0.0
+        self.started = time.time()
+
+    # -- small routes ----------------------------------------------------------------------
+    async def health(self, _request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model_loaded": bool(self.pool.loaded),
+                             "device": self.config.device, "voices": len(self.pool.voices),
+                             "served": self.served, "audio_seconds": round(self.audio_s, 3),
+                             **self.pool.health()})
+
+    async def models(self, _request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [self._model(m) for m in MODELS]})
+
+    async def model(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in MODELS:
+            return _error(ApiError(404, f"The model '{name[:80]}' does not exist here.",
+                                   param="model", code="model_not_found"))
+        return JSONResponse(self._model(name))
+
+    def _model(self, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": int(self.started),
+                "owned_by": "voxshard"}
+
+    async def voices(self, _request: Request) -> Response:
+        data = [v.to_dict() for v in self.pool.voices.values()]
+        return JSONResponse({"object": "list", "data": data,
+                             "voices": [v["id"] for v in data]})
+
+    # -- speech ----------------------------------------------------------------------------
+    async def speech(self, request: Request) -> Response:
+        began = time.monotonic()
+        try:
+            raw = await _read_body(request, self.config.max_body)
+        except ClientDisconnect:
+            self._done(None, 499, 0.0, began)
+            return Response(status_code=400)  # nobody reads it: the body never ended
+        except ApiError as err:
+            self._done(None, err.status, 0.0, began)
+            return _error(err)
+        req = None
+        try:
+            req = parse_speech(raw, voices=self.pool.voices, formats=self.formats,
+                               max_input=self.config.max_input,
+                               allow_reference=self.config.allow_reference)
+            self._check_options(req)
+            self.pool.admit()
+        except ApiError as err:
+            self._done(req, err.status, 0.0, began)
+            return _error(err)
+        except Busy as busy:
+            self._done(req, 429, 0.0, began)
+            return _error(ApiError(429, busy.message + " Retry later.", code="rate_limit_exceeded",
+                                   kind="rate_limit_error",
+                                   headers={"Retry-After": str(busy.retry_after)}))
+        released = [False]
+        handed = [False]  # the stream releases the request's place when it ends
+
+        def release() -> None:
+            if not released[0]:
+                released[0] = True
+                self.pool.release()
+
+        try:
+            worker = await self.pool.worker_for(req.voice)
+            deadline = began + self.config.timeout_s
+            if req.stream_format is None:
+                return await self._whole(request, worker, req, deadline, began)
+            stream = await self._stream(request, worker, req, deadline, began, release)
+            handed[0] = True
+            return stream
+        except Busy as busy:
+            err = ApiError(503, busy.message, kind="server_error", code="busy",
+                           headers={"Retry-After": str(busy.retry_after)})
+        except LoadFailed as exc:
+            err = ApiError(500, exc.message, kind="server_error", code="voice_load_failed")
+        except ApiError as exc:
+            err = exc
+        finally:
+            if not handed[0]:
+                release()
+        self._done(req, err.status, 0.0, began)
+        return _error(err)
+
+    def _check_options(self, req: SpeechRequest) -> None:
+        from ..synth.options import SpeakOptions
+
+        try:
+            SpeakOptions.from_dict(dict(req.options))
+        except InputError as exc:
+            raise ApiError(400, exc.message, code="invalid_value") from None
+
+    async def _wait(self, request: Request | None, worker: VoiceWorker, ticket: Ticket,
+                    flag: asyncio.Event, deadline: float) -> None:
+        """Until `flag` is set; a client that left or the time limit cancels the request."""
+        while not flag.is_set():
+            try:
+                await asyncio.wait_for(flag.wait(), POLL_S)
+            except TimeoutError:
+                pass
+            if flag.is_set():
+                return
+            if request is not None and await request.is_disconnected():
+                self.pool.cancel(worker, ticket)
+                raise ApiError(499, "The client went away.", code="cancelled")
+            if time.monotonic() > deadline:
+                self.pool.cancel(worker, ticket)
+                raise ApiError(504, f"The speech took longer than this server's limit of "
+                               f"{self.config.timeout_s:g} s; send shorter text.",
+                               kind="server_error", code="timeout")
+
+    async def _whole(self, request: Request, worker: VoiceWorker, req: SpeechRequest,
+                     deadline: float, began: float) -> Response:
+        ticket = self.pool.speak(worker, req.text, req.options, req.response_format, False)
+        try:
+            await self._wait(request, worker, ticket, ticket.ended, deadline)
+            if ticket.error is not None:
+                raise _worker_error(ticket.error)
+            assert ticket.result is not None
+            body, seconds = await asyncio.get_running_loop().run_in_executor(
+                None, self._encode_file, ticket.result["path"], req)
+        finally:
+            self.pool.finish(worker, ticket)
+        self._done(req, 200, seconds, began)
+        return Response(body, media_type=formats.MEDIA_TYPES[req.response_format])
+
+    @staticmethod
+    def _encode_file(path: str, req: SpeechRequest) -> tuple[bytes, float]:
+        import soundfile as sf
+
+        audio, rate = sf.read(path, dtype="float32")
+        if req.speed == 1.0 and path.endswith("." + req.response_format):
+            with open(path, "rb") as fh:  # the worker already wrote this format
+                return fh.read(), len(audio) / rate
+        audio = formats.time_stretch(audio, req.speed)
+        return formats.encode(audio, req.response_format, rate), len(audio) / rate
+
+    async def _stream(self, request: Request, worker: VoiceWorker, req: SpeechRequest,
+                      deadline: float, began: float, release: Callable[[], None]) -> Response:
+        ticket = self.pool.speak(worker, req.text, req.options, req.response_format, True)
+        try:
+            await self._wait(request, worker, ticket, ticket.started, deadline)
+            if ticket.error is not None:
+                raise _worker_error(ticket.error)
+        except BaseException:
+            self.pool.finish(worker, ticket)
+            raise
+        self.pool.streams += 1
+        sent = {"samples": 0}
+        sse = req.stream_format == "sse"
+
+        def cleanup() -> None:
+            left = not ticket.ended.is_set()
+            if left:
+                self.pool.cancel(worker, ticket)  # the client left: its rows go now
+            self.pool.finish(worker, ticket)
+            self.pool.streams -= 1
+            release()
+            status = 499 if left else 200 if ticket.result is not None else 500
+            self._done(req, status, sent["samples"] / formats.SAMPLE_RATE, began)
+
+        async def pieces() -> AsyncIterator[bytes]:
+            if req.response_format in formats.INCREMENTAL:
+                if req.response_format == "wav":
+                    yield formats.streaming_wav_header()
+                async for pcm in self._tail(worker, ticket, deadline):
+                    sent["samples"] += len(pcm) // 2
+                    yield pcm
+            else:
+                await self._wait(None, worker, ticket, ticket.ended, deadline)
+                if ticket.result is not None:
+                    body, seconds = await asyncio.get_running_loop().run_in_executor(
+                        None, self._encode_file, ticket.result["path"], req)
+                    sent["samples"] = round(seconds * formats.SAMPLE_RATE)
+                    yield body
+
+        async def events() -> AsyncIterator[bytes]:
+            async for piece in pieces():
+                delta = {"type": "speech.audio.delta",
+                         "audio": base64.b64encode(piece).decode("ascii")}
+                yield f"data: {json.dumps(delta)}\n\n".encode()
+            if ticket.error is not None:
+                yield f"data: {json.dumps({'type': 'error', **_worker_error(ticket.error).body()})}\n\n".encode()  # noqa: E501
+                return
+            frames = sent["samples"] // 1920
+            usage = {"input_tokens": len(req.text), "output_tokens": frames,
+                     "total_tokens": len(req.text) + frames}
+            yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode()
+
+        if sse:
+            return _Stream(events(), cleanup, media_type="text/event-stream",
+                           headers={"Cache-Control": "no-cache"})
+        return _Stream(pieces(), cleanup, media_type=formats.MEDIA_TYPES[req.response_format])
+
+    async def _tail(self, worker: VoiceWorker, ticket: Ticket,
+                    deadline: float) -> AsyncIterator[bytes]:
+        """The growing file's 16-bit samples as they arrive (whole samples only)."""
+        fh = ticket.partial
+        if fh is None and ticket.result is not None:
+            try:
+                fh = open(ticket.result["path"], "rb")
+            except OSError:
+                return
+        if fh is None:
+            return
+        buffer = b""
+        start: int | None = None
+        try:
+            while True:
+                ended = ticket.ended.is_set()  # before the read: the last read sees all
+                buffer += fh.read()
+                if start is None:
+                    start = formats.wav_data_offset(buffer[:4096])
+                    if start is not None:
+                        buffer = buffer[start:]
+                if start is not None:
+                    whole = len(buffer) - len(buffer) % 2
+                    if whole:
+                        yield buffer[:whole]
+                        buffer = buffer[whole:]
+                if ended:
+                    return
+                if time.monotonic() > deadline:
+                    self.pool.cancel(worker, ticket)
+                    return
+                try:
+                    await asyncio.wait_for(ticket.ended.wait(), TAIL_S)
+                except TimeoutError:
+                    pass
+        finally:
+            if fh is not ticket.partial:
+                fh.close()
+
+    def _done(self, req: SpeechRequest | None, status: int, seconds: float,
+              began: float) -> None:
+        if status == 200:
+            self.served += 1
+            self.audio_s += seconds
+        self.log({"method": "POST", "path": "/v1/audio/speech", "status": status,
+                  "voice": req.voice if req else "", "format": req.response_format if req else "",
+                  "stream": (req.stream_format or "") if req else "",
+                  "chars": len(req.text) if req else 0, "audio_s": round(seconds, 3),
+                  "seconds": round(time.monotonic() - began, 3)})
+
+
+def create_app(pool: Pool, config: ServeConfig,
+               log: Callable[[dict[str, Any]], None] | None = None) -> Starlette:
+    api = SpeechApp(pool, config, log)
+
+    async def http_error(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return _error(ApiError(exc.status_code, str(exc.detail), code=f"http_{exc.status_code}"))
+
+    async def crash(_request: Request, exc: Exception) -> Response:
+        return _error(ApiError(500, f"Internal error: {type(exc).__name__}.",
+                               kind="server_error", code="server_error"))
+
+    routes = [
+        Route("/v1/audio/speech", api.speech, methods=["POST"]),
+        Route("/v1/models", api.models, methods=["GET"]),
+        Route("/v1/models/{name:path}", api.model, methods=["GET"]),
+        Route("/v1/audio/voices", api.voices, methods=["GET"]),
+        Route("/health", api.health, methods=["GET"]),
+    ]
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await pool.close()  # the workers stop, the renders' folder goes
+
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error,
+                                                       Exception: crash}, lifespan=lifespan)
+    app.state.api = api
+    guarded = Guard(app, config.api_key, config.max_body)
+    return guarded  # type: ignore[return-value]

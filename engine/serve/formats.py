@@ -1,0 +1,84 @@
+"""Response formats of the speech endpoint: what goes on the wire for each.
+
+The worker writes 24 kHz mono files; this module turns them into OpenAI's
+`response_format`s. `pcm` is OpenAI's raw format: signed 16-bit little-endian
+mono at 24 kHz, no header. Streamed `wav` is a header whose sizes say
+"unknown length" (0xFFFFFFFF, as streaming WAV servers write it) followed by
+the same PCM as it is generated. Light: numpy and soundfile only.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+
+SAMPLE_RATE = 24000
+#: OpenAI's formats -> (worker format written to disk, media type)
+MEDIA_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "opus": "audio/ogg",
+               "flac": "audio/flac", "pcm": "audio/pcm", "aac": "audio/aac"}
+#: formats whose bytes are produced as the audio is generated (the others are
+#: encoded once the render is finished, then sent)
+INCREMENTAL = ("wav", "pcm")
+_SF = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"),
+       "opus": ("OGG", "OPUS")}
+
+
+def available() -> tuple[str, ...]:
+    """The response formats this machine can encode (asks libsndfile for MP3 and Opus)."""
+    import soundfile as sf
+
+    out = ["wav", "pcm", "flac"]
+    if "MPEG_LAYER_III" in sf.available_subtypes("MP3"):
+        out.insert(1, "mp3")
+    if "OPUS" in sf.available_subtypes("OGG"):
+        out.insert(1, "opus")
+    return tuple(out)
+
+
+def streaming_wav_header(sample_rate: int = SAMPLE_RATE) -> bytes:
+    """A 16-bit mono WAV header for a body of unknown length."""
+    unknown = 0xFFFFFFFF
+    return (b"RIFF" + struct.pack("<I", unknown) + b"WAVE"
+            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+            + b"data" + struct.pack("<I", unknown))
+
+
+def wav_data_offset(head: bytes) -> int | None:
+    """Where the samples start in a RIFF/WAVE file's first bytes (None: not there yet)."""
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    pos = 12
+    while pos + 8 <= len(head):
+        tag, size = head[pos:pos + 4], struct.unpack("<I", head[pos + 4:pos + 8])[0]
+        if tag == b"data":
+            return pos + 8
+        pos += 8 + size + (size & 1)
+    return None
+
+
+def to_pcm16(audio: np.ndarray) -> bytes:
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+
+
+def encode(audio: np.ndarray, fmt: str, sample_rate: int = SAMPLE_RATE) -> bytes:
+    """A whole render in `fmt` (see `available`)."""
+    import soundfile as sf
+
+    if fmt == "pcm":
+        return to_pcm16(audio)
+    container, subtype = _SF[fmt]
+    buffer = io.BytesIO()
+    sf.write(buffer, np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0), sample_rate,
+             format=container, subtype=subtype)
+    return buffer.getvalue()
+
+
+def time_stretch(audio: np.ndarray, speed: float) -> np.ndarray:
+    """`speed` x faster speech at the same pitch (phase vocoder); 1.0 returns it unchanged."""
+    if speed == 1.0 or audio.size < 2048:
+        return audio
+    import librosa
+
+    return librosa.effects.time_stretch(audio.astype(np.float32), rate=speed).astype(np.float32)

@@ -1,0 +1,270 @@
+"""The warm workers behind the server: one `SpeechWorker` per loaded voice.
+
+Each voice is loaded on first use into its own warm worker (the same
+`engine.synth.worker.SpeechWorker` that `serve-speech` runs for the app), so
+requests for one voice from any number of HTTP clients share its continuous
+batch. At most `max_loaded` voices stay loaded; the least recently used idle
+one makes room. A bounded number of requests are admitted at once (`Busy`
+beyond it: the app answers 429 with Retry-After).
+
+The worker speaks into files; the server picks their names inside its own
+private folder (never a client's path) and removes them when the request
+ends. A streamed request's file grows as the audio is generated: it is opened
+the moment the worker announces it (on the worker's thread, before the
+finished render can replace it) and read as it grows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ..events import Event
+from .voices import ServedVoice
+
+
+class Busy(Exception):
+    """The server holds as many requests as it admits; the client should retry later."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class LoadFailed(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass
+class Ticket:
+    """One speak request inside a worker, seen from the event loop."""
+
+    rid: str
+    out: Path
+    loop: asyncio.AbstractEventLoop
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    #: set (on the loop) when the streamed file exists and `partial` is open
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    partial: BinaryIO | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    chunks_done: int = 0
+    #: the client is gone but the worker has not ended the request yet: the
+    #: worker's last event removes what it wrote
+    orphan: bool = False
+
+    def _set(self, flag: asyncio.Event) -> None:
+        try:
+            self.loop.call_soon_threadsafe(flag.set)
+        except RuntimeError:  # the loop is closed: the server is gone
+            pass
+
+    def on_event(self, event: Event) -> None:
+        """Called on the worker's threads."""
+        if event.kind == "artifact" and event.data.get("role") == "speech_partial":
+            if self.partial is None:
+                try:
+                    # opened here, before the worker can replace the file by the final render
+                    self.partial = open(self.out, "rb")
+                except OSError:
+                    self.partial = None
+            self._set(self.started)
+        elif event.kind == "progress":
+            self.chunks_done = int(event.data.get("current") or self.chunks_done)
+        elif event.kind == "result":
+            self.result = dict(event.data)
+            self._set(self.started)
+            self._set(self.ended)
+        elif event.kind == "error":
+            self.error = dict(event.data)
+            self._set(self.started)
+            self._set(self.ended)
+
+    def close(self) -> None:
+        if self.partial is not None:
+            self.partial.close()
+            self.partial = None
+        for path in (self.out, Path(self.result["path"]) if self.result else None):
+            if path is not None:
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
+
+
+class VoiceWorker:
+    """One loaded voice: a `SpeechWorker` and the requests it is serving."""
+
+    def __init__(self, voice: ServedVoice, make_worker: Callable[..., Any]) -> None:
+        self.voice = voice
+        self.tickets: dict[str, Ticket] = {}
+        self._lock = threading.Lock()
+        self.worker = make_worker(self._route)
+        self.last_used = time.monotonic()
+        self.languages: list[str] = []
+
+    def _route(self, event: Event) -> None:
+        rid = str(event.data.get("request") or "")
+        with self._lock:  # one lock with `Pool.finish`: an orphan is cleaned exactly once
+            ticket = self.tickets.get(rid)
+            if ticket is None:
+                return
+            ticket.on_event(event)
+            if ticket.orphan and event.kind in ("result", "error"):
+                self.tickets.pop(rid, None)
+                ticket.close()
+
+    def track(self, ticket: Ticket) -> None:
+        with self._lock:
+            self.tickets[ticket.rid] = ticket
+        self.last_used = time.monotonic()
+
+    def forget(self, ticket: Ticket) -> None:
+        with self._lock:
+            self.tickets.pop(ticket.rid, None)
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self.tickets)
+
+
+class Pool:
+    """The loaded voices and the admission bound (used from one event loop)."""
+
+    def __init__(self, voices: dict[str, ServedVoice], *, device: str | None = None,
+                 dtype: str = "auto", rows: int = 8, quantize: str | None = None,
+                 fuse: bool = False, max_loaded: int = 2, max_queue: int = 32) -> None:
+        self.voices = voices
+        self.device, self.dtype, self.rows = device, dtype, rows
+        self.quantize, self.fuse = quantize, fuse
+        self.max_loaded = max(1, max_loaded)
+        self.max_queue = max(1, max_queue)
+        self.loaded: dict[str, VoiceWorker] = {}
+        self.admitted = 0
+        self.streams = 0
+        self._ids = itertools.count(1)
+        self._load_lock: asyncio.Lock | None = None
+        self._dir = Path(tempfile.mkdtemp(prefix="voxshard-serve-"))
+        os.chmod(self._dir, 0o700)  # the renders are the user's alone
+
+    @property
+    def renders_dir(self) -> Path:
+        """The private folder of the renders in progress (empty when none is)."""
+        return self._dir
+
+    # -- admission -----------------------------------------------------------------------
+    def admit(self) -> None:
+        if self.admitted >= self.max_queue:
+            raise Busy(f"The server is already handling {self.admitted} requests, its limit.",
+                       retry_after=max(1, self.admitted // max(1, self.rows)))
+        self.admitted += 1
+
+    def release(self) -> None:
+        self.admitted = max(0, self.admitted - 1)
+
+    # -- voices ----------------------------------------------------------------------------
+    def _make_worker(self, sink: Callable[[Event], None]) -> Any:
+        from ..synth.worker import SpeechWorker
+
+        return SpeechWorker(sink, device=self.device, dtype=self.dtype, rows=self.rows,
+                            quantize=self.quantize, fuse=self.fuse).start()
+
+    async def worker_for(self, name: str) -> VoiceWorker:
+        """The warm worker of voice `name`, loading it now if needed."""
+        if self._load_lock is None:
+            self._load_lock = asyncio.Lock()
+        async with self._load_lock:
+            found = self.loaded.get(name)
+            if found is not None:
+                found.last_used = time.monotonic()
+                return found
+            if len(self.loaded) >= self.max_loaded:
+                idle = sorted((w for w in self.loaded.values() if not w.busy),
+                              key=lambda w: w.last_used)
+                if not idle:
+                    raise Busy(f"Every loaded voice is busy and at most {self.max_loaded} "
+                               "are kept loaded.", retry_after=5)
+                await self._unload(idle[0])
+            loaded = await asyncio.get_running_loop().run_in_executor(None, self._load, name)
+            self.loaded[name] = loaded
+            return loaded
+
+    def _load(self, name: str) -> VoiceWorker:
+        voice = self.voices[name]
+        done = threading.Event()
+        answer: dict[str, Any] = {}
+
+        holder: list[VoiceWorker] = []
+
+        def make(route: Callable[[Event], None]) -> Any:
+            def sink(event: Event) -> None:
+                if event.data.get("request") == "load" and event.kind in ("result", "error"):
+                    answer.update(event.data, kind=event.kind)
+                    done.set()
+                route(event)
+
+            return self._make_worker(sink)
+
+        holder.append(VoiceWorker(voice, make))
+        worker = holder[0]
+        worker.worker.submit({"op": "load", "id": "load", "voice": str(voice.target)})
+        done.wait()
+        if answer.get("kind") != "result":
+            worker.worker.close(timeout=30)
+            raise LoadFailed(f"The voice {name!r} could not be loaded: "
+                             f"{answer.get('message') or 'unknown error'}")
+        worker.languages = list(answer.get("languages") or [])
+        return worker
+
+    async def _unload(self, worker: VoiceWorker) -> None:
+        self.loaded.pop(worker.voice.name, None)
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: worker.worker.close(timeout=60, cancel=True))
+
+    # -- speaking --------------------------------------------------------------------------
+    def speak(self, worker: VoiceWorker, text: str, options: dict[str, Any], fmt: str,
+              stream: bool) -> Ticket:
+        rid = f"r{next(self._ids)}"
+        suffix = "wav" if stream or fmt == "pcm" else fmt
+        ticket = Ticket(rid, self._dir / f"{rid}.{suffix}", asyncio.get_running_loop())
+        worker.track(ticket)
+        worker.worker.submit({"op": "speak", "id": rid, "text": text, "out": str(ticket.out),
+                              "format": suffix, "options": options, "stream": stream})
+        return ticket
+
+    def cancel(self, worker: VoiceWorker, ticket: Ticket) -> None:
+        """Free the request's rows now (its finished chunks are thrown away)."""
+        if not ticket.ended.is_set():
+            worker.worker.cancel(ticket.rid)
+
+    def finish(self, worker: VoiceWorker, ticket: Ticket) -> None:
+        """The request is over for its client: remove its files now, or when the worker
+        ends it (a cancelled one still writes what it had finished)."""
+        with worker._lock:
+            if ticket.result is None and ticket.error is None:
+                ticket.orphan = True
+                return
+            worker.tickets.pop(ticket.rid, None)
+            ticket.close()
+
+    def health(self) -> dict[str, Any]:
+        return {"loaded": sorted(self.loaded), "queue_depth": self.admitted,
+                "queue_limit": self.max_queue, "streams": self.streams, "rows": self.rows}
+
+    async def close(self) -> None:
+        for worker in list(self.loaded.values()):
+            await self._unload(worker)
+        shutil.rmtree(self._dir, ignore_errors=True)

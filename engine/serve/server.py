@@ -1,0 +1,146 @@
+"""Start the speech server: check the settings, load the first voice, serve with uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..events import Emitter, EventCallback, as_emitter
+
+#: shortest API key accepted (a guessable key on an open port is no protection)
+MIN_KEY_CHARS = 16
+
+
+@dataclass
+class ServeSettings:
+    targets: list[str] = field(default_factory=list)
+    workspace: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key_file: str | None = None
+    rows: int = 8
+    device: str | None = None
+    dtype: str = "auto"
+    quantize: str | None = None
+    fuse: bool = False
+    max_loaded: int = 2
+    queue: int = 32
+    timeout_s: float = 300.0
+    max_input: int = 4096
+    max_body: int = 1 << 20
+    preload: bool = True
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def read_key(path: str | os.PathLike[str]) -> str:
+    file = Path(path).expanduser()
+    try:
+        key = file.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"The API key file {file} cannot be read ({exc}).",
+                         "Give a readable text file that holds the key.") from None
+    if len(key) < MIN_KEY_CHARS or any(c.isspace() for c in key):
+        raise InputError(f"The API key in {file} must be one word of at least {MIN_KEY_CHARS} "
+                         "characters.", "Make one with: python -c \"import secrets; "
+                         "print(secrets.token_urlsafe(32))\" > KEYFILE")
+    return key
+
+
+def check_settings(settings: ServeSettings) -> str | None:
+    """The API key (None: none), or a one-sentence refusal of unsafe settings."""
+    if not is_loopback(settings.host) and not settings.api_key_file:
+        raise InputError(f"Refusing to serve on {settings.host} without an API key: anyone who "
+                         "can reach that address could use the voice.",
+                         "Add --api-key-file FILE, or keep the default --host 127.0.0.1.")
+    if not 0 <= settings.port <= 65535:
+        raise InputError(f"The port {settings.port} is not a TCP port.", "Use 1-65535.")
+    if settings.queue < 1 or settings.rows < 1 or settings.max_loaded < 1:
+        raise InputError("--queue, --rows and --max-loaded must be at least 1.")
+    if settings.timeout_s <= 0 or settings.max_input < 1 or settings.max_body < 1024:
+        raise InputError("--timeout and --max-input must be positive, --max-body at least 1024.")
+    return read_key(settings.api_key_file) if settings.api_key_file else None
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise InputError(f"Cannot listen on {host}:{port} ({exc.strerror or exc}).",
+                         "Choose another --port, or stop the program using it.") from None
+    sock.listen(128)  # connections wait in the backlog until the server accepts them
+    return sock
+
+
+def _device(device: str | None) -> str:
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def serve(settings: ServeSettings,
+          on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
+    """Serve until SIGINT/SIGTERM; returns what was served."""
+    import uvicorn
+
+    from .app import ServeConfig, create_app
+    from .pool import LoadFailed, Pool
+    from .voices import discover
+
+    emitter = as_emitter(on_event)
+    key = check_settings(settings)
+    voices = discover(settings.targets, settings.workspace)
+    pool = Pool(voices, device=settings.device, dtype=settings.dtype, rows=settings.rows,
+                quantize=settings.quantize, fuse=settings.fuse,
+                max_loaded=settings.max_loaded, max_queue=settings.queue)
+    sock = _bind(settings.host, settings.port)
+    config = ServeConfig(api_key=key, max_body=settings.max_body, max_input=settings.max_input,
+                         timeout_s=settings.timeout_s, device=_device(settings.device))
+
+    def log(record: dict[str, Any]) -> None:
+        emitter.log(f"{record['method']} {record['path']} {record['status']} "
+                    f"{record['voice']} {record['format']} {record['audio_s']:.2f} s audio "
+                    f"in {record['seconds']:.2f} s", request_log=record)
+
+    app = create_app(pool, config, log)
+    if settings.preload:
+        first = next(iter(voices))
+        emitter.state("loading_model", detail=first)
+        try:
+            pool.loaded[first] = pool._load(first)
+        except LoadFailed as exc:
+            sock.close()
+            raise InputError(exc.message, "Check the voice folder (speak it once with "
+                             "`voxshard-engine speak`).") from None
+    port = sock.getsockname()[1]
+    shown = f"[{settings.host.strip('[]')}]" if ":" in settings.host else settings.host
+    url = f"http://{shown}:{port}/v1"
+    emitter.state("serving", detail=url, url=url, port=port, voices=sorted(voices),
+                  auth=key is not None, renders=str(pool.renders_dir))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                           lifespan="on", timeout_graceful_shutdown=5))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    api = app.app.state.api  # type: ignore[attr-defined]
+    return {"served": api.served, "audio_seconds": round(api.audio_s, 3), "url": url,
+            "summary": f"Served {api.served} request(s), {api.audio_s:.1f} s of audio."}

@@ -1,0 +1,353 @@
+"""`voxshard-engine serve`, the real server on loopback (tiny model), driven by the official
+`openai` client, curl, and raw HTTP: formats, streaming, models, keys, concurrency, the
+error shapes, a client that hangs up, the bounded queue, and the README's examples.
+
+One server for the whole module (started as a user would, `voxshard-engine --json serve`);
+its JSON events are collected to see the request log it writes."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINE = [sys.executable, "-m", "engine.cli.main"]
+KEY = "test-key-0123456789abcdef"
+#: short renders: the tiny model speaks noise and rarely ends a chunk by itself
+SHORT = {"max_frames": 12, "seed": 3}
+QUEUE = 20  # above the 16 concurrent clients
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen[str]
+    renders: Path
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def http(self, key: str | None = KEY) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url.removesuffix("/v1"), headers=headers,
+                            timeout=120)
+
+    def client(self, key: str = KEY) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, timeout=120)
+
+    def health(self) -> dict[str, Any]:
+        with self.http() as http:
+            return http.get("/health").json()
+
+    def logged(self) -> list[dict[str, Any]]:
+        return [e["request_log"] for e in list(self.events) if "request_log" in e]
+
+
+def make_workspace(root: Path, model_dir: Path) -> Path:
+    """A workspace with one voice, `ada`, whose export is the tiny base as a custom voice."""
+    from engine.model.export import export_custom_voice
+    from engine.workspace import create_voice
+
+    ws = root / "ws"
+    ws.mkdir()
+    create_voice(ws / "ada", "Ada", "english")
+    hidden = json.loads((model_dir / "config.json").read_text())["talker_config"]["hidden_size"]
+    vector = np.random.default_rng(0).standard_normal(hidden).astype(np.float32)
+    export_custom_voice(model_dir, {}, "Ada", vector, ws / "ada" / "exports" / "ada-v1",
+                        keep_dtype=False)
+    return ws
+
+
+def start_server(args: list[str], cwd: Path) -> Server:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([*ENGINE, "--json", "serve", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        event = json.loads(line)
+        if event.get("state") == "serving":
+            server = Server(event["url"], proc, Path(event["renders"]))
+            break
+        if event["event"] == "error":
+            raise AssertionError(f"the server did not start: {event}")
+    else:
+        raise AssertionError(f"the server exited with {proc.wait()} before serving")
+
+    def collect() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            server.events.append(json.loads(line))
+
+    threading.Thread(target=collect, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("serve")
+    ws = make_workspace(root, tiny_model_dir)
+    (root / "key").write_text(KEY + "\n")
+    srv = start_server(["--workspace", str(ws), "--port", "0", "--api-key-file",
+                        str(root / "key"), "--device", "cpu", "--dtype", "float32",
+                        "--queue", str(QUEUE), "--timeout", "120"], root)
+    yield srv
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(timeout=60) in (0, 130)
+    assert not srv.renders.exists()  # the private renders folder goes with the server
+
+
+def test_speech_create_wav_at_24khz(server: Server) -> None:
+    response = server.client().audio.speech.create(
+        model="tts-1", voice="ada", input="Hello from the tiny voice.", response_format="wav",
+        extra_body=SHORT)
+    audio, rate = sf.read(io.BytesIO(response.content))
+    assert rate == 24000 and audio.ndim == 1 and len(audio) > 0
+    # every other format decodes to the same length of audio
+    for fmt in ("mp3", "opus", "flac"):
+        other = server.client().audio.speech.create(
+            model="voxshard", voice="ada/ada-v1", input="Hello from the tiny voice.",
+            response_format=fmt, extra_body=SHORT)
+        decoded, rate = sf.read(io.BytesIO(other.content))
+        assert rate == 24000 and len(decoded) > 0, fmt
+    pcm = server.client().audio.speech.create(model="tts-1", voice="ada", input="Hello there.",
+                                              response_format="pcm", extra_body=SHORT)
+    assert len(pcm.content) % 2 == 0 and len(pcm.content) > 0
+
+
+def test_stream_sends_audio_before_the_render_is_done(server: Server) -> None:
+    text = " ".join(f"Sentence number {i} is here." for i in range(12))
+    pieces: list[int] = []
+    with server.client().audio.speech.with_streaming_response.create(
+            model="tts-1", voice="ada", input=text, response_format="pcm", stream_format="sse",
+            extra_body={"max_frames": 40, "seed": 1}) as response:
+        lines = response.iter_lines()
+        events = (json.loads(line[5:]) for line in lines if line.startswith("data:"))
+        first = next(events)
+        assert first["type"] == "speech.audio.delta"
+        pieces.append(len(base64.b64decode(first["audio"])))
+        # the request is still open on the server when the first audio is here
+        assert server.health()["streams"] >= 1
+        done = None
+        for event in events:
+            if event["type"] == "speech.audio.delta":
+                pieces.append(len(base64.b64decode(event["audio"])))
+            else:
+                done = event
+    assert done is not None and done["type"] == "speech.audio.done"
+    assert len(pieces) >= 3 and pieces[0] < sum(pieces) / 2, pieces
+    assert done["usage"]["output_tokens"] == sum(pieces) // 2 // 1920
+
+    # raw audio streaming: a WAV header of unknown length, then the samples in pieces
+    with server.client().audio.speech.with_streaming_response.create(
+            model="tts-1", voice="ada", input=text, response_format="wav",
+            stream_format="audio", extra_body={"max_frames": 40, "seed": 1}) as response:
+        body = b"".join(response.iter_bytes())
+    audio, rate = sf.read(io.BytesIO(body))
+    assert rate == 24000 and len(audio) * 2 == sum(pieces)  # the same seed, the same speech
+
+
+def test_models_voices_and_health(server: Server) -> None:
+    ids = {m.id for m in server.client().models.list()}
+    assert {"voxshard", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"} <= ids
+    with server.http() as http:
+        voices = http.get("/v1/audio/voices").json()
+        health = http.get("/health").json()
+    assert voices["voices"] == ["ada", "ada/ada-v1"]
+    assert {v["language"] for v in voices["data"]} == {"english"}
+    assert health["model_loaded"] and health["device"] == "cpu" and "ada" in health["loaded"]
+
+
+def test_wrong_or_missing_key_is_refused(server: Server) -> None:
+    with pytest.raises(openai.AuthenticationError) as info:
+        server.client(key="wrong-key-0123456789abcdef").models.list()
+    assert info.value.status_code == 401
+    assert info.value.body["code"] == "invalid_api_key"  # type: ignore[index]
+    with server.http(key=None) as http:
+        answer = http.post("/v1/audio/speech", json={"input": "hi", "voice": "ada"})
+    assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_sixteen_concurrent_clients_all_answered(server: Server) -> None:
+    before = server.health()["served"]
+
+    def one(i: int) -> int:
+        response = server.client().audio.speech.create(
+            model="tts-1", voice="ada", input=f"Client number {i} says hello.",
+            response_format="wav", extra_body={"max_frames": 10, "seed": i})
+        audio, rate = sf.read(io.BytesIO(response.content))
+        assert rate == 24000
+        return len(audio)
+
+    with ThreadPoolExecutor(16) as pool:
+        lengths = list(pool.map(one, range(16)))
+    assert len(lengths) == 16 and all(n > 0 for n in lengths)
+    health = server.health()
+    assert health["served"] - before == 16 and health["queue_depth"] == 0
+
+
+BAD = [
+    ({"input": "hi", "voice": "ada", "model": "gpt-9"}, 404, "model_not_found"),
+    ({"input": "hi", "voice": "alloy"}, 404, "voice_not_found"),
+    ({"input": "   ", "voice": "ada"}, 400, "empty_input"),
+    ({"input": "x" * 5000, "voice": "ada"}, 413, "input_too_long"),
+    ({"input": "hi", "voice": "ada", "response_format": "aac"}, 400, "unsupported_format"),
+    ({"input": "hi", "voice": "ada", "stream_format": "chunks"}, 400, "invalid_value"),
+    ({"input": "hi", "voice": "ada", "speed": 9}, 400, "invalid_value"),
+    ({"input": "hi", "voice": "ada", "speed": 2, "stream_format": "audio"}, 400, "invalid_value"),
+    ({"input": 5, "voice": "ada"}, 400, "invalid_type"),
+    ({"voice": "ada"}, 400, "missing_field"),
+    ({"input": "hi", "voice": "ada", "reference_audio": "AAAA"}, 400, "reference_not_allowed"),
+    ({"input": "hi", "voice": "ada", "seed": -4}, 400, "invalid_value"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "code"), BAD)
+def test_bad_input_gets_openai_errors(server: Server, body: dict[str, Any], status: int,
+                                      code: str) -> None:
+    with server.http() as http:
+        answer = http.post("/v1/audio/speech", json=body)
+    assert answer.status_code == status
+    error = answer.json()["error"]
+    assert error["code"] == code and error["message"].endswith(".")
+    assert set(error) == {"message", "type", "param", "code"}
+
+
+def test_malformed_bodies_and_unknown_routes(server: Server) -> None:
+    with server.http() as http:
+        bad_json = http.post("/v1/audio/speech", content=b"{\"input\": ",
+                             headers={"Content-Type": "application/json"})
+        too_big = http.post("/v1/audio/speech", content=b" " * (2 << 20))
+        nowhere = http.get("/v1/nothing")
+        wrong_method = http.delete("/v1/models")
+    assert (bad_json.status_code, bad_json.json()["error"]["code"]) == (400, "invalid_json")
+    assert (too_big.status_code, too_big.json()["error"]["code"]) == (413, "body_too_large")
+    assert nowhere.status_code == 404 and "error" in nowhere.json()
+    assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+
+
+def test_client_hanging_up_cancels_its_request(server: Server) -> None:
+    text = " ".join(f"A long sentence number {i} to keep the rows busy." for i in range(16))
+    with server.http() as http, http.stream(
+            "POST", "/v1/audio/speech",
+            json={"input": text, "voice": "ada", "response_format": "pcm",
+                  "stream_format": "audio", "max_frames": 60, "seed": 2}) as response:
+        assert response.status_code == 200
+        next(response.iter_raw())  # the first audio, then the client goes away
+    # the server ends that request as cancelled (status 499 in its log) and holds nothing
+    waited = _wait_for(server, lambda h: h["streams"] == 0 and h["queue_depth"] == 0)
+    assert waited
+    assert any(r["status"] == 499 for r in server.logged())
+    assert _renders_empty(server)
+
+
+def test_beyond_the_queue_429_with_retry_after(server: Server) -> None:
+    text = " ".join(f"Queued sentence number {i} waits its turn." for i in range(16))
+    body = json.dumps({"input": text, "voice": "ada", "response_format": "pcm",
+                       "stream_format": "audio", "max_frames": 60}).encode()
+    host, port = server.url.split("//")[1].split("/")[0].split(":")
+    head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}"
+            f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    before = len(server.logged())
+    held = []
+    try:
+        # streamed requests run one after another in the worker: these fill the queue
+        for _ in range(QUEUE):
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(head.encode() + body)
+            held.append(sock)
+        assert _wait_for(server, lambda h: h["queue_depth"] == QUEUE)
+        with server.http() as http:
+            answer = http.post("/v1/audio/speech", content=body,
+                               headers={"Content-Type": "application/json"})
+        assert answer.status_code == 429
+        assert answer.json()["error"]["code"] == "rate_limit_exceeded"
+        assert int(answer.headers["retry-after"]) >= 1
+    finally:
+        for sock in held:
+            sock.close()  # every client hangs up: each request is cancelled, rows freed
+    assert _wait_for(server, lambda h: h["streams"] == 0 and h["queue_depth"] == 0)
+    statuses = [r["status"] for r in server.logged()[before:]]
+    assert statuses.count(429) == 1 and statuses.count(499) == QUEUE, statuses
+    assert _renders_empty(server)
+
+
+def _wait_for(server: Server, ok: Any, tries: int = 600) -> bool:
+    """Polls the server's health until `ok` (a count of tries, not a time limit to meet)."""
+    import time
+
+    for _ in range(tries):
+        if ok(server.health()):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _renders_empty(server: Server) -> bool:
+    import time
+
+    for _ in range(600):
+        if not any(server.renders.iterdir()):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _readme_section() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Use your voice in other programs")
+    end = text.index("\n## ", start + 5)
+    return text[start:end]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_readme_examples_run(server: Server, tmp_path: Path) -> None:
+    section = _readme_section()
+    blocks = re.findall(r"```(bash|python)\n(.*?)```", section, re.S)
+    curl = [code for lang, code in blocks if lang == "bash" and code.startswith("curl")]
+    python = [code for lang, code in blocks if lang == "python"]
+    assert curl and python
+    base = server.url.removesuffix("/v1")
+    env = {**os.environ, "VOXSHARD_API_KEY": KEY}
+    for code in curl:
+        run = subprocess.run(["bash", "-e", "-o", "pipefail", "-c",
+                              code.replace("http://127.0.0.1:8000", base)],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["voices"] == ["ada", "ada/ada-v1"]
+    audio, rate = sf.read(tmp_path / "hello.wav")
+    assert rate == 24000 and len(audio) > 0
+    streamed = (tmp_path / "streamed.pcm").stat().st_size
+    assert streamed > 0 and streamed % 2 == 0
+    (tmp_path / "hello.wav").unlink()
+    for code in python:
+        run = subprocess.run([sys.executable, "-c", code.replace("http://127.0.0.1:8000", base)],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+    audio, rate = sf.read(tmp_path / "hello.wav")
+    assert rate == 24000 and len(audio) > 0
+
+
+def test_non_loopback_host_needs_a_key(tmp_path: Path) -> None:
+    run = subprocess.run([*ENGINE, "serve", str(tmp_path), "--host", "0.0.0.0"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 1
+    assert "Refusing to serve on 0.0.0.0 without an API key" in run.stderr
