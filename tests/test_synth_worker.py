@@ -1,24 +1,33 @@
 """The warm worker: continuous batching across requests, duplicate ids, cancel of a
-running request, a failed voice swap, and exit when the client is gone (tiny model)."""
+running request, a failed voice swap, exit when the client is gone, reloads that
+leave nothing behind, long text fed to its end, fair admission (tiny model)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
-from engine.events import Event
+from engine.errors import InputError
+from engine.events import Emitter, Event
+from engine.synth.batcher import BatchRequest, ContinuousBatcher, _Row, _Unit
 from engine.synth.options import SpeakOptions
+from engine.synth.prompt import build_prefill
+from engine.synth.rows import RowBatch
 from engine.synth.synthesizer import Synthesizer
+from engine.synth.text import MAX_CHUNK_CHARS, Chunk, split_text
 from engine.synth.voice import resolve_source
 from engine.synth.worker import SpeechWorker
 
@@ -173,3 +182,103 @@ def test_serve_speech_exits_when_its_client_is_gone(tiny_model_dir: Path, refere
     proc.wait(60)  # cancelled at once, not after 24 long chunks
     assert proc.returncode is not None
     assert not (tmp_path / "long.wav").exists()
+
+
+def _live_row_batches() -> int:
+    gc.collect()
+    # type(), not isinstance(): isinstance touches lazy modules, which warn
+    return sum(1 for o in gc.get_objects() if type(o) is RowBatch)
+
+
+def test_reloading_the_same_base_keeps_one_batcher(client: Client, tiny_model_dir: Path,
+                                                   reference: Path, tmp_path: Path) -> None:
+    seen = []
+    for i in range(5):
+        client.worker.submit({"op": "load", "id": f"again{i}", "voice": str(tiny_model_dir),
+                              "reference": str(reference), "x_vector_only": True})
+        client.worker.submit({"op": "speak", "id": f"after{i}", "text": "Hello there.",
+                              "out": str(tmp_path / f"a{i}.wav"),
+                              "options": {**GREEDY, "max_frames": 3}})
+        ended = client.wait(f"again{i}", f"after{i}")
+        assert ended[f"again{i}"].kind == "result" and ended[f"after{i}"].kind == "result"
+        names = [t.name for t in threading.enumerate()]
+        # threads and the batch caches (the bulk of the memory) stay flat
+        seen.append((names.count("speech-batcher"), names.count("speech-finisher"),
+                     _live_row_batches()))
+    assert seen == [seen[0]] * 5, seen
+    assert seen[0][0] >= 1 and seen[0][2] >= 1
+
+
+def test_a_long_paragraph_without_punctuation_is_fed_to_its_end_of_text(
+        client: Client, tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    letters = list("bcdfghjklmnpqrstvwxz0123456789")
+    words: list[str] = []
+    while len(" ".join(words)) < 1500:
+        words.append("".join(rng.choice(letters, rng.integers(2, 8))))
+    text = " ".join(words)[:1500].strip()
+    with pytest.raises(InputError, match="between 20 and 400"):
+        SpeakOptions(chunk_chars=1500)
+    options = {"seed": 1, "chunk_chars": MAX_CHUNK_CHARS, "loudness_lufs": None}
+    chunks = split_text(text, MAX_CHUNK_CHARS)
+    assert " ".join(c.text for c in chunks).split() == text.split()  # nothing dropped
+    synth = client.worker._synth
+    settings = SpeakOptions(**options)
+    prefills = [build_prefill(synth.model, synth.processor, [c.text], synth.speaker_vector,
+                              synth._language_id("auto"), synth._non_streaming(settings),
+                              icl=synth.icl).trailing[0] for c in chunks]
+    # these chunks' text (+ end-of-text) is longer than the old fixed 256 positions,
+    # and each chunk's frame cap leaves room to feed all of it
+    assert max(len(p) for p in prefills) > 256
+    assert all(c.max_frames >= len(p) for c, p in zip(chunks, prefills, strict=True))
+    batcher = client.worker._batcher
+    start = batcher.frames_run
+    client.worker.submit({"op": "speak", "id": "para", "text": text,
+                          "out": str(tmp_path / "para.wav"), "options": options})
+    deadline = time.monotonic() + 120
+    while batcher.frames_run < start + 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.worker.cancel("para")
+    client.wait("para")
+    assert batcher.text_cut == 0 and batcher.longest_text == max(len(p) for p in prefills[:2])
+    batch = batcher._batch
+    assert batch.trail_cap >= batcher.longest_text
+    # rows 0 and 1 hold chunks 0 and 1: their whole text, end-of-text marker included,
+    # then the pad the model reads after it
+    for row in range(2):
+        fed = prefills[row]
+        torch.testing.assert_close(batch.trailing[row, :len(fed)], fed, rtol=0, atol=0)
+        assert torch.equal(batch.trailing[row, len(fed)], batch.trailing[row, -1])
+
+
+def _unit(rid: str, key: str, index: int = 0) -> Any:
+    request = BatchRequest(rid=rid, text="x", out="", fmt="wav", options=SpeakOptions(),
+                           emitter=Emitter(None), done=lambda *_: None)
+    request.key = key
+    return _Unit(request, Chunk(index=index, text="x", pause_after_s=0.0, max_frames=10))
+
+
+def test_rows_go_round_robin_across_requests_and_by_age_across_settings(
+        client: Client) -> None:
+    batcher = ContinuousBatcher(client.worker._synth, rows=3)
+    try:
+        long = [_unit("long", "k1", i) for i in range(40)]
+        later = _unit("later", "k1")
+        # one 40-chunk request holds two rows; a later request gets the free one
+        batcher._rows = [_Row(long[0]), _Row(long[1]), None]
+        batcher._pending = deque([*long[2:], later])
+        assert batcher._next_unit() is later
+        # equal rows: the older request goes first
+        batcher._rows = [_Row(long[0]), _Row(_unit("later", "k1")), None]
+        assert batcher._next_unit() is long[2]
+        # an older request with other settings: nobody younger passes it, the rows drain
+        other, young = _unit("other", "k2"), _unit("young", "k1")
+        batcher._rows = [_Row(long[0]), None, None]
+        batcher._pending = deque([other, young])
+        assert batcher._next_unit() is None
+        batcher._rows = [None, None, None]
+        assert batcher._next_unit() is other  # then its settings take the batch
+    finally:
+        batcher._rows = [None] * 3
+        batcher._pending = deque()
+        batcher.close()

@@ -8,16 +8,28 @@ keep going. A request is finished (decoded, levelled, written) when its last
 chunk is.
 
 Rows share the decode settings of the batch (sampling controls are part of
-the captured frame): chunks with other settings wait until the rows that
-differ have drained. Each row keeps its own random stream (seed + chunk
-index), fed exactly as `FastTalker.generate` feeds it.
+the captured frame). Admission is fair:
+- by age across settings: when the oldest waiting request has other
+  settings, no younger request is admitted past it; the rows drain and the
+  batch switches to its settings;
+- round-robin across requests: a free row goes to the waiting request (of
+  those not behind a request with other settings) with the fewest rows, so
+  one long request cannot hold every row while others wait.
+Each row keeps its own random stream (seed + chunk index), fed exactly as
+`FastTalker.generate` feeds it. The trailing-text buffer is sized from each
+prefill (a chunk whose text does not fit waits for a bigger batch), so every
+chunk's text and end-of-text marker are fed.
+
+A finished request is decoded, levelled and written on a second thread
+(`speech-finisher`), so the rows still generating never pause for it.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +72,7 @@ class BatchRequest:
 class _Unit:
     request: BatchRequest
     chunk: Chunk
+    prefill: Any = None  # built once, kept while the unit waits for a bigger batch
 
 
 @dataclass
@@ -77,6 +90,11 @@ class ContinuousBatcher:
         self.size = rows
         self._pending: deque[_Unit] = deque()
         self._requests: dict[str, BatchRequest] = {}
+        #: requests whose chunks are all made, being decoded and written
+        self._finishing: dict[str, BatchRequest] = {}
+        self._finish_queue: queue.Queue[tuple[BatchRequest, bool] | None] = queue.Queue()
+        #: a unit that did not fit the current batch: waits until the rows drain
+        self._blocked: _Unit | None = None
         self._cond = threading.Condition()
         self._stop = False
         self._batch: RowBatch | None = None
@@ -86,9 +104,16 @@ class ContinuousBatcher:
         #: admissions into a free row while another row was mid-utterance
         self.refills = 0
         self.frames_run = 0
+        #: chunks whose text was longer than the trailing buffer (never, by design)
+        self.text_cut = 0
+        #: largest trailing text (positions) admitted so far
+        self.longest_text = 0
         self._host_slot: dict[int, int] = {}
         self._thread = threading.Thread(target=self._loop, name="speech-batcher", daemon=True)
+        self._finisher = threading.Thread(target=self._finish_loop, name="speech-finisher",
+                                          daemon=True)
         self._thread.start()
+        self._finisher.start()
 
     # -- client side -------------------------------------------------------------------------
     def submit(self, request: BatchRequest) -> None:
@@ -120,13 +145,15 @@ class ContinuousBatcher:
 
     def busy(self) -> bool:
         with self._cond:
-            return bool(self._requests)
+            return bool(self._requests or self._finishing)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         with self._cond:
-            return self._cond.wait_for(lambda: not self._requests, timeout)
+            return self._cond.wait_for(lambda: not self._requests and not self._finishing,
+                                       timeout)
 
     def close(self, cancel: bool = False) -> None:
+        """Finish (or cancel) what was asked, then stop both threads and drop the batch."""
         with self._cond:
             if cancel:
                 for request in self._requests.values():
@@ -134,6 +161,10 @@ class ContinuousBatcher:
             self._stop = True
             self._cond.notify_all()
         self._thread.join()
+        self._finish_queue.put(None)
+        self._finisher.join()
+        self._batch = None  # its caches are the bulk of the worker's memory
+        self._pending_noise = None
 
     # -- batch side --------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -162,23 +193,43 @@ class ContinuousBatcher:
                 return row.unit.request.key
         return None
 
+    def _next_unit(self) -> _Unit | None:
+        """The unit a free row takes (called with the lock held): see the module doc."""
+        key = self._key()
+        rows = Counter(row.unit.request.rid for row in self._rows if row is not None)
+        best: _Unit | None = None
+        looked: set[str] = set()
+        for unit in self._pending:  # arrival order; a request's chunks in text order
+            rid = unit.request.rid
+            if rid in looked:
+                continue
+            looked.add(rid)
+            if key is None:
+                key = unit.request.key  # idle rows: the oldest request sets the batch
+            if unit.request.key != key:
+                break  # older than everything after it: nobody jumps it
+            if best is None or rows[rid] < rows[best.request.rid]:
+                best = unit
+        return best
+
     def _admit(self) -> None:
         while True:
+            if self._blocked is not None and self._active():
+                return  # it needs a bigger batch: wait until these rows drain
             with self._cond:
                 free = [b for b, row in enumerate(self._rows) if row is None]
                 if not free or not self._pending:
                     return
-                key = self._key()
-                unit = next((u for u in self._pending if key is None or u.request.key == key),
-                            None)
+                unit = self._blocked or self._next_unit()
                 if unit is None:
                     return  # other settings wait until these rows drain
-                self._pending.remove(unit)
             busy = bool(self._active())
             if not self._start_row(free[0], unit):
-                with self._cond:
-                    self._pending.appendleft(unit)  # waits until the rows drain
+                self._blocked = unit
                 return
+            self._blocked = None
+            with self._cond:
+                self._pending.remove(unit)
             if busy:
                 self.refills += 1
 
@@ -186,22 +237,26 @@ class ContinuousBatcher:
         return max(noise_width(settings.talker, self.fast.vocab),
                    noise_width(settings.predictor, self.fast.p_vocab), 1)
 
-    def _fits(self, unit: _Unit, needed: int) -> bool:
+    def _fits(self, unit: _Unit, needed: int, text: int) -> bool:
         batch, settings = self._batch, unit.request.settings
         return (batch is not None and batch.capacity >= needed
                 and batch.limit >= unit.chunk.max_frames + 16
+                and batch.trail_cap >= text
                 and settings_key(batch.settings) == settings_key(settings)
                 and batch.width == self._width(settings))
 
-    def _ensure_batch(self, unit: _Unit, needed: int) -> RowBatch:
+    def _ensure_batch(self, unit: _Unit, needed: int, text: int) -> RowBatch:
         settings = unit.request.settings
         width = self._width(settings)
-        if self._fits(unit, needed):
+        if self._fits(unit, needed, text):
             assert self._batch is not None
             return self._batch
+        self._batch = None  # free the old caches before the new ones are made
         capacity = -(-max(needed, 1024) // 256) * 256
         limit = -(-max(unit.chunk.max_frames + 16, 512) // 128) * 128
-        batch = RowBatch(self.fast, self.size, capacity, 256, limit, settings, width)
+        # room for every text position of this chunk (and the usual ones after it)
+        trail = -(-max(text, 256) // 64) * 64
+        batch = RowBatch(self.fast, self.size, capacity, trail, limit, settings, width)
         batch.key_valid[:, 0] = True  # idle rows attend to something: no NaN
         self._batch = batch
         self._pending_noise = torch.ones(self.size, self.fast.groups, width)
@@ -215,15 +270,23 @@ class ContinuousBatcher:
         synth = self.synth
         request = unit.request
         settings = request.settings
-        prefill = build_prefill(synth.model, synth.processor, [unit.chunk.text],
-                                synth.speaker_vector, synth._language_id(request.options.language),
-                                synth._non_streaming(request.options), icl=synth.icl,
-                                instruct=synth.instruct_ids(request.options, Emitter(None)))
+        if unit.prefill is None:
+            unit.prefill = build_prefill(
+                synth.model, synth.processor, [unit.chunk.text], synth.speaker_vector,
+                synth._language_id(request.options.language),
+                synth._non_streaming(request.options), icl=synth.icl,
+                instruct=synth.instruct_ids(request.options, Emitter(None)))
+        prefill = unit.prefill
         t0 = prefill.embeds.shape[1]
         needed = t0 + unit.chunk.max_frames + 16
-        if not self._fits(unit, needed) and self._active():
+        text = prefill.trailing.shape[1]
+        if not self._fits(unit, needed, text) and self._active():
             return False
-        batch = self._ensure_batch(unit, needed)
+        batch = self._ensure_batch(unit, needed, text)
+        if text > batch.trail_cap:
+            self.text_cut += 1
+        self.longest_text = max(self.longest_text, text)
+        unit.prefill = None  # loaded into the row: nothing keeps it alive
         fast = self.fast
         with torch.inference_mode():
             embeds = prefill.embeds.to(fast.device, fast.dtype)
@@ -300,9 +363,26 @@ class ContinuousBatcher:
             self._finish(request)
 
     def _finish(self, request: BatchRequest, cancelled: bool = False) -> None:
+        """Hand a request whose rows are done to the finisher thread."""
         with self._cond:
             self._requests.pop(request.rid, None)
+            self._finishing[request.rid] = request
             self._cond.notify_all()
+        self._finish_queue.put((request, cancelled))
+
+    def _finish_loop(self) -> None:
+        while (item := self._finish_queue.get()) is not None:
+            request, cancelled = item
+            try:
+                with torch.inference_mode():
+                    self._write(request, cancelled)
+            finally:
+                with self._cond:
+                    self._finishing.pop(request.rid, None)
+                    self._cond.notify_all()
+
+    def _write(self, request: BatchRequest, cancelled: bool) -> None:
+        """Decode, level and write a request's audio, then report it (finisher thread)."""
         try:
             kept = [(c, request.codes[c.index]) for c in request.chunks
                     if c.index in request.codes]
@@ -339,6 +419,8 @@ class ContinuousBatcher:
             if not gone:
                 return
             self._pending = deque(u for u in self._pending if not u.request.cancelled)
+        if self._blocked is not None and self._blocked.request.cancelled:
+            self._blocked = None
         for b, row in enumerate(self._rows):
             if row is not None and row.unit.request.cancelled:
                 self._rows[b] = None  # the row is free at once; its frames are dropped
@@ -353,6 +435,7 @@ class ContinuousBatcher:
             self._pending.clear()
         self._rows = [None] * self.size
         self._batch = None
+        self._blocked = None
         for request in requests:
             with self._cond:
                 self._requests.pop(request.rid, None)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from .text import DEFAULT_CHUNK_CHARS
+from .text import DEFAULT_CHUNK_CHARS, MAX_CHUNK_CHARS
 
 #: output formats by name; mp3 and opus only where the installed libsndfile
 #: writes them (1.1+ for MP3, 1.0.29+ for Opus), see `available_formats`
@@ -79,7 +79,8 @@ class SpeakOptions:
         _check(rp is None or 0.5 <= rp <= 3, f"repetition_penalty must be between 0.5 and 3 "
                f"(got {rp}).")
         _check(self.seed is None or 0 <= self.seed < 2**63, "seed must be a non-negative integer.")
-        _check(self.chunk_chars >= 20, f"chunk_chars must be at least 20 (got {self.chunk_chars}).")
+        _check(20 <= self.chunk_chars <= MAX_CHUNK_CHARS,
+               f"chunk_chars must be between 20 and {MAX_CHUNK_CHARS} (got {self.chunk_chars}).")
         _check(self.max_frames is None or 2 <= self.max_frames <= 8192,
                f"max_frames must be between 2 and 8192 (got {self.max_frames}).")
         _check(0 <= self.sentence_pause_s <= 5 and 0 <= self.paragraph_pause_s <= 5,

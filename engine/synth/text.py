@@ -17,6 +17,10 @@ from ..errors import InputError
 #: Soft limit on characters per chunk: a few sentences, well inside what the
 #: model was trained on (clips of a few to ~20 seconds).
 DEFAULT_CHUNK_CHARS = 220
+#: Hard limit: about 25 s of speech. Longer chunks leave what the model was
+#: trained on, and every text position must fit the worker's trailing-text
+#: buffer and the chunk's frame cap to be spoken to its end-of-text.
+MAX_CHUNK_CHARS = 400
 
 # Invisible formatting characters pasted from web pages and word processors
 # (soft hyphens, zero-width spaces, byte-order and direction marks; Unicode
@@ -212,6 +216,9 @@ def split_text(text: str, chunk_chars: int = DEFAULT_CHUNK_CHARS, sentence_pause
     if chunk_chars < 20:
         raise InputError(f"The chunk size {chunk_chars} is too small.",
                          "Use at least 20 characters per chunk.")
+    if chunk_chars > MAX_CHUNK_CHARS:
+        raise InputError(f"The chunk size {chunk_chars} is too large.",
+                         f"Use at most {MAX_CHUNK_CHARS} characters per chunk.")
     cleaned = clean_text(text)
     texts: list[tuple[str, float]] = []
     paragraphs = [p for p in cleaned.split("\n") if p.strip()]

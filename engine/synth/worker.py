@@ -229,6 +229,10 @@ class SpeechWorker:
                 self._load_error = getattr(exc, "message", None) or str(exc)
                 raise
             self._load_error = None
+            if self._batcher is not None:
+                # same base, swapped in place: the old batcher's thread and caches go
+                # now (it is idle: drained above), never left beside the new one
+                self._batcher.close()
             self._batcher = ContinuousBatcher(self._synth, rows=self._rows)
             raise _Done({"loaded": source.to_dict(),
                          "languages": ["auto", *self._synth.languages],
