@@ -28,9 +28,15 @@ status=0
 cap=$("$py" -c "import torch; print(torch.backends.cpu.get_cpu_capability())")
 dispatches="default"
 case "$cap" in AVX512*) dispatches="default avx2" ;; esac
+# the passes are single-threaded: run them side by side, each in its own temp folder
+pids=()
 for d in $dispatches; do
-  echo "== numeric-parity tests again with ATEN_CPU_CAPABILITY=$d (this CPU: $cap)"
-  ATEN_CPU_CAPABILITY=$d "$py" -m pytest -m parity -q -p no:cacheprovider \
-    --durations=5 || status=$?
+  base=$(mktemp -d "${TMPDIR:-/tmp}/voxshard-parity-$d.XXXXXX")
+  ( echo "== numeric-parity tests again with ATEN_CPU_CAPABILITY=$d (this CPU: $cap)"
+    ATEN_CPU_CAPABILITY=$d "$py" -m pytest -m parity -q -p no:cacheprovider \
+      --basetemp "$base/t" --durations=5 2>&1 | sed "s/^/[$d] /"
+    exit "${PIPESTATUS[0]}" ) &
+  pids+=($!)
 done
+for p in "${pids[@]}"; do wait "$p" || status=$?; done
 exit $status
