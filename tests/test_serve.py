@@ -351,3 +351,110 @@ def test_non_loopback_host_needs_a_key(tmp_path: Path) -> None:
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 1
     assert "Refusing to serve on 0.0.0.0 without an API key" in run.stderr
+
+
+# -- fuzz -------------------------------------------------------------------------------------
+
+def _hostile_bodies() -> list[bytes]:
+    """Malformed and hostile bodies, the same every run (seeded)."""
+    import random
+
+    rng = random.Random(16)
+    ok = {"model": "tts-1", "input": "Fine.", "voice": "ada", "response_format": "pcm",
+          "max_frames": 4}
+    weird: list[Any] = [None, True, 0, -1, 1.5, 1e308, -1e308, 2**70, "", "x", [], {}, [1, "a"],
+                        {"a": {"b": []}}, "ada\u0000", "\u202etts-1", "wav\n"]
+    texts = ["\u0000\u0000", "\u202eReversed text\u202c.", "🎉" * 40, "e\u0301" * 50,
+             "\ufeffBOM first.", "\uffff\U0010ffff", "日本語のテキストです。", "Z\u0336" * 60,
+             "\r\n\t \u2028\u2029 line breaks", "<script>alert(1)</script>", "../../etc/passwd",
+             "a" * 4096, "%s%n%x{}{0}", "\U0001f600\u200d\U0001f600" * 10]
+    bodies: list[bytes] = []
+    for name in ("model", "input", "voice", "response_format", "speed", "stream_format",
+                 "instructions", "seed", "max_frames", "temperature", "top_k", "language"):
+        for value in rng.sample(weird, 6):
+            bodies.append(json.dumps({**ok, name: value}).encode())
+    for text in texts:
+        bodies.append(json.dumps({**ok, "input": text}, ensure_ascii=rng.random() < 0.5)
+                      .encode("utf-8", "surrogatepass"))
+    bodies += [
+        b'{"input": "\\ud800 lone", "voice": "ada"}',  # a lone surrogate, escaped
+        b'{"input": "\xff\xfe bad utf-8", "voice": "ada"}',
+        b'{"input": "hi", "voice": "ada", "speed": NaN}',
+        b'{"input": "hi", "voice": "ada", "speed": Infinity}',
+        b'{"input": "hi", "voice": "ada", "seed": 1' + b"0" * 5000 + b"}",
+        b"[" * 200_000 + b"]" * 200_000,
+        b'{"input": "hi", "voice": "ada", "input": 5}',  # the last duplicate wins
+        b"null", b"", b"\x00" * 64, b'"just a string"', b"{" * 3,
+        json.dumps({**ok, "user": "someone", "unknown": {"deep": [1, 2, 3]}}).encode(),
+    ]
+    return bodies
+
+
+def _server_resources(server: Server) -> tuple[int, int]:
+    pid = server.proc.pid
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    threads = int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text()
+                       .splitlines() if line.startswith("Threads:")))
+    return fds, threads
+
+
+def _raw(server: Server, data: bytes) -> bytes:
+    """Send `data` on its own connection, then hang up; returns what came back first."""
+    host, port = server.url.split("//")[1].split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        try:
+            return sock.recv(65536)
+        except OSError:
+            return b""
+
+
+def test_fuzz_hostile_bodies_leave_the_server_answering(server: Server) -> None:
+    with server.http() as http:
+        http.get("/health")  # warm: the connection pool and the server's first-use costs
+    fds, threads = _server_resources(server)
+    statuses: dict[int, int] = {}
+    with server.http() as http:
+        for body in _hostile_bodies():
+            answer = http.post("/v1/audio/speech", content=body,
+                               headers={"Content-Type": "application/json"})
+            statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
+            if answer.status_code == 200:
+                assert len(answer.content) % 2 == 0  # pcm
+            else:
+                error = answer.json()["error"]
+                assert set(error) == {"message", "type", "param", "code"}
+                assert "Traceback" not in error["message"]
+        # 10 MB of input: refused from its length alone
+        huge = json.dumps({"input": "x" * 10_000_000, "voice": "ada"}).encode()
+        answer = http.post("/v1/audio/speech", content=huge)
+        assert answer.status_code == 413
+    assert set(statuses) <= {200, 400, 404, 413}, statuses
+    assert statuses.get(200, 0) >= 5 and statuses.get(400, 0) >= 30, statuses
+
+    auth = f"Authorization: Bearer {KEY}\r\n"
+    start = f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n{auth}"
+    # a chunked body that stops in the middle of a chunk, and one that never ends
+    _raw(server, (start + "Transfer-Encoding: chunked\r\n\r\n100\r\n" + "{" * 50).encode())
+    _raw(server, (start + "Transfer-Encoding: chunked\r\n\r\n5\r\n{\"inp\r\n").encode())
+    # a body shorter than its Content-Length; a chunk size that is not a number; no request line
+    _raw(server, (start + "Content-Length: 1000\r\n\r\n{\"input\": \"hi\"").encode())
+    assert _raw(server, (start + "Transfer-Encoding: chunked\r\n\r\nzz\r\n").encode()
+                ).startswith(b"HTTP/1.1 400")
+    assert _raw(server, b"GARBAGE\r\n\r\n").startswith(b"HTTP/1.1 400")
+    # a chunked body over the limit is cut off with 413 while it is read
+    big = b"".join(b"10000\r\n" + b" " * 0x10000 + b"\r\n" for _ in range(20)) + b"0\r\n\r\n"
+    assert _raw(server, (start + "Transfer-Encoding: chunked\r\n\r\n").encode() + big
+                ).startswith(b"HTTP/1.1 413")
+
+    # still answering, nothing held: no queue, no stream, no render file, no fd or thread left
+    assert _wait_for(server, lambda h: h["queue_depth"] == 0 and h["streams"] == 0)
+    response = server.client().audio.speech.create(model="tts-1", voice="ada", input="Still here.",
+                                                   response_format="wav", extra_body=SHORT)
+    assert sf.read(io.BytesIO(response.content))[1] == 24000
+    assert _renders_empty(server)
+    after_fds, after_threads = _server_resources(server)
+    # a little slack: the keep-alive connection of the last client may still be open
+    assert after_fds <= fds + 2, (fds, after_fds)
+    assert after_threads <= threads + 2, (threads, after_threads)
