@@ -127,6 +127,15 @@ def test_sampled_rows_do_not_depend_on_their_batch(official: Any, fast: FastTalk
                                      int(together.own[i][1]), 1e-4), i
 
 
+def test_cancel_stops_within_a_frame(official: Any, fast: FastTalker,
+                                     speaker: torch.Tensor) -> None:
+    prefill = build_prefill(official.model, official.processor, TEXTS[:1], speaker, None, True)
+    made: list[int] = []
+    out = fast.generate(prefill, [FRAMES], GREEDY, on_frame=made.append,
+                        should_stop=lambda: len(made) >= 3)
+    assert len(out[0]) == 3
+
+
 @pytest.mark.parametrize("settings", [SamplerSettings(temperature=0.7, top_k=5, top_p=1.0),
                                       SamplerSettings(temperature=1.3, top_k=0, top_p=0.8),
                                       SamplerSettings(temperature=0.9, top_k=50, top_p=0.9)])
