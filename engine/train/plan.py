@@ -12,10 +12,17 @@ Per worker, in bytes:
 - gradients: fp32 local shards of the trainable ones; with gradient
   accumulation and reduction only on the last micro-step ("last"), the
   *unsharded* fp32 gradient of every trainable parameter instead, on every
-  GPU (FSDP keeps them between micro-steps); `accum_reduce="auto"` picks
-  "last" when that fits and "every" (sharded, a reduce-scatter per
-  micro-step) when it does not;
+  GPU (FSDP keeps them between micro-steps), and on the GPU even under CPU
+  offload (FSDP2 offloads only reduced, sharded gradients);
+  `accum_reduce="auto"` picks "last" when that fits and "every" (sharded, a
+  reduce-scatter per micro-step, offloaded with the rest) when it does not;
 - optimizer: AdamW's two fp32 moments per trainable element;
+- the optimizer step's temporaries (`step_temp`): on a GPU the fused AdamW
+  kernel updates in place, and what remains is per tensor (clipping's norms,
+  one tensor's scratch): the largest trainable local tensor in fp32; on CPU
+  foreach AdamW materialises sqrt(v) for all trainable shards at once (one
+  fp32 copy of them). The step runs after backward has freed activations, so
+  the total counts the larger of the two, not both;
 - all-gather buffers: the root unit stays gathered for the whole step, the
   largest other unit is gathered twice (the current one and the prefetched
   next), in the compute dtype, plus that unit's full-size gradient in fp32
@@ -26,11 +33,16 @@ Per worker, in bytes:
   the 0.6B widths with 12 layers: predicted 8.25 / 12.24 GiB per worker
   (2 / 1 workers) against 7.9 / 11.4 GiB peak RSS;
 - activations: what autograd keeps for backward, per token and layer, from
-  the layer shapes (see `_layer_activation_elems`), plus the fp32 logits of
+  the layer shapes (see `layer_activation_bytes`; matches the bytes
+  `saved_tensors_hooks` records for one official layer), plus the fp32 logits of
   the codec head and the 15 sub-talker heads; with activation checkpointing
   only each layer's input is kept, plus one layer's working set;
-- runtime: CUDA context, NCCL and allocator slack (GPU), or the Python,
-  torch and Ray worker process itself (CPU).
+- runtime: on a GPU the CUDA context, cuBLAS workspaces and NCCL
+  communicators (a fixed `GPU_CONTEXT_BYTES`) plus a proportional margin
+  (`GPU_MARGIN` of everything else) for allocator fragmentation and NCCL's
+  buffers, which grow with the tensors moved (workers run with
+  `expandable_segments`, which keeps fragmentation small); on CPU the
+  Python, torch and Ray worker process itself.
 
 Also planned: the size of one checkpoint on disk (trainable fp32 parameters
 and AdamW's two moments, all ranks together: about 19 GB for 1.7B), and the
@@ -47,9 +59,13 @@ from pathlib import Path
 from typing import Any
 
 GIB = float(1 << 30)
-#: CUDA context + NCCL communicators + allocator fragmentation, per GPU (measured
-#: ranges 0.6-1.2 GiB on recent drivers; the larger figure keeps advice safe)
-GPU_RUNTIME_BYTES = int(1.2 * GIB)
+#: CUDA context, cuBLAS workspaces and NCCL communicators per GPU (0.6-1.0 GiB on
+#: recent drivers; the larger figure keeps advice safe)
+GPU_CONTEXT_BYTES = int(1.0 * GIB)
+#: fragmentation and NCCL buffers, in proportion to what the GPU holds
+GPU_MARGIN = 0.05
+#: the allocator setting GPU workers run with (fewer, growable segments: less slack)
+ALLOC_CONF = "expandable_segments:True"
 #: a Ray Train CPU worker with torch imported, before the model (measured ~0.45 GiB RSS)
 CPU_RUNTIME_BYTES = int(0.5 * GIB)
 #: frames per second of the 12 Hz codec
@@ -85,6 +101,8 @@ class Plan:
     micro_batch_clips: int
     seq_len: int
     frames: int
+    #: the optimizer step's temporaries (after backward: activations are freed then)
+    step_temp: int = 0
     free: list[int] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     #: gradient reduction with accumulation: "last", "every", or "none" (grad_accum 1)
@@ -106,7 +124,8 @@ class Plan:
 
     @property
     def total(self) -> int:
-        return self.model_state + self.gather_buffer + self.activations + self.runtime
+        return (self.model_state + self.gather_buffer + max(self.activations, self.step_temp)
+                + self.runtime)
 
     @property
     def fits(self) -> bool:
@@ -127,7 +146,8 @@ class Plan:
     def table(self) -> str:
         rows = [("parameters (fp32 shard)", self.params), ("gradients", self.grads),
                 ("optimizer (AdamW)", self.optimizer), ("all-gather buffers", self.gather_buffer),
-                ("activations", self.activations), ("runtime", self.runtime),
+                ("activations", self.activations),
+                ("optimizer step temporaries", self.step_temp), ("runtime", self.runtime),
                 ("total per worker", self.total)]
         unit = "GPU" if self.device == "cuda" else "CPU worker"
         lines = [f"Predicted memory per {unit} ({self.workers} worker(s), {self.precision}, "
@@ -229,20 +249,34 @@ def _dims(talker_cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
     return h, inter, heads, kv, hd
 
 
-def _layer_activation_elems(talker_cfg: dict[str, Any], checkpointing: bool) -> int:
-    """Elements autograd keeps per token for one Qwen3 decoder layer.
+def layer_activation_bytes(talker_cfg: dict[str, Any], cbytes: int, seq_len: int,
+                           checkpointing: bool) -> int:
+    """Bytes autograd keeps per token for one official Qwen3-TTS decoder layer.
 
-    Counted from the layer's ops: the two RMSNorms keep their input and output
-    (4h), q/k/v projections their outputs, q/k-norm and RoPE their outputs
-    again (q twice more, k twice more), attention its output, o_proj its input,
-    the residual adds nothing; the SwiGLU MLP keeps gate, up, silu(gate) and
-    the product (4i). Memory-efficient SDPA keeps only a per-head logsumexp.
+    Counted from the layer's ops (and checked against `saved_tensors_hooks`
+    on the real layer at 0.6B and 1.7B widths, tests/test_plan_terms.py), in
+    the compute dtype (`cbytes`) unless said:
+    - each RMSNorm (two of width h; q-norm, k-norm per head) casts its input
+      to fp32 and keeps that copy (4 bytes), keeps the normalised tensor for
+      its weight's gradient, and its output is kept by the next linear: the
+      two layer norms 2 x (4 + 2c) h, the q/k norms (4 + c)(q + k);
+    - RoPE keeps only its cos/sin (2 x head_dim), the rotated q goes to
+      attention; k and v reach attention repeated to all heads (2q);
+      attention keeps its output (o_proj's input, same storage), a per-head
+      fp32 logsumexp and, on CPU, a causal mask row (seq bytes);
+    - the SwiGLU MLP keeps gate, silu(gate), up and their product (4i);
+    - per-token fp32 statistics of the norms (rsqrt): 4 x (2 + heads + kv).
+    The residual adds keep nothing. With activation checkpointing only the
+    layer's input survives the forward.
     """
     h, inter, heads, kv, hd = _dims(talker_cfg)
+    c = cbytes
     if checkpointing:
-        return h  # only the layer's input survives the forward
+        return c * h
     q, k = heads * hd, kv * hd
-    return 4 * h + (q + 2 * k) + 2 * (q + k) + 2 * q + 4 * inter + heads
+    norms = 2 * (4 + 2 * c) * h + (4 + c) * (q + k)
+    attention = c * q + 2 * c * q + c * q + 2 * c * hd + 4 * heads + c * seq_len
+    return norms + attention + 4 * c * inter + 4 * (2 + heads + kv)
 
 
 def estimate_activations(cfg: dict[str, Any], clips: int, seq_len: int, frames: int,
@@ -256,17 +290,16 @@ def estimate_activations(cfg: dict[str, Any], clips: int, seq_len: int, frames: 
     groups = int(talker.get("num_code_groups", 16))
     # the code predictor runs one short sequence per frame: the talker state + 15 codes
     cp_tokens = clips * frames * groups
-    per_layer = _layer_activation_elems(talker, checkpointing)
-    per_cp_layer = _layer_activation_elems(cp, checkpointing)
-    elems = tokens * per_layer * n_layers + cp_tokens * per_cp_layer * cp_layers
+    c = compute_bytes
+    act = (tokens * n_layers * layer_activation_bytes(talker, c, seq_len, checkpointing)
+           + cp_tokens * cp_layers * layer_activation_bytes(cp, c, groups, checkpointing))
     if checkpointing:
         # one layer's full working set is rebuilt during its backward
-        elems += max(tokens * _layer_activation_elems(talker, False),
-                     cp_tokens * _layer_activation_elems(cp, False))
+        act += max(tokens * layer_activation_bytes(talker, c, seq_len, False),
+                   cp_tokens * layer_activation_bytes(cp, c, groups, False))
     # the summed input embeddings (text projection MLP keeps ~3 tensors of hidden size)
     h = int(talker["hidden_size"])
-    elems += tokens * 4 * h + cp_tokens * int(cp["hidden_size"])
-    act = elems * compute_bytes
+    act += c * (tokens * 4 * h + cp_tokens * int(cp["hidden_size"]))
     # fp32 logits and their softmax for the codec head and the 15 sub-talker heads
     vocab = int(talker["vocab_size"])
     cp_vocab = int(cp["vocab_size"])
@@ -332,6 +365,7 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
     root = next((u.numel for u in units if u.name == "root"), 0)
     biggest = max((u.numel for u in units if u.name != "root"), default=0)
     clips = max(1, math.ceil(config.data.batch_size / n))
+    offload = device == "cuda" and config.parallel.cpu_offload
     plan = Plan(
         workers=n, device=device, precision=precision,
         total_params=sum(u.numel for u in units),
@@ -343,15 +377,45 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
         gather_buffer=cbytes * root + 2 * cbytes * biggest + 4 * biggest,
         activations=estimate_activations(cfg, clips, seq_len, frames, cbytes,
                                          config.parallel.activation_checkpointing),
-        runtime=GPU_RUNTIME_BYTES if device == "cuda" else CPU_RUNTIME_BYTES,
+        runtime=0, step_temp=0,
         micro_batch_clips=clips, seq_len=seq_len, frames=frames, free=list(free),
         accum_reduce=accum, checkpoint_bytes=12 * trainable_full,
         trainable=config.model.trainable)
-    if device == "cuda" and config.parallel.cpu_offload:
-        # sharded state lives in host memory; the GPU keeps buffers and activations
-        plan.host_bytes = plan.model_state * n
-        plan.params = plan.grads = plan.optimizer = 0
+    if offload:
+        # sharded state lives in host memory (AdamW steps there); the GPU keeps
+        # buffers, activations and, with "last", the unreduced whole gradients
+        plan.host_bytes = (plan.params + 4 * trainable_local + plan.optimizer
+                           + step_temp_bytes(model_dir, config, n, "cpu")) * n
+        plan.params = plan.optimizer = 0
+        plan.grads = 4 * trainable_full if accum == "last" else 0
+    else:
+        plan.step_temp = step_temp_bytes(model_dir, config, n, device)
+    if device == "cuda":
+        held = plan.model_state + plan.gather_buffer + max(plan.activations, plan.step_temp)
+        plan.runtime = GPU_CONTEXT_BYTES + int(GPU_MARGIN * held)
+    else:
+        plan.runtime = CPU_RUNTIME_BYTES
     return plan
+
+
+def step_temp_bytes(model_dir: Path, config: Any, workers: int, device: str) -> int:
+    """The optimizer step's temporaries on `device` (see the module docstring).
+
+    GPU: fused AdamW (`optimizer_kind`), in place; the largest trainable local
+    tensor in fp32 bounds what one tensor's update and clipping allocate. CPU:
+    foreach AdamW's sqrt(v) of every trainable shard at once, in fp32.
+    """
+    table = _param_table(str(model_dir), config.model.trainable, config.model.lora_rank,
+                         config.parallel.separate_text_embedding)
+    locals_ = [_local_numel(shape, workers) for _, shape, trains in table if trains]
+    if not locals_:
+        return 0
+    return 4 * (max(locals_) if optimizer_kind(device) == "fused" else sum(locals_))
+
+
+def optimizer_kind(device: str) -> str:
+    """AdamW's implementation for parameters on `device`: "fused" on GPUs, else "foreach"."""
+    return "fused" if device == "cuda" else "foreach"
 
 
 def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Path | None = None,

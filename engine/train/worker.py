@@ -203,12 +203,7 @@ class _Run:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         if not self.params:
             raise RuntimeError("nothing to train: no parameter requires a gradient")
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
-            eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay,
-            # foreach fuses the per-parameter loops; fine for DTensor shards
-            foreach=True,
-        )
+        self.optimizer = make_optimizer(self.params, cfg, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg.optim.warmup_steps, self.total_steps,
                                       cfg.optim.schedule, cfg.optim.min_lr_ratio))
@@ -384,6 +379,21 @@ class _Run:
                 "state_bytes": self.state_bytes, "build_s": self.build_s}
 
 
+def make_optimizer(params: list[Any], cfg: Any, device: Any) -> Any:
+    """AdamW over `params`: fused on a GPU (one kernel, in place: no fp32 temporary the
+    size of every shard, which foreach allocates), foreach where the parameters live
+    in host memory (CPU runs and CPU offload). The plan counts what each leaves."""
+    import torch
+
+    from .plan import optimizer_kind
+
+    on = "cpu" if cfg.parallel.cpu_offload else getattr(device, "type", str(device))
+    kind = optimizer_kind(on)
+    return torch.optim.AdamW(params, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
+                             eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay,
+                             **{kind: True})
+
+
 def _add_sums(sums: list[float], out: dict[str, Any]) -> list[float]:
     return [sums[0] + float(out["talker_sum"]), sums[1] + float(out["talker_tokens"]),
             sums[2] + float(out["subtalker_sum"]), sums[3] + float(out["subtalker_tokens"])]
@@ -495,6 +505,14 @@ def worker_device(cfg: Any, loop_config: dict[str, Any]) -> Any:
 
     if not (cfg.parallel.use_gpu and torch.cuda.is_available()):
         return torch.device("cpu")
+    from .plan import ALLOC_CONF
+
+    # fewer, growable segments: less fragmentation, which the plan's margin assumes
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
+    try:
+        torch.cuda.memory._set_allocator_settings(os.environ["PYTORCH_CUDA_ALLOC_CONF"])
+    except (AttributeError, RuntimeError):
+        pass  # an allocator already in use keeps its settings
     pick = loop_config.get("_gpu_device")
     device = pick() if pick is not None else torch.device(
         "cuda", int(os.environ.get("LOCAL_RANK", "0")))
