@@ -213,3 +213,8 @@ def test_cli_plays_on_the_sound_device(tiny_model_dir: Path, reference: Path) ->
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["event"] == "result" and result["duration_s"] > 0
     assert result["first_audio_s"] is not None
+    # the jitter buffer reports its gaps (a number, however many) and pre-buffer
+    assert isinstance(result["playback"]["underruns"], int)
+    metrics = [json.loads(line) for line in proc.stdout.splitlines()
+               if '"play/underruns"' in line]
+    assert metrics and metrics[0]["event"] == "metric"

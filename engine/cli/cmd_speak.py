@@ -113,12 +113,21 @@ def _speak_to_stream(synth: Any, text: str, options: Any, emitter: Emitter, play
             for sink in sinks:
                 sink.write(audio)
 
+    if player is not None:
+        from ..synth.stream import expected_speech_s
+        from ..synth.text import split_text
+
+        player.expect(expected_speech_s(split_text(text, options.chunk_chars)))
     try:
         speech = synth.speak_stream(text, _Tee(), options, emitter)
     finally:
         for sink in sinks:
             sink.close()
-    return {"path": "-" if to_pipe else None, "format": "s16le" if to_pipe else None,
+    playback = player.stats() if player is not None else None
+    if playback is not None:  # the jitter buffer's report (--json: a metric event)
+        emitter.metric({f"play/{k}": v for k, v in playback.items() if v is not None})
+    return {"playback": playback,
+            "path": "-" if to_pipe else None, "format": "s16le" if to_pipe else None,
             "sample_rate": speech.sample_rate, "duration_s": round(speech.duration_s, 3),
             "compute_s": round(speech.compute_s, 3), "rtf": round(speech.rtf, 3),
             "first_audio_s": (None if speech.first_audio_s is None

@@ -13,7 +13,8 @@ Pieces grow (4, 8, 16 ... frames): the first audio comes after a few frames,
 later pieces cost fewer calls. `finish()` decodes everything pending in one call.
 
 Sinks take float32 blocks at 24 kHz: a file that grows (`GrowingFile`), raw
-16-bit PCM for a pipe (`RawPcm`), the sound device (`Player`).
+16-bit PCM for a pipe (`RawPcm`), the sound device (`Player`, which waits for a
+pre-buffer sized from the generation speed and counts underruns).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -97,6 +99,15 @@ class StreamDecoder:
         return keep.float().cpu().numpy()
 
 
+def expected_speech_s(chunks: list[Any]) -> float:
+    """About how long `chunks` (`text.Chunk`) take to say: 12 spoken-weight units
+    (letters; a CJK character counts 3) per second, a little slower than usual
+    speech, so the pre-buffer errs long, plus the pauses between chunks."""
+    from .text import spoken_weight
+
+    return sum(spoken_weight(c.text) / 12.0 + c.pause_after_s for c in chunks)
+
+
 # -- sinks ------------------------------------------------------------------------------------
 
 class AudioSink(Protocol):
@@ -163,19 +174,40 @@ class RawPcm:
 
 class Player:
     """Plays blocks on the default sound device as they come (generation never
-    waits for the device: a callback drains a queue); `close` waits for the end."""
+    waits for the device: a callback drains a queue); `close` waits for the end.
 
-    def __init__(self, sample_rate: int = 24000, device: Any = None) -> None:
+    Playback starts when `jitter.PrebufferPolicy` says the buffered audio will
+    last to the end at the generation speed measured so far (`expect(seconds)`
+    tells it how long the speech should be), or after `max_delay_s`. After the
+    start, every callback that finds too little audio is an underrun (silence
+    played); `underruns` counts the gaps, `device_underflows` the device's own
+    underflow flags. `stats()` reports both, with the pre-buffer used.
+    """
+
+    def __init__(self, sample_rate: int = 24000, device: Any = None,
+                 max_delay_s: float = 4.0, min_prebuffer_s: float = 0.25) -> None:
         try:
             import sounddevice as sd
         except (ImportError, OSError) as exc:
             raise SynthesisError("No sound output is available (PortAudio did not load).",
                                  "Install libportaudio2, or write a file with -o.") from exc
+        from .jitter import PrebufferPolicy
+
+        self.sample_rate = sample_rate
+        self.policy = PrebufferPolicy(min_s=min_prebuffer_s, max_delay_s=max_delay_s)
         self._queue: queue.Queue[np.ndarray | None] = queue.Queue()
         self._buffer = np.zeros(0, dtype=np.float32)
         self._ended = threading.Event()
         self._closing = False
+        self._all_written = False
+        self._playing = False
+        self._starved = False
         self.samples = 0
+        self.played = 0
+        self.underruns = 0
+        self.device_underflows = 0
+        self.prebuffer_s: float | None = None
+        self.start_delay_s: float | None = None
         try:
             self._stream = sd.OutputStream(samplerate=sample_rate, channels=1, dtype="float32",
                                            device=device, callback=self._callback,
@@ -185,7 +217,26 @@ class Player:
             raise SynthesisError(f"The sound device cannot play ({exc}).",
                                  "Check the output device, or write a file with -o.") from exc
 
-    def _callback(self, out: np.ndarray, frames: int, _time: Any, _status: Any) -> None:
+    def expect(self, seconds: float | None) -> None:
+        """The speech should last about `seconds` (sizes the pre-buffer)."""
+        self.policy.expected_s = seconds
+
+    def _start_now(self) -> bool:
+        now = time.monotonic()
+        if not self.policy.ready(now, self.played / self.sample_rate, self._all_written):
+            return False
+        self._playing = True
+        self.prebuffer_s = round((self.samples - self.played) / self.sample_rate, 3)
+        first = self.policy.first_at
+        self.start_delay_s = None if first is None else round(now - first, 3)
+        return True
+
+    def _callback(self, out: np.ndarray, frames: int, _time: Any, status: Any) -> None:
+        if getattr(status, "output_underflow", False) and self._playing:
+            self.device_underflows += 1
+        if not self._playing and not self._start_now():
+            out[:, 0] = 0.0  # still filling the pre-buffer: not a gap
+            return
         while self._buffer.size < frames:
             try:
                 block = self._queue.get_nowait()
@@ -199,6 +250,13 @@ class Player:
         out[:n, 0] = self._buffer[:n]
         out[n:, 0] = 0.0
         self._buffer = self._buffer[n:]
+        self.played += n
+        if n < frames and not self._closing:
+            if not self._starved:
+                self.underruns += 1  # one gap, however many callbacks it lasts
+            self._starved = True
+        elif n == frames:
+            self._starved = False
         if self._closing and not self._buffer.size and self._queue.empty():
             self._ended.set()
 
@@ -206,10 +264,17 @@ class Player:
         if audio.size:
             self._queue.put(np.clip(audio, -1.0, 1.0).astype(np.float32))
             self.samples += audio.size
+            self.policy.wrote(time.monotonic(), audio.size / self.sample_rate)
+
+    def stats(self) -> dict[str, Any]:
+        return {"underruns": self.underruns, "device_underflows": self.device_underflows,
+                "prebuffer_s": self.prebuffer_s, "start_delay_s": self.start_delay_s}
 
     def close(self, timeout: float | None = None) -> None:
+        self._all_written = True
         self._queue.put(None)
-        wait = timeout if timeout is not None else self.samples / 24000 + 5.0
+        wait = timeout if timeout is not None else (
+            (self.samples - self.played) / self.sample_rate + self.policy.max_delay_s + 5.0)
         self._ended.wait(wait)
         self._stream.stop()
         self._stream.close()

@@ -622,7 +622,12 @@ class Synthesizer:
         fmt = audio_format(str(out), fmt)
         target = Path(out)
         if stream or play is not None:
-            from .stream import GrowingFile
+            from .stream import GrowingFile, expected_speech_s
+            from .text import split_text
+
+            if play is not None and hasattr(play, "expect"):
+                opts = options or SpeakOptions()
+                play.expect(expected_speech_s(split_text(text, opts.chunk_chars)))
 
             sinks: list[Any] = [] if play is None else [play]
             if stream:
@@ -646,7 +651,11 @@ class Synthesizer:
             speech = self.speak(text, options, emitter, cancel)
         path = write_audio(out, speech.audio, fmt, speech.sample_rate)
         emitter.artifact(str(path), role="speech")
+        playback = play.stats() if play is not None and hasattr(play, "stats") else None
+        if playback is not None:
+            emitter.metric({f"play/{k}": v for k, v in playback.items() if v is not None})
         return {
+            "playback": playback,
             "path": str(path), "format": fmt, "sample_rate": speech.sample_rate,
             "duration_s": round(speech.duration_s, 3), "compute_s": round(speech.compute_s, 3),
             "rtf": round(speech.rtf, 3), "seed": speech.seed, "chunks": speech.chunks,
