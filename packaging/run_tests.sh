@@ -33,6 +33,9 @@ pids=()
 for d in $dispatches; do
   base=$(mktemp -d "${TMPDIR:-/tmp}/voxshard-parity-$d.XXXXXX")
   ( echo "== numeric-parity tests again with ATEN_CPU_CAPABILITY=$d (this CPU: $cap)"
+    if [ "$d" = avx2 ]; then  # MKL's and oneDNN's kernels too, as on an AVX2-only CPU
+      export MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+    fi
     ATEN_CPU_CAPABILITY=$d "$py" -m pytest -m parity -q -p no:cacheprovider \
       --basetemp "$base/t" --durations=5 2>&1 | sed "s/^/[$d] /"
     exit "${PIPESTATUS[0]}" ) &
