@@ -92,6 +92,13 @@ def test_streamed_in_context_audio_leaves_out_the_reference(synth: Synthesizer) 
     whole = synth.decode_audio([torch.cat((ref, codes))])[0]
     np.testing.assert_allclose(streamed, whole[40 * 1920:], atol=1e-5)
     assert sizes[0] == 4 * 1920 and dec.frames_decoded == 130
+    # the reference decoded once, each chunk continuing from a copy of that state
+    primed = StreamDecoder.prime(decoder, ref)
+    for _ in range(2):  # the copy is independent: a second chunk starts the same
+        again = StreamDecoder(decoder, primed=primed)
+        out, _ = _stream(again, codes, 3)
+        np.testing.assert_allclose(out, whole[40 * 1920:], atol=1e-5)
+        assert again.frames_decoded == 90
 
 
 @PARITY

@@ -48,6 +48,18 @@ class CodecState:
 
         self._rope = codec_modules()[1].apply_rotary_pos_emb
 
+    def copy(self) -> CodecState:
+        """A state that continues from this one independently (the reference of
+        in-context cloning is decoded once, then every chunk starts from a copy).
+        Shallow: the carried tensors are replaced between calls, never written."""
+        twin = CodecState.__new__(CodecState)
+        twin.__dict__.update(self.__dict__)
+        twin._tails = dict(self._tails)
+        twin._kv = list(self._kv)
+        twin.frames_decoded = 0
+        twin.calls = 0
+        return twin
+
     def reset(self) -> None:
         self.position = 0
         self._tails.clear()

@@ -46,14 +46,19 @@ class StreamDecoder:
     """
 
     def __init__(self, decoder: Any, prefix: Any = None, first_piece: int = 4,
-                 max_piece: int = 48) -> None:
+                 max_piece: int = 48, primed: Any = None) -> None:
         import torch
 
         from .codec_state import CodecState
 
         if first_piece < 1 or max_piece < first_piece:
             raise ValueError("bad streaming piece sizes")
-        self.state = CodecState(decoder)
+        if primed is not None:
+            # the prefix is already decoded into `primed` (see `prime`): start after it
+            self.state = primed.copy()
+            prefix = None
+        else:
+            self.state = CodecState(decoder)
         self.device = next(decoder.parameters()).device
         empty = torch.zeros(0, 16, dtype=torch.long, device=self.device)
         self.frames = [prefix.to(self.device)] if prefix is not None and len(prefix) else [empty]
@@ -62,6 +67,18 @@ class StreamDecoder:
         self.done = 0  # frames already through the decoder
         self.piece = first_piece
         self.max_piece = max_piece
+
+    @staticmethod
+    def prime(decoder: Any, prefix: Any) -> Any:
+        """The codec state after `prefix` (an in-context reference): decoded once per
+        voice, then each chunk's `StreamDecoder(decoder, primed=...)` continues
+        from a copy, so a chunk's first audio never waits for the reference."""
+        from .codec_state import CodecState
+
+        state = CodecState(decoder)
+        device = next(decoder.parameters()).device
+        state.decode(prefix.to(device).clamp(min=0).T[None])
+        return state
 
     @property
     def frames_decoded(self) -> int:

@@ -525,7 +525,14 @@ class Synthesizer:
         seed = options.seed if options.seed is not None else random.randrange(2**31)
         started = time.perf_counter()
         decoder = self.model.speech_tokenizer.model.decoder
-        prefix = None if self.icl is None else self.icl.ref_codes
+        primed = None
+        if self.icl is not None:
+            # the reference is decoded once per voice; every chunk continues from it
+            cached = getattr(self, "_primed_codec", None)
+            if cached is None or cached[0] is not self.icl.ref_codes:
+                cached = (self.icl.ref_codes, StreamDecoder.prime(decoder, self.icl.ref_codes))
+                self._primed_codec = cached
+            primed = cached[1]
         decoders: dict[int, StreamDecoder] = {}
         ended: set[int] = set()
         streamed: list[list[np.ndarray]] = [[] for _ in chunks]
@@ -561,7 +568,7 @@ class Synthesizer:
                     continue
                 dec = decoders.get(i)
                 if dec is None:
-                    dec = decoders[i] = StreamDecoder(decoder, prefix)
+                    dec = decoders[i] = StreamDecoder(decoder, primed=primed)
                 if int(host[row, 0]) == self.fast.eos:
                     ended.add(i)
                     continue
@@ -573,7 +580,7 @@ class Synthesizer:
         def on_batch(picked: list[int], _codes: list[Any]) -> None:
             for i in picked:
                 if i not in decoders:
-                    decoders[i] = StreamDecoder(decoder, prefix)
+                    decoders[i] = StreamDecoder(decoder, primed=primed)
                 ended.add(i)
             flush()
 
