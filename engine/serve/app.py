@@ -287,7 +287,7 @@ class SpeechApp:
             self.pool.finish(worker, ticket)
             raise
         self.pool.streams += 1
-        sent = {"samples": 0}
+        sent: dict[str, Any] = {"samples": 0, "first_byte_at": None}
         sse = req.stream_format == "sse"
 
         def cleanup() -> None:
@@ -298,13 +298,20 @@ class SpeechApp:
             self.pool.streams -= 1
             release()
             status = 499 if left else 200 if ticket.result is not None else 500
-            self._done(req, status, sent["samples"] / formats.SAMPLE_RATE, began)
+            lag = None
+            if sent["first_byte_at"] is not None and ticket.first_audio_at is not None:
+                # how long the worker's first audio took to leave the server
+                lag = round((sent["first_byte_at"] - ticket.first_audio_at) * 1000, 1)
+            self._done(req, status, sent["samples"] / formats.SAMPLE_RATE, began,
+                       first_byte_after_audio_ms=lag)
 
         async def pieces() -> AsyncIterator[bytes]:
             if req.response_format in formats.INCREMENTAL:
                 if req.response_format == "wav":
                     yield formats.streaming_wav_header()
                 async for pcm in self._tail(worker, ticket, deadline):
+                    if sent["first_byte_at"] is None:
+                        sent["first_byte_at"] = time.time()
                     sent["samples"] += len(pcm) // 2
                     yield pcm
             else:
@@ -373,7 +380,7 @@ class SpeechApp:
                 fh.close()
 
     def _done(self, req: SpeechRequest | None, status: int, seconds: float,
-              began: float) -> None:
+              began: float, **extra: Any) -> None:
         if status == 200:
             self.served += 1
             self.audio_s += seconds
@@ -381,7 +388,7 @@ class SpeechApp:
                   "voice": req.voice if req else "", "format": req.response_format if req else "",
                   "stream": (req.stream_format or "") if req else "",
                   "chars": len(req.text) if req else 0, "audio_s": round(seconds, 3),
-                  "seconds": round(time.monotonic() - began, 3)})
+                  "seconds": round(time.monotonic() - began, 3), **extra})
 
 
 def create_app(pool: Pool, config: ServeConfig,

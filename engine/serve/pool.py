@@ -64,6 +64,8 @@ class Ticket:
     #: the client is gone but the worker has not ended the request yet: the
     #: worker's last event removes what it wrote
     orphan: bool = False
+    #: wall-clock time of the worker's first audio of a streamed request (its metric event)
+    first_audio_at: float | None = None
 
     def _set(self, flag: asyncio.Event) -> None:
         try:
@@ -81,6 +83,9 @@ class Ticket:
                 except OSError:
                     self.partial = None
             self._set(self.started)
+        elif event.kind == "metric" and "synth/first_audio_s" in (event.data.get("values")
+                                                                  or {}):
+            self.first_audio_at = event.time
         elif event.kind == "progress":
             self.chunks_done = int(event.data.get("current") or self.chunks_done)
         elif event.kind == "result":

@@ -1,0 +1,225 @@
+"""The speech server under load: first byte, throughput by clients, memory over time.
+
+    python bench/bench_serve.py [--voice EXPORT_OR_VOICE] [--frames 24] [--requests 500]
+                                [--device cpu] [--json out.json]
+
+Starts `voxshard-engine --json serve` on loopback (without --voice: a custom
+voice exported from the tiny random test model) and prints:
+
+- time to first byte of a streamed response (`stream_format` audio, pcm),
+  seen by the client, beside `speak --stream`'s first audio on the same text
+  (its `first_audio_s`, the worker's own clock, model already loaded), and
+  the server's own figure: how long after the worker's first audio the first
+  byte left the server (target: at most 50 ms);
+- audio seconds served per wall second with 1, 4 and 16 concurrent clients
+  (whole renders, batched by the warm worker; target at 16: 3 x one client);
+- the server process's resident memory after 10 requests and after
+  `--requests` mixed ones (formats, streamed or not, lengths; target: flat).
+
+Every sentence makes at most `--frames` codec frames (the tiny model rarely
+ends a sentence by itself), so the work per request is bounded and alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SENTENCES = ["The kettle started to whistle.", "She folded the laundry slowly.",
+             "Our train was delayed again.", "Fresh bread tastes best warm.",
+             "Please water the plants.", "The river curved gently."]
+
+
+def tiny_voice(root: Path) -> Path:
+    import numpy as np
+
+    from engine.model.export import export_custom_voice
+    from engine.model.tiny import make_tiny_model
+
+    model = make_tiny_model(root / "tiny-base", seed=0)
+    hidden = json.loads((model / "config.json").read_text())["talker_config"]["hidden_size"]
+    vector = np.random.default_rng(0).standard_normal(hidden).astype(np.float32)
+    return export_custom_voice(model, {}, "Bench", vector, root / "bench-voice", keep_dtype=False)
+
+
+class Served:
+    def __init__(self, voice: Path, device: str, cwd: Path) -> None:
+        cmd = [sys.executable, "-m", "engine.cli.main", "--json", "serve", str(voice),
+               "--port", "0", "--device", device, "--queue", "64"]
+        self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True,
+                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
+        self.logs: list[dict[str, Any]] = []
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            if event.get("state") == "serving":
+                self.url = event["url"].removesuffix("/v1")
+                self.voice = event["voices"][0]
+                break
+            if event["event"] == "error":
+                raise SystemExit(f"the server did not start: {event['message']}")
+        threading.Thread(target=self._collect, daemon=True).start()
+
+    def _collect(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            if "request_log" in event:
+                self.logs.append(event["request_log"])
+
+    def rss_mb(self) -> float:
+        import psutil
+
+        return psutil.Process(self.proc.pid).memory_info().rss / 2**20
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def speak_stream_first_audio(voice: Path, text: str, frames: int, device: str,
+                             tmp: Path) -> float:
+    """`speak --stream`'s first audio, from its own result (model load not included)."""
+    out = subprocess.run([sys.executable, "-m", "engine.cli.main", "--json", "speak", str(voice),
+                          text, "-o", str(tmp / "speak.wav"), "--stream", "--device", device,
+                          "--seed", "1", "--max-frames", str(frames)],
+                         capture_output=True, text=True, env={**os.environ,
+                                                              "PYTHONPATH": str(ROOT)})
+    results = [json.loads(line) for line in out.stdout.splitlines()
+               if line.startswith("{") and '"result"' in line]
+    if out.returncode != 0 or not results:
+        raise SystemExit(f"speak --stream failed: {out.stdout[-500:]}")
+    return float(results[-1]["first_audio_s"])
+
+
+def first_byte(server: Served, http: Any, text: str, frames: int) -> float:
+    body = {"model": "tts-1", "voice": server.voice, "input": text, "response_format": "pcm",
+            "stream_format": "audio", "max_frames": frames, "seed": 1}
+    started = time.perf_counter()
+    ttfb = None
+    with http.stream("POST", "/v1/audio/speech", json=body) as response:
+        for piece in response.iter_raw():
+            if piece and ttfb is None:
+                ttfb = time.perf_counter() - started
+    assert ttfb is not None, "the stream sent no audio"
+    return ttfb
+
+
+def render(http: Any, voice: str, text: str, frames: int, fmt: str = "wav",
+           stream: bool = False) -> None:
+    body: dict[str, Any] = {"model": "tts-1", "voice": voice, "input": text,
+                            "response_format": fmt, "max_frames": frames}
+    if stream:
+        body["stream_format"] = "audio"
+    response = http.post("/v1/audio/speech", json=body)
+    response.raise_for_status()
+
+
+def throughput(server: Served, clients: int, per_client: int, frames: int) -> float:
+    import httpx2 as httpx
+
+    before = len(server.logs)
+
+    def client(i: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=600) as http:
+            for k in range(per_client):
+                render(http, server.voice, SENTENCES[(i + k) % len(SENTENCES)], frames)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, range(clients)))
+    wall = time.perf_counter() - started
+    audio = sum(r["audio_s"] for r in server.logs[before:] if r["status"] == 200)
+    return audio / wall
+
+
+def mixed(server: Served, count: int, frames: int) -> None:
+    import httpx2 as httpx
+
+    formats = ["wav", "pcm", "mp3", "flac", "opus"]
+
+    def one(i: int) -> None:
+        text = " ".join(SENTENCES[: 1 + i % 3])
+        with httpx.Client(base_url=server.url, timeout=600) as http:
+            render(http, server.voice, text, frames, formats[i % len(formats)],
+                   stream=i % 4 == 0)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(count)))
+
+
+def main() -> None:
+    import httpx2 as httpx
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--voice", help="an exported voice (default: the tiny test model)")
+    parser.add_argument("--frames", type=int, default=24, help="codec frames per sentence")
+    parser.add_argument("--requests", type=int, default=500, help="mixed requests for memory")
+    parser.add_argument("--per-client", type=int, default=4, help="requests per client")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    voice = Path(args.voice) if args.voice else tiny_voice(tmp)
+    text = " ".join(SENTENCES[:2])
+    rows: dict[str, Any] = {"voice": str(voice), "frames": args.frames}
+
+    speak_first = [speak_stream_first_audio(voice, text, args.frames, args.device, tmp)
+                   for _ in range(3)]
+    server = Served(voice, args.device, tmp)
+    try:
+        with httpx.Client(base_url=server.url, timeout=600) as http:
+            first_byte(server, http, text, args.frames)  # warm-up
+            ttfb = [first_byte(server, http, text, args.frames) for _ in range(5)]
+        lags = [r["first_byte_after_audio_ms"] for r in server.logs[-5:]
+                if r.get("first_byte_after_audio_ms") is not None]
+        rows["speak_stream_first_audio_s"] = sorted(speak_first)[1]
+        rows["serve_first_byte_s"] = sorted(ttfb)[2]
+        rows["first_byte_after_worker_audio_ms"] = sorted(lags)[len(lags) // 2] if lags else None
+        print(f"first audio: speak --stream {rows['speak_stream_first_audio_s']:.3f} s "
+              f"(median of 3); server first byte {rows['serve_first_byte_s']:.3f} s at the client "
+              f"(median of 5); first byte left the server "
+              f"{rows['first_byte_after_worker_audio_ms']} ms after the worker's first audio")
+
+        rates = {}
+        for clients in (1, 4, 16):
+            rates[clients] = throughput(server, clients, args.per_client, args.frames)
+            print(f"{clients:>2} client(s): {rates[clients]:.2f} audio s per s "
+                  f"({rates[clients] / rates[1]:.2f} x one client)")
+        rows["throughput_audio_s_per_s"] = {str(k): round(v, 3) for k, v in rates.items()}
+
+        mixed(server, 10, args.frames)
+        after_10 = server.rss_mb()
+        mixed(server, args.requests - 10, args.frames)
+        after_all = server.rss_mb()
+        rows["rss_mb_after_10"] = round(after_10, 1)
+        rows[f"rss_mb_after_{args.requests}"] = round(after_all, 1)
+        failed = [r for r in server.logs if r["status"] != 200]
+        rows["non_200"] = len(failed)
+        print(f"server memory: {after_10:.0f} MB after 10 requests, {after_all:.0f} MB after "
+              f"{args.requests} mixed ({after_all - after_10:+.0f} MB); "
+              f"{len(failed)} request(s) not answered 200")
+    finally:
+        server.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
