@@ -23,13 +23,23 @@ the work is identical. Both share one loaded model, in one process.
 Then, per model: time to first audio of a streamed sentence
 (`Synthesizer.speak_stream`), the warm worker's throughput under 8
 concurrent requests (continuous batching, 8 rows) against the same worker
-one row at a time, and, with --int8 (CPU), our loop with int8 and fused
-projections against the official fp32 call, with the agreement of its greedy
-codes with fp32's. On CUDA it prints whether the frame graph was captured.
+one row at a time, and, with --int8 (CPU), the CPU options whose output does
+not depend on the batch (int8 with per-row activation scales and fused
+projections; bf16) against fp32: teacher-forced agreement (every choice's
+logits on fp32's greedy codes: relative error, top-1, KL) and speed against
+the official fp32 call. On CUDA it prints whether the frame graph was captured.
 
-The 0.6B figures use the tiny model's codec (the real codec's configuration
-is not available offline), so their decode share is smaller than with the
-real codec; the generation-only column is the like-for-like figure.
+First (unless --stream-frames 0), the streaming codec at its published size
+(engine/model/codec_sizes.py, random weights): one full decode of
+--stream-frames frames against the stateful stream, with and without an
+in-context reference of --ref-frames frames (decoded per chunk, or once per
+voice and copied: "primed"), with the frames decoded, the calls, the first
+audio and the codec's own real-time factor.
+
+The 0.6B model figures use the tiny model's codec unless --real-codec (the
+published decoder size, random weights, in place of the tiny one), so without
+it their decode share is smaller than the real one; the generation-only
+column is the like-for-like figure.
 """
 
 from __future__ import annotations
@@ -218,34 +228,31 @@ def check_greedy(wrapper: Any, synth: Any, frames: int) -> bool:
     return same_all
 
 
-def _int8_agreement(wrapper: Any, synth: Any, quick: Any, frames: int) -> None:
-    """Greedy codes of the int8 loop against the exact loop, same prompt, fixed length."""
+def _teacher_forced(synth: Any, others: dict[str, Any], frames: int) -> None:
+    """Per-choice logits of each fast option against fp32, all fed fp32's greedy codes."""
     import dataclasses
 
     import torch
 
+    from engine.synth.agreement import compare_logits, teacher_forced_logits
     from engine.synth.options import SpeakOptions
     from engine.synth.prompt import build_prefill
 
     greedy = SpeakOptions(do_sample=False, subtalker_do_sample=False)
     settings = dataclasses.replace(synth.decode_settings(greedy), stop_at_eos=False)
-    same = total = same0 = 0
-    firsts = []
-    for text in SENTENCES[:4]:
+    refs, fasts = [], {label: [] for label in others}
+    for text in SENTENCES[:2]:
         prefill = build_prefill(synth.model, synth.processor, [text], synth.speaker_vector,
                                 None, True)
-        exact = synth.fast.generate(prefill, [frames], settings)[0]
-        fast = quick.fast.generate(prefill, [frames], settings)[0]
-        equal = (exact == fast)
-        same += int(equal.sum())
-        total += equal.numel()
-        same0 += int(equal[:, 0].sum())
-        rows = (~equal.all(dim=1)).nonzero()
-        firsts.append(int(rows[0]) if len(rows) else frames)
-    del torch
-    print(f"int8 greedy agreement with fp32 over {len(firsts)} sentences x {frames} frames: "
-          f"{same / total:.1%} of codes, {same0 / (len(firsts) * frames):.1%} of codebook 0, "
-          f"first differing frame {firsts}", flush=True)
+        codes = synth.fast.generate(prefill, [frames], settings)[0]
+        refs.append(teacher_forced_logits(synth.fast, prefill, codes))
+        for label, other in others.items():
+            fasts[label].append(teacher_forced_logits(other.fast, prefill, codes))
+    ref = torch.cat(refs)
+    for label, parts in fasts.items():
+        agreement = compare_logits(ref, torch.cat(parts))
+        print(f"teacher-forced {label:<10} vs fp32, 2 sentences x {frames} frames x 16 "
+              f"codebooks: {agreement.line()}", flush=True)
 
 
 def _first_audio(synth: Any, frames: int) -> float:
@@ -298,6 +305,58 @@ def _worker_throughput(synth: Any, rows: int, requests: int, frames: int,
     return audio[0], wall
 
 
+def bench_streaming(frames: int, ref_frames: int, device: str) -> list[dict[str, Any]]:
+    """The published 12 Hz codec decoder (random weights): one full decode against
+    the stateful stream (frames pushed one at a time, pieces 4, 8 ... 48), with and
+    without an in-context reference, decode time only (the talker is not run)."""
+    import torch
+
+    from engine.model.codec_sizes import REAL_DECODER_CONFIG, build_decoder
+    from engine.synth.stream import StreamDecoder
+
+    decoder = build_decoder(REAL_DECODER_CONFIG, seed=0).to(device)
+    gen = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 2048, (frames, 16), generator=gen)
+    ref = torch.randint(0, 2048, (ref_frames, 16), generator=gen)
+    with torch.inference_mode():
+        decoder(codes[:4].T[None].to(device))  # one-off allocations
+        start = _clock()
+        decoder(codes.T[None].to(device))
+        full_s, full_cpu = _since(start)
+    rows = []
+
+    def stream(label: str, dec: StreamDecoder, setup_s: float = 0.0) -> None:
+        start = _clock()
+        first = None
+        for f in range(frames):
+            dec.push(codes[f:f + 1])
+            if dec.pull().size and first is None:
+                first = _since(start)[0]
+        dec.finish()
+        total, cpu = _since(start)
+        row = {"case": label, "frames": frames, "decoded_frames": dec.frames_decoded,
+               "calls": dec.state.calls, "stream_s": round(total, 3),
+               "full_decode_s": round(full_s, 3), "first_audio_s": round(first or total, 3),
+               "setup_s": round(setup_s, 3), "codec_rtf": round(frames * FRAME_S / total, 3),
+               "stream_cpu_s": round(cpu, 3), "full_decode_cpu_s": round(full_cpu, 3)}
+        rows.append(row)
+        print(f"real codec  {label:<32} {frames} frames: {row['decoded_frames']} decoded in "
+              f"{row['calls']} calls, {total:.2f} s streamed vs {full_s:.2f} s one full "
+              f"decode, first audio after {row['first_audio_s']:.2f} s"
+              + (f" (+{setup_s:.2f} s once per voice)" if setup_s else "")
+              + f", codec alone {row['codec_rtf']:.2f}x real time | cpu time {cpu:.2f} s "
+              f"streamed vs {full_cpu:.2f} s full", flush=True)
+
+    stream("no reference", StreamDecoder(decoder))
+    stream(f"{ref_frames}-frame reference, per chunk", StreamDecoder(decoder, prefix=ref))
+    start = _clock()
+    primed = StreamDecoder.prime(decoder, ref)
+    prime_s, _ = _since(start)
+    stream(f"{ref_frames}-frame reference, primed", StreamDecoder(decoder, primed=primed),
+           prime_s)
+    return rows
+
+
 def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,
                  int8: bool, tmp: Path) -> None:
     import torch
@@ -324,23 +383,43 @@ def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,
           f"one row at a time {one:.3f} audio s/s, continuous batching (8 rows) "
           f"{many:.3f} audio s/s, x{many / one:.2f}", flush=True)
     if int8 and synth.fast.device.type == "cpu":
-        quick = Synthesizer(wrapper, source, None, quantize="int8", fuse=True)
-        quick.use_source(source)
-        _int8_agreement(wrapper, synth, quick, frames)
-        for label, texts, decode in (("1 sentence", SENTENCES[:1], True),
-                                     ("1 sentence", SENTENCES[:1], False),
-                                     ("long text", SENTENCES, True)):
-            if label == "long text":
-                w_off, c_off = _official(wrapper, [" ".join(texts)], frames * len(texts), decode)
-            else:
-                w_off, c_off = _official(wrapper, texts, frames, decode)
-            w_q, c_q = _ours(quick, texts, frames, decode)
-            audio_s = len(texts) * frames * FRAME_S
-            scope = "end to end" if decode else "generation only"
-            print(f"{name:<5} int8+fuse {label:<11} {scope:<15} "
-                  f"| wall RTF official fp32 {audio_s / w_off:6.3f} ours int8 {audio_s / w_q:6.3f} "
-                  f"x{w_off / w_q:.2f} | cpu-time x{c_off / c_q:.2f}", flush=True)
+        bench_cpu_options(name, folder, wrapper, synth, source, frames)
     del synth, wrapper
+    gc.collect()
+
+
+def bench_cpu_options(name: str, folder: Path, wrapper: Any, synth: Any, source: Any,
+                      frames: int) -> None:
+    """CPU options whose output does not depend on the batch (int8 per row, bf16)
+    against fp32: teacher-forced agreement, then speed against the official call."""
+    import torch
+
+    from engine.model.loading import load_model
+    from engine.synth.synthesizer import Synthesizer
+
+    if synth.fast.dtype != torch.float32:
+        print(f"{name:<5} CPU options: run with --dtypes float32 (the reference)", flush=True)
+        return
+    quick = Synthesizer(wrapper, source, None, quantize="int8", fuse=True)
+    quick.use_source(source)
+    half_wrapper = load_model(folder, device="cpu", dtype=torch.bfloat16)
+    half = Synthesizer(half_wrapper, source, None)
+    half.use_source(source)
+    options = {"int8+fuse": quick, "bf16": half}
+    _teacher_forced(synth, options, frames)
+    for label, texts, decode in (("1 sentence", SENTENCES[:1], True),
+                                 ("1 sentence", SENTENCES[:1], False)):
+        w_off, c_off = _official(wrapper, texts, frames, decode)
+        audio_s = len(texts) * frames * FRAME_S
+        scope = "end to end" if decode else "generation only"
+        figures = []
+        for option, other in (("fp32", synth), *options.items()):
+            _ours(other, texts, 3, decode)  # warm-up
+            w, c = _ours(other, texts, frames, decode)
+            figures.append(f"{option} {audio_s / w:.3f} (x{w_off / w:.2f}, cpu x{c_off / c:.2f})")
+        print(f"{name:<5} CPU {label} {scope:<15} | wall RTF official fp32 {audio_s / w_off:.3f}"
+              f" | ours " + ", ".join(figures), flush=True)
+    del quick, half, half_wrapper
     gc.collect()
 
 
@@ -406,16 +485,24 @@ def main() -> None:
                              "(the official CPU default is float32)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     parser.add_argument("--json", help="also write the rows to this file")
-    parser.add_argument("--int8", action="store_true",
-                        help="also int8 + fused projections (CPU) and their greedy agreement")
+    parser.add_argument("--int8", "--cpu-options", action="store_true",
+                        help="also the CPU options (int8 per row + fused projections, bf16): "
+                             "teacher-forced agreement with fp32 and speed")
     parser.add_argument("--skip-official", action="store_true",
                         help="only the streaming, worker and int8 figures")
+    parser.add_argument("--stream-frames", type=int, default=188,
+                        help="frames of the real-size codec streaming figure (188 = 15 s); "
+                             "0 skips it")
+    parser.add_argument("--ref-frames", type=int, default=125,
+                        help="in-context reference frames of that figure (125 = 10 s)")
     args = parser.parse_args()
     import torch
 
     print(f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} thread(s), "
           f"{args.frames} frames per sentence, sampling with the model defaults", flush=True)
     rows: list[dict[str, Any]] = []
+    if args.stream_frames:
+        rows += bench_streaming(args.stream_frames, args.ref_frames, args.device)
     with tempfile.TemporaryDirectory(prefix="bench-synth-") as tmp:
         work = Path(tmp)
         for name in args.models.split(","):

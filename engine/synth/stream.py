@@ -76,8 +76,10 @@ class StreamDecoder:
         from .codec_state import CodecState
 
         state = CodecState(decoder)
-        device = next(decoder.parameters()).device
-        state.decode(prefix.to(device).clamp(min=0).T[None])
+        codes = prefix.to(next(decoder.parameters()).device).clamp(min=0).T[None]
+        for start in range(0, codes.shape[-1], 48):
+            # bounded pieces: long inputs cost more per frame (and memory) in one call
+            state.decode(codes[..., start:start + 48])
         return state
 
     @property
