@@ -200,13 +200,80 @@ def test_watch_evaluates_new_checkpoints_and_suggests_an_early_stop(
     assert steps == [10, 20, 30, 40]
     updates = [e.data for e in events if e.kind == "state"
                and e.data.get("state") == "evaluation_updated"]
-    assert [u["checkpoints"] for u in updates] == [3, 4]
+    # one checkpoint per pass, the newest first (30, then 40 as it appears, then 20, 10)
+    assert [u["checkpoints"] for u in updates] == [1, 2, 3, 4]
     assert any(e.kind == "state" and e.data.get("state") == "early_stop_suggested"
                for e in events)
     # step 30 and 40 are new renders; everything else was measured before
     rendered = [e.data["detail"] for e in events if e.kind == "state"
                 and e.data.get("state") == "evaluating" and "index" in e.data]
     assert rendered == ["step 30", "step 40"]
+
+
+def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
+                                               evaluated: dict[str, Any]) -> None:
+    """Training writes a checkpoint every step and keeps only the newest two; the watcher
+    is slower than training (each time it starts measuring, training moves on). It
+    measures the baseline before any checkpoint exists, never fails, scores every
+    checkpoint still kept at the end, and notes the ones deleted before it got to them.
+
+    The "training" is the training area's own Checkpointer pruning (keep=2, its minimum)
+    over checkpoint folders copied from the fixture's real DCP checkpoint: a Ray run
+    writing every step costs minutes on 2 cores; the deletion is the same rmtree."""
+    import shutil
+
+    from engine.quality.evaluate import watch
+    from engine.synth.voice import list_run_checkpoints
+    from engine.train.checkpoint import Checkpointer, checkpoint_name
+
+    source = trained_run["run"] / "checkpoint_step_0000020"
+    run = trained_run["voice"] / "runs" / "r-race"
+    run.mkdir()
+    shutil.copy(trained_run["run"] / "config.json", run / "config.json")
+    trainer = Checkpointer(run, rank=0, world_size=1, keep=2)
+    written: list[int] = []
+
+    def train_to(step: int) -> None:
+        while (written[-1] if written else 0) < step:
+            n = (written[-1] if written else 0) + 1
+            shutil.copytree(source, run / checkpoint_name(n))
+            written.append(n)
+            trainer.prune()
+
+    events: list[Event] = []
+    baseline_entries: list[list[str]] = []
+
+    def on_event(ev: Event) -> None:
+        events.append(ev)
+        if ev.kind != "state":
+            return
+        if ev.data.get("state") == "evaluation_updated" and ev.data.get("detail") == "baseline":
+            data = json.loads((run / "evaluation" / "evaluation.json").read_text())
+            baseline_entries.append([e["label"] for e in data["entries"]])
+            train_to(1)
+        elif ev.data.get("state") == "evaluating" and ev.data.get("detail") == "step 1":
+            train_to(4)  # step 1 is deleted as the watcher starts on it
+        elif ev.data.get("state") == "evaluating" and ev.data.get("detail") == "step 4":
+            train_to(5)
+
+    result = watch(trained_run["voice"], "r-race", interval_s=0.01, idle_s=0.3,
+                   asr="pocketsphinx", sentences=evaluated["result"]["sentences"][:1],
+                   options=FAST, device="cpu", export=False, on_event=on_event)
+    # the zero-shot baseline was in the report before the first checkpoint existed
+    assert baseline_entries == [["zero-shot"]]
+    kept = [c.name for c in list_run_checkpoints(run)]
+    assert kept == [checkpoint_name(4), checkpoint_name(5)]
+    data = json.loads((run / "evaluation" / "evaluation.json").read_text())
+    assert [e["step"] for e in data["entries"] if e["kind"] == "checkpoint"] == [4, 5]
+    # 1 vanished as the watcher started on it, 3 while it measured 4; 2 came and went
+    # while the watcher was busy, so it never saw it (and cannot name it)
+    assert [n["step"] for n in data["skipped"]] == [1, 3]
+    assert [n["step"] for n in result["skipped"]] == [1, 3]
+    assert "not measured (deleted by training first): step 1, 3" in result["summary"]
+    page = (run / "evaluation" / "report.html").read_text(encoding="utf-8")
+    assert "deleted by training" in page
+    assert not any(e.kind == "error" for e in events)
+    assert not any("does not exist" in str(e.data.get("message", "")) for e in events)
 
 
 def _entry(label: str, kind: str, step: int | None, **mean: Any) -> dict[str, Any]:

@@ -112,8 +112,9 @@ def _runs_with_checkpoints(voice: Voice) -> list[Path]:
     return [r for r in voice.runs_dir.iterdir() if r.is_dir() and list_run_checkpoints(r)]
 
 
-def pick_run(voice: Voice, run: str | None) -> Path:
-    """The named run (name or path), else the run whose newest checkpoint is newest."""
+def pick_run(voice: Voice, run: str | None, need_checkpoint: bool = True) -> Path:
+    """The named run (name or path), else the run whose newest checkpoint is newest.
+    `need_checkpoint=False` accepts a run that has none yet (the zero-shot baseline)."""
     from ..synth.voice import list_run_checkpoints
 
     if run:
@@ -136,7 +137,7 @@ def pick_run(voice: Voice, run: str | None) -> Path:
                                  "there is nothing to evaluate.",
                                  "Train it first with `voxshard-engine train`.")
         run_dir = max(runs, key=lambda p: p.stat().st_mtime)
-    if not list_run_checkpoints(run_dir):
+    if need_checkpoint and not list_run_checkpoints(run_dir):
         raise WorkspaceError(f"The run {run_dir.name} has no complete checkpoint yet, so "
                              "there is nothing to evaluate.",
                              "Train longer (a checkpoint is written every few hundred steps), "
@@ -174,13 +175,18 @@ def _best_by_validation(run_dir: Path) -> int | None:
 
 
 def pick_checkpoints(run_dir: Path, which: str | list[str] | None, out_dir: Path,
-                     emitter: Emitter) -> list[Path]:
+                     emitter: Emitter, missing: list[dict[str, Any]] | None = None
+                     ) -> list[Path]:
     """`all`, `latest`, `best` (the last evaluation's best, else the lowest validation
-    loss, else the latest), or steps/names ("100,200")."""
+    loss, else the latest), or steps/names ("100,200"); an empty list picks none.
+    With `missing` (a list), a named checkpoint that is gone (training pruned it) is
+    appended there instead of failing."""
     from ..synth.voice import checkpoint_step, list_run_checkpoints, pick_checkpoint
 
     found = list_run_checkpoints(run_dir)
     if isinstance(which, list):
+        if not which:
+            return []
         wanted = which
     else:
         wanted = [w.strip() for w in str(which or "all").split(",") if w.strip()]
@@ -202,8 +208,23 @@ def pick_checkpoints(run_dir: Path, which: str | list[str] | None, out_dir: Path
         emitter.log("No evaluation and no validation loss yet; using the latest checkpoint.",
                     level="warning")
         return found[-1:]
-    return sorted(dict.fromkeys(pick_checkpoint(run_dir, w) for w in wanted),
-                  key=lambda p: checkpoint_step(p) or 0)
+    picked: list[Path] = []
+    for w in wanted:
+        try:
+            picked.append(pick_checkpoint(run_dir, w))
+        except VoxshardError:
+            if missing is None:
+                raise
+            name = Path(str(w)).name
+            step = checkpoint_step(Path(name)) if not name.isdigit() else int(name)
+            missing.append(_skip_note(step, name))
+    return sorted(dict.fromkeys(picked), key=lambda p: checkpoint_step(p) or 0)
+
+
+def _skip_note(step: int | None, name: str) -> dict[str, Any]:
+    return {"step": step, "checkpoint": name,
+            "reason": "training deleted it (keeping only its newest checkpoints) before "
+                      "it was measured"}
 
 
 def _latest_export(voice: Voice) -> Path | None:
@@ -396,18 +417,32 @@ def zero_shot_mode(source: Any) -> str:
     return "in_context" if getattr(source, "reference_text", None) else "x_vector"
 
 
-def _plan_sources(voice: Voice, run_dir: Path, checkpoints: list[Path], zero_shot: bool,
-                  export: bool | str | Path, base: str | None, emitter: Emitter) -> list[Any]:
-    from ..synth.voice import reference_clip, resolve_source
+def _gone(checkpoint: Path | None) -> bool:
+    """True when a checkpoint is no longer complete on disk (training pruned it)."""
+    return checkpoint is not None and not (Path(checkpoint) / "COMPLETE").exists()
 
-    sources = [resolve_source(str(c), base=base) for c in checkpoints]
+
+def _plan_sources(voice: Voice, run_dir: Path, checkpoints: list[Path], zero_shot: bool,
+                  export: bool | str | Path, base: str | None, base_dir: Path,
+                  emitter: Emitter, skipped: list[dict[str, Any]]) -> list[Any]:
+    from ..synth.voice import checkpoint_step, reference_clip, resolve_source
+
+    sources = []
+    for c in checkpoints:
+        try:
+            sources.append(resolve_source(str(c), base=base))
+        except VoxshardError:
+            if not _gone(c):
+                raise
+            skipped.append(_skip_note(checkpoint_step(c), c.name))
     if zero_shot:
         ref = reference_clip(voice.path)
         if ref is None:
             emitter.log("The voice has no reference clip, so there is no zero-shot baseline.",
                         level="warning")
         else:
-            sources.insert(0, resolve_source(str(sources[0].model_dir), reference=ref))
+            model = sources[0].model_dir if sources else base_dir
+            sources.insert(0, resolve_source(str(model), reference=ref))
     if export:
         folder = Path(export) if isinstance(export, str | Path) and not isinstance(export, bool) \
             else _latest_export(voice)
@@ -428,9 +463,15 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
              base: str | None = None, references: int = MAX_REFERENCES, force: bool = False,
              out_dir: str | os.PathLike[str] | None = None,
              on_event: EventCallback | Emitter | None = None,
-             cancel: threading.Event | None = None) -> dict[str, Any]:
+             cancel: threading.Event | None = None,
+             skipped: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Render, measure and report (see the module doc). Returns the evaluation dict
-    plus "summary", "path" (evaluation.json) and "html" (report.html)."""
+    plus "summary", "path" (evaluation.json) and "html" (report.html).
+
+    `checkpoints=[]` measures no checkpoint (the zero-shot baseline of a run that has
+    none yet). With `skipped` (a list, as `watch` passes), a checkpoint training deletes
+    before or while it is measured is skipped and noted in the report instead of ending
+    the evaluation; the caller's own notes in that list are reported too."""
     from ..model.loading import resolve_model
     from ..synth.options import SpeakOptions
     from ..synth.voice import checkpoint_step, run_base_model
@@ -441,9 +482,11 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
     sentences = [s.strip() for s in (sentences or HELD_OUT_SENTENCES) if s and s.strip()]
     if not sentences:
         raise InputError("No sentences to evaluate with.", "Give at least one sentence.")
-    run_dir = pick_run(v, run)
+    tolerant = skipped is not None
+    notes: list[dict[str, Any]] = list(skipped or [])
+    run_dir = pick_run(v, run, need_checkpoint=not (tolerant or checkpoints == []))
     out = Path(out_dir) if out_dir else run_dir / EVAL_DIR
-    picked = pick_checkpoints(run_dir, checkpoints, out, em)
+    picked = pick_checkpoints(run_dir, checkpoints, out, em, notes if tolerant else None)
     base_name = base or run_base_model(run_dir)
     if not base_name:
         raise WorkspaceError(f"The run {run_dir.name} does not say which base model it "
@@ -458,7 +501,12 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
     started = time.perf_counter()
     meter = Meter(asr, base_dir, device, em)
     ref = meter.reference(v, run_dir, references)
-    sources = _plan_sources(v, run_dir, picked, zero_shot, export, base, em)
+    skipped_now: list[dict[str, Any]] = []
+    sources = _plan_sources(v, run_dir, picked, zero_shot, export, base, base_dir, em,
+                            skipped_now)
+    if skipped_now and not tolerant:
+        raise _deleted(skipped_now[0]["checkpoint"])
+    notes += skipped_now
     asr_model = f"{meter.asr.backend}:{meter.asr.model}"
     prev_data = _previous(out) or {}
     same_setup = (prev_data.get("sentences") == sentences and prev_data.get("seed") == seed
@@ -482,9 +530,26 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
             em.log(f"{source.label}: measured before, reused.")
         else:
             em.state("evaluating", detail=source.label, index=n, total=len(sources))
-            synth = _ready(synth, source, device, dtype, em)
             t0 = time.perf_counter()
-            speeches = synth.speak_many(sentences, opts, em, cancel)
+            try:
+                if _gone(source.checkpoint):
+                    raise FileNotFoundError(str(source.checkpoint))
+                synth = _ready(synth, source, device, dtype, em)
+                speeches = synth.speak_many(sentences, opts, em, cancel)
+            except Exception as exc:
+                # a checkpoint pruned under us fails in many ways (missing shard, torn
+                # read); only that case is skipped, anything else is a real failure
+                if not _gone(source.checkpoint):
+                    raise
+                if not tolerant:
+                    raise _deleted(Path(source.checkpoint).name) from exc
+                notes.append(_skip_note(step, Path(source.checkpoint).name))
+                em.log(f"{source.label} was deleted by training before it was measured; "
+                       "skipped (noted in the report).", level="warning")
+                synth = None  # it may be half switched to the vanished weights
+                gc.collect()
+                done += len(sentences)
+                continue
             render_s = time.perf_counter() - t0
             t1 = time.perf_counter()
             renders = []
@@ -524,6 +589,7 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
                        entries, out, describe(asr) if not hasattr(asr, "transcribe") else None)
     result["asr"]["key"] = asr_model
     result["evaluated"] = [e["label"] for e in evaluated]
+    result["skipped"] = _skipped(prev_data.get("skipped") or [], notes, entries)
     result["elapsed_s"] = round(time.perf_counter() - started, 3)
     from .report import render_html
 
@@ -542,6 +608,22 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
     em.artifact(str(out / "report.html"), role="evaluation_report")
     return {**result, "path": str(out / "evaluation.json"), "html": str(out / "report.html"),
             "summary": format_summary(result, out)}
+
+
+def _deleted(name: str) -> WorkspaceError:
+    return WorkspaceError(f"{name} was deleted before it could be measured (training keeps "
+                          "only its newest checkpoints).",
+                          "Evaluate again: the checkpoints still on disk will be measured.")
+
+
+def _skipped(before: list[dict[str, Any]], now: list[dict[str, Any]],
+             entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Checkpoints never measured because training deleted them first, by step (one note
+    each; a checkpoint measured after all is not listed)."""
+    measured = {e.get("step") for e in entries if e["kind"] == "checkpoint"}
+    notes = {(n.get("step"), n.get("checkpoint")): n for n in [*before, *now]
+             if isinstance(n, dict) and n.get("step") not in measured}
+    return sorted(notes.values(), key=lambda n: n.get("step") or 0)
 
 
 def _merge(history: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -682,6 +764,10 @@ def format_summary(result: dict[str, Any], out: Path) -> str:
         lines.append(f"  best checkpoint: {result['best']['label']} (*).")
     for w in result["warnings"]:
         lines.append(f"  warning: {w['message']}")
+    gone = [n for n in result.get("skipped") or [] if n.get("step") is not None]
+    if gone:
+        lines.append(f"  not measured (deleted by training first): step "
+                     f"{', '.join(str(n['step']) for n in gone)}.")
     lines.append(f"Report: {display_path(out / 'report.html')}")
     return "\n".join(lines)
 
@@ -693,15 +779,20 @@ def watch(voice: Voice | str | os.PathLike[str], run: str | None = None, *,
     """Evaluate each checkpoint of a run as training writes it, in this process (start it
     as a second engine process beside training, which then never waits for it).
 
-    Polls the run every `interval_s`; each new complete checkpoint is rendered and
-    measured (the zero-shot clone and the export once, at the start), `evaluation.json`
-    and the report grow, and a `state` event `evaluation_updated` carries the best
-    checkpoint so far. With `patience`, a `state` event `early_stop_suggested` (and a
-    warning) says when the best has not improved for that many evaluated checkpoints;
-    stopping training stays the caller's decision. Returns the last evaluation when
-    `stop` is set, after `idle_s` seconds without a new checkpoint, or on Ctrl-C.
+    The zero-shot clone (and the voice's export) is measured first, as soon as the run
+    says its base model, so the baseline is there before the first checkpoint. Then the
+    run is polled every `interval_s`: the newest unmeasured checkpoint is rendered and
+    measured, one per pass, so a watcher slower than training falls behind gracefully
+    (it always measures the newest; older ones it measures while they last). A checkpoint
+    training deletes before it was measured is skipped and noted in the report; the
+    watcher never stops for it. `evaluation.json` and the report grow, and a `state`
+    event `evaluation_updated` carries the best checkpoint so far. With `patience`, a
+    `state` event `early_stop_suggested` (and a warning) says when the best has not
+    improved for that many evaluated checkpoints; stopping training stays the caller's
+    decision. Returns the last evaluation when `stop` is set, after `idle_s` seconds
+    without a new checkpoint, or on Ctrl-C.
     """
-    from ..synth.voice import checkpoint_step, list_run_checkpoints
+    from ..synth.voice import checkpoint_step, list_run_checkpoints, run_base_model
 
     em = as_emitter(on_event)
     v = voice if isinstance(voice, Voice) else open_voice(voice)
@@ -713,28 +804,63 @@ def watch(voice: Voice | str | os.PathLike[str], run: str | None = None, *,
             raise WorkspaceError(f"The voice {v.path.name} has no training run to watch.",
                                  "Start training first, or give --run.")
         run_dir = max(found, key=lambda p: p.stat().st_mtime)
-    seen: set[str] = set()
+    measured: set[str] = set()
+    listed: dict[str, int | None] = {}  # every checkpoint seen on disk, by name
+    noted: set[str] = set()
+    baseline = False
     result: dict[str, Any] = {}
     best_step: int | None = None
     since_best = 0
     suggested = False
     last_new = time.monotonic()
     em.state("watching", detail=str(run_dir))
+
+    def pruned() -> list[dict[str, Any]]:
+        """Checkpoints seen but deleted by training before this watcher reached them."""
+        present = {c.name for c in list_run_checkpoints(run_dir)}
+        gone = [n for n in listed if n not in measured and n not in present and n not in noted]
+        for name in gone:
+            em.log(f"{name} was deleted by training before it was measured; skipped "
+                   "(noted in the report).", level="warning")
+        return [_skip_note(listed[n], n) for n in gone]
+
+    zero_shot, export = kwargs.pop("zero_shot", True), kwargs.pop("export", True)
+
+    def run_once(checkpoints: list[str], notes: list[dict[str, Any]]) -> dict[str, Any]:
+        nonlocal baseline
+        out = evaluate(v, str(run_dir), checkpoints, zero_shot=zero_shot and not baseline,
+                       export=export and not baseline, on_event=em, skipped=notes, **kwargs)
+        baseline = True
+        noted.update(n["checkpoint"] for n in out.get("skipped") or [])
+        nonlocal last_new
+        last_new = time.monotonic()  # idle means no new checkpoint, not a long evaluation
+        return out
+
     try:
         while stop is None or not stop.is_set():
-            new = [c for c in list_run_checkpoints(run_dir) if c.name not in seen]
-            if new:
+            for c in list_run_checkpoints(run_dir):
+                listed.setdefault(c.name, checkpoint_step(c))
+            new = sorted((n for n in listed if n not in measured and n not in noted),
+                         key=lambda n: listed[n] or 0)
+            present = {c.name for c in list_run_checkpoints(run_dir)}
+            todo = [n for n in new if n in present]
+            if todo:
                 last_new = time.monotonic()
-                result = evaluate(v, str(run_dir), [str(checkpoint_step(c)) for c in new],
-                                  zero_shot=not seen, export=not seen, on_event=em, **kwargs)
-                seen |= {c.name for c in new}
+                newest = todo[-1]
+                if len(todo) > 1:
+                    em.log(f"Training is ahead of the evaluation: measuring {newest} first "
+                           f"({len(todo) - 1} older checkpoint(s) wait while they last).")
+                result = run_once([newest], pruned())
+                if newest not in noted:
+                    measured.add(newest)
                 best = result.get("best") or {}
                 if best.get("step") == best_step:
-                    since_best += len(new)
+                    since_best += 1
                 else:
                     best_step, since_best = best.get("step"), 0
                 em.state("evaluation_updated", detail=f"best: {best.get('label')}",
-                         best_step=best_step, checkpoints=len(seen), path=result["path"])
+                         best_step=best_step, checkpoints=len(measured), path=result["path"],
+                         skipped=len(noted))
                 if patience and since_best >= patience and not suggested:
                     suggested = True
                     em.log(f"The best checkpoint (step {best_step}) has not improved for "
@@ -742,7 +868,18 @@ def watch(voice: Voice | str | os.PathLike[str], run: str | None = None, *,
                            "to help.", level="warning")
                     em.state("early_stop_suggested", best_step=best_step,
                              detail=f"no improvement for {since_best} checkpoints")
-            elif idle_s is not None and time.monotonic() - last_new > idle_s:
+                continue  # the next newest at once: training may be ahead
+            if not baseline and run_base_model(run_dir):
+                # the zero-shot baseline before the first checkpoint exists
+                result = run_once([], pruned())
+                em.state("evaluation_updated", detail="baseline", best_step=None,
+                         checkpoints=0, path=result["path"], skipped=len(noted))
+                continue
+            elif new and not todo:
+                notes = pruned()
+                if notes and baseline:
+                    result = run_once([], notes)  # the note lands in the report
+            if idle_s is not None and time.monotonic() - last_new > idle_s:
                 break
             if stop is not None:
                 stop.wait(interval_s)

@@ -179,6 +179,12 @@ def render_html(result: dict[str, Any]) -> str:
     if result["warnings"]:
         parts.append("<ul>" + "".join(f"<li class=\"warn\">{_esc(w['message'])}</li>"
                                       for w in result["warnings"]) + "</ul>")
+    gone = [n for n in result.get("skipped") or [] if n.get("step") is not None]
+    if gone:
+        steps = ", ".join(str(n["step"]) for n in gone)
+        parts.append(f"<p class=\"muted\">Not measured: step {_esc(steps)} (deleted by training, "
+                     "which keeps only its newest checkpoints, before the evaluation reached "
+                     "them).</p>")
     parts.append("<h2>Per checkpoint</h2><div class=\"plots\">" + "".join(_plots(result))
                  + "</div>")
     head = ("<tr><th>voice</th><th>similarity</th><th>similarity (model's encoder)</th>"
