@@ -1,0 +1,284 @@
+"""Serve: the voices to other programs, through OpenAI's speech endpoint.
+
+The server is `voxshard-engine --json serve` in its own process (an `EngineJob`,
+so it shows in the status bar with a Cancel, and Quit stops it cleanly); the
+window only reads its events, so it never waits on the server. A key is made
+for each start when it is asked for (always off this computer): it is shown
+once, copied to the clipboard, and lives in a private temporary file that is
+removed when the server stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shlex
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QGridLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QWidget,
+)
+
+from engine import catalog
+
+from ..context import AppContext
+from ..jobs import EngineJob
+from ..widgets import button, hbox
+from .base import Page
+
+HOSTS = [("Only this computer (127.0.0.1)", "127.0.0.1"),
+         ("Other computers too (0.0.0.0, needs the key)", "0.0.0.0")]
+#: rows kept in the request log (older ones scroll away)
+LOG_ROWS = 500
+#: the audio-seconds-per-second figure averages this many seconds
+RATE_WINDOW_S = 60.0
+
+
+def servable_voices(workspace: Path | None) -> list[tuple[str, Path]]:
+    """The workspace's voices that have an export or a trained run (name, folder)."""
+    if workspace is None:
+        return []
+    out = []
+    for entry in catalog.list_voices(workspace):
+        if catalog.list_exports(entry.path) or any(r.checkpoints
+                                                   for r in catalog.list_runs(entry.path)):
+            out.append((entry.path.name, entry.path))
+    return out
+
+
+def curl_line(url: str, voice: str, key: str | None) -> str:
+    auth = f" \\\n  -H 'Authorization: Bearer {key}'" if key else ""
+    body = json.dumps({"model": "tts-1", "voice": voice, "input": "Hello from my own voice.",
+                       "response_format": "wav"})
+    return (f"curl -sS {url}/audio/speech{auth} \\\n  -H 'Content-Type: application/json' "
+            f"\\\n  -d {shlex.quote(body)} -o hello.wav")
+
+
+def python_snippet(url: str, voice: str, key: str | None) -> str:
+    return (f"from openai import OpenAI\n\n"
+            f"client = OpenAI(base_url={url!r}, api_key={key or 'no-key'!r})\n"
+            f"with client.audio.speech.with_streaming_response.create(\n"
+            f"        model=\"tts-1\", voice={voice!r}, input=\"Hello from my own voice.\",\n"
+            f"        response_format=\"wav\") as response:\n"
+            f"    response.stream_to_file(\"hello.wav\")\n")
+
+
+class ServePage(Page):
+    title = "Serve"
+    subtitle = ("Use your voices in other programs (chat apps, home automation, scripts) "
+                "through OpenAI's speech endpoint.")
+    icon_name = "serve"
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        self.job: EngineJob | None = None
+        self.key: str | None = None
+        self._key_file: Path | None = None
+        self.url = ""
+        self.served: deque[tuple[float, float]] = deque()  # (when, audio seconds)
+
+        form = QGridLayout()
+        form.addWidget(QLabel("Voices to serve"), 0, 0, Qt.AlignmentFlag.AlignTop)
+        self.voices = QListWidget()
+        self.voices.setMaximumHeight(110)
+        self.voices.setToolTip("Each checked voice is served with its exports and trained runs.")
+        form.addWidget(self.voices, 0, 1)
+        form.addWidget(QLabel("Listen on"), 1, 0)
+        self.host = QComboBox()
+        for text, host in HOSTS:
+            self.host.addItem(text, host)
+        self.host.currentIndexChanged.connect(self._host_changed)
+        self.port = QSpinBox()
+        self.port.setRange(0, 65535)
+        self.port.setValue(8000)
+        self.port.setToolTip("TCP port; 0 picks a free one.")
+        self.use_key = QCheckBox("Require a key")
+        self.use_key.setToolTip("Clients must send 'Authorization: Bearer KEY' (always on when "
+                                "other computers can connect).")
+        form.addWidget(hbox(self.host, QLabel("port"), self.port, self.use_key, stretch_at=4),
+                       1, 1)
+        self.outer.addLayout(form)
+
+        self.start_button = button("Start", "play", primary=True, slot=self.start)
+        self.stop_button = button("Stop", "stop", slot=self.stop)
+        self.stop_button.setEnabled(False)
+        self.state = QLabel("Stopped.")
+        self.state.setWordWrap(True)
+        self.outer.addWidget(hbox(self.start_button, self.stop_button, self.state, stretch_at=2))
+
+        self.url_field = QLineEdit()
+        self.url_field.setReadOnly(True)
+        self.url_field.setPlaceholderText("The server's address appears here once it runs.")
+        self.key_field = QLineEdit()
+        self.key_field.setReadOnly(True)
+        self.key_field.setPlaceholderText("No key.")
+        self.rate = QLabel("")
+        self.outer.addWidget(hbox(QLabel("URL"), self.url_field, QLabel("Key"), self.key_field,
+                                  self.rate))
+        self.curl = QPlainTextEdit()
+        self.curl.setReadOnly(True)
+        self.curl.setMaximumHeight(90)
+        self.python = QPlainTextEdit()
+        self.python.setReadOnly(True)
+        self.python.setMaximumHeight(120)
+        self.outer.addWidget(QLabel("<b>Try it</b> (curl, then Python with the <code>openai</code>"
+                                    " package)"))
+        self.outer.addWidget(self.curl)
+        self.outer.addWidget(self.python)
+
+        self.log = QTableWidget(0, 6)
+        self.log.setHorizontalHeaderLabels(["Time", "Status", "Voice", "Format", "Audio s",
+                                            "Took s"])
+        self.log.verticalHeader().hide()
+        self.log.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.log.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.outer.addWidget(QLabel("<b>Requests</b>"))
+        self.outer.addWidget(self.log, 1)
+        self._rate_timer = QTimer(self)
+        self._rate_timer.setInterval(1000)
+        self._rate_timer.timeout.connect(self._show_rate)
+        self._host_changed()
+
+    # -- form ------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        # a voice the user unchecked stays unchecked; new voices come checked
+        unchecked = {self.voices.item(i).data(Qt.ItemDataRole.UserRole)
+                     for i in range(self.voices.count())
+                     if self.voices.item(i).checkState() != Qt.CheckState.Checked}
+        self.voices.clear()
+        for name, path in servable_voices(self.ctx.workspace):
+            item = QListWidgetItem(name)
+            item.setData(Qt.ItemDataRole.UserRole, str(path))
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            item.setCheckState(Qt.CheckState.Unchecked if str(path) in unchecked
+                               else Qt.CheckState.Checked)
+            self.voices.addItem(item)
+        if not self.voices.count() and not self.running:
+            self.state.setText("No voice has an export or a trained run yet: train one first.")
+
+    def _host_changed(self) -> None:
+        remote = self.host.currentData() != "127.0.0.1"
+        if remote:
+            self.use_key.setChecked(True)
+        self.use_key.setEnabled(not remote)
+
+    def chosen(self) -> list[str]:
+        return [str(self.voices.item(i).data(Qt.ItemDataRole.UserRole))
+                for i in range(self.voices.count())
+                if self.voices.item(i).checkState() == Qt.CheckState.Checked]
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None and self.job.outcome is None
+
+    # -- server ----------------------------------------------------------------------------
+    def start(self) -> None:
+        voices = self.chosen()
+        if not voices or self.running:
+            if not voices:
+                self.state.setText("Check at least one voice to serve.")
+            return
+        args = ["serve", *voices, "--host", str(self.host.currentData()),
+                "--port", str(self.port.value())]
+        self.key = None
+        if self.use_key.isChecked():
+            self.key = secrets.token_urlsafe(32)
+            fd, name = tempfile.mkstemp(prefix="voxshard-key-")  # owner-only: 0600
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(self.key + "\n")
+            self._key_file = Path(name)
+            args += ["--api-key-file", name]
+        self.log.setRowCount(0)
+        self.served.clear()
+        self.job = self.start_job(args, "Serve")
+        self.job.event.connect(self._on_event)
+        self.job.finished.connect(self._on_finished)
+        self.state.setText("Starting: loading the first voice...")
+        self.start_button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+
+    def stop(self) -> None:
+        if self.running and self.job is not None:
+            self.state.setText("Stopping...")
+            self.job.cancel()
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "state" and event.get("state") == "serving":
+            self.url = str(event.get("url") or "")
+            self.url_field.setText(self.url)
+            voice = (event.get("voices") or ["VOICE"])[0]
+            self.curl.setPlainText(curl_line(self.url, voice, self.key))
+            self.python.setPlainText(python_snippet(self.url, voice, self.key))
+            if self.key:
+                self.key_field.setText(self.key)
+                QGuiApplication.clipboard().setText(self.key)
+                note = " The key was copied to the clipboard; it is shown only while this runs."
+            else:
+                note = ""
+            self.state.setText(f"Serving {len(event.get('voices') or [])} voice(s) at "
+                               f"{self.url}.{note}")
+            self._rate_timer.start()
+        elif "request_log" in event:
+            self._add_request(event["request_log"])
+
+    def _add_request(self, record: dict[str, Any]) -> None:
+        if self.log.rowCount() >= LOG_ROWS:
+            self.log.removeRow(0)
+        row = self.log.rowCount()
+        self.log.insertRow(row)
+        cells = [time.strftime("%H:%M:%S"), str(record.get("status", "")),
+                 str(record.get("voice", "")),
+                 f"{record.get('format', '')} {record.get('stream', '')}".strip(),
+                 f"{float(record.get('audio_s') or 0):.2f}",
+                 f"{float(record.get('seconds') or 0):.2f}"]
+        for col, text in enumerate(cells):
+            self.log.setItem(row, col, QTableWidgetItem(text))
+        self.log.scrollToBottom()
+        if record.get("status") == 200:
+            self.served.append((time.monotonic(), float(record.get("audio_s") or 0)))
+        self._show_rate()
+
+    def _show_rate(self) -> None:
+        now = time.monotonic()
+        while self.served and now - self.served[0][0] > RATE_WINDOW_S:
+            self.served.popleft()
+        audio = sum(s for _, s in self.served)
+        self.rate.setText(f"{audio / RATE_WINDOW_S:.2f} audio s per s (last minute)")
+
+    def _on_finished(self) -> None:
+        self._rate_timer.stop()
+        if self._key_file is not None:
+            self._key_file.unlink(missing_ok=True)
+            self._key_file = None
+        self.key = None
+        self.key_field.clear()  # shown once: a new start makes a new key
+        self.url_field.clear()
+        self.curl.clear()
+        self.python.clear()
+        self.start_button.setEnabled(True)
+        self.stop_button.setEnabled(False)
+        outcome = self.job.outcome if self.job is not None else None
+        if outcome == "failed":
+            self.state.setText("The server stopped with an error (see the message).")
+        else:
+            self.state.setText("Stopped.")
