@@ -43,6 +43,7 @@ from .pages.importer import ImportPage
 from .pages.listen import ListenPage
 from .pages.prepare import PreparePage
 from .pages.record import RecordPage
+from .pages.serve import ServePage
 from .pages.train import TrainPage
 from .pages.voices import VoicesPage
 from .theme import ThemeManager, app_icon, icon
@@ -51,7 +52,7 @@ from .widgets import button, retint_buttons
 P = TypeVar("P", bound=Page)
 
 PAGE_CLASSES: list[type[Page]] = [VoicesPage, RecordPage, ImportPage, PreparePage, TrainPage,
-                                  ListenPage, HelpPage]
+                                  ListenPage, ServePage, HelpPage]
 
 
 def versions() -> list[tuple[str, str]]:

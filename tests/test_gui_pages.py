@@ -33,7 +33,7 @@ def _click_yes(qtbot, parent) -> None:
 
 def test_window_has_every_page_and_navigates(qtbot, window: MainWindow) -> None:
     titles = [p.title for p in window.pages]
-    assert titles == ["Voices", "Record", "Import", "Prepare", "Train", "Listen", "Help"]
+    assert titles == ["Voices", "Record", "Import", "Prepare", "Train", "Listen", "Serve", "Help"]
     for row in range(len(window.pages)):
         window.nav.setCurrentRow(row)
         assert window.stack.currentWidget() is window.pages[row]
