@@ -249,7 +249,8 @@ def proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
     return TrainParts(model=objective, device=device, steps_per_epoch=1 << 30,
                       step_batches=step_batches, forward=forward,
                       set_grad_sync=lambda on: set_gradient_sync(objective, on),
-                      precision=precision, info={"precision_detail": detail})
+                      precision=precision, info={"precision_detail": detail},
+                      prepare=lambda b: batch_to_device(b, device, pin=True))
 
 
 class _ListSender:

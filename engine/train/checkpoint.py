@@ -17,6 +17,13 @@ with one sentence (`FatalTrainingError("disk_full")`, never retried). A disk
 that fills up during the save ends the run the same way; the torn folder has
 no COMPLETE marker and is removed, and the previous checkpoint is untouched.
 
+Every rank writes its shards with several threads (`WRITER_THREADS`; DCP's
+default is one). With `background=True` (GPU runs) the save is asynchronous:
+`dcp.async_save` copies the state to host memory and returns, the shards are
+written while training goes on, and `finish()` (the next step's end, the next
+save, or `close()`) waits for them and only then writes COMPLETE; a save never
+starts while another is still being written.
+
 Resume is exact when the world size is unchanged: model, optimizer,
 scheduler, step, data position and RNG all come back. With another world
 size the shards are resharded by DCP and only the RNG streams differ.
@@ -88,14 +95,22 @@ def read_trainer_state(path: Path | Location) -> dict[str, Any]:
     return json.loads((as_location(path) / TRAINER_STATE).read_text(encoding="utf-8"))
 
 
-def dcp_args(path: Path | Location, write: bool) -> dict[str, Any]:
+#: shard-writing threads per rank
+WRITER_THREADS = 4
+
+
+def dcp_args(path: Path | Location, write: bool, threads: int = 1) -> dict[str, Any]:
     """Keyword arguments of `dcp.save`/`dcp.load` for a checkpoint folder or URI."""
     if isinstance(path, Location):
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 
         if write:
-            return {"storage_writer": FsspecWriter(path.url)}
+            return {"storage_writer": FsspecWriter(path.url, thread_count=threads)}
         return {"storage_reader": FsspecReader(path.url)}
+    if write:
+        from torch.distributed.checkpoint import FileSystemWriter
+
+        return {"storage_writer": FileSystemWriter(str(path), thread_count=threads)}
     return {"checkpoint_id": str(path)}
 
 
@@ -210,7 +225,8 @@ class Checkpointer:
     """save / load / close for one run folder; every rank calls every method."""
 
     def __init__(self, run_dir: str | os.PathLike[str], rank: int, world_size: int,
-                 keep: int = 2) -> None:
+                 keep: int = 2, background: bool = False,
+                 threads: int = WRITER_THREADS) -> None:
         if keep < 2:
             # one torn checkpoint would otherwise leave nothing to resume from
             raise ValueError("keep must be >= 2")
@@ -219,6 +235,10 @@ class Checkpointer:
         self.rank = rank
         self.world_size = world_size
         self.keep = keep
+        self.background = background
+        self.threads = max(1, int(threads))
+        #: (future, folder, step) of a background save not yet marked COMPLETE
+        self._pending: tuple[Any, Any, int] | None = None
 
     # -- helpers -------------------------------------------------------------------------
     def _barrier(self) -> None:
@@ -235,10 +255,17 @@ class Checkpointer:
 
     # -- API -----------------------------------------------------------------------------
     def save(self, step: int, model: Any, optimizer: Any, scheduler: Any,
-             data_state: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
-        """Write checkpoint `step`; returns its folder once every rank has finished."""
+             data_state: dict[str, Any], extra: dict[str, Any] | None = None,
+             wait: bool = True) -> Path:
+        """Write checkpoint `step`; returns its folder.
+
+        wait=True (or a Checkpointer without `background`): once every rank has
+        finished and COMPLETE is written. wait=False with `background`: once
+        the state is staged in host memory; `finish()` completes it.
+        """
         import torch.distributed.checkpoint as dcp
 
+        self.finish()  # never two saves at once
         path = self.run_dir / checkpoint_name(step)
         if self.rank == 0 and path.exists():
             # a torn attempt at the same step (crash mid-save, then replay)
@@ -248,7 +275,12 @@ class Checkpointer:
         self._check_space(step, state_bytes(model_sd) + state_bytes(optim_sd))
         try:
             path.mkdir(parents=True, exist_ok=True)
-            dcp.save({"model": model_sd, "optim": optim_sd}, **dcp_args(path, write=True))
+            state = {"model": model_sd, "optim": optim_sd}
+            args = dcp_args(path, write=True, threads=self.threads)
+            if self.background:
+                self._pending = (dcp.async_save(state, **args), path, step)
+            else:
+                dcp.save(state, **args)
             _torch_save(_rng_state(), path / f"rng_rank{self.rank}.pt")
             if self.rank == 0:
                 state = {
@@ -260,11 +292,43 @@ class Checkpointer:
                 }
                 (path / TRAINER_STATE).write_text(json.dumps(state, indent=1), encoding="utf-8")
         except Exception as exc:
+            self._pending = None
             if not _is_disk_full(exc):
                 raise
             if self.rank == 0:
                 rmtree(path)
             raise self._disk_full(step, None, None) from exc
+        if self._pending is not None:
+            if wait:
+                self.finish()
+            return path
+        self._complete(path, step)
+        return path
+
+    def finish(self) -> Path | None:
+        """Wait for a background save and mark it COMPLETE; its folder (None: none pending).
+        Every rank calls it at the same point (it ends with barriers)."""
+        if self._pending is None:
+            return None
+        future, path, step = self._pending
+        self._pending = None
+        try:
+            future.result()
+        except Exception as exc:
+            if not _is_disk_full(exc):
+                raise
+            self._barrier()
+            if self.rank == 0:
+                rmtree(path)
+            raise self._disk_full(step, None, None) from exc
+        self._complete(path, step)
+        return path
+
+    @property
+    def pending(self) -> bool:
+        return self._pending is not None
+
+    def _complete(self, path: Any, step: int) -> None:
         # every rank's shards and RNG file are on disk before the marker
         self._barrier()
         if self.rank == 0:
@@ -276,7 +340,6 @@ class Checkpointer:
                 tmp.write_text(str(step), encoding="utf-8")
                 os.replace(tmp, marker)
         self._barrier()
-        return path
 
     def _check_space(self, step: int, need: int) -> None:
         """Refuse the save on every rank when any rank's disk cannot hold what goes on it."""
@@ -372,6 +435,7 @@ class Checkpointer:
         return doomed
 
     def close(self) -> None:
-        # DCP's synchronous save leaves no background work; the barrier makes
-        # sure no rank leaves while another still writes
+        # a background save is finished first; the barrier makes sure no rank
+        # leaves while another still writes
+        self.finish()
         self._barrier()

@@ -150,11 +150,14 @@ class VoiceObjective(nn.Module):
     def forward(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         hidden = self.talker_hidden(self.embed(batch))
         codec_ids = batch["codec_ids"]
+        # host-built gather rows and counts (batch_to_device): no device-to-host read
         talker_sum, n_talker = loss.talker_ce(hidden, self.talker.codec_head, codec_ids,
-                                              batch["target_mask"])
+                                              batch["target_mask"], batch.get("talker_rows"),
+                                              batch.get("talker_count"))
         prev, codes = loss.frame_inputs(hidden, codec_ids, batch["sub_codes"],
-                                        batch["frame_mask"])
-        sub_sum, n_sub = loss.subtalker_ce(self.subtalker_logits(prev, codes), codes)
+                                        batch["frame_mask"], batch.get("frame_rows"))
+        sub_sum, n_sub = loss.subtalker_ce(self.subtalker_logits(prev, codes), codes,
+                                           batch.get("subtalker_count"))
         # Normalisers from the data side (whole optimizer step, see loss.normalisers);
         # without them: the local mean.
         norm_t = batch.get("talker_norm", n_talker)
@@ -354,9 +357,15 @@ def full_state_dict(objective: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", torch.float32) for k, v in sd.items()}
 
 
-def batch_to_device(batch: Mapping[str, Any],
-                    device: str | torch.device) -> dict[str, torch.Tensor]:
-    """numpy / python values -> tensors on `device` (ids int64, masks bool, floats fp32)."""
+def batch_to_device(batch: Mapping[str, Any], device: str | torch.device,
+                    pin: bool = False) -> dict[str, torch.Tensor]:
+    """numpy / python values -> tensors on `device` (ids int64, masks bool, floats fp32).
+
+    Also adds the loss's gather rows and counts (`loss.host_rows`), built here on
+    the host from the masks so the step never reads a size back from the device.
+    pin: copy through page-locked memory (a GPU copies it without the host waiting).
+    """
+    batch = {**batch, **_gather_rows(batch)}
     out: dict[str, torch.Tensor] = {}
     for k, v in batch.items():
         if isinstance(v, torch.Tensor):
@@ -369,8 +378,29 @@ def batch_to_device(batch: Mapping[str, Any],
             continue  # metadata (clip ids) stays on the host
         if t.is_floating_point():
             t = t.to(torch.float32)
+        if pin and t.device.type == "cpu" and torch.device(device).type == "cuda":
+            t = t.pin_memory()
         out[k] = t.to(device, non_blocking=True)
     return out
+
+
+def _gather_rows(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """talker_rows, frame_rows and their counts from host masks ({} if already there, or
+    if the masks are on a device, where building them would read back a size)."""
+    if "talker_rows" in batch or "target_mask" not in batch or "frame_mask" not in batch:
+        return {}
+    masks = []
+    for key in ("target_mask", "frame_mask"):
+        m = batch[key]
+        if isinstance(m, torch.Tensor):
+            if m.device.type != "cpu":
+                return {}
+            m = m.numpy()
+        masks.append(np.asarray(m, dtype=bool))
+    talker, frames = loss.host_rows(masks[0]), loss.host_rows(masks[1])
+    return {"talker_rows": talker, "frame_rows": frames,
+            "talker_count": np.array(talker.size, dtype=np.float32),
+            "subtalker_count": np.array(frames.size * (NUM_CODEBOOKS - 1), dtype=np.float32)}
 
 
 def named_trainable(objective: nn.Module) -> Iterable[tuple[str, nn.Parameter]]:

@@ -77,9 +77,12 @@ class LossScaler:
     """Dynamic loss scaling for fp16 that works on sharded (DTensor) gradients.
 
     torch's GradScaler unscales with a fused kernel DTensor does not
-    implement; this one works on each gradient's local shard and agrees on
-    overflow with one all-reduce over the default process group, so every
-    rank skips or takes the same step. State (`state_dict`) is plain JSON.
+    implement; this one runs the same fused kernel on the gradients' local
+    shards (one launch per device and dtype: unscale and non-finite check
+    together, into one flag on the device), agrees on overflow with one
+    all-reduce over the default process group, and reads the flag back once:
+    one host sync per step, not one per gradient. Every rank skips or takes
+    the same step. State (`state_dict`) is plain JSON.
     """
 
     def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
@@ -90,6 +93,8 @@ class LossScaler:
         self.growth_interval = growth_interval
         self.good_steps = 0
         self.skipped = 0
+        #: overflowed steps since the last good one (the trainer gives up after a limit)
+        self.skipped_in_a_row = 0
 
     def scale_loss(self, loss: Any) -> Any:
         return loss * self.scale
@@ -99,25 +104,28 @@ class LossScaler:
         import torch
         import torch.distributed as dist
 
-        inv = 1.0 / self.scale
-        bad = torch.zeros(1, dtype=torch.float32)
-        with torch.no_grad():
-            for p in params:
-                if p.grad is None:
-                    continue
+        groups: dict[tuple[Any, Any], list[Any]] = {}
+        for p in params:
+            if p.grad is not None:
                 g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                g.mul_(inv)
-                if not bool(torch.isfinite(g).all()):
-                    bad.fill_(1.0)
+                groups.setdefault((g.device, g.dtype), []).append(g)
+        device = next(iter(groups))[0] if groups else torch.device("cpu")
+        bad = torch.zeros(1, dtype=torch.float32, device=device)
+        with torch.no_grad():
+            for (dev, _dtype), grads in groups.items():
+                found = bad if dev == device else torch.zeros(1, device=dev)
+                inv = torch.full((1,), 1.0 / self.scale, dtype=torch.float32, device=dev)
+                torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+                if found is not bad:
+                    bad = torch.maximum(bad, found.to(device))
         if dist.is_available() and dist.is_initialized():
-            device = next((p.grad.device for p in params if p.grad is not None), bad.device)
-            bad = bad.to(device)
             dist.all_reduce(bad, op=dist.ReduceOp.MAX)
-        return not bool(bad.item())
+        return not bool(bad.item())  # the step's one read back
 
     def update(self, finite: bool) -> None:
         if finite:
             self.good_steps += 1
+            self.skipped_in_a_row = 0
             if self.good_steps >= self.growth_interval:
                 self.scale *= self.growth_factor
                 self.good_steps = 0
@@ -125,11 +133,14 @@ class LossScaler:
             self.scale *= self.backoff_factor
             self.good_steps = 0
             self.skipped += 1
+            self.skipped_in_a_row += 1
 
     def state_dict(self) -> dict[str, float]:
-        return {"scale": self.scale, "good_steps": self.good_steps, "skipped": self.skipped}
+        return {"scale": self.scale, "good_steps": self.good_steps, "skipped": self.skipped,
+                "skipped_in_a_row": self.skipped_in_a_row}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.scale = float(state["scale"])
         self.good_steps = int(state.get("good_steps", 0))
         self.skipped = int(state.get("skipped", 0))
+        self.skipped_in_a_row = int(state.get("skipped_in_a_row", 0))

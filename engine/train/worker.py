@@ -57,6 +57,13 @@ class TrainParts:
     precision: str = "fp32"
     #: anything the builder wants recorded in trainer.json (e.g. the reference clip)
     info: dict[str, Any] = field(default_factory=dict)
+    #: host-side preparation of one micro-batch (tensors on the device, through pinned
+    #: memory, gather rows built); run in the prefetch thread. None: `forward` does it
+    prepare: Callable[[Any], Any] | None = None
+
+
+#: fp16: this many optimizer steps in a row skipped for overflow end the run
+MAX_SKIPPED_STEPS = 25
 
 
 def _import(path: str) -> Callable[..., TrainParts]:
@@ -78,6 +85,49 @@ def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float) -> Calla
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return f
+
+
+class _Prefetch:
+    """The next optimizer step's micro-batches, collated and prepared in one thread while
+    the current step computes; the data position a checkpoint records is that of the
+    steps handed out, not of the one prepared ahead."""
+
+    def __init__(self, cursor: _DataCursor, prepare: Callable[[Any], Any] | None,
+                 steps: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.cursor = cursor
+        self.prepare = prepare or (lambda b: b)
+        self.left = steps
+        self.handed = cursor.state()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
+        self._ahead = self._submit()
+
+    def _load(self) -> tuple[list[Any], dict[str, int]]:
+        batches = [self.prepare(b) for b in self.cursor.next_step()]
+        return batches, self.cursor.state()
+
+    def _submit(self) -> Any:
+        if self.left <= 0:
+            return None
+        self.left -= 1
+        return self._pool.submit(self._load)
+
+    def next_step(self) -> list[Any]:
+        ahead = self._ahead or self._pool.submit(self._load)
+        batches, self.handed = ahead.result()
+        self._ahead = self._submit()
+        return batches
+
+    @property
+    def epoch(self) -> int:
+        return self.handed["epoch"]
+
+    def state(self) -> dict[str, int]:
+        return dict(self.handed)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _DataCursor:
@@ -185,6 +235,8 @@ class _Run:
         self.device_used_peak = 0.0
         self.state_bytes: dict[str, int] | None = None
         self.build_s = 0.0
+        #: (folder, step, reason, start time) of a save not yet reported
+        self._saving: tuple[Any, int, str, float] | None = None
 
     # -- stages ---------------------------------------------------------------------------
     def build(self) -> None:
@@ -211,10 +263,13 @@ class _Run:
             from .precision import LossScaler
 
             self.scaler = LossScaler()
+        # GPU runs save in the background: the shards are written while training goes on
         self.ckpt = Checkpointer(self.run_dir, self.rank, self.world,
-                                 keep=cfg.run.keep_checkpoints)
-        self.cursor = _DataCursor(parts)
+                                 keep=cfg.run.keep_checkpoints,
+                                 background=getattr(self.device, "type", "") == "cuda")
+        self.cursor: Any = _DataCursor(parts)
         self.resume()
+        self.cursor = _Prefetch(self.cursor, parts.prepare, self.total_steps - self.step)
         self.build_s = time.monotonic() - t_build
         if self.device is not None and getattr(self.device, "type", "") == "cuda":
             # the reported peak is the training peak, not loading's transient one
@@ -244,37 +299,57 @@ class _Run:
         if self.rank == 0:
             self.sender.log(f"resumed from {self.resumed_from.name} (step {self.step})")
 
-    def all_sum(self, values: list[float]) -> list[float]:
+    def all_sum(self, values: Any) -> list[float]:
+        """Sum over ranks; `values` a list or a tensor already on the device (one read back)."""
         import torch
         import torch.distributed as dist
 
-        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        t = torch.as_tensor(values, dtype=torch.float64).to(self.device)
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t.tolist()
 
     def save(self, reason: str) -> None:
+        """Save this step; an interval save on a GPU completes in the background (`settle`)."""
+        self.settle()
         t0 = time.monotonic()
         extra = {"reason": reason, "total_steps": self.total_steps, **self.parts.info}
         if self.scaler is not None:
             extra["scaler"] = self.scaler.state_dict()
         path = self.ckpt.save(self.step, self.model, self.optimizer, self.scheduler,
-                              self.cursor.state(), extra=extra)
+                              self.cursor.state(), extra=extra, wait=reason != "interval")
         self.last_ckpt_step = self.step
+        self._saving = (path, self.step, reason, t0)
+        if not self.ckpt.pending:
+            self.settle()
+
+    def settle(self) -> None:
+        """Complete the save under way (COMPLETE written) and report it; every rank calls
+        this at the same point of the loop."""
+        if self._saving is None:
+            return
+        path, step, reason, t0 = self._saving
+        self._saving = None
+        self.ckpt.finish()
         if self.rank == 0:
             self.sender.send("state", {"state": "checkpoint", "detail": path.name,
-                                       "step": self.step, "path": str(path),
+                                       "step": step, "path": str(path),
                                        "save_s": round(time.monotonic() - t0, 3)})
-        self.env.report_checkpoint(path, {"step": self.step, "reason": reason})
+        self.env.report_checkpoint(path, {"step": step, "reason": reason})
 
-    def train_step(self) -> tuple[list[float], float, float]:
-        """One optimizer step: (local loss sums, gradient norm, lr used)."""
+    def train_step(self) -> tuple[Any, Any, float]:
+        """One optimizer step: (local loss sums, gradient norm, lr used), both on the device.
+
+        Nothing in a micro-step reads a value back to the host: sums stay on the
+        device (read once per step with the all-reduce), the loss gathers with
+        host-built rows, batches arrive prepared by the prefetch thread.
+        """
         import torch
 
         cfg, parts = self.cfg, self.parts
         self.model.train()
         # local sums: talker CE, talker targets, sub-talker CE, sub-talker targets
-        sums = [0.0, 0.0, 0.0, 0.0]
+        sums: Any = None
         micro_batches = self.cursor.next_step()
         # "every": FSDP reduce-scatters after each micro-step, gradients stay sharded
         toggle = parts.set_grad_sync is not None and cfg.parallel.accum_reduce != "every"
@@ -288,7 +363,7 @@ class _Run:
             # micro-steps here makes the gradient exactly the full-batch mean's
             loss = out["loss"] / len(micro_batches)
             (self.scaler.scale_loss(loss) if self.scaler is not None else loss).backward()
-            sums = _add_sums(sums, out)
+            sums = add_sums(sums, out)
         finite = self.scaler.unscale_(self.params) if self.scaler is not None else True
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
@@ -297,14 +372,26 @@ class _Run:
         lr = self.optimizer.param_groups[0]["lr"]
         if finite:
             self.optimizer.step()
+            # a skipped step does not advance the schedule: warmup and decay count
+            # the steps that changed the weights
+            self.scheduler.step()
         if self.scaler is not None:
             self.scaler.update(finite)  # an overflow skips the step and halves the scale
-        if self.state_bytes is None:
+            self._check_skips()
+        if self.state_bytes is None and finite:
             # measured once, after the first step (AdamW state exists, gradients not yet freed)
             self.state_bytes = model_state_bytes(self.model, self.optimizer)
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return sums, float(grad_norm), lr
+        return sums, grad_norm, lr
+
+    def _check_skips(self) -> None:
+        from .failures import FatalTrainingError
+
+        if self.scaler.skipped_in_a_row >= MAX_SKIPPED_STEPS:
+            raise FatalTrainingError(
+                "precision", f"fp16 overflowed on {self.scaler.skipped_in_a_row} optimizer "
+                f"steps in a row (loss scale now {self.scaler.scale:g}), so no step changed "
+                "the weights.", "Use --precision bf16 (compute capability 8.0+) or fp32.")
 
     def step_values(self, tot: list[float], grad_norm: float, lr: float,
                     step_s: float) -> dict[str, Any]:
@@ -344,6 +431,13 @@ class _Run:
         return values
 
     def run(self) -> dict[str, Any]:
+        try:
+            return self._steps()
+        finally:
+            if isinstance(getattr(self, "cursor", None), _Prefetch):
+                self.cursor.close()
+
+    def _steps(self) -> dict[str, Any]:
         self.build()
         cfg, parts = self.cfg, self.parts
         stopped = False
@@ -351,10 +445,11 @@ class _Run:
         while self.step < self.total_steps:
             t0 = time.monotonic()
             sums, grad_norm, lr = self.train_step()
+            self.settle()  # a background save had this step to finish its writes
             self.step += 1
             stop_local = 1.0 if self.env.stop() else 0.0
-            tot = self.all_sum([*sums, stop_local])
-            values = self.step_values(tot, grad_norm, lr, time.monotonic() - t0)
+            tot = self.all_sum(_with_flag(sums, stop_local))  # the step's one read back
+            values = self.step_values(tot, float(grad_norm), lr, time.monotonic() - t0)
             if "loss/train" in values:
                 losses.append(values["loss/train"])
             self.sender.send("train", values)
@@ -371,6 +466,7 @@ class _Run:
         if (not stopped and self.last_ckpt_step != self.step
                 and self.loop_config.get("save_final", True)):
             self.save("final")
+        self.settle()
         self.ckpt.close()
         if self.rank == 0:
             self.sender.send("state", {"state": "stopped" if stopped else "finished",
@@ -394,9 +490,22 @@ def make_optimizer(params: list[Any], cfg: Any, device: Any) -> Any:
                              **{kind: True})
 
 
-def _add_sums(sums: list[float], out: dict[str, Any]) -> list[float]:
-    return [sums[0] + float(out["talker_sum"]), sums[1] + float(out["talker_tokens"]),
-            sums[2] + float(out["subtalker_sum"]), sums[3] + float(out["subtalker_tokens"])]
+def add_sums(sums: Any, out: dict[str, Any]) -> Any:
+    """Running (talker CE, talker targets, sub-talker CE, sub-talker targets), on the
+    device of the loss: nothing is read back to the host."""
+    import torch
+
+    step = torch.stack([out[k].detach().to(torch.float64) for k in
+                        ("talker_sum", "talker_tokens", "subtalker_sum", "subtalker_tokens")])
+    return step if sums is None else sums + step
+
+
+def _with_flag(sums: Any, flag: float) -> Any:
+    import torch
+
+    if sums is None:
+        return [0.0, 0.0, 0.0, 0.0, flag]
+    return torch.cat([sums, torch.tensor([flag], dtype=sums.dtype).to(sums.device)])
 
 
 def _validate(parts: TrainParts, model: Any, step: int, sender: MetricsSender,
@@ -405,11 +514,11 @@ def _validate(parts: TrainParts, model: Any, step: int, sender: MetricsSender,
 
     assert parts.val_batches is not None
     model.eval()
-    sums = [0.0, 0.0, 0.0, 0.0]
+    sums: Any = None
     with torch.no_grad():
         for batch in parts.val_batches():
-            sums = _add_sums(sums, parts.forward(model, batch))
-    tot = all_sum(sums)
+            sums = add_sums(sums, parts.forward(model, batch))
+    tot = all_sum(sums if sums is not None else [0.0, 0.0, 0.0, 0.0])
     model.train()
     if tot[1] > 0 and sender.rank == 0:
         talker, subtalker = tot[0] / tot[1], tot[2] / max(1.0, tot[3])
@@ -470,6 +579,9 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
     def forward(model: Any, batch: Any) -> dict[str, Any]:
         return model(batch_to_device(batch, device))
 
+    def prepare(batch: Any) -> Any:
+        return batch_to_device(batch, device, pin=True)
+
     def val_batches() -> list[Any]:
         return list(data.val_batches(rank=rank, world=world))
 
@@ -479,7 +591,7 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
         subtalker_weight=cfg.model.subtalker_weight,
         val_batches=val_batches if cfg.run.val_every > 0 else None,
         set_grad_sync=lambda enabled: set_gradient_sync(objective, enabled),
-        precision=precision,
+        precision=precision, prepare=prepare,
         info={"base": str(model_dir), "speaker": cfg.model.speaker_name,
               "precision": precision, "precision_detail": detail},
     )
