@@ -69,6 +69,7 @@ class PreparePage(Page):
         self.outer.addWidget(hbox(self.run_btn, self.cancel_btn, self.state, stretch_at=3))
         self.progress = QProgressBar()
         self.progress.setValue(0)
+        self.progress.hide()  # only while preparing: never "0%" above a finished report
         self.outer.addWidget(self.progress)
 
         grid = QGridLayout()
@@ -111,6 +112,7 @@ class PreparePage(Page):
         job = self.start_job(["prepare", str(self.voice)], "Prepare")
         self.job = job
         self.progress.setRange(0, 0)
+        self.progress.show()
         self.state.setText("Starting…")
         job.progress.connect(self._on_progress)
         job.log.connect(lambda level, msg: self.state.setText(msg) if level != "debug" else None)
@@ -136,6 +138,7 @@ class PreparePage(Page):
         if self.progress.maximum() == 0:
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
+            self.progress.hide()
         self.ctx.notify_changed()
         self._buttons()
 
