@@ -107,7 +107,8 @@ def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     (root / "key").write_text(KEY + "\n")
     srv = start_server(["--workspace", str(ws), "--port", "0", "--api-key-file",
                         str(root / "key"), "--device", "cpu", "--dtype", "float32",
-                        "--queue", str(QUEUE), "--timeout", "120"], root)
+                        "--queue", str(QUEUE), "--timeout", "120",
+                        "--reference-base", str(tiny_model_dir)], root)
     yield srv
     srv.proc.send_signal(signal.SIGTERM)
     assert srv.proc.wait(timeout=60) in (0, 130)
@@ -214,7 +215,9 @@ BAD = [
     ({"input": "hi", "voice": "ada", "speed": 2, "stream_format": "audio"}, 400, "invalid_value"),
     ({"input": 5, "voice": "ada"}, 400, "invalid_type"),
     ({"voice": "ada"}, 400, "missing_field"),
-    ({"input": "hi", "voice": "ada", "reference_audio": "AAAA"}, 400, "reference_not_allowed"),
+    ({"input": "hi", "reference_audio": "not base64!"}, 400, "invalid_value"),
+    ({"input": "hi", "reference_audio": base64.b64encode(b"RIFF not audio").decode()}, 400,
+     "invalid_value"),
     ({"input": "hi", "voice": "ada", "seed": -4}, 400, "invalid_value"),
 ]
 
@@ -228,6 +231,41 @@ def test_bad_input_gets_openai_errors(server: Server, body: dict[str, Any], stat
     error = answer.json()["error"]
     assert error["code"] == code and error["message"].endswith(".")
     assert set(error) == {"message", "type", "param", "code"}
+
+
+def _clip(seconds: float) -> str:
+    """base64 of a WAV: a gliding tone with noise, enough for the speaker encoder."""
+    t = np.arange(int(24000 * seconds)) / 24000
+    wave = 0.3 * np.sin(2 * np.pi * (150 + 60 * t) * t)
+    wave += 0.05 * np.random.default_rng(0).standard_normal(t.size)
+    buffer = io.BytesIO()
+    sf.write(buffer, wave.astype(np.float32), 24000, format="WAV")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_cloning_from_a_reference_clip(server: Server) -> None:
+    extra = {"reference_audio": _clip(2.0), "reference_text": "A short reference.", **SHORT}
+    response = server.client().audio.speech.create(
+        model="tts-1", voice="anything", input="Spoken in the clip's voice.",
+        response_format="wav", extra_body=extra)
+    audio, rate = sf.read(io.BytesIO(response.content))
+    assert rate == 24000 and len(audio) > 0
+    assert server.logged()[-1]["voice"] == "(reference)"
+    with server.http() as http:
+        short = http.post("/v1/audio/speech", json={"input": "hi", "reference_audio": _clip(0.3)})
+    assert short.status_code == 400 and "reference clip is 0.3 s" in short.json()["error"][
+        "message"]
+    assert _renders_empty(server)  # the client's clip went with its request
+
+
+def test_reference_audio_needs_the_server_flag() -> None:
+    from engine.serve.request import ApiError, parse_speech
+
+    body = json.dumps({"input": "hi", "reference_audio": _clip(1.0)}).encode()
+    with pytest.raises(ApiError) as info:
+        parse_speech(body, voices={"ada"}, formats=("wav",), max_input=100,
+                     allow_reference=False)
+    assert (info.value.status, info.value.code) == (400, "reference_not_allowed")
 
 
 def test_malformed_bodies_and_unknown_routes(server: Server) -> None:
@@ -361,7 +399,7 @@ def _hostile_bodies() -> list[bytes]:
 
     rng = random.Random(16)
     ok = {"model": "tts-1", "input": "Fine.", "voice": "ada", "response_format": "pcm",
-          "max_frames": 4}
+          "max_frames": 2}
     weird: list[Any] = [None, True, 0, -1, 1.5, 1e308, -1e308, 2**70, "", "x", [], {}, [1, "a"],
                         {"a": {"b": []}}, "ada\u0000", "\u202etts-1", "wav\n"]
     texts = ["\u0000\u0000", "\u202eReversed text\u202c.", "🎉" * 40, "e\u0301" * 50,

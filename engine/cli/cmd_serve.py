@@ -11,13 +11,15 @@ from .main import add_command
 
 def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     from ..serve.server import ServeSettings, serve
+    from ..storage import expand_arg
 
     settings = ServeSettings(
         targets=list(args.voices or []), workspace=args.workspace, host=args.host,
         port=args.port, api_key_file=args.api_key_file, rows=args.rows, device=args.device,
         dtype=args.dtype, quantize=args.quantize, fuse=args.fuse, max_loaded=args.max_loaded,
         queue=args.queue, timeout_s=args.timeout, max_input=args.max_input,
-        max_body=args.max_body, preload=not args.no_preload)
+        max_body=args.max_body, preload=not args.no_preload,
+        reference_base=expand_arg(args.reference_base) if args.reference_base else None)
     return serve(settings, emitter)
 
 
@@ -47,6 +49,9 @@ def register(sub: Any) -> None:
                    help="voices kept loaded at once (default 2)")
     p.add_argument("--no-preload", action="store_true",
                    help="load the first voice on its first request, not at start")
+    p.add_argument("--reference-base", metavar="BASE_MODEL",
+                   help="allow requests to clone from their own reference_audio (base64) on "
+                   "this Base model (off by default)")
     p.add_argument("--device")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
     p.add_argument("--quantize", choices=("int8",), help="faster CPU option (changes the numbers)")

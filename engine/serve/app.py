@@ -18,6 +18,7 @@ import asyncio
 import base64
 import contextlib
 import hmac
+import io
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -119,6 +120,30 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
+Submit = Callable[[bool], tuple[VoiceWorker, Ticket]]
+#: a client's reference clip: long enough to carry a voice, short enough to stay cheap
+REFERENCE_SECONDS = (1.0, 30.0)
+
+
+def _reference_wav(data: bytes) -> bytes:
+    """A client's reference clip, checked and rewritten as a WAV this server names."""
+    import soundfile as sf
+
+    try:
+        audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except Exception:  # libsndfile's own error types: the bytes are not audio it reads
+        raise ApiError(400, "reference_audio is not audio this server can read; send base64 of "
+                       "a WAV, FLAC, OGG or MP3 file.", param="reference_audio",
+                       code="invalid_value") from None
+    seconds = len(audio) / rate if rate else 0.0
+    low, high = REFERENCE_SECONDS
+    if not low <= seconds <= high:
+        raise ApiError(400, f"The reference clip is {seconds:.1f} s long; send {low:g} to "
+                       f"{high:g} s of the speaker (5-15 s works well).",
+                       param="reference_audio", code="invalid_value")
+    return formats.encode(audio.mean(axis=1), "wav", rate)
+
+
 def _worker_error(error: dict[str, Any]) -> ApiError:
     code = str(error.get("code") or "")
     message = str(error.get("message") or "The speech failed.")
@@ -203,11 +228,24 @@ class SpeechApp:
                 self.pool.release()
 
         try:
-            worker = await self.pool.worker_for(req.voice)
             deadline = began + self.config.timeout_s
+            if req.reference_audio is not None:
+                clip = await asyncio.get_running_loop().run_in_executor(
+                    None, _reference_wav, req.reference_audio)
+                reference = self.pool.reference_file(clip)
+
+                def submit(stream: bool) -> tuple[VoiceWorker, Ticket]:
+                    return self.pool.speak_cloned(reference, req.reference_text, req.text,
+                                                  req.options, req.response_format, stream)
+            else:
+                worker = await self.pool.worker_for(req.voice)
+
+                def submit(stream: bool) -> tuple[VoiceWorker, Ticket]:
+                    return worker, self.pool.speak(worker, req.text, req.options,
+                                                   req.response_format, stream)
             if req.stream_format is None:
-                return await self._whole(request, worker, req, deadline, began)
-            stream = await self._stream(request, worker, req, deadline, began, release)
+                return await self._whole(request, submit, req, deadline, began)
+            stream = await self._stream(request, submit, req, deadline, began, release)
             handed[0] = True
             return stream
         except Busy as busy:
@@ -250,9 +288,9 @@ class SpeechApp:
                                f"{self.config.timeout_s:g} s; send shorter text.",
                                kind="server_error", code="timeout")
 
-    async def _whole(self, request: Request, worker: VoiceWorker, req: SpeechRequest,
+    async def _whole(self, request: Request, submit: Submit, req: SpeechRequest,
                      deadline: float, began: float) -> Response:
-        ticket = self.pool.speak(worker, req.text, req.options, req.response_format, False)
+        worker, ticket = submit(False)
         try:
             await self._wait(request, worker, ticket, ticket.ended, deadline)
             if ticket.error is not None:
@@ -276,9 +314,9 @@ class SpeechApp:
         audio = formats.time_stretch(audio, req.speed)
         return formats.encode(audio, req.response_format, rate), len(audio) / rate
 
-    async def _stream(self, request: Request, worker: VoiceWorker, req: SpeechRequest,
+    async def _stream(self, request: Request, submit: Submit, req: SpeechRequest,
                       deadline: float, began: float, release: Callable[[], None]) -> Response:
-        ticket = self.pool.speak(worker, req.text, req.options, req.response_format, True)
+        worker, ticket = submit(True)
         try:
             await self._wait(request, worker, ticket, ticket.started, deadline)
             if ticket.error is not None:

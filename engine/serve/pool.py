@@ -66,6 +66,8 @@ class Ticket:
     orphan: bool = False
     #: wall-clock time of the worker's first audio of a streamed request (its metric event)
     first_audio_at: float | None = None
+    #: other files of this request (a client's reference clip), removed with it
+    extra: list[Path] = field(default_factory=list)
 
     def _set(self, flag: asyncio.Event) -> None:
         try:
@@ -101,7 +103,7 @@ class Ticket:
         if self.partial is not None:
             self.partial.close()
             self.partial = None
-        for path in (self.out, Path(self.result["path"]) if self.result else None):
+        for path in (self.out, Path(self.result["path"]) if self.result else None, *self.extra):
             if path is not None:
                 try:
                     path.unlink()
@@ -151,8 +153,12 @@ class Pool:
 
     def __init__(self, voices: dict[str, ServedVoice], *, device: str | None = None,
                  dtype: str = "auto", rows: int = 8, quantize: str | None = None,
-                 fuse: bool = False, max_loaded: int = 2, max_queue: int = 32) -> None:
+                 fuse: bool = False, max_loaded: int = 2, max_queue: int = 32,
+                 reference_base: str | None = None) -> None:
         self.voices = voices
+        #: the base model that clones from a client's reference clip (None: not allowed)
+        self.reference_base = reference_base
+        self.cloner: VoiceWorker | None = None
         self.device, self.dtype, self.rows = device, dtype, rows
         self.quantize, self.fuse = quantize, fuse
         self.max_loaded = max(1, max_loaded)
@@ -239,10 +245,38 @@ class Pool:
         await asyncio.get_running_loop().run_in_executor(
             None, lambda: worker.worker.close(timeout=60, cancel=True))
 
+    # -- cloning from a client's clip -------------------------------------------------------
+    def speak_cloned(self, reference: Path, reference_text: str | None, text: str,
+                     options: dict[str, Any], fmt: str, stream: bool) -> tuple[VoiceWorker, Ticket]:
+        """Speak in the voice of `reference` (a file this server wrote), zero-shot on the
+        reference base. The load and the speak are queued together: the worker runs its
+        queue in order and a load waits for the speech before it, so each request speaks
+        with its own clip whatever else is asked meanwhile."""
+        assert self.reference_base is not None
+        if self.cloner is None:
+            voice = ServedVoice("(reference)", Path(self.reference_base), "reference", "")
+            self.cloner = VoiceWorker(voice, self._make_worker)
+        rid = f"r{next(self._ids)}"
+        self.cloner.worker.submit({"op": "load", "id": f"load-{rid}",
+                                   "voice": self.reference_base, "reference": str(reference),
+                                   "reference_text": reference_text})
+        ticket = self._submit(self.cloner, rid, text, options, fmt, stream)
+        ticket.extra.append(reference)
+        return self.cloner, ticket
+
+    def reference_file(self, data: bytes) -> Path:
+        """A private file for a client's reference clip (its name is the server's)."""
+        path = self._dir / f"ref-{next(self._ids)}.wav"
+        path.write_bytes(data)
+        return path
+
     # -- speaking --------------------------------------------------------------------------
     def speak(self, worker: VoiceWorker, text: str, options: dict[str, Any], fmt: str,
               stream: bool) -> Ticket:
-        rid = f"r{next(self._ids)}"
+        return self._submit(worker, f"r{next(self._ids)}", text, options, fmt, stream)
+
+    def _submit(self, worker: VoiceWorker, rid: str, text: str, options: dict[str, Any],
+                fmt: str, stream: bool) -> Ticket:
         suffix = "wav" if stream or fmt == "pcm" else fmt
         ticket = Ticket(rid, self._dir / f"{rid}.{suffix}", asyncio.get_running_loop())
         worker.track(ticket)
@@ -272,4 +306,8 @@ class Pool:
     async def close(self) -> None:
         for worker in list(self.loaded.values()):
             await self._unload(worker)
+        if self.cloner is not None:
+            cloner, self.cloner = self.cloner, None
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: cloner.worker.close(timeout=60, cancel=True))
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -158,6 +158,8 @@ def parse_speech(raw: bytes, *, voices: set[str] | dict[str, Any], formats: tupl
             options[name] = value
     if instructions:
         options["instruct"] = instructions
+    if reference_audio:
+        voice = "(reference)"  # the clip is the voice; a name sent beside it is not used
     return SpeechRequest(model=model, text=text, voice=voice or "", response_format=fmt,
                          speed=speed, stream_format=stream_format, instructions=instructions,
                          options=options, reference_audio=reference_audio,

@@ -34,6 +34,8 @@ class ServeSettings:
     max_input: int = 4096
     max_body: int = 1 << 20
     preload: bool = True
+    #: a Base model: requests may then clone from their own `reference_audio` on it
+    reference_base: str | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -71,7 +73,26 @@ def check_settings(settings: ServeSettings) -> str | None:
         raise InputError("--queue, --rows and --max-loaded must be at least 1.")
     if settings.timeout_s <= 0 or settings.max_input < 1 or settings.max_body < 1024:
         raise InputError("--timeout and --max-input must be positive, --max-body at least 1024.")
+    if settings.reference_base:
+        _check_base(settings.reference_base)
     return read_key(settings.api_key_file) if settings.api_key_file else None
+
+
+def _check_base(model: str) -> None:
+    """A local folder must be a Qwen3-TTS Base model (a hub id is found when first used)."""
+    import json
+
+    folder = Path(model).expanduser()
+    if not folder.exists():
+        return
+    try:
+        kind = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(
+            "tts_model_type")
+    except (OSError, ValueError):
+        kind = None
+    if kind != "base":
+        raise InputError(f"{folder} is not a Qwen3-TTS Base model, so it cannot clone from a "
+                         "reference clip.", "Give --reference-base a Base model folder or hub id.")
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -110,10 +131,12 @@ def serve(settings: ServeSettings,
     voices = discover(settings.targets, settings.workspace)
     pool = Pool(voices, device=settings.device, dtype=settings.dtype, rows=settings.rows,
                 quantize=settings.quantize, fuse=settings.fuse,
-                max_loaded=settings.max_loaded, max_queue=settings.queue)
+                max_loaded=settings.max_loaded, max_queue=settings.queue,
+                reference_base=settings.reference_base)
     sock = _bind(settings.host, settings.port)
     config = ServeConfig(api_key=key, max_body=settings.max_body, max_input=settings.max_input,
-                         timeout_s=settings.timeout_s, device=_device(settings.device))
+                         timeout_s=settings.timeout_s, device=_device(settings.device),
+                         allow_reference=bool(settings.reference_base))
 
     def log(record: dict[str, Any]) -> None:
         emitter.log(f"{record['method']} {record['path']} {record['status']} "
@@ -134,7 +157,8 @@ def serve(settings: ServeSettings,
     shown = f"[{settings.host.strip('[]')}]" if ":" in settings.host else settings.host
     url = f"http://{shown}:{port}/v1"
     emitter.state("serving", detail=url, url=url, port=port, voices=sorted(voices),
-                  auth=key is not None, renders=str(pool.renders_dir))
+                  auth=key is not None, renders=str(pool.renders_dir),
+                  reference_cloning=bool(settings.reference_base))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            lifespan="on", timeout_graceful_shutdown=5))
     try:
