@@ -1,6 +1,19 @@
 """Integrated loudness per ITU-R BS.1770-4 (mono) and loudness normalisation.
 
-K-weighting is two biquads: a high shelf (+4 dB above ~1.7 kHz, the head's
+The meter is pyloudnorm's (BS.1770-4 gating), with its "DeMan" K-weighting
+filter: measured on the standard's own 997 Hz test tone at 0.1 amplitude
+(-23.01 LUFS by definition), pyloudnorm's default filter reads -23.05 at
+48 kHz and -23.06 / -23.07 / -23.08 at 24 / 22.05 / 16 kHz, because it
+re-derives the filters from rounded prototype values; "DeMan" reads -23.010
+at 48 kHz and agrees with the filters below to 1e-10 LU at every rate.
+pyloudnorm rounds its block count, so a signal whose length is not a whole
+number of 100 ms steps gets one more block that runs past the end, its
+missing part counted as silence: a 3 s clip of piper speech read 0.15 LU
+low. The signal is cut to its last whole block before it is measured (the
+samples cut are in no full block, which is what the standard gates).
+
+The filters below stay for signals shorter than one 400 ms gating block,
+which pyloudnorm refuses (a single short block is measured whole). K-weighting is two biquads: a high shelf (+4 dB above ~1.7 kHz, the head's
 acoustic effect) and a high-pass (~38 Hz, the "RLB" curve). The standard
 lists coefficients for 48 kHz only; they are derived here for any rate from
 the analog prototype through the bilinear transform, which reproduces the
@@ -12,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.signal import sosfilt
@@ -63,11 +77,28 @@ def _block_powers(weighted: np.ndarray, sample_rate: int) -> np.ndarray:
     return (csum[starts + block] - csum[starts]) / block
 
 
+_meters: dict[int, Any] = {}
+
+
+def _meter(sample_rate: int) -> Any:
+    import pyloudnorm
+
+    if sample_rate not in _meters:
+        _meters[sample_rate] = pyloudnorm.Meter(sample_rate, filter_class="DeMan",
+                                                block_size=BLOCK_S)
+    return _meters[sample_rate]
+
+
 def integrated_loudness(audio: np.ndarray, sample_rate: int) -> float:
     """Gated loudness of a mono signal in LUFS; -inf for silence."""
     x = np.asarray(audio, dtype=np.float64)
     if x.ndim != 1:
         raise ValueError("integrated_loudness expects a mono signal")
+    block, step = round(BLOCK_S * sample_rate), round(STEP_S * sample_rate)
+    if len(x) > block:
+        whole = block + (len(x) - block) // step * step
+        with np.errstate(divide="ignore"):
+            return float(_meter(sample_rate).integrated_loudness(x[:whole]))
     weighted = sosfilt(k_weighting_sos(sample_rate), x)
     z = _block_powers(weighted, sample_rate)
     with np.errstate(divide="ignore"):

@@ -39,8 +39,10 @@ from .transcripts import group_sentences, split_sentences, texts_from_words
 from .vad import (
     MIN_SPEECH_S,
     Slice,
+    detect_speech,
     frame_levels,
     longest_gaps,
+    merge_by_words,
     plan_slices,
     slices_at,
     snr_db,
@@ -48,8 +50,11 @@ from .vad import (
     speech_seconds,
 )
 
+#: the voice activity detector prepare uses unless the settings name another ("energy")
+DEFAULT_VAD = "silero"
+
 #: bump when the processing changes so cached results are recomputed
-PREPARE_VERSION = 1
+PREPARE_VERSION = 2
 #: how far (relative) a slice's share of the text may stray from its share of speech time
 TEXT_TOLERANCE = 0.35
 #: looser when the pauses already single out the sentence boundaries
@@ -115,16 +120,24 @@ def _split_text(text: str, regions: list[tuple[int, int]], total: int,
     return slices, [""] * len(slices), "none"
 
 
-def _texts_by_word_times(take: Take, slices: list[Slice]) -> list[str] | None:
-    """A machine-made transcript comes with the time of every word: each slice gets
-    exactly the words spoken inside it (a person's transcript keeps the other ways)."""
+def _machine_words(take: Take) -> list[dict[str, Any]] | None:
+    """The timed words of a machine-made transcript, or None (a person's transcript)."""
     from ..quality.transcribe import asr_info, is_machine_made
 
     asr = asr_info(take)
     if not is_machine_made(take) or not asr or not asr.get("words"):
         return None
+    return list(asr["words"])
+
+
+def _texts_by_word_times(take: Take, slices: list[Slice]) -> list[str] | None:
+    """A machine-made transcript comes with the time of every word: each slice gets
+    exactly the words spoken inside it (a person's transcript keeps the other ways)."""
+    words = _machine_words(take)
+    if words is None:
+        return None
     spans = [(s.start / TARGET_SR, s.end / TARGET_SR) for s in slices]
-    return texts_from_words(asr["words"], spans)
+    return texts_from_words(words, spans)
 
 
 def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any]
@@ -143,7 +156,11 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any]
         return out
     audio = audio - np.float32(audio.mean())  # DC offset (reported below)
     levels = frame_levels(audio, TARGET_SR)
-    regions = speech_regions(audio, TARGET_SR, levels)
+    regions = detect_speech(audio, TARGET_SR, str(settings.get("vad", DEFAULT_VAD)), levels)
+    words = _machine_words(take)
+    if words:
+        # the recogniser's word times overrule a pause the VAD heard inside a word
+        regions = merge_by_words(regions, words, TARGET_SR)
     if speech_seconds(regions, TARGET_SR) < MIN_SPEECH_S:
         out.rejected = {"code": "silent",
                         "reason": "contains no speech (silence or steady noise only)"}
