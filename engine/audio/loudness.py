@@ -13,7 +13,8 @@ low. The signal is cut to its last whole block before it is measured (the
 samples cut are in no full block, which is what the standard gates).
 
 The filters below stay for signals shorter than one 400 ms gating block,
-which pyloudnorm refuses (a single short block is measured whole). K-weighting is two biquads: a high shelf (+4 dB above ~1.7 kHz, the head's
+which pyloudnorm refuses (a single short block is measured whole).
+K-weighting is two biquads: a high shelf (+4 dB above ~1.7 kHz, the head's
 acoustic effect) and a high-pass (~38 Hz, the "RLB" curve). The standard
 lists coefficients for 48 kHz only; they are derived here for any rate from
 the analog prototype through the bilinear transform, which reproduces the
