@@ -143,3 +143,34 @@ def test_gpu_runtime_is_context_plus_a_proportional_margin(tiny_model_dir: Path)
         held = p.model_state + p.gather_buffer + max(p.activations, p.step_temp)
         assert p.runtime == GPU_CONTEXT_BYTES + int(GPU_MARGIN * held)
     assert big.runtime > small.runtime  # grows with what the GPU holds
+
+
+def test_an_existing_cluster_is_planned_against_its_own_gpus(tiny_model_dir: Path,
+                                                              tmp_path: Path) -> None:
+    """--address: the preflight reads each node's free GPU memory (NVML); the plan must
+    fit the smallest GPU a worker may land on, or the start stops with the advice."""
+    from engine.errors import InputError
+    from engine.events import Emitter
+    from engine.train.api import cluster_gpu_plan
+    from engine.train.preflight import NodeReport, PreflightReport, node_facts
+
+    assert "gpu_free" in node_facts()  # [] here: no GPU, but the fact is always there
+    gib = 1 << 30
+
+    def report(*frees: list[int]) -> PreflightReport:
+        nodes = [NodeReport(f"n{i}", f"host{i}", "10.0.0.1",
+                            facts={"gpu_free": f, "gpu_capability": [[9, 0]] * len(f)})
+                 for i, f in enumerate(frees)]
+        return PreflightReport(nodes, "/shared", "model", 0.1)
+
+    roomy = report([80 * gib, 80 * gib], [80 * gib])
+    assert roomy.gpu_free() == [80 * gib] * 3 and roomy.gpu_capability() == (9, 0)
+    cfg = _cfg()
+    plan = cluster_gpu_plan(roomy, tiny_model_dir, cfg, tmp_path, Emitter())
+    assert plan.fits and plan.device == "cuda"
+    tight = report([80 * gib], [gib // 2])
+    assert tight.gpu_free()[0] == gib // 2
+    with pytest.raises(InputError) as err:
+        cluster_gpu_plan(tight, tiny_model_dir, cfg, tmp_path, Emitter())
+    assert err.value.message.startswith("Training will not fit the cluster's GPUs")
+    assert cluster_gpu_plan(report([], []), tiny_model_dir, cfg, tmp_path, Emitter()) is None

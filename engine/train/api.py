@@ -453,6 +453,8 @@ def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path
             report = _preflight_or_fail(where, model_dir, emitter)
             same_model_path = all(n.model.endswith("(same path as the driver)")
                                   for n in report.nodes)
+            if cfg.parallel.use_gpu:
+                cluster_gpu_plan(report, model_dir, cfg, voice.path, emitter)
         # codes are cached by content hash: a re-run or a resume encodes nothing
         from ..data.codes import extract_codes, extract_codes_ray
 
@@ -525,6 +527,25 @@ def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path
                       + (f", loss {out['final_loss']:.4f}" if out["final_loss"] is not None else "")
                       + (f"; checkpoint {result.checkpoint.name}" if result.checkpoint else ""))
     return out
+
+
+def cluster_gpu_plan(report: Any, model_dir: Path, cfg: TrainConfig, voice_dir: Path,
+                     emitter: Emitter) -> Any:
+    """The GPU plan against the cluster's own GPUs (--address; the preflight reads their
+    free memory on each node): refuses a run that does not fit, like a local one."""
+    from .plan import make_plan
+
+    free = report.gpu_free()
+    if not free:
+        return None
+    plan = make_plan(model_dir, cfg, device="cuda", voice_dir=voice_dir, free=free,
+                     capability=report.gpu_capability())
+    emitter.log(plan.table(), level="debug")
+    if not plan.fits:
+        raise InputError(f"Training will not fit the cluster's GPUs: it needs about "
+                         f"{plan.total / (1 << 30):.1f} GiB per GPU. {plan.advice[0]}",
+                         " ".join(plan.advice[1:]) or None)
+    return plan
 
 
 def _preflight_or_fail(where: _Where, model_dir: Path, emitter: Emitter) -> Any:

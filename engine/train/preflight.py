@@ -77,6 +77,14 @@ def node_facts() -> dict[str, Any]:
         facts["node_ip"] = ray.util.get_node_ip_address()
     except Exception:
         pass
+    try:  # NVML: free memory and compute capability of each visible GPU, no CUDA context
+        from .gpus import visible_gpus
+
+        gpus = visible_gpus()
+        facts["gpu_free"] = [int(g.free) for g in gpus]
+        facts["gpu_capability"] = [list(g.capability) if g.capability else None for g in gpus]
+    except Exception:
+        facts["gpu_free"], facts["gpu_capability"] = [], []
     return facts
 
 
@@ -270,6 +278,16 @@ class PreflightReport:
             lines += [f"      - {p}" for p in n.problems]
             lines += [f"      . {x}" for x in n.notes]
         return "\n".join(lines)
+
+    def gpu_free(self) -> list[int]:
+        """Free bytes of every GPU of the cluster, smallest first (where a plan must fit:
+        Ray may place a worker on any of them)."""
+        return sorted(f for n in self.nodes for f in n.facts.get("gpu_free") or [])
+
+    def gpu_capability(self) -> tuple[int, int] | None:
+        """The oldest compute capability among the cluster's GPUs (None: none known)."""
+        caps = [tuple(c) for n in self.nodes for c in n.facts.get("gpu_capability") or [] if c]
+        return min(caps) if caps else None  # type: ignore[return-value]
 
     def problem_sentence(self) -> str:
         bad = [n for n in self.nodes if not n.ok]
