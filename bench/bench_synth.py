@@ -91,8 +91,10 @@ def tiny_voice(work: Path) -> Path:
     return export_custom_voice(base, {}, SPEAKER, xvec, work / "tiny-voice")
 
 
-def voice_06b(work: Path, layers: int) -> Path:
-    """Custom voice with the real 0.6B talker shape and random weights (std 0.02)."""
+def voice_06b(work: Path, layers: int, talker_sizes: dict[str, Any] | None = None,
+              name: str = "06b") -> Path:
+    """Custom voice with the real 0.6B talker shape (or `talker_sizes` over it, e.g.
+    the 1.7B widths) and random weights (std 0.02)."""
     import numpy as np
     import torch
     from safetensors.torch import save_file
@@ -101,12 +103,13 @@ def voice_06b(work: Path, layers: int) -> Path:
     from engine.model.official import configuration, modeling
     from engine.model.tiny import make_tiny_model
 
-    tiny = make_tiny_model(work / "tiny-for-06b", seed=0)
-    base = work / "base-06b"
+    tiny = make_tiny_model(work / f"tiny-for-{name}", seed=0)
+    base = work / f"base-{name}"
     base.mkdir()
     cfg = json.loads((tiny / "config.json").read_text())
     talker = cfg["talker_config"]
     talker.update(TALKER_06B, num_hidden_layers=layers)
+    talker.update(talker_sizes or {})
     # MRoPE sections sum to head_dim / 2, as in the released models
     talker["rope_scaling"] = {"interleaved": True, "mrope_section": [24, 20, 20],
                               "rope_type": "default"}
@@ -138,7 +141,7 @@ def voice_06b(work: Path, layers: int) -> Path:
     del state
     gc.collect()
     xvec = np.random.default_rng(0).standard_normal(talker["hidden_size"]).astype("float32")
-    return export_custom_voice(base, {}, SPEAKER, xvec * 0.02, work / "voice-06b")
+    return export_custom_voice(base, {}, SPEAKER, xvec * 0.02, work / f"voice-{name}")
 
 
 def _clock() -> tuple[float, float]:

@@ -10,6 +10,9 @@ one frame, so both are caught here without a GPU.
 
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from engine.synth.decoding import DecodeSettings, FastTalker
 from engine.synth.prompt import build_prefill
 from engine.synth.sampling import SamplerSettings
 
+ROOT = Path(__file__).resolve().parent.parent
 TEXTS = ["Hello world, this is a test.", "A second and somewhat longer row of text here."]
 
 #: aten calls that wait for the device (the result comes back to the host)
@@ -116,3 +120,46 @@ def test_buffers_and_graphs_are_cached_per_batch_shape(fast: tuple[FastTalker, A
     c = talker.row_batch(3, 100, 20, 40, settings, 1)
     assert a is b and a is not c
     assert a.span_for(10) == 64 and a.span_for(64) == 128 and a.span_for(10_000) == a.capacity
+
+
+def test_a_failed_capture_is_remembered_per_span(fast: tuple[FastTalker, Any],
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Forced failure (capture itself needs a GPU; the bookkeeping around it does not):
+    one attempt for the span, one warning, and every frame still runs, eagerly."""
+    talker, official = fast
+    greedy = SamplerSettings(do_sample=False)
+    rows = _warm_rows(talker, official, DecodeSettings(talker=greedy, predictor=greedy))
+    attempts: list[int] = []
+
+    def broken(frame: Any) -> Any:
+        attempts.append(1)
+        raise RuntimeError("forced capture failure")
+
+    rows._record = broken
+    span = rows.span_for(int(rows.slot.max()))
+    step = rows.step.clone()
+    with torch.inference_mode(), caplog.at_level(logging.WARNING, logger="engine.synth.rows"):
+        for _ in range(6):
+            rows.run(span, graphs=True)
+    assert len(attempts) == 1 and rows.capture_attempts == 1
+    assert rows.failed == {span} and rows.graph_status == "failed"
+    assert len([r for r in caplog.records if "capture failed" in r.getMessage()]) == 1
+    assert torch.equal(rows.step, step + 6)  # warm-up, failed capture, 4 eager frames
+    # another span is still tried (failures are per span)
+    other = next(s for s in rows.spans() if s != span)
+    with torch.inference_mode():
+        rows.run(other, graphs=True)
+        rows.run(other, graphs=True)
+    assert len(attempts) == 2 and rows.failed == {span, other}
+    assert rows.spans() == [64, 128, 256, 512, 1024][:len(rows.spans())]
+    assert talker.prepare(DecodeSettings()) is None  # capture at load: CUDA only
+
+
+def test_the_gpu_speech_proof_says_in_one_line_when_there_is_no_gpu() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the proof runs for real (bench/gpu_speech_proof.py)")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_speech_proof.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and "no GPU" in lines[0]

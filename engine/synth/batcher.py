@@ -39,9 +39,10 @@ import torch
 
 from ..errors import Cancelled
 from ..events import Emitter
+from .decoding import _graphs_enabled
 from .options import SpeakOptions
 from .render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
-from .rows import RowBatch, settings_key
+from .rows import RowBatch, bucket, settings_key
 from .sampling import choose, noise_width
 from .text import Chunk, split_text
 
@@ -109,6 +110,12 @@ class ContinuousBatcher:
         #: largest trailing text (positions) admitted so far
         self.longest_text = 0
         self._host_slot: dict[int, int] = {}
+        self._cuda = self.fast.device.type == "cuda"
+        self._graphs = self._cuda and _graphs_enabled()
+        #: two host buffers for the rows' tokens (pinned on CUDA) and their copy events
+        self._tokens = [torch.zeros(rows, dtype=torch.long, pin_memory=self._cuda)
+                        for _ in range(2)]
+        self._token_events: list[Any] = [None, None]
         self._thread = threading.Thread(target=self._loop, name="speech-batcher", daemon=True)
         self._finisher = threading.Thread(target=self._finish_loop, name="speech-finisher",
                                           daemon=True)
@@ -252,15 +259,29 @@ class ContinuousBatcher:
             assert self._batch is not None
             return self._batch
         self._batch = None  # free the old caches before the new ones are made
-        capacity = -(-max(needed, 1024) // 256) * 256
-        limit = -(-max(unit.chunk.max_frames + 16, 512) // 128) * 128
-        # room for every text position of this chunk (and the usual ones after it)
-        trail = -(-max(text, 256) // 64) * 64
+        # fixed buckets, so the next requests fit (and reuse its graphs); the trail
+        # has room for every text position of this chunk
+        batch = self._new_batch(settings, width, bucket(needed, 1024),
+                                bucket(text, 256), bucket(unit.chunk.max_frames + 16, 512))
+        return batch
+
+    def _new_batch(self, settings: Any, width: int, capacity: int, trail: int,
+                   limit: int) -> RowBatch:
         batch = RowBatch(self.fast, self.size, capacity, trail, limit, settings, width)
         batch.key_valid[:, 0] = True  # idle rows attend to something: no NaN
-        self._batch = batch
         self._pending_noise = torch.ones(self.size, self.fast.groups, width)
+        self._batch = batch
         return batch
+
+    def prepare(self) -> None:
+        """On CUDA: make the batch of the default settings and capture its frame graphs
+        now (at load), not during the first requests."""
+        if self.fast.device.type != "cuda" or not _graphs_enabled():
+            return
+        settings = self.synth.decode_settings(SpeakOptions())
+        with torch.inference_mode():
+            batch = self._new_batch(settings, self._width(settings), 2048, 256, 1024)
+            batch.prepare(True)
 
     def _start_row(self, b: int, unit: _Unit) -> bool:
         """Prefill `unit` into row `b`; False when it must wait for the rows to drain
@@ -318,26 +339,43 @@ class ContinuousBatcher:
         active = self._active()
         with torch.inference_mode():
             if any(self._gens[b] is not None for b in active):
-                upcoming = torch.ones_like(self._pending_noise)
+                # pinned on CUDA: the copies below are asynchronous, not staged
+                upcoming = torch.ones(self._pending_noise.shape, pin_memory=self._cuda)
                 for b in active:
                     gen = self._gens[b]
                     if gen is not None:
                         upcoming[b] = torch.empty(upcoming.shape[1:]).exponential_(
                             generator=gen).clamp_min_(1e-20)
-                batch.noise[:, 1:].copy_(self._pending_noise[:, 1:])
-                batch.noise[:, 0].copy_(upcoming[:, 0])
+                batch.noise[:, 1:].copy_(self._pending_noise[:, 1:], non_blocking=True)
+                batch.noise[:, 0].copy_(upcoming[:, 0], non_blocking=True)
                 self._pending_noise = upcoming
             longest = max(self._host_slot[b] for b in active)
-            batch.run(batch.span_for(longest), graphs=self.fast.device.type == "cuda")
+            batch.run(batch.span_for(longest), graphs=self._graphs)
             self.frames_run += 1
-            tokens = batch.token.cpu()
+            # end-of-speech is read one frame late: this frame's tokens go to a pinned
+            # buffer asynchronously while the previous frame's (long since copied) are
+            # read, so the host never waits for the frame it just launched
+            now = self.frames_run % 2
+            self._tokens[now].copy_(batch.token, non_blocking=True)
+            if self._cuda:
+                event = torch.cuda.Event()
+                event.record()
+                self._token_events[now] = event
+                before = self._token_events[1 - now]
+                if before is not None:
+                    before.synchronize()
+            previous = self._tokens[1 - now]
         finished: list[tuple[int, int]] = []
         for b in active:
             row = self._rows[b]
             assert row is not None
             row.frames += 1
             self._host_slot[b] += 1
-            if int(tokens[b]) == self.fast.eos or row.frames >= row.unit.chunk.max_frames:
+            # the token chosen after this row's previous frame (its first frame has none:
+            # the prefill's token cannot be end-of-speech, min_new_tokens bans it)
+            if row.frames >= 2 and int(previous[b]) == self.fast.eos:
+                finished.append((b, row.frames - 1))  # the frame made on it is dropped
+            elif row.frames >= row.unit.chunk.max_frames:
                 finished.append((b, row.frames))
         for b, frames in finished:
             row = self._rows[b]

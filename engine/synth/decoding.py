@@ -258,6 +258,11 @@ class _Stack:
         return _rms(h, self.norm_w, self.norm_eps)
 
 
+def _graphs_enabled() -> bool:
+    # escape hatch for drivers where capture misbehaves
+    return os.environ.get("VOXSHARD_CUDA_GRAPHS", "1") not in ("0", "false", "no")
+
+
 def _rope_table(rotary: Any, length: int, like: torch.Tensor, axes: int) -> KV:
     """cos/sin [length, head_dim] from the official rotary module.
 
@@ -329,8 +334,27 @@ class FastTalker:
                                              w, axes=1)
         self._t_rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self._row_batches: dict[tuple[Any, ...], Any] = {}
-        #: "captured", "failed" (logged) or "off": what the last static call ran
+        #: "captured", "partial", "failed" (logged) or "off": the graphs of the batch
+        #: shape the last static call ran (rows.RowBatch.graph_status)
         self.graph_status = "off"
+        #: one CUDA graph memory pool for every captured frame of this model
+        self.graph_pool: Any = None
+
+    def prepare(self, settings: DecodeSettings, text_chars: int = 220) -> Any:
+        """Capture the frame graphs of the common request shape now (at load): one
+        row, a chunk of up to `text_chars` characters. A no-op off CUDA or with
+        VOXSHARD_CUDA_GRAPHS=0. Returns the prepared `RowBatch` (or None)."""
+        if self.device.type != "cuda" or not _graphs_enabled():
+            return None
+        from .text import max_frames_for
+
+        width = max(noise_width(settings.talker, self.vocab),
+                    noise_width(settings.predictor, self.p_vocab), 1)
+        limit = max_frames_for("x" * text_chars)
+        rows = self.row_batch(1, 128 + limit + 1, 128, limit, settings, width)
+        rows.prepare(True)
+        self.graph_status = rows.graph_status
+        return rows
 
     # -- pieces ------------------------------------------------------------------------
     def _talker_rope(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -402,8 +426,7 @@ class FastTalker:
         cuda = self.device.type == "cuda"
         static = cuda if static is None else static
         if graphs is None:
-            # escape hatch for drivers where capture misbehaves
-            graphs = os.environ.get("VOXSHARD_CUDA_GRAPHS", "1") not in ("0", "false", "no")
+            graphs = _graphs_enabled()
         graphs = graphs and static and cuda
         embeds = prefill.embeds.to(self.device, self.dtype)
         batch, t0, _ = embeds.shape
@@ -513,12 +536,19 @@ class FastTalker:
                   settings: DecodeSettings, width: int) -> Any:
         """The cached `RowBatch` for this batch shape (sizes rounded up, so nearby
         requests share buffers and graphs); the least recently used one is dropped."""
-        from .rows import RowBatch, settings_key
+        from .rows import RowBatch, bucket, settings_key
 
-        capacity = -(-total // 256) * 256
-        trail = -(-max(trail, 1) // 64) * 64
-        limit = -(-limit // 128) * 128
+        # fixed maximum-length buckets: most requests share one shape (and its graphs)
+        capacity = bucket(total, 1024)
+        trail = bucket(trail, 256)
+        limit = bucket(limit, 512)
         key = (batch, capacity, trail, limit, width, settings_key(settings))
+        for have in self._row_batches:
+            # a bigger batch of the same kind (one prepared at load) serves this one too
+            if (have[0] == batch and have[4:] == key[4:] and have[1] >= capacity
+                    and have[2] >= trail and have[3] >= limit):
+                key = have
+                break
         found = self._row_batches.pop(key, None)
         if found is None:
             while len(self._row_batches) >= 2:

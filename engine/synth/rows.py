@@ -10,9 +10,18 @@ rows. `frame(span)` advances all rows by one frame with:
   assignment of a host scalar), so a finished row can be refilled with the
   next request while the others keep going (continuous batching,
   engine/synth/batcher.py);
-- attention over the first `span` cache slots only (spans grow in steps of
-  `SPAN_STEP`; one graph per span, captured on first use and cached), with
-  grouped-query attention reading the shared K/V heads, never a copy.
+- attention over the first `span` cache slots only, with grouped-query
+  attention reading the shared K/V heads, never a copy. Spans are fixed
+  buckets (64, 128, 256 ... the capacity): a few graphs per batch shape.
+
+CUDA graphs (`run`), following PyTorch's recipe: the first frame of a span
+runs on the capture stream (warm-up: lazy allocations, library handles), the
+second is captured there into a memory pool shared by every graph of the
+model, then replayed. A capture that fails is remembered per span (that span
+runs eagerly from then on: no retry every frame, one warning), and
+`graph_status` reports the true state over all spans: "captured", "partial"
+(some spans failed), "failed", or "off". `prepare` captures every span
+before the first request (at load).
 
 Sampling settings are fixed per batch (part of the cache key); random noise
 is copied in per frame from each row's own generator.
@@ -72,8 +81,11 @@ class RowBatch:
         self.p_masks += [(p_slots <= j)[None, None, None]
                          for j in range(2, PREDICTOR_POSITIONS)]
         self.graphs: dict[int, Any] = {}
-        self.graph_status = "off"
+        #: spans whose capture failed: they run eagerly, never captured again
+        self.failed: set[int] = set()
+        self.capture_attempts = 0
         self._warm: set[int] = set()
+        self._side: Any = None  # the capture stream (CUDA)
 
     # -- filling rows ------------------------------------------------------------------------
     def load_rows(self, rows: slice | list[int], token: torch.Tensor, hidden: torch.Tensor,
@@ -96,8 +108,25 @@ class RowBatch:
         self.trailing[rows, :width] = trailing[:, :width].to(self.trailing.dtype)
 
     def span_for(self, longest: int) -> int:
-        """The attention span (a multiple of SPAN_STEP) covering slot `longest`."""
-        return min(self.capacity, -(-(longest + 1) // SPAN_STEP) * SPAN_STEP)
+        """The attention span covering slot `longest`: the smallest of the fixed
+        buckets SPAN_STEP x 2^k, or the whole cache."""
+        span = SPAN_STEP
+        while span < longest + 1 and span < self.capacity:
+            span *= 2
+        return min(self.capacity, span)
+
+    def spans(self) -> list[int]:
+        """Every bucket a frame of this batch can use."""
+        out = [SPAN_STEP]
+        while out[-1] < self.capacity:
+            out.append(min(self.capacity, out[-1] * 2))
+        return out
+
+    @property
+    def graph_status(self) -> str:
+        if self.failed:
+            return "partial" if self.graphs else "failed"
+        return "captured" if self.graphs else "off"
 
     # -- one frame ---------------------------------------------------------------------------
     def frame(self, span: int) -> None:
@@ -157,8 +186,8 @@ class RowBatch:
 
     def run(self, span: int, graphs: bool) -> None:
         """One frame: replay the graph of this span (captured on its second use, after
-        one eager warm-up frame), or run it eagerly."""
-        if not graphs:
+        one warm-up frame on the capture stream), or run it eagerly."""
+        if not graphs or span in self.failed:
             self.frame(span)
             return
         graph = self.graphs.get(span)
@@ -167,31 +196,74 @@ class RowBatch:
             return
         if span not in self._warm:
             self._warm.add(span)
-            self.frame(span)
+            self._on_side(lambda: self.frame(span))
             return
-        graph = _capture(lambda: self.frame(span))
-        if graph is None:
-            self.graph_status = "failed"
+        if self._capture(span):
+            # the capture recorded the frame without running it
+            self.graphs[span].replay()
+        else:
             self.frame(span)
+
+    def prepare(self, graphs: bool) -> None:
+        """Capture every span now (at load), so no request pays a capture. The
+        frames run on idle rows (each attends to slot 0: no NaN) and the rows'
+        state is cleared after; every request loads its rows anyway."""
+        if not graphs:
             return
-        self.graphs[span] = graph
-        self.graph_status = "captured"
-        # the capture recorded the frame without running it
-        graph.replay()
+        self.key_valid[:, 0] = True
+        for span in self.spans():
+            if span not in self.graphs and span not in self.failed:
+                self.run(span, True)  # warm-up
+                self.run(span, True)  # capture and replay
+        self.slot.zero_()
+        self.step.zero_()
+        self.codes.zero_()
 
+    def _on_side(self, work: Callable[[], None]) -> None:
+        """Run `work` on the capture stream, ordered with the current stream."""
+        if self.fast.device.type != "cuda":
+            work()
+            return
+        if self._side is None:
+            self._side = torch.cuda.Stream(device=self.fast.device)
+        current = torch.cuda.current_stream(self.fast.device)
+        self._side.wait_stream(current)
+        with torch.cuda.stream(self._side):
+            work()
+        current.wait_stream(self._side)
 
-def _capture(frame: Callable[[], None]) -> Any:
-    try:
-        torch.cuda.synchronize()
+    def _capture(self, span: int) -> bool:
+        self.capture_attempts += 1
+        try:
+            self.graphs[span] = self._record(lambda: self.frame(span))
+            return True
+        except RuntimeError as exc:
+            # capture is an optimisation: this span runs eagerly from now on (never
+            # retried: each try costs a synchronize and an empty_cache), said once
+            self.failed.add(span)
+            log.warning("CUDA graph capture failed for attention span %d; its frames run "
+                        "eagerly: %s", span, exc)
+            return False
+
+    def _record(self, frame: Callable[[], None]) -> Any:
+        """Capture `frame` on the capture stream into the model's shared graph pool."""
+        if self._side is None:
+            self._side = torch.cuda.Stream(device=self.fast.device)
+        pool = getattr(self.fast, "graph_pool", None)
+        if pool is None:
+            pool = self.fast.graph_pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=pool, stream=self._side):
             frame()
         return graph
-    except RuntimeError as exc:
-        # capture is an optimisation: the same frame runs eagerly instead, and the
-        # reason is logged (the bench prints graph_status)
-        log.warning("CUDA graph capture failed, running frames eagerly: %s", exc)
-        return None
+
+
+def bucket(n: int, smallest: int) -> int:
+    """The fixed size for `n`: `smallest` x 2^k (shapes, and so graphs, are shared)."""
+    size = smallest
+    while size < n:
+        size *= 2
+    return size
 
 
 def settings_key(settings: Any) -> tuple[Any, ...]:

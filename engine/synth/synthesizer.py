@@ -123,6 +123,10 @@ class Synthesizer:
         wrapper = load_model(source.model_dir, device=device, dtype=resolve_dtype(dtype, device))
         synth = cls(wrapper, source, None, quantize=quantize, fuse=fuse)
         synth.use_source(source, on_event=emitter)
+        if synth.fast.device.type == "cuda":
+            # capture the common shape's frame graphs now: a cold `speak --play`
+            # pays no capture (the bench's warm-up no longer hides that cost)
+            synth.fast.prepare(synth.decode_settings(SpeakOptions()))
         return synth
 
     def use_source(self, source: VoiceSource,

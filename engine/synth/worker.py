@@ -234,6 +234,7 @@ class SpeechWorker:
                 # now (it is idle: drained above), never left beside the new one
                 self._batcher.close()
             self._batcher = ContinuousBatcher(self._synth, rows=self._rows)
+            self._batcher.prepare()  # CUDA: frame graphs captured now, not mid-request
             raise _Done({"loaded": source.to_dict(),
                          "languages": ["auto", *self._synth.languages],
                          "summary": f"Loaded {source.label}"})
