@@ -101,9 +101,14 @@ def start_server(args: list[str], cwd: Path) -> Server:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("serve")
-    ws = make_workspace(root, tiny_model_dir)
+def workspace_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_workspace(tmp_path_factory.mktemp("serve"), tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def server(workspace_dir: Path, tiny_model_dir: Path) -> Iterator[Server]:
+    ws = workspace_dir
+    root = ws.parent
     (root / "key").write_text(KEY + "\n")
     srv = start_server(["--workspace", str(ws), "--port", "0", "--api-key-file",
                         str(root / "key"), "--device", "cpu", "--dtype", "float32",
@@ -173,7 +178,9 @@ def test_models_voices_and_health(server: Server) -> None:
         health = http.get("/health").json()
     assert voices["voices"] == ["ada", "ada/ada-v1"]
     assert {v["language"] for v in voices["data"]} == {"english"}
-    assert health["model_loaded"] and health["device"] == "cpu" and "ada" in health["loaded"]
+    # test_speech_create_wav_at_24khz spoke as both: one model serves the two names
+    assert health["model_loaded"] and health["device"] == "cpu"
+    assert health["loaded"] == ["ada", "ada/ada-v1"] and health["workers"] == 1
 
 
 def test_wrong_or_missing_key_is_refused(server: Server) -> None:
@@ -496,3 +503,42 @@ def test_fuzz_hostile_bodies_leave_the_server_answering(server: Server) -> None:
     # a little slack: the keep-alive connection of the last client may still be open
     assert after_fds <= fds + 2, (fds, after_fds)
     assert after_threads <= threads + 2, (threads, after_threads)
+
+
+def test_time_limit_cancels_the_request_with_504(workspace_dir: Path) -> None:
+    """A server (in this process, on a thread) whose per-request limit is far shorter than
+    the render asked of it."""
+    import time
+
+    import uvicorn
+
+    from engine.serve.app import ServeConfig, create_app
+    from engine.serve.pool import Pool
+    from engine.serve.voices import discover
+
+    pool = Pool(discover([], workspace_dir), device="cpu", dtype="float32", rows=2, max_queue=4)
+    app = create_app(pool, ServeConfig(timeout_s=0.2))
+    sock = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    text = " ".join(f"Sentence {i} of a render far longer than the limit." for i in range(40))
+    try:
+        with httpx.Client(base_url=url, timeout=300) as http:
+            answer = http.post("/v1/audio/speech", json={"input": text, "voice": "ada",
+                                                         "max_frames": 60})
+            assert answer.status_code == 504
+            assert answer.json()["error"]["code"] == "timeout"
+            for _ in range(600):  # the cancelled rows are freed and its file removed
+                if http.get("/health").json()["queue_depth"] == 0 and not any(
+                        pool.renders_dir.iterdir()):
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError("the timed-out request was still held")
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        sock.close()
+    assert not thread.is_alive() and not pool.renders_dir.exists()

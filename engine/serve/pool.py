@@ -121,6 +121,8 @@ class VoiceWorker:
         self.worker = make_worker(self._route)
         self.last_used = time.monotonic()
         self.languages: list[str] = []
+        #: what it loaded (`Pool.identity`): names that resolve alike share this worker
+        self.identity = voice.name
 
     def _route(self, event: Event) -> None:
         rid = str(event.data.get("request") or "")
@@ -199,11 +201,18 @@ class Pool:
             self._load_lock = asyncio.Lock()
         async with self._load_lock:
             found = self.loaded.get(name)
+            if found is None:
+                # `ada` and `ada/<its latest export>` are one model: one worker serves both
+                identity = self.identity(name)
+                found = next((w for w in self.loaded.values() if w.identity == identity), None)
+                if found is not None:
+                    self.loaded[name] = found
             if found is not None:
                 found.last_used = time.monotonic()
                 return found
-            if len(self.loaded) >= self.max_loaded:
-                idle = sorted((w for w in self.loaded.values() if not w.busy),
+            workers = {id(w): w for w in self.loaded.values()}
+            if len(workers) >= self.max_loaded:
+                idle = sorted((w for w in workers.values() if not w.busy),
                               key=lambda w: w.last_used)
                 if not idle:
                     raise Busy(f"Every loaded voice is busy and at most {self.max_loaded} "
@@ -212,6 +221,17 @@ class Pool:
             loaded = await asyncio.get_running_loop().run_in_executor(None, self._load, name)
             self.loaded[name] = loaded
             return loaded
+
+    def identity(self, name: str) -> str:
+        """What voice `name` loads (the export folder or checkpoint `speak` would use)."""
+        from ..errors import VoxshardError
+        from ..synth.voice import resolve_source
+
+        try:
+            source = resolve_source(str(self.voices[name].target))
+        except VoxshardError:
+            return name
+        return str(source.checkpoint or source.model_dir)
 
     def _load(self, name: str) -> VoiceWorker:
         voice = self.voices[name]
@@ -231,6 +251,7 @@ class Pool:
 
         holder.append(VoiceWorker(voice, make))
         worker = holder[0]
+        worker.identity = self.identity(name)
         worker.worker.submit({"op": "load", "id": "load", "voice": str(voice.target)})
         done.wait()
         if answer.get("kind") != "result":
@@ -241,7 +262,8 @@ class Pool:
         return worker
 
     async def _unload(self, worker: VoiceWorker) -> None:
-        self.loaded.pop(worker.voice.name, None)
+        for name in [n for n, w in self.loaded.items() if w is worker]:
+            del self.loaded[name]
         await asyncio.get_running_loop().run_in_executor(
             None, lambda: worker.worker.close(timeout=60, cancel=True))
 
@@ -300,11 +322,13 @@ class Pool:
             ticket.close()
 
     def health(self) -> dict[str, Any]:
-        return {"loaded": sorted(self.loaded), "queue_depth": self.admitted,
+        return {"loaded": sorted(self.loaded), "workers": len({id(w) for w in
+                                                               self.loaded.values()}),
+                "queue_depth": self.admitted,
                 "queue_limit": self.max_queue, "streams": self.streams, "rows": self.rows}
 
     async def close(self) -> None:
-        for worker in list(self.loaded.values()):
+        for worker in list({id(w): w for w in self.loaded.values()}.values()):
             await self._unload(worker)
         if self.cloner is not None:
             cloner, self.cloner = self.cloner, None
