@@ -47,7 +47,7 @@ from .pages.serve import ServePage
 from .pages.train import TrainPage
 from .pages.voices import VoicesPage
 from .theme import ThemeManager, app_icon, icon
-from .widgets import button, retint_buttons
+from .widgets import button, install_wheel_guard, retint_buttons
 
 P = TypeVar("P", bound=Page)
 
@@ -79,6 +79,9 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.ctx = ctx or AppContext(settings)
         self.theme = theme
+        app = QApplication.instance()
+        if app is not None:
+            install_wheel_guard(app)
         self.setWindowTitle(APP_NAME)
         self.setWindowIcon(app_icon())
         self.resize(1320, 860)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -65,6 +66,50 @@ def engine_command() -> list[str]:
         return [shutil.which("voxshard-engine") or "voxshard-engine"]
     return [sys.executable, "-m", "engine.cli.main"]
 
+
+
+_HUB_MODEL = re.compile(r"(?:Model |download )(?P<repo>[\w.-]+/(?P<name>[\w.-]+))")
+#: the engine's words for a hub model it could not fetch without a network
+_NO_NETWORK = ("Connection", "connect", "Timeout", "resolve", "Offline", "Network",
+               "unreachable")
+
+
+def model_label(repo: str) -> str:
+    """ "Qwen/Qwen3-TTS-12Hz-1.7B-Base" -> "Qwen3-TTS 1.7B" (the name a user knows)."""
+    m = re.match(r".*?/(?P<family>Qwen3-TTS)-[\w]+?-(?P<size>[\d.]+B)", repo)
+    return f"{m['family']} {m['size']}" if m else repo
+
+
+def window_words(code: str, message: str, hint: str) -> tuple[str, str, str]:
+    """An engine error in a window's words: the engine speaks to a terminal ("run the same
+    command again"); a model that cannot be fetched offline becomes one sentence that
+    says what to do here."""
+    found = _HUB_MODEL.search(message)
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
+    if found and (("downloading is off" in message and offline)
+                  or (message.startswith("Could not download")
+                      and any(w.lower() in message.lower() for w in _NO_NETWORK))):
+        return ("model_offline", f"{model_label(found['repo'])} is not downloaded and there is "
+                "no internet connection: choose a local folder.", "")
+    return code, message, hint.replace("run the same command again", "try again")
+
+#: what Ray prints when its control process (the GCS) went away under a run
+#: (phrases of Ray 2.x's own C++ and Python messages, found in its _raylet.so)
+_RAY_GONE = ("GCS may have been killed", "Failed to connect to GCS",
+             "GCS server is dead", "Failed to get node info from GCS",
+             "the node it was running on is dead or unavailable", "raylet crashed")
+
+
+def known_crash(stderr_lines: list[str]) -> tuple[str, str, str] | None:
+    """One sentence and an action for engine deaths the engine could not explain itself:
+    the local Ray cluster's control process stopped (another program ended every Ray
+    process), which leaves only Ray's C++ log behind."""
+    text = "\n".join(stderr_lines)
+    if any(sign.lower() in text.lower() for sign in _RAY_GONE):
+        return ("ray_gone", "The local Ray cluster's control process stopped during the run "
+                "(another program may have stopped Ray).",
+                "Press Resume to continue from the last checkpoint.")
+    return None
 
 class EngineJob(QObject):
     """One engine command running in a child process, reported as signals."""
@@ -305,8 +350,8 @@ class EngineJob(QObject):
             obj.pop("time", None)
             self.result = obj
         elif kind == "error":
-            self.error = (str(obj.get("code") or "error"), str(obj.get("message") or ""),
-                          str(obj.get("hint") or ""))
+            self.error = window_words(str(obj.get("code") or "error"),
+                                      str(obj.get("message") or ""), str(obj.get("hint") or ""))
 
     # -- end ---------------------------------------------------------------
     def _on_process_error(self, err: QProcess.ProcessError) -> None:
@@ -351,6 +396,8 @@ class EngineJob(QObject):
                 self.error = ("engine_missing", "The Voxshard engine could not be started.",
                               f"Check that `{shlex.join(engine_command())}` works in a "
                               "terminal.")
+            if self.error is None:
+                self.error = known_crash(list(self._stderr_tail))
             if self.error is None:
                 tail = "\n".join(list(self._stderr_tail)[-5:])
                 how = ("crashed" if status == QProcess.ExitStatus.CrashExit

@@ -7,9 +7,12 @@ from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, QTimer
-from PySide6.QtGui import QColor, QLinearGradient, QPainter, QPalette
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QRectF, Qt, QTimer
+from PySide6.QtGui import QColor, QLinearGradient, QPainter, QPalette, QValidator
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QComboBox,
+    QDoubleSpinBox,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -198,6 +201,13 @@ class WaveformView(pg.PlotWidget):
         self.setYRange(-1, 1)
         self.getPlotItem().hideAxis("left")
         self.setLabel("bottom", "seconds")
+        self.getPlotItem().getAxis("bottom").enableAutoSIPrefix(False)
+        self.getPlotItem().hideAxis("bottom")  # no audio, no time axis ("-400 ms" meant nothing)
+        self.empty_text = pg.TextItem("No take yet: press Record", color="#8a8f98",
+                                      anchor=(0.5, 0.5))
+        self.addItem(self.empty_text)
+        self.setXRange(0, 1, padding=0)
+        self.empty_text.setPos(0.5, 0.0)
         color = QColor(SERIES[0])
         self._hi = self.plot(pen=pg.mkPen(color, width=1))
         self._lo = self.plot(pen=pg.mkPen(color, width=1))
@@ -211,11 +221,16 @@ class WaveformView(pg.PlotWidget):
         t, lo, hi = envelope(np.asarray(audio, dtype=np.float32), samplerate)
         self._hi.setData(t, hi)
         self._lo.setData(t, lo)
-        self.setXRange(0, max(float(t[-1]), 0.1), padding=0.01)
+        self.empty_text.hide()
+        self.getPlotItem().showAxis("bottom")
+        self.setXRange(0, max(float(t[-1]) if len(t) else 0.0, 0.1), padding=0.01)
 
     def clear_audio(self) -> None:
         self._hi.setData([], [])
         self._lo.setData([], [])
+        self.getPlotItem().hideAxis("bottom")
+        self.setXRange(0, 1, padding=0)
+        self.empty_text.show()
 
 
 def hbox(*widgets: QWidget | None, stretch_at: int | None = None, spacing: int = 8) -> QWidget:
@@ -231,3 +246,61 @@ def hbox(*widgets: QWidget | None, stretch_at: int | None = None, spacing: int =
     if stretch_at is not None and stretch_at >= len(widgets):
         lay.addStretch(1)
     return w
+
+
+class WheelGuard(QObject):
+    """App-wide: the mouse wheel over an unfocused spin box or combo box scrolls the page
+    around it instead of changing the value (a user scrolling a form changed "Checkpoint
+    every" from 10 to 1 without noticing). Click or tab into the input to wheel it."""
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Wheel and isinstance(obj, QAbstractSpinBox | QComboBox) \
+                and not obj.hasFocus():
+            parent = obj.parentWidget()
+            if parent is not None:
+                QCoreApplication.sendEvent(parent, event)  # the scroll area takes it
+            return True
+        return False
+
+
+def install_wheel_guard(app: QObject) -> WheelGuard:
+    """Install the guard once on `app` (the QApplication); returns it."""
+    guard = app.findChild(WheelGuard)
+    if guard is None:
+        guard = WheelGuard(app)
+        app.installEventFilter(guard)
+    return guard
+
+
+class SciSpinBox(QDoubleSpinBox):
+    """A small positive value in scientific notation ("2.0e-06"), which a learning rate
+    reads as; typing "3e-5" or "0.00003" both work. Steps multiply/divide by ~2."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setDecimals(12)  # storage precision; the text shows 2 significant digits
+
+    def textFromValue(self, value: float) -> str:
+        return f"{value:.1e}"
+
+    def valueFromText(self, text: str) -> float:
+        try:
+            return float(text.strip())
+        except ValueError:
+            return self.value()
+
+    def validate(self, text: str, pos: int) -> object:
+        t = text.strip()
+        if not t:
+            return QValidator.State.Intermediate, text, pos
+        try:
+            v = float(t)
+        except ValueError:
+            ok = all(c in "0123456789.eE-+" for c in t)
+            return (QValidator.State.Intermediate if ok else QValidator.State.Invalid), text, pos
+        state = QValidator.State.Acceptable if self.minimum() <= v <= self.maximum() \
+            else QValidator.State.Intermediate
+        return state, text, pos
+
+    def stepBy(self, steps: int) -> None:
+        self.setValue(self.value() * (2.0 ** steps))

@@ -38,5 +38,18 @@ INSTALL
 chmod +x dist/voxshard/install.sh
 
 QT_QPA_PLATFORM=offscreen dist/voxshard/voxshard --smoke-test
+
+# size budget: the bundle freezes only the window; anything big is an engine library
+# that slipped in (exclude it in packaging/voxshard.spec)
+BUDGET_MB=${VOXSHARD_BUNDLE_BUDGET_MB:-300}
+size_mb=$(du -sm dist/voxshard | cut -f1)
+echo "Bundle size: ${size_mb} MB (budget ${BUDGET_MB} MB). Largest parts:"
+du -sm dist/voxshard/_internal/* 2>/dev/null | sort -rn | head -12 \
+    | awk '{ printf "  %6d MB  %s\n", $1, $2 }'
+if [ "$size_mb" -gt "$BUDGET_MB" ]; then
+    echo "The bundle is ${size_mb} MB, over its ${BUDGET_MB} MB budget: exclude the large" \
+         "packages above that the window does not use in packaging/voxshard.spec." >&2
+    exit 1
+fi
 tar -C dist -czf dist/voxshard-linux.tar.gz voxshard
 echo "Bundle: dist/voxshard/ and dist/voxshard-linux.tar.gz"

@@ -345,9 +345,11 @@ class ImportPage(Page):
         self.transcribe_btn = button("Transcribe missing", "rename",
                                      slot=lambda: self.transcribe(),
                                      tip="Run speech recognition on the takes without text")
+        # two rows: what to add, then where the text comes from (one row was clipped
+        # even at 1320 px wide)
         self.outer.addWidget(hbox(self.files_btn, self.folder_btn, self.tr_btn,
-                                  self.transcripts_label, self.transcribe_box,
-                                  self.transcribe_btn, stretch_at=4))
+                                  self.transcripts_label, stretch_at=4))
+        self.outer.addWidget(hbox(self.transcribe_box, self.transcribe_btn, stretch_at=2))
         self.progress = QProgressBar()
         self.progress.hide()
         self.outer.addWidget(self.progress)

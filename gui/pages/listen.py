@@ -42,6 +42,15 @@ SAMPLE_TEXT = ("The quick brown fox jumps over the lazy dog. "
                "A cloned voice should sound natural on sentences it has never heard.")
 
 
+def voice_base_model(snap: VoiceSnapshot | None) -> str | None:
+    """The base model the voice's latest run trained from (its saved config), if any."""
+    for run in reversed(snap.runs if snap is not None else []):
+        model = (run.config or {}).get("model")
+        if isinstance(model, dict) and isinstance(model.get("base"), str) and model["base"]:
+            return model["base"]
+    return None
+
+
 def best_reference_clip(snap: VoiceSnapshot | None) -> Path | None:
     """A usable prepared clip of 3-12 s for the zero-shot preview (longest first)."""
     if snap is None:
@@ -66,6 +75,7 @@ class ListenPage(Page):
         self.request: str | None = None
         self._pending: tuple[Path, str, dict[str, Any]] | None = None
         self._load_error = False
+        self._base_voice: Path | None = None  # the voice whose own base fills "Base"
         self.speech.progress.connect(self._req_progress)
         self.speech.finished.connect(self._req_finished)
         self.speech.partial.connect(self._req_partial)
@@ -98,8 +108,10 @@ class ListenPage(Page):
                                   stretch_at=4))
         self.state = QLabel("")
         self.state.setObjectName("Muted")
-        self.outer.addWidget(hbox(self.speak_btn, self.stop_btn, self.save_btn, self.state,
-                                  stretch_at=4))
+        # a line of its own that wraps: an error message ran off the window beside the buttons
+        self.state.setWordWrap(True)
+        self.outer.addWidget(hbox(self.speak_btn, self.stop_btn, self.save_btn, stretch_at=3))
+        self.outer.addWidget(self.state)
         self.progress = QProgressBar()
         self.progress.hide()
         self.outer.addWidget(self.progress)
@@ -176,6 +188,11 @@ class ListenPage(Page):
                 for i in range(self.source.count()):
                     if self.source.itemData(i) == current:
                         self.source.setCurrentIndex(i)
+        if voice is not None and snap is not None and self._base_voice != voice:
+            self._base_voice = voice
+            own = voice_base_model(snap)
+            if own:  # the voice's own base, not a download of 1.7B it never trained on
+                self.base.setEditText(own)
         self._fill_history(snap.renders if snap is not None else [])
         if snap is not None and snap.comparisons \
                 and snap.comparisons[-1] != self.last_comparison:

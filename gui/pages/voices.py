@@ -147,7 +147,7 @@ class VoicesPage(Page):
         self.cards = {
             "takes": StatCard("takes"),
             "recorded": StatCard("minutes recorded"),
-            "usable": StatCard("minutes usable (of 10 recommended)"),
+            "usable": StatCard("usable minutes (10 advised)"),
             "runs": StatCard("training runs"),
             "exports": StatCard("exported models"),
             "renders": StatCard("renders"),

@@ -20,6 +20,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QTabWidget
 
 from ...metrics import MetricsStore
 from ...theme import SERIES
@@ -34,23 +35,33 @@ QUALITY_KEYS = {"quality/similarity": ("similarity to the speaker", SERIES[3]),
 QUALITY_BASELINE = "quality/similarity_zero_shot"
 
 
-class TrainCharts(pg.GraphicsLayoutWidget):
+class TrainCharts(QTabWidget):
+    """The charts in tabs (loss, memory, speed and learning rate, clone quality; the page
+    adds its log): on a laptop screen each chart keeps a readable size instead of five
+    squeezed into one view."""
+
     def __init__(self, store: MetricsStore) -> None:
         super().__init__()
         self.store = store
-        self.setMinimumHeight(420)
+        self.views: list[pg.GraphicsLayoutWidget] = []
+        train, hardware, speed, quality = (self._view(t) for t in (
+            "Loss", "Memory", "Speed", "Quality"))
+        self.setMinimumHeight(260)
         self.redraws = 0
         self.rank_labels: dict[str, str] = {}  # rank -> "GPU 3" / "node-b GPU 1"
         self.limit_gib: float | None = None  # from the GPU probe, before the engine says
+        self.has_gpu = False  # the GPU probe's answer (the memory chart's title)
         self._versions: dict[str, int] = {}
         self._ranged: dict[int, bool] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
-        self.loss_plot, self.loss_legend = self._plot("Loss", "loss", 0, 0)
-        self.mem_plot, self.mem_legend = self._plot("Memory per GPU", "GiB", 0, 1)
-        self.quality_plot, self.quality_legend = self._plot("Clone quality per checkpoint",
-                                                            "score", 2, 0)
-        self.tps_plot, self.tps_legend = self._plot("Throughput", "tokens/s", 2, 1)
-        self.lr_plot, self.lr_legend = self._plot("Learning rate", "lr", 4, 0, colspan=2)
+        self.loss_plot, self.loss_legend = self._plot(train, "Loss", "loss", 0, 0)
+        self.mem_plot, self.mem_legend = self._plot(hardware, "Memory per worker (process RSS)",
+                                                    "GiB", 0, 0)
+        self.quality_plot, self.quality_legend = self._plot(quality,
+                                                            "Clone quality per checkpoint",
+                                                            "score", 0, 0)
+        self.tps_plot, self.tps_legend = self._plot(speed, "Throughput", "tokens/s", 0, 0)
+        self.lr_plot, self.lr_legend = self._plot(speed, "Learning rate", "lr", 2, 0)
         self.plots = (self.loss_plot, self.mem_plot, self.quality_plot, self.tps_plot,
                       self.lr_plot)
         self._line(self.loss_plot, self.loss_legend, "loss/train", SERIES[0], "train")
@@ -78,9 +89,10 @@ class TrainCharts(pg.GraphicsLayoutWidget):
         self.quality_hint.setPos(0.5, 0.5)
         self.quality_plot.setXRange(0.0, 1.0, padding=0)
         # plots share the height; legend rows only take what their text needs
-        layout = self.ci.layout
-        for row, stretch in ((0, 4), (1, 0), (2, 4), (3, 0), (4, 2), (5, 0)):
-            layout.setRowStretchFactor(row, stretch)
+        for view, stretches in ((train, (1, 0)), (hardware, (1, 0)), (speed, (1, 0, 1, 0)),
+                                (quality, (1, 0))):
+            for row, stretch in enumerate(stretches):
+                view.ci.layout.setRowStretchFactor(row, stretch)
         self.best_lines = []
         for plot in (self.loss_plot, self.quality_plot):
             line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(
@@ -94,9 +106,15 @@ class TrainCharts(pg.GraphicsLayoutWidget):
         self.mode = "lines"
 
     # -- building -------------------------------------------------------------------
-    def _plot(self, title: str, unit: str, row: int, col: int,
+    def _view(self, title: str) -> pg.GraphicsLayoutWidget:
+        view = pg.GraphicsLayoutWidget()
+        self.views.append(view)
+        self.addTab(view, title)
+        return view
+
+    def _plot(self, view: pg.GraphicsLayoutWidget, title: str, unit: str, row: int, col: int,
               colspan: int = 1) -> tuple[pg.PlotItem, pg.LegendItem]:
-        p = self.addPlot(row=row, col=col, colspan=colspan, title=title)
+        p = view.addPlot(row=row, col=col, colspan=colspan, title=title)
         # no grid and 1-px pens: measured, pyqtgraph's grid and 2-px strokes were
         # 85% of a 20 ms repaint
         p.setLabel("bottom", "step")
@@ -108,7 +126,7 @@ class TrainCharts(pg.GraphicsLayoutWidget):
         p.disableAutoRange()
         legend = pg.LegendItem(colCount=6, labelTextSize="8pt", verSpacing=-6)
         legend.setMaximumHeight(26)
-        self.addItem(legend, row=row + 1, col=col, colspan=colspan)
+        view.addItem(legend, row=row + 1, col=col, colspan=colspan)
         return p, legend
 
     def _line(self, plot: pg.PlotItem, legend: pg.LegendItem, name: str, color: str,
@@ -173,7 +191,9 @@ class TrainCharts(pg.GraphicsLayoutWidget):
     def _redraw_memory(self) -> None:
         names = self.memory_names()
         gpu = self._primary_leaf() == PRIMARY_MEMORY[0]
-        title = "Memory per GPU" if gpu or not names else "Memory per worker (process RSS)"
+        # before the first figure the GPU probe decides: on CPU workers there is no GPU
+        title = "Memory per GPU" if gpu or (not names and self.has_gpu) \
+            else "Memory per worker (process RSS)"
         if self.mem_plot.titleLabel.text != title:
             self.mem_plot.setTitle(title)
         limit = self._limit()
@@ -314,6 +334,12 @@ class TrainCharts(pg.GraphicsLayoutWidget):
             line.hide()
         self.quality_hint.show()
         self.quality_plot.setXRange(0.0, 1.0, padding=0)
+        for plot in (self.loss_plot, self.mem_plot, self.tps_plot, self.lr_plot):
+            # fresh axes for the next run: the last run's ranges say nothing about it
+            plot.setXRange(0.0, 1.0, padding=0)
+            plot.setYRange(0.0, 1.0, padding=0)
+        self.mem_plot.setTitle("Memory per GPU" if self.has_gpu
+                               else "Memory per worker (process RSS)")
         self.rank_labels.clear()
         for curve in self.curves.values():
             curve.setData([], [])

@@ -209,7 +209,7 @@ class RunController(QObject):
             if isinstance(best, int):
                 self.early_stop.emit(best)
 
-    def _on_eval_metric(self, event: dict) -> None:
+    def _on_eval_metric(self, event: dict, quiet: bool = False) -> None:
         values = event.get("values") or {}
         sim, wer = values.get("eval/similarity"), values.get("eval/wer")
         rate = values.get("eval/rate_ratio")
@@ -231,6 +231,8 @@ class RunController(QObject):
         last = self.store.last_step
         self.store.add(point)
         self.store.last_step = last
+        if quiet:  # a finished evaluation read back: its report has the warnings
+            return
         zero = self.store.latest.get("quality/similarity_zero_shot")
         if isinstance(sim, int | float) and zero is not None and sim < zero - 0.02:
             self.log.emit("warning", f"Checkpoint {step} sounds less like the speaker than the "
@@ -255,6 +257,34 @@ class RunController(QObject):
         self._read_history()
         return True
 
+    def load_history_now(self, metrics_file: Path) -> int:
+        """Read a run's whole metrics.jsonl at once (a resume: its earlier steps stay on
+        screen before the live ones arrive); returns the records read."""
+        self.close_history()
+        try:
+            lines = metrics_file.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return 0
+        n = 0
+        for line in lines:
+            n += self._add_record(line)
+        return n
+
+    def _add_record(self, line: str) -> int:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            return 0
+        if not isinstance(rec, dict):
+            return 0
+        rec.pop("kind", None)
+        rec.pop("time", None)
+        total = rec.pop("total_steps", None)
+        if isinstance(total, int) and total > 0:
+            self.total_steps = total
+        self.store.add(rec)
+        return 1
+
     def close_history(self) -> None:
         if self._history is not None:
             self._history.close()
@@ -270,15 +300,5 @@ class RunController(QObject):
                 self.close_history()
                 self.history_loaded.emit()
                 return
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                rec.pop("kind", None)
-                rec.pop("time", None)
-                total = rec.pop("total_steps", None)
-                if isinstance(total, int) and total > 0:
-                    self.total_steps = total
-                self.store.add(rec)
+            self._add_record(line)
         QTimer.singleShot(0, self._read_history)

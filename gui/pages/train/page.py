@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, QUrl
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QComboBox,
     QLabel,
     QPlainTextEdit,
+    QSizePolicy,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -31,6 +33,7 @@ from ...widgets import fmt_duration, hbox
 from ..base import Page
 from .charts import TrainCharts
 from .controller import STATE_LABELS, RunController
+from .evaluation import catalog_evaluation, evaluation_summary
 from .gpus import Gpu, GpuProbe
 from .settings import PRESETS, TrainSettings, preset_for
 from .stats import StatsBar
@@ -55,6 +58,8 @@ class TrainPage(Page):
         self._final_ticks = 0
         self._turn = 0
         self._shown_voice: object = None
+        self._shown_run: Path | None = None  # the run whose curves are on screen
+        self.last_opened: Path | None = None  # the report Open report last opened
         self._runs: list[catalog.RunInfo] = []
         self.evaluator_program: list[str] | None = None  # tests: another engine stand-in
 
@@ -75,6 +80,11 @@ class TrainPage(Page):
         s.export_btn.clicked.connect(lambda: self.export())
         s.download_btn.clicked.connect(lambda: self.download())
         s.preflight_btn.clicked.connect(lambda: self.check_cluster())
+        s.evaluate_btn.clicked.connect(lambda: self.evaluate_now())
+        s.report_btn.clicked.connect(lambda: self.open_report())
+        self.evaluate_btn, self.report_btn = s.evaluate_btn, s.report_btn
+        self.evaluate_job: EngineJob | None = None
+        self.evaluate_extra_args: list[str] = []  # tests: a short evaluation
 
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(s)
@@ -87,7 +97,8 @@ class TrainPage(Page):
         self.run.state_text.connect(self.state_label.setText)
         self.run.log.connect(self._append_log)
         self.run.ended.connect(self._on_ended)
-        self.run.history_loaded.connect(lambda: self.redraw())
+        self.run.history_loaded.connect(self._history_loaded)
+        self.run.run_known.connect(self._follow_live_run)
         self.run.run_known.connect(self._start_evaluator)
         self.run.best_changed.connect(self.charts.mark_best)
         self.run.early_stop.connect(self._early_stop)
@@ -117,10 +128,19 @@ class TrainPage(Page):
         self.run_picker.setMinimumContentsLength(28)
         self.stats = StatsBar()
         self.state_label = self.stats.state_label
-        lay.addWidget(hbox(QLabel("<b>State</b>"), self.state_label, QLabel("<b>Run</b>"),
-                           self.run_picker, stretch_at=2))
+        # the picker gets the whole row: a run's name and steps are its point
+        self.run_picker.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.run_picker.setMinimumContentsLength(16)
+        self.state_label.setWordWrap(True)
+        lay.addWidget(hbox(QLabel("<b>Run</b>"), self.run_picker))
+        lay.addWidget(hbox(QLabel("<b>State</b>"), self.state_label, stretch_at=2))
         self.stat_labels = self.stats.labels
         lay.addWidget(self.stats)
+        self.eval_note = QLabel("")
+        self.eval_note.setObjectName("Muted")
+        self.eval_note.setWordWrap(True)
+        self.eval_note.hide()
+        lay.addWidget(self.eval_note)
         self.charts = TrainCharts(self.store)
         self.loss_plot, self.mem_plot = self.charts.loss_plot, self.charts.mem_plot
         self._curves = self.charts.curves
@@ -128,17 +148,19 @@ class TrainPage(Page):
         self.log.setReadOnly(True)
         self.log.setMaximumBlockCount(3000)  # bounded, however long the run
         self.log.setPlaceholderText("Engine log")
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.charts)
-        split.addWidget(self.log)
-        split.setSizes([660, 100])
-        lay.addWidget(split, 1)
+        # the log is a tab beside the charts: on a laptop the charts need the height
+        self.charts.addTab(self.log, "Log")
+        lay.addWidget(self.charts, 1)
         return mon
 
     # -- GPUs -----------------------------------------------------------------------
     def _gpus_found(self, gpus: list[Gpu]) -> None:
         self.gpus = gpus
         self.settings.show_gpus(gpus)
+        self.charts.has_gpu = bool(gpus)
+        if not self.store.series:
+            self.charts.mem_plot.setTitle("Memory per GPU" if gpus
+                                          else "Memory per worker (process RSS)")
         if gpus:
             self.charts.limit_gib = min(g.total_mib for g in gpus) / 1024.0
 
@@ -214,19 +236,42 @@ class TrainPage(Page):
         self.resume_btn.setEnabled(has_voice and not running
                                    and any(r.checkpoints for r in self._runs))
         self.stop_btn.setEnabled(running)
-        self.export_btn.setEnabled(self.resume_btn.isEnabled() and self.export_job is None)
+        self.settings.set_running(running)
         self._fill_run_picker()
         if has_voice and not running and self._shown_voice != self.voice:
-            # a new voice: preset by its data volume, and its latest run's curves
+            # a new voice: preset by its data volume, then its latest run, settings and
+            # all (Resume and Export act on it: the form must say what they will use)
             self._shown_voice = self.voice
             report = catalog.quality_report(self.voice) or {}
             p = preset_for((report.get("totals") or {}).get("minutes_usable"))
             self.preset.setCurrentIndex(PRESETS.index(p))
             self._reset_charts()
-            shown = [r for r in self._runs if r.metrics_file.is_file()
-                     and r.metrics_file.stat().st_size > 0]
-            if shown:
-                self.show_run(shown[-1], load_settings=False)
+            if self._runs:
+                latest = self._runs[-1]
+                self.run_picker.setCurrentIndex(max(0, self.run_picker.findData(
+                    str(latest.path))))
+                self.show_run(latest)
+        self._update_run_buttons()
+
+    def selected_run(self) -> catalog.RunInfo | None:
+        """The run on screen (the picker's), which Resume, Export and Evaluate act on."""
+        path = self.run_picker.currentData()
+        return next((r for r in self._runs if str(r.path) == path), None)
+
+    def _update_run_buttons(self) -> None:
+        running = self.run.job is not None
+        run = self.selected_run()
+        ckpts = bool(run is not None and run.checkpoints)
+        self.resume_btn.setEnabled(self.voice is not None and not running and ckpts)
+        self.export_btn.setEnabled(self.voice is not None and ckpts
+                                   and self.export_job is None)
+        self.evaluate_btn.setEnabled(self.voice is not None and ckpts
+                                     and self.evaluate_job is None)
+        report = run.path / "evaluation" / "report.html" if run is not None else None
+        self.report_btn.setEnabled(report is not None and report.is_file())
+        self.settings.run_note.setText(
+            f"Resume, Export and Evaluate act on the run {run.name}." if run is not None
+            else "No run yet: Start training begins one.")
 
     def _fill_run_picker(self) -> None:
         current = self.run_picker.currentData()
@@ -250,6 +295,18 @@ class TrainPage(Page):
         if run is not None and self.run.job is None:
             self._reset_charts()
             self.show_run(run)
+        self._update_run_buttons()
+
+    def _follow_live_run(self, run_dir: Path) -> None:
+        """The picker shows the live run (the charts draw it) once the engine names it."""
+        if self.voice is None:
+            return
+        self._runs = catalog.list_runs(self.voice)
+        self._fill_run_picker()
+        i = self.run_picker.findData(str(run_dir))
+        if i >= 0:
+            self.run_picker.setCurrentIndex(i)
+        self._update_run_buttons()
 
     def show_run(self, run: catalog.RunInfo, load_settings: bool = True) -> None:
         """Draw a run from its metrics.jsonl; by default also load its settings."""
@@ -257,7 +314,72 @@ class TrainPage(Page):
             self.settings.load_run_config(run.config)
             self._append_log("info", f"Loaded the settings of {run.name} into the form.")
         self.run.run_dir = run.path
-        self.run.show_run(run.name, run.metrics_file, run.total_steps)
+        self._shown_run = run.path
+        if not self.run.show_run(run.name, run.metrics_file, run.total_steps):
+            self._history_loaded()
+
+    def _history_loaded(self) -> None:
+        self.show_evaluation()
+        self.redraw()
+
+    # -- evaluation results ------------------------------------------------------------
+    def show_evaluation(self, run_dir: Path | None = None) -> dict | None:
+        """The run's evaluation.json (from the app or the command line) in the quality
+        chart, the cards and one line of words."""
+        run_dir = run_dir or self._shown_run
+        data = catalog_evaluation(run_dir) if run_dir is not None else None
+        if data is None:
+            self.eval_note.hide()
+            return None
+        for entry in data.get("entries") or []:
+            mean = entry.get("mean") or {}
+            self.run._on_eval_metric({
+                "values": {"eval/similarity": mean.get("similarity"),
+                           "eval/wer": mean.get("wer")},
+                "source_kind": entry.get("kind"), "step": entry.get("step")}, quiet=True)
+        best = data.get("best") or {}
+        if isinstance(best.get("step"), int):
+            self.run.best_step = best["step"]
+            self.charts.mark_best(best["step"])
+        self.eval_note.setText(evaluation_summary(data))
+        self.eval_note.show()
+        self.redraw()
+        self._update_run_buttons()
+        return data
+
+    def evaluate_now(self) -> EngineJob | None:
+        """`evaluate` on the chosen run: every checkpoint (measured ones are reused)."""
+        run = self.selected_run()
+        if self.voice is None or run is None or not run.checkpoints \
+                or self.evaluate_job is not None:
+            return None
+        args = ["evaluate", str(self.voice), "--run", run.name, *self.evaluate_extra_args]
+        job = self.start_job(args, "Evaluation", voice=self.voice)
+        self.evaluate_job = job
+        self._append_log("info", f"Evaluating every checkpoint of {run.name}…")
+        job.log.connect(self._evaluator_log)
+        job.succeeded.connect(lambda r: self._evaluated(run.path, r))
+        job.failed.connect(lambda _c, m, h: self._append_log("error", f"{m} {h}".strip()))
+        job.finished.connect(self._evaluate_done)
+        self._update_run_buttons()
+        return job
+
+    def _evaluated(self, run_dir: Path, result: dict) -> None:
+        self._append_log("info", str(result.get("summary") or "Evaluation finished."))
+        if self._shown_run == run_dir and self.run.job is None:
+            self.show_evaluation(run_dir)
+
+    def _evaluate_done(self) -> None:
+        self.evaluate_job = None
+        self._update_run_buttons()
+
+    def open_report(self) -> bool:
+        run = self.selected_run()
+        report = run.path / "evaluation" / "report.html" if run is not None else None
+        if report is None or not report.is_file():
+            return False
+        self.last_opened = report
+        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(report)))
 
     @property
     def _history(self) -> object:
@@ -272,7 +394,9 @@ class TrainPage(Page):
     # -- run control -----------------------------------------------------------------
     def train_args(self, resume: bool = False) -> list[str]:
         assert self.voice is not None
-        return self.settings.train_args(str(self.voice), resume)
+        run = self.selected_run() if resume else None
+        return self.settings.train_args(str(self.voice), resume,
+                                        run.name if run is not None else None)
 
     def common_args(self) -> list[str]:
         assert self.voice is not None
@@ -284,7 +408,14 @@ class TrainPage(Page):
         if self.voice is None or self.run.job is not None:
             return None
         self._make_room_on_gpus()
+        resumed = self.selected_run() if resume else None
         self._reset_charts()
+        if resumed is not None:
+            # the whole history on screen: the resumed run's steps so far, then live ones
+            self.run.load_history_now(resumed.metrics_file)
+            self._shown_run = resumed.path
+            self.show_evaluation(resumed.path)
+            self._append_log("info", f"Resuming {resumed.name} with its saved settings.")
         if self.gpus and self.selected_gpus():
             env = {**(env or {}), "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.selected_gpus()))}
         args = self.train_args(resume) + list(extra_args or [])
@@ -404,13 +535,12 @@ class TrainPage(Page):
         self.download_btn.setEnabled(True)
 
     def export(self) -> EngineJob | None:
-        """Export the latest run's best checkpoint (its evaluation's, else the latest)."""
+        """Export the chosen run's best checkpoint (its evaluation's, else the latest)."""
         if self.voice is None or self.export_job is not None:
             return None
-        runs = [r for r in catalog.list_runs(self.voice) if r.checkpoints]
-        if not runs:
+        run = self.selected_run()
+        if run is None or not run.checkpoints:
             return None
-        run = max(runs, key=lambda r: r.checkpoints[-1].stat().st_mtime)
         best = catalog.best_checkpoint(run.path)
         step = catalog.checkpoint_step(best or run.checkpoints[-1])
         out = Path(self.voice) / "exports" / f"{run.name}-step{step}"

@@ -16,9 +16,9 @@ from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QGridLayout,
     QGroupBox,
     QLabel,
     QLineEdit,
@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...widgets import button, hbox
+from ...widgets import SciSpinBox, button, hbox
 from .gpus import Gpu
 
 BASE_MODELS = ["Qwen/Qwen3-TTS-12Hz-1.7B-Base", "Qwen/Qwen3-TTS-12Hz-0.6B-Base"]
@@ -94,39 +94,96 @@ def _select(box: QComboBox, value: object) -> None:
         box.setCurrentIndex(i)
 
 
-class TrainSettings(QScrollArea):
-    """The form. Buttons are created here and wired by the page."""
+CUSTOM = "Custom"
+
+
+class TrainSettings(QWidget):
+    """The form (scrolls) above the run controls (always visible). Buttons are created
+    here and wired by the page."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.gpus: list[Gpu] = []
+        self._applying = False
         col = QWidget()
         lay = QVBoxLayout(col)
         lay.setContentsMargins(0, 0, 8, 0)
-        lay.addWidget(self._model_box())
-        lay.addWidget(self._hardware_box())
-        lay.addWidget(self._settings_box())
-        lay.addWidget(self._cluster_box())
+        self.boxes = [self._model_box(), self._hardware_box(), self._settings_box(),
+                      self._cluster_box()]
+        for box in self.boxes:
+            lay.addWidget(box)
+        lay.addStretch(1)
 
-        self.plan_btn = button("Check memory plan", "info")
-        self.start_btn = button("Start training", "play", primary=True)
-        self.resume_btn = button("Resume", "resume")
+        self.plan_btn = button("Check memory plan", "info",
+                               tip="Ask the engine how much memory each GPU needs with these "
+                                   "settings, before starting")
+        self.start_btn = button("Start training", "play", primary=True,
+                                tip="Start a new run with the settings above")
+        self.resume_btn = button("Resume", "resume",
+                                 tip="Continue the run chosen on the right from its last "
+                                     "checkpoint, with its own saved settings")
         self.stop_btn = button("Stop", "stop", danger=True,
                                tip="Saves a checkpoint, then stops; press again to force")
         self.stop_btn.setEnabled(False)
+        # "Force stop" is the longer text: the button keeps that width, so pressing Stop
+        # never reflows the row
+        self.stop_btn.setText("Force stop")
+        self.stop_btn.setMinimumWidth(self.stop_btn.sizeHint().width())
+        self.stop_btn.setText("Stop")
         self.export_btn = button("Export model", "save",
-                                 tip="Write the latest checkpoint as a model folder that "
-                                     "the official loader and Listen can use")
-        lay.addWidget(self.plan_btn)
-        lay.addWidget(hbox(self.start_btn, self.resume_btn, self.stop_btn))
-        lay.addWidget(self.export_btn)
-        lay.addStretch(1)
-        self.apply_preset(0)
+                                 tip="Write the chosen run's best checkpoint (else its "
+                                     "latest) as a model folder the official loader and "
+                                     "Listen can use")
+        self.evaluate_btn = button("Evaluate now", "check",
+                                   tip="Render held-out sentences from every checkpoint of "
+                                       "the chosen run and measure similarity to the speaker "
+                                       "and word errors")
+        self.report_btn = button("Open report", "info",
+                                 tip="Open the chosen run's evaluation report (report.html)")
+        self.run_note = QLabel("")
+        self.run_note.setObjectName("Muted")
+        self.run_note.setWordWrap(True)
 
-        self.setWidget(col)
-        self.setWidgetResizable(True)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(col)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # the scroll bar's room is kept: showing or hiding it never reflows the form
+        self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
+        controls = QWidget()
+        clay = QVBoxLayout(controls)
+        clay.setContentsMargins(0, 6, 8, 0)
+        clay.addWidget(self.run_note)
+        grid = QGridLayout()
+        grid.setContentsMargins(0, 0, 0, 0)
+        for i, b in enumerate((self.start_btn, self.resume_btn, self.stop_btn, self.export_btn,
+                               self.evaluate_btn, self.report_btn, self.plan_btn)):
+            grid.addWidget(b, i // 2, i % 2)
+        clay.addLayout(grid)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.scroll, 1)
+        outer.addWidget(controls)
+        self.apply_preset(0)
+        for w in (self.steps, self.lr, self.ckpt_every):
+            w.valueChanged.connect(self._edited)
         self.setMinimumWidth(370)
+
+    def set_running(self, running: bool) -> None:
+        """Lock the form while a run is live: its settings were fixed at the start, and
+        an edit would do nothing."""
+        for box in self.boxes:
+            box.setEnabled(not running)
+            box.setToolTip("Locked while the run trains: its settings were fixed when it "
+                           "started." if running else "")
+
+    def _edited(self) -> None:
+        if not self._applying:
+            i = self.preset.findText(CUSTOM)
+            self.preset.blockSignals(True)
+            self.preset.setCurrentIndex(i)
+            self.preset.blockSignals(False)
+            self.preset_note.setText("your own settings")
 
     # -- boxes ---------------------------------------------------------------------
     def _model_box(self) -> QGroupBox:
@@ -166,6 +223,7 @@ class TrainSettings(QScrollArea):
         self.workers = QSpinBox()
         self.workers.setRange(1, 64)
         self.workers.setValue(2)
+        self.workers.setToolTip("Training processes: one per GPU (on CPU, each takes cores)")
         lay.addWidget(self.gpu_list)
         lay.addWidget(self.gpu_note)
         lay.addWidget(hbox(QLabel("Workers"), self.workers, stretch_at=2))
@@ -177,6 +235,9 @@ class TrainSettings(QScrollArea):
         self.preset = QComboBox()
         for p in PRESETS:
             self.preset.addItem(p.name)
+        self.preset.addItem(CUSTOM)
+        self.preset.setToolTip("Steps and learning rate for the amount of audio the voice "
+                               "has; \"Custom\" once you change them")
         self.preset.currentIndexChanged.connect(self.apply_preset)
         self.preset_note = QLabel()
         self.preset_note.setObjectName("Muted")
@@ -184,10 +245,13 @@ class TrainSettings(QScrollArea):
         self.steps = QSpinBox()
         self.steps.setRange(1, 10_000_000)
         self.steps.setSingleStep(100)
-        self.lr = QDoubleSpinBox()
-        self.lr.setDecimals(8)
+        self.steps.setToolTip("Optimizer steps in the whole run (each step sees one batch "
+                              "per worker)")
+        self.lr = SciSpinBox()
         self.lr.setRange(1e-8, 1e-2)
-        self.lr.setSingleStep(1e-6)
+        self.lr.setToolTip("Learning rate: how far each step moves the weights. Fine-tuning "
+                           "a voice wants a small one (2.0e-06); too large forgets how to "
+                           "speak. The arrows halve or double it.")
         self.ckpt_every = QSpinBox()
         self.ckpt_every.setRange(1, 1_000_000)
         self.ckpt_every.setToolTip("A checkpoint every N steps; Stop also saves one")
@@ -195,6 +259,8 @@ class TrainSettings(QScrollArea):
         self.trainable.setToolTip("Which parts of the model learn; LoRA trains small "
                                   "adapters and merges them on export")
         self.precision = _combo(PRECISIONS)
+        self.precision.setToolTip("Number format of the computation: Automatic picks the "
+                                  "best the hardware supports")
         self.act_ckpt = QCheckBox("Activation checkpointing")
         self.act_ckpt.setToolTip("Recompute activations in backward: less memory, ~30% slower")
         self.offload = QCheckBox("Offload to CPU memory")
@@ -281,10 +347,16 @@ class TrainSettings(QScrollArea):
         dlg.open()
 
     def apply_preset(self, index: int) -> None:
-        p = PRESETS[max(0, index)]
-        self.steps.setValue(p.steps)
-        self.lr.setValue(p.lr)
-        self.ckpt_every.setValue(max(1, p.steps // 4))
+        if not 0 <= index < len(PRESETS):
+            return  # "Custom": the values stay as they are
+        p = PRESETS[index]
+        self._applying = True
+        try:
+            self.steps.setValue(p.steps)
+            self.lr.setValue(p.lr)
+            self.ckpt_every.setValue(max(1, p.steps // 4))
+        finally:
+            self._applying = False
         self.preset_note.setText(p.note)
 
     def show_gpus(self, gpus: list[Gpu]) -> None:
@@ -369,22 +441,39 @@ class TrainSettings(QScrollArea):
             args += ["--patience", str(self.patience.value())]
         return args
 
-    def train_args(self, voice: str, resume: bool = False) -> list[str]:
+    def train_args(self, voice: str, resume: bool = False, run: str | None = None
+                   ) -> list[str]:
         args = ["train", *self.common_args(voice), "--steps", str(self.steps.value()),
-                "--lr", f"{self.lr.value():g}",
+                "--lr", f"{self.lr.value():.6g}",
                 "--checkpoint-every", str(self.ckpt_every.value())]
         if "--address" in args and self.storage.text().strip():
             args += ["--storage", self.storage.text().strip()]  # `plan` takes no storage
         if resume:
             args.append("--resume")
+            if run:
+                args += ["--run", run]  # the run on screen, never a guess
         return args
 
     def load_run_config(self, config: dict[str, Any]) -> None:
         """Fill the form from a run's config.json (engine/train/config.py's tree)."""
         def table(name: str) -> dict[str, Any]:
-            value = config.get(name)
+            value = config.get(name) if name else config
             return value if isinstance(value, dict) else {}
 
+        self._applying = True
+        try:
+            self._load_run_config(table)
+        finally:
+            self._applying = False
+        i = next((i for i, p in enumerate(PRESETS) if p.steps == self.steps.value()
+                  and abs(p.lr - self.lr.value()) < 1e-12
+                  and self.ckpt_every.value() == max(1, p.steps // 4)), None)
+        self.preset.blockSignals(True)
+        self.preset.setCurrentIndex(i if i is not None else self.preset.findText(CUSTOM))
+        self.preset.blockSignals(False)
+        self.preset_note.setText(PRESETS[i].note if i is not None else "the run's own settings")
+
+    def _load_run_config(self, table: Any) -> None:
         model, optim, run, par = table("model"), table("optim"), table("run"), table("parallel")
         if isinstance(model.get("base"), str) and model["base"]:
             self.base.setEditText(model["base"])
@@ -404,7 +493,7 @@ class TrainSettings(QScrollArea):
         if isinstance(par.get("address"), str) and par["address"]:
             self.remote_radio.setChecked(True)
             self.address.setText(par["address"])
-            storage = run.get("storage") or config.get("storage")
+            storage = run.get("storage") or table("").get("storage")
             if isinstance(storage, str):
                 self.storage.setText(storage)
         else:

@@ -1,0 +1,95 @@
+"""Every page fits a laptop (1100x760) and a large screen (1920x1080): no button or label
+cut off, no two widgets of a layout on top of each other, every button in view (issue 19:
+the Import toolbar, the Train controls and charts were cut off at 1100x760)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QPoint, QRect
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractScrollArea,
+    QLabel,
+    QScrollArea,
+    QTabBar,
+    QWidget,
+)
+
+from engine.atomic import write_json
+from engine.train.config import TrainConfig
+from gui.app import MainWindow
+from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
+
+
+def _rect_in(widget: QWidget, ancestor: QWidget) -> QRect:
+    return QRect(widget.mapTo(ancestor, QPoint(0, 0)), widget.size())
+
+
+def _scrolled(widget: QWidget, page: QWidget) -> bool:
+    """Inside a scroll area (it may be scrolled out of view on purpose)."""
+    w = widget.parentWidget()
+    while w is not None and w is not page:
+        if isinstance(w, QAbstractScrollArea):
+            return True
+        w = w.parentWidget()
+    return False
+
+
+def problems(window: MainWindow, page: QWidget) -> list[str]:
+    found: list[str] = []
+    win = window.rect()
+    for w in page.findChildren(QWidget):
+        if not w.isVisible() or w.width() <= 0 or isinstance(w, QTabBar) \
+                or isinstance(w.parentWidget(), QTabBar):
+            continue
+        name = f"{type(w).__name__} {getattr(w, 'text', lambda: '')()!r}"
+        if isinstance(w, QAbstractButton | QLabel) and not _scrolled(w, page):
+            # in the window, and inside every ancestor (a parent clips what overflows it)
+            if not win.contains(_rect_in(w, window)):
+                found.append(f"{name} outside the window")
+            parent = w.parentWidget()
+            if parent is not None and not parent.rect().contains(w.geometry()):
+                found.append(f"{name} cut off by its parent {type(parent).__name__}")
+        if isinstance(w, QAbstractButton) and w.text() \
+                and w.width() < w.minimumSizeHint().width():
+            found.append(f"{name} narrower than its text")
+        if isinstance(w, QLabel) and w.text() and not w.wordWrap() \
+                and w.width() < w.minimumSizeHint().width():
+            found.append(f"{name} narrower than its text")
+        layout = w.layout()
+        if layout is not None and not isinstance(w, QScrollArea):
+            kids = [layout.itemAt(i).widget() for i in range(layout.count())]
+            kids = [k for k in kids if k is not None and k.isVisible()]
+            for i, a in enumerate(kids):
+                for b in kids[i + 1:]:
+                    if a.geometry().intersected(b.geometry()).width() > 1 and \
+                            a.geometry().intersected(b.geometry()).height() > 1:
+                        found.append(f"{type(a).__name__} and {type(b).__name__} overlap in "
+                                     f"{type(w).__name__}")
+    return found
+
+
+@pytest.mark.parametrize("size", [(1100, 760), (1920, 1080)])
+def test_every_page_fits(qtbot, window: MainWindow, voice: Path, size: tuple[int, int]) -> None:
+    run = voice / "runs" / "2026-01-01_a"
+    run.mkdir(parents=True)
+    cfg = TrainConfig()
+    cfg.model.base = "/models/tiny"
+    write_json(run / "config.json", cfg.to_dict())
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "rank": 0, "loss/train": 9 - s / 10, "total_steps": 100}) + "\n"
+        for s in range(1, 21)))
+    window.ctx.set_voice(voice)
+    window.resize(*size)
+    report: dict[str, list[str]] = {}
+    for row, page in enumerate(window.pages):
+        window.nav.setCurrentRow(row)
+        qtbot.waitUntil(lambda: not window.ctx.reader.busy, timeout=10000)
+        qtbot.wait(30)
+        found = problems(window, page)
+        if found:
+            report[type(page).__name__] = found
+    assert not report, json.dumps(report, indent=1)

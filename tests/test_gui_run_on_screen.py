@@ -1,0 +1,247 @@
+"""Issue 19, through the window: every action uses the run on screen, nothing changes by
+accident, the controls stay in reach, and a run's evaluation shows for the run picked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QObject, QPoint, QPointF, Qt, QUrl, Slot
+from PySide6.QtGui import QDesktopServices, QWheelEvent
+from PySide6.QtWidgets import QApplication
+
+from engine.atomic import write_json
+from engine.train.config import TrainConfig
+from gui.app import MainWindow
+from gui.pages.train import TrainPage
+from tests.fixtures_audio import copy_voice
+from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
+from tests.test_gui_support import flood_program
+
+
+def _write_run(voice: Path, name: str, base: str, lr: float, every: int) -> Path:
+    run = voice / "runs" / name
+    run.mkdir(parents=True)
+    cfg = TrainConfig()
+    cfg.run.steps, cfg.optim.lr, cfg.run.checkpoint_every = 120, lr, every
+    cfg.model.base = base
+    write_json(run / "config.json", cfg.to_dict())
+    with (run / "metrics.jsonl").open("w") as fh:
+        for s in range(1, 31):
+            fh.write(json.dumps({"kind": "train", "step": s, "rank": 0,
+                                 "loss/train": 9 - s / 10, "total_steps": 120}) + "\n")
+    (run / "checkpoint_step_0000030").mkdir()
+    (run / "checkpoint_step_0000030" / "COMPLETE").write_text("")
+    return run
+
+
+def _wheel(widget, up: bool = True) -> None:
+    pos = QPointF(widget.width() / 2, widget.height() / 2)
+    ev = QWheelEvent(pos, widget.mapToGlobal(pos), QPoint(0, 0), QPoint(0, 120 if up else -120),
+                     Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                     Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(widget, ev)
+
+
+def test_the_form_resume_and_export_follow_the_run_on_screen(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    _write_run(voice, "2026-01-01_a", "/models/old-0.6B", 3e-5, 10)
+    _write_run(voice, "2026-01-02_b", "/models/new-1.7B", 1e-5, 15)
+    # the app (re)opens on the voice: the form shows the latest run's own settings
+    window.resize(1100, 760)
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    qtbot.waitUntil(lambda: page._history is None and page.store.last_step == 30,
+                    timeout=10000)
+    assert page.base.currentText() == "/models/new-1.7B"
+    assert page.ckpt_every.value() == 15 and page.lr.text() == "1.0e-05"
+    assert page.preset.currentText() == "Custom"
+    args = page.train_args(resume=True)
+    assert args[args.index("--run") + 1] == "2026-01-02_b"
+    assert args[args.index("--base") + 1] == "/models/new-1.7B"
+    assert "2026-01-02_b" in page.settings.run_note.text()
+    # picking the older run: Resume acts on it, with its own base
+    i = page.run_picker.findData(str(voice / "runs" / "2026-01-01_a"))
+    page.run_picker.setCurrentIndex(i)
+    page.run_picker.activated.emit(i)
+    qtbot.waitUntil(lambda: page._history is None, timeout=10000)
+    args = page.train_args(resume=True)
+    assert args[args.index("--run") + 1] == "2026-01-01_a"
+    assert args[args.index("--base") + 1] == "/models/old-0.6B"
+    assert f"{float(args[args.index('--lr') + 1]):.1e}" == "3.0e-05"
+    # a preset, then an edit: the preset says "Custom"
+    page.preset.setCurrentIndex(1)
+    assert page.preset.currentText() != "Custom"
+    page.steps.setValue(777)
+    assert page.preset.currentText() == "Custom" and page.steps.value() == 777
+    # the wheel over an unfocused input scrolls the form, never the value
+    page.ckpt_every.setValue(10)
+    page.start_btn.setFocus()
+    _wheel(page.ckpt_every)
+    _wheel(page.settings.trainable, up=False)
+    assert page.ckpt_every.value() == 10 and page.settings.trainable.currentIndex() == 0
+    page.ckpt_every.setFocus()
+    _wheel(page.ckpt_every)
+    assert page.ckpt_every.value() == 11  # focused: the wheel is the user's choice
+    # no GPU here: the memory chart says what it shows before the first figure
+    assert page.charts.mem_plot.titleLabel.text == "Memory per worker (process RSS)"
+
+
+def test_a_live_run_locks_the_form_and_stop_reflows_nothing(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    run = _write_run(voice, "2026-01-03_c", "/models/tiny", 1e-5, 10)
+    _write_run(voice, "2026-01-04_d", "/models/other", 1e-5, 10)
+    window.resize(1100, 760)
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    s = page.settings
+    # the run controls are in view at 1100x760, whatever the form's scroll
+    s.scroll.verticalScrollBar().setValue(0)
+    qtbot.wait(50)
+    for b in (page.start_btn, page.resume_btn, page.stop_btn, page.export_btn,
+              page.evaluate_btn, page.report_btn):
+        rect = b.rect().translated(b.mapTo(window, QPoint(0, 0)))
+        assert window.rect().contains(rect), b.text()
+        assert b.width() >= b.minimumSizeHint().width(), b.text()
+    job = page.start(program=flood_program(0, forever=True, run=str(run), stop_s=1.0))
+    assert job is not None
+    # the picker follows the live run (not the newest folder on disk)
+    qtbot.waitUntil(lambda: page.run_picker.currentData() == str(run), timeout=30000)
+    assert not page.run_picker.isEnabled()
+    assert all(not box.isEnabled() for box in s.boxes)
+    assert not page.steps.isEnabled() and not page.base.isEnabled()
+    widths = (page.stop_btn.width(), s.scroll.viewport().width())
+    page.stop()
+    qtbot.wait(50)
+    assert page.stop_btn.text() == "Force stop"
+    assert (page.stop_btn.width(), s.scroll.viewport().width()) == widths
+    assert page.stop_btn.width() >= page.stop_btn.sizeHint().width()
+    with qtbot.waitSignal(job.finished, timeout=60000):
+        pass
+    assert all(box.isEnabled() for box in s.boxes)
+
+
+class _Opened(QObject):
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[QUrl] = []
+
+    @Slot(QUrl)
+    def open(self, url: QUrl) -> None:
+        self.urls.append(url)
+
+
+@pytest.mark.slow
+def test_evaluate_now_and_the_evaluation_of_any_picked_run(
+        qtbot, ctx, settings, prepared_voice: Path, tiny_model_dir: Path,
+        workspace: Path) -> None:
+    """The real engine: `Evaluate now` runs `voxshard-engine evaluate` on the picked run;
+    its evaluation.json shows in the quality chart and in words, and again when the app
+    opens the next time; `Open report` opens the run's report.html."""
+    from tests.fixtures_quality import make_perturbed_run
+
+    voice = copy_voice(prepared_voice, workspace / "joe")
+    make_perturbed_run(voice, tiny_model_dir, export=None)
+    window = MainWindow(ctx)
+    qtbot.addWidget(window)
+    window.show()
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    qtbot.waitUntil(lambda: page.selected_run() is not None, timeout=10000)
+    assert page.selected_run().name == "r1" and page.evaluate_btn.isEnabled()
+    assert not page.report_btn.isEnabled() and not page.eval_note.isVisible()
+    # a short evaluation: one sentence, few frames, the offline recogniser
+    page.evaluate_extra_args = ["--asr", "pocketsphinx", "--max-frames", "10", "--sentences",
+                                "Hello there.", "--device", "cpu"]
+    qtbot.mouseClick(page.evaluate_btn, Qt.MouseButton.LeftButton)
+    job = page.evaluate_job
+    assert job is not None and not page.evaluate_btn.isEnabled()
+    with qtbot.waitSignal(job.finished, timeout=300000):
+        pass
+    assert job.outcome == "succeeded", job.error
+    data = json.loads((voice / "runs" / "r1" / "evaluation" / "evaluation.json").read_text())
+    sim = page.store.series["quality/similarity"].data()
+    assert list(sim[0]) == [10.0, 20.0]
+    assert [round(v, 4) for v in sim[1]] == [e["mean"]["similarity"] for e in data["entries"]
+                                             if e["kind"] == "checkpoint"]
+    assert page.eval_note.isVisible()
+    assert f"best {data['best']['label']}" in page.eval_note.text()
+    assert page.report_btn.isEnabled()
+    opened = _Opened()
+    QDesktopServices.setUrlHandler("file", opened, "open")
+    try:
+        qtbot.mouseClick(page.report_btn, Qt.MouseButton.LeftButton)
+    finally:
+        QDesktopServices.unsetUrlHandler("file")
+    assert [Path(u.toLocalFile()) for u in opened.urls] == [
+        voice / "runs" / "r1" / "evaluation" / "report.html"]
+    window.shutdown()
+    # the next start of the app shows the run's evaluation without evaluating again
+    from gui.context import AppContext
+
+    again = MainWindow(AppContext(settings))
+    qtbot.addWidget(again)
+    again.show()
+    again.ctx.set_voice(voice)
+    page = again.show_page(TrainPage)
+    qtbot.waitUntil(lambda: "quality/similarity" in page.store.series, timeout=10000)
+    assert page.eval_note.isVisible() and page.report_btn.isEnabled()
+    again.shutdown()
+    again.ctx.jobs.shutdown(10000)
+
+
+def test_offline_download_is_one_sentence_with_what_to_do(
+        qtbot, window: MainWindow, voice: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real engine's `model download` with no network (the hub switched off, as on a
+    machine without internet): one sentence in the window's words."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(voice / "no-cache"))  # nothing cached
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    page.base.setEditText("Qwen/Qwen3-TTS-12Hz-1.7B-Base")
+    job = page.download()
+    assert job is not None
+    with qtbot.waitSignal(job.finished, timeout=60000):
+        pass
+    assert job.outcome == "failed"
+    assert page.model_note.text() == ("Qwen3-TTS 1.7B is not downloaded and there is no "
+                                      "internet connection: choose a local folder.")
+
+
+RAY_GONE = r'''
+import sys
+from engine.cli.output import JsonOutput
+from engine.events import Emitter
+Emitter(JsonOutput(sys.stdout).handle).state("training", detail="step 3")
+sys.stdout.flush()
+# what Ray 2.x printed when another program stopped every Ray process under the run
+sys.stderr.write("[2026-11-30 14:02:11,201 C 4242 4242] gcs_rpc_client.h:179: Failed to "
+                 "connect to GCS within 60 seconds. GCS may have been killed. It's either GCS "
+                 "is terminated by `ray stop` or is killed unexpectedly.\n")
+sys.exit(1)
+'''
+
+
+def test_a_dead_ray_cluster_is_said_in_one_sentence_with_resume(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    import sys
+
+    run = _write_run(voice, "2026-01-05_e", "/models/tiny", 1e-5, 10)
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    job = page.start(program=[sys.executable, "-c", RAY_GONE])
+    assert job is not None
+    with qtbot.waitSignal(job.finished, timeout=60000):
+        pass
+    assert job.outcome == "failed" and job.error is not None
+    assert job.error[1] == ("The local Ray cluster's control process stopped during the run "
+                            "(another program may have stopped Ray).")
+    assert job.error[2] == "Press Resume to continue from the last checkpoint."
+    assert "without saying why" not in page.log.toPlainText()
+    assert page.resume_btn.isEnabled() and page.selected_run().path == run
