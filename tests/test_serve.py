@@ -169,6 +169,14 @@ def test_stream_sends_audio_before_the_render_is_done(server: Server) -> None:
     audio, rate = sf.read(io.BytesIO(body))
     assert rate == 24000 and len(audio) * 2 == sum(pieces)  # the same seed, the same speech
 
+    # Ogg Opus is encoded page by page as the audio comes
+    with server.client().audio.speech.with_streaming_response.create(
+            model="tts-1", voice="ada", input=text, response_format="opus",
+            stream_format="audio", extra_body={"max_frames": 40, "seed": 1}) as response:
+        opus = b"".join(response.iter_bytes())
+    decoded, rate = sf.read(io.BytesIO(opus))
+    assert rate == 24000 and len(decoded) == len(audio)
+
 
 def test_models_voices_and_health(server: Server) -> None:
     ids = {m.id for m in server.client().models.list()}

@@ -345,13 +345,20 @@ class SpeechApp:
 
         async def pieces() -> AsyncIterator[bytes]:
             if req.response_format in formats.INCREMENTAL:
+                encoder = (formats.OggOpusStream() if req.response_format == "opus"
+                           else None)
                 if req.response_format == "wav":
                     yield formats.streaming_wav_header()
                 async for pcm in self._tail(worker, ticket, deadline):
                     if sent["first_byte_at"] is None:
                         sent["first_byte_at"] = time.time()
                     sent["samples"] += len(pcm) // 2
-                    yield pcm
+                    if encoder is None:
+                        yield pcm
+                    elif page := encoder.feed(pcm):
+                        yield page
+                if encoder is not None and (rest := encoder.close()):
+                    yield rest
             else:
                 await self._wait(None, worker, ticket, ticket.ended, deadline)
                 if ticket.result is not None:

@@ -17,10 +17,12 @@ import numpy as np
 SAMPLE_RATE = 24000
 #: OpenAI's formats -> (worker format written to disk, media type)
 MEDIA_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "opus": "audio/ogg",
-               "flac": "audio/flac", "pcm": "audio/pcm", "aac": "audio/aac"}
+               "flac": "audio/flac", "pcm": "audio/pcm"}
 #: formats whose bytes are produced as the audio is generated (the others are
-#: encoded once the render is finished, then sent)
-INCREMENTAL = ("wav", "pcm")
+#: encoded once the render is finished, then sent: libsndfile goes back to the
+#: start of an MP3 or FLAC file at its end to fill in the length, which a stream
+#: already sent cannot take)
+INCREMENTAL = ("wav", "pcm", "opus")
 _SF = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"),
        "opus": ("OGG", "OPUS")}
 
@@ -82,3 +84,54 @@ def time_stretch(audio: np.ndarray, speed: float) -> np.ndarray:
     import librosa
 
     return librosa.effects.time_stretch(audio.astype(np.float32), rate=speed).astype(np.float32)
+
+
+class _Appended:
+    """A write-only file for libsndfile that hands out what was appended since last asked."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.pos = 0
+        self.taken = 0
+
+    def write(self, data: bytes) -> int:
+        chunk = bytes(data)
+        self.data[self.pos:self.pos + len(chunk)] = chunk
+        self.pos += len(chunk)
+        return len(chunk)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else (
+            len(self.data) + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, _size: int = -1) -> bytes:
+        return b""
+
+    def take(self) -> bytes:
+        out = bytes(self.data[self.taken:])
+        self.taken = len(self.data)
+        return out
+
+
+class OggOpusStream:
+    """Ogg Opus made as the audio comes: Ogg pages are only ever appended (checked:
+    libsndfile never seeks back in an Ogg Opus file), so each page can be sent at once."""
+
+    def __init__(self, sample_rate: int = SAMPLE_RATE) -> None:
+        import soundfile as sf
+
+        self._sink = _Appended()
+        self._file = sf.SoundFile(self._sink, "w", sample_rate, 1, "OPUS", format="OGG")
+
+    def feed(self, pcm16: bytes) -> bytes:
+        samples = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32767.0
+        self._file.write(samples)
+        return self._sink.take()
+
+    def close(self) -> bytes:
+        self._file.close()
+        return self._sink.take()
