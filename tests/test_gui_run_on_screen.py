@@ -245,3 +245,38 @@ def test_a_dead_ray_cluster_is_said_in_one_sentence_with_resume(
     assert job.error[2] == "Press Resume to continue from the last checkpoint."
     assert "without saying why" not in page.log.toPlainText()
     assert page.resume_btn.isEnabled() and page.selected_run().path == run
+
+
+@pytest.mark.parametrize("fmt,head", [("mp3", None), ("opus", b"OggS"), ("flac", b"fLaC")])
+def test_save_as_writes_the_chosen_format_with_its_suffix(
+        qtbot, window: MainWindow, voice: Path, tmp_path: Path, fmt: str,
+        head: bytes | None) -> None:
+    import numpy as np
+    import soundfile as sf
+
+    from gui.pages.listen import SAVE_FILTERS, ListenPage
+
+    window.ctx.set_voice(voice)
+    page = window.show_page(ListenPage)
+    assert isinstance(page, ListenPage)
+    render = tmp_path / "render.wav"
+    t = np.arange(24000) / 24000
+    sf.write(str(render), (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 24000)
+    page.last_render = render
+    page.save_as()
+    dlg = page.save_dialog
+    assert SAVE_FILTERS[fmt] in dlg.nameFilters() and len(dlg.nameFilters()) == 4
+    dlg.setDirectory(str(tmp_path))
+    dlg.selectNameFilter(SAVE_FILTERS[fmt])
+    dlg.selectFile(str(tmp_path / "hello"))
+    dlg.accept()
+    out = tmp_path / f"hello.{fmt}"
+    qtbot.waitUntil(out.is_file, timeout=10000)
+    data = out.read_bytes()
+    assert data[:4] != b"RIFF"
+    if head is not None:
+        assert data[:4] == head
+    else:
+        assert data[:3] == b"ID3" or data[0] == 0xFF  # an MPEG frame or its tag
+    info = sf.info(str(out))
+    assert abs(info.duration - 1.0) < 0.1  # codec padding, not a different clip

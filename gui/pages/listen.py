@@ -42,6 +42,12 @@ SAMPLE_TEXT = ("The quick brown fox jumps over the lazy dog. "
                "A cloned voice should sound natural on sentences it has never heard.")
 
 
+#: Save as: the formats the engine writes, the filter a user picks, and each one's suffix
+SAVE_FILTERS = {"wav": "WAV audio (*.wav)", "flac": "FLAC, lossless (*.flac)",
+                "opus": "Ogg Opus, small (*.opus)", "mp3": "MP3 (*.mp3)"}
+SAVE_SUFFIX = {"wav": ".wav", "flac": ".flac", "opus": ".opus", "mp3": ".mp3"}
+
+
 def voice_base_model(snap: VoiceSnapshot | None) -> str | None:
     """The base model the voice's latest run trained from (its saved config), if any."""
     for run in reversed(snap.runs if snap is not None else []):
@@ -327,12 +333,43 @@ class ListenPage(Page):
     def save_as(self) -> None:
         if self.last_render is None:
             return
+        from engine.synth.options import available_formats
+
         src = self.last_render
+        filters = [f for fmt, f in SAVE_FILTERS.items() if fmt in available_formats()]
         dlg = QFileDialog(self, "Save the render as", str(Path.home() / src.name))
         dlg.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
-        dlg.setNameFilter("WAV audio (*.wav)")
-        dlg.fileSelected.connect(lambda f: Path(f).write_bytes(src.read_bytes()))
+        dlg.setOption(QFileDialog.Option.DontUseNativeDialog)  # the filter is ours to read
+        dlg.setNameFilters(filters)
+        dlg.fileSelected.connect(lambda f: self.save_render_as(src, Path(f),
+                                                               dlg.selectedNameFilter()))
+        self.save_dialog = dlg
         dlg.open()
+
+    def save_render_as(self, src: Path, target: Path, name_filter: str) -> Path | None:
+        """Write the render in the chosen filter's format, through the engine's writer,
+        with that format's suffix (a file called hello.mp3 is an MP3, not WAV bytes)."""
+        import soundfile as sf
+
+        from engine.errors import VoxshardError
+        from engine.synth.render import write_audio
+
+        fmt = next((k for k, f in SAVE_FILTERS.items() if f == name_filter), "wav")
+        if target.suffix.lower() != SAVE_SUFFIX[fmt]:
+            target = target.with_name(target.name + SAVE_SUFFIX[fmt]) \
+                if target.suffix.lower() not in SAVE_SUFFIX.values() \
+                else target.with_suffix(SAVE_SUFFIX[fmt])
+        try:
+            audio, rate = sf.read(str(src), dtype="float32", always_2d=False)
+            if getattr(audio, "ndim", 1) > 1:
+                audio = audio.mean(axis=1)
+            write_audio(target, audio, fmt, rate)
+        except (VoxshardError, OSError, RuntimeError) as exc:
+            message = getattr(exc, "message", str(exc))
+            show_error(self, "Not saved", message, getattr(exc, "hint", "") or "")
+            return None
+        self.state.setText(f"Saved {target}")
+        return target
 
     # -- history -----------------------------------------------------------------------
     def _fill_history(self, items: list[dict[str, Any]]) -> None:
