@@ -178,7 +178,24 @@ def test_stream_sends_audio_before_the_render_is_done(server: Server) -> None:
     assert rate == 24000 and len(decoded) == len(audio)
 
 
+def test_speed_is_honoured_and_instructions_pass(server: Server) -> None:
+    def length(**extra: object) -> int:
+        response = server.client().audio.speech.create(
+            model="tts-1", voice="ada", input="Faster, please.", response_format="wav",
+            extra_body={"max_frames": 24, "seed": 5}, **extra)  # type: ignore[arg-type]
+        return len(sf.read(io.BytesIO(response.content))[0])
+
+    normal, double = length(), length(speed=2.0)
+    # the same seed makes the same speech; a phase vocoder at rate 2 halves it (to a frame)
+    assert abs(double - normal / 2) <= 512, (normal, double)
+    # a model that takes no instruction still answers (the worker logs that it was ignored)
+    assert length(instructions="Speak softly.") == normal
+
+
 def test_models_voices_and_health(server: Server) -> None:
+    for voice in ("ada", "ada/ada-v1"):  # the voice and its latest export: one model
+        server.client().audio.speech.create(model="tts-1", voice=voice, input="Hi.",
+                                            response_format="pcm", extra_body={"max_frames": 2})
     ids = {m.id for m in server.client().models.list()}
     assert {"voxshard", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"} <= ids
     with server.http() as http:
@@ -186,7 +203,6 @@ def test_models_voices_and_health(server: Server) -> None:
         health = http.get("/health").json()
     assert voices["voices"] == ["ada", "ada/ada-v1"]
     assert {v["language"] for v in voices["data"]} == {"english"}
-    # test_speech_create_wav_at_24khz spoke as both: one model serves the two names
     assert health["model_loaded"] and health["device"] == "cpu"
     assert health["loaded"] == ["ada", "ada/ada-v1"] and health["workers"] == 1
 
