@@ -323,3 +323,23 @@ def test_means_take_the_rate_from_sentences_that_ended() -> None:
     assert m["similarity"] == 0.5
     m = _means(renders[:1])
     assert m["rate_ratio"] == 3.0 and m["rate_from_capped"]
+
+
+def test_report_plots_have_round_ticks_and_the_legend_below_the_plot() -> None:
+    import re
+
+    from engine.quality.report import line_plot
+
+    svg = line_plot("similarity", [{"name": "resemblyzer", "points": [(10, 0.41), (20, 0.56)]},
+                                   {"name": "model's own encoder", "points": [(10, 0.47)]}],
+                    [{"name": "zero-shot", "y": 0.53}, {"name": "export", "y": 0.535}],
+                    height=230)
+    ticks = re.findall(r'text-anchor="end" font-size="10">([^<]+)</text>', svg)
+    assert ticks == ["0.40", "0.45", "0.50", "0.55", "0.60"]
+    legend = re.findall(r'<text class="legend" x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]+)<', svg)
+    assert [name for _x, _y, name in legend] == ["resemblyzer", "model&#x27;s own encoder",
+                                                 "zero-shot", "export"]
+    plot_bottom = 230 - 40
+    assert all(float(y) > plot_bottom + 20 for _x, y, _n in legend)  # under the step labels
+    # two per row: no two names start at the same place
+    assert len({(x, y) for x, y, _n in legend}) == len(legend)

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 COLORS = ("#2463eb", "#d9480f", "#2b8a3e", "#862e9c")
+ZERO_SHOT_COLOR = "#c2255c"  # apart from every series colour
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em}
@@ -36,18 +37,49 @@ def _fmt(x: Any, spec: str) -> str:
     return format(x, spec)
 
 
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values (1, 2 or 5 times a power of ten apart) covering lo..hi."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / max(1, count - 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    start = math.floor(lo / step + 1e-9) * step
+    ticks = []
+    v = start
+    while v < hi + step * 0.999:
+        ticks.append(round(v, 10))
+        v += step
+    return ticks
+
+
+def _tick_text(v: float, ticks: list[float]) -> str:
+    step = abs(ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step < 1 else 0
+    text = f"{v:.{decimals}f}"
+    return text.lstrip("-") if float(text) == 0 else text
+
+
 def line_plot(title: str, series: list[dict[str, Any]], hlines: list[dict[str, Any]],
               x_label: str = "step", y_label: str = "", width: int = 380,
               height: int = 230) -> str:
     """An SVG line chart. `series`: {"name", "points": [(x, y)...]};
-    `hlines`: {"name", "y"} drawn dashed across the plot."""
+    `hlines`: {"name", "y"} drawn dashed across the plot. Round tick values; the legend
+    sits below the plot (names on the plot overlapped each other and the lines)."""
     pts = [(x, y) for s in series for x, y in s["points"]
            if y is not None and math.isfinite(y)]
-    ys = [y for _, y in pts] + [h["y"] for h in hlines if h.get("y") is not None]
+    lines = [h for h in hlines if h.get("y") is not None and math.isfinite(h["y"])]
+    ys = [y for _, y in pts] + [h["y"] for h in lines]
     xs = [x for x, _ in pts]
+    items = [(s["name"], s.get("color", COLORS[i % len(COLORS)]), False)
+             for i, s in enumerate(series)] + \
+        [(h["name"], h.get("color", "#888"), True) for h in lines]
+    per_row = 2
+    legend_rows = max(1, math.ceil(len(items) / per_row))
     left, right, top, bottom = 48, 12, 26, 40
     pw, ph = width - left - right, height - top - bottom
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+    total = height + 16 * legend_rows + 4
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total}" '
            f'role="img" aria-label="{_esc(title)}">',
            f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13" '
            f'font-weight="600">{_esc(title)}</text>']
@@ -55,14 +87,16 @@ def line_plot(title: str, series: list[dict[str, Any]], hlines: list[dict[str, A
         out.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" '
                    'font-size="12" fill="#777">no data</text></svg>')
         return "".join(out)
-    y0, y1 = min(ys), max(ys)
-    if y1 - y0 < 1e-9:
-        y0, y1 = y0 - 0.5, y1 + 0.5
-    pad = 0.08 * (y1 - y0)
-    y0, y1 = y0 - pad, y1 + pad
+    lo, hi = min(ys), max(ys)
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.05, hi + 0.05
+    ticks = nice_ticks(lo, hi)
+    y0, y1 = ticks[0], ticks[-1]
     x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
     if x1 - x0 < 1e-9:
         x0, x1 = x0 - 1, x1 + 1
+    xpad = 0.04 * (x1 - x0)
+    x0, x1 = x0 - xpad, x1 + xpad
 
     def sx(x: float) -> float:
         return left + (x - x0) / (x1 - x0) * pw
@@ -72,13 +106,14 @@ def line_plot(title: str, series: list[dict[str, Any]], hlines: list[dict[str, A
 
     out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
                'stroke="#bbb"/>')
-    for k in range(5):
-        yv = y0 + (y1 - y0) * k / 4
+    for yv in ticks:
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{sy(yv):.1f}" y2="{sy(yv):.1f}" '
                    'stroke="#eee"/>')
         out.append(f'<text x="{left - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end" '
-                   f'font-size="10">{yv:.2f}</text>')
-    for x in sorted(set(xs)):
+                   f'font-size="10">{_tick_text(yv, ticks)}</text>')
+    steps = sorted(set(xs))
+    stride = max(1, math.ceil(len(steps) / 8))  # at most ~8 labels under the axis
+    for x in steps[::stride]:
         out.append(f'<text x="{sx(x):.1f}" y="{top + ph + 14}" text-anchor="middle" '
                    f'font-size="10">{x:g}</text>')
     out.append(f'<text x="{left + pw / 2}" y="{height - 6}" text-anchor="middle" '
@@ -86,16 +121,11 @@ def line_plot(title: str, series: list[dict[str, Any]], hlines: list[dict[str, A
     if y_label:
         out.append(f'<text x="12" y="{top + ph / 2}" font-size="11" text-anchor="middle" '
                    f'transform="rotate(-90 12 {top + ph / 2})">{_esc(y_label)}</text>')
-    legend_y = top + 12
-    for i, h in enumerate(hlines):
-        if h.get("y") is None:
-            continue
+    for h in lines:
         color = h.get("color", "#888")
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{sy(h["y"]):.1f}" '
-                   f'y2="{sy(h["y"]):.1f}" stroke="{color}" stroke-dasharray="5,4"/>')
-        out.append(f'<text x="{left + pw - 4}" y="{sy(h["y"]) - 3:.1f}" text-anchor="end" '
-                   f'font-size="10" fill="{color}">{_esc(h["name"])}</text>')
-        del i
+                   f'y2="{sy(h["y"]):.1f}" stroke="{color}" stroke-dasharray="5,4">'
+                   f'<title>{_esc(h["name"])}: {h["y"]:.3f}</title></line>')
     for i, s in enumerate(series):
         color = s.get("color", COLORS[i % len(COLORS)])
         good = [(x, y) for x, y in s["points"] if y is not None and math.isfinite(y)]
@@ -106,8 +136,16 @@ def line_plot(title: str, series: list[dict[str, Any]], hlines: list[dict[str, A
         for x, y in good:
             out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="{color}">'
                        f'<title>{_esc(s["name"])} {x:g}: {y:.3f}</title></circle>')
-        out.append(f'<text x="{left + 6}" y="{legend_y + 13 * i}" font-size="10" '
-                   f'fill="{color}">{_esc(s["name"])}</text>')
+    # the legend, below the chart: a sample of each line (dashed for reference lines)
+    col_w = (width - 16) / per_row
+    for k, (name, color, dashed) in enumerate(items):
+        lx = 16 + col_w * (k % per_row)
+        ly = height + 10 + 16 * (k // per_row)
+        dash = ' stroke-dasharray="5,4"' if dashed else ""
+        out.append(f'<line x1="{lx:.1f}" x2="{lx + 18:.1f}" y1="{ly - 4}" y2="{ly - 4}" '
+                   f'stroke="{color}" stroke-width="2"{dash}/>')
+        out.append(f'<text class="legend" x="{lx + 22:.1f}" y="{ly}" font-size="10" '
+                   f'fill="{color}">{_esc(name)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -132,17 +170,17 @@ def _plots(result: dict[str, Any]) -> list[str]:
     if any(y is not None for _, y in pts("similarity_model")):
         sim_series.append({"name": "model's own encoder", "points": pts("similarity_model")})
     sim = line_plot("Speaker similarity per checkpoint", sim_series,
-                    h(zero, "similarity", "zero-shot", "#d9480f")
+                    h(zero, "similarity", "zero-shot", ZERO_SHOT_COLOR)
                     + h(export, "similarity", "export", "#2b8a3e")
                     + ([{"name": "real clips", "y": ceiling, "color": "#555"}]
                        if ceiling is not None else []),
                     y_label="cosine")
     wer = line_plot("Word error rate per checkpoint", [{"name": "WER", "points": pts("wer")}],
-                    h(zero, "wer", "zero-shot", "#d9480f"), y_label="WER")
+                    h(zero, "wer", "zero-shot", ZERO_SHOT_COLOR), y_label="WER")
     rate = line_plot("Speaking rate vs the speaker's own",
                      [{"name": "rate ratio", "points": pts("rate_ratio")}],
                      [{"name": "speaker", "y": 1.0, "color": "#555"},
-                      *h(zero, "rate_ratio", "zero-shot", "#d9480f")], y_label="x speaker")
+                      *h(zero, "rate_ratio", "zero-shot", ZERO_SHOT_COLOR)], y_label="x speaker")
     return [sim, wer, rate]
 
 
