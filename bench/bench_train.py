@@ -16,6 +16,21 @@ Prints, side by side, on a model built from the real 0.6B configuration
 
 Batches are synthetic (random codes in the real layout, fixed seed): the
 weights are random too, so real speech would add nothing to the timing.
+
+    python bench/bench_train.py --mixed [--layers 4] [--clips 32] [--batch 4]
+                                        [--device cuda]
+
+`--mixed`: clips of 1-15 s spread as in a real voice (log-normal around 5 s),
+one epoch of them, single process on each side, the same threads:
+- ours: the product's epoch order (`engine.data.dataset.epoch_batches`:
+  length-bucketed micro-batches in random order), the worker loop
+  (`run_worker`: FSDP over one rank, AdamW over the trainable parameters,
+  gather rows built on the host, prefetch thread), torch.distributed without
+  Ray;
+- upstream structure: random order, batches padded to their longest clip,
+  AdamW over every parameter, each micro-batch collated on the main thread.
+Useful tokens/s: talker targets (frames) of the epoch over the time of all
+its steps but the first. `--device cuda` runs both on the first GPU in bf16.
 """
 
 from __future__ import annotations
@@ -244,6 +259,228 @@ def unsharded_trainable_state(model_dir: Path) -> dict[str, float]:
             "optimizer": 8 * trainable / GIB, "n_params": total, "n_trainable": trainable}
 
 
+# -- --mixed: real clip-length spread, bucketed order against upstream's padded batches ------
+
+def mixed_durations(n: int, seed: int = 3) -> list[float]:
+    """Clip lengths of a real voice: log-normal around 5 s, within 1-15 s."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [float(x) for x in np.clip(rng.lognormal(np.log(5.0), 0.6, size=n), 1.0, 15.0)]
+
+
+def mixed_clips(model_dir: Path, durations: list[float], seed: int = 1) -> list[Any]:
+    """One ClipSequence per duration (random codes, ~3 text tokens per second)."""
+    import numpy as np
+
+    from engine.data.layout import LayoutIds, build_sequence
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    ids = LayoutIds.from_config(cfg)
+    rng = np.random.default_rng(seed)
+    vocab = int(cfg["talker_config"]["text_vocab_size"])
+    return [build_sequence(ids, [1, 2, 3],
+                           rng.integers(10, min(vocab, 1000), size=max(2, int(d * 3))).tolist(),
+                           rng.integers(0, 2048, size=(max(2, int(d * 12.5)), 16)))
+            for d in durations]
+
+
+def _collate_step(model_dir: Path, seqs: list[Any], groups: list[list[int]]) -> list[dict]:
+    """Collated micro-batches of one optimizer step with its loss normalisers."""
+    import numpy as np
+
+    from engine.data.layout import LayoutIds, collate, count_tokens
+    from engine.train.loss import normalisers
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    ids = LayoutIds.from_config(cfg)
+    hidden = int(cfg["talker_config"]["hidden_size"])
+    t, s = count_tokens([seqs[i] for g in groups for i in g])
+    norm = normalisers(t, s, 1)
+    out = []
+    for g in groups:
+        b = collate([seqs[i] for i in g], ids)
+        b["x_vector"] = (np.random.default_rng(g).standard_normal((len(g), hidden))
+                         .astype("float32") * 0.02)
+        b["talker_norm"], b["subtalker_norm"] = norm
+        out.append(b)
+    return out
+
+
+def mixed_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
+    """Ours on mixed clips: the product's bucketed epoch order, synthetic clips."""
+    from engine.data.dataset import epoch_batches
+    from engine.train.objective import batch_to_device
+    from engine.train.parallelize import set_gradient_sync
+    from engine.train.worker import TrainParts, sharded_objective
+
+    model_dir = Path(loop_config["model_dir"])
+    objective, device, precision, _ = sharded_objective(cfg, loop_config, model_dir)
+    seqs = mixed_clips(model_dir, loop_config["durations"])
+    accum = cfg.data.grad_accum
+    order = epoch_batches([s.length for s in seqs], cfg.data.batch_size, accum,
+                          cfg.data.bucket_batches, seed=0, epoch=0)
+
+    def step_batches(epoch: int, position: int) -> list[Any]:
+        k = position % (len(order) // accum)
+        return _collate_step(model_dir, seqs, order[k * accum:(k + 1) * accum])
+
+    return TrainParts(model=objective, device=device, steps_per_epoch=len(order) // accum,
+                      step_batches=step_batches,
+                      forward=lambda m, b: m(batch_to_device(b, device)),
+                      set_grad_sync=lambda on: set_gradient_sync(objective, on),
+                      precision=precision,
+                      prepare=lambda b: batch_to_device(b, device, pin=True))
+
+
+def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
+               device: str) -> dict[str, Any]:
+    """The product's worker loop on one rank, torch.distributed without Ray."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    from engine.train.config import TrainConfig
+    from engine.train.parallelize import process_group_backend
+    from engine.train.worker import WorkerEnv, run_worker
+
+    use_gpu = device == "cuda"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(LOCAL_RANK="0", RANK="0", WORLD_SIZE="1")
+    dist.init_process_group(process_group_backend(use_gpu), rank=0, world_size=1,
+                            init_method=f"tcp://127.0.0.1:{port}")
+    steps = len(durations) // (batch * accum)
+    cfg = TrainConfig().replace(
+        model={"base": str(model_dir)}, data={"batch_size": batch, "grad_accum": accum},
+        parallel={"workers": 1, "use_gpu": use_gpu, "precision": "auto",
+                  "cpu_threads_per_worker": torch.get_num_threads()},
+        optim={"lr": 1e-5, "warmup_steps": 0}, run={"val_every": 0})
+
+    import tempfile
+
+    from engine.train.worker import ListSender
+
+    sender = ListSender()
+
+    try:
+        run_worker({"config": cfg.to_dict(), "run_dir": tempfile.mkdtemp(prefix="mixed-"),
+                    "total_steps": steps, "builder": "bench.bench_train:mixed_builder",
+                    "model_dir": str(model_dir), "durations": durations,
+                    "save_final": False}, WorkerEnv(rank=0, world=1, sender=sender))
+    finally:
+        dist.destroy_process_group()
+    train = sender.of("train")
+    later = train[1:] or train
+    secs = sum(v["perf/step_s"] for v in later)
+    tokens = sum(v["perf/tokens"] for v in later)
+    return {"steps": steps, "step_s": secs / len(later), "tokens_per_s": tokens / secs,
+            "losses": [v["loss/train"] for v in train]}
+
+
+def upstream_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
+                   device: str) -> dict[str, Any]:
+    """Upstream's structure on the same clips: random batches padded to the longest clip,
+    AdamW over every parameter, collation on the main thread."""
+    import contextlib
+
+    import numpy as np
+    import torch
+
+    from engine.train.objective import batch_to_device, build_objective, load_base_weights
+
+    objective = build_objective(model_dir, None, device="cpu")
+    load_base_weights(objective, model_dir, "cpu")
+    objective.to(device)
+    for p in objective.parameters():
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(objective.parameters(), lr=1e-5)
+    seqs = mixed_clips(model_dir, durations)
+    perm = np.random.default_rng(0).permutation(len(seqs)).tolist()
+    per_step = batch * accum
+    steps = len(seqs) // per_step
+    amp = (torch.autocast("cuda", torch.bfloat16) if device == "cuda"
+           else contextlib.nullcontext())
+    times, tokens = [], []
+    for k in range(steps):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.monotonic()
+        ids = perm[k * per_step:(k + 1) * per_step]
+        groups = [ids[m * batch:(m + 1) * batch] for m in range(accum)]
+        done = 0.0
+        for b in _collate_step(model_dir, seqs, groups):
+            with amp:
+                out = objective(batch_to_device(b, device))
+            (out["loss"] / accum).backward()
+            done += float(out["talker_tokens"])
+        torch.nn.utils.clip_grad_norm_(objective.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.monotonic() - t0)
+        tokens.append(done)
+    later = slice(1, None) if steps > 1 else slice(None)
+    secs = sum(times[later])
+    return {"steps": steps, "step_s": secs / len(times[later]),
+            "tokens_per_s": sum(tokens[later]) / secs}
+
+
+def padding_share(durations: list[float], batch: int, bucketed: bool) -> float:
+    """Fraction of a step's sequence positions that are padding, in one or the other order."""
+    import numpy as np
+
+    from engine.data.dataset import epoch_batches
+
+    lengths = [int(d * 12.5) + int(d * 3) + 11 for d in durations]
+    if bucketed:
+        groups = epoch_batches(lengths, batch, 1, 16, seed=0, epoch=0)
+    else:
+        perm = np.random.default_rng(0).permutation(len(lengths)).tolist()
+        groups = [perm[i:i + batch] for i in range(0, len(perm) - batch + 1, batch)]
+    real = sum(lengths[i] for g in groups for i in g)
+    padded = sum(len(g) * max(lengths[i] for i in g) for g in groups)
+    return 1.0 - real / padded
+
+
+def main_mixed(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    work = Path(args.work)
+    model_dir = make_model_dir(work / f"model-0.6b-{args.layers}l", args.layers)
+    durations = mixed_durations(args.clips)
+    if args.side:
+        fn = ours_mixed if args.side == "ours" else upstream_mixed
+        print(json.dumps(fn(model_dir, durations, args.batch, args.accum, args.device)))
+        return
+    res = {}
+    for side in ("upstream", "ours"):  # each in its own process: memory and threads apart
+        proc = subprocess.run([sys.executable, __file__, "--mixed", "--side", side,
+                               "--layers", str(args.layers), "--clips", str(args.clips),
+                               "--batch", str(args.batch), "--accum", str(args.accum),
+                               "--device", args.device, "--work", str(work)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:])
+            raise SystemExit(f"{side} failed")
+        res[side] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"\nMixed clips: {args.clips} of {min(durations):.1f}-{max(durations):.1f} s "
+          f"(median {sorted(durations)[len(durations) // 2]:.1f} s); {args.batch} clips per "
+          f"micro-batch x {args.accum}; 0.6B widths, {args.layers} talker layers, "
+          f"{args.device}, {os.cpu_count()} threads.")
+    print(f"  padding: {padding_share(durations, args.batch, False):.0%} of positions in "
+          f"random batches, {padding_share(durations, args.batch, True):.0%} bucketed")
+    for side, r in res.items():
+        print(f"  {side:<9} {r['steps']} steps, {r['step_s']:.2f} s/step, "
+              f"{r['tokens_per_s']:.1f} useful tokens/s")
+    ratio = res["ours"]["tokens_per_s"] / res["upstream"]["tokens_per_s"]
+    print(f"  ours / upstream: {ratio:.2f} x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=28, help="talker layers (real: 28)")
@@ -254,7 +491,16 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/voxshard-bench", help="scratch folder")
     ap.add_argument("--skip-upstream", action="store_true")
     ap.add_argument("--upstream-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mixed", action="store_true",
+                    help="clips of 1-15 s: bucketed order (ours) against padded random batches")
+    ap.add_argument("--batch", type=int, default=4, help="--mixed: clips per micro-batch")
+    ap.add_argument("--accum", type=int, default=1, help="--mixed: micro-batches per step")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--side", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.mixed:
+        main_mixed(args)
+        return
     work = Path(args.work)
     model_dir = make_model_dir(work / f"model-0.6b-{args.layers}l", args.layers)
     threads = os.cpu_count() or 1

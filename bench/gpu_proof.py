@@ -253,17 +253,6 @@ def proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
                       prepare=lambda b: batch_to_device(b, device, pin=True))
 
 
-class _ListSender:
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def send(self, kind: str, values: dict[str, Any]) -> None:
-        self.records.append({"kind": kind, **values})
-
-    def log(self, message: str, level: str = "info") -> None:
-        self.send("log", {"message": message})
-
-
 # -- one configuration, Ray-free -------------------------------------------------------
 
 def _loop_config(cfg: Any, run_dir: Path, model_dir: Path, steps: int, seconds: float,
@@ -280,7 +269,7 @@ def _rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
 
     from engine.train.config import TrainConfig
     from engine.train.parallelize import process_group_backend
-    from engine.train.worker import WorkerEnv, run_worker
+    from engine.train.worker import ListSender, WorkerEnv, run_worker
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank),
                       RANK=str(rank), WORLD_SIZE=str(world))
@@ -304,7 +293,7 @@ def _rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
             model_dir = Path(job["model_dir"])
             res: dict[str, Any] = {}
             try:
-                sender = _ListSender()
+                sender = ListSender()
                 summary = run_worker(_loop_config(cfg, run_dir, model_dir, steps,
                                                   job["seconds"], resume),
                                      WorkerEnv(rank=rank, world=world, sender=sender))
@@ -319,7 +308,7 @@ def _rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
 
                         shutil.rmtree(run_dir / checkpoint_name(steps), ignore_errors=True)
                     dist.barrier()
-                    again = _ListSender()
+                    again = ListSender()
                     run_worker(_loop_config(cfg, run_dir, model_dir, steps, job["seconds"],
                                             False), WorkerEnv(rank=rank, world=world,
                                                               sender=again))

@@ -53,25 +53,13 @@ def fp16_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -
                       step_batches=step_batches, forward=forward, precision="fp16")
 
 
-class _Sender:
-    def __init__(self) -> None:
-        self.train: list[dict[str, Any]] = []
-
-    def send(self, kind: str, values: dict[str, Any]) -> None:
-        if kind == "train":
-            self.train.append(values)
-
-    def log(self, message: str, level: str = "info") -> None:
-        pass
-
-
-def _run(tmp_path: Path, steps: int, overflow: list[int]) -> tuple[_Sender, Any]:
+def _run(tmp_path: Path, steps: int, overflow: list[int]) -> tuple[Any, Any]:
     from engine.train.config import TrainConfig
-    from engine.train.worker import WorkerEnv, run_worker
+    from engine.train.worker import ListSender, WorkerEnv, run_worker
 
     cfg = TrainConfig().replace(optim={"warmup_steps": 10, "lr": 1e-3},
                                 run={"val_every": 0, "checkpoint_every": 1 << 30})
-    sender = _Sender()
+    sender = ListSender()
     loop_config = {"config": cfg.to_dict(), "run_dir": str(tmp_path / "run"),
                    "total_steps": steps, "builder": "tests.test_train_fp16:fp16_builder",
                    "overflow_steps": overflow, "save_final": False}
@@ -81,8 +69,8 @@ def _run(tmp_path: Path, steps: int, overflow: list[int]) -> tuple[_Sender, Any]
 def test_a_skipped_step_does_not_advance_the_schedule(tmp_path: Path) -> None:
     sender, go = _run(tmp_path, 5, overflow=[2, 3])
     go()
-    lrs = [v["lr"] for v in sender.train]
-    scales = [v["precision/loss_scale"] for v in sender.train]
+    lrs = [v["lr"] for v in sender.of("train")]
+    scales = [v["precision/loss_scale"] for v in sender.of("train")]
     # warmup 10: lr(s) = (s + 1) / 10 x 1e-3 for the s-th step that changed the weights
     assert lrs == pytest.approx([1e-4, 2e-4, 2e-4, 2e-4, 3e-4], rel=1e-9)
     assert scales == [2.0 ** 16, 2.0 ** 15, 2.0 ** 14, 2.0 ** 14, 2.0 ** 14]
@@ -95,7 +83,7 @@ def test_a_run_that_always_overflows_ends_with_one_sentence(tmp_path: Path) -> N
     sender, go = _run(tmp_path, 100, overflow=list(range(1, 101)))
     with pytest.raises(FatalTrainingError) as err:
         go()
-    assert len(sender.train) == MAX_SKIPPED_STEPS - 1  # the last one raised before reporting
+    assert len(sender.of("train")) == MAX_SKIPPED_STEPS - 1  # the last one raised before reporting
     assert err.value.message == (f"fp16 overflowed on {MAX_SKIPPED_STEPS} optimizer steps in a "
                                  f"row (loss scale now {2.0 ** (16 - MAX_SKIPPED_STEPS):g}), so "
                                  "no step changed the weights.")

@@ -196,24 +196,14 @@ def detect_gpus(address: str | None) -> int:
     return len(visible_gpus())
 
 
-def train(voice: str | Path, base: str, *, workers: int | None = None,
-          steps: int | None = None, epochs: float | None = None, lr: float | None = None,
-          batch_size: int | None = None, grad_accum: int | None = None,
-          checkpoint_every: int | None = None, val_every: int | None = None,
-          keep_checkpoints: int | None = None, activation_checkpointing: bool | None = None,
-          cpu_offload: bool | None = None, use_gpu: bool | None = None,
-          precision: str | None = None, trainable: str | None = None,
-          lora_rank: int | None = None, lora_alpha: float | None = None,
-          address: str | None = None, resume: bool = False, run: str | None = None,
-          dry_run: bool = False, max_failures: int = 2, verbose: bool = False,
-          builder: str | None = None, seed: int | None = None,
-          on_event: EventCallback | Emitter | None = None,
-          stop: threading.Event | None = None,
-          storage: str | os.PathLike[str] | None = None,
-          preflight: bool | None = None) -> dict[str, Any]:
-    """Fine-tune `base` on a prepared voice; returns a summary dict (the CLI's result).
+@dataclass(frozen=True)
+class TrainRequest:
+    """What the user asked for: the same object from the CLI, the Python API and the app.
 
-    Paths may be relative, start with `~`, and hold spaces or any characters.
+    None means "not given": presets by data volume and model size decide (see
+    `preset`), or, on --resume, the run's saved setting. `validated()` checks
+    every given value and says what to do in one sentence.
+
     storage: where the run's checkpoints go (`engine.storage`): None = the
     voice's setting (default: its own runs/), a shared folder, or a URI such
     as s3://bucket/prefix; "default" = the voice's runs/. A given storage is
@@ -227,134 +217,399 @@ def train(voice: str | Path, base: str, *, workers: int | None = None,
     "talker+text", "code_predictor", "talker_layers", "lora"); lora_rank and
     lora_alpha size the LoRA adapters.
     """
-    from ..model.loading import inspect_model, resolve_model
-    from ..storage import expand_arg
-    from ..workspace import open_voice
 
-    emitter = as_emitter(on_event)
-    v = open_voice(voice)
-    base = expand_arg(str(base))
-    # absolute: workers (on other nodes, in other folders) get this path
-    model_dir = Path(os.path.abspath(resolve_model(base, on_event=emitter)))
-    info = inspect_model(model_dir)
-    if info.model_type != "base":
-        raise ModelError(f"{model_dir.name} is a {info.model_type} model; training starts from "
-                         "a Qwen3-TTS Base model.",
-                         "Use --base Qwen/Qwen3-TTS-12Hz-1.7B-Base or the 0.6B Base model.")
-    summary = data_summary(v.path)
-    if summary.clips < MIN_CLIPS or summary.seconds < MIN_SECONDS:
-        raise InputError(f"{v.display_name} has {summary.clips} usable clip(s), "
-                         f"{summary.seconds:.0f} s of audio; training needs at least "
-                         f"{MIN_CLIPS} clips and {MIN_SECONDS:.0f} s.",
-                         "Record or import more speech, then prepare again.")
-    if summary.minutes < ADVISED_MINUTES:
-        emitter.log(f"Only {summary.minutes:.1f} minutes of usable audio; 10-30 minutes "
-                    "usually give a much better voice.", level="warning")
+    voice: str | Path
+    base: str
+    workers: int | None = None
+    steps: int | None = None
+    epochs: float | None = None
+    lr: float | None = None
+    batch_size: int | None = None
+    grad_accum: int | None = None
+    checkpoint_every: int | None = None
+    val_every: int | None = None
+    keep_checkpoints: int | None = None
+    activation_checkpointing: bool | None = None
+    cpu_offload: bool | None = None
+    use_gpu: bool | None = None
+    precision: str | None = None
+    trainable: str | None = None
+    lora_rank: int | None = None
+    lora_alpha: float | None = None
+    address: str | None = None
+    resume: bool = False
+    run: str | None = None
+    dry_run: bool = False
+    max_failures: int = 2
+    verbose: bool = False
+    builder: str | None = None
+    seed: int | None = None
+    storage: str | os.PathLike[str] | None = None
+    preflight: bool | None = None
 
-    gpus = detect_gpus(address)
-    workers_given = workers is not None
-    if use_gpu is None and address is None:
-        use_gpu = gpus > 0
-    # an existing cluster (--address): GPUs or not is known once connected
-    if workers is None:
-        workers = gpus if use_gpu and gpus > 0 else 2
-    if use_gpu and gpus >= 0 and workers > gpus:
-        raise InputError(f"You asked for {workers} worker{'s' if workers != 1 else ''} but this "
-                         f"machine has {gpus} GPU{'s' if gpus != 1 else ''}.",
-                         f"Use --workers {max(1, gpus)}, or --cpu to train on the CPU.")
+    def validated(self) -> TrainRequest:
+        """This request, or an InputError naming the first bad value and what to give."""
+        from .config import PRECISION_CHOICES, TRAINABLE_CHOICES
 
-    threads = worker_threads(use_gpu, bool(cpu_offload), workers, os.cpu_count() or 1)
-    overrides: dict[str, dict[str, Any]] = {
-        "parallel": {"workers": workers, "use_gpu": use_gpu, "address": address,
-                     "cpu_threads_per_worker": threads,
-                     "activation_checkpointing": activation_checkpointing,
-                     "cpu_offload": cpu_offload, "precision": precision},
-        "model": {"trainable": trainable, "lora_rank": lora_rank, "lora_alpha": lora_alpha},
-        "optim": {"lr": lr},
-        "data": {k: val for k, val in {"batch_size": batch_size,
-                                       "grad_accum": grad_accum}.items() if val is not None},
-        "run": {"steps": steps, "epochs": epochs, "checkpoint_every": checkpoint_every,
-                "val_every": val_every, "keep_checkpoints": keep_checkpoints, "seed": seed},
-    }
-    runs_dir = v.runs_dir
-    run_dir: Path
-    if resume:
-        found = find_run(runs_dir, run)
-        if found is None:
-            raise InputError(f"There is no run {run or ''} to resume in {runs_dir}.".replace(
-                "run  to", "run to"), "Start a new run without --resume.")
-        run_dir = found
-        from .rundata import check_same_data, data_fingerprint, resume_changes
+        def positive(name: str, minimum: float = 1) -> None:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value < minimum):
+                flag = "--" + name.replace("_", "-")
+                raise InputError(f"{flag} must be at least {minimum:g}, not {value}.",
+                                 f"Give {flag} a value of {minimum:g} or more, or leave it out.")
 
-        # the data position in a checkpoint indexes this run's clips: refuse other data
-        check_same_data(run_dir, v.path, data_fingerprint(v.path))
-        saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-        before = json.loads(json.dumps(saved))
-        # the saved config wins except for what the caller changed now (e.g. more steps)
-        for section, values in overrides.items():
-            saved.setdefault(section, {}).update(
-                {k: val for k, val in values.items() if val is not None})
-        cfg = TrainConfig.from_dict(saved)
-        resumed_changes = resume_changes(before, cfg.to_dict())
-        for change in resumed_changes:
-            emitter.log(change["message"], level="warning")
-    else:
-        run_dir = runs_dir / (run or _new_run_name())
-        if run_dir.is_symlink() or (run_dir.exists() and any(run_dir.iterdir())):
-            raise InputError(f"Run {run_dir.name} already exists.",
-                             "Pass --resume to continue it, or choose another --run name.")
-        cfg = resolve_config(v.path, model_dir, info.talker_hidden, summary, overrides,
-                             v.speaker)
-        resumed_changes = []
-    cfg = cfg.replace(run={"name": run_dir.name})
-    n_train, per_step = summary.train_clips(cfg), cfg.data.batch_size * cfg.data.grad_accum
-    if n_train < per_step:
-        raise InputError(f"Only {n_train} training clips, fewer than one optimizer step needs "
-                         f"({per_step}).", "Prepare more audio or lower --batch-size.")
+        for name in ("workers", "steps", "batch_size", "grad_accum", "checkpoint_every",
+                     "lora_rank"):
+            positive(name)
+        positive("val_every", 0)
+        positive("keep_checkpoints", 2)
+        positive("max_failures", 0)
+        for name in ("epochs", "lr", "lora_alpha"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise InputError(f"--{name.replace('_', '-')} must be above 0, not {value}.")
+        if self.precision is not None and self.precision not in PRECISION_CHOICES:
+            raise InputError(f"Unknown precision {self.precision!r}.",
+                             f"Use one of: {', '.join(PRECISION_CHOICES)}.")
+        if self.trainable is not None and self.trainable not in TRAINABLE_CHOICES:
+            raise InputError(f"Unknown --trainable choice {self.trainable!r}.",
+                             f"Use one of: {', '.join(TRAINABLE_CHOICES)}.")
+        if not str(self.base).strip():
+            raise InputError("No base model given.",
+                             "Use --base Qwen/Qwen3-TTS-12Hz-0.6B-Base (or a model folder).")
+        return self
 
-    from .plan import make_plan, relief
-    from .precision import PrecisionError
+    def overrides(self, workers: int, use_gpu: bool | None,
+                  threads: int | None) -> dict[str, dict[str, Any]]:
+        """The config sections this request sets (None values: not set)."""
+        return {
+            "parallel": {"workers": workers, "use_gpu": use_gpu, "address": self.address,
+                         "cpu_threads_per_worker": threads,
+                         "activation_checkpointing": self.activation_checkpointing,
+                         "cpu_offload": self.cpu_offload, "precision": self.precision},
+            "model": {"trainable": self.trainable, "lora_rank": self.lora_rank,
+                      "lora_alpha": self.lora_alpha},
+            "optim": {"lr": self.lr},
+            "data": {k: val for k, val in {"batch_size": self.batch_size,
+                                           "grad_accum": self.grad_accum}.items()
+                     if val is not None},
+            "run": {"steps": self.steps, "epochs": self.epochs,
+                    "checkpoint_every": self.checkpoint_every, "val_every": self.val_every,
+                    "keep_checkpoints": self.keep_checkpoints, "seed": self.seed},
+        }
 
-    device = "cuda" if use_gpu else "cpu"  # an unknown remote cluster is planned as CPU
-    try:
-        plan = make_plan(model_dir, cfg, device=device, voice_dir=v.path,
-                         free=None if address is None else [])
-    except PrecisionError as exc:
-        raise InputError(str(exc), "Use --precision fp16 (or fp32) on this GPU.") from exc
-    if plan.accum_reduce in ("last", "every"):
-        # "auto" resolved by the plan: reduce every micro-step only when memory is tight
-        cfg = cfg.replace(parallel={"accum_reduce": plan.accum_reduce})
-    # dry runs show it as their result; real runs keep it for --json consumers
-    emitter.log(plan.table(), level="debug")
-    if dry_run:
-        return {"dry_run": True, "config": cfg.to_dict(), "plan": plan.to_dict(),
-                "summary": plan.table()}
-    if not plan.fits:
-        raise InputError(f"Training will not fit: it needs about {plan.total / (1 << 30):.1f} GiB "
-                         f"per {'GPU' if use_gpu else 'worker'}. {plan.advice[0]}",
-                         " ".join(plan.advice[1:]) or None)
-    _check_disk(run_dir, plan.checkpoint_bytes, cfg.run.keep_checkpoints, emitter)
-    if resumed_changes:
-        from .rundata import record_resume
 
-        record_resume(run_dir, resumed_changes)
-    # what a worker says when CUDA runs out of memory anyway, and the figure it is measured against
-    run_extra = {"oom_advice": relief(plan, model_dir, cfg, device),
-                 "plan_bytes": plan.total}
-    from ..storage import checkpoint_root, run_location
+def train(voice: str | Path, base: str, *, on_event: EventCallback | Emitter | None = None,
+          stop: threading.Event | None = None, **options: Any) -> dict[str, Any]:
+    """Fine-tune `base` on a prepared voice; returns a summary dict (the CLI's result).
 
-    given = storage is not None and str(storage).strip() != ""
-    target = _storage_for(v, storage)
-    if resume:
-        location = str(checkpoint_root(run_dir))
-    else:
-        location = run_location(target, runs_dir, v.path.name, run_dir.name)
-    run_extra["model_spec"] = base
-    where = _Where(location=location, model_spec=base,
-                   preflight=address is not None if preflight is None else bool(preflight),
-                   remember=given, setting=target)
-    return _run(v, model_dir, cfg, run_dir, resume, max_failures, verbose, builder,
-                emitter, stop, workers_given, run_extra, where)
+    `options` are the fields of `TrainRequest` (workers, steps, lr, ...).
+    Paths may be relative, start with `~`, and hold spaces or any characters.
+    """
+    return TrainRun(TrainRequest(voice, base, **options), on_event, stop).start()
+
+
+class TrainRun:
+    """One start of training, in named stages: resolve, plan, launch, watch.
+
+    resolve: the voice, the base model, the data, the devices and workers, the
+    run folder and its config; plan: memory (refused here, before any cluster
+    starts, when it will not fit), disk; launch: the run's storage, the
+    cluster, the preflight, the codes, the Ray Train job; watch: until it ends
+    (or `stop`), then the summary. A dry run stops after plan.
+    """
+
+    def __init__(self, request: TrainRequest, on_event: EventCallback | Emitter | None = None,
+                 stop: threading.Event | None = None) -> None:
+        self.request = request.validated()
+        self.emitter = as_emitter(on_event)
+        self.stop = stop
+        self.cfg: TrainConfig | None = None
+        self.plan_result: Any = None
+        self.run_extra: dict[str, Any] = {}
+        self.resumed_changes: list[dict[str, Any]] = []
+        self.interrupted = False
+
+    def start(self) -> dict[str, Any]:
+        self.resolve()
+        self.plan()
+        if self.request.dry_run:
+            assert self.cfg is not None
+            return {"dry_run": True, "config": self.cfg.to_dict(),
+                    "plan": self.plan_result.to_dict(), "summary": self.plan_result.table()}
+        self._storage()
+        with _sigterm_as_interrupt():
+            from ..cluster import connect
+
+            assert self.cfg is not None
+            self.t0 = time.time()
+            cluster = connect(self.cfg.parallel.address,
+                              num_cpus=(_local_cpus(self.cfg) if self.cfg.parallel.address
+                                        is None else None),
+                              verbose=self.request.verbose, on_event=self.emitter)
+            try:
+                self.launch(cluster)
+                return self.watch()
+            finally:
+                t_close = time.time()
+                # after a second interrupt fit() may still be running: end its processes first
+                cluster.close(force=self.interrupted)
+                self.emitter.log(f"Ray shut down in {time.time() - t_close:.1f} s",
+                                 level="debug")
+
+    # -- resolve ------------------------------------------------------------------------------
+    def resolve(self) -> TrainConfig:
+        from ..model.loading import inspect_model, resolve_model
+        from ..storage import expand_arg
+        from ..workspace import open_voice
+
+        req, emitter = self.request, self.emitter
+        v = self.voice = open_voice(req.voice)
+        self.base = expand_arg(str(req.base))
+        # absolute: workers (on other nodes, in other folders) get this path
+        model_dir = self.model_dir = Path(os.path.abspath(resolve_model(self.base,
+                                                                        on_event=emitter)))
+        info = inspect_model(model_dir)
+        if info.model_type != "base":
+            raise ModelError(f"{model_dir.name} is a {info.model_type} model; training starts "
+                             "from a Qwen3-TTS Base model.",
+                             "Use --base Qwen/Qwen3-TTS-12Hz-1.7B-Base or the 0.6B Base model.")
+        summary = data_summary(v.path)
+        if summary.clips < MIN_CLIPS or summary.seconds < MIN_SECONDS:
+            raise InputError(f"{v.display_name} has {summary.clips} usable clip(s), "
+                             f"{summary.seconds:.0f} s of audio; training needs at least "
+                             f"{MIN_CLIPS} clips and {MIN_SECONDS:.0f} s.",
+                             "Record or import more speech, then prepare again.")
+        if summary.minutes < ADVISED_MINUTES:
+            emitter.log(f"Only {summary.minutes:.1f} minutes of usable audio; 10-30 minutes "
+                        "usually give a much better voice.", level="warning")
+
+        gpus = detect_gpus(req.address)
+        self.workers_given = req.workers is not None
+        use_gpu = req.use_gpu
+        if use_gpu is None and req.address is None:
+            use_gpu = gpus > 0
+        # an existing cluster (--address): GPUs or not is known once connected
+        workers = req.workers if req.workers is not None else (
+            gpus if use_gpu and gpus > 0 else 2)
+        if use_gpu and gpus >= 0 and workers > gpus:
+            raise InputError(f"You asked for {workers} worker{'s' if workers != 1 else ''} but "
+                             f"this machine has {gpus} GPU{'s' if gpus != 1 else ''}.",
+                             f"Use --workers {max(1, gpus)}, or --cpu to train on the CPU.")
+        threads = worker_threads(use_gpu, bool(req.cpu_offload), workers, os.cpu_count() or 1)
+        overrides = req.overrides(workers, use_gpu, threads)
+        runs_dir = v.runs_dir
+        if req.resume:
+            found = find_run(runs_dir, req.run)
+            if found is None:
+                raise InputError(f"There is no run {req.run or ''} to resume in "
+                                 f"{runs_dir}.".replace("run  to", "run to"),
+                                 "Start a new run without --resume.")
+            run_dir = found
+            from .rundata import check_same_data, data_fingerprint, resume_changes
+
+            # the data position in a checkpoint indexes this run's clips: refuse other data
+            check_same_data(run_dir, v.path, data_fingerprint(v.path))
+            saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+            before = json.loads(json.dumps(saved))
+            # the saved config wins except for what the caller changed now (e.g. more steps)
+            for section, values in overrides.items():
+                saved.setdefault(section, {}).update(
+                    {k: val for k, val in values.items() if val is not None})
+            cfg = TrainConfig.from_dict(saved)
+            self.resumed_changes = resume_changes(before, cfg.to_dict())
+            for change in self.resumed_changes:
+                emitter.log(change["message"], level="warning")
+        else:
+            run_dir = runs_dir / (req.run or _new_run_name())
+            if run_dir.is_symlink() or (run_dir.exists() and any(run_dir.iterdir())):
+                raise InputError(f"Run {run_dir.name} already exists.",
+                                 "Pass --resume to continue it, or choose another --run name.")
+            cfg = resolve_config(v.path, model_dir, info.talker_hidden, summary, overrides,
+                                 v.speaker)
+        self.run_dir = run_dir
+        cfg = cfg.replace(run={"name": run_dir.name})
+        n_train, per_step = summary.train_clips(cfg), cfg.data.batch_size * cfg.data.grad_accum
+        if n_train < per_step:
+            raise InputError(f"Only {n_train} training clips, fewer than one optimizer step "
+                             f"needs ({per_step}).", "Prepare more audio or lower --batch-size.")
+        self.use_gpu = use_gpu
+        self.cfg = cfg
+        return cfg
+
+    # -- plan ---------------------------------------------------------------------------------
+    def plan(self) -> Any:
+        from .plan import make_plan, relief
+        from .precision import PrecisionError
+
+        assert self.cfg is not None
+        cfg, req = self.cfg, self.request
+        device = "cuda" if self.use_gpu else "cpu"  # an unknown remote cluster: planned as CPU
+        try:
+            plan = make_plan(self.model_dir, cfg, device=device, voice_dir=self.voice.path,
+                             free=None if req.address is None else [])
+        except PrecisionError as exc:
+            raise InputError(str(exc), "Use --precision fp16 (or fp32) on this GPU.") from exc
+        if plan.accum_reduce in ("last", "every"):
+            # "auto" resolved by the plan: reduce every micro-step only when memory is tight
+            cfg = self.cfg = cfg.replace(parallel={"accum_reduce": plan.accum_reduce})
+        # dry runs show it as their result; real runs keep it for --json consumers
+        self.emitter.log(plan.table(), level="debug")
+        self.plan_result = plan
+        if req.dry_run:
+            return plan
+        if not plan.fits:
+            raise InputError(f"Training will not fit: it needs about "
+                             f"{plan.total / (1 << 30):.1f} GiB per "
+                             f"{'GPU' if self.use_gpu else 'worker'}. {plan.advice[0]}",
+                             " ".join(plan.advice[1:]) or None)
+        _check_disk(self.run_dir, plan.checkpoint_bytes, cfg.run.keep_checkpoints,
+                    self.emitter)
+        # what a worker says when CUDA runs out of memory anyway, and the figure it is
+        # measured against
+        self.run_extra = {"oom_advice": relief(plan, self.model_dir, cfg, device),
+                          "plan_bytes": plan.total, "model_spec": self.base}
+        return plan
+
+    # -- launch -------------------------------------------------------------------------------
+    def _storage(self) -> None:
+        """The run's folder and where its checkpoints go (a folder, a shared one, a URI)."""
+        from ..atomic import write_json
+        from ..storage import checkpoint_root, link_run, run_location
+
+        req, v, run_dir = self.request, self.voice, self.run_dir
+        assert self.cfg is not None
+        if self.resumed_changes:
+            from .rundata import record_resume
+
+            record_resume(run_dir, self.resumed_changes)
+        given = req.storage is not None and str(req.storage).strip() != ""
+        target = _storage_for(v, req.storage)
+        if req.resume:
+            location = str(checkpoint_root(run_dir))
+        else:
+            location = run_location(target, v.runs_dir, v.path.name, run_dir.name)
+        self.where = _Where(location=location, model_spec=self.base,
+                            preflight=(req.address is not None if req.preflight is None
+                                       else bool(req.preflight)),
+                            remember=given, setting=target)
+        # the run's folder: a plain folder, a symlink to a shared folder, or a
+        # folder with storage.json naming the URI its checkpoints go to
+        try:
+            link_run(run_dir, location)
+        except Exception as exc:  # OSError, or a bucket's own (e.g. botocore: no credentials)
+            why = getattr(exc, "strerror", None) or str(exc).strip().split("\n")[0] \
+                or type(exc).__name__
+            raise InputError(f"Cannot create the run's storage at {location}: {why}.",
+                             "Check that the storage folder or bucket exists and is "
+                             "writable.") from exc
+        if self.where.remember:
+            v.set_storage(self.where.setting)  # the voice's next runs go there too
+        write_json(run_dir / "config.json", self.cfg.to_dict())
+
+    def launch(self, cluster: Any) -> Any:
+        """Devices of an existing cluster, preflight, codes, then the Ray Train job."""
+        from ..atomic import write_json
+        from ..data.codes import extract_codes, extract_codes_ray
+        from .launch import Launch, LaunchSpec
+        from .rundata import DATA_FILE, record_data
+
+        assert self.cfg is not None
+        cfg, req, emitter, v, run_dir = (self.cfg, self.request, self.emitter, self.voice,
+                                         self.run_dir)
+        if cfg.parallel.use_gpu is None:
+            # an existing cluster: its GPUs decide, one worker per GPU by default
+            gpus = int(cluster.num_gpus)
+            workers = cfg.parallel.workers if self.workers_given or not gpus else gpus
+            cfg = cfg.replace(parallel={"use_gpu": gpus > 0, "workers": workers},
+                              data={"batch_size": max(cfg.data.batch_size, workers)})
+            write_json(run_dir / "config.json", cfg.to_dict())
+        if cfg.parallel.use_gpu and cluster.num_gpus < cfg.parallel.workers:
+            raise InputError(f"You asked for {cfg.parallel.workers} workers but the cluster "
+                             f"has {cluster.num_gpus:g} GPUs.",
+                             f"Use --workers {int(cluster.num_gpus) or 1}.")
+        same_model_path = True
+        where = self.where
+        if where.preflight:
+            report = _preflight_or_fail(where, self.model_dir, emitter)
+            same_model_path = all(n.model.endswith("(same path as the driver)")
+                                  for n in report.nodes)
+            if cfg.parallel.use_gpu:
+                cluster_gpu_plan(report, self.model_dir, cfg, v.path, emitter)
+        # codes are cached by content hash: a re-run or a resume encodes nothing
+        if same_model_path:
+            index = extract_codes_ray(v.path, self.model_dir,
+                                      reference_clip=cfg.data.reference_clip, on_event=emitter)
+        else:
+            # extraction tasks load the model from the driver's path, which some node
+            # lacks (it has the model elsewhere): encode here instead, once (cached)
+            emitter.log("Some nodes keep the base model elsewhere; encoding the clips on this "
+                        "machine.", level="debug")
+            index = extract_codes(v.path, self.model_dir,
+                                  reference_clip=cfg.data.reference_clip, on_event=emitter)
+        if not (run_dir / DATA_FILE).is_file():
+            # tie the run to its data: the fingerprint, and the x-vector it trains with
+            record_data(run_dir, v.path, x_vector=index.x_vector(),
+                        reference_clip=index.reference_clip)
+        per_epoch = steps_per_epoch(cfg, v.path, self.model_dir, emitter)
+        self.total_steps = (int(cfg.run.steps) if cfg.run.steps is not None
+                            else max(1, math.ceil(cfg.run.epochs * per_epoch)))
+        self.cfg = cfg
+        spec = LaunchSpec(config=cfg.to_dict(), run_dir=run_dir, total_steps=self.total_steps,
+                          workers=cfg.parallel.workers, use_gpu=bool(cfg.parallel.use_gpu),
+                          cpus_per_worker=cfg.parallel.cpu_threads_per_worker,
+                          max_failures=req.max_failures, resume=req.resume,
+                          builder=req.builder,
+                          storage=(where.location if where.location != str(run_dir)
+                                   else None),
+                          extra={"voice_dir": str(v.path), "model_dir": str(self.model_dir),
+                                 **self.run_extra})
+        emitter.state("training", detail=f"{run_dir.name}: {self.total_steps} steps on "
+                      f"{cfg.parallel.workers} worker(s)", run=str(run_dir),
+                      total_steps=self.total_steps)
+        self.job = Launch(spec, emitter).start()
+        if self.stop is not None:
+            threading.Thread(target=_watch_stop, args=(self.stop, self.job),
+                             daemon=True).start()
+        return self.job
+
+    # -- watch --------------------------------------------------------------------------------
+    def watch(self) -> dict[str, Any]:
+        """Until the job ends; then the run's summary."""
+        try:
+            result = self.job.wait()
+        except KeyboardInterrupt:
+            self.interrupted = True
+            raise
+        run_dir, total_steps = self.run_dir, self.total_steps
+        losses = [r["values"] for r in result.records
+                  if r["kind"] == "train" and "loss/train" in r["values"]]
+        vals = [r["values"] for r in result.records if r["kind"] == "val"]
+        if result.checkpoint is not None:
+            self.emitter.artifact(str(result.checkpoint), "checkpoint")
+        out: dict[str, Any] = {
+            "run": str(run_dir),
+            "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+            "steps": losses[-1]["step"] if losses else 0,
+            "total_steps": total_steps,
+            "stopped": result.stopped or self.interrupted,
+            "first_loss": losses[0]["loss/train"] if losses else None,
+            "final_loss": losses[-1]["loss/train"] if losses else None,
+            "final_val_loss": vals[-1]["loss/val"] if vals else None,
+            "restarts": result.restarts,
+            "launch_to_first_metric_s": result.launch_to_first_metric_s,
+            # including the cluster start and code extraction: what a user waits
+            "start_to_first_metric_s": (result.first_metric_time - self.t0
+                                        if result.first_metric_time else None),
+            "wall_s": time.time() - self.t0,
+        }
+        verb = "Stopped" if out["stopped"] else "Finished"
+        out["summary"] = (f"{verb} {run_dir.name} at step {out['steps']}/{total_steps}"
+                          + (f", loss {out['final_loss']:.4f}"
+                             if out["final_loss"] is not None else "")
+                          + (f"; checkpoint {result.checkpoint.name}"
+                             if result.checkpoint else ""))
+        return out
 
 
 def _check_disk(run_dir: Path, checkpoint_bytes: int, keep: int, emitter: Emitter) -> None:
@@ -370,32 +625,6 @@ def _check_disk(run_dir: Path, checkpoint_bytes: int, keep: int, emitter: Emitte
                     f"checkpoints of {checkpoint_bytes / gib:.1f} GiB needs about "
                     f"{need / gib:.1f} GiB. Each save checks the space first and the run "
                     "stops cleanly if it runs out.", level="warning")
-
-
-def _run(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: bool,
-         max_failures: int, verbose: bool, builder: str | None, emitter: Emitter,
-         stop: threading.Event | None, workers_given: bool = True,
-         run_extra: dict[str, Any] | None = None,
-         where: _Where | None = None) -> dict[str, Any]:
-    from ..atomic import write_json
-    from ..storage import link_run
-
-    # the run's folder: a plain folder, a symlink to a shared folder, or a
-    # folder with storage.json naming the URI its checkpoints go to
-    try:
-        link_run(run_dir, where.location if where is not None else str(run_dir))
-    except Exception as exc:  # OSError, or a bucket's own (e.g. botocore: no credentials)
-        place = where.location if where is not None else run_dir
-        why = getattr(exc, "strerror", None) or str(exc).strip().split("\n")[0] \
-            or type(exc).__name__
-        raise InputError(f"Cannot create the run's storage at {place}: {why}.",
-                         "Check that the storage folder or bucket exists and is writable.") from exc
-    if where is not None and where.remember:
-        voice.set_storage(where.setting)  # the voice's next runs go there too
-    write_json(run_dir / "config.json", cfg.to_dict())
-    with _sigterm_as_interrupt():
-        return _run_on_cluster(voice, model_dir, cfg, run_dir, resume, max_failures, verbose,
-                               builder, emitter, stop, workers_given, run_extra or {}, where)
 
 
 @contextlib.contextmanager
@@ -421,112 +650,6 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     finally:
         if not callable(prev):
             signal.signal(signal.SIGTERM, prev)
-
-
-def _run_on_cluster(voice: Any, model_dir: Path, cfg: TrainConfig, run_dir: Path, resume: bool,
-                    max_failures: int, verbose: bool, builder: str | None, emitter: Emitter,
-                    stop: threading.Event | None, workers_given: bool,
-                    run_extra: dict[str, Any], where: _Where | None = None) -> dict[str, Any]:
-    from ..atomic import write_json
-    from ..cluster import connect
-    from .launch import Launch, LaunchSpec
-
-    t0 = time.time()
-    cluster = connect(cfg.parallel.address,
-                      num_cpus=_local_cpus(cfg) if cfg.parallel.address is None else None,
-                      verbose=verbose, on_event=emitter)
-    interrupted = False
-    try:
-        if cfg.parallel.use_gpu is None:
-            # an existing cluster: its GPUs decide, one worker per GPU by default
-            gpus = int(cluster.num_gpus)
-            workers = cfg.parallel.workers if workers_given or not gpus else gpus
-            cfg = cfg.replace(parallel={"use_gpu": gpus > 0, "workers": workers},
-                              data={"batch_size": max(cfg.data.batch_size, workers)})
-            write_json(run_dir / "config.json", cfg.to_dict())
-        if cfg.parallel.use_gpu and cluster.num_gpus < cfg.parallel.workers:
-            raise InputError(f"You asked for {cfg.parallel.workers} workers but the cluster has "
-                             f"{cluster.num_gpus:g} GPUs.",
-                             f"Use --workers {int(cluster.num_gpus) or 1}.")
-        same_model_path = True
-        if where is not None and where.preflight:
-            report = _preflight_or_fail(where, model_dir, emitter)
-            same_model_path = all(n.model.endswith("(same path as the driver)")
-                                  for n in report.nodes)
-            if cfg.parallel.use_gpu:
-                cluster_gpu_plan(report, model_dir, cfg, voice.path, emitter)
-        # codes are cached by content hash: a re-run or a resume encodes nothing
-        from ..data.codes import extract_codes, extract_codes_ray
-
-        if same_model_path:
-            index = extract_codes_ray(voice.path, model_dir,
-                                      reference_clip=cfg.data.reference_clip, on_event=emitter)
-        else:
-            # extraction tasks load the model from the driver's path, which some node
-            # lacks (it has the model elsewhere): encode here instead, once (cached)
-            emitter.log("Some nodes keep the base model elsewhere; encoding the clips on this "
-                        "machine.", level="debug")
-            index = extract_codes(voice.path, model_dir, reference_clip=cfg.data.reference_clip,
-                                  on_event=emitter)
-        from .rundata import DATA_FILE, record_data
-
-        if not (run_dir / DATA_FILE).is_file():
-            # tie the run to its data: the fingerprint, and the x-vector it trains with
-            record_data(run_dir, voice.path, x_vector=index.x_vector(),
-                        reference_clip=index.reference_clip)
-        per_epoch = steps_per_epoch(cfg, voice.path, model_dir, emitter)
-        total_steps = (int(cfg.run.steps) if cfg.run.steps is not None
-                       else max(1, math.ceil(cfg.run.epochs * per_epoch)))
-        spec = LaunchSpec(config=cfg.to_dict(), run_dir=run_dir, total_steps=total_steps,
-                          workers=cfg.parallel.workers, use_gpu=bool(cfg.parallel.use_gpu),
-                          cpus_per_worker=cfg.parallel.cpu_threads_per_worker,
-                          max_failures=max_failures, resume=resume, builder=builder,
-                          storage=(where.location if where is not None
-                                   and where.location != str(run_dir) else None),
-                          extra={"voice_dir": str(voice.path), "model_dir": str(model_dir),
-                                 **run_extra})
-        emitter.state("training", detail=f"{run_dir.name}: {total_steps} steps on "
-                      f"{cfg.parallel.workers} worker(s)", run=str(run_dir),
-                      total_steps=total_steps)
-        launch = Launch(spec, emitter).start()
-        if stop is not None:
-            threading.Thread(target=_watch_stop, args=(stop, launch), daemon=True).start()
-        try:
-            result = launch.wait()
-        except KeyboardInterrupt:
-            interrupted = True
-            raise
-    finally:
-        t_close = time.time()
-        # after a second interrupt fit() may still be running: end its processes first
-        cluster.close(force=interrupted)
-        emitter.log(f"Ray shut down in {time.time() - t_close:.1f} s", level="debug")
-    losses = [r["values"] for r in result.records
-              if r["kind"] == "train" and "loss/train" in r["values"]]
-    vals = [r["values"] for r in result.records if r["kind"] == "val"]
-    if result.checkpoint is not None:
-        emitter.artifact(str(result.checkpoint), "checkpoint")
-    out: dict[str, Any] = {
-        "run": str(run_dir),
-        "checkpoint": str(result.checkpoint) if result.checkpoint else None,
-        "steps": losses[-1]["step"] if losses else 0,
-        "total_steps": total_steps,
-        "stopped": result.stopped or interrupted,
-        "first_loss": losses[0]["loss/train"] if losses else None,
-        "final_loss": losses[-1]["loss/train"] if losses else None,
-        "final_val_loss": vals[-1]["loss/val"] if vals else None,
-        "restarts": result.restarts,
-        "launch_to_first_metric_s": result.launch_to_first_metric_s,
-        # including the cluster start and code extraction: what a user waits
-        "start_to_first_metric_s": (result.first_metric_time - t0
-                                    if result.first_metric_time else None),
-        "wall_s": time.time() - t0,
-    }
-    verb = "Stopped" if out["stopped"] else "Finished"
-    out["summary"] = (f"{verb} {run_dir.name} at step {out['steps']}/{total_steps}"
-                      + (f", loss {out['final_loss']:.4f}" if out["final_loss"] is not None else "")
-                      + (f"; checkpoint {result.checkpoint.name}" if result.checkpoint else ""))
-    return out
 
 
 def cluster_gpu_plan(report: Any, model_dir: Path, cfg: TrainConfig, voice_dir: Path,

@@ -173,6 +173,23 @@ class WorkerEnv:
     gpu_device: Callable[[], Any] | None = None
 
 
+class ListSender:
+    """A `WorkerEnv.sender` that keeps what the loop reports (Ray-free runs: the GPU proof,
+    the benches)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def send(self, kind: str, values: dict[str, Any]) -> None:
+        self.records.append({"kind": kind, **values})
+
+    def log(self, message: str, level: str = "info") -> None:
+        self.send("log", {"message": message})
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["kind"] == kind]
+
+
 def train_loop(loop_config: dict[str, Any]) -> None:
     """Entry point given to `TorchTrainer(train_loop_per_worker=...)`."""
     import ray.train
