@@ -280,3 +280,44 @@ def test_save_as_writes_the_chosen_format_with_its_suffix(
         assert data[:3] == b"ID3" or data[0] == 0xFF  # an MPEG frame or its tag
     info = sf.info(str(out))
     assert abs(info.duration - 1.0) < 0.1  # codec padding, not a different clip
+
+
+def test_listen_reference_sampling_and_the_checkpoints_to_compare(
+        qtbot, window: MainWindow, workspace: Path, prepared_voice: Path) -> None:
+    from engine.cli.main import build_parser
+    from engine.synth.options import SpeakOptions
+    from gui.pages.listen import ListenPage
+
+    voice = copy_voice(prepared_voice, workspace / "joe")
+    run = _write_run(voice, "2026-01-06_f", "/models/tiny-0.6B", 1e-5, 10)
+    for step in (10, 20):
+        (run / f"checkpoint_step_{step:07d}").mkdir()
+        (run / f"checkpoint_step_{step:07d}" / "COMPLETE").write_text("")
+    window.ctx.set_voice(voice)
+    page = window.show_page(ListenPage)
+    assert isinstance(page, ListenPage)
+    qtbot.waitUntil(lambda: page.reference.count() > 0 and page.compare_pick.count() == 3,
+                    timeout=10000)
+    # Base is the voice's own (its run trained /models/tiny-0.6B), not a 1.7B download
+    assert page.base.currentText() == "/models/tiny-0.6B"
+    # the reference clip: the best one by default, any prepared clip by choice
+    page.source.setCurrentIndex(page.source.count() - 1)  # zero-shot preview
+    assert page.reference.count() >= 8
+    page.reference.setCurrentIndex(page.reference.count() - 1)
+    chosen = page.reference.currentData()
+    assert page.voice_spec()["reference"] == chosen and Path(chosen).is_file()
+    # sampling: only what the user set, in the engine's own option names
+    assert page.sampling() == {}
+    page.temperature.setValue(0.7)
+    page.top_k.setValue(30)
+    page.seed.setValue(1234)
+    opts = SpeakOptions.from_dict(page.sampling())
+    assert (opts.temperature, opts.top_k, opts.seed) == (0.7, 30, 1234)
+    # Compare: the ticked checkpoints only
+    page.compare_pick.item(1).setCheckState(Qt.CheckState.Unchecked)  # step 20
+    job = page.compare()
+    assert job is not None
+    args = build_parser().parse_args(job.args)
+    assert args.checkpoints == ["10", "30"]
+    with qtbot.waitSignal(job.finished, timeout=60000):
+        job.cancel()

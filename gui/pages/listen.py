@@ -17,11 +17,15 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
+    QDoubleSpinBox,
     QFileDialog,
     QHeaderView,
     QLabel,
+    QListWidget,
+    QListWidgetItem,
     QPlainTextEdit,
     QProgressBar,
+    QSpinBox,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -112,6 +116,34 @@ class ListenPage(Page):
         self.save_btn = button("Save as…", "save", slot=self.save_as)
         self.outer.addWidget(hbox(QLabel("Speak with"), self.source, QLabel("Base"), self.base,
                                   stretch_at=4))
+        # the zero-shot preview's reference clip, and the sampling the engine offers
+        self.reference = QComboBox()
+        self.reference.setToolTip("The prepared clip the zero-shot preview imitates "
+                                  "(3-12 s of clean speech works best)")
+        self.reference.setMinimumContentsLength(18)
+        self.reference.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.05)
+        self.temperature.setSpecialValueText("model's")
+        self.temperature.setValue(0.0)
+        self.temperature.setToolTip("Randomness of rhythm and intonation: lower is steadier, "
+                                    "higher livelier (\"model's\": the model's own setting)")
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 1000)
+        self.top_k.setSpecialValueText("model's")
+        self.top_k.setToolTip("Sample only among the k most likely sounds (\"model's\": the "
+                              "model's own setting)")
+        self.seed = QSpinBox()
+        self.seed.setRange(-1, 2_147_483_647)
+        self.seed.setValue(-1)
+        self.seed.setSpecialValueText("random")
+        self.seed.setToolTip("The same seed and text give the same audio; \"random\" picks "
+                             "one each time")
+        self.outer.addWidget(hbox(QLabel("Reference"), self.reference, QLabel("Temperature"),
+                                  self.temperature, QLabel("Top-k"), self.top_k,
+                                  QLabel("Seed"), self.seed, stretch_at=8))
         self.state = QLabel("")
         self.state.setObjectName("Muted")
         # a line of its own that wraps: an error message ran off the window beside the buttons
@@ -148,7 +180,15 @@ class ListenPage(Page):
                                       "run and the zero-shot preview, same seed")
         self.compare_note = QLabel("Each row is one sentence; click a cell to hear it.")
         self.compare_note.setObjectName("Muted")
+        self.compare_note.setWordWrap(True)
         cl.addWidget(hbox(self.compare_btn, self.compare_note, stretch_at=2))
+        # which checkpoints of the latest run to compare (all, unless the user unticks some)
+        self.compare_pick = QListWidget()
+        self.compare_pick.setFlow(QListWidget.Flow.LeftToRight)
+        self.compare_pick.setWrapping(True)
+        self.compare_pick.setMaximumHeight(64)
+        self.compare_pick.setToolTip("Tick the checkpoints to compare")
+        cl.addWidget(self.compare_pick)
         self.compare_table = QTableWidget(0, 0)
         self.compare_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.compare_table.verticalHeader().hide()
@@ -194,6 +234,8 @@ class ListenPage(Page):
                 for i in range(self.source.count()):
                     if self.source.itemData(i) == current:
                         self.source.setCurrentIndex(i)
+        self._fill_compare_pick(snap)
+        self._fill_references(snap)
         if voice is not None and snap is not None and self._base_voice != voice:
             self._base_voice = voice
             own = voice_base_model(snap)
@@ -212,6 +254,33 @@ class ListenPage(Page):
         self.stop_btn.setEnabled(self.request is not None or self.ctx.player.playing)
         self.save_btn.setEnabled(self.last_render is not None)
 
+    def sampling(self) -> dict[str, Any]:
+        """The speak options the user set (left out: the model's own)."""
+        out: dict[str, Any] = {}
+        if self.temperature.value() > 0:
+            out["temperature"] = round(self.temperature.value(), 3)
+        if self.top_k.value() > 0:
+            out["top_k"] = self.top_k.value()
+        if self.seed.value() >= 0:
+            out["seed"] = self.seed.value()
+        return out
+
+    def _fill_references(self, snap: VoiceSnapshot | None) -> None:
+        current = self.reference.currentData()
+        self.reference.clear()
+        best = best_reference_clip(snap)
+        clips = [c for c in (snap.clips if snap is not None else []) if c.get("usable")]
+        for c in sorted(clips, key=lambda c: -float(c.get("duration_s") or 0)):
+            path = str(snap.path / str(c["path"])) if snap is not None else ""
+            text = str(c.get("text") or "")
+            label = f"{Path(str(c['path'])).stem} · {float(c.get('duration_s') or 0):.1f} s"
+            self.reference.addItem(label + (f" · {text[:40]}" if text else ""), path)
+            self.reference.setItemData(self.reference.count() - 1, text or path,
+                                       Qt.ItemDataRole.ToolTipRole)
+        i = self.reference.findData(current if current else (str(best) if best else None))
+        self.reference.setCurrentIndex(max(0, i))
+        self.reference.setEnabled(self.reference.count() > 0)
+
     def voice_spec(self) -> dict[str, Any]:
         """What the speech worker loads for the chosen source (a `load` request)."""
         assert self.voice is not None
@@ -219,7 +288,7 @@ class ListenPage(Page):
         if src["kind"] in ("export", "checkpoint"):
             # a checkpoint folder speaks directly; the engine finds the run's base model
             return {"voice": src["path"]}
-        ref = best_reference_clip(self.snap)
+        ref = self.reference.currentData() or best_reference_clip(self.snap)
         return {"voice": self.base.currentText().strip(),
                 "reference": str(ref) if ref is not None else None}
 
@@ -250,7 +319,8 @@ class ListenPage(Page):
         self.ctx.player.stop()
         loading = self.speech.loaded != self.voice_spec()
         # streamed: the first words play while the rest is still being generated
-        self.request = self.speech.speak(self.voice_spec(), text, str(out), stream=True)
+        self.request = self.speech.speak(self.voice_spec(), text, str(out),
+                                         options=self.sampling(), stream=True)
         self._streaming = False
         self._pending = (out, text, src)
         self._load_error = False
@@ -392,12 +462,40 @@ class ListenPage(Page):
             self._buttons()
 
     # -- A/B comparison -------------------------------------------------------------------
+    def _fill_compare_pick(self, snap: VoiceSnapshot | None) -> None:
+        """The latest run's checkpoints, ticked as before (new ones ticked)."""
+        runs = [r for r in (snap.runs if snap is not None else []) if r.checkpoints]
+        steps = runs[-1].checkpoint_steps if runs else []
+        before = {self.compare_pick.item(i).data(Qt.ItemDataRole.UserRole):
+                  self.compare_pick.item(i).checkState()
+                  for i in range(self.compare_pick.count())}
+        self.compare_pick.clear()
+        for step in steps:
+            item = QListWidgetItem(f"step {step}")
+            item.setData(Qt.ItemDataRole.UserRole, step)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            item.setCheckState(before.get(step, Qt.CheckState.Checked))
+            self.compare_pick.addItem(item)
+        self.compare_pick.setVisible(bool(steps))
+
+    def compare_steps(self) -> list[int]:
+        """The ticked checkpoints' steps."""
+        return [self.compare_pick.item(i).data(Qt.ItemDataRole.UserRole)
+                for i in range(self.compare_pick.count())
+                if self.compare_pick.item(i).checkState() == Qt.CheckState.Checked]
+
     def compare(self, extra_args: list[str] | None = None) -> EngineJob | None:
         if self.voice is None or self.compare_job is not None:
             return None
         sentences = [s.strip() for s in self.text.toPlainText().split("\n") if s.strip()]
         out = self.voice / "renders" / time.strftime("compare-%Y%m%d-%H%M%S")
         args = ["compare", str(self.voice), str(out)]
+        chosen = self.compare_steps()
+        if self.compare_pick.count() and not chosen:
+            show_error(self, "Nothing to compare", "Tick at least one checkpoint.")
+            return None
+        if len(chosen) < self.compare_pick.count():
+            args += ["--checkpoints", *(str(s) for s in chosen)]
         if sentences:
             args += ["--sentences", *sentences[:10]]
         ref = best_reference_clip(self.snap)
