@@ -360,8 +360,31 @@ def bench_streaming(frames: int, ref_frames: int, device: str) -> list[dict[str,
     return rows
 
 
+def _streamed_rtf(synth: Any, frames: int) -> tuple[float, float, float]:
+    """(real-time factor, first audio s, audio s) of one streamed sentence, fixed length."""
+    import dataclasses
+
+    from engine.synth.options import SpeakOptions
+
+    class Sink:
+        def write(self, audio: Any) -> None:
+            pass
+
+    settings = synth.decode_settings
+    # every frame made, none cut by end-of-speech: the figure is for `frames` frames
+    synth.decode_settings = lambda o: dataclasses.replace(settings(o), stop_at_eos=False)
+    try:
+        started = time.perf_counter()
+        speech = synth.speak_stream(SENTENCES[2], Sink(), SpeakOptions(seed=3, max_frames=frames,
+                                                                       loudness_lufs=None))
+        took = time.perf_counter() - started
+    finally:
+        synth.decode_settings = settings
+    return speech.duration_s / took, speech.first_audio_s or took, speech.duration_s
+
+
 def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,
-                 int8: bool, tmp: Path) -> None:
+                 int8: bool, tmp: Path, real_codec: bool = False) -> None:
     import torch
 
     from engine.model.loading import load_model
@@ -372,10 +395,21 @@ def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,
     wrapper = load_model(folder, device=device, dtype=getattr(torch, dtype))
     synth = Synthesizer(wrapper, source, None)
     synth.use_source(source)
+    codec = "tiny codec"
+    if real_codec:
+        from engine.model.codec_sizes import REAL_DECODER_CONFIG, build_decoder
+
+        # the published decoder size (random weights, fp32) in place of the tiny one
+        wrapper.model.speech_tokenizer.model.decoder = build_decoder(
+            REAL_DECODER_CONFIG, seed=0).to(device)
+        codec = "real-size codec"
     _first_audio(synth, 4)  # warm-up
     ttfa = _first_audio(synth, frames)
-    print(f"{name:<5} {dtype:<8} time to first audio of a streamed sentence: {ttfa:.3f} s",
-          flush=True)
+    print(f"{name:<5} {dtype:<8} time to first audio of a streamed sentence ({codec}): "
+          f"{ttfa:.3f} s", flush=True)
+    rtf, first, audio_s = _streamed_rtf(synth, frames)
+    print(f"{name:<5} {dtype:<8} streamed playback, {audio_s:.2f} s of audio ({codec}): "
+          f"{rtf:.3f}x real time, first audio after {first:.2f} s", flush=True)
     if synth.fast.device.type == "cuda":
         print(f"{name:<5} CUDA graph: {synth.fast.graph_status}", flush=True)
     _worker_throughput(synth, 8, 2, 4, tmp)  # warm-up
@@ -424,6 +458,89 @@ def bench_cpu_options(name: str, folder: Path, wrapper: Any, synth: Any, source:
               f" | ours " + ", ".join(figures), flush=True)
     del quick, half, half_wrapper
     gc.collect()
+
+
+def bench_soak(folder: Path, requests: int, tmp: Path) -> None:
+    """The warm worker for a long while: `requests` of mixed lengths from 1, 4 and 8
+    concurrent clients (each waits for its answer before asking again), process
+    memory and threads at the start and the end."""
+    import random
+    import threading
+
+    from engine.events import Event
+    from engine.synth.worker import SpeechWorker
+
+    def rss_mib() -> float:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    answers: dict[str, Event] = {}
+    cond = threading.Condition()
+
+    def collect(event: Event) -> None:
+        rid = event.data.get("request")
+        if event.kind in ("result", "error") and rid:
+            with cond:
+                answers[rid] = event
+                cond.notify_all()
+
+    worker = SpeechWorker(collect, device="cpu", dtype="float32", rows=8).start()
+    worker.submit({"op": "load", "id": "load", "voice": str(folder)})
+    with cond:
+        cond.wait_for(lambda: "load" in answers, 600)
+    rng = random.Random(0)
+    texts = [" ".join(rng.sample(SENTENCES, rng.randint(1, 3))) for _ in range(requests)]
+    start_rss, start_threads = rss_mib(), threading.active_count()
+    failures = 0
+    for clients in (1, 4, 8):
+        share = requests // 3
+        todo = list(range(share))
+        lock = threading.Lock()
+        audio = [0.0]
+
+        def client(c: int, clients: int = clients, todo: list[int] = todo,
+                   lock: threading.Lock = lock, audio: list[float] = audio) -> None:
+            nonlocal failures
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    i = todo.pop()
+                rid = f"s{clients}-{i}"
+                worker.submit({"op": "speak", "id": rid, "text": texts[i],
+                               "out": str(tmp / f"soak-{c}.wav"),
+                               "options": {"seed": i, "max_frames": 12, "chunk_chars": 80,
+                                           "loudness_lufs": None}})
+                with cond:
+                    cond.wait_for(lambda rid=rid: rid in answers, 600)
+                    event = answers.pop(rid)
+                if event.kind == "result":
+                    with lock:
+                        audio[0] += event.data["duration_s"]
+                else:
+                    failures += 1
+
+        began = time.perf_counter()
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - began
+        print(f"tiny  warm worker soak, {clients} concurrent client(s): {share} requests in "
+              f"{wall:.1f} s, {audio[0] / wall:.2f} audio s/s", flush=True)
+    end_rss, end_threads = rss_mib(), threading.active_count()
+    for i in range(5):
+        worker.submit({"op": "load", "id": f"again{i}", "voice": str(folder)})
+    with cond:
+        cond.wait_for(lambda: all(f"again{i}" in answers for i in range(5)), 600)
+    print(f"tiny  warm worker soak: {3 * (requests // 3)} requests ({failures} failed); "
+          f"process memory {start_rss:.0f} -> {end_rss:.0f} MiB, threads {start_threads} -> "
+          f"{end_threads}; after 5 more loads of the same voice: {rss_mib():.0f} MiB, "
+          f"{threading.active_count()} threads", flush=True)
+    worker.close(60)
 
 
 def bench_model(name: str, folder: Path, frames: int, dtype: str,
@@ -496,6 +613,12 @@ def main() -> None:
     parser.add_argument("--stream-frames", type=int, default=188,
                         help="frames of the real-size codec streaming figure (188 = 15 s); "
                              "0 skips it")
+    parser.add_argument("--real-codec", action="store_true",
+                        help="the model figures decode with the published codec decoder "
+                             "size (random weights) instead of the tiny codec")
+    parser.add_argument("--soak", type=int, default=0,
+                        help="also this many requests of mixed lengths through the warm "
+                             "worker (tiny model): memory and threads, 1/4/8 clients")
     parser.add_argument("--ref-frames", type=int, default=125,
                         help="in-context reference frames of that figure (125 = 10 s)")
     args = parser.parse_args()
@@ -520,7 +643,11 @@ def main() -> None:
                     raise SystemExit(f"unknown dtype {dtype!r}")
                 if not args.skip_official:
                     rows += bench_model(name, folder, args.frames, dtype, args.device)
-                bench_extras(name, folder, args.frames, dtype, args.device, args.int8, work)
+                bench_extras(name, folder, args.frames, dtype, args.device, args.int8, work,
+                             args.real_codec)
+        if args.soak:
+            bench_soak(tiny_voice(work) if "tiny" not in args.models.split(",")
+                       else work / "tiny-voice", args.soak, work)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -282,3 +282,21 @@ def test_rows_go_round_robin_across_requests_and_by_age_across_settings(
         batcher._rows = [None] * 3
         batcher._pending = deque()
         batcher.close()
+
+
+def test_a_streamed_request_leaves_the_worker_answering(client: Client,
+                                                        tmp_path: Path) -> None:
+    client.worker.submit({"op": "speak", "id": "live", "text": " ".join(SENTENCES * 2),
+                          "out": str(tmp_path / "live.wav"), "stream": True,
+                          "options": {"seed": 1, "max_frames": 40, "chunk_chars": 40}})
+    client.worker.submit({"op": "ping", "id": "during"})
+    assert client.wait("during")["during"].kind == "result"
+    # the ping was answered while the stream was still speaking: it can be cancelled
+    assert "live" not in client.ended
+    assert client.worker.cancel("live")
+    ended = client.wait("live")["live"]
+    assert (ended.kind == "error" and ended.data["code"] == "cancelled") or \
+        ended.data["cancelled"]
+    for thread in [t for t in threading.enumerate() if t.name == "speech-stream"]:
+        thread.join(30)
+        assert not thread.is_alive()  # the stream's thread ends with its request

@@ -15,7 +15,8 @@ Speak requests from any number of clients are batched together
 (`batcher.ContinuousBatcher`): each chunk is a row of one batch, and a row that
 finishes is refilled with the next waiting chunk at once. With "stream": true
 the file grows as the audio is generated (artifact role "speech_partial");
-such a request runs on its own, after the batch drains.
+such a request runs on its own thread (`speech-stream`), after the batch drains,
+so the worker keeps answering (pings, cancels, queued requests) meanwhile.
 
 Every event the worker writes (stdout, with --json) is an engine event (see
 events.py) with a "request" field naming the request it belongs to; each
@@ -77,6 +78,7 @@ class SpeechWorker:
         self._batcher: Any = None
         self._load_error: str | None = None
         self._thread = threading.Thread(target=self._run, name="speech-worker", daemon=True)
+        self._streams: set[threading.Thread] = set()
         self.served = 0
 
     # -- client side --------------------------------------------------------------------------
@@ -170,6 +172,7 @@ class SpeechWorker:
         while True:
             job = self._queue.get()
             if job is _STOP:
+                self._join_streams()
                 if self._batcher is not None:
                     self._batcher.close()
                 return
@@ -188,8 +191,44 @@ class SpeechWorker:
                 self._end(job, None, exc)
 
     def _drain(self) -> None:
+        self._join_streams()
         if self._batcher is not None:
             self._batcher.wait_idle()
+
+    def _join_streams(self) -> None:
+        with self._lock:
+            streams = list(self._streams)
+        for thread in streams:
+            thread.join()
+
+    def _stream(self, job: _Job, emitter: Emitter, text: str, out: str, options: SpeakOptions,
+                fmt: str) -> None:
+        """A streamed request on its own thread: it waits for the batch to drain (it
+        plays as it is made, so it runs alone), then ends the job itself."""
+        synth, batcher = self._synth, self._batcher
+        with self._lock:
+            before = list(self._streams)
+
+        def run() -> None:
+            try:
+                for earlier in before:
+                    earlier.join()  # one stream at a time, in the order asked
+                if batcher is not None:
+                    batcher.wait_idle()
+                result = synth.speak_to_file(text, out, options, fmt, emitter, job.cancel,
+                                             stream=True)
+            except BaseException as exc:
+                self._end(job, None, exc)
+            else:
+                self._end(job, result, None)
+            finally:
+                with self._lock:
+                    self._streams.discard(threading.current_thread())
+
+        thread = threading.Thread(target=run, name="speech-stream", daemon=True)
+        with self._lock:
+            self._streams.add(thread)
+        thread.start()
 
     def _handle(self, job: _Job, emitter: Emitter) -> bool:
         from .synthesizer import Synthesizer
@@ -254,9 +293,8 @@ class SpeechWorker:
         options = SpeakOptions.from_dict(dict(req.get("options") or {}))
         fmt = audio_format(str(out), req.get("format"))
         if req.get("stream"):
-            self._drain()
-            raise _Done(self._synth.speak_to_file(text, out, options, fmt, emitter, job.cancel,
-                                                  stream=True))
+            self._stream(job, emitter, text, str(out), options, fmt)
+            return True
         from .text import split_text
 
         split_text(text, options.chunk_chars)  # bad text fails now, in order
