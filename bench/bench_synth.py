@@ -384,7 +384,8 @@ def _streamed_rtf(synth: Any, frames: int) -> tuple[float, float, float]:
 
 
 def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,
-                 int8: bool, tmp: Path, real_codec: bool = False) -> None:
+                 int8: bool, tmp: Path, real_codec: bool = False,
+                 skip_worker: bool = False) -> None:
     import torch
 
     from engine.model.loading import load_model
@@ -412,6 +413,10 @@ def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,
           f"{rtf:.3f}x real time, first audio after {first:.2f} s", flush=True)
     if synth.fast.device.type == "cuda":
         print(f"{name:<5} CUDA graph: {synth.fast.graph_status}", flush=True)
+    if skip_worker:
+        if int8 and synth.fast.device.type == "cpu":
+            bench_cpu_options(name, folder, wrapper, synth, source, frames)
+        return
     _worker_throughput(synth, 8, 2, 4, tmp)  # warm-up
     one_audio, one_wall = _worker_throughput(synth, 1, 8, frames, tmp)
     many_audio, many_wall = _worker_throughput(synth, 8, 8, frames, tmp)
@@ -616,6 +621,8 @@ def main() -> None:
     parser.add_argument("--real-codec", action="store_true",
                         help="the model figures decode with the published codec decoder "
                              "size (random weights) instead of the tiny codec")
+    parser.add_argument("--skip-worker", action="store_true",
+                        help="leave out the warm worker's 8-request throughput")
     parser.add_argument("--soak", type=int, default=0,
                         help="also this many requests of mixed lengths through the warm "
                              "worker (tiny model): memory and threads, 1/4/8 clients")
@@ -631,7 +638,7 @@ def main() -> None:
         rows += bench_streaming(args.stream_frames, args.ref_frames, args.device)
     with tempfile.TemporaryDirectory(prefix="bench-synth-") as tmp:
         work = Path(tmp)
-        for name in args.models.split(","):
+        for name in [m for m in args.models.split(",") if m and m != "none"]:
             if name == "tiny":
                 folder = tiny_voice(work)
             elif name == "0.6b":
@@ -644,7 +651,7 @@ def main() -> None:
                 if not args.skip_official:
                     rows += bench_model(name, folder, args.frames, dtype, args.device)
                 bench_extras(name, folder, args.frames, dtype, args.device, args.int8, work,
-                             args.real_codec)
+                             args.real_codec, args.skip_worker)
         if args.soak:
             bench_soak(tiny_voice(work) if "tiny" not in args.models.split(",")
                        else work / "tiny-voice", args.soak, work)
