@@ -163,6 +163,8 @@ def serve(settings: ServeSettings,
                                            lifespan="on", timeout_graceful_shutdown=5))
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn stopped gracefully on SIGINT/SIGTERM, then raised it again: a normal end
     finally:
         sock.close()
     api = app.app.state.api  # type: ignore[attr-defined]
