@@ -15,4 +15,5 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest_plugins = [
     "tests.fixtures_model",
     "tests.fixtures_audio",
+    "tests.fixtures_mixtures",
 ]

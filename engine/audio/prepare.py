@@ -29,12 +29,21 @@ from typing import Any
 import numpy as np
 
 from ..atomic import write_json, write_text
-from ..errors import Cancelled, WorkspaceError
+from ..errors import Cancelled, InputError, WorkspaceError
 from ..events import Emitter, EventCallback, as_emitter
 from ..workspace import DEFAULT_PREPARE_SETTINGS, Take, Voice, now_iso
 from .io import TARGET_SR, BadAudioFile, decode, write_wav
 from .loudness import normalize_loudness
 from .quality import BLOCKING, ClipFacts, check_clip, is_usable, issue, mark_duplicates
+from .speakers import TARGET
+from .target import (
+    Enrolment,
+    apply_decisions,
+    hear_speakers,
+    read_decisions,
+    set_speaker_reference,
+    speaker_issues,
+)
 from .transcripts import group_sentences, split_sentences, texts_from_words
 from .vad import (
     MIN_SPEECH_S,
@@ -71,10 +80,13 @@ class TakeOutcome:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     rejected: dict[str, str] | None = None
     audio_s: float = 0.0
+    #: who was heard in the take (engine.audio.target.Heard.summary), when it was checked
+    speakers: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"take_id": self.take_id, "key": self.key, "entries": self.entries,
-                "metrics": self.metrics, "rejected": self.rejected, "audio_s": self.audio_s}
+                "metrics": self.metrics, "rejected": self.rejected, "audio_s": self.audio_s,
+                "speakers": self.speakers}
 
 
 def _take_key(take: Take, settings: dict[str, Any]) -> str:
@@ -140,8 +152,8 @@ def _texts_by_word_times(take: Take, slices: list[Slice]) -> list[str] | None:
     return texts_from_words(words, spans)
 
 
-def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any]
-                  ) -> TakeOutcome:
+def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
+                  enrol: Enrolment | None = None) -> TakeOutcome:
     out = TakeOutcome(take.id, key)
     try:
         audio, stats = decode(take.audio_path, TARGET_SR,
@@ -166,14 +178,29 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any]
                         "reason": "contains no speech (silence or steady noise only)"}
         return out
     take_snr = snr_db(audio, TARGET_SR, levels, regions)
-    slices, texts, method = _split_text(take.text, regions, len(audio), settings)
-    if len(slices) > 1:
+    heard = None
+    if enrol is not None and take.origin != "recorded":
+        # a take recorded here is the voice by definition (and part of the enrolment)
+        heard = hear_speakers(audio, TARGET_SR, regions, enrol.embedding())
+        out.speakers = heard.summary()
+    if heard is not None and heard.mixed:
+        slices, whos = heard.slices(float(settings["min_clip_s"]), float(settings["max_clip_s"]))
         by_time = _texts_by_word_times(take, slices)
         if by_time is not None:
             texts, method = by_time, "timestamps"
+        else:
+            # the take's text is everyone's words: it cannot be told apart by speaker
+            texts, method = [""] * len(slices), ("none" if take.text.strip() else "whole")
+    else:
+        slices, texts, method = _split_text(take.text, regions, len(audio), settings)
+        whos = [TARGET] * len(slices)
+        if len(slices) > 1:
+            by_time = _texts_by_word_times(take, slices)
+            if by_time is not None:
+                texts, method = by_time, "timestamps"
     clips_dir = voice.prepared_dir / "clips"
     target, ceiling = float(settings["target_lufs"]), float(settings["peak_dbfs"])
-    for k, (sl, text) in enumerate(zip(slices, texts, strict=True)):
+    for k, (sl, text, who) in enumerate(zip(slices, texts, whos, strict=True)):
         clip_id = take.id if len(slices) == 1 else f"{take.id}_{k + 1:02d}"
         seg = audio[sl.start:sl.end]
         norm = normalize_loudness(seg, TARGET_SR, target, ceiling)
@@ -187,6 +214,9 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any]
             snr_db=take_snr, dc_offset=stats.dc_offset, gain_shortfall_db=shortfall,
         )
         issues = check_clip(facts, settings)
+        speaker = heard.judge(sl, who) if heard is not None else None
+        if speaker is not None:
+            issues = speaker_issues(speaker, heard.source) + issues
         rel = f"prepared/clips/{clip_id}.wav"
         write_wav(clips_dir / f"{clip_id}.wav", norm.audio, TARGET_SR, "PCM_16")
         out.entries.append({
@@ -201,6 +231,7 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any]
             "gain_db": _r(norm.gain_db), "peak_limited": norm.peak_limited,
             "snr_db": _r(take_snr), "clipped_samples": facts.clipped_samples,
             "text_method": method,
+            **({"speaker": speaker} if speaker is not None else {}),
         })
     return out
 
@@ -279,7 +310,8 @@ def _load_cached(path: Path, key: str, voice: Voice) -> TakeOutcome | None:
         if not (voice.path / e["path"]).is_file():
             return None
     return TakeOutcome(data["take_id"], key, data.get("entries", []), data.get("metrics", []),
-                       data.get("rejected"), float(data.get("audio_s", 0.0)))
+                       data.get("rejected"), float(data.get("audio_s", 0.0)),
+                       data.get("speakers"))
 
 
 @contextmanager
@@ -320,21 +352,34 @@ def _alive(pid: int) -> bool:
 
 
 def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
-            cancel: Any = None) -> dict[str, Any]:
+            cancel: Any = None, speakers: str = "auto",
+            speaker_reference: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Prepare every take of `voice`; returns the voice report (also in report.json).
 
     `cancel`: optional callable returning True when the user asked to stop.
+    `speakers`: "auto" keeps only the voice's own speaker in imported takes
+    (enrolled from `speaker_reference`, a clip kept in the voice for later runs,
+    else from the voice's recorded takes, else the dominant speaker of each
+    recording); "off" keeps every voice.
+    `speaker_reference`: a clip of the target speaker alone.
     """
+    if speakers not in ("auto", "off"):
+        raise InputError(f"Unknown speakers mode {speakers!r}.", "Use 'auto' or 'off'.")
+    if speaker_reference is not None:
+        set_speaker_reference(voice, Path(speaker_reference))
     with _prepare_lock(voice.prepared_dir):
-        return _prepare(voice, on_event, cancel)
+        return _prepare(voice, on_event, cancel, speakers)
 
 
 def _prepare(voice: Voice, on_event: EventCallback | Emitter | None,
-             cancel: Any) -> dict[str, Any]:
+             cancel: Any, speakers: str = "auto") -> dict[str, Any]:
     em = as_emitter(on_event)
     t0 = time.perf_counter()
-    settings = voice.prepare_settings
     takes = voice.list_takes()
+    enrol = Enrolment(voice, takes) if speakers == "auto" else None
+    settings = dict(voice.prepare_settings)
+    # what decides a take's speaker is part of what its cached result depends on
+    settings["speakers"] = enrol.key if enrol is not None else "off"
     prepared = voice.prepared_dir
     (prepared / "clips").mkdir(parents=True, exist_ok=True)
     (prepared / "cache").mkdir(parents=True, exist_ok=True)
@@ -360,7 +405,7 @@ def _prepare(voice: Voice, on_event: EventCallback | Emitter | None,
                 if old.stem == take.id or old.stem.startswith(f"{take.id}_"):
                     old.unlink(missing_ok=True)
             try:
-                outcome = _process_take(voice, take, key, settings)
+                outcome = _process_take(voice, take, key, settings, enrol)
             except MemoryError:
                 outcome = TakeOutcome(take.id, key, rejected={
                     "code": "too_large", "reason": "is too large to process in memory"})
@@ -397,6 +442,7 @@ def _remove_stale(prepared: Path, take_ids: set[str], outcomes: list[TakeOutcome
 def _write_outputs(voice: Voice, takes: list[Take], outcomes: list[TakeOutcome],
                    settings: dict[str, Any]) -> dict[str, Any]:
     entries = [json.loads(json.dumps(e)) for o in outcomes for e in o.entries]
+    apply_decisions(entries, read_decisions(voice))
     mark_duplicates(entries)
     for e in entries:
         e["usable"] = is_usable(e["issues"])
@@ -435,6 +481,7 @@ def _write_outputs(voice: Voice, takes: list[Take], outcomes: list[TakeOutcome],
                    "duration_s": e["duration_s"], "usable": e["usable"],
                    "issues": e["issues"]} for e in entries],
         "take_hashes": sorted(t.sha256 for t in takes),
+        "speakers": _speaker_report(settings, outcomes, entries),
     }
     report["advice"] = _advice(report)
     prepared = voice.prepared_dir
@@ -443,6 +490,30 @@ def _write_outputs(voice: Voice, takes: list[Take], outcomes: list[TakeOutcome],
     write_json(prepared / "report.json", report)
     write_text(prepared / "report.txt", format_report(report))
     return report
+
+
+def _speaker_report(settings: dict[str, Any], outcomes: list[TakeOutcome],
+                    entries: list[dict[str, Any]]) -> dict[str, Any]:
+    key = str(settings.get("speakers", "off"))
+    source = ("off" if key == "off" else "speaker reference" if key.startswith("reference:")
+              else "recorded takes" if key.startswith("takes:") else "dominant speaker")
+    checked = [o.speakers for o in outcomes if o.speakers]
+    codes = Counter(i["code"] for e in entries for i in e["issues"])
+    out = {"enrolment": source, "takes_checked": len(checked),
+           "takes_with_other_speakers": sum(1 for c in checked
+                                            if c.get("other_s") or c.get("overlap_s")),
+           "clips_another_speaker": codes.get("another_speaker", 0),
+           "clips_overlap": codes.get("overlap", 0),
+           "clips_decided_by_you": codes.get("speaker_kept", 0) + codes.get(
+               "excluded_by_you", 0)}
+    if source == "dominant speaker":
+        out["note"] = ("No enrolment (no recorded takes, no --speaker-reference): in each "
+                       "recording the speaker with the most speech was kept.")
+    elif source == "off":
+        out["note"] = "Speaker filtering is off: every voice was kept."
+    else:
+        out["note"] = f"The target speaker was enrolled from the voice's {source}."
+    return out
 
 
 def _advice(report: dict[str, Any]) -> list[str]:
@@ -462,6 +533,13 @@ def _advice(report: dict[str, Any]) -> list[str]:
         out.append("Some recordings clip: lower the input gain.")
     if u.get("too_long"):
         out.append("Some speech runs over the maximum clip length without a pause.")
+    sp = report.get("speakers") or {}
+    if u.get("another_speaker") or u.get("overlap"):
+        out.append("Other voices were left out (another speaker, or two voices at once): "
+                   "check them on the Prepare page and keep any that are the target.")
+        if sp.get("enrolment") == "dominant speaker":
+            out.append("The speaker with the most speech was taken as the voice: record a "
+                       "few takes or name a clip with --speaker-reference to choose.")
     return out
 
 
@@ -493,6 +571,10 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(f" {mark} {c.get('id', '?')}: {msgs}")
         if len(bad) > 200:
             lines.append(f"  ... and {len(bad) - 200} more (see report.json)")
+    sp = report.get("speakers") or {}
+    if sp.get("takes_with_other_speakers"):
+        lines.append(f"Speakers: {sp['note']} {sp['clips_another_speaker']} clips of another "
+                     f"speaker and {sp['clips_overlap']} of overlapped voices left out.")
     for a in report.get("advice", []):
         lines.append(f"Advice: {a}")
     return "\n".join(lines) + "\n"

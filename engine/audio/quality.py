@@ -14,11 +14,17 @@ from typing import Any
 #: clip issue codes that make a clip unusable
 BLOCKING = frozenset({
     "too_short", "too_long", "empty_text", "needs_transcript", "clipping", "low_snr",
+    # engine/audio/target.py: not the voice's speaker, two voices at once, or left out
+    # by the user on the Prepare page (prepared/decisions.json)
+    "another_speaker", "overlap", "excluded_by_you",
 })
 #: clip issue codes that are advice only
 WARNINGS = frozenset({
     "minor_clipping", "noisy", "dc_offset", "text_estimated", "duplicate_text", "peak_limited",
+    "speaker_kept",
 })
+#: the speaker decisions a user can overrule on the Prepare page
+SPEAKER_CODES = frozenset({"another_speaker", "overlap"})
 
 #: more than this fraction of full-scale samples is audible distortion
 CLIP_FRACTION_BLOCK = 1e-3

@@ -1,0 +1,96 @@
+"""Target-speaker filtering on a two-voice interview built offline (tests/fixtures_mixtures.py).
+
+Scored against the truth by time: recall is the share of the target's own speech
+(not overlapped) that ends in a kept slice, precision the share of kept speech
+that is the target alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.audio.importer import import_files
+from engine.audio.prepare import prepare
+from engine.audio.target import write_decision
+from engine.workspace import create_voice
+from tests.fixtures_mixtures import RATE, Mixture, write_mixture
+
+
+def _score(report: dict[str, Any], m: Mixture) -> tuple[float, float]:
+    a, b = m.speaker_mask("A"), m.speaker_mask("B")
+    kept = np.zeros(len(m.audio), dtype=bool)
+    for c in report["clips"]:
+        if c.get("speaker", {}).get("who") == "target":
+            kept[int(c["start_s"] * RATE):int(c["end_s"] * RATE)] = True
+    recall = (kept & a & ~b).sum() / (a & ~b).sum()
+    precision = (kept & a & ~b).sum() / max(1, (kept & (a | b)).sum())
+    return float(recall), float(precision)
+
+
+def _voice(tmp_path: Path, m: Mixture) -> tuple[Any, dict[str, Path]]:
+    files = write_mixture(m, tmp_path / "src")
+    voice = create_voice(tmp_path / "voice", "Joe", "english")
+    assert len(import_files(voice, [files["interview"]])["imported"]) == 1
+    return voice, files
+
+
+def test_interview_at_20_db_keeps_the_dominant_speaker(mixtures: dict[str, Mixture],
+                                                       tmp_path: Path) -> None:
+    m = mixtures["white20"]
+    voice, _ = _voice(tmp_path, m)
+    report = prepare(voice)
+    recall, precision = _score(report, m)
+    # measured 0.98 / 0.94: most of the 6 % is the other voice's first 0.5 s inside
+    # the target's slice where they overlap
+    assert recall >= 0.9 and precision >= 0.9, (recall, precision)
+    sp = report["speakers"]
+    assert sp["enrolment"] == "dominant speaker" and "most speech" in sp["note"]
+    others = [c for c in report["clips"] if c["speaker"]["who"] != "target"]
+    assert others and all(not c["usable"] for c in others)
+    for c in others:
+        msg = next(i["message"] for i in c["issues"] if i["code"] == "another_speaker")
+        assert msg.startswith("Another speaker (similarity ")
+        assert c["speaker"]["similarity"] < c["speaker"]["other_similarity"]
+    text = (voice.prepared_dir / "report.txt").read_text()
+    assert "clips of another speaker" in text
+
+    # the user keeps one excluded slice: the next run applies it from the cache
+    flipped = others[0]["id"]
+    write_decision(voice, flipped, "keep")
+    again = prepare(voice)
+    assert again["run"]["takes_processed"] == 0
+    clip = next(c for c in again["clips"] if c["id"] == flipped)
+    assert [i["code"] for i in clip["issues"]].count("another_speaker") == 0
+    assert "speaker_kept" in [i["code"] for i in clip["issues"]]
+    manifest = [json.loads(x) for x in
+                (voice.prepared_dir / "manifest.jsonl").read_text().splitlines()]
+    assert not any(i["code"] == "another_speaker"
+                   for e in manifest if e["id"] == flipped for i in e["issues"])
+
+
+def test_speaker_reference_enrols_the_target(mixtures: dict[str, Mixture],
+                                             tmp_path: Path) -> None:
+    m = mixtures["music15"]
+    voice, files = _voice(tmp_path, m)
+    report = prepare(voice, speaker_reference=files["enrol0"])
+    assert report["speakers"]["enrolment"] == "speaker reference"
+    assert (voice.path / "speaker_reference.wav").is_file()  # kept for the GUI's runs
+    recall, precision = _score(report, m)
+    assert recall >= 0.9 and precision >= 0.9, (recall, precision)
+    with pytest.raises(Exception, match="does not exist"):
+        prepare(voice, speaker_reference=tmp_path / "missing.wav")
+
+
+def test_one_speaker_is_never_split(mixtures: dict[str, Mixture], tmp_path: Path) -> None:
+    m = mixtures["clean"]
+    a_only = m.audio.copy()
+    a_only[m.speaker_mask("B")] = 0.0  # the interviewer's voice removed
+    voice, _ = _voice(tmp_path, Mixture("a_only", a_only, m.turns, m.texts, m.enrolment))
+    report = prepare(voice)
+    assert report["clips"] and all(c["speaker"]["who"] == "target" for c in report["clips"])
+    assert report["speakers"]["takes_with_other_speakers"] == 0
