@@ -130,8 +130,12 @@ class EngineJob(QObject):
 
     def __init__(self, args: list[str], *, title: str = "", kill_after_s: float | None = None,
                  parent: QObject | None = None, env: dict[str, str] | None = None,
-                 program: list[str] | None = None, voice: Path | None = None) -> None:
+                 program: list[str] | None = None, voice: Path | None = None,
+                 background: bool = False) -> None:
         super().__init__(parent)
+        # the window's own helper (the warm speech engine), not a job the user started:
+        # never listed as one
+        self.background = background
         # `program` replaces the engine's command prefix (another interpreter or build)
         self.program = program
         self.args = [str(a) for a in args]

@@ -25,8 +25,12 @@ class JobsPanel(QToolButton):
         jobs.changed.connect(self.update_text)
         self.update_text()
 
+    def user_jobs(self) -> list[EngineJob]:
+        """The running jobs the user started (the warm speech engine is the window's)."""
+        return [j for j in self.jobs.running() if not j.background]
+
     def update_text(self) -> None:
-        running = self.jobs.running()
+        running = self.user_jobs()
         self.setVisible(bool(running))
         if running:
             names = ", ".join(j.title + (" (stopping)" if j.stopping else "") for j in running)
@@ -35,7 +39,7 @@ class JobsPanel(QToolButton):
 
     def _fill(self) -> None:
         self.menu_.clear()
-        for job in self.jobs.running():
+        for job in self.user_jobs():
             if job.stopping:
                 action = self.menu_.addAction(f"Force stop {job.title} (loses what it is "
                                               "saving)")

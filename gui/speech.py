@@ -35,7 +35,8 @@ class SpeechService(QObject):
     def _ensure(self) -> EngineJob:
         if self.job is None or not self.job.is_running():
             # the worker serves until the window closes; a cancel must not kill it
-            job = self.jobs.start(["serve-speech"], "Speech engine", kill_after_s=10.0)
+            job = self.jobs.start(["serve-speech"], "Speech engine", kill_after_s=10.0,
+                                  background=True)
             job.event.connect(self._on_event)
             job.finished.connect(self._on_exit)
             self.job = job

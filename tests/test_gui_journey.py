@@ -100,6 +100,12 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
     train.ckpt_every.setValue(4)
     job = train.start()
     assert job is not None
+    # a live run: the form is locked (its settings were fixed at the start) and the run
+    # picker shows the run the engine names (issue 19)
+    assert not train.steps.isEnabled() and not train.base.isEnabled()
+    qtbot.waitUntil(lambda: train.run.run_dir is not None
+                    and train.run_picker.currentData() == str(train.run.run_dir),
+                    timeout=400000)
     states: list[str] = []
     job.state.connect(lambda s, _d: states.append(s))
     # live metrics reach the charts (not only the store)
@@ -121,9 +127,14 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
     stopped_at = catalog.checkpoint_step(runs[-1].checkpoints[-1]) or 0
     assert train.resume_btn.isEnabled()
 
+    assert train.steps.isEnabled()
     # resume; kill -9 one Ray worker mid-run: the page shows the recovery, the run goes on
     job = train.start(resume=True)
     assert job is not None
+    # Resume acted on the run on screen, and its curve keeps the steps before the resume
+    assert job.args[job.args.index("--run") + 1] == runs[-1].name
+    assert job.args[job.args.index("--base") + 1] == str(tiny_model_dir)
+    assert train.store.series["loss/train"].data()[0].min() <= 1
     qtbot.waitUntil(lambda: "1" in train.worker_pids and train.store.last_step > stopped_at,
                     timeout=400000)
     os.kill(train.worker_pids["1"], signal.SIGKILL)

@@ -321,3 +321,59 @@ def test_listen_reference_sampling_and_the_checkpoints_to_compare(
     assert args.checkpoints == ["10", "30"]
     with qtbot.waitSignal(job.finished, timeout=60000):
         job.cancel()
+
+
+def test_new_voice_with_an_empty_name_stays_open_and_says_why(qtbot, window: MainWindow) -> None:
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from gui.pages.voices import VoicesPage
+
+    page = window.show_page(VoicesPage)
+    assert isinstance(page, VoicesPage)
+    dlg = page.new_voice()
+    assert dlg is not None
+    qtbot.waitExposed(dlg)
+    dlg.speaker.setText("   ")
+    qtbot.mouseClick(dlg.buttons.button(QDialogButtonBox.StandardButton.Ok),
+                     Qt.MouseButton.LeftButton)
+    assert dlg.isVisible() and dlg.reason.isVisible()
+    assert "Type the speaker's name" in dlg.reason.text()
+    dlg.speaker.setText("Ada")
+    qtbot.mouseClick(dlg.buttons.button(QDialogButtonBox.StandardButton.Ok),
+                     Qt.MouseButton.LeftButton)
+    assert not dlg.isVisible()
+    qtbot.waitUntil(lambda: window.ctx.voice is not None and window.ctx.voice.name == "Ada",
+                    timeout=30000)
+
+
+def test_import_f2_space_and_the_speech_engine_is_not_a_users_job(
+        qtbot, pulse, window: MainWindow, workspace: Path, prepared_voice: Path) -> None:
+    from PySide6.QtWidgets import QAbstractItemView
+
+    from gui.pages.importer import ImportPage
+
+    voice = copy_voice(prepared_voice, workspace / "joe")
+    window.ctx.set_voice(voice)
+    page = window.show_page(ImportPage)
+    assert isinstance(page, ImportPage)
+    qtbot.waitUntil(lambda: page.proxy.rowCount() > 0, timeout=10000)
+    page.table.setFocus()
+    page.table.setCurrentIndex(page.proxy.index(0, 1))  # the Take cell
+    qtbot.keyClick(page.table, Qt.Key.Key_F2)
+    assert page.table.state() == QAbstractItemView.State.EditingState
+    assert page.table.currentIndex().column() == 4  # the transcript, from any cell
+    qtbot.keyClick(page.table.focusWidget(), Qt.Key.Key_Escape)
+    page.table.setFocus()
+    qtbot.keyClick(page.table, Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: window.ctx.player.playing, timeout=10000)
+    take = page.selected_take()
+    assert page.count_label.text() == f"▶ Playing {take.id} (Space stops it)"
+    assert page.play_btn.text() == "Stop"
+    qtbot.keyClick(page.table, Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: not window.ctx.player.playing, timeout=10000)
+    assert page.play_btn.text() == "Play" and "Playing" not in page.count_label.text()
+    # the warm speech engine (a real serve-speech process) is the window's, not a job
+    job = window.ctx.speech._ensure()
+    qtbot.waitUntil(job.is_running, timeout=30000)
+    assert job in window.ctx.jobs.running()
+    assert window.jobs_panel.user_jobs() == [] and not window.jobs_panel.isVisible()

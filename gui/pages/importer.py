@@ -389,6 +389,11 @@ class ImportPage(Page):
         play_key = QShortcut(QKeySequence(Qt.Key.Key_Space), self.table)
         play_key.setContext(Qt.ShortcutContext.WidgetShortcut)  # the table's own Space
         play_key.activated.connect(self.play_selected)
+        # F2 edits the transcript from any cell of the row (Qt's F2 edits only the cell)
+        edit_key = QShortcut(QKeySequence(Qt.Key.Key_F2), self.table)
+        edit_key.setContext(Qt.ShortcutContext.WidgetShortcut)
+        edit_key.activated.connect(self.edit_transcript)
+        ctx.player.finished.connect(self._played)
         self.outer.addWidget(self.table, 1)
         ctx.reader.voice_loaded.connect(self._voice_loaded)
 
@@ -535,13 +540,32 @@ class ImportPage(Page):
         return self.proxy.data(rows[0], Qt.ItemDataRole.UserRole)
 
     def play_selected(self) -> None:
+        """Space: play the selected take, or stop it; the count line says which plays."""
         t = self.selected_take()
         if t is None:
             return
         if self.ctx.player.playing and self.ctx.player.current == t.path:
             self.ctx.player.stop()
+            self.play_btn.setText("Play")
+            self._update_count()
         else:
             self.ctx.player.play_file(t.path)
+            self.play_btn.setText("Stop")
+            self.count_label.setText(f"▶ Playing {t.id} (Space stops it)")
+
+    def _played(self) -> None:
+        if self.play_btn.text() == "Stop":
+            self.play_btn.setText("Play")
+            self._update_count()
+
+    def edit_transcript(self) -> None:
+        """Open the transcript cell of the current row for editing."""
+        current = self.table.currentIndex()
+        if not current.isValid():
+            return
+        cell = current.siblingAtColumn(4)
+        self.table.setCurrentIndex(cell)
+        self.table.edit(cell)
 
     def _double_clicked(self, index: QModelIndex) -> None:
         if index.column() != 4:

@@ -81,9 +81,24 @@ class NewVoiceDialog(QDialog):
         form.addRow(hint)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
                                         | QDialogButtonBox.StandardButton.Cancel)
+        self.reason = QLabel("")
+        self.reason.setStyleSheet("color: #e5484d")
+        self.reason.setWordWrap(True)
+        self.reason.hide()
+        form.addRow(self.reason)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         form.addRow(self.buttons)
+
+    def accept(self) -> None:
+        """OK with an empty name keeps the dialog open and says why."""
+        if not _SAFE.sub("", self.speaker.text()).strip().strip("."):
+            self.reason.setText("Type the speaker's name: it names the voice's folder and "
+                                "the exported model.")
+            self.reason.show()
+            self.speaker.setFocus()
+            return
+        super().accept()
 
 
 class RenameDialog(QDialog):
