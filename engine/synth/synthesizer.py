@@ -565,26 +565,58 @@ class Synthesizer:
                     sink.write(np.zeros(round(pause * SAMPLE_RATE), dtype=np.float32))
                 state["cursor"] = i + 1
 
-        def on_codes(picked: list[int], frame: int, codes: Any) -> None:
-            host = codes.cpu()
+        pushed: dict[int, int] = {}  # frames given to each chunk's decoder
+        cuda = self.fast.device.type == "cuda"
+        late: list[Any] = []  # the previous frame: (picked, frame, host codes, copy event)
+
+        def decoder_for(i: int) -> StreamDecoder:
+            if i not in decoders:
+                decoders[i] = StreamDecoder(decoder, primed=primed)
+            return decoders[i]
+
+        def take(picked: list[int], frame: int, host: Any) -> None:
             for row, i in enumerate(picked):
                 if i in ended:
                     continue
-                dec = decoders.get(i)
-                if dec is None:
-                    dec = decoders[i] = StreamDecoder(decoder, primed=primed)
+                dec = decoder_for(i)
                 if int(host[row, 0]) == self.fast.eos:
                     ended.add(i)
                     continue
                 dec.push(host[row:row + 1])
+                pushed[i] = pushed.get(i, 0) + 1
                 if frame + 1 >= chunks[i].max_frames:
                     ended.add(i)
             flush()
 
-        def on_batch(picked: list[int], _codes: list[Any]) -> None:
-            for i in picked:
-                if i not in decoders:
-                    decoders[i] = StreamDecoder(decoder, primed=primed)
+        def take_late() -> None:
+            if late:
+                picked, frame, host, event = late.pop()
+                if event is not None:
+                    event.synchronize()
+                take(picked, frame, host)
+
+        def on_codes(picked: list[int], frame: int, codes: Any) -> None:
+            # read one frame late: this frame's codes are copied to pinned memory
+            # asynchronously, the previous frame's (copied long ago) are decoded now,
+            # so generation never waits for the host
+            import torch
+
+            host = torch.empty(codes.shape, dtype=codes.dtype, pin_memory=cuda)
+            host.copy_(codes, non_blocking=cuda)
+            event = None
+            if cuda:
+                event = torch.cuda.Event()
+                event.record()
+            take_late()
+            late.append((picked, frame, host, event))
+
+        def on_batch(picked: list[int], codes: list[Any]) -> None:
+            take_late()
+            for i, final in zip(picked, codes, strict=True):
+                rest = final[pushed.get(i, 0):]
+                if i not in ended and len(rest):
+                    decoder_for(i).push(rest.cpu())  # what on_codes did not see
+                decoder_for(i)
                 ended.add(i)
             flush()
 
