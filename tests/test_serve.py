@@ -530,9 +530,9 @@ def test_fuzz_hostile_bodies_leave_the_server_answering(server: Server) -> None:
     assert after_threads <= threads + 2, (threads, after_threads)
 
 
-def test_time_limit_cancels_the_request_with_504(workspace_dir: Path) -> None:
-    """A server (in this process, on a thread) whose per-request limit is far shorter than
-    the render asked of it."""
+def test_time_limit_and_keyless_guard(workspace_dir: Path) -> None:
+    """A server without a key (in this process, on a thread) whose per-request limit is far
+    shorter than the render asked of it."""
     import time
 
     import uvicorn
@@ -551,6 +551,14 @@ def test_time_limit_cancels_the_request_with_504(workspace_dir: Path) -> None:
     text = " ".join(f"Sentence {i} of a render far longer than the limit." for i in range(40))
     try:
         with httpx.Client(base_url=url, timeout=300) as http:
+            # without a key, only this computer's programs: not a page in a browser
+            rebound = http.get("/health", headers={"Host": "evil.example:8000"})
+            page = http.get("/health", headers={"Origin": "https://evil.example"})
+            local = http.get("/health", headers={"Origin": "http://localhost:3000"})
+            assert (rebound.status_code, rebound.json()["error"]["code"]) == (
+                403, "forbidden_host")
+            assert (page.status_code, page.json()["error"]["code"]) == (403, "forbidden_origin")
+            assert local.status_code == 200
             answer = http.post("/v1/audio/speech", json={"input": text, "voice": "ada",
                                                          "max_frames": 60})
             assert answer.status_code == 504

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hmac
 import io
 import json
 import time
@@ -30,10 +29,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from ..errors import InputError
 from . import formats
+from .guard import Guard, error_response
 from .pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
 from .request import MODELS, ApiError, SpeechRequest, parse_speech
 
@@ -51,45 +51,8 @@ class ServeConfig:
     timeout_s: float = 300.0
     allow_reference: bool = False
     device: str = "cpu"
-
-
-def _error(err: ApiError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
-
-
-class Guard:
-    """Key check and body-size check before any route runs (plain ASGI middleware)."""
-
-    def __init__(self, app: ASGIApp, key: str | None, max_body: int) -> None:
-        self.app = app
-        self.key = None if key is None else f"Bearer {key}".encode()
-        self.max_body = max_body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        if self.key is not None:
-            given = headers.get(b"authorization", b"")
-            # constant time: the comparison says nothing about how much of the key matched
-            if not hmac.compare_digest(given, self.key):
-                await _error(ApiError(401, "Incorrect or missing API key; send "
-                                      "'Authorization: Bearer KEY'.", code="invalid_api_key")
-                             )(scope, receive, send)
-                return
-        length = headers.get(b"content-length")
-        if length is not None:
-            try:
-                too_big = int(length) > self.max_body
-            except ValueError:
-                too_big = True
-            if too_big:
-                await _error(ApiError(413, f"The request body is over the limit of "
-                                      f"{self.max_body} bytes.", code="body_too_large")
-                             )(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+    #: listening on loopback only (then only this computer's names are accepted as Host)
+    loopback: bool = True
 
 
 class _Stream(StreamingResponse):
@@ -180,8 +143,8 @@ class SpeechApp:
     async def model(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in MODELS:
-            return _error(ApiError(404, f"The model '{name[:80]}' does not exist here.",
-                                   param="model", code="model_not_found"))
+            return error_response(ApiError(404, f"The model '{name[:80]}' does not exist here.",
+                                           param="model", code="model_not_found"))
         return JSONResponse(self._model(name))
 
     def _model(self, name: str) -> dict[str, Any]:
@@ -203,7 +166,7 @@ class SpeechApp:
             return Response(status_code=400)  # nobody reads it: the body never ended
         except ApiError as err:
             self._done(None, err.status, 0.0, began)
-            return _error(err)
+            return error_response(err)
         req = None
         try:
             req = parse_speech(raw, voices=self.pool.voices, formats=self.formats,
@@ -213,12 +176,12 @@ class SpeechApp:
             self.pool.admit()
         except ApiError as err:
             self._done(req, err.status, 0.0, began)
-            return _error(err)
+            return error_response(err)
         except Busy as busy:
             self._done(req, 429, 0.0, began)
-            return _error(ApiError(429, busy.message + " Retry later.", code="rate_limit_exceeded",
-                                   kind="rate_limit_error",
-                                   headers={"Retry-After": str(busy.retry_after)}))
+            return error_response(ApiError(429, busy.message + " Retry later.",
+                                           code="rate_limit_exceeded", kind="rate_limit_error",
+                                           headers={"Retry-After": str(busy.retry_after)}))
         released = [False]
         handed = [False]  # the stream releases the request's place when it ends
 
@@ -259,7 +222,7 @@ class SpeechApp:
             if not handed[0]:
                 release()
         self._done(req, err.status, 0.0, began)
-        return _error(err)
+        return error_response(err)
 
     def _check_options(self, req: SpeechRequest) -> None:
         from ..synth.options import SpeakOptions
@@ -442,11 +405,12 @@ def create_app(pool: Pool, config: ServeConfig,
 
     async def http_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        return _error(ApiError(exc.status_code, str(exc.detail), code=f"http_{exc.status_code}"))
+        return error_response(ApiError(exc.status_code, str(exc.detail),
+                                       code=f"http_{exc.status_code}"))
 
     async def crash(_request: Request, exc: Exception) -> Response:
-        return _error(ApiError(500, f"Internal error: {type(exc).__name__}.",
-                               kind="server_error", code="server_error"))
+        return error_response(ApiError(500, f"Internal error: {type(exc).__name__}.",
+                                       kind="server_error", code="server_error"))
 
     routes = [
         Route("/v1/audio/speech", api.speech, methods=["POST"]),
@@ -463,5 +427,5 @@ def create_app(pool: Pool, config: ServeConfig,
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error,
                                                        Exception: crash}, lifespan=lifespan)
     app.state.api = api
-    guarded = Guard(app, config.api_key, config.max_body)
+    guarded = Guard(app, config.api_key, config.max_body, loopback=config.loopback)
     return guarded  # type: ignore[return-value]

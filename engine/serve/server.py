@@ -136,7 +136,8 @@ def serve(settings: ServeSettings,
     sock = _bind(settings.host, settings.port)
     config = ServeConfig(api_key=key, max_body=settings.max_body, max_input=settings.max_input,
                          timeout_s=settings.timeout_s, device=_device(settings.device),
-                         allow_reference=bool(settings.reference_base))
+                         allow_reference=bool(settings.reference_base),
+                         loopback=is_loopback(settings.host))
 
     def log(record: dict[str, Any]) -> None:
         emitter.log(f"{record['method']} {record['path']} {record['status']} "
