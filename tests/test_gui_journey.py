@@ -149,7 +149,7 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
 
     # 6. export
     with qtbot.waitSignal(ctx.data_changed, timeout=300000):
-        job = train.export()
+        job = train.export(voice / "exports" / "journey")  # the folder the dialog offers
     assert job is not None and job.outcome == "succeeded", job.error
     exports = catalog.list_exports(voice)
     assert exports and json.loads((exports[0].path / "config.json").read_text())

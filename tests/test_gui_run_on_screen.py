@@ -135,7 +135,7 @@ class _Opened(QObject):
 
 
 @pytest.mark.slow
-def test_evaluate_now_and_the_evaluation_of_any_picked_run(
+def test_evaluate_now_export_and_the_evaluation_of_any_picked_run(
         qtbot, ctx, settings, prepared_voice: Path, tiny_model_dir: Path,
         workspace: Path) -> None:
     """The real engine: `Evaluate now` runs `voxshard-engine evaluate` on the picked run;
@@ -179,6 +179,32 @@ def test_evaluate_now_and_the_evaluation_of_any_picked_run(
         QDesktopServices.unsetUrlHandler("file")
     assert [Path(u.toLocalFile()) for u in opened.urls] == [
         voice / "runs" / "r1" / "evaluation" / "report.html"]
+    # Export asks where (the voice's exports/ is offered), then says where and how to use it
+    assert page.export() is None
+    dlg = page.export_dialog
+    # the evaluation's best checkpoint is what Export offers
+    best = data["best"]["step"]
+    assert Path(dlg.selectedFiles()[0]) == voice / "exports" / f"r1-step{best}"
+    dlg.selectFile(str(workspace / "joe-model"))
+    with qtbot.waitSignal(window.ctx.data_changed, timeout=300000):
+        dlg.accept()
+    assert page.export_job is None
+    box = page.export_box
+    assert box.isVisible() and str(workspace / "joe-model") in box.text()
+    how = box.informativeText()
+    assert "Exported: joe-model" in how and "voxshard-engine speak" in how
+    assert "from_pretrained" in how and 'speaker="joe"' in how and "serve" in how
+    assert (workspace / "joe-model" / "config.json").is_file()
+    opened.urls.clear()
+    QDesktopServices.setUrlHandler("file", opened, "open")
+    try:
+        open_btn = next(b for b in box.buttons() if b.text() == "Open folder")
+        qtbot.mouseClick(open_btn, Qt.MouseButton.LeftButton)
+    finally:
+        QDesktopServices.unsetUrlHandler("file")
+    assert [Path(u.toLocalFile()) for u in opened.urls] == [workspace / "joe-model"]
+    assert box.isVisible()  # Open folder leaves the how-to on screen
+    box.close()
     window.shutdown()
     # the next start of the app shows the run's evaluation without evaluating again
     from gui.context import AppContext

@@ -15,7 +15,9 @@ from PySide6.QtCore import Qt, QTimer, QUrl
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QComboBox,
+    QFileDialog,
     QLabel,
+    QMessageBox,
     QPlainTextEdit,
     QSizePolicy,
     QSplitter,
@@ -29,7 +31,7 @@ from ...context import AppContext
 from ...jobs import EngineJob
 from ...metrics import MetricsStore
 from ...notify import notify_if_in_background
-from ...widgets import fmt_duration, hbox
+from ...widgets import fmt_duration, hbox, show_error
 from ..base import Page
 from .charts import TrainCharts
 from .controller import STATE_LABELS, RunController
@@ -39,6 +41,19 @@ from .settings import PRESETS, TrainSettings, preset_for
 from .stats import StatsBar
 
 ENDED_LABELS = {"succeeded": "Finished", "cancelled": "Stopped", "failed": "Failed"}
+
+
+def export_howto(out: Path, speaker: str) -> str:
+    """How to use an exported model: here, from a terminal, from Python, as a server."""
+    who = speaker or "the speaker name"
+    return ("How to use it:\n"
+            f"• Listen page: choose \"Exported: {out.name}\".\n"
+            f"• Terminal: voxshard-engine speak \"{out}\" \"Hello.\" -o hello.wav\n"
+            "• Python, with the official qwen-tts loader: "
+            f"Qwen3TTSModel.from_pretrained(\"{out}\") then "
+            f"generate_custom_voice(text, speaker=\"{who}\").\n"
+            f"• Other programs: voxshard-engine serve \"{out}\" (OpenAI-compatible "
+            "/v1/audio/speech on 127.0.0.1:8000).")
 
 
 class TrainPage(Page):
@@ -534,8 +549,10 @@ class TrainPage(Page):
         self.download_bar.hide()
         self.download_btn.setEnabled(True)
 
-    def export(self) -> EngineJob | None:
-        """Export the chosen run's best checkpoint (its evaluation's, else the latest)."""
+    def export(self, out: Path | None = None) -> EngineJob | None:
+        """Export the chosen run's best checkpoint (its evaluation's, else the latest).
+        Without `out`, asks where (the voice's exports/ folder is offered) and returns None;
+        the export starts when a folder is chosen."""
         if self.voice is None or self.export_job is not None:
             return None
         run = self.selected_run()
@@ -543,17 +560,44 @@ class TrainPage(Page):
             return None
         best = catalog.best_checkpoint(run.path)
         step = catalog.checkpoint_step(best or run.checkpoints[-1])
-        out = Path(self.voice) / "exports" / f"{run.name}-step{step}"
+        if out is None:
+            suggested = Path(self.voice) / "exports" / f"{run.name}-step{step}"
+            dlg = QFileDialog(self, f"Export {run.name} step {step} as a model folder",
+                              str(suggested))
+            dlg.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+            dlg.setOption(QFileDialog.Option.DontUseNativeDialog)
+            dlg.setLabelText(QFileDialog.DialogLabel.Accept, "Export")
+            dlg.selectFile(str(suggested))
+            dlg.fileSelected.connect(lambda f: self.export(Path(f)))
+            self.export_dialog = dlg
+            dlg.open()
+            return None
         args = ["export", str(self.voice), str(out), "--run", run.name, "--step", str(step)]
         job = self.start_job(args, "Export", voice=self.voice)
         self.export_job = job
         self._append_log("info", f"Exporting {run.name} step {step}"
                                  + (" (the evaluation's best)" if best else "") + f" to {out}…")
-        job.succeeded.connect(lambda r: self._append_log(
-            "info", str(r.get("summary") or f"Exported to {out}")))
+        job.succeeded.connect(lambda r: self._exported(out, run.name, step, r))
+        job.failed.connect(lambda _c, m, h: show_error(self, "Export failed", m, h))
         job.finished.connect(self._export_done)
         self.refresh()
         return job
+
+    def _exported(self, out: Path, run: str, step: int | None, result: dict) -> QMessageBox:
+        """A dialog: where the model is, how to use it, and a button to its folder."""
+        self._append_log("info", str(result.get("summary") or f"Exported to {out}"))
+        speaker = str(result.get("speaker") or "")
+        box = QMessageBox(QMessageBox.Icon.Information, "Model exported",
+                          f"{run} step {step} is now a model folder:\n{out}", parent=self)
+        box.setInformativeText(export_howto(out, speaker))
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        open_btn = box.addButton("Open folder", QMessageBox.ButtonRole.ActionRole)
+        open_btn.clicked.disconnect()  # the box stays open after Open folder
+        open_btn.clicked.connect(lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(out))))
+        box.addButton(QMessageBox.StandardButton.Close)
+        self.export_box = box
+        box.open()
+        return box
 
     def _export_done(self) -> None:
         self.export_job = None
