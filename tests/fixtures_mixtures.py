@@ -198,7 +198,7 @@ def write_mixture(m: Mixture, folder: Path) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def mixtures(piper_sentences: list[dict[str, Any]]) -> dict[str, Mixture]:
-    """The interview clean, with white noise at 20 dB and with the music bed (the
+    """The interview clean, with white noise at 20 dB, the music bed and the room (the
     conditions the tests assert on; the bench runs every condition)."""
     import soundfile as sf
 
@@ -206,4 +206,4 @@ def mixtures(piper_sentences: list[dict[str, Any]]) -> dict[str, Mixture]:
     for s in piper_sentences:
         audio, sr = sf.read(s["path"], dtype="float32")
         sentences.append((audio, sr, s["text"]))
-    return build_mixtures(sentences, ("clean", "white20", "music15"))
+    return build_mixtures(sentences, ("clean", "white20", "music15", "reverb"))

@@ -32,6 +32,7 @@ from ..atomic import write_json, write_text
 from ..errors import Cancelled, InputError, WorkspaceError
 from ..events import Emitter, EventCallback, as_emitter
 from ..workspace import DEFAULT_PREPARE_SETTINGS, Take, Voice, now_iso
+from .conditions import background, is_music_bed, slice_snr
 from .io import TARGET_SR, BadAudioFile, decode, write_wav
 from .loudness import normalize_loudness
 from .quality import BLOCKING, ClipFacts, check_clip, is_usable, issue, mark_duplicates
@@ -178,6 +179,8 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
                         "reason": "contains no speech (silence or steady noise only)"}
         return out
     take_snr = snr_db(audio, TARGET_SR, levels, regions)
+    bg = background(audio, levels, regions)
+    music = is_music_bed(bg)
     heard = None
     if enrol is not None and take.origin != "recorded":
         # a take recorded here is the voice by definition (and part of the enrolment)
@@ -207,11 +210,13 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
         start_s, end_s = sl.start / TARGET_SR, sl.end / TARGET_SR
         duration = len(seg) / TARGET_SR
         shortfall = (target - norm.loudness_after) if math.isfinite(norm.loudness_after) else 0.0
+        snr = slice_snr(levels, sl.regions, bg.noise_power)
         facts = ClipFacts(
             duration_s=duration, text=text, text_method=method,
             clipped_samples=stats.clipped_between(start_s, end_s),
             source_samples=int(duration * stats.source_rate * stats.channels),
-            snr_db=take_snr, dc_offset=stats.dc_offset, gain_shortfall_db=shortfall,
+            snr_db=snr, dc_offset=stats.dc_offset, gain_shortfall_db=shortfall,
+            rt60_s=bg.rt60_s, music_bed=music,
         )
         issues = check_clip(facts, settings)
         speaker = heard.judge(sl, who) if heard is not None else None
@@ -229,7 +234,10 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
             "end_s": round(end_s, 3), "speech_s": round(sl.speech_s, 3),
             "loudness_in_lufs": _r(norm.loudness_before), "loudness_lufs": _r(norm.loudness_after),
             "gain_db": _r(norm.gain_db), "peak_limited": norm.peak_limited,
-            "snr_db": _r(take_snr), "clipped_samples": facts.clipped_samples,
+            "snr_db": _r(snr), "take_snr_db": _r(take_snr),
+            "rt60_s": None if bg.rt60_s is None else round(bg.rt60_s, 2),
+            "pause_flatness": None if bg.flatness is None else round(bg.flatness, 3),
+            "music_bed": music, "clipped_samples": facts.clipped_samples,
             "text_method": method,
             **({"speaker": speaker} if speaker is not None else {}),
         })
@@ -529,6 +537,12 @@ def _advice(report: dict[str, Any]) -> list[str]:
                    "and import again, or type the text.")
     if u.get("low_snr"):
         out.append("Some recordings are noisy: record in a quieter room, closer to the mic.")
+    if u.get("too_reverberant") or report["issues_by_code"].get("reverberant"):
+        out.append("Some recordings echo: record in a smaller or furnished room (curtains, "
+                   "a sofa), closer to the microphone.")
+    if report["issues_by_code"].get("music_bed"):
+        out.append("Some recordings have music under the speech: the model would learn it; "
+                   "use parts without music, or another recording.")
     if u.get("clipping"):
         out.append("Some recordings clip: lower the input gain.")
     if u.get("too_long"):

@@ -11,17 +11,21 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from .conditions import REVERB_BLOCK_S, REVERB_WARN_S
+
 #: clip issue codes that make a clip unusable
 BLOCKING = frozenset({
     "too_short", "too_long", "empty_text", "needs_transcript", "clipping", "low_snr",
     # engine/audio/target.py: not the voice's speaker, two voices at once, or left out
     # by the user on the Prepare page (prepared/decisions.json)
     "another_speaker", "overlap", "excluded_by_you",
+    # engine/audio/conditions.py: the room's echo is part of every word
+    "too_reverberant",
 })
 #: clip issue codes that are advice only
 WARNINGS = frozenset({
     "minor_clipping", "noisy", "dc_offset", "text_estimated", "duplicate_text", "peak_limited",
-    "speaker_kept",
+    "speaker_kept", "reverberant", "music_bed", "denoised",
 })
 #: the speaker decisions a user can overrule on the Prepare page
 SPEAKER_CODES = frozenset({"another_speaker", "overlap"})
@@ -54,6 +58,8 @@ class ClipFacts:
     snr_db: float
     dc_offset: float
     gain_shortfall_db: float  # how far below the loudness target the peak ceiling left it
+    rt60_s: float | None = None  # the room's reverberation time, when it could be measured
+    music_bed: bool = False  # music (tonal background) under the speech
 
 
 def check_clip(f: ClipFacts, settings: dict[str, Any]) -> list[dict[str, str]]:
@@ -82,6 +88,14 @@ def check_clip(f: ClipFacts, settings: dict[str, Any]) -> list[dict[str, str]]:
                                     f"(needs {min_snr:g} dB)."))
     elif f.snr_db < min_snr + NOISY_MARGIN_DB:
         out.append(issue("noisy", f"Background noise is audible ({f.snr_db:.0f} dB SNR)."))
+    if f.rt60_s is not None and f.rt60_s >= REVERB_BLOCK_S:
+        out.append(issue("too_reverberant", f"Strong room echo (reverberation time "
+                                            f"{f.rt60_s:.1f} s)."))
+    elif f.rt60_s is not None and f.rt60_s >= REVERB_WARN_S:
+        out.append(issue("reverberant", f"Audible room echo (reverberation time "
+                                        f"{f.rt60_s:.1f} s)."))
+    if f.music_bed:
+        out.append(issue("music_bed", "Music or another tonal sound plays under the speech."))
     if abs(f.dc_offset) > DC_WARN:
         out.append(issue("dc_offset", f"DC offset {f.dc_offset:+.3f} (removed)."))
     if f.gain_shortfall_db > PEAK_LIMIT_WARN_DB:
