@@ -179,6 +179,17 @@ def test_evaluate_now_export_and_the_evaluation_of_any_picked_run(
         QDesktopServices.unsetUrlHandler("file")
     assert [Path(u.toLocalFile()) for u in opened.urls] == [
         voice / "runs" / "r1" / "evaluation" / "report.html"]
+    # the memory plan (the engine's dry run) in the page's words, not option names
+    page.base.setEditText(str(tiny_model_dir))
+    page.workers.setValue(1)
+    plan = page.plan()
+    assert plan is not None
+    with qtbot.waitSignal(plan.finished, timeout=300000):
+        pass
+    assert plan.outcome == "succeeded", plan.error
+    note = page.plan_note.text()
+    assert page.plan_note.isVisible() and note.startswith("Memory plan: Each CPU worker needs")
+    assert "--" not in note and ("it fits." in note or "it does not fit." in note)
     # Export asks where (the voice's exports/ is offered), then says where and how to use it
     assert page.export() is None
     dlg = page.export_dialog

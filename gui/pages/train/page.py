@@ -37,6 +37,7 @@ from .charts import TrainCharts
 from .controller import STATE_LABELS, RunController
 from .evaluation import catalog_evaluation, evaluation_summary
 from .gpus import Gpu, GpuProbe
+from .planwords import plan_words
 from .settings import PRESETS, TrainSettings, preset_for
 from .stats import StatsBar
 
@@ -156,6 +157,11 @@ class TrainPage(Page):
         self.eval_note.setWordWrap(True)
         self.eval_note.hide()
         lay.addWidget(self.eval_note)
+        self.plan_note = QLabel("")  # the memory plan, in the form's words
+        self.plan_note.setObjectName("Muted")
+        self.plan_note.setWordWrap(True)
+        self.plan_note.hide()
+        lay.addWidget(self.plan_note)
         self.charts = TrainCharts(self.store)
         self.loss_plot, self.mem_plot = self.charts.loss_plot, self.charts.mem_plot
         self._curves = self.charts.curves
@@ -632,7 +638,11 @@ class TrainPage(Page):
 
     def _plan_done(self, result: dict) -> None:
         text = result.get("summary") or "\n".join(f"{k}: {v}" for k, v in result.items())
-        self._append_log("info", str(text))
+        self._append_log("info", str(text))  # the engine's full table, for the curious
+        plan = result.get("plan")
+        if isinstance(plan, dict):
+            self.plan_note.setText("Memory plan: " + plan_words(plan))
+            self.plan_note.show()
 
 
 __all__ = ["STATE_LABELS", "TrainPage"]
