@@ -33,9 +33,19 @@ from ..errors import Cancelled, InputError, WorkspaceError
 from ..events import Emitter, EventCallback, as_emitter
 from ..workspace import DEFAULT_PREPARE_SETTINGS, Take, Voice, now_iso
 from .conditions import background, is_music_bed, slice_snr
+from .denoise import denoise_take, judge_slice
+from .denoise import describe as describe_denoise
 from .io import TARGET_SR, BadAudioFile, decode, write_wav
 from .loudness import normalize_loudness
-from .quality import BLOCKING, ClipFacts, check_clip, is_usable, issue, mark_duplicates
+from .quality import (
+    BLOCKING,
+    NOISY_MARGIN_DB,
+    ClipFacts,
+    check_clip,
+    is_usable,
+    issue,
+    mark_duplicates,
+)
 from .speakers import TARGET
 from .target import (
     Enrolment,
@@ -201,16 +211,28 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
             by_time = _texts_by_word_times(take, slices)
             if by_time is not None:
                 texts, method = by_time, "timestamps"
+    den, den_target, recognizer = None, None, None
+    min_snr = float(settings["min_snr_db"])
+    if settings.get("denoise"):
+        den = denoise_take(audio, TARGET_SR, levels, regions)
+        den_target, recognizer = _denoise_judges(enrol)
     clips_dir = voice.prepared_dir / "clips"
     target, ceiling = float(settings["target_lufs"]), float(settings["peak_dbfs"])
     for k, (sl, text, who) in enumerate(zip(slices, texts, whos, strict=True)):
         clip_id = take.id if len(slices) == 1 else f"{take.id}_{k + 1:02d}"
         seg = audio[sl.start:sl.end]
+        snr = slice_snr(levels, sl.regions, bg.noise_power)
+        cleaned = None
+        if den is not None and who == TARGET and snr < min_snr + NOISY_MARGIN_DB:
+            cleaned = judge_slice(audio, den, levels, bg.noise_power, sl, TARGET_SR, text,
+                                  den_target, recognizer)
+            if cleaned["applied"]:
+                seg = den.audio[sl.start:sl.end]
+                snr = float(cleaned["snr_db"][1])
         norm = normalize_loudness(seg, TARGET_SR, target, ceiling)
         start_s, end_s = sl.start / TARGET_SR, sl.end / TARGET_SR
         duration = len(seg) / TARGET_SR
         shortfall = (target - norm.loudness_after) if math.isfinite(norm.loudness_after) else 0.0
-        snr = slice_snr(levels, sl.regions, bg.noise_power)
         facts = ClipFacts(
             duration_s=duration, text=text, text_method=method,
             clipped_samples=stats.clipped_between(start_s, end_s),
@@ -222,6 +244,8 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
         speaker = heard.judge(sl, who) if heard is not None else None
         if speaker is not None:
             issues = speaker_issues(speaker, heard.source) + issues
+        if cleaned is not None and cleaned["applied"]:
+            issues.append(issue("denoised", "Denoised: " + describe_denoise(cleaned) + "."))
         rel = f"prepared/clips/{clip_id}.wav"
         write_wav(clips_dir / f"{clip_id}.wav", norm.audio, TARGET_SR, "PCM_16")
         out.entries.append({
@@ -240,8 +264,28 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
             "music_bed": music, "clipped_samples": facts.clipped_samples,
             "text_method": method,
             **({"speaker": speaker} if speaker is not None else {}),
+            **({"denoise": cleaned} if cleaned is not None else {}),
         })
     return out
+
+
+def _denoise_judges(enrol: Enrolment | None) -> tuple[np.ndarray | None, Any]:
+    """Who a denoised slice must still sound like, and the recogniser that checks its words.
+
+    Only an enrolment (clean takes or a named clip) can judge similarity: a centroid
+    made from the noisy recording itself prefers the noisy version (measured: 0.99
+    before, 0.87 after, on piper speech at 20 dB), so without one it is not judged.
+    """
+    from ..errors import ModelError
+
+    target = enrol.embedding() if enrol is not None else None
+    try:
+        from ..quality.asr import PocketsphinxRecognizer
+
+        recognizer: Any = PocketsphinxRecognizer()
+    except ModelError:
+        recognizer = None  # judged on SNR and similarity alone
+    return target, recognizer
 
 
 def check_recording(audio: np.ndarray, sample_rate: int, text: str = "",
@@ -361,7 +405,8 @@ def _alive(pid: int) -> bool:
 
 def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
             cancel: Any = None, speakers: str = "auto",
-            speaker_reference: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+            speaker_reference: str | os.PathLike[str] | None = None,
+            denoise: bool = False) -> dict[str, Any]:
     """Prepare every take of `voice`; returns the voice report (also in report.json).
 
     `cancel`: optional callable returning True when the user asked to stop.
@@ -370,17 +415,19 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
     else from the voice's recorded takes, else the dominant speaker of each
     recording); "off" keeps every voice.
     `speaker_reference`: a clip of the target speaker alone.
+    `denoise`: denoise noisy slices (noisereduce), each only where its SNR, speaker
+    similarity and recognised words do not get worse (engine/audio/denoise.py).
     """
     if speakers not in ("auto", "off"):
         raise InputError(f"Unknown speakers mode {speakers!r}.", "Use 'auto' or 'off'.")
     if speaker_reference is not None:
         set_speaker_reference(voice, Path(speaker_reference))
     with _prepare_lock(voice.prepared_dir):
-        return _prepare(voice, on_event, cancel, speakers)
+        return _prepare(voice, on_event, cancel, speakers, denoise)
 
 
 def _prepare(voice: Voice, on_event: EventCallback | Emitter | None,
-             cancel: Any, speakers: str = "auto") -> dict[str, Any]:
+             cancel: Any, speakers: str = "auto", denoise: bool = False) -> dict[str, Any]:
     em = as_emitter(on_event)
     t0 = time.perf_counter()
     takes = voice.list_takes()
@@ -388,6 +435,8 @@ def _prepare(voice: Voice, on_event: EventCallback | Emitter | None,
     settings = dict(voice.prepare_settings)
     # what decides a take's speaker is part of what its cached result depends on
     settings["speakers"] = enrol.key if enrol is not None else "off"
+    if denoise:
+        settings["denoise"] = True
     prepared = voice.prepared_dir
     (prepared / "clips").mkdir(parents=True, exist_ok=True)
     (prepared / "cache").mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ its "summary" is what a person sees.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ..errors import AudioError, InputError
@@ -98,6 +99,10 @@ def _import(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     from ..audio.importer import import_files
 
     voice = open_voice(args.voice)
+    if getattr(args, "speaker_reference", None):
+        from ..audio.target import set_speaker_reference
+
+        set_speaker_reference(voice, Path(args.speaker_reference))
     result = import_files(voice, args.paths, transcripts=args.transcripts, on_event=em)
     failed = [s for s in result["skipped"] if s["code"] != "already_imported"]
     if not result["imported"] and not result["skipped"]:
@@ -119,7 +124,8 @@ def _prepare(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     if not voice.list_takes() and not voice.problems():
         raise InputError(f"The voice at {voice.path} has no takes yet.",
                          "Record some, or add files with `voxshard-engine import`.")
-    report = prepare(voice, on_event=em)
+    report = prepare(voice, on_event=em, speakers=args.speakers,
+                     speaker_reference=args.speaker_reference, denoise=args.denoise)
     return {"report": str(voice.prepared_dir / "report.json"),
             "manifest": str(voice.prepared_dir / "manifest.jsonl"),
             "totals": report["totals"], "rejects_by_reason": report["rejects_by_reason"],
@@ -163,7 +169,16 @@ def register(sub: Any) -> None:
     p.add_argument("paths", nargs="+", metavar="FILES_OR_FOLDERS")
     p.add_argument("--transcripts", default=None, metavar="FILE",
                    help="CSV/TSV/JSONL list (file + text columns) or LJSpeech metadata.csv")
+    p.add_argument("--speaker-reference", default=None, metavar="CLIP",
+                   help="a clip of the voice's speaker alone: prepare keeps only that speaker")
 
     p = add_command(sub, "prepare", _prepare,
                     "Make clean 24 kHz clips and a quality report from the takes.")
     p.add_argument("voice", help="voice folder")
+    p.add_argument("--speaker-reference", default=None, metavar="CLIP",
+                   help="a clip of the voice's speaker alone (kept in the voice for later "
+                        "runs); without one, the recorded takes or the dominant speaker")
+    p.add_argument("--speakers", choices=("auto", "off"), default="auto",
+                   help="auto: leave out other speakers and overlapped voices (default)")
+    p.add_argument("--denoise", action="store_true",
+                   help="denoise noisy slices where that helps (SNR and similarity)")
