@@ -163,6 +163,21 @@ class Recorder(QObject):
         with self._lock:
             return self._frames / float(self.samplerate or 1)
 
+    def recent(self, seconds: float = 30.0) -> np.ndarray:
+        """The last `seconds` of what was captured so far (the live waveform)."""
+        want = int(seconds * (self.samplerate or 1))
+        with self._lock:
+            picked: list[np.ndarray] = []
+            have = 0
+            for chunk in reversed(self._chunks):
+                picked.append(chunk)
+                have += len(chunk)
+                if have >= want:
+                    break
+        if not picked:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(picked[::-1])[-want:]
+
     def _stream_time(self) -> float:
         try:
             return float(self._stream.time) if self._stream is not None else monotonic()

@@ -52,6 +52,8 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
     assert float(np.max(np.abs(audio))) > 0.2  # speech came through, not silence
     assert not page.clipped
     assert page.warnings == [] and page.clip_label.text() == ""  # loud and long enough
+    assert page.live_draws > 0  # the waveform grew while recording (issue 19)
+    assert page.rec_state.text().startswith("✓ Good take")
     assert page.accept_btn.isEnabled()
 
     # Enter accepts: the take is on disk at once, with its prompt
@@ -94,6 +96,13 @@ def test_quiet_and_cut_takes_are_flagged(piper_synth) -> None:
     cut = take_warnings(speech[: int(1.0 * sr)], sr, text)  # the reader stopped too early
     assert len(cut) == 1 and cut[0].startswith("Too short for the sentence (12 words")
     assert take_warnings(np.zeros(sr, np.float32), sr, text) == []  # silence: said elsewhere
+    # a noisy room: white noise 12 dB under the speech's loud parts
+    rng = np.random.default_rng(0)
+    noisy = speech + rng.normal(0, 0.6 * 0.25 * 0.3, len(speech)).astype(np.float32)
+    found = take_warnings(noisy, sr, text)
+    assert len(found) == 1 and found[0].startswith("Noisy: the speech is only"), found
+    clipped = take_warnings(np.clip(speech * 4, -1, 1), sr, text)
+    assert len(clipped) == 1 and clipped[0].startswith("Clipped"), clipped
 
 
 def test_retake_discards_and_clipping_is_flagged(qtbot, pulse, window: MainWindow,

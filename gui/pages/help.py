@@ -12,13 +12,14 @@ SHORTCUTS = [
     ("Anywhere", "F1", "This help page"),
     ("Anywhere", "Ctrl+N", "New voice"),
     ("Anywhere", "Ctrl+Q", "Quit (running jobs are stopped safely)"),
-    ("Record", "Space", "Record / stop (the input stays open 0.3 s after stop)"),
+    ("Record", "Space", "Record / stop (\u201cFinishing\u2026\": the input stays open 0.3 s "
+     "after stop, so the last word is kept)"),
     ("Record", "Enter", "Accept the take: it is saved at once"),
     ("Record", "R", "Re-take"),
     ("Record", "P", "Play the take / stop playing"),
     ("Record", "S", "Skip this prompt"),
-    ("Import", "Space", "Play the selected clip"),
-    ("Import", "F2 or double-click", "Edit the transcript"),
+    ("Import", "Space", "Play the selected clip / stop it"),
+    ("Import", "F2 or double-click", "Edit the transcript (F2 from any cell of the row)"),
     ("Listen", "Ctrl+Enter", "Speak the text"),
     ("Listen", "Esc", "Stop speaking / playing"),
 ]

@@ -44,10 +44,16 @@ QUIET_PEAK = 0.1
 #: (a fast synthetic reader measured 4 words/s; people read about 2.5-3)
 MAX_WORDS_PER_S = 6.0
 FRAME_S = 0.02
+#: speech less than this far above the room noise is reported as noisy
+NOISY_SNR_DB = 20.0
+#: the live waveform while recording: redrawn at this interval, the last this many seconds
+LIVE_WAVE_MS = 150
+LIVE_WAVE_S = 20.0
 
 
 def take_warnings(audio: np.ndarray, sr: int, text: str) -> list[str]:
-    """What is wrong with a take before it is kept: too quiet, or too short for its text."""
+    """What is wrong with a take before it is kept: too quiet, clipped, noisy, or too
+    short for its text (cut off, or read too fast)."""
     mono = np.asarray(audio, dtype=np.float32)
     if mono.ndim > 1:
         mono = mono.mean(axis=1)
@@ -69,7 +75,18 @@ def take_warnings(audio: np.ndarray, sr: int, text: str) -> list[str]:
         words = len(re.findall(r"\w+", text))
         if peak >= 1e-4 and words and span_s < words / MAX_WORDS_PER_S:
             warnings.append(f"Too short for the sentence ({words} words in {span_s:.1f} s of "
-                            "speech): was it cut off? Re-take (R).")
+                            "speech): cut off, or read too fast? Re-take (R).")
+        if peak >= QUIET_PEAK and len(rms) >= 20:
+            # the room's noise (quietest tenth of the frames) against the speech (loudest
+            # tenth): under 20 dB apart, the noise is learned with the voice
+            quiet, loud_rms = np.percentile(rms, 10), np.percentile(rms, 90)
+            snr = 20 * np.log10(max(float(loud_rms), 1e-9) / max(float(quiet), 1e-9))
+            if snr < NOISY_SNR_DB:
+                warnings.append(f"Noisy: the speech is only {snr:.0f} dB above the room "
+                                "noise. Record somewhere quieter, then re-take (R).")
+    if float(np.mean(np.abs(mono) >= 0.999)) > 0.0005:
+        warnings.append("Clipped: the loudest parts hit the limit. Move back or lower the "
+                        "input gain, then re-take (R).")
     return warnings
 
 
@@ -94,6 +111,8 @@ class RecordPage(Page):
         self.saved_ids: dict[tuple[Path, str], str] = {}  # (voice, prompt id) -> take id
         self.revisiting = False  # B brought back a prompt that may be recorded already
         self.warnings: list[str] = []
+        self._live_ticks = 0
+        self.live_draws = 0  # live waveform redraws (tests count them)
         self.testing = False
 
         # devices
@@ -327,6 +346,14 @@ class RecordPage(Page):
         self.meter.set_level(peak, clipped > 0)
         if self.recorder.active:
             self.rec_time.setText(fmt_duration(self.recorder.seconds()))
+            self._live_ticks += 1
+            if self._live_ticks * METER_MS >= LIVE_WAVE_MS and not self.testing:
+                # the take as it is spoken (the last seconds), redrawn a few times a second
+                self._live_ticks = 0
+                live = self.recorder.recent(LIVE_WAVE_S)
+                if live.size:
+                    self.wave.show_audio(live, self.recorder.samplerate)
+                    self.live_draws += 1
         if clipped and not self.clipped and not self.testing:
             self.clipped = True
             self.clip_label.setText("Clipping: the input is too loud. Move back or lower "
@@ -349,7 +376,11 @@ class RecordPage(Page):
             self.rec_state.setText("Review: Enter to accept, R to re-take, P to play")
         if self.warnings:
             shown = self.clip_label.text()
+            if self.clipped:  # the live clipping note says the same as the verdict's
+                self.warnings = [w for w in self.warnings if not w.startswith("Clipped")]
             self.clip_label.setText("\n".join(([shown] if shown else []) + self.warnings))
+        elif len(audio) and float(np.max(np.abs(audio))) >= 1e-4 and not self.clipped:
+            self.rec_state.setText("✓ Good take: Enter to accept, R to re-take, P to play")
         self._update_buttons()
 
     def accept(self) -> bool:
