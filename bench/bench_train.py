@@ -458,7 +458,7 @@ def main_mixed(args: argparse.Namespace) -> None:
         print(json.dumps(fn(model_dir, durations, args.batch, args.accum, args.device)))
         return
     res = {}
-    for side in ("upstream", "ours"):  # each in its own process: memory and threads apart
+    for side in ("ours", "upstream"):  # each in its own process: memory and threads apart
         proc = subprocess.run([sys.executable, __file__, "--mixed", "--side", side,
                                "--layers", str(args.layers), "--clips", str(args.clips),
                                "--batch", str(args.batch), "--accum", str(args.accum),
@@ -468,6 +468,7 @@ def main_mixed(args: argparse.Namespace) -> None:
             print(proc.stderr[-3000:])
             raise SystemExit(f"{side} failed")
         res[side] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"{side}: {json.dumps(res[side])}", flush=True)
     print(f"\nMixed clips: {args.clips} of {min(durations):.1f}-{max(durations):.1f} s "
           f"(median {sorted(durations)[len(durations) // 2]:.1f} s); {args.batch} clips per "
           f"micro-batch x {args.accum}; 0.6B widths, {args.layers} talker layers, "
