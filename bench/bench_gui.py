@@ -116,6 +116,46 @@ def bench_train_page(window: object, voice: Path, workers: int, events: int,
                f"{page.redraws} redraws over {page.redraw_ticks} timer turns")
 
 
+def bench_resume_history(window: object, voice: Path, steps: int, workers: int) -> str:
+    """Resume of a long run: its metrics.jsonl is read in slices on the GUI thread (live
+    metrics wait for it, so the curve keeps its order); how long the window stalls."""
+    import json
+
+    from engine.atomic import write_json
+    from engine.train.config import TrainConfig
+    from gui.pages.train import TrainPage
+
+    run = voice / "runs" / f"long-{steps}"
+    run.mkdir(parents=True)
+    write_json(run / "config.json", TrainConfig().to_dict())
+    with (run / "metrics.jsonl").open("w") as fh:
+        for s in range(1, steps + 1):
+            for r in range(workers):
+                fh.write(json.dumps({"kind": "train", "step": s, "rank": r,
+                                     "loss/train": 9 - s * 1e-4, "lr": 2e-6,
+                                     "perf/tokens_per_s": 1000.0,
+                                     "memory/device_used_gib": 20.0 + r}) + "\n")
+    window.ctx.set_voice(voice)  # type: ignore[attr-defined]
+    page = window.show_page(TrainPage)  # type: ignore[attr-defined]
+    probe = StallProbe()
+    probe.start()
+    got: dict[str, float] = {}
+
+    page.run.history_loaded.connect(lambda: got.setdefault("wall", time.perf_counter()))
+
+    def resume() -> None:  # inside the event loop, between the probe's ticks
+        got["t0"] = time.perf_counter()
+        page.run.show_run(run.name, run / "metrics.jsonl", steps)
+
+    QTimer.singleShot(50, resume)
+    run_until(lambda: "wall" in got and probe.ticks > 20, 120)
+    probe.stop()
+    wall = got["wall"] - got["t0"]
+    n = page.store.series["loss/train"].count if "loss/train" in page.store.series else 0
+    return row(f"resume: read {steps} steps x {workers} workers (slices)", probe,
+               f"{n} loss points in {wall:.2f} s")
+
+
 def bench_big_voice(workspace: Path, clips: int) -> str:
     """A voice of `clips` takes: creating it is not timed; reading it is."""
     import json
@@ -155,6 +195,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=1000.0)
     ap.add_argument("--flood", type=int, default=20000)
     ap.add_argument("--clips", type=int, default=13000)
+    ap.add_argument("--resume-steps", type=int, default=20000)
     args = ap.parse_args()
 
     app = QApplication.instance() or QApplication(sys.argv)
@@ -176,6 +217,7 @@ def main() -> int:
         rows.append(bench_job(args.flood))
         for workers in (2, 8):
             rows.append(bench_train_page(window, voice, workers, args.events, args.rate))
+        rows.append(bench_resume_history(window, voice, args.resume_steps, 2))
         rows.append(bench_big_voice(ws, args.clips))
         window.shutdown()
         app.processEvents()

@@ -72,13 +72,24 @@ class RunController(QObject):
         self._t0: float | None = None
         self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
         self._history: TextIO | None = None
+        self._held: list[dict] = []  # live metrics waiting for a resumed run's history
         self.evaluator: EngineJob | None = None
         self.best_step: int | None = None
         self.evaluated_step = -1  # the latest checkpoint step the evaluator measured
 
     # -- a live run -------------------------------------------------------------------
-    def attach(self, job: EngineJob, total_steps: int) -> None:
+    def attach(self, job: EngineJob, total_steps: int, history: Path | None = None) -> None:
+        """Follow a live run. `history` (a resumed run's metrics.jsonl) is read first, in
+        slices; live metrics that arrive meanwhile wait, so the curve stays in step order."""
         self.close_history()
+        self._held = []
+        if history is not None:
+            try:
+                self._history = history.open(encoding="utf-8")
+            except OSError:
+                self._history = None
+            else:
+                QTimer.singleShot(0, self._read_history)
         self.run_dir = None
         self.job = job
         self.total_steps = total_steps
@@ -123,6 +134,9 @@ class RunController(QObject):
         self.ended.emit(outcome, summary)
 
     def _on_metric(self, values: dict) -> None:
+        if self._history is not None and self.job is not None:
+            self._held.append(values)  # after the resumed run's earlier steps
+            return
         total = values.pop("total_steps", None)
         if isinstance(total, int) and total > 0:
             self.total_steps = total
@@ -257,19 +271,6 @@ class RunController(QObject):
         self._read_history()
         return True
 
-    def load_history_now(self, metrics_file: Path) -> int:
-        """Read a run's whole metrics.jsonl at once (a resume: its earlier steps stay on
-        screen before the live ones arrive); returns the records read."""
-        self.close_history()
-        try:
-            lines = metrics_file.read_text(encoding="utf-8").splitlines()
-        except OSError:
-            return 0
-        n = 0
-        for line in lines:
-            n += self._add_record(line)
-        return n
-
     def _add_record(self, line: str) -> int:
         try:
             rec = json.loads(line)
@@ -298,6 +299,9 @@ class RunController(QObject):
             line = fh.readline()
             if not line:
                 self.close_history()
+                held, self._held = self._held, []
+                for values in held:
+                    self._on_metric(values)
                 self.history_loaded.emit()
                 return
             self._add_record(line)

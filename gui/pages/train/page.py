@@ -432,17 +432,16 @@ class TrainPage(Page):
         resumed = self.selected_run() if resume else None
         self._reset_charts()
         if resumed is not None:
-            # the whole history on screen: the resumed run's steps so far, then live ones
-            self.run.load_history_now(resumed.metrics_file)
             self._shown_run = resumed.path
-            self.show_evaluation(resumed.path)
             self._append_log("info", f"Resuming {resumed.name} with its saved settings.")
         if self.gpus and self.selected_gpus():
             env = {**(env or {}), "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.selected_gpus()))}
         args = self.train_args(resume) + list(extra_args or [])
         # no kill timer: a stop saves a checkpoint, which may take minutes
         job = self.start_job(args, "Training", env=env, program=program, voice=self.voice)
-        self.run.attach(job, self.steps.value())
+        # a resume: the whole history on screen, the run's steps so far, then live ones
+        self.run.attach(job, self.steps.value(),
+                        history=resumed.metrics_file if resumed is not None else None)
         job.finished.connect(self._on_finished)
         self._append_log("info", "$ voxshard-engine " + " ".join(args))
         self.redraw_timer.start()
