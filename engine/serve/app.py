@@ -270,10 +270,11 @@ class SpeechApp:
     def _encode_file(path: str, req: SpeechRequest) -> tuple[bytes, float]:
         import soundfile as sf
 
-        audio, rate = sf.read(path, dtype="float32")
         if req.speed == 1.0 and path.endswith("." + req.response_format):
+            info = sf.info(path)
             with open(path, "rb") as fh:  # the worker already wrote this format
-                return fh.read(), len(audio) / rate
+                return fh.read(), info.frames / info.samplerate
+        audio, rate = sf.read(path, dtype="float32")
         audio = formats.time_stretch(audio, req.speed)
         return formats.encode(audio, req.response_format, rate), len(audio) / rate
 

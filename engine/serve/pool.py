@@ -314,6 +314,7 @@ class Pool:
     def finish(self, worker: VoiceWorker, ticket: Ticket) -> None:
         """The request is over for its client: remove its files now, or when the worker
         ends it (a cancelled one still writes what it had finished)."""
+        self.cancel(worker, ticket)  # however it ended here, nobody waits for the rest
         with worker._lock:
             if ticket.result is None and ticket.error is None:
                 ticket.orphan = True
