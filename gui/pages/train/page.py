@@ -147,9 +147,11 @@ class TrainPage(Page):
         # the picker gets the whole row: a run's name and steps are its point
         self.run_picker.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.run_picker.setMinimumContentsLength(16)
-        self.state_label.setWordWrap(True)
+        self.state_label.setWordWrap(True)  # a long engine state wraps, never clips
+        self.state_label.setSizePolicy(QSizePolicy.Policy.Expanding,
+                                       QSizePolicy.Policy.Preferred)
         lay.addWidget(hbox(QLabel("<b>Run</b>"), self.run_picker))
-        lay.addWidget(hbox(QLabel("<b>State</b>"), self.state_label, stretch_at=2))
+        lay.addWidget(hbox(QLabel("<b>State</b>"), self.state_label))
         self.stat_labels = self.stats.labels
         lay.addWidget(self.stats)
         self.eval_note = QLabel("")
