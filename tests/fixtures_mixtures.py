@@ -207,3 +207,20 @@ def mixtures(piper_sentences: list[dict[str, Any]]) -> dict[str, Mixture]:
         audio, sr = sf.read(s["path"], dtype="float32")
         sentences.append((audio, sr, s["text"]))
     return build_mixtures(sentences, ("clean", "white20", "music15", "reverb"))
+
+
+@pytest.fixture(scope="session")
+def interview_voice(tmp_path_factory: pytest.TempPathFactory,
+                    mixtures: dict[str, Mixture]) -> Path:
+    """A voice holding the 20 dB interview as one imported take, prepared with no
+    enrolment (the dominant speaker). Read-only: copy it (shutil.copytree) to change it."""
+    from engine.audio.importer import import_files
+    from engine.audio.prepare import prepare
+    from engine.workspace import create_voice
+
+    tmp = tmp_path_factory.mktemp("interview")
+    files = write_mixture(mixtures["white20"], tmp / "src")
+    voice = create_voice(tmp / "voice", "Joe", "english")
+    assert len(import_files(voice, [files["interview"]])["imported"]) == 1
+    prepare(voice)
+    return voice.path

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QGridLayout,
     QHeaderView,
@@ -44,7 +46,19 @@ WHAT_TO_DO = {
     "non_finite": "The file holds invalid samples: export it again from the source.",
     "damaged_metadata": "The take's JSON file is damaged: delete the take and record it again.",
     "missing_audio": "The take's audio file is missing: delete the take.",
+    "another_speaker": "Another voice than this one: play it; keep it if it is the voice.",
+    "overlap": "Two voices at once: play it; keep it only if the other voice is faint.",
+    "excluded_by_you": "You left this clip out; keep it again below if you change your mind.",
+    "speaker_kept": "You kept this clip although another voice was heard in it.",
+    "reverberant": "Room echo: record closer to the microphone, in a furnished room.",
+    "too_reverberant": "Strong echo: use another recording, or record in a smaller room.",
+    "music_bed": "Music under the speech: use parts without music, or another recording.",
+    "denoised": "Background noise was reduced where it helped (see the numbers).",
 }
+
+#: who was heard, in the report's words (engine/audio/speakers.py)
+HEARD = {"target": "this voice", "another speaker": "another speaker",
+         "overlap": "two voices at once"}
 
 
 def advice_for(code: str) -> str:
@@ -104,6 +118,30 @@ class PreparePage(Page):
         hh.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.outer.addWidget(self.tree, 1)
+
+        # who was heard in each slice of recordings with more than one voice
+        self.speaker_note = QLabel("")
+        self.speaker_note.setObjectName("Muted")
+        self.speaker_note.setWordWrap(True)
+        self.play_btn = button("Play", "play", slot=self.play_slice,
+                               tip="Play the selected slice (Space)")
+        self.flip_btn = button("Keep / leave out", "prepare", slot=self.flip_slice,
+                               tip="Overrule the speaker decision for the selected slice")
+        self.outer.addWidget(hbox(self.speaker_note, self.play_btn, self.flip_btn,
+                                  stretch_at=0))
+        self.slices = QTreeWidget()
+        self.slices.setHeaderLabels(["Slice", "Heard", "Similarity", "Decision"])
+        self.slices.setRootIsDecorated(False)
+        self.slices.setAlternatingRowColors(True)
+        sh = self.slices.header()
+        sh.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        sh.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.outer.addWidget(self.slices, 1)
+        self.slices.itemSelectionChanged.connect(self._slice_buttons)
+        play_key = QShortcut(QKeySequence(Qt.Key.Key_Space), self.slices)
+        play_key.setContext(Qt.ShortcutContext.WidgetShortcut)
+        play_key.activated.connect(self.play_slice)
+        self._slice_buttons()
         ctx.reader.voice_loaded.connect(self._voice_loaded)
 
     def run(self) -> EngineJob | None:
@@ -215,3 +253,88 @@ class PreparePage(Page):
         if not self.tree.topLevelItemCount():
             self.tree.addTopLevelItem(QTreeWidgetItem(
                 ["Every clip passed", "No clipping, noise, length or transcript problems.", ""]))
+        self._show_speakers(report)
+
+    # -- who was heard -------------------------------------------------------------------
+
+    def _show_speakers(self, report: dict[str, Any] | None) -> None:
+        """Every slice of the recordings where more than one voice was heard."""
+        self.slices.clear()
+        sp = (report or {}).get("speakers") or {}
+        clips = (report or {}).get("clips") or []
+        mixed_takes = {c.get("source_take") for c in clips
+                       if (c.get("speaker") or {}).get("who") not in (None, "target")}
+        shown = [c for c in clips if c.get("source_take") in mixed_takes]
+        self.speaker_note.setText(
+            f"Voices: {sp.get('note', '')} {len(shown)} slices of {len(mixed_takes)} "
+            "recordings with more than one voice below." if shown else "")
+        self.slices.setVisible(bool(shown))
+        self.play_btn.setVisible(bool(shown))
+        self.flip_btn.setVisible(bool(shown))
+        for c in shown[:2000]:
+            who = (c.get("speaker") or {}).get("who", "")
+            sim = (c.get("speaker") or {}).get("similarity")
+            codes = {i.get("code") for i in c.get("issues", [])}
+            kept = "speaker_kept" in codes or (who == "target" and "excluded_by_you" not in codes)
+            item = QTreeWidgetItem([str(c.get("id")), HEARD.get(who, who),
+                                    "" if sim is None else f"{sim:.2f}",
+                                    self._decision_text(who, codes)])
+            item.setData(0, Qt.ItemDataRole.UserRole, {"id": c.get("id"), "kept": kept})
+            self.slices.addTopLevelItem(item)
+        self._slice_buttons()
+
+    @staticmethod
+    def _decision_text(who: str, codes: set[Any]) -> str:
+        if "speaker_kept" in codes:
+            return "kept by you"
+        if "excluded_by_you" in codes:
+            return "left out by you"
+        return "kept" if who == "target" else "left out"
+
+    def _selected_slice(self) -> dict[str, Any] | None:
+        items = self.slices.selectedItems()
+        return items[0].data(0, Qt.ItemDataRole.UserRole) if items else None
+
+    def _slice_buttons(self) -> None:
+        chosen = self._selected_slice()
+        self.play_btn.setEnabled(chosen is not None)
+        self.flip_btn.setEnabled(chosen is not None and self.job is None)
+        if chosen is not None:
+            self.flip_btn.setText("Leave out" if chosen["kept"] else "Keep")
+
+    def slice_path(self, clip_id: str) -> Path | None:
+        if self.voice is None:
+            return None
+        path = Path(self.voice) / "prepared" / "clips" / f"{clip_id}.wav"
+        return path if path.is_file() else None
+
+    def play_slice(self) -> None:
+        chosen = self._selected_slice()
+        path = self.slice_path(str(chosen["id"])) if chosen else None
+        if path is None:
+            return
+        if self.ctx.player.playing and self.ctx.player.current == path:
+            self.ctx.player.stop()
+        else:
+            self.ctx.player.play_file(path)
+
+    def flip_slice(self) -> None:
+        """Overrule the speaker decision of the selected slice; the next prepare applies it
+        from its cache (nothing is recomputed), so it runs at once."""
+        chosen = self._selected_slice()
+        if chosen is None or self.voice is None or self.job is not None:
+            return
+        from engine.audio.target import write_decision
+        from engine.workspace import open_voice
+
+        item = self.slices.selectedItems()[0]
+        who = next(k for k, v in HEARD.items() if v == item.text(1)) if item.text(1) in \
+            HEARD.values() else item.text(1)
+        # back to what prepare decided when that is what the user now wants
+        wanted_keep = not chosen["kept"]
+        decision = None if (who == "target") == wanted_keep else (
+            "keep" if wanted_keep else "exclude")
+        write_decision(open_voice(Path(self.voice)), str(chosen["id"]), decision)
+        self.state.setText(f"{chosen['id']}: {'kept' if wanted_keep else 'left out'}; "
+                           "applying…")
+        self.run()

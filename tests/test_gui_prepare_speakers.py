@@ -1,0 +1,66 @@
+"""The Prepare page shows who was heard in each slice, plays a slice, and flips a decision."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from PySide6.QtWidgets import QTreeWidgetItem
+
+from gui.app import MainWindow
+from gui.pages.prepare import PreparePage
+from tests.test_gui_support import *  # noqa: F403 (fixtures: window, workspace, pulse...)
+
+
+def _rows(page: PreparePage) -> list[QTreeWidgetItem]:
+    return [page.slices.topLevelItem(i) for i in range(page.slices.topLevelItemCount())]
+
+
+def test_prepare_page_who_was_heard(qtbot, pulse, window: MainWindow, workspace: Path,
+                                    interview_voice: Path) -> None:
+    voice = Path(shutil.copytree(interview_voice, workspace / "interview"))
+    window.ctx.set_voice(voice)
+    page = window.show_page(PreparePage)
+    assert isinstance(page, PreparePage)
+    qtbot.waitUntil(lambda: page.slices.topLevelItemCount() > 0, timeout=10000)
+    report = json.loads((voice / "prepared" / "report.json").read_text())
+    assert len(_rows(page)) == len(report["clips"])  # one recording, two voices: every slice
+    assert "most speech" in page.speaker_note.text()
+    heard = {r.text(1) for r in _rows(page)}
+    assert heard == {"this voice", "another speaker"}
+    other = next(r for r in _rows(page) if r.text(1) == "another speaker")
+    clip = next(c for c in report["clips"] if c["id"] == other.text(0))
+    assert other.text(2) == f"{clip['speaker']['similarity']:.2f}"
+    assert other.text(3) == "left out"
+
+    page.slices.setCurrentItem(other)
+    assert page.flip_btn.text() == "Keep" and page.play_btn.isEnabled()
+    with qtbot.waitSignal(window.ctx.player.started, timeout=10000):
+        page.play_slice()
+    assert window.ctx.player.current == voice / "prepared" / "clips" / f"{other.text(0)}.wav"
+    window.ctx.player.stop()
+
+    # keep it: the decision is saved and prepare re-runs from its cache
+    flipped = other.text(0)
+    wav = voice / "prepared" / "clips" / f"{flipped}.wav"
+    mtime = wav.stat().st_mtime_ns
+    with qtbot.waitSignal(window.ctx.data_changed, timeout=120000):
+        page.flip_btn.click()
+    qtbot.waitUntil(lambda: any(r.text(0) == flipped and r.text(3) == "kept by you"
+                                for r in _rows(page)), timeout=20000)
+    assert json.loads((voice / "prepared" / "decisions.json").read_text()) == {flipped: "keep"}
+    after = json.loads((voice / "prepared" / "report.json").read_text())
+    assert wav.stat().st_mtime_ns == mtime  # from the cache: nothing was recomputed
+    codes = {i["code"] for c in after["clips"] if c["id"] == flipped for i in c["issues"]}
+    assert "speaker_kept" in codes and "another_speaker" not in codes
+
+    # and back: leaving it out again forgets the call
+    row = next(r for r in _rows(page) if r.text(0) == flipped)
+    page.slices.setCurrentItem(row)
+    assert page.flip_btn.text() == "Leave out"
+    with qtbot.waitSignal(window.ctx.data_changed, timeout=120000):
+        page.flip_btn.click()
+    qtbot.waitUntil(lambda: any(r.text(0) == flipped and r.text(3) == "left out"
+                                for r in _rows(page)), timeout=20000)
+    assert json.loads((voice / "prepared" / "decisions.json").read_text()) == {}
