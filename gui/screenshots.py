@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(20):
             app.processEvents()
 
-    names = ["voices", "record", "import", "prepare", "train", "listen", "help"]
+    # every page the window has, named by its title (a new page gets its own file)
+    names = [type(p).title.lower() for p in window.pages]
     for row, name in enumerate(names):
         window.nav.setCurrentRow(row)
         page = window.pages[row]
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             page.tabs.setCurrentIndex(0)
     box = window.show_about()
     settle()
-    box.grab().save(str(args.out / f"8-about{args.suffix}.png"))
+    box.grab().save(str(args.out / f"{len(names) + 1}-about{args.suffix}.png"))
     box.close()
     window.shutdown()
     window.close()
