@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from engine.model.loading import load_model
 from engine.synth.decoding import DecodeSettings, FastTalker
 from engine.synth.prompt import build_prefill
-from engine.synth.sampling import SamplerSettings
+from engine.synth.sampling import SamplerSettings, choose
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = ["Hello world, this is a test.", "A second and somewhat longer row of text here."]
@@ -163,3 +163,28 @@ def test_the_gpu_speech_proof_says_in_one_line_when_there_is_no_gpu() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and "no GPU" in lines[0]
+
+
+def test_sampling_values_are_row_data_not_part_of_the_batch_shape(
+        fast: tuple[FastTalker, Any]) -> None:
+    talker, _ = fast
+    plain = DecodeSettings()
+    warmer = DecodeSettings(talker=SamplerSettings(temperature=1.3, top_p=0.8),
+                            predictor=SamplerSettings(temperature=0.7),
+                            repetition_penalty=1.2, min_new_tokens=4)
+    a = talker.row_batch(2, 100, 20, 40, plain, 50)
+    assert talker.row_batch(2, 100, 20, 40, warmer, 50) is a  # shared rows and graphs
+    assert talker.row_batch(2, 100, 20, 40, DecodeSettings(
+        talker=SamplerSettings(top_k=20)), 50) is not a  # top-k shapes the frame
+    with pytest.raises(ValueError, match="another batch"):
+        a.set_values([0], DecodeSettings(talker=SamplerSettings(do_sample=False)))
+    a.set_values([1], warmer)
+    assert a.t_sampler.temperature.flatten().tolist() == pytest.approx([0.9, 1.3])
+    assert a.min_new.tolist() == [2, 4]
+    # each row chooses exactly as the Python-valued sampler with its own values
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.randn(2, 300, generator=gen) * 3
+    noise = torch.empty(2, 50).exponential_(generator=gen)
+    picked = choose(scores, a.t_sampler, noise)
+    for row, s in enumerate((plain.talker, warmer.talker)):
+        assert torch.equal(picked[row:row + 1], choose(scores[row:row + 1], s, noise[row:row + 1]))

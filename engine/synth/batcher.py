@@ -7,8 +7,10 @@ refilled with the next waiting chunk, from any request, while the other rows
 keep going. A request is finished (decoded, levelled, written) when its last
 chunk is.
 
-Rows share the decode settings of the batch (sampling controls are part of
-the captured frame). Admission is fair:
+Rows share the structure of the batch's decode settings (sampling on/off,
+top-k: the captured frame's shape); temperatures, top-p and the repetition
+penalty are per-row values, so requests differing only in those share rows.
+Admission is fair:
 - by age across settings: when the oldest waiting request has other
   settings, no younger request is admitted past it; the rows drain and the
   batch switches to its settings;
@@ -325,7 +327,8 @@ class ContinuousBatcher:
             batch.load_rows(slice(b, b + 1), token, hidden[:, -1:],
                             torch.ones(1, t0, dtype=torch.bool, device=fast.device),
                             torch.zeros(1, dtype=torch.long, device=fast.device),
-                            prefill.trailing.to(fast.device), prefill.tts_pad.to(fast.device))
+                            prefill.trailing.to(fast.device), prefill.tts_pad.to(fast.device),
+                            settings)
         assert self._pending_noise is not None
         self._pending_noise[b] = draw
         self._gens[b] = gen if sampling else None

@@ -482,7 +482,7 @@ class FastTalker:
         tts_pad = prefill.tts_pad.to(self.device, self.dtype)
         if rows is not None:
             rows.load_rows(slice(None), token, past_hidden, slots[None] >= pads[:, None], pads,
-                           trailing, tts_pad)
+                           trailing, tts_pad, settings)
             return self._loop_static(rows, t0, noise, max_frames, settings, streams, graphs,
                                      on_frame, should_stop, on_codes)
         limits = torch.tensor(max_frames, device=self.device)

@@ -23,7 +23,11 @@ runs eagerly from then on: no retry every frame, one warning), and
 (some spans failed), "failed", or "off". `prepare` captures every span
 before the first request (at load).
 
-Sampling settings are fixed per batch (part of the cache key); random noise
+Only the structure of the sampling settings is fixed per batch (part of the
+cache key, `settings_key`: sampling on/off, top-k, whether end-of-speech may
+end a row). Temperatures, top-p, the repetition penalty and min_new_tokens
+are per-row device tensors (`load_rows`), read by the captured frame as
+data: requests that differ only in those share rows and graphs. Random noise
 is copied in per frame from each row's own generator.
 """
 
@@ -36,7 +40,7 @@ from typing import Any
 import torch
 
 from .quant import linear
-from .sampling import SamplerSettings, choose
+from .sampling import RowSampler, SamplerSettings, choose
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +77,14 @@ class RowBatch:
         self.trailing = torch.zeros(batch, trail + 1, hidden, dtype=dtype, device=dev)
         self.codes = torch.zeros(batch, limit, fast.groups, dtype=torch.long, device=dev)
         self.noise = torch.ones(batch, fast.groups, max(width, 1), device=dev)
+        # per-row sampling values (data of the captured frame, not part of its shape)
+        ones = [torch.ones(batch, 1, device=dev) for _ in range(4)]
+        self.t_sampler = RowSampler(settings.talker.do_sample, settings.talker.top_k, *ones[:2])
+        self.p_sampler = RowSampler(settings.predictor.do_sample, settings.predictor.top_k,
+                                    *ones[2:])
+        self.penalty = torch.ones(batch, 1, device=dev)
+        self.min_new = torch.zeros(batch, dtype=torch.long, device=dev)
+        self.set_values(slice(None), settings)
         # constant index tensors, made once (not inside the captured frame)
         self.frame_index = torch.arange(fast.groups, device=dev).view(1, 1, -1)
         p_slots = torch.arange(PREDICTOR_POSITIONS, device=dev)
@@ -88,11 +100,26 @@ class RowBatch:
         self._side: Any = None  # the capture stream (CUDA)
 
     # -- filling rows ------------------------------------------------------------------------
+    def set_values(self, rows: slice | list[int], settings: Any) -> None:
+        """The sampling values of `rows` (their structure must be this batch's)."""
+        if settings_key(settings) != settings_key(self.settings):
+            raise ValueError("these settings need another batch (sampling, top-k or "
+                             "end-of-speech differ)")
+        self.t_sampler.temperature[rows] = settings.talker.temperature
+        self.t_sampler.top_p[rows] = settings.talker.top_p
+        self.p_sampler.temperature[rows] = settings.predictor.temperature
+        self.p_sampler.top_p[rows] = settings.predictor.top_p
+        self.penalty[rows] = settings.repetition_penalty
+        self.min_new[rows] = settings.min_new_tokens
+
     def load_rows(self, rows: slice | list[int], token: torch.Tensor, hidden: torch.Tensor,
                   valid: torch.Tensor, base: torch.Tensor, trailing: torch.Tensor,
-                  tts_pad: torch.Tensor) -> None:
+                  tts_pad: torch.Tensor, settings: Any = None) -> None:
         """Start `rows` after their prefill (its K/V already in the caches at slots
-        [0, T)): first token, last hidden state, which slots hold real tokens."""
+        [0, T)): first token, last hidden state, which slots hold real tokens, and
+        (when given) their own sampling values."""
+        if settings is not None:
+            self.set_values(rows, settings)
         t0 = valid.shape[1]
         self.token[rows] = token
         self.past_hidden[rows] = hidden
@@ -148,7 +175,7 @@ class RowBatch:
                                        fast.p_sin[start:start + t][None], self.p_cache,
                                        start, self.p_masks[j], full=True)
             logits = linear(out, fast.p_heads[j])[:, -1].to(torch.float32)
-            code = choose(logits, settings.predictor, self.noise[:, j + 1])
+            code = choose(logits, self.p_sampler, self.noise[:, j + 1])
             codes.append(code)
             emb = pred.model.codec_embedding[j](code[:, None])
             embeds.append(emb)
@@ -168,18 +195,18 @@ class RowBatch:
                                       0, self.key_valid[:, None, None, :span], rows=write,
                                       span=span)
         scores = linear(hidden, fast.head)[:, -1].to(torch.float32)
-        penalty = settings.repetition_penalty
-        if penalty != 1.0:
-            penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
-            scores = torch.where(self.seen, penalised, scores)
+        # per-row penalty (x * 1 and x / 1 are exact: a row without one is unchanged)
+        penalty = self.penalty
+        penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
+        scores = torch.where(self.seen, penalised, scores)
         # frames made so far = step + 1; end-of-speech banned below min_new_tokens
-        ban = (self.step + 1) < settings.min_new_tokens
+        ban = (self.step + 1) < self.min_new
         if not settings.stop_at_eos:
             ban = ban | True
         eos = fast.eos
         scores[:, eos] = scores[:, eos].masked_fill(ban, float("-inf"))
         scores = scores.masked_fill(fast.suppress, float("-inf"))
-        self.token.copy_(choose(scores, settings.talker, self.noise[:, 0]))
+        self.token.copy_(choose(scores, self.t_sampler, self.noise[:, 0]))
         self.past_hidden.copy_(hidden)
         self.slot.add_(1)
         self.step.add_(1)
@@ -267,8 +294,9 @@ def bucket(n: int, smallest: int) -> int:
 
 
 def settings_key(settings: Any) -> tuple[Any, ...]:
+    """What fixes a batch's frame (its shapes and branches); the other settings are
+    per-row values (`RowBatch.set_values`)."""
     def one(s: SamplerSettings) -> tuple[Any, ...]:
-        return (s.do_sample, s.temperature, s.top_k, s.top_p)
+        return (s.do_sample, s.top_k if s.do_sample else 0)
 
-    return (one(settings.talker), one(settings.predictor), settings.repetition_penalty,
-            settings.min_new_tokens, settings.stop_at_eos)
+    return (one(settings.talker), one(settings.predictor), settings.stop_at_eos)

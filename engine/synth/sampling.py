@@ -21,6 +21,18 @@ import torch
 
 
 @dataclass(frozen=True)
+class RowSampler:
+    """A sampler whose temperature and top-p are per-row device tensors ([B, 1]):
+    a captured frame reads them as data, so one graph serves every value.
+    `choose` takes it where it takes `SamplerSettings`."""
+
+    do_sample: bool
+    top_k: int
+    temperature: torch.Tensor
+    top_p: torch.Tensor
+
+
+@dataclass(frozen=True)
 class SamplerSettings:
     do_sample: bool = True
     temperature: float = 0.9
@@ -43,7 +55,7 @@ def noise_width(s: SamplerSettings, vocab: int) -> int:
     return min(s.top_k, vocab) if s.top_k else vocab
 
 
-def _top_p_keep(sorted_desc: torch.Tensor, top_p: float) -> torch.Tensor:
+def _top_p_keep(sorted_desc: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
     """Keep-mask over scores sorted high to low, as HF's TopPLogitsWarper decides.
 
     HF sorts ascending, drops tokens whose cumulative probability is
@@ -52,19 +64,27 @@ def _top_p_keep(sorted_desc: torch.Tensor, top_p: float) -> torch.Tensor:
     ascending = sorted_desc.flip(-1)
     cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
     drop = cumulative <= (1 - top_p)
-    drop[..., -1:] = False
+    drop[..., -1:].fill_(False)  # in place: no tensor made from a Python value
     return ~drop.flip(-1)
 
 
-def _filtered(scores: torch.Tensor, s: SamplerSettings) -> tuple[torch.Tensor, torch.Tensor]:
+def _filtered(scores: torch.Tensor,
+              s: SamplerSettings | RowSampler) -> tuple[torch.Tensor, torch.Tensor]:
     """(probabilities over the surviving candidates, their token ids), best first."""
-    if s.temperature != 1.0:
+    row_values = isinstance(s.temperature, torch.Tensor)
+    if row_values:
+        # x / 1.0 is exact and top-p 1.0 drops nothing that has any probability:
+        # the same choices as the Python-valued path
+        scores = scores / s.temperature
+    elif s.temperature != 1.0:
         scores = scores / s.temperature
     if s.top_k and s.top_k < scores.shape[-1]:
         values, index = torch.topk(scores, s.top_k, dim=-1)  # sorted high to low
     else:
         values, index = torch.sort(scores, dim=-1, descending=True)
-    if s.top_p < 1.0:
+    if row_values:
+        values = values.masked_fill(~_top_p_keep(values, s.top_p), float("-inf"))
+    elif s.top_p < 1.0:
         values = values.masked_fill(~_top_p_keep(values, s.top_p), float("-inf"))
     return values.softmax(dim=-1), index
 
@@ -75,7 +95,8 @@ def probabilities(scores: torch.Tensor, s: SamplerSettings) -> torch.Tensor:
     return torch.zeros_like(scores).scatter(-1, index, probs)
 
 
-def choose(scores: torch.Tensor, s: SamplerSettings, noise: torch.Tensor | None) -> torch.Tensor:
+def choose(scores: torch.Tensor, s: SamplerSettings | RowSampler,
+           noise: torch.Tensor | None) -> torch.Tensor:
     """Pick one token per row of float32 `scores` [B, V].
 
     `noise` [B, >= noise_width] holds Exp(1) draws. With top-k the race runs
