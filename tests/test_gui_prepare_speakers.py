@@ -28,7 +28,7 @@ def test_prepare_page_who_was_heard(qtbot, pulse, window: MainWindow, workspace:
     assert len(_rows(page)) == len(report["clips"])  # one recording, two voices: every slice
     assert "most speech" in page.speaker_note.text()
     heard = {r.text(1) for r in _rows(page)}
-    assert heard == {"this voice", "another speaker"}
+    assert heard == {"this voice", "another speaker", "two voices at once"}
     other = next(r for r in _rows(page) if r.text(1) == "another speaker")
     clip = next(c for c in report["clips"] if c["id"] == other.text(0))
     assert other.text(2) == f"{clip['speaker']['similarity']:.2f}"

@@ -14,7 +14,10 @@ more than one voice. Prepare keeps only the target speaker:
    positive is the target, clearly negative another speaker, in between is
    two voices at once or a voice like neither: excluded as overlap.
 4. Speech regions are cut where the speaker changes, so a turn of the target
-   is kept even when the other speaker starts before it has ended.
+   is kept even when the other speaker starts before it has ended. A change
+   with no pause between (the VAD heard one stretch, the embeddings two
+   voices) is people talking over each other: CHANGE_GUARD_S either side of
+   it is overlap.
 
 The thresholds were set on piper speech and the same voice 6 semitones up
 (tests/fixtures_mixtures.py); bench/bench_prepare.py --mixtures prints what
@@ -46,6 +49,9 @@ MIN_CLUSTER_SHARE = 0.2
 MARGIN = 0.06
 #: speaker runs shorter than this are absorbed by their neighbours (a window's jitter)
 MIN_RUN_S = 0.3
+#: around a speaker change with no pause, this much each side is taken as overlap: a
+#: 1 s window places the change within ~0.5 s of where the second voice starts
+CHANGE_GUARD_S = 0.5
 
 TARGET, OTHER, OVERLAP = "target", "another speaker", "overlap"
 
@@ -281,11 +287,26 @@ def segments(regions: list[tuple[int, int]], sample_rate: int, windows: Windows,
                         merged.append(r)
                 runs = merged
                 changed = True
-        for i0, i1, lab in runs:
-            s0 = a if i0 == 0 else int((fa + i0) * per)
-            s1 = b if i1 == fb - fa else int((fa + i1) * per)
-            out.append(Segment(s0, s1, lab))
+        parts = [[a if i0 == 0 else int((fa + i0) * per),
+                  b if i1 == fb - fa else int((fa + i1) * per), lab] for i0, i1, lab in runs]
+        out += _guard_changes(parts, int(CHANGE_GUARD_S * sample_rate))
     return out
+
+
+def _guard_changes(parts: list[list[Any]], guard: int) -> list[Segment]:
+    """Where the speaker changes with no pause (the VAD heard one stretch, the embedding
+    two voices), people talk over each other: the stretch around the change is overlap."""
+    out: list[list[Any]] = [list(p) for p in parts]
+    k = 0
+    while k + 1 < len(out):
+        left, right = out[k], out[k + 1]
+        if {left[2], right[2]} == {TARGET, OTHER}:
+            x = left[1]
+            zone = [max(left[0], x - guard), min(right[1], x + guard), OVERLAP]
+            left[1], right[0] = zone[0], zone[1]
+            out.insert(k + 1, zone)
+        k += 1
+    return [Segment(int(s0), int(s1), lab) for s0, s1, lab in out if s1 > s0]
 
 
 def similarity_in(windows: Windows, speakers: Speakers, start: int, end: int,
