@@ -88,8 +88,18 @@ def _mels(audio16: np.ndarray) -> np.ndarray:
     from resemblyzer.audio import normalize_volume, wav_to_mel_spectrogram
     from resemblyzer.hparams import audio_norm_target_dBFS
 
+    if _silent(audio16):
+        # resemblyzer's volume rule divides by the level: silence would become NaN
+        return wav_to_mel_spectrogram(np.zeros_like(audio16, dtype=np.float32))
     wav = normalize_volume(audio16, audio_norm_target_dBFS, increase_only=True)
     return wav_to_mel_spectrogram(wav.astype(np.float32))
+
+
+def _silent(audio: np.ndarray) -> bool:
+    """No usable signal: digital silence (below -80 dBFS RMS) or not finite."""
+    if audio.size == 0 or not np.isfinite(audio).all():
+        return True
+    return float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) < 1e-4
 
 
 def _embed_frames(mels: np.ndarray, starts: list[int]) -> np.ndarray:
@@ -327,7 +337,8 @@ def similarity_in(windows: Windows, speakers: Speakers, start: int, end: int,
 
 def enrolment_embedding(clips: list[tuple[np.ndarray, int]]) -> np.ndarray | None:
     """The target's centroid from clean clips of the voice (None when there are none)."""
-    embs = [embed_clip(a, sr) for a, sr in clips if len(a) >= sr // 2]
+    # a silent or broken take says nothing about the speaker
+    embs = [embed_clip(a, sr) for a, sr in clips if len(a) >= sr // 2 and not _silent(a)]
     if not embs:
         return None
     return _unit_rows(np.mean(embs, axis=0))
