@@ -195,7 +195,7 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
     if enrol is not None and take.origin != "recorded":
         # a take recorded here is the voice by definition (and part of the enrolment)
         heard = hear_speakers(audio, TARGET_SR, regions, enrol.embedding())
-        out.speakers = heard.summary()
+        out.speakers = heard.summary() if heard is not None else None
     if heard is not None and heard.mixed:
         slices, whos = heard.slices(float(settings["min_clip_s"]), float(settings["max_clip_s"]))
         by_time = _texts_by_word_times(take, slices)

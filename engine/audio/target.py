@@ -24,8 +24,12 @@ from ..workspace import Take, Voice, file_sha256
 from .io import AUDIO_EXTENSIONS, TARGET_SR, BadAudioFile, decode
 from .quality import issue
 from .speakers import (
+    FRAME,
+    HOP_FRAMES,
+    MIN_CLUSTER_WINDOWS,
     OTHER,
     OVERLAP,
+    RATE,
     TARGET,
     Segment,
     Speakers,
@@ -172,7 +176,12 @@ class Heard:
 
 
 def hear_speakers(audio: np.ndarray, sample_rate: int, regions: list[tuple[int, int]],
-                  enrolment: np.ndarray | None) -> Heard:
+                  enrolment: np.ndarray | None) -> Heard | None:
+    """Who speaks where; None for a take too short to hold two speakers when there is no
+    enrolment to compare it with (a single read sentence: nothing to embed)."""
+    min_s = 2 * MIN_CLUSTER_WINDOWS * HOP_FRAMES * FRAME / RATE
+    if enrolment is None and speech_seconds(regions, sample_rate) < min_s:
+        return None
     windows = speech_windows(audio, sample_rate, regions)
     speakers = find_speakers(windows, enrolment)
     segs = segments(regions, sample_rate, windows, speakers)
