@@ -452,6 +452,9 @@ def bench_cpu_options(name: str, folder: Path, wrapper: Any, synth: Any, source:
     half.use_source(source)
     options = {"int8+fuse": quick, "bf16": half}
     _teacher_forced(synth, options, frames)
+    rtf, first, audio_s, rtf_cpu = _streamed_rtf(quick, frames)
+    print(f"{name:<5} int8+fuse streamed playback, {audio_s:.2f} s of audio: {rtf:.3f}x real "
+          f"time (by CPU time {rtf_cpu:.3f}x), first audio after {first:.2f} s", flush=True)
     for label, texts, decode in (("1 sentence", SENTENCES[:1], True),
                                  ("1 sentence", SENTENCES[:1], False)):
         w_off, c_off = _official(wrapper, texts, frames, decode)
