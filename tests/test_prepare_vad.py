@@ -7,7 +7,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.audio.vad import detect_speech, merge_by_words, plan_slices, silero_regions
+from engine.audio.vad import (
+    Slice,
+    detect_speech,
+    merge_by_words,
+    out_of_words,
+    plan_slices,
+    silero_regions,
+)
 
 
 def _speech_in_noise(piper_sentences: list[dict[str, Any]], snr_db: float
@@ -58,3 +65,14 @@ def test_a_word_the_vad_split_is_never_cut() -> None:
         for w in words:
             ws, we = w["start"] * sr, w["end"] * sr
             assert not (ws < sl.start < we or ws < sl.end < we), (sl, w)
+
+
+def test_a_cut_at_a_speaker_change_leaves_a_word_out_whole() -> None:
+    sr = 1000
+    words = [{"word": "so", "start": 0.5, "end": 0.8}, {"word": "anyway", "start": 1.9,
+                                                         "end": 2.4}]
+    # the speaker changed at 2.1 s, in the middle of "anyway"; the next slice starts there
+    cut = out_of_words([Slice(0, 2100, 1.5, ((0, 2100),)), Slice(2100, 3000, 0.9,
+                                                               ((2100, 3000),))], words, sr)
+    assert (cut[0].start, cut[0].end) == (0, 1900)
+    assert (cut[1].start, cut[1].end) == (2400, 3000)

@@ -63,6 +63,7 @@ from .vad import (
     frame_levels,
     longest_gaps,
     merge_by_words,
+    out_of_words,
     plan_slices,
     slices_at,
     snr_db,
@@ -198,6 +199,8 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
         out.speakers = heard.summary() if heard is not None else None
     if heard is not None and heard.mixed:
         slices, whos = heard.slices(float(settings["min_clip_s"]), float(settings["max_clip_s"]))
+        if words:
+            slices = out_of_words(slices, words, TARGET_SR)
         by_time = _texts_by_word_times(take, slices)
         if by_time is not None:
             texts, method = by_time, "timestamps"

@@ -173,6 +173,24 @@ def merge_by_words(regions: list[tuple[int, int]], words: list[dict[str, Any]],
     return out
 
 
+def out_of_words(slices: list[Slice], words: list[dict[str, Any]], sample_rate: int
+                 ) -> list[Slice]:
+    """Slices whose ends fall inside a machine-timed word pulled back to the word's edge
+    (the word is left out, never cut): for cuts made where the speaker changed."""
+    spans = [(float(w["start"]) * sample_rate, float(w["end"]) * sample_rate)
+             for w in words if "start" in w and "end" in w]
+    out = []
+    for sl in slices:
+        start, end = sl.start, sl.end
+        for ws, we in spans:
+            if ws < start < we:
+                start = int(np.ceil(we))
+            if ws < end < we:
+                end = int(ws)
+        out.append(Slice(start, max(start, end), sl.speech_s, sl.regions))
+    return out
+
+
 def speech_seconds(regions: list[tuple[int, int]], sample_rate: int) -> float:
     return sum(b - a for a, b in regions) / sample_rate
 
