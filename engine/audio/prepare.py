@@ -200,7 +200,9 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
     if heard is not None and heard.mixed:
         slices, whos = heard.slices(float(settings["min_clip_s"]), float(settings["max_clip_s"]))
         if words:
-            slices = out_of_words(slices, words, TARGET_SR)
+            kept = [(sl, w) for sl, w in zip(out_of_words(slices, words, TARGET_SR), whos,
+                                              strict=True) if sl.end > sl.start]
+            slices, whos = [k[0] for k in kept], [k[1] for k in kept]
         by_time = _texts_by_word_times(take, slices)
         if by_time is not None:
             texts, method = by_time, "timestamps"
