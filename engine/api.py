@@ -89,11 +89,15 @@ def import_files(voice: Any, paths: list[PathLike], transcripts: PathLike | None
                    transcribe=transcribe)
 
 
-def prepare(voice: Any, on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
-    """24 kHz mono, loudness, trim, slice, quality report; returns the report."""
+def prepare(voice: Any, on_event: EventCallback | Emitter | None = None,
+            **options: Any) -> dict[str, Any]:
+    """24 kHz mono, loudness, trim, slice, quality report; returns the report.
+
+    `options`: speakers="auto"|"off", speaker_reference=CLIP, denoise=True
+    (engine.audio.prepare.prepare)."""
     from .audio.prepare import prepare as _prepare
 
-    return _prepare(_voice(voice), on_event=on_event)
+    return _prepare(_voice(voice), on_event=on_event, **options)
 
 
 def make_tiny_model(out_dir: PathLike, seed: int = 0) -> Path:
