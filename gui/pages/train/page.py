@@ -597,6 +597,8 @@ class TrainPage(Page):
         box = QMessageBox(QMessageBox.Icon.Information, "Model exported",
                           f"{run} step {step} is now a model folder:\n{out}", parent=self)
         box.setInformativeText(export_howto(out, speaker))
+        box.setStyleSheet("QLabel#qt_msgbox_label, QLabel#qt_msgbox_informativelabel "
+                          "{ min-width: 600px; }")  # commands on one line each
         box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         open_btn = box.addButton("Open folder", QMessageBox.ButtonRole.ActionRole)
         open_btn.clicked.disconnect()  # the box stays open after Open folder
