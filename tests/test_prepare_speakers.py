@@ -104,3 +104,28 @@ def test_one_speaker_is_never_split(mixtures: dict[str, Mixture], tmp_path: Path
     report = prepare(voice)
     assert report["clips"] and all(c["speaker"]["who"] == "target" for c in report["clips"])
     assert report["speakers"]["takes_with_other_speakers"] == 0
+
+
+def test_with_an_enrolment_a_whole_take_of_another_voice_is_left_out(
+        mixtures: dict[str, Mixture], tmp_path: Path) -> None:
+    import soundfile as sf
+
+    m = mixtures["white20"]
+    src = tmp_path / "takes"
+    src.mkdir()
+    for k, (who, a, b) in enumerate(m.turns[:4]):  # A, B, A, B: one speaker per file
+        sf.write(src / f"turn{k}_{who}.wav", m.audio[max(0, a - RATE // 4):b], RATE)
+    voice = create_voice(tmp_path / "voice", "Joe", "english")
+    import_files(voice, [src])
+    voice.add_take(m.enrolment[0], "", sample_rate=RATE)  # a recorded take: the enrolment
+    report = prepare(voice)
+    assert report["speakers"]["enrolment"] == "recorded takes"
+    takes = {t.id: Path(t.source or "").name for t in voice.list_takes()}
+    clips = [c for c in report["clips"] if takes[c["source_take"]].startswith("turn")]
+    judged = {takes[c["source_take"]]: c["speaker"]["who"] for c in clips}
+    assert judged == {"turn0_A.wav": "target", "turn1_B.wav": "another speaker",
+                      "turn2_A.wav": "target", "turn3_B.wav": "another speaker"}, judged
+    # similarity against the enrolment: measured 0.87-0.91 for A, 0.48-0.54 for B at 20 dB
+    for c in clips:
+        sim = c["speaker"]["similarity"]
+        assert (sim >= 0.63) == (c["speaker"]["who"] == "target"), c["speaker"]
