@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -76,3 +77,20 @@ def test_a_cut_at_a_speaker_change_leaves_a_word_out_whole() -> None:
                                                                ((2100, 3000),))], words, sr)
     assert (cut[0].start, cut[0].end) == (0, 1900)
     assert (cut[1].start, cut[1].end) == (2400, 3000)
+
+
+def test_prepare_names_its_detector(piper_sentences: list[dict[str, Any]],
+                                    tmp_path: Path) -> None:
+    from engine.audio.importer import import_files
+    from engine.audio.prepare import prepare
+    from engine.errors import InputError
+    from engine.workspace import create_voice
+
+    voice = create_voice(tmp_path / "v", "Joe", "english")
+    import_files(voice, [piper_sentences[0]["path"]])
+    assert prepare(voice)["settings"].get("vad", "silero") == "silero"
+    energy = prepare(voice, vad="energy")
+    assert energy["settings"]["vad"] == "energy" and energy["totals"]["usable_clips"] == 1
+    assert energy["run"]["takes_processed"] == 1  # another detector: not the cached result
+    with pytest.raises(InputError, match="voice activity detector"):
+        prepare(voice, vad="webrtc")

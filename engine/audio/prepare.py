@@ -58,6 +58,7 @@ from .target import (
 from .transcripts import group_sentences, split_sentences, texts_from_words
 from .vad import (
     MIN_SPEECH_S,
+    VAD_METHODS,
     Slice,
     detect_speech,
     frame_levels,
@@ -411,7 +412,7 @@ def _alive(pid: int) -> bool:
 def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
             cancel: Any = None, speakers: str = "auto",
             speaker_reference: str | os.PathLike[str] | None = None,
-            denoise: bool = False) -> dict[str, Any]:
+            denoise: bool = False, vad: str | None = None) -> dict[str, Any]:
     """Prepare every take of `voice`; returns the voice report (also in report.json).
 
     `cancel`: optional callable returning True when the user asked to stop.
@@ -422,17 +423,23 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
     `speaker_reference`: a clip of the target speaker alone.
     `denoise`: denoise noisy slices (noisereduce), each only where its SNR, speaker
     similarity and recognised words do not get worse (engine/audio/denoise.py).
+    `vad`: "silero" (the default) or the "energy" fallback (engine/audio/vad.py);
+    also read from the voice's [prepare] settings as `vad`.
     """
+    if vad is not None and vad not in VAD_METHODS:
+        raise InputError(f"Unknown voice activity detector {vad!r}.",
+                         f"Use one of: {', '.join(VAD_METHODS)}.")
     if speakers not in ("auto", "off"):
         raise InputError(f"Unknown speakers mode {speakers!r}.", "Use 'auto' or 'off'.")
     if speaker_reference is not None:
         set_speaker_reference(voice, Path(speaker_reference))
     with _prepare_lock(voice.prepared_dir):
-        return _prepare(voice, on_event, cancel, speakers, denoise)
+        return _prepare(voice, on_event, cancel, speakers, denoise, vad)
 
 
-def _prepare(voice: Voice, on_event: EventCallback | Emitter | None,
-             cancel: Any, speakers: str = "auto", denoise: bool = False) -> dict[str, Any]:
+def _prepare(voice: Voice, on_event: EventCallback | Emitter | None, cancel: Any,
+             speakers: str = "auto", denoise: bool = False,
+             vad: str | None = None) -> dict[str, Any]:
     em = as_emitter(on_event)
     t0 = time.perf_counter()
     takes = voice.list_takes()
@@ -442,6 +449,8 @@ def _prepare(voice: Voice, on_event: EventCallback | Emitter | None,
     settings["speakers"] = enrol.key if enrol is not None else "off"
     if denoise:
         settings["denoise"] = True
+    if vad is not None:
+        settings["vad"] = vad
     prepared = voice.prepared_dir
     (prepared / "clips").mkdir(parents=True, exist_ok=True)
     (prepared / "cache").mkdir(parents=True, exist_ok=True)

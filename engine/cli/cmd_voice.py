@@ -125,7 +125,8 @@ def _prepare(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
         raise InputError(f"The voice at {voice.path} has no takes yet.",
                          "Record some, or add files with `voxshard-engine import`.")
     report = prepare(voice, on_event=em, speakers=args.speakers,
-                     speaker_reference=args.speaker_reference, denoise=args.denoise)
+                     speaker_reference=args.speaker_reference, denoise=args.denoise,
+                     vad=args.vad)
     return {"report": str(voice.prepared_dir / "report.json"),
             "manifest": str(voice.prepared_dir / "manifest.jsonl"),
             "totals": report["totals"], "rejects_by_reason": report["rejects_by_reason"],
@@ -182,3 +183,5 @@ def register(sub: Any) -> None:
                    help="auto: leave out other speakers and overlapped voices (default)")
     p.add_argument("--denoise", action="store_true",
                    help="denoise noisy slices where that helps (SNR and similarity)")
+    p.add_argument("--vad", choices=("silero", "energy"), default=None,
+                   help="voice activity detector: silero (default) or the energy fallback")
