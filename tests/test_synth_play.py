@@ -50,7 +50,10 @@ def test_slow_generation_plays_without_a_gap_after_the_prebuffer(pulse: str) -> 
     # the check can fail: the same generator played from its first block leaves gaps
     # (the device's own start-up buffering gives it a second or so, not enough)
     eager = _play(total, rate=0.4, max_delay_s=0.0, min_prebuffer_s=0.0)
-    assert eager.underruns > 0, eager.stats()
+    # the control starves: our buffer runs dry, or (on a loaded machine) the device
+    # reports the gap first
+    stats = eager.stats()
+    assert eager.underruns + stats["device_underflows"] > 0, stats
 
 
 def test_the_policy_waits_only_as_long_as_the_measured_speed_needs() -> None:
