@@ -44,9 +44,10 @@ def test_slow_generation_plays_without_a_gap_after_the_prebuffer(pulse: str) -> 
     player = _play(total, rate=0.4, max_delay_s=30.0)
     assert player.played == player.samples == round(total / BLOCK_S) * round(BLOCK_S * 24000)
     assert player.underruns == 0, player.stats()
-    # it started before the generator had finished, with most of the audio buffered
-    # (at 0.4 x real time the rest takes 2.5 x as long to make as to play)
-    assert player.prebuffer_s is not None and 0.5 * total < player.prebuffer_s < total
+    # it waited for most of the audio (at 0.4 x real time the rest takes 2.5 x as long
+    # to make as to play; a loaded machine only generates slower, so waits longer, up to
+    # all of it); how long it waited is bench/bench_synth.py's figure
+    assert player.prebuffer_s is not None and 0.5 * total < player.prebuffer_s <= total
     # the check can fail: the same generator played from its first block leaves gaps
     # (the device's own start-up buffering gives it a second or so, not enough)
     eager = _play(total, rate=0.4, max_delay_s=0.0, min_prebuffer_s=0.0)
