@@ -70,7 +70,7 @@ def _wer(recognizer: Any, audio: np.ndarray, sample_rate: int, text: str) -> flo
 
 def judge_slice(orig: np.ndarray, den: Denoised, levels: Levels, noise_power: float,
                 sl: Slice, sample_rate: int, text: str, target: np.ndarray | None,
-                recognizer: Any) -> dict[str, Any]:
+                recognizer: Any, encoder: Any = None) -> dict[str, Any]:
     """Both versions of one slice measured; "applied" says whether to use the denoised one."""
     from .speakers import embed_clip
 
@@ -79,8 +79,8 @@ def judge_slice(orig: np.ndarray, den: Denoised, levels: Levels, noise_power: fl
            slice_snr(den.levels, sl.regions, den.background.noise_power)]
     sim: list[float | None] = [None, None]
     if target is not None and np.any(target):
-        sim = [float(embed_clip(before_seg, sample_rate) @ target),
-               float(embed_clip(after_seg, sample_rate) @ target)]
+        sim = [float(embed_clip(before_seg, sample_rate, encoder) @ target),
+               float(embed_clip(after_seg, sample_rate, encoder) @ target)]
     err = [_wer(recognizer, before_seg, sample_rate, text),
            _wer(recognizer, after_seg, sample_rate, text)]
     worse = snr[1] < snr[0] or (sim[0] is not None and sim[1] < sim[0]) or (

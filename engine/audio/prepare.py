@@ -196,7 +196,7 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
     heard = None
     if enrol is not None and take.origin != "recorded":
         # a take recorded here is the voice by definition (and part of the enrolment)
-        heard = hear_speakers(audio, TARGET_SR, regions, enrol.embedding())
+        heard = hear_speakers(audio, TARGET_SR, regions, enrol.embedding(), enrol.encoder)
         out.speakers = heard.summary() if heard is not None else None
     if heard is not None and heard.mixed:
         slices, whos = heard.slices(float(settings["min_clip_s"]), float(settings["max_clip_s"]))
@@ -231,7 +231,8 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
         cleaned = None
         if den is not None and who == TARGET and snr < min_snr + NOISY_MARGIN_DB:
             cleaned = judge_slice(audio, den, levels, bg.noise_power, sl, TARGET_SR, text,
-                                  den_target, recognizer)
+                                  den_target, recognizer,
+                                  enrol.encoder if enrol is not None else None)
             if cleaned["applied"]:
                 seg = den.audio[sl.start:sl.end]
                 snr = float(cleaned["snr_db"][1])
@@ -412,7 +413,9 @@ def _alive(pid: int) -> bool:
 def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
             cancel: Any = None, speakers: str = "auto",
             speaker_reference: str | os.PathLike[str] | None = None,
-            denoise: bool = False, vad: str | None = None) -> dict[str, Any]:
+            denoise: bool = False, vad: str | None = None,
+            speaker_encoder: str = "resemblyzer",
+            base_model: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Prepare every take of `voice`; returns the voice report (also in report.json).
 
     `cancel`: optional callable returning True when the user asked to stop.
@@ -425,25 +428,44 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
     similarity and recognised words do not get worse (engine/audio/denoise.py).
     `vad`: "silero" (the default) or the "energy" fallback (engine/audio/vad.py);
     also read from the voice's [prepare] settings as `vad`.
+    `speaker_encoder`: the embedding that decides who speaks: "resemblyzer" (the
+    default) or "model", the speaker encoder of the Qwen3-TTS Base model `base_model`
+    (a folder or a hub id already on this machine; default the standard Base model).
     """
     if vad is not None and vad not in VAD_METHODS:
         raise InputError(f"Unknown voice activity detector {vad!r}.",
                          f"Use one of: {', '.join(VAD_METHODS)}.")
     if speakers not in ("auto", "off"):
         raise InputError(f"Unknown speakers mode {speakers!r}.", "Use 'auto' or 'off'.")
+    encoder = _speaker_encoder(speaker_encoder, base_model) if speakers == "auto" else None
     if speaker_reference is not None:
         set_speaker_reference(voice, Path(speaker_reference))
     with _prepare_lock(voice.prepared_dir):
-        return _prepare(voice, on_event, cancel, speakers, denoise, vad)
+        return _prepare(voice, on_event, cancel, speakers, denoise, vad, encoder)
+
+
+def _speaker_encoder(name: str, base_model: str | os.PathLike[str] | None) -> Any:
+    """None for resemblyzer, else the Base model's own speaker encoder, loaded alone."""
+    from .speakers import ENCODERS, ModelEncoder
+
+    if name not in ENCODERS:
+        raise InputError(f"Unknown speaker encoder {name!r}.",
+                         f"Use one of: {', '.join(ENCODERS)}.")
+    if name == "resemblyzer":
+        return None
+    from ..model.loading import DEFAULT_BASE_MODEL, resolve_model
+
+    # never a download here: preparing must not fetch gigabytes for a 12M encoder
+    return ModelEncoder(resolve_model(base_model or DEFAULT_BASE_MODEL, download=False))
 
 
 def _prepare(voice: Voice, on_event: EventCallback | Emitter | None, cancel: Any,
              speakers: str = "auto", denoise: bool = False,
-             vad: str | None = None) -> dict[str, Any]:
+             vad: str | None = None, encoder: Any = None) -> dict[str, Any]:
     em = as_emitter(on_event)
     t0 = time.perf_counter()
     takes = voice.list_takes()
-    enrol = Enrolment(voice, takes) if speakers == "auto" else None
+    enrol = Enrolment(voice, takes, encoder) if speakers == "auto" else None
     settings = dict(voice.prepare_settings)
     # what decides a take's speaker is part of what its cached result depends on
     settings["speakers"] = enrol.key if enrol is not None else "off"
@@ -570,7 +592,8 @@ def _speaker_report(settings: dict[str, Any], outcomes: list[TakeOutcome],
               else "recorded takes" if key.startswith("takes:") else "dominant speaker")
     checked = [o.speakers for o in outcomes if o.speakers]
     codes = Counter(i["code"] for e in entries for i in e["issues"])
-    out = {"enrolment": source, "takes_checked": len(checked),
+    encoder = "off" if key == "off" else "model" if "|model:" in key else "resemblyzer"
+    out = {"enrolment": source, "encoder": encoder, "takes_checked": len(checked),
            "takes_with_other_speakers": sum(1 for c in checked
                                             if c.get("other_s") or c.get("overlap_s")),
            "clips_another_speaker": codes.get("another_speaker", 0),
@@ -584,6 +607,8 @@ def _speaker_report(settings: dict[str, Any], outcomes: list[TakeOutcome],
         out["note"] = "Speaker filtering is off: every voice was kept."
     else:
         out["note"] = f"The target speaker was enrolled from the voice's {source}."
+    if encoder == "model":
+        out["note"] += " Speakers were told apart by the base model's own speaker encoder."
     return out
 
 

@@ -4,7 +4,8 @@ A recording made outside a studio (an interview, a podcast, a video) holds
 more than one voice. Prepare keeps only the target speaker:
 
 1. Speaker embeddings (resemblyzer d-vectors, the encoder whose weights ship in
-   its wheel) of short windows (1 s, every 0.25 s) over the detected speech.
+   its wheel, or the Qwen3-TTS Base model's own x-vector encoder when a model is
+   named) of short windows (1 s, every 0.25 s) over the detected speech.
 2. The target: the centroid of an enrolment (the voice's own recorded takes,
    or a clip the user names with --speaker-reference), or, without one, the
    dominant speaker: the larger of two clusters of the windows (the speaker
@@ -104,23 +105,95 @@ def _silent(audio: np.ndarray) -> bool:
     return float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) < 1e-4
 
 
-def _embed_frames(mels: np.ndarray, starts: list[int]) -> np.ndarray:
-    import torch
+class Resemblyzer:
+    """resemblyzer's d-vector encoder (weights in its wheel): the default."""
 
-    enc = _voice_encoder()
-    batch = np.stack([mels[s:s + WINDOW_FRAMES] for s in starts]).astype(np.float32)
-    with _lock, torch.inference_mode():
-        out = enc(torch.from_numpy(batch)).cpu().numpy()
-    return _unit_rows(out.astype(np.float64))
+    name = "resemblyzer"
+    key = "resemblyzer"
+    dim = 256
+
+    def features(self, audio: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
+        """What `embed` slices windows from, and its length in 10 ms frames."""
+        mels = _mels(to_16k(audio, sample_rate))
+        return mels, len(mels)
+
+    def embed(self, feats: np.ndarray, starts: list[int]) -> np.ndarray:
+        import torch
+
+        enc = _voice_encoder()
+        if len(feats) < WINDOW_FRAMES:
+            feats = np.pad(feats, ((0, WINDOW_FRAMES - len(feats)), (0, 0)))
+        batch = np.stack([feats[s:s + WINDOW_FRAMES] for s in starts]).astype(np.float32)
+        with _lock, torch.inference_mode():
+            out = enc(torch.from_numpy(batch)).cpu().numpy()
+        return _unit_rows(out.astype(np.float64))
 
 
-def embed_clip(audio: np.ndarray, sample_rate: int) -> np.ndarray:
-    """One unit d-vector for a whole clip (mean of its 1 s windows)."""
-    mels = _mels(to_16k(audio, sample_rate))
-    if len(mels) < WINDOW_FRAMES:
-        mels = np.pad(mels, ((0, WINDOW_FRAMES - len(mels)), (0, 0)))
-    starts = list(range(0, len(mels) - WINDOW_FRAMES + 1, HOP_FRAMES))
-    return _unit_rows(_embed_frames(mels, starts).mean(axis=0))
+class ModelEncoder:
+    """The Qwen3-TTS Base model's own speaker encoder (the ECAPA-TDNN that makes a run's
+    x-vector, 24 kHz, 128-bin mel), on the same 1 s windows as resemblyzer.
+
+    The thresholds above were measured with resemblyzer; they are used unchanged here
+    (no released checkpoint was at hand to measure this encoder's own)."""
+
+    name = "model"
+    MODEL_RATE = 24000
+    #: windows per forward pass (a 1 s window is 94 mel frames)
+    BATCH = 64
+
+    def __init__(self, model_dir: str | Any) -> None:
+        from ..data.codes import load_speaker_encoder, speaker_encoder_fingerprint
+
+        self._encoder = load_speaker_encoder(model_dir, "cpu")
+        self.key = "model:" + speaker_encoder_fingerprint(model_dir)[:16]
+        self._lock = threading.Lock()
+        self.dim = int(self._forward(np.zeros((1, self.MODEL_RATE), np.float32)).shape[1])
+
+    def _forward(self, batch: np.ndarray) -> np.ndarray:
+        import torch
+
+        from ..model.official import modeling
+
+        with self._lock, torch.inference_mode():
+            # the mel front end of compute_x_vector (the official extract_speaker_embedding)
+            mels = modeling().mel_spectrogram(
+                torch.from_numpy(batch), n_fft=1024, num_mels=128,
+                sampling_rate=self.MODEL_RATE, hop_size=256, win_size=1024, fmin=0,
+                fmax=12000).transpose(1, 2)
+            return self._encoder(mels).float().cpu().numpy()
+
+    def features(self, audio: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
+        from scipy.signal import resample_poly
+
+        x = np.nan_to_num(np.asarray(audio, dtype=np.float32))
+        if sample_rate != self.MODEL_RATE:
+            g = gcd(sample_rate, self.MODEL_RATE)
+            x = resample_poly(x, self.MODEL_RATE // g, sample_rate // g).astype(np.float32)
+        return x, len(x) * RATE // (self.MODEL_RATE * FRAME)
+
+    def embed(self, feats: np.ndarray, starts: list[int]) -> np.ndarray:
+        step = self.MODEL_RATE * FRAME // RATE  # samples per 10 ms frame
+        width = WINDOW_FRAMES * step
+        rows = []
+        for s in starts:
+            w = feats[s * step:s * step + width]
+            rows.append(np.pad(w, (0, width - len(w))))
+        out = [self._forward(np.stack(rows[i:i + self.BATCH]))
+               for i in range(0, len(rows), self.BATCH)]
+        return _unit_rows(np.concatenate(out).astype(np.float64))
+
+
+#: the encoder used where none is named
+RESEMBLYZER = Resemblyzer()
+ENCODERS = ("resemblyzer", "model")
+
+
+def embed_clip(audio: np.ndarray, sample_rate: int, encoder: Any = None) -> np.ndarray:
+    """One unit embedding for a whole clip (mean of its 1 s windows)."""
+    enc = encoder or RESEMBLYZER
+    feats, n = enc.features(audio, sample_rate)
+    starts = list(range(0, max(1, n - WINDOW_FRAMES + 1), HOP_FRAMES))
+    return _unit_rows(enc.embed(feats, starts).mean(axis=0))
 
 
 @dataclass
@@ -132,10 +205,10 @@ class Windows:
 
 
 def speech_windows(audio: np.ndarray, sample_rate: int,
-                   regions: list[tuple[int, int]]) -> Windows:
+                   regions: list[tuple[int, int]], encoder: Any = None) -> Windows:
     """Embeddings of 1 s windows over the speech regions (sample ranges at `sample_rate`)."""
-    mels = _mels(to_16k(audio, sample_rate))
-    n = len(mels)
+    enc = encoder or RESEMBLYZER
+    feats, n = enc.features(audio, sample_rate)
     starts: list[int] = []
     for a, b in regions:
         fa, fb = int(a * RATE / sample_rate) // FRAME, int(b * RATE / sample_rate) // FRAME
@@ -146,11 +219,9 @@ def speech_windows(audio: np.ndarray, sample_rate: int,
             starts += list(range(fa, fb - WINDOW_FRAMES + 1, HOP_FRAMES))
             if starts[-1] != fb - WINDOW_FRAMES:
                 starts.append(fb - WINDOW_FRAMES)
-    if n < WINDOW_FRAMES:
-        mels = np.pad(mels, ((0, WINDOW_FRAMES - n), (0, 0)))
     if not starts:
-        return Windows(np.zeros(0, int), np.zeros(0, int), np.zeros((0, 256)), n)
-    emb = _embed_frames(mels, starts)
+        return Windows(np.zeros(0, int), np.zeros(0, int), np.zeros((0, enc.dim)), n)
+    emb = enc.embed(feats, starts)
     s = np.asarray(starts)
     return Windows(s + WINDOW_FRAMES // 2, s, emb, n)
 
@@ -206,7 +277,7 @@ def find_speakers(windows: Windows, enrolment: np.ndarray | None) -> Speakers:
     emb = windows.emb
     source = "dominant" if enrolment is None else "enrolment"
     if not len(emb):
-        return Speakers(np.zeros(256), None, source, 0)
+        return Speakers(np.zeros(emb.shape[1]), None, source, 0)
     mean = _unit_rows(emb.mean(axis=0))
     if enrolment is None:
         c0, c1, labels = _two_means(emb)
@@ -339,10 +410,12 @@ def similarity_in(windows: Windows, speakers: Speakers, start: int, end: int,
     return round(float(mean @ speakers.target), 3), other
 
 
-def enrolment_embedding(clips: list[tuple[np.ndarray, int]]) -> np.ndarray | None:
+def enrolment_embedding(clips: list[tuple[np.ndarray, int]],
+                        encoder: Any = None) -> np.ndarray | None:
     """The target's centroid from clean clips of the voice (None when there are none)."""
     # a silent or broken take says nothing about the speaker
-    embs = [embed_clip(a, sr) for a, sr in clips if len(a) >= sr // 2 and not _silent(a)]
+    embs = [embed_clip(a, sr, encoder) for a, sr in clips
+            if len(a) >= sr // 2 and not _silent(a)]
     if not embs:
         return None
     return _unit_rows(np.mean(embs, axis=0))

@@ -79,7 +79,9 @@ def set_speaker_reference(voice: Voice, clip: Path) -> Path:
 class Enrolment:
     """The target speaker's centroid, computed only if a take needs it."""
 
-    def __init__(self, voice: Voice, takes: list[Take]) -> None:
+    def __init__(self, voice: Voice, takes: list[Take], encoder: Any = None) -> None:
+        #: None: resemblyzer; else a speakers.ModelEncoder (its key joins the cache key)
+        self.encoder = encoder
         self.reference = reference_path(voice)
         self.takes = [t for t in takes if t.origin == "recorded"
                       and not (t.extra or {}).get("excluded")][:MAX_ENROL_TAKES]
@@ -93,6 +95,8 @@ class Enrolment:
         else:
             self.source = "dominant speaker"
             self.key = "dominant"
+        if encoder is not None:
+            self.key += "|" + encoder.key
         self._embedding: np.ndarray | None = None
         self._done = False
 
@@ -111,7 +115,7 @@ class Enrolment:
                 total += len(audio) / TARGET_SR
                 if total >= MAX_ENROL_S:
                     break
-            self._embedding = enrolment_embedding(clips)
+            self._embedding = enrolment_embedding(clips, self.encoder)
         return self._embedding
 
 
@@ -176,13 +180,13 @@ class Heard:
 
 
 def hear_speakers(audio: np.ndarray, sample_rate: int, regions: list[tuple[int, int]],
-                  enrolment: np.ndarray | None) -> Heard | None:
+                  enrolment: np.ndarray | None, encoder: Any = None) -> Heard | None:
     """Who speaks where; None for a take too short to hold two speakers when there is no
     enrolment to compare it with (a single read sentence: nothing to embed)."""
     min_s = 2 * MIN_CLUSTER_WINDOWS * HOP_FRAMES * FRAME / RATE
     if enrolment is None and speech_seconds(regions, sample_rate) < min_s:
         return None
-    windows = speech_windows(audio, sample_rate, regions)
+    windows = speech_windows(audio, sample_rate, regions, encoder)
     speakers = find_speakers(windows, enrolment)
     segs = segments(regions, sample_rate, windows, speakers)
     return Heard(regions, windows, speakers, segs, len(audio), sample_rate)

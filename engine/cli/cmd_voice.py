@@ -126,7 +126,7 @@ def _prepare(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
                          "Record some, or add files with `voxshard-engine import`.")
     report = prepare(voice, on_event=em, speakers=args.speakers,
                      speaker_reference=args.speaker_reference, denoise=args.denoise,
-                     vad=args.vad)
+                     vad=args.vad, speaker_encoder=args.speaker_encoder, base_model=args.base)
     return {"report": str(voice.prepared_dir / "report.json"),
             "manifest": str(voice.prepared_dir / "manifest.jsonl"),
             "totals": report["totals"], "rejects_by_reason": report["rejects_by_reason"],
@@ -185,3 +185,10 @@ def register(sub: Any) -> None:
                    help="denoise noisy slices where that helps (SNR and similarity)")
     p.add_argument("--vad", choices=("silero", "energy"), default=None,
                    help="voice activity detector: silero (default) or the energy fallback")
+    p.add_argument("--speaker-encoder", choices=("resemblyzer", "model"),
+                   default="resemblyzer",
+                   help="embedding that tells speakers apart: resemblyzer (default) or "
+                        "model, the Base model's own speaker encoder (see --base)")
+    p.add_argument("--base", default=None, metavar="MODEL",
+                   help="Qwen3-TTS Base model (folder, or a hub id already downloaded) "
+                        "for --speaker-encoder model")
