@@ -9,6 +9,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QTreeWidgetItem
 
 from gui.app import MainWindow
+from gui.pages.importer import ImportPage
 from gui.pages.prepare import PreparePage
 from tests.test_gui_support import *  # noqa: F403 (fixtures: window, workspace, pulse...)
 
@@ -64,3 +65,32 @@ def test_prepare_page_who_was_heard(qtbot, pulse, window: MainWindow, workspace:
     qtbot.waitUntil(lambda: any(r.text(0) == flipped and r.text(3) == "left out"
                                 for r in _rows(page)), timeout=20000)
     assert json.loads((voice / "prepared" / "decisions.json").read_text()) == {}
+
+
+def test_import_page_speaker_reference(qtbot, window: MainWindow, voice: Path,
+                                       mixtures, tmp_path: Path) -> None:
+    """The Import page hands its speaker reference to `import --speaker-reference`:
+    the engine keeps the clip in the voice, and prepare enrols the target from it."""
+    from engine.audio.prepare import prepare
+    from engine.workspace import open_voice
+    from tests.fixtures_mixtures import write_mixture
+
+    files = write_mixture(mixtures["music15"], tmp_path / "src")
+    window.ctx.set_voice(voice)
+    page = window.show_page(ImportPage)
+    assert isinstance(page, ImportPage)
+    assert not page.ref_clear.isEnabled() and "none" in page.ref_label.text()
+    page.set_speaker_reference(files["enrol1"])
+    assert page.ref_clear.isEnabled() and files["enrol1"].name in page.ref_label.text()
+    page.ref_clear.click()
+    assert page.speaker_reference is None
+    page.set_speaker_reference(files["enrol0"])
+    with qtbot.waitSignal(window.ctx.data_changed, timeout=60000):
+        job = page.import_paths([files["interview"]])
+        assert job is not None
+    assert job.outcome == "succeeded"
+    kept = voice / "speaker_reference.wav"
+    assert kept.read_bytes() == files["enrol0"].read_bytes()
+    report = prepare(open_voice(voice))
+    assert report["speakers"]["enrolment"] == "speaker reference"
+    assert report["speakers"]["clips_another_speaker"] > 0

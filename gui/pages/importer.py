@@ -328,6 +328,8 @@ class ImportPage(Page):
         super().__init__(ctx, parent)
         self.job: EngineJob | None = None
         self.transcripts: Path | None = None
+        #: a clip of the voice's speaker alone: prepare keeps only that speaker
+        self.speaker_reference: Path | None = None
         self.drop = DropZone()
         self.drop.dropped.connect(self.import_paths)
         self.outer.addWidget(self.drop)
@@ -338,6 +340,14 @@ class ImportPage(Page):
         self.folder_btn = button("Add folder…", "folder", slot=self.pick_folder)
         self.tr_btn = button("Transcript list…", "rename", slot=self.pick_transcripts,
                              tip="A CSV, JSONL or LJSpeech metadata.csv naming each file's text")
+        self.ref_btn = button("Speaker reference…", "listen", slot=self.pick_speaker_reference,
+                              tip="A clip of this voice's speaker alone: in interviews, "
+                                  "podcasts and videos only that speaker is kept")
+        self.ref_label = QLabel("")
+        self.ref_label.setObjectName("Muted")
+        self.ref_clear = button("Clear", None, slot=lambda: self.set_speaker_reference(None),
+                                tip="Import without a speaker reference")
+        self.set_speaker_reference(None)
         self.transcribe_box = QCheckBox("Transcribe with speech recognition")
         self.transcribe_box.setToolTip(
             "Takes without a transcript get the recogniser's text (marked as machine-made, "
@@ -350,6 +360,7 @@ class ImportPage(Page):
         self.outer.addWidget(hbox(self.files_btn, self.folder_btn, self.tr_btn,
                                   self.transcripts_label, stretch_at=4))
         self.outer.addWidget(hbox(self.transcribe_box, self.transcribe_btn, stretch_at=2))
+        self.outer.addWidget(hbox(self.ref_btn, self.ref_label, self.ref_clear, stretch_at=3))
         self.progress = QProgressBar()
         self.progress.hide()
         self.outer.addWidget(self.progress)
@@ -411,17 +422,35 @@ class ImportPage(Page):
         dlg.fileSelected.connect(lambda d: self.import_paths([Path(d)]))
         dlg.open()
 
-    def pick_transcripts(self) -> None:
-        dlg = QFileDialog(self, "Transcript list")
+    def _pick_one(self, title: str, name_filter: str, slot: Callable[[Path], None]) -> None:
+        dlg = QFileDialog(self, title)
         dlg.setFileMode(QFileDialog.FileMode.ExistingFile)
-        dlg.setNameFilter("Transcripts (*.csv *.jsonl *.txt *.tsv);;All files (*)")
-        dlg.fileSelected.connect(lambda f: self.set_transcripts(Path(f)))
+        dlg.setNameFilter(name_filter)
+        dlg.fileSelected.connect(lambda f: slot(Path(f)))
         dlg.open()
+
+    def pick_transcripts(self) -> None:
+        self._pick_one("Transcript list",
+                       "Transcripts (*.csv *.jsonl *.txt *.tsv);;All files (*)",
+                       self.set_transcripts)
 
     def set_transcripts(self, path: Path | None) -> None:
         self.transcripts = path
         self.transcripts_label.setText(f"Transcripts: {path.name}" if path
                                        else "Transcripts: found automatically")
+
+    def pick_speaker_reference(self) -> None:
+        self._pick_one("Speaker reference: a clip of this voice alone",
+                       "Audio (*.wav *.flac *.ogg *.opus *.mp3);;All files (*)",
+                       self.set_speaker_reference)
+
+    def set_speaker_reference(self, path: Path | None) -> None:
+        """The clip handed to `import --speaker-reference` (kept in the voice by the engine)."""
+        self.speaker_reference = path
+        self.ref_label.setText(
+            f"Speaker reference: {path.name} (only this speaker is kept)" if path
+            else "Speaker reference: none (your recorded takes, else the main speaker)")
+        self.ref_clear.setEnabled(path is not None)
 
     def import_paths(self, paths: list[Path]) -> EngineJob | None:
         if self.voice is None:
@@ -435,6 +464,8 @@ class ImportPage(Page):
             args += ["--transcripts", str(self.transcripts)]
         if self.transcribe_box.isChecked():
             args.append("--transcribe")
+        if self.speaker_reference is not None:
+            args += ["--speaker-reference", str(self.speaker_reference)]
         return self._run(args, "Import")
 
     def _run(self, args: list[str], title: str) -> EngineJob:
