@@ -100,6 +100,7 @@ class Recorder(QObject):
         self._rms = 0.0
         self._clipped = 0
         self._frames = 0
+        self.overflows = 0  # callbacks whose input overflowed: audio the device dropped
         self.samplerate = 48000
         self.keep = True  # False: meter only (device test), nothing is stored
         self._t_start = 0.0  # the stream's clock when it started
@@ -126,6 +127,7 @@ class Recorder(QObject):
             self._peak = self._rms = 0.0
             self._clipped = 0
             self._frames = 0
+            self.overflows = 0
         try:
             self._stream = sd.InputStream(device=device, channels=1, dtype="float32",
                                           samplerate=self.samplerate, latency="high",
@@ -151,6 +153,9 @@ class Recorder(QObject):
             self._peak = max(self._peak, peak)
             self._rms = max(self._rms, rms)
             self._clipped += int(np.count_nonzero(np.abs(mono) >= CLIP_LEVEL))
+            # a busy machine that reads the input too late loses samples: say so later
+            if getattr(status, "input_overflow", False):
+                self.overflows += 1
 
     def read_level(self) -> tuple[float, float, int]:
         """(peak, rms, clipped samples) since the last call; resets peak and rms."""
@@ -314,6 +319,9 @@ class Player(QObject):
         self._growing: GrowingWav | None = None
         self._live = False  # more samples may still come (streaming)
         self.underruns = 0  # callbacks that caught up with a stream and played silence
+        # the device's own underflow reports: the machine was too busy to feed it in time,
+        # so what was heard had gaps
+        self.device_underflows = 0
 
     @property
     def playing(self) -> bool:
@@ -367,6 +375,7 @@ class Player(QObject):
         self.stop()
         self._live = live
         self.underruns = 0
+        self.device_underflows = 0
         self.current = None
         self._audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
         self._pos = 0
@@ -386,6 +395,8 @@ class Player(QObject):
         return True
 
     def _callback(self, outdata: np.ndarray, frames: int, time: object, status: object) -> None:
+        if getattr(status, "output_underflow", False):
+            self.device_underflows += 1
         chunk = self._audio[self._pos:self._pos + frames]
         outdata[:len(chunk), 0] = chunk
         outdata[len(chunk):, 0] = 0.0

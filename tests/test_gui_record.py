@@ -4,6 +4,7 @@ is recorded from its monitor by the Record page, kept, and saved when accepted."
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +24,18 @@ def _speech(piper_synth, text: str) -> tuple[np.ndarray, int]:
     return np.concatenate([pad, 0.6 * audio, pad]).astype(np.float32), sr
 
 
+def _speak(folder: Path, speech: np.ndarray, sr: int) -> subprocess.Popen:
+    """The speaker: PulseAudio's own player, in its own process with a 1.5 s buffer, plays
+    into the null sink that the page records from. The app's player would do, but on a
+    loaded 2-core machine its short device buffer underflows and the sink hears gaps, so
+    the take would be judged on audio that never played (seen in CI)."""
+    wav = folder / "spoken.wav"
+    sf.write(str(wav), speech, sr)
+    return subprocess.Popen(["paplay", "--device=vsink", "--latency-msec=1500", str(wav)])
+
+
 def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow, voice: Path,
-                                               piper_synth) -> None:
+                                               piper_synth, tmp_path: Path) -> None:
     assert au.input_devices() and au.output_devices()
     window.ctx.set_voice(voice)
     page = window.show_page(RecordPage)
@@ -40,9 +51,9 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
     assert page.recorder.active and page.rec_btn.text() == "Stop"
     assert page.rec_state.text() == "Get ready…" and page.preroll_timer.isActive()
     qtbot.waitUntil(lambda: "speak now" in page.rec_state.text(), timeout=5000)
-    assert page.ctx.player.play(speech, sr)  # "speak" into the null sink
+    mouth = _speak(tmp_path, speech, sr)  # "speak" into the null sink
     qtbot.waitUntil(lambda: page.meter.level() > 0.3, timeout=15000)  # the meter moves
-    qtbot.waitUntil(lambda: not page.ctx.player.playing, timeout=30000)
+    qtbot.waitUntil(lambda: mouth.poll() is not None, timeout=30000)
     with qtbot.waitSignal(page.recorder.stopped, timeout=10000) as blocker:
         qtbot.keyClick(page, Qt.Key.Key_Space)  # stop: the 300 ms hold keeps the tail
         assert page.recorder.stopping
@@ -51,9 +62,14 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
     assert len(audio) / rate >= len(speech) / sr * 0.8
     assert float(np.max(np.abs(audio))) > 0.2  # speech came through, not silence
     assert not page.clipped
-    assert page.warnings == [] and page.clip_label.text() == ""  # loud and long enough
     assert page.live_draws > 0  # the waveform grew while recording (issue 19)
-    assert page.rec_state.text().startswith("✓ Good take")
+    if page.recorder.overflows:
+        # a loaded machine read the input too late and the device dropped samples: the
+        # take is cut, and the verdict must say why (seen on a loaded 2-core CI machine)
+        assert any(w.startswith("Audio was lost") for w in page.warnings), page.warnings
+    else:
+        assert page.warnings == [] and page.clip_label.text() == ""  # loud and long enough
+        assert page.rec_state.text().startswith("✓ Good take")
     assert page.accept_btn.isEnabled()
 
     # Enter accepts: the take is on disk at once, with its prompt
@@ -74,8 +90,8 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
     assert page.prompt.id == prompt.id and "replaces" in page.prompt_meta.text()
     with qtbot.waitSignal(page.recorder.stopped, timeout=20000):
         page.toggle_record()
-        assert page.ctx.player.play(speech, sr)
-        qtbot.waitUntil(lambda: not page.ctx.player.playing, timeout=30000)
+        mouth = _speak(tmp_path, speech, sr)
+        qtbot.waitUntil(lambda: mouth.poll() is not None, timeout=30000)
         page.toggle_record()
     assert page.accept()
     takes = sorted((voice / "takes").glob("*.json"))
@@ -103,6 +119,9 @@ def test_quiet_and_cut_takes_are_flagged(piper_synth) -> None:
     assert len(found) == 1 and found[0].startswith("Noisy: the speech is only"), found
     clipped = take_warnings(np.clip(speech * 4, -1, 1), sr, text)
     assert len(clipped) == 1 and clipped[0].startswith("Clipped"), clipped
+    lost = take_warnings(speech, sr, text, overflows=3)  # the device dropped input 3 times
+    assert lost == ["Audio was lost: the computer was too busy to read the microphone in "
+                    "time (3 gaps). Close other programs, then re-take (R)."]
 
 
 def test_retake_discards_and_clipping_is_flagged(qtbot, pulse, window: MainWindow,

@@ -51,9 +51,10 @@ LIVE_WAVE_MS = 150
 LIVE_WAVE_S = 20.0
 
 
-def take_warnings(audio: np.ndarray, sr: int, text: str) -> list[str]:
-    """What is wrong with a take before it is kept: too quiet, clipped, noisy, or too
-    short for its text (cut off, or read too fast)."""
+def take_warnings(audio: np.ndarray, sr: int, text: str, overflows: int = 0) -> list[str]:
+    """What is wrong with a take before it is kept: too quiet, clipped, noisy, too short
+    for its text (cut off, or read too fast), or with audio the input dropped
+    (`overflows`: the device's overflow reports while recording)."""
     mono = np.asarray(audio, dtype=np.float32)
     if mono.ndim > 1:
         mono = mono.mean(axis=1)
@@ -84,6 +85,10 @@ def take_warnings(audio: np.ndarray, sr: int, text: str) -> list[str]:
             if snr < NOISY_SNR_DB:
                 warnings.append(f"Noisy: the speech is only {snr:.0f} dB above the room "
                                 "noise. Record somewhere quieter, then re-take (R).")
+    if overflows:
+        warnings.append(f"Audio was lost: the computer was too busy to read the microphone "
+                        f"in time ({overflows} gap{'s' if overflows > 1 else ''}). Close other "
+                        "programs, then re-take (R).")
     if float(np.mean(np.abs(mono) >= 0.999)) > 0.0005:
         warnings.append("Clipped: the loudest parts hit the limit. Move back or lower the "
                         "input gain, then re-take (R).")
@@ -369,7 +374,8 @@ class RecordPage(Page):
         self.wave.show_audio(audio, sr)
         secs = len(audio) / float(sr or 1)
         self.rec_time.setText(fmt_duration(secs))
-        self.warnings = take_warnings(audio, sr, self.prompt.text if self.prompt else "")
+        self.warnings = take_warnings(audio, sr, self.prompt.text if self.prompt else "",
+                                      self.recorder.overflows)
         if len(audio) == 0 or float(np.max(np.abs(audio))) < 1e-4:
             self.rec_state.setText("Silent take: check the microphone, then re-take")
         else:
