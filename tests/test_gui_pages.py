@@ -191,8 +191,10 @@ def test_prepare_page_runs_and_reports(qtbot, window: MainWindow, workspace: Pat
     window.ctx.set_voice(voice)
     page = window.show_page(PreparePage)
     assert isinstance(page, PreparePage)
-    # the report already on disk is shown once the reader has it
+    # the report already on disk is shown once the reader has it, and no progress bar
+    # above it (the app reopened on a prepared voice showed "0%", issue 19)
     qtbot.waitUntil(lambda: page.cards["clips"].value.text() != "—", timeout=10000)
+    assert not page.progress.isVisible() and not page.cancel_btn.isEnabled()
     with qtbot.waitSignal(window.ctx.data_changed, timeout=120000):
         job = page.run()
         assert job is not None
@@ -473,6 +475,26 @@ def test_disabled_danger_buttons_look_disabled_and_spin_boxes_have_arrows(qtbot)
     assert pixels_near(off, DARK.danger) == 0  # disabled: muted, like every disabled button
     arrows = spin.grab().copy(spin.width() - 20, 0, 20, spin.height())
     assert pixels_near(arrows, DARK.text, tol=60) > 4  # the up/down arrows are drawn
+    # a plain button (Prepare's Cancel): enabled it is filled, disabled it is flat, with
+    # nothing inside its border but the window behind it (it looked clickable, issue 19)
+    from PySide6.QtWidgets import QHBoxLayout, QWidget
+
+    row = QWidget()  # the page behind the buttons (the window's colour)
+    qtbot.addWidget(row)
+    cancel_on, cancel_off = button("Cancel", "stop"), button("Cancel", "stop")
+    cancel_off.setEnabled(False)
+    lay = QHBoxLayout(row)
+    lay.addWidget(cancel_on)
+    lay.addWidget(cancel_off)
+    row.resize(320, 50)
+    row.show()
+    qtbot.waitExposed(row)
+    inside = {b.isEnabled(): row.grab(b.geometry().adjusted(6, 6, -6, -6))
+              for b in (cancel_on, cancel_off)}
+    assert pixels_near(inside[True], DARK.surface_alt, tol=3) > 500
+    fill = inside[False].width() * inside[False].height()
+    assert pixels_near(inside[False], DARK.window, tol=3) > 0.8 * fill
+    assert pixels_near(inside[False], DARK.surface, tol=3) < 0.05 * fill  # the old fill
 
 
 def test_a_transcript_that_cannot_be_saved_is_reverted_with_a_reason(

@@ -66,3 +66,41 @@ def test_player_plays_a_stream_as_it_grows(qtbot, pulse, tmp_path: Path) -> None
         player.end_stream()
     total = sum(len(b) for b in blocks)
     assert player._pos == total  # every streamed sample was played, once
+
+
+def test_listen_says_when_playback_had_to_wait_for_the_speech(
+        qtbot, pulse, window, voice: Path) -> None:
+    """Speech made slower than real time plays with pauses: Listen says so after playback
+    (and that the saved render has none), instead of leaving the user to think it broken.
+    The worker's messages are the speech worker's own signals; writer and player are real."""
+    from gui.pages.listen import PLAYBACK_GAPS, ListenPage
+
+    window.ctx.set_voice(voice)
+    page = window.show_page(ListenPage)
+    assert isinstance(page, ListenPage)
+    player = window.ctx.player
+
+    def speak(rid: str, delay: float) -> None:
+        out = voice / "renders" / f"{rid}.wav"
+        out.parent.mkdir(exist_ok=True)
+        writer = GrowingFile(out, "wav")
+        blocks = _blocks(n=10)
+        writer.write(blocks[0])
+        page.request, page._pending = rid, (out, "Hello.", {"kind": "zero_shot"})
+        with qtbot.waitSignal(player.started, timeout=10000):
+            page.speech.partial.emit(rid, str(out))
+        for b in blocks[1:]:
+            if delay:
+                qtbot.wait(int(delay * 1000))  # each block (0.1 s) comes after 0.3 s
+            writer.write(b)
+        writer.close()
+        with qtbot.waitSignal(player.finished, timeout=30000):
+            page.speech.finished.emit(rid, {"summary": "Spoke 1.0 s.", "duration_s": 1.0})
+
+    speak("slow", 0.3)
+    assert player.underruns > 0
+    assert page.state.text() == "Spoke 1.0 s. " + PLAYBACK_GAPS
+    # everything there before it plays: a gap only if the device itself starved (load)
+    speak("fast", 0.0)
+    starved = bool(player.underruns or player.device_underflows)
+    assert page.state.text() == "Spoke 1.0 s." + (" " + PLAYBACK_GAPS if starved else "")

@@ -50,6 +50,9 @@ SAMPLE_TEXT = ("The quick brown fox jumps over the lazy dog. "
 SAVE_FILTERS = {"wav": "WAV audio (*.wav)", "flac": "FLAC, lossless (*.flac)",
                 "opus": "Ogg Opus, small (*.opus)", "mp3": "MP3 (*.mp3)"}
 SAVE_SUFFIX = {"wav": ".wav", "flac": ".flac", "opus": ".opus", "mp3": ".mp3"}
+#: said after a streamed playback that had to wait for the generator
+PLAYBACK_GAPS = ("Playback paused while it waited for the speech (this machine makes it "
+                 "slower than real time); the saved render has no gaps: play it from History.")
 
 
 def voice_base_model(snap: VoiceSnapshot | None) -> str | None:
@@ -90,6 +93,7 @@ class ListenPage(Page):
         self.speech.finished.connect(self._req_finished)
         self.speech.partial.connect(self._req_partial)
         self._streaming = False
+        self._stream_playing = False  # a stream of this page is (still) being heard
         self.speech.failed.connect(self._req_failed)
         self.speech.cancelled.connect(self._req_cancelled)
         self.compare_job: EngineJob | None = None
@@ -198,7 +202,7 @@ class ListenPage(Page):
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(tabs)
         self.outer.addWidget(split, 1)
-        ctx.player.finished.connect(lambda: self.stop_btn.setEnabled(self.request is not None))
+        ctx.player.finished.connect(self._played)
         ctx.player.started.connect(lambda: self.stop_btn.setEnabled(True))
         ctx.reader.voice_loaded.connect(self._voice_loaded)
 
@@ -337,8 +341,18 @@ class ListenPage(Page):
 
     def _req_partial(self, rid: str, path: str) -> None:
         if rid == self.request and self.ctx.player.play_stream(path):
-            self._streaming = True
+            self._streaming = self._stream_playing = True
             self.state.setText("Speaking (playing as it is generated)…")
+
+    def _played(self) -> None:
+        self.stop_btn.setEnabled(self.request is not None)
+        if self._stream_playing:
+            self._stream_playing = False
+            player = self.ctx.player
+            # the player caught up with the generator (or the device starved): what was
+            # heard had pauses the render itself does not have; say so, or it sounds broken
+            if player.underruns or player.device_underflows:
+                self.state.setText(self.state.text() + " " + PLAYBACK_GAPS)
 
     def _req_finished(self, rid: str, result: dict) -> None:
         if rid == self.request and self._pending is not None:
