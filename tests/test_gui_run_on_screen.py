@@ -230,11 +230,19 @@ def test_evaluate_now_export_and_the_evaluation_of_any_picked_run(
     again.ctx.jobs.shutdown(10000)
 
 
+@pytest.mark.parametrize("network", ["hub offline", "no route to the hub"])
 def test_offline_download_is_one_sentence_with_what_to_do(
-        qtbot, window: MainWindow, voice: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real engine's `model download` with no network (the hub switched off, as on a
-    machine without internet): one sentence in the window's words."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        qtbot, window: MainWindow, voice: Path, monkeypatch: pytest.MonkeyPatch,
+        network: str) -> None:
+    """The real engine's `model download` with no network: the hub switched off (as a
+    machine set up for offline use), or on but unreachable (the hub client's own
+    connection error, which the window showed with "run the same command again"):
+    one sentence in the window's words."""
+    if network == "hub offline":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.setenv("HF_HOME", str(voice / "no-cache"))  # nothing cached
     window.ctx.set_voice(voice)
     page = window.show_page(TrainPage)
@@ -247,6 +255,7 @@ def test_offline_download_is_one_sentence_with_what_to_do(
     assert job.outcome == "failed"
     assert page.model_note.text() == ("Qwen3-TTS 1.7B is not downloaded and there is no "
                                       "internet connection: choose a local folder.")
+    assert job.error is not None and "command" not in " ".join(job.error)
 
 
 RAY_GONE = r'''
