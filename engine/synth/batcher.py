@@ -17,8 +17,9 @@ Admission is fair:
 - round-robin across requests: a free row goes to the waiting request (of
   those not behind a request with other settings) with the fewest rows, so
   one long request cannot hold every row while others wait.
-Each row keeps its own random stream (seed + chunk index), fed exactly as
-`FastTalker.generate` feeds it. The trailing-text buffer is sized from each
+Each row's sampling noise is a function of its key (seed + chunk index) and
+its frame, computed on the device inside the frame (`sampling.FrameNoise`),
+the same values `FastTalker.generate` uses. The trailing-text buffer is sized from each
 prefill (a chunk whose text does not fit waits for a bigger batch), so every
 chunk's text and end-of-text marker are fed.
 
@@ -45,7 +46,7 @@ from .decoding import _graphs_enabled
 from .options import SpeakOptions
 from .render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
 from .rows import RowBatch, bucket, settings_key
-from .sampling import choose, noise_width
+from .sampling import choose, noise_width, row_keys
 from .text import Chunk, split_text
 
 
@@ -102,8 +103,6 @@ class ContinuousBatcher:
         self._stop = False
         self._batch: RowBatch | None = None
         self._rows: list[_Row | None] = [None] * rows
-        self._pending_noise: torch.Tensor | None = None
-        self._gens: list[torch.Generator | None] = [None] * rows
         #: admissions into a free row while another row was mid-utterance
         self.refills = 0
         self.frames_run = 0
@@ -173,7 +172,6 @@ class ContinuousBatcher:
         self._finish_queue.put(None)
         self._finisher.join()
         self._batch = None  # its caches are the bulk of the worker's memory
-        self._pending_noise = None
 
     # -- batch side --------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -271,7 +269,6 @@ class ContinuousBatcher:
                    limit: int) -> RowBatch:
         batch = RowBatch(self.fast, self.size, capacity, trail, limit, settings, width)
         batch.key_valid[:, 0] = True  # idle rows attend to something: no NaN
-        self._pending_noise = torch.ones(self.size, self.fast.groups, width)
         self._batch = batch
         return batch
 
@@ -316,42 +313,28 @@ class ContinuousBatcher:
             cos, sin = fast._talker_rope(t0)
             cache = [(k[b:b + 1], v[b:b + 1]) for k, v in batch.t_cache]
             hidden = fast.t_stack.forward(embeds, cos[:t0][None], sin[:t0][None], cache, 0, None)
-            sampling = settings.talker.do_sample or settings.predictor.do_sample
-            gen = torch.Generator().manual_seed(request.seed + unit.chunk.index)
-            width = batch.noise.shape[2]
-            draw = torch.empty(fast.groups, width).exponential_(generator=gen).clamp_min_(1e-20)
+            keys = row_keys([request.seed + unit.chunk.index], fast.device)
             seen = torch.zeros(1, fast.vocab, dtype=torch.bool, device=fast.device)
             scores = fast._talker_logits(hidden, seen, 0, settings)
+            # codebook 0 of frame 0: the noise generate() uses for it
             token = choose(scores, settings.talker,
-                           draw[None, 0].to(fast.device) if sampling else None)
+                           batch.frame_noise.draw(keys, 0, count=1)[:, 0]
+                           if batch.sampled else None)
             batch.load_rows(slice(b, b + 1), token, hidden[:, -1:],
                             torch.ones(1, t0, dtype=torch.bool, device=fast.device),
                             torch.zeros(1, dtype=torch.long, device=fast.device),
                             prefill.trailing.to(fast.device), prefill.tts_pad.to(fast.device),
-                            settings)
-        assert self._pending_noise is not None
-        self._pending_noise[b] = draw
-        self._gens[b] = gen if sampling else None
+                            settings, keys)
         self._rows[b] = _Row(unit)
         self._host_slot[b] = t0
         return True
 
     def _step(self) -> None:
         batch = self._batch
-        assert batch is not None and self._pending_noise is not None
+        assert batch is not None
         active = self._active()
         with torch.inference_mode():
-            if any(self._gens[b] is not None for b in active):
-                # pinned on CUDA: the copies below are asynchronous, not staged
-                upcoming = torch.ones(self._pending_noise.shape, pin_memory=self._cuda)
-                for b in active:
-                    gen = self._gens[b]
-                    if gen is not None:
-                        upcoming[b] = torch.empty(upcoming.shape[1:]).exponential_(
-                            generator=gen).clamp_min_(1e-20)
-                batch.noise[:, 1:].copy_(self._pending_noise[:, 1:], non_blocking=True)
-                batch.noise[:, 0].copy_(upcoming[:, 0], non_blocking=True)
-                self._pending_noise = upcoming
+            # the frame computes its rows' noise itself: nothing drawn or copied here
             longest = max(self._host_slot[b] for b in active)
             batch.run(batch.span_for(longest), graphs=self._graphs)
             self.frames_run += 1
@@ -385,7 +368,6 @@ class ContinuousBatcher:
             assert row is not None
             codes = batch.codes[b, :frames].clone()
             self._rows[b] = None
-            self._gens[b] = None
             self._chunk_done(row.unit, codes)
 
     def _chunk_done(self, unit: _Unit, codes: torch.Tensor) -> None:
@@ -465,7 +447,6 @@ class ContinuousBatcher:
         for b, row in enumerate(self._rows):
             if row is not None and row.unit.request.cancelled:
                 self._rows[b] = None  # the row is free at once; its frames are dropped
-                self._gens[b] = None
         for request in gone:
             # finished chunks are kept, as a single request's cancel keeps them
             self._finish(request, cancelled=True)

@@ -15,8 +15,10 @@ Here the same weights are called directly:
   case), as the official sdpa path does;
 - several chunks of a long text share one batch, so each weight read serves
   all of them (what makes long text fast on a memory-bound CPU);
-- sampling draws only over the top-k candidates, from one random stream per
-  row (a chunk sounds the same whatever shares its batch);
+- sampling draws only over the top-k candidates, with noise computed on the
+  device from (seed + chunk, frame, codebook, candidate) (`FrameNoise`: a
+  chunk sounds the same whatever shares its batch, and no noise is drawn on
+  the host or copied per frame);
 - the end-of-speech check is the only host sync, every `sync_every` frames.
 On CUDA the frame loop runs with static shapes (`rows.RowBatch`, reused per
 batch shape) and each frame is captured once per attention span as a CUDA
@@ -40,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from .quant import linear
-from .sampling import RowStreams, SamplerSettings, choose, noise_width
+from .sampling import FrameNoise, SamplerSettings, choose, noise_width, row_keys
 
 # How many positions the official code feeds the code predictor per frame:
 # the talker state, codebook 0, then codebooks 1..14 (codebook 15 is only
@@ -436,9 +438,10 @@ class FastTalker:
         sampling = settings.talker.do_sample or settings.predictor.do_sample
         if sampling and (seeds is None or len(seeds) != batch):
             raise ValueError("sampling needs one seed per row")
-        streams = RowStreams(seeds, self.device) if sampling and seeds is not None else None
         width = max(noise_width(settings.talker, self.vocab),
                     noise_width(settings.predictor, self.p_vocab), 1)
+        keys = row_keys(seeds, self.device) if sampling and seeds is not None else None
+        frame_noise = FrameNoise(self.groups, width, self.device) if keys is not None else None
 
         total = t0 + limit + 1
         cos_t, sin_t = self._talker_rope(total)
@@ -448,6 +451,8 @@ class FastTalker:
             rows = self.row_batch(batch, total, prefill.trailing.shape[1], limit, settings,
                                   width)
             t_cache = rows.t_cache
+            if keys is not None:
+                frame_noise = rows.frame_noise  # the same values; its table made once
         else:
             t_cache = self.t_stack.alloc(batch, total, embeds)
         p_cache = self.p_stack.alloc(batch, PREDICTOR_POSITIONS, embeds)
@@ -473,7 +478,9 @@ class FastTalker:
         hidden = self.t_stack.forward(embeds, cos_t[positions], sin_t[positions], t_cache, 0, mask)
 
         seen = torch.zeros(batch, self.vocab, dtype=torch.bool, device=self.device)
-        noise = streams.draw(self.groups, width) if streams else None
+        # frame f's noise: codebook 0 of frame f (chosen after the talker step that
+        # ends frame f-1, or after the prefill), then codebooks 1..15 of frame f
+        noise = None if frame_noise is None else frame_noise.draw(keys, 0)
         scores = self._talker_logits(hidden, seen, 0, settings)
         token = choose(scores, settings.talker, None if noise is None else noise[:, 0])
         past_hidden = hidden[:, -1:]
@@ -482,9 +489,9 @@ class FastTalker:
         tts_pad = prefill.tts_pad.to(self.device, self.dtype)
         if rows is not None:
             rows.load_rows(slice(None), token, past_hidden, slots[None] >= pads[:, None], pads,
-                           trailing, tts_pad, settings)
-            return self._loop_static(rows, t0, noise, max_frames, settings, streams, graphs,
-                                     on_frame, should_stop, on_codes)
+                           trailing, tts_pad, settings, keys)
+            return self._loop_static(rows, t0, max_frames, settings, graphs, on_frame,
+                                     should_stop, on_codes)
         limits = torch.tensor(max_frames, device=self.device)
         codes = torch.zeros(batch, limit, self.groups, dtype=torch.long, device=self.device)
         ended = torch.full((batch,), limit, dtype=torch.long, device=self.device)
@@ -520,8 +527,8 @@ class FastTalker:
                 step_mask = key_valid[:, None, None, :slot + 1]
             hidden = self.t_stack.forward(step_in, cos_t[pos], sin_t[pos], t_cache, slot, step_mask)
             past_hidden = hidden
-            if streams is not None:
-                noise = streams.draw(self.groups, width)
+            if frame_noise is not None:
+                noise = frame_noise.draw(keys, frames)
             scores = self._talker_logits(hidden, seen, frames, settings)
             token = choose(scores, settings.talker, None if noise is None else noise[:, 0])
         # rows still running at the end stop at their own cap
@@ -557,9 +564,8 @@ class FastTalker:
         self._row_batches[key] = found
         return found
 
-    def _loop_static(self, rows: Any, t0: int, pending: torch.Tensor | None,
-                     max_frames: list[int], settings: DecodeSettings,
-                     streams: RowStreams | None, graphs: bool,
+    def _loop_static(self, rows: Any, t0: int, max_frames: list[int],
+                     settings: DecodeSettings, graphs: bool,
                      on_frame: Callable[[int], None] | None,
                      should_stop: Callable[[], bool] | None,
                      on_codes: Callable[[int, torch.Tensor], None] | None = None,
@@ -568,7 +574,6 @@ class FastTalker:
         (`rows.RowBatch`): the host launches one graph per frame instead of
         thousands of kernels, and syncs only every `sync_every` frames."""
         limit = max(max_frames)
-        noise = rows.noise
         frames = 0
         limits = torch.tensor(max_frames)
         for f in range(limit):
@@ -576,13 +581,6 @@ class FastTalker:
                 break
             if f and f % settings.sync_every == 0 and self._static_done(rows.codes, f, limits):
                 break
-            if streams is not None and pending is not None:
-                # same random stream use as the eager loop: the predictor of frame f
-                # uses draw f, the codebook-0 choice that ends frame f uses draw f+1
-                upcoming = streams.draw(self.groups, noise.shape[2])
-                noise[:, 1:].copy_(pending[:, 1:], non_blocking=True)
-                noise[:, 0].copy_(upcoming[:, 0], non_blocking=True)
-                pending = upcoming
             rows.run(rows.span_for(t0 + f), graphs)
             frames = f + 1
             if on_codes is not None:

@@ -1,7 +1,7 @@
 """Fixed-shape decoding of a batch of rows, each at its own position.
 
 `RowBatch` holds every buffer one codec frame reads and writes (KV caches,
-current token, write slot, frames made, text still to feed, noise) for `B`
+current token, write slot, frames made, text still to feed, noise keys) for `B`
 rows. `frame(span)` advances all rows by one frame with:
 - no host synchronisation and no tensor made from a Python value (checked on
   the CPU by tests/test_synth_graphs.py with a torch dispatch mode), so it
@@ -27,8 +27,10 @@ Only the structure of the sampling settings is fixed per batch (part of the
 cache key, `settings_key`: sampling on/off, top-k, whether end-of-speech may
 end a row). Temperatures, top-p, the repetition penalty and min_new_tokens
 are per-row device tensors (`load_rows`), read by the captured frame as
-data: requests that differ only in those share rows and graphs. Random noise
-is copied in per frame from each row's own generator.
+data: requests that differ only in those share rows and graphs. Sampling
+noise is computed inside the frame from each row's key (seed + chunk index)
+and its frame counter (`sampling.FrameNoise`): nothing is drawn on the host
+or copied in per frame, and a row's noise never depends on its batch.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 import torch
 
 from .quant import linear
-from .sampling import RowSampler, SamplerSettings, choose
+from .sampling import FrameNoise, RowSampler, SamplerSettings, choose
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,10 @@ class RowBatch:
         self.trail_cap = trail
         self.trailing = torch.zeros(batch, trail + 1, hidden, dtype=dtype, device=dev)
         self.codes = torch.zeros(batch, limit, fast.groups, dtype=torch.long, device=dev)
-        self.noise = torch.ones(batch, fast.groups, max(width, 1), device=dev)
+        # noise keys (seed + chunk index) per row; the frame counter is `step`
+        self.keys = torch.zeros(batch, dtype=torch.long, device=dev)
+        self.frame_noise = FrameNoise(fast.groups, width, dev)
+        self.sampled = settings.talker.do_sample or settings.predictor.do_sample
         # per-row sampling values (data of the captured frame, not part of its shape)
         ones = [torch.ones(batch, 1, device=dev) for _ in range(4)]
         self.t_sampler = RowSampler(settings.talker.do_sample, settings.talker.top_k, *ones[:2])
@@ -114,12 +119,15 @@ class RowBatch:
 
     def load_rows(self, rows: slice | list[int], token: torch.Tensor, hidden: torch.Tensor,
                   valid: torch.Tensor, base: torch.Tensor, trailing: torch.Tensor,
-                  tts_pad: torch.Tensor, settings: Any = None) -> None:
+                  tts_pad: torch.Tensor, settings: Any = None,
+                  keys: torch.Tensor | None = None) -> None:
         """Start `rows` after their prefill (its K/V already in the caches at slots
         [0, T)): first token, last hidden state, which slots hold real tokens, and
-        (when given) their own sampling values."""
+        (when given) their own sampling values and noise keys (`row_keys`)."""
         if settings is not None:
             self.set_values(rows, settings)
+        if keys is not None:
+            self.keys[rows] = keys
         t0 = valid.shape[1]
         self.token[rows] = token
         self.past_hidden[rows] = hidden
@@ -164,6 +172,11 @@ class RowBatch:
         settings = self.settings
         token = self.token
         self.seen.scatter_(1, token[:, None], True)
+        p_noise = t_noise = None
+        if self.sampled:
+            # this frame's codebooks 1..15, then codebook 0 of the next frame
+            p_noise = self.frame_noise.draw(self.keys, self.step, first=1)
+            t_noise = self.frame_noise.draw(self.keys, self.step + 1, count=1)[:, 0]
         embed0 = fast.talker.model.codec_embedding(token[:, None])
         h = proj(torch.cat((self.past_hidden, embed0), dim=1))
         codes = [token]
@@ -175,7 +188,7 @@ class RowBatch:
                                        fast.p_sin[start:start + t][None], self.p_cache,
                                        start, self.p_masks[j], full=True)
             logits = linear(out, fast.p_heads[j])[:, -1].to(torch.float32)
-            code = choose(logits, self.p_sampler, self.noise[:, j + 1])
+            code = choose(logits, self.p_sampler, None if p_noise is None else p_noise[:, j])
             codes.append(code)
             emb = pred.model.codec_embedding[j](code[:, None])
             embeds.append(emb)
@@ -206,7 +219,7 @@ class RowBatch:
         eos = fast.eos
         scores[:, eos] = scores[:, eos].masked_fill(ban, float("-inf"))
         scores = scores.masked_fill(fast.suppress, float("-inf"))
-        self.token.copy_(choose(scores, self.t_sampler, self.noise[:, 0]))
+        self.token.copy_(choose(scores, self.t_sampler, t_noise))
         self.past_hidden.copy_(hidden)
         self.slot.add_(1)
         self.step.add_(1)

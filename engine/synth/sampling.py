@@ -9,8 +9,14 @@ scores, which is what makes our greedy output equal the official one.
 
 Sampling draws with the "exponential race" (argmax of p / E with E ~ Exp(1)),
 which picks token i with probability p_i exactly like `torch.multinomial`,
-but lets every row use its own generator: a chunk's audio then depends only
-on (seed, chunk), never on which other chunks shared its batch.
+but lets the noise be any function of the row: here it is counter-based
+(`FrameNoise`), a pure function of (row key = seed + chunk index, frame,
+codebook, candidate) computed on the model's device with integer tensor ops.
+A chunk's audio then depends only on (seed, chunk), never on which other
+chunks share its batch or which row it sits in, no generator state has to be
+carried or replayed, nothing is drawn on the host or copied per frame, and a
+captured CUDA graph computes each frame's noise itself from the row's frame
+counter (a device tensor).
 """
 
 from __future__ import annotations
@@ -111,21 +117,74 @@ def choose(scores: torch.Tensor, s: SamplerSettings | RowSampler,
     return index.gather(-1, pick).squeeze(-1)
 
 
-class RowStreams:
-    """One `torch.Generator` per batch row, seeded from (seed, chunk index).
+#: candidates of one codebook are numbered within this stride, so a noise value
+#: never depends on how many candidates a batch's settings keep (top-k)
+_STRIDE = 1 << 16
+_MASK32 = 0xFFFFFFFF
+#: keys are folded into int64 device tensors: non-negative, below 2**63
+KEY_MASK = (1 << 63) - 1
 
-    Noise is drawn on the CPU generator (cheap, device independent, so a seed
-    gives the same audio on CPU and GPU up to float rounding) and moved once
-    per frame.
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """The low 32 bits of x * c for 32-bit x and c, without ever leaving int64's
+    positive range (signed overflow is not something to rely on across devices):
+    c is split into 16-bit halves, so no product exceeds 2**48."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _MASK32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer finaliser (xor-shift-multiply, two rounds; the
+    constants are a well-known low-bias pair). Every step is exact integer
+    arithmetic on values below 2**48, so CPU and GPU compute the same bits."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+class FrameNoise:
+    """Exp(1) noise as a pure function of (row key, frame, codebook, candidate).
+
+    `keys` are int64 [B] (`row_keys`); `frame` an int64 [B] tensor (each row at
+    its own frame: continuous batching) or a Python int. The candidate index
+    table is made once here, so `draw` makes no tensor from a Python value and
+    can run inside a captured frame.
     """
 
-    def __init__(self, seeds: list[int], device: torch.device) -> None:
-        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
-        self.device = device
+    def __init__(self, groups: int, width: int, device: torch.device) -> None:
+        if width > _STRIDE:
+            raise ValueError(f"at most {_STRIDE} candidates per codebook")
+        self.groups = groups
+        self.width = max(width, 1)
+        group = torch.arange(groups, device=device)[:, None] * _STRIDE
+        self.index = (group + torch.arange(self.width, device=device)[None]).reshape(-1)
 
-    def draw(self, steps: int, width: int) -> torch.Tensor:
-        """Exp(1) noise [B, steps, width] for one frame."""
-        rows = [torch.empty(steps, width).exponential_(generator=g) for g in self.generators]
-        # a zero draw would divide by zero; Exp(1) hits it with negligible probability
-        noise = torch.stack(rows).clamp_min_(1e-20)
-        return noise.to(self.device, non_blocking=True)
+    def bits(self, keys: torch.Tensor, frame: torch.Tensor | int, first: int = 0,
+             count: int | None = None) -> torch.Tensor:
+        """The 32-bit hashes (int64 [B, count * width]) behind `draw`."""
+        count = self.groups - first if count is None else count
+        index = self.index[first * self.width:(first + count) * self.width]
+        lo = keys & _MASK32
+        hi = (keys >> 32) & _MASK32
+        # the row: both halves of its key; the frame: mixed in per row
+        row = _mix32(lo ^ _mix32(hi ^ 0x3C6EF372))
+        at = _mix32(row ^ _mix32((frame + 0x9E3779B9) & _MASK32))
+        return _mix32(_mix32(index[None] ^ at[:, None]) ^ row[:, None])
+
+    def draw(self, keys: torch.Tensor, frame: torch.Tensor | int, first: int = 0,
+             count: int | None = None) -> torch.Tensor:
+        """float32 [B, count, width]: codebooks first..first+count of `frame`."""
+        count = self.groups - first if count is None else count
+        bits = self.bits(keys, frame, first, count)
+        # 24 bits make float32 uniforms in (0, 1) exactly (never 0 or 1), so
+        # -log(u) is finite and positive: no clamp needed
+        u = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+        return u.log().neg_().view(keys.shape[0], count, self.width)
+
+
+def row_keys(seeds: list[int], device: torch.device) -> torch.Tensor:
+    """int64 [B] noise keys of rows seeded `seeds` (a row's seed is the request's
+    seed + its chunk index)."""
+    return torch.tensor([int(s) & KEY_MASK for s in seeds], dtype=torch.long, device=device)
