@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from gui.app import MainWindow, versions
@@ -317,6 +317,7 @@ def test_speech_worker_error_is_a_clear_message(qtbot, window: MainWindow, voice
     """The warm `serve-speech` engine answers a model that is not one with one sentence."""
     (voice / "exports" / "broken").mkdir(parents=True)
     (voice / "exports" / "broken" / "config.json").write_text("{}")
+    window.resize(1100, 760)
     window.ctx.set_voice(voice)
     page = window.show_page(ListenPage)
     qtbot.waitUntil(lambda: page.source.itemText(0) == "Exported: broken", timeout=10000)
@@ -330,6 +331,13 @@ def test_speech_worker_error_is_a_clear_message(qtbot, window: MainWindow, voice
     assert boxes and boxes[0].windowTitle() == "The model could not be loaded"
     assert "Traceback" not in boxes[0].text() and boxes[0].text()
     assert page.speak_btn.isEnabled()
+    # the message line wraps inside a laptop-size window (it ran off the window, issue 19)
+    state = page.state
+    assert state.text().startswith("Failed: ")
+    assert state.fontMetrics().horizontalAdvance(state.text()) > state.width()  # too long...
+    assert state.height() >= 2 * state.fontMetrics().lineSpacing()  # ...so on two lines
+    inside = QRect(state.mapTo(window, QPoint(0, 0)), state.size())
+    assert window.rect().contains(inside)
     worker = page.speech.job
     assert worker is not None and worker.is_running()  # stays warm for the next request
 

@@ -74,8 +74,10 @@ def test_the_app_and_a_script_train_at_once_and_neither_disturbs_the_other(
             os.killpg(proc.pid, 9)
     for t in readers:
         t.join(10)
-    assert proc.returncode == 0, "".join(err[-40:])
     events = [json.loads(x) for x in lines if x.startswith("{")]
+    # why it failed is in its error event (e.g. Ray's memory monitor ended a worker when
+    # the machine's memory was 95% used by other programs: seen once on the shared box)
+    assert proc.returncode == 0, ([e for e in events if e["event"] == "error"], err[-20:])
     result = events[-1]
     assert result["event"] == "result" and result["steps"] == script_steps, events[-3:]
     assert (bob / "runs" / "script" / f"checkpoint_step_{script_steps:07d}" /
