@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--theme", choices=["dark", "light"], default="dark")
     parser.add_argument("--suffix", default="", help="added to each file name, e.g. -light")
+    parser.add_argument("--size", default="1360x860",
+                        help="window size WIDTHxHEIGHT (1100x760: a laptop's, issue 19)")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -44,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     settings.setValue("workspace", str(args.workspace))
     settings.setValue(f"last_voice/{args.workspace}", args.voice)
     window = MainWindow(AppContext(settings), theme=theme)
-    window.resize(1360, 860)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    window.resize(width, height)
     window.show()
     args.out.mkdir(parents=True, exist_ok=True)
 
