@@ -93,3 +93,12 @@ def test_every_page_fits(qtbot, window: MainWindow, voice: Path, size: tuple[int
         if found:
             report[type(page).__name__] = found
     assert not report, json.dumps(report, indent=1)
+    # Import: the transcript (what the user reads and fixes) is the widest column; at
+    # 1100x760 it was the narrowest text column, cut after 20 characters
+    from gui.pages.importer import ImportPage
+
+    window.show_page(ImportPage)
+    qtbot.wait(30)
+    table = next(p for p in window.pages if isinstance(p, ImportPage)).table
+    widths = [table.columnWidth(c) for c in range(table.model().columnCount())]
+    assert widths[4] == max(widths) and widths[4] >= 250, widths

@@ -394,7 +394,10 @@ class ImportPage(Page):
         self.table.verticalHeader().hide()
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
-        for col, width in ((0, 48), (1, 150), (2, 160), (3, 70), (5, 220)):
+        # the transcript is what the user reads and fixes: it gets what is left, and the
+        # others stay narrow enough that it is the widest column on a laptop (1100 px);
+        # a long verdict is elided, its tooltip has it whole
+        for col, width in ((0, 48), (1, 140), (2, 130), (3, 70), (5, 150)):
             self.table.setColumnWidth(col, width)
         self.table.doubleClicked.connect(self._double_clicked)
         play_key = QShortcut(QKeySequence(Qt.Key.Key_Space), self.table)
