@@ -63,24 +63,11 @@ def test_two_nodes_second_sees_no_voice_or_source(prepared_voice: Path, tiny_mod
     model = shared / "models" / "tiny"  # the base model in a folder both nodes mount
     shutil.copytree(tiny_model_dir, model)
     out = tmp_path / "result.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     t0 = time.time()
-    # its own session: if it overruns, the whole group (both nodes included) is ended
-    proc = subprocess.Popen(
-        ["unshare", "--net", "--mount", "--propagation", "private", "--",
-         sys.executable, __file__, str(voice), str(model), str(shared), str(tmp_path), str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT),
-        start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=INNER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"the two-node run did not end within {INNER_TIMEOUT_S} s:\n"
-                    f"{stdout[-3000:]}\n{stderr[-5000:]}")
+    rc, stdout, stderr = run_sandboxed(__file__, [voice, model, shared, tmp_path, out],
+                                       INNER_TIMEOUT_S, "the two-node run")
     wall = time.time() - t0
-    assert proc.returncode == 0 and out.is_file(), (stdout[-4000:], stderr[-6000:])
+    assert rc == 0 and out.is_file(), (stdout[-4000:], stderr[-6000:])
     res = json.loads(out.read_text())
     assert res["left_running"] == [], res["left_running"]
     assert res["local_then_join"], "a local cluster earlier in the process blocked the join"
@@ -111,6 +98,49 @@ def test_two_nodes_second_sees_no_voice_or_source(prepared_voice: Path, tiny_mod
 
 
 # -- the script that runs inside the namespaces -------------------------------------------------
+def run_sandboxed(script: str, args: list[Any], timeout: float,
+                  what: str) -> tuple[int, str, str]:
+    """Run `script args` inside `unshare --net --mount` (a loopback-only network and a
+    private mount namespace); (exit status, stdout, stderr). Fails the test on overrun."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    # its own session: if it overruns, the whole group (both nodes included) is ended
+    proc = subprocess.Popen(
+        ["unshare", "--net", "--mount", "--propagation", "private", "--",
+         sys.executable, script, *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT),
+        start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"{what} did not end within {timeout:g} s:\n"
+                    f"{stdout[-3000:]}\n{stderr[-5000:]}")
+    return proc.returncode, stdout, stderr
+
+
+def second_node(port: int, hide: dict[Path, Path], listing: Path, log: Path,
+                common: list[str]) -> subprocess.Popen[bytes]:
+    """`ray start --address` in a further mount namespace where each folder of `hide`
+    has an empty folder bound over it; what each then shows is listed in `listing`
+    (one line per folder: its path, a tab, its entries)."""
+    binds = "".join(f"mount --bind '{empty}' '{path}' && " for path, empty in hide.items())
+    lists = "".join(f"printf '%s\\t%s\\n' '{path}' \"$(ls -A '{path}' | tr '\\n' ' ')\" "
+                    f">> '{listing}' && " for path in hide)
+    cmd = " ".join([RAY, "start", "--address", f"127.0.0.1:{port}", *common])
+    return _start(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                   f"rm -f '{listing}' && {binds}{lists}exec {cmd}"], log)
+
+
+def node_view(listing: Path) -> dict[str, list[str]]:
+    """What the second node saw in each hidden folder (`second_node`'s listing)."""
+    view = {}
+    for line in listing.read_text().splitlines():
+        path, _, entries = line.partition("\t")
+        view[path] = entries.split()
+    return view
+
 
 
 def _loopback_up() -> None:
@@ -191,18 +221,11 @@ def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
     local.close()
 
     def node2() -> subprocess.Popen[bytes]:
-        hide = (f"mount --bind '{empty_voice}' '{voice}' && "
-                f"mount --bind '{empty_src}' '{ROOT / 'engine'}' && "
-                f"ls -A '{voice}' > '{tmp}/node2-voice.txt' && "
-                f"ls -A '{ROOT / 'engine'}' > '{tmp}/node2-engine.txt' && exec ")
-        cmd = " ".join([RAY, "start", "--address", f"127.0.0.1:{port}", *common])
-        return _start(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                       hide + cmd], tmp / "node2.log")
+        return second_node(port, {voice: empty_voice, ROOT / "engine": empty_src},
+                           tmp / "node2-view.txt", tmp / "node2.log", common)
 
     try:
-        procs.append(_start([RAY, "start", "--head", "--port", str(port), "--temp-dir",
-                             str(temp), "--include-dashboard", "false", *common],
-                            tmp / "head.log"))
+        procs.append(head_node(port, temp, tmp / "head.log", common))
         time.sleep(5)
         procs.append(node2())
         import ray
@@ -226,9 +249,8 @@ def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
         res["nodes"] = len([n for n in ray.nodes() if n["Alive"]])
         cluster.close()
         res["cluster_s"] = time.time() - t0
-        res["node2_view"] = {
-            "voice": (tmp / "node2-voice.txt").read_text().split(),
-            "engine": (tmp / "node2-engine.txt").read_text().split()}
+        view = node_view(tmp / "node2-view.txt")
+        res["node2_view"] = {"voice": view[str(voice)], "engine": view[str(ROOT / "engine")]}
         raylet2 = next(p for p in psutil.Process(procs[1].pid).children(recursive=True)
                        if p.name() == "raylet")
         res["node2_mnt"] = _mnt(raylet2.pid)
@@ -279,13 +301,28 @@ def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
         link = voice / "runs" / "killed"
         res["run_link"] = {"symlink": link.is_symlink(), "target": str(link.resolve())}
     finally:
-        _kill_tree(procs)
-        time.sleep(1)
-        me = os.getpid()
-        res["left_running"] = [p.pid for p in psutil.process_iter()
-                               if p.pid != me and _is_ours(p, tmp, temp)]
-        out.write_text(json.dumps(res, indent=1))
-        shutil.rmtree(temp, ignore_errors=True)
+        end_cluster(procs, res, tmp, temp, out)
+
+
+def head_node(port: int, temp: Path, log: Path, common: list[str]) -> subprocess.Popen[bytes]:
+    """`ray start --head` on `port`, its session files under `temp` (a short path)."""
+    return _start([RAY, "start", "--head", "--port", str(port), "--temp-dir", str(temp),
+                   "--include-dashboard", "false", *common], log)
+
+
+def end_cluster(procs: list[Any], res: dict[str, Any], tmp: Path, temp: Path,
+                out: Path) -> None:
+    """Kill every process started (by pid), record what of ours is left running, write
+    the result for the test outside the namespaces."""
+    import psutil
+
+    _kill_tree(procs)
+    time.sleep(1)
+    me = os.getpid()
+    res["left_running"] = [p.pid for p in psutil.process_iter()
+                           if p.pid != me and _is_ours(p, tmp, temp)]
+    out.write_text(json.dumps(res, indent=1))
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 def _is_ours(p: Any, tmp: Path, temp: Path) -> bool:

@@ -20,6 +20,13 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
         queue=args.queue, timeout_s=args.timeout, max_input=args.max_input,
         max_body=args.max_body, preload=not args.no_preload,
         reference_base=expand_arg(args.reference_base) if args.reference_base else None)
+    if args.address:
+        from ..serve.ray_deploy import ClusterServeSettings, serve_on_ray
+
+        cluster = ClusterServeSettings(
+            address=args.address, replicas=args.replicas, min_replicas=args.min_replicas,
+            max_replicas=args.max_replicas, replica_cpus=args.replica_cpus)
+        return serve_on_ray(settings, cluster, emitter)
     return serve(settings, emitter)
 
 
@@ -52,6 +59,18 @@ def register(sub: Any) -> None:
     p.add_argument("--reference-base", metavar="BASE_MODEL",
                    help="allow requests to clone from their own reference_audio (base64) on "
                    "this Base model (off by default)")
+    p.add_argument("--address", metavar="HOST:PORT",
+                   help="serve on this existing Ray cluster through Ray Serve (what `ray start "
+                   "--head` printed, or 'auto'); the voice folders must be visible at the same "
+                   "path on every node. Needs voxshard[ray-serve]")
+    p.add_argument("--replicas", type=int,
+                   help="with --address: this many replicas (default: one per GPU, else 1)")
+    p.add_argument("--min-replicas", type=int,
+                   help="with --address: let Ray Serve scale replicas, at least this many")
+    p.add_argument("--max-replicas", type=int,
+                   help="with --address: let Ray Serve scale replicas, at most this many")
+    p.add_argument("--replica-cpus", type=float, default=1.0,
+                   help="with --address: CPUs each replica asks for (default 1)")
     p.add_argument("--device")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
     p.add_argument("--quantize", choices=("int8",), help="faster CPU option (changes the numbers)")

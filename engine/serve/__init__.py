@@ -6,4 +6,6 @@
 - `request.parse_speech`: OpenAI's fields checked; `ApiError` in OpenAI's shape.
 - `app.create_app`: the Starlette app (speech, models, voices, health).
 - `server.serve(ServeSettings)`: safe-default checks, then uvicorn.
+- `ray_deploy.serve_on_ray(...)`: the same app as a Ray Serve deployment on a cluster
+  (`serve --address`).
 """

@@ -21,7 +21,7 @@ import io
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -53,6 +53,8 @@ class ServeConfig:
     device: str = "cpu"
     #: listening on loopback only (then only this computer's names are accepted as Host)
     loopback: bool = True
+    #: where this app runs, shown by /health (a Ray Serve replica: its node and replica id)
+    instance: dict[str, Any] = field(default_factory=dict)
 
 
 class _Stream(StreamingResponse):
@@ -135,7 +137,7 @@ class SpeechApp:
         return JSONResponse({"status": "ok", "model_loaded": bool(self.pool.loaded),
                              "device": self.config.device, "voices": len(self.pool.voices),
                              "served": self.served, "audio_seconds": round(self.audio_s, 3),
-                             **self.pool.health()})
+                             **self.pool.health(), **self.config.instance})
 
     async def models(self, _request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [self._model(m) for m in MODELS]})

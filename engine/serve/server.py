@@ -117,27 +117,56 @@ def _device(device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def make_pool(settings: ServeSettings, voices: dict[str, Any]) -> Any:
+    """The warm workers' pool for `voices` (also each Ray Serve replica's)."""
+    from .pool import Pool
+
+    return Pool(voices, device=settings.device, dtype=settings.dtype, rows=settings.rows,
+                quantize=settings.quantize, fuse=settings.fuse,
+                max_loaded=settings.max_loaded, max_queue=settings.queue,
+                reference_base=settings.reference_base)
+
+
+def make_config(settings: ServeSettings, key: str | None, **instance: Any) -> Any:
+    """The app's settings; `instance` adds where it runs to /health (a replica's node)."""
+    from .app import ServeConfig
+
+    return ServeConfig(api_key=key, max_body=settings.max_body, max_input=settings.max_input,
+                       timeout_s=settings.timeout_s, device=_device(settings.device),
+                       allow_reference=bool(settings.reference_base),
+                       loopback=is_loopback(settings.host), instance=instance)
+
+
+def preload(pool: Any, name: str) -> None:
+    """Load voice `name` now, so the first request finds it warm."""
+    from .pool import LoadFailed
+
+    try:
+        pool.loaded[name] = pool._load(name)
+    except LoadFailed as exc:
+        raise InputError(exc.message, "Check the voice folder (speak it once with "
+                         "`voxshard-engine speak`).") from None
+
+
+def url_of(host: str, port: int) -> str:
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    return f"http://{shown}:{port}/v1"
+
+
 def serve(settings: ServeSettings,
           on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
     """Serve until SIGINT/SIGTERM; returns what was served."""
     import uvicorn
 
-    from .app import ServeConfig, create_app
-    from .pool import LoadFailed, Pool
+    from .app import create_app
     from .voices import discover
 
     emitter = as_emitter(on_event)
     key = check_settings(settings)
     voices = discover(settings.targets, settings.workspace)
-    pool = Pool(voices, device=settings.device, dtype=settings.dtype, rows=settings.rows,
-                quantize=settings.quantize, fuse=settings.fuse,
-                max_loaded=settings.max_loaded, max_queue=settings.queue,
-                reference_base=settings.reference_base)
+    pool = make_pool(settings, voices)
     sock = _bind(settings.host, settings.port)
-    config = ServeConfig(api_key=key, max_body=settings.max_body, max_input=settings.max_input,
-                         timeout_s=settings.timeout_s, device=_device(settings.device),
-                         allow_reference=bool(settings.reference_base),
-                         loopback=is_loopback(settings.host))
+    config = make_config(settings, key)
 
     def log(record: dict[str, Any]) -> None:
         emitter.log(f"{record['method']} {record['path']} {record['status']} "
@@ -149,14 +178,12 @@ def serve(settings: ServeSettings,
         first = next(iter(voices))
         emitter.state("loading_model", detail=first)
         try:
-            pool.loaded[first] = pool._load(first)
-        except LoadFailed as exc:
+            preload(pool, first)
+        except InputError:
             sock.close()
-            raise InputError(exc.message, "Check the voice folder (speak it once with "
-                             "`voxshard-engine speak`).") from None
+            raise
     port = sock.getsockname()[1]
-    shown = f"[{settings.host.strip('[]')}]" if ":" in settings.host else settings.host
-    url = f"http://{shown}:{port}/v1"
+    url = url_of(settings.host, port)
     emitter.state("serving", detail=url, url=url, port=port, voices=sorted(voices),
                   auth=key is not None, renders=str(pool.renders_dir),
                   reference_cloning=bool(settings.reference_base))
