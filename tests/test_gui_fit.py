@@ -42,6 +42,9 @@ def problems(window: MainWindow, page: QWidget) -> list[str]:
     found: list[str] = []
     win = window.rect()
     for w in page.findChildren(QWidget):
+        if isinstance(w, QTabBar) and w.isVisible() and w.count() \
+                and w.tabRect(w.count() - 1).right() > w.width():
+            found.append(f"tab {w.tabText(w.count() - 1)!r} hidden behind scroll arrows")
         if not w.isVisible() or w.width() <= 0 or isinstance(w, QTabBar) \
                 or isinstance(w.parentWidget(), QTabBar):
             continue
@@ -72,8 +75,22 @@ def problems(window: MainWindow, page: QWidget) -> list[str]:
     return found
 
 
+@pytest.fixture
+def styled(qapp):
+    """The app's own style sheet (paddings, fonts): without it the tabs and buttons are
+    narrower than a user sees them, and what the user saw cut off fits here."""
+    from gui.theme import ThemeManager
+
+    sheet, palette = qapp.styleSheet(), qapp.palette()
+    ThemeManager(qapp, "dark").apply()
+    yield
+    qapp.setStyleSheet(sheet)
+    qapp.setPalette(palette)
+
+
 @pytest.mark.parametrize("size", [(1100, 760), (1920, 1080)])
-def test_every_page_fits(qtbot, window: MainWindow, voice: Path, size: tuple[int, int]) -> None:
+def test_every_page_fits(qtbot, styled, window: MainWindow, voice: Path,
+                         size: tuple[int, int]) -> None:
     run = voice / "runs" / "2026-01-01_a"
     run.mkdir(parents=True)
     cfg = TrainConfig()

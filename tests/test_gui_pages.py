@@ -335,7 +335,9 @@ def test_speech_worker_error_is_a_clear_message(qtbot, window: MainWindow, voice
     state = page.state
     assert state.text().startswith("Failed: ")
     assert state.fontMetrics().horizontalAdvance(state.text()) > state.width()  # too long...
-    assert state.height() >= 2 * state.fontMetrics().lineSpacing()  # ...so on two lines
+    # ...so on two lines, once the layout has run
+    qtbot.waitUntil(lambda: state.height() >= 2 * state.fontMetrics().lineSpacing(),
+                    timeout=5000)
     inside = QRect(state.mapTo(window, QPoint(0, 0)), state.size())
     assert window.rect().contains(inside)
     worker = page.speech.job

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -155,6 +156,7 @@ class VoicesPage(Page):
         self.voice_title.setObjectName("PageTitle")
         self.voice_sub = QLabel("")
         self.voice_sub.setObjectName("Muted")
+        self.voice_sub.setWordWrap(True)
         right.addWidget(self.voice_title)
         right.addWidget(self.voice_sub)
         grid = QGridLayout()
@@ -263,7 +265,11 @@ class VoicesPage(Page):
         s = snap.summary
         usable = snap.usable_minutes
         self.voice_title.setText(snap.speaker)
-        self.voice_sub.setText(f"{voice}" + (f"  ·  {snap.language}" if snap.language else ""))
+        # a long folder path wraps at its separators (a zero-width space after each)
+        # instead of running past the page on a laptop
+        shown = str(voice).replace(os.sep, os.sep + "\u200b")
+        self.voice_sub.setText(shown + (f"  ·  {snap.language}" if snap.language else ""))
+        self.voice_sub.setToolTip(str(voice))
         self.cards["takes"].set(str(s["takes"]))
         self.cards["recorded"].set(f"{s['minutes_recorded']:.1f}")
         self.cards["usable"].set("—" if usable is None else f"{usable:.1f}")

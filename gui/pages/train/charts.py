@@ -36,7 +36,7 @@ QUALITY_BASELINE = "quality/similarity_zero_shot"
 
 
 class TrainCharts(QTabWidget):
-    """The charts in tabs (loss, memory, speed and learning rate, clone quality; the page
+    """The charts in tabs (loss, memory, speed, learning rate, clone quality; the page
     adds its log): on a laptop screen each chart keeps a readable size instead of five
     squeezed into one view."""
 
@@ -44,9 +44,14 @@ class TrainCharts(QTabWidget):
         super().__init__()
         self.store = store
         self.views: list[pg.GraphicsLayoutWidget] = []
-        train, hardware, speed, quality = (self._view(t) for t in (
-            "Loss", "Memory", "Speed", "Quality"))
+        # the learning rate has a tab of its own: stacked under throughput, each got
+        # ~60 px at 1100x760 and their tick labels ran into each other
+        train, hardware, speed, rate, quality = (self._view(t) for t in (
+            "Loss", "Memory", "Speed", "Learning rate", "Quality"))
         self.setMinimumHeight(260)
+        # six tabs in the monitor's ~430 px at 1100x760: narrower padding than the app's
+        # tabs, or the last ones hide behind scroll arrows
+        self.setStyleSheet("QTabBar::tab { padding: 6px 8px; }")
         self.redraws = 0
         self.rank_labels: dict[str, str] = {}  # rank -> "GPU 3" / "node-b GPU 1"
         self.limit_gib: float | None = None  # from the GPU probe, before the engine says
@@ -61,7 +66,7 @@ class TrainCharts(QTabWidget):
                                                             "Clone quality per checkpoint",
                                                             "score", 0, 0)
         self.tps_plot, self.tps_legend = self._plot(speed, "Throughput", "tokens/s", 0, 0)
-        self.lr_plot, self.lr_legend = self._plot(speed, "Learning rate", "lr", 2, 0)
+        self.lr_plot, self.lr_legend = self._plot(rate, "Learning rate", "lr", 0, 0)
         self.plots = (self.loss_plot, self.mem_plot, self.quality_plot, self.tps_plot,
                       self.lr_plot)
         self._line(self.loss_plot, self.loss_legend, "loss/train", SERIES[0], "train")
@@ -89,8 +94,8 @@ class TrainCharts(QTabWidget):
         self.quality_hint.setPos(0.5, 0.5)
         self.quality_plot.setXRange(0.0, 1.0, padding=0)
         # plots share the height; legend rows only take what their text needs
-        for view, stretches in ((train, (1, 0)), (hardware, (1, 0)), (speed, (1, 0, 1, 0)),
-                                (quality, (1, 0))):
+        for view, stretches in ((train, (1, 0)), (hardware, (1, 0)), (speed, (1, 0)),
+                                (rate, (1, 0)), (quality, (1, 0))):
             for row, stretch in enumerate(stretches):
                 view.ci.layout.setRowStretchFactor(row, stretch)
         self.best_lines = []
