@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPlainTextEdit,
     QProgressBar,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -185,7 +186,11 @@ class ListenPage(Page):
         self.compare_note = QLabel("Each row is one sentence; click a cell to hear it.")
         self.compare_note.setObjectName("Muted")
         self.compare_note.setWordWrap(True)
-        cl.addWidget(hbox(self.compare_btn, self.compare_note, stretch_at=2))
+        # the note takes the rest of the row (beside a stretch it was squeezed onto two
+        # short lines at 1100 px)
+        self.compare_note.setSizePolicy(QSizePolicy.Policy.Expanding,
+                                        QSizePolicy.Policy.Preferred)
+        cl.addWidget(hbox(self.compare_btn, self.compare_note))
         # which checkpoints of the latest run to compare (all, unless the user unticks some)
         self.compare_pick = QListWidget()
         self.compare_pick.setFlow(QListWidget.Flow.LeftToRight)
