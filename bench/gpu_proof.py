@@ -6,7 +6,9 @@
 
 What runs, per model size (random weights at the real 0.6B and 1.7B widths
 from qwen3-tts-facts.md, written once to a cache folder; no download) and per
-configuration (plain, activation checkpointing, CPU offload, LoRA):
+configuration (plain, activation checkpointing, CPU offload, LoRA, the
+decoder layers compiled with torch.compile, and 4 accumulation micro-steps
+with parameters kept gathered between them or gathered again in each):
 the product's objective, `parallelize`, worker loop (`engine.train.worker.
 run_worker`: AdamW, schedule, clipping, precision and loss scaling, metrics)
 and DCP checkpointer, on synthetic batches in the real sequence layout.
@@ -135,7 +137,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "checkpointing": {"parallel": {"activation_checkpointing": True}},
     "offload": {"parallel": {"cpu_offload": True}},
     "lora": {"model": {"trainable": "lora"}},
+    # torch.compile of every decoder layer (GPU only: on CPU the layers stay eager)
+    "compiled": {"parallel": {"compile_layers": True}},
+    # 4 micro-steps per optimizer step, parameters kept gathered between them and not:
+    # the all-gathers that keeping saves, in step time
+    "accum4 kept": {"data": {"grad_accum": 4}, "parallel": {"accum_reduce": "last",
+                                                             "keep_gathered": "on"}},
+    "accum4 regather": {"data": {"grad_accum": 4}, "parallel": {"accum_reduce": "last",
+                                                                 "keep_gathered": "off"}},
 }
+#: configurations that only mean something on a GPU
+GPU_ONLY = ("offload", "compiled")
 #: bf16 dense peak FLOP/s by GPU name (vendor data sheets; SXM parts)
 PEAK_BF16 = (("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12),
              ("L40S", 362e12), ("L4", 121e12), ("A10", 125e12), ("4090", 165e12),
@@ -213,7 +225,7 @@ def proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
     from engine.data.layout import LayoutIds, collate, count_tokens
     from engine.train.loss import normalisers
     from engine.train.objective import batch_to_device
-    from engine.train.parallelize import set_gradient_sync
+    from engine.train.parallelize import set_gradient_sync, set_keep_gathered
     from engine.train.worker import TrainParts, sharded_objective
 
     model_dir = Path(loop_config["model_dir"])
@@ -249,6 +261,8 @@ def proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
     return TrainParts(model=objective, device=device, steps_per_epoch=1 << 30,
                       step_batches=step_batches, forward=forward,
                       set_grad_sync=lambda on: set_gradient_sync(objective, on),
+                      set_keep_gathered=lambda keep, last: set_keep_gathered(objective, keep,
+                                                                             last),
                       precision=precision, info={"precision_detail": detail},
                       prepare=lambda b: batch_to_device(b, device, pin=True))
 
@@ -573,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.tiny:
             plans = [("tiny", None, [2], 2)]
-            configs = {k: v for k, v in configs.items() if k != "offload"}  # GPU-only policy
+            configs = {k: v for k, v in configs.items() if k not in GPU_ONLY}
             args.seconds, batches = min(args.seconds, 2.0), [max(2, min(batches[0], 4))]
         else:
             plans = [(s, s, [1] + ([2] if gpus >= 2 else []), batches[0])
@@ -599,8 +613,8 @@ def main(argv: list[str] | None = None) -> int:
                 ranks = run_ray_free(job, world)
                 for cname, overrides in size_configs.items():
                     cfg = base.replace(**overrides) if overrides else base
-                    flops = model_flops(model_dir, cfg.data.batch_size, args.seconds,
-                                        cfg.model.trainable)
+                    flops = cfg.data.grad_accum * model_flops(
+                        model_dir, cfg.data.batch_size, args.seconds, cfg.model.trainable)
                     rows.append(summarise(cname, world, ranks, job,
                                           _plan_bytes(model_dir, cfg, world, job), flops, peak))
             if args.tiny or args.ray:

@@ -558,3 +558,41 @@ def test_plan_counts_offloaded_state_in_host_memory(tiny_model_dir: Path,
                                device="cuda", free=[8 << 30] * 2, seq_len=100, frames=60,
                                capability=(9, 0), choices=False)
     assert not short.fits
+
+
+def _keep_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
+    """`_sync_builder`, whose switches both record into one list, in call order."""
+    parts = _sync_builder(cfg, loop_config, rank, world)
+    calls = loop_config["_calls"]
+    parts.set_grad_sync = lambda on: calls.append(("sync", on))
+    parts.set_keep_gathered = lambda keep, last: calls.append(("keep", keep, last))
+    return parts
+
+
+@pytest.mark.parametrize("keep,accum", [("on", 3), ("off", 3), ("on", 1)])
+def test_trainer_keeps_parameters_gathered_between_micro_steps(tmp_path: Path, keep: str,
+                                                               accum: int) -> None:
+    """keep_gathered "on": before each micro-step the units stay gathered, released only
+    after the last backward; after the micro-steps FSDP's defaults come back (validation
+    and checkpoints see sharded units). "off", or one micro-step: never switched."""
+    from engine.train.config import TrainConfig
+    from engine.train.worker import ListSender, WorkerEnv, run_worker
+
+    calls: list[tuple[Any, ...]] = []
+    cfg = TrainConfig().replace(data={"grad_accum": accum},
+                                parallel={"accum_reduce": "last", "keep_gathered": keep},
+                                run={"val_every": 0})
+    loop_config = {"config": cfg.to_dict(), "run_dir": str(tmp_path / "run"), "total_steps": 2,
+                   "builder": "tests.test_gpu_paths:_keep_builder", "_calls": calls,
+                   "save_final": False}
+    sender = ListSender()
+    run_worker(loop_config, WorkerEnv(rank=0, world=1, sender=sender))
+    syncs = [("sync", False)] * (accum - 1) + [("sync", True)]
+    if keep == "on" and accum > 1:
+        one = []
+        for i, s in enumerate(syncs):
+            one += [s, ("keep", True, i == accum - 1)]
+        assert calls == [*one, ("keep", False, True)] * 2
+        assert any("stay gathered" in r["message"] for r in sender.of("log"))
+    else:
+        assert calls == syncs * 2

@@ -94,6 +94,72 @@ def _train(objective: Any, batch: dict[str, torch.Tensor],
     return losses, grads
 
 
+#: micro-steps per optimizer step in the accumulation runs
+ACCUM = 2
+
+
+def _count_all_gathers(objective: Any) -> list[int]:
+    """A counter of FSDP2's all-gathers on this rank: the default collective, counted."""
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather
+
+    from engine.train.parallelize import fsdp_units
+
+    count = [0]
+
+    class Counting(DefaultAllGather):
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            return super().__call__(*args, **kwargs)
+
+    for unit in fsdp_units(objective):
+        unit.set_custom_all_gather(Counting())
+    return count
+
+
+def _train_accumulated(objective: Any, batch: dict[str, torch.Tensor], all_sum: Any,
+                       keep: bool) -> tuple[list[float], list[dict[str, torch.Tensor]],
+                                             dict[str, int]]:
+    """STEPS AdamW steps of ACCUM micro-steps on the same batch (each loss / ACCUM, so
+    each step's gradient is `_train`'s), reducing on the last micro-step only, in the
+    worker's order of switches; also the gathered parameter bytes: held after the first
+    micro-step's backward, and the most at any time in backward (sampled whenever
+    autograd unpacks a saved tensor, where backward prefetch gathers ahead)."""
+    from engine.train.metrics import gathered_param_bytes
+    from engine.train.parallelize import set_gradient_sync, set_keep_gathered
+
+    opt = torch.optim.AdamW(trainable_parameters(objective), lr=LR, foreach=True)
+    losses, grads, held, peak = [], [], -1, [0]
+
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        peak[0] = max(peak[0], gathered_param_bytes(objective))
+        return t
+
+    for _ in range(STEPS):
+        sums = None
+        for i in range(ACCUM):
+            last = i == ACCUM - 1
+            set_gradient_sync(objective, last)
+            if keep:
+                set_keep_gathered(objective, True, last)
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+                out = objective(batch)
+            (out["loss"] / ACCUM).backward()
+            if held < 0:
+                held = gathered_param_bytes(objective)
+            step = torch.stack([out["talker_sum"], out["subtalker_sum"],
+                                out["talker_tokens"], out["subtalker_tokens"]]).detach()
+            sums = step if sums is None else sums + step
+        if keep:
+            set_keep_gathered(objective, False)
+        torch.nn.utils.clip_grad_norm_(trainable_parameters(objective), 1.0)
+        grads.append(_full_grads(objective))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sums = all_sum(sums)
+        losses.append(float(sums[0] / sums[2] + 0.3 * sums[1] / sums[3]))
+    return losses, grads, {"held": held, "peak": peak[0]}
+
+
 # Sharded and single-process runs reduce in a different order (per-rank sums,
 # then gloo's all-reduce), so they agree to float32 rounding, not bit for bit,
 # and the rounding depends on the CPU's kernels (AVX2, AVX-512, AMX).
@@ -208,6 +274,16 @@ def _rank_main(rank: int, world: int, model_dir: str, out: str, port: int) -> No
         objective(batch)["loss"].backward()
         results["accum_every_bytes"] = model_state_bytes(objective)["grads"]
         results["accum_every_unsharded"] = unsharded_grad_bytes(objective)
+        # accumulation over ACCUM micro-steps, parameters kept gathered between them or not
+        for keep in (True, False):
+            objective = build_objective(model_dir, ModelConfig(), device="meta")
+            parallelize(objective, mesh, ParallelConfig(workers=2), device)
+            load_base_weights(objective, model_dir, device)
+            gathers = _count_all_gathers(objective)
+            losses, grads, held = _train_accumulated(objective, batch, all_sum, keep)
+            results[f"accum_keep_{keep}"] = {
+                "losses": losses, "grads": grads, "sd": full_state_dict(objective),
+                "gathers": gathers[0], **held}
         if rank == 0:
             torch.save(results, out)
         # nobody tears gloo down while the other rank still talks to it
@@ -398,3 +474,47 @@ def test_plan_counts_gradient_accumulation_memory(sharded: dict[str, Any],
                      choices=False)
     assert plan("last").total * 2 > tight
     assert auto.accum_reduce == "every" and auto.fits
+
+
+@pytest.mark.slow
+def test_accumulation_keeps_parameters_gathered_and_trains_the_same(
+        sharded: dict[str, Any], single: dict[str, Any], tiny_model_dir: Path) -> None:
+    """keep_gathered: each FSDP unit is all-gathered once per optimizer step (not twice
+    per micro-step), the gradients and weights are those of one whole-batch step in one
+    process, bit-identical to re-gathering, and the plan counts exactly what is held."""
+    from engine.train.config import TrainConfig
+    from engine.train.plan import count_units, make_plan
+
+    kept, regathered = sharded["accum_keep_True"], sharded["accum_keep_False"]
+    objective = build_objective(tiny_model_dir, ModelConfig(), device="meta")
+    layers = len(objective.talker.model.layers) + len(
+        objective.talker.code_predictor.model.layers)
+    units = layers + 2  # the root and the text embedding's own unit
+    assert kept["gathers"] == STEPS * units
+    # re-gathering, every micro-step: each layer in forward and again in backward, the
+    # root in forward only, and the frozen text embedding in forward and again in
+    # backward (FSDP2's default backward prefetch of the unit that ran before layer 0)
+    assert regathered["gathers"] == STEPS * ACCUM * (2 * (layers + 1) + 1)
+    # accumulated halves of the same batch: the one-step gradient of one process
+    assert kept["losses"] == pytest.approx(single["losses"], rel=1e-5)
+    for got, ref in zip(kept["grads"], single["grads"], strict=True):
+        assert_grads_close(got, ref)
+    assert_adamw_weights_close(kept["sd"], single["sd"], single["grads"])
+    # the same kernels on the same numbers: keeping changes nothing but the gathers
+    assert kept["losses"] == regathered["losses"]
+    assert all(torch.equal(kept["sd"][k], v) for k, v in regathered["sd"].items())
+    # what stays gathered between micro-steps is the plan's term, byte for byte
+    cfg = TrainConfig().replace(parallel={"workers": 2, "keep_gathered": "on"},
+                                data={"batch_size": 2, "grad_accum": ACCUM})
+    plan = make_plan(tiny_model_dir, cfg, device="cpu", free=[1 << 40], seq_len=100,
+                     frames=60, choices=False)
+    biggest = max(u.numel for u in count_units(tiny_model_dir, cfg.model, 2)
+                  if u.name != "root")
+    assert plan.keep_gathered and kept["held"] > 0 and regathered["held"] == 0
+    assert plan.gather_buffer - 4 * biggest == kept["held"] == kept["peak"]
+    # re-gathering: the most ever gathered in backward (root, current and prefetched
+    # unit) is within the plan's all-gather term, which is far below keeping
+    again = make_plan(tiny_model_dir, cfg.replace(parallel={"keep_gathered": "off"}),
+                      device="cpu", free=[1 << 40], seq_len=100, frames=60, choices=False)
+    assert not again.keep_gathered
+    assert 0 < regathered["peak"] <= again.gather_buffer < plan.gather_buffer

@@ -174,3 +174,82 @@ def test_an_existing_cluster_is_planned_against_its_own_gpus(tiny_model_dir: Pat
         cluster_gpu_plan(tight, tiny_model_dir, cfg, tmp_path, Emitter())
     assert err.value.message.startswith("Training will not fit the cluster's GPUs")
     assert cluster_gpu_plan(report([], []), tiny_model_dir, cfg, tmp_path, Emitter()) is None
+
+
+def test_parameters_stay_gathered_between_micro_steps_only_when_that_fits(
+        tiny_model_dir: Path) -> None:
+    """keep_gathered "auto": kept when the plan fits with every unit whole, re-gathered
+    when only that fits, never without "last" reduction; the driver writes the choice
+    into the run's config; a forced "on" that does not fit is advised away."""
+    from engine.train.api import resolved
+
+    cfg = _cfg(accum_reduce="auto")
+    kept = _plan(tiny_model_dir, cfg)
+    assert kept.keep_gathered and kept.accum_reduce == "last"
+    assert "parameters stay gathered" in kept.table()
+    off = _plan(tiny_model_dir, cfg.replace(parallel={"keep_gathered": "off"}))
+    assert not off.keep_gathered and off.total < kept.total
+    assert resolved(cfg, kept).parallel.keep_gathered == "on"
+    assert resolved(cfg, off).parallel.keep_gathered == "off"
+    assert resolved(cfg, kept).parallel.accum_reduce == "last"
+    # room for re-gathering but not for keeping: "auto" gives keeping up, not "last"
+    from engine.train.plan import make_plan
+
+    def fit(c: Any, free: int) -> Any:
+        return make_plan(tiny_model_dir, c, device="cuda", free=[free] * 2, seq_len=100,
+                         frames=60, capability=(9, 0), choices=False)
+
+    between = fit(cfg, off.total)
+    assert between.fits and not between.keep_gathered and between.accum_reduce == "last"
+    forced = fit(cfg.replace(parallel={"keep_gathered": "on"}), off.total)
+    assert not forced.fits and forced.keep_gathered
+    assert any("--keep-gathered off" in a for a in forced.advice)
+    # no accumulation, or reduction after every micro-step: nothing to keep
+    assert not _plan(tiny_model_dir, cfg.replace(data={"grad_accum": 1})).keep_gathered
+    assert not _plan(tiny_model_dir, cfg.replace(parallel={"accum_reduce": "every"})
+                     ).keep_gathered
+    with pytest.raises(ValueError, match="keep_gathered"):
+        cfg.replace(parallel={"accum_reduce": "every", "keep_gathered": "on"})
+
+
+@pytest.mark.parity
+def test_compiled_layers_only_on_a_gpu(tiny_model_dir: Path) -> None:
+    """--compile compiles each decoder layer's forward on a GPU and nothing on CPU; the
+    wiring itself (module tree, state-dict keys, loss and gradients) checked on CPU with
+    dynamo's eager backend (capture only, no code generation)."""
+    import torch
+
+    from engine.train.config import ParallelConfig
+    from engine.train.objective import build_objective, load_base_weights
+    from engine.train.parallelize import compile_layers, decoder_layers, parallelize
+    from tests.test_train_host_syncs import _batch
+
+    def built(compile_on_cpu: bool) -> Any:
+        obj = build_objective(tiny_model_dir, None, device="meta")
+        parallelize(obj, None, ParallelConfig(compile_layers=True), "cpu")
+        load_base_weights(obj, tiny_model_dir, "cpu")
+        if compile_on_cpu:
+            assert compile_layers(obj, "cpu", backend="eager") == len(decoder_layers(obj))
+        return obj
+
+    eager = built(False)
+    assert eager._voxshard_compiled == 0  # asked for, but this is a CPU
+    assert all("forward" not in vars(layer) for layer in decoder_layers(eager))
+    meta = build_objective(tiny_model_dir, None, device="meta")
+    assert compile_layers(meta, torch.device("cuda")) == len(decoder_layers(meta))
+    assert all("forward" in vars(layer) for layer in decoder_layers(meta))
+    compiled = built(True)
+    assert list(compiled.state_dict()) == list(eager.state_dict())
+    from engine.train.objective import batch_to_device
+
+    batch = batch_to_device(_batch(tiny_model_dir), "cpu")
+    losses, grads = [], []
+    for obj in (eager, compiled):
+        out = obj(batch)
+        out["loss"].backward()
+        losses.append(out["loss"].detach())
+        grads.append({n: p.grad for n, p in obj.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(losses[1], losses[0])
+    assert grads[0].keys() == grads[1].keys()
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g, msg=name)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..events import Emitter
-from ..train.config import PRECISION_CHOICES, TRAINABLE_CHOICES
+from ..train.config import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
 from .main import add_command
 
 
@@ -52,6 +52,11 @@ def _add_shape_options(p: argparse.ArgumentParser) -> None:
                    help="recompute layer activations in backward (less memory, slower)")
     p.add_argument("--cpu-offload", action="store_true", default=None,
                    help="keep sharded weights and optimizer state in host memory (GPU only)")
+    p.add_argument("--keep-gathered", choices=KEEP_GATHERED_CHOICES, default=None,
+                   help="with --grad-accum: keep parameters gathered between micro-steps "
+                        "(auto, the default: when the memory plan says it fits)")
+    p.add_argument("--compile", action="store_true", default=None, dest="compile_layers",
+                   help="torch.compile the decoder layers (GPU runs; ignored on CPU)")
     p.add_argument("--precision", choices=PRECISION_CHOICES, default=None,
                    help="auto (default): bf16 on GPUs of compute capability 8.0+, fp16 with "
                         "loss scaling on older GPUs, fp32 on CPU")
@@ -75,6 +80,8 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "grad_accum": args.grad_accum,
         "activation_checkpointing": args.activation_checkpointing,
         "cpu_offload": args.cpu_offload,
+        "keep_gathered": args.keep_gathered,
+        "compile_layers": args.compile_layers,
         "precision": args.precision,
         "trainable": args.trainable,
         "lora_rank": args.lora_rank,

@@ -215,7 +215,9 @@ class TrainRequest:
     on older ones, fp32 on CPU), "bf16", "fp16" or "fp32". trainable: what
     trains (`engine.train.config.TRAINABLE_CHOICES`: "talker" by default,
     "talker+text", "code_predictor", "talker_layers", "lora"); lora_rank and
-    lora_alpha size the LoRA adapters.
+    lora_alpha size the LoRA adapters. keep_gathered: parameters between
+    accumulation micro-steps ("auto": kept when the plan says it fits, "on",
+    "off"); compile_layers: torch.compile the decoder layers (GPU runs only).
     """
 
     voice: str | Path
@@ -246,10 +248,12 @@ class TrainRequest:
     seed: int | None = None
     storage: str | os.PathLike[str] | None = None
     preflight: bool | None = None
+    keep_gathered: str | None = None
+    compile_layers: bool | None = None
 
     def validated(self) -> TrainRequest:
         """This request, or an InputError naming the first bad value and what to give."""
-        from .config import PRECISION_CHOICES, TRAINABLE_CHOICES
+        from .config import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
 
         def positive(name: str, minimum: float = 1) -> None:
             value = getattr(self, name)
@@ -274,6 +278,9 @@ class TrainRequest:
         if self.trainable is not None and self.trainable not in TRAINABLE_CHOICES:
             raise InputError(f"Unknown --trainable choice {self.trainable!r}.",
                              f"Use one of: {', '.join(TRAINABLE_CHOICES)}.")
+        if self.keep_gathered is not None and self.keep_gathered not in KEEP_GATHERED_CHOICES:
+            raise InputError(f"Unknown --keep-gathered choice {self.keep_gathered!r}.",
+                             f"Use one of: {', '.join(KEEP_GATHERED_CHOICES)}.")
         if not str(self.base).strip():
             raise InputError("No base model given.",
                              "Use --base Qwen/Qwen3-TTS-12Hz-0.6B-Base (or a model folder).")
@@ -286,7 +293,9 @@ class TrainRequest:
             "parallel": {"workers": workers, "use_gpu": use_gpu, "address": self.address,
                          "cpu_threads_per_worker": threads,
                          "activation_checkpointing": self.activation_checkpointing,
-                         "cpu_offload": self.cpu_offload, "precision": self.precision},
+                         "cpu_offload": self.cpu_offload, "precision": self.precision,
+                         "keep_gathered": self.keep_gathered,
+                         "compile_layers": self.compile_layers},
             "model": {"trainable": self.trainable, "lora_rank": self.lora_rank,
                       "lora_alpha": self.lora_alpha},
             "optim": {"lr": self.lr},
@@ -450,9 +459,10 @@ class TrainRun:
                              free=None if req.address is None else [])
         except PrecisionError as exc:
             raise InputError(str(exc), "Use --precision fp16 (or fp32) on this GPU.") from exc
-        if plan.accum_reduce in ("last", "every"):
-            # "auto" resolved by the plan: reduce every micro-step only when memory is tight
-            cfg = self.cfg = cfg.replace(parallel={"accum_reduce": plan.accum_reduce})
+        if req.address is None:
+            # "auto" choices resolved by the plan (an existing cluster's GPUs resolve them
+            # at launch, `cluster_gpu_plan`)
+            cfg = self.cfg = resolved(cfg, plan)
         # dry runs show it as their result; real runs keep it for --json consumers
         self.emitter.log(plan.table(), level="debug")
         self.plan_result = plan
@@ -535,7 +545,11 @@ class TrainRun:
             same_model_path = all(n.model.endswith("(same path as the driver)")
                                   for n in report.nodes)
             if cfg.parallel.use_gpu:
-                cluster_gpu_plan(report, self.model_dir, cfg, v.path, emitter)
+                gpu_plan = cluster_gpu_plan(report, self.model_dir, cfg, v.path, emitter)
+                if gpu_plan is not None:
+                    cfg = resolved(cfg, gpu_plan)
+                    self.run_extra["plan_bytes"] = gpu_plan.total
+                    write_json(run_dir / "config.json", cfg.to_dict())
         # codes are cached by content hash: a re-run or a resume encodes nothing
         if same_model_path:
             index = extract_codes_ray(v.path, self.model_dir,
@@ -650,6 +664,18 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     finally:
         if not callable(prev):
             signal.signal(signal.SIGTERM, prev)
+
+
+def resolved(cfg: TrainConfig, plan: Any) -> TrainConfig:
+    """`cfg` with the plan's choice for every "auto" that memory decides: gradient
+    reduction with accumulation ("last" or "every") and whether parameters stay
+    gathered between micro-steps ("on" or "off")."""
+    if plan.accum_reduce not in ("last", "every"):
+        return cfg  # no accumulation: neither applies
+    parallel: dict[str, Any] = {"accum_reduce": plan.accum_reduce}
+    if cfg.parallel.keep_gathered == "auto":
+        parallel["keep_gathered"] = "on" if plan.keep_gathered else "off"
+    return cfg.replace(parallel=parallel)
 
 
 def cluster_gpu_plan(report: Any, model_dir: Path, cfg: TrainConfig, voice_dir: Path,

@@ -40,6 +40,13 @@ PRECISION_CHOICES: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
 #: GPU holds whole fp32 gradients between micro-steps), "every" (reduce-scatter
 #: after every micro-step: gradients stay sharded)
 ACCUM_REDUCE_CHOICES: tuple[str, ...] = ("auto", "last", "every")
+#: parameters between accumulation micro-steps (with "last" reduction): "on" keeps
+#: every FSDP unit gathered from the first micro-step's forward to the last one's
+#: backward (one all-gather per unit per optimizer step instead of two per
+#: micro-step, for the memory of the whole model in the compute dtype), "off"
+#: re-gathers them in every forward and backward, "auto" (the driver picks from the
+#: plan) keeps them when that fits
+KEEP_GATHERED_CHOICES: tuple[str, ...] = ("auto", "on", "off")
 Schedule = Literal["cosine", "constant", "linear"]
 
 
@@ -131,6 +138,11 @@ class ParallelConfig:
     cpu_threads_per_worker: int = 1
     #: gradient reduction with grad_accum > 1 (see ACCUM_REDUCE_CHOICES)
     accum_reduce: str = "auto"
+    #: parameters kept gathered between accumulation micro-steps (see KEEP_GATHERED_CHOICES)
+    keep_gathered: str = "auto"
+    #: torch.compile every decoder layer's forward (GPU runs only; on CPU the layers
+    #: stay eager)
+    compile_layers: bool = False
 
     def __post_init__(self) -> None:
         _check(self.workers >= 1, "parallel.workers", "must be >= 1")
@@ -138,6 +150,11 @@ class ParallelConfig:
                f"must be one of {', '.join(PRECISION_CHOICES)}")
         _check(self.accum_reduce in ACCUM_REDUCE_CHOICES, "parallel.accum_reduce",
                f"must be one of {', '.join(ACCUM_REDUCE_CHOICES)}")
+        _check(self.keep_gathered in KEEP_GATHERED_CHOICES, "parallel.keep_gathered",
+               f"must be one of {', '.join(KEEP_GATHERED_CHOICES)}")
+        # kept parameters only make sense while gradients are not reduced in between
+        _check(not (self.keep_gathered == "on" and self.accum_reduce == "every"),
+               "parallel.keep_gathered", '"on" needs accum_reduce "last" (or "auto")')
         _check(self.cpu_threads_per_worker >= 1, "parallel.cpu_threads_per_worker", "must be >= 1")
 
 

@@ -234,16 +234,34 @@ def unsharded_grad_bytes(model: Any) -> int:
     checked by the test that compares this with the plan).
     """
     total = 0
+    for fsdp_param in _fsdp_params(model):
+        acc = getattr(fsdp_param, "unsharded_accumulated_grad", None)
+        if acc is None:
+            unsharded = getattr(fsdp_param, "_unsharded_param", None)
+            acc = getattr(unsharded, "grad", None) if unsharded is not None else None
+        if acc is not None:
+            total += int(acc.numel() * acc.element_size())
+    return total
+
+
+def gathered_param_bytes(model: Any) -> int:
+    """Bytes of unsharded (all-gathered) parameters FSDP2 holds right now, all units.
+
+    Counts the allocated all-gather outputs, the storage each unit's whole
+    parameters live in while gathered (freed, resized to 0, on reshard); what
+    `keep_gathered` holds between accumulation micro-steps. Reads FSDP2's
+    per-parameter state (torch-internal names, checked by the test that
+    compares this with the plan).
+    """
+    return sum(int(t.untyped_storage().nbytes()) for fsdp_param in _fsdp_params(model)
+               for t in getattr(fsdp_param, "all_gather_outputs", None) or [])
+
+
+def _fsdp_params(model: Any) -> Any:
+    """FSDP2's per-parameter state objects of every unit in `model` (torch-internal)."""
     for module in model.modules():
         get_state = getattr(module, "_get_fsdp_state", None)
         if get_state is None:
             continue
         group = getattr(get_state(), "_fsdp_param_group", None)
-        for fsdp_param in getattr(group, "fsdp_params", None) or []:
-            acc = getattr(fsdp_param, "unsharded_accumulated_grad", None)
-            if acc is None:
-                unsharded = getattr(fsdp_param, "_unsharded_param", None)
-                acc = getattr(unsharded, "grad", None) if unsharded is not None else None
-            if acc is not None:
-                total += int(acc.numel() * acc.element_size())
-    return total
+        yield from getattr(group, "fsdp_params", None) or []

@@ -83,6 +83,27 @@ def enable_activation_checkpointing(objective: nn.Module) -> None:
         layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
 
 
+def compile_layers(objective: nn.Module, device: torch.device | str,
+                   backend: str = "inductor") -> int:
+    """`torch.compile` every decoder layer's forward on a GPU; returns how many.
+
+    Only the layer's own computation is compiled (its bound `forward`): FSDP's
+    hooks, the activation-checkpointing wrapper and the module tree (names,
+    state-dict keys) stay as they are, and a layer's unsharded parameters are
+    ordinary tensors by the time its forward runs. On CPU nothing is compiled
+    (0): the option is for GPU runs, where bench/gpu_proof.py measures it
+    against the eager step. `backend` lets a CPU test compile with "eager"
+    (dynamo's capture only) to check the wiring.
+    """
+    if torch.device(device).type != "cuda" and backend == "inductor":
+        return 0
+    layers = decoder_layers(objective)
+    for layer in layers:
+        # the bound method: the compiled region is the layer's math only
+        layer.forward = torch.compile(layer.forward, backend=backend)
+    return len(layers)
+
+
 def parallelize(objective: nn.Module, mesh: Any, cfg: ParallelConfig,
                 device: torch.device | str = "cpu") -> nn.Module:
     """Shard `objective` in place over `mesh` and return it.
@@ -103,6 +124,8 @@ def parallelize(objective: nn.Module, mesh: Any, cfg: ParallelConfig,
     device = torch.device(device)
     if cfg.activation_checkpointing:
         enable_activation_checkpointing(objective)
+    # how many layers were compiled (0 on CPU), for the run's log
+    objective._voxshard_compiled = compile_layers(objective, device) if cfg.compile_layers else 0
     if mesh is None:
         if not any(p.is_meta for p in objective.parameters()):
             objective.to(device)
@@ -148,3 +171,30 @@ def set_gradient_sync(objective: nn.Module, enabled: bool) -> None:
     setter = getattr(objective, "set_requires_gradient_sync", None)
     if setter is not None:
         setter(enabled)
+
+
+def fsdp_units(objective: nn.Module) -> list[Any]:
+    """Every FSDP module of the objective, the root last (empty when not sharded)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in objective.modules() if isinstance(m, FSDPModule) and m is not objective]
+    return units + ([objective] if isinstance(objective, FSDPModule) else [])
+
+
+def set_keep_gathered(objective: nn.Module, keep: bool, last: bool = True) -> None:
+    """Parameters between the micro-steps of one optimizer step ("last" reduction).
+
+    keep True, before a micro-step: every unit stays gathered after its forward
+    (FSDP2's `reshard_after_forward` off), and after its backward unless this
+    is the step's last micro-step (`reshard_after_backward`): the first
+    micro-step's forward gathers each unit once and nothing is gathered again
+    until the next optimizer step, whose weights the optimizer has changed in
+    the shards by then (the last backward reshards, which drops the stale
+    gathered copies). keep False: FSDP2's defaults back (non-root units
+    reshard after forward; every unit after backward; the root stays gathered
+    through its forward, as `fully_shard` set it).
+    """
+    for unit in fsdp_units(objective):
+        if unit is not objective:
+            unit.set_reshard_after_forward(not keep, recurse=False)
+        unit.set_reshard_after_backward(last or not keep, recurse=False)

@@ -31,7 +31,12 @@ Per worker, in bytes:
   nor a gradient; on CPU this margin roughly covers what process RSS adds
   (allocator slack, the mmap'd weight file during loading) - measured on
   the 0.6B widths with 12 layers: predicted 8.25 / 12.24 GiB per worker
-  (2 / 1 workers) against 7.9 / 11.4 GiB peak RSS;
+  (2 / 1 workers) against 7.9 / 11.4 GiB peak RSS. With parameters kept
+  gathered between accumulation micro-steps (`keep_gathered`, only with
+  "last" reduction) instead: every unit's whole parameters in the compute
+  dtype as FSDP2 allocates them (N x the rank-0 shard: odd dimensions
+  padded), plus the same gradient; `keep_gathered="auto"` keeps them when
+  that fits and re-gathers otherwise;
 - activations: what autograd keeps for backward, per token and layer, from
   the layer shapes (see `layer_activation_bytes`; matches the bytes
   `saved_tensors_hooks` records for one official layer), plus the fp32 logits of
@@ -117,6 +122,8 @@ class Plan:
     host_bytes: int = 0
     #: host memory available (0: not checked)
     host_free: int = 0
+    #: parameters stay gathered between accumulation micro-steps (`keep_gathered`)
+    keep_gathered: bool = False
 
     @property
     def model_state(self) -> int:
@@ -172,6 +179,9 @@ class Plan:
                 "reduce-scatter after every micro-step (gradients stay sharded)"
                 if self.accum_reduce == "every" else
                 "reduce on the last micro-step only (whole fp32 gradients between micro-steps)"))
+            if self.keep_gathered:
+                lines.append("  parameters stay gathered between micro-steps (one all-gather "
+                             "per unit and optimizer step)")
         lines.append(f"  one checkpoint on disk: {self.checkpoint_bytes / GIB:.2f} GiB")
         if self.by_trainable:
             lines.append("  by what trains (--trainable): " + ", ".join(
@@ -347,7 +357,7 @@ def host_available_memory() -> int:
 
 def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: int,
              free: list[int], capability: tuple[int, int] | None = None,
-             accum_reduce: str | None = None) -> Plan:
+             accum_reduce: str | None = None, keep: bool = True) -> Plan:
     from .precision import compute_bytes, resolve_precision
 
     cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
@@ -364,6 +374,13 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
         accum = "last" if accum == "auto" else accum
     root = next((u.numel for u in units if u.name == "root"), 0)
     biggest = max((u.numel for u in units if u.name != "root"), default=0)
+    # kept gathered: only while gradients wait for the last micro-step
+    keep = keep and accum == "last" and config.parallel.keep_gathered != "off"
+    if keep:
+        # every unit whole, as all-gathered (N padded shards), plus one unit's gradient
+        gather = cbytes * n * sum(u.local_numel for u in units) + 4 * biggest
+    else:
+        gather = cbytes * root + 2 * cbytes * biggest + 4 * biggest
     clips = max(1, math.ceil(config.data.batch_size / n))
     offload = device == "cuda" and config.parallel.cpu_offload
     plan = Plan(
@@ -374,7 +391,7 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
         # "last": every unit's whole fp32 gradient stays between micro-steps
         grads=4 * (trainable_full if accum == "last" else trainable_local),
         optimizer=8 * trainable_local,
-        gather_buffer=cbytes * root + 2 * cbytes * biggest + 4 * biggest,
+        gather_buffer=gather, keep_gathered=keep,
         activations=estimate_activations(cfg, clips, seq_len, frames, cbytes,
                                          config.parallel.activation_checkpointing),
         runtime=0, step_temp=0,
@@ -427,7 +444,9 @@ def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Pat
     capability: the GPUs' (oldest) compute capability, which decides "auto"
     precision (read from the visible GPUs when None and device is "cuda").
     With `accum_reduce="auto"` and gradient accumulation, the plan picks
-    "last" when it fits and "every" otherwise (`plan.accum_reduce`).
+    "last" when it fits and "every" otherwise (`plan.accum_reduce`); with
+    `keep_gathered="auto"` and "last", it keeps parameters gathered between
+    micro-steps when that fits (`plan.keep_gathered`).
     choices: also plan every other `--trainable` choice (`plan.by_trainable`).
     """
     model_dir = Path(model_dir)
@@ -456,10 +475,15 @@ def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Pat
 
 def _best_accum(model_dir: Path, config: Any, device: str, seq_len: int, frames: int,
                 free: list[int], capability: tuple[int, int] | None) -> Plan:
-    """`_compute`, with "auto" accumulation resolved: "last" if it fits, else "every"."""
+    """`_compute`, with "auto" choices resolved, most memory first: parameters kept
+    gathered if that fits, else re-gathered; "last" reduction if it fits, else "every"."""
     plan = _compute(model_dir, config, device, seq_len, frames, free, capability)
+    if plan.keep_gathered and not plan.fits and config.parallel.keep_gathered == "auto":
+        plan = _compute(model_dir, config, device, seq_len, frames, free, capability,
+                        keep=False)
+    # keeping was asked for ("on"): it needs "last", so the plan says what does not fit
     if (config.parallel.accum_reduce == "auto" and plan.accum_reduce == "last"
-            and not plan.fits):
+            and not plan.fits and config.parallel.keep_gathered != "on"):
         plan = _compute(model_dir, config, device, seq_len, frames, free, capability, "every")
     return plan
 
@@ -481,6 +505,11 @@ def relief(plan: Plan, model_dir: Path, config: Any, device: str,
 
     gib = GIB
     out: list[str] = []
+    if plan.keep_gathered:
+        v = variant(keep_gathered="off")
+        if ok(v):
+            out.append("Gather parameters again in every micro-step (--keep-gathered off): "
+                       f"about {v.total / gib:.1f} GiB per worker, more communication.")
     if not config.parallel.activation_checkpointing and plan.activations > 0.1 * plan.total:
         v = variant(activation_checkpointing=True)
         if ok(v):

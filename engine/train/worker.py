@@ -60,6 +60,10 @@ class TrainParts:
     #: host-side preparation of one micro-batch (tensors on the device, through pinned
     #: memory, gather rows built); run in the prefetch thread. None: `forward` does it
     prepare: Callable[[Any], Any] | None = None
+    #: (keep, last): parameters stay gathered through the coming micro-step, released
+    #: after its backward only if it is the step's last; (False, True) restores the
+    #: defaults. Used with "last" reduction and `keep_gathered="on"`; None: never kept
+    set_keep_gathered: Callable[[bool, bool], None] | None = None
 
 
 #: fp16: this many optimizer steps in a row skipped for overflow end the run
@@ -293,6 +297,11 @@ class _Run:
             torch.cuda.reset_peak_memory_stats(self.device)
         if self.rank == 0 and parts.info.get("precision_detail"):
             self.sender.log(f"precision: {parts.info['precision_detail']}")
+        if self.rank == 0 and self.keeps_gathered(cfg.data.grad_accum):
+            self.sender.log(f"parameters stay gathered across the {cfg.data.grad_accum} "
+                            "micro-steps of each optimizer step")
+        if self.rank == 0 and parts.info.get("compiled_layers"):
+            self.sender.log(f"torch.compile: {parts.info['compiled_layers']} decoder layers")
         self.built = True
 
     def resume(self) -> None:
@@ -370,10 +379,15 @@ class _Run:
         micro_batches = self.cursor.next_step()
         # "every": FSDP reduce-scatters after each micro-step, gradients stay sharded
         toggle = parts.set_grad_sync is not None and cfg.parallel.accum_reduce != "every"
+        keep = self.keeps_gathered(len(micro_batches))
         for i, batch in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
             if toggle:
                 # reduce gradients across ranks only on the last micro-step
-                parts.set_grad_sync(i == len(micro_batches) - 1)
+                parts.set_grad_sync(last)
+            if keep:
+                # gathered once in the first forward, released after the last backward
+                parts.set_keep_gathered(True, last)
             out = parts.forward(self.model, batch)
             # the data's loss normalisers count the whole optimizer step over
             # world x accumulation; FSDP averages over ranks, dividing by the
@@ -381,6 +395,8 @@ class _Run:
             loss = out["loss"] / len(micro_batches)
             (self.scaler.scale_loss(loss) if self.scaler is not None else loss).backward()
             sums = add_sums(sums, out)
+        if keep:
+            parts.set_keep_gathered(False, True)  # validation and saves see FSDP's defaults
         finite = self.scaler.unscale_(self.params) if self.scaler is not None else True
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
@@ -400,6 +416,15 @@ class _Run:
             self.state_bytes = model_state_bytes(self.model, self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         return sums, grad_norm, lr
+
+    def keeps_gathered(self, micro_steps: int) -> bool:
+        """Whether parameters stay gathered between this step's micro-steps: asked for
+        ("on", which the driver sets from the plan), with "last" reduction, and more than
+        one micro-step."""
+        par = self.cfg.parallel
+        return (micro_steps > 1 and self.parts.set_keep_gathered is not None
+                and self.parts.set_grad_sync is not None
+                and par.keep_gathered == "on" and par.accum_reduce != "every")
 
     def _check_skips(self) -> None:
         from .failures import FatalTrainingError
@@ -576,7 +601,7 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
     """
     from ..data.dataset import VoiceData
     from .objective import batch_to_device
-    from .parallelize import set_gradient_sync
+    from .parallelize import set_gradient_sync, set_keep_gathered
 
     model_dir = Path(loop_config["model_dir"])
     voice_dir = Path(loop_config["voice_dir"])
@@ -608,9 +633,11 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
         subtalker_weight=cfg.model.subtalker_weight,
         val_batches=val_batches if cfg.run.val_every > 0 else None,
         set_grad_sync=lambda enabled: set_gradient_sync(objective, enabled),
+        set_keep_gathered=lambda keep, last: set_keep_gathered(objective, keep, last),
         precision=precision, prepare=prepare,
         info={"base": str(model_dir), "speaker": cfg.model.speaker_name,
-              "precision": precision, "precision_detail": detail},
+              "precision": precision, "precision_detail": detail,
+              "compiled_layers": getattr(objective, "_voxshard_compiled", 0)},
     )
 
 
