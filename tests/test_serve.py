@@ -575,3 +575,35 @@ def test_time_limit_and_keyless_guard(workspace_dir: Path) -> None:
         thread.join(60)
         sock.close()
     assert not thread.is_alive() and not pool.renders_dir.exists()
+
+
+def test_each_trained_run_is_a_voice(prepared_voice: Path, tiny_model_dir: Path,
+                                     tmp_path: Path) -> None:
+    """A workspace voice without an export: it and each run with a checkpoint are listed by
+    stable names with the voice's language, and speak; `joe` (its latest run's latest
+    checkpoint) and `joe/r1` load the same thing, so they share one warm worker."""
+    from tests.fixtures_audio import copy_voice
+    from tests.fixtures_quality import make_perturbed_run
+
+    ws = tmp_path / "ws"
+    voice = copy_voice(prepared_voice, ws / "joe")
+    make_perturbed_run(voice, tiny_model_dir, export=None)
+    (voice / "runs" / "empty").mkdir()  # a run that never saved a checkpoint: not offered
+    srv = start_server(["--workspace", str(ws), "--port", "0", "--device", "cpu",
+                        "--dtype", "float32"], tmp_path)
+    try:
+        with srv.http(None) as http:
+            listed = http.get("/v1/audio/voices").json()["data"]
+            assert [(v["id"], v["kind"], v["language"]) for v in listed] == [
+                ("joe", "voice", "english"), ("joe/r1", "run", "english")]
+            for name in ("joe/r1", "joe"):
+                r = http.post("/v1/audio/speech", json={
+                    "model": "tts-1", "voice": name, "input": "From the run.",
+                    "response_format": "wav", **SHORT})
+                assert r.status_code == 200, r.text
+                assert sf.read(io.BytesIO(r.content))[1] == 24000
+            health = http.get("/health").json()
+        assert health["loaded"] == ["joe", "joe/r1"] and health["workers"] == 1
+    finally:
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.proc.wait(timeout=60)
