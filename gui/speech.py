@@ -3,17 +3,21 @@
 Loading a model takes far longer than speaking a sentence, so the Listen page
 keeps one worker process alive and sends it requests (engine/synth/worker.py
 protocol: load, speak, cancel, one JSON object per line). The model is loaded
-again only when the chosen voice changes.
+again only when the chosen voice changes. While the Serve page runs a server that
+serves the chosen source, requests go to it instead (`served_speech`): one warm
+worker, shared by the window and other programs.
 """
 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from .jobs import EngineJob, JobManager
+from .served_speech import ServedEndpoint, ServedRequest, _Bridge
 
 
 class SpeechService(QObject):
@@ -31,6 +35,27 @@ class SpeechService(QObject):
         self.loaded: dict[str, Any] | None = None
         self._ids = itertools.count(1)
         self.pending: set[str] = set()
+        #: the Serve page's running server (None: not running)
+        self.endpoint: ServedEndpoint | None = None
+        self._served: dict[str, ServedRequest] = {}
+        self._bridge = _Bridge(self)
+        self._bridge.event.connect(self._on_served)
+
+    def set_endpoint(self, endpoint: ServedEndpoint | None) -> None:
+        """The Serve page's server started (or stopped: None). A model the window's own
+        worker holds that the server also serves is let go: the server's copy speaks."""
+        self.endpoint = endpoint
+        if (endpoint is not None and self.loaded is not None
+                and endpoint.name_for(self.loaded) is not None and not self.pending):
+            self.unload()
+
+    def served_name(self, voice: dict[str, Any]) -> str | None:
+        """The server's name for this source when the running server serves it."""
+        return self.endpoint.name_for(voice) if self.endpoint is not None else None
+
+    def needs_load(self, voice: dict[str, Any]) -> bool:
+        """Whether speaking `voice` loads a model first (not when it is served)."""
+        return self.served_name(voice) is None and voice != self.loaded
 
     def _ensure(self) -> EngineJob:
         if self.job is None or not self.job.is_running():
@@ -49,6 +74,15 @@ class SpeechService(QObject):
 
         `stream`: the file grows as the audio is generated (`partial` says when
         the first audio is in it), so it can be played before it is finished."""
+        name = self.served_name(voice)
+        if name is not None and self.endpoint is not None:
+            rid = f"speak-{next(self._ids)}"
+            request = ServedRequest(self.endpoint, name, rid, text, Path(out), options or {},
+                                    stream, self._bridge)
+            self._served[rid] = request
+            self.pending.add(rid)
+            request.start()
+            return rid
         job = self._ensure()
         if voice != self.loaded:
             load_id = f"load-{next(self._ids)}"
@@ -62,6 +96,11 @@ class SpeechService(QObject):
         return rid
 
     def cancel(self, rid: str | None = None) -> None:
+        for key, request in list(self._served.items()):
+            if rid is None or key == rid:
+                request.cancel()
+        if rid is not None and rid in self._served:
+            return
         if self.job is not None and self.job.is_running():
             self.job.send({"op": "cancel", **({"id": rid} if rid else {})})
 
@@ -80,6 +119,21 @@ class SpeechService(QObject):
         assert self.job is not None
         self.job.cancel()
         return True
+
+    def _on_served(self, rid: str, kind: str, data: Any) -> None:
+        """A served request's report, on the window's thread."""
+        if kind == "partial":
+            self.partial.emit(rid, str(data))
+            return
+        self._served.pop(rid, None)
+        self.pending.discard(rid)
+        if kind == "finished":
+            self.finished.emit(rid, data)
+        elif kind == "cancelled":
+            self.cancelled.emit(rid)
+        else:
+            code, message, hint = data
+            self.failed.emit(rid, code, message, hint)
 
     def _on_event(self, ev: dict[str, Any]) -> None:
         rid = ev.get("request")
@@ -110,8 +164,9 @@ class SpeechService(QObject):
 
     def _on_exit(self) -> None:
         job, self.job = self.job, None
-        lost = sorted(self.pending)
-        self.pending.clear()
+        # requests on the server are not this worker's: they go on
+        lost = sorted(self.pending - set(self._served))
+        self.pending -= set(lost)
         self.loaded = None
         if job is None:
             return

@@ -54,3 +54,73 @@ def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Pat
     qtbot.waitUntil(lambda: not page.running, timeout=60000)
     assert page.key_field.text() == "" and page.url_field.text() == ""
     assert not key_file.exists() and page.start_button.isEnabled()
+
+
+def test_listen_speaks_through_the_running_server(qtbot, ctx, tiny_model_dir: Path,
+                                                  tmp_path: Path) -> None:
+    """While the Serve page serves the source chosen on Listen, Listen's requests go to that
+    server (one warm worker for the window and other programs): the window's own worker lets
+    its copy go and is not started again; the render is a whole 24 kHz WAV, logged by the
+    server; the server's refusal is Listen's message; after Stop, the window's own worker
+    speaks again."""
+    from gui.pages.listen import ListenPage
+    from gui.pages.serve import ServePage
+
+    ws = make_workspace(tmp_path, tiny_model_dir)
+    ctx.set_workspace(ws)
+    listen = ListenPage(ctx)
+    qtbot.addWidget(listen)
+    listen.show()
+    ctx.set_voice(ws / "ada")
+    listen.refresh()
+    qtbot.waitUntil(lambda: listen.source.itemText(0) == "Exported: ada-v1", timeout=10000)
+    listen.source.setCurrentIndex(0)
+    speech = ctx.speech
+
+    def spoken(text: str) -> dict:
+        with qtbot.waitSignal(speech.finished, timeout=180000) as done:
+            assert listen.speak(text) is not None
+        qtbot.waitUntil(lambda: listen.request is None, timeout=30000)
+        return done.args[1]
+
+    # before the server: the window's own worker loads the export
+    spoken("Hello from the window.")
+    assert speech.holds_model() and speech.loaded == listen.voice_spec()
+
+    serve = ServePage(ctx)
+    qtbot.addWidget(serve)
+    serve.refresh()
+    serve.port.setValue(0)
+    serve.use_key.setChecked(True)  # the key travels with Listen's requests
+    qtbot.mouseClick(serve.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: speech.endpoint is not None, timeout=180000)
+    # the server holds the same export: the window's copy is let go
+    qtbot.waitUntil(lambda: not speech.holds_model(), timeout=60000)
+    assert speech.served_name(listen.voice_spec()) in ("ada", "ada/ada-v1")
+    assert not speech.needs_load(listen.voice_spec())
+
+    result = spoken("Hello through the server, shared with other programs.")
+    assert speech.job is None  # the window's own worker was never started again
+    assert "Serve page's server" in listen.state.text()
+    out = Path(result["path"])
+    audio, rate = sf.read(out)
+    assert rate == 24000 and len(audio) > 0
+    assert abs(len(audio) / rate - result["duration_s"]) < 1e-3  # the header's sizes are real
+    assert (out.with_suffix(".json")).exists()  # in Listen's history like any render
+    qtbot.waitUntil(lambda: serve.log.rowCount() == 1, timeout=30000)
+    assert serve.log.item(0, 1).text() == "200"
+    assert serve.log.item(0, 2).text() == result["served_by"]
+
+    # the server's own answer to a bad request is Listen's message (4096 characters at most)
+    with qtbot.waitSignal(speech.failed, timeout=60000) as refused:
+        assert listen.speak("word " * 1000) is not None
+    assert "4096" in refused.args[2] and "Traceback" not in refused.args[2]
+    qtbot.waitUntil(lambda: listen.request is None, timeout=30000)
+    assert speech.job is None and not speech.pending
+
+    serve.stop()
+    qtbot.waitUntil(lambda: not serve.running, timeout=60000)
+    assert speech.endpoint is None and speech.needs_load(listen.voice_spec())
+    spoken("The window's own engine again.")
+    assert speech.holds_model()
+    speech.unload()

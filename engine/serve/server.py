@@ -184,8 +184,11 @@ def serve(settings: ServeSettings,
             raise
     port = sock.getsockname()[1]
     url = url_of(settings.host, port)
+    # what each name loads, for the app: its Listen page sends a source this server
+    # already serves here, so the two share one warm worker (never sent to clients)
+    loads = {name: pool.identity(name) for name in sorted(voices)}
     emitter.state("serving", detail=url, url=url, port=port, voices=sorted(voices),
-                  auth=key is not None, renders=str(pool.renders_dir),
+                  loads=loads, auth=key is not None, renders=str(pool.renders_dir),
                   reference_cloning=bool(settings.reference_base))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            lifespan="on", timeout_graceful_shutdown=5))

@@ -326,7 +326,7 @@ class ListenPage(Page):
             out = renders / time.strftime(f"%Y%m%d-%H%M%S-{n}.wav")
             n += 1
         self.ctx.player.stop()
-        loading = self.speech.loaded != self.voice_spec()
+        loading = self.speech.needs_load(self.voice_spec())
         # streamed: the first words play while the rest is still being generated
         self.request = self.speech.speak(self.voice_spec(), text, str(out),
                                          options=self.sampling(), stream=True)
@@ -335,7 +335,10 @@ class ListenPage(Page):
         self._load_error = False
         self.progress.setRange(0, 0)
         self.progress.show()
-        self.state.setText("Loading the model…" if loading else "Speaking…")
+        served = self.speech.served_name(self.voice_spec())
+        self.state.setText("Loading the model…" if loading else
+                           f"Speaking on the Serve page's server ({served})…" if served else
+                           "Speaking…")
         self._buttons()
         return self.request
 

@@ -43,6 +43,7 @@ from engine import catalog
 
 from ..context import AppContext
 from ..jobs import EngineJob
+from ..served_speech import ServedEndpoint
 from ..widgets import button, hbox
 from .base import Page
 
@@ -238,6 +239,9 @@ class ServePage(Page):
             self.state.setText(f"Serving {len(event.get('voices') or [])} voice(s) at "
                                f"{self.url}.{note}")
             self._rate_timer.start()
+            # Listen speaks the sources served here through this server: one warm worker
+            loads = {str(k): str(v) for k, v in (event.get("loads") or {}).items()}
+            self.ctx.speech.set_endpoint(ServedEndpoint(self.url, self.key, loads))
         elif "request_log" in event:
             self._add_request(event["request_log"])
 
@@ -267,6 +271,7 @@ class ServePage(Page):
 
     def _on_finished(self) -> None:
         self._rate_timer.stop()
+        self.ctx.speech.set_endpoint(None)
         if self._key_file is not None:
             self._key_file.unlink(missing_ok=True)
             self._key_file = None
