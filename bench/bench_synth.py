@@ -24,8 +24,8 @@ Then, per model: time to first audio of a streamed sentence
 (`Synthesizer.speak_stream`), the warm worker's throughput under 8
 concurrent requests (continuous batching, 8 rows) against the same worker
 one row at a time, and, with --int8 (CPU), the CPU options whose output does
-not depend on the batch (int8 with per-row activation scales and fused
-projections; bf16) against fp32: teacher-forced agreement (every choice's
+not depend on the batch (int8 with per-row activation scales, fp16 weights,
+each with fused projections; bf16) against fp32: teacher-forced agreement (every choice's
 logits on fp32's greedy codes: relative error, top-1, KL) and speed against
 the official fp32 call, then one line per option on the issue's CPU target
 (one sentence end to end at least 2x the official call at its defaults, by
@@ -453,16 +453,20 @@ def bench_cpu_options(name: str, folder: Path, wrapper: Any, synth: Any, source:
         return
     quick = Synthesizer(wrapper, source, None, quantize="int8", fuse=True)
     quick.use_source(source)
+    packed16 = Synthesizer(wrapper, source, None, quantize="fp16", fuse=True)
+    packed16.use_source(source)
     half_wrapper = load_model(folder, device="cpu", dtype=torch.bfloat16)
     # the same codec for every option (with --real-codec, the published size in fp32)
     half_wrapper.model.speech_tokenizer = wrapper.model.speech_tokenizer
     half = Synthesizer(half_wrapper, source, None)
     half.use_source(source)
-    options = {"int8+fuse": quick, "bf16": half}
+    options = {"int8+fuse": quick, "fp16+fuse": packed16, "bf16": half}
     agreements = _teacher_forced(synth, options, frames)
-    rtf, first, audio_s, rtf_cpu = _streamed_rtf(quick, frames)
-    print(f"{name:<5} int8+fuse streamed playback, {audio_s:.2f} s of audio: {rtf:.3f}x real "
-          f"time (by CPU time {rtf_cpu:.3f}x), first audio after {first:.2f} s", flush=True)
+    for label, option in (("int8+fuse", quick), ("fp16+fuse", packed16)):
+        rtf, first, audio_s, rtf_cpu = _streamed_rtf(option, frames)
+        print(f"{name:<5} {label} streamed playback, {audio_s:.2f} s of audio: {rtf:.3f}x "
+              f"real time (by CPU time {rtf_cpu:.3f}x), first audio after {first:.2f} s",
+              flush=True)
     speedups: dict[str, tuple[float, float]] = {}
     for label, texts, decode in (("1 sentence", SENTENCES[:1], True),
                                  ("1 sentence", SENTENCES[:1], False)):
@@ -486,7 +490,7 @@ def bench_cpu_options(name: str, folder: Path, wrapper: Any, synth: Any, source:
         print(f"{name:<5} CPU target {option:<10} x{wall_x:.2f} wall, x{cpu_x:.2f} cpu time "
               f"against the official call, top-1 {top1:.2%}: "
               f"{'met' if met else 'NOT met'} (needs x2 and 99 %)", flush=True)
-    del quick, half, half_wrapper
+    del quick, packed16, half, half_wrapper
     gc.collect()
 
 
@@ -636,7 +640,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--int8", "--cpu-options", action="store_true",
-                        help="also the CPU options (int8 per row + fused projections, bf16): "
+                        help="also the CPU options (int8 per row, fp16 weights, each + fused "
+                             "projections; bf16): "
                              "teacher-forced agreement with fp32 and speed")
     parser.add_argument("--skip-official", action="store_true",
                         help="only the streaming, worker and int8 figures")

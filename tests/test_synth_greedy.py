@@ -325,7 +325,7 @@ def test_instruction_prompt_equals_the_official_layout(official: Any, fast: Fast
     assert_same_codes(ours, expected[0], log, fast.eos)
 
 
-def test_int8_and_fused_projections_are_options_that_run_both_loops(
+def test_packed_and_fused_projections_are_options_that_run_both_loops(
         official: Any, fast: FastTalker, speaker: torch.Tensor,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.errors import InputError
@@ -339,15 +339,16 @@ def test_int8_and_fused_projections_are_options_that_run_both_loops(
     # the same math in fewer (wider) matmuls: equal up to a rounding near-tie
     for row, (a, b) in enumerate(zip(fused, exact, strict=True)):
         assert_same_codes(a, b, log, fast.eos, row=row)
-    int8 = FastTalker(official.model, quantize="int8", fuse=True)
-    with record_choices(monkeypatch) as log8:
-        eager = int8.generate(prefill, [FRAMES, FRAMES], settings, static=False)
-    static = int8.generate(prefill, [FRAMES, FRAMES], settings, static=True)
-    for row, (a, b) in enumerate(zip(eager, static, strict=True)):
-        assert a.shape == (FRAMES, 16)
-        # static shapes attend over a larger masked cache: other rounding
-        assert_same_codes(b, a, log8, int8.eos, row=row)
-        assert int(a.max()) < 2048  # real codec codes: the decoder can play them
+    for mode in ("int8", "fp16"):
+        packed = FastTalker(official.model, quantize=mode, fuse=True)
+        with record_choices(monkeypatch) as log8:
+            eager = packed.generate(prefill, [FRAMES, FRAMES], settings, static=False)
+        static = packed.generate(prefill, [FRAMES, FRAMES], settings, static=True)
+        for row, (a, b) in enumerate(zip(eager, static, strict=True)):
+            assert a.shape == (FRAMES, 16)
+            # static shapes attend over a larger masked cache: other rounding
+            assert_same_codes(b, a, log8, packed.eos, row=row)
+            assert int(a.max()) < 2048  # real codec codes: the decoder can play them
     # the model itself is untouched: the same loop again gives the same codes
     # (same kernels, same order: exact)
     assert torch.equal(fast.generate(prefill, [FRAMES, FRAMES], settings)[0], exact[0])

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ..events import Emitter
+from ..synth.options import QUANT_MODES
 from .main import add_command
 
 
@@ -73,5 +74,6 @@ def register(sub: Any) -> None:
                    help="with --address: CPUs each replica asks for (default 1)")
     p.add_argument("--device")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
-    p.add_argument("--quantize", choices=("int8",), help="faster CPU option (changes the numbers)")
+    p.add_argument("--quantize", choices=QUANT_MODES,
+                   help="faster CPU option (changes the numbers): int8 or fp16 weights")
     p.add_argument("--fuse", action="store_true", help="faster CPU option (fused projections)")

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..events import Emitter
-from ..synth.options import FORMATS
+from ..synth.options import FORMATS, QUANT_MODES
 from .main import add_command
 
 
@@ -200,8 +200,9 @@ def _add_controls(p: argparse.ArgumentParser) -> None:
 
 def _add_speed(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("CPU speed options (change the numbers; default: exact)")
-    g.add_argument("--quantize", choices=("int8",),
-                   help="int8 projections on the CPU (fbgemm), faster, not bit-exact")
+    g.add_argument("--quantize", choices=QUANT_MODES,
+                   help="packed projections on the CPU (fbgemm), faster, not bit-exact: "
+                        "int8 (fastest) or fp16 weights (closest to the exact numbers)")
     g.add_argument("--fuse", action="store_true",
                    help="fused q/k/v and gate/up projections (one weight pass each)")
 

@@ -319,14 +319,14 @@ class FastTalker:
         self.head: Any = w
         self.p_heads: list[Any] = [h.weight for h in self.predictor.lm_head]
         if quantize or fuse:
-            from .quant import Int8Linear, check_mode, convert_layers
+            from .quant import PACKED, check_mode, convert_layers
 
             check_mode(quantize, self.device)
             for stack in (self.t_stack, self.p_stack):
                 stack.layers = convert_layers(stack.layers, quantize, fuse)
-            if quantize == "int8":
-                self.head = Int8Linear(w)
-                self.p_heads = [Int8Linear(h) for h in self.p_heads]
+            if quantize is not None:
+                self.head = PACKED[quantize](w)
+                self.p_heads = [PACKED[quantize](h) for h in self.p_heads]
         # ids 2048..3071 are control codes; only end-of-speech may be generated
         suppress = torch.zeros(self.vocab, dtype=torch.bool, device=self.device)
         suppress[self.vocab - 1024:] = True

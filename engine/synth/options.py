@@ -9,6 +9,10 @@ from typing import Any
 from ..errors import InputError
 from .text import DEFAULT_CHUNK_CHARS, MAX_CHUNK_CHARS
 
+#: `--quantize` choices, faster CPU decoding that changes the numbers (quant.py): int8
+#: weights with per-row int8 activations, or fp16 weights with fp32 activations
+QUANT_MODES: tuple[str, ...] = ("int8", "fp16")
+
 #: output formats by name; mp3 and opus only where the installed libsndfile
 #: writes them (1.1+ for MP3, 1.0.29+ for Opus), see `available_formats`
 FORMATS = ("wav", "flac", "ogg", "opus", "mp3")

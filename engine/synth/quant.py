@@ -15,6 +15,14 @@ shares its batch (tests/test_synth_cpu_speed.py). It changes the numbers, so
 it is never the default; bench/bench_synth.py measures its teacher-forced
 agreement with fp32 (per-step logits: relative error, top-1, KL).
 
+`fp16` stores each projection's weights in half precision and runs fbgemm's
+fp16 kernel (weights widened on the fly, fp32 activations and accumulation):
+half the weight bytes of fp32 with no activation quantization, so a row's
+numbers never depend on its batch, and the weights round to 11 significant
+bits (relative error per projection about 2e-4, against 3e-3 for bf16 and
+int8's per-row activation rounding). Measured on this kind of machine (one
+thread, one row): 1024 x 3072 fp32 0.60 ms, fp16 0.38 ms, bf16 0.80 ms.
+
 On CPUs with native bf16 (AVX-512 BF16, AMX) `--dtype bfloat16` is the other
 batch-independent option: half the weight bytes of fp32, no quantization.
 
@@ -30,7 +38,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-QUANT_MODES = ("int8",)
+from .options import QUANT_MODES
 
 
 class Int8Linear:
@@ -62,6 +70,26 @@ class Int8Linear:
         return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
+class Fp16Linear:
+    """y = x W^T + b with W stored in fp16, through fbgemm (fp32 activations and sums)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        w = weight.detach().to(torch.float32).cpu()
+        b = None if bias is None else bias.detach().to(torch.float32).cpu()
+        self.packed = torch.ops.quantized.linear_prepack_fp16(w, b)
+        self.out_features = w.shape[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # nothing is quantized per call, so the whole batch goes in one call
+        flat = x.reshape(-1, x.shape[-1]).to(torch.float32)
+        y = torch.ops.quantized.linear_dynamic_fp16(flat, self.packed)
+        return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
+
+
+#: the packed projection of each `--quantize` mode
+PACKED = {"int8": Int8Linear, "fp16": Fp16Linear}
+
+
 def linear(x: torch.Tensor, w: Any, b: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear for a plain weight, or the quantized projection's own call."""
     if isinstance(w, torch.Tensor):
@@ -78,10 +106,10 @@ def check_mode(mode: str | None, device: torch.device) -> None:
         raise InputError(f"Unknown quantization {mode!r}.",
                          f"Use one of: {', '.join(QUANT_MODES)}.")
     if device.type != "cpu":
-        raise InputError("int8 decoding is a CPU option (fbgemm kernels).",
+        raise InputError(f"{mode} decoding is a CPU option (fbgemm kernels).",
                          "Leave --quantize out on a GPU: bf16 is faster there.")
     if "fbgemm" not in torch.backends.quantized.supported_engines:
-        raise InputError("This PyTorch build has no fbgemm int8 kernels.",
+        raise InputError(f"This PyTorch build has no fbgemm {mode} kernels.",
                          "Leave --quantize out.")
 
 
@@ -99,15 +127,16 @@ def convert_layers(layers: list[Any], mode: str | None, fuse: bool) -> list[Any]
             changes.update(qkv=qkv, qkv_bias=qkv_bias,
                            qkv_split=(layer.q.shape[0], layer.k.shape[0], layer.v.shape[0]),
                            gate_up=torch.cat((layer.gate, layer.up)))
-        if mode == "int8":
+        if mode is not None:
+            pack = PACKED[mode]
             for name in ("q", "k", "v", "o", "gate", "up", "down"):
                 bias = getattr(layer, f"{name}_bias", None)
-                changes[name] = Int8Linear(getattr(layer, name), bias)
+                changes[name] = pack(getattr(layer, name), bias)
                 if bias is not None:
                     changes[f"{name}_bias"] = None  # folded into the packed projection
             if fuse:
-                changes["qkv"] = Int8Linear(changes["qkv"], changes["qkv_bias"])
+                changes["qkv"] = pack(changes["qkv"], changes["qkv_bias"])
                 changes["qkv_bias"] = None
-                changes["gate_up"] = Int8Linear(changes["gate_up"])
+                changes["gate_up"] = pack(changes["gate_up"])
         out.append(dataclasses.replace(layer, **changes))
     return out
