@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 
@@ -83,6 +84,15 @@ def main(argv: list[str] | None = None) -> int:
             window.grab().save(str(args.out / f"{row + 1}b-compare{args.suffix}.png"))
             page.tabs.setCurrentIndex(0)
     box = window.show_about()
+    # the engine's versions come from a background `voxshard-engine version`: wait for
+    # its answer (or its error) so the box does not show "Asking the engine…"
+    from PySide6.QtCore import QDeadlineTimer
+
+    deadline = QDeadlineTimer(60_000)
+    while window.engine_versions is None and not window._engine_error \
+            and not deadline.hasExpired():
+        app.processEvents()
+        time.sleep(0.02)  # the engine starts on the same cores
     settle()
     box.grab().save(str(args.out / f"{len(names) + 1}-about{args.suffix}.png"))
     box.close()
