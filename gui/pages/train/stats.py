@@ -3,7 +3,7 @@
 Each figure is a card of its own (widgets.StatCard: a framed box with padding
 and a minimum width), so two long values such as "10.2409" and "10.2658" can never
 touch; cards wrap onto a second row when the window is narrow instead of
-squeezing (8, 4 or 2 per row, as the width allows).
+squeezing (8, 4, 3 or 2 per row, as the width allows).
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ class StatsBar(QWidget):
     def resizeEvent(self, event: QResizeEvent) -> None:
         fit = (event.size().width() + SPACING) // (CARD_MIN_WIDTH + SPACING)
         # the largest column count that holds every card at its minimum width,
-        # preferring full rows (8 cards: 8, 4 or 2 columns)
-        columns = next((c for c in (8, 4, 2) if c <= max(fit, 1)), 1)
+        # preferring full rows (8 cards: 8 or 4 columns); 3 before 2, so a laptop's
+        # narrow monitor column spends a row less on cards and more on the chart
+        columns = next((c for c in (8, 4, 3, 2) if c <= max(fit, 1)), 1)
         self._arrange(min(columns, MAX_COLUMNS))
         super().resizeEvent(event)
 
