@@ -39,7 +39,9 @@ def reference(piper_sentences: list[dict[str, Any]]) -> Path:
 def synth(tiny_model_dir: Path, reference: Path) -> Synthesizer:
     # x-vector mode: the fixed behaviour these tests pin (in-context has its own tests)
     source = resolve_source(tiny_model_dir, reference=reference, x_vector_only=True)
-    return Synthesizer.load(source, device="cpu")
+    # fp32 on every CPU: "auto" is bf16 on AMX / AVX512-BF16 CPUs, whose batched bf16
+    # kernels round differently from one row (there 2 of 4 chunks differed by batch)
+    return Synthesizer.load(source, device="cpu", dtype="float32")
 
 
 def test_zero_shot_preview_writes_loudness_matched_24k_audio(synth: Synthesizer,
@@ -329,3 +331,19 @@ def test_a_reference_without_transcript_is_heard_by_the_recognizer(
     assert synth.icl is not None and synth.source.reference_text
     assert synth.source.to_dict()["mode"] == "in_context"
     assert any("Transcribed the reference clip" in e.data.get("message", "") for e in events)
+
+
+def test_auto_dtype_is_fp32_when_aten_runs_no_avx512_kernels() -> None:
+    """A bf16-capable CPU under ATEN_CPU_CAPABILITY=default (or avx2) has no fast bf16: auto
+    loads fp32 there (bf16 CPU attention even fails in that mode), whatever /proc/cpuinfo says."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch; from engine.synth.synthesizer import resolve_dtype; "
+            "print(resolve_dtype('auto', 'cpu'), torch.backends.cpu.get_cpu_capability())")
+    for capability in ("default", "avx2"):
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120, check=True).stdout.split()
+        assert out == ["torch.float32", capability.upper()], out

@@ -56,7 +56,14 @@ class Speech:
 
 
 def cpu_has_bf16() -> bool:
-    """True when the CPU multiplies bf16 natively (AVX512-BF16 or AMX)."""
+    """True when the CPU multiplies bf16 natively (AVX512-BF16 or AMX) and ATen runs
+    its AVX-512 kernels: with ATEN_CPU_CAPABILITY=default or avx2 on such a CPU, bf16
+    is emulated (slow), and CPU attention in bf16 fails outright in torch 2.13
+    ("pack_vnni2 is only supported when avx512 is supported")."""
+    import torch
+
+    if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        return False
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as fh:
             flags = fh.read()
