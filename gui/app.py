@@ -166,7 +166,8 @@ class MainWindow(QMainWindow):
         return side
 
     def _shortcuts(self) -> None:
-        for i in range(6):
+        # every page of the sidebar before Help (which has F1)
+        for i in range(self.nav.count() - 1):
             QShortcut(QKeySequence(f"Ctrl+{i + 1}"), self,
                       activated=lambda i=i: self.nav.setCurrentRow(i))
         QShortcut(QKeySequence(Qt.Key.Key_F1), self,

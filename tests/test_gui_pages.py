@@ -618,3 +618,20 @@ def test_import_page_transcribes_and_shows_only_doubtful_clips_for_review(
     assert page.proxy.rowCount() == 1
     shown = page.proxy.data(page.proxy.index(0, 4))
     assert shown == "Purple elephants dance quietly on Mars."
+
+
+def test_ctrl_digits_reach_every_page_before_help(qtbot, window: MainWindow) -> None:
+    """Ctrl+1 ... Ctrl+7 open the sidebar's pages in order, Serve included (F1 is Help); the
+    Help page lists the same keys."""
+    from PySide6.QtGui import QShortcut
+
+    from gui.pages.help import SHORTCUTS
+
+    keys = {s.key().toString(): s for s in window.findChildren(QShortcut)}
+    pages = window.nav.count()
+    for i in range(pages - 1):
+        keys[f"Ctrl+{i + 1}"].activated.emit()
+        assert window.nav.currentRow() == i
+    assert f"Ctrl+{pages}" not in keys
+    assert window.nav.item(pages - 2).text().strip() == "Serve"
+    assert SHORTCUTS[0][1] == f"Ctrl+1 … Ctrl+{pages - 1}" and "Serve" in SHORTCUTS[0][2]

@@ -8,7 +8,7 @@ from ..context import AppContext
 from .base import Page
 
 SHORTCUTS = [
-    ("Anywhere", "Ctrl+1 … Ctrl+6", "Voices, Record, Import, Prepare, Train, Listen"),
+    ("Anywhere", "Ctrl+1 … Ctrl+7", "Voices, Record, Import, Prepare, Train, Listen, Serve"),
     ("Anywhere", "F1", "This help page"),
     ("Anywhere", "Ctrl+N", "New voice"),
     ("Anywhere", "Ctrl+Q", "Quit (running jobs are stopped safely)"),
@@ -33,6 +33,8 @@ you already have, with their transcripts.</li>
 <li><b>Train</b>: fine-tune the base model on every GPU (or CPU workers) and watch the
 loss fall. Stop and resume at any time.</li>
 <li><b>Listen</b>: type text and hear the cloned voice; compare checkpoints side by side.</li>
+<li><b>Serve</b> (optional): let other programs (chat apps, home automation, scripts) speak
+in the voice through OpenAI's speech endpoint on this computer.</li>
 </ol>
 <p>Every step is also a command of the headless engine (<code>voxshard-engine</code>), so
 a script can do what the app does.</p>
