@@ -30,7 +30,9 @@ one epoch of them, single process on each side, the same threads:
 - upstream structure: random order, batches padded to their longest clip,
   AdamW over every parameter, each micro-batch collated on the main thread.
 Useful tokens/s: talker targets (frames) of the epoch over the time of all
-its steps but the first. `--device cuda` runs both on the first GPU in bf16.
+its steps but the first. `--split` then times the talker pass and the
+code-predictor pass of 4 bucketed micro-batches apart (forward + backward).
+`--device cuda` runs both on the first GPU in bf16.
 """
 
 from __future__ import annotations
@@ -446,6 +448,58 @@ def padding_share(durations: list[float], batch: int, bucketed: bool) -> float:
     return 1.0 - real / padded
 
 
+def mixed_split(model_dir: Path, durations: list[float], batch: int,
+                micro_batches: int = 4) -> dict[str, float]:
+    """Where a step's time goes: forward + backward of the whole objective against its
+    talker pass alone and its code-predictor pass alone (the talker's hidden states
+    computed without gradients and fed in), on the first bucketed micro-batches."""
+    import torch
+
+    from engine.data.dataset import epoch_batches
+    from engine.train import loss as L
+    from engine.train.objective import (
+        batch_to_device,
+        build_objective,
+        load_base_weights,
+        set_trainable,
+    )
+
+    objective = build_objective(model_dir, None, device="cpu")
+    load_base_weights(objective, model_dir, "cpu")
+    set_trainable(objective, "talker")
+    seqs = mixed_clips(model_dir, durations)
+    order = epoch_batches([s.length for s in seqs], batch, 1, 16, seed=0, epoch=0)
+    batches = [batch_to_device(_collate_step(model_dir, seqs, [g])[0], "cpu")
+               for g in order[:micro_batches]]
+
+    def whole(b: dict) -> None:
+        objective(b)["loss"].backward()
+
+    def talker(b: dict) -> None:
+        objective.talker_hidden(objective.embed(b)).float().pow(2).mean().backward()
+
+    def predictor(b: dict) -> None:
+        with torch.no_grad():
+            hidden = objective.talker_hidden(objective.embed(b))
+        prev, codes = L.frame_inputs(hidden, b["codec_ids"], b["sub_codes"], b["frame_mask"],
+                                     b.get("frame_rows"))
+        prev = prev.detach().requires_grad_(True)
+        total, n = L.subtalker_ce(objective.subtalker_logits(prev, codes), codes,
+                                  b.get("subtalker_count"))
+        (total / n).backward()
+
+    out = {"frames": float(sum(int(b["frame_mask"].sum()) for b in batches))}
+    for label, fn in (("whole", whole), ("talker", talker), ("predictor", predictor)):
+        took = 0.0
+        for b in batches:
+            t0 = time.perf_counter()
+            fn(b)
+            took += time.perf_counter() - t0
+            objective.zero_grad(set_to_none=True)
+        out[label] = took
+    return out
+
+
 def main_mixed(args: argparse.Namespace) -> None:
     import torch
 
@@ -480,6 +534,14 @@ def main_mixed(args: argparse.Namespace) -> None:
               f"{r['tokens_per_s']:.1f} useful tokens/s")
     ratio = res["ours"]["tokens_per_s"] / res["upstream"]["tokens_per_s"]
     print(f"  ours / upstream: {ratio:.2f} x")
+    if args.split:
+        split = mixed_split(model_dir, durations, args.batch)
+        print(f"  where a step goes (forward + backward, {int(split['frames'])} frames in 4 "
+              f"bucketed micro-batches): whole {split['whole']:.2f} s, talker pass "
+              f"{split['talker']:.2f} s ({split['talker'] / split['whole']:.0%}), code "
+              f"predictor pass {split['predictor']:.2f} s "
+              f"({split['predictor'] / split['whole']:.0%}); bucketing can only shrink "
+              f"the talker's share (the predictor runs on real frames on both sides)")
 
 
 def main() -> None:
@@ -496,6 +558,8 @@ def main() -> None:
                     help="clips of 1-15 s: bucketed order (ours) against padded random batches")
     ap.add_argument("--batch", type=int, default=4, help="--mixed: clips per micro-batch")
     ap.add_argument("--accum", type=int, default=1, help="--mixed: micro-batches per step")
+    ap.add_argument("--split", action="store_true",
+                    help="--mixed: also time the talker and code-predictor passes apart")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--side", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -104,7 +104,7 @@ def _write_run(voice: Path, name: str, steps: int, lr: float, total: int) -> Pat
     with (run / "metrics.jsonl").open("w") as fh:
         for s in range(1, 41):
             fh.write(json.dumps({"kind": "train", "step": s, "rank": 0, "loss/train": 9 - s / 10,
-                                 "total_steps": total}) + "\n")
+                                 "time": 1.7e9 + 3.0 * s, "total_steps": total}) + "\n")
     (run / "checkpoint_step_0000040").mkdir()
     (run / "checkpoint_step_0000040" / "COMPLETE").write_text("")
     return run
@@ -122,6 +122,8 @@ def test_a_reloaded_run_keeps_its_step_total_and_loads_its_settings(
     qtbot.waitUntil(lambda: page._history is None and page.store.last_step == 40,
                     timeout=10000)
     assert page.stat_labels["step"].text() == "40 / 120"
+    # a finished run's time from its metric times (steps 1..40, 3 s apart), not "—"
+    assert page.stat_labels["elapsed"].text() == "1:57"
     assert page.run_picker.count() == 2
     # picking the older run draws it and loads its settings into the form
     index = next(i for i in range(page.run_picker.count())

@@ -70,6 +70,10 @@ class RunController(QObject):
         self.workers: dict[str, dict[str, object]] = {}  # rank -> node, gpu, pid
         self._starts: dict[str, int] = {}  # worker starts per rank: >1 means a recovery
         self._t0: float | None = None
+        #: how long the run on screen took, once it is not running: frozen when a run
+        #: ends, or the span of a run's metric times when it is read from disk
+        self._done_elapsed: float | None = None
+        self._times: tuple[float, float] | None = None
         self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
         self._history: TextIO | None = None
         self._held: list[dict] = []  # live metrics waiting for a resumed run's history
@@ -97,6 +101,7 @@ class RunController(QObject):
         self.workers.clear()
         self._starts.clear()
         self._t0 = time.monotonic()
+        self._done_elapsed = None
         self._train_t0 = None
         job.metric.connect(self._on_metric)
         job.state.connect(self._on_state)
@@ -130,6 +135,8 @@ class RunController(QObject):
             summary += (f" The last complete checkpoint is {last.name}; Resume continues "
                         "from it." if last is not None else " No checkpoint of this run "
                         "was completed.")
+        if self._t0 is not None:
+            self._done_elapsed = time.monotonic() - self._t0
         self.job = None
         self.ended.emit(outcome, summary)
 
@@ -186,7 +193,9 @@ class RunController(QObject):
             self.total_steps = int(total)
 
     def elapsed_s(self) -> float | None:
-        return None if self._t0 is None or self.job is None else time.monotonic() - self._t0
+        if self._t0 is not None and self.job is not None:
+            return time.monotonic() - self._t0
+        return self._done_elapsed
 
     def eta_s(self) -> float | None:
         if self._train_t0 is None or not self.total_steps or self.job is None:
@@ -265,6 +274,8 @@ class RunController(QObject):
         except OSError:
             return False
         self._history = fh
+        self._done_elapsed = None
+        self._times = None
         self.total_steps = total_steps or 0
         self.state_text.emit(f"Last run: {name}")
         self.log.emit("info", f"Showing {name} from {metrics_file}")
@@ -279,7 +290,11 @@ class RunController(QObject):
         if not isinstance(rec, dict):
             return 0
         rec.pop("kind", None)
-        rec.pop("time", None)
+        when = rec.pop("time", None)
+        if isinstance(when, (int, float)) and self.job is None:
+            first, last = self._times or (when, when)
+            self._times = (min(first, when), max(last, when))
+            self._done_elapsed = self._times[1] - self._times[0]
         total = rec.pop("total_steps", None)
         if isinstance(total, int) and total > 0:
             self.total_steps = total
