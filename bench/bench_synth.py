@@ -34,7 +34,8 @@ the official call at its defaults, by wall and by CPU time, with top-1
 agreement of at least 99 %: met or NOT met; the issue sets it for 2 cores:
 --threads 2).
 Every option decodes with the same codec (the fp32 model's). On CUDA it
-prints whether the frame graph was captured.
+prints whether the frame graph was captured; on the CPU with --compile-frame,
+the fixed-shape frame under `torch.compile` (inductor) against itself eager.
 
 First (unless --stream-frames 0), the streaming codec at its published size
 (engine/model/codec_sizes.py, random weights): one full decode of
@@ -268,6 +269,58 @@ def _teacher_forced(synth: Any, others: dict[str, Any], frames: int) -> dict[str
     return found
 
 
+def bench_compiled_frame(name: str, synth: Any, frames: int) -> None:
+    """`torch.compile` (inductor) of the fixed-shape frame (`rows.RowBatch.frame`, the
+    one CUDA graphs capture) on the CPU, against the same frame eager: compile time,
+    ms per frame, and whether the codes are equal."""
+    import dataclasses
+    import functools
+
+    import torch
+
+    from engine.synth import rows as rows_module
+    from engine.synth.options import SpeakOptions
+    from engine.synth.prompt import build_prefill
+
+    settings = dataclasses.replace(synth.decode_settings(SpeakOptions()), stop_at_eos=False)
+
+    def generate(n: int) -> tuple[float, Any]:
+        prefill = build_prefill(synth.model, synth.processor, SENTENCES[:1],
+                                synth.speaker_vector, None, True)
+        started = time.perf_counter()
+        codes = synth.fast.generate(prefill, [n], settings, seeds=[0], static=True)
+        return time.perf_counter() - started, codes[0]
+
+    def per_frame() -> tuple[float, Any]:
+        short, _ = generate(4)
+        long, codes = generate(frames)
+        return (long - short) / (frames - 4) * 1e3, codes
+
+    generate(3)
+    eager_ms, eager_codes = per_frame()
+    original = rows_module.RowBatch.frame
+    compiled: dict[int, Any] = {}
+
+    def frame(self: Any, span: int) -> None:
+        fn = compiled.get(id(self))
+        if fn is None:
+            fn = compiled[id(self)] = torch.compile(functools.partial(original, self))
+        fn(span)
+
+    rows_module.RowBatch.frame = frame  # type: ignore[method-assign]
+    try:
+        first_s, _ = generate(3)
+        generate(frames)  # a second span compiles once more (then dynamic)
+        generate(frames)
+        compiled_ms, compiled_codes = per_frame()
+    finally:
+        rows_module.RowBatch.frame = original  # type: ignore[method-assign]
+    print(f"{name:<5} torch.compile of the frame step (CPU, {torch.get_num_threads()} "
+          f"thread(s)): first call {first_s:.1f} s (compiling), eager {eager_ms:.1f} ms per "
+          f"frame, compiled {compiled_ms:.1f} ms, x{eager_ms / compiled_ms:.2f}; codes equal: "
+          f"{torch.equal(eager_codes, compiled_codes)}", flush=True)
+
+
 def _first_audio(synth: Any, frames: int) -> float:
     from engine.synth.options import SpeakOptions
 
@@ -397,7 +450,8 @@ def _streamed_rtf(synth: Any, frames: int) -> tuple[float, float, float, float]:
 
 def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,
                  int8: bool, tmp: Path, real_codec: bool = False,
-                 skip_worker: bool = False, rounds: int = 3) -> None:
+                 skip_worker: bool = False, rounds: int = 3,
+                 compile_frame: bool = False) -> None:
     import torch
 
     from engine.model.loading import load_model
@@ -426,6 +480,8 @@ def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,
           flush=True)
     if synth.fast.device.type == "cuda":
         print(f"{name:<5} CUDA graph: {synth.fast.graph_status}", flush=True)
+    elif compile_frame:
+        bench_compiled_frame(name, synth, frames)
     if skip_worker:
         if int8 and synth.fast.device.type == "cpu":
             bench_cpu_options(name, folder, wrapper, synth, source, frames, rounds)
@@ -681,6 +737,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads for both sides (default: OMP_NUM_THREADS, 1 "
                              "unless set; the issue's CPU target is for 2 cores)")
+    parser.add_argument("--compile-frame", action="store_true",
+                        help="CPU: also torch.compile the fixed-shape frame and time it "
+                             "against the eager frame (minutes of compiling at 0.6B)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="--int8: interleaved official/option rounds per figure (median)")
     parser.add_argument("--ref-frames", type=int, default=125,
@@ -711,7 +770,8 @@ def main() -> None:
                 if not args.skip_official:
                     rows += bench_model(name, folder, args.frames, dtype, args.device)
                 bench_extras(name, folder, args.frames, dtype, args.device, args.int8, work,
-                             args.real_codec, args.skip_worker, args.rounds)
+                             args.real_codec, args.skip_worker, args.rounds,
+                             args.compile_frame)
         if args.soak:
             bench_soak(tiny_voice(work) if "tiny" not in args.models.split(",")
                        else work / "tiny-voice", args.soak, work)
