@@ -119,3 +119,69 @@ def test_every_page_fits(qtbot, styled, window: MainWindow, voice: Path,
     table = next(p for p in window.pages if isinstance(p, ImportPage)).table
     widths = [table.columnWidth(c) for c in range(table.model().columnCount())]
     assert widths[4] == max(widths) and widths[4] >= 250, widths
+
+
+def test_help_shortcuts_read_in_full(qtbot, styled, window: MainWindow) -> None:
+    """Every row of the shortcut table reads in full: at 1100 px the Record/Space row ended
+    in "…" (a fixed row height cut its wrapped text); at each size every row is in view."""
+    from gui.pages.help import HelpPage
+
+    page = window.show_page(HelpPage)
+    table = page.table
+    for size in [(1920, 1080), (1360, 860), (1100, 760)]:
+        window.resize(*size)
+        qtbot.wait(30)
+        assert not problems(window, page), size
+        for col in (0, 1):  # the keys: never wrapped, never cut
+            assert table.columnWidth(col) >= table.sizeHintForColumn(col), (size, col)
+        # a row as tall as its text wrapped at its column's width (Qt elides what is not)
+        short = [table.item(r, 2).text() for r in range(table.rowCount())
+                 if table.rowHeight(r) < table.sizeHintForRow(r)]
+        assert not short, (size, short)
+        assert table.verticalScrollBar().maximum() == 0, size  # no row below the fold
+
+
+def test_listen_reference_and_history_fit_a_laptop(qtbot, styled, window: MainWindow,
+                                                   voice: Path) -> None:
+    """Listen at 1100x760: the Reference box shows a form of its clip's label that fits it
+    (it cut the label off, the rest only in a tooltip), and the history's Model column
+    shares the width (a fixed 330 px squeezed the text)."""
+    from PySide6.QtWidgets import QStyle, QStyleOptionComboBox
+
+    from gui.pages.listen import ListenPage
+
+    (voice / "prepared").mkdir(exist_ok=True)
+    (voice / "prepared" / "manifest.jsonl").write_text(json.dumps({
+        "id": "0009-sentence-08", "path": "prepared/clips/0009-sentence-08.wav",
+        "text": "The museum was closed on Mondays, which surprised every visitor.",
+        "duration_s": 3.9, "usable": True, "issues": []}) + "\n")
+    (voice / "renders").mkdir(exist_ok=True)
+    (voice / "renders" / "20260101-120000.wav").write_bytes(b"")
+    write_json(voice / "renders" / "20260101-120000.json", {
+        "text": "Hello, this is Ada speaking through her own cloned voice today.",
+        "model": "Checkpoint: 2026-01-01_a · step 1200", "duration_s": 4.8})
+    window.ctx.set_voice(voice)
+    page = window.show_page(ListenPage)
+    box, history = page.reference, page.history
+    qtbot.waitUntil(lambda: box.count() == 1 and history.rowCount() == 1, timeout=10000)
+    model_width: dict[int, int] = {}
+    for width, height in [(1920, 1080), (1360, 860), (1100, 760)]:
+        window.resize(width, height)
+        qtbot.wait(30)
+        # what the closed box paints: the option its paintEvent draws from
+        option = QStyleOptionComboBox()
+        box.initStyleOption(option)
+        field = box.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, option,
+                                           QStyle.SubControl.SC_ComboBoxEditField, box)
+        shown = option.currentText
+        assert box.fontMetrics().horizontalAdvance(shown) <= field.width(), (width, shown)
+        assert shown.startswith("0009") and shown.endswith("3.9 s"), (width, shown)
+        if width > 1100:
+            assert shown == "0009-sentence-08 · 3.9 s"  # room for the whole short form
+        assert "museum" in box.currentText()  # the list keeps the whole label
+        widths = [history.columnWidth(c) for c in range(4)]
+        for col in (0, 3):  # when and how long, in full
+            assert widths[col] >= history.sizeHintForColumn(col), (width, widths)
+        assert widths[2] >= 250, (width, widths)  # the text, the widest part of the row
+        model_width[width] = widths[1]
+    assert model_width[1100] < 330 < model_width[1920], model_width

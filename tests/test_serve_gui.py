@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from tests.test_gui_support import *  # noqa: F403 (fixtures: ctx, workspace...)
+from tests.test_gui_support import make_voice
 from tests.test_serve import make_workspace
 
 
@@ -54,6 +55,49 @@ def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Pat
     qtbot.waitUntil(lambda: not page.running, timeout=60000)
     assert page.key_field.text() == "" and page.url_field.text() == ""
     assert not key_file.exists() and page.start_button.isEnabled()
+    # stopped: the examples again, with a placeholder, not the dead server's key
+    assert page.curl.toPlainText().startswith("# Start the server first")
+    assert key not in page.curl.toPlainText() + page.python.toPlainText()
+
+
+def test_stopped_serve_page_shows_the_examples_it_would_serve(qtbot, ctx,
+                                                               workspace: Path) -> None:
+    """Stopped, the example boxes were empty: they show the examples with the address, port,
+    voice and key the form would start, and say to start the server first; a running
+    server's own examples stay as they are until it stops."""
+    from types import SimpleNamespace
+
+    from gui.pages.serve import ServePage
+
+    export = make_voice(workspace) / "exports" / "ada-v1"
+    export.mkdir(parents=True)
+    (export / "config.json").write_text("{}")
+    page = ServePage(ctx)
+    qtbot.addWidget(page)
+    page.show()
+    page.refresh()
+    curl, python = page.curl.toPlainText(), page.python.toPlainText()
+    assert curl.startswith("# Start the server first")
+    assert "curl -sS http://127.0.0.1:8000/v1/audio/speech" in curl
+    assert '"voice": "ada"' in curl and "Authorization" not in curl
+    assert "base_url='http://127.0.0.1:8000/v1'" in python and "voice='ada'" in python
+    page.port.setValue(0)  # the server picks the port when it starts
+    page.host.setCurrentIndex(1)  # other computers: a key is needed
+    curl, python = page.curl.toPlainText(), page.python.toPlainText()
+    assert "http://0.0.0.0:PORT/v1/audio/speech" in curl and "Bearer KEY" in curl
+    assert "base_url='http://0.0.0.0:PORT/v1', api_key='KEY'" in python
+    # running (a stand-in for the engine's job): the server's own examples, as written
+    page.job = SimpleNamespace(outcome=None)  # type: ignore[assignment]
+    page._on_event({"event": "state", "state": "serving", "url": "http://0.0.0.0:41234/v1",
+                    "voices": ["ada"]})
+    served = page.curl.toPlainText()
+    assert served.startswith("curl -sS http://0.0.0.0:41234/v1/audio/speech")
+    page.port.setValue(9000)
+    assert page.curl.toPlainText() == served
+    page.job.outcome = "cancelled"
+    page._on_finished()
+    assert page.curl.toPlainText().startswith("# Start the server first")
+    assert "http://0.0.0.0:9000/v1" in page.curl.toPlainText()
 
 
 def test_listen_speaks_through_the_running_server(qtbot, ctx, tiny_model_dir: Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QWidget
 
 from ..context import AppContext
@@ -12,7 +13,7 @@ SHORTCUTS = [
     ("Anywhere", "F1", "This help page"),
     ("Anywhere", "Ctrl+N", "New voice"),
     ("Anywhere", "Ctrl+Q", "Quit (running jobs are stopped safely)"),
-    ("Record", "Space", "Record / stop (\u201cFinishing\u2026\": the input stays open 0.3 s "
+    ("Record", "Space", "Record / stop (\u201cFinishing\u2026\u201d: the input stays open 0.3 s "
      "after stop, so the last word is kept)"),
     ("Record", "Enter", "Accept the take: it is saved at once"),
     ("Record", "R", "Re-take"),
@@ -58,10 +59,24 @@ class HelpPage(Page):
         self.table.verticalHeader().hide()
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setAlternatingRowColors(True)
-        self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        self.table.setColumnWidth(0, 110)
-        self.table.setColumnWidth(1, 170)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.table.setWordWrap(True)
         for row, cells in enumerate(SHORTCUTS):
             for col, text in enumerate(cells):
                 self.table.setItem(row, col, QTableWidgetItem(text))
+        # the keys' columns as wide as their longest entry and a little air, the rest is
+        # "What"'s; a long "What" wraps onto a taller row (at 1100 px, with fixed 110 and
+        # 170 px columns, the Space row of Record ended in "…")
+        for col in (0, 1):
+            self.table.setColumnWidth(col, self.table.sizeHintForColumn(col) + 16)
+        # queued: while the signal is emitted the column still reports its old width
+        header.sectionResized.connect(self.fit_rows, Qt.ConnectionType.QueuedConnection)
         self.outer.addWidget(self.table, 1)
+
+    def fit_rows(self, *_resized: int) -> None:
+        """Each row as tall as its wrapped text; one-line rows keep their height (the
+        header's ResizeToContents made every row taller: the table scrolled at 1100x760)."""
+        one_line = self.table.verticalHeader().defaultSectionSize()
+        for row in range(self.table.rowCount()):
+            self.table.setRowHeight(row, max(one_line, self.table.sizeHintForRow(row) + 8))

@@ -28,6 +28,8 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QSpinBox,
     QSplitter,
+    QStyle,
+    QStyleOptionComboBox,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -54,6 +56,25 @@ SAVE_SUFFIX = {"wav": ".wav", "flac": ".flac", "opus": ".opus", "mp3": ".mp3"}
 #: said after a streamed playback that had to wait for the generator
 PLAYBACK_GAPS = ("Playback paused while it waited for the speech (this machine makes it "
                  "slower than real time); the saved render has no gaps: play it from History.")
+
+
+#: an item's short form, what the closed box shows (its list shows the whole label)
+SHORT_TEXT_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
+class ShortTextComboBox(QComboBox):
+    """Shows the current item's short form, elided in the middle to fit the box: a long
+    label was cut off mid-word by the box's edge, its end readable only in a tooltip."""
+
+    def initStyleOption(self, option: QStyleOptionComboBox) -> None:
+        super().initStyleOption(option)
+        short = self.currentData(SHORT_TEXT_ROLE)
+        field = self.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, option,
+                                            QStyle.SubControl.SC_ComboBoxEditField, self)
+        # the style draws the label 1 px inside each side of the field
+        option.currentText = self.fontMetrics().elidedText(
+            str(short) if short else option.currentText, Qt.TextElideMode.ElideMiddle,
+            field.width() - 2)
 
 
 def voice_base_model(snap: VoiceSnapshot | None) -> str | None:
@@ -122,7 +143,7 @@ class ListenPage(Page):
         self.outer.addWidget(hbox(QLabel("Speak with"), self.source, QLabel("Base"), self.base,
                                   stretch_at=4))
         # the zero-shot preview's reference clip, and the sampling the engine offers
-        self.reference = QComboBox()
+        self.reference = ShortTextComboBox()
         self.reference.setToolTip("The prepared clip the zero-shot preview imitates "
                                   "(3-12 s of clean speech works best)")
         self.reference.setMinimumContentsLength(18)
@@ -146,9 +167,12 @@ class ListenPage(Page):
         self.seed.setSpecialValueText("random")
         self.seed.setToolTip("The same seed and text give the same audio; \"random\" picks "
                              "one each time")
-        self.outer.addWidget(hbox(QLabel("Reference"), self.reference, QLabel("Temperature"),
-                                  self.temperature, QLabel("Top-k"), self.top_k,
-                                  QLabel("Seed"), self.seed, stretch_at=8))
+        sampling = hbox(QLabel("Reference"), self.reference, QLabel("Temperature"),
+                        self.temperature, QLabel("Top-k"), self.top_k,
+                        QLabel("Seed"), self.seed, stretch_at=8)
+        # the clip's name takes half of a wide window's spare room (the stretch the rest)
+        sampling.layout().setStretchFactor(self.reference, 1)
+        self.outer.addWidget(sampling)
         self.state = QLabel("")
         self.state.setObjectName("Muted")
         # a line of its own that wraps: an error message ran off the window beside the buttons
@@ -169,9 +193,12 @@ class ListenPage(Page):
         self.history.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.history.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.history.setAlternatingRowColors(True)
-        self.history.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        # the model and the text share the width the window has: a fixed 330 px model
+        # column squeezed the text at 1100 px
+        for col in (1, 2):
+            self.history.horizontalHeader().setSectionResizeMode(
+                col, QHeaderView.ResizeMode.Stretch)
         self.history.setColumnWidth(0, 130)
-        self.history.setColumnWidth(1, 330)
         self.history.cellDoubleClicked.connect(lambda r, _c: self.play_history(r))
         hl.addWidget(self.history)
         hl.addWidget(hbox(button("Play", "play", slot=lambda: self.play_history(
@@ -286,6 +313,7 @@ class ListenPage(Page):
             self.reference.addItem(label + (f" · {text[:40]}" if text else ""), path)
             self.reference.setItemData(self.reference.count() - 1, text or path,
                                        Qt.ItemDataRole.ToolTipRole)
+            self.reference.setItemData(self.reference.count() - 1, label, SHORT_TEXT_ROLE)
         i = self.reference.findData(current if current else (str(best) if best else None))
         self.reference.setCurrentIndex(max(0, i))
         self.reference.setEnabled(self.reference.count() > 0)

@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import catalog
+from engine.serve.server import url_of
 
 from ..context import AppContext
 from ..jobs import EngineJob
@@ -84,6 +85,11 @@ def python_snippet(url: str, voice: str, key: str | None) -> str:
             f"    response.stream_to_file(\"hello.wav\")\n")
 
 
+#: the first line of the curl example while the server is stopped (one line for both
+#: examples: the Python box has no room for another at 1100x760)
+START_FIRST = "# Start the server first (Start, above); then run this, or the Python below:\n"
+
+
 class ServePage(Page):
     title = "Serve"
     subtitle = ("Use your voices in other programs (chat apps, home automation, scripts) "
@@ -113,9 +119,12 @@ class ServePage(Page):
         self.port.setRange(0, 65535)
         self.port.setValue(8000)
         self.port.setToolTip("TCP port; 0 picks a free one.")
+        self.port.valueChanged.connect(self._show_example)
         self.use_key = QCheckBox("Require a key")
         self.use_key.setToolTip("Clients must send 'Authorization: Bearer KEY' (always on when "
                                 "other computers can connect).")
+        self.use_key.toggled.connect(self._show_example)
+        self.voices.itemChanged.connect(self._show_example)
         form.addWidget(hbox(self.host, QLabel("port"), self.port, self.use_key, stretch_at=4),
                        1, 1)
         self.outer.addLayout(form)
@@ -176,12 +185,28 @@ class ServePage(Page):
             self.voices.addItem(item)
         if not self.voices.count() and not self.running:
             self.state.setText("No voice has an export or a trained run yet: train one first.")
+        self._show_example()
 
     def _host_changed(self) -> None:
         remote = self.host.currentData() != "127.0.0.1"
         if remote:
             self.use_key.setChecked(True)
         self.use_key.setEnabled(not remote)
+        self._show_example()
+
+    def _show_example(self) -> None:
+        """While stopped, the examples with the address, voice and key the form would
+        start (empty boxes said nothing); the running server's own ones replace them."""
+        if self.running:
+            return
+        url = url_of(str(self.host.currentData()), self.port.value())
+        if not self.port.value():  # port 0: the server picks one when it starts
+            url = url.replace(":0/", ":PORT/")
+        names = [Path(p).name for p in self.chosen()]
+        voice = min(names) if names else "VOICE"  # the server's first voice, by name
+        key = "KEY" if self.use_key.isChecked() else None  # a new one at each start
+        self.curl.setPlainText(START_FIRST + curl_line(url, voice, key))
+        self.python.setPlainText(python_snippet(url, voice, key))
 
     def chosen(self) -> list[str]:
         return [str(self.voices.item(i).data(Qt.ItemDataRole.UserRole))
@@ -278,8 +303,6 @@ class ServePage(Page):
         self.key = None
         self.key_field.clear()  # shown once: a new start makes a new key
         self.url_field.clear()
-        self.curl.clear()
-        self.python.clear()
         self.start_button.setEnabled(True)
         self.stop_button.setEnabled(False)
         outcome = self.job.outcome if self.job is not None else None
@@ -287,3 +310,4 @@ class ServePage(Page):
             self.state.setText("The server stopped with an error (see the message).")
         else:
             self.state.setText("Stopped.")
+        self._show_example()
