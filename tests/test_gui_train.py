@@ -103,8 +103,10 @@ def _write_run(voice: Path, name: str, steps: int, lr: float, total: int) -> Pat
     write_json(run / "config.json", cfg.to_dict())
     with (run / "metrics.jsonl").open("w") as fh:
         for s in range(1, 41):
+            first = {"perf/build_s": 10.0, "perf/step_s": 3.0} if s == 1 else {}
             fh.write(json.dumps({"kind": "train", "step": s, "rank": 0, "loss/train": 9 - s / 10,
-                                 "time": 1.7e9 + 3.0 * s, "total_steps": total}) + "\n")
+                                 "time": 1.7e9 + 3.0 * s, "total_steps": total, **first})
+                     + "\n")
     (run / "checkpoint_step_0000040").mkdir()
     (run / "checkpoint_step_0000040" / "COMPLETE").write_text("")
     return run
@@ -122,8 +124,9 @@ def test_a_reloaded_run_keeps_its_step_total_and_loads_its_settings(
     qtbot.waitUntil(lambda: page._history is None and page.store.last_step == 40,
                     timeout=10000)
     assert page.stat_labels["step"].text() == "40 / 120"
-    # a finished run's time from its metric times (steps 1..40, 3 s apart), not "—"
-    assert page.stat_labels["elapsed"].text() == "1:57"
+    # a finished run's time from its metric times (steps 1..40, 3 s apart) and what came
+    # before the first (the model's 10 s build, step 1's 3 s), not "—"
+    assert page.stat_labels["elapsed"].text() == "2:10"
     assert page.run_picker.count() == 2
     # picking the older run draws it and loads its settings into the form
     index = next(i for i in range(page.run_picker.count())

@@ -74,6 +74,7 @@ class RunController(QObject):
         #: ends, or the span of a run's metric times when it is read from disk
         self._done_elapsed: float | None = None
         self._times: tuple[float, float] | None = None
+        self._lead = 0.0
         self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
         self._history: TextIO | None = None
         self._held: list[dict] = []  # live metrics waiting for a resumed run's history
@@ -276,6 +277,7 @@ class RunController(QObject):
         self._history = fh
         self._done_elapsed = None
         self._times = None
+        self._lead = 0.0
         self.total_steps = total_steps or 0
         self.state_text.emit(f"Last run: {name}")
         self.log.emit("info", f"Showing {name} from {metrics_file}")
@@ -294,7 +296,11 @@ class RunController(QObject):
         if isinstance(when, (int, float)) and self.job is None:
             first, last = self._times or (when, when)
             self._times = (min(first, when), max(last, when))
-            self._done_elapsed = self._times[1] - self._times[0]
+            # the first metric is written after the model was built and one step made
+            lead = sum(v for v in (rec.get("perf/build_s"), rec.get("perf/step_s"))
+                       if isinstance(v, (int, float))) if "perf/build_s" in rec else 0.0
+            self._lead = max(self._lead, lead)
+            self._done_elapsed = self._times[1] - self._times[0] + self._lead
         total = rec.pop("total_steps", None)
         if isinstance(total, int) and total > 0:
             self.total_steps = total
