@@ -26,7 +26,9 @@ concurrent requests (continuous batching, 8 rows) against the same worker
 one row at a time, and, with --int8 (CPU), the CPU options whose output does
 not depend on the batch (int8 with per-row activation scales, fp16 weights,
 each with fused projections; bf16) against fp32: teacher-forced agreement (every choice's
-logits on fp32's greedy codes: relative error, top-1, KL) and speed against
+logits on fp32's greedy codes: relative error, top-1, KL; also weight-only int8
+rounding, per channel and per group, run in fp32: the best such a kernel could
+agree) and speed against
 the official fp32 call (--rounds rounds, each the official call then every
 option, the median of the per-round ratios, with their range), then one line
 per option on the issue's CPU target (one sentence end to end at least 2x
@@ -321,6 +323,38 @@ def bench_compiled_frame(name: str, synth: Any, frames: int) -> None:
           f"{torch.equal(eager_codes, compiled_codes)}", flush=True)
 
 
+def weight_only_int8_agreement(folder: Path, synth: Any, frames: int,
+                               groups: tuple[int, ...] = (0, 128, 64, 32)) -> None:
+    """What weight-only int8 could reach at best: every talker and code-predictor
+    projection (and head) rounded to int8 with one scale per output channel (group 0)
+    or per group of input channels, run in fp32 (no kernel's own rounding), then
+    teacher-forced against fp32. Speed is not measured: it is the precision bound."""
+    import torch
+
+    from engine.model.loading import load_model
+    from engine.synth.synthesizer import Synthesizer
+
+    def rounded(w: torch.Tensor, group: int) -> torch.Tensor:
+        rows, cols = w.shape
+        size = group if group and cols % group == 0 else cols
+        g = w.reshape(rows, cols // size, size)
+        scale = (g.abs().amax(-1, keepdim=True) / 127.0).clamp_min(1e-12)
+        return (torch.round(g / scale).clamp(-127, 127) * scale).reshape(rows, cols)
+
+    options = {}
+    for group in groups:
+        wrapper = load_model(folder, device="cpu", dtype=torch.float32)
+        wrapper.model.speech_tokenizer = synth.model.speech_tokenizer
+        with torch.no_grad():
+            for name, module in wrapper.model.talker.named_modules():
+                if isinstance(module, torch.nn.Linear) and ("layers" in name or "head" in name):
+                    module.weight.copy_(rounded(module.weight, group))
+        other = Synthesizer(wrapper, synth.source, None)
+        other.use_source(synth.source)
+        options[f"w8 g{group}" if group else "w8 channel"] = other
+    _teacher_forced(synth, options, frames)
+
+
 def _first_audio(synth: Any, frames: int) -> float:
     from engine.synth.options import SpeakOptions
 
@@ -522,6 +556,7 @@ def bench_cpu_options(name: str, folder: Path, wrapper: Any, synth: Any, source:
     half.use_source(source)
     options = {"int8+fuse": quick, "fp16+fuse": packed16, "bf16": half}
     agreements = _teacher_forced(synth, options, frames)
+    weight_only_int8_agreement(folder, synth, frames)
     for label, option in (("int8+fuse", quick), ("fp16+fuse", packed16)):
         rtf, first, audio_s, rtf_cpu = _streamed_rtf(option, frames)
         print(f"{name:<5} {label} streamed playback, {audio_s:.2f} s of audio: {rtf:.3f}x "
