@@ -242,30 +242,39 @@ def check_greedy(wrapper: Any, synth: Any, frames: int) -> bool:
     return same_all
 
 
-def _teacher_forced(synth: Any, others: dict[str, Any], frames: int) -> dict[str, Any]:
-    """Per-choice logits of each fast option against fp32, all fed fp32's greedy codes."""
+def _fp32_reference(synth: Any, frames: int) -> tuple[list[tuple[Any, Any]], Any]:
+    """fp32's greedy codes for 2 sentences, with their prefills, and fp32's own
+    teacher-forced logits on them: the reference every option is scored against."""
     import dataclasses
 
     import torch
 
-    from engine.synth.agreement import compare_logits, teacher_forced_logits
+    from engine.synth.agreement import teacher_forced_logits
     from engine.synth.options import SpeakOptions
     from engine.synth.prompt import build_prefill
 
     greedy = SpeakOptions(do_sample=False, subtalker_do_sample=False)
     settings = dataclasses.replace(synth.decode_settings(greedy), stop_at_eos=False)
-    refs, fasts = [], {label: [] for label in others}
+    cases = []
     for text in SENTENCES[:2]:
         prefill = build_prefill(synth.model, synth.processor, [text], synth.speaker_vector,
                                 None, True)
-        codes = synth.fast.generate(prefill, [frames], settings)[0]
-        refs.append(teacher_forced_logits(synth.fast, prefill, codes))
-        for label, other in others.items():
-            fasts[label].append(teacher_forced_logits(other.fast, prefill, codes))
-    ref = torch.cat(refs)
+        cases.append((prefill, synth.fast.generate(prefill, [frames], settings)[0]))
+    return cases, torch.cat([teacher_forced_logits(synth.fast, p, c) for p, c in cases])
+
+
+def _teacher_forced(reference: tuple[list[tuple[Any, Any]], Any], others: dict[str, Any],
+                    frames: int) -> dict[str, Any]:
+    """Per-choice logits of each fast option against fp32, all fed fp32's greedy codes."""
+    import torch
+
+    from engine.synth.agreement import compare_logits, teacher_forced_logits
+
+    cases, ref = reference
     found = {}
-    for label, parts in fasts.items():
-        agreement = found[label] = compare_logits(ref, torch.cat(parts))
+    for label, other in others.items():
+        logits = torch.cat([teacher_forced_logits(other.fast, p, c) for p, c in cases])
+        agreement = found[label] = compare_logits(ref, logits)
         print(f"teacher-forced {label:<10} vs fp32, 2 sentences x {frames} frames x 16 "
               f"codebooks: {agreement.line()}", flush=True)
     return found
@@ -324,6 +333,7 @@ def bench_compiled_frame(name: str, synth: Any, frames: int) -> None:
 
 
 def weight_only_int8_agreement(folder: Path, synth: Any, frames: int,
+                               reference: tuple[list[tuple[Any, Any]], Any],
                                groups: tuple[int, ...] = (0, 128, 64, 32)) -> None:
     """What weight-only int8 could reach at best: every talker and code-predictor
     projection (and head) rounded to int8 with one scale per output channel (group 0)
@@ -341,8 +351,7 @@ def weight_only_int8_agreement(folder: Path, synth: Any, frames: int,
         scale = (g.abs().amax(-1, keepdim=True) / 127.0).clamp_min(1e-12)
         return (torch.round(g / scale).clamp(-127, 127) * scale).reshape(rows, cols)
 
-    options = {}
-    for group in groups:
+    for group in groups:  # one model at a time: each is a full fp32 copy
         wrapper = load_model(folder, device="cpu", dtype=torch.float32)
         wrapper.model.speech_tokenizer = synth.model.speech_tokenizer
         with torch.no_grad():
@@ -351,8 +360,9 @@ def weight_only_int8_agreement(folder: Path, synth: Any, frames: int,
                     module.weight.copy_(rounded(module.weight, group))
         other = Synthesizer(wrapper, synth.source, None)
         other.use_source(synth.source)
-        options[f"w8 g{group}" if group else "w8 channel"] = other
-    _teacher_forced(synth, options, frames)
+        _teacher_forced(reference, {f"w8 g{group}" if group else "w8 channel": other}, frames)
+        del other, wrapper
+        gc.collect()
 
 
 def _first_audio(synth: Any, frames: int) -> float:
@@ -555,8 +565,9 @@ def bench_cpu_options(name: str, folder: Path, wrapper: Any, synth: Any, source:
     half = Synthesizer(half_wrapper, source, None)
     half.use_source(source)
     options = {"int8+fuse": quick, "fp16+fuse": packed16, "bf16": half}
-    agreements = _teacher_forced(synth, options, frames)
-    weight_only_int8_agreement(folder, synth, frames)
+    reference = _fp32_reference(synth, frames)
+    agreements = _teacher_forced(reference, options, frames)
+    weight_only_int8_agreement(folder, synth, frames, reference)
     for label, option in (("int8+fuse", quick), ("fp16+fuse", packed16)):
         rtf, first, audio_s, rtf_cpu = _streamed_rtf(option, frames)
         print(f"{name:<5} {label} streamed playback, {audio_s:.2f} s of audio: {rtf:.3f}x "

@@ -70,9 +70,10 @@ class RunController(QObject):
         self.workers: dict[str, dict[str, object]] = {}  # rank -> node, gpu, pid
         self._starts: dict[str, int] = {}  # worker starts per rank: >1 means a recovery
         self._t0: float | None = None
-        #: how long the run on screen took, once it is not running: frozen when a run
-        #: ends, or the span of a run's metric times when it is read from disk
+        #: how long a run that ended on screen took (frozen at its end)
         self._done_elapsed: float | None = None
+        #: a run read from disk: its first and last metric times, and what came before
+        #: the first metric (the model's build and one step)
         self._times: tuple[float, float] | None = None
         self._lead = 0.0
         self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
@@ -196,6 +197,8 @@ class RunController(QObject):
     def elapsed_s(self) -> float | None:
         if self._t0 is not None and self.job is not None:
             return time.monotonic() - self._t0
+        if self._done_elapsed is None and self._times is not None:
+            return self._times[1] - self._times[0] + self._lead
         return self._done_elapsed
 
     def eta_s(self) -> float | None:
@@ -296,11 +299,10 @@ class RunController(QObject):
         if isinstance(when, (int, float)) and self.job is None:
             first, last = self._times or (when, when)
             self._times = (min(first, when), max(last, when))
-            # the first metric is written after the model was built and one step made
-            lead = sum(v for v in (rec.get("perf/build_s"), rec.get("perf/step_s"))
-                       if isinstance(v, (int, float))) if "perf/build_s" in rec else 0.0
-            self._lead = max(self._lead, lead)
-            self._done_elapsed = self._times[1] - self._times[0] + self._lead
+            if "perf/build_s" in rec:  # the first metric: after the model's build and a step
+                self._lead = max(self._lead, sum(
+                    v for v in (rec["perf/build_s"], rec.get("perf/step_s"))
+                    if isinstance(v, (int, float))))
         total = rec.pop("total_steps", None)
         if isinstance(total, int) and total > 0:
             self.total_steps = total
