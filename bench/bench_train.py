@@ -159,7 +159,7 @@ def bench_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
 def run_ours(model_dir: Path, workers: int, steps: int, clips: int, seconds: float,
              run_root: Path) -> dict[str, Any]:
     from engine.cluster import connect
-    from engine.events import Emitter
+    from engine.core.events import Emitter
     from engine.train.config import TrainConfig
     from engine.train.launch import Launch, LaunchSpec
 

@@ -365,7 +365,7 @@ def run_ray_free(job: dict[str, Any], world: int) -> dict[int, dict[str, Any]]:
 def run_ray(job: dict[str, Any], world: int) -> list[float]:
     """The plain configuration through Ray Train (the product's launcher): rank 0's losses."""
     from engine.cluster import connect
-    from engine.events import Emitter
+    from engine.core.events import Emitter
     from engine.train.config import TrainConfig
     from engine.train.launch import Launch, LaunchSpec
 

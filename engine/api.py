@@ -1,8 +1,8 @@
 """The engine's Python API for scripts: the same operations as `voxshard-engine`.
 
-Every long operation takes `on_event`, a callable receiving `engine.events.Event`
+Every long operation takes `on_event`, a callable receiving `engine.core.events.Event`
 objects (progress, log, metric, artifact, state), and raises a subclass of
-`engine.errors.VoxshardError` with a one-sentence message and a hint.
+`engine.core.errors.VoxshardError` with a one-sentence message and a hint.
 
     from engine import api
 
@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .events import Emitter, EventCallback, as_emitter
+from engine.core.events import Emitter, EventCallback, as_emitter
 
 __all__ = [
     "compare", "create_voice", "delete_voice", "download_model", "evaluate", "export",
@@ -35,31 +35,31 @@ PathLike = str | os.PathLike[str]
 
 def create_voice(path: PathLike, speaker: str, language: str = "english") -> Any:
     """Create a voice folder (voice.toml, takes/, prepared/, runs/, exports/, renders/)."""
-    from .workspace import create_voice as _create
+    from engine.layout.voice import create_voice as _create
 
     return _create(path, speaker, language)
 
 
 def open_voice(path: PathLike) -> Any:
-    from .workspace import open_voice as _open
+    from engine.layout.voice import open_voice as _open
 
     return _open(path)
 
 
 def list_voices(workspace: PathLike) -> list[Path]:
-    from .workspace import list_voices as _list
+    from engine.layout.voice import list_voices as _list
 
     return _list(workspace)
 
 
 def delete_voice(path: PathLike) -> None:
-    from .workspace import delete_voice as _delete
+    from engine.layout.voice import delete_voice as _delete
 
     _delete(path)
 
 
 def _path(path: PathLike) -> Path:
-    from .storage import user_path
+    from engine.core.storage import user_path
 
     return user_path(path)
 
@@ -70,7 +70,7 @@ def _voice(voice: Any) -> Any:
 
 def next_prompt(voice: Any, set_name: str | None = None) -> Any:
     """The next prompt sentence this voice has not recorded yet (None when all are done)."""
-    from .prompts import next_prompt as _next
+    from engine.layout.prompts import next_prompt as _next
 
     return _next(_voice(voice), set_name)
 
@@ -80,7 +80,7 @@ def import_files(voice: Any, paths: list[PathLike], transcripts: PathLike | None
                  transcribe: bool | str | None = None) -> Any:
     """Copy audio files/folders into the voice, untouched, with their transcripts.
     `transcribe` (True or a recognizer spec): speech recognition fills the missing ones."""
-    from .audio.importer import import_files as _import
+    from engine.prepare.importer import import_files as _import
 
     # paths as typed: ~ and relative ones (the CLI does the same in engine.cli.main)
     paths = [_path(p) for p in paths]
@@ -94,27 +94,27 @@ def prepare(voice: Any, on_event: EventCallback | Emitter | None = None,
     """24 kHz mono, loudness, trim, slice, quality report; returns the report.
 
     `options`: speakers="auto"|"off", speaker_reference=CLIP, denoise=True
-    (engine.audio.prepare.prepare)."""
-    from .audio.prepare import prepare as _prepare
+    (engine.prepare.pipeline.prepare)."""
+    from engine.prepare.pipeline import prepare as _prepare
 
     return _prepare(_voice(voice), on_event=on_event, **options)
 
 
 def make_tiny_model(out_dir: PathLike, seed: int = 0) -> Path:
-    from .model.tiny import make_tiny_model as _make
+    from engine.model.tiny import make_tiny_model as _make
 
     return _make(_path(out_dir), seed=seed)
 
 
 def download_model(repo_id: str, on_event: EventCallback | Emitter | None = None) -> Path:
-    from .model.loading import download_model as _download
+    from engine.model.loading import download_model as _download
 
     return _download(repo_id, on_event=on_event)
 
 
 def inspect_model(name_or_path: PathLike) -> Any:
-    from .model.loading import inspect_model as _inspect
-    from .model.loading import resolve_model
+    from engine.model.loading import inspect_model as _inspect
+    from engine.model.loading import resolve_model
 
     return _inspect(resolve_model(name_or_path, download=False))
 
@@ -122,7 +122,7 @@ def inspect_model(name_or_path: PathLike) -> Any:
 def plan(voice: PathLike, base: str, on_event: EventCallback | Emitter | None = None,
          **options: Any) -> dict[str, Any]:
     """Predicted memory per GPU/worker for a run; starts nothing."""
-    from .train.api import train as _train
+    from engine.train.driver import train as _train
 
     return _train(voice, base, dry_run=True, on_event=on_event, **options)
 
@@ -136,7 +136,7 @@ def train(voice: PathLike, base: str, on_event: EventCallback | Emitter | None =
     "talker+text", "code_predictor", "talker_layers", "lora"), lora_rank,
     lora_alpha, activation_checkpointing, cpu_offload, resume, run, address.
     """
-    from .train.api import train as _train
+    from engine.train.driver import train as _train
 
     return _train(voice, base, on_event=on_event, **options)
 
@@ -144,7 +144,7 @@ def train(voice: PathLike, base: str, on_event: EventCallback | Emitter | None =
 def export(voice: PathLike, out_dir: PathLike, run: str | None = None, step: int | None = None,
            on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
     """Write a run's checkpoint as an official custom_voice model folder."""
-    from .train.api import export as _export
+    from engine.train.driver import export as _export
 
     return _export(voice, Path(out_dir), run=run, step=step, on_event=on_event)
 
@@ -159,9 +159,9 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,
     `reference_text`, or the workspace's transcript of the clip, is known).
     `stream`: write the file as it grows. `quantize="int8"`: faster CPU decoding,
     not bit-exact. `options` are `SpeakOptions` fields."""
-    from .synth.options import SpeakOptions, audio_format
-    from .synth.synthesizer import Synthesizer
-    from .synth.voice import resolve_source
+    from engine.synth.options import SpeakOptions, audio_format
+    from engine.synth.synthesizer import Synthesizer
+    from engine.synth.voice import resolve_source
 
     emitter = as_emitter(on_event)
     out = _path(out)
@@ -176,7 +176,7 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,
 def compare(target: PathLike, out_dir: PathLike, sentences: list[str] | None = None,
             on_event: EventCallback | Emitter | None = None, **kwargs: Any) -> dict[str, Any]:
     """Render the same sentences from several checkpoints (and zero-shot) into an A/B folder."""
-    from .synth.compare import compare as _compare
+    from engine.synth.compare import compare as _compare
 
     return _compare(target, out_dir, sentences, on_event=on_event, **kwargs)
 
@@ -186,8 +186,8 @@ def transcribe(voice: Any, asr: Any = None, *, takes: list[str] | None = None,
                on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
     """Speech recognition over a voice's takes: fill missing transcripts (marked machine-made)
     and flag takes whose recognised words differ a lot from their transcript.
-    `asr`: "pocketsphinx", "auto", a Whisper hub id or folder (see `engine.quality.asr`)."""
-    from .quality.transcribe import transcribe_takes
+    `asr`: "pocketsphinx", "auto", a Whisper hub id or folder (see `engine.asr.recognizer`)."""
+    from engine.prepare.transcribe import transcribe_takes
 
     return transcribe_takes(_voice(voice), asr, takes=takes, recheck=recheck,
                             threshold=threshold, device=device, on_event=on_event)
@@ -196,7 +196,7 @@ def transcribe(voice: Any, asr: Any = None, *, takes: list[str] | None = None,
 def recognize(audio: PathLike, asr: Any = None, language: str | None = None,
               device: str | None = None) -> dict[str, Any]:
     """What speech recognition hears in one audio file: text, timed words, language."""
-    from .quality.asr import transcribe_file
+    from engine.asr.recognizer import transcribe_file
 
     heard = transcribe_file(audio, asr, language, device)
     return {**heard.to_dict(), "rtf": round(heard.rtf, 3)}
@@ -207,6 +207,6 @@ def evaluate(voice: Any, run: str | None = None, checkpoints: str | list[str] | 
     """Render held-out sentences from the zero-shot clone, each checkpoint and the export;
     measure speaker similarity, word error rate, speaking rate and loudness; write
     `<run>/evaluation/evaluation.json` and `report.html` (see `engine.quality.evaluate`)."""
-    from .quality.evaluate import evaluate as _evaluate
+    from engine.quality.evaluate import evaluate as _evaluate
 
     return _evaluate(_voice(voice), run, checkpoints, on_event=on_event, **kwargs)

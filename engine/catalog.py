@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import VoxshardError
-from .train.best import kept_best
-from .train.checkpoint import checkpoint_name, list_checkpoints, step_of
-from .workspace import VOICE_FILE, TakeCache, open_voice
-from .workspace import list_voices as _voice_folders
+from engine.core.errors import VoxshardError
+from engine.layout.voice import VOICE_FILE, TakeCache, open_voice
+from engine.layout.voice import list_voices as _voice_folders
+from engine.train.best import kept_best
+from engine.train.checkpoint import checkpoint_name, list_checkpoints, step_of
 
 __all__ = ["ExportInfo", "RunInfo", "TakeInfo", "VoiceEntry", "VoiceSnapshot",
            "best_checkpoint", "change_signature", "checkpoint_step", "comparisons", "is_current",

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ClusterError
-from .events import Emitter, EventCallback, as_emitter
+from engine.core.errors import ClusterError
+from engine.core.events import Emitter, EventCallback, as_emitter
 
 LOOPBACK = "127.0.0.1"
 

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .synth.options import SpeakOptions
-from .train.config import TrainConfig
+from engine.synth.options import SpeakOptions
+from engine.train.config import TrainConfig
 
 
 @dataclass(frozen=True)

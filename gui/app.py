@@ -32,22 +32,21 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceSnapshot, speaker_name
-
-from . import __version__
-from .context import APP_NAME, ORG_NAME, AppContext, default_workspace
-from .jobs import EngineJob
-from .jobs_panel import JobsPanel
-from .pages.base import Page
-from .pages.help import HelpPage
-from .pages.importer import ImportPage
-from .pages.listen import ListenPage
-from .pages.prepare import PreparePage
-from .pages.record import RecordPage
-from .pages.serve import ServePage
-from .pages.train import TrainPage
-from .pages.voices import VoicesPage
-from .theme import ThemeManager, app_icon, icon
-from .widgets import button, install_wheel_guard, retint_buttons
+from gui import __version__
+from gui.context import APP_NAME, ORG_NAME, AppContext, default_workspace
+from gui.jobs import EngineJob
+from gui.jobs_panel import JobsPanel
+from gui.pages.base import Page
+from gui.pages.help import HelpPage
+from gui.pages.importer import ImportPage
+from gui.pages.listen import ListenPage
+from gui.pages.prepare import PreparePage
+from gui.pages.record import RecordPage
+from gui.pages.serve import ServePage
+from gui.pages.train import TrainPage
+from gui.pages.voices import VoicesPage
+from gui.theme import ThemeManager, app_icon, icon
+from gui.widgets import button, install_wheel_guard, retint_buttons
 
 P = TypeVar("P", bound=Page)
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import platformdirs
 from PySide6.QtCore import QObject, QSettings, Signal
 
-from .audio import Player
-from .jobs import JobManager
-from .speech import SpeechService
-from .workspace_reader import WorkspaceReader
+from gui.audio import Player
+from gui.jobs import JobManager
+from gui.speech import SpeechService
+from gui.workspace_reader import WorkspaceReader
 
 APP_NAME = "Voxshard"
 ORG_NAME = "Voxshard"

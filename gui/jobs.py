@@ -1,7 +1,7 @@
 """Background jobs: the engine runs in its own process, the window only reads events.
 
 One `EngineJob` is one `voxshard-engine --json <command> ...` process. Its
-stdout carries one JSON event per line (engine/events.py); the job turns them
+stdout carries one JSON event per line (engine/core/events.py); the job turns them
 into Qt signals on the GUI thread. QProcess delivers output through the event
 loop, so nothing here ever blocks it; a burst of lines is parsed in slices so
 that even a flood of metrics cannot stall the window.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QMenu, QToolButton, QWidget
 
-from .jobs import EngineJob, JobManager
+from gui.jobs import EngineJob, JobManager
 
 
 class JobsPanel(QToolButton):

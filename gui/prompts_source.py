@@ -1,4 +1,4 @@
-"""The sentences to read aloud, from the engine's prompt sets (engine.prompts).
+"""The sentences to read aloud, from the engine's prompt sets (engine.layout.prompts).
 
 Which prompts are done is read from the voice's takes (their `prompt_id`),
 so the order survives restarts and a crash.
@@ -34,8 +34,8 @@ class PromptSource:
 
     def load(self, set_name: str, done: set[str]) -> None:
         """The voice's prompt set, and the prompt ids its takes already hold (a snapshot's)."""
-        from engine import prompts as engine_prompts
-        from engine.errors import VoxshardError
+        from engine.core.errors import VoxshardError
+        from engine.layout import prompts as engine_prompts
 
         try:
             if set_name != self.set_name or not self.prompts:

@@ -31,13 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from engine.catalog import list_takes
-
-    from .app import MainWindow
-    from .context import AppContext
-    from .pages.listen import ListenPage
-    from .pages.record import RecordPage
-    from .pages.train import TrainPage
-    from .theme import ThemeManager
+    from gui.app import MainWindow
+    from gui.context import AppContext
+    from gui.pages.listen import ListenPage
+    from gui.pages.record import RecordPage
+    from gui.pages.train import TrainPage
+    from gui.theme import ThemeManager
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     theme = ThemeManager(app, args.theme)  # type: ignore[arg-type]

@@ -16,8 +16,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from .jobs import EngineJob, JobManager
-from .served_speech import ServedEndpoint, ServedRequest, _Bridge
+from gui.jobs import EngineJob, JobManager
+from gui.served_speech import ServedEndpoint, ServedRequest, _Bridge
 
 
 class SpeechService(QObject):

@@ -18,7 +18,7 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QP
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QApplication
 
-from .paths import icon_path, style_path
+from gui.paths import icon_path, style_path
 
 
 @dataclass(frozen=True)

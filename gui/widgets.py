@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .audio import envelope
-from .theme import SERIES, icon
+from gui.audio import envelope
+from gui.theme import SERIES, icon
 
 
 def page_header(title: str, subtitle: str) -> QWidget:

@@ -17,8 +17,8 @@ from typing import Any
 from PySide6.QtCore import QFileSystemWatcher, QObject, QRunnable, QThreadPool, QTimer, Signal
 
 from engine import catalog
-from engine.errors import VoxshardError
-from engine.workspace import TakeCache
+from engine.core.errors import VoxshardError
+from engine.layout.voice import TakeCache
 
 #: folders of a voice whose own change (a file added, renamed or removed) means a re-read
 WATCHED = ("", "takes", "prepared", "runs", "exports", "renders")

@@ -119,7 +119,7 @@ from pathlib import Path
 
 import soundfile as sf
 
-from engine.atomic import write_json
+from engine.core.atomic import write_json
 
 render, text, export = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 write_json(render.with_suffix(".json"), {

@@ -84,9 +84,9 @@ def piper_sentences(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(scope="session")
 def prepared_voice(tmp_path_factory: pytest.TempPathFactory,
                    piper_sentences: list[dict[str, Any]]) -> Path:
-    from engine.audio.importer import import_files
-    from engine.audio.prepare import prepare
-    from engine.workspace import create_voice
+    from engine.layout.voice import create_voice
+    from engine.prepare.importer import import_files
+    from engine.prepare.pipeline import prepare
 
     root = tmp_path_factory.mktemp("prepared_voice") / "joe"
     voice = create_voice(root, "Joe", "english")

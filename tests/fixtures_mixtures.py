@@ -214,9 +214,9 @@ def interview_voice(tmp_path_factory: pytest.TempPathFactory,
                     mixtures: dict[str, Mixture]) -> Path:
     """A voice holding the 20 dB interview as one imported take, prepared with no
     enrolment (the dominant speaker). Read-only: copy it (shutil.copytree) to change it."""
-    from engine.audio.importer import import_files
-    from engine.audio.prepare import prepare
-    from engine.workspace import create_voice
+    from engine.layout.voice import create_voice
+    from engine.prepare.importer import import_files
+    from engine.prepare.pipeline import prepare
 
     tmp = tmp_path_factory.mktemp("interview")
     files = write_mixture(mixtures["white20"], tmp / "src")

@@ -12,8 +12,8 @@ import pytest
 import soundfile as sf
 
 from engine import api
-from engine.errors import ModelError, WorkspaceError
-from engine.events import Event
+from engine.core.errors import ModelError, WorkspaceError
+from engine.core.events import Event
 
 
 def test_importing_the_api_loads_no_torch_or_ray() -> None:

@@ -12,10 +12,10 @@ import psutil
 import pytest
 import soundfile as sf
 
-from engine.audio.importer import import_files
-from engine.audio.transcripts import load_transcripts
-from engine.errors import InputError
-from engine.workspace import Voice, create_voice
+from engine.core.errors import InputError
+from engine.layout.voice import Voice, create_voice
+from engine.prepare.importer import import_files
+from engine.prepare.transcripts import load_transcripts
 
 
 @pytest.fixture

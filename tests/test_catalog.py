@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from engine import catalog
-from engine.atomic import write_json
-from engine.events import Emitter
+from engine.core.atomic import write_json
+from engine.core.events import Emitter
+from engine.layout.voice import create_voice, open_voice
 from engine.train.checkpoint import COMPLETE, checkpoint_name
 from engine.train.config import TrainConfig
 from engine.train.metrics import MetricsPump
-from engine.workspace import create_voice, open_voice
 from tests.fixtures_audio import copy_voice
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def test_a_reloaded_run_knows_its_total_steps_and_checkpoints(tmp_path: Path) ->
 
 
 def test_takes_carry_the_prepare_verdicts(tmp_path: Path, prepared_voice: Path) -> None:
-    from engine.audio.prepare import prepare
+    from engine.prepare.pipeline import prepare
 
     voice_dir = copy_voice(prepared_voice, tmp_path / "joe")
     voice = open_voice(voice_dir)

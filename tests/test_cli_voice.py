@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engine.workspace import create_voice
+from engine.layout.voice import create_voice
 
 ROOT = Path(__file__).resolve().parent.parent
 

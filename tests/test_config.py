@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from engine.config import PrepareConfig, VoxshardConfig
-from engine.errors import InputError
-from engine.workspace import create_voice
+from engine.core.errors import InputError
+from engine.layout.voice import create_voice
 
 
 def test_tree_round_trips_exactly() -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from engine.core.errors import TrainingError
 from engine.data.codes import (
     CODES_DIRNAME,
     choose_reference,
@@ -25,7 +26,6 @@ from engine.data.codes import (
     read_clip,
     read_manifest,
 )
-from engine.errors import TrainingError
 from tests.fixtures_audio import copy_voice
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from engine.core.errors import TrainingError
 from engine.data.codes import extract_codes
 from engine.data.dataset import (
     VoiceData,
@@ -17,7 +18,6 @@ from engine.data.dataset import (
     split_ids,
     training_text,
 )
-from engine.errors import TrainingError
 from engine.train.config import DataConfig
 from engine.train.objective import batch_to_device, build_objective, load_base_weights
 from tests.fixtures_audio import copy_voice

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.errors import InputError, ModelError
+from engine.core.errors import InputError, ModelError
 from engine.model.export import CODEC_EMBEDDING, SPEAKER_ROW, export_custom_voice
 from engine.train.objective import build_objective, full_state_dict, load_base_weights
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.errors import InputError
+from engine.core.errors import InputError
 
 # numeric parity: LoRA, precision and offload paths against the plain computation.
 # packaging/run_tests.sh runs these again under other CPU kernel dispatches.
@@ -46,17 +46,17 @@ def test_precision_follows_the_compute_capability() -> None:
 
 def test_plan_precision_and_bf16_refusal_reach_the_api(tmp_path: Path, tiny_model_dir: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.train import api, gpus
+    from engine.train import driver, gpus
     from tests.test_train_units import _voice_with_clips
 
     voice = _voice_with_clips(tmp_path, 8, 4.0)
     t4 = gpus.GpuInfo(0, "GPU-t4", "Tesla T4", 16 << 30, 15 << 30, (7, 5))
     monkeypatch.setattr(gpus, "all_gpus", lambda: [t4])
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    out = api.train(voice, str(tiny_model_dir), use_gpu=True, dry_run=True)
+    out = driver.train(voice, str(tiny_model_dir), use_gpu=True, dry_run=True)
     assert out["plan"]["precision"] == "fp16" and out["plan"]["workers"] == 1
     with pytest.raises(InputError) as err:
-        api.train(voice, str(tiny_model_dir), use_gpu=True, precision="bf16", dry_run=True)
+        driver.train(voice, str(tiny_model_dir), use_gpu=True, precision="bf16", dry_run=True)
     assert err.value.message.startswith("bf16 needs a GPU of compute capability 8.0")
     assert "--precision fp16" in (err.value.hint or "")
 
@@ -220,7 +220,7 @@ def test_out_of_memory_in_a_worker_is_fatal_with_the_plans_advice(tmp_path: Path
     assert policy.make_decision(killed) == FailureDecision.RETRY
 
     # the driver turns it into one sentence with the advice as the hint
-    from engine.errors import TrainingError
+    from engine.core.errors import TrainingError
     from engine.train.launch import _as_training_error
 
     err2 = _as_training_error(oom)
@@ -268,20 +268,20 @@ def test_cuda_visible_devices_is_honoured() -> None:
 
 def test_never_more_workers_than_visible_gpus(tmp_path: Path, tiny_model_dir: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.train import api, gpus
+    from engine.train import driver, gpus
     from tests.test_train_units import _voice_with_clips
 
     voice = _voice_with_clips(tmp_path, 8, 4.0)
     monkeypatch.setattr(gpus, "all_gpus", _gpus)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    out = api.train(voice, str(tiny_model_dir), dry_run=True)
+    out = driver.train(voice, str(tiny_model_dir), dry_run=True)
     # every visible GPU, one worker each, planned against their free memory
     assert out["config"]["parallel"]["workers"] == 2
     assert out["config"]["parallel"]["use_gpu"] is True
     assert out["plan"]["free"] == [22 << 30, 23 << 30]
     assert out["plan"]["precision"] == "bf16"
     with pytest.raises(InputError) as err:
-        api.train(voice, str(tiny_model_dir), workers=3, dry_run=True)
+        driver.train(voice, str(tiny_model_dir), workers=3, dry_run=True)
     assert err.value.message == "You asked for 3 workers but this machine has 2 GPUs."
 
 
@@ -407,7 +407,7 @@ def test_resume_refuses_changed_data_and_says_what_changed_settings_do(
         tmp_path: Path, tiny_model_dir: Path) -> None:
     import numpy as np
 
-    from engine.train import api
+    from engine.train import driver
     from engine.train.rundata import (
         data_fingerprint,
         record_data,
@@ -417,7 +417,7 @@ def test_resume_refuses_changed_data_and_says_what_changed_settings_do(
     from tests.test_train_units import _voice_with_clips
 
     voice = _voice_with_clips(tmp_path, 8, 4.0)
-    first = api.train(voice, str(tiny_model_dir), workers=2, steps=200, dry_run=True)
+    first = driver.train(voice, str(tiny_model_dir), workers=2, steps=200, dry_run=True)
     run_dir = voice / "runs" / "r1"
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps(first["config"]))
@@ -425,7 +425,7 @@ def test_resume_refuses_changed_data_and_says_what_changed_settings_do(
     assert run_x_vector(run_dir).tolist() == [0.0, 1.0, 2.0, 3.0]
 
     events: list[Any] = []
-    out = api.train(voice, str(tiny_model_dir), workers=2, steps=30, resume=True, run="r1",
+    out = driver.train(voice, str(tiny_model_dir), workers=2, steps=30, resume=True, run="r1",
                     dry_run=True, on_event=events.append)
     assert out["config"]["run"]["steps"] == 30
     warnings_ = [e.data["message"] for e in events if e.kind == "log"
@@ -442,7 +442,7 @@ def test_resume_refuses_changed_data_and_says_what_changed_settings_do(
     manifest.write_text(manifest.read_text().replace("hello there", "hello there!", 1))
     assert data_fingerprint(voice)["clips"] == 8
     with pytest.raises(InputError) as err:
-        api.train(voice, str(tiny_model_dir), workers=2, resume=True, run="r1", dry_run=True)
+        driver.train(voice, str(tiny_model_dir), workers=2, resume=True, run="r1", dry_run=True)
     assert err.value.message == ("The prepared data of this voice changed since run r1 started "
                                  "(the same number of clips, but different audio or "
                                  "transcripts), so it cannot be resumed.")
@@ -456,9 +456,9 @@ def test_export_of_a_lora_run_merges_its_checkpoint_and_uses_the_runs_x_vector(
     import numpy as np
     from safetensors import safe_open
 
-    from engine.train.api import export
     from engine.train.checkpoint import Checkpointer
     from engine.train.config import TrainConfig
+    from engine.train.driver import export
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.rundata import record_data
     from tests.test_train_units import _voice_with_clips

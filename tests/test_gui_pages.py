@@ -509,7 +509,7 @@ def test_disabled_danger_buttons_look_disabled_and_spin_boxes_have_arrows(qtbot)
 
 def test_a_transcript_that_cannot_be_saved_is_reverted_with_a_reason(
         qtbot, window: MainWindow, voice: Path) -> None:
-    from engine.workspace import open_voice
+    from engine.layout.voice import open_voice
 
     v = open_voice(voice)
     for text in ("First words.", "Second words."):
@@ -554,7 +554,7 @@ def test_new_voice_offers_languages_with_prompts_and_records_in_them(
 
 def test_import_table_sorts_by_a_column_and_the_selection_follows(
         qtbot, window: MainWindow, voice: Path) -> None:
-    from engine.workspace import open_voice
+    from engine.layout.voice import open_voice
 
     v = open_voice(voice)
     for seconds, text in ((0.3, "Bravo long"), (0.1, "Alpha short"), (0.2, "Charlie mid")):
@@ -582,8 +582,8 @@ def test_import_page_transcribes_and_shows_only_doubtful_clips_for_review(
         qtbot, window: MainWindow, voice: Path, piper_sentences, tmp_path: Path) -> None:
     """Real speech, the real recogniser (pocketsphinx): machine text in italics, and the
     clip whose transcript says something else listed under "Needs a look"."""
-    from engine.audio.importer import import_files
-    from engine.workspace import open_voice
+    from engine.layout.voice import open_voice
+    from engine.prepare.importer import import_files
 
     untitled = tmp_path / "untitled.wav"
     shutil.copy(piper_sentences[0]["path"], untitled)  # no transcript beside it

@@ -71,8 +71,8 @@ def test_import_page_speaker_reference(qtbot, window: MainWindow, voice: Path,
                                        mixtures, tmp_path: Path) -> None:
     """The Import page hands its speaker reference to `import --speaker-reference`:
     the engine keeps the clip in the voice, and prepare enrols the target from it."""
-    from engine.audio.prepare import prepare
-    from engine.workspace import open_voice
+    from engine.layout.voice import open_voice
+    from engine.prepare.pipeline import prepare
     from tests.fixtures_mixtures import write_mixture
 
     files = write_mixture(mixtures["music15"], tmp_path / "src")

@@ -94,7 +94,7 @@ def test_every_job_can_be_cancelled_from_the_status_bar(qtbot, window: MainWindo
 
 def test_a_voice_a_job_writes_into_cannot_be_renamed_or_deleted(
         qtbot, window: MainWindow, voice) -> None:
-    from engine.workspace import open_voice
+    from engine.layout.voice import open_voice
     from gui.pages.voices import VoicesPage
 
     page = window.page(VoicesPage)

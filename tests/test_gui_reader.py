@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QTimer
 
-from engine.workspace import create_voice, open_voice
+from engine.layout.voice import create_voice, open_voice
 from gui.workspace_reader import WorkspaceReader
 from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice...)
 
@@ -99,7 +99,7 @@ def test_the_window_scans_takes_only_off_the_gui_thread(qtbot, window, voice: Pa
                                                        monkeypatch) -> None:
     import threading
 
-    from engine.workspace import Voice
+    from engine.layout.voice import Voice
     from gui.pages.importer import ImportPage
     from gui.pages.listen import ListenPage
     from gui.pages.prepare import PreparePage

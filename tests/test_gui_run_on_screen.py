@@ -11,7 +11,7 @@ from PySide6.QtCore import QObject, QPoint, QPointF, Qt, QUrl, Slot
 from PySide6.QtGui import QDesktopServices, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
-from engine.atomic import write_json
+from engine.core.atomic import write_json
 from engine.train.config import TrainConfig
 from gui.app import MainWindow
 from gui.pages.train import TrainPage
@@ -182,7 +182,7 @@ def test_evaluate_now_export_and_the_evaluation_of_any_picked_run(
     # the memory plan in the page's words, not option names: the engine's own dry run
     # (in this process: the `plan` job's result is this dict; a second engine process
     # would cost the suite 15 s more)
-    from engine.train.api import train
+    from engine.train.driver import train
 
     result = train(voice, str(tiny_model_dir), workers=1, dry_run=True)
     page._plan_done(result)
@@ -261,7 +261,7 @@ def test_offline_download_is_one_sentence_with_what_to_do(
 RAY_GONE = r'''
 import sys
 from engine.cli.output import JsonOutput
-from engine.events import Emitter
+from engine.core.events import Emitter
 Emitter(JsonOutput(sys.stdout).handle).state("training", detail="step 3")
 sys.stdout.flush()
 # what Ray 2.x printed when another program stopped every Ray process under the run

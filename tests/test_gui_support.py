@@ -61,7 +61,7 @@ def window(qtbot: object, ctx: object) -> Iterator[object]:
 
 
 def make_voice(workspace: Path, speaker: str = "Ada") -> Path:
-    from engine.workspace import create_voice
+    from engine.layout.voice import create_voice
 
     return create_voice(workspace / speaker.lower(), speaker).path
 
@@ -120,7 +120,7 @@ def flood_program(count: int, forever: bool = False, child: bool = False,
     code = f"""
 import os, signal, subprocess, sys, time
 from engine.cli.output import JsonOutput
-from engine.events import Emitter
+from engine.core.events import Emitter
 out = JsonOutput(sys.stdout)
 em = Emitter(out.handle)
 if {child!r}:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QRectF
 
-from engine.atomic import write_json
+from engine.core.atomic import write_json
 from engine.train.config import TrainConfig
 from gui.app import MainWindow
 from gui.pages.train import TrainPage, attach_processes, parse_nvidia_smi
@@ -178,7 +178,7 @@ def test_gpu_probe_parses_devices_and_what_else_holds_them() -> None:
 EVALUATOR = r'''
 import signal, sys, time
 from engine.cli.output import JsonOutput
-from engine.events import Emitter
+from engine.core.events import Emitter
 out = JsonOutput(sys.stdout)
 em = Emitter(out.handle)
 stop = []

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.errors import InputError, ModelError
+from engine.core.errors import InputError, ModelError
 from engine.model.loading import inspect_model, load_model, resolve_model
 from engine.model.official import import_qwen_tts
 from engine.model.tiny import make_tiny_model

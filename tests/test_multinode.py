@@ -230,7 +230,7 @@ def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
         procs.append(node2())
         import ray
 
-        from engine.train.api import train
+        from engine.train.driver import train
 
         deadline = time.time() + 180
         cluster = None

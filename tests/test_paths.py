@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from engine.cli.main import build_parser, main, normalize_paths
-from engine.storage import expand_arg, is_uri, storage_arg, user_path
-from engine.workspace import create_voice, list_voices, open_voice
+from engine.core.storage import expand_arg, is_uri, storage_arg, user_path
+from engine.layout.voice import create_voice, list_voices, open_voice
 
 # -- fast: the rules -----------------------------------------------------------------------
 

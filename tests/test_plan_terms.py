@@ -149,9 +149,9 @@ def test_an_existing_cluster_is_planned_against_its_own_gpus(tiny_model_dir: Pat
                                                               tmp_path: Path) -> None:
     """--address: the preflight reads each node's free GPU memory (NVML); the plan must
     fit the smallest GPU a worker may land on, or the start stops with the advice."""
-    from engine.errors import InputError
-    from engine.events import Emitter
-    from engine.train.api import cluster_gpu_plan
+    from engine.core.errors import InputError
+    from engine.core.events import Emitter
+    from engine.train.driver import cluster_gpu_plan
     from engine.train.preflight import NodeReport, PreflightReport, node_facts
 
     assert "gpu_free" in node_facts()  # [] here: no GPU, but the fact is always there
@@ -181,7 +181,7 @@ def test_parameters_stay_gathered_between_micro_steps_only_when_that_fits(
     """keep_gathered "auto": kept when the plan fits with every unit whole, re-gathered
     when only that fits, never without "last" reduction; the driver writes the choice
     into the run's config; a forced "on" that does not fit is advised away."""
-    from engine.train.api import resolved
+    from engine.train.driver import resolved
 
     cfg = _cfg(accum_reduce="auto")
     kept = _plan(tiny_model_dir, cfg)

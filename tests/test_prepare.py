@@ -14,8 +14,8 @@ import soundfile as sf
 
 from engine.audio.io import TARGET_SR
 from engine.audio.loudness import integrated_loudness
-from engine.audio.prepare import prepare
-from engine.workspace import Voice, create_voice, open_voice
+from engine.layout.voice import Voice, create_voice, open_voice
+from engine.prepare.pipeline import prepare
 
 MANIFEST_KEYS = {"id", "path", "text", "duration_s", "sample_rate", "usable", "issues",
                  "source_take"}
@@ -250,7 +250,7 @@ def test_stereo_44k_mp3_take_prepares_to_24k_mono(
 
 def test_cancel_keeps_finished_takes_for_next_time(
         tmp_path: Path, piper_sentences: list[dict[str, Any]]) -> None:
-    from engine.errors import Cancelled
+    from engine.core.errors import Cancelled
 
     voice = create_voice(tmp_path / "v", "a")
     for s in piper_sentences[:3]:
@@ -271,7 +271,7 @@ def test_cancel_keeps_finished_takes_for_next_time(
 
 def test_check_recording_judges_a_take_in_memory(piper_sentences: list[dict[str, Any]]
                                                  ) -> None:
-    from engine.audio.prepare import check_recording
+    from engine.prepare.pipeline import check_recording
 
     audio, sr = _speech(piper_sentences[0])
     good = check_recording(audio, sr, piper_sentences[0]["text"])
@@ -290,7 +290,7 @@ def test_one_prepare_at_a_time(tmp_path: Path, prepared_voice: Path) -> None:
     import subprocess
     import sys
 
-    from engine.errors import WorkspaceError
+    from engine.core.errors import WorkspaceError
 
     path = Path(shutil.copytree(prepared_voice, tmp_path / "v"))
     voice = open_voice(path)
@@ -313,7 +313,7 @@ def test_a_machine_transcript_slices_by_its_word_times(
         tmp_path: Path, piper_sentences: list[dict[str, Any]]) -> None:
     """A long recording without a transcript: the recogniser (pocketsphinx, real) fills
     it, and each slice gets exactly the words heard inside it."""
-    from engine.quality.transcribe import transcribe_takes
+    from engine.prepare.transcribe import transcribe_takes
 
     audio, sr, _ = _long_recording(piper_sentences[:7], None)
     assert len(audio) / sr > 25  # longer than one clip may be

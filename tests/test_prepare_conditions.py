@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.audio.checks import ClipFacts, check_clip
 from engine.audio.conditions import (
     REVERB_WARN_S,
     background,
     is_music_bed,
     slice_snr,
 )
-from engine.audio.quality import ClipFacts, check_clip
 from engine.audio.vad import frame_levels, silero_regions
-from engine.workspace import DEFAULT_PREPARE_SETTINGS
+from engine.layout.voice import DEFAULT_PREPARE_SETTINGS
 from tests.fixtures_mixtures import RATE, Mixture
 
 

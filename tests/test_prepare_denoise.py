@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from engine.audio.importer import import_files
-from engine.audio.prepare import prepare
-from engine.workspace import create_voice
+from engine.layout.voice import create_voice
+from engine.prepare.importer import import_files
+from engine.prepare.pipeline import prepare
 from tests.fixtures_mixtures import _pink
 
 

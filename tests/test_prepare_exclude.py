@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.audio.prepare import prepare
-from engine.workspace import open_voice
+from engine.layout.voice import open_voice
+from engine.prepare.pipeline import prepare
 from tests.fixtures_audio import copy_voice
 
 

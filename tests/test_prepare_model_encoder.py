@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.audio.importer import import_files
-from engine.audio.prepare import prepare
-from engine.audio.speakers import WINDOW_FRAMES, ModelEncoder, embed_clip
-from engine.errors import ModelError
-from engine.workspace import create_voice
+from engine.core.errors import ModelError
+from engine.layout.voice import create_voice
+from engine.prepare.importer import import_files
+from engine.prepare.pipeline import prepare
+from engine.prepare.speakers import WINDOW_FRAMES, ModelEncoder, embed_clip
 from tests.fixtures_mixtures import RATE, Mixture, write_mixture
 
 

@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-from engine.audio.quality import BLOCKING, WARNINGS
+from engine.audio.checks import BLOCKING, WARNINGS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -18,7 +18,8 @@ def _prepare_section() -> str:
 
 
 def test_readme_names_every_exclusion_reason() -> None:
-    from engine.audio import io, prepare
+    from engine.audio import io
+    from engine.prepare import pipeline as prepare
 
     section = _prepare_section()
     named = set(re.findall(r"`([a-z_]+)`", section))

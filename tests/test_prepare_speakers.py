@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.audio.importer import import_files
-from engine.audio.prepare import prepare
-from engine.audio.target import write_decision
-from engine.workspace import create_voice, open_voice
+from engine.layout.voice import create_voice, open_voice
+from engine.prepare.importer import import_files
+from engine.prepare.pipeline import prepare
+from engine.prepare.target import write_decision
 from tests.fixtures_mixtures import RATE, Mixture, write_mixture
 
 

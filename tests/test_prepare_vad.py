@@ -81,10 +81,10 @@ def test_a_cut_at_a_speaker_change_leaves_a_word_out_whole() -> None:
 
 def test_prepare_names_its_detector(piper_sentences: list[dict[str, Any]],
                                     tmp_path: Path) -> None:
-    from engine.audio.importer import import_files
-    from engine.audio.prepare import prepare
-    from engine.errors import InputError
-    from engine.workspace import create_voice
+    from engine.core.errors import InputError
+    from engine.layout.voice import create_voice
+    from engine.prepare.importer import import_files
+    from engine.prepare.pipeline import prepare
 
     voice = create_voice(tmp_path / "v", "Joe", "english")
     import_files(voice, [piper_sentences[0]["path"]])

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.errors import AudioError, InputError, ModelError
-from engine.quality.wer import normalize_words, number_words, wer, word_errors
+from engine.asr.wer import normalize_words, number_words, wer, word_errors
+from engine.core.errors import AudioError, InputError, ModelError
 
 
 def test_wer_normalises_case_punctuation_numbers_and_recogniser_markers() -> None:
@@ -26,7 +26,7 @@ def test_wer_normalises_case_punctuation_numbers_and_recogniser_markers() -> Non
 
 
 def test_pocketsphinx_transcribes_piper_speech(piper_sentences: list[dict[str, Any]]) -> None:
-    from engine.quality.asr import load_recognizer, transcribe_file
+    from engine.asr.recognizer import load_recognizer, transcribe_file
 
     rec = load_recognizer("pocketsphinx")
     assert rec.backend == "pocketsphinx"
@@ -44,7 +44,7 @@ def test_pocketsphinx_transcribes_piper_speech(piper_sentences: list[dict[str, A
 
 
 def test_missing_whisper_model_says_how_to_get_it() -> None:
-    from engine.quality.asr import load_recognizer
+    from engine.asr.recognizer import load_recognizer
 
     with pytest.raises(ModelError) as info:
         load_recognizer("Systran/faster-whisper-nowhere")
@@ -54,7 +54,7 @@ def test_missing_whisper_model_says_how_to_get_it() -> None:
 
 
 def test_bad_specs_and_folders_fail_clearly(tmp_path: Path) -> None:
-    from engine.quality.asr import load_recognizer
+    from engine.asr.recognizer import load_recognizer
 
     with pytest.raises(InputError, match="not a speech recognizer"):
         load_recognizer("what is this")
@@ -68,7 +68,7 @@ def test_bad_specs_and_folders_fail_clearly(tmp_path: Path) -> None:
 def test_unreadable_clip_and_wrong_language_fail_clearly(tmp_path: Path,
                                                          piper_sentences: list[dict[str, Any]]
                                                          ) -> None:
-    from engine.quality.asr import transcribe_file
+    from engine.asr.recognizer import transcribe_file
 
     bad = tmp_path / "broken.wav"
     bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEnot really")
@@ -82,7 +82,7 @@ def test_unreadable_clip_and_wrong_language_fail_clearly(tmp_path: Path,
 
 
 def test_auto_falls_back_to_pocketsphinx_without_a_cached_whisper(monkeypatch: Any) -> None:
-    from engine.quality import asr
+    from engine.asr import recognizer as asr
 
     monkeypatch.delenv(asr.ENV_VAR, raising=False)
     monkeypatch.setattr(asr, "find_whisper", lambda: None)
@@ -92,7 +92,7 @@ def test_auto_falls_back_to_pocketsphinx_without_a_cached_whisper(monkeypatch: A
 
 
 def test_slice_texts_from_word_times() -> None:
-    from engine.audio.transcripts import texts_from_words
+    from engine.prepare.transcripts import texts_from_words
 
     words = [["one", 0.1, 0.4], ["two", 0.5, 0.9], ["three", 2.1, 2.5], ["four", 2.6, 3.0],
              ["five", 1.95, 2.05]]

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from engine.errors import InputError, ModelError, WorkspaceError
-from engine.events import Event
+from engine.core.errors import InputError, ModelError, WorkspaceError
+from engine.core.events import Event
 from engine.synth.options import SpeakOptions
 from tests.fixtures_audio import copy_voice
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine.errors import InputError
+from engine.core.errors import InputError
 
 
 @pytest.fixture
@@ -35,10 +35,10 @@ def _takes(voice: Path) -> dict[str, dict[str, Any]]:
 def test_cli_import_transcribe_fills_flags_and_prepare_accepts(
         recordings: Path, tmp_path: Path, piper_sentences: list[dict[str, Any]],
         capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.asr.wer import wer
     from engine.cli.main import main
-    from engine.quality.transcribe import is_machine_made
-    from engine.quality.wer import wer
-    from engine.workspace import Take, open_voice
+    from engine.layout.voice import Take, open_voice
+    from engine.prepare.transcribe import is_machine_made
 
     voice = tmp_path / "voice"
     assert main(["voice", "new", str(voice), "--speaker", "Joe"]) == 0
@@ -82,7 +82,7 @@ def test_cli_import_transcribe_fills_flags_and_prepare_accepts(
 def test_api_transcribe_reuses_checked_takes_and_skips_unreadable(
         recordings: Path, tmp_path: Path) -> None:
     from engine import api
-    from engine.events import Event
+    from engine.core.events import Event
 
     voice = api.create_voice(tmp_path / "v2", speaker="Joe")
     api.import_files(voice, [recordings / "clip_0.wav", recordings / "clip_2.wav"])

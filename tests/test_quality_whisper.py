@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.quality import asr
+from engine.asr import recognizer as asr
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ HAS_CT2 = (importlib.util.find_spec("ctranslate2") is not None
 
 @pytest.fixture(scope="module")
 def tiny_whisper(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.quality.tiny_whisper import make_tiny_whisper
+    from engine.asr.tiny_whisper import make_tiny_whisper
 
     return make_tiny_whisper(tmp_path_factory.mktemp("asr") / "tiny-whisper")
 
@@ -53,7 +53,7 @@ def _check(heard: asr.Transcript, backend: str, duration_s: float) -> None:
 
 def test_transformers_whisper_folder_loads_detects_language_and_decodes(
         tiny_whisper: Path, speech: np.ndarray) -> None:
-    from engine.quality.tiny_whisper import LANGUAGES
+    from engine.asr.tiny_whisper import LANGUAGES
 
     rec = asr.load_recognizer(str(tiny_whisper))
     assert rec.backend == "transformers" and rec.model == str(tiny_whisper)
@@ -93,7 +93,7 @@ def test_hub_id_is_found_in_the_cache_and_auto_prefers_it(
                     "are not installed")
 def test_ctranslate2_folder_decodes_through_faster_whisper(
         tiny_whisper: Path, tmp_path: Path, speech: np.ndarray) -> None:
-    from engine.quality.tiny_whisper import convert_to_ctranslate2
+    from engine.asr.tiny_whisper import convert_to_ctranslate2
 
     folder = convert_to_ctranslate2(tiny_whisper, tmp_path / "tiny-whisper-ct2")
     assert (folder / "model.bin").is_file() and asr.model_kind(folder) == "faster-whisper"

@@ -63,8 +63,8 @@ class Server:
 
 def make_workspace(root: Path, model_dir: Path) -> Path:
     """A workspace with one voice, `ada`, whose export is the tiny base as a custom voice."""
+    from engine.layout.voice import create_voice
     from engine.model.export import export_custom_voice
-    from engine.workspace import create_voice
 
     ws = root / "ws"
     ws.mkdir()

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from engine.storage import (
+from engine.core.storage import (
     POINTER,
     Location,
     as_location,
@@ -208,7 +208,7 @@ def test_train_resume_export_on_s3(s3_server: str, prepared_voice: Path, tiny_mo
                                    tmp_path: Path) -> None:
     import fsspec
 
-    from engine.train.api import export, train
+    from engine.train.driver import export, train
 
     voice = copy_voice(prepared_voice, tmp_path / "voice")
     storage = f"{s3_server}/runs é"
@@ -234,7 +234,7 @@ def test_train_resume_export_on_s3(s3_server: str, prepared_voice: Path, tiny_mo
     assert {"__0_0.distcp", "__1_0.distcp", "rng_rank0.pt", "rng_rank1.pt", ".metadata",
             "trainer.json", "COMPLETE"} <= names, names
     # the voice remembers where its runs go
-    from engine.workspace import open_voice
+    from engine.layout.voice import open_voice
 
     assert open_voice(voice).storage == storage
 
@@ -258,8 +258,8 @@ def test_unreachable_storage_fails_before_any_cluster(prepared_voice: Path,
                                                       tiny_model_dir: Path,
                                                       tmp_path: Path) -> None:
     """One sentence naming the storage; nothing started, nothing left in runs/."""
-    from engine.errors import InputError
-    from engine.train.api import train
+    from engine.core.errors import InputError
+    from engine.train.driver import train
 
     voice = copy_voice(prepared_voice, tmp_path / "voice")
     blocker = tmp_path / "a file"
@@ -268,6 +268,6 @@ def test_unreachable_storage_fails_before_any_cluster(prepared_voice: Path,
         train(voice, str(tiny_model_dir), workers=2, steps=1, use_gpu=False,
               storage=str(blocker / "runs"), run="r")
     assert not (voice / "runs" / "r").exists()
-    from engine.workspace import open_voice
+    from engine.layout.voice import open_voice
 
     assert open_voice(voice).storage is None  # a storage that failed is not remembered

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.errors import InputError, WorkspaceError
+from engine.core.errors import InputError, WorkspaceError
 from engine.synth.compare import compare
 from engine.synth.options import SpeakOptions
 from engine.synth.synthesizer import Synthesizer
@@ -195,7 +195,7 @@ def test_damaged_checkpoint_fails_clearly_and_leaves_the_voice_usable(
         trained: dict[str, Any], run_synth: Synthesizer, tmp_path: Path) -> None:
     import shutil
 
-    from engine.errors import ModelError
+    from engine.core.errors import ModelError
 
     run = tmp_path / "joe" / "runs" / "r1"
     shutil.copytree(trained["run"], run)

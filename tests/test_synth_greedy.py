@@ -283,7 +283,7 @@ def test_in_context_batch_and_speech_equal_the_official_voice_clone(
     synth = Synthesizer.load(source, device="cpu", dtype="float32")
     options = SpeakOptions(do_sample=False, subtalker_do_sample=False, max_frames=FRAMES,
                            batch_size=2)
-    from engine.events import Emitter
+    from engine.core.events import Emitter
 
     chunks = split_text(" ".join(TEXTS), 60, max_frames=FRAMES)
     assert len(chunks) == 2
@@ -328,7 +328,7 @@ def test_instruction_prompt_equals_the_official_layout(official: Any, fast: Fast
 def test_packed_and_fused_projections_are_options_that_run_both_loops(
         official: Any, fast: FastTalker, speaker: torch.Tensor,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.errors import InputError
+    from engine.core.errors import InputError
 
     settings = DecodeSettings(talker=SamplerSettings(do_sample=False),
                               predictor=SamplerSettings(do_sample=False), stop_at_eos=False)

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from engine.events import Emitter
+from engine.core.events import Emitter
 from engine.synth.batcher import BatchRequest, ContinuousBatcher
 from engine.synth.decoding import DecodeSettings
 from engine.synth.options import SpeakOptions

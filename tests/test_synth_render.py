@@ -9,7 +9,7 @@ import pytest
 import soundfile as sf
 
 from engine.audio.loudness import integrated_loudness
-from engine.errors import InputError
+from engine.core.errors import InputError
 from engine.synth.render import join_chunks, match_loudness, trim_silence, write_audio
 
 SR = 24000

@@ -15,7 +15,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from engine.events import Event
+from engine.core.events import Event
 from engine.model.codec_sizes import REAL_DECODER_CONFIG, build_decoder
 from engine.synth.options import SpeakOptions
 from engine.synth.stream import StreamDecoder

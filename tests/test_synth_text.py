@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import InputError
+from engine.core.errors import InputError
 from engine.synth.options import SpeakOptions, audio_format
 from engine.synth.text import clean_text, max_frames_for, split_text, spoken_weight
 

@@ -20,8 +20,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from engine.errors import InputError
-from engine.events import Emitter, Event
+from engine.core.errors import InputError
+from engine.core.events import Emitter, Event
 from engine.synth.batcher import BatchRequest, ContinuousBatcher, _Row, _Unit
 from engine.synth.options import SpeakOptions
 from engine.synth.prompt import build_prefill

@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 import pytest
 
-from engine.events import Event
+from engine.core.events import Event
 from tests.fixtures_audio import copy_voice
 
 pytestmark = pytest.mark.slow
@@ -55,7 +55,7 @@ def _children() -> set[int]:
 
 def test_train_failover_exact_resume_and_export(prepared_voice: Path, tiny_model_dir: Path,
                                                 tmp_path: Path) -> None:
-    from engine.train.api import export, train
+    from engine.train.driver import export, train
 
     voice = copy_voice(prepared_voice, tmp_path / "voice")
     before = _children()
@@ -228,8 +228,8 @@ def test_cli_json_streams_metrics_sigterm_saves_and_resume(prepared_voice: Path,
 def test_out_of_memory_in_a_ray_worker_ends_the_run_without_retries(tmp_path: Path) -> None:
     """A real torch.OutOfMemoryError raised in one Ray Train worker: one sentence, no restart."""
     from engine.cluster import connect
-    from engine.errors import TrainingError
-    from engine.events import Emitter
+    from engine.core.errors import TrainingError
+    from engine.core.events import Emitter
     from engine.train.config import TrainConfig
     from engine.train.launch import Launch, LaunchSpec
 

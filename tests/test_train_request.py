@@ -1,4 +1,4 @@
-"""engine.train.api: one validated request object and a run in named stages (issue 18)."""
+"""engine.train.driver: one validated request object and a run in named stages (issue 18)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import InputError
+from engine.core.errors import InputError
 from tests.test_train_units import _voice_with_clips
 
 
@@ -19,7 +19,7 @@ from tests.test_train_units import _voice_with_clips
 ])
 def test_a_bad_request_fails_in_one_sentence_before_anything(options: dict, message: str
                                                              ) -> None:
-    from engine.train.api import TrainRequest, train
+    from engine.train.driver import TrainRequest, train
 
     # a voice that does not exist: validation comes first, nothing is opened
     with pytest.raises(InputError) as err:
@@ -30,7 +30,7 @@ def test_a_bad_request_fails_in_one_sentence_before_anything(options: dict, mess
 
 
 def test_the_run_goes_through_its_stages(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from engine.train.api import TrainRequest, TrainRun, train
+    from engine.train.driver import TrainRequest, TrainRun, train
 
     voice = _voice_with_clips(tmp_path, 12, 4.0)
     request = TrainRequest(voice, str(tiny_model_dir), workers=2, steps=5, use_gpu=False,

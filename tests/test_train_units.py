@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from engine.errors import InputError, ModelError
+from engine.core.errors import InputError, ModelError
 
 
 def _free_port() -> int:
@@ -176,7 +176,7 @@ def test_plan_advises_when_it_does_not_fit(tiny_model_dir: Path) -> None:
 # -- fail fast, before any cluster starts ---------------------------------------------------
 
 def _voice_with_clips(tmp: Path, n: int, seconds: float) -> Path:
-    from engine.workspace import create_voice
+    from engine.layout.voice import create_voice
 
     v = create_voice(tmp / "v", "Tester")
     prep = v.prepared_dir
@@ -189,7 +189,7 @@ def _voice_with_clips(tmp: Path, n: int, seconds: float) -> Path:
 
 
 def test_too_little_data_fails_in_one_sentence(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from engine.train.api import train
+    from engine.train.driver import train
 
     voice = _voice_with_clips(tmp_path, 2, 3.0)
     with pytest.raises(InputError) as err:
@@ -199,7 +199,7 @@ def test_too_little_data_fails_in_one_sentence(tmp_path: Path, tiny_model_dir: P
 
 
 def test_more_workers_than_gpus_fails(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from engine.train.api import detect_gpus, train
+    from engine.train.driver import detect_gpus, train
 
     voice = _voice_with_clips(tmp_path, 8, 4.0)
     gpus = detect_gpus(None)
@@ -210,7 +210,7 @@ def test_more_workers_than_gpus_fails(tmp_path: Path, tiny_model_dir: Path) -> N
 
 
 def test_base_must_be_qwen3_tts_base(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from engine.train.api import train
+    from engine.train.driver import train
 
     voice = _voice_with_clips(tmp_path, 8, 4.0)
     other = tmp_path / "bert"
@@ -222,7 +222,7 @@ def test_base_must_be_qwen3_tts_base(tmp_path: Path, tiny_model_dir: Path) -> No
 
 
 def test_dry_run_plans_with_presets(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from engine.train.api import train
+    from engine.train.driver import train
 
     voice = _voice_with_clips(tmp_path, 8, 4.0)
     out = train(voice, str(tiny_model_dir), workers=2, dry_run=True)
@@ -237,12 +237,12 @@ def test_dry_run_plans_with_presets(tmp_path: Path, tiny_model_dir: Path) -> Non
 
 def test_not_enough_memory_fails_fast(tmp_path: Path, tiny_model_dir: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.train import api, plan
+    from engine.train import driver, plan
 
     voice = _voice_with_clips(tmp_path, 8, 4.0)
     monkeypatch.setattr(plan, "host_available_memory", lambda: 64 << 20)
     with pytest.raises(InputError) as err:
-        api.train(voice, str(tiny_model_dir), workers=2)
+        driver.train(voice, str(tiny_model_dir), workers=2)
     assert err.value.message.startswith("Training will not fit")
 
 
@@ -303,7 +303,7 @@ def test_plan_activation_estimate_matches_saved_tensors(tiny_model_dir: Path,
 
 def test_batch_larger_than_the_data_fails_before_any_cluster(tmp_path: Path,
                                                              tiny_model_dir: Path) -> None:
-    from engine.train.api import train
+    from engine.train.driver import train
 
     voice = _voice_with_clips(tmp_path, 10, 4.0)  # 8 train + 2 validation clips
     with pytest.raises(InputError) as err:

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from engine.atomic import write_json
-from engine.errors import AudioError, InputError, WorkspaceError
-from engine.prompts import (
+from engine.core.atomic import write_json
+from engine.core.errors import AudioError, InputError, WorkspaceError
+from engine.layout.prompts import (
     list_prompt_sets,
     next_prompt,
     next_prompts,
     parse_prompt_set,
     prompt_progress,
 )
-from engine.workspace import (
+from engine.layout.voice import (
     create_voice,
     delete_voice,
     list_voices,
@@ -208,9 +208,10 @@ def test_light_modules_import_no_torch_or_qt() -> None:
 
     code = (
         "import sys\n"
-        "import engine.workspace, engine.prompts, engine.audio.io, engine.audio.loudness\n"
-        "import engine.audio.vad, engine.audio.quality, engine.audio.transcripts\n"
-        "import engine.audio.importer, engine.audio.prepare, engine.cli.cmd_voice\n"
+        "import engine.layout.voice, engine.layout.prompts\n"
+        "import engine.audio.io, engine.audio.loudness\n"
+        "import engine.audio.vad, engine.audio.checks, engine.prepare.transcripts\n"
+        "import engine.prepare.importer, engine.prepare.pipeline, engine.cli.cmd_voice\n"
         "heavy = ('torch', 'ray', 'transformers', 'qwen_tts', 'PySide6', 'pyqtgraph')\n"
         "print([m for m in heavy if m in sys.modules])\n"
     )
@@ -245,7 +246,7 @@ def test_open_sweeps_what_a_killed_import_left(tmp_path: Path) -> None:
     src = tmp_path / "song.flac"
     sf.write(src, 0.1 * np.sin(np.linspace(0, 900, 24000)), 24000)
     # the engine's own import, killed after the audio was copied and before its JSON
-    code = ("import os, sys\nimport engine.workspace as ws\n"
+    code = ("import os, sys\nimport engine.layout.voice as ws\n"
             "ws.write_json = lambda *a, **k: os._exit(9)\n"
             "ws.Voice(ws.Path(sys.argv[1]), {'voice': {'speaker': 'a'}}).add_take(sys.argv[2])\n")
     killed = subprocess.run([sys.executable, "-c", code, str(voice.path), str(src)],
@@ -278,7 +279,7 @@ def test_open_sweeps_what_a_killed_import_left(tmp_path: Path) -> None:
 
 
 def test_every_offered_language_has_its_own_prompt_set(tmp_path: Path) -> None:
-    from engine.prompts import languages_with_prompts, prompt_set_for_language
+    from engine.layout.prompts import languages_with_prompts, prompt_set_for_language
 
     langs = languages_with_prompts()
     assert langs == ["english", "french", "german"]
@@ -299,7 +300,7 @@ def test_atomic_writes_get_the_users_usual_permissions(tmp_path: Path) -> None:
     import os
     import stat
 
-    from engine.atomic import write_json
+    from engine.core.atomic import write_json
 
     old = os.umask(0o027)
     try:

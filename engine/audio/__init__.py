@@ -1,11 +1,11 @@
-"""Audio: file I/O, loudness, voice activity and slicing, quality checks, import, prepare.
+"""Audio signal processing only: file I/O, loudness, voice activity and slicing, clip checks.
 
 The script-facing API, importable from here without loading anything heavy
 until it is used (none of it ever imports torch):
 
-    from engine.workspace import create_voice, open_voice
-    from engine.audio import import_files, decode, read_mono
-    from engine.audio.prepare import prepare   # (a submodule of the same name)
+    from engine.layout.voice import create_voice, open_voice
+    from engine.audio import decode, read_mono
+    from engine.prepare import import_files, prepare
 
     voice = create_voice("voices/ada", speaker="Ada")
     import_files(voice, ["recordings/"], transcripts="recordings/metadata.csv")
@@ -18,7 +18,6 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "import_files": "engine.audio.importer",
     "decode": "engine.audio.io",
     "read_mono": "engine.audio.io",
     "probe": "engine.audio.io",
@@ -26,7 +25,6 @@ _EXPORTS = {
     "TARGET_SR": "engine.audio.io",
     "integrated_loudness": "engine.audio.loudness",
     "normalize_loudness": "engine.audio.loudness",
-    "load_transcripts": "engine.audio.transcripts",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .vad import FRAME_S, Levels
+from engine.audio.vad import FRAME_S, Levels
 
 #: RT60 above these: a warning (audible room), then unusable (the echo is part of every word)
 REVERB_WARN_S = 0.45

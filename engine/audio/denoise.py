@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from .conditions import Background, background, slice_snr
-from .vad import Levels, Slice, frame_levels
+from engine.audio.conditions import Background, background, slice_snr
+from engine.audio.vad import Levels, Slice, frame_levels
+from engine.core.errors import InputError
 
 #: the pauses used as the noise profile (longer adds nothing for stationary noise)
 PROFILE_S = 8.0
@@ -60,8 +60,8 @@ def denoise_take(audio: np.ndarray, sample_rate: int, levels: Levels,
 
 
 def _wer(recognizer: Any, audio: np.ndarray, sample_rate: int, text: str) -> float | None:
-    from ..quality.wer import wer
-    from .speakers import to_16k
+    from engine.asr.wer import wer
+    from engine.prepare.speakers import to_16k
 
     if not text.strip() or recognizer is None:
         return None
@@ -72,7 +72,7 @@ def judge_slice(orig: np.ndarray, den: Denoised, levels: Levels, noise_power: fl
                 sl: Slice, sample_rate: int, text: str, target: np.ndarray | None,
                 recognizer: Any, encoder: Any = None) -> dict[str, Any]:
     """Both versions of one slice measured; "applied" says whether to use the denoised one."""
-    from .speakers import embed_clip
+    from engine.prepare.speakers import embed_clip
 
     before_seg, after_seg = orig[sl.start:sl.end], den.audio[sl.start:sl.end]
     snr = [slice_snr(levels, sl.regions, noise_power),

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from ..atomic import atomic_path
-from ..errors import AudioError, DiskFullError, WorkspaceError
+from engine.core.atomic import atomic_path
+from engine.core.errors import AudioError, DiskFullError, WorkspaceError
 
 TARGET_SR = 24000
 AUDIO_EXTENSIONS = frozenset({".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".mp3"})

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..events import Emitter
-from .main import add_command
+from engine.cli.main import add_command
+from engine.core.events import Emitter
 
 
 def _make_tiny(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from ..model.tiny import make_tiny_model
+    from engine.model.tiny import make_tiny_model
 
     emitter.log(f"Building a tiny random Qwen3-TTS model in {args.out_dir}...")
     path = make_tiny_model(args.out_dir, seed=args.seed, overwrite=args.overwrite)
@@ -19,7 +19,7 @@ def _make_tiny(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
 
 
 def _info(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from ..model.loading import inspect_model, resolve_model
+    from engine.model.loading import inspect_model, resolve_model
 
     info = inspect_model(resolve_model(args.model, download=False, on_event=emitter))
     d = info.to_dict()
@@ -31,7 +31,7 @@ def _info(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
 
 
 def _download(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from ..model.loading import download_model
+    from engine.model.loading import download_model
 
     path = download_model(args.repo_id, on_event=emitter)
     return {"path": str(path), "summary": f"{args.repo_id} is in {path}"}

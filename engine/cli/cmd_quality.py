@@ -17,17 +17,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..events import Emitter
-from .main import add_command
+from engine.cli.main import add_command
+from engine.core.errors import InputError
+from engine.core.events import Emitter
 
 ASR_HELP = ("speech recognizer: pocketsphinx, auto (a cached Whisper model, else "
             "pocketsphinx), a hub id such as Systran/faster-whisper-small, or a folder")
 
 
 def _transcribe(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from ..quality.transcribe import transcribe_takes
-    from ..workspace import open_voice
+    from engine.layout.voice import open_voice
+    from engine.prepare.transcribe import transcribe_takes
 
     voice = open_voice(args.voice)
     return transcribe_takes(voice, args.asr, takes=args.takes or None, recheck=args.recheck,
@@ -35,7 +35,7 @@ def _transcribe(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
 
 
 def _recognize(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from ..quality.asr import load_audio, load_recognizer
+    from engine.asr.recognizer import load_audio, load_recognizer
 
     rec = load_recognizer(args.asr, args.device)
     rows = []
@@ -61,15 +61,15 @@ def _read_sentences(args: argparse.Namespace) -> list[str] | None:
 
 
 def _evaluate(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from ..quality.evaluate import evaluate
-    from ..synth.options import SpeakOptions
+    from engine.quality.evaluate import evaluate
+    from engine.synth.options import SpeakOptions
 
     options = SpeakOptions(max_frames=args.max_frames, batch_size=args.batch_size)
     common = {"sentences": _read_sentences(args), "seed": args.seed, "asr": args.asr,
               "options": options, "device": args.device, "base": args.base,
               "out_dir": args.out_dir, "on_event": em}
     if args.watch:
-        from ..quality.evaluate import watch
+        from engine.quality.evaluate import watch
 
         return watch(args.voice, args.run, interval_s=args.interval, idle_s=args.idle,
                      patience=args.patience, **common)
@@ -79,14 +79,14 @@ def _evaluate(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
 
 def _import_with_transcribe(original: Any) -> Any:
     """`import ... --transcribe`: the voice area's import, then speech recognition over
-    the takes it imported (`engine.audio.importer` does the same with `transcribe=`)."""
+    the takes it imported (`engine.prepare.importer` does the same with `transcribe=`)."""
 
     def handler(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
         result = original(args, em)
         if not getattr(args, "transcribe", False) or not result.get("imported"):
             return result
-        from ..audio.importer import _transcribe as transcribe_imported
-        from ..workspace import open_voice
+        from engine.layout.voice import open_voice
+        from engine.prepare.importer import _transcribe as transcribe_imported
 
         heard = transcribe_imported(open_voice(args.voice), result["imported"],
                                     args.asr or True, em, None)

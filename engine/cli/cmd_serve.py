@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..events import Emitter
-from ..synth.options import QUANT_MODES
-from .main import add_command
+from engine.cli.main import add_command
+from engine.core.events import Emitter
+from engine.synth.options import QUANT_MODES
 
 
 def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from ..serve.server import ServeSettings, serve
-    from ..storage import expand_arg
+    from engine.core.storage import expand_arg
+    from engine.serve.server import ServeSettings, serve
 
     settings = ServeSettings(
         targets=list(args.voices or []), workspace=args.workspace, host=args.host,
@@ -22,7 +22,7 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
         max_body=args.max_body, preload=not args.no_preload,
         reference_base=expand_arg(args.reference_base) if args.reference_base else None)
     if args.address:
-        from ..serve.ray_deploy import ClusterServeSettings, serve_on_ray
+        from engine.serve.ray_deploy import ClusterServeSettings, serve_on_ray
 
         cluster = ClusterServeSettings(
             address=args.address, replicas=args.replicas, min_replicas=args.min_replicas,

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..events import Emitter
-from ..synth.options import FORMATS, QUANT_MODES
-from .main import add_command
+from engine.cli.main import add_command
+from engine.core.errors import InputError
+from engine.core.events import Emitter
+from engine.synth.options import FORMATS, QUANT_MODES
 
 
 def _read_text(args: argparse.Namespace) -> str:
@@ -35,7 +35,7 @@ def _read_text(args: argparse.Namespace) -> str:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from ..synth.options import SpeakOptions
+    from engine.synth.options import SpeakOptions
 
     values = {
         "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
@@ -52,10 +52,10 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from ..synth.options import audio_format
-    from ..synth.synthesizer import Synthesizer
-    from ..synth.text import split_text
-    from ..synth.voice import resolve_source
+    from engine.synth.options import audio_format
+    from engine.synth.synthesizer import Synthesizer
+    from engine.synth.text import split_text
+    from engine.synth.voice import resolve_source
 
     text = _read_text(args)
     options = _options(args)
@@ -79,7 +79,7 @@ def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
                             x_vector_only=args.x_vector_only)
     player = None
     if args.play:
-        from ..synth.stream import Player
+        from engine.synth.stream import Player
 
         player = Player()  # no sound device: fail before the model load
     synth = Synthesizer.load(source, device=args.device, dtype=args.dtype, on_event=emitter,
@@ -101,8 +101,8 @@ def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
 
 def _speak_to_stream(synth: Any, text: str, options: Any, emitter: Emitter, player: Any,
                      to_pipe: bool) -> dict[str, Any]:
-    from ..synth.stream import RawPcm
-    from .main import _private_stdout
+    from engine.cli.main import _private_stdout
+    from engine.synth.stream import RawPcm
 
     # the audio owns the real stdout; prints (and the summary) go to stderr
     pipe = _private_stdout() if to_pipe else None  # held: dropping it closes the fd
@@ -114,8 +114,8 @@ def _speak_to_stream(synth: Any, text: str, options: Any, emitter: Emitter, play
                 sink.write(audio)
 
     if player is not None:
-        from ..synth.stream import expected_speech_s
-        from ..synth.text import split_text
+        from engine.synth.stream import expected_speech_s
+        from engine.synth.text import split_text
 
         player.expect(expected_speech_s(split_text(text, options.chunk_chars)))
     try:
@@ -137,7 +137,7 @@ def _speak_to_stream(synth: Any, text: str, options: Any, emitter: Emitter, play
 
 
 def _compare(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from ..synth.compare import compare
+    from engine.synth.compare import compare
 
     sentences = list(args.sentences or [])
     if args.sentences_file:
@@ -155,7 +155,7 @@ def _compare(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
 
 
 def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from ..synth.worker import serve
+    from engine.synth.worker import serve
 
     first = None
     if args.model:

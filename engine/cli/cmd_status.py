@@ -12,11 +12,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, catalog
-from ..errors import InputError
-from ..events import Emitter
-from ..workspace import VOICE_FILE
-from .main import add_command
+from engine import __version__, catalog
+from engine.cli.main import add_command
+from engine.core.errors import InputError
+from engine.core.events import Emitter
+from engine.layout.voice import VOICE_FILE
 
 
 def _voice_lines(snap: catalog.VoiceSnapshot) -> list[str]:

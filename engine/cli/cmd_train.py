@@ -7,7 +7,7 @@
     voxshard-engine plan VOICE --base MODEL [--workers N]
     voxshard-engine export VOICE [--run RUN] [--step STEP] OUT_DIR
 
-Thin layers over `engine.train.api`; nothing here imports torch or ray at
+Thin layers over `engine.train.driver`; nothing here imports torch or ray at
 module level, so `voxshard-engine --help` stays fast.
 """
 
@@ -17,9 +17,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..events import Emitter
-from ..train.config import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
-from .main import add_command
+from engine.cli.main import add_command
+from engine.core.events import Emitter
+from engine.train.config import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
 
 
 def _positive_int(text: str) -> int:
@@ -92,7 +92,7 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _train(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from ..train.api import cancelled_error, train
+    from engine.train.driver import cancelled_error, train
 
     result = train(args.voice, args.base, steps=args.steps, epochs=args.epochs, lr=args.lr,
                    checkpoint_every=args.checkpoint_every, val_every=args.val_every,
@@ -107,14 +107,14 @@ def _train(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
 
 
 def _plan(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from ..train.api import train
+    from engine.train.driver import train
 
     return train(args.voice, args.base, dry_run=True, on_event=em, **_common_kwargs(args))
 
 
 def _preflight(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from ..errors import ClusterError
-    from ..train.preflight import check_cluster
+    from engine.core.errors import ClusterError
+    from engine.train.preflight import check_cluster
 
     out = check_cluster(args.voice, args.base, address=args.address, storage=args.storage,
                         timeout_s=args.timeout, on_event=em)
@@ -125,7 +125,7 @@ def _preflight(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
 
 
 def _export(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from ..train.api import export
+    from engine.train.driver import export
 
     return export(args.voice, Path(args.out_dir), run=args.run, step=args.step,
                   name=args.name, on_event=em)

@@ -18,11 +18,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..errors import AudioError, InputError
-from ..events import Emitter
-from ..prompts import next_prompts, prompt_progress
-from ..workspace import create_voice, open_voice
-from .main import add_command
+from engine.cli.main import add_command
+from engine.core.errors import AudioError, InputError
+from engine.core.events import Emitter
+from engine.layout.prompts import next_prompts, prompt_progress
+from engine.layout.voice import create_voice, open_voice
 
 
 def _voice_new(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
@@ -96,11 +96,11 @@ def _prompts_next(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
 
 
 def _import(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from ..audio.importer import import_files
+    from engine.prepare.importer import import_files
 
     voice = open_voice(args.voice)
     if getattr(args, "speaker_reference", None):
-        from ..audio.target import set_speaker_reference
+        from engine.prepare.target import set_speaker_reference
 
         set_speaker_reference(voice, Path(args.speaker_reference))
     result = import_files(voice, args.paths, transcripts=args.transcripts, on_event=em)
@@ -118,7 +118,7 @@ def _import(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
 
 
 def _prepare(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from ..audio.prepare import format_report, prepare
+    from engine.prepare.pipeline import format_report, prepare
 
     voice = open_voice(args.voice)
     if not voice.list_takes() and not voice.problems():

@@ -19,9 +19,9 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ..errors import Cancelled, VoxshardError
-from ..events import Emitter
-from .output import HumanOutput, JsonOutput
+from engine.cli.output import HumanOutput, JsonOutput
+from engine.core.errors import Cancelled, VoxshardError
+from engine.core.events import Emitter
 
 # Modules that contribute sub-commands; each has `register(subparsers)`.
 COMMAND_MODULES = (
@@ -110,7 +110,7 @@ PATH_OR_ID_ARGS = frozenset({"model", "base", "target"})
 
 def normalize_paths(args: argparse.Namespace) -> None:
     """Paths as typed (relative, `~`, spaces, non-ASCII) work in every command."""
-    from ..storage import expand_arg, storage_arg, user_path
+    from engine.core.storage import expand_arg, storage_arg, user_path
 
     def fix(name: str, value: Any) -> Any:
         if not isinstance(value, str) or value in ("", "-"):

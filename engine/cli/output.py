@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from ..events import Event
+from engine.core.events import Event
 
 
 class JsonOutput:

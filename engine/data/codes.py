@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_path, write_json
-from ..errors import AudioError, Cancelled, TrainingError, WorkspaceError
-from ..events import Emitter, EventCallback, as_emitter
-from ..workspace import file_sha256
+from engine.core.atomic import atomic_path, write_json
+from engine.core.errors import AudioError, Cancelled, TrainingError, WorkspaceError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.layout.voice import file_sha256
 
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920
@@ -97,7 +97,7 @@ def codec_fingerprint(model_dir: str | Path) -> str:
 
 def speaker_encoder_fingerprint(model_dir: str | Path) -> str:
     """sha256 over the speaker encoder's tensors only (the talker may change freely)."""
-    from ..model.files import weight_files
+    from engine.model.files import weight_files
 
     files = weight_files(model_dir)
 
@@ -224,8 +224,8 @@ def load_speaker_encoder(model_dir: str | Path, device: str = "cpu") -> Any:
     import torch
     from safetensors import safe_open
 
-    from ..model.files import weight_files
-    from ..model.official import configuration, modeling
+    from engine.model.files import weight_files
+    from engine.model.official import configuration, modeling
 
     cfg = configuration().Qwen3TTSConfig.from_pretrained(str(model_dir))
     if cfg.tts_model_type != "base":
@@ -246,7 +246,7 @@ def compute_x_vector(encoder: Any, audio: np.ndarray) -> np.ndarray:
     """x-vector of 24 kHz audio, with the official mel front end and settings."""
     import torch
 
-    from ..model.official import modeling
+    from engine.model.official import modeling
 
     with torch.inference_mode():
         # Same call as Qwen3TTSForConditionalGeneration.extract_speaker_embedding.
@@ -264,7 +264,7 @@ def load_codec(model_dir: str | Path, device: str = "cpu") -> Any:
     """The official 12 Hz tokenizer wrapper (fp32) on `device`."""
     import torch
 
-    from ..model.official import import_qwen_tts
+    from engine.model.official import import_qwen_tts
 
     qt = import_qwen_tts()
     return qt.Qwen3TTSTokenizer.from_pretrained(str(Path(model_dir) / "speech_tokenizer"),

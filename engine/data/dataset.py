@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TrainingError
-from .codes import CodesIndex, load_codes_index
-from .layout import (
+from engine.core.errors import TrainingError
+from engine.data.codes import CodesIndex, load_codes_index
+from engine.data.layout import (
     NUM_CODEBOOKS,
     ClipSequence,
     LayoutIds,
@@ -71,7 +71,7 @@ def load_text_tokenizer(model_dir: str | Path) -> Any:
     """The model's text tokenizer, loaded the way official inference loads it."""
     import importlib
 
-    from ..model.official import import_qwen_tts
+    from engine.model.official import import_qwen_tts
 
     import_qwen_tts()
     proc = importlib.import_module("qwen_tts.core.models.processing_qwen3_tts")
@@ -86,8 +86,8 @@ def training_text(text: str) -> str:
     on the same normal form means the model never sees at inference a token
     sequence that training wrote differently. Text it refuses stays as it was.
     """
-    from ..errors import InputError
-    from ..synth.text import clean_text
+    from engine.core.errors import InputError
+    from engine.synth.text import clean_text
 
     try:
         return clean_text(text).replace("\n", " ")
@@ -203,7 +203,7 @@ class VoiceData:
 
         `cfg` is a `DataConfig` (defaults if None).
         """
-        from .config import DataConfig
+        from engine.data.config import DataConfig
 
         cfg = cfg or DataConfig()
         index = load_codes_index(voice_dir)

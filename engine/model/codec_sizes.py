@@ -45,7 +45,7 @@ def build_decoder(config: dict[str, Any] | None = None, seed: int = 0,
     """
     import torch
 
-    from .official import codec_modules
+    from engine.model.official import codec_modules
 
     cfg_mod, model_mod = codec_modules()
     torch.manual_seed(seed)

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DiskFullError, InputError, ModelError
-from ..events import Emitter, EventCallback, as_emitter
-from .files import weight_files
+from engine.core.errors import DiskFullError, InputError, ModelError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.model.files import weight_files
 
 #: the codec-embedding row the exported speaker takes (free in every 12 Hz model)
 SPEAKER_ROW = 3000

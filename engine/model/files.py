@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ModelError
+from engine.core.errors import ModelError
 
 
 def weight_files(model_dir: str | Path) -> list[Path]:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelError
-from ..events import Emitter, EventCallback, as_emitter
+from engine.core.errors import ModelError
+from engine.core.events import Emitter, EventCallback, as_emitter
 
 KNOWN_BASE_MODELS = {
     "Qwen/Qwen3-TTS-12Hz-1.7B-Base": "1.7B, best quality (about 4 GB download)",
@@ -161,7 +161,7 @@ def load_model(path: str | os.PathLike[str], device: str | None = None,
     """Load a model folder with the official `Qwen3TTSModel` (returns the wrapper)."""
     import torch
 
-    from .official import import_qwen_tts
+    from engine.model.official import import_qwen_tts
 
     folder = Path(path)
     inspect_model(folder)

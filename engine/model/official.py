@@ -22,7 +22,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelError
+from engine.core.errors import ModelError
 
 _lock = threading.Lock()
 _module: types.ModuleType | None = None

@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from .official import codec_modules, configuration, import_qwen_tts, modeling
+from engine.core.errors import InputError
+from engine.model.official import codec_modules, configuration, import_qwen_tts, modeling
 
 # Codec ids of the real models (facts file); the tiny model keeps them.
 CODEC_IDS = {

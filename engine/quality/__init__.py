@@ -1,12 +1,9 @@
-"""Is the clone any good? Speech recognition, speaker similarity, word error rate, evaluation.
+"""Is the clone any good? Speaker similarity, evaluation of every checkpoint, the report.
 
-- `asr`: one speech-recognition interface, backends pocketsphinx (offline,
-  English), faster-whisper (CTranslate2 folders) and transformers Whisper;
-- `transcribe`: fill missing take transcripts, flag doubtful ones;
 - `similarity`: speaker similarity (resemblyzer, and the model's own encoder);
-- `wer`: normalised word error rate;
 - `evaluate` + `report`: render held-out sentences from the zero-shot base,
   every checkpoint and the export; measure; write evaluation.json and report.html.
 
-Nothing heavy is imported at package import; the GUI may import `wer`.
+Speech recognition and word error rate live below, in `engine.asr`.
+Nothing heavy is imported at package import.
 """

@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import write_json, write_text
-from ..errors import Cancelled, InputError, VoxshardError, WorkspaceError
-from ..events import Emitter, EventCallback, as_emitter
-from ..workspace import Voice, display_path, now_iso, open_voice, slug
+from engine.core.atomic import write_json, write_text
+from engine.core.errors import Cancelled, InputError, VoxshardError, WorkspaceError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.layout.voice import Voice, display_path, now_iso, open_voice, slug
 
 #: sentences no prompt set or test clip contains (held out from any training data)
 HELD_OUT_SENTENCES = [
@@ -105,7 +105,7 @@ def _rel(path: Path, base: Path) -> str:
 # -- what to evaluate --------------------------------------------------------------------------
 
 def _runs_with_checkpoints(voice: Voice) -> list[Path]:
-    from ..synth.voice import list_run_checkpoints
+    from engine.synth.voice import list_run_checkpoints
 
     if not voice.runs_dir.is_dir():
         return []
@@ -115,7 +115,7 @@ def _runs_with_checkpoints(voice: Voice) -> list[Path]:
 def pick_run(voice: Voice, run: str | None, need_checkpoint: bool = True) -> Path:
     """The named run (name or path), else the run whose newest checkpoint is newest.
     `need_checkpoint=False` accepts a run that has none yet (the zero-shot baseline)."""
-    from ..synth.voice import list_run_checkpoints
+    from engine.synth.voice import list_run_checkpoints
 
     if run:
         path = Path(run).expanduser()
@@ -181,7 +181,7 @@ def pick_checkpoints(run_dir: Path, which: str | list[str] | None, out_dir: Path
     loss, else the latest), or steps/names ("100,200"); an empty list picks none.
     With `missing` (a list), a named checkpoint that is gone (training pruned it) is
     appended there instead of failing."""
-    from ..synth.voice import checkpoint_step, list_run_checkpoints, pick_checkpoint
+    from engine.synth.voice import checkpoint_step, list_run_checkpoints, pick_checkpoint
 
     found = list_run_checkpoints(run_dir)
     if isinstance(which, list):
@@ -247,7 +247,7 @@ def _run_config(run_dir: Path) -> dict[str, Any]:
 def speech_span_s(audio: np.ndarray, sample_rate: int) -> float:
     """Seconds from the first to the last speech region (pauses inside count, silence around
     does not); the whole length when no region is found."""
-    from ..audio.vad import speech_regions
+    from engine.audio.vad import speech_regions
 
     if audio.size == 0:
         return 0.0
@@ -262,7 +262,7 @@ def speech_span_s(audio: np.ndarray, sample_rate: int) -> float:
 
 def level_figures(audio: np.ndarray, sample_rate: int) -> dict[str, float]:
     """Integrated loudness (LUFS, floored), peak (dBFS, floored), clipped sample fraction."""
-    from ..audio.loudness import integrated_loudness
+    from engine.audio.loudness import integrated_loudness
 
     audio = np.nan_to_num(np.asarray(audio, dtype=np.float32))
     try:
@@ -285,8 +285,8 @@ class Meter:
 
     def __init__(self, asr: Any, base_model: Path | None, device: str | None,
                  emitter: Emitter) -> None:
-        from .asr import load_recognizer
-        from .similarity import ModelSpeakerEncoder, ResemblyzerEncoder
+        from engine.asr.recognizer import load_recognizer
+        from engine.quality.similarity import ModelSpeakerEncoder, ResemblyzerEncoder
 
         self.asr = asr if hasattr(asr, "transcribe") else load_recognizer(asr, device)
         self.encoders: dict[str, Any] = {"resemblyzer": ResemblyzerEncoder(
@@ -302,11 +302,11 @@ class Meter:
         return {k: enc.embed(audio, sample_rate) for k, enc in self.encoders.items()}
 
     def reference(self, voice: Voice, run_dir: Path, limit: int) -> Reference:
-        from ..audio.io import read_mono
-        from ..data.codes import read_manifest
-        from ..data.dataset import split_ids
-        from .similarity import centroid, self_similarity
-        from .wer import word_count
+        from engine.asr.wer import word_count
+        from engine.audio.io import read_mono
+        from engine.data.codes import read_manifest
+        from engine.data.dataset import split_ids
+        from engine.quality.similarity import centroid, self_similarity
 
         try:
             clips = read_manifest(voice.path)
@@ -346,9 +346,9 @@ class Meter:
 
     def measure(self, audio: np.ndarray, sample_rate: int, text: str, ref: Reference,
                 language: str | None) -> dict[str, Any]:
-        from .asr import to_16k
-        from .similarity import cosine
-        from .wer import word_count, word_errors
+        from engine.asr.recognizer import to_16k
+        from engine.asr.wer import word_count, word_errors
+        from engine.quality.similarity import cosine
 
         emb = self.embed(audio, sample_rate)
         heard = self.asr.transcribe(to_16k(audio, sample_rate), language)
@@ -425,7 +425,7 @@ def _gone(checkpoint: Path | None) -> bool:
 def _plan_sources(voice: Voice, run_dir: Path, checkpoints: list[Path], zero_shot: bool,
                   export: bool | str | Path, base: str | None, base_dir: Path,
                   emitter: Emitter, skipped: list[dict[str, Any]]) -> list[Any]:
-    from ..synth.voice import checkpoint_step, reference_clip, resolve_source
+    from engine.synth.voice import checkpoint_step, reference_clip, resolve_source
 
     sources = []
     for c in checkpoints:
@@ -472,10 +472,10 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
     none yet). With `skipped` (a list, as `watch` passes), a checkpoint training deletes
     before or while it is measured is skipped and noted in the report instead of ending
     the evaluation; the caller's own notes in that list are reported too."""
-    from ..model.loading import resolve_model
-    from ..synth.options import SpeakOptions
-    from ..synth.voice import checkpoint_step, run_base_model
-    from .asr import describe
+    from engine.asr.recognizer import describe
+    from engine.model.loading import resolve_model
+    from engine.synth.options import SpeakOptions
+    from engine.synth.voice import checkpoint_step, run_base_model
 
     em = as_emitter(on_event)
     v = voice if isinstance(voice, Voice) else open_voice(voice)
@@ -555,7 +555,7 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
             renders = []
             folder = out / "renders" / (slug(source.label) or f"voice-{n}")
             for i, (text, speech) in enumerate(zip(sentences, speeches, strict=True)):
-                from ..synth.render import write_audio
+                from engine.synth.render import write_audio
 
                 path = write_audio(folder / f"{i + 1:02d}.wav", speech.audio, "wav",
                                    speech.sample_rate)
@@ -591,12 +591,12 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
     result["evaluated"] = [e["label"] for e in evaluated]
     result["skipped"] = _skipped(prev_data.get("skipped") or [], notes, entries)
     result["elapsed_s"] = round(time.perf_counter() - started, 3)
-    from .report import render_html
+    from engine.quality.report import render_html
 
     out.mkdir(parents=True, exist_ok=True)
     best = result.get("best") or {}
     if best.get("checkpoint"):
-        from ..train.best import keep_best
+        from engine.train.best import keep_best
 
         # training prunes old checkpoints; the best one stays (hard links, no extra space)
         if keep_best(run_dir, best["checkpoint"]) is not None:
@@ -643,7 +643,7 @@ def _merge(history: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> list[d
 def _ready(synth: Any, source: Any, device: str | None, dtype: Any, em: Emitter) -> Any:
     """A synthesizer speaking `source`: the loaded one switched in place when it shares
     the model (zero-shot and checkpoints sit on one base), else a fresh load."""
-    from ..synth.synthesizer import Synthesizer
+    from engine.synth.synthesizer import Synthesizer
 
     if synth is not None and Path(synth.source.model_dir) == Path(source.model_dir) and \
             source.kind != "custom_voice" and synth.source.kind != "custom_voice":
@@ -792,7 +792,7 @@ def watch(voice: Voice | str | os.PathLike[str], run: str | None = None, *,
     decision. Returns the last evaluation when `stop` is set, after `idle_s` seconds
     without a new checkpoint, or on Ctrl-C.
     """
-    from ..synth.voice import checkpoint_step, list_run_checkpoints, run_base_model
+    from engine.synth.voice import checkpoint_step, list_run_checkpoints, run_base_model
 
     em = as_emitter(on_event)
     v = voice if isinstance(voice, Voice) else open_voice(voice)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import ModelError
+from engine.core.errors import ModelError
 
 #: shorter than this after silence trimming, the d-vector is not meaningful; the
 #: untrimmed audio is used instead (noise from an untrained model still gets a number)
@@ -106,13 +106,13 @@ class ModelSpeakerEncoder:
     RATE = 24000
 
     def __init__(self, base_model_dir: str | Path, device: str = "cpu") -> None:
-        from ..data.codes import load_speaker_encoder
+        from engine.data.codes import load_speaker_encoder
 
         self._encoder = load_speaker_encoder(base_model_dir, device)
         self._lock = threading.Lock()
 
     def embed(self, audio: np.ndarray, sample_rate: int) -> np.ndarray:
-        from ..data.codes import compute_x_vector
+        from engine.data.codes import compute_x_vector
 
         audio = np.asarray(audio, dtype=np.float32)
         if sample_rate != self.RATE:

@@ -31,11 +31,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ..errors import InputError
-from . import formats
-from .guard import Guard, error_response
-from .pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
-from .request import MODELS, ApiError, SpeechRequest, parse_speech
+from engine.core.errors import InputError
+from engine.serve import formats
+from engine.serve.guard import Guard, error_response
+from engine.serve.pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
+from engine.serve.request import MODELS, ApiError, SpeechRequest, parse_speech
 
 #: how often a waiting request looks whether its client is still there
 POLL_S = 0.25
@@ -227,7 +227,7 @@ class SpeechApp:
         return error_response(err)
 
     def _check_options(self, req: SpeechRequest) -> None:
-        from ..synth.options import SpeakOptions
+        from engine.synth.options import SpeakOptions
 
         try:
             SpeakOptions.from_dict(dict(req.options))

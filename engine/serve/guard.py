@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .request import ApiError
+from engine.serve.request import ApiError
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..events import Event
-from .voices import ServedVoice
+from engine.core.events import Event
+from engine.serve.voices import ServedVoice
 
 
 class Busy(Exception):
@@ -190,7 +190,7 @@ class Pool:
 
     # -- voices ----------------------------------------------------------------------------
     def _make_worker(self, sink: Callable[[Event], None]) -> Any:
-        from ..synth.worker import SpeechWorker
+        from engine.synth.worker import SpeechWorker
 
         return SpeechWorker(sink, device=self.device, dtype=self.dtype, rows=self.rows,
                             quantize=self.quantize, fuse=self.fuse).start()
@@ -224,8 +224,8 @@ class Pool:
 
     def identity(self, name: str) -> str:
         """What voice `name` loads (the export folder or checkpoint `speak` would use)."""
-        from ..errors import VoxshardError
-        from ..synth.voice import resolve_source
+        from engine.core.errors import VoxshardError
+        from engine.synth.voice import resolve_source
 
         try:
             source = resolve_source(str(self.voices[name].target))

@@ -42,9 +42,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ClusterError, InputError
-from ..events import Emitter, EventCallback, as_emitter
-from .server import ServeSettings, check_settings, make_config, make_pool, preload, url_of
+from engine.core.errors import ClusterError, InputError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.serve.server import (
+    ServeSettings,
+    check_settings,
+    make_config,
+    make_pool,
+    preload,
+    url_of,
+)
 
 #: the application's name in Ray Serve (`serve status`, `serve.delete`)
 APP_NAME = "voxshard"
@@ -99,7 +106,7 @@ class _Replica:
                                   pid=os.getpid())
 
     def __serve_build_asgi_app__(self) -> Any:
-        from .app import create_app
+        from engine.serve.app import create_app
 
         return create_app(self.pool, self.config, _replica_log)
 
@@ -139,8 +146,8 @@ def serve_on_ray(settings: ServeSettings, cluster: ClusterServeSettings,
                  on_event: EventCallback | Emitter | None = None,
                  stop: threading.Event | None = None) -> dict[str, Any]:
     """Deploy on the cluster at `cluster.address`; serve until SIGINT/SIGTERM (or `stop`)."""
-    from ..cluster import connect
-    from .voices import discover
+    from engine.cluster import connect
+    from engine.serve.voices import discover
 
     emitter = as_emitter(on_event)
     key = check_settings(settings)

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..events import Emitter, EventCallback, as_emitter
+from engine.core.errors import InputError
+from engine.core.events import Emitter, EventCallback, as_emitter
 
 #: shortest API key accepted (a guessable key on an open port is no protection)
 MIN_KEY_CHARS = 16
@@ -119,7 +119,7 @@ def _device(device: str | None) -> str:
 
 def make_pool(settings: ServeSettings, voices: dict[str, Any]) -> Any:
     """The warm workers' pool for `voices` (also each Ray Serve replica's)."""
-    from .pool import Pool
+    from engine.serve.pool import Pool
 
     return Pool(voices, device=settings.device, dtype=settings.dtype, rows=settings.rows,
                 quantize=settings.quantize, fuse=settings.fuse,
@@ -129,7 +129,7 @@ def make_pool(settings: ServeSettings, voices: dict[str, Any]) -> Any:
 
 def make_config(settings: ServeSettings, key: str | None, **instance: Any) -> Any:
     """The app's settings; `instance` adds where it runs to /health (a replica's node)."""
-    from .app import ServeConfig
+    from engine.serve.app import ServeConfig
 
     return ServeConfig(api_key=key, max_body=settings.max_body, max_input=settings.max_input,
                        timeout_s=settings.timeout_s, device=_device(settings.device),
@@ -139,7 +139,7 @@ def make_config(settings: ServeSettings, key: str | None, **instance: Any) -> An
 
 def preload(pool: Any, name: str) -> None:
     """Load voice `name` now, so the first request finds it warm."""
-    from .pool import LoadFailed
+    from engine.serve.pool import LoadFailed
 
     try:
         pool.loaded[name] = pool._load(name)
@@ -158,8 +158,8 @@ def serve(settings: ServeSettings,
     """Serve until SIGINT/SIGTERM; returns what was served."""
     import uvicorn
 
-    from .app import create_app
-    from .voices import discover
+    from engine.serve.app import create_app
+    from engine.serve.voices import discover
 
     emitter = as_emitter(on_event)
     key = check_settings(settings)

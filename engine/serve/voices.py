@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import catalog
-from ..errors import InputError
+from engine import catalog
+from engine.core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import PREDICTOR_POSITIONS, FastTalker, Prefill
-from .quant import linear
+from engine.synth.decoding import PREDICTOR_POSITIONS, FastTalker, Prefill
+from engine.synth.quant import linear
 
 
 @dataclass(frozen=True)

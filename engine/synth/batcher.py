@@ -40,14 +40,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import Cancelled
-from ..events import Emitter
-from .decoding import _graphs_enabled
-from .options import SpeakOptions
-from .render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
-from .rows import RowBatch, bucket, settings_key
-from .sampling import choose, noise_width, row_keys
-from .text import Chunk, split_text
+from engine.core.errors import Cancelled
+from engine.core.events import Emitter
+from engine.synth.decoding import _graphs_enabled
+from engine.synth.options import SpeakOptions
+from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
+from engine.synth.rows import RowBatch, bucket, settings_key
+from engine.synth.sampling import choose, noise_width, row_keys
+from engine.synth.text import Chunk, split_text
 
 
 @dataclass
@@ -285,7 +285,7 @@ class ContinuousBatcher:
     def _start_row(self, b: int, unit: _Unit) -> bool:
         """Prefill `unit` into row `b`; False when it must wait for the rows to drain
         (it needs a bigger or differently set batch)."""
-        from .prompt import build_prefill
+        from engine.synth.prompt import build_prefill
 
         synth = self.synth
         request = unit.request

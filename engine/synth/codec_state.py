@@ -44,7 +44,7 @@ class CodecState:
         self.calls = 0
         self._tails: dict[int, torch.Tensor] = {}  # id(module) -> carried samples
         self._kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(self.layers)
-        from ..model.official import codec_modules
+        from engine.model.official import codec_modules
 
         self._rope = codec_modules()[1].apply_rotary_pos_emb
 

@@ -19,12 +19,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_json, write_text
-from ..errors import Cancelled, InputError, WorkspaceError
-from ..events import Emitter, EventCallback, as_emitter
-from .options import SpeakOptions
-from .render import write_audio
-from .voice import (
+from engine.core.atomic import write_json, write_text
+from engine.core.errors import Cancelled, InputError, WorkspaceError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.synth.options import SpeakOptions
+from engine.synth.render import write_audio
+from engine.synth.voice import (
     VoiceSource,
     _is_run_dir,
     _latest_run,
@@ -90,7 +90,7 @@ def compare(target: str | Path, out_dir: str | Path, sentences: list[str] | None
             cancel: threading.Event | None = None, quantize: str | None = None,
             fuse: bool = False) -> dict[str, Any]:
     """Render `sentences` with every checkpoint (and the zero-shot preview) into `out_dir`."""
-    from .synthesizer import Synthesizer
+    from engine.synth.synthesizer import Synthesizer
 
     emitter = as_emitter(on_event)
     sentences = [s.strip() for s in (sentences or DEFAULT_SENTENCES) if s.strip()]

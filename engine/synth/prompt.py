@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .decoding import Prefill
+from engine.synth.decoding import Prefill
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .options import QUANT_MODES
+from engine.synth.options import QUANT_MODES
 
 
 class Int8Linear:
@@ -98,7 +98,7 @@ def linear(x: torch.Tensor, w: Any, b: torch.Tensor | None = None) -> torch.Tens
 
 
 def check_mode(mode: str | None, device: torch.device) -> None:
-    from ..errors import InputError
+    from engine.core.errors import InputError
 
     if mode is None:
         return

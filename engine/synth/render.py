@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import atomic_path
-from ..errors import InputError
+from engine.core.atomic import atomic_path
+from engine.core.errors import InputError
 
 SAMPLE_RATE = 24000
 _FADE_S = 0.005
@@ -67,7 +67,7 @@ def match_loudness(audio: np.ndarray, target_lufs: float | None,
     """Scale to `target_lufs` (peak kept under -1 dBFS); returns (audio, loudness after)."""
     if target_lufs is None or audio.size == 0:
         return audio, None
-    from ..audio.loudness import normalize_loudness
+    from engine.audio.loudness import normalize_loudness
 
     result = normalize_loudness(audio, sample_rate, target_lufs=target_lufs)
     after = result.loudness_after
@@ -94,7 +94,7 @@ def write_audio(path: str | os.PathLike[str], audio: np.ndarray, fmt: str = "wav
     (the last two where libsndfile writes them), with the user's normal permissions."""
     import soundfile as sf
 
-    from .options import available_formats
+    from engine.synth.options import available_formats
 
     if fmt not in _SUBTYPES:
         raise InputError(f"Audio format {fmt!r} is not supported.",

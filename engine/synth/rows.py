@@ -41,8 +41,8 @@ from typing import Any
 
 import torch
 
-from .quant import linear
-from .sampling import FrameNoise, RowSampler, SamplerSettings, choose
+from engine.synth.quant import linear
+from engine.synth.sampling import FrameNoise, RowSampler, SamplerSettings, choose
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Cancelled, InputError, ModelError, SynthesisError, VoxshardError
-from ..events import Emitter, EventCallback, as_emitter
-from .options import SpeakOptions, audio_format
-from .render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
-from .text import Chunk, split_text
-from .voice import VoiceSource
+from engine.core.errors import Cancelled, InputError, ModelError, SynthesisError, VoxshardError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.synth.options import SpeakOptions, audio_format
+from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
+from engine.synth.text import Chunk, split_text
+from engine.synth.voice import VoiceSource
 
 _HARD_DEFAULTS = {
     "do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9,
@@ -101,7 +101,7 @@ class Synthesizer:
 
     def __init__(self, wrapper: Any, source: VoiceSource, speaker_vector: Any,
                  quantize: str | None = None, fuse: bool = False) -> None:
-        from .decoding import FastTalker
+        from engine.synth.decoding import FastTalker
 
         self.wrapper = wrapper
         self.model = wrapper.model
@@ -123,7 +123,7 @@ class Synthesizer:
         None/"auto" (bf16 on GPUs and on CPUs with native bf16 math, else fp32).
         `quantize="int8"`, `fuse`: faster CPU decoding that changes the numbers
         (quant.py); the default keeps exact parity with the official codes."""
-        from ..model.loading import load_model
+        from engine.model.loading import load_model
 
         emitter = as_emitter(on_event)
         emitter.state("loading_model", detail=str(source.model_dir))
@@ -143,7 +143,7 @@ class Synthesizer:
         Used by the comparison: zero-shot and every checkpoint of a run all sit
         on one base model; only the trained tensors and the speaker vector change.
         """
-        from .voice import load_checkpoint_weights, reference_x_vector, voice_x_vector
+        from engine.synth.voice import load_checkpoint_weights, reference_x_vector, voice_x_vector
 
         emitter = as_emitter(on_event)
         icl = None
@@ -155,8 +155,8 @@ class Synthesizer:
                 embedding = self.model.talker.get_input_embeddings().weight
                 self.speaker_vector = embedding[spk_id].detach().clone()
             elif source.kind == "zero_shot":
-                from .prompt import IclPrompt, ref_text_ids
-                from .voice import reference_audio, reference_codes
+                from engine.synth.prompt import IclPrompt, ref_text_ids
+                from engine.synth.voice import reference_audio, reference_codes
 
                 assert source.reference is not None
                 audio = reference_audio(source.reference)  # bad clips fail before any change
@@ -200,7 +200,7 @@ class Synthesizer:
 
         extra = {k: v for k, v in source.extra.items() if k != "transcribe"}
         try:
-            from ..quality.asr import ENV_VAR, find_whisper, transcribe_file
+            from engine.asr.recognizer import ENV_VAR, find_whisper, transcribe_file
         except ImportError:
             spec = None
         else:
@@ -267,8 +267,8 @@ class Synthesizer:
         return int(ids[lang])
 
     def decode_settings(self, options: SpeakOptions) -> Any:
-        from .decoding import DecodeSettings
-        from .sampling import SamplerSettings
+        from engine.synth.decoding import DecodeSettings
+        from engine.synth.sampling import SamplerSettings
 
         defaults = dict(_HARD_DEFAULTS)
         defaults.update({k: v for k, v in (self.wrapper.generate_defaults or {}).items()
@@ -317,7 +317,7 @@ class Synthesizer:
             # Voxshard voices (runs and their exports) fill speaker slot 3000 of a Base model
             emitter.log("This voice was fine-tuned from a Base model, which was never trained "
                         "on instructions: expect little or no effect.", level="warning")
-        from .prompt import instruct_ids
+        from engine.synth.prompt import instruct_ids
 
         return instruct_ids(self.processor, options.instruct, self.fast.device)
 
@@ -342,7 +342,7 @@ class Synthesizer:
         A batch interrupted by `cancel` is dropped whole: only finished chunks
         come back. `on_batch(indices, codes)` sees each finished batch.
         """
-        from .prompt import build_prefill
+        from engine.synth.prompt import build_prefill
 
         settings = self.decode_settings(options)
         language_id = self._language_id(options.language)
@@ -527,7 +527,7 @@ class Synthesizer:
         is the finished render, as `speak` makes it from the same audio.
         `Speech.first_audio_s`: seconds from the call to the first audio.
         """
-        from .stream import StreamDecoder
+        from engine.synth.stream import StreamDecoder
 
         options = options or SpeakOptions()
         emitter = as_emitter(on_event)
@@ -672,8 +672,8 @@ class Synthesizer:
         fmt = audio_format(str(out), fmt)
         target = Path(out)
         if stream or play is not None:
-            from .stream import GrowingFile, expected_speech_s
-            from .text import split_text
+            from engine.synth.stream import GrowingFile, expected_speech_s
+            from engine.synth.text import split_text
 
             if play is not None and hasattr(play, "expect"):
                 opts = options or SpeakOptions()

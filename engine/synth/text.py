@@ -12,7 +12,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from ..errors import InputError
+from engine.core.errors import InputError
 
 #: Soft limit on characters per chunk: a few sentences, well inside what the
 #: model was trained on (clips of a few to ~20 seconds).

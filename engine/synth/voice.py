@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, ModelError, VoxshardError, WorkspaceError
+from engine.core.errors import InputError, ModelError, VoxshardError, WorkspaceError
 
 CHECKPOINT_PREFIX = "checkpoint_step_"
 _CKPT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
@@ -143,13 +143,13 @@ def _run_speaker(run_dir: Path) -> str | None:
 # -- resolution --------------------------------------------------------------------------------
 
 def _model_info(path: Path) -> Any:
-    from ..model.loading import inspect_model
+    from engine.model.loading import inspect_model
 
     return inspect_model(path)
 
 
 def _resolve_model(name: str) -> Path:
-    from ..model.loading import resolve_model
+    from engine.model.loading import resolve_model
 
     return resolve_model(name)
 
@@ -193,7 +193,7 @@ def reference_transcript(clip: Path) -> str | None:
     if clip.parent.name == "clips" and clip.parent.parent.name == "prepared":
         voice = clip.parent.parent.parent
         try:
-            from ..data.codes import read_manifest
+            from engine.data.codes import read_manifest
 
             for entry in read_manifest(voice, usable_only=False):
                 if (voice / entry["path"]).resolve() == resolved and entry.get("text"):
@@ -395,7 +395,7 @@ def reference_audio(clip: Path) -> Any:
     """The reference clip as 24 kHz mono float32, checked long enough."""
     import numpy as np
 
-    from ..audio.io import read_mono
+    from engine.audio.io import read_mono
 
     audio = read_mono(clip, 24000)
     if audio.size < 24000 // 2:
@@ -431,7 +431,7 @@ def voice_x_vector(model: Any, voice_dir: Path) -> Any:
     """
     import torch
 
-    from ..data.codes import load_codes_index
+    from engine.data.codes import load_codes_index
 
     try:
         index = load_codes_index(voice_dir)
@@ -453,7 +453,7 @@ def reference_clip(voice_dir: Path) -> Path | None:
     Also the default reference of the zero-shot preview in a comparison, so
     the preview and the trained voice start from the same recording.
     """
-    from ..data.codes import choose_reference, load_codes_index, read_manifest
+    from engine.data.codes import choose_reference, load_codes_index, read_manifest
 
     try:
         index = load_codes_index(voice_dir)

@@ -41,11 +41,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ..errors import Cancelled, InputError, VoxshardError
-from ..events import Emitter, Event
-from .batcher import BatchRequest, ContinuousBatcher
-from .options import SpeakOptions, audio_format
-from .voice import resolve_source
+from engine.core.errors import Cancelled, InputError, VoxshardError
+from engine.core.events import Emitter, Event
+from engine.synth.batcher import BatchRequest, ContinuousBatcher
+from engine.synth.options import SpeakOptions, audio_format
+from engine.synth.voice import resolve_source
 
 _STOP = object()
 
@@ -231,7 +231,7 @@ class SpeechWorker:
         thread.start()
 
     def _handle(self, job: _Job, emitter: Emitter) -> bool:
-        from .synthesizer import Synthesizer
+        from engine.synth.synthesizer import Synthesizer
 
         req = job.request
         op = req["op"]
@@ -295,7 +295,7 @@ class SpeechWorker:
         if req.get("stream"):
             self._stream(job, emitter, text, str(out), options, fmt)
             return True
-        from .text import split_text
+        from engine.synth.text import split_text
 
         split_text(text, options.chunk_chars)  # bad text fails now, in order
         self._synth._language_id(options.language)

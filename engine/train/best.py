@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .checkpoint import COMPLETE
+from engine.train.checkpoint import COMPLETE
 
 BEST_DIR = "best"
 

@@ -33,7 +33,7 @@ reported with `CheckpointUploadMode.NO_UPLOAD`, so Ray copies nothing and its
 `CheckpointConfig(num_to_keep=k)` deletes the old ones; outside Ray,
 `prune()` does the same.
 
-Where: the run's storage location (`engine.storage`): a folder (the voice's
+Where: the run's storage location (`engine.core.storage`): a folder (the voice's
 `runs/<run>`, or a shared folder every node mounts) or an object-store URI.
 For a URI every rank writes its shards straight through DCP's fsspec writer
 and the small files (trainer.json, RNG, COMPLETE) with single PUTs, so a
@@ -54,7 +54,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ..storage import Location, as_location, checkpoint_root, rmtree
+from engine.core.storage import Location, as_location, checkpoint_root, rmtree
 
 PREFIX = "checkpoint_step_"
 _NAME = re.compile(rf"^{PREFIX}(\d+)$")
@@ -76,7 +76,7 @@ def list_checkpoints(run_dir: str | os.PathLike[str] | Location) -> list[Any]:
     """Complete checkpoints of a run, oldest first (`Path`s, or `Location`s for a URI).
 
     `run_dir` is the run's local folder (its checkpoints may be elsewhere, see
-    `engine.storage.checkpoint_root`) or the storage location itself.
+    `engine.core.storage.checkpoint_root`) or the storage location itself.
     """
     root = checkpoint_root(run_dir)
     if not root.is_dir():
@@ -368,7 +368,7 @@ class Checkpointer:
                 raise self._disk_full(step, total, free)
 
     def _disk_full(self, step: int, need: int | None, free: int | None) -> Exception:
-        from .failures import FatalTrainingError
+        from engine.train.failures import FatalTrainingError
 
         gib = float(1 << 30)
         prev = latest_checkpoint(self.run_dir)

@@ -13,7 +13,7 @@
 - MIG instances (``MIG-...``) are not split out: an entry naming one ends
   the list, as if it named nothing.
 - On an existing Ray cluster (`--address`) none of this applies: the cluster's
-  GPU resources decide (`engine.train.api`).
+  GPU resources decide (`engine.train.driver`).
 """
 
 from __future__ import annotations

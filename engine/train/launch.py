@@ -5,7 +5,7 @@
   start a new worker group, which resumes from the last reported checkpoint.
 - `RunConfig(storage_path=<voice>/runs, name=<run>)`: Ray's run folder *is*
   our run folder, so checkpoints, Ray's own state and metrics.jsonl sit together.
-  With `--storage` (`engine.storage`) Ray's run folder is the run's storage
+  With `--storage` (`engine.core.storage`) Ray's run folder is the run's storage
   location (a shared folder or a URI, handed to Ray with its filesystem so no
   path is ever parsed as a URI); config.json and metrics.jsonl stay in the
   voice's runs/<run> (which, for a shared folder, is a symlink to it).
@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import Cancelled, TrainingError
-from ..events import Emitter
-from ..storage import rmtree
-from .checkpoint import latest_checkpoint, list_checkpoints
-from .metrics import MetricsPump, make_queue
+from engine.core.errors import Cancelled, TrainingError
+from engine.core.events import Emitter
+from engine.core.storage import rmtree
+from engine.train.checkpoint import latest_checkpoint, list_checkpoints
+from engine.train.metrics import MetricsPump, make_queue
 
 #: seconds the workers get to write their final checkpoint after a stop request
 STOP_GRACE_S = 300.0
@@ -123,10 +123,10 @@ class Launch:
         from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig
 
-        from ..storage import ray_storage
-        from .parallelize import process_group_backend
-        from .pgroup import local_torch_config
-        from .preflight import pack_voice_data
+        from engine.core.storage import ray_storage
+        from engine.train.parallelize import process_group_backend
+        from engine.train.pgroup import local_torch_config
+        from engine.train.preflight import pack_voice_data
 
         spec = self.spec
         spec.run_dir.mkdir(parents=True, exist_ok=True)
@@ -285,8 +285,8 @@ def node_train_loop(loop_config: dict[str, Any]) -> None:
     - the voice: the prepared codes and x-vector from the object store,
       unpacked once per node (content-addressed), never the driver's folder.
     """
-    from .preflight import node_model_dir, unpack_voice_data
-    from .worker import train_loop
+    from engine.train.preflight import node_model_dir, unpack_voice_data
+    from engine.train.worker import train_loop
 
     cfg = dict(loop_config)
     _announce_node(cfg)
@@ -299,7 +299,7 @@ def node_train_loop(loop_config: dict[str, Any]) -> None:
     if cfg.get("model_dir"):
         import ray.train
 
-        from .metrics import MetricsSender
+        from engine.train.metrics import MetricsSender
 
         # a download on this node is said in the driver's log (once per node: a lock)
         say = MetricsSender(cfg.get("queue"), ray.train.get_context().get_world_rank()).log
@@ -316,7 +316,7 @@ def _announce_node(loop_config: dict[str, Any]) -> None:
     import ray
     import ray.train
 
-    from .metrics import MetricsSender
+    from engine.train.metrics import MetricsSender
 
     try:
         rank = ray.train.get_context().get_world_rank()
@@ -340,7 +340,7 @@ def _trainer_class() -> type:
     """
     from ray.train.torch import TorchTrainer
 
-    from .failures import no_retry_policy_class
+    from engine.train.failures import no_retry_policy_class
 
     class VoxshardTrainer(TorchTrainer):
         def _initialize_and_run_controller(self, **kwargs: Any) -> Any:
@@ -353,7 +353,7 @@ def _trainer_class() -> type:
 
 
 def _as_training_error(exc: BaseException) -> BaseException:
-    from .failures import fatal_of
+    from engine.train.failures import fatal_of
 
     if isinstance(exc, Cancelled | TrainingError):
         return exc

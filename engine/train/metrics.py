@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..events import Emitter
+from engine.core.events import Emitter
 
 GIB = float(1 << 30)
 #: records waiting in the queue before workers start dropping (the driver

@@ -73,11 +73,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..data.layout import NO_CODE, NO_CODEC, NUM_CODEBOOKS, SPEAKER_POS
-from ..errors import ModelError
-from ..model.files import weight_files
-from . import loss
-from .config import ModelConfig
+from engine.core.errors import ModelError
+from engine.data.layout import NO_CODE, NO_CODEC, NUM_CODEBOOKS, SPEAKER_POS
+from engine.model.files import weight_files
+from engine.train import loss
+from engine.train.config import ModelConfig
 
 TALKER_PREFIX = "talker."
 
@@ -196,7 +196,7 @@ def build_talker(model_dir: str | Path, device: str | torch.device = "cpu") -> n
 
     device="meta" builds it without memory (for FSDP: shard, then materialise).
     """
-    from ..model.official import configuration, modeling
+    from engine.model.official import configuration, modeling
 
     cfg = configuration().Qwen3TTSConfig.from_pretrained(str(model_dir))
     # sdpa everywhere: flash-attn is optional and eager is slow.
@@ -213,7 +213,7 @@ def build_objective(model_dir: str | Path, model_cfg: ModelConfig | None = None,
     model_cfg = model_cfg or ModelConfig()
     objective = VoiceObjective(build_talker(model_dir, device), model_cfg.subtalker_weight)
     if model_cfg.trainable == "lora":
-        from .lora import add_lora
+        from engine.train.lora import add_lora
 
         add_lora(objective.talker, model_cfg.lora_rank, model_cfg.lora_alpha)
     set_trainable(objective, model_cfg.trainable)
@@ -238,7 +238,7 @@ def set_trainable(objective: VoiceObjective, trainable: str) -> None:
             for p in mod.parameters():
                 p.requires_grad_(True)
     elif trainable == "lora":
-        from .lora import is_lora_name
+        from engine.train.lora import is_lora_name
 
         adapters = [p for n, p in talker.named_parameters() if is_lora_name(n)]
         if not adapters:
@@ -321,7 +321,7 @@ def load_base_weights(objective: VoiceObjective, model_dir: str | Path,
             b.is_meta for b in objective.buffers()):
         objective.to_empty(device=param_device)
     _reset_rotary(objective, device)
-    from .lora import initial_value, is_lora_name
+    from engine.train.lora import initial_value, is_lora_name
 
     src = weights if weights is not None else read_talker_weights(model_dir)
     own = dict(objective.named_parameters())
@@ -431,8 +431,8 @@ def setup_worker(model_dir: str | Path, voice_dir: str | Path, cfg: Any,
     """
     import torch.distributed as dist
 
-    from ..data.dataset import VoiceData
-    from .parallelize import make_mesh, parallelize
+    from engine.data.dataset import VoiceData
+    from engine.train.parallelize import make_mesh, parallelize
 
     device = torch.device(device)
     if dist.is_available() and dist.is_initialized():

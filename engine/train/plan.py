@@ -211,7 +211,7 @@ def _local_numel(shape: tuple[int, ...], n: int) -> int:
 def count_units(model_dir: str | Path, model_cfg: Any, workers: int,
                 separate_text_embedding: bool = True) -> list[UnitCount]:
     """Per FSDP unit: full and rank-0-local element counts (meta device, no memory)."""
-    from .config import ModelConfig
+    from engine.train.config import ModelConfig
 
     model_cfg = model_cfg or ModelConfig()
     table = _param_table(str(model_dir), model_cfg.trainable, model_cfg.lora_rank,
@@ -233,9 +233,9 @@ def _param_table(model_dir: str, trainable: str, lora_rank: int,
                  separate_text_embedding: bool) -> tuple[tuple[str, tuple[int, ...], bool], ...]:
     """(FSDP unit, shape, trains) of every parameter; one meta build per choice, cached
     (a plan compares several choices and variants of the same model)."""
-    from .config import ModelConfig
-    from .objective import build_objective
-    from .parallelize import decoder_layers
+    from engine.train.config import ModelConfig
+    from engine.train.objective import build_objective
+    from engine.train.parallelize import decoder_layers
 
     objective = build_objective(model_dir, ModelConfig(trainable=trainable, lora_rank=lora_rank),
                                 device="meta")
@@ -344,7 +344,7 @@ def typical_lengths(voice_dir: Path, max_seq_len: int) -> tuple[int, int]:
 
 def gpu_free_memory() -> list[int]:
     """Free bytes per visible GPU (NVML, honouring CUDA_VISIBLE_DEVICES; no CUDA context)."""
-    from .gpus import visible_gpus
+    from engine.train.gpus import visible_gpus
 
     return [g.free for g in visible_gpus()]
 
@@ -358,7 +358,7 @@ def host_available_memory() -> int:
 def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: int,
              free: list[int], capability: tuple[int, int] | None = None,
              accum_reduce: str | None = None, keep: bool = True) -> Plan:
-    from .precision import compute_bytes, resolve_precision
+    from engine.train.precision import compute_bytes, resolve_precision
 
     cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     n = config.parallel.workers
@@ -454,7 +454,7 @@ def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Pat
         seq_len, frames = typical_lengths(voice_dir or Path("/nonexistent"),
                                           config.data.max_seq_len)
     if capability is None and device == "cuda":
-        from .gpus import min_capability, visible_gpus
+        from engine.train.gpus import min_capability, visible_gpus
 
         capability = min_capability(visible_gpus())
     if free is None:
@@ -463,7 +463,7 @@ def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Pat
     if plan.host_bytes and free:
         plan.host_free = host_available_memory()
     if choices:
-        from .config import TRAINABLE_CHOICES
+        from engine.train.config import TRAINABLE_CHOICES
 
         for choice in TRAINABLE_CHOICES:
             plan.by_trainable[choice] = plan.total if choice == config.model.trainable else \

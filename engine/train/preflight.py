@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..events import EventCallback, as_emitter
+from engine.core.events import EventCallback, as_emitter
 
 #: the folder, under the storage location, where preflight files go (removed afterwards)
 PREFLIGHT_DIR = ".voxshard-preflight"
@@ -78,7 +78,7 @@ def node_facts() -> dict[str, Any]:
     except Exception:
         pass
     try:  # NVML: free memory and compute capability of each visible GPU, no CUDA context
-        from .gpus import visible_gpus
+        from engine.train.gpus import visible_gpus
 
         gpus = visible_gpus()
         facts["gpu_free"] = [int(g.free) for g in gpus]
@@ -113,7 +113,7 @@ def _is_model_dir(path: Path) -> bool:
 
 
 def _hub_id(spec: str | None) -> str | None:
-    from ..model.loading import _HUB_ID
+    from engine.model.loading import _HUB_ID
 
     if spec and not os.path.isabs(spec) and not spec.startswith((".", "~")) \
             and _HUB_ID.match(spec):
@@ -140,7 +140,7 @@ def find_model(model_dir: str, spec: str | None, *, download: bool,
         return Path(snapshot_download(hub, local_files_only=True)), "Hugging Face cache"
     except Exception:
         pass
-    from ..model.loading import _offline
+    from engine.model.loading import _offline
 
     if _offline():
         return None, (f"{hub} is not in this node's Hugging Face cache and downloading is off "
@@ -155,7 +155,7 @@ def find_model(model_dir: str, spec: str | None, *, download: bool,
         try:
             if log is not None:
                 log(f"{socket.gethostname()}: downloading {hub} (once for this node)")
-            from ..model.loading import download_model
+            from engine.model.loading import download_model
 
             return Path(download_model(hub)), "downloaded on this node"
         except Exception as exc:
@@ -169,7 +169,7 @@ def node_model_dir(model_dir: str, spec: str | None, log: Any = None) -> Path:
     found, why = find_model(model_dir, spec, download=True, log=log)
     if found is not None:
         return found
-    from .failures import FatalTrainingError
+    from engine.train.failures import FatalTrainingError
 
     raise FatalTrainingError(
         "model_missing",
@@ -186,7 +186,7 @@ def _digest(data: bytes) -> str:
 
 def pack_voice_data(voice_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The files a worker reads from a voice (codes index, codes, x-vector) as bytes."""
-    from ..data.codes import CODES_DIRNAME, INDEX_NAME
+    from engine.data.codes import CODES_DIRNAME, INDEX_NAME
 
     codes = Path(voice_dir) / "prepared" / CODES_DIRNAME
     index_bytes = (codes / INDEX_NAME).read_bytes()
@@ -296,7 +296,7 @@ class PreflightReport:
 
 def _storage_check(storage: str, token: str, node_key: str) -> tuple[list[str], str]:
     """From a node: read the driver's token, write this node's file, read it back."""
-    from ..storage import as_location
+    from engine.core.storage import as_location
 
     folder = as_location(storage) / PREFLIGHT_DIR / token
     try:
@@ -352,7 +352,7 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from ..storage import as_location
+    from engine.core.storage import as_location
 
     emitter = as_emitter(on_event)
     t0 = time.monotonic()
@@ -364,7 +364,7 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "driver").write_text(token)
         except Exception as exc:
-            from ..errors import ClusterError
+            from engine.core.errors import ClusterError
 
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise ClusterError(f"This machine cannot write to the storage {storage} "
@@ -415,7 +415,7 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
                                     "driver: the storage is not shared")
         reports.append(rep)
     if folder is not None:
-        from ..storage import rmtree
+        from engine.core.storage import rmtree
 
         try:
             rmtree(folder.parent if len(list(folder.parent.iterdir())) <= 1 else folder)
@@ -440,11 +440,11 @@ def check_cluster(voice: str | os.PathLike[str], base: str, *, address: str | No
     else the voice's setting, else its runs/ folder); the model is the driver's
     resolved folder, or the hub id alone when this machine does not have it.
     """
-    from ..cluster import connect
-    from ..errors import ModelError
-    from ..model.loading import resolve_model
-    from ..storage import expand_arg, run_location, storage_arg
-    from ..workspace import open_voice
+    from engine.cluster import connect
+    from engine.core.errors import ModelError
+    from engine.core.storage import expand_arg, run_location, storage_arg
+    from engine.layout.voice import open_voice
+    from engine.model.loading import resolve_model
 
     emitter = as_emitter(on_event)
     v = open_voice(voice)

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_path, write_json
-from ..errors import InputError
+from engine.core.atomic import atomic_path, write_json
+from engine.core.errors import InputError
 
 DATA_FILE = "data.json"
 X_VECTOR_FILE = "x_vector.npy"
@@ -36,8 +36,8 @@ RESUMES_FILE = "resumes.jsonl"
 
 def data_fingerprint(voice_dir: Path) -> dict[str, Any]:
     """{"fingerprint", "clips"} of the voice's usable prepared clips (reads every clip once)."""
-    from ..data.codes import read_manifest
-    from ..workspace import file_sha256
+    from engine.data.codes import read_manifest
+    from engine.layout.voice import file_sha256
 
     h = hashlib.sha256()
     clips = read_manifest(voice_dir)

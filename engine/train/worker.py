@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..storage import as_location
-from .checkpoint import Checkpointer, latest_checkpoint, step_of
-from .metrics import MetricsSender, memory_values, model_state_bytes
+from engine.core.storage import as_location
+from engine.train.checkpoint import Checkpointer, latest_checkpoint, step_of
+from engine.train.metrics import MetricsSender, memory_values, model_state_bytes
 
 #: the default builder of the model and data (train-core's pieces, adapted below)
 DEFAULT_BUILDER = "engine.train.worker:build_parts"
@@ -198,7 +198,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     """Entry point given to `TorchTrainer(train_loop_per_worker=...)`."""
     import ray.train
 
-    from .failures import StopPoller
+    from engine.train.failures import StopPoller
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -223,7 +223,7 @@ def run_worker(loop_config: dict[str, Any], env: WorkerEnv) -> dict[str, Any]:
     """
     import torch
 
-    from .failures import out_of_memory_error
+    from engine.train.failures import out_of_memory_error
 
     run = _Run(loop_config, env)
     try:
@@ -237,14 +237,14 @@ class _Run:
     """One rank's run, in named stages: build, resume, then steps with validation and saves."""
 
     def __init__(self, loop_config: dict[str, Any], env: WorkerEnv) -> None:
-        from .config import TrainConfig
+        from engine.train.config import TrainConfig
 
         self.loop_config = loop_config
         self.env = env
         self.cfg = TrainConfig.from_dict(loop_config["config"])
         self.rank, self.world = env.rank, env.world
         self.sender = env.sender
-        # the run's storage location: a folder, or a URI (engine.storage)
+        # the run's storage location: a folder, or a URI (engine.core.storage)
         self.run_dir = as_location(loop_config["run_dir"])
         self.total_steps = int(loop_config["total_steps"])
         self.step = 0
@@ -281,7 +281,7 @@ class _Run:
             self.optimizer, lr_lambda(cfg.optim.warmup_steps, self.total_steps,
                                       cfg.optim.schedule, cfg.optim.min_lr_ratio))
         if parts.precision == "fp16":
-            from .precision import LossScaler
+            from engine.train.precision import LossScaler
 
             self.scaler = LossScaler()
         # GPU runs save in the background: the shards are written while training goes on
@@ -427,7 +427,7 @@ class _Run:
                 and par.keep_gathered == "on" and par.accum_reduce != "every")
 
     def _check_skips(self) -> None:
-        from .failures import FatalTrainingError
+        from engine.train.failures import FatalTrainingError
 
         if self.scaler.skipped_in_a_row >= MAX_SKIPPED_STEPS:
             raise FatalTrainingError(
@@ -523,7 +523,7 @@ def make_optimizer(params: list[Any], cfg: Any, device: Any) -> Any:
     in host memory (CPU runs and CPU offload). The plan counts what each leaves."""
     import torch
 
-    from .plan import optimizer_kind
+    from engine.train.plan import optimizer_kind
 
     on = "cpu" if cfg.parallel.cpu_offload else getattr(device, "type", str(device))
     kind = optimizer_kind(on)
@@ -599,9 +599,9 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
     The objective is built on the meta device, sharded, and only then filled
     with the base weights, so no rank ever holds the whole model.
     """
-    from ..data.dataset import VoiceData
-    from .objective import batch_to_device
-    from .parallelize import set_gradient_sync, set_keep_gathered
+    from engine.data.dataset import VoiceData
+    from engine.train.objective import batch_to_device
+    from engine.train.parallelize import set_gradient_sync, set_keep_gathered
 
     model_dir = Path(loop_config["model_dir"])
     voice_dir = Path(loop_config["voice_dir"])
@@ -644,8 +644,8 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
 def sharded_objective(cfg: Any, loop_config: dict[str, Any],
                       model_dir: Path) -> tuple[Any, Any, str, str]:
     """(objective, device, precision, precision line): built on meta, sharded, then loaded."""
-    from .objective import build_objective, load_base_weights
-    from .parallelize import make_mesh, parallelize
+    from engine.train.objective import build_objective, load_base_weights
+    from engine.train.parallelize import make_mesh, parallelize
 
     device = worker_device(cfg, loop_config)
     precision, detail = worker_precision(cfg, device)
@@ -661,7 +661,7 @@ def worker_device(cfg: Any, loop_config: dict[str, Any]) -> Any:
 
     if not (cfg.parallel.use_gpu and torch.cuda.is_available()):
         return torch.device("cpu")
-    from .plan import ALLOC_CONF
+    from engine.train.plan import ALLOC_CONF
 
     # fewer, growable segments: less fragmentation, which the plan's margin assumes
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
@@ -679,9 +679,9 @@ def worker_device(cfg: Any, loop_config: dict[str, Any]) -> Any:
 def worker_precision(cfg: Any, device: Any) -> tuple[str, str]:
     """(precision, one line saying which and why) for this rank's device; a clear error for
     bf16 on a GPU older than compute capability 8.0."""
-    from .failures import FatalTrainingError
-    from .parallelize import resolve_precision
-    from .precision import PrecisionError, describe, device_capability
+    from engine.train.failures import FatalTrainingError
+    from engine.train.parallelize import resolve_precision
+    from engine.train.precision import PrecisionError, describe, device_capability
 
     capability = device_capability(device)
     try:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QMessageBox, QVBoxLayout, QWidget
 
-from ..context import AppContext
-from ..jobs import EngineJob
-from ..widgets import page_header, show_error
+from gui.context import AppContext
+from gui.jobs import EngineJob
+from gui.widgets import page_header, show_error
 
 
 class Page(QWidget):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QWidget
 
-from ..context import AppContext
-from .base import Page
+from gui.context import AppContext
+from gui.pages.base import Page
 
 SHORTCUTS = [
     ("Anywhere", "Ctrl+1 … Ctrl+7", "Voices, Record, Import, Prepare, Train, Listen, Serve"),

@@ -43,12 +43,11 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import TakeInfo, VoiceSnapshot
-from engine.quality.transcribe import asr_info, is_machine_made
-
-from ..context import AppContext
-from ..jobs import EngineJob
-from ..widgets import button, fmt_duration, hbox, show_error
-from .base import Page
+from engine.prepare.transcribe import asr_info, is_machine_made
+from gui.context import AppContext
+from gui.jobs import EngineJob
+from gui.pages.base import Page
+from gui.widgets import button, fmt_duration, hbox, show_error
 
 AUDIO_SUFFIXES = {".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".mp3"}
 FILTERS = ["All clips", "Flagged", "Needs a look", "Usable", "Excluded", "Without transcript"]
@@ -71,7 +70,7 @@ _Index = QModelIndex | QPersistentModelIndex
 
 def set_take_excluded(voice: Path, take_id: str, excluded: bool) -> None:
     """Mark a take as left out of (or back into) training; its audio is untouched."""
-    from engine.workspace import open_voice
+    from engine.layout.voice import open_voice
 
     open_voice(voice).set_take_excluded(take_id, excluded)
 
@@ -538,8 +537,8 @@ class ImportPage(Page):
 
     def save_text(self, take_id: str, text: str) -> bool:
         """Save a corrected transcript; on failure the cell keeps the saved text and says why."""
-        from engine.errors import VoxshardError
-        from engine.workspace import open_voice
+        from engine.core.errors import VoxshardError
+        from engine.layout.voice import open_voice
 
         if self.voice is None:
             return False
@@ -554,7 +553,7 @@ class ImportPage(Page):
         return True
 
     def save_use(self, take_id: str, used: bool) -> bool:
-        from engine.errors import VoxshardError
+        from engine.core.errors import VoxshardError
 
         if self.voice is None:
             return False

@@ -38,12 +38,11 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceSnapshot
-
-from ..context import AppContext
-from ..jobs import EngineJob
-from ..widgets import button, hbox, show_error
-from .base import Page
-from .train import BASE_MODELS
+from gui.context import AppContext
+from gui.jobs import EngineJob
+from gui.pages.base import Page
+from gui.pages.train import BASE_MODELS
+from gui.widgets import button, hbox, show_error
 
 SAMPLE_TEXT = ("The quick brown fox jumps over the lazy dog. "
                "A cloned voice should sound natural on sentences it has never heard.")
@@ -434,7 +433,7 @@ class ListenPage(Page):
         self.last_render = out
         meta = out.with_suffix(".json")
         if not meta.exists():
-            from engine.atomic import write_json
+            from engine.core.atomic import write_json
 
             label = self.source.currentText() if src["kind"] != "zero_shot" else "Zero-shot"
             write_json(meta, {"text": text, "model": label, "source": src,
@@ -471,7 +470,7 @@ class ListenPage(Page):
         with that format's suffix (a file called hello.mp3 is an MP3, not WAV bytes)."""
         import soundfile as sf
 
-        from engine.errors import VoxshardError
+        from engine.core.errors import VoxshardError
         from engine.synth.render import write_audio
 
         fmt = next((k for k, f in SAVE_FILTERS.items() if f == name_filter), "wav")

@@ -21,13 +21,12 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceSnapshot
+from gui.context import AppContext
+from gui.jobs import EngineJob
+from gui.pages.base import Page
+from gui.widgets import Card, StatCard, button, hbox
 
-from ..context import AppContext
-from ..jobs import EngineJob
-from ..widgets import Card, StatCard, button, hbox
-from .base import Page
-
-# What a person can do about each issue code (engine/audio/quality.py codes).
+# What a person can do about each issue code (engine/audio/checks.py codes).
 WHAT_TO_DO = {
     "too_short": "Record a longer sentence; clips under a second teach little.",
     "too_long": "Pause between sentences so the clip can be split, or import shorter files.",
@@ -56,7 +55,7 @@ WHAT_TO_DO = {
     "denoised": "Background noise was reduced where it helped (see the numbers).",
 }
 
-#: who was heard, in the report's words (engine/audio/speakers.py)
+#: who was heard, in the report's words (engine/prepare/speakers.py)
 HEARD = {"target": "this voice", "another speaker": "another speaker",
          "overlap": "two voices at once"}
 
@@ -324,8 +323,8 @@ class PreparePage(Page):
         chosen = self._selected_slice()
         if chosen is None or self.voice is None or self.job is not None:
             return
-        from engine.audio.target import write_decision
-        from engine.workspace import open_voice
+        from engine.layout.voice import open_voice
+        from engine.prepare.target import write_decision
 
         item = self.slices.selectedItems()[0]
         who = next(k for k, v in HEARD.items() if v == item.text(1)) if item.text(1) in \

@@ -28,12 +28,11 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceSnapshot
-
-from .. import audio as au
-from ..context import AppContext
-from ..prompts_source import Prompt, PromptSource
-from ..widgets import Card, LevelMeter, WaveformView, button, fmt_duration, hbox, show_error
-from .base import Page
+from gui import audio as au
+from gui.context import AppContext
+from gui.pages.base import Page
+from gui.prompts_source import Prompt, PromptSource
+from gui.widgets import Card, LevelMeter, WaveformView, button, fmt_duration, hbox, show_error
 
 METER_MS = 33
 #: capturing before "speak now": the first word is never cut by a late start
@@ -395,8 +394,8 @@ class RecordPage(Page):
             return False
         if self.recorder.active:
             return False
-        from engine.errors import VoxshardError
-        from engine.workspace import open_voice
+        from engine.core.errors import VoxshardError
+        from engine.layout.voice import open_voice
 
         voice = open_voice(self.voice)
         replaced = self._takes_of(self.prompt.id)

@@ -41,12 +41,11 @@ from PySide6.QtWidgets import (
 
 from engine import catalog
 from engine.serve.server import url_of
-
-from ..context import AppContext
-from ..jobs import EngineJob
-from ..served_speech import ServedEndpoint
-from ..widgets import button, hbox
-from .base import Page
+from gui.context import AppContext
+from gui.jobs import EngineJob
+from gui.pages.base import Page
+from gui.served_speech import ServedEndpoint
+from gui.widgets import button, hbox
 
 HOSTS = [("Only this computer (127.0.0.1)", "127.0.0.1"),
          ("Other computers too (0.0.0.0, needs the key)", "0.0.0.0")]

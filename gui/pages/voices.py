@@ -26,14 +26,13 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceEntry, VoiceSnapshot
-from engine.errors import VoxshardError
-from engine.workspace import open_voice
-
-from ..context import AppContext
-from ..jobs import EngineJob
-from ..theme import icon
-from ..widgets import Card, StatCard, button, hbox, show_error
-from .base import Page
+from engine.core.errors import VoxshardError
+from engine.layout.voice import open_voice
+from gui.context import AppContext
+from gui.jobs import EngineJob
+from gui.pages.base import Page
+from gui.theme import icon
+from gui.widgets import Card, StatCard, button, hbox, show_error
 
 _SAFE = re.compile(r"[^\w\- .]+", re.UNICODE)
 
@@ -47,7 +46,7 @@ def offered_languages() -> list[str]:
     to show (imported audio works in any language: the language list grows
     with the prompt sets in assets/prompts/).
     """
-    from engine.prompts import languages_with_prompts
+    from engine.layout.prompts import languages_with_prompts
 
     try:
         found = languages_with_prompts()

@@ -22,8 +22,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QTabWidget
 
-from ...metrics import MetricsStore
-from ...theme import SERIES
+from gui.metrics import MetricsStore
+from gui.theme import SERIES
 
 BARS_FROM_WORKERS = 4
 # the memory figure drawn per worker, best first (engine/train/metrics.py memory_values)

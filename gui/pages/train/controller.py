@@ -22,9 +22,8 @@ from typing import TextIO
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine import catalog
-
-from ...jobs import EngineJob
-from ...metrics import MetricsStore
+from gui.jobs import EngineJob
+from gui.metrics import MetricsStore
 
 HISTORY_LINES_PER_SLICE = 2000
 

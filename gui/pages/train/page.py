@@ -26,20 +26,19 @@ from PySide6.QtWidgets import (
 )
 
 from engine import catalog
-
-from ...context import AppContext
-from ...jobs import EngineJob
-from ...metrics import MetricsStore
-from ...notify import notify_if_in_background
-from ...widgets import fmt_duration, hbox, show_error
-from ..base import Page
-from .charts import TrainCharts
-from .controller import STATE_LABELS, RunController
-from .evaluation import catalog_evaluation, evaluation_summary
-from .gpus import Gpu, GpuProbe
-from .planwords import plan_words
-from .settings import PRESETS, TrainSettings, preset_for
-from .stats import StatsBar
+from gui.context import AppContext
+from gui.jobs import EngineJob
+from gui.metrics import MetricsStore
+from gui.notify import notify_if_in_background
+from gui.pages.base import Page
+from gui.pages.train.charts import TrainCharts
+from gui.pages.train.controller import STATE_LABELS, RunController
+from gui.pages.train.evaluation import catalog_evaluation, evaluation_summary
+from gui.pages.train.gpus import Gpu, GpuProbe
+from gui.pages.train.planwords import plan_words
+from gui.pages.train.settings import PRESETS, TrainSettings, preset_for
+from gui.pages.train.stats import StatsBar
+from gui.widgets import fmt_duration, hbox, show_error
 
 ENDED_LABELS = {"succeeded": "Finished", "cancelled": "Stopped", "failed": "Failed"}
 

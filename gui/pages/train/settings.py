@@ -32,8 +32,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...widgets import SciSpinBox, button, hbox
-from .gpus import Gpu
+from gui.pages.train.gpus import Gpu
+from gui.widgets import SciSpinBox, button, hbox
 
 BASE_MODELS = ["Qwen/Qwen3-TTS-12Hz-1.7B-Base", "Qwen/Qwen3-TTS-12Hz-0.6B-Base"]
 

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
 
-from ...widgets import StatCard, fmt_duration
+from gui.widgets import StatCard, fmt_duration
 
 # key, caption; the order is the reading order
 CARDS = [("step", "step"), ("loss", "train loss"), ("val", "val loss"),

@@ -12,11 +12,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import AudioError, Cancelled, InputError
-from ..events import Emitter, EventCallback, as_emitter
-from ..workspace import Voice, display_path, file_sha256
-from .io import AUDIO_EXTENSIONS, BadAudioFile, probe
-from .transcripts import TranscriptIndex, find_sidecar, load_transcripts
+from engine.audio.io import AUDIO_EXTENSIONS, BadAudioFile, probe
+from engine.core.errors import AudioError, Cancelled, InputError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.layout.voice import Voice, display_path, file_sha256
+from engine.prepare.transcripts import TranscriptIndex, find_sidecar, load_transcripts
 
 
 def _expand(paths: list[Path], skipped: list[dict[str, str]]) -> list[Path]:
@@ -59,7 +59,7 @@ def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
     then an LJSpeech metadata.csv next to the audio or one folder up.
     `transcribe` (True, or a recogniser spec such as "pocketsphinx" or a Whisper
     model): afterwards, speech recognition fills the missing transcripts of the
-    imported takes and flags doubtful ones (`engine.quality.transcribe`).
+    imported takes and flags doubtful ones (`engine.prepare.transcribe`).
     Returns {"imported": [...], "skipped": [...], "summary": str} (plus
     "transcription" when transcribing).
     """
@@ -140,7 +140,7 @@ def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
 def _transcribe(voice: Voice, imported: list[dict[str, Any]], spec: bool | str, em: Emitter,
                 cancel: Any) -> dict[str, Any]:
     """Speech recognition over the takes just imported; their rows get the new text."""
-    from ..quality.transcribe import transcribe_takes
+    from engine.prepare.transcribe import transcribe_takes
 
     result = transcribe_takes(voice, None if spec is True else str(spec),
                               takes=[t["take"] for t in imported], on_event=em, cancel=cancel)

@@ -11,12 +11,12 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from .conditions import REVERB_BLOCK_S, REVERB_WARN_S
+from engine.audio.conditions import REVERB_BLOCK_S, REVERB_WARN_S
 
 #: clip issue codes that make a clip unusable
 BLOCKING = frozenset({
     "too_short", "too_long", "empty_text", "needs_transcript", "clipping", "low_snr",
-    # engine/audio/target.py: not the voice's speaker, two voices at once, or left out
+    # engine/prepare/target.py: not the voice's speaker, two voices at once, or left out
     # by the user on the Prepare page (prepared/decisions.json)
     "another_speaker", "overlap", "excluded_by_you",
     # engine/audio/conditions.py: the room's echo is part of every word

@@ -4,13 +4,13 @@
 <voice>/voice.toml          speaker, language, settings
 <voice>/takes/<id>.<ext>    raw audio, never modified once saved
 <voice>/takes/<id>.json     transcript and metadata, written last
-<voice>/prepared/           clips, manifest.jsonl, report.json (engine.audio.prepare)
+<voice>/prepared/           clips, manifest.jsonl, report.json (engine.prepare.pipeline)
 <voice>/runs/ exports/ renders/
 ```
 
 A take exists once its JSON exists: the audio is written first, the JSON
 last, so a crash between the two leaves an orphan audio file that listing
-ignores, never a take without audio. Every write goes through engine.atomic.
+ignores, never a take without audio. Every write goes through engine.core.atomic.
 Imported takes keep their original container (`.mp3`, `.flac`...) because
 their bytes are copied untouched; recorded takes are `.wav`.
 
@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import write_json, write_text
-from .config import PrepareConfig
-from .errors import AudioError, InputError, WorkspaceError
+from engine.config import PrepareConfig
+from engine.core.atomic import write_json, write_text
+from engine.core.errors import AudioError, InputError, WorkspaceError
 
 VOICE_FILE = "voice.toml"
 FORMAT_VERSION = 1
@@ -43,10 +43,10 @@ TAKE_ID_RE = re.compile(r"^(\d{4,})(?:-[a-z0-9_-]+)?$")
 RECOMMENDED_MINUTES = 10.0
 #: a leftover in takes/ untouched this long belongs to no write still in progress
 STALE_AFTER_S = 600.0
-#: `engine.atomic` temporaries of take files: ".<take file name>.<random><suffix>"
+#: `engine.core.atomic` temporaries of take files: ".<take file name>.<random><suffix>"
 _TEMP_RE = re.compile(r"^\.\d{4,}[^/]*\.")
 
-#: prepare settings stored in voice.toml [prepare]; engine.audio.prepare reads them.
+#: prepare settings stored in voice.toml [prepare]; engine.prepare.pipeline reads them.
 #: The fields, their meaning and their limits live in engine.config.PrepareConfig.
 DEFAULT_PREPARE_SETTINGS: dict[str, Any] = PrepareConfig().to_dict()
 
@@ -220,13 +220,13 @@ class Voice:
     @property
     def storage(self) -> str | None:
         """Where new training runs of this voice live ([train] storage in voice.toml):
-        None for the voice's own runs/, else a shared folder or a URI (engine.storage)."""
+        None for the voice's own runs/, else a shared folder or a URI (engine.core.storage)."""
         value = self.config.get("train", {}).get("storage")
         return str(value) if value else None
 
     def set_storage(self, storage: str | os.PathLike[str] | None) -> None:
         """Remember where new runs go (None or "" for the voice's own runs/)."""
-        from .storage import storage_arg
+        from engine.core.storage import storage_arg
 
         value = storage_arg(storage)
         table = self.config.setdefault("train", {})
@@ -307,7 +307,7 @@ class Voice:
         Arrays are (samples,) or (samples, channels) float in [-1, 1] or int16.
         """
         # imported lazily so the workspace stays importable without libsndfile
-        from .audio.io import copy_and_hash, probe, write_take_array
+        from engine.audio.io import copy_and_hash, probe, write_take_array
 
         if isinstance(audio, np.ndarray):
             if not sample_rate or sample_rate <= 0:
@@ -414,7 +414,7 @@ class Voice:
         older than `stale_after_s` are touched, and not an audio file with a
         fresh temporary beside it: a write in progress elsewhere is left alone.
         """
-        from .audio.io import probe  # lazily: libsndfile only when needed
+        from engine.audio.io import probe  # lazily: libsndfile only when needed
 
         done: dict[str, list[str]] = {"recovered": [], "removed": []}
         if not self.takes_dir.is_dir():
@@ -594,7 +594,7 @@ def create_voice(path: str | os.PathLike[str], speaker: str, language: str = "en
     The prompts to read are the set written in the voice's language, else English.
     """
     if prompt_set is None:
-        from .prompts import prompt_set_for_language
+        from engine.layout.prompts import prompt_set_for_language
 
         prompt_set = prompt_set_for_language(language) or "english"
     root = voice_root(path)
@@ -628,9 +628,9 @@ def voice_root(path: str | os.PathLike[str]) -> Path:
     """A voice folder as typed (`~`, relative to the current folder), made absolute.
 
     Absolute from here on: runs, Ray's storage and worker processes never see
-    a relative path (see engine.storage).
+    a relative path (see engine.core.storage).
     """
-    from .storage import user_path
+    from engine.core.storage import user_path
 
     try:
         return user_path(path)

@@ -15,7 +15,7 @@ changes, the audio stays untouched):
      "doubtful": bool, "reason": str | null, "checked": ISO time}
 
 The word times let prepare give each slice of a long recording its own
-text (`engine.audio.transcripts.texts_from_words`).
+text (`engine.prepare.transcripts.texts_from_words`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..atomic import write_json
-from ..errors import AudioError, Cancelled, InputError
-from ..events import Emitter, EventCallback, as_emitter
-from ..workspace import Take, Voice, display_path, normalize_text, now_iso
-from .asr import Recognizer, Transcript, load_audio, load_recognizer
-from .wer import word_count, word_errors
+from engine.asr.recognizer import Recognizer, Transcript, load_audio, load_recognizer
+from engine.asr.wer import word_count, word_errors
+from engine.core.atomic import write_json
+from engine.core.errors import AudioError, Cancelled, InputError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.layout.voice import Take, Voice, display_path, normalize_text, now_iso
 
 #: a human transcript whose recognised words differ more than this is doubtful.
 #: pocketsphinx gets about 0.2 (worst about 0.55) on clean speech it can read,
@@ -113,7 +113,7 @@ def transcribe_takes(voice: Voice, asr: str | Recognizer | None = None, *,
                      cancel: threading.Event | Any = None) -> dict[str, Any]:
     """Fill missing transcripts and flag doubtful ones (see the module doc).
 
-    `asr`: a recogniser or its spec (`engine.quality.asr.load_recognizer`).
+    `asr`: a recogniser or its spec (`engine.asr.recognizer.load_recognizer`).
     `takes`: ids to look at (default: all). Takes already checked by the same
     model are skipped unless `recheck`. A take whose audio cannot be read is
     skipped with its reason; the others go on.

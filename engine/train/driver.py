@@ -28,9 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import Cancelled, InputError, ModelError, TrainingError
-from ..events import Emitter, EventCallback, as_emitter
-from .config import TrainConfig
+from engine.core.errors import Cancelled, InputError, ModelError, TrainingError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.train.config import TrainConfig
 
 #: fewer usable clips than this cannot be split into train + validation batches
 MIN_CLIPS = 4
@@ -48,7 +48,7 @@ class DataSummary:
 
     def train_clips(self, cfg: TrainConfig) -> int:
         """Clips left for training after the validation split (the dataset's own rule)."""
-        from ..data.dataset import split_ids
+        from engine.data.dataset import split_ids
 
         train_ids, _ = split_ids(list(self.ids), cfg.data.val_fraction, cfg.data.val_min,
                                  cfg.data.seed)
@@ -165,7 +165,7 @@ class _Where:
 
 def _storage_for(voice: Any, storage: str | os.PathLike[str] | None) -> str | None:
     """--storage as given, else the voice's setting; "default" means the voice's runs/."""
-    from ..storage import storage_arg
+    from engine.core.storage import storage_arg
 
     if storage is None:
         return voice.storage
@@ -191,7 +191,7 @@ def detect_gpus(address: str | None) -> int:
     """GPUs training could use (CUDA_VISIBLE_DEVICES honoured), without starting CUDA here."""
     if address is not None:
         return -1  # decided by the cluster's resources once connected
-    from .gpus import visible_gpus
+    from engine.train.gpus import visible_gpus
 
     return len(visible_gpus())
 
@@ -204,7 +204,7 @@ class TrainRequest:
     `preset`), or, on --resume, the run's saved setting. `validated()` checks
     every given value and says what to do in one sentence.
 
-    storage: where the run's checkpoints go (`engine.storage`): None = the
+    storage: where the run's checkpoints go (`engine.core.storage`): None = the
     voice's setting (default: its own runs/), a shared folder, or a URI such
     as s3://bucket/prefix; "default" = the voice's runs/. A given storage is
     remembered in voice.toml for the voice's next runs. preflight: check every
@@ -253,7 +253,7 @@ class TrainRequest:
 
     def validated(self) -> TrainRequest:
         """This request, or an InputError naming the first bad value and what to give."""
-        from .config import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
+        from engine.train.config import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
 
         def positive(name: str, minimum: float = 1) -> None:
             value = getattr(self, name)
@@ -348,7 +348,7 @@ class TrainRun:
                     "plan": self.plan_result.to_dict(), "summary": self.plan_result.table()}
         self._storage()
         with _sigterm_as_interrupt():
-            from ..cluster import connect
+            from engine.cluster import connect
 
             assert self.cfg is not None
             self.t0 = time.time()
@@ -368,9 +368,9 @@ class TrainRun:
 
     # -- resolve ------------------------------------------------------------------------------
     def resolve(self) -> TrainConfig:
-        from ..model.loading import inspect_model, resolve_model
-        from ..storage import expand_arg
-        from ..workspace import open_voice
+        from engine.core.storage import expand_arg
+        from engine.layout.voice import open_voice
+        from engine.model.loading import inspect_model, resolve_model
 
         req, emitter = self.request, self.emitter
         v = self.voice = open_voice(req.voice)
@@ -415,7 +415,7 @@ class TrainRun:
                                  f"{runs_dir}.".replace("run  to", "run to"),
                                  "Start a new run without --resume.")
             run_dir = found
-            from .rundata import check_same_data, data_fingerprint, resume_changes
+            from engine.train.rundata import check_same_data, data_fingerprint, resume_changes
 
             # the data position in a checkpoint indexes this run's clips: refuse other data
             check_same_data(run_dir, v.path, data_fingerprint(v.path))
@@ -448,8 +448,8 @@ class TrainRun:
 
     # -- plan ---------------------------------------------------------------------------------
     def plan(self) -> Any:
-        from .plan import make_plan, relief
-        from .precision import PrecisionError
+        from engine.train.plan import make_plan, relief
+        from engine.train.precision import PrecisionError
 
         assert self.cfg is not None
         cfg, req = self.cfg, self.request
@@ -484,13 +484,13 @@ class TrainRun:
     # -- launch -------------------------------------------------------------------------------
     def _storage(self) -> None:
         """The run's folder and where its checkpoints go (a folder, a shared one, a URI)."""
-        from ..atomic import write_json
-        from ..storage import checkpoint_root, link_run, run_location
+        from engine.core.atomic import write_json
+        from engine.core.storage import checkpoint_root, link_run, run_location
 
         req, v, run_dir = self.request, self.voice, self.run_dir
         assert self.cfg is not None
         if self.resumed_changes:
-            from .rundata import record_resume
+            from engine.train.rundata import record_resume
 
             record_resume(run_dir, self.resumed_changes)
         given = req.storage is not None and str(req.storage).strip() != ""
@@ -519,10 +519,10 @@ class TrainRun:
 
     def launch(self, cluster: Any) -> Any:
         """Devices of an existing cluster, preflight, codes, then the Ray Train job."""
-        from ..atomic import write_json
-        from ..data.codes import extract_codes, extract_codes_ray
-        from .launch import Launch, LaunchSpec
-        from .rundata import DATA_FILE, record_data
+        from engine.core.atomic import write_json
+        from engine.data.codes import extract_codes, extract_codes_ray
+        from engine.train.launch import Launch, LaunchSpec
+        from engine.train.rundata import DATA_FILE, record_data
 
         assert self.cfg is not None
         cfg, req, emitter, v, run_dir = (self.cfg, self.request, self.emitter, self.voice,
@@ -628,7 +628,7 @@ class TrainRun:
 
 def _check_disk(run_dir: Path, checkpoint_bytes: int, keep: int, emitter: Emitter) -> None:
     """Say before starting when the disk cannot hold the checkpoints the run will keep."""
-    from .checkpoint import free_bytes
+    from engine.train.checkpoint import free_bytes
 
     gib = float(1 << 30)
     free = free_bytes(run_dir)
@@ -682,7 +682,7 @@ def cluster_gpu_plan(report: Any, model_dir: Path, cfg: TrainConfig, voice_dir: 
                      emitter: Emitter) -> Any:
     """The GPU plan against the cluster's own GPUs (--address; the preflight reads their
     free memory on each node): refuses a run that does not fit, like a local one."""
-    from .plan import make_plan
+    from engine.train.plan import make_plan
 
     free = report.gpu_free()
     if not free:
@@ -699,7 +699,7 @@ def cluster_gpu_plan(report: Any, model_dir: Path, cfg: TrainConfig, voice_dir: 
 
 def _preflight_or_fail(where: _Where, model_dir: Path, emitter: Emitter) -> Any:
     """Every node checked before anything starts; a bad node ends the start, named."""
-    from .preflight import run_preflight
+    from engine.train.preflight import run_preflight
 
     # the folder that holds the run (Ray's storage path): it exists before the run
     parent = where.location.rstrip("/").rpartition("/")[0]
@@ -729,7 +729,7 @@ def steps_per_epoch(cfg: TrainConfig, voice_dir: Path, model_dir: Path,
                     emitter: Emitter) -> int:
     """Optimizer steps in one pass over the training clips (train-core's dataset decides)."""
     try:
-        from ..data.dataset import VoiceData
+        from engine.data.dataset import VoiceData
     except ImportError as exc:  # pragma: no cover - only while the data side is missing
         raise TrainingError("The dataset module is missing from this installation.") from exc
     data = VoiceData.open(voice_dir, model_dir, cfg.data)
@@ -761,14 +761,14 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from ..data.dataset import VoiceData
-    from ..model.export import export_custom_voice, merge_lora
-    from ..model.loading import resolve_model
-    from ..storage import checkpoint_root, user_path
-    from ..workspace import open_voice
-    from .checkpoint import checkpoint_name, dcp_args, latest_checkpoint
-    from .objective import build_objective, load_base_weights
-    from .rundata import run_x_vector
+    from engine.core.storage import checkpoint_root, user_path
+    from engine.data.dataset import VoiceData
+    from engine.layout.voice import open_voice
+    from engine.model.export import export_custom_voice, merge_lora
+    from engine.model.loading import resolve_model
+    from engine.train.checkpoint import checkpoint_name, dcp_args, latest_checkpoint
+    from engine.train.objective import build_objective, load_base_weights
+    from engine.train.rundata import run_x_vector
 
     emitter = as_emitter(on_event)
     v = open_voice(voice)
@@ -777,7 +777,7 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
         raise InputError(f"{v.display_name} has no training run{' ' + run if run else ''}.",
                          "Train first with `voxshard-engine train`.")
     if step is None:
-        from ..catalog import best_checkpoint
+        from engine.catalog import best_checkpoint
 
         ckpt = best_checkpoint(run_dir)
         if ckpt is not None:

@@ -28,16 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import write_json, write_text
-from ..errors import Cancelled, InputError, WorkspaceError
-from ..events import Emitter, EventCallback, as_emitter
-from ..workspace import DEFAULT_PREPARE_SETTINGS, Take, Voice, now_iso
-from .conditions import background, is_music_bed, slice_snr
-from .denoise import denoise_take, judge_slice
-from .denoise import describe as describe_denoise
-from .io import TARGET_SR, BadAudioFile, decode, write_wav
-from .loudness import normalize_loudness
-from .quality import (
+from engine.audio.checks import (
     BLOCKING,
     NOISY_MARGIN_DB,
     ClipFacts,
@@ -46,17 +37,12 @@ from .quality import (
     issue,
     mark_duplicates,
 )
-from .speakers import TARGET
-from .target import (
-    Enrolment,
-    apply_decisions,
-    hear_speakers,
-    read_decisions,
-    set_speaker_reference,
-    speaker_issues,
-)
-from .transcripts import group_sentences, split_sentences, texts_from_words
-from .vad import (
+from engine.audio.conditions import background, is_music_bed, slice_snr
+from engine.audio.denoise import denoise_take, judge_slice
+from engine.audio.denoise import describe as describe_denoise
+from engine.audio.io import TARGET_SR, BadAudioFile, decode, write_wav
+from engine.audio.loudness import normalize_loudness
+from engine.audio.vad import (
     MIN_SPEECH_S,
     VAD_METHODS,
     Slice,
@@ -71,6 +57,20 @@ from .vad import (
     speech_regions,
     speech_seconds,
 )
+from engine.core.atomic import write_json, write_text
+from engine.core.errors import Cancelled, InputError, WorkspaceError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.layout.voice import DEFAULT_PREPARE_SETTINGS, Take, Voice, now_iso
+from engine.prepare.speakers import TARGET
+from engine.prepare.target import (
+    Enrolment,
+    apply_decisions,
+    hear_speakers,
+    read_decisions,
+    set_speaker_reference,
+    speaker_issues,
+)
+from engine.prepare.transcripts import group_sentences, split_sentences, texts_from_words
 
 #: the voice activity detector prepare uses unless the settings name another ("energy")
 DEFAULT_VAD = "silero"
@@ -93,7 +93,7 @@ class TakeOutcome:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     rejected: dict[str, str] | None = None
     audio_s: float = 0.0
-    #: who was heard in the take (engine.audio.target.Heard.summary), when it was checked
+    #: who was heard in the take (engine.prepare.target.Heard.summary), when it was checked
     speakers: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,7 +147,7 @@ def _split_text(text: str, regions: list[tuple[int, int]], total: int,
 
 def _machine_words(take: Take) -> list[dict[str, Any]] | None:
     """The timed words of a machine-made transcript, or None (a person's transcript)."""
-    from ..quality.transcribe import asr_info, is_machine_made
+    from engine.prepare.transcribe import asr_info, is_machine_made
 
     asr = asr_info(take)
     if not is_machine_made(take) or not asr or not asr.get("words"):
@@ -283,11 +283,11 @@ def _denoise_judges(enrol: Enrolment | None) -> tuple[np.ndarray | None, Any]:
     made from the noisy recording itself prefers the noisy version (measured: 0.99
     before, 0.87 after, on piper speech at 20 dB), so without one it is not judged.
     """
-    from ..errors import ModelError
+    from engine.core.errors import ModelError
 
     target = enrol.embedding() if enrol is not None else None
     try:
-        from ..quality.asr import PocketsphinxRecognizer
+        from engine.asr.recognizer import PocketsphinxRecognizer
 
         recognizer: Any = PocketsphinxRecognizer()
     except ModelError:
@@ -302,7 +302,7 @@ def check_recording(audio: np.ndarray, sample_rate: int, text: str = "",
     For the record screen: right after a take, say whether to keep it. `audio`
     is (samples,) or (samples, channels), float in [-1, 1] or int16.
     """
-    from .io import clipped_per_sample
+    from engine.audio.io import clipped_per_sample
 
     merged = dict(DEFAULT_PREPARE_SETTINGS)
     merged.update(settings or {})
@@ -446,14 +446,14 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
 
 def _speaker_encoder(name: str, base_model: str | os.PathLike[str] | None) -> Any:
     """None for resemblyzer, else the Base model's own speaker encoder, loaded alone."""
-    from .speakers import ENCODERS, ModelEncoder
+    from engine.prepare.speakers import ENCODERS, ModelEncoder
 
     if name not in ENCODERS:
         raise InputError(f"Unknown speaker encoder {name!r}.",
                          f"Use one of: {', '.join(ENCODERS)}.")
     if name == "resemblyzer":
         return None
-    from ..model.loading import DEFAULT_BASE_MODEL, resolve_model
+    from engine.model.loading import DEFAULT_BASE_MODEL, resolve_model
 
     # never a download here: preparing must not fetch gigabytes for a 12M encoder
     return ModelEncoder(resolve_model(base_model or DEFAULT_BASE_MODEL, download=False))

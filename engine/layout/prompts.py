@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputError
+from engine.core.errors import InputError
 
 if TYPE_CHECKING:
-    from .workspace import Voice
+    from engine.layout.voice import Voice
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

@@ -267,7 +267,7 @@ def link_run(run_dir: Path, location: str) -> None:
         # the bucket first: when it cannot be reached, nothing is left behind here
         Location(location).mkdir(parents=True, exist_ok=True)
         run_dir.mkdir(parents=True, exist_ok=True)
-        from .atomic import write_json
+        from engine.core.atomic import write_json
 
         write_json(run_dir / POINTER, {"checkpoints": location})
         return

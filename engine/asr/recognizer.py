@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import AudioError, InputError, ModelError
+from engine.core.errors import AudioError, InputError, ModelError
 
 SAMPLE_RATE = 16000
 ENV_VAR = "VOXSHARD_ASR"
@@ -434,8 +434,8 @@ def _load(text: str, device: str | None) -> Recognizer:
 
 def load_audio(path: str | os.PathLike[str]) -> np.ndarray:
     """Any supported audio file as 16 kHz mono float32; AudioError with the reason if not."""
-    from ..audio.io import BadAudioFile, decode
-    from ..workspace import display_path
+    from engine.audio.io import BadAudioFile, decode
+    from engine.layout.voice import display_path
 
     try:
         audio, _ = decode(path, SAMPLE_RATE)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import DiskFullError, WorkspaceError
+from engine.core.errors import DiskFullError, WorkspaceError
 
 
 def _user_mode() -> int:

@@ -142,7 +142,7 @@ class ModelEncoder:
     BATCH = 64
 
     def __init__(self, model_dir: str | Any) -> None:
-        from ..data.codes import load_speaker_encoder, speaker_encoder_fingerprint
+        from engine.data.codes import load_speaker_encoder, speaker_encoder_fingerprint
 
         self._encoder = load_speaker_encoder(model_dir, "cpu")
         self.key = "model:" + speaker_encoder_fingerprint(model_dir)[:16]
@@ -152,7 +152,7 @@ class ModelEncoder:
     def _forward(self, batch: np.ndarray) -> np.ndarray:
         import torch
 
-        from ..model.official import modeling
+        from engine.model.official import modeling
 
         with self._lock, torch.inference_mode():
             # the mel front end of compute_x_vector (the official extract_speaker_embedding)

@@ -1,6 +1,6 @@
 """Prepare's target-speaker stage: the enrolment, who is heard in a take, and its slices.
 
-engine/audio/speakers.py finds the speakers; this module ties that to a voice:
+engine/prepare/speakers.py finds the speakers; this module ties that to a voice:
 where the enrolment comes from (a clip named with --speaker-reference, kept in
 the voice as `speaker_reference.<ext>` for later runs, else the voice's own
 recorded takes, else none: the dominant speaker of each recording), how a take
@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..workspace import Take, Voice, file_sha256
-from .io import AUDIO_EXTENSIONS, TARGET_SR, BadAudioFile, decode
-from .quality import issue
-from .speakers import (
+from engine.audio.checks import issue
+from engine.audio.io import AUDIO_EXTENSIONS, TARGET_SR, BadAudioFile, decode
+from engine.audio.vad import Slice, plan_slices, speech_seconds
+from engine.core.errors import InputError
+from engine.layout.voice import Take, Voice, file_sha256
+from engine.prepare.speakers import (
     FRAME,
     HOP_FRAMES,
     MIN_CLUSTER_WINDOWS,
@@ -40,7 +41,6 @@ from .speakers import (
     similarity_in,
     speech_windows,
 )
-from .vad import Slice, plan_slices, speech_seconds
 
 REFERENCE_STEM = "speaker_reference"
 #: enough of the voice's own takes for a stable centroid, few enough to stay quick
@@ -227,7 +227,7 @@ def read_decisions(voice: Voice) -> dict[str, str]:
 def write_decision(voice: Voice, clip_id: str, decision: str | None) -> None:
     """Record (or with None, forget) the user's call on one clip; the next prepare
     applies it without recomputing anything."""
-    from ..atomic import write_json
+    from engine.core.atomic import write_json
 
     if decision not in (None, "keep", "exclude"):
         raise InputError(f"Unknown decision {decision!r}.", "Use 'keep' or 'exclude'.")
@@ -241,7 +241,7 @@ def write_decision(voice: Voice, clip_id: str, decision: str | None) -> None:
 
 def apply_decisions(entries: list[dict[str, Any]], calls: dict[str, str]) -> None:
     """Keep: the speaker issues become a note; exclude: a blocking issue (in place)."""
-    from .quality import SPEAKER_CODES
+    from engine.audio.checks import SPEAKER_CODES
 
     for e in entries:
         call = calls.get(e["id"])

@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
-from ..workspace import display_path, normalize_text
+from engine.core.errors import InputError
+from engine.layout.voice import display_path, normalize_text
 
 PATH_KEYS = ("path", "file", "filename", "file_name", "audio", "audio_filepath", "wav", "id")
 TEXT_KEYS = ("normalized_text", "text", "transcript", "transcription", "sentence", "utterance")
