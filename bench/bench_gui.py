@@ -121,8 +121,8 @@ def bench_resume_history(window: object, voice: Path, steps: int, workers: int) 
     metrics wait for it, so the curve keeps its order); how long the window stalls."""
     import json
 
+    from engine.config.train import TrainConfig
     from engine.core.atomic import write_json
-    from engine.train.config import TrainConfig
     from gui.pages.train import TrainPage
 
     run = voice / "runs" / f"long-{steps}"

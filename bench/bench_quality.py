@@ -157,9 +157,9 @@ def bench_eval_width(voice: Path, work: Path, layers: int, frames: int,
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_train import make_model_dir
 
+    from engine.config.speak import SpeakOptions
     from engine.layout.voice import open_voice
     from engine.quality.evaluate import HELD_OUT_SENTENCES, Meter, pick_run
-    from engine.synth.options import SpeakOptions
     from engine.synth.synthesizer import Synthesizer
     from engine.synth.voice import reference_clip, resolve_source
 

@@ -194,7 +194,7 @@ def _official(wrapper: Any, texts: list[str], frames: int, decode: bool) -> tupl
 def _ours(synth: Any, texts: list[str], frames: int, decode: bool) -> tuple[float, float]:
     import dataclasses
 
-    from engine.synth.options import SpeakOptions
+    from engine.config.speak import SpeakOptions
     from engine.synth.prompt import build_prefill
 
     settings = dataclasses.replace(synth.decode_settings(SpeakOptions()), stop_at_eos=False)
@@ -213,7 +213,7 @@ def check_greedy(wrapper: Any, synth: Any, frames: int) -> bool:
     """Ours (with CUDA graphs on a GPU) against the official generate, greedy."""
     import torch
 
-    from engine.synth.options import SpeakOptions
+    from engine.config.speak import SpeakOptions
     from engine.synth.prompt import build_prefill
 
     text = SENTENCES[0]
@@ -249,8 +249,8 @@ def _fp32_reference(synth: Any, frames: int) -> tuple[list[tuple[Any, Any]], Any
 
     import torch
 
+    from engine.config.speak import SpeakOptions
     from engine.synth.agreement import teacher_forced_logits
-    from engine.synth.options import SpeakOptions
     from engine.synth.prompt import build_prefill
 
     greedy = SpeakOptions(do_sample=False, subtalker_do_sample=False)
@@ -289,8 +289,8 @@ def bench_compiled_frame(name: str, synth: Any, frames: int) -> None:
 
     import torch
 
+    from engine.config.speak import SpeakOptions
     from engine.synth import rows as rows_module
-    from engine.synth.options import SpeakOptions
     from engine.synth.prompt import build_prefill
 
     settings = dataclasses.replace(synth.decode_settings(SpeakOptions()), stop_at_eos=False)
@@ -366,7 +366,7 @@ def weight_only_int8_agreement(folder: Path, synth: Any, frames: int,
 
 
 def _first_audio(synth: Any, frames: int) -> float:
-    from engine.synth.options import SpeakOptions
+    from engine.config.speak import SpeakOptions
 
     class Sink:
         def write(self, audio: Any) -> None:
@@ -382,9 +382,9 @@ def _worker_throughput(synth: Any, rows: int, requests: int, frames: int,
     """(audio seconds, wall seconds) for `requests` concurrent one-sentence requests."""
     import threading
 
+    from engine.config.speak import SpeakOptions
     from engine.core.events import Emitter
     from engine.synth.batcher import BatchRequest, ContinuousBatcher
-    from engine.synth.options import SpeakOptions
 
     batcher = ContinuousBatcher(synth, rows=rows)
     done = threading.Semaphore(0)
@@ -472,7 +472,7 @@ def _streamed_rtf(synth: Any, frames: int) -> tuple[float, float, float, float]:
     CPU time) of one streamed sentence, fixed length."""
     import dataclasses
 
-    from engine.synth.options import SpeakOptions
+    from engine.config.speak import SpeakOptions
 
     class Sink:
         def write(self, audio: Any) -> None:

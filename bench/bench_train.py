@@ -159,8 +159,8 @@ def bench_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
 def run_ours(model_dir: Path, workers: int, steps: int, clips: int, seconds: float,
              run_root: Path) -> dict[str, Any]:
     from engine.cluster import connect
+    from engine.config.train import TrainConfig
     from engine.core.events import Emitter
-    from engine.train.config import TrainConfig
     from engine.train.launch import Launch, LaunchSpec
 
     cfg = TrainConfig().replace(
@@ -343,7 +343,7 @@ def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
     import torch
     import torch.distributed as dist
 
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.parallelize import process_group_backend
     from engine.train.worker import WorkerEnv, run_worker
 
@@ -587,7 +587,7 @@ def main() -> None:
     for w in (int(x) for x in args.workers.split(",")):
         ours[w] = run_ours(model_dir, w, args.steps, args.clips, args.seconds, work / "runs")
 
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.plan import make_plan
 
     print(f"\nModel: 0.6B configuration, {args.layers} talker layers, random weights, fp32 on "

@@ -281,7 +281,7 @@ def _rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.parallelize import process_group_backend
     from engine.train.worker import ListSender, WorkerEnv, run_worker
 
@@ -365,8 +365,8 @@ def run_ray_free(job: dict[str, Any], world: int) -> dict[int, dict[str, Any]]:
 def run_ray(job: dict[str, Any], world: int) -> list[float]:
     """The plain configuration through Ray Train (the product's launcher): rank 0's losses."""
     from engine.cluster import connect
+    from engine.config.train import TrainConfig
     from engine.core.events import Emitter
-    from engine.train.config import TrainConfig
     from engine.train.launch import Launch, LaunchSpec
 
     cfg = TrainConfig.from_dict(json.loads(json.dumps(job["base_config"])))
@@ -574,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_proof: no NVIDIA GPU visible (torch.cuda.is_available() is False); nothing "
               "to prove here (use --tiny for the CPU run of the same path).")
         return 0
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
 
     work = Path(tempfile.mkdtemp(prefix="gpu-proof-"))
     cache = Path(args.cache) if args.cache else Path(tempfile.gettempdir()) / "voxshard-proof"

@@ -63,8 +63,8 @@ def prove(size: str, work: Path, frames: int) -> dict[str, Any]:
 
     import torch
 
+    from engine.config.speak import SpeakOptions
     from engine.model.codec_sizes import REAL_DECODER_CONFIG, build_decoder
-    from engine.synth.options import SpeakOptions
     from engine.synth.prompt import build_prefill
     from engine.synth.synthesizer import Synthesizer
     from engine.synth.voice import resolve_source

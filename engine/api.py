@@ -159,7 +159,7 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,
     `reference_text`, or the workspace's transcript of the clip, is known).
     `stream`: write the file as it grows. `quantize="int8"`: faster CPU decoding,
     not bit-exact. `options` are `SpeakOptions` fields."""
-    from engine.synth.options import SpeakOptions, audio_format
+    from engine.config.speak import SpeakOptions, audio_format
     from engine.synth.synthesizer import Synthesizer
     from engine.synth.voice import resolve_source
 

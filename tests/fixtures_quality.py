@@ -19,10 +19,10 @@ def make_perturbed_run(voice: Path, model_dir: Path, run: str = "r1",
     """Checkpoints `steps` in `<voice>/runs/<run>` (and an export); returns the run folder."""
     import torch
 
+    from engine.config.train import ModelConfig, TrainConfig
     from engine.data.codes import extract_codes
     from engine.model.export import export_custom_voice
     from engine.train.checkpoint import Checkpointer
-    from engine.train.config import ModelConfig, TrainConfig
     from engine.train.objective import build_objective, load_base_weights, trainable_parameters
 
     index = extract_codes(voice, model_dir)

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from engine import catalog
+from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
 from engine.core.events import Emitter
 from engine.layout.voice import create_voice, open_voice
 from engine.train.checkpoint import COMPLETE, checkpoint_name
-from engine.train.config import TrainConfig
 from engine.train.metrics import MetricsPump
 from tests.fixtures_audio import copy_voice
 

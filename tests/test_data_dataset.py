@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from engine.config.train import DataConfig
 from engine.core.errors import TrainingError
 from engine.data.codes import extract_codes
 from engine.data.dataset import (
@@ -18,7 +19,6 @@ from engine.data.dataset import (
     split_ids,
     training_text,
 )
-from engine.train.config import DataConfig
 from engine.train.objective import batch_to_device, build_objective, load_base_weights
 from tests.fixtures_audio import copy_voice
 
@@ -146,7 +146,7 @@ def test_val_batches_cover_val_clips(voice: Path, tiny_model_dir: Path) -> None:
 
 
 def test_training_text_matches_what_synthesis_feeds() -> None:
-    from engine.synth.text import clean_text
+    from engine.text import clean_text
 
     raw = "\u201cWell\u201d \u2014 it\u2019s  fine\u2026"
     assert training_text(raw) == clean_text(raw) == '"Well" - it\'s fine...'

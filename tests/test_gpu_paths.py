@@ -189,7 +189,7 @@ def test_out_of_memory_in_a_worker_is_fatal_with_the_plans_advice(tmp_path: Path
     from ray.train.v2._internal.execution.failure_handling import FailureDecision
     from ray.train.v2.api.exceptions import WorkerGroupError
 
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.failures import (
         FatalTrainingError,
         fatal_of,
@@ -298,8 +298,8 @@ def _batch(model_dir: Path) -> dict[str, torch.Tensor]:
 
 def test_lora_trains_adapters_only_and_export_merges_them(tiny_model_dir: Path,
                                                           tmp_path: Path) -> None:
+    from engine.config.train import ModelConfig
     from engine.model.export import export_custom_voice, merge_lora
-    from engine.train.config import ModelConfig
     from engine.train.lora import TARGETS
     from engine.train.objective import (
         build_objective,
@@ -456,8 +456,8 @@ def test_export_of_a_lora_run_merges_its_checkpoint_and_uses_the_runs_x_vector(
     import numpy as np
     from safetensors import safe_open
 
+    from engine.config.train import TrainConfig
     from engine.train.checkpoint import Checkpointer
-    from engine.train.config import TrainConfig
     from engine.train.driver import export
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.rundata import record_data
@@ -523,7 +523,7 @@ def test_trainer_reduces_every_micro_step_when_the_plan_says_so(
         tmp_path: Path, mode: str, expected: list[bool]) -> None:
     """"last" switches reduction off until the last micro-step; "every" never switches it
     off, so FSDP reduce-scatters after each micro-step and gradients stay sharded."""
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.worker import WorkerEnv, run_worker
 
     calls: list[bool] = []
@@ -539,8 +539,8 @@ def test_trainer_reduces_every_micro_step_when_the_plan_says_so(
 
 def test_plan_counts_offloaded_state_in_host_memory(tiny_model_dir: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.config.train import TrainConfig
     from engine.train import plan as planning
-    from engine.train.config import TrainConfig
 
     cfg = TrainConfig().replace(parallel={"workers": 2}, data={"batch_size": 2})
     on_gpu = planning.make_plan(tiny_model_dir, cfg, device="cuda", free=[8 << 30] * 2,
@@ -575,7 +575,7 @@ def test_trainer_keeps_parameters_gathered_between_micro_steps(tmp_path: Path, k
     """keep_gathered "on": before each micro-step the units stay gathered, released only
     after the last backward; after the micro-steps FSDP's defaults come back (validation
     and checkpoints see sharded units). "off", or one micro-step: never switched."""
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.worker import ListSender, WorkerEnv, run_worker
 
     calls: list[tuple[Any, ...]] = []

@@ -18,8 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
-from engine.train.config import TrainConfig
 from gui.app import MainWindow
 from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
 

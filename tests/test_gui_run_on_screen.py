@@ -11,8 +11,8 @@ from PySide6.QtCore import QObject, QPoint, QPointF, Qt, QUrl, Slot
 from PySide6.QtGui import QDesktopServices, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
+from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
-from engine.train.config import TrainConfig
 from gui.app import MainWindow
 from gui.pages.train import TrainPage
 from tests.fixtures_audio import copy_voice
@@ -330,7 +330,7 @@ def test_save_as_writes_the_chosen_format_with_its_suffix(
 def test_listen_reference_sampling_and_the_checkpoints_to_compare(
         qtbot, window: MainWindow, workspace: Path, prepared_voice: Path) -> None:
     from engine.cli.main import build_parser
-    from engine.synth.options import SpeakOptions
+    from engine.config.speak import SpeakOptions
     from gui.pages.listen import ListenPage
 
     voice = copy_voice(prepared_voice, workspace / "joe")

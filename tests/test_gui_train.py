@@ -7,8 +7,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QRectF
 
+from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
-from engine.train.config import TrainConfig
 from gui.app import MainWindow
 from gui.pages.train import TrainPage, attach_processes, parse_nvidia_smi
 from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)

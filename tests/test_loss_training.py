@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.config.train import DataConfig, ModelConfig, OptimConfig, TrainConfig
 from engine.data.codes import extract_codes
-from engine.train.config import DataConfig, ModelConfig, OptimConfig, TrainConfig
 from engine.train.objective import batch_to_device, setup_worker, trainable_parameters
 from tests.fixtures_audio import copy_voice
 

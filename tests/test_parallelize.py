@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import torch
 
+from engine.config.train import ModelConfig, ParallelConfig
 from engine.data.layout import LayoutIds, build_sequence, collate, count_tokens
-from engine.train.config import ModelConfig, ParallelConfig
 from engine.train.loss import normalisers
 from engine.train.objective import (
     batch_to_device,
@@ -452,7 +452,7 @@ def test_sharded_partial_training_equals_single_process(sharded: dict[str, Any],
 def test_plan_counts_gradient_accumulation_memory(sharded: dict[str, Any],
                                                   tiny_model_dir: Path) -> None:
     """Plan arithmetic against the bytes FSDP2 really holds during accumulation (rank 0)."""
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.plan import make_plan
 
     cfg = TrainConfig().replace(parallel={"workers": 2}, data={"batch_size": 2, "grad_accum": 2})
@@ -482,7 +482,7 @@ def test_accumulation_keeps_parameters_gathered_and_trains_the_same(
     """keep_gathered: each FSDP unit is all-gathered once per optimizer step (not twice
     per micro-step), the gradients and weights are those of one whole-batch step in one
     process, bit-identical to re-gathering, and the plan counts exactly what is held."""
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.plan import count_units, make_plan
 
     kept, regathered = sharded["accum_keep_True"], sharded["accum_keep_False"]

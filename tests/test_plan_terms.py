@@ -77,7 +77,7 @@ def test_layer_activation_bytes_match_saved_tensors(tiny_model_dir: Path, size: 
 
 
 def _cfg(**parallel: Any) -> Any:
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
 
     return TrainConfig().replace(parallel={"workers": 2, **parallel},
                                  data={"batch_size": 2, "grad_accum": 4})
@@ -219,7 +219,7 @@ def test_compiled_layers_only_on_a_gpu(tiny_model_dir: Path) -> None:
     dynamo's eager backend (capture only, no code generation)."""
     import torch
 
-    from engine.train.config import ParallelConfig
+    from engine.config.train import ParallelConfig
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.parallelize import compile_layers, decoder_layers, parallelize
     from tests.test_train_host_syncs import _batch

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, ModelError, WorkspaceError
 from engine.core.events import Event
-from engine.synth.options import SpeakOptions
 from tests.fixtures_audio import copy_voice
 
 FAST = SpeakOptions(max_frames=10, batch_size=8)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, WorkspaceError
 from engine.synth.compare import compare
-from engine.synth.options import SpeakOptions
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
 from tests.fixtures_audio import copy_voice
@@ -43,10 +43,10 @@ def _perturb(objective: Any, seed: int) -> None:
 @pytest.fixture(scope="module")
 def trained(prepared_voice: Path, tiny_model_dir: Path,
             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from engine.config.train import ModelConfig, TrainConfig
     from engine.data.codes import extract_codes
     from engine.model.export import export_custom_voice
     from engine.train.checkpoint import Checkpointer
-    from engine.train.config import ModelConfig, TrainConfig
     from engine.train.objective import build_objective, load_base_weights, trainable_parameters
 
     root = tmp_path_factory.mktemp("synth_ckpt")

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
+from engine.config.speak import SpeakOptions
 from engine.synth.agreement import compare_logits, teacher_forced_logits
-from engine.synth.options import SpeakOptions
 from engine.synth.prompt import build_prefill
 from engine.synth.quant import Fp16Linear, Int8Linear
 from engine.synth.synthesizer import Synthesizer

@@ -270,10 +270,10 @@ def test_in_context_batch_and_speech_equal_the_official_voice_clone(
     decode with the reference in front, against `generate_voice_clone` itself."""
     import numpy as np
 
-    from engine.synth.options import SpeakOptions
+    from engine.config.speak import SpeakOptions
     from engine.synth.synthesizer import Synthesizer
-    from engine.synth.text import split_text
     from engine.synth.voice import resolve_source
+    from engine.text import split_text
 
     clip = Path(piper_sentences[0]["path"])
     source = resolve_source(tiny_model_dir, reference=clip)

@@ -19,10 +19,10 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from engine.config.speak import SpeakOptions
 from engine.core.events import Emitter
 from engine.synth.batcher import BatchRequest, ContinuousBatcher
 from engine.synth.decoding import DecodeSettings
-from engine.synth.options import SpeakOptions
 from engine.synth.prompt import build_prefill
 from engine.synth.sampling import FrameNoise, SamplerSettings, choose, row_keys
 from engine.synth.synthesizer import Synthesizer

@@ -53,7 +53,7 @@ def test_loudness_is_matched_and_peak_kept_below_ceiling() -> None:
     ("wav", "WAV", "PCM_16"), ("flac", "FLAC", "PCM_16"), ("ogg", "OGG", "VORBIS"),
     ("opus", "OGG", "OPUS"), ("mp3", "MP3", "MPEG_LAYER_III")])
 def test_write_audio_formats(tmp_path: Path, fmt: str, container: str, subtype: str) -> None:
-    from engine.synth.options import available_formats
+    from engine.config.speak import available_formats
 
     if fmt not in available_formats():
         pytest.skip(f"this libsndfile ({sf.__libsndfile_version__}) does not write {fmt}")

@@ -18,9 +18,9 @@ import torch
 
 from engine.audio.loudness import integrated_loudness
 from engine.cli.main import main
+from engine.config.speak import SpeakOptions
 from engine.core.errors import Cancelled, InputError, ModelError
 from engine.core.events import Event
-from engine.synth.options import SpeakOptions
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
 from engine.synth.worker import SpeechWorker, serve

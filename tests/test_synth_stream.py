@@ -15,9 +15,9 @@ import pytest
 import soundfile as sf
 import torch
 
+from engine.config.speak import SpeakOptions
 from engine.core.events import Event
 from engine.model.codec_sizes import REAL_DECODER_CONFIG, build_decoder
-from engine.synth.options import SpeakOptions
 from engine.synth.stream import StreamDecoder
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source

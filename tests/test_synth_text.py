@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import InputError
-from engine.synth.options import SpeakOptions, audio_format
-from engine.synth.text import clean_text, max_frames_for, split_text, spoken_weight
+from engine.text import clean_text, max_frames_for, split_text, spoken_weight
 
 
 @pytest.mark.parametrize("text", ["", "   ", "\n\t "])

@@ -20,16 +20,16 @@ import pytest
 import soundfile as sf
 import torch
 
+from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError
 from engine.core.events import Emitter, Event
 from engine.synth.batcher import BatchRequest, ContinuousBatcher, _Row, _Unit
-from engine.synth.options import SpeakOptions
 from engine.synth.prompt import build_prefill
 from engine.synth.rows import RowBatch
 from engine.synth.synthesizer import Synthesizer
-from engine.synth.text import MAX_CHUNK_CHARS, Chunk, split_text
 from engine.synth.voice import resolve_source
 from engine.synth.worker import SpeechWorker
+from engine.text import MAX_CHUNK_CHARS, Chunk, split_text
 
 SENTENCES = ["The kettle started to whistle.", "She folded the laundry slowly.",
              "Our train was delayed again.", "Fresh bread tastes best warm.",

@@ -54,7 +54,7 @@ def fp16_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -
 
 
 def _run(tmp_path: Path, steps: int, overflow: list[int]) -> tuple[Any, Any]:
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.worker import ListSender, WorkerEnv, run_worker
 
     cfg = TrainConfig().replace(optim={"warmup_steps": 10, "lr": 1e-3},

@@ -228,9 +228,9 @@ def test_cli_json_streams_metrics_sigterm_saves_and_resume(prepared_voice: Path,
 def test_out_of_memory_in_a_ray_worker_ends_the_run_without_retries(tmp_path: Path) -> None:
     """A real torch.OutOfMemoryError raised in one Ray Train worker: one sentence, no restart."""
     from engine.cluster import connect
+    from engine.config.train import TrainConfig
     from engine.core.errors import TrainingError
     from engine.core.events import Emitter
-    from engine.train.config import TrainConfig
     from engine.train.launch import Launch, LaunchSpec
 
     before = _children()

@@ -43,8 +43,8 @@ def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -
     import torch
     import torch.distributed as dist
 
+    from engine.config.train import TrainConfig
     from engine.train.checkpoint import Checkpointer
-    from engine.train.config import TrainConfig
     from engine.train.metrics import model_state_bytes
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.parallelize import make_mesh, parallelize
@@ -128,7 +128,7 @@ def test_checkpoint_restores_model_optimizer_scheduler_rng_exactly(
 
 def test_plan_predicts_sharded_model_state_exactly(
         two_rank_result: dict[int, dict[str, Any]], tiny_model_dir: Path) -> None:
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.plan import make_plan
 
     cfg = TrainConfig().replace(parallel={"workers": 2}, data={"batch_size": 2})
@@ -150,7 +150,7 @@ def test_plan_predicts_sharded_model_state_exactly(
 def test_plan_advises_when_it_does_not_fit(tiny_model_dir: Path) -> None:
     import re
 
-    from engine.train.config import TrainConfig
+    from engine.config.train import TrainConfig
     from engine.train.plan import make_plan
 
     cfg = TrainConfig().replace(parallel={"workers": 1}, data={"batch_size": 8})

@@ -61,8 +61,8 @@ def _read_sentences(args: argparse.Namespace) -> list[str] | None:
 
 
 def _evaluate(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    from engine.config.speak import SpeakOptions
     from engine.quality.evaluate import evaluate
-    from engine.synth.options import SpeakOptions
 
     options = SpeakOptions(max_frames=args.max_frames, batch_size=args.batch_size)
     common = {"sentences": _read_sentences(args), "seed": args.seed, "asr": args.asr,

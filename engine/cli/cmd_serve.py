@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from engine.cli.main import add_command
+from engine.config.speak import QUANT_MODES
 from engine.core.events import Emitter
-from engine.synth.options import QUANT_MODES
 
 
 def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:

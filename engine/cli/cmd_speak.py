@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli.main import add_command
+from engine.config.speak import FORMATS, QUANT_MODES
 from engine.core.errors import InputError
 from engine.core.events import Emitter
-from engine.synth.options import FORMATS, QUANT_MODES
 
 
 def _read_text(args: argparse.Namespace) -> str:
@@ -35,7 +35,7 @@ def _read_text(args: argparse.Namespace) -> str:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from engine.synth.options import SpeakOptions
+    from engine.config.speak import SpeakOptions
 
     values = {
         "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
@@ -52,10 +52,10 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from engine.synth.options import audio_format
+    from engine.config.speak import audio_format
     from engine.synth.synthesizer import Synthesizer
-    from engine.synth.text import split_text
     from engine.synth.voice import resolve_source
+    from engine.text import split_text
 
     text = _read_text(args)
     options = _options(args)
@@ -115,7 +115,7 @@ def _speak_to_stream(synth: Any, text: str, options: Any, emitter: Emitter, play
 
     if player is not None:
         from engine.synth.stream import expected_speech_s
-        from engine.synth.text import split_text
+        from engine.text import split_text
 
         player.expect(expected_speech_s(split_text(text, options.chunk_chars)))
     try:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli.main import add_command
+from engine.config.train import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
 from engine.core.events import Emitter
-from engine.train.config import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
 
 
 def _positive_int(text: str) -> int:

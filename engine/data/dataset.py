@@ -81,13 +81,13 @@ def load_text_tokenizer(model_dir: str | Path) -> Any:
 def training_text(text: str) -> str:
     """A transcript as synthesis will feed text of the same kind to the model.
 
-    Speaking runs every input through `engine.synth.text.clean_text` (curly
+    Speaking runs every input through `engine.text.clean_text` (curly
     quotes to straight ones, dashes, invisible characters dropped...); training
     on the same normal form means the model never sees at inference a token
     sequence that training wrote differently. Text it refuses stays as it was.
     """
     from engine.core.errors import InputError
-    from engine.synth.text import clean_text
+    from engine.text import clean_text
 
     try:
         return clean_text(text).replace("\n", " ")
@@ -203,7 +203,7 @@ class VoiceData:
 
         `cfg` is a `DataConfig` (defaults if None).
         """
-        from engine.data.config import DataConfig
+        from engine.config.data import DataConfig
 
         cfg = cfg or DataConfig()
         index = load_codes_index(voice_dir)

@@ -28,7 +28,7 @@ def prompts_dir() -> Path:
     override = os.environ.get("VOXSHARD_PROMPTS_DIR")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent.parent / "assets" / "prompts"
+    return Path(__file__).resolve().parents[2] / "assets" / "prompts"
 
 
 @dataclass(frozen=True)

@@ -473,8 +473,8 @@ def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
     before or while it is measured is skipped and noted in the report instead of ending
     the evaluation; the caller's own notes in that list are reported too."""
     from engine.asr.recognizer import describe
+    from engine.config.speak import SpeakOptions
     from engine.model.loading import resolve_model
-    from engine.synth.options import SpeakOptions
     from engine.synth.voice import checkpoint_step, run_base_model
 
     em = as_emitter(on_event)

@@ -227,7 +227,7 @@ class SpeechApp:
         return error_response(err)
 
     def _check_options(self, req: SpeechRequest) -> None:
-        from engine.synth.options import SpeakOptions
+        from engine.config.speak import SpeakOptions
 
         try:
             SpeakOptions.from_dict(dict(req.options))

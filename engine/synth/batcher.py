@@ -40,14 +40,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.config.speak import SpeakOptions
 from engine.core.errors import Cancelled
 from engine.core.events import Emitter
 from engine.synth.decoding import _graphs_enabled
-from engine.synth.options import SpeakOptions
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
 from engine.synth.rows import RowBatch, bucket, settings_key
 from engine.synth.sampling import choose, noise_width, row_keys
-from engine.synth.text import Chunk, split_text
+from engine.text import Chunk, split_text
 
 
 @dataclass

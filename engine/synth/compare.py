@@ -19,10 +19,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from engine.config.speak import SpeakOptions
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import Cancelled, InputError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
-from engine.synth.options import SpeakOptions
 from engine.synth.render import write_audio
 from engine.synth.voice import (
     VoiceSource,

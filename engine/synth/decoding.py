@@ -348,7 +348,7 @@ class FastTalker:
         VOXSHARD_CUDA_GRAPHS=0. Returns the prepared `RowBatch` (or None)."""
         if self.device.type != "cuda" or not _graphs_enabled():
             return None
-        from engine.synth.text import max_frames_for
+        from engine.text import max_frames_for
 
         width = max(noise_width(settings.talker, self.vocab),
                     noise_width(settings.predictor, self.p_vocab), 1)

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.synth.options import QUANT_MODES
+from engine.config.speak import QUANT_MODES
 
 
 class Int8Linear:

@@ -94,7 +94,7 @@ def write_audio(path: str | os.PathLike[str], audio: np.ndarray, fmt: str = "wav
     (the last two where libsndfile writes them), with the user's normal permissions."""
     import soundfile as sf
 
-    from engine.synth.options import available_formats
+    from engine.config.speak import available_formats
 
     if fmt not in _SUBTYPES:
         raise InputError(f"Audio format {fmt!r} is not supported.",

@@ -122,7 +122,7 @@ def expected_speech_s(chunks: list[Any]) -> float:
     """About how long `chunks` (`text.Chunk`) take to say: 12 spoken-weight units
     (letters; a CJK character counts 3) per second, a little slower than usual
     speech, so the pre-buffer errs long, plus the pauses between chunks."""
-    from engine.synth.text import spoken_weight
+    from engine.text import spoken_weight
 
     return sum(spoken_weight(c.text) / 12.0 + c.pause_after_s for c in chunks)
 

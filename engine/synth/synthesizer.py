@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import Cancelled, InputError, ModelError, SynthesisError, VoxshardError
 from engine.core.events import Emitter, EventCallback, as_emitter
-from engine.synth.options import SpeakOptions, audio_format
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
-from engine.synth.text import Chunk, split_text
 from engine.synth.voice import VoiceSource
+from engine.text import Chunk, split_text
 
 _HARD_DEFAULTS = {
     "do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9,
@@ -673,7 +673,7 @@ class Synthesizer:
         target = Path(out)
         if stream or play is not None:
             from engine.synth.stream import GrowingFile, expected_speech_s
-            from engine.synth.text import split_text
+            from engine.text import split_text
 
             if play is not None and hasattr(play, "expect"):
                 opts = options or SpeakOptions()

@@ -41,10 +41,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import Cancelled, InputError, VoxshardError
 from engine.core.events import Emitter, Event
 from engine.synth.batcher import BatchRequest, ContinuousBatcher
-from engine.synth.options import SpeakOptions, audio_format
 from engine.synth.voice import resolve_source
 
 _STOP = object()
@@ -295,7 +295,7 @@ class SpeechWorker:
         if req.get("stream"):
             self._stream(job, emitter, text, str(out), options, fmt)
             return True
-        from engine.synth.text import split_text
+        from engine.text import split_text
 
         split_text(text, options.chunk_chars)  # bad text fails now, in order
         self._synth._language_id(options.language)

@@ -28,9 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engine.config.train import TrainConfig
 from engine.core.errors import Cancelled, InputError, ModelError, TrainingError
 from engine.core.events import Emitter, EventCallback, as_emitter
-from engine.train.config import TrainConfig
 
 #: fewer usable clips than this cannot be split into train + validation batches
 MIN_CLIPS = 4
@@ -213,7 +213,7 @@ class TrainRequest:
 
     precision: "auto" (default: bf16 on GPUs of compute capability 8.0+, fp16
     on older ones, fp32 on CPU), "bf16", "fp16" or "fp32". trainable: what
-    trains (`engine.train.config.TRAINABLE_CHOICES`: "talker" by default,
+    trains (`engine.config.train.TRAINABLE_CHOICES`: "talker" by default,
     "talker+text", "code_predictor", "talker_layers", "lora"); lora_rank and
     lora_alpha size the LoRA adapters. keep_gathered: parameters between
     accumulation micro-steps ("auto": kept when the plan says it fits, "on",
@@ -253,7 +253,7 @@ class TrainRequest:
 
     def validated(self) -> TrainRequest:
         """This request, or an InputError naming the first bad value and what to give."""
-        from engine.train.config import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
+        from engine.config.train import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
 
         def positive(name: str, minimum: float = 1) -> None:
             value = getattr(self, name)

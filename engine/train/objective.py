@@ -73,11 +73,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from engine.config.train import ModelConfig
 from engine.core.errors import ModelError
 from engine.data.layout import NO_CODE, NO_CODEC, NUM_CODEBOOKS, SPEAKER_POS
 from engine.model.files import weight_files
 from engine.train import loss
-from engine.train.config import ModelConfig
 
 TALKER_PREFIX = "talker."
 

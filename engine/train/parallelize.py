@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.train.config import ParallelConfig
+from engine.config.train import ParallelConfig
 
 
 def make_mesh(device: torch.device) -> Any:

@@ -211,7 +211,7 @@ def _local_numel(shape: tuple[int, ...], n: int) -> int:
 def count_units(model_dir: str | Path, model_cfg: Any, workers: int,
                 separate_text_embedding: bool = True) -> list[UnitCount]:
     """Per FSDP unit: full and rank-0-local element counts (meta device, no memory)."""
-    from engine.train.config import ModelConfig
+    from engine.config.train import ModelConfig
 
     model_cfg = model_cfg or ModelConfig()
     table = _param_table(str(model_dir), model_cfg.trainable, model_cfg.lora_rank,
@@ -233,7 +233,7 @@ def _param_table(model_dir: str, trainable: str, lora_rank: int,
                  separate_text_embedding: bool) -> tuple[tuple[str, tuple[int, ...], bool], ...]:
     """(FSDP unit, shape, trains) of every parameter; one meta build per choice, cached
     (a plan compares several choices and variants of the same model)."""
-    from engine.train.config import ModelConfig
+    from engine.config.train import ModelConfig
     from engine.train.objective import build_objective
     from engine.train.parallelize import decoder_layers
 
@@ -463,7 +463,7 @@ def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Pat
     if plan.host_bytes and free:
         plan.host_free = host_available_memory()
     if choices:
-        from engine.train.config import TRAINABLE_CHOICES
+        from engine.config.train import TRAINABLE_CHOICES
 
         for choice in TRAINABLE_CHOICES:
             plan.by_trainable[choice] = plan.total if choice == config.model.trainable else \

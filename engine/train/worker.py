@@ -237,7 +237,7 @@ class _Run:
     """One rank's run, in named stages: build, resume, then steps with validation and saves."""
 
     def __init__(self, loop_config: dict[str, Any], env: WorkerEnv) -> None:
-        from engine.train.config import TrainConfig
+        from engine.config.train import TrainConfig
 
         self.loop_config = loop_config
         self.env = env

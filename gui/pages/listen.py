@@ -452,7 +452,7 @@ class ListenPage(Page):
     def save_as(self) -> None:
         if self.last_render is None:
             return
-        from engine.synth.options import available_formats
+        from engine.config.speak import available_formats
 
         src = self.last_render
         filters = [f for fmt, f in SAVE_FILTERS.items() if fmt in available_formats()]

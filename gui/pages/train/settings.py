@@ -37,7 +37,7 @@ from gui.widgets import SciSpinBox, button, hbox
 
 BASE_MODELS = ["Qwen/Qwen3-TTS-12Hz-1.7B-Base", "Qwen/Qwen3-TTS-12Hz-0.6B-Base"]
 
-# engine/train/config.py's choices, with the words a user reads
+# engine/config/train.py's choices, with the words a user reads
 # (value, short text, tooltip)
 PRECISIONS = [("auto", "Automatic", "bf16 on GPUs that support it (compute capability 8.0+), "
                "fp16 with loss scaling on older GPUs, fp32 on CPU"),
@@ -455,7 +455,7 @@ class TrainSettings(QWidget):
         return args
 
     def load_run_config(self, config: dict[str, Any]) -> None:
-        """Fill the form from a run's config.json (engine/train/config.py's tree)."""
+        """Fill the form from a run's config.json (engine/config/train.py's tree)."""
         def table(name: str) -> dict[str, Any]:
             value = config.get(name) if name else config
             return value if isinstance(value, dict) else {}

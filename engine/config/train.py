@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 # how prepared clips become batches lives with the data (data never imports train)
-from engine.data.config import DataConfig
+from engine.config.data import DataConfig
 
 #: Which parameters receive gradients and go to the optimizer.
 #: - "talker": every talker parameter (decoder layers, norms, codec embedding,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.core.errors import InputError
-from engine.synth.text import DEFAULT_CHUNK_CHARS, MAX_CHUNK_CHARS
+from engine.text import DEFAULT_CHUNK_CHARS, MAX_CHUNK_CHARS
 
 #: `--quantize` choices, faster CPU decoding that changes the numbers (quant.py): int8
 #: weights with per-row int8 activations, or fp16 weights with fp32 activations

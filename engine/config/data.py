@@ -1,7 +1,7 @@
 """How prepared clips become batches: the `data` section of the training config.
 
 It lives here, below `train`, so that the data layer never imports `train`;
-`engine.train.config.TrainConfig` holds it as its `data` section. Light: no
+`engine.config.train.TrainConfig` holds it as its `data` section. Light: no
 torch import.
 """
 

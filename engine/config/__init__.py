@@ -2,8 +2,8 @@
 
     VoxshardConfig
     ├── prepare: PrepareConfig   (stored per voice in voice.toml [prepare])
-    ├── train:   TrainConfig     (engine.train.config; saved resolved with every run)
-    └── speak:   SpeakOptions    (engine.synth.options; defaults for rendering)
+    ├── train:   TrainConfig     (engine.config.train; saved resolved with every run)
+    └── speak:   SpeakOptions    (engine.config.speak; defaults for rendering)
 
 Each class validates itself in `__post_init__` and raises `ValueError` with
 the field name. Importing this module is cheap (no torch).
@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.synth.options import SpeakOptions
-from engine.train.config import TrainConfig
+from engine.config.speak import SpeakOptions
+from engine.config.train import TrainConfig
 
 
 @dataclass(frozen=True)
