@@ -87,7 +87,7 @@ def row(what: str, probe: StallProbe, extra: str = "") -> str:
 
 def bench_job(events: int) -> str:
     from gui.jobs import EngineJob
-    from tests.test_gui_support import flood_program
+    from tests.helpers.processes import flood_program
 
     job = EngineJob(["x"], program=flood_program(events))
     probe = StallProbe()
@@ -102,7 +102,7 @@ def bench_job(events: int) -> str:
 def bench_train_page(window: object, voice: Path, workers: int, events: int,
                      rate: float) -> str:
     from gui.pages.train import TrainPage
-    from tests.test_gui_support import flood_program
+    from tests.helpers.processes import flood_program
 
     window.ctx.set_voice(voice)  # type: ignore[attr-defined]
     page = window.show_page(TrainPage)  # type: ignore[attr-defined]
@@ -122,13 +122,13 @@ def bench_resume_history(window: object, voice: Path, steps: int, workers: int) 
     import json
 
     from engine.config.train import TrainConfig
-    from engine.core.atomic import write_json
+    from engine.layout.run import Run, runs_dir
     from gui.pages.train import TrainPage
 
-    run = voice / "runs" / f"long-{steps}"
-    run.mkdir(parents=True)
-    write_json(run / "config.json", TrainConfig().to_dict())
-    with (run / "metrics.jsonl").open("w") as fh:
+    run = Run(runs_dir(voice) / f"long-{steps}")
+    run.path.mkdir(parents=True)
+    run.write_config(TrainConfig().to_dict())
+    with run.metrics_file.open("w") as fh:
         for s in range(1, steps + 1):
             for r in range(workers):
                 fh.write(json.dumps({"kind": "train", "step": s, "rank": r,
@@ -145,7 +145,7 @@ def bench_resume_history(window: object, voice: Path, steps: int, workers: int) 
 
     def resume() -> None:  # inside the event loop, between the probe's ticks
         got["t0"] = time.perf_counter()
-        page.run.show_run(run.name, run / "metrics.jsonl", steps)
+        page.run.show_run(run.name, run.metrics_file, steps)
 
     QTimer.singleShot(50, resume)
     run_until(lambda: "wall" in got and probe.ticks > 20, 120)
@@ -201,7 +201,7 @@ def main() -> int:
     app = QApplication.instance() or QApplication(sys.argv)
     from gui.app import MainWindow
     from gui.context import AppContext
-    from tests.test_gui_support import make_voice
+    from tests.helpers.voices import make_voice
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

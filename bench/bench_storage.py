@@ -43,7 +43,8 @@ def main() -> None:
     import fsspec
     import torch
 
-    from engine.train.checkpoint import Checkpointer, latest_checkpoint
+    from engine.layout.checkpoints import latest_checkpoint
+    from engine.train.checkpoint import Checkpointer
 
     fs = fsspec.filesystem("s3", skip_instance_cache=True)
     fs.mkdir("bench")

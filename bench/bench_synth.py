@@ -492,7 +492,7 @@ def _streamed_rtf(synth: Any, frames: int) -> tuple[float, float, float, float]:
             speech.duration_s / cpu)
 
 
-def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,
+def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str,  # noqa: PLR0913
                  int8: bool, tmp: Path, real_codec: bool = False,
                  skip_worker: bool = False, rounds: int = 3,
                  compile_frame: bool = False) -> None:

@@ -128,9 +128,9 @@ def bench_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
     """Ray worker builder: the product's objective + parallelize, synthetic data."""
     import torch
 
+    from engine.train.builder import TrainParts
     from engine.train.objective import batch_to_device, build_objective, load_base_weights
     from engine.train.parallelize import make_mesh, parallelize, set_gradient_sync
-    from engine.train.worker import TrainParts
 
     model_dir = Path(loop_config["model_dir"])
     device = torch.device("cpu")
@@ -312,9 +312,9 @@ def _collate_step(model_dir: Path, seqs: list[Any], groups: list[list[int]]) -> 
 def mixed_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
     """Ours on mixed clips: the product's bucketed epoch order, synthetic clips."""
     from engine.data.dataset import epoch_batches
+    from engine.train.builder import TrainParts, sharded_objective
     from engine.train.objective import batch_to_device
     from engine.train.parallelize import set_gradient_sync
-    from engine.train.worker import TrainParts, sharded_objective
 
     model_dir = Path(loop_config["model_dir"])
     objective, device, precision, _ = sharded_objective(cfg, loop_config, model_dir)
@@ -345,7 +345,7 @@ def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
 
     from engine.config.train import TrainConfig
     from engine.train.parallelize import process_group_backend
-    from engine.train.worker import WorkerEnv, run_worker
+    from engine.train.trainer import WorkerEnv, run_worker
 
     use_gpu = device == "cuda"
     with socket.socket() as sock:
@@ -363,7 +363,7 @@ def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
 
     import tempfile
 
-    from engine.train.worker import ListSender
+    from engine.train.trainer import ListSender
 
     sender = ListSender()
 

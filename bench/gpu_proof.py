@@ -9,7 +9,7 @@ from qwen3-tts-facts.md, written once to a cache folder; no download) and per
 configuration (plain, activation checkpointing, CPU offload, LoRA, the
 decoder layers compiled with torch.compile, and 4 accumulation micro-steps
 with parameters kept gathered between them or gathered again in each):
-the product's objective, `parallelize`, worker loop (`engine.train.worker.
+the product's objective, `parallelize`, worker loop (`engine.train.trainer.
 run_worker`: AdamW, schedule, clipping, precision and loss scaling, metrics)
 and DCP checkpointer, on synthetic batches in the real sequence layout.
 The loop is started by `torch.distributed` directly (one process per GPU), so
@@ -223,10 +223,10 @@ def proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
     import numpy as np
 
     from engine.data.layout import LayoutIds, collate, count_tokens
+    from engine.train.builder import TrainParts, sharded_objective
     from engine.train.loss import normalisers
     from engine.train.objective import batch_to_device
     from engine.train.parallelize import set_gradient_sync, set_keep_gathered
-    from engine.train.worker import TrainParts, sharded_objective
 
     model_dir = Path(loop_config["model_dir"])
     objective, device, precision, detail = sharded_objective(cfg, loop_config, model_dir)
@@ -283,7 +283,7 @@ def _rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
 
     from engine.config.train import TrainConfig
     from engine.train.parallelize import process_group_backend
-    from engine.train.worker import ListSender, WorkerEnv, run_worker
+    from engine.train.trainer import ListSender, WorkerEnv, run_worker
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank),
                       RANK=str(rank), WORLD_SIZE=str(world))
@@ -318,7 +318,7 @@ def _rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
                     # resume from the middle checkpoint: the final one goes first
                     dist.barrier()
                     if rank == 0:
-                        from engine.train.checkpoint import checkpoint_name
+                        from engine.layout.checkpoints import checkpoint_name
 
                         shutil.rmtree(run_dir / checkpoint_name(steps), ignore_errors=True)
                     dist.barrier()

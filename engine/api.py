@@ -19,6 +19,7 @@ Importing this module is cheap: torch and ray load inside the calls that use the
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,7 @@ def export(voice: PathLike, out_dir: PathLike, run: str | None = None, step: int
     return _export(voice, Path(out_dir), run=run, step=step, on_event=on_event)
 
 
-def speak(model_or_voice: PathLike, text: str, out: PathLike, *,
+def speak(model_or_voice: PathLike, text: str, out: PathLike, *,  # noqa: PLR0913
           checkpoint: str | None = None, reference: PathLike | None = None,
           reference_text: str | None = None, device: str | None = None,
           on_event: EventCallback | Emitter | None = None, stream: bool = False,
@@ -174,11 +175,14 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,
 
 
 def compare(target: PathLike, out_dir: PathLike, sentences: list[str] | None = None,
-            on_event: EventCallback | Emitter | None = None, **kwargs: Any) -> dict[str, Any]:
-    """Render the same sentences from several checkpoints (and zero-shot) into an A/B folder."""
-    from engine.synth.compare import compare as _compare
+            on_event: EventCallback | Emitter | None = None,
+            cancel: threading.Event | None = None, **fields: Any) -> dict[str, Any]:
+    """Render the same sentences from several checkpoints (and zero-shot) into an A/B folder.
+    `fields`: the other fields of `engine.quality.compare.CompareRequest`."""
+    from engine.quality.compare import CompareRequest
+    from engine.quality.compare import compare as _compare
 
-    return _compare(target, out_dir, sentences, on_event=on_event, **kwargs)
+    return _compare(CompareRequest(target, out_dir, sentences, **fields), on_event, cancel)
 
 
 def transcribe(voice: Any, asr: Any = None, *, takes: list[str] | None = None,
@@ -203,10 +207,14 @@ def recognize(audio: PathLike, asr: Any = None, language: str | None = None,
 
 
 def evaluate(voice: Any, run: str | None = None, checkpoints: str | list[str] | None = "all",
-             on_event: EventCallback | Emitter | None = None, **kwargs: Any) -> dict[str, Any]:
+             on_event: EventCallback | Emitter | None = None,
+             cancel: threading.Event | None = None, **fields: Any) -> dict[str, Any]:
     """Render held-out sentences from the zero-shot clone, each checkpoint and the export;
     measure speaker similarity, word error rate, speaking rate and loudness; write
-    `<run>/evaluation/evaluation.json` and `report.html` (see `engine.quality.evaluate`)."""
+    `<run>/evaluation/evaluation.json` and `report.html` (see `engine.quality.evaluate`).
+    `fields`: the other fields of `engine.quality.evaluate.EvaluateRequest`."""
+    from engine.quality.evaluate import EvaluateRequest
     from engine.quality.evaluate import evaluate as _evaluate
 
-    return _evaluate(_voice(voice), run, checkpoints, on_event=on_event, **kwargs)
+    return _evaluate(EvaluateRequest(_voice(voice), run, checkpoints, **fields), on_event,
+                     cancel)

@@ -1,9 +1,9 @@
 """What a reader needs to know about a workspace and its voices, from the engine's own layout.
 
 The window and `voxshard-engine status` read through this module, so there is
-one reading of the folders the engine writes: takes through `workspace.Voice`,
-checkpoints through `train.checkpoint`'s naming, a run's total steps where
-the trainer records them. Light: no torch, no Qt (the GUI imports it).
+one reading of the folders the engine writes, a view over `engine.layout`: takes
+through `Voice`, runs and their checkpoints through `Run`, a run's total steps
+where the trainer records them. Light: no torch, no Qt (the GUI imports it).
 
 Reading is tolerant: a file not written yet, or damaged, leaves a field empty
 instead of failing the whole read. Everything returned is plain data that a
@@ -21,26 +21,29 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import VoxshardError
+from engine.layout.checkpoints import step_of
+from engine.layout.manifest import (
+    PREPARED,
+    prepared_folder,
+    read_manifest,
+    read_report,
+    reference_clip,
+    row_is_usable,
+)
+from engine.layout.run import RUNS_DIR, Run, voice_base_model
+from engine.layout.run import list_runs as _run_folders
 from engine.layout.voice import VOICE_FILE, TakeCache, open_voice
 from engine.layout.voice import list_voices as _voice_folders
-from engine.train.best import kept_best
-from engine.train.checkpoint import checkpoint_name, list_checkpoints, step_of
 
 __all__ = ["ExportInfo", "RunInfo", "TakeInfo", "VoiceEntry", "VoiceSnapshot",
-           "best_checkpoint", "change_signature", "checkpoint_step", "comparisons", "is_current",
-           "list_checkpoints", "list_exports", "list_renders", "list_runs", "list_takes",
+           "change_signature", "comparisons", "is_current", "latest_run", "list_exports",
+           "list_renders", "list_runs", "list_takes",
            "list_voices", "prepared_clips", "quality_report", "run_progress", "snapshot",
            "speaker_name", "voice_summary", "workspace_status"]
 
-PREPARED_REPORT = "report.json"
-PREPARED_MANIFEST = "manifest.jsonl"
-RUN_CONFIG = "config.json"
-RUN_METRICS = "metrics.jsonl"
 EXPORT_CONFIG = "config.json"
 #: a snapshot taken this soon after a change it read may have missed a second one
 RACY_NS = 2_000_000_000
-#: bytes read from the end of metrics.jsonl for the latest step and total (long runs are big)
-_TAIL_BYTES = 256 * 1024
 
 
 def _read_json(path: Path) -> Any:
@@ -48,22 +51,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    try:
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    continue  # a torn last line of a file being written
-                if isinstance(obj, dict):
-                    rows.append(obj)
-    except OSError:
-        pass
-    return rows
 
 
 def _jsonable(value: Any) -> Any:
@@ -147,13 +134,13 @@ class TakeInfo:
 
 
 def prepared_clips(voice: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The prepare manifest: one dict per clip (id, path, text, usable, issues, source_take)."""
-    return _read_jsonl(Path(voice) / "prepared" / PREPARED_MANIFEST)
+    """The prepare manifest, every row: one dict per clip (id, path, text, usable, issues,
+    source_take); `engine.layout.manifest.row_is_usable` says which ones train."""
+    return read_manifest(voice, usable_only=False, strict=False)
 
 
 def quality_report(voice: str | os.PathLike[str]) -> dict[str, Any] | None:
-    report = _read_json(Path(voice) / "prepared" / PREPARED_REPORT)
-    return report if isinstance(report, dict) else None
+    return read_report(voice)
 
 
 def _take_infos(takes: list[Any], clips: list[dict[str, Any]],
@@ -171,7 +158,7 @@ def _take_infos(takes: list[Any], clips: list[dict[str, Any]],
                         excluded=bool(t.extra.get("excluded")), extra=dict(t.extra))
         mine = by_take.get(t.id)
         if mine:
-            info.usable = any(bool(c.get("usable")) for c in mine)
+            info.usable = any(row_is_usable(c) for c in mine)
             for c in mine:
                 info.issues.extend(i for i in c.get("issues") or [] if isinstance(i, dict))
         elif t.id in rejected:
@@ -201,6 +188,8 @@ class RunInfo:
     config: dict[str, Any]  # the resolved TrainConfig the run was started with
     total_steps: int | None  # None: not known yet (no metric written, steps from epochs)
     last_step: int | None  # the latest step in metrics.jsonl
+    #: `Run.recency` when read: what makes a run "the latest" (`latest_run`)
+    recency: tuple[float, str] = (0.0, "")
 
     @property
     def checkpoint_steps(self) -> list[int]:
@@ -212,29 +201,6 @@ class RunInfo:
         return d
 
 
-def _tail_records(path: Path, max_bytes: int = _TAIL_BYTES) -> list[dict[str, Any]]:
-    """The last complete JSON lines of a file that may be long and still growing."""
-    try:
-        with path.open("rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - max_bytes))
-            chunk = fh.read()
-    except OSError:
-        return []
-    lines = chunk.split(b"\n")
-    if size > max_bytes:
-        lines = lines[1:]  # the first line of the window is cut
-    out = []
-    for line in lines:
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
-
-
 def run_progress(run_dir: str | os.PathLike[str]) -> tuple[int | None, int | None]:
     """(total steps, latest step) of a run.
 
@@ -242,13 +208,12 @@ def run_progress(run_dir: str | os.PathLike[str]) -> tuple[int | None, int | Non
     steps rewrites it before its first metric); a run sized by epochs learns
     it only at launch, and every rank-0 metric record carries it as `total_steps`.
     """
-    run = Path(run_dir)
-    cfg = _read_json(run / RUN_CONFIG)
-    run_cfg = cfg.get("run") if isinstance(cfg, dict) else None
+    run = Run(Path(run_dir))
+    run_cfg = run.config().get("run")
     configured = run_cfg.get("steps") if isinstance(run_cfg, dict) else None
     total: int | None = None
     last: int | None = None
-    for rec in reversed(_tail_records(run / RUN_METRICS)):
+    for rec in reversed(run.recent_metrics()):
         if last is None and isinstance(rec.get("step"), int):
             last = int(rec["step"])
         if total is None and isinstance(rec.get("total_steps"), int):
@@ -262,46 +227,23 @@ def run_progress(run_dir: str | os.PathLike[str]) -> tuple[int | None, int | Non
 
 def list_runs(voice: str | os.PathLike[str]) -> list[RunInfo]:
     """Every run folder of a voice, by name (run names start with their date)."""
-    folder = Path(voice) / "runs"
-    try:
-        dirs = sorted(p for p in folder.iterdir() if p.is_dir())
-    except OSError:
-        return []
     runs = []
-    for run_dir in dirs:
-        cfg = _read_json(run_dir / RUN_CONFIG)
-        total, last = run_progress(run_dir)
+    for run in _run_folders(voice):
+        total, last = run_progress(run.path)
         try:
-            ckpts = list_checkpoints(run_dir)
+            ckpts = run.checkpoints()
         except Exception:  # remote storage unreachable, a link file damaged: none to show
             ckpts = []
-        runs.append(RunInfo(run_dir.name, run_dir, ckpts, run_dir / RUN_METRICS,
-                            cfg if isinstance(cfg, dict) else {}, total, last))
+        runs.append(RunInfo(run.name, run.path, ckpts, run.metrics_file, run.config(), total,
+                            last, run.recency()))
     return runs
 
 
-def best_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
-    """The checkpoint the run's evaluation judged best (None: not evaluated, or gone).
-
-    `evaluate` writes `<run>/evaluation/evaluation.json` with `best.step`, and
-    keeps that checkpoint from pruning under `<run>/best/`."""
-    run = Path(run_dir)
-    data = _read_json(run / "evaluation" / "evaluation.json")
-    best = data.get("best") if isinstance(data, dict) else None
-    step = best.get("step") if isinstance(best, dict) else None
-    if not isinstance(step, int):
-        return None
-    try:
-        live = next((c for c in list_checkpoints(run) if step_of(c) == step), None)
-    except OSError:
-        live = None
-    # pruned by training since: the copy the evaluation kept (train/best.py)
-    return live or kept_best(run, checkpoint_name(step))
-
-
-def checkpoint_step(path: str | os.PathLike[str]) -> int | None:
-    """The step a checkpoint folder holds (None for a folder that is not one)."""
-    return step_of(Path(path))
+def latest_run(runs: list[RunInfo], with_checkpoint: bool = False) -> RunInfo | None:
+    """The run a command means when none is named, as `engine.layout.run.pick_run`
+    decides it: the most recently trained (with a complete checkpoint, if asked)."""
+    return max((r for r in runs if r.checkpoints or not with_checkpoint),
+               key=lambda r: r.recency, default=None)
 
 
 # --- exports and renders ------------------------------------------------------------------
@@ -378,6 +320,12 @@ class VoiceSnapshot:
     exports: list[ExportInfo]
     renders: list[dict[str, Any]]
     comparisons: list[Path] = field(default_factory=list)
+    #: the clip a zero-shot preview clones and training takes the speaker from
+    #: (engine.layout.manifest.reference_clip: the CLI's `compare` uses the same)
+    reference: Path | None = None
+    #: the base model a zero-shot preview uses when none is chosen
+    #: (engine.layout.run.voice_base_model)
+    base_model: str | None = None
     signature: tuple[tuple[str, int, int], ...] = ()
     read_at_ns: int = 0  # wall clock when the signature was taken
 
@@ -401,6 +349,8 @@ class VoiceSnapshot:
             "exports": [e.to_dict() for e in self.exports],
             "renders": _jsonable(self.renders),
             "comparisons": [str(c) for c in self.comparisons],
+            "reference": str(self.reference) if self.reference is not None else None,
+            "base_model": self.base_model,
         }
 
 
@@ -424,7 +374,9 @@ def snapshot(voice: str | os.PathLike[str], take_cache: TakeCache | None = None
         path=v.path, speaker=v.display_name, speaker_key=v.speaker, language=v.language,
         prompt_set=v.prompt_set, summary=summary, takes=_take_infos(takes, clips, report),
         clips=clips, report=report, runs=runs, exports=exports, renders=renders,
-        comparisons=comparisons(v.path), signature=sig, read_at_ns=read_at)
+        comparisons=comparisons(v.path), reference=reference_clip(v.path, clips, report),
+        base_model=voice_base_model(v.path),
+        signature=sig, read_at_ns=read_at)
 
 
 def voice_summary(voice: str | os.PathLike[str]) -> dict[str, Any]:
@@ -454,17 +406,17 @@ def change_signature(voice: str | os.PathLike[str]) -> tuple[tuple[str, int, int
     root = Path(voice)
     parts = [_stamp(VOICE_FILE, root / VOICE_FILE)]
     parts += [_stamp(sub or ".", root / sub)
-              for sub in ("", "takes", "prepared", "runs", "exports", "renders")]
-    parts += [_stamp(name, root / "prepared" / name)
-              for name in (PREPARED_REPORT, PREPARED_MANIFEST)]
-    try:
-        run_dirs = sorted(p for p in (root / "runs").iterdir() if p.is_dir())
-    except OSError:
-        run_dirs = []
-    for run in run_dirs:
-        parts += [_stamp(run.name, run), _stamp(f"{run.name}/{RUN_CONFIG}", run / RUN_CONFIG)]
+              for sub in ("", "takes", PREPARED, RUNS_DIR, "exports", "renders")]
+    prepared = prepared_folder(root)
+    # the codes index: training records the reference clip there (VoiceSnapshot.reference)
+    parts += [_stamp(path.relative_to(root).as_posix(), path)
+              for path in (prepared.report, prepared.manifest, prepared.codes_index)]
+    for run in _run_folders(root):
+        config = run.config_file
+        parts += [_stamp(run.name, run.path),
+                  _stamp(f"{run.name}/{config.name}", config)]
         try:
-            parts += [_stamp(f"{run.name}/{c.name}", c) for c in sorted(run.iterdir())
+            parts += [_stamp(f"{run.name}/{c.name}", c) for c in sorted(run.path.iterdir())
                       if step_of(c) is not None]
         except OSError:
             pass

@@ -69,6 +69,9 @@ class ClusterHandle:
     num_cpus: float
     num_gpus: float
     log_dir: str | None
+    #: Ray was already connected in this process (by a test, a notebook): `close()` leaves
+    #: that connection, and a cluster it started, to its owner
+    borrowed: bool = False
     #: pids of the Ray processes this driver started (local cluster only)
     _child_pids: set[int] = field(default_factory=set)
     _closed: bool = False
@@ -83,6 +86,9 @@ class ClusterHandle:
         if self._closed:
             return
         self._closed = True
+        if self.borrowed:
+            # ray.shutdown() would end a local cluster its owner started in this process
+            return
         import ray
 
         if self.started_here:
@@ -174,7 +180,7 @@ def connect(
         res = ray.cluster_resources()
         return ClusterHandle(address=_gcs_address(), started_here=False,
                              num_cpus=res.get("CPU", 0.0), num_gpus=res.get("GPU", 0.0),
-                             log_dir=None)
+                             log_dir=None, borrowed=True)
 
     kwargs: dict[str, Any] = {
         "log_to_driver": verbose,

@@ -1,9 +1,22 @@
-"""Text in: clean it, refuse what cannot be spoken, split it into chunks.
+"""The one normal form of text: every module that reads, stores, speaks or compares
+text goes through these functions, so each rule is written once.
 
-Qwen3-TTS reads one utterance per generation call and starts to drift (or
-forgets to stop) on very long inputs, so long text is cut at sentence
-boundaries into chunks of a few sentences. This module is pure Python (no
-torch) so the GUI can validate and preview the split without loading a model.
+- `tidy_text`: how a transcript is stored (take text, imported transcripts,
+  recogniser output, prompts): NFC, invisible format characters dropped,
+  whitespace and control characters one space. It never refuses and keeps the
+  person's quotes and dashes, so the text shown is the text they wrote.
+- `clean_text`: what the model is given: typographic variants mapped to what
+  its tokenizer saw most, paragraph breaks kept, and what cannot be spoken
+  refused with a message. `training_text` is the same form for a stored
+  transcript (one line; a refused one stays as it was).
+- `split_sentences`, `split_text`: sentences, and the chunks of a few
+  sentences that one generation call speaks. Qwen3-TTS drifts (or forgets to
+  stop) on very long inputs, so long text is cut at sentence boundaries.
+- `wer_words`, `comparison_key`: the words as a listener compares them (case,
+  accents and punctuation aside, numbers spelled out): word error rates count
+  these, and two clips read the same sentence when their keys are equal.
+
+Pure Python, no torch, so the GUI can validate and preview without a model.
 """
 
 from __future__ import annotations
@@ -22,33 +35,46 @@ DEFAULT_CHUNK_CHARS = 220
 #: buffer and the chunk's frame cap to be spoken to its end-of-text.
 MAX_CHUNK_CHARS = 400
 
-# Invisible formatting characters pasted from web pages and word processors
-# (soft hyphens, zero-width spaces, byte-order and direction marks; Unicode
-# category Cf). They carry nothing to say, so they are dropped, not refused.
-_INVISIBLE = {"\u00ad", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"}
+# --- primitives ---------------------------------------------------------------------------
+
+_APOSTROPHES = "\u2018\u2019\u201a\u201b"
 
 # Typographic variants mapped to what the text tokenizer saw most in training.
 _REPLACE = {
-    "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'",
+    **dict.fromkeys(_APOSTROPHES, "'"),
     "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00ab": '"', "\u00bb": '"',
     "\u2013": "-", "\u2014": " - ", "\u2212": "-", "\u2026": "...",
     "\u00a0": " ", "\u2009": " ", "\u202f": " ",
 }
 
-# Sentence ends: Latin, CJK and other full-width marks.
-_ENDERS = ".!?;\u3002\uff01\uff1f\uff1b\u2049\u203c"
-_CJK_ENDERS = "\u3002\uff01\uff1f\uff1b"
-_CLOSERS = "\"')]}\u300d\u300f\uff09"
 
-# Words after which a period does not end a sentence.
-_ABBREVIATIONS = {
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e",
-    "no", "fig", "approx", "mt", "inc", "ltd", "co", "jan", "feb", "mar", "apr",
-    "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
-}
+def _visible(text: str) -> str:
+    """NFC with the invisible format characters (Unicode category Cf: soft hyphens,
+    zero-width spaces and joiners, byte-order and direction marks) dropped.
 
-# Inside-sentence pause points used to split a sentence that is too long.
-_SOFT_BREAKS = re.compile(r"(?<=[,:\u3001\uff0c\uff1a])\s*|\s+(?=-\s)")
+    Dropped, not made spaces: a soft hyphen or a zero-width joiner sits inside a
+    word, and splitting the word there would change what is said.
+    """
+    text = unicodedata.normalize("NFC", text)
+    return "".join(c for c in text if unicodedata.category(c) != "Cf")
+
+
+def _fold(text: str) -> str:
+    """Lower case without accents (NFKD, combining marks dropped): "Café" -> "cafe"."""
+    folded = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in folded if not unicodedata.combining(c)).lower()
+
+
+# --- stored and spoken forms ----------------------------------------------------------------
+
+def tidy_text(text: str | None) -> str:
+    """A transcript as it is stored: NFC, format characters dropped, every run of
+    whitespace or other control characters one space, no space at either end."""
+    if not text:
+        return ""
+    text = _visible(str(text))
+    text = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in text)
+    return re.sub(r"\s+", " ", text).strip()
 
 
 def _is_cjk(ch: str) -> bool:
@@ -63,26 +89,6 @@ def _is_pictograph(ch: str, category: str) -> bool:
     return category == "So" and ord(ch) >= 0x2190
 
 
-def spoken_weight(text: str) -> float:
-    """Rough speaking length in 'Latin character' units.
-
-    A CJK character is a syllable or more, about three Latin letters of speech.
-    Used to cap generated length and to balance chunks.
-    """
-    return sum(3.0 if _is_cjk(ch) else 1.0 for ch in text if not ch.isspace())
-
-
-def max_frames_for(text: str, frames_per_unit: float = 2.5, floor: int = 40,
-                   ceiling: int = 2048) -> int:
-    """Cap on codec frames for `text`, so a missing end-of-speech cannot run forever.
-
-    Natural English speech is about 15 characters per second, 12.5 frames per
-    second, so about 0.85 frames per character; 2.5 leaves room for slow,
-    expressive reading without letting a runaway generation go on for minutes.
-    """
-    return int(min(ceiling, max(floor, floor + frames_per_unit * spoken_weight(text))))
-
-
 def clean_text(text: str) -> str:
     """Normalise `text` for the model, or raise `InputError` saying what is wrong.
 
@@ -92,11 +98,8 @@ def clean_text(text: str) -> str:
     """
     if text is None or not text.strip():
         raise InputError("The text to speak is empty.", "Give at least one word.")
-    text = unicodedata.normalize("NFC", text)
     out: list[str] = []
-    for index, ch in enumerate(text):
-        if ch in _INVISIBLE or unicodedata.category(ch) == "Cf":
-            continue
+    for index, ch in enumerate(_visible(text)):
         ch = _REPLACE.get(ch, ch)
         if len(ch) == 1:
             category = unicodedata.category(ch)
@@ -121,6 +124,145 @@ def clean_text(text: str) -> str:
     return cleaned
 
 
+def training_text(text: str) -> str:
+    """A stored transcript in the form speaking feeds the model (`clean_text`), on one line.
+
+    Training on the same normal form means the model never sees at inference a
+    token sequence that training wrote differently. Text `clean_text` refuses
+    stays as it was: the clip was already judged usable, and leaving it out is
+    the quality gate's call, not the normaliser's.
+    """
+    try:
+        return clean_text(text).replace("\n", " ")
+    except InputError:
+        return text
+
+
+# --- sentences ------------------------------------------------------------------------------
+
+# Marks that end a sentence at once, with or without a space after them
+# (full-width stop, exclamation, question mark, semicolon).
+_CJK_ENDERS = "\u3002\uff01\uff1f\uff1b"
+# Latin marks end a sentence only before whitespace. ";" is one of them: it is
+# also what NFC makes of the Greek question mark (U+037E, listed for text not
+# yet normalised), and it is a pause where a chunk or a slice may be cut.
+_ENDERS = ".!?;\u2026\u203c\u2049\u037e" + _CJK_ENDERS
+# Closing quotes and brackets that belong to the sentence they follow (German closes
+# with “ and «, French with »).
+_CLOSERS = ("\"')]}\u2018\u2019\u201c\u201d\u00ab\u00bb\u2039\u203a"
+            "\u300d\u300f\uff09")
+
+# A period after these never ends a sentence: they stand before the name or
+# the example they introduce ("Dr. Smith", "e.g. this"). Single letters join
+# them (initials: "J. R. R. Tolkien").
+_TITLES = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "mt", "vs", "e.g", "i.e"})
+# A period after these ends a sentence only before a capital letter: "No. 5",
+# "etc. and", "Jan. 3", "Smith Jr. was" go on, "The answer is no. Then" ends.
+# Words with a period inside ("U.S.", "p.m.", "3.5") follow the same rule.
+_ABBREVIATIONS = frozenset({
+    "no", "etc", "sr", "jr", "fig", "approx", "inc", "ltd", "co", "jan", "feb", "mar",
+    "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
+})
+
+
+def _last_word(text: str) -> str:
+    """The word a period follows: the last token, opening quotes and brackets aside."""
+    tokens = text.split()
+    return re.sub(r"^[^\w]+", "", tokens[-1]).lower() if tokens else ""
+
+
+def _period_ends_sentence(word: str, rest: str) -> bool:
+    """Does a period after `word` end the sentence, `rest` being the text after the space?"""
+    if word in _TITLES or (len(word) == 1 and word.isalpha()):
+        return False
+    if word in _ABBREVIATIONS or "." in word:
+        following = rest.split(maxsplit=1)[0] if rest.strip() else ""
+        first = next((c for c in following if c.isalnum()), "")
+        return not (first.islower() or first.isdigit())
+    return True
+
+
+def _paragraph_sentences(paragraph: str) -> list[str]:
+    sentences: list[str] = []
+    start = i = 0
+    n = len(paragraph)
+    while i < n:
+        ch = paragraph[i]
+        if ch not in _ENDERS:
+            i += 1
+            continue
+        # the whole run of marks and closers ("?!", '."', "...)") ends together
+        j = i + 1
+        while j < n and (paragraph[j] in _ENDERS or paragraph[j] in _CLOSERS):
+            j += 1
+        if j >= n or ch in _CJK_ENDERS:
+            boundary = True
+        elif not paragraph[j].isspace():
+            boundary = False  # "3.5", "a.m", "Hello.World"
+        elif ch == ".":
+            boundary = _period_ends_sentence(_last_word(paragraph[start:i]), paragraph[j:])
+        else:
+            boundary = True
+        if boundary:
+            sentence = paragraph[start:j].strip()
+            if sentence:
+                sentences.append(sentence)
+            start = j
+        i = j
+    tail = paragraph[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return sentences
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of `text`, in order; a line break always ends one.
+
+    Each sentence is the text between its boundaries, stripped: for text tidied
+    to single spaces, `join_sentences` puts them back together.
+    """
+    return [s for line in text.split("\n") for s in _paragraph_sentences(line)]
+
+
+def _join(left: str, right: str) -> str:
+    # CJK writing puts no space between sentences (or words)
+    return f"{left} {right}" if left and right and not _is_cjk(right[0]) else left + right
+
+
+def join_sentences(sentences: list[str]) -> str:
+    """Consecutive sentences as one text: a space between them, none before CJK."""
+    out = ""
+    for sentence in sentences:
+        out = _join(out, sentence)
+    return out
+
+
+# --- chunks for speaking --------------------------------------------------------------------
+
+# Inside-sentence pause points used to split a sentence that is too long.
+_SOFT_BREAKS = re.compile(r"(?<=[,:\u3001\uff0c\uff1a])\s*|\s+(?=-\s)")
+
+
+def spoken_weight(text: str) -> float:
+    """Rough speaking length in 'Latin character' units.
+
+    A CJK character is a syllable or more, about three Latin letters of speech.
+    Used to cap generated length and to balance chunks.
+    """
+    return sum(3.0 if _is_cjk(ch) else 1.0 for ch in text if not ch.isspace())
+
+
+def max_frames_for(text: str, frames_per_unit: float = 2.5, floor: int = 40,
+                   ceiling: int = 2048) -> int:
+    """Cap on codec frames for `text`, so a missing end-of-speech cannot run forever.
+
+    Natural English speech is about 15 characters per second, 12.5 frames per
+    second, so about 0.85 frames per character; 2.5 leaves room for slow,
+    expressive reading without letting a runaway generation go on for minutes.
+    """
+    return int(min(ceiling, max(floor, floor + frames_per_unit * spoken_weight(text))))
+
+
 @dataclass(frozen=True)
 class Chunk:
     """One generation unit: a few sentences, and the pause that follows it."""
@@ -131,40 +273,6 @@ class Chunk:
     pause_after_s: float
     #: cap on codec frames for this chunk
     max_frames: int
-
-
-def _split_sentences(paragraph: str) -> list[str]:
-    sentences: list[str] = []
-    start = 0
-    i = 0
-    n = len(paragraph)
-    while i < n:
-        ch = paragraph[i]
-        if ch in _ENDERS:
-            j = i + 1
-            while j < n and (paragraph[j] in _ENDERS or paragraph[j] in _CLOSERS):
-                j += 1
-            at_end = j >= n
-            # Latin marks end a sentence only before whitespace; CJK marks always do.
-            boundary = at_end or paragraph[j].isspace() or ch in _CJK_ENDERS
-            if boundary and ch == ".":
-                word = re.split(r"[\s(\"']", paragraph[start:i])[-1].lower()
-                # "Dr. Smith", "e.g. this", single initials "J. R. R."
-                if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
-                    boundary = at_end
-                # "3.5" never reaches here (no space after the dot)
-            if boundary:
-                sentence = paragraph[start:j].strip()
-                if sentence:
-                    sentences.append(sentence)
-                start = j
-                i = j
-                continue
-        i += 1
-    tail = paragraph[start:].strip()
-    if tail:
-        sentences.append(tail)
-    return sentences
 
 
 def _split_long(sentence: str, limit: int) -> list[str]:
@@ -179,7 +287,7 @@ def _split_long(sentence: str, limit: int) -> list[str]:
         return out
     words = sentence.split(" ")
     if len(words) > 1:
-        return [w for w in _pack(words, limit)]
+        return _pack(words, limit)
     # one unbroken run (e.g. CJK without punctuation): hard cut
     step = max(1, int(limit / 3) if _is_cjk(sentence[0]) else limit)
     return [sentence[k:k + step] for k in range(0, len(sentence), step)]
@@ -193,7 +301,7 @@ def _pack(parts: list[str], limit: int) -> list[str]:
         part = part.strip()
         if not part:
             continue
-        joined = f"{current} {part}" if current and not _is_cjk(part[0]) else current + part
+        joined = _join(current, part)
         if current and spoken_weight(joined) > limit:
             chunks.append(current)
             current = part
@@ -224,7 +332,7 @@ def split_text(text: str, chunk_chars: int = DEFAULT_CHUNK_CHARS, sentence_pause
     paragraphs = [p for p in cleaned.split("\n") if p.strip()]
     for p_index, paragraph in enumerate(paragraphs):
         sentences: list[str] = []
-        for sentence in _split_sentences(paragraph):
+        for sentence in _paragraph_sentences(paragraph):
             sentences.extend(_split_long(sentence, chunk_chars))
         packed = _pack(sentences, chunk_chars)
         for s_index, chunk_text in enumerate(packed):
@@ -240,3 +348,65 @@ def split_text(text: str, chunk_chars: int = DEFAULT_CHUNK_CHARS, sentence_pause
             cap = min(cap, max_frames)
         chunks.append(Chunk(index=index, text=chunk_text, pause_after_s=pause, max_frames=cap))
     return chunks
+
+
+# --- words as compared ----------------------------------------------------------------------
+
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+         "fourteen fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+# What recognisers write that nobody said: pocketsphinx's alternative
+# pronunciations ("word(2)") and its silence, noise and filler markers.
+_MARKER = re.compile(r"\(\d+\)$")
+_FILLERS = frozenset({"<s>", "</s>", "<sil>", "[noise]", "[speech]", "[laughter]", "[breath]",
+                      "[cough]", "[music]"})
+_TO_APOSTROPHE = str.maketrans(dict.fromkeys(_APOSTROPHES, "'"))
+
+
+def number_words(n: int) -> str:
+    """English words for 0 <= n < 1,000,000 ("one hundred twenty three")."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
+    if n < 1000:
+        rest = n % 100
+        return _ONES[n // 100] + " hundred" + ("" if rest == 0 else " " + number_words(rest))
+    rest = n % 1000
+    return number_words(n // 1000) + " thousand" + ("" if rest == 0 else
+                                                    " " + number_words(rest))
+
+
+def _spell_numbers(text: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        digits = m.group(0).replace(",", "")
+        value = int(digits)
+        return f" {number_words(value)} " if value < 1_000_000 else f" {digits} "
+
+    return re.sub(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+", one, text)
+
+
+def wer_words(text: str | None) -> list[str]:
+    """The words of `text` as a word error rate compares them.
+
+    Lower case without accents, punctuation dropped (apostrophes inside words
+    kept: "didn't"), "&" read as "and", numbers up to a million spelled out
+    ("1,250" -> one thousand two hundred fifty), recogniser markers removed. So
+    "Dr. Smith paid $12." and "dr smith paid twelve" differ only where the words do.
+    """
+    if not text:
+        return []
+    folded = _fold(_visible(text)).translate(_TO_APOSTROPHE).replace("&", " and ")
+    words = [_MARKER.sub("", raw) for raw in folded.split() if raw not in _FILLERS]
+    folded = _spell_numbers(" ".join(words))
+    # keep letters, digits and apostrophes inside words
+    folded = re.sub(r"[^\w']+", " ", folded)
+    folded = re.sub(r"(?<!\w)'|'(?!\w)", " ", folded).replace("_", " ")
+    return folded.split()
+
+
+def comparison_key(text: str | None) -> str:
+    """What counts as the same sentence: two texts are one when their word error
+    rate against each other is 0 ("Hello, World!" and "hello world"; "12" and
+    "twelve"). Empty for text without words."""
+    return " ".join(wer_words(text))

@@ -11,7 +11,7 @@
 #                             seed 0: the tests' model; it speaks noise)
 #   WS_DIR/ada                the voice "ada" (speaker Ada, english):
 #     takes/                  12 English sentences spoken by piper's bundled 'joe'
-#                             voice (the test suite's speech, tests/fixtures_audio.py),
+#                             voice (the test suite's speech, tests/helpers/speech.py),
 #                             each with its transcript, imported
 #     prepared/               prepare's clips and quality report
 #     runs/<run>/             a 24-step run on 2 CPU workers (Ray, FSDP over gloo),
@@ -61,10 +61,10 @@ step() {  # step NAME COMMAND...: run it, say how long it took
   echo "== $name: $((SECONDS - t)) s" >&2
 }
 
-# The tiny random model the tests use (tests/fixtures_model.py: make_tiny_model, seed 0).
+# The tiny random model the tests use (tests/helpers/model.py: make_tiny_model, seed 0).
 step "tiny model" "$E" make-tiny-model "$base" --seed 0
 
-# The test suite's speech, through its own fixtures' code (tests/fixtures_audio.py):
+# The test suite's speech, through its own fixtures' code (tests/helpers/speech.py):
 # 12 sentences, piper without sampling noise, at 0.7 of full scale, 22.05 kHz WAVs
 # with same-named .txt transcripts.
 make_speech() {
@@ -72,7 +72,7 @@ make_speech() {
 import sys
 from pathlib import Path
 
-from tests import fixtures_audio
+from tests.helpers import speech
 
 folder = Path(sys.argv[1])
 
@@ -84,8 +84,8 @@ class Folders:  # the one method of pytest's tmp_path_factory the fixture uses
         return path
 
 
-synth = fixtures_audio.piper_synth.__wrapped__()
-for s in fixtures_audio.piper_sentences.__wrapped__(Folders(), synth):
+synth = speech.piper_synth.__wrapped__()
+for s in speech.piper_sentences.__wrapped__(Folders(), synth):
     print(f"{s['path'].name}  {s['duration_s']:.1f} s  {s['text']}")
 EOF
 }

@@ -1,4 +1,5 @@
-"""Shared test set-up. Fixtures of each area live in tests/fixtures_*.py."""
+"""Shared test set-up. Fixtures live in tests/helpers/ (registered below as plugins), with
+the helper code tests share; no test file imports another."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 pytest_plugins = [
-    "tests.fixtures_model",
-    "tests.fixtures_audio",
-    "tests.fixtures_mixtures",
+    "pytester",  # tests/test_helpers_qt_leaks.py runs a pytest of its own
+    "tests.helpers.model",  # tiny_model_dir
+    "tests.helpers.speech",  # piper_synth, piper_sentences, prepared_voice
+    "tests.helpers.mixtures",  # mixtures, interview_voice
+    "tests.helpers.gui",  # settings, workspace, ctx, window, voice, pulse
+    "tests.helpers.qt_leaks",  # every test: no Qt thread or timer left running after it
+    "tests.helpers.ray_cluster",  # ray_cluster (session), the own_cluster marker
+    "tests.helpers.runs",  # trained_run (session)
 ]

@@ -14,7 +14,8 @@ from scipy.signal import resample_poly
 from engine.audio.io import TARGET_SR, BadAudioFile, decode, probe, write_wav
 from engine.audio.loudness import integrated_loudness, k_weighting_sos, normalize_loudness
 from engine.audio.vad import plan_slices, snr_db, speech_regions
-from engine.prepare.transcripts import group_sentences, split_sentences
+from engine.prepare.transcripts import group_sentences
+from engine.text import split_sentences
 
 
 def _resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:

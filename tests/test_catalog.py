@@ -13,10 +13,10 @@ from engine import catalog
 from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
 from engine.core.events import Emitter
+from engine.layout.checkpoints import COMPLETE, checkpoint_name, step_of
 from engine.layout.voice import create_voice, open_voice
-from engine.train.checkpoint import COMPLETE, checkpoint_name
 from engine.train.metrics import MetricsPump
-from tests.fixtures_audio import copy_voice
+from tests.helpers.voices import copy_voice
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def test_a_reloaded_run_knows_its_total_steps_and_checkpoints(tmp_path: Path) ->
                                                                          [2, 4])
     assert (b.total_steps, b.last_step, b.checkpoint_steps) == (60, 3, [3])
     assert a.checkpoints[-1] == voice / "runs" / "20261130-a" / checkpoint_name(4)
-    assert catalog.checkpoint_step(a.checkpoints[0]) == 2
+    assert step_of(a.checkpoints[0]) == 2
 
     # the CLI prints the same reading
     out = subprocess.run([sys.executable, "-m", "engine.cli.main", "--json", "status",
@@ -154,53 +154,3 @@ def test_a_rescan_reads_only_the_sidecars_that_changed(tmp_path: Path) -> None:
     assert set(cache) == {f"{first[0].id}.json"}  # the fresh write is not trusted yet
     snap = catalog.snapshot(voice.path, cache)
     assert [t.text for t in snap.takes] == ["One.", "Two, corrected."]
-
-
-def test_best_checkpoint_is_the_evaluations_while_it_exists(tmp_path: Path) -> None:
-    import json
-
-    from engine.catalog import best_checkpoint
-
-    run = tmp_path / "run"
-    for step in (10, 20):
-        (run / f"checkpoint_step_{step:07d}").mkdir(parents=True)
-        (run / f"checkpoint_step_{step:07d}" / "COMPLETE").write_text("")
-    assert best_checkpoint(run) is None  # never evaluated
-    (run / "evaluation").mkdir()
-    (run / "evaluation" / "evaluation.json").write_text(json.dumps({"best": {"step": 10}}))
-    assert best_checkpoint(run) == run / "checkpoint_step_0000010"
-    (run / "evaluation" / "evaluation.json").write_text(json.dumps({"best": {"step": 30}}))
-    assert best_checkpoint(run) is None  # pruned (or never complete): not offered
-
-
-def test_the_best_checkpoint_survives_pruning(tmp_path: Path) -> None:
-    import json
-    import shutil
-
-    from engine.catalog import best_checkpoint
-    from engine.train.best import keep_best
-
-    run = tmp_path / "run"
-    for step in (10, 20, 30):
-        ckpt = run / f"checkpoint_step_{step:07d}"
-        (ckpt / "sub").mkdir(parents=True)
-        (ckpt / "__0_0.distcp").write_bytes(bytes([step]) * 1000)
-        (ckpt / "sub" / "trainer.json").write_text(json.dumps({"step": step}))
-        (ckpt / "COMPLETE").write_text("")
-    (run / "evaluation").mkdir()
-    (run / "evaluation" / "evaluation.json").write_text(json.dumps({"best": {"step": 10}}))
-    original = run / "checkpoint_step_0000010"
-    kept = keep_best(run, original)
-    assert kept == run / "best" / "checkpoint_step_0000010"
-    # hard links: the same bytes on disk, no copy
-    assert (kept / "__0_0.distcp").stat().st_ino == (original / "__0_0.distcp").stat().st_ino
-    shutil.rmtree(original)  # what training's pruning does to old checkpoints
-    assert best_checkpoint(run) == kept
-    assert (kept / "__0_0.distcp").read_bytes() == bytes([10]) * 1000
-    assert json.loads((kept / "sub" / "trainer.json").read_text()) == {"step": 10}
-    # a new best replaces the kept one
-    (run / "evaluation" / "evaluation.json").write_text(json.dumps({"best": {"step": 30}}))
-    assert keep_best(run, run / "checkpoint_step_0000030") == run / "best" / \
-        "checkpoint_step_0000030"
-    assert not kept.exists() and best_checkpoint(run) == run / "checkpoint_step_0000030"
-    assert keep_best(run, run / "no_such_checkpoint") is None

@@ -14,19 +14,16 @@ import torch
 
 from engine.core.errors import TrainingError
 from engine.data.codes import (
-    CODES_DIRNAME,
-    choose_reference,
-    compute_x_vector,
     encode_clip,
     extract_codes,
     extract_codes_ray,
     load_codec,
     load_codes_index,
-    load_speaker_encoder,
     read_clip,
-    read_manifest,
 )
-from tests.fixtures_audio import copy_voice
+from engine.layout.manifest import choose_reference, prepared_folder, read_manifest
+from engine.model.speaker_encoder import speaker_encoder_fingerprint
+from tests.helpers.voices import copy_voice
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +69,7 @@ def test_codes_equal_the_official_tokenizer(extracted: dict[str, Any],
 
 def test_rerun_reuses_the_cache(extracted: dict[str, Any], tiny_model_dir: Path) -> None:
     voice = extracted["voice"]
-    codes_dir = voice / "prepared" / CODES_DIRNAME
+    codes_dir = prepared_folder(voice).codes_dir
     before = {f.name: f.stat().st_mtime_ns for f in codes_dir.glob("*.npy")}
     events: list[Any] = []
     index = extract_codes(voice, tiny_model_dir, on_event=events.append)
@@ -95,7 +92,7 @@ def test_changed_clip_is_encoded_again(extracted: dict[str, Any], tiny_model_dir
     index = extract_codes(voice, tiny_model_dir, on_event=events.append)
     assert next(e for e in events if e.kind == "progress").data["total"] == 1
     assert index.clips[clip["id"]]["file"] != old
-    assert not (voice / "prepared" / CODES_DIRNAME / old).exists()  # stale file removed
+    assert not (prepared_folder(voice).codes_dir / old).exists()  # stale file removed
 
 
 @pytest.mark.parity  # the official encoder alone vs ours (same thread count)
@@ -111,15 +108,12 @@ def test_x_vector_equals_official_extraction(extracted: dict[str, Any],
     want = model.extract_speaker_embedding(audio, 24000).numpy()
     np.testing.assert_allclose(index.x_vector(), want, rtol=1e-5, atol=1e-6)
     assert index.x_vector().shape == (model.config.talker_config.hidden_size,)
-    # and the standalone encoder gives the same on any clip
-    enc = load_speaker_encoder(tiny_model_dir)
-    np.testing.assert_allclose(compute_x_vector(enc, audio), want, rtol=1e-5, atol=1e-6)
 
 
 def test_reference_choice(extracted: dict[str, Any]) -> None:
     voice = extracted["voice"]
     clips = read_manifest(voice)
-    report = json.loads((voice / "prepared" / "report.json").read_text())
+    report = json.loads(prepared_folder(voice).report.read_text())
     snr = {c["id"]: c.get("snr_db") for c in report["clips"]}
     best = choose_reference(voice, clips)
     # no clip with fewer warnings, and among equals none with a clearly better SNR
@@ -142,6 +136,7 @@ def test_encode_is_independent_of_batch_company(tiny_model_dir: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")  # connect() uses the session's cluster
 def test_ray_tasks_give_the_same_codes(extracted: dict[str, Any], tiny_model_dir: Path,
                                        tmp_path: Path) -> None:
     import shutil
@@ -149,7 +144,7 @@ def test_ray_tasks_give_the_same_codes(extracted: dict[str, Any], tiny_model_dir
     from engine.cluster import connect
 
     voice = copy_voice(extracted["voice"], tmp_path / "joe")
-    shutil.rmtree(voice / "prepared" / CODES_DIRNAME)
+    shutil.rmtree(prepared_folder(voice).codes_dir)
     with connect(num_cpus=2):
         events: list[Any] = []
         index = extract_codes_ray(voice, tiny_model_dir, num_tasks=2, on_event=events.append)
@@ -167,8 +162,6 @@ def test_bf16_model_folder(extracted: dict[str, Any], tiny_model_dir: Path,
     import shutil
 
     from safetensors.torch import load_file, save_file
-
-    from engine.data.codes import speaker_encoder_fingerprint
 
     bf16 = tmp_path / "tiny-bf16"
     shutil.copytree(tiny_model_dir, bf16)

@@ -17,10 +17,9 @@ from engine.data.dataset import (
     epoch_batches,
     rank_share,
     split_ids,
-    training_text,
 )
 from engine.train.objective import batch_to_device, build_objective, load_base_weights
-from tests.fixtures_audio import copy_voice
+from tests.helpers.voices import copy_voice
 
 
 @pytest.fixture(scope="module")
@@ -143,11 +142,3 @@ def test_val_batches_cover_val_clips(voice: Path, tiny_model_dir: Path) -> None:
     assert len(data.val_batches(0, 2)) == len(data.val_batches(1, 2))
     info: dict[str, Any] = data.summary()
     assert info["train_clips"] == len(data.train) and info["reference_clip"]
-
-
-def test_training_text_matches_what_synthesis_feeds() -> None:
-    from engine.text import clean_text
-
-    raw = "\u201cWell\u201d \u2014 it\u2019s  fine\u2026"
-    assert training_text(raw) == clean_text(raw) == '"Well" - it\'s fine...'
-    assert training_text("\U0001F600") == "\U0001F600"  # refused by synthesis: kept as is

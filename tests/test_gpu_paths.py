@@ -47,9 +47,9 @@ def test_precision_follows_the_compute_capability() -> None:
 def test_plan_precision_and_bf16_refusal_reach_the_api(tmp_path: Path, tiny_model_dir: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.train import driver, gpus
-    from tests.test_train_units import _voice_with_clips
+    from tests.helpers.voices import voice_with_clips
 
-    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    voice = voice_with_clips(tmp_path, 8, 4.0)
     t4 = gpus.GpuInfo(0, "GPU-t4", "Tesla T4", 16 << 30, 15 << 30, (7, 5))
     monkeypatch.setattr(gpus, "all_gpus", lambda: [t4])
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -153,26 +153,6 @@ def test_a_slow_stop_poll_is_not_a_stop(monkeypatch: pytest.MonkeyPatch) -> None
 # -- out of memory -----------------------------------------------------------------------------
 
 
-def oom_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
-    """A builder whose first step runs out of memory, as CUDA would say it."""
-    from engine.train.worker import TrainParts
-
-    model = torch.nn.Linear(2, 2)
-
-    def forward(m: Any, batch: Any) -> dict[str, Any]:
-        if rank == int(loop_config.get("oom_rank", 0)):
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
-                                         "has a total capacity of 15.77 GiB of which 1.2 GiB "
-                                         "is free.")
-        out = m(torch.ones(1, 2)).sum()
-        z = torch.zeros(())
-        return {"loss": out, "talker_sum": z, "talker_tokens": z, "subtalker_sum": z,
-                "subtalker_tokens": z}
-
-    return TrainParts(model=model, device=torch.device("cpu"), steps_per_epoch=10,
-                      step_batches=lambda epoch, pos: [None], forward=forward)
-
-
 class _Sender:
     def __init__(self) -> None:
         self.records: list[tuple[str, dict[str, Any]]] = []
@@ -196,10 +176,10 @@ def test_out_of_memory_in_a_worker_is_fatal_with_the_plans_advice(tmp_path: Path
         is_out_of_memory,
         no_retry_policy_class,
     )
-    from engine.train.worker import WorkerEnv, run_worker
+    from engine.train.trainer import WorkerEnv, run_worker
 
     loop_config = {"config": TrainConfig().to_dict(), "run_dir": str(tmp_path / "run"),
-                   "total_steps": 3, "builder": "tests.test_gpu_paths:oom_builder",
+                   "total_steps": 3, "builder": "tests.helpers.builders:oom_builder",
                    "oom_advice": ["Train LoRA adapters only (--trainable lora)."]}
     with pytest.raises(FatalTrainingError) as err:
         run_worker(loop_config, WorkerEnv(rank=0, world=1, sender=_Sender()))
@@ -269,9 +249,9 @@ def test_cuda_visible_devices_is_honoured() -> None:
 def test_never_more_workers_than_visible_gpus(tmp_path: Path, tiny_model_dir: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.train import driver, gpus
-    from tests.test_train_units import _voice_with_clips
+    from tests.helpers.voices import voice_with_clips
 
-    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    voice = voice_with_clips(tmp_path, 8, 4.0)
     monkeypatch.setattr(gpus, "all_gpus", _gpus)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     out = driver.train(voice, str(tiny_model_dir), dry_run=True)
@@ -289,11 +269,10 @@ def test_never_more_workers_than_visible_gpus(tmp_path: Path, tiny_model_dir: Pa
 
 
 def _batch(model_dir: Path) -> dict[str, torch.Tensor]:
-    from tests.test_parallelize import _batch as make_batch
-    from tests.test_parallelize import _sequences
+    from tests.helpers.batches import layout_batch, layout_sequences
 
-    seqs, ids, xv = _sequences(model_dir)
-    return make_batch(seqs, ids, xv, [0, 1, 2, 3], 1)
+    seqs, ids, xv = layout_sequences(model_dir)
+    return layout_batch(seqs, ids, xv, [0, 1, 2, 3], 1)
 
 
 def test_lora_trains_adapters_only_and_export_merges_them(tiny_model_dir: Path,
@@ -366,6 +345,7 @@ def test_checkpoint_refuses_a_full_disk_and_keeps_the_previous_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import warnings
 
+    from engine.layout.checkpoints import checkpoint_name, latest_checkpoint, list_checkpoints
     from engine.train import checkpoint as ck
     from engine.train.failures import FatalTrainingError
 
@@ -382,8 +362,8 @@ def test_checkpoint_refuses_a_full_disk_and_keeps_the_previous_one(
         c.save(2, model, opt, sched, {"epoch": 0, "position": 2})
     assert err.value.kind == "disk_full"
     assert "the checkpoint of step 1 is intact" in err.value.message
-    assert not (tmp_path / "run" / ck.checkpoint_name(2)).exists()
-    assert ck.latest_checkpoint(tmp_path / "run") == first
+    assert not (tmp_path / "run" / checkpoint_name(2)).exists()
+    assert latest_checkpoint(tmp_path / "run") == first
 
     # the disk fills up during the save: the torn folder goes, the previous stays
     monkeypatch.setattr(ck, "free_bytes", lambda path: 1 << 40)
@@ -396,8 +376,8 @@ def test_checkpoint_refuses_a_full_disk_and_keeps_the_previous_one(
     with pytest.raises(FatalTrainingError) as err:
         c.save(3, model, opt, sched, {"epoch": 0, "position": 3})
     assert "filled up while saving step 3" in err.value.message
-    assert not (tmp_path / "run" / ck.checkpoint_name(3)).exists()
-    assert [p.name for p in ck.list_checkpoints(tmp_path / "run")] == [first.name]
+    assert not (tmp_path / "run" / checkpoint_name(3)).exists()
+    assert [p.name for p in list_checkpoints(tmp_path / "run")] == [first.name]
 
 
 # -- a run is tied to its data -----------------------------------------------------------------
@@ -414,9 +394,9 @@ def test_resume_refuses_changed_data_and_says_what_changed_settings_do(
         resume_changes,
         run_x_vector,
     )
-    from tests.test_train_units import _voice_with_clips
+    from tests.helpers.voices import voice_with_clips
 
-    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    voice = voice_with_clips(tmp_path, 8, 4.0)
     first = driver.train(voice, str(tiny_model_dir), workers=2, steps=200, dry_run=True)
     run_dir = voice / "runs" / "r1"
     run_dir.mkdir(parents=True)
@@ -461,10 +441,10 @@ def test_export_of_a_lora_run_merges_its_checkpoint_and_uses_the_runs_x_vector(
     from engine.train.driver import export
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.rundata import record_data
-    from tests.test_train_units import _voice_with_clips
+    from tests.helpers.voices import voice_with_clips
 
     warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-    voice = _voice_with_clips(tmp_path, 8, 4.0)  # no codes: export must not need them
+    voice = voice_with_clips(tmp_path, 8, 4.0)  # no codes: export must not need them
     cfg = TrainConfig().replace(model={"base": str(tiny_model_dir), "trainable": "lora",
                                        "lora_rank": 2, "lora_alpha": 6.0})
     run_dir = voice / "runs" / "lora"
@@ -501,7 +481,7 @@ def test_export_of_a_lora_run_merges_its_checkpoint_and_uses_the_runs_x_vector(
 
 def _sync_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
     """A tiny linear model whose gradient-sync switch records every call."""
-    from engine.train.worker import TrainParts
+    from engine.train.builder import TrainParts
 
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 1)
@@ -524,7 +504,7 @@ def test_trainer_reduces_every_micro_step_when_the_plan_says_so(
     """"last" switches reduction off until the last micro-step; "every" never switches it
     off, so FSDP reduce-scatters after each micro-step and gradients stay sharded."""
     from engine.config.train import TrainConfig
-    from engine.train.worker import WorkerEnv, run_worker
+    from engine.train.trainer import WorkerEnv, run_worker
 
     calls: list[bool] = []
     cfg = TrainConfig().replace(data={"grad_accum": 3}, parallel={"accum_reduce": mode},
@@ -576,7 +556,7 @@ def test_trainer_keeps_parameters_gathered_between_micro_steps(tmp_path: Path, k
     after the last backward; after the micro-steps FSDP's defaults come back (validation
     and checkpoints see sharded units). "off", or one micro-step: never switched."""
     from engine.config.train import TrainConfig
-    from engine.train.worker import ListSender, WorkerEnv, run_worker
+    from engine.train.trainer import ListSender, WorkerEnv, run_worker
 
     calls: list[tuple[Any, ...]] = []
     cfg = TrainConfig().replace(data={"grad_accum": accum},

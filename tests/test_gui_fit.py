@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
 from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
 from gui.app import MainWindow
-from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
 
 
 def _rect_in(widget: QWidget, ancestor: QWidget) -> QRect:

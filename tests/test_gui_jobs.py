@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gui.jobs import LINES_PER_SLICE, EngineJob, JobManager
-from tests.test_gui_support import flood_program, pid_alive
+from tests.helpers.processes import flood_program, pid_alive
 
 
 def test_success_with_the_real_engine(qtbot, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from engine import catalog
+from engine.layout.checkpoints import step_of
 from gui.app import MainWindow
 from gui.pages.importer import ImportPage
 from gui.pages.listen import ListenPage
@@ -25,9 +26,8 @@ from gui.pages.prepare import PreparePage
 from gui.pages.record import RecordPage
 from gui.pages.train import TrainPage
 from gui.pages.voices import VoicesPage
-from tests.test_gui_support import *  # noqa: F403 (fixtures: window, pulse, workspace...)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_cluster]  # the window's run starts its own
 
 
 def _points(curve) -> int:
@@ -124,7 +124,7 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
     assert train.state_label.text().startswith("Stopped")
     runs = catalog.list_runs(voice)
     assert runs and runs[-1].checkpoints
-    stopped_at = catalog.checkpoint_step(runs[-1].checkpoints[-1]) or 0
+    stopped_at = step_of(runs[-1].checkpoints[-1]) or 0
     assert train.resume_btn.isEnabled()
 
     assert train.steps.isEnabled()
@@ -146,7 +146,7 @@ def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: P
     assert job.outcome == "succeeded", job.error
     assert train.state_label.text() == "Finished"
     last = catalog.list_runs(voice)[-1]
-    assert catalog.checkpoint_step(last.checkpoints[-1]) == 12 > stopped_at
+    assert step_of(last.checkpoints[-1]) == 12 > stopped_at
 
     # 6. export
     with qtbot.waitSignal(ctx.data_changed, timeout=300000):

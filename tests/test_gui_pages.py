@@ -20,8 +20,8 @@ from gui.pages.prepare import PreparePage
 from gui.pages.record import RecordPage
 from gui.pages.train import TrainPage, parse_nvidia_smi, preset_for
 from gui.pages.voices import VoicesPage, folder_name_for
-from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
-from tests.test_gui_support import flood_program, make_voice
+from tests.helpers.processes import flood_program
+from tests.helpers.voices import make_voice
 
 
 def _click_yes(qtbot, parent) -> None:
@@ -270,7 +270,8 @@ def test_train_args_and_presets(qtbot, window: MainWindow, voice: Path) -> None:
     assert args[args.index("--address") + 1] == "10.0.0.2:6379"
     assert "--resume" in args
     assert preset_for(2).steps < preset_for(20).steps < preset_for(120).steps
-    gpus = parse_nvidia_smi("0, NVIDIA H200, 143771, 140000\n1, NVIDIA H200, 143771, 9000\n")
+    gpus = parse_nvidia_smi("0, GPU-a, NVIDIA H200, 143771, 140000\n"
+                            "1, GPU-b, NVIDIA H200, 143771, 9000\n")
     assert [g.index for g in gpus] == [0, 1] and gpus[1].free_mib == 9000
 
 
@@ -397,7 +398,7 @@ def test_shutdown_leaves_nothing_running(qtbot, window: MainWindow, voice: Path)
 
     from PySide6.QtCore import QTimer
 
-    from tests.test_gui_support import pid_alive
+    from tests.helpers.processes import pid_alive
 
     threads_before = {t.ident for t in threading.enumerate()}
     window.ctx.set_voice(voice)

@@ -11,7 +11,6 @@ from PySide6.QtWidgets import QTreeWidgetItem
 from gui.app import MainWindow
 from gui.pages.importer import ImportPage
 from gui.pages.prepare import PreparePage
-from tests.test_gui_support import *  # noqa: F403 (fixtures: window, workspace, pulse...)
 
 
 def _rows(page: PreparePage) -> list[QTreeWidgetItem]:
@@ -73,7 +72,7 @@ def test_import_page_speaker_reference(qtbot, window: MainWindow, voice: Path,
     the engine keeps the clip in the voice, and prepare enrols the target from it."""
     from engine.layout.voice import open_voice
     from engine.prepare.pipeline import prepare
-    from tests.fixtures_mixtures import write_mixture
+    from tests.helpers.mixtures import write_mixture
 
     files = write_mixture(mixtures["music15"], tmp_path / "src")
     window.ctx.set_voice(voice)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QMessageBox
 
 from gui.app import MainWindow
-from tests.test_gui_support import *  # noqa: F403 (fixtures: window, workspace...)
-from tests.test_gui_support import flood_program
+from tests.helpers.processes import flood_program
 
 
 def _visible_boxes(window: MainWindow) -> list[QMessageBox]:

@@ -12,7 +12,6 @@ from PySide6.QtCore import QTimer
 
 from engine.layout.voice import create_voice, open_voice
 from gui.workspace_reader import WorkspaceReader
-from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice...)
 
 BIG = 13_000
 

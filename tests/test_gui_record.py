@@ -14,7 +14,6 @@ from PySide6.QtCore import Qt
 from gui import audio as au
 from gui.app import MainWindow
 from gui.pages.record import RecordPage
-from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, pulse...)
 
 
 def _speech(piper_synth, text: str) -> tuple[np.ndarray, int]:

@@ -15,9 +15,8 @@ from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
 from gui.app import MainWindow
 from gui.pages.train import TrainPage
-from tests.fixtures_audio import copy_voice
-from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
-from tests.test_gui_support import flood_program
+from tests.helpers.processes import flood_program
+from tests.helpers.voices import copy_voice
 
 
 def _write_run(voice: Path, name: str, base: str, lr: float, every: int) -> Path:
@@ -136,15 +135,12 @@ class _Opened(QObject):
 
 @pytest.mark.slow
 def test_evaluate_now_export_and_the_evaluation_of_any_picked_run(
-        qtbot, ctx, settings, prepared_voice: Path, tiny_model_dir: Path,
+        qtbot, ctx, settings, trained_run: dict, tiny_model_dir: Path,
         workspace: Path) -> None:
     """The real engine: `Evaluate now` runs `voxshard-engine evaluate` on the picked run;
     its evaluation.json shows in the quality chart and in words, and again when the app
     opens the next time; `Open report` opens the run's report.html."""
-    from tests.fixtures_quality import make_perturbed_run
-
-    voice = copy_voice(prepared_voice, workspace / "joe")
-    make_perturbed_run(voice, tiny_model_dir, export=None)
+    voice = copy_voice(trained_run["voice"], workspace / "joe")
     window = MainWindow(ctx)
     qtbot.addWidget(window)
     window.show()

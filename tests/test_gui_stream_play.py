@@ -12,7 +12,6 @@ import soundfile as sf
 
 from engine.synth.stream import GrowingFile
 from gui.audio import GrowingWav, Player
-from tests.test_gui_support import *  # noqa: F403 (fixtures: pulse...)
 
 
 def _blocks(n: int = 12, size: int = 2400) -> list[np.ndarray]:

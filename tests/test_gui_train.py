@@ -11,8 +11,7 @@ from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
 from gui.app import MainWindow
 from gui.pages.train import TrainPage, attach_processes, parse_nvidia_smi
-from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
-from tests.test_gui_support import flood_program
+from tests.helpers.processes import flood_program
 
 
 def _stream(qtbot, page: TrainPage, **kwargs) -> None:
@@ -166,11 +165,13 @@ def test_stop_then_force_and_a_failed_stop_names_the_last_checkpoint(
 
 
 def test_gpu_probe_parses_devices_and_what_else_holds_them() -> None:
-    gpus = parse_nvidia_smi("0, NVIDIA H200, 143771, 120000, GPU-aaa\n"
-                            "1, NVIDIA H200, 143771, 143000, GPU-bbb\n")
+    # the columns of the engine's query (engine.train.gpus.smi_query), the one parser
+    gpus = parse_nvidia_smi("0, GPU-aaa, NVIDIA H200, 143771, 120000\n"
+                            "1, GPU-bbb, NVIDIA H200, 143771, 143000\nnot a row\n")
     attach_processes(gpus, "GPU-aaa, 4242, /usr/bin/python3, 23000\n"
                            "GPU-zzz, 1, other, 5\nGPU-bbb, 77, x, [N/A]\n")
     assert [g.uuid for g in gpus] == ["GPU-aaa", "GPU-bbb"]
+    assert (gpus[0].name, gpus[0].total_mib, gpus[0].free_mib) == ("NVIDIA H200", 143771, 120000)
     assert gpus[0].holders() == "python3 (pid 4242, 22.5 GiB)"
     assert gpus[1].processes == []
 

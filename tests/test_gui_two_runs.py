@@ -23,11 +23,10 @@ import pytest
 
 from gui.app import MainWindow
 from gui.pages.train import TrainPage
-from tests.fixtures_audio import copy_voice
-from tests.test_gui_support import *  # noqa: F403 (fixtures: window, voice, workspace...)
-from tests.test_train_ray import _session_processes
+from tests.helpers.processes import session_processes
+from tests.helpers.voices import copy_voice
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_cluster]  # each run starts its own
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +81,7 @@ def test_the_app_and_a_script_train_at_once_and_neither_disturbs_the_other(
     assert result["event"] == "result" and result["steps"] == script_steps, events[-3:]
     assert (bob / "runs" / "script" / f"checkpoint_step_{script_steps:07d}" /
             "COMPLETE").is_file()
-    assert _session_processes(proc.pid) == [], "the script's cluster was left running"
+    assert session_processes(proc.pid) == [], "the script's cluster was left running"
 
     # the window's run lived through the script's whole run, on the same worker
     assert job.is_running(), job.error
@@ -99,4 +98,4 @@ def test_the_app_and_a_script_train_at_once_and_neither_disturbs_the_other(
     assert page.state_label.text().startswith("Stopped")
     run = page.selected_run()
     assert run is not None and run.checkpoints
-    assert _session_processes(sid) == [], "the window's cluster was left"
+    assert session_processes(sid) == [], "the window's cluster was left"

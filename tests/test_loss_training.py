@@ -13,7 +13,7 @@ import torch
 from engine.config.train import DataConfig, ModelConfig, OptimConfig, TrainConfig
 from engine.data.codes import extract_codes
 from engine.train.objective import batch_to_device, setup_worker, trainable_parameters
-from tests.fixtures_audio import copy_voice
+from tests.helpers.voices import copy_voice
 
 
 def test_config_round_trip_and_validation() -> None:

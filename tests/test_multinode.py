@@ -38,25 +38,29 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-RAY = str(Path(sys.executable).parent / "ray")
+from tests.helpers.sandbox import (
+    ROOT,
+    can_unshare,
+    end_cluster,
+    head_node,
+    kill_tree,
+    loopback_up,
+    node_view,
+    run_sandboxed,
+    second_node,
+)
+
 # below pytest's own timeout (600 s), so the test ends its processes itself
 INNER_TIMEOUT_S = 540
 
 
-def _can_unshare() -> bool:
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        return False
-    r = subprocess.run(["unshare", "--net", "--mount", "true"], capture_output=True)
-    return r.returncode == 0
-
-
 @pytest.mark.slow
+@pytest.mark.own_cluster
 def test_two_nodes_second_sees_no_voice_or_source(prepared_voice: Path, tiny_model_dir: Path,
                                                   tmp_path: Path) -> None:
-    if not _can_unshare():
+    if not can_unshare():
         pytest.skip("needs root and unshare (private network and mount namespaces)")
-    from tests.fixtures_audio import copy_voice
+    from tests.helpers.voices import copy_voice
 
     voice = copy_voice(prepared_voice, tmp_path / "driver only" / "voice")
     shared = tmp_path / "shared"
@@ -98,99 +102,6 @@ def test_two_nodes_second_sees_no_voice_or_source(prepared_voice: Path, tiny_mod
 
 
 # -- the script that runs inside the namespaces -------------------------------------------------
-def run_sandboxed(script: str, args: list[Any], timeout: float,
-                  what: str) -> tuple[int, str, str]:
-    """Run `script args` inside `unshare --net --mount` (a loopback-only network and a
-    private mount namespace); (exit status, stdout, stderr). Fails the test on overrun."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-    # its own session: if it overruns, the whole group (both nodes included) is ended
-    proc = subprocess.Popen(
-        ["unshare", "--net", "--mount", "--propagation", "private", "--",
-         sys.executable, script, *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT),
-        start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"{what} did not end within {timeout:g} s:\n"
-                    f"{stdout[-3000:]}\n{stderr[-5000:]}")
-    return proc.returncode, stdout, stderr
-
-
-def second_node(port: int, hide: dict[Path, Path], listing: Path, log: Path,
-                common: list[str]) -> subprocess.Popen[bytes]:
-    """`ray start --address` in a further mount namespace where each folder of `hide`
-    has an empty folder bound over it; what each then shows is listed in `listing`
-    (one line per folder: its path, a tab, its entries)."""
-    binds = "".join(f"mount --bind '{empty}' '{path}' && " for path, empty in hide.items())
-    lists = "".join(f"printf '%s\\t%s\\n' '{path}' \"$(ls -A '{path}' | tr '\\n' ' ')\" "
-                    f">> '{listing}' && " for path in hide)
-    cmd = " ".join([RAY, "start", "--address", f"127.0.0.1:{port}", *common])
-    return _start(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                   f"rm -f '{listing}' && {binds}{lists}exec {cmd}"], log)
-
-
-def node_view(listing: Path) -> dict[str, list[str]]:
-    """What the second node saw in each hidden folder (`second_node`'s listing)."""
-    view = {}
-    for line in listing.read_text().splitlines():
-        path, _, entries = line.partition("\t")
-        view[path] = entries.split()
-    return view
-
-
-
-def _loopback_up() -> None:
-    """A new network namespace starts with `lo` down; bring it up (no `ip` needed)."""
-    import fcntl
-    import socket
-    import struct
-
-    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        req = struct.pack("16sH", b"lo", 0)
-        flags = struct.unpack("16sH", fcntl.ioctl(s, siocgifflags, req)[:18])[1]
-        fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
-    finally:
-        s.close()
-
-
-def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
-    fh = open(log, "ab")
-    return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _descendants(pid: int) -> list[int]:
-    import psutil
-
-    try:
-        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _kill_tree(procs: list[Any]) -> None:
-    import psutil
-
-    pids: set[int] = set()
-    for p in procs:
-        pids.add(p.pid)
-        pids.update(_descendants(p.pid))
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except Exception:
-            pass
-    psutil.wait_procs([psutil.Process(x) for x in pids if psutil.pid_exists(x)], timeout=10)
 
 
 def _mnt(pid: int) -> str:
@@ -200,7 +111,7 @@ def _mnt(pid: int) -> str:
 def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
     import psutil
 
-    _loopback_up()
+    loopback_up()
     port = 6390
     # Ray's session sockets live under its temp folder and a UNIX socket path may not
     # exceed 107 bytes: pytest's tmp_path is too deep for that
@@ -283,7 +194,7 @@ def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
                         os.kill(p.pid, signal.SIGKILL)
                     state["killed"] = True
                     time.sleep(3)
-                    _kill_tree([procs[1]])
+                    kill_tree([procs[1]])
                     procs[1] = node2()  # and comes back
 
             t = time.time()
@@ -302,41 +213,6 @@ def _main(voice: Path, model: Path, shared: Path, tmp: Path, out: Path) -> None:
         res["run_link"] = {"symlink": link.is_symlink(), "target": str(link.resolve())}
     finally:
         end_cluster(procs, res, tmp, temp, out)
-
-
-def head_node(port: int, temp: Path, log: Path, common: list[str]) -> subprocess.Popen[bytes]:
-    """`ray start --head` on `port`, its session files under `temp` (a short path)."""
-    return _start([RAY, "start", "--head", "--port", str(port), "--temp-dir", str(temp),
-                   "--include-dashboard", "false", *common], log)
-
-
-def end_cluster(procs: list[Any], res: dict[str, Any], tmp: Path, temp: Path,
-                out: Path) -> None:
-    """Kill every process started (by pid), record what of ours is left running, write
-    the result for the test outside the namespaces."""
-    import psutil
-
-    _kill_tree(procs)
-    time.sleep(1)
-    me = os.getpid()
-    res["left_running"] = [p.pid for p in psutil.process_iter()
-                           if p.pid != me and _is_ours(p, tmp, temp)]
-    out.write_text(json.dumps(res, indent=1))
-    shutil.rmtree(temp, ignore_errors=True)
-
-
-def _is_ours(p: Any, tmp: Path, temp: Path) -> bool:
-    """A process of this test's cluster: its command line names our folders, or our port
-    inside our own network namespace (another run of this test may use the same port
-    in its namespace at the same time)."""
-    try:
-        cmd = " ".join(p.cmdline())
-        if str(tmp) in cmd or str(temp) in cmd:
-            return True
-        return ("127.0.0.1:6390" in cmd
-                and os.readlink(f"/proc/{p.pid}/ns/net") == os.readlink("/proc/self/ns/net"))
-    except Exception:
-        return False
 
 
 if __name__ == "__main__":

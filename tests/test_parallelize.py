@@ -10,7 +10,6 @@ unevenly on purpose, so token-count weighting is exercised too.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from pathlib import Path
@@ -20,10 +19,7 @@ import pytest
 import torch
 
 from engine.config.train import ModelConfig, ParallelConfig
-from engine.data.layout import LayoutIds, build_sequence, collate, count_tokens
-from engine.train.loss import normalisers
 from engine.train.objective import (
-    batch_to_device,
     build_objective,
     full_state_dict,
     load_base_weights,
@@ -31,6 +27,7 @@ from engine.train.objective import (
     trainable_parameters,
 )
 from engine.train.parallelize import make_mesh, parallelize
+from tests.helpers.batches import layout_batch, layout_sequences
 
 # numeric parity: sharded FSDP2 against one process: different reduction orders.
 # packaging/run_tests.sh runs these again under other CPU kernel dispatches.
@@ -39,28 +36,6 @@ pytestmark = pytest.mark.parity
 STEPS = 2
 LR = 1e-3
 RANK_SPLIT = ([0, 1, 2], [3])  # 3 clips on rank 0, 1 long one on rank 1
-
-
-def _sequences(model_dir: Path) -> tuple[list[Any], LayoutIds, torch.Tensor]:
-    cfg = json.loads((model_dir / "config.json").read_text())
-    ids = LayoutIds.from_config(cfg)
-    g = torch.Generator().manual_seed(11)
-    seqs = []
-    for n_text, n_frames in [(4, 5), (6, 3), (3, 6), (9, 12)]:
-        text = torch.randint(0, 900, (n_text,), generator=g).tolist()
-        codes = torch.randint(0, 2048, (n_frames, 16), generator=g).numpy()
-        seqs.append(build_sequence(ids, [1, 2, 3], text, codes))
-    xv = torch.randn(cfg["talker_config"]["hidden_size"], generator=g)
-    return seqs, ids, xv
-
-
-def _batch(seqs: list[Any], ids: LayoutIds, xv: torch.Tensor, which: list[int],
-           world: int) -> dict[str, torch.Tensor]:
-    b = collate([seqs[i] for i in which], ids)
-    b["x_vector"] = xv.expand(len(which), -1).numpy()
-    t, s = count_tokens(seqs)
-    b["talker_norm"], b["subtalker_norm"] = normalisers(t, s, world)
-    return batch_to_device(b, "cpu")
 
 
 def _full_grads(objective: Any) -> dict[str, torch.Tensor]:
@@ -234,8 +209,8 @@ def _rank_main(rank: int, world: int, model_dir: str, out: str, port: int) -> No
     try:
         device = torch.device("cpu")
         mesh = make_mesh(device)
-        seqs, ids, xv = _sequences(Path(model_dir))
-        batch = _batch(seqs, ids, xv, RANK_SPLIT[rank], world)
+        seqs, ids, xv = layout_sequences(Path(model_dir))
+        batch = layout_batch(seqs, ids, xv, RANK_SPLIT[rank], world)
 
         def all_sum(t: torch.Tensor) -> torch.Tensor:
             t = t.clone()
@@ -302,8 +277,8 @@ def _single(model_dir: Path, trainable: str) -> dict[str, Any]:
     objective = build_objective(model_dir, ModelConfig(trainable=trainable), device="meta")
     parallelize(objective, None, ParallelConfig(), "cpu")
     load_base_weights(objective, model_dir, "cpu")
-    seqs, ids, xv = _sequences(model_dir)
-    losses, grads = _train(objective, _batch(seqs, ids, xv, [0, 1, 2, 3], 1), lambda t: t)
+    seqs, ids, xv = layout_sequences(model_dir)
+    losses, grads = _train(objective, layout_batch(seqs, ids, xv, [0, 1, 2, 3], 1), lambda t: t)
     return {"losses": losses, "sd": full_state_dict(objective), "grads": grads}
 
 
@@ -402,8 +377,8 @@ def test_activation_checkpointing_recomputes_layers(tiny_model_dir: Path) -> Non
         return forward(*args, **kwargs)
 
     layer.forward = counting
-    seqs, ids, xv = _sequences(tiny_model_dir)
-    out = objective(_batch(seqs, ids, xv, [0, 1], 1))
+    seqs, ids, xv = layout_sequences(tiny_model_dir)
+    out = objective(layout_batch(seqs, ids, xv, [0, 1], 1))
     assert len(calls) == 1
     out["loss"].backward()
     assert len(calls) == 2  # run again in backward instead of keeping activations
@@ -422,8 +397,9 @@ def test_world_of_one_is_sharded_and_equal(tiny_model_dir: Path, single: dict[st
         parallelize(objective, make_mesh(torch.device("cpu")), ParallelConfig(), "cpu")
         load_base_weights(objective, tiny_model_dir, "cpu")
         assert all(isinstance(p, DTensor) for p in objective.parameters())
-        seqs, ids, xv = _sequences(tiny_model_dir)
-        losses, grads = _train(objective, _batch(seqs, ids, xv, [0, 1, 2, 3], 1), lambda t: t)
+        seqs, ids, xv = layout_sequences(tiny_model_dir)
+        losses, grads = _train(objective, layout_batch(seqs, ids, xv, [0, 1, 2, 3], 1),
+                               lambda t: t)
         sd = full_state_dict(objective)
     finally:
         dist.destroy_process_group()

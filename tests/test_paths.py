@@ -146,6 +146,7 @@ def _engine(*argv: str) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")  # both `train` runs use the session's cluster
 def test_readme_walkthrough_with_relative_paths(tmp_path: Path, piper_sentences: list[dict],
                                                 monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:

@@ -114,7 +114,7 @@ def test_optimizer_step_temporary_fused_on_gpu_foreach_on_cpu(tiny_model_dir: Pa
     import torch
 
     from engine.train.plan import _local_numel, _param_table
-    from engine.train.worker import make_optimizer
+    from engine.train.trainer import make_optimizer
 
     cfg = _cfg()
     table = _param_table(str(tiny_model_dir), "talker", cfg.model.lora_rank, True)
@@ -222,7 +222,7 @@ def test_compiled_layers_only_on_a_gpu(tiny_model_dir: Path) -> None:
     from engine.config.train import ParallelConfig
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.parallelize import compile_layers, decoder_layers, parallelize
-    from tests.test_train_host_syncs import _batch
+    from tests.helpers.batches import two_clip_batch
 
     def built(compile_on_cpu: bool) -> Any:
         obj = build_objective(tiny_model_dir, None, device="meta")
@@ -242,7 +242,7 @@ def test_compiled_layers_only_on_a_gpu(tiny_model_dir: Path) -> None:
     assert list(compiled.state_dict()) == list(eager.state_dict())
     from engine.train.objective import batch_to_device
 
-    batch = batch_to_device(_batch(tiny_model_dir), "cpu")
+    batch = batch_to_device(two_clip_batch(tiny_model_dir), "cpu")
     losses, grads = [], []
     for obj in (eager, compiled):
         out = obj(batch)

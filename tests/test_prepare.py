@@ -216,7 +216,7 @@ def test_bad_takes_are_reported_and_the_batch_goes_on(
     assert report["unusable_by_reason"]["too_short"] == 1
     warnings = [e for e in events if e.kind == "log" and e.data.get("level") == "warning"]
     assert len(warnings) >= 3
-    text = (voice.prepared_dir / "report.txt").read_text(encoding="utf-8")
+    text = voice.prepared.report_text.read_text(encoding="utf-8")
     assert "non_finite" in text and "Rejected files" in text
 
 

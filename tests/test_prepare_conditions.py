@@ -13,8 +13,8 @@ from engine.audio.conditions import (
     slice_snr,
 )
 from engine.audio.vad import frame_levels, silero_regions
-from engine.layout.voice import DEFAULT_PREPARE_SETTINGS
-from tests.fixtures_mixtures import RATE, Mixture
+from engine.config import PrepareConfig
+from tests.helpers.mixtures import RATE, Mixture
 
 
 def _estimate(m: Mixture) -> tuple[object, list[float]]:
@@ -42,10 +42,10 @@ def test_each_condition_is_told_apart(mixtures: dict[str, Mixture]) -> None:
 def test_the_report_words_for_each_condition() -> None:
     base = dict(duration_s=3.0, text="Some words.", text_method="whole", clipped_samples=0,
                 source_samples=72000, snr_db=40.0, dc_offset=0.0, gain_shortfall_db=0.0)
-    settings = dict(DEFAULT_PREPARE_SETTINGS)
+    cfg = PrepareConfig()
 
     def codes(**kw: object) -> list[str]:
-        return [i["code"] for i in check_clip(ClipFacts(**{**base, **kw}), settings)]
+        return [i["code"] for i in check_clip(ClipFacts(**{**base, **kw}), cfg)]
 
     assert codes() == []
     assert codes(rt60_s=0.6) == ["reverberant"]

@@ -12,7 +12,7 @@ import soundfile as sf
 from engine.layout.voice import create_voice
 from engine.prepare.importer import import_files
 from engine.prepare.pipeline import prepare
-from tests.fixtures_mixtures import _pink
+from tests.helpers.mixtures import pink_noise
 
 
 def test_denoise_only_where_nothing_gets_worse(piper_sentences: list[dict[str, Any]],
@@ -25,7 +25,7 @@ def test_denoise_only_where_nothing_gets_worse(piper_sentences: list[dict[str, A
     power = float(np.mean(speech[np.abs(speech) > 0.01] ** 2))
     judged = []
     for name, noise in (("white10", rng.standard_normal(len(x))),
-                        ("pink5", _pink(len(x), rng))):
+                        ("pink5", pink_noise(len(x), rng))):
         snr = float(name[-2:] if name[-2].isdigit() else name[-1])
         noise = noise / noise.std() * np.sqrt(power / 10 ** (snr / 10))
         src = tmp_path / name / "take.wav"

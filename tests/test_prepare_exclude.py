@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.layout.voice import open_voice
 from engine.prepare.pipeline import prepare
-from tests.fixtures_audio import copy_voice
+from tests.helpers.voices import copy_voice
 
 
 def _manifest_takes(voice_dir: Path) -> set[str]:

@@ -1,6 +1,6 @@
 """`prepare --speaker-encoder model`: the Base model's own speaker encoder decides who speaks.
 
-Run with the tiny random model (tests/fixtures_model.py): its encoder's weights are
+Run with the tiny random model (tests/helpers/model.py): its encoder's weights are
 random, so what it decides says nothing about speakers; these tests check that the
 option is wired end to end (CLI, cache key, report) and that its window embeddings
 are the official x-vector computation. bench/bench_prepare.py --mixtures measures
@@ -22,7 +22,7 @@ from engine.layout.voice import create_voice
 from engine.prepare.importer import import_files
 from engine.prepare.pipeline import prepare
 from engine.prepare.speakers import WINDOW_FRAMES, ModelEncoder, embed_clip
-from tests.fixtures_mixtures import RATE, Mixture, write_mixture
+from tests.helpers.mixtures import RATE, Mixture, write_mixture
 
 
 def test_prepare_with_the_models_speaker_encoder(mixtures: dict[str, Mixture],
@@ -39,7 +39,7 @@ def test_prepare_with_the_models_speaker_encoder(mixtures: dict[str, Mixture],
          "--base", str(tiny_model_dir)],
         capture_output=True, text=True, timeout=600, env=env, cwd=Path(__file__).parent.parent)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads((voice.prepared_dir / "report.json").read_text())
+    report = json.loads(voice.prepared.report.read_text())
     sp = report["speakers"]
     assert sp["encoder"] == "model" and sp["enrolment"] == "speaker reference"
     assert "model's own speaker encoder" in sp["note"]
@@ -66,7 +66,9 @@ def test_prepare_with_the_models_speaker_encoder(mixtures: dict[str, Mixture],
 @pytest.mark.parity
 def test_model_window_embedding_is_the_x_vector(tiny_model_dir: Path,
                                                 mixtures: dict[str, Mixture]) -> None:
-    from engine.data.codes import compute_x_vector, load_speaker_encoder
+    import torch
+
+    from engine.model.official import import_qwen_tts
 
     audio = mixtures["clean"].audio
     enc = ModelEncoder(tiny_model_dir)
@@ -74,8 +76,10 @@ def test_model_window_embedding_is_the_x_vector(tiny_model_dir: Path,
     assert n == len(audio) // 240
     starts = [0, 137, n - WINDOW_FRAMES]
     got = enc.embed(feats, starts)
-    official = load_speaker_encoder(tiny_model_dir)
+    # the official model's own extraction, window by window
+    official = import_qwen_tts().Qwen3TTSModel.from_pretrained(
+        str(tiny_model_dir), dtype=torch.float32).model
     for row, s in zip(got, starts, strict=True):
-        x = compute_x_vector(official, audio[s * 240:s * 240 + RATE])
+        x = official.extract_speaker_embedding(audio[s * 240:s * 240 + RATE], RATE).numpy()
         want = x / np.linalg.norm(x)
         assert np.allclose(row, want, atol=1e-4), float(np.abs(row - want).max())

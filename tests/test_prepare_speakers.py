@@ -1,4 +1,4 @@
-"""Target-speaker filtering on a two-voice interview built offline (tests/fixtures_mixtures.py).
+"""Target-speaker filtering on a two-voice interview built offline (tests/helpers/mixtures.py).
 
 Scored against the truth by time: recall is the share of the target's own speech
 (not overlapped) that ends in a kept slice, precision the share of kept speech
@@ -19,7 +19,7 @@ from engine.layout.voice import create_voice, open_voice
 from engine.prepare.importer import import_files
 from engine.prepare.pipeline import prepare
 from engine.prepare.target import write_decision
-from tests.fixtures_mixtures import RATE, Mixture, write_mixture
+from tests.helpers.mixtures import RATE, Mixture, write_mixture
 
 
 def _score(report: dict[str, Any], m: Mixture) -> tuple[float, float]:
@@ -45,7 +45,7 @@ def test_interview_at_20_db_keeps_the_dominant_speaker(mixtures: dict[str, Mixtu
                                                        tmp_path: Path) -> None:
     m = mixtures["white20"]
     voice = open_voice(shutil.copytree(interview_voice, tmp_path / "voice"))
-    report = json.loads((voice.prepared_dir / "report.json").read_text())
+    report = json.loads(voice.prepared.report.read_text())
     recall, precision = _score(report, m)
     # measured 0.98 / 0.997 (the rest: the overlaps' edges)
     assert recall >= 0.9 and precision >= 0.9, (recall, precision)
@@ -66,7 +66,7 @@ def test_interview_at_20_db_keeps_the_dominant_speaker(mixtures: dict[str, Mixtu
             assert "overlap" in [i["code"] for i in c["issues"]] and not c["usable"]
     # measured 0.9 (the change point is placed from 1 s windows)
     assert (in_overlap & both).sum() / both.sum() >= 0.75
-    text = (voice.prepared_dir / "report.txt").read_text()
+    text = voice.prepared.report_text.read_text()
     assert "clips of another speaker" in text
 
     # the user keeps one excluded slice: the next run applies it from the cache
@@ -78,7 +78,7 @@ def test_interview_at_20_db_keeps_the_dominant_speaker(mixtures: dict[str, Mixtu
     assert [i["code"] for i in clip["issues"]].count("another_speaker") == 0
     assert "speaker_kept" in [i["code"] for i in clip["issues"]]
     manifest = [json.loads(x) for x in
-                (voice.prepared_dir / "manifest.jsonl").read_text().splitlines()]
+                voice.prepared.manifest.read_text().splitlines()]
     assert not any(i["code"] == "another_speaker"
                    for e in manifest if e["id"] == flipped for i in e["issues"])
 

@@ -8,14 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.asr.wer import normalize_words, number_words, wer, word_errors
+from engine.asr.wer import wer, word_errors
 from engine.core.errors import AudioError, InputError, ModelError
+from engine.text import number_words, wer_words
 
 
 def test_wer_normalises_case_punctuation_numbers_and_recogniser_markers() -> None:
-    assert normalize_words("Dr. Smith paid $12, didn't he?") == \
+    assert wer_words("Dr. Smith paid $12, didn't he?") == \
         ["dr", "smith", "paid", "twelve", "didn't", "he"]
-    assert normalize_words("to(3) <sil> THE [NOISE] 1,250") == \
+    assert wer_words("to(3) <sil> THE [NOISE] 1,250") == \
         ["to", "the", "one", "thousand", "two", "hundred", "fifty"]
     assert number_words(0) == "zero" and number_words(101) == "one hundred one"
     assert wer("The kettle started to whistle.", "the kettle started to whistle") == 0.0

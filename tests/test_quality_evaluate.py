@@ -5,9 +5,9 @@ The tiny model speaks noise, so these tests prove the plumbing only (render, rec
 embed, aggregate, report); that the figures discriminate is proved on real voices in
 test_quality_asr.py and test_quality_similarity.py.
 
-The run (tests/fixtures_quality.py) is made with the training area's real pieces
-(objective, AdamW, the DCP Checkpointer) in one process, the "training" a fixed
-perturbation of the trainable weights, then an export of the last step.
+The run is a copy of the session's real training run (`trained_run`,
+tests/helpers/runs.py: 2 CPU workers, checkpoints at steps 10 and 20) with the export of
+its last step.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, ModelError, WorkspaceError
 from engine.core.events import Event
-from tests.fixtures_audio import copy_voice
+from tests.helpers.voices import copy_voice
 
 FAST = SpeakOptions(max_frames=10, batch_size=8)
 #: three of the eight held-out sentences keep the test short (each render is recognised)
@@ -30,12 +30,13 @@ SENTENCES = 3
 
 
 @pytest.fixture(scope="module")
-def trained_run(prepared_voice: Path, tiny_model_dir: Path,
+def trained_run(trained_run: dict[str, Any],
                 tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from tests.fixtures_quality import make_perturbed_run
-
-    voice = copy_voice(prepared_voice, tmp_path_factory.mktemp("quality_eval") / "joe")
-    return {"voice": voice, "run": make_perturbed_run(voice, tiny_model_dir)}
+    """A private copy of the session's run (evaluation writes into it), its export in the
+    voice's exports/."""
+    voice = copy_voice(trained_run["voice"], tmp_path_factory.mktemp("quality_eval") / "joe")
+    copy_voice(trained_run["export"], voice / "exports" / "joe-step20")
+    return {"voice": voice, "run": voice / "runs" / "r1"}
 
 
 @pytest.fixture(scope="module")
@@ -107,16 +108,21 @@ def test_events_carry_per_checkpoint_metrics(evaluated: dict[str, Any]) -> None:
     assert {"evaluation", "evaluation_report"} <= roles
     progress = [e.data for e in events if e.kind == "progress" and e.data["stage"] == "evaluate"]
     assert progress[-1]["done"] == progress[-1]["total"] == SENTENCES * 4
+    # two model loads: the base (zero-shot clone, then each checkpoint in place), the export
+    loads = [e.data["detail"] for e in events
+             if e.kind == "state" and e.data.get("state") == "loading_model"]
+    assert len(loads) == 2 and loads[0] != loads[1]
 
 
 def test_second_evaluation_reuses_measured_renders(trained_run: dict[str, Any],
                                                    evaluated: dict[str, Any]) -> None:
-    from engine.quality.evaluate import evaluate
+    from engine.quality.evaluate import EvaluateRequest, evaluate
 
     events: list[Event] = []
-    again = evaluate(trained_run["voice"], checkpoints="best", asr="pocketsphinx",
-                     sentences=evaluated["result"]["sentences"], options=FAST, device="cpu",
-                     on_event=events.append)
+    again = evaluate(EvaluateRequest(trained_run["voice"], checkpoints="best",
+                                     asr="pocketsphinx",
+                                     sentences=evaluated["result"]["sentences"], options=FAST,
+                                     device="cpu"), on_event=events.append)
     best = evaluated["result"]["best"]["label"]
     assert again["evaluated"] == ["zero-shot", best, "joe-step20"]
     # the report keeps every voice measured with these settings
@@ -150,28 +156,28 @@ def test_cli_evaluate_json_latest(trained_run: dict[str, Any], evaluated: dict[s
 
 def test_run_without_checkpoint_and_voice_without_run_are_clear(
         trained_run: dict[str, Any], tmp_path: Path) -> None:
-    from engine.quality.evaluate import evaluate
+    from engine.quality.evaluate import EvaluateRequest, evaluate
 
     voice = copy_voice(trained_run["voice"], tmp_path / "v")
     import shutil
 
     shutil.rmtree(voice / "runs")
     with pytest.raises(WorkspaceError, match="no training run yet"):
-        evaluate(voice, asr="pocketsphinx")
+        evaluate(EvaluateRequest(voice, asr="pocketsphinx"))
     (voice / "runs" / "empty").mkdir(parents=True)
     with pytest.raises(WorkspaceError, match="no complete checkpoint yet") as info:
-        evaluate(voice, run="empty", asr="pocketsphinx")
+        evaluate(EvaluateRequest(voice, run="empty", asr="pocketsphinx"))
     assert info.value.hint
     with pytest.raises(InputError, match="no run 'nope'"):
-        evaluate(voice, run="nope", asr="pocketsphinx")
+        evaluate(EvaluateRequest(voice, run="nope", asr="pocketsphinx"))
 
 
 def test_missing_asr_model_is_one_clear_sentence(trained_run: dict[str, Any]) -> None:
-    from engine.quality.evaluate import evaluate
+    from engine.quality.evaluate import EvaluateRequest, evaluate
 
     with pytest.raises(ModelError, match="not on this machine") as info:
-        evaluate(trained_run["voice"], checkpoints="latest",
-                 asr="Systran/faster-whisper-nonexistent", options=FAST)
+        evaluate(EvaluateRequest(trained_run["voice"], checkpoints="latest",
+                                 asr="Systran/faster-whisper-nonexistent", options=FAST))
     assert "hf download Systran/faster-whisper-nonexistent" in (info.value.hint or "")
 
 
@@ -180,7 +186,7 @@ def test_watch_evaluates_new_checkpoints_and_suggests_an_early_stop(
     """Runs last: it adds checkpoints 30 and 40 (copies of 20) to the shared run."""
     import shutil
 
-    from engine.quality.evaluate import watch
+    from engine.quality.evaluate import EvaluateRequest, watch
 
     run = trained_run["run"]
     shutil.copytree(run / "checkpoint_step_0000020", run / "checkpoint_step_0000030")
@@ -193,9 +199,10 @@ def test_watch_evaluates_new_checkpoints_and_suggests_an_early_stop(
             # training writes another checkpoint while the watcher runs
             shutil.copytree(run / "checkpoint_step_0000020", run / "checkpoint_step_0000040")
 
-    result = watch(trained_run["voice"], "r1", interval_s=0.01, idle_s=0.5, patience=1,
-                   asr="pocketsphinx", sentences=evaluated["result"]["sentences"],
-                   options=FAST, device="cpu", on_event=on_event)
+    request = EvaluateRequest(trained_run["voice"], "r1", asr="pocketsphinx",
+                              sentences=evaluated["result"]["sentences"], options=FAST,
+                              device="cpu")
+    result = watch(request, interval_s=0.01, idle_s=0.5, patience=1, on_event=on_event)
     steps = [e["step"] for e in result["entries"] if e["kind"] == "checkpoint"]
     assert steps == [10, 20, 30, 40]
     updates = [e.data for e in events if e.kind == "state"
@@ -222,9 +229,9 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
     writing every step costs minutes on 2 cores; the deletion is the same rmtree."""
     import shutil
 
-    from engine.quality.evaluate import watch
-    from engine.synth.voice import list_run_checkpoints
-    from engine.train.checkpoint import Checkpointer, checkpoint_name
+    from engine.layout.checkpoints import checkpoint_name, list_checkpoints
+    from engine.quality.evaluate import EvaluateRequest, watch
+    from engine.train.checkpoint import Checkpointer
 
     source = trained_run["run"] / "checkpoint_step_0000020"
     run = trained_run["voice"] / "runs" / "r-race"
@@ -256,12 +263,13 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
         elif ev.data.get("state") == "evaluating" and ev.data.get("detail") == "step 4":
             train_to(5)
 
-    result = watch(trained_run["voice"], "r-race", interval_s=0.01, idle_s=0.3,
-                   asr="pocketsphinx", sentences=evaluated["result"]["sentences"][:1],
-                   options=FAST, device="cpu", export=False, on_event=on_event)
+    request = EvaluateRequest(trained_run["voice"], "r-race", asr="pocketsphinx",
+                              sentences=evaluated["result"]["sentences"][:1], options=FAST,
+                              device="cpu", export=False)
+    result = watch(request, interval_s=0.01, idle_s=0.3, on_event=on_event)
     # the zero-shot baseline was in the report before the first checkpoint existed
     assert baseline_entries == [["zero-shot"]]
-    kept = [c.name for c in list_run_checkpoints(run)]
+    kept = [c.name for c in list_checkpoints(run)]
     assert kept == [checkpoint_name(4), checkpoint_name(5)]
     data = json.loads((run / "evaluation" / "evaluation.json").read_text())
     assert [e["step"] for e in data["entries"] if e["kind"] == "checkpoint"] == [4, 5]

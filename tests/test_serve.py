@@ -30,6 +30,8 @@ import openai
 import pytest
 import soundfile as sf
 
+from tests.helpers.voices import make_workspace
+
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE = [sys.executable, "-m", "engine.cli.main"]
 KEY = "test-key-0123456789abcdef"
@@ -59,21 +61,6 @@ class Server:
 
     def logged(self) -> list[dict[str, Any]]:
         return [e["request_log"] for e in list(self.events) if "request_log" in e]
-
-
-def make_workspace(root: Path, model_dir: Path) -> Path:
-    """A workspace with one voice, `ada`, whose export is the tiny base as a custom voice."""
-    from engine.layout.voice import create_voice
-    from engine.model.export import export_custom_voice
-
-    ws = root / "ws"
-    ws.mkdir()
-    create_voice(ws / "ada", "Ada", "english")
-    hidden = json.loads((model_dir / "config.json").read_text())["talker_config"]["hidden_size"]
-    vector = np.random.default_rng(0).standard_normal(hidden).astype(np.float32)
-    export_custom_voice(model_dir, {}, "Ada", vector, ws / "ada" / "exports" / "ada-v1",
-                        keep_dtype=False)
-    return ws
 
 
 def start_server(args: list[str], cwd: Path) -> Server:
@@ -577,17 +564,14 @@ def test_time_limit_and_keyless_guard(workspace_dir: Path) -> None:
     assert not thread.is_alive() and not pool.renders_dir.exists()
 
 
-def test_each_trained_run_is_a_voice(prepared_voice: Path, tiny_model_dir: Path,
-                                     tmp_path: Path) -> None:
+def test_each_trained_run_is_a_voice(trained_run: dict[str, Any], tmp_path: Path) -> None:
     """A workspace voice without an export: it and each run with a checkpoint are listed by
     stable names with the voice's language, and speak; `joe` (its latest run's latest
     checkpoint) and `joe/r1` load the same thing, so they share one warm worker."""
-    from tests.fixtures_audio import copy_voice
-    from tests.fixtures_quality import make_perturbed_run
+    from tests.helpers.voices import copy_voice
 
     ws = tmp_path / "ws"
-    voice = copy_voice(prepared_voice, ws / "joe")
-    make_perturbed_run(voice, tiny_model_dir, export=None)
+    voice = copy_voice(trained_run["voice"], ws / "joe")
     (voice / "runs" / "empty").mkdir()  # a run that never saved a checkpoint: not offered
     srv = start_server(["--workspace", str(ws), "--port", "0", "--device", "cpu",
                         "--dtype", "float32"], tmp_path)

@@ -10,9 +10,7 @@ import soundfile as sf
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
-from tests.test_gui_support import *  # noqa: F403 (fixtures: ctx, workspace...)
-from tests.test_gui_support import make_voice
-from tests.test_serve import make_workspace
+from tests.helpers.voices import make_voice, make_workspace
 
 
 def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Path,

@@ -33,19 +33,19 @@ from typing import Any
 
 import pytest
 
-from tests.test_multinode import (
-    _can_unshare,
-    _kill_tree,
-    _loopback_up,
+from tests.helpers.sandbox import (
+    can_unshare,
     end_cluster,
     head_node,
+    kill_tree,
+    loopback_up,
     node_view,
     run_sandboxed,
     second_node,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-PORT = 6390  # the Ray port `_is_ours` knows, inside this test's own network namespace
+PORT = 6390  # the Ray port `is_ours` knows, inside this test's own network namespace
 HTTP = 8000
 KEY = "ray-serve-key-0123456789"
 SHORT = {"max_frames": 8, "seed": 3}
@@ -58,11 +58,12 @@ MAX_TRIES = 32
 
 
 @pytest.mark.slow
+@pytest.mark.own_cluster
 def test_ray_serve_two_nodes_survive_a_lost_node(tiny_model_dir: Path,
                                                  tmp_path: Path) -> None:
-    if not _can_unshare():
+    if not can_unshare():
         pytest.skip("needs root and unshare (private network and mount namespaces)")
-    from tests.test_serve import make_workspace
+    from tests.helpers.voices import make_workspace
 
     ws = make_workspace(tmp_path, tiny_model_dir)
     out = tmp_path / "result.json"
@@ -112,7 +113,7 @@ def _ray_env() -> dict[str, str]:
             "RAY_health_check_failure_threshold": "3", "RAY_health_check_timeout_ms": "1000"}
 
 
-def _main(ws: Path, tmp: Path, out: Path) -> None:
+def _main(ws: Path, tmp: Path, out: Path) -> None:  # noqa: C901
     import io
 
     import httpx2 as httpx
@@ -120,7 +121,7 @@ def _main(ws: Path, tmp: Path, out: Path) -> None:
     import psutil
     import soundfile as sf
 
-    _loopback_up()
+    loopback_up()
     os.environ.update(_ray_env())
     temp = Path(tempfile.mkdtemp(prefix="vx-rs-", dir="/tmp"))  # UNIX socket paths: short
     empty_src = tmp / "empty-src"
@@ -261,7 +262,7 @@ def _main(ws: Path, tmp: Path, out: Path) -> None:
                        "during": during, "after_detection": after}
 
         # node 2 comes back (what was left of it is ended first)
-        _kill_tree([procs[1]])
+        kill_tree([procs[1]])
         t_back = time.time()
         procs[1] = node2()
         back: dict[str, Any] = {"ok": False, "nodes": [], "speech_on_new_node": 0}

@@ -33,7 +33,7 @@ from engine.core.storage import (
     link_run,
     run_location,
 )
-from tests.fixtures_audio import copy_voice
+from tests.helpers.voices import copy_voice
 
 BUCKET = "voxshard-test"
 
@@ -116,7 +116,8 @@ def test_checkpointer_round_trip(where: str, tmp_path: Path, request: pytest.Fix
     """Save, torn-checkpoint handling, latest scan, load and prune: a bucket or a folder."""
     import torch
 
-    from engine.train.checkpoint import COMPLETE, Checkpointer, latest_checkpoint
+    from engine.layout.checkpoints import COMPLETE, latest_checkpoint
+    from engine.train.checkpoint import Checkpointer
 
     if where == "s3":
         root: str = f"{request.getfixturevalue('s3_server')}/unit é/{tmp_path.name}"
@@ -204,6 +205,7 @@ def _quiet(events: list[Any]) -> Any:
 
 
 @pytest.mark.slow
+@pytest.mark.own_cluster  # its workers must inherit the AWS_* variables set here
 def test_train_resume_export_on_s3(s3_server: str, prepared_voice: Path, tiny_model_dir: Path,
                                    tmp_path: Path) -> None:
     import fsspec

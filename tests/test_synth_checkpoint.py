@@ -1,8 +1,7 @@
 """Speaking from a run's checkpoints and from an export, and the A/B comparison folder.
 
-The run is made with the training area's real pieces (objective, base weights,
-AdamW, the DCP `Checkpointer`) in one process; its "training" is a fixed
-perturbation of the trainable weights, so two checkpoints really differ.
+The run is the session's real training run (`trained_run`, tests/helpers/runs.py: 2 CPU
+workers, checkpoints at steps 10 and 20, step 20 exported), copied with its export.
 """
 
 from __future__ import annotations
@@ -17,11 +16,12 @@ import torch
 
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, WorkspaceError
-from engine.synth.compare import compare
+from engine.core.events import Event
+from engine.quality.compare import CompareRequest, compare
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
-from tests.fixtures_audio import copy_voice
-from tests.parity import assert_same_codes, record_choices
+from tests.helpers.parity import assert_same_codes, record_choices
+from tests.helpers.voices import copy_voice
 
 # numeric parity: a run folder against its export and the official loader.
 # packaging/run_tests.sh runs these again under other CPU kernel dispatches.
@@ -32,43 +32,13 @@ GREEDY = SpeakOptions(do_sample=False, subtalker_do_sample=False, max_frames=20,
 TEXT = "Please remember to water the plants while I am away."
 
 
-def _perturb(objective: Any, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in objective.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn(p.shape, generator=g) * 0.05 * (p.std() + 1e-3))
-
-
 @pytest.fixture(scope="module")
-def trained(prepared_voice: Path, tiny_model_dir: Path,
-            tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from engine.config.train import ModelConfig, TrainConfig
-    from engine.data.codes import extract_codes
-    from engine.model.export import export_custom_voice
-    from engine.train.checkpoint import Checkpointer
-    from engine.train.objective import build_objective, load_base_weights, trainable_parameters
-
-    root = tmp_path_factory.mktemp("synth_ckpt")
-    voice = copy_voice(prepared_voice, root / "joe")
-    index = extract_codes(voice, tiny_model_dir)
-    run = voice / "runs" / "r1"
-    run.mkdir(parents=True)
-    cfg = TrainConfig(model=ModelConfig(base=str(tiny_model_dir), speaker_name="joe"))
-    (run / "config.json").write_text(json.dumps(cfg.to_dict()), encoding="utf-8")
-    objective = build_objective(tiny_model_dir, cfg.model, device="cpu")
-    load_base_weights(objective, tiny_model_dir, "cpu")
-    optimizer = torch.optim.AdamW(trainable_parameters(objective), lr=1e-4)
-    ckpt = Checkpointer(run, rank=0, world_size=1)
-    _perturb(objective, 1)
-    ckpt.save(10, objective, optimizer, None, {"epoch": 0, "position": 10})
-    _perturb(objective, 2)
-    ckpt.save(20, objective, optimizer, None, {"epoch": 0, "position": 20})
-    trained = {n: p.detach().clone() for n, p in objective.named_parameters()
-               if p.requires_grad}
-    export = export_custom_voice(tiny_model_dir, trained, "joe", index.x_vector(),
-                                 voice / "exports" / "joe-step20")
-    return {"voice": voice, "run": run, "export": export}
+def trained(trained_run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+            ) -> dict[str, Any]:
+    # the voice with the run's export in its exports/, as a user who exported has it
+    voice = copy_voice(trained_run["voice"], tmp_path_factory.mktemp("synth_ckpt") / "joe")
+    export = copy_voice(trained_run["export"], voice / "exports" / "joe-step20")
+    return {"voice": voice, "run": voice / "runs" / "r1", "export": export}
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +103,13 @@ def test_compare_folder_has_every_voice_and_an_index(trained: dict[str, Any],
                                                      tmp_path: Path) -> None:
     out = tmp_path / "ab"
     sentences = ["The river curved gently.", "Could you move the blue chair?"]
-    result = compare(trained["voice"], out, sentences,
-                     options=SpeakOptions(max_frames=12, seed=4), device="cpu")
+    events: list[Event] = []
+    result = compare(CompareRequest(trained["voice"], out, sentences,
+                                    options=SpeakOptions(max_frames=12, seed=4), device="cpu"),
+                     on_event=events.append)
+    # one model load: each checkpoint swaps its tensors into the zero-shot clone's base
+    assert sum(e.kind == "state" and e.data.get("state") == "loading_model"
+               for e in events) == 1
     index = json.loads((out / "index.json").read_text())
     assert [e["label"] for e in index["entries"]] == ["zero-shot", "step 10", "step 20"]
     assert index["seed"] == 4 and index["sentences"] == sentences
@@ -162,7 +137,7 @@ def test_checkpoint_errors_are_clear(trained: dict[str, Any], tmp_path: Path) ->
     with pytest.raises(WorkspaceError, match="no trained model yet"):
         resolve_source(empty)
     with pytest.raises(WorkspaceError, match="not a training run"):
-        compare(empty, tmp_path / "out", ["Hi."])
+        compare(CompareRequest(empty, tmp_path / "out", ["Hi."]))
 
 
 def test_cli_compare_picks_checkpoints_by_step(trained: dict[str, Any], tmp_path: Path,

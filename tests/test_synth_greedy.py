@@ -16,7 +16,7 @@ from engine.model.loading import load_model
 from engine.synth.decoding import DecodeSettings, FastTalker
 from engine.synth.prompt import _text_ids, build_prefill
 from engine.synth.sampling import SamplerSettings, choose, probabilities
-from tests.parity import assert_same_codes, record_choices
+from tests.helpers.parity import assert_same_codes, record_choices
 
 # numeric parity: our decoding loop against the official generate, static against eager.
 # packaging/run_tests.sh runs these again under other CPU kernel dispatches.

@@ -27,7 +27,7 @@ from engine.synth.prompt import build_prefill
 from engine.synth.sampling import FrameNoise, SamplerSettings, choose, row_keys
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
-from tests.parity import record_choices
+from tests.helpers.parity import record_choices
 
 CPU = torch.device("cpu")
 M32 = 0xFFFFFFFF

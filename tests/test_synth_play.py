@@ -12,7 +12,6 @@ import pytest
 
 from engine.synth.jitter import PrebufferPolicy
 from engine.synth.stream import Player
-from tests.test_gui_support import pulse  # noqa: F401 (fixture: the null sink)
 
 BLOCK_S = 0.08  # one codec frame of audio per write, as the streaming decoder gives
 
@@ -38,7 +37,7 @@ def _play(total_s: float, rate: float, **kwargs: float) -> Player:
     return player
 
 
-def test_slow_generation_plays_without_a_gap_after_the_prebuffer(pulse: str) -> None:  # noqa: F811
+def test_slow_generation_plays_without_a_gap_after_the_prebuffer(pulse: str) -> None:
     total = 2.0
     # a generous maximum delay: the measured speed, not the cap, decides the start
     player = _play(total, rate=0.4, max_delay_s=30.0)

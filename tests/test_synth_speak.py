@@ -264,7 +264,7 @@ def test_serve_speech_process_answers_json_lines(tiny_model_dir: Path, reference
 
 def test_reference_transcript_comes_from_the_voice_or_is_given(
         prepared_voice: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
-    from engine.data.codes import read_manifest
+    from engine.layout.manifest import read_manifest
     from engine.synth.voice import reference_transcript
 
     entry = read_manifest(prepared_voice)[0]

@@ -16,6 +16,7 @@ import soundfile as sf
 import torch
 
 from engine.config.speak import SpeakOptions
+from engine.core.errors import SynthesisError
 from engine.core.events import Event
 from engine.model.codec_sizes import REAL_DECODER_CONFIG, build_decoder
 from engine.synth.stream import StreamDecoder
@@ -154,6 +155,20 @@ def test_speech_reaches_the_sink_before_its_first_chunk_is_finished(synth: Synth
     frames = sum(c["frames"] for c in speech.chunks)
     pauses = sum(round(0.3 * 24000) for _ in speech.chunks[:-1])
     assert heard == frames * 1920 + pauses
+
+
+def test_out_of_memory_is_one_sentence_streamed_or_not(synth: Synthesizer,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    def exhausted(*_args: Any, **_kwargs: Any) -> Any:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+
+    # the decoder's step is where the device runs out; what speaks it is under test
+    monkeypatch.setattr(synth.fast, "generate", exhausted)
+    for speak in (lambda: synth.speak(TEXT, SpeakOptions(seed=1)),
+                  lambda: synth.speak_stream(TEXT, _Sink([]), SpeakOptions(seed=1))):
+        with pytest.raises(SynthesisError, match="ran out of memory") as caught:
+            speak()
+        assert "batch size" in (caught.value.hint or "")
 
 
 def test_stream_to_a_growing_file_then_the_finished_render(synth: Synthesizer,

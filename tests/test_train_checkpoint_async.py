@@ -41,7 +41,8 @@ def _model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 
 
 def test_background_save_completes_only_when_written(tmp_path: Path, group: None) -> None:
-    from engine.train.checkpoint import COMPLETE, Checkpointer, list_checkpoints
+    from engine.layout.checkpoints import COMPLETE, list_checkpoints
+    from engine.train.checkpoint import Checkpointer
 
     model, opt = _model()
     saved = {k: v.clone() for k, v in model.state_dict().items()}

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.test_train_host_syncs import SyncCounter
+from tests.helpers.host_syncs import SyncCounter
 
 
 def test_unscale_checks_every_gradient_with_one_read_back() -> None:
@@ -32,7 +32,7 @@ def test_unscale_checks_every_gradient_with_one_read_back() -> None:
 
 def fp16_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
     """A tiny fp16 model whose loss overflows on the steps listed in the loop config."""
-    from engine.train.worker import TrainParts
+    from engine.train.builder import TrainParts
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
@@ -55,7 +55,7 @@ def fp16_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -
 
 def _run(tmp_path: Path, steps: int, overflow: list[int]) -> tuple[Any, Any]:
     from engine.config.train import TrainConfig
-    from engine.train.worker import ListSender, WorkerEnv, run_worker
+    from engine.train.trainer import ListSender, WorkerEnv, run_worker
 
     cfg = TrainConfig().replace(optim={"warmup_steps": 10, "lr": 1e-3},
                                 run={"val_every": 0, "checkpoint_every": 1 << 30})
@@ -78,7 +78,7 @@ def test_a_skipped_step_does_not_advance_the_schedule(tmp_path: Path) -> None:
 
 def test_a_run_that_always_overflows_ends_with_one_sentence(tmp_path: Path) -> None:
     from engine.train.failures import FatalTrainingError
-    from engine.train.worker import MAX_SKIPPED_STEPS
+    from engine.train.trainer import MAX_SKIPPED_STEPS
 
     sender, go = _run(tmp_path, 100, overflow=list(range(1, 101)))
     with pytest.raises(FatalTrainingError) as err:

@@ -13,48 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-SYNCING = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select",
-           "aten::item", "aten::is_nonzero"}
-
-
-class SyncCounter(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.hits: list[str] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = func._schema.name
-        if name in SYNCING:
-            self.hits.append(name)
-        elif name in ("aten::index", "aten::index_put", "aten::index_put_"):
-            # a boolean index is turned into positions inside the kernel: a size read back
-            indices = args[1] if len(args) > 1 else []
-            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
-                self.hits.append(name + "(bool)")
-        return func(*args, **(kwargs or {}))
-
-
-def _batch(model_dir: Path) -> dict[str, Any]:
-    import json
-
-    from engine.data.layout import LayoutIds, build_sequence, collate
-    from engine.train.loss import normalisers
-
-    cfg = json.loads((model_dir / "config.json").read_text())
-    ids = LayoutIds.from_config(cfg)
-    rng = np.random.default_rng(0)
-    seqs = [build_sequence(ids, [1, 2, 3], rng.integers(10, 500, n).tolist(),
-                           rng.integers(0, 2048, (f, 16))) for n, f in ((9, 30), (5, 22))]
-    batch = collate(seqs, ids)
-    hidden = int(cfg["talker_config"]["hidden_size"])
-    batch["x_vector"] = rng.standard_normal((2, hidden)).astype("float32")
-    batch["talker_norm"], batch["subtalker_norm"] = normalisers(54, 52 * 15, 1)
-    return batch
+from tests.helpers.batches import two_clip_batch
+from tests.helpers.host_syncs import SyncCounter
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +29,7 @@ def objective(tiny_model_dir: Path) -> Any:
 
 
 def _micro_step(objective: Any, batch: dict[str, Any]) -> tuple[SyncCounter, Any]:
-    from engine.train.worker import add_sums
+    from engine.train.trainer import add_sums
 
     objective.zero_grad(set_to_none=True)
     with SyncCounter() as counter:
@@ -80,7 +43,7 @@ def test_a_micro_step_reads_nothing_back(objective: Any, tiny_model_dir: Path) -
     from engine.train.objective import batch_to_device
 
     # prepared as the prefetch thread does: on the device, gather rows built on the host
-    batch = batch_to_device(_batch(tiny_model_dir), "cpu", pin=True)
+    batch = batch_to_device(two_clip_batch(tiny_model_dir), "cpu", pin=True)
     counter, sums = _micro_step(objective, batch)
     assert counter.hits == [], counter.hits
     # the counts came along with the rows: the masks' own, read here after the step
@@ -93,7 +56,7 @@ def test_the_counter_sees_the_mask_fallback(objective: Any, tiny_model_dir: Path
     zero above is the absence of syncs, not a blind counter. Same loss, same gradients."""
     from engine.train.objective import batch_to_device
 
-    prepared = batch_to_device(_batch(tiny_model_dir), "cpu")
+    prepared = batch_to_device(two_clip_batch(tiny_model_dir), "cpu")
     _, sums_rows = _micro_step(objective, prepared)
     grads_rows = [p.grad.clone() for p in objective.parameters() if p.grad is not None]
     masks_only = {k: v for k, v in prepared.items()

@@ -28,9 +28,11 @@ import psutil
 import pytest
 
 from engine.core.events import Event
-from tests.fixtures_audio import copy_voice
+from tests.helpers.processes import session_processes
+from tests.helpers.voices import copy_voice
 
-pytestmark = pytest.mark.slow
+# these runs start their own clusters: kill -9 recovery and "nothing left running" are theirs
+pytestmark = [pytest.mark.slow, pytest.mark.own_cluster]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -165,17 +167,6 @@ def _read_events(proc: subprocess.Popen[str], until: Any, timeout: float) -> lis
     return events
 
 
-def _session_processes(sid: int) -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return found
-
-
 def test_cli_json_streams_metrics_sigterm_saves_and_resume(prepared_voice: Path,
                                                            tiny_model_dir: Path,
                                                            tmp_path: Path) -> None:
@@ -211,7 +202,7 @@ def test_cli_json_streams_metrics_sigterm_saves_and_resume(prepared_voice: Path,
     run_dir = voice / "runs" / "cli"
     assert (run_dir / f"checkpoint_step_{stop_step:07d}" / "COMPLETE").exists()
     time.sleep(1.0)
-    assert _session_processes(proc.pid) == [], "processes of the cancelled run are left"
+    assert session_processes(proc.pid) == [], "processes of the cancelled run are left"
 
     # --resume continues from the saved step to the new end
     out = subprocess.run([*cmd[:8], "--workers", "2", "--steps", str(stop_step + 2), "--resume",
@@ -240,7 +231,7 @@ def test_out_of_memory_in_a_ray_worker_ends_the_run_without_retries(tmp_path: Pa
     try:
         spec = LaunchSpec(config=cfg.to_dict(), run_dir=tmp_path / "runs" / "oom", total_steps=5,
                           workers=2, use_gpu=False, max_failures=2,
-                          builder="tests.test_gpu_paths:oom_builder",
+                          builder="tests.helpers.builders:oom_builder",
                           extra={"oom_rank": 1, "oom_advice": ["Use 2 GPUs (--workers 2)."]})
         launch = Launch(spec, Emitter(lambda ev: states.append(str(ev.data.get("state")))))
         with pytest.raises(TrainingError) as err:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine.core.errors import InputError
-from tests.test_train_units import _voice_with_clips
+from tests.helpers.voices import voice_with_clips
 
 
 @pytest.mark.parametrize("options,message", [
@@ -32,7 +32,7 @@ def test_a_bad_request_fails_in_one_sentence_before_anything(options: dict, mess
 def test_the_run_goes_through_its_stages(tmp_path: Path, tiny_model_dir: Path) -> None:
     from engine.train.driver import TrainRequest, TrainRun, train
 
-    voice = _voice_with_clips(tmp_path, 12, 4.0)
+    voice = voice_with_clips(tmp_path, 12, 4.0)
     request = TrainRequest(voice, str(tiny_model_dir), workers=2, steps=5, use_gpu=False,
                            dry_run=True)
     run = TrainRun(request)

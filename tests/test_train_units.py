@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from engine.core.errors import InputError, ModelError
+from tests.helpers.voices import voice_with_clips
 
 
 def _free_port() -> int:
@@ -25,7 +26,7 @@ def _free_port() -> int:
 
 
 def test_lr_schedule_warmup_then_cosine_to_floor() -> None:
-    from engine.train.worker import lr_lambda
+    from engine.train.trainer import lr_lambda
 
     f = lr_lambda(warmup=4, total=20, schedule="cosine", min_ratio=0.1)
     assert [round(f(s), 3) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
@@ -48,7 +49,7 @@ def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -
     from engine.train.metrics import model_state_bytes
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.parallelize import make_mesh, parallelize
-    from engine.train.worker import lr_lambda
+    from engine.train.trainer import lr_lambda
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -175,23 +176,11 @@ def test_plan_advises_when_it_does_not_fit(tiny_model_dir: Path) -> None:
 
 # -- fail fast, before any cluster starts ---------------------------------------------------
 
-def _voice_with_clips(tmp: Path, n: int, seconds: float) -> Path:
-    from engine.layout.voice import create_voice
-
-    v = create_voice(tmp / "v", "Tester")
-    prep = v.prepared_dir
-    prep.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"id": f"c{i}", "path": f"prepared/clips/c{i}.wav", "text": "hello there",
-                         "duration_s": seconds, "sample_rate": 24000, "usable": True,
-                         "issues": [], "source_take": f"t{i}"}) for i in range(n)]
-    (prep / "manifest.jsonl").write_text("\n".join(lines) + "\n")
-    return v.path
-
 
 def test_too_little_data_fails_in_one_sentence(tmp_path: Path, tiny_model_dir: Path) -> None:
     from engine.train.driver import train
 
-    voice = _voice_with_clips(tmp_path, 2, 3.0)
+    voice = voice_with_clips(tmp_path, 2, 3.0)
     with pytest.raises(InputError) as err:
         train(voice, str(tiny_model_dir), workers=2, dry_run=True)
     assert "training needs at least" in err.value.message
@@ -201,7 +190,7 @@ def test_too_little_data_fails_in_one_sentence(tmp_path: Path, tiny_model_dir: P
 def test_more_workers_than_gpus_fails(tmp_path: Path, tiny_model_dir: Path) -> None:
     from engine.train.driver import detect_gpus, train
 
-    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    voice = voice_with_clips(tmp_path, 8, 4.0)
     gpus = detect_gpus(None)
     with pytest.raises(InputError) as err:
         train(voice, str(tiny_model_dir), workers=gpus + 1, use_gpu=True, dry_run=True)
@@ -212,7 +201,7 @@ def test_more_workers_than_gpus_fails(tmp_path: Path, tiny_model_dir: Path) -> N
 def test_base_must_be_qwen3_tts_base(tmp_path: Path, tiny_model_dir: Path) -> None:
     from engine.train.driver import train
 
-    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    voice = voice_with_clips(tmp_path, 8, 4.0)
     other = tmp_path / "bert"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"model_type": "bert"}))
@@ -224,7 +213,7 @@ def test_base_must_be_qwen3_tts_base(tmp_path: Path, tiny_model_dir: Path) -> No
 def test_dry_run_plans_with_presets(tmp_path: Path, tiny_model_dir: Path) -> None:
     from engine.train.driver import train
 
-    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    voice = voice_with_clips(tmp_path, 8, 4.0)
     out = train(voice, str(tiny_model_dir), workers=2, dry_run=True)
     cfg = out["config"]
     assert cfg["parallel"]["workers"] == 2
@@ -239,7 +228,7 @@ def test_not_enough_memory_fails_fast(tmp_path: Path, tiny_model_dir: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.train import driver, plan
 
-    voice = _voice_with_clips(tmp_path, 8, 4.0)
+    voice = voice_with_clips(tmp_path, 8, 4.0)
     monkeypatch.setattr(plan, "host_available_memory", lambda: 64 << 20)
     with pytest.raises(InputError) as err:
         driver.train(voice, str(tiny_model_dir), workers=2)
@@ -305,7 +294,7 @@ def test_batch_larger_than_the_data_fails_before_any_cluster(tmp_path: Path,
                                                              tiny_model_dir: Path) -> None:
     from engine.train.driver import train
 
-    voice = _voice_with_clips(tmp_path, 10, 4.0)  # 8 train + 2 validation clips
+    voice = voice_with_clips(tmp_path, 10, 4.0)  # 8 train + 2 validation clips
     with pytest.raises(InputError) as err:
         train(voice, str(tiny_model_dir), workers=2, batch_size=9, dry_run=True)
     assert err.value.message == ("Only 8 training clips, fewer than one optimizer step "

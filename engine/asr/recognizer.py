@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine.core.errors import AudioError, InputError, ModelError
+from engine.text import tidy_text
 
 SAMPLE_RATE = 16000
 ENV_VAR = "VOXSHARD_ASR"
@@ -124,7 +125,7 @@ def _timed(backend: str, audio: np.ndarray, fn: Any) -> Transcript:
     out.compute_s = time.perf_counter() - started
     out.duration_s = len(audio) / SAMPLE_RATE
     out.backend = backend
-    out.text = re.sub(r"\s+", " ", out.text).strip()
+    out.text = tidy_text(out.text)
     return out
 
 

@@ -6,12 +6,12 @@ BLOCKING make the clip unusable for training; the others are advice.
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
 from engine.audio.conditions import REVERB_BLOCK_S, REVERB_WARN_S
+from engine.config import PrepareConfig
+from engine.text import comparison_key
 
 #: clip issue codes that make a clip unusable
 BLOCKING = frozenset({
@@ -62,9 +62,9 @@ class ClipFacts:
     music_bed: bool = False  # music (tonal background) under the speech
 
 
-def check_clip(f: ClipFacts, settings: dict[str, Any]) -> list[dict[str, str]]:
+def check_clip(f: ClipFacts, cfg: PrepareConfig) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
-    lo, hi = float(settings["min_clip_s"]), float(settings["max_clip_s"])
+    lo, hi = cfg.min_clip_s, cfg.max_clip_s
     if f.duration_s < lo:
         out.append(issue("too_short", f"{f.duration_s:.2f} s is shorter than {lo:g} s."))
     elif f.duration_s > hi:
@@ -82,7 +82,7 @@ def check_clip(f: ClipFacts, settings: dict[str, Any]) -> list[dict[str, str]]:
         out.append(issue("clipping", f"{frac:.2%} of the samples are clipped."))
     elif f.clipped_samples >= CLIP_SAMPLES_WARN:
         out.append(issue("minor_clipping", f"{f.clipped_samples} samples touch full scale."))
-    min_snr = float(settings["min_snr_db"])
+    min_snr = cfg.min_snr_db
     if f.snr_db < min_snr:
         out.append(issue("low_snr", f"Speech is only {f.snr_db:.0f} dB above the background "
                                     f"(needs {min_snr:g} dB)."))
@@ -104,18 +104,11 @@ def check_clip(f: ClipFacts, settings: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def text_key(text: str) -> str:
-    """What counts as the same sentence: case, accents and punctuation aside."""
-    folded = unicodedata.normalize("NFKD", text.lower())
-    folded = "".join(c for c in folded if not unicodedata.combining(c))
-    return re.sub(r"[\W_]+", " ", folded).strip()
-
-
 def mark_duplicates(entries: list[dict[str, Any]]) -> None:
     """Note every clip whose text was already read in an earlier clip (in place)."""
     first: dict[str, str] = {}
     for e in entries:
-        key = text_key(e.get("text", ""))
+        key = comparison_key(e.get("text", ""))
         if not key:
             continue
         if key in first:

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.config import VAD_CHOICES
+
 FRAME_S = 0.01
 FLOOR_DB = -100.0
 #: gaps shorter than this inside speech are stops and breaths, not pauses
@@ -90,7 +92,7 @@ def speech_regions(audio: np.ndarray, sample_rate: int,
 #: Silero runs at 16 kHz; its speech probability is thresholded here (the package default)
 SILERO_RATE = 16000
 SILERO_THRESHOLD = 0.5
-VAD_METHODS = ("silero", "energy")
+VAD_METHODS = VAD_CHOICES  # the config owns the names; audio owns the detectors
 
 _silero_model: Any = None
 _silero_lock = threading.Lock()

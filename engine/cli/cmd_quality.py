@@ -14,6 +14,7 @@ hub id such as Systran/faster-whisper-small, or a model folder.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,19 +63,18 @@ def _read_sentences(args: argparse.Namespace) -> list[str] | None:
 
 def _evaluate(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     from engine.config.speak import SpeakOptions
-    from engine.quality.evaluate import evaluate
+    from engine.quality.evaluate import EvaluateRequest, evaluate, watch
 
     options = SpeakOptions(max_frames=args.max_frames, batch_size=args.batch_size)
-    common = {"sentences": _read_sentences(args), "seed": args.seed, "asr": args.asr,
-              "options": options, "device": args.device, "base": args.base,
-              "out_dir": args.out_dir, "on_event": em}
+    request = EvaluateRequest(args.voice, args.run, args.checkpoints,
+                              sentences=_read_sentences(args), seed=args.seed, asr=args.asr,
+                              options=options, device=args.device, base=args.base,
+                              out_dir=args.out_dir)
     if args.watch:
-        from engine.quality.evaluate import watch
-
-        return watch(args.voice, args.run, interval_s=args.interval, idle_s=args.idle,
-                     patience=args.patience, **common)
-    return evaluate(args.voice, args.run, args.checkpoints, zero_shot=not args.no_zero_shot,
-                    export=args.export or not args.no_export, force=args.force, **common)
+        return watch(request, interval_s=args.interval, idle_s=args.idle,
+                     patience=args.patience, on_event=em)
+    return evaluate(replace(request, zero_shot=not args.no_zero_shot,
+                            export=args.export or not args.no_export, force=args.force), em)
 
 
 def _import_with_transcribe(original: Any) -> Any:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli.main import add_command
+from engine.cli.settings import add_field
 from engine.config.speak import FORMATS, QUANT_MODES
 from engine.core.errors import InputError
 from engine.core.events import Emitter
@@ -37,14 +38,12 @@ def _read_text(args: argparse.Namespace) -> str:
 def _options(args: argparse.Namespace) -> Any:
     from engine.config.speak import SpeakOptions
 
-    values = {
-        "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
-        "repetition_penalty": args.repetition_penalty, "seed": args.seed,
-        "language": args.language, "chunk_chars": args.chunk_chars,
-        "max_frames": args.max_frames, "batch_size": args.batch_size,
-        "loudness_lufs": None if args.no_loudness else args.loudness,
-        "instruct": getattr(args, "instruct", None),
-    }
+    # a control not given stays the option's own default (SpeakOptions holds them)
+    values = {name: getattr(args, name) for name in _CONTROLS if getattr(args, name) is not None}
+    if args.no_loudness:
+        values["loudness_lufs"] = None
+    if getattr(args, "instruct", None) is not None:
+        values["instruct"] = args.instruct
     if args.greedy:
         values["do_sample"] = False
         values["subtalker_do_sample"] = False
@@ -137,7 +136,7 @@ def _speak_to_stream(synth: Any, text: str, options: Any, emitter: Emitter, play
 
 
 def _compare(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from engine.synth.compare import compare
+    from engine.quality.compare import CompareRequest, compare
 
     sentences = list(args.sentences or [])
     if args.sentences_file:
@@ -147,11 +146,12 @@ def _compare(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
         sentences += [line for line in path.read_text(encoding="utf-8").splitlines()
                       if line.strip()]
     options = _options(args)
-    return compare(args.target, args.out_dir, sentences or None, args.checkpoints or None,
-                   options=options, zero_shot=not args.no_zero_shot,
-                   reference=args.reference, base=args.base, device=args.device,
-                   dtype=args.dtype, on_event=emitter, quantize=args.quantize,
-                   fuse=args.fuse)
+    request = CompareRequest(args.target, args.out_dir, sentences or None,
+                             args.checkpoints or None, options=options,
+                             zero_shot=not args.no_zero_shot, reference=args.reference,
+                             base=args.base, device=args.device, dtype=args.dtype,
+                             quantize=args.quantize, fuse=args.fuse)
+    return compare(request, emitter)
 
 
 def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
@@ -171,25 +171,22 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     return {"served": served, "summary": f"Served {served} request(s)."}
 
 
+#: speech controls that are plain SpeakOptions fields: flag, type and help from the field
+_CONTROLS = ("seed", "temperature", "top_k", "top_p", "repetition_penalty", "language",
+             "chunk_chars", "max_frames", "batch_size", "loudness_lufs")
+
+
 def _add_controls(p: argparse.ArgumentParser) -> None:
+    from engine.config.speak import SpeakOptions
+
     g = p.add_argument_group("speech controls (default: the model's own settings)")
-    g.add_argument("--seed", type=int, help="base seed (chunk i uses seed+i); default random")
-    g.add_argument("--temperature", type=float, help="randomness, e.g. 0.9; lower is steadier")
-    g.add_argument("--top-k", type=int, help="sample among the k most likely codes (0: all)")
-    g.add_argument("--top-p", type=float, help="nucleus sampling threshold (1: off)")
-    g.add_argument("--repetition-penalty", type=float, help="> 1 discourages droning (1.05)")
+    for name in _CONTROLS:
+        if name == "loudness_lufs":
+            add_field(g, SpeakOptions, name, flag="--loudness", metavar="LUFS")
+        else:
+            add_field(g, SpeakOptions, name)
     g.add_argument("--greedy", action="store_true",
                    help="no sampling: always the most likely code (deterministic)")
-    g.add_argument("--language", default="auto",
-                   help="language when the model supports it (default auto)")
-    g.add_argument("--chunk-chars", type=int, default=220,
-                   help="characters per chunk of long text (default 220)")
-    g.add_argument("--max-frames", type=int,
-                   help="cap on frames per chunk (12.5 per second); default from text length")
-    g.add_argument("--batch-size", type=int, default=8,
-                   help="chunks generated together (default 8)")
-    g.add_argument("--loudness", type=float, default=-20.0,
-                   help="output loudness in LUFS (default -20)")
     g.add_argument("--no-loudness", action="store_true", help="leave the level as generated")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: GPU if present)")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),

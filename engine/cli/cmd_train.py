@@ -18,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli.main import add_command
-from engine.config.train import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
+from engine.cli.settings import add_field
+from engine.config.data import DataConfig
+from engine.config.train import (
+    KEEP_GATHERED_CHOICES,
+    PRECISION_CHOICES,
+    TRAINABLE_CHOICES,
+    ModelConfig,
+    OptimConfig,
+    ParallelConfig,
+    RunConfig,
+)
 from engine.core.events import Emitter
 
 
@@ -41,34 +51,31 @@ def _add_shape_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("voice", help="voice folder (prepared)")
     p.add_argument("--base", required=True,
                    help="base model: a folder or a hub id such as Qwen/Qwen3-TTS-12Hz-1.7B-Base")
-    p.add_argument("--workers", type=_positive_int, default=None,
-                   help="Ray Train workers: one per GPU (default: every GPU), or CPU workers")
+    # Settings that are config fields take their type and help from the field
+    # (engine/config); None means "not given": the driver picks by data volume
+    # and GPUs, or keeps what a resumed run used.
+    add_field(p, ParallelConfig, "workers", type=_positive_int, show_default=False,
+              help="Ray Train workers: one per GPU (default: every GPU), or CPU workers")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even if GPUs exist")
-    p.add_argument("--batch-size", type=_positive_int, default=None,
-                   help="clips per micro-step over all workers (default: by data volume)")
-    p.add_argument("--grad-accum", type=_positive_int, default=None,
-                   help="micro-steps per optimizer step")
-    p.add_argument("--activation-checkpointing", action="store_true", default=None,
-                   help="recompute layer activations in backward (less memory, slower)")
-    p.add_argument("--cpu-offload", action="store_true", default=None,
-                   help="keep sharded weights and optimizer state in host memory (GPU only)")
-    p.add_argument("--keep-gathered", choices=KEEP_GATHERED_CHOICES, default=None,
-                   help="with --grad-accum: keep parameters gathered between micro-steps "
-                        "(auto, the default: when the memory plan says it fits)")
-    p.add_argument("--compile", action="store_true", default=None, dest="compile_layers",
-                   help="torch.compile the decoder layers (GPU runs; ignored on CPU)")
-    p.add_argument("--precision", choices=PRECISION_CHOICES, default=None,
-                   help="auto (default): bf16 on GPUs of compute capability 8.0+, fp16 with "
-                        "loss scaling on older GPUs, fp32 on CPU")
-    p.add_argument("--trainable", choices=TRAINABLE_CHOICES, default=None,
-                   help="what trains: talker (default: talker and code predictor), "
-                        "talker+text (plus the text embedding), code_predictor, talker_layers, "
-                        "lora (adapters on the talker's attention and MLP; fits one 16-24 GB "
-                        "GPU for 1.7B); `plan` shows the memory of each")
-    p.add_argument("--lora-rank", type=_positive_int, default=None,
-                   help="LoRA adapter rank (default 16)")
-    p.add_argument("--lora-alpha", type=_positive_float, default=None,
-                   help="LoRA scale numerator: updates are scaled by alpha / rank (default 32)")
+    add_field(p, DataConfig, "batch_size", type=_positive_int, show_default=False,
+              help="clips per micro-step over all workers (default: by data volume)")
+    add_field(p, DataConfig, "grad_accum", type=_positive_int)
+    for name in ("activation_checkpointing", "cpu_offload"):
+        add_field(p, ParallelConfig, name)
+    add_field(p, ParallelConfig, "keep_gathered", choices=KEEP_GATHERED_CHOICES,
+              help="with --grad-accum: keep parameters gathered between micro-steps "
+                   "(auto: when the memory plan says it fits)")
+    add_field(p, ParallelConfig, "compile_layers", flag="--compile")
+    add_field(p, ParallelConfig, "precision", choices=PRECISION_CHOICES,
+              help="auto: bf16 on GPUs of compute capability 8.0+, fp16 with loss scaling "
+                   "on older GPUs, fp32 on CPU")
+    add_field(p, ModelConfig, "trainable", choices=TRAINABLE_CHOICES,
+              help="what trains: talker (the talker and code predictor), "
+                   "talker+text (plus the text embedding), code_predictor, talker_layers, "
+                   "lora (adapters on the talker's attention and MLP; fits one 16-24 GB "
+                   "GPU for 1.7B); `plan` shows the memory of each")
+    add_field(p, ModelConfig, "lora_rank", type=_positive_int)
+    add_field(p, ModelConfig, "lora_alpha", type=_positive_float)
     p.add_argument("--address", default=None,
                    help="an existing Ray cluster (host:port); default: a private local one")
 
@@ -136,16 +143,14 @@ def register(sub: Any) -> None:
                     "Fine-tune a Qwen3-TTS Base model on a prepared voice (FSDP on Ray).")
     _add_shape_options(p)
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=_positive_int, default=None, help="optimizer steps")
-    length.add_argument("--epochs", type=_positive_float, default=None,
-                        help="passes over the training clips (default: by data volume)")
-    p.add_argument("--lr", type=_positive_float, default=None,
-                   help="peak learning rate (default: 2e-6 for 1.7B, 4e-6 for 0.6B)")
-    p.add_argument("--checkpoint-every", type=_positive_int, default=None,
-                   help="optimizer steps between checkpoints")
-    p.add_argument("--val-every", type=int, default=None,
-                   help="optimizer steps between validation losses (0: never)")
-    p.add_argument("--keep", type=int, default=None, help="checkpoints to keep (>= 2)")
+    add_field(length, RunConfig, "steps", type=_positive_int, help="optimizer steps")
+    add_field(length, RunConfig, "epochs", type=_positive_float, show_default=False,
+              help="passes over the training clips (default: by data volume)")
+    add_field(p, OptimConfig, "lr", type=_positive_float, show_default=False,
+              help="peak learning rate (default: 2e-6 for 1.7B, 4e-6 for 0.6B)")
+    add_field(p, RunConfig, "checkpoint_every", type=_positive_int)
+    add_field(p, RunConfig, "val_every")
+    add_field(p, RunConfig, "keep_checkpoints", flag="--keep", dest="keep")
     p.add_argument("--run", default=None, help="run name under VOICE/runs/ (default: a timestamp)")
     p.add_argument("--resume", action="store_true",
                    help="continue the latest run (or --run NAME) from its last checkpoint")

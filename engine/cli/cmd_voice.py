@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli.main import add_command
+from engine.cli.settings import add_field
+from engine.config import VAD_CHOICES, PrepareConfig
 from engine.core.errors import AudioError, InputError
 from engine.core.events import Emitter
 from engine.layout.prompts import next_prompts, prompt_progress
@@ -127,8 +129,7 @@ def _prepare(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     report = prepare(voice, on_event=em, speakers=args.speakers,
                      speaker_reference=args.speaker_reference, denoise=args.denoise,
                      vad=args.vad, speaker_encoder=args.speaker_encoder, base_model=args.base)
-    return {"report": str(voice.prepared_dir / "report.json"),
-            "manifest": str(voice.prepared_dir / "manifest.jsonl"),
+    return {"report": str(voice.prepared.report), "manifest": str(voice.prepared.manifest),
             "totals": report["totals"], "rejects_by_reason": report["rejects_by_reason"],
             "unusable_by_reason": report["unusable_by_reason"], "run": report["run"],
             "summary": format_report(report).rstrip()}
@@ -181,10 +182,9 @@ def register(sub: Any) -> None:
                         "runs); without one, the recorded takes or the dominant speaker")
     p.add_argument("--speakers", choices=("auto", "off"), default="auto",
                    help="auto: leave out other speakers and overlapped voices (default)")
-    p.add_argument("--denoise", action="store_true",
-                   help="denoise noisy slices where that helps (SNR and similarity)")
-    p.add_argument("--vad", choices=("silero", "energy"), default=None,
-                   help="voice activity detector: silero (default) or the energy fallback")
+    # both default to the voice's [prepare] settings (PrepareConfig)
+    add_field(p, PrepareConfig, "denoise")
+    add_field(p, PrepareConfig, "vad", choices=VAD_CHOICES)
     p.add_argument("--speaker-encoder", choices=("resemblyzer", "model"),
                    default="resemblyzer",
                    help="embedding that tells speakers apart: resemblyzer (default) or "

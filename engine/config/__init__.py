@@ -19,6 +19,9 @@ from typing import Any
 from engine.config.speak import SpeakOptions
 from engine.config.train import TrainConfig
 
+#: voice activity detectors `prepare` can use (engine/audio/vad.py)
+VAD_CHOICES: tuple[str, ...] = ("silero", "energy")
+
 
 @dataclass(frozen=True)
 class PrepareConfig:
@@ -38,12 +41,25 @@ class PrepareConfig:
     max_file_minutes: float = 60.0
     #: usable minutes the quality report measures a voice against
     recommended_minutes: float = 10.0
+    #: voice activity detector: "silero" (a neural model in its wheel) or the "energy" fallback
+    vad: str = "silero"
+    #: denoise noisy slices, each kept only where SNR, speaker similarity and the
+    #: recognised words do not get worse
+    denoise: bool = False
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, int | float) or not math.isfinite(value):
+            if f.name in ("vad", "denoise"):
+                continue
+            if (not isinstance(value, int | float) or isinstance(value, bool)
+                    or not math.isfinite(value)):
                 raise ValueError(f"prepare.{f.name}: must be a finite number, got {value!r}")
+        if self.vad not in VAD_CHOICES:
+            raise ValueError(f"prepare.vad: must be one of {', '.join(VAD_CHOICES)}, "
+                             f"not {self.vad!r}")
+        if not isinstance(self.denoise, bool):
+            raise ValueError(f"prepare.denoise: must be true or false, got {self.denoise!r}")
         if not -40.0 <= self.target_lufs <= -10.0:
             raise ValueError("prepare.target_lufs: must be between -40 and -10 LUFS")
         if not -12.0 <= self.peak_dbfs <= 0.0:

@@ -67,8 +67,9 @@ class ModelConfig:
     subtalker_weight: float = 0.3
     #: name the exported custom voice answers to (lower-cased on export)
     speaker_name: str = "voice"
-    #: LoRA (trainable "lora"): adapter rank, and alpha (the update is scaled by alpha / rank)
+    #: LoRA (trainable "lora"): the adapters' rank
     lora_rank: int = 16
+    #: LoRA scale numerator: the adapters' update is scaled by lora_alpha / lora_rank
     lora_alpha: float = 32.0
 
     def __post_init__(self) -> None:

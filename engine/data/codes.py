@@ -1,6 +1,6 @@
 """Codec extraction: prepared clips -> (T, 16) code arrays, plus the speaker x-vector.
 
-Input: `<voice>/prepared/manifest.jsonl` (the audio area's contract; usable
+Input: `<voice>/prepared/manifest.jsonl` (read through engine.layout.manifest; usable
 clips only) and a base model folder (its `speech_tokenizer/` is the 12 Hz
 codec, its `speaker_encoder.*` tensors the x-vector network).
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,51 +31,23 @@ from typing import Any
 import numpy as np
 
 from engine.core.atomic import atomic_path, write_json
-from engine.core.errors import AudioError, Cancelled, TrainingError, WorkspaceError
+from engine.core.errors import AudioError, Cancelled, TrainingError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.layout.manifest import CODES_INDEX, choose_reference, prepared_folder, read_manifest
 from engine.layout.voice import file_sha256
+from engine.model.files import memo_per_version
+from engine.model.speaker_encoder import (
+    load_speaker_encoder,
+    speaker_encoder_fingerprint,
+    x_vector,
+)
 
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920
-CODES_DIRNAME = "codes"
-INDEX_NAME = "index.json"
 #: bump when the way codes are computed changes, so old caches are not reused
 CODES_VERSION = 1
-#: reference clips: prefer this many seconds of speech (the encoder pools over time)
-IDEAL_REFERENCE_S = 8.0
 
-_fingerprints: dict[tuple[str, int, int], str] = {}
-
-
-# -- manifest and hashing ------------------------------------------------------------
-
-def read_manifest(voice_dir: str | Path, usable_only: bool = True) -> list[dict[str, Any]]:
-    """The prepared clips of a voice (usable ones by default), in manifest order."""
-    path = Path(voice_dir) / "prepared" / "manifest.jsonl"
-    if not path.is_file():
-        raise WorkspaceError(f"{Path(voice_dir).name} has no prepared clips.",
-                             "Run prepare first (voxshard-engine prepare VOICE).")
-    clips = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError as exc:
-            raise WorkspaceError(f"{path} line {n} is not JSON; prepare the voice again.") from exc
-        if usable_only and not entry.get("usable", False):
-            continue
-        clips.append(entry)
-    return clips
-
-
-def _memo_fingerprint(path: Path, compute: Callable[[], str]) -> str:
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _fingerprints:
-        _fingerprints[key] = compute()
-    return _fingerprints[key]
-
+# -- hashing ------------------------------------------------------------
 
 def codec_fingerprint(model_dir: str | Path) -> str:
     """sha256 over the codec's config and weights (memoised per file version)."""
@@ -92,30 +64,7 @@ def codec_fingerprint(model_dir: str | Path) -> str:
             h.update(file_sha256(w).encode())
         return h.hexdigest()
 
-    return _memo_fingerprint(weights[0], compute)
-
-
-def speaker_encoder_fingerprint(model_dir: str | Path) -> str:
-    """sha256 over the speaker encoder's tensors only (the talker may change freely)."""
-    from engine.model.files import weight_files
-
-    files = weight_files(model_dir)
-
-    def compute() -> str:
-        import torch
-        from safetensors import safe_open
-
-        h = hashlib.sha256(b"xvec-v1")
-        for f in files:
-            # framework "pt": the released weights are bf16, which numpy cannot hold
-            with safe_open(str(f), framework="pt") as fh:
-                for key in sorted(k for k in fh.keys() if k.startswith("speaker_encoder.")):
-                    t = fh.get_tensor(key).contiguous().reshape(-1)
-                    h.update(f"{key}:{t.dtype}".encode())
-                    h.update(t.view(torch.uint8).numpy().tobytes())
-        return h.hexdigest()
-
-    return _memo_fingerprint(files[0], compute)
+    return memo_per_version(weights[0], compute)
 
 
 def _key(*parts: str) -> str:
@@ -154,7 +103,7 @@ class CodesIndex:
 
     @property
     def codes_dir(self) -> Path:
-        return self.voice_dir / "prepared" / CODES_DIRNAME
+        return prepared_folder(self.voice_dir).codes_dir
 
     def codes(self, clip_id: str) -> np.ndarray:
         """(T, 16) int64 codes of a clip."""
@@ -173,89 +122,13 @@ class CodesIndex:
 
 def load_codes_index(voice_dir: str | Path) -> CodesIndex:
     voice_dir = Path(voice_dir)
-    path = voice_dir / "prepared" / CODES_DIRNAME / INDEX_NAME
+    path = prepared_folder(voice_dir).codes_index
     if not path.is_file():
         raise TrainingError(f"{voice_dir.name} has no codec codes yet.",
                             "Run code extraction (train does it first).")
     d = json.loads(path.read_text(encoding="utf-8"))
     return CodesIndex(voice_dir, d["codec"], d["speaker_encoder"], d["clips"],
                       d.get("reference_clip"), d.get("x_vector_file"))
-
-
-# -- reference clip and x-vector ----------------------------------------------------------
-
-def choose_reference(voice_dir: str | Path, clips: Sequence[dict[str, Any]],
-                     wanted: str | None = None) -> str:
-    """The clip whose x-vector becomes the speaker: `wanted`, or the best one.
-
-    Best = fewest quality warnings, then highest SNR (from report.json), then
-    duration closest to IDEAL_REFERENCE_S (the encoder pools statistics over
-    time: longer clean speech gives a steadier vector), then id for a stable tie-break.
-    """
-    ids = [c["id"] for c in clips]
-    if not ids:
-        raise TrainingError("The voice has no usable clips.",
-                            "Record or import more audio and prepare again.")
-    if wanted is not None:
-        if wanted not in ids:
-            raise TrainingError(f"Reference clip {wanted!r} is not a usable prepared clip.",
-                                "Pick one of the clips listed in the prepare report.")
-        return wanted
-    snr: dict[str, float] = {}
-    report = Path(voice_dir) / "prepared" / "report.json"
-    if report.is_file():
-        try:
-            for c in json.loads(report.read_text(encoding="utf-8")).get("clips", []):
-                if c.get("id") is not None and c.get("snr_db") is not None:
-                    snr[c["id"]] = float(c["snr_db"])
-        except (ValueError, TypeError):
-            snr = {}
-
-    def rank(c: dict[str, Any]) -> tuple[float, float, float, str]:
-        warnings = len(c.get("issues") or [])  # usable clips carry warnings only
-        return (warnings, -snr.get(c["id"], 0.0),
-                abs(float(c.get("duration_s", 0.0)) - IDEAL_REFERENCE_S), c["id"])
-
-    return min(clips, key=rank)["id"]
-
-
-def load_speaker_encoder(model_dir: str | Path, device: str = "cpu") -> Any:
-    """The base model's speaker encoder alone (not the 1.7B talker), fp32, eval."""
-    import torch
-    from safetensors import safe_open
-
-    from engine.model.files import weight_files
-    from engine.model.official import configuration, modeling
-
-    cfg = configuration().Qwen3TTSConfig.from_pretrained(str(model_dir))
-    if cfg.tts_model_type != "base":
-        raise TrainingError(f"{model_dir} is a {cfg.tts_model_type} model without a speaker "
-                            "encoder.", "Train from a Qwen3-TTS Base model.")
-    enc = modeling().Qwen3TTSSpeakerEncoder(cfg.speaker_encoder_config)
-    state = {}
-    for f in weight_files(model_dir):
-        with safe_open(str(f), framework="pt") as fh:
-            for k in fh.keys():
-                if k.startswith("speaker_encoder."):
-                    state[k[len("speaker_encoder."):]] = fh.get_tensor(k).to(torch.float32)
-    enc.load_state_dict(state, strict=True)
-    return enc.to(device).eval()
-
-
-def compute_x_vector(encoder: Any, audio: np.ndarray) -> np.ndarray:
-    """x-vector of 24 kHz audio, with the official mel front end and settings."""
-    import torch
-
-    from engine.model.official import modeling
-
-    with torch.inference_mode():
-        # Same call as Qwen3TTSForConditionalGeneration.extract_speaker_embedding.
-        mels = modeling().mel_spectrogram(
-            torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)).unsqueeze(0),
-            n_fft=1024, num_mels=128, sampling_rate=SAMPLE_RATE, hop_size=256,
-            win_size=1024, fmin=0, fmax=12000).transpose(1, 2)
-        device = next(encoder.parameters()).device
-        return encoder(mels.to(device))[0].float().cpu().numpy()
 
 
 # -- encoding ------------------------------------------------------------------------------
@@ -309,7 +182,7 @@ def _plan(voice_dir: Path, model_dir: Path) -> _Plan:
                             "Check the prepare report and record or import more audio.")
     codec = codec_fingerprint(model_dir)
     spk = speaker_encoder_fingerprint(model_dir)
-    out_dir = voice_dir / "prepared" / CODES_DIRNAME
+    out_dir = prepared_folder(voice_dir).codes_dir
     files: dict[str, tuple[str, str]] = {}
     missing = []
     for c in clips:
@@ -327,7 +200,7 @@ def _save_codes(out_dir: Path, name: str, codes: np.ndarray) -> None:
 
 
 def _finish(plan: _Plan, model_dir: Path, reference_clip: str | None, em: Emitter) -> CodesIndex:
-    out_dir = plan.voice_dir / "prepared" / CODES_DIRNAME
+    out_dir = prepared_folder(plan.voice_dir).codes_dir
     by_id = {c["id"]: c for c in plan.clips}
     index = CodesIndex(plan.voice_dir, plan.codec, plan.speaker_encoder)
     for cid, (name, sha) in plan.files.items():
@@ -339,13 +212,12 @@ def _finish(plan: _Plan, model_dir: Path, reference_clip: str | None, em: Emitte
     xname = "xvec-" + _key(plan.files[ref][1], plan.speaker_encoder) + ".npy"
     if not (out_dir / xname).is_file():
         em.state("x_vector", detail=ref)
-        vec = compute_x_vector(load_speaker_encoder(model_dir), read_clip(plan.voice_dir,
-                                                                          by_id[ref]))
+        vec = x_vector(load_speaker_encoder(model_dir), read_clip(plan.voice_dir, by_id[ref]))
         _save_codes(out_dir, xname, vec.astype(np.float32))
     index.reference_clip, index.x_vector_file = ref, xname
-    write_json(out_dir / INDEX_NAME, index.to_dict())
+    write_json(out_dir / CODES_INDEX, index.to_dict())
     _remove_stale(out_dir, {n for n, _ in plan.files.values()} | {xname})
-    em.artifact(str(out_dir / INDEX_NAME), "codes_index")
+    em.artifact(str(out_dir / CODES_INDEX), "codes_index")
     return index
 
 
@@ -363,7 +235,7 @@ def _start(voice_dir: Path, model_dir: Path,
     by_id = {c["id"]: c for c in plan.clips}
     total = len(plan.missing)
     em.progress("codes", 0, total, cached=len(plan.clips) - total)
-    return plan, voice_dir / "prepared" / CODES_DIRNAME, by_id, total
+    return plan, prepared_folder(voice_dir).codes_dir, by_id, total
 
 
 def extract_codes(voice_dir: str | Path, model_dir: str | Path, *, device: str = "cpu",

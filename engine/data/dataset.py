@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.config.data import DataConfig
 from engine.core.errors import TrainingError
 from engine.data.codes import CodesIndex, load_codes_index
 from engine.data.layout import (
@@ -43,6 +44,7 @@ from engine.data.layout import (
     sequence_length,
     tokenize,
 )
+from engine.text import training_text
 
 
 @dataclass(frozen=True)
@@ -76,23 +78,6 @@ def load_text_tokenizer(model_dir: str | Path) -> Any:
     import_qwen_tts()
     proc = importlib.import_module("qwen_tts.core.models.processing_qwen3_tts")
     return proc.Qwen3TTSProcessor.from_pretrained(str(model_dir), fix_mistral_regex=True).tokenizer
-
-
-def training_text(text: str) -> str:
-    """A transcript as synthesis will feed text of the same kind to the model.
-
-    Speaking runs every input through `engine.text.clean_text` (curly
-    quotes to straight ones, dashes, invisible characters dropped...); training
-    on the same normal form means the model never sees at inference a token
-    sequence that training wrote differently. Text it refuses stays as it was.
-    """
-    from engine.core.errors import InputError
-    from engine.text import clean_text
-
-    try:
-        return clean_text(text).replace("\n", " ")
-    except InputError:
-        return text
 
 
 def split_ids(ids: Sequence[str], val_fraction: float, val_min: int, seed: int
@@ -181,30 +166,24 @@ class VoiceData:
     """The laid-out clips of one voice for one base model, with train/val split."""
 
     def __init__(self, index: CodesIndex, ids: LayoutIds, clips: list[Clip],
-                 batch_size: int = 8, grad_accum: int = 1, bucket_batches: int = 16,
-                 val_fraction: float = 0.05, val_min: int = 2, seed: int = 0,
-                 skipped: list[str] | None = None) -> None:
+                 cfg: DataConfig | None = None, skipped: list[str] | None = None) -> None:
+        cfg = cfg or DataConfig()
         self.index = index
         self.ids = ids
-        self.batch_size, self.grad_accum = batch_size, grad_accum
-        self.bucket_batches, self.seed = bucket_batches, seed
+        self.batch_size, self.grad_accum = cfg.batch_size, cfg.grad_accum
+        self.bucket_batches, self.seed = cfg.bucket_batches, cfg.seed
         self.skipped = skipped or []
         by_id = {c.id: c for c in clips}
-        train_ids, val_ids = split_ids(list(by_id), val_fraction, val_min, seed)
+        train_ids, val_ids = split_ids(list(by_id), cfg.val_fraction, cfg.val_min, cfg.seed)
         self.train = [by_id[i] for i in train_ids]
         self.val = [by_id[i] for i in val_ids]
         self.x_vector = index.x_vector()
         self._codes: dict[str, np.ndarray] = {}
 
     @classmethod
-    def open(cls, voice_dir: str | Path, model_dir: str | Path, cfg: Any = None,
+    def open(cls, voice_dir: str | Path, model_dir: str | Path, cfg: DataConfig | None = None,
              tokenizer: Any = None) -> VoiceData:
-        """From extracted codes (`engine.data.codes`) and the model's tokenizer.
-
-        `cfg` is a `DataConfig` (defaults if None).
-        """
-        from engine.config.data import DataConfig
-
+        """From extracted codes (`engine.data.codes`) and the model's tokenizer."""
         cfg = cfg or DataConfig()
         index = load_codes_index(voice_dir)
         config = json.loads((Path(model_dir) / "config.json").read_text())
@@ -221,8 +200,7 @@ class VoiceData:
         if not clips:
             raise TrainingError("No clip fits in the maximum sequence length.",
                                 "Raise data.max_seq_len or prepare shorter clips.")
-        return cls(index, ids, clips, cfg.batch_size, cfg.grad_accum, cfg.bucket_batches,
-                   cfg.val_fraction, cfg.val_min, cfg.seed, skipped)
+        return cls(index, ids, clips, cfg, skipped)
 
     # -- sizes -----------------------------------------------------------------------
 

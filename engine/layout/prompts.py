@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import InputError
+from engine.text import tidy_text
 
 if TYPE_CHECKING:
     from engine.layout.voice import Voice
@@ -84,7 +85,7 @@ def parse_prompt_set(text: str, default_name: str, source: str = "<text>") -> Pr
             group = line[1:-1].strip() or "default"
             continue
         pid, sep, sentence = line.partition("|")
-        pid, sentence = pid.strip(), " ".join(sentence.split())
+        pid, sentence = pid.strip(), tidy_text(sentence)
         if not sep or not sentence or not _ID_RE.match(pid):
             raise InputError(f"{source} line {n} is not 'id | sentence'.")
         if pid in ids:

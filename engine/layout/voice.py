@@ -4,7 +4,7 @@
 <voice>/voice.toml          speaker, language, settings
 <voice>/takes/<id>.<ext>    raw audio, never modified once saved
 <voice>/takes/<id>.json     transcript and metadata, written last
-<voice>/prepared/           clips, manifest.jsonl, report.json (engine.prepare.pipeline)
+<voice>/prepared/           clips, manifest.jsonl, report.json (engine.layout.manifest)
 <voice>/runs/ exports/ renders/
 ```
 
@@ -36,6 +36,9 @@ import numpy as np
 from engine.config import PrepareConfig
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import AudioError, InputError, WorkspaceError
+from engine.layout.manifest import PREPARED, PreparedFolder
+from engine.layout.run import RUNS_DIR, Run, list_runs, runs_dir
+from engine.text import tidy_text
 
 VOICE_FILE = "voice.toml"
 FORMAT_VERSION = 1
@@ -185,12 +188,20 @@ class Voice:
         return self.path / "takes"
 
     @property
-    def prepared_dir(self) -> Path:
-        return self.path / "prepared"
+    def prepared(self) -> PreparedFolder:
+        """prepared/ and the names inside it (engine.layout.manifest)."""
+        return PreparedFolder(self.path)
 
     @property
     def runs_dir(self) -> Path:
-        return self.path / "runs"
+        return runs_dir(self.path)
+
+    def run(self, name: str) -> Run:
+        """The run folder `name` (it need not exist yet: a new run is created there)."""
+        return Run(self.runs_dir / name)
+
+    def runs(self) -> list[Run]:
+        return list_runs(self.path)
 
     @property
     def exports_dir(self) -> Path:
@@ -243,6 +254,15 @@ class Voice:
         merged = dict(DEFAULT_PREPARE_SETTINGS)
         merged.update(self.config.get("prepare", {}))
         return merged
+
+    @property
+    def prepare_config(self) -> PrepareConfig:
+        """The voice's [prepare] settings over the defaults, validated."""
+        try:
+            return PrepareConfig.from_dict(self.prepare_settings)
+        except ValueError as exc:
+            raise WorkspaceError(f"{self.voice_file} has an invalid [prepare] setting: {exc}.",
+                                 "Fix or remove that line of voice.toml.") from exc
 
     def _save_config(self) -> None:
         write_text(self.voice_file, dump_toml(self.config))
@@ -342,7 +362,7 @@ class Voice:
             source = source or display_path(src)
         take = Take(
             id=take_id, audio_path=target, meta_path=self.takes_dir / f"{take_id}.json",
-            text=normalize_text(text), prompt_id=prompt_id, origin=origin, source=source,
+            text=tidy_text(text), prompt_id=prompt_id, origin=origin, source=source,
             created=now_iso(), duration_s=round(info.duration_s, 4),
             sample_rate=info.sample_rate, channels=info.channels, sha256=digest,
             bytes=target.stat().st_size, extra=dict(extra or {}),
@@ -404,7 +424,7 @@ class Voice:
             cache.update(fresh)
         return takes, bad
 
-    def sweep(self, stale_after_s: float = STALE_AFTER_S) -> dict[str, list[str]]:
+    def sweep(self, stale_after_s: float = STALE_AFTER_S) -> dict[str, list[str]]:  # noqa: C901
         """Finish what a killed import or recording left behind in takes/.
 
         An audio file whose JSON was never written becomes a take without a
@@ -494,7 +514,7 @@ class Voice:
         """Correct a transcript. Only the JSON changes; the audio stays untouched."""
         take = self.find_take(take_id)
         data = take.to_dict()
-        data["text"] = normalize_text(text)
+        data["text"] = tidy_text(text)
         write_json(take.meta_path, data)
         return Take.from_meta(take.meta_path)
 
@@ -529,7 +549,7 @@ class Voice:
             "problems": problems,
             "prepared": None,
         }
-        report = self.prepared_dir / "report.json"
+        report = self.prepared.report
         if report.is_file():
             try:
                 rep = json.loads(report.read_text(encoding="utf-8"))
@@ -570,15 +590,6 @@ def _take_sort_key(t: Take) -> tuple[int, str]:
     return (int(m.group(1)) if m else 1 << 30, t.id)
 
 
-def normalize_text(text: str | None) -> str:
-    """NFC, single spaces, no control characters."""
-    if not text:
-        return ""
-    text = unicodedata.normalize("NFC", str(text))
-    text = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
 def _check_language(language: str) -> str:
     lang = language.strip().lower()
     if not re.fullmatch(r"[a-z][a-z_ -]{0,31}", lang):
@@ -614,7 +625,7 @@ def create_voice(path: str | os.PathLike[str], speaker: str, language: str = "en
     }
     try:
         root.mkdir(parents=True, exist_ok=True)
-        for sub in ("takes", "prepared", "runs", "exports", "renders"):
+        for sub in ("takes", PREPARED, RUNS_DIR, "exports", "renders"):
             (root / sub).mkdir(exist_ok=True)
     except OSError as exc:
         raise WorkspaceError(f"Cannot create {display_path(root)}: {exc.strerror or exc}.",

@@ -70,7 +70,40 @@ def speaker_key(name: str) -> str:
     return key
 
 
-def export_custom_voice(base_model_dir: str | Path, state_dict: Mapping[str, Any],
+def _custom_voice_tensors(base: Path, state_dict: Mapping[str, Any], vec: Any,
+                          keep_dtype: bool) -> dict[str, Any]:
+    """The base's tensors (less the speaker encoder), the trained ones put in, and the
+    x-vector written into the speaker row of the codec embedding."""
+    import torch
+    from safetensors import safe_open
+
+    tensors: dict[str, torch.Tensor] = {}
+    for f in weight_files(base):
+        with safe_open(str(f), framework="pt") as fh:
+            for key in fh.keys():
+                if not key.startswith("speaker_encoder."):
+                    tensors[key] = fh.get_tensor(key)
+    for key, value in state_dict.items():
+        if key not in tensors:
+            raise ModelError(f"Trained tensor {key} does not exist in {base}.",
+                             "Export with the base model the run was trained from.")
+        value = torch.as_tensor(value).detach().cpu()
+        if tuple(value.shape) != tuple(tensors[key].shape):
+            raise ModelError(f"Trained tensor {key} has shape {tuple(value.shape)}, the base "
+                             f"has {tuple(tensors[key].shape)}.")
+        dtype = tensors[key].dtype if keep_dtype else torch.float32
+        tensors[key] = value.to(dtype).contiguous()
+    emb = tensors[CODEC_EMBEDDING]
+    if vec.numel() != emb.shape[1]:
+        raise ModelError(f"The x-vector has {vec.numel()} values; the talker needs "
+                         f"{emb.shape[1]}.", "Extract it with this base model.")
+    emb = emb.clone()
+    emb[SPEAKER_ROW] = vec.to(emb.dtype)
+    tensors[CODEC_EMBEDDING] = emb
+    return tensors
+
+
+def export_custom_voice(base_model_dir: str | Path, state_dict: Mapping[str, Any],  # noqa: PLR0913
                         speaker_name: str, x_vector: Any, out_dir: str | Path, *,
                         overwrite: bool = False, keep_dtype: bool = True,
                         info: Mapping[str, Any] | None = None,
@@ -83,7 +116,6 @@ def export_custom_voice(base_model_dir: str | Path, state_dict: Mapping[str, Any
     released models, half the size); False keeps fp32.
     """
     import torch
-    from safetensors import safe_open
     from safetensors.torch import save_file
 
     em = as_emitter(on_event)
@@ -101,30 +133,8 @@ def export_custom_voice(base_model_dir: str | Path, state_dict: Mapping[str, Any
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         em.state("exporting", detail=str(out))
-        tensors: dict[str, torch.Tensor] = {}
-        for f in weight_files(base):
-            with safe_open(str(f), framework="pt") as fh:
-                for key in fh.keys():
-                    if not key.startswith("speaker_encoder."):
-                        tensors[key] = fh.get_tensor(key)
-        for key, value in state_dict.items():
-            if key not in tensors:
-                raise ModelError(f"Trained tensor {key} does not exist in {base}.",
-                                 "Export with the base model the run was trained from.")
-            value = torch.as_tensor(value).detach().cpu()
-            if tuple(value.shape) != tuple(tensors[key].shape):
-                raise ModelError(f"Trained tensor {key} has shape {tuple(value.shape)}, the base "
-                                 f"has {tuple(tensors[key].shape)}.")
-            dtype = tensors[key].dtype if keep_dtype else torch.float32
-            tensors[key] = value.to(dtype).contiguous()
-        emb = tensors[CODEC_EMBEDDING]
-        if vec.numel() != emb.shape[1]:
-            raise ModelError(f"The x-vector has {vec.numel()} values; the talker needs "
-                             f"{emb.shape[1]}.", "Extract it with this base model.")
-        emb = emb.clone()
-        emb[SPEAKER_ROW] = vec.to(emb.dtype)
-        tensors[CODEC_EMBEDDING] = emb
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_file(_custom_voice_tensors(base, state_dict, vec, keep_dtype),
+                  str(tmp / "model.safetensors"), metadata={"format": "pt"})
         em.progress("export", 1, 3)
 
         for item in base.iterdir():

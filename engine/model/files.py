@@ -7,9 +7,12 @@ of a base model: one definition, and `data` need not import `train` for it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.core.errors import ModelError
+
+_memo: dict[tuple[str, int, int], str] = {}
 
 
 def weight_files(model_dir: str | Path) -> list[Path]:
@@ -22,3 +25,13 @@ def weight_files(model_dir: str | Path) -> list[Path]:
     if (base / "model.safetensors").is_file():
         return [base / "model.safetensors"]
     raise ModelError(f"{base} has no model.safetensors.")
+
+
+def memo_per_version(path: Path, compute: Callable[[], str]) -> str:
+    """`compute()` once per version of `path` (its size and modification time): a
+    fingerprint over gigabytes of weights is worked out once per process."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _memo:
+        _memo[key] = compute()
+    return _memo[key]

@@ -14,6 +14,7 @@ in the report (`rejected`) and the batch goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -38,8 +39,7 @@ from engine.audio.checks import (
     mark_duplicates,
 )
 from engine.audio.conditions import background, is_music_bed, slice_snr
-from engine.audio.denoise import denoise_take, judge_slice
-from engine.audio.denoise import describe as describe_denoise
+from engine.audio.denoise import denoise_take
 from engine.audio.io import TARGET_SR, BadAudioFile, decode, write_wav
 from engine.audio.loudness import normalize_loudness
 from engine.audio.vad import (
@@ -57,23 +57,26 @@ from engine.audio.vad import (
     speech_regions,
     speech_seconds,
 )
+from engine.config import PrepareConfig
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import Cancelled, InputError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
-from engine.layout.voice import DEFAULT_PREPARE_SETTINGS, Take, Voice, now_iso
+from engine.layout.manifest import PreparedFolder, write_manifest
+from engine.layout.voice import Take, Voice, now_iso
+from engine.prepare.denoise_judge import describe as describe_denoise
+from engine.prepare.denoise_judge import judge_slice, judges_for
 from engine.prepare.speakers import TARGET
 from engine.prepare.target import (
     Enrolment,
+    Heard,
     apply_decisions,
     hear_speakers,
     read_decisions,
     set_speaker_reference,
     speaker_issues,
 )
-from engine.prepare.transcripts import group_sentences, split_sentences, texts_from_words
-
-#: the voice activity detector prepare uses unless the settings name another ("energy")
-DEFAULT_VAD = "silero"
+from engine.prepare.transcripts import group_sentences, texts_from_words
+from engine.text import split_sentences
 
 #: bump when the processing changes so cached results are recomputed
 PREPARE_VERSION = 2
@@ -102,6 +105,22 @@ class TakeOutcome:
                 "speakers": self.speakers}
 
 
+def _settings_record(cfg: PrepareConfig, speakers: str) -> dict[str, Any]:
+    """What a take's result depends on, as the cache key and report.json record it.
+
+    `vad` and `denoise` at their defaults are left out, as they were before they
+    were config fields, so the caches of voices prepared then stay valid.
+    """
+    record = cfg.to_dict()
+    defaults = PrepareConfig()
+    for name in ("vad", "denoise"):
+        if record[name] == getattr(defaults, name):
+            del record[name]
+    # what decides a take's speaker is part of what its cached result depends on
+    record["speakers"] = speakers
+    return record
+
+
 def _take_key(take: Take, settings: dict[str, Any]) -> str:
     blob = json.dumps({"v": PREPARE_VERSION, "sha": take.sha256, "bytes": take.bytes,
                        "text": take.text, "settings": settings}, sort_keys=True)
@@ -118,9 +137,9 @@ def _pauses_stand_out(regions: list[tuple[int, int]], count: int) -> bool:
 
 
 def _split_text(text: str, regions: list[tuple[int, int]], total: int,
-                settings: dict[str, Any]) -> tuple[list[Slice], list[str], str]:
+                cfg: PrepareConfig) -> tuple[list[Slice], list[str], str]:
     """Slices and one text per slice; method says how reliable the text is."""
-    lo, hi = float(settings["min_clip_s"]), float(settings["max_clip_s"])
+    lo, hi = cfg.min_clip_s, cfg.max_clip_s
     slices = plan_slices(regions, total, TARGET_SR, lo, hi)
     if len(slices) == 1:
         return slices, [text], "whole"
@@ -165,12 +184,35 @@ def _texts_by_word_times(take: Take, slices: list[Slice]) -> list[str] | None:
     return texts_from_words(words, spans)
 
 
-def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
+def _slice_take(take: Take, total: int, regions: list[tuple[int, int]],
+                words: list[dict[str, Any]] | None, heard: Heard | None,
+                cfg: PrepareConfig) -> tuple[list[Slice], list[str], list[str], str]:
+    """The take's slices, each one's text and speaker, and how the texts were found."""
+    if heard is not None and heard.mixed:
+        slices, whos = heard.slices(cfg.min_clip_s, cfg.max_clip_s)
+        if words:
+            kept = [(sl, w) for sl, w in zip(out_of_words(slices, words, TARGET_SR), whos,
+                                              strict=True) if sl.end > sl.start]
+            slices, whos = [k[0] for k in kept], [k[1] for k in kept]
+        by_time = _texts_by_word_times(take, slices)
+        if by_time is not None:
+            return slices, by_time, whos, "timestamps"
+        # the take's text is everyone's words: it cannot be told apart by speaker
+        return slices, [""] * len(slices), whos, "none" if take.text.strip() else "whole"
+    slices, texts, method = _split_text(take.text, regions, total, cfg)
+    if len(slices) > 1:
+        by_time = _texts_by_word_times(take, slices)
+        if by_time is not None:
+            texts, method = by_time, "timestamps"
+    return slices, texts, [TARGET] * len(slices), method
+
+
+def _process_take(voice: Voice, take: Take, key: str, cfg: PrepareConfig,
                   enrol: Enrolment | None = None) -> TakeOutcome:
     out = TakeOutcome(take.id, key)
     try:
         audio, stats = decode(take.audio_path, TARGET_SR,
-                              max_seconds=float(settings["max_file_minutes"]) * 60.0)
+                              max_seconds=cfg.max_file_minutes * 60.0)
     except BadAudioFile as exc:
         out.rejected = {"code": exc.reason_code, "reason": exc.message}
         return out
@@ -181,7 +223,7 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
         return out
     audio = audio - np.float32(audio.mean())  # DC offset (reported below)
     levels = frame_levels(audio, TARGET_SR)
-    regions = detect_speech(audio, TARGET_SR, str(settings.get("vad", DEFAULT_VAD)), levels)
+    regions = detect_speech(audio, TARGET_SR, cfg.vad, levels)
     words = _machine_words(take)
     if words:
         # the recogniser's word times overrule a pause the VAD heard inside a word
@@ -198,41 +240,23 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
         # a take recorded here is the voice by definition (and part of the enrolment)
         heard = hear_speakers(audio, TARGET_SR, regions, enrol.embedding(), enrol.encoder)
         out.speakers = heard.summary() if heard is not None else None
-    if heard is not None and heard.mixed:
-        slices, whos = heard.slices(float(settings["min_clip_s"]), float(settings["max_clip_s"]))
-        if words:
-            kept = [(sl, w) for sl, w in zip(out_of_words(slices, words, TARGET_SR), whos,
-                                              strict=True) if sl.end > sl.start]
-            slices, whos = [k[0] for k in kept], [k[1] for k in kept]
-        by_time = _texts_by_word_times(take, slices)
-        if by_time is not None:
-            texts, method = by_time, "timestamps"
-        else:
-            # the take's text is everyone's words: it cannot be told apart by speaker
-            texts, method = [""] * len(slices), ("none" if take.text.strip() else "whole")
-    else:
-        slices, texts, method = _split_text(take.text, regions, len(audio), settings)
-        whos = [TARGET] * len(slices)
-        if len(slices) > 1:
-            by_time = _texts_by_word_times(take, slices)
-            if by_time is not None:
-                texts, method = by_time, "timestamps"
-    den, den_target, recognizer = None, None, None
-    min_snr = float(settings["min_snr_db"])
-    if settings.get("denoise"):
+    slices, texts, whos, method = _slice_take(take, len(audio), regions, words, heard, cfg)
+    den, judges = None, None
+    min_snr = cfg.min_snr_db
+    if cfg.denoise:
         den = denoise_take(audio, TARGET_SR, levels, regions)
-        den_target, recognizer = _denoise_judges(enrol)
-    clips_dir = voice.prepared_dir / "clips"
-    target, ceiling = float(settings["target_lufs"]), float(settings["peak_dbfs"])
+        judges = judges_for(enrol)
+    folder = voice.prepared
+    target, ceiling = cfg.target_lufs, cfg.peak_dbfs
     for k, (sl, text, who) in enumerate(zip(slices, texts, whos, strict=True)):
         clip_id = take.id if len(slices) == 1 else f"{take.id}_{k + 1:02d}"
         seg = audio[sl.start:sl.end]
         snr = slice_snr(levels, sl.regions, bg.noise_power)
         cleaned = None
-        if den is not None and who == TARGET and snr < min_snr + NOISY_MARGIN_DB:
+        if (den is not None and judges is not None and who == TARGET
+                and snr < min_snr + NOISY_MARGIN_DB):
             cleaned = judge_slice(audio, den, levels, bg.noise_power, sl, TARGET_SR, text,
-                                  den_target, recognizer,
-                                  enrol.encoder if enrol is not None else None)
+                                  judges)
             if cleaned["applied"]:
                 seg = den.audio[sl.start:sl.end]
                 snr = float(cleaned["snr_db"][1])
@@ -247,14 +271,14 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
             snr_db=snr, dc_offset=stats.dc_offset, gain_shortfall_db=shortfall,
             rt60_s=bg.rt60_s, music_bed=music,
         )
-        issues = check_clip(facts, settings)
+        issues = check_clip(facts, cfg)
         speaker = heard.judge(sl, who) if heard is not None else None
         if speaker is not None:
             issues = speaker_issues(speaker, heard.source) + issues
         if cleaned is not None and cleaned["applied"]:
             issues.append(issue("denoised", "Denoised: " + describe_denoise(cleaned) + "."))
-        rel = f"prepared/clips/{clip_id}.wav"
-        write_wav(clips_dir / f"{clip_id}.wav", norm.audio, TARGET_SR, "PCM_16")
+        rel = folder.clip_entry(clip_id)
+        write_wav(folder.clip_file(clip_id), norm.audio, TARGET_SR, "PCM_16")
         out.entries.append({
             "id": clip_id, "path": rel, "text": text, "duration_s": round(duration, 3),
             "sample_rate": TARGET_SR, "usable": is_usable(issues), "issues": issues,
@@ -276,27 +300,8 @@ def _process_take(voice: Voice, take: Take, key: str, settings: dict[str, Any],
     return out
 
 
-def _denoise_judges(enrol: Enrolment | None) -> tuple[np.ndarray | None, Any]:
-    """Who a denoised slice must still sound like, and the recogniser that checks its words.
-
-    Only an enrolment (clean takes or a named clip) can judge similarity: a centroid
-    made from the noisy recording itself prefers the noisy version (measured: 0.99
-    before, 0.87 after, on piper speech at 20 dB), so without one it is not judged.
-    """
-    from engine.core.errors import ModelError
-
-    target = enrol.embedding() if enrol is not None else None
-    try:
-        from engine.asr.recognizer import PocketsphinxRecognizer
-
-        recognizer: Any = PocketsphinxRecognizer()
-    except ModelError:
-        recognizer = None  # judged on SNR and similarity alone
-    return target, recognizer
-
-
 def check_recording(audio: np.ndarray, sample_rate: int, text: str = "",
-                    settings: dict[str, Any] | None = None) -> dict[str, Any]:
+                    cfg: PrepareConfig | None = None) -> dict[str, Any]:
     """Judge one recording in memory, as prepare would, without writing anything.
 
     For the record screen: right after a take, say whether to keep it. `audio`
@@ -304,8 +309,7 @@ def check_recording(audio: np.ndarray, sample_rate: int, text: str = "",
     """
     from engine.audio.io import clipped_per_sample
 
-    merged = dict(DEFAULT_PREPARE_SETTINGS)
-    merged.update(settings or {})
+    cfg = cfg or PrepareConfig()
     x = np.asarray(audio)
     if x.dtype == np.int16:
         x = x.astype(np.float32) / 32768.0
@@ -339,14 +343,13 @@ def check_recording(audio: np.ndarray, sample_rate: int, text: str = "",
         sl = plan_slices(regions, len(mono), TARGET_SR, 0.0, float("inf"))[0]
         seg = mono[sl.start:sl.end]
         snr = snr_db(mono, TARGET_SR, levels, regions)
-        norm = normalize_loudness(seg, TARGET_SR, float(merged["target_lufs"]),
-                                  float(merged["peak_dbfs"]))
+        norm = normalize_loudness(seg, TARGET_SR, cfg.target_lufs, cfg.peak_dbfs)
         facts = ClipFacts(
             duration_s=len(seg) / TARGET_SR, text=text, text_method="whole",
             clipped_samples=clipped, source_samples=x2.size, snr_db=snr, dc_offset=dc,
-            gain_shortfall_db=float(merged["target_lufs"]) - norm.loudness_after,
+            gain_shortfall_db=cfg.target_lufs - norm.loudness_after,
         )
-        issues = check_clip(facts, merged)
+        issues = check_clip(facts, cfg)
         out.update({"speech_s": round(speech, 3), "snr_db": _r(snr),
                     "loudness_lufs": _r(norm.loudness_before)})
     out["issues"] = issues
@@ -366,7 +369,7 @@ def _load_cached(path: Path, key: str, voice: Voice) -> TakeOutcome | None:
     if data.get("key") != key:
         return None
     for e in data.get("entries", []):
-        if not (voice.path / e["path"]).is_file():
+        if not voice.prepared.row_file(e).is_file():
             return None
     return TakeOutcome(data["take_id"], key, data.get("entries", []), data.get("metrics", []),
                        data.get("rejected"), float(data.get("audio_s", 0.0)),
@@ -374,10 +377,10 @@ def _load_cached(path: Path, key: str, voice: Voice) -> TakeOutcome | None:
 
 
 @contextmanager
-def _prepare_lock(prepared: Path) -> Iterator[None]:
+def _prepare_lock(folder: PreparedFolder) -> Iterator[None]:
     """One prepare per voice at a time (the GUI and a script may both try)."""
-    prepared.mkdir(parents=True, exist_ok=True)
-    lock = prepared / ".lock"
+    folder.path.mkdir(parents=True, exist_ok=True)
+    lock = folder.lock
     for _ in range(2):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -410,10 +413,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
+def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,  # noqa: PLR0913
             cancel: Any = None, speakers: str = "auto",
             speaker_reference: str | os.PathLike[str] | None = None,
-            denoise: bool = False, vad: str | None = None,
+            denoise: bool | None = None, vad: str | None = None,
             speaker_encoder: str = "resemblyzer",
             base_model: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Prepare every take of `voice`; returns the voice report (also in report.json).
@@ -425,9 +428,10 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
     recording); "off" keeps every voice.
     `speaker_reference`: a clip of the target speaker alone.
     `denoise`: denoise noisy slices (noisereduce), each only where its SNR, speaker
-    similarity and recognised words do not get worse (engine/audio/denoise.py).
-    `vad`: "silero" (the default) or the "energy" fallback (engine/audio/vad.py);
-    also read from the voice's [prepare] settings as `vad`.
+    similarity and recognised words do not get worse (engine/prepare/denoise_judge.py).
+    `vad`: "silero" or the "energy" fallback (engine/audio/vad.py). `denoise` and
+    `vad` (None: as the voice's [prepare] settings, `PrepareConfig`, say) override
+    the voice's settings for this run.
     `speaker_encoder`: the embedding that decides who speaks: "resemblyzer" (the
     default) or "model", the speaker encoder of the Qwen3-TTS Base model `base_model`
     (a folder or a hub id already on this machine; default the standard Base model).
@@ -440,7 +444,7 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,
     encoder = _speaker_encoder(speaker_encoder, base_model) if speakers == "auto" else None
     if speaker_reference is not None:
         set_speaker_reference(voice, Path(speaker_reference))
-    with _prepare_lock(voice.prepared_dir):
+    with _prepare_lock(voice.prepared):
         return _prepare(voice, on_event, cancel, speakers, denoise, vad, encoder)
 
 
@@ -460,22 +464,21 @@ def _speaker_encoder(name: str, base_model: str | os.PathLike[str] | None) -> An
 
 
 def _prepare(voice: Voice, on_event: EventCallback | Emitter | None, cancel: Any,
-             speakers: str = "auto", denoise: bool = False,
+             speakers: str = "auto", denoise: bool | None = None,
              vad: str | None = None, encoder: Any = None) -> dict[str, Any]:
     em = as_emitter(on_event)
     t0 = time.perf_counter()
     takes = voice.list_takes()
     enrol = Enrolment(voice, takes, encoder) if speakers == "auto" else None
-    settings = dict(voice.prepare_settings)
-    # what decides a take's speaker is part of what its cached result depends on
-    settings["speakers"] = enrol.key if enrol is not None else "off"
-    if denoise:
-        settings["denoise"] = True
+    cfg = voice.prepare_config
+    if denoise is not None:
+        cfg = dataclasses.replace(cfg, denoise=denoise)
     if vad is not None:
-        settings["vad"] = vad
-    prepared = voice.prepared_dir
-    (prepared / "clips").mkdir(parents=True, exist_ok=True)
-    (prepared / "cache").mkdir(parents=True, exist_ok=True)
+        cfg = dataclasses.replace(cfg, vad=vad)
+    settings = _settings_record(cfg, enrol.key if enrol is not None else "off")
+    prepared = voice.prepared
+    prepared.clips_dir.mkdir(parents=True, exist_ok=True)
+    prepared.cache_dir.mkdir(parents=True, exist_ok=True)
     em.state("preparing", detail=f"{len(takes)} takes")
     outcomes: list[TakeOutcome] = []
     reused = 0
@@ -489,16 +492,16 @@ def _prepare(voice: Voice, on_event: EventCallback | Emitter | None, cancel: Any
                 "code": "excluded", "reason": "is excluded (include it again to use it)"}))
             continue
         key = _take_key(take, settings)
-        cache_file = prepared / "cache" / f"{take.id}.json"
+        cache_file = prepared.cache_dir / f"{take.id}.json"
         outcome = _load_cached(cache_file, key, voice)
         if outcome is not None:
             reused += 1
         else:
-            for old in (prepared / "clips").glob(f"{take.id}*.wav"):
+            for old in prepared.clips_dir.glob(f"{take.id}*.wav"):
                 if old.stem == take.id or old.stem.startswith(f"{take.id}_"):
                     old.unlink(missing_ok=True)
             try:
-                outcome = _process_take(voice, take, key, settings, enrol)
+                outcome = _process_take(voice, take, key, cfg, enrol)
             except MemoryError:
                 outcome = TakeOutcome(take.id, key, rejected={
                     "code": "too_large", "reason": "is too large to process in memory"})
@@ -516,18 +519,19 @@ def _prepare(voice: Voice, on_event: EventCallback | Emitter | None, cancel: Any
     report["run"] = {"takes_processed": len(takes) - reused, "takes_reused": reused,
                      "audio_s_processed": round(processed_audio_s, 3),
                      "wall_s": round(wall, 3)}
-    em.artifact(str(prepared / "manifest.jsonl"), "manifest")
-    em.artifact(str(prepared / "report.json"), "report")
+    em.artifact(str(prepared.manifest), "manifest")
+    em.artifact(str(prepared.report), "report")
     return report
 
 
-def _remove_stale(prepared: Path, take_ids: set[str], outcomes: list[TakeOutcome]) -> None:
+def _remove_stale(prepared: PreparedFolder, take_ids: set[str],
+                  outcomes: list[TakeOutcome]) -> None:
     """Delete clips and cache entries of takes that no longer exist."""
     keep = {e["id"] for o in outcomes for e in o.entries}
-    for clip in (prepared / "clips").glob("*.wav"):
+    for clip in prepared.clips_dir.glob("*.wav"):
         if clip.stem not in keep:
             clip.unlink(missing_ok=True)
-    for cached in (prepared / "cache").glob("*.json"):
+    for cached in prepared.cache_dir.glob("*.json"):
         if cached.stem not in take_ids:
             cached.unlink(missing_ok=True)
 
@@ -577,11 +581,9 @@ def _write_outputs(voice: Voice, takes: list[Take], outcomes: list[TakeOutcome],
         "speakers": _speaker_report(settings, outcomes, entries),
     }
     report["advice"] = _advice(report)
-    prepared = voice.prepared_dir
-    write_text(prepared / "manifest.jsonl",
-               "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
-    write_json(prepared / "report.json", report)
-    write_text(prepared / "report.txt", format_report(report))
+    write_manifest(voice.path, entries)
+    write_json(voice.prepared.report, report)
+    write_text(voice.prepared.report_text, format_report(report))
     return report
 
 

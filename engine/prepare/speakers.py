@@ -21,7 +21,7 @@ more than one voice. Prepare keeps only the target speaker:
    it is overlap.
 
 The thresholds were set on piper speech and the same voice 6 semitones up
-(tests/fixtures_mixtures.py); bench/bench_prepare.py --mixtures prints what
+(tests/helpers/mixtures.py); bench/bench_prepare.py --mixtures prints what
 they give under noise, music and echo.
 """
 
@@ -30,9 +30,18 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from math import gcd
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from engine.model.speaker_encoder import (
+    SAMPLE_RATE,
+    at_model_rate,
+    load_speaker_encoder,
+    speaker_encoder_fingerprint,
+    x_vectors,
+)
 
 #: resemblyzer's rate and mel frame step (10 ms)
 RATE = 16000
@@ -137,38 +146,22 @@ class ModelEncoder:
     (no released checkpoint was at hand to measure this encoder's own)."""
 
     name = "model"
-    MODEL_RATE = 24000
+    MODEL_RATE = SAMPLE_RATE
     #: windows per forward pass (a 1 s window is 94 mel frames)
     BATCH = 64
 
-    def __init__(self, model_dir: str | Any) -> None:
-        from engine.data.codes import load_speaker_encoder, speaker_encoder_fingerprint
-
+    def __init__(self, model_dir: str | Path) -> None:
         self._encoder = load_speaker_encoder(model_dir, "cpu")
         self.key = "model:" + speaker_encoder_fingerprint(model_dir)[:16]
         self._lock = threading.Lock()
         self.dim = int(self._forward(np.zeros((1, self.MODEL_RATE), np.float32)).shape[1])
 
     def _forward(self, batch: np.ndarray) -> np.ndarray:
-        import torch
-
-        from engine.model.official import modeling
-
-        with self._lock, torch.inference_mode():
-            # the mel front end of compute_x_vector (the official extract_speaker_embedding)
-            mels = modeling().mel_spectrogram(
-                torch.from_numpy(batch), n_fft=1024, num_mels=128,
-                sampling_rate=self.MODEL_RATE, hop_size=256, win_size=1024, fmin=0,
-                fmax=12000).transpose(1, 2)
-            return self._encoder(mels).float().cpu().numpy()
+        with self._lock:
+            return x_vectors(self._encoder, batch)
 
     def features(self, audio: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
-        from scipy.signal import resample_poly
-
-        x = np.nan_to_num(np.asarray(audio, dtype=np.float32))
-        if sample_rate != self.MODEL_RATE:
-            g = gcd(sample_rate, self.MODEL_RATE)
-            x = resample_poly(x, self.MODEL_RATE // g, sample_rate // g).astype(np.float32)
+        x = at_model_rate(np.nan_to_num(np.asarray(audio, dtype=np.float32)), sample_rate)
         return x, len(x) * RATE // (self.MODEL_RATE * FRAME)
 
     def embed(self, feats: np.ndarray, starts: list[int]) -> np.ndarray:

@@ -208,15 +208,12 @@ def speaker_issues(speaker: dict[str, Any], source: str) -> list[dict[str, str]]
     return []
 
 
-DECISIONS = "decisions.json"
-
-
 def read_decisions(voice: Voice) -> dict[str, str]:
     """The user's own calls from the Prepare page: clip id -> "keep" or "exclude"."""
     import json
 
     try:
-        data = json.loads((voice.prepared_dir / DECISIONS).read_text(encoding="utf-8"))
+        data = json.loads(voice.prepared.decisions.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
@@ -236,7 +233,7 @@ def write_decision(voice: Voice, clip_id: str, decision: str | None) -> None:
         calls.pop(clip_id, None)
     else:
         calls[clip_id] = decision
-    write_json(voice.prepared_dir / DECISIONS, calls)
+    write_json(voice.prepared.decisions, calls)
 
 
 def apply_decisions(entries: list[dict[str, Any]], calls: dict[str, str]) -> None:

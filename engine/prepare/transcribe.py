@@ -28,7 +28,8 @@ from engine.asr.wer import word_count, word_errors
 from engine.core.atomic import write_json
 from engine.core.errors import AudioError, Cancelled, InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
-from engine.layout.voice import Take, Voice, display_path, normalize_text, now_iso
+from engine.layout.voice import Take, Voice, display_path, now_iso
+from engine.text import tidy_text
 
 #: a human transcript whose recognised words differ more than this is doubtful.
 #: pocketsphinx gets about 0.2 (worst about 0.55) on clean speech it can read,
@@ -50,7 +51,7 @@ def is_machine_made(take: Take) -> bool:
     edits it makes it theirs, whatever the marker says)."""
     asr = take.extra.get("asr") if isinstance(take.extra, dict) else None
     return (take.extra.get("transcript_source") == "asr" and isinstance(asr, dict)
-            and normalize_text(str(asr.get("text") or "")) == take.text and bool(take.text))
+            and tidy_text(str(asr.get("text") or "")) == take.text and bool(take.text))
 
 
 def asr_info(take: Take) -> dict[str, Any] | None:
@@ -99,7 +100,7 @@ def _save(take: Take, record: dict[str, Any], fill: bool, model: str) -> Take:
     extra = dict(data.get("extra") or {})
     extra["asr"] = {**record, "model": model}
     if fill:
-        data["text"] = normalize_text(record["text"])
+        data["text"] = tidy_text(record["text"])
         extra["transcript_source"] = "asr"
     data["extra"] = extra
     write_json(take.meta_path, data)  # only the JSON changes; the audio stays untouched

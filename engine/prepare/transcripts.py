@@ -18,14 +18,15 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.errors import InputError
-from engine.layout.voice import display_path, normalize_text
+from engine.core.jsonl import BadLine, parse_jsonl
+from engine.layout.voice import display_path
+from engine.text import join_sentences, tidy_text
 
 PATH_KEYS = ("path", "file", "filename", "file_name", "audio", "audio_filepath", "wav", "id")
 TEXT_KEYS = ("normalized_text", "text", "transcript", "transcription", "sentence", "utterance")
@@ -93,7 +94,7 @@ def parse_ljspeech(text: str, index: TranscriptIndex, base: Path) -> int:
         if len(parts) < 2:
             continue
         spoken = parts[2] if len(parts) > 2 and parts[2].strip() else parts[1]
-        index.add(parts[0], normalize_text(spoken), base)
+        index.add(parts[0], tidy_text(spoken), base)
         count += 1
     return count
 
@@ -111,19 +112,15 @@ def load_transcripts(path: str | os.PathLike[str]) -> TranscriptIndex:
     if not raw.strip():
         raise InputError(f"{display_path(p)} lists no transcripts.")
     if p.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        for n, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise InputError(f"{display_path(p)} line {n} is not valid JSON.") from exc
-            if not isinstance(row, dict):
-                raise InputError(f"{display_path(p)} line {n} is not a JSON object.")
+        try:
+            rows = parse_jsonl(raw, strict=True)
+        except BadLine as exc:
+            raise InputError(f"{display_path(p)} line {exc.line_no} {exc.reason}.") from exc
+        for row in rows:
             key = _pick({k: str(v) for k, v in row.items()}, PATH_KEYS)
             text = _pick({k: str(v) for k, v in row.items() if v is not None}, TEXT_KEYS)
             if key is not None:
-                index.add(key, normalize_text(text or ""), base)
+                index.add(key, tidy_text(text or ""), base)
                 count += 1
     else:
         first = raw.splitlines()[0] if raw.strip() else ""
@@ -144,7 +141,7 @@ def load_transcripts(path: str | os.PathLike[str]) -> TranscriptIndex:
             for row in csv.DictReader(io.StringIO(raw), dialect=dialect):
                 key = _pick(row, PATH_KEYS)
                 if key is not None:
-                    index.add(key, normalize_text(_pick(row, TEXT_KEYS) or ""), base)
+                    index.add(key, tidy_text(_pick(row, TEXT_KEYS) or ""), base)
                     count += 1
     if count == 0:
         raise InputError(f"{display_path(p)} lists no transcripts.")
@@ -156,7 +153,7 @@ def find_sidecar(audio: Path, cache: dict[Path, TranscriptIndex | None]) -> str 
     txt = audio.with_suffix(".txt")
     if txt.is_file():
         try:
-            return normalize_text(txt.read_text(encoding="utf-8-sig"))
+            return tidy_text(txt.read_text(encoding="utf-8-sig"))
         except (OSError, UnicodeDecodeError):
             return None
     for folder in (audio.parent, audio.parent.parent):
@@ -175,21 +172,7 @@ def find_sidecar(audio: Path, cache: dict[Path, TranscriptIndex | None]) -> str 
 
 
 # --- splitting a transcript across slices ----------------------------------------------------
-
-_ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|St|Prof|Sr|Jr|vs|etc|e\.g|i\.e|No|Mt)\.$", re.I)
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences by terminal punctuation, keeping common abbreviations intact."""
-    pieces = re.split(r"(?<=[.!?…])[\"')\]]*\s+", text.strip())
-    out: list[str] = []
-    for piece in pieces:
-        if out and _ABBREV.search(out[-1]):
-            out[-1] = f"{out[-1]} {piece}"
-        elif piece:
-            out.append(piece)
-    return [s.strip() for s in out if s.strip()]
-
+# (its sentences: engine.text.split_sentences, the rule speaking splits by too)
 
 def _weight(sentence: str) -> int:
     # letters and digits carry the speaking time; punctuation does not
@@ -246,7 +229,7 @@ def group_sentences(sentences: list[str], durations: list[float], tolerance: flo
         share = sum(_weight(s) for s in g) / total_w
         if abs(share - sd) / sd > tolerance:
             return None
-    return [" ".join(g) for g in groups]
+    return [join_sentences(g) for g in groups]
 
 
 # --- machine transcripts: one text per slice from the recogniser's word times --------------

@@ -1,7 +1,8 @@
 """Evaluate a run: is the clone getting better, and does it still say the words?
 
-`evaluate(voice, run, checkpoints)` renders a fixed set of held-out sentences
-with one seed from
+`evaluate(EvaluateRequest(voice, run, checkpoints))` renders a fixed set of held-out
+sentences with one seed (the render stage `engine.quality.render_set`, shared with
+`compare`) from
 - the zero-shot clone (the base model with the voice's reference clip: the
   strongest zero-shot mode the synthesis supports; the report says which),
 - each chosen checkpoint of the run,
@@ -28,23 +29,38 @@ whose word error rate is within `WER_SLACK` of the lowest checkpoint WER
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import math
 import os
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engine.config.speak import SpeakOptions
 from engine.core.atomic import write_json, write_text
-from engine.core.errors import Cancelled, InputError, VoxshardError, WorkspaceError
+from engine.core.errors import InputError, VoxshardError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
-from engine.layout.voice import Voice, display_path, now_iso, open_voice, slug
+from engine.layout import run as run_layout
+from engine.layout.checkpoints import COMPLETE, step_of
+from engine.layout.manifest import reference_clip
+from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
+from engine.layout.voice import Voice, display_path, now_iso, open_voice
+from engine.quality.render_set import (
+    Loading,
+    Rendered,
+    RenderSet,
+    deleted_error,
+    plan_sources,
+    render_folder,
+    write_renders,
+)
+from engine.synth.voice import VoiceSource
 
 #: sentences no prompt set or test clip contains (held out from any training data)
 HELD_OUT_SENTENCES = [
@@ -57,7 +73,6 @@ HELD_OUT_SENTENCES = [
     "Nobody expected the old clock to start ticking again.",
     "Bright lanterns lit the narrow street during the winter festival.",
 ]
-EVAL_DIR = "evaluation"
 FORMAT = 1
 #: held-out reference clips used at most (each costs two embeddings)
 MAX_REFERENCES = 8
@@ -104,49 +119,30 @@ def _rel(path: Path, base: Path) -> str:
 
 # -- what to evaluate --------------------------------------------------------------------------
 
-def _runs_with_checkpoints(voice: Voice) -> list[Path]:
-    from engine.synth.voice import list_run_checkpoints
-
-    if not voice.runs_dir.is_dir():
-        return []
-    return [r for r in voice.runs_dir.iterdir() if r.is_dir() and list_run_checkpoints(r)]
-
-
 def pick_run(voice: Voice, run: str | None, need_checkpoint: bool = True) -> Path:
-    """The named run (name or path), else the run whose newest checkpoint is newest.
-    `need_checkpoint=False` accepts a run that has none yet (the zero-shot baseline)."""
-    from engine.synth.voice import list_run_checkpoints
-
-    if run:
-        path = Path(run).expanduser()
-        run_dir = path if path.is_dir() and path.parent.name == "runs" else voice.runs_dir / run
-        if not run_dir.is_dir():
-            names = sorted(p.name for p in voice.runs_dir.iterdir() if p.is_dir()) \
-                if voice.runs_dir.is_dir() else []
-            raise InputError(f"The voice {voice.path.name} has no run {run!r}.",
-                             f"Its runs: {', '.join(names)}." if names
-                             else "Train the voice first.")
-    else:
-        found = _runs_with_checkpoints(voice)
-        if found:
-            return max(found, key=lambda r: list_run_checkpoints(r)[-1].stat().st_mtime)
-        runs = [p for p in voice.runs_dir.iterdir() if p.is_dir()] \
-            if voice.runs_dir.is_dir() else []
-        if not runs:
-            raise WorkspaceError(f"The voice {voice.path.name} has no training run yet, so "
-                                 "there is nothing to evaluate.",
-                                 "Train it first with `voxshard-engine train`.")
-        run_dir = max(runs, key=lambda p: p.stat().st_mtime)
-    if need_checkpoint and not list_run_checkpoints(run_dir):
-        raise WorkspaceError(f"The run {run_dir.name} has no complete checkpoint yet, so "
+    """The named run (name or path), else the latest with a checkpoint, else the latest
+    (`engine.layout.run.pick_run`). `need_checkpoint=False` accepts a run that has none
+    yet (the zero-shot baseline)."""
+    found = run_layout.pick_run(voice.path, run, with_checkpoint=True) \
+        or run_layout.pick_run(voice.path, run)
+    if found is None and run:
+        names = [r.name for r in voice.runs()]
+        raise InputError(f"The voice {voice.path.name} has no run {run!r}.",
+                         f"Its runs: {', '.join(names)}." if names else "Train the voice first.")
+    if found is None:
+        raise WorkspaceError(f"The voice {voice.path.name} has no training run yet, so "
+                             "there is nothing to evaluate.",
+                             "Train it first with `voxshard-engine train`.")
+    if need_checkpoint and not found.checkpoints():
+        raise WorkspaceError(f"The run {found.name} has no complete checkpoint yet, so "
                              "there is nothing to evaluate.",
                              "Train longer (a checkpoint is written every few hundred steps), "
                              "or pick another run with --run.")
-    return run_dir
+    return found.path
 
 
 def _previous(out_dir: Path) -> dict[str, Any] | None:
-    path = out_dir / "evaluation.json"
+    path = out_dir / EVALUATION_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -157,16 +153,8 @@ def _previous(out_dir: Path) -> dict[str, Any] | None:
 def _best_by_validation(run_dir: Path) -> int | None:
     """Step of the lowest validation loss in metrics.jsonl (when it has one)."""
     best: tuple[float, int] | None = None
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        values = rec.get("values", rec) if isinstance(rec, dict) else {}
+    for rec in Run(run_dir).metrics():
+        values = rec.get("values", rec)
         loss, step = values.get("loss/val"), values.get("step")
         if isinstance(loss, int | float) and isinstance(step, int) and math.isfinite(loss):
             if best is None or loss < best[0]:
@@ -181,9 +169,7 @@ def pick_checkpoints(run_dir: Path, which: str | list[str] | None, out_dir: Path
     loss, else the latest), or steps/names ("100,200"); an empty list picks none.
     With `missing` (a list), a named checkpoint that is gone (training pruned it) is
     appended there instead of failing."""
-    from engine.synth.voice import checkpoint_step, list_run_checkpoints, pick_checkpoint
-
-    found = list_run_checkpoints(run_dir)
+    found = Run(run_dir).checkpoints()
     if isinstance(which, list):
         if not which:
             return []
@@ -195,7 +181,7 @@ def pick_checkpoints(run_dir: Path, which: str | list[str] | None, out_dir: Path
     if wanted == ["latest"]:
         return found[-1:]
     if wanted == ["best"]:
-        steps = {checkpoint_step(c): c for c in found}
+        steps = {step_of(c): c for c in found}
         prev = _previous(out_dir)
         best = (prev or {}).get("best") or {}
         if best.get("step") in steps:
@@ -211,14 +197,14 @@ def pick_checkpoints(run_dir: Path, which: str | list[str] | None, out_dir: Path
     picked: list[Path] = []
     for w in wanted:
         try:
-            picked.append(pick_checkpoint(run_dir, w))
+            picked.append(Run(run_dir).find_checkpoint(w))
         except VoxshardError:
             if missing is None:
                 raise
             name = Path(str(w)).name
-            step = checkpoint_step(Path(name)) if not name.isdigit() else int(name)
+            step = step_of(name) if not name.isdigit() else int(name)
             missing.append(_skip_note(step, name))
-    return sorted(dict.fromkeys(picked), key=lambda p: checkpoint_step(p) or 0)
+    return sorted(dict.fromkeys(picked), key=lambda p: step_of(p) or 0)
 
 
 def _skip_note(step: int | None, name: str) -> dict[str, Any]:
@@ -304,8 +290,8 @@ class Meter:
     def reference(self, voice: Voice, run_dir: Path, limit: int) -> Reference:
         from engine.asr.wer import word_count
         from engine.audio.io import read_mono
-        from engine.data.codes import read_manifest
         from engine.data.dataset import split_ids
+        from engine.layout.manifest import read_manifest
         from engine.quality.similarity import centroid, self_similarity
 
         try:
@@ -398,7 +384,7 @@ def _key(source: Any, sentences: list[str], options: dict[str, Any], asr_model: 
     ckpt = getattr(source, "checkpoint", None)
     stamp = None
     if ckpt is not None:
-        marker = Path(ckpt) / "COMPLETE"
+        marker = Path(ckpt) / COMPLETE
         stamp = marker.stat().st_mtime if marker.exists() else None
     elif source.kind == "custom_voice":
         cfg = Path(source.model_dir) / "config.json"
@@ -417,203 +403,234 @@ def zero_shot_mode(source: Any) -> str:
     return "in_context" if getattr(source, "reference_text", None) else "x_vector"
 
 
-def _gone(checkpoint: Path | None) -> bool:
-    """True when a checkpoint is no longer complete on disk (training pruned it)."""
-    return checkpoint is not None and not (Path(checkpoint) / "COMPLETE").exists()
+@dataclass(frozen=True)
+class EvaluateRequest:
+    """What to evaluate: the same object from the CLI and the Python API (the app runs
+    the CLI). `validated()` fills the defaults and checks them once.
+
+    run: a run name or folder (default: the latest with a checkpoint, `pick_run`).
+    checkpoints: "all", "latest", "best", steps or names ("100,200"), or a list of them;
+    an empty list measures none (the zero-shot baseline of a run that has none yet).
+    sentences: default `HELD_OUT_SENTENCES`; seed: the one seed of every voice. asr: a
+    recogniser spec (`engine.asr.recognizer`) or a loaded recogniser. zero_shot: measure
+    the zero-shot clone; export: the voice's latest export (True), a given export folder,
+    or none (False). options: speech controls (`SpeakOptions` or its dict); the seed and
+    the raw level are the evaluation's. device, dtype: where the voices load; base: the
+    base model (default: the run's). references: held-out clips used at most. force:
+    measure again what was measured before. out_dir: default `<run>/evaluation/`.
+    skipped: notes of checkpoints training deleted first (`watch` passes them); given, a
+    checkpoint deleted before or while it is measured is noted instead of failing.
+    """
+
+    voice: Voice | str | os.PathLike[str]
+    run: str | None = None
+    checkpoints: str | list[str] | None = "all"
+    sentences: Sequence[str] | None = None
+    seed: int = 0
+    asr: Any = None
+    zero_shot: bool = True
+    export: bool | str | os.PathLike[str] = True
+    options: SpeakOptions | dict[str, Any] | None = None
+    device: str | None = None
+    dtype: Any = None
+    base: str | None = None
+    references: int = MAX_REFERENCES
+    force: bool = False
+    out_dir: str | os.PathLike[str] | None = None
+    skipped: Sequence[dict[str, Any]] | None = None
+
+    def validated(self) -> EvaluateRequest:
+        """This request with its defaults filled in (`options` a `SpeakOptions` with the
+        evaluation's seed and no loudness matching), or an InputError."""
+        sentences = [s.strip() for s in (self.sentences or HELD_OUT_SENTENCES)
+                     if s and s.strip()]
+        if not sentences:
+            raise InputError("No sentences to evaluate with.", "Give at least one sentence.")
+        # one seed for every voice, and the raw level (loudness is one of the figures)
+        opts = _speak_options(self.options).replace(seed=self.seed, loudness_lufs=None)
+        return replace(self, sentences=sentences, options=opts)
 
 
-def _plan_sources(voice: Voice, run_dir: Path, checkpoints: list[Path], zero_shot: bool,
-                  export: bool | str | Path, base: str | None, base_dir: Path,
-                  emitter: Emitter, skipped: list[dict[str, Any]]) -> list[Any]:
-    from engine.synth.voice import checkpoint_step, reference_clip, resolve_source
+def _speak_options(options: SpeakOptions | dict[str, Any] | None) -> SpeakOptions:
+    opts = options if options is not None else SpeakOptions()
+    return SpeakOptions.from_dict(opts) if isinstance(opts, dict) else opts
 
-    sources = []
-    for c in checkpoints:
-        try:
-            sources.append(resolve_source(str(c), base=base))
-        except VoxshardError:
-            if not _gone(c):
-                raise
-            skipped.append(_skip_note(checkpoint_step(c), c.name))
-    if zero_shot:
-        ref = reference_clip(voice.path)
-        if ref is None:
-            emitter.log("The voice has no reference clip, so there is no zero-shot baseline.",
-                        level="warning")
-        else:
-            model = sources[0].model_dir if sources else base_dir
-            sources.insert(0, resolve_source(str(model), reference=ref))
-    if export:
-        folder = Path(export) if isinstance(export, str | Path) and not isinstance(export, bool) \
+
+def _plan(request: EvaluateRequest, voice: Voice, picked: list[Path], base_dir: Path,
+          em: Emitter, notes: list[dict[str, Any]] | None) -> list[VoiceSource]:
+    """The voices to measure (`render_set.plan_sources`). A checkpoint deleted before it
+    resolved is noted in `notes`, or, without notes, an error."""
+    reference = None
+    if request.zero_shot:
+        reference = reference_clip(voice.path)
+        if reference is None:
+            em.log("The voice has no reference clip, so there is no zero-shot baseline.",
+                   level="warning")
+    export = None
+    if request.export:
+        export = Path(request.export) if isinstance(request.export, str | os.PathLike) \
             else _latest_export(voice)
-        if folder is not None:
-            try:
-                sources.append(resolve_source(str(folder)))
-            except VoxshardError as exc:
-                emitter.log(f"The export {folder.name} is skipped: {exc.message}",
-                            level="warning")
+    missing: list[Path] = []
+    sources = plan_sources(picked, base=request.base, reference=reference,
+                           zero_shot_model=base_dir, export=export, emitter=em,
+                           missing=missing)
+    if missing and notes is None:
+        raise deleted_error(missing[0].name)
+    if notes is not None:
+        notes += [_skip_note(step_of(c), c.name) for c in missing]
     return sources
 
 
-def evaluate(voice: Voice | str | os.PathLike[str], run: str | None = None,
-             checkpoints: str | list[str] | None = "all", *,
-             sentences: list[str] | None = None, seed: int = 0, asr: Any = None,
-             zero_shot: bool = True, export: bool | str | Path = True,
-             options: Any = None, device: str | None = None, dtype: Any = None,
-             base: str | None = None, references: int = MAX_REFERENCES, force: bool = False,
-             out_dir: str | os.PathLike[str] | None = None,
-             on_event: EventCallback | Emitter | None = None,
-             cancel: threading.Event | None = None,
-             skipped: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Render, measure and report (see the module doc). Returns the evaluation dict
-    plus "summary", "path" (evaluation.json) and "html" (report.html).
+class _Measuring:
+    """The renders of one evaluation measured, or taken from the last evaluation when the
+    same voice was measured with the same settings and its files are still there."""
 
-    `checkpoints=[]` measures no checkpoint (the zero-shot baseline of a run that has
-    none yet). With `skipped` (a list, as `watch` passes), a checkpoint training deletes
-    before or while it is measured is skipped and noted in the report instead of ending
-    the evaluation; the caller's own notes in that list are reported too."""
-    from engine.asr.recognizer import describe
-    from engine.config.speak import SpeakOptions
+    def __init__(self, request: EvaluateRequest, voice: Voice, out: Path, meter: Meter,
+                 ref: Reference, previous: dict[str, dict[str, Any]]) -> None:
+        self.request, self.voice, self.out = request, voice, out
+        self.meter, self.ref, self.previous = meter, ref, previous
+        self.options = _speak_options(request.options).to_dict()
+        self.asr_model = f"{meter.asr.backend}:{meter.asr.model}"
+        self.keys: dict[int, str] = {}
+
+    def key(self, n: int, source: VoiceSource) -> str:
+        if n not in self.keys:
+            self.keys[n] = _key(source, list(self.request.sentences or ()),
+                                self.options, self.asr_model,
+                                [c["id"] for c in self.ref.clips], sorted(self.meter.encoders))
+        return self.keys[n]
+
+    def reusable(self, n: int, source: VoiceSource) -> bool:
+        entry = self.previous.get(self.key(n, source))
+        return entry is not None and all((self.out / r["path"]).is_file()
+                                         for r in entry.get("renders", []))
+
+    def reused(self, n: int, source: VoiceSource) -> dict[str, Any]:
+        return self.previous[self.key(n, source)]
+
+    def measure(self, done: Rendered, on_sentence: Callable[[int], None]) -> dict[str, Any]:
+        source, speeches = done.source, done.speeches or []
+        started = time.perf_counter()
+        paths = write_renders(render_folder(self.out / "renders", source, done.index), speeches)
+        renders = []
+        sentences = list(self.request.sentences or ())
+        for i, (text, speech, path) in enumerate(zip(sentences, speeches, paths, strict=True)):
+            renders.append({"sentence": i, "text": text, "path": _rel(path, self.out),
+                            "capped": any(c.get("capped") for c in speech.chunks),
+                            **self.meter.measure(speech.audio, speech.sample_rate, text,
+                                                 self.ref, self.voice.language)})
+            on_sentence(i)
+        entry = {
+            "key": self.key(done.index, source), "label": source.label, "kind": source.kind,
+            "step": step_of(source.checkpoint) if source.checkpoint else None,
+            "checkpoint": str(source.checkpoint) if source.checkpoint else None,
+            "model": str(source.model_dir),
+            "mode": zero_shot_mode(source) if source.kind == "zero_shot" else None,
+            "reference": str(source.reference) if source.reference else None,
+            "renders": renders, "render_s": round(done.render_s, 3),
+            "measure_s": round(time.perf_counter() - started, 3), "created": now_iso(),
+        }
+        entry["mean"] = _means(renders)
+        return entry
+
+
+def _base_dir(run_dir: Path, base: str | None) -> Path:
     from engine.model.loading import resolve_model
-    from engine.synth.voice import checkpoint_step, run_base_model
 
-    em = as_emitter(on_event)
-    v = voice if isinstance(voice, Voice) else open_voice(voice)
-    sentences = [s.strip() for s in (sentences or HELD_OUT_SENTENCES) if s and s.strip()]
-    if not sentences:
-        raise InputError("No sentences to evaluate with.", "Give at least one sentence.")
-    tolerant = skipped is not None
-    notes: list[dict[str, Any]] = list(skipped or [])
-    run_dir = pick_run(v, run, need_checkpoint=not (tolerant or checkpoints == []))
-    out = Path(out_dir) if out_dir else run_dir / EVAL_DIR
-    picked = pick_checkpoints(run_dir, checkpoints, out, em, notes if tolerant else None)
-    base_name = base or run_base_model(run_dir)
+    base_name = base or Run(run_dir).base_model()
     if not base_name:
         raise WorkspaceError(f"The run {run_dir.name} does not say which base model it "
                              "trained.", "Give the base model with --base.")
-    base_dir = resolve_model(base_name, download=False)
-    opts = options if options is not None else SpeakOptions()
-    if isinstance(opts, dict):
-        opts = SpeakOptions.from_dict(opts)
-    # one seed for every voice, and the raw level (loudness is one of the figures)
-    opts = opts.replace(seed=seed, loudness_lufs=None)
+    return resolve_model(base_name, download=False)
+
+
+def evaluate(request: EvaluateRequest, on_event: EventCallback | Emitter | None = None,
+             cancel: threading.Event | None = None) -> dict[str, Any]:
+    """Render, measure and report (see the module doc). Returns the evaluation dict
+    plus "summary", "path" (evaluation.json) and "html" (report.html)."""
+    em = as_emitter(on_event)
+    request = request.validated()
+    v = request.voice if isinstance(request.voice, Voice) else open_voice(request.voice)
+    sentences, opts = list(request.sentences or ()), _speak_options(request.options)
+    tolerant = request.skipped is not None
+    notes: list[dict[str, Any]] = list(request.skipped or [])
+    run_dir = pick_run(v, request.run,
+                       need_checkpoint=not (tolerant or request.checkpoints == []))
+    out = Path(request.out_dir) if request.out_dir else Run(run_dir).evaluation_dir
+    picked = pick_checkpoints(run_dir, request.checkpoints, out, em,
+                              notes if tolerant else None)
+    base_dir = _base_dir(run_dir, request.base)
     em.state("evaluating", detail=f"{run_dir.name}: {len(picked)} checkpoint(s)")
     started = time.perf_counter()
-    meter = Meter(asr, base_dir, device, em)
-    ref = meter.reference(v, run_dir, references)
-    skipped_now: list[dict[str, Any]] = []
-    sources = _plan_sources(v, run_dir, picked, zero_shot, export, base, base_dir, em,
-                            skipped_now)
-    if skipped_now and not tolerant:
-        raise _deleted(skipped_now[0]["checkpoint"])
-    notes += skipped_now
-    asr_model = f"{meter.asr.backend}:{meter.asr.model}"
+    meter = Meter(request.asr, base_dir, request.device, em)
+    ref = meter.reference(v, run_dir, request.references)
+    sources = _plan(request, v, picked, base_dir, em, notes if tolerant else None)
     prev_data = _previous(out) or {}
-    same_setup = (prev_data.get("sentences") == sentences and prev_data.get("seed") == seed
+    asr_model = f"{meter.asr.backend}:{meter.asr.model}"
+    same_setup = (prev_data.get("sentences") == sentences
+                  and prev_data.get("seed") == request.seed
                   and prev_data.get("options") == opts.to_dict()
                   and (prev_data.get("asr") or {}).get("key") == asr_model)
     history = list(prev_data.get("entries") or []) if same_setup else []
-    previous = {e.get("key"): e for e in history} if not force else {}
+    measuring = _Measuring(request, v, out, meter, ref,
+                           {e.get("key"): e for e in history} if not request.force else {})
     entries: list[dict[str, Any]] = []
-    synth: Any = None
-    total = len(sources) * len(sentences)
-    done = 0
-    for n, source in enumerate(sources):
-        if cancel is not None and cancel.is_set():
-            raise Cancelled("Evaluation was cancelled; nothing was written.")
-        step = checkpoint_step(source.checkpoint) if source.checkpoint else None
-        key = _key(source, sentences, opts.to_dict(), asr_model,
-                   [c["id"] for c in ref.clips], sorted(meter.encoders))
-        if key in previous and all((out / r["path"]).is_file()
-                                   for r in previous[key].get("renders", [])):
-            entry = previous[key]
+    total, count = len(sources) * len(sentences), 0
+    renders = RenderSet(sources, sentences, opts, Loading(request.device, request.dtype))
+    for done in renders.render(em, cancel, stage="evaluating",
+                               cancelled="Evaluation was cancelled; nothing was written.",
+                               skip=measuring.reusable):
+        source = done.source
+        if done.gone:
+            name = Path(str(source.checkpoint)).name
+            if not tolerant:
+                raise deleted_error(name) from done.error
+            notes.append(_skip_note(step_of(name), name))
+            em.log(f"{source.label} was deleted by training before it was measured; "
+                   "skipped (noted in the report).", level="warning")
+            count += len(sentences)
+            continue
+        if done.speeches is None:
+            entry = measuring.reused(done.index, source)
             em.log(f"{source.label}: measured before, reused.")
+            count += len(sentences)
+            em.progress("evaluate", count, total, label=source.label)
         else:
-            em.state("evaluating", detail=source.label, index=n, total=len(sources))
-            t0 = time.perf_counter()
-            try:
-                if _gone(source.checkpoint):
-                    raise FileNotFoundError(str(source.checkpoint))
-                synth = _ready(synth, source, device, dtype, em)
-                speeches = synth.speak_many(sentences, opts, em, cancel)
-            except Exception as exc:
-                # a checkpoint pruned under us fails in many ways (missing shard, torn
-                # read); only that case is skipped, anything else is a real failure
-                if not _gone(source.checkpoint):
-                    raise
-                if not tolerant:
-                    raise _deleted(Path(source.checkpoint).name) from exc
-                notes.append(_skip_note(step, Path(source.checkpoint).name))
-                em.log(f"{source.label} was deleted by training before it was measured; "
-                       "skipped (noted in the report).", level="warning")
-                synth = None  # it may be half switched to the vanished weights
-                gc.collect()
-                done += len(sentences)
-                continue
-            render_s = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            renders = []
-            folder = out / "renders" / (slug(source.label) or f"voice-{n}")
-            for i, (text, speech) in enumerate(zip(sentences, speeches, strict=True)):
-                from engine.synth.render import write_audio
+            def sentence_done(i: int, label: str = source.label) -> None:
+                nonlocal count
+                count += 1
+                em.progress("evaluate", count, total, label=label, sentence=i)
 
-                path = write_audio(folder / f"{i + 1:02d}.wav", speech.audio, "wav",
-                                   speech.sample_rate)
-                row = {"sentence": i, "text": text, "path": _rel(path, out),
-                       "capped": any(c.get("capped") for c in speech.chunks),
-                       **meter.measure(speech.audio, speech.sample_rate, text, ref,
-                                       v.language)}
-                renders.append(row)
-                done += 1
-                em.progress("evaluate", done, total, label=source.label, sentence=i)
-            entry = {
-                "key": key, "label": source.label, "kind": source.kind, "step": step,
-                "checkpoint": str(source.checkpoint) if source.checkpoint else None,
-                "model": str(source.model_dir),
-                "mode": zero_shot_mode(source) if source.kind == "zero_shot" else None,
-                "reference": str(source.reference) if source.reference else None,
-                "renders": renders, "render_s": round(render_s, 3),
-                "measure_s": round(time.perf_counter() - t1, 3), "created": now_iso(),
-            }
-            entry["mean"] = _means(renders)
-        if key in previous:
-            done += len(sentences)
-            em.progress("evaluate", done, total, label=source.label)
+            entry = measuring.measure(done, sentence_done)
         entries.append(entry)
         _emit_metric(em, entry)
-    del synth
-    gc.collect()
-    evaluated = list(entries)
+    evaluated = [e["label"] for e in entries]
     entries = _merge(history, entries)
-    result = _assemble(v, run_dir, base_dir, sentences, seed, opts.to_dict(), meter, ref,
-                       entries, out, describe(asr) if not hasattr(asr, "transcribe") else None)
+    result = _assemble(request, v, run_dir, base_dir, meter, ref, entries, out)
     result["asr"]["key"] = asr_model
-    result["evaluated"] = [e["label"] for e in evaluated]
+    result["evaluated"] = evaluated
     result["skipped"] = _skipped(prev_data.get("skipped") or [], notes, entries)
     result["elapsed_s"] = round(time.perf_counter() - started, 3)
+    return _write(result, run_dir, out, em)
+
+
+def _write(result: dict[str, Any], run_dir: Path, out: Path, em: Emitter) -> dict[str, Any]:
+    """evaluation.json and report.html; the best checkpoint kept from pruning."""
     from engine.quality.report import render_html
 
     out.mkdir(parents=True, exist_ok=True)
     best = result.get("best") or {}
     if best.get("checkpoint"):
-        from engine.train.best import keep_best
-
         # training prunes old checkpoints; the best one stays (hard links, no extra space)
-        if keep_best(run_dir, best["checkpoint"]) is not None:
+        if Run(run_dir).keep_best(best["checkpoint"]) is not None:
             em.log(f"Kept {Path(best['checkpoint']).name} (the best so far) from pruning.",
                    level="debug")
-    write_json(out / "evaluation.json", result)
-    write_text(out / "report.html", render_html(result))
-    em.artifact(str(out / "evaluation.json"), role="evaluation")
-    em.artifact(str(out / "report.html"), role="evaluation_report")
-    return {**result, "path": str(out / "evaluation.json"), "html": str(out / "report.html"),
+    write_json(out / EVALUATION_FILE, result)
+    write_text(out / REPORT_FILE, render_html(result))
+    em.artifact(str(out / EVALUATION_FILE), role="evaluation")
+    em.artifact(str(out / REPORT_FILE), role="evaluation_report")
+    return {**result, "path": str(out / EVALUATION_FILE), "html": str(out / REPORT_FILE),
             "summary": format_summary(result, out)}
-
-
-def _deleted(name: str) -> WorkspaceError:
-    return WorkspaceError(f"{name} was deleted before it could be measured (training keeps "
-                          "only its newest checkpoints).",
-                          "Evaluate again: the checkpoints still on disk will be measured.")
 
 
 def _skipped(before: list[dict[str, Any]], now: list[dict[str, Any]],
@@ -630,29 +647,14 @@ def _merge(history: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> list[d
     """Every voice measured with these settings: earlier checkpoints stay in the history
     (even once training pruned them), the fresh measurement of a voice replaces its old one;
     zero-shot first, then checkpoints by step, then exports."""
-    def ident(e: dict[str, Any]) -> tuple[Any, ...]:
+    def entry_key(e: dict[str, Any]) -> tuple[Any, ...]:
         return (e["kind"], e.get("step") if e["kind"] == "checkpoint" else e.get("model"))
 
-    merged = {ident(e): e for e in history}
-    merged.update({ident(e): e for e in fresh})
+    merged = {entry_key(e): e for e in history}
+    merged.update({entry_key(e): e for e in fresh})
     order = {"zero_shot": 0, "checkpoint": 1, "custom_voice": 2}
     return sorted(merged.values(), key=lambda e: (order.get(e["kind"], 3), e.get("step") or 0,
                                                   e["label"]))
-
-
-def _ready(synth: Any, source: Any, device: str | None, dtype: Any, em: Emitter) -> Any:
-    """A synthesizer speaking `source`: the loaded one switched in place when it shares
-    the model (zero-shot and checkpoints sit on one base), else a fresh load."""
-    from engine.synth.synthesizer import Synthesizer
-
-    if synth is not None and Path(synth.source.model_dir) == Path(source.model_dir) and \
-            source.kind != "custom_voice" and synth.source.kind != "custom_voice":
-        synth.use_source(source, on_event=em)
-        return synth
-    if synth is not None:
-        del synth
-        gc.collect()
-    return Synthesizer.load(source, device=device, dtype=dtype, on_event=em)
 
 
 def _emit_metric(em: Emitter, entry: dict[str, Any]) -> None:
@@ -719,15 +721,20 @@ def _warnings(entries: list[dict[str, Any]], ref: Reference) -> list[dict[str, A
     return out
 
 
-def _assemble(voice: Voice, run_dir: Path, base_dir: Path, sentences: list[str], seed: int,
-              options: dict[str, Any], meter: Meter, ref: Reference,
-              entries: list[dict[str, Any]], out: Path, asr_spec: str | None) -> dict[str, Any]:
+def _assemble(request: EvaluateRequest, voice: Voice, run_dir: Path, base_dir: Path,
+              meter: Meter, ref: Reference, entries: list[dict[str, Any]],
+              out: Path) -> dict[str, Any]:
+    from engine.asr.recognizer import describe
+
+    asr = request.asr
+    asr_spec = describe(asr) if not hasattr(asr, "transcribe") else None
     zero = next((e for e in entries if e["kind"] == "zero_shot"), None)
     return {
         "format": FORMAT, "created": now_iso(), "voice": str(voice.path),
         "speaker": voice.display_name, "language": voice.language, "run": run_dir.name,
-        "run_dir": str(run_dir), "base_model": str(base_dir), "sentences": sentences,
-        "seed": seed, "options": options,
+        "run_dir": str(run_dir), "base_model": str(base_dir),
+        "sentences": list(request.sentences or ()), "seed": request.seed,
+        "options": _speak_options(request.options).to_dict(),
         "asr": {"backend": meter.asr.backend, "model": meter.asr.model, "spec": asr_spec},
         "encoders": {"similarity": "resemblyzer",
                      "similarity_model": "model" if "model" in meter.encoders else None},
@@ -768,14 +775,13 @@ def format_summary(result: dict[str, Any], out: Path) -> str:
     if gone:
         lines.append(f"  not measured (deleted by training first): step "
                      f"{', '.join(str(n['step']) for n in gone)}.")
-    lines.append(f"Report: {display_path(out / 'report.html')}")
+    lines.append(f"Report: {display_path(out / REPORT_FILE)}")
     return "\n".join(lines)
 
 
-def watch(voice: Voice | str | os.PathLike[str], run: str | None = None, *,
-          interval_s: float = 15.0, idle_s: float | None = None, patience: int | None = None,
-          stop: threading.Event | None = None,
-          on_event: EventCallback | Emitter | None = None, **kwargs: Any) -> dict[str, Any]:
+def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float | None = None,
+          patience: int | None = None, stop: threading.Event | None = None,
+          on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
     """Evaluate each checkpoint of a run as training writes it, in this process (start it
     as a second engine process beside training, which then never waits for it).
 
@@ -790,104 +796,118 @@ def watch(voice: Voice | str | os.PathLike[str], run: str | None = None, *,
     `state` event `early_stop_suggested` (and a warning) says when the best has not
     improved for that many evaluated checkpoints; stopping training stays the caller's
     decision. Returns the last evaluation when `stop` is set, after `idle_s` seconds
-    without a new checkpoint, or on Ctrl-C.
+    without a new checkpoint, or on Ctrl-C. `request.checkpoints` is the watcher's.
     """
-    from engine.synth.voice import checkpoint_step, list_run_checkpoints, run_base_model
-
-    em = as_emitter(on_event)
-    v = voice if isinstance(voice, Voice) else open_voice(voice)
-    if run:
-        run_dir = Path(run) if Path(run).is_dir() else v.runs_dir / run
-    else:
-        found = [p for p in v.runs_dir.iterdir() if p.is_dir()] if v.runs_dir.is_dir() else []
-        if not found:
-            raise WorkspaceError(f"The voice {v.path.name} has no training run to watch.",
-                                 "Start training first, or give --run.")
-        run_dir = max(found, key=lambda p: p.stat().st_mtime)
-    measured: set[str] = set()
-    listed: dict[str, int | None] = {}  # every checkpoint seen on disk, by name
-    noted: set[str] = set()
-    baseline = False
-    result: dict[str, Any] = {}
-    best_step: int | None = None
-    since_best = 0
-    suggested = False
-    last_new = time.monotonic()
-    em.state("watching", detail=str(run_dir))
-
-    def pruned() -> list[dict[str, Any]]:
-        """Checkpoints seen but deleted by training before this watcher reached them."""
-        present = {c.name for c in list_run_checkpoints(run_dir)}
-        gone = [n for n in listed if n not in measured and n not in present and n not in noted]
-        for name in gone:
-            em.log(f"{name} was deleted by training before it was measured; skipped "
-                   "(noted in the report).", level="warning")
-        return [_skip_note(listed[n], n) for n in gone]
-
-    zero_shot, export = kwargs.pop("zero_shot", True), kwargs.pop("export", True)
-
-    def run_once(checkpoints: list[str], notes: list[dict[str, Any]]) -> dict[str, Any]:
-        nonlocal baseline
-        out = evaluate(v, str(run_dir), checkpoints, zero_shot=zero_shot and not baseline,
-                       export=export and not baseline, on_event=em, skipped=notes, **kwargs)
-        baseline = True
-        noted.update(n["checkpoint"] for n in out.get("skipped") or [])
-        nonlocal last_new
-        last_new = time.monotonic()  # idle means no new checkpoint, not a long evaluation
-        return out
-
+    watcher = _Watcher(request, as_emitter(on_event), patience)
     try:
         while stop is None or not stop.is_set():
-            for c in list_run_checkpoints(run_dir):
-                listed.setdefault(c.name, checkpoint_step(c))
-            new = sorted((n for n in listed if n not in measured and n not in noted),
-                         key=lambda n: listed[n] or 0)
-            present = {c.name for c in list_run_checkpoints(run_dir)}
-            todo = [n for n in new if n in present]
-            if todo:
-                last_new = time.monotonic()
-                newest = todo[-1]
-                if len(todo) > 1:
-                    em.log(f"Training is ahead of the evaluation: measuring {newest} first "
-                           f"({len(todo) - 1} older checkpoint(s) wait while they last).")
-                result = run_once([newest], pruned())
-                if newest not in noted:
-                    measured.add(newest)
-                best = result.get("best") or {}
-                if best.get("step") == best_step:
-                    since_best += 1
-                else:
-                    best_step, since_best = best.get("step"), 0
-                em.state("evaluation_updated", detail=f"best: {best.get('label')}",
-                         best_step=best_step, checkpoints=len(measured), path=result["path"],
-                         skipped=len(noted))
-                if patience and since_best >= patience and not suggested:
-                    suggested = True
-                    em.log(f"The best checkpoint (step {best_step}) has not improved for "
-                           f"{since_best} evaluated checkpoints: training longer is unlikely "
-                           "to help.", level="warning")
-                    em.state("early_stop_suggested", best_step=best_step,
-                             detail=f"no improvement for {since_best} checkpoints")
+            if watcher.one_pass():
                 continue  # the next newest at once: training may be ahead
-            if not baseline and run_base_model(run_dir):
-                # the zero-shot baseline before the first checkpoint exists
-                result = run_once([], pruned())
-                em.state("evaluation_updated", detail="baseline", best_step=None,
-                         checkpoints=0, path=result["path"], skipped=len(noted))
-                continue
-            elif new and not todo:
-                notes = pruned()
-                if notes and baseline:
-                    result = run_once([], notes)  # the note lands in the report
-            if idle_s is not None and time.monotonic() - last_new > idle_s:
+            if idle_s is not None and time.monotonic() - watcher.last_new > idle_s:
                 break
             if stop is not None:
                 stop.wait(interval_s)
             else:
                 time.sleep(interval_s)
     except KeyboardInterrupt:
-        em.log("Stopped watching.")
-    if not result:
-        return {"run": run_dir.name, "entries": [], "best": None,
-                "summary": f"No checkpoint of {run_dir.name} appeared while watching."}
-    return result
+        watcher.em.log("Stopped watching.")
+    if not watcher.result:
+        name = watcher.run.name
+        return {"run": name, "entries": [], "best": None,
+                "summary": f"No checkpoint of {name} appeared while watching."}
+    return watcher.result
+
+
+class _Watcher:
+    """What `watch` knows between its passes over the run."""
+
+    def __init__(self, request: EvaluateRequest, em: Emitter, patience: int | None) -> None:
+        v = request.voice if isinstance(request.voice, Voice) else open_voice(request.voice)
+        found = run_layout.pick_run(v.path, request.run)
+        if found is None and not request.run:
+            raise WorkspaceError(f"The voice {v.path.name} has no training run to watch.",
+                                 "Start training first, or give --run.")
+        # a named run not there yet: the training just started creates it
+        self.run = found if found is not None else v.run(str(request.run))
+        self.request = replace(request, voice=v, run=str(self.run.path))
+        self.em, self.patience = em, patience
+        self.measured: set[str] = set()
+        self.listed: dict[str, int | None] = {}  # every checkpoint seen on disk, by name
+        self.noted: set[str] = set()
+        self.baseline = False
+        self.result: dict[str, Any] = {}
+        self.best_step: int | None = None
+        self.since_best = 0
+        self.suggested = False
+        self.last_new = time.monotonic()
+        em.state("watching", detail=str(self.run.path))
+
+    def one_pass(self) -> bool:
+        """Measure what is new; True when the next pass should follow at once."""
+        for c in self.run.checkpoints():
+            self.listed.setdefault(c.name, step_of(c))
+        new = sorted((n for n in self.listed if n not in self.measured and n not in self.noted),
+                     key=lambda n: self.listed[n] or 0)
+        present = {c.name for c in self.run.checkpoints()}
+        todo = [n for n in new if n in present]
+        if todo:
+            self._measure_newest(todo)
+            return True
+        if not self.baseline and self.run.base_model():
+            # the zero-shot baseline before the first checkpoint exists
+            self.result = self._evaluate([], self._pruned())
+            self.em.state("evaluation_updated", detail="baseline", best_step=None,
+                          checkpoints=0, path=self.result["path"], skipped=len(self.noted))
+            return True
+        if new:
+            notes = self._pruned()
+            if notes and self.baseline:
+                self.result = self._evaluate([], notes)  # the note lands in the report
+        return False
+
+    def _measure_newest(self, todo: list[str]) -> None:
+        em = self.em
+        self.last_new = time.monotonic()
+        newest = todo[-1]
+        if len(todo) > 1:
+            em.log(f"Training is ahead of the evaluation: measuring {newest} first "
+                   f"({len(todo) - 1} older checkpoint(s) wait while they last).")
+        self.result = self._evaluate([newest], self._pruned())
+        if newest not in self.noted:
+            self.measured.add(newest)
+        best = self.result.get("best") or {}
+        if best.get("step") == self.best_step:
+            self.since_best += 1
+        else:
+            self.best_step, self.since_best = best.get("step"), 0
+        em.state("evaluation_updated", detail=f"best: {best.get('label')}",
+                 best_step=self.best_step, checkpoints=len(self.measured),
+                 path=self.result["path"], skipped=len(self.noted))
+        if self.patience and self.since_best >= self.patience and not self.suggested:
+            self.suggested = True
+            em.log(f"The best checkpoint (step {self.best_step}) has not improved for "
+                   f"{self.since_best} evaluated checkpoints: training longer is unlikely "
+                   "to help.", level="warning")
+            em.state("early_stop_suggested", best_step=self.best_step,
+                     detail=f"no improvement for {self.since_best} checkpoints")
+
+    def _pruned(self) -> list[dict[str, Any]]:
+        """Checkpoints seen but deleted by training before this watcher reached them."""
+        present = {c.name for c in self.run.checkpoints()}
+        gone = [n for n in self.listed
+                if n not in self.measured and n not in present and n not in self.noted]
+        for name in gone:
+            self.em.log(f"{name} was deleted by training before it was measured; skipped "
+                        "(noted in the report).", level="warning")
+        return [_skip_note(self.listed[n], n) for n in gone]
+
+    def _evaluate(self, checkpoints: list[str], notes: list[dict[str, Any]]) -> dict[str, Any]:
+        first = not self.baseline
+        out = evaluate(replace(self.request, checkpoints=checkpoints,
+                               zero_shot=self.request.zero_shot and first,
+                               export=self.request.export if first else False, skipped=notes),
+                       on_event=self.em)
+        self.baseline = True
+        self.noted.update(n["checkpoint"] for n in out.get("skipped") or [])
+        self.last_new = time.monotonic()  # idle means no new checkpoint, not a long evaluation
+        return out

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine.core.errors import ModelError
+from engine.model.speaker_encoder import SAMPLE_RATE, at_model_rate, load_speaker_encoder, x_vector
 
 #: shorter than this after silence trimming, the d-vector is not meaningful; the
 #: untrimmed audio is used instead (noise from an untrained model still gets a number)
@@ -103,29 +104,18 @@ class ModelSpeakerEncoder:
     """The base model's ECAPA speaker encoder (24 kHz), loaded alone (no talker)."""
 
     name = "model"
-    RATE = 24000
+    RATE = SAMPLE_RATE
 
     def __init__(self, base_model_dir: str | Path, device: str = "cpu") -> None:
-        from engine.data.codes import load_speaker_encoder
-
         self._encoder = load_speaker_encoder(base_model_dir, device)
         self._lock = threading.Lock()
 
     def embed(self, audio: np.ndarray, sample_rate: int) -> np.ndarray:
-        from engine.data.codes import compute_x_vector
-
-        audio = np.asarray(audio, dtype=np.float32)
-        if sample_rate != self.RATE:
-            from math import gcd
-
-            from scipy.signal import resample_poly
-
-            g = gcd(sample_rate, self.RATE)
-            audio = resample_poly(audio, self.RATE // g, sample_rate // g).astype(np.float32)
+        audio = at_model_rate(audio, sample_rate)
         if len(audio) < self.RATE // 2:
             audio = np.pad(audio, (0, self.RATE // 2 - len(audio)))
         with self._lock:
-            return _unit(compute_x_vector(self._encoder, audio))
+            return _unit(x_vector(self._encoder, audio))
 
 
 def similarity(encoder: SpeakerEncoder, a: tuple[np.ndarray, int],

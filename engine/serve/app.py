@@ -280,7 +280,7 @@ class SpeechApp:
         audio = formats.time_stretch(audio, req.speed)
         return formats.encode(audio, req.response_format, rate), len(audio) / rate
 
-    async def _stream(self, request: Request, submit: Submit, req: SpeechRequest,
+    async def _stream(self, request: Request, submit: Submit, req: SpeechRequest,  # noqa: C901
                       deadline: float, began: float, release: Callable[[], None]) -> Response:
         worker, ticket = submit(True)
         try:

@@ -153,7 +153,7 @@ class VoiceWorker:
 class Pool:
     """The loaded voices and the admission bound (used from one event loop)."""
 
-    def __init__(self, voices: dict[str, ServedVoice], *, device: str | None = None,
+    def __init__(self, voices: dict[str, ServedVoice], *, device: str | None = None,  # noqa: PLR0913
                  dtype: str = "auto", rows: int = 8, quantize: str | None = None,
                  fuse: bool = False, max_loaded: int = 2, max_queue: int = 32,
                  reference_base: str | None = None) -> None:

@@ -94,7 +94,7 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_speech(raw: bytes, *, voices: set[str] | dict[str, Any], formats: tuple[str, ...],
+def parse_speech(raw: bytes, *, voices: set[str] | dict[str, Any], formats: tuple[str, ...],  # noqa: C901
                  max_input: int, allow_reference: bool) -> SpeechRequest:
     body = parse_json(raw)
     model = _string(body, "model", "voxshard") or "voxshard"

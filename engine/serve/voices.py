@@ -20,6 +20,7 @@ from typing import Any
 
 from engine import catalog
 from engine.core.errors import InputError
+from engine.layout.run import Run, runs_dir
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ def _is_export(path: Path) -> bool:
 
 
 def _is_run(path: Path) -> bool:
-    return (path / "config.json").is_file() and path.parent.name == "runs" and bool(
-        catalog.list_checkpoints(path))
+    run = Run(path)
+    return run.config_file.is_file() and run.voice_dir is not None and bool(run.checkpoints())
 
 
 def _of_voice(voice_dir: Path) -> list[ServedVoice]:
@@ -74,15 +75,15 @@ def discover(targets: list[str | os.PathLike[str]],
         if not path.is_dir():
             raise InputError(f"{path} is not a folder.",
                              "Give exported voices, voice folders or run folders.")
-        if (path / "voice.toml").is_file() or (path / "exports").is_dir() or (
-                path / "runs").is_dir():
+        if (path / "voice.toml").is_file() or (path / "exports").is_dir() \
+                or runs_dir(path).is_dir():
             mine = _of_voice(path)
             if not mine:
                 raise InputError(f"The voice {path.name} has no export or trained run yet.",
                                  "Train and export it first.")
             found += mine
-        elif path.parent.name == "runs" and _is_run(path):
-            found.append(ServedVoice(path.name, path, "run", _language(path.parent.parent)))
+        elif _is_run(path):
+            found.append(ServedVoice(path.name, path, "run", _language(Run(path).voice_dir)))
         elif _is_export(path):
             voice = path.parent.parent if path.parent.name == "exports" else None
             found.append(ServedVoice(path.name, path, "export", _language(voice)))

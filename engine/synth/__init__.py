@@ -13,12 +13,13 @@ Engine API (the CLI and the GUI's worker process use the same calls):
   `.speak_many(texts, ...)`, `.use_source(other)` (swap checkpoints in place),
   `.speak_stream(text, sink)` (audio to a `stream` sink as it is generated:
   `GrowingFile`, `RawPcm`, `Player`).
-- `compare.compare(voice_or_run, out_dir, sentences, checkpoints)`: A/B folder
-  with index.json and index.html.
+- the A/B folder of several checkpoints (`compare`) renders through this package
+  from `engine.quality` (`quality.compare`, `quality.render_set`).
 - `worker.SpeechWorker` / `worker.serve`: a warm worker speaking JSON lines
   (`voxshard-engine --json serve-speech`), requests batched continuously
   (`batcher.ContinuousBatcher` over `rows.RowBatch`).
-- `options.SpeakOptions` and `text.split_text` are torch-free (safe for the GUI).
+- `engine.config.speak.SpeakOptions` and `engine.text.split_text` are torch-free
+  (safe for the GUI).
 
 Speed comes from `decoding.FastTalker`, our frame loop over the official
 modules (greedy output identical to the official `generate`), its static,

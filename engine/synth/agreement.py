@@ -54,32 +54,20 @@ def teacher_forced_logits(fast: FastTalker, prefill: Prefill,
     past = hidden[:, -1:]
     trailing = prefill.trailing.to(fast.device, fast.dtype)
     tts_pad = prefill.tts_pad.to(fast.device, fast.dtype)
-    pred = fast.predictor
-    proj = pred.small_to_mtp_projection
     out = torch.zeros(frames, fast.groups, fast.p_vocab)
     for f in range(frames):
         talker = linear(past, fast.head)[0, -1].to(torch.float32)
         out[f, 0] = talker[:fast.p_vocab].cpu()
-        token = codes[f:f + 1, 0]
-        embed0 = fast.talker.model.codec_embedding(token[:, None])
-        h = proj(torch.cat((past, embed0), dim=1))
-        parts = [embed0]
-        start = 0
-        for step in range(fast.groups - 1):
-            t = h.shape[1]
-            o = fast.p_stack.forward(h, fast.p_cos[start:start + t][None],
-                                     fast.p_sin[start:start + t][None], p_cache, start, None)
-            out[f, step + 1] = linear(o, fast.p_heads[step])[0, -1].to(torch.float32).cpu()
-            emb = pred.model.codec_embedding[step](codes[f:f + 1, step + 1][:, None])
-            parts.append(emb)
-            start += t
-            if step < fast.groups - 2:
-                h = proj(emb)
+
+        def forced(j: int, logits: torch.Tensor, f: int = f) -> torch.Tensor:
+            out[f, j + 1] = logits[0].cpu()  # what the predictor thought ...
+            return codes[f:f + 1, j + 1]  # ... and the code it is fed instead
+
+        _, summed = fast.predict_codebooks(past, codes[f:f + 1, 0], p_cache, forced)
         text = trailing[:, f:f + 1] if f < trailing.shape[1] else tts_pad
         slot = t0 + f
         at = torch.tensor([[slot]], device=fast.device)
-        past = fast.t_stack.forward(torch.cat(parts, dim=1).sum(1, keepdim=True) + text,
-                                    cos[at], sin[at], t_cache, slot, None)
+        past = fast.t_stack.forward(summed + text, cos[at], sin[at], t_cache, slot, None)
     return out
 
 

@@ -34,7 +34,7 @@ official codes exactly; tests/test_synth_greedy.py proves it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,7 +187,7 @@ class _Stack:
         shape = (batch, self.kv_heads, length, self.head_dim)
         return [(like.new_zeros(shape), like.new_zeros(shape)) for _ in self.layers]
 
-    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,  # noqa: PLR0913
                 cache: list[KV], start: int, mask: torch.Tensor | None, full: bool = False,
                 rows: torch.Tensor | None = None, span: int | None = None) -> torch.Tensor:
         """Run all layers on `h` [B, T, H] written at cache slots start..start+T.
@@ -379,10 +379,19 @@ class FastTalker:
             scores[:, self.eos] = float("-inf")
         return scores.masked_fill(self.suppress, float("-inf"))
 
-    def _predict_frame(self, past_hidden: torch.Tensor, token: torch.Tensor,
-                       cache: list[KV], settings: SamplerSettings,
-                       noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Codebooks 1..15 of one frame: (codes [B, 16], summed input embedding [B, 1, H])."""
+    def predict_codebooks(self, past_hidden: torch.Tensor, token: torch.Tensor,
+                          cache: list[KV], pick: Callable[[int, torch.Tensor], torch.Tensor],
+                          masks: Sequence[torch.Tensor] | None = None,
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The code predictor's pass over codebooks 1..15 of one frame, after codebook 0
+        (`token` [B]): (codes [B, 16], summed input embedding of the frame [B, 1, H]).
+
+        `pick(j, logits)` turns codebook j+1's float32 logits [B, V] into its codes [B]:
+        sampled or greedy (decoding), or the reference's own codes (teacher forcing,
+        `agreement`). `masks` (the fixed-shape frame, `rows`): step j attends under
+        `masks[j]` over the whole cache; without, causally over the filled prefix.
+        Capture-safe: a fixed number of steps of fixed shapes, nothing read on the host
+        (what `pick` does is the caller's)."""
         pred = self.predictor
         embed0 = self.talker.model.codec_embedding(token[:, None])  # [B, 1, H]
         proj = pred.small_to_mtp_projection
@@ -392,10 +401,12 @@ class FastTalker:
         start = 0
         for step in range(self.groups - 1):
             t = h.shape[1]
-            out = self.p_stack.forward(h, self.p_cos[start:start + t][None],
-                                       self.p_sin[start:start + t][None], cache, start, None)
-            logits = linear(out, self.p_heads[step])[:, -1].to(torch.float32)
-            code = choose(logits, settings, None if noise is None else noise[:, step])
+            cos, sin = self.p_cos[start:start + t][None], self.p_sin[start:start + t][None]
+            if masks is None:
+                out = self.p_stack.forward(h, cos, sin, cache, start, None)
+            else:
+                out = self.p_stack.forward(h, cos, sin, cache, start, masks[step], full=True)
+            code = pick(step, linear(out, self.p_heads[step])[:, -1].to(torch.float32))
             codes.append(code)
             emb = pred.model.codec_embedding[step](code[:, None])
             embeds.append(emb)
@@ -407,7 +418,7 @@ class FastTalker:
 
     # -- main loop ---------------------------------------------------------------------
     @torch.inference_mode()
-    def generate(self, prefill: Prefill, max_frames: list[int], settings: DecodeSettings,
+    def generate(self, prefill: Prefill, max_frames: list[int], settings: DecodeSettings,  # noqa: C901, PLR0913
                  seeds: list[int] | None = None,
                  on_frame: Callable[[int], None] | None = None,
                  should_stop: Callable[[], bool] | None = None,
@@ -506,9 +517,10 @@ class FastTalker:
             if should_stop is not None and should_stop():
                 break
             seen[torch.arange(batch, device=self.device), token] = True
-            frame_codes, summed = self._predict_frame(
-                past_hidden, token, p_cache, settings.predictor,
-                None if noise is None else noise[:, 1:])
+            frame_codes, summed = self.predict_codebooks(
+                past_hidden, token, p_cache,
+                lambda j, logits, noise=noise: choose(
+                    logits, settings.predictor, None if noise is None else noise[:, 1 + j]))
             codes[:, frame] = frame_codes
             frames = frame + 1
             if on_codes is not None:

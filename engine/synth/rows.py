@@ -117,7 +117,7 @@ class RowBatch:
         self.penalty[rows] = settings.repetition_penalty
         self.min_new[rows] = settings.min_new_tokens
 
-    def load_rows(self, rows: slice | list[int], token: torch.Tensor, hidden: torch.Tensor,
+    def load_rows(self, rows: slice | list[int], token: torch.Tensor, hidden: torch.Tensor,  # noqa: PLR0913
                   valid: torch.Tensor, base: torch.Tensor, trailing: torch.Tensor,
                   tts_pad: torch.Tensor, settings: Any = None,
                   keys: torch.Tensor | None = None) -> None:
@@ -167,8 +167,6 @@ class RowBatch:
     def frame(self, span: int) -> None:
         """Advance every row by one codec frame (capturable: see the module doc)."""
         fast = self.fast
-        pred = fast.predictor
-        proj = pred.small_to_mtp_projection
         settings = self.settings
         token = self.token
         self.seen.scatter_(1, token[:, None], True)
@@ -177,28 +175,13 @@ class RowBatch:
             # this frame's codebooks 1..15, then codebook 0 of the next frame
             p_noise = self.frame_noise.draw(self.keys, self.step, first=1)
             t_noise = self.frame_noise.draw(self.keys, self.step + 1, count=1)[:, 0]
-        embed0 = fast.talker.model.codec_embedding(token[:, None])
-        h = proj(torch.cat((self.past_hidden, embed0), dim=1))
-        codes = [token]
-        embeds = [embed0]
-        start = 0
-        for j in range(fast.groups - 1):
-            t = h.shape[1]
-            out = fast.p_stack.forward(h, fast.p_cos[start:start + t][None],
-                                       fast.p_sin[start:start + t][None], self.p_cache,
-                                       start, self.p_masks[j], full=True)
-            logits = linear(out, fast.p_heads[j])[:, -1].to(torch.float32)
-            code = choose(logits, self.p_sampler, None if p_noise is None else p_noise[:, j])
-            codes.append(code)
-            emb = pred.model.codec_embedding[j](code[:, None])
-            embeds.append(emb)
-            start += t
-            if j < fast.groups - 2:
-                h = proj(emb)
-        made = torch.stack(codes, dim=1)[:, None]  # [B, 1, 16]
+        made, summed = fast.predict_codebooks(
+            self.past_hidden, token, self.p_cache,
+            lambda j, logits: choose(logits, self.p_sampler,
+                                     None if p_noise is None else p_noise[:, j]),
+            masks=self.p_masks)
         at = self.step.clamp(max=self.limit - 1).view(-1, 1, 1).expand(-1, 1, fast.groups)
-        self.codes.scatter_(1, at, made)
-        summed = torch.cat(embeds, dim=1).sum(1, keepdim=True)
+        self.codes.scatter_(1, at, made[:, None])  # [B, 1, 16]
         text_at = self.step.clamp(max=self.trail_cap).view(-1, 1, 1)
         text = self.trailing.gather(1, text_at.expand(-1, 1, self.trailing.shape[2]))
         write = self.slot.clamp(max=self.capacity - 1)

@@ -55,6 +55,28 @@ class Speech:
         return self.duration_s / self.compute_s if self.compute_s > 0 else 0.0
 
 
+def _speech(kept: list[tuple[Chunk, Any, np.ndarray]], seed: int, options: SpeakOptions,
+            cancelled: bool) -> Speech:
+    """One text's finished render from its kept (chunk, codes, audio): joined with the
+    chunks' pauses (none after the last), levelled; compute time is the caller's."""
+    pauses = [ch.pause_after_s for ch, _, _ in kept]
+    if pauses:
+        pauses[-1] = 0.0
+    audio = join_chunks([w for _, _, w in kept], pauses, SAMPLE_RATE)
+    audio, loudness = match_loudness(audio, options.loudness_lufs, SAMPLE_RATE)
+    info = [{"index": ch.index, "text": ch.text, "frames": len(c),
+             "max_frames": ch.max_frames, "seed": seed + ch.index,
+             "capped": bool(len(c) >= ch.max_frames)} for ch, c, _ in kept]
+    return Speech(audio=audio, sample_rate=SAMPLE_RATE, seed=seed, chunks=info, compute_s=0.0,
+                  loudness_lufs=loudness, cancelled=cancelled, codes=[c for _, c, _ in kept])
+
+
+def _emit_speed(emitter: Emitter, audio_s: float, compute_s: float) -> None:
+    emitter.metric({"synth/rtf": round(audio_s / compute_s, 4) if compute_s > 0 else 0.0,
+                    "synth/audio_s": round(audio_s, 3),
+                    "synth/compute_s": round(compute_s, 3)})
+
+
 def cpu_has_bf16() -> bool:
     """True when the CPU multiplies bf16 natively (AVX512-BF16 or AMX) and ATen runs
     its AVX-512 kernels: with ATEN_CPU_CAPABILITY=default or avx2 on such a CPU, bf16
@@ -397,6 +419,26 @@ class Synthesizer:
                 on_batch(picked, codes)
         return out, cancelled
 
+    def _generate(self, chunks: list[Chunk], seeds: list[int], options: SpeakOptions,
+                  emitter: Emitter, cancel: threading.Event | None,
+                  **hooks: Any) -> tuple[list[Any], bool]:
+        """`generate_codes` as both ways of speaking end it: out of memory said in one
+        sentence, and a cancelled render keeping the chunks it finished (`Cancelled`
+        when it finished none)."""
+        try:
+            codes, cancelled = self.generate_codes(chunks, seeds, options, emitter, cancel,
+                                                   **hooks)
+        except RuntimeError as exc:  # torch.OutOfMemoryError is one
+            if "out of memory" in str(exc).lower():
+                raise SynthesisError("The device ran out of memory while speaking.",
+                                     "Lower the batch size or use a smaller model.") from exc
+            raise
+        if cancelled:
+            codes = [c if c is not None and len(c) else None for c in codes]
+            if all(c is None for c in codes):
+                raise Cancelled()
+        return codes, cancelled
+
     def decode_audio(self, codes: list[Any], group: int = 8) -> list[np.ndarray]:
         """Codec frames -> 24 kHz waveforms with the official decoder, `group` chunks
         per call (the decoder is causal, so padding a shorter chunk at its end does
@@ -472,50 +514,27 @@ class Synthesizer:
                                                   options.loudness_lufs, SAMPLE_RATE)
                         on_chunk(owner[i][0], owner[i][1], level)
 
-            try:
-                codes, cancelled = self.generate_codes(flat, seeds, options, emitter, cancel,
-                                                       on_batch=decode_batch,
-                                                       in_order=on_chunk is not None)
-            except RuntimeError as exc:
-                if "out of memory" in str(exc).lower():
-                    raise SynthesisError("The device ran out of memory while speaking.",
-                                         "Lower the batch size or use a smaller model.") from exc
-                raise
-            if cancelled:
-                # keep the chunks that were finished; nothing made means nothing to keep
-                codes = [c if c is not None and len(c) else None for c in codes]
-                if all(c is None for c in codes):
-                    raise Cancelled()
+            codes, cancelled = self._generate(flat, seeds, options, emitter, cancel,
+                                              on_batch=decode_batch,
+                                              in_order=on_chunk is not None)
             results: list[Speech] = []
             offset = 0
             for chunks in split:
-                mine = list(zip(chunks, codes[offset:offset + len(chunks)],
-                                waves[offset:offset + len(chunks)], strict=True))
-                mine = [(ch, c, w) for ch, c, w in mine if w is not None]
+                mine = zip(chunks, codes[offset:offset + len(chunks)],
+                           waves[offset:offset + len(chunks)], strict=True)
                 offset += len(chunks)
-                kept = [(ch, c, w) for ch, c, w in mine if c is not None]
-                pauses = [ch.pause_after_s for ch, _, _ in kept]
-                if pauses:
-                    pauses[-1] = 0.0
-                audio = join_chunks([w for _, _, w in kept], pauses, SAMPLE_RATE)
-                audio, loudness = match_loudness(audio, options.loudness_lufs, SAMPLE_RATE)
-                info = [{"index": ch.index, "text": ch.text, "frames": len(c),
-                         "max_frames": ch.max_frames, "seed": seed + ch.index,
-                         "capped": bool(len(c) >= ch.max_frames)} for ch, c, _ in kept]
-                results.append(Speech(audio=audio, sample_rate=SAMPLE_RATE, seed=seed,
-                                      chunks=info, compute_s=0.0, loudness_lufs=loudness,
-                                      cancelled=cancelled, codes=[c for _, c, _ in kept]))
+                results.append(_speech([(ch, c, w) for ch, c, w in mine
+                                        if w is not None and c is not None],
+                                       seed, options, cancelled))
             compute = time.perf_counter() - started
         audio_s = sum(r.duration_s for r in results)
         for r in results:
             # one batch made them all: share the compute time by audio length
             r.compute_s = compute * (r.duration_s / audio_s) if audio_s > 0 else compute
-        emitter.metric({"synth/rtf": round(audio_s / compute, 4) if compute > 0 else 0.0,
-                        "synth/audio_s": round(audio_s, 3),
-                        "synth/compute_s": round(compute, 3)})
+        _emit_speed(emitter, audio_s, compute)
         return results
 
-    def speak_stream(self, text: str, sink: Any, options: SpeakOptions | None = None,
+    def speak_stream(self, text: str, sink: Any, options: SpeakOptions | None = None,  # noqa: C901
                      on_event: EventCallback | Emitter | None = None,
                      cancel: threading.Event | None = None) -> Speech:
         """Speak `text` into `sink` (`stream.AudioSink`) while it is generated.
@@ -630,31 +649,16 @@ class Synthesizer:
         with self._lock:
             emitter.state("speaking", detail=f"{len(chunks)} chunk(s)", chunks=len(chunks),
                           streaming=True)
-            codes, cancelled = self.generate_codes(
+            codes, cancelled = self._generate(
                 chunks, [seed + c.index for c in chunks], options, emitter, cancel,
                 on_batch=on_batch, in_order=True, on_codes=on_codes)
-        if cancelled:
-            codes = [c if c is not None and len(c) else None for c in codes]
-            if all(c is None for c in codes):
-                raise Cancelled()
-        kept = [(ch, c, np.concatenate(streamed[ch.index]) if streamed[ch.index]
-                 else np.zeros(0, dtype=np.float32))
-                for ch, c in zip(chunks, codes, strict=True) if c is not None]
-        pauses = [ch.pause_after_s for ch, _, _ in kept]
-        if pauses:
-            pauses[-1] = 0.0
-        audio = join_chunks([w for _, _, w in kept], pauses, SAMPLE_RATE)
-        audio, loudness = match_loudness(audio, options.loudness_lufs, SAMPLE_RATE)
-        compute = time.perf_counter() - started
-        info = [{"index": ch.index, "text": ch.text, "frames": len(c),
-                 "max_frames": ch.max_frames, "seed": seed + ch.index,
-                 "capped": bool(len(c) >= ch.max_frames)} for ch, c, _ in kept]
-        speech = Speech(audio=audio, sample_rate=SAMPLE_RATE, seed=seed, chunks=info,
-                        compute_s=compute, loudness_lufs=loudness, cancelled=cancelled,
-                        codes=[c for _, c, _ in kept], first_audio_s=state["first"])
-        emitter.metric({"synth/rtf": round(speech.rtf, 4),
-                        "synth/audio_s": round(speech.duration_s, 3),
-                        "synth/compute_s": round(compute, 3)})
+        speech = _speech([(ch, c, np.concatenate(streamed[ch.index]) if streamed[ch.index]
+                           else np.zeros(0, dtype=np.float32))
+                          for ch, c in zip(chunks, codes, strict=True) if c is not None],
+                         seed, options, cancelled)
+        speech.compute_s = time.perf_counter() - started
+        speech.first_audio_s = state["first"]
+        _emit_speed(emitter, speech.duration_s, speech.compute_s)
         return speech
 
     def speak_to_file(self, text: str, out: str | Path, options: SpeakOptions | None = None,

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.core.errors import InputError, ModelError, VoxshardError, WorkspaceError
-
-CHECKPOINT_PREFIX = "checkpoint_step_"
-_CKPT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
+from engine.layout.checkpoints import holds_checkpoints, step_of
+from engine.layout.manifest import clip_voice, prepared_folder, read_manifest, reference_clip
+from engine.layout.run import Run, list_runs, pick_run, runs_dir, voice_base_model
 
 
 @dataclass(frozen=True)
@@ -56,90 +55,6 @@ class VoiceSource:
                 "voice": str(self.voice_dir) if self.voice_dir else None}
 
 
-# -- checkpoints of a run --------------------------------------------------------------------
-
-def checkpoint_step(path: Path) -> int | None:
-    m = _CKPT.match(path.name)
-    return int(m.group(1)) if m else None
-
-
-def list_run_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first (a folder without COMPLETE is torn)."""
-    if not run_dir.is_dir():
-        return []
-    found = [p for p in run_dir.iterdir()
-             if p.is_dir() and checkpoint_step(p) is not None and (p / "COMPLETE").exists()]
-    return sorted(found, key=lambda p: checkpoint_step(p) or 0)
-
-
-def _is_run_dir(path: Path) -> bool:
-    return path.is_dir() and any(checkpoint_step(p) is not None for p in path.iterdir())
-
-
-def _latest_run(voice_dir: Path) -> Path | None:
-    runs = voice_dir / "runs"
-    if not runs.is_dir():
-        return None
-    candidates = [r for r in runs.iterdir() if r.is_dir() and list_run_checkpoints(r)]
-    return max(candidates, key=lambda r: list_run_checkpoints(r)[-1].stat().st_mtime,
-               default=None)
-
-
-def pick_checkpoint(run_dir: Path, which: str | None) -> Path:
-    """A checkpoint of `run_dir` by name, step number, path, or "latest"/None."""
-    found = list_run_checkpoints(run_dir)
-    if not found:
-        raise WorkspaceError(f"The run {run_dir} has no complete checkpoint yet.",
-                             "Train longer (a checkpoint is written every few hundred steps).")
-    if which in (None, "", "latest"):
-        return found[-1]
-    text = str(which)
-    direct = Path(text).expanduser()
-    if direct.is_dir() and checkpoint_step(direct) is not None:
-        return direct
-    for ckpt in found:
-        if ckpt.name == text or (text.isdigit() and checkpoint_step(ckpt) == int(text)):
-            return ckpt
-    steps = ", ".join(str(checkpoint_step(c)) for c in found)
-    raise InputError(f"The run {run_dir.name} has no checkpoint {text!r}.",
-                     f"Available steps: {steps} (or 'latest').")
-
-
-def run_base_model(run_dir: Path) -> str | None:
-    """The base model a run trained from, read from the resolved config saved with it."""
-    candidates = sorted(run_dir.glob("*.json"))
-    ckpts = list_run_checkpoints(run_dir)
-    if ckpts:
-        candidates.append(ckpts[-1] / "trainer.json")
-    for path in candidates:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not isinstance(data, dict):
-            continue
-        for holder in (data, data.get("config"), data.get("train_config")):
-            if isinstance(holder, dict):
-                model = holder.get("model")
-                if isinstance(model, dict) and model.get("base"):
-                    return str(model["base"])
-                if holder.get("base_model"):
-                    return str(holder["base_model"])
-    return None
-
-
-def _run_speaker(run_dir: Path) -> str | None:
-    for path in sorted(run_dir.glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        model = data.get("model") if isinstance(data, dict) else None
-        if isinstance(model, dict) and model.get("speaker_name"):
-            return str(model["speaker_name"])
-    return None
-
-
 # -- resolution --------------------------------------------------------------------------------
 
 def _model_info(path: Path) -> Any:
@@ -154,12 +69,6 @@ def _resolve_model(name: str) -> Path:
     return resolve_model(name)
 
 
-def _voice_of_run(run_dir: Path) -> Path | None:
-    # <voice>/runs/<run>
-    voice = run_dir.parent.parent
-    return voice if run_dir.parent.name == "runs" and voice.is_dir() else None
-
-
 def _latest_export(voice_dir: Path) -> Path | None:
     exports = voice_dir / "exports"
     if not exports.is_dir():
@@ -169,8 +78,14 @@ def _latest_export(voice_dir: Path) -> Path | None:
 
 
 def _checkpoint_source(run_dir: Path, which: str | None, base: str | None) -> VoiceSource:
-    ckpt = pick_checkpoint(run_dir, which)
-    base_name = base or run_base_model(run_dir)
+    run = Run(run_dir)
+    ckpt = run.find_checkpoint(which)
+    if not isinstance(ckpt, Path):
+        raise WorkspaceError(f"The checkpoints of the run {run.name} are in {ckpt.parent}, "
+                             "which speaking cannot read from.",
+                             "Export the run (`voxshard-engine export` reads the store), then "
+                             "speak with the export.")
+    base_name = base or run.base_model()
     if not base_name:
         raise WorkspaceError(f"The run {run_dir} does not say which base model it trained.",
                              "Give the base model with --base.")
@@ -179,10 +94,9 @@ def _checkpoint_source(run_dir: Path, which: str | None, base: str | None) -> Vo
     if info.model_type != "base":
         raise ModelError(f"{model_dir} is not a base model, so it cannot host the checkpoint.",
                          "Give the run's base model with --base.")
-    step = checkpoint_step(ckpt)
-    return VoiceSource(kind="checkpoint", model_dir=model_dir, label=f"step {step}",
-                       checkpoint=ckpt, voice_dir=_voice_of_run(run_dir), run_dir=run_dir,
-                       speaker=_run_speaker(run_dir))
+    return VoiceSource(kind="checkpoint", model_dir=model_dir, label=f"step {step_of(ckpt)}",
+                       checkpoint=ckpt, voice_dir=run.voice_dir, run_dir=run_dir,
+                       speaker=run.speaker_name())
 
 
 def reference_transcript(clip: Path) -> str | None:
@@ -190,16 +104,12 @@ def reference_transcript(clip: Path) -> str | None:
     manifest (clips), a take's metadata (takes), or a same-named .txt beside it."""
     clip = Path(clip).expanduser()
     resolved = clip.resolve()
-    if clip.parent.name == "clips" and clip.parent.parent.name == "prepared":
-        voice = clip.parent.parent.parent
-        try:
-            from engine.data.codes import read_manifest
-
-            for entry in read_manifest(voice, usable_only=False):
-                if (voice / entry["path"]).resolve() == resolved and entry.get("text"):
-                    return str(entry["text"]).strip() or None
-        except (VoxshardError, OSError, KeyError):
-            pass
+    voice = clip_voice(clip)
+    if voice is not None:
+        for entry in read_manifest(voice, usable_only=False, strict=False):
+            if entry.get("path") and entry.get("text") \
+                    and prepared_folder(voice).row_file(entry).resolve() == resolved:
+                return str(entry["text"]).strip() or None
     for sidecar in (clip.with_suffix(".json"), clip.with_suffix(".txt")):
         if not sidecar.is_file() or sidecar == clip:
             continue
@@ -220,7 +130,7 @@ def reference_transcript(clip: Path) -> str | None:
     return None
 
 
-def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = None,
+def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = None,  # noqa: C901
                    reference: str | os.PathLike[str] | None = None, speaker: str | None = None,
                    base: str | None = None, reference_text: str | None = None,
                    x_vector_only: bool = False) -> VoiceSource:
@@ -249,8 +159,9 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
     if ref is not None:
         # zero-shot: a base model, named directly or through a voice/run
         if path.is_dir() and not (path / "config.json").is_file():
-            run = path if _is_run_dir(path) else _latest_run(path)
-            base_name = base or (run_base_model(run) if run else None)
+            # a voice: the base its runs trained from, as the window's Listen page reads it
+            base_name = base or (Run(path).base_model() if holds_checkpoints(path)
+                                 else voice_base_model(path))
             if not base_name:
                 raise InputError(f"{path} is not a model folder, and no base model is known "
                                  "for it.", "Give the base model with --base.")
@@ -276,9 +187,9 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
         return VoiceSource(kind="zero_shot", model_dir=model_dir, label="zero-shot",
                            reference=ref, reference_text=text, extra=extra)
 
-    if path.is_dir() and checkpoint_step(path) is not None:
+    if path.is_dir() and step_of(path) is not None:
         return _checkpoint_source(path.parent, str(path), base)
-    if path.is_dir() and _is_run_dir(path):
+    if holds_checkpoints(path):
         return _checkpoint_source(path, checkpoint, base)
     if path.is_dir() and (path / "config.json").is_file():
         if checkpoint:
@@ -286,23 +197,23 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
                              "folder.", "Pass the run folder (<voice>/runs/<run>) instead.")
         info = _model_info(path)
         return _custom_voice_source(path, info, speaker)
-    if path.is_dir() and ((path / "voice.toml").is_file() or (path / "runs").is_dir()
+    if path.is_dir() and ((path / "voice.toml").is_file() or runs_dir(path).is_dir()
                           or (path / "exports").is_dir()):
         if checkpoint:
             ckpt_path = Path(checkpoint).expanduser()
-            if ckpt_path.is_dir() and checkpoint_step(ckpt_path) is not None:
+            if ckpt_path.is_dir() and step_of(ckpt_path) is not None:
                 return _checkpoint_source(ckpt_path.parent, str(ckpt_path), base)
-            run = _latest_run(path)
+            run = pick_run(path, with_checkpoint=True)
             if run is None:
                 raise WorkspaceError(f"The voice {path.name} has no training run with a "
                                      "checkpoint.", "Train the voice first.")
-            return _checkpoint_source(run, checkpoint, base)
+            return _checkpoint_source(run.path, checkpoint, base)
         export = _latest_export(path)
         if export is not None:
             return _custom_voice_source(export, _model_info(export), speaker, voice_dir=path)
-        run = _latest_run(path)
+        run = pick_run(path, with_checkpoint=True)
         if run is not None:
-            return _checkpoint_source(run, None, base)
+            return _checkpoint_source(run.path, None, base)
         raise WorkspaceError(f"The voice {path.name} has no trained model yet.",
                              "Train it first, or give --reference CLIP with a base model "
                              "for a zero-shot preview.")
@@ -447,35 +358,6 @@ def voice_x_vector(model: Any, voice_dir: Path) -> Any:
     return reference_x_vector(model, clip)
 
 
-def reference_clip(voice_dir: Path) -> Path | None:
-    """The voice's reference clip (the one training took the x-vector from), if any.
-
-    Also the default reference of the zero-shot preview in a comparison, so
-    the preview and the trained voice start from the same recording.
-    """
-    from engine.data.codes import choose_reference, load_codes_index, read_manifest
-
-    try:
-        index = load_codes_index(voice_dir)
-        if index.reference_clip is not None:
-            clips = {c["id"]: c for c in read_manifest(voice_dir)}
-            if index.reference_clip in clips:
-                return voice_dir / clips[index.reference_clip]["path"]
-    except VoxshardError:
-        pass
-    try:
-        clips = read_manifest(voice_dir)
-    except (VoxshardError, OSError):
-        return None
-    if not clips:
-        return None
-    try:
-        chosen = choose_reference(voice_dir, clips)
-    except VoxshardError:
-        return None
-    return voice_dir / next(c for c in clips if c["id"] == chosen)["path"]
-
-
 def available_sources(voice_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """What a voice folder can speak with, newest first within each kind (for pickers):
     exports, then the checkpoints of every run. Path logic only, no model loaded."""
@@ -486,12 +368,8 @@ def available_sources(voice_dir: str | os.PathLike[str]) -> list[dict[str, Any]]
         for folder in sorted((p for p in exports.iterdir() if (p / "config.json").is_file()),
                              key=lambda p: -(p / "config.json").stat().st_mtime):
             found.append({"kind": "custom_voice", "label": folder.name, "path": str(folder)})
-    runs = root / "runs"
-    if runs.is_dir():
-        for run in sorted((r for r in runs.iterdir() if r.is_dir()), key=lambda r: r.name,
-                          reverse=True):
-            for ckpt in reversed(list_run_checkpoints(run)):
-                found.append({"kind": "checkpoint", "label": f"{run.name} step "
-                              f"{checkpoint_step(ckpt)}", "path": str(ckpt),
-                              "run": run.name, "step": checkpoint_step(ckpt)})
+    for run in reversed(list_runs(root)):
+        for ckpt in reversed(run.checkpoints()):
+            found.append({"kind": "checkpoint", "label": f"{run.name} step {step_of(ckpt)}",
+                          "path": str(ckpt), "run": run.name, "step": step_of(ckpt)})
     return found

@@ -322,7 +322,7 @@ class _Done(Exception):
         self.result = result
 
 
-def serve(stdin: TextIO, sink: Callable[[Event], None], device: str | None = None,
+def serve(stdin: TextIO, sink: Callable[[Event], None], device: str | None = None,  # noqa: C901, PLR0913
           dtype: Any = None, first_load: dict[str, Any] | None = None,
           watch_parent: bool = False, rows: int = 8, quantize: str | None = None,
           fuse: bool = False) -> int:

@@ -1,1 +1,5 @@
-"""Training: objective, loss, sharding, config; launch, worker, checkpoints, metrics."""
+"""Training, torchtitan's split: `driver` (the request, run folder, plan, launch, watch),
+`launch` (Ray Train's TorchTrainer), `entry` (what Ray runs in each worker), `trainer`
+(one rank's loop: optimiser, accumulation, validation, checkpoints, metrics), `builder`
+(the model and data a rank trains), `loader` (its batches), `objective` + `loss`,
+`parallelize` (FSDP2), `checkpoint` (DCP), `metrics`, `plan` (memory before starting)."""

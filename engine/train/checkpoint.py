@@ -1,6 +1,7 @@
 """Sharded training checkpoints with `torch.distributed.checkpoint` (DCP).
 
-One checkpoint is a folder ``<run>/checkpoint_step_NNNNNNN/`` holding:
+One checkpoint is a folder ``<run>/checkpoint_step_NNNNNNN/`` (its name, COMPLETE and
+the listing: `engine.layout.checkpoints`) holding:
 - the DCP shards of the *trainable* parameters and of the AdamW state (every
   rank writes its own shard files; rank 0 the `.metadata`). Frozen weights are
   not saved: they come unchanged from the base model, and for 1.7B the frozen
@@ -48,47 +49,20 @@ import errno
 import json
 import os
 import random
-import re
 import shutil
 import socket
 from pathlib import Path
 from typing import Any
 
 from engine.core.storage import Location, as_location, checkpoint_root, rmtree
-
-PREFIX = "checkpoint_step_"
-_NAME = re.compile(rf"^{PREFIX}(\d+)$")
-COMPLETE = "COMPLETE"
-TRAINER_STATE = "trainer.json"
-
-
-def checkpoint_name(step: int) -> str:
-    return f"{PREFIX}{step:07d}"
-
-
-def step_of(path: Path | Location | str) -> int | None:
-    name = path.name if isinstance(path, Path | Location) else str(path).rstrip("/")
-    m = _NAME.match(name.rsplit("/", 1)[-1])
-    return int(m.group(1)) if m else None
-
-
-def list_checkpoints(run_dir: str | os.PathLike[str] | Location) -> list[Any]:
-    """Complete checkpoints of a run, oldest first (`Path`s, or `Location`s for a URI).
-
-    `run_dir` is the run's local folder (its checkpoints may be elsewhere, see
-    `engine.core.storage.checkpoint_root`) or the storage location itself.
-    """
-    root = checkpoint_root(run_dir)
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir()
-             if step_of(p) is not None and p.is_dir() and (p / COMPLETE).exists()]
-    return sorted(found, key=lambda p: step_of(p) or 0)
-
-
-def latest_checkpoint(run_dir: str | os.PathLike[str] | Location) -> Any:
-    found = list_checkpoints(run_dir)
-    return found[-1] if found else None
+from engine.layout.checkpoints import (
+    COMPLETE,
+    TRAINER_STATE,
+    checkpoint_name,
+    latest_checkpoint,
+    list_checkpoints,
+    step_of,
+)
 
 
 def read_trainer_state(path: Path | Location) -> dict[str, Any]:

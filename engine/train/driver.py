@@ -31,6 +31,8 @@ from typing import Any
 from engine.config.train import TrainConfig
 from engine.core.errors import Cancelled, InputError, ModelError, TrainingError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.layout.manifest import prepared_folder, read_manifest
+from engine.layout.run import Run, pick_run
 
 #: fewer usable clips than this cannot be split into train + validation batches
 MIN_CLIPS = 4
@@ -60,20 +62,13 @@ class DataSummary:
 
 
 def data_summary(voice_dir: Path) -> DataSummary:
-    """Usable clips and their total duration, from prepared/manifest.jsonl."""
-    manifest = voice_dir / "prepared" / "manifest.jsonl"
-    if not manifest.exists():
+    """Usable clips and their total duration, from the prepare manifest."""
+    if not prepared_folder(voice_dir).manifest.exists():
         raise InputError(f"{voice_dir.name} has no prepared clips.",
                          f"Run `voxshard-engine prepare {voice_dir}` first.")
-    ids: list[str] = []
-    seconds = 0.0
-    for line in manifest.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            if rec.get("usable", True):
-                ids.append(str(rec.get("id")))
-                seconds += float(rec.get("duration_s", 0.0))
-    return DataSummary(len(ids), seconds, tuple(ids))
+    clips = read_manifest(voice_dir)
+    seconds = sum(float(c.get("duration_s", 0.0)) for c in clips)
+    return DataSummary(len(clips), seconds, tuple(str(c.get("id")) for c in clips))
 
 
 def preset(minutes: float, talker_hidden: int) -> dict[str, dict[str, Any]]:
@@ -131,25 +126,8 @@ def _new_run_name() -> str:
     return datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S")
 
 
-def find_run(runs_dir: Path, name: str | None) -> Path | None:
-    """The named run, or the most recently modified one.
-
-    A run kept in a shared folder is a symlink here; when that folder is not
-    mounted on this machine the run cannot be used, and saying so beats
-    "there is no run".
-    """
-    if name:
-        p = runs_dir / name
-        if p.is_symlink() and not p.exists():
-            raise InputError(f"Run {name} lives in {os.readlink(p)}, which this machine "
-                             "cannot see.", "Mount the shared storage folder, then try again.")
-        return p if p.is_dir() else None
-    runs = [p for p in runs_dir.iterdir() if p.is_dir()] if runs_dir.is_dir() else []
-    return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
-
-
 @dataclass
-class _Where:
+class RunStorage:
     """Where a run's checkpoints go, and whether the cluster is checked first."""
 
     #: the run's storage location: a folder or a URI (== str(run_dir) by default)
@@ -409,17 +387,17 @@ class TrainRun:
         overrides = req.overrides(workers, use_gpu, threads)
         runs_dir = v.runs_dir
         if req.resume:
-            found = find_run(runs_dir, req.run)
+            found = pick_run(v.path, req.run)
             if found is None:
                 raise InputError(f"There is no run {req.run or ''} to resume in "
                                  f"{runs_dir}.".replace("run  to", "run to"),
                                  "Start a new run without --resume.")
-            run_dir = found
+            run_dir = found.path
             from engine.train.rundata import check_same_data, data_fingerprint, resume_changes
 
             # the data position in a checkpoint indexes this run's clips: refuse other data
             check_same_data(run_dir, v.path, data_fingerprint(v.path))
-            saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+            saved = found.read_config()
             before = json.loads(json.dumps(saved))
             # the saved config wins except for what the caller changed now (e.g. more steps)
             for section, values in overrides.items():
@@ -484,7 +462,6 @@ class TrainRun:
     # -- launch -------------------------------------------------------------------------------
     def _storage(self) -> None:
         """The run's folder and where its checkpoints go (a folder, a shared one, a URI)."""
-        from engine.core.atomic import write_json
         from engine.core.storage import checkpoint_root, link_run, run_location
 
         req, v, run_dir = self.request, self.voice, self.run_dir
@@ -499,7 +476,7 @@ class TrainRun:
             location = str(checkpoint_root(run_dir))
         else:
             location = run_location(target, v.runs_dir, v.path.name, run_dir.name)
-        self.where = _Where(location=location, model_spec=self.base,
+        self.where = RunStorage(location=location, model_spec=self.base,
                             preflight=(req.address is not None if req.preflight is None
                                        else bool(req.preflight)),
                             remember=given, setting=target)
@@ -515,11 +492,10 @@ class TrainRun:
                              "writable.") from exc
         if self.where.remember:
             v.set_storage(self.where.setting)  # the voice's next runs go there too
-        write_json(run_dir / "config.json", self.cfg.to_dict())
+        Run(run_dir).write_config(self.cfg.to_dict())
 
     def launch(self, cluster: Any) -> Any:
         """Devices of an existing cluster, preflight, codes, then the Ray Train job."""
-        from engine.core.atomic import write_json
         from engine.data.codes import extract_codes, extract_codes_ray
         from engine.train.launch import Launch, LaunchSpec
         from engine.train.rundata import DATA_FILE, record_data
@@ -533,7 +509,7 @@ class TrainRun:
             workers = cfg.parallel.workers if self.workers_given or not gpus else gpus
             cfg = cfg.replace(parallel={"use_gpu": gpus > 0, "workers": workers},
                               data={"batch_size": max(cfg.data.batch_size, workers)})
-            write_json(run_dir / "config.json", cfg.to_dict())
+            Run(run_dir).write_config(cfg.to_dict())
         if cfg.parallel.use_gpu and cluster.num_gpus < cfg.parallel.workers:
             raise InputError(f"You asked for {cfg.parallel.workers} workers but the cluster "
                              f"has {cluster.num_gpus:g} GPUs.",
@@ -549,7 +525,7 @@ class TrainRun:
                 if gpu_plan is not None:
                     cfg = resolved(cfg, gpu_plan)
                     self.run_extra["plan_bytes"] = gpu_plan.total
-                    write_json(run_dir / "config.json", cfg.to_dict())
+                    Run(run_dir).write_config(cfg.to_dict())
         # codes are cached by content hash: a re-run or a resume encodes nothing
         if same_model_path:
             index = extract_codes_ray(v.path, self.model_dir,
@@ -697,7 +673,7 @@ def cluster_gpu_plan(report: Any, model_dir: Path, cfg: TrainConfig, voice_dir: 
     return plan
 
 
-def _preflight_or_fail(where: _Where, model_dir: Path, emitter: Emitter) -> Any:
+def _preflight_or_fail(where: RunStorage, model_dir: Path, emitter: Emitter) -> Any:
     """Every node checked before anything starts; a bad node ends the start, named."""
     from engine.train.preflight import run_preflight
 
@@ -761,38 +737,37 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from engine.core.storage import checkpoint_root, user_path
+    from engine.core.storage import user_path
     from engine.data.dataset import VoiceData
     from engine.layout.voice import open_voice
     from engine.model.export import export_custom_voice, merge_lora
     from engine.model.loading import resolve_model
-    from engine.train.checkpoint import checkpoint_name, dcp_args, latest_checkpoint
+    from engine.train.checkpoint import dcp_args
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.rundata import run_x_vector
 
     emitter = as_emitter(on_event)
     v = open_voice(voice)
-    run_dir = find_run(v.runs_dir, run)
-    if run_dir is None:
-        raise InputError(f"{v.display_name} has no training run{' ' + run if run else ''}.",
+    found = pick_run(v.path, run, with_checkpoint=True)
+    if found is None:
+        raise InputError(f"{v.display_name} has no training run"
+                         + (f" {run}." if run else " with a checkpoint."),
                          "Train first with `voxshard-engine train`.")
+    run_dir = found.path
     if step is None:
-        from engine.catalog import best_checkpoint
-
-        ckpt = best_checkpoint(run_dir)
+        ckpt = found.best()
         if ckpt is not None:
             emitter.log(f"Exporting {ckpt.name}, the best checkpoint of the evaluation "
                         "(give --step for another).")
         else:
-            ckpt = latest_checkpoint(run_dir)
+            ckpt = found.latest()
     else:
-        ckpt = checkpoint_root(run_dir) / checkpoint_name(step)
-        ckpt = ckpt if (ckpt / "COMPLETE").exists() else None
+        ckpt = found.checkpoint(step)
     if ckpt is None:
         raise InputError(f"Run {run_dir.name} has no complete checkpoint"
                          + (f" at step {step}." if step is not None else "."),
                          "Pick another --step or --run.")
-    cfg = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text(encoding="utf-8")))
+    cfg = TrainConfig.from_dict(found.read_config())
     model_dir = resolve_model(cfg.model.base, on_event=emitter)
     emitter.state("exporting", detail=f"{run_dir.name}/{ckpt.name}")
     objective = build_objective(model_dir, cfg.model, device="cpu")

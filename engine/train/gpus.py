@@ -14,6 +14,9 @@
   the list, as if it named nothing.
 - On an existing Ray cluster (`--address`) none of this applies: the cluster's
   GPU resources decide (`engine.train.driver`).
+
+The window reads `nvidia-smi` with this module's query and parser, so it imports
+nothing but the standard library (tests/test_boundary.py keeps torch out of the window).
 """
 
 from __future__ import annotations
@@ -90,9 +93,20 @@ def _nvml_devices() -> list[GpuInfo] | None:
             pass
 
 
+#: the `nvidia-smi --query-gpu` fields `parse_smi` reads, in order; compute_cap last
+#: because old drivers do not know it (the rows parse without it)
+SMI_FIELDS = ("index", "uuid", "name", "memory.total", "memory.free", "compute_cap")
+
+
+def smi_query(capability: bool = True) -> list[str]:
+    """The `nvidia-smi` arguments whose output `parse_smi` reads."""
+    fields = SMI_FIELDS if capability else SMI_FIELDS[:-1]
+    return [f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+
+
 def parse_smi(text: str) -> list[GpuInfo]:
-    """Rows of `nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.free,compute_cap
-    --format=csv,noheader,nounits` (MiB); rows that do not parse are skipped."""
+    """Rows of `nvidia-smi` run with `smi_query()` (memory in MiB, read into bytes);
+    rows that do not parse are skipped."""
     out = []
     for line in text.splitlines():
         cols = [c.strip() for c in line.split(",")]
@@ -114,11 +128,10 @@ def _smi_devices() -> list[GpuInfo]:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
-    query = "index,uuid,name,memory.total,memory.free,compute_cap"
-    for q in (query, query.rsplit(",", 1)[0]):  # old drivers do not know compute_cap
+    for capability in (True, False):  # old drivers do not know compute_cap
         try:
-            text = subprocess.run([exe, f"--query-gpu={q}", "--format=csv,noheader,nounits"],
-                                  capture_output=True, text=True, timeout=10, check=True).stdout
+            text = subprocess.run([exe, *smi_query(capability)], capture_output=True,
+                                  text=True, timeout=10, check=True).stdout
         except (OSError, subprocess.SubprocessError):
             continue
         return parse_smi(text)

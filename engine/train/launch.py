@@ -9,7 +9,7 @@
   location (a shared folder or a URI, handed to Ray with its filesystem so no
   path is ever parsed as a URI); config.json and metrics.jsonl stay in the
   voice's runs/<run> (which, for a shared folder, is a symlink to it).
-- Workers run `node_train_loop`: on its node it finds the base model
+- Workers run `entry.node_train_loop`: on its node it finds the base model
   (`preflight.node_model_dir`) and unpacks the prepared codes and x-vector
   that travel through the object store (`preflight.pack_voice_data`), so
   no worker reads a driver-local path; the engine's code itself travels with
@@ -32,7 +32,10 @@ from typing import Any
 from engine.core.errors import Cancelled, TrainingError
 from engine.core.events import Emitter
 from engine.core.storage import rmtree
-from engine.train.checkpoint import latest_checkpoint, list_checkpoints
+from engine.layout.checkpoints import latest_checkpoint, list_checkpoints
+from engine.layout.manifest import prepared_folder
+from engine.layout.run import Run
+from engine.train.entry import node_train_loop
 from engine.train.metrics import MetricsPump, make_queue
 
 #: seconds the workers get to write their final checkpoint after a stop request
@@ -138,7 +141,7 @@ class Launch:
             node_id=ray.get_runtime_context().get_node_id(), soft=False)}
         self.queue = make_queue(**here)
         self.flag = ray.remote(num_cpus=0)(_StopFlag).options(**here).remote()
-        self.pump = _StatePump(self.queue, self.emitter, spec.run_dir / "metrics.jsonl",
+        self.pump = _StatePump(self.queue, self.emitter, Run(spec.run_dir).metrics_file,
                                on_state=self._on_state).start()
         loop_config = {
             "config": spec.config,
@@ -151,7 +154,7 @@ class Launch:
             **spec.extra,
         }
         voice_dir = spec.extra.get("voice_dir")
-        if voice_dir and (Path(voice_dir) / "prepared" / "codes" / "index.json").is_file():
+        if voice_dir and prepared_folder(voice_dir).codes_index.is_file():
             # the codes and the x-vector through the object store: one put, every node
             # reads it from there (held here until fit() returns)
             self._voice_data = ray.put(pack_voice_data(spec.extra["voice_dir"]))
@@ -273,62 +276,6 @@ class _StatePump(MetricsPump):
             self.emitter.state(state, **values)
             return
         super().handle(rec)
-
-
-def node_train_loop(loop_config: dict[str, Any]) -> None:
-    """Every worker's entry point: make the driver's paths real on this node, then train.
-
-    - the base model: the driver's folder if this node has it at the same
-      path, else the hub id from this node's cache or a download (once per
-      node); a node that cannot get it ends the run at once, named
-      (`FatalTrainingError`, never retried);
-    - the voice: the prepared codes and x-vector from the object store,
-      unpacked once per node (content-addressed), never the driver's folder.
-    """
-    from engine.train.preflight import node_model_dir, unpack_voice_data
-    from engine.train.worker import train_loop
-
-    cfg = dict(loop_config)
-    _announce_node(cfg)
-    data = cfg.pop("voice_data", None)
-    if data is not None:
-        import ray
-
-        bundle = ray.get(data) if isinstance(data, ray.ObjectRef) else data
-        cfg["voice_dir"] = str(unpack_voice_data(bundle))
-    if cfg.get("model_dir"):
-        import ray.train
-
-        from engine.train.metrics import MetricsSender
-
-        # a download on this node is said in the driver's log (once per node: a lock)
-        say = MetricsSender(cfg.get("queue"), ray.train.get_context().get_world_rank()).log
-        cfg["model_dir"] = str(node_model_dir(str(cfg["model_dir"]), cfg.get("model_spec"),
-                                              log=say))
-    train_loop(cfg)
-
-
-def _announce_node(loop_config: dict[str, Any]) -> None:
-    """Tell the driver where this rank runs: a `worker_node` state event (rank,
-    node name, address, Ray node id, the GPUs Ray gave it), for per-node labels."""
-    import socket
-
-    import ray
-    import ray.train
-
-    from engine.train.metrics import MetricsSender
-
-    try:
-        rank = ray.train.get_context().get_world_rank()
-        ctx = ray.get_runtime_context()
-        gpus = [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]
-        MetricsSender(loop_config.get("queue"), rank).send("state", {
-            "state": "worker_node", "rank": rank, "node": socket.gethostname(),
-            "node_ip": ray.util.get_node_ip_address(), "node_id": ctx.get_node_id(),
-            "gpus": gpus, "detail": f"rank {rank} on {socket.gethostname()}"
-            + (f" GPU {','.join(gpus)}" if gpus else "")})
-    except Exception:  # labels only: never fail a run for them
-        pass
 
 
 def _trainer_class() -> type:

@@ -63,6 +63,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.layout.manifest import read_manifest
+
 GIB = float(1 << 30)
 #: CUDA context, cuBLAS workspaces and NCCL communicators per GPU (0.6-1.0 GiB on
 #: recent drivers; the larger figure keeps advice safe)
@@ -323,19 +325,13 @@ def typical_lengths(voice_dir: Path, max_seq_len: int) -> tuple[int, int]:
     Batches are bucketed by length, so the longest clip bounds a micro-batch.
     Text tokens are estimated at one per 3 characters (BPE on English).
     """
-    manifest = voice_dir / "prepared" / "manifest.jsonl"
     best = (0, 0)
-    if manifest.exists():
-        for line in manifest.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if not rec.get("usable", True):
-                continue
-            frames = math.ceil(float(rec.get("duration_s", 0.0)) * FRAME_RATE)
-            seq = frames + len(str(rec.get("text", ""))) // 3 + 1 + SEQ_SPECIALS
-            if seq > best[0] and seq <= max_seq_len:
-                best = (seq, frames)
+    # not strict: a voice not prepared yet is planned with a typical clip (below)
+    for rec in read_manifest(voice_dir, strict=False):
+        frames = math.ceil(float(rec.get("duration_s", 0.0)) * FRAME_RATE)
+        seq = frames + len(str(rec.get("text", ""))) // 3 + 1 + SEQ_SPECIALS
+        if seq > best[0] and seq <= max_seq_len:
+            best = (seq, frames)
     if best[0] == 0:
         # no data yet: a 10-second clip with a sentence of text
         best = (int(10 * FRAME_RATE) + 40 + SEQ_SPECIALS, int(10 * FRAME_RATE))
@@ -355,7 +351,7 @@ def host_available_memory() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: int,
+def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: int,  # noqa: PLR0913
              free: list[int], capability: tuple[int, int] | None = None,
              accum_reduce: str | None = None, keep: bool = True) -> Plan:
     from engine.train.precision import compute_bytes, resolve_precision
@@ -435,7 +431,7 @@ def optimizer_kind(device: str) -> str:
     return "fused" if device == "cuda" else "foreach"
 
 
-def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Path | None = None,
+def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Path | None = None,  # noqa: PLR0913
               free: list[int] | None = None, seq_len: int | None = None,
               frames: int | None = None, capability: tuple[int, int] | None = None,
               choices: bool = True) -> Plan:
@@ -488,7 +484,7 @@ def _best_accum(model_dir: Path, config: Any, device: str, seq_len: int, frames:
     return plan
 
 
-def relief(plan: Plan, model_dir: Path, config: Any, device: str,
+def relief(plan: Plan, model_dir: Path, config: Any, device: str,  # noqa: C901
            capability: tuple[int, int] | None = None, have: int | None = None) -> list[str]:
     """Every change that lowers memory per worker, cheapest first, each with its figure.
 

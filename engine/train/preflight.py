@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.events import EventCallback, as_emitter
+from engine.layout.manifest import CODES_INDEX, prepared_folder
 
 #: the folder, under the storage location, where preflight files go (removed afterwards)
 PREFLIGHT_DIR = ".voxshard-preflight"
@@ -186,34 +187,30 @@ def _digest(data: bytes) -> str:
 
 def pack_voice_data(voice_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The files a worker reads from a voice (codes index, codes, x-vector) as bytes."""
-    from engine.data.codes import CODES_DIRNAME, INDEX_NAME
-
-    codes = Path(voice_dir) / "prepared" / CODES_DIRNAME
-    index_bytes = (codes / INDEX_NAME).read_bytes()
+    codes = prepared_folder(voice_dir).codes_dir
+    index_bytes = (codes / CODES_INDEX).read_bytes()
     index = json.loads(index_bytes)
     names = sorted({str(c["file"]) for c in index.get("clips", {}).values()}
                    | ({str(index["x_vector_file"])} if index.get("x_vector_file") else set()))
-    files = {INDEX_NAME: index_bytes}
+    files = {CODES_INDEX: index_bytes}
     for name in names:
         files[name] = (codes / name).read_bytes()
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(name.encode())
         h.update(hashlib.sha256(files[name]).digest())
-    return {"digest": h.hexdigest()[:24], "name": Path(voice_dir).name,
-            "codes_dir": CODES_DIRNAME, "files": files}
+    return {"digest": h.hexdigest()[:24], "name": Path(voice_dir).name, "files": files}
 
 
 def unpack_voice_data(bundle: dict[str, Any], root: str | None = None) -> Path:
     """Write a `pack_voice_data` bundle once per node; returns a voice-shaped folder."""
     base = Path(root or tempfile.gettempdir()) / f"voxshard-{os.getuid()}" / "voice-data"
     dest = base / bundle["digest"]
-    codes = dest / "prepared" / bundle["codes_dir"]
-    if (codes / "index.json").is_file():
+    if prepared_folder(dest).codes_index.is_file():
         return dest
     base.mkdir(parents=True, exist_ok=True)
     tmp = base / f".{bundle['digest']}.{uuid.uuid4().hex[:8]}"
-    tmp_codes = tmp / "prepared" / bundle["codes_dir"]
+    tmp_codes = prepared_folder(tmp).codes_dir
     tmp_codes.mkdir(parents=True)
     for name, data in bundle["files"].items():
         (tmp_codes / name).write_bytes(data)

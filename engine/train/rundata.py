@@ -28,6 +28,8 @@ import numpy as np
 
 from engine.core.atomic import atomic_path, write_json
 from engine.core.errors import InputError
+from engine.core.jsonl import append_jsonl
+from engine.layout.manifest import prepared_folder, read_manifest
 
 DATA_FILE = "data.json"
 X_VECTOR_FILE = "x_vector.npy"
@@ -36,13 +38,12 @@ RESUMES_FILE = "resumes.jsonl"
 
 def data_fingerprint(voice_dir: Path) -> dict[str, Any]:
     """{"fingerprint", "clips"} of the voice's usable prepared clips (reads every clip once)."""
-    from engine.data.codes import read_manifest
     from engine.layout.voice import file_sha256
 
     h = hashlib.sha256()
     clips = read_manifest(voice_dir)
     for c in clips:
-        audio = Path(voice_dir) / str(c["path"])
+        audio = prepared_folder(voice_dir).row_file(c)
         sha = file_sha256(audio) if audio.is_file() else "missing"
         h.update(json.dumps([c["id"], c.get("text", ""), sha]).encode())
         h.update(b"\n")
@@ -116,6 +117,4 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> list[dict[str,
 
 def record_resume(run_dir: Path, changes: list[dict[str, Any]]) -> None:
     """Append one line to the run's resumes.jsonl (when and what changed)."""
-    line = json.dumps({"time": round(time.time(), 3), "changes": changes})
-    with open(run_dir / RESUMES_FILE, "a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
+    append_jsonl(run_dir / RESUMES_FILE, {"time": round(time.time(), 3), "changes": changes})

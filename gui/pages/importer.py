@@ -163,7 +163,7 @@ class TakesModel(QAbstractTableModel):
         src = t.source or ""
         return Path(src).name if src and t.origin == "imported" else t.origin
 
-    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:  # noqa: C901
         if not index.isValid():
             return None
         t = self.takes[index.row()]

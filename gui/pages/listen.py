@@ -37,7 +37,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.catalog import VoiceSnapshot
+from engine.catalog import VoiceSnapshot, latest_run
+from engine.layout.manifest import row_is_usable
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
@@ -74,28 +75,6 @@ class ShortTextComboBox(QComboBox):
         option.currentText = self.fontMetrics().elidedText(
             str(short) if short else option.currentText, Qt.TextElideMode.ElideMiddle,
             field.width() - 2)
-
-
-def voice_base_model(snap: VoiceSnapshot | None) -> str | None:
-    """The base model the voice's latest run trained from (its saved config), if any."""
-    for run in reversed(snap.runs if snap is not None else []):
-        model = (run.config or {}).get("model")
-        if isinstance(model, dict) and isinstance(model.get("base"), str) and model["base"]:
-            return model["base"]
-    return None
-
-
-def best_reference_clip(snap: VoiceSnapshot | None) -> Path | None:
-    """A usable prepared clip of 3-12 s for the zero-shot preview (longest first)."""
-    if snap is None:
-        return None
-    voice = snap.path
-    clips = [c for c in snap.clips if c.get("usable")]
-    good = [c for c in clips if 3.0 <= float(c.get("duration_s") or 0) <= 12.0] or clips
-    if not good:
-        return None
-    best = max(good, key=lambda c: float(c.get("duration_s") or 0))
-    return voice / str(best["path"])
 
 
 class ListenPage(Page):
@@ -273,7 +252,7 @@ class ListenPage(Page):
         self._fill_references(snap)
         if voice is not None and snap is not None and self._base_voice != voice:
             self._base_voice = voice
-            own = voice_base_model(snap)
+            own = snap.base_model
             if own:  # the voice's own base, not a download of 1.7B it never trained on
                 self.base.setEditText(own)
         self._fill_history(snap.renders if snap is not None else [])
@@ -303,8 +282,8 @@ class ListenPage(Page):
     def _fill_references(self, snap: VoiceSnapshot | None) -> None:
         current = self.reference.currentData()
         self.reference.clear()
-        best = best_reference_clip(snap)
-        clips = [c for c in (snap.clips if snap is not None else []) if c.get("usable")]
+        best = snap.reference if snap is not None else None
+        clips = [c for c in (snap.clips if snap is not None else []) if row_is_usable(c)]
         for c in sorted(clips, key=lambda c: -float(c.get("duration_s") or 0)):
             path = str(snap.path / str(c["path"])) if snap is not None else ""
             text = str(c.get("text") or "")
@@ -317,6 +296,10 @@ class ListenPage(Page):
         self.reference.setCurrentIndex(max(0, i))
         self.reference.setEnabled(self.reference.count() > 0)
 
+    def _engine_reference(self) -> Path | None:
+        """The voice's reference clip as the engine picks it (the CLI's compare uses it)."""
+        return self.snap.reference if self.snap is not None else None
+
     def voice_spec(self) -> dict[str, Any]:
         """What the speech worker loads for the chosen source (a `load` request)."""
         assert self.voice is not None
@@ -324,7 +307,7 @@ class ListenPage(Page):
         if src["kind"] in ("export", "checkpoint"):
             # a checkpoint folder speaks directly; the engine finds the run's base model
             return {"voice": src["path"]}
-        ref = self.reference.currentData() or best_reference_clip(self.snap)
+        ref = self.reference.currentData() or self._engine_reference()
         return {"voice": self.base.currentText().strip(),
                 "reference": str(ref) if ref is not None else None}
 
@@ -341,7 +324,7 @@ class ListenPage(Page):
             self.ctx.status.emit("Still reading the voice; speak again in a moment.")
             return None
         src = self.source.currentData() or {"kind": "zero_shot"}
-        if src["kind"] == "zero_shot" and best_reference_clip(self.snap) is None:
+        if src["kind"] == "zero_shot" and self._engine_reference() is None:
             show_error(self, "No reference clip", "The zero-shot preview needs a prepared clip.",
                        "Record or import some audio and run Prepare first.")
             return None
@@ -512,9 +495,10 @@ class ListenPage(Page):
 
     # -- A/B comparison -------------------------------------------------------------------
     def _fill_compare_pick(self, snap: VoiceSnapshot | None) -> None:
-        """The latest run's checkpoints, ticked as before (new ones ticked)."""
-        runs = [r for r in (snap.runs if snap is not None else []) if r.checkpoints]
-        steps = runs[-1].checkpoint_steps if runs else []
+        """The latest run's checkpoints (the run `compare` picks), ticked as before (new ones
+        ticked)."""
+        latest = latest_run(snap.runs, with_checkpoint=True) if snap is not None else None
+        steps = latest.checkpoint_steps if latest is not None else []
         before = {self.compare_pick.item(i).data(Qt.ItemDataRole.UserRole):
                   self.compare_pick.item(i).checkState()
                   for i in range(self.compare_pick.count())}
@@ -547,7 +531,7 @@ class ListenPage(Page):
             args += ["--checkpoints", *(str(s) for s in chosen)]
         if sentences:
             args += ["--sentences", *sentences[:10]]
-        ref = best_reference_clip(self.snap)
+        ref = self._engine_reference()
         if ref is not None:
             args += ["--reference", str(ref)]
         else:
@@ -575,7 +559,7 @@ class ListenPage(Page):
         except (OSError, ValueError):
             self.compare_note.setText(f"No comparison index in {folder}.")
             return
-        # engine/synth/compare.py: {"sentences": [...], "entries": [{"label", "files":
+        # engine/quality/compare.py: {"sentences": [...], "entries": [{"label", "files":
         # [{"sentence": i, "path": relative}]}]}
         texts = [str(t) for t in index.get("sentences") or []]
         entries: list[dict[str, Any]] = [e for e in index.get("entries") or []

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceSnapshot
+from engine.layout.manifest import prepared_folder
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
@@ -304,7 +305,7 @@ class PreparePage(Page):
     def slice_path(self, clip_id: str) -> Path | None:
         if self.voice is None:
             return None
-        path = Path(self.voice) / "prepared" / "clips" / f"{clip_id}.wav"
+        path = prepared_folder(self.voice).clip_file(clip_id)
         return path if path.is_file() else None
 
     def play_slice(self) -> None:

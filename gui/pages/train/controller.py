@@ -21,7 +21,7 @@ from typing import TextIO
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine import catalog
+from engine.layout.run import Run
 from gui.jobs import EngineJob
 from gui.metrics import MetricsStore
 
@@ -131,8 +131,7 @@ class RunController(QObject):
 
     def _end(self, outcome: str, summary: str) -> None:
         if outcome == "failed" and self.run_dir is not None:
-            done = catalog.list_checkpoints(self.run_dir)
-            last = done[-1] if done else None
+            last = Run(self.run_dir).latest()
             summary += (f" The last complete checkpoint is {last.name}; Resume continues "
                         "from it." if last is not None else " No checkpoint of this run "
                         "was completed.")

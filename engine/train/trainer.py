@@ -14,65 +14,27 @@ a run restarted from a checkpoint replays the same losses.
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.core.storage import as_location
-from engine.train.checkpoint import Checkpointer, latest_checkpoint, step_of
+from engine.layout.checkpoints import latest_checkpoint, step_of
+from engine.train.builder import (
+    DEFAULT_BUILDER,
+    TrainParts,
+    import_builder,
+)
+from engine.train.checkpoint import Checkpointer
+from engine.train.loader import DataCursor, Prefetch
 from engine.train.metrics import MetricsSender, memory_values, model_state_bytes
-
-#: the default builder of the model and data (train-core's pieces, adapted below)
-DEFAULT_BUILDER = "engine.train.worker:build_parts"
-
-
-@dataclass
-class TrainParts:
-    """What a builder returns; the loop needs nothing else about the model or data."""
-
-    #: the parallelized root module (its parameters are what is checkpointed)
-    model: Any
-    device: Any
-    #: optimizer steps per epoch (identical on every rank: FSDP needs lockstep)
-    steps_per_epoch: int
-    #: this rank's micro-batches (grad_accum of them) for optimizer step
-    #: `position` of `epoch`; deterministic, so a resumed run sees the same data
-    step_batches: Callable[[int, int], list[Any]]
-    #: forward + loss of one micro-batch: a dict with "loss" (to backpropagate
-    #: after dividing by the micro-steps of the step), "talker_sum",
-    #: "subtalker_sum", "talker_tokens", "subtalker_tokens" (local sums/counts)
-    forward: Callable[[Any, Any], dict[str, Any]]
-    #: weight of the sub-talker loss in the reported total
-    subtalker_weight: float = 0.3
-    #: this rank's validation micro-batches (may be empty; lockstep count)
-    val_batches: Callable[[], list[Any]] | None = None
-    #: toggles gradient reduction for accumulation micro-steps (None: always reduce)
-    set_grad_sync: Callable[[bool], None] | None = None
-    #: "bf16", "fp16" (the loop scales the loss) or "fp32": what the model computes in
-    precision: str = "fp32"
-    #: anything the builder wants recorded in trainer.json (e.g. the reference clip)
-    info: dict[str, Any] = field(default_factory=dict)
-    #: host-side preparation of one micro-batch (tensors on the device, through pinned
-    #: memory, gather rows built); run in the prefetch thread. None: `forward` does it
-    prepare: Callable[[Any], Any] | None = None
-    #: (keep, last): parameters stay gathered through the coming micro-step, released
-    #: after its backward only if it is the step's last; (False, True) restores the
-    #: defaults. Used with "last" reduction and `keep_gathered="on"`; None: never kept
-    set_keep_gathered: Callable[[bool, bool], None] | None = None
-
 
 #: fp16: this many optimizer steps in a row skipped for overflow end the run
 MAX_SKIPPED_STEPS = 25
-
-
-def _import(path: str) -> Callable[..., TrainParts]:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float) -> Callable[[int], float]:
@@ -89,69 +51,6 @@ def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float) -> Calla
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return f
-
-
-class _Prefetch:
-    """The next optimizer step's micro-batches, collated and prepared in one thread while
-    the current step computes; the data position a checkpoint records is that of the
-    steps handed out, not of the one prepared ahead."""
-
-    def __init__(self, cursor: _DataCursor, prepare: Callable[[Any], Any] | None,
-                 steps: int) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.cursor = cursor
-        self.prepare = prepare or (lambda b: b)
-        self.left = steps
-        self.handed = cursor.state()
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
-        self._ahead = self._submit()
-
-    def _load(self) -> tuple[list[Any], dict[str, int]]:
-        batches = [self.prepare(b) for b in self.cursor.next_step()]
-        return batches, self.cursor.state()
-
-    def _submit(self) -> Any:
-        if self.left <= 0:
-            return None
-        self.left -= 1
-        return self._pool.submit(self._load)
-
-    def next_step(self) -> list[Any]:
-        ahead = self._ahead or self._pool.submit(self._load)
-        batches, self.handed = ahead.result()
-        self._ahead = self._submit()
-        return batches
-
-    @property
-    def epoch(self) -> int:
-        return self.handed["epoch"]
-
-    def state(self) -> dict[str, int]:
-        return dict(self.handed)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-class _DataCursor:
-    """Epoch and optimizer step inside it: the only data state a checkpoint needs."""
-
-    def __init__(self, parts: TrainParts, epoch: int = 0, position: int = 0) -> None:
-        self.parts = parts
-        self.epoch = epoch
-        self.position = position
-
-    def next_step(self) -> list[Any]:
-        if self.position >= self.parts.steps_per_epoch:
-            self.epoch += 1
-            self.position = 0
-        batches = self.parts.step_batches(self.epoch, self.position)
-        self.position += 1
-        return batches
-
-    def state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
 
 
 @dataclass
@@ -194,26 +93,6 @@ class ListSender:
         return [r for r in self.records if r["kind"] == kind]
 
 
-def train_loop(loop_config: dict[str, Any]) -> None:
-    """Entry point given to `TorchTrainer(train_loop_per_worker=...)`."""
-    import ray.train
-
-    from engine.train.failures import StopPoller
-
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    ray_ckpt = ray.train.get_checkpoint()
-
-    def gpu_device() -> Any:
-        return ray.train.torch.get_device()
-
-    env = WorkerEnv(rank=rank, world=world, sender=MetricsSender(loop_config.get("queue"), rank),
-                    stop=StopPoller(loop_config.get("stop_flag")),
-                    restored=Path(ray_ckpt.path) if ray_ckpt is not None else None,
-                    report_checkpoint=report_checkpoint, gpu_device=gpu_device)
-    run_worker(loop_config, env)
-
-
 def run_worker(loop_config: dict[str, Any], env: WorkerEnv) -> dict[str, Any]:
     """Train on this rank (process group already initialised); returns this rank's summary.
 
@@ -225,7 +104,7 @@ def run_worker(loop_config: dict[str, Any], env: WorkerEnv) -> dict[str, Any]:
 
     from engine.train.failures import out_of_memory_error
 
-    run = _Run(loop_config, env)
+    run = Trainer(loop_config, env)
     try:
         return run.run()
     except torch.OutOfMemoryError as exc:
@@ -233,7 +112,7 @@ def run_worker(loop_config: dict[str, Any], env: WorkerEnv) -> dict[str, Any]:
                                   loop_config.get("oom_advice")) from exc
 
 
-class _Run:
+class Trainer:
     """One rank's run, in named stages: build, resume, then steps with validation and saves."""
 
     def __init__(self, loop_config: dict[str, Any], env: WorkerEnv) -> None:
@@ -269,7 +148,7 @@ class _Run:
                                    "rank": self.rank, "pid": os.getpid()})
         torch.manual_seed(cfg.run.seed + self.rank)
         t_build = time.monotonic()
-        builder = _import(self.loop_config.get("builder") or DEFAULT_BUILDER)
+        builder = import_builder(self.loop_config.get("builder") or DEFAULT_BUILDER)
         self.loop_config.setdefault("_gpu_device", self.env.gpu_device)
         parts = builder(cfg, self.loop_config, self.rank, self.world)
         self.parts, self.model, self.device = parts, parts.model, parts.device
@@ -288,9 +167,9 @@ class _Run:
         self.ckpt = Checkpointer(self.run_dir, self.rank, self.world,
                                  keep=cfg.run.keep_checkpoints,
                                  background=getattr(self.device, "type", "") == "cuda")
-        self.cursor: Any = _DataCursor(parts)
+        self.cursor: Any = DataCursor(parts)
         self.resume()
-        self.cursor = _Prefetch(self.cursor, parts.prepare, self.total_steps - self.step)
+        self.cursor = Prefetch(self.cursor, parts.prepare, self.total_steps - self.step)
         self.build_s = time.monotonic() - t_build
         if self.device is not None and getattr(self.device, "type", "") == "cuda":
             # the reported peak is the training peak, not loading's transient one
@@ -319,7 +198,7 @@ class _Run:
         state = self.ckpt.load(self.resumed_from, self.model, self.optimizer, self.scheduler)
         self.step = int(state["step"])
         self.last_ckpt_step = self.step
-        self.cursor = _DataCursor(self.parts, state["data"]["epoch"], state["data"]["position"])
+        self.cursor = DataCursor(self.parts, state["data"]["epoch"], state["data"]["position"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         if self.rank == 0:
@@ -476,7 +355,7 @@ class _Run:
         try:
             return self._steps()
         finally:
-            if isinstance(getattr(self, "cursor", None), _Prefetch):
+            if isinstance(getattr(self, "cursor", None), Prefetch):
                 self.cursor.close()
 
     def _steps(self) -> dict[str, Any]:
@@ -591,102 +470,3 @@ def report_checkpoint(path: Path, metrics: dict[str, Any]) -> None:
                                 filesystem=storage.storage_filesystem)
     ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=path.name,
                      checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD)
-
-
-def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> TrainParts:
-    """The product builder: train-core's objective, `parallelize` and dataset.
-
-    The objective is built on the meta device, sharded, and only then filled
-    with the base weights, so no rank ever holds the whole model.
-    """
-    from engine.data.dataset import VoiceData
-    from engine.train.objective import batch_to_device
-    from engine.train.parallelize import set_gradient_sync, set_keep_gathered
-
-    model_dir = Path(loop_config["model_dir"])
-    voice_dir = Path(loop_config["voice_dir"])
-    objective, device, precision, detail = sharded_objective(cfg, loop_config, model_dir)
-    data = VoiceData.open(voice_dir, model_dir, cfg.data)
-    data.check(world)
-    accum = cfg.data.grad_accum
-    epoch_cache: dict[int, Any] = {}
-
-    def step_batches(epoch: int, position: int) -> list[Any]:
-        if epoch not in epoch_cache:
-            epoch_cache.clear()  # one epoch at a time; batches collate lazily
-            epoch_cache[epoch] = data.rank_batches(epoch, rank=rank, world=world)
-        micro = epoch_cache[epoch]
-        return [micro[k] for k in range(position * accum, (position + 1) * accum)]
-
-    def forward(model: Any, batch: Any) -> dict[str, Any]:
-        return model(batch_to_device(batch, device))
-
-    def prepare(batch: Any) -> Any:
-        return batch_to_device(batch, device, pin=True)
-
-    def val_batches() -> list[Any]:
-        return list(data.val_batches(rank=rank, world=world))
-
-    return TrainParts(
-        model=objective, device=device, steps_per_epoch=int(data.steps_per_epoch()),
-        step_batches=step_batches, forward=forward,
-        subtalker_weight=cfg.model.subtalker_weight,
-        val_batches=val_batches if cfg.run.val_every > 0 else None,
-        set_grad_sync=lambda enabled: set_gradient_sync(objective, enabled),
-        set_keep_gathered=lambda keep, last: set_keep_gathered(objective, keep, last),
-        precision=precision, prepare=prepare,
-        info={"base": str(model_dir), "speaker": cfg.model.speaker_name,
-              "precision": precision, "precision_detail": detail,
-              "compiled_layers": getattr(objective, "_voxshard_compiled", 0)},
-    )
-
-
-def sharded_objective(cfg: Any, loop_config: dict[str, Any],
-                      model_dir: Path) -> tuple[Any, Any, str, str]:
-    """(objective, device, precision, precision line): built on meta, sharded, then loaded."""
-    from engine.train.objective import build_objective, load_base_weights
-    from engine.train.parallelize import make_mesh, parallelize
-
-    device = worker_device(cfg, loop_config)
-    precision, detail = worker_precision(cfg, device)
-    objective = build_objective(model_dir, cfg.model, device="meta")
-    parallelize(objective, make_mesh(device), cfg.parallel, device)
-    load_base_weights(objective, model_dir, device)
-    return objective, device, precision, detail
-
-
-def worker_device(cfg: Any, loop_config: dict[str, Any]) -> Any:
-    """This rank's device: its GPU (Ray's choice, else LOCAL_RANK) or the CPU."""
-    import torch
-
-    if not (cfg.parallel.use_gpu and torch.cuda.is_available()):
-        return torch.device("cpu")
-    from engine.train.plan import ALLOC_CONF
-
-    # fewer, growable segments: less fragmentation, which the plan's margin assumes
-    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
-    try:
-        torch.cuda.memory._set_allocator_settings(os.environ["PYTORCH_CUDA_ALLOC_CONF"])
-    except (AttributeError, RuntimeError):
-        pass  # an allocator already in use keeps its settings
-    pick = loop_config.get("_gpu_device")
-    device = pick() if pick is not None else torch.device(
-        "cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    torch.cuda.set_device(device)
-    return device
-
-
-def worker_precision(cfg: Any, device: Any) -> tuple[str, str]:
-    """(precision, one line saying which and why) for this rank's device; a clear error for
-    bf16 on a GPU older than compute capability 8.0."""
-    from engine.train.failures import FatalTrainingError
-    from engine.train.parallelize import resolve_precision
-    from engine.train.precision import PrecisionError, describe, device_capability
-
-    capability = device_capability(device)
-    try:
-        precision = resolve_precision(cfg.parallel, device, capability)
-    except PrecisionError as exc:
-        raise FatalTrainingError("precision", str(exc),
-                                 "Use --precision fp16 (or fp32) on this GPU.") from exc
-    return precision, describe(precision, device.type, capability)

@@ -1,0 +1,316 @@
+"""A training run on disk, and which run a command means when the user names none.
+
+```
+<voice>/runs/<run>/config.json                the resolved TrainConfig, rewritten at every start
+<voice>/runs/<run>/metrics.jsonl              one JSON record per logged step (appended live)
+<voice>/runs/<run>/checkpoint_step_NNNNNNN/   checkpoints (engine.layout.checkpoints)
+<voice>/runs/<run>/best/<checkpoint>/         the evaluation's best, kept from pruning
+<voice>/runs/<run>/evaluation/evaluation.json what `evaluate` measured (and report.html)
+```
+
+A run's checkpoints may live elsewhere (a shared folder the run folder links to, or
+an object store its `storage.json` names); config and metrics always stay here.
+
+Which run, when none is named (`pick_run`): the one trained most recently, judged
+by when training last wrote to it (`Run.last_active`: its config, written at every
+start and resume; its metrics, appended every logged step; its newest complete
+checkpoint). Resuming an old run makes it the latest; evaluating or exporting one
+does not (they write elsewhere). A command that needs a checkpoint (speak, compare,
+evaluate, export) passes over runs that have none yet, e.g. one that crashed before
+its first save. Light: no torch, no Ray (the GUI reads this).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.core.atomic import write_json
+from engine.core.errors import InputError, WorkspaceError
+from engine.layout.checkpoints import (
+    COMPLETE,
+    TRAINER_STATE,
+    checkpoint_name,
+    is_complete,
+    keep_best,
+    kept_best,
+    list_checkpoints,
+    listing_root,
+    step_of,
+)
+
+RUNS_DIR = "runs"
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+EVALUATION_DIR = "evaluation"
+EVALUATION_FILE = "evaluation.json"
+REPORT_FILE = "report.html"
+#: bytes read from the end of metrics.jsonl for the latest records (long runs are big)
+TAIL_BYTES = 256 * 1024
+
+
+def runs_dir(voice_dir: str | os.PathLike[str]) -> Path:
+    return Path(voice_dir) / RUNS_DIR
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _records(lines: list[bytes] | list[str]) -> list[dict[str, Any]]:
+    out = []
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue  # a torn last line of a file being written
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder. Cheap to create; every read goes to disk."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def voice_dir(self) -> Path | None:
+        """The voice this run belongs to (None for a run folder outside `<voice>/runs/`)."""
+        voice = self.path.parent.parent
+        return voice if self.path.parent.name == RUNS_DIR and voice.is_dir() else None
+
+    # -- config and metrics -------------------------------------------------------------
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS_FILE
+
+    def config(self) -> dict[str, Any]:
+        """The resolved config the run was (last) started with; {} when missing or damaged."""
+        data = _read_json(self.config_file)
+        return data if isinstance(data, dict) else {}
+
+    def read_config(self) -> dict[str, Any]:
+        """The saved config for a command that cannot go on without it."""
+        data = _read_json(self.config_file)
+        if not isinstance(data, dict):
+            raise WorkspaceError(f"The run {self.name} has no readable {CONFIG_FILE}.",
+                                 "Start a new run; this one cannot be continued or exported.")
+        return data
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        write_json(self.config_file, config)
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every record of metrics.jsonl, oldest first (a damaged line is skipped)."""
+        try:
+            return _records(self.metrics_file.read_bytes().split(b"\n"))
+        except OSError:
+            return []
+
+    def recent_metrics(self, max_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
+        """The last complete records of metrics.jsonl, which may be long and still growing."""
+        try:
+            with self.metrics_file.open("rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - max_bytes))
+                chunk = fh.read()
+        except OSError:
+            return []
+        lines = chunk.split(b"\n")
+        if size > max_bytes:
+            lines = lines[1:]  # the first line of the window is cut
+        return _records(lines)
+
+    def base_model(self) -> str | None:
+        """The base model the run trained from: its saved config, else its newest
+        checkpoint's trainer state (runs from before the config was saved whole)."""
+        candidates = sorted(self.path.glob("*.json"))
+        latest = self.latest()
+        if isinstance(latest, Path):
+            candidates.append(latest / TRAINER_STATE)
+        for path in candidates:
+            data = _read_json(path)
+            if not isinstance(data, dict):
+                continue
+            for holder in (data, data.get("config"), data.get("train_config")):
+                if isinstance(holder, dict):
+                    model = holder.get("model")
+                    if isinstance(model, dict) and model.get("base"):
+                        return str(model["base"])
+                    if holder.get("base_model"):
+                        return str(holder["base_model"])
+        return None
+
+    def speaker_name(self) -> str | None:
+        """The speaker key the run trained (its config's `model.speaker_name`)."""
+        for path in sorted(self.path.glob("*.json")):
+            data = _read_json(path)
+            model = data.get("model") if isinstance(data, dict) else None
+            if isinstance(model, dict) and model.get("speaker_name"):
+                return str(model["speaker_name"])
+        return None
+
+    # -- checkpoints -------------------------------------------------------------------
+    def checkpoints(self) -> list[Any]:
+        """Complete checkpoints, oldest first (`Path`s; `Location`s in an object store)."""
+        return list_checkpoints(self.path)
+
+    def latest(self) -> Any:
+        found = self.checkpoints()
+        return found[-1] if found else None
+
+    def checkpoint(self, step: int) -> Any:
+        """The complete checkpoint of `step` (None: never written, torn, or pruned)."""
+        ckpt = listing_root(self.path) / checkpoint_name(step)
+        return ckpt if is_complete(ckpt) else None
+
+    def find_checkpoint(self, which: str | None) -> Any:
+        """A checkpoint by name, step number, folder path, or "latest"/None."""
+        found = self.checkpoints()
+        if not found:
+            raise WorkspaceError(f"The run {self.path} has no complete checkpoint yet.",
+                                 "Train longer (a checkpoint is written every few hundred "
+                                 "steps).")
+        if which in (None, "", "latest"):
+            return found[-1]
+        text = str(which)
+        direct = Path(text).expanduser()
+        if direct.is_dir() and step_of(direct) is not None:
+            return direct
+        for ckpt in found:
+            if ckpt.name == text or (text.isdigit() and step_of(ckpt) == int(text)):
+                return ckpt
+        steps = ", ".join(str(step_of(c)) for c in found)
+        raise InputError(f"The run {self.name} has no checkpoint {text!r}.",
+                         f"Available steps: {steps} (or 'latest').")
+
+    # -- evaluation and the kept best --------------------------------------------------
+    @property
+    def evaluation_dir(self) -> Path:
+        return self.path / EVALUATION_DIR
+
+    @property
+    def evaluation_file(self) -> Path:
+        return self.evaluation_dir / EVALUATION_FILE
+
+    @property
+    def report_file(self) -> Path:
+        return self.evaluation_dir / REPORT_FILE
+
+    def evaluation(self) -> dict[str, Any] | None:
+        data = _read_json(self.evaluation_file)
+        return data if isinstance(data, dict) else None
+
+    def best(self) -> Any:
+        """The checkpoint the run's evaluation judged best (None: not evaluated, or gone):
+        the live one while training keeps it, then the copy `keep_best` made."""
+        best = (self.evaluation() or {}).get("best")
+        step = best.get("step") if isinstance(best, dict) else None
+        if not isinstance(step, int):
+            return None
+        try:
+            live = next((c for c in self.checkpoints() if step_of(c) == step), None)
+        except OSError:
+            live = None
+        return live or kept_best(self.path, checkpoint_name(step))
+
+    def keep_best(self, checkpoint: str | os.PathLike[str]) -> Path | None:
+        return keep_best(self.path, checkpoint)
+
+    # -- which run -----------------------------------------------------------------------
+    def last_active(self) -> float:
+        """When training last wrote to this run (seconds since the epoch).
+
+        Only local files are looked at (a checkpoint in an object store is not stat'ed:
+        its metrics are written here at the same time). A folder with none of them
+        (a start that failed at once) counts from its own time.
+        """
+        stamps = [_mtime(self.config_file), _mtime(self.metrics_file)]
+        try:
+            latest = self.latest() if isinstance(listing_root(self.path), Path) else None
+        except OSError:
+            latest = None
+        if latest is not None:
+            stamps.append(_mtime(latest / COMPLETE))
+        known = [s for s in stamps if s is not None]
+        return max(known) if known else (_mtime(self.path) or 0.0)
+
+    def recency(self) -> tuple[float, str]:
+        """The sort key of "the latest run": last activity, then the name (run names
+        start with their start time) for runs active in the same instant."""
+        return (self.last_active(), self.name)
+
+
+def list_runs(voice_dir: str | os.PathLike[str]) -> list[Run]:
+    """Every run folder of a voice, by name."""
+    try:
+        return [Run(p) for p in sorted(runs_dir(voice_dir).iterdir()) if p.is_dir()]
+    except OSError:
+        return []
+
+
+def pick_run(voice_dir: str | os.PathLike[str], name: str | os.PathLike[str] | None = None,
+             *, with_checkpoint: bool = False) -> Run | None:
+    """The run a command means: the one named (a run name, or a run folder's path), else
+    the one trained most recently (`Run.recency`); with `with_checkpoint`, the most
+    recent that has a complete checkpoint. None when there is no such run.
+
+    A named run is returned whether or not it has checkpoints: the caller says what is
+    missing. A run kept in a shared folder that this machine does not see is an error
+    of its own ("there is no run" would be wrong).
+    """
+    if name is not None and str(name) != "":
+        link = runs_dir(voice_dir) / name
+        if link.is_symlink() and not link.exists():
+            raise InputError(f"Run {link.name} lives in {os.readlink(link)}, which this "
+                             "machine cannot see.",
+                             "Mount the shared storage folder, then try again.")
+        if link.is_dir():
+            return Run(link)
+        direct = Path(name).expanduser()
+        return Run(direct) if direct.is_dir() else None
+    runs = list_runs(voice_dir)
+    if with_checkpoint:
+        runs = [r for r in runs if _has_checkpoint(r)]
+    return max(runs, key=Run.recency, default=None)
+
+
+def voice_base_model(voice_dir: str | os.PathLike[str]) -> str | None:
+    """The base model a voice trained from, for a zero-shot preview given no base: that
+    of its latest run with a checkpoint, else of its latest run (one still before its
+    first save trained from the same base), as `Run.base_model` reads it."""
+    run = pick_run(voice_dir, with_checkpoint=True) or pick_run(voice_dir)
+    return run.base_model() if run is not None else None
+
+
+def _has_checkpoint(run: Run) -> bool:
+    try:
+        return bool(run.checkpoints())
+    except Exception:  # remote storage unreachable, a pointer damaged: nothing to use here
+        return False

@@ -1,0 +1,54 @@
+"""Small training batches of the tiny model's layout, made without any audio.
+
+- `layout_sequences` / `layout_batch`: four fixed sequences (seeded) and a batch of any
+  of them, normalised for a world of `world` ranks (the sharding parity tests).
+- `two_clip_batch`: two longer clips, collated as the data loader does, on the host.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.data.layout import LayoutIds, build_sequence, collate, count_tokens
+from engine.train.loss import normalisers
+from engine.train.objective import batch_to_device
+
+
+def layout_sequences(model_dir: Path) -> tuple[list[Any], LayoutIds, torch.Tensor]:
+    cfg = json.loads((model_dir / "config.json").read_text())
+    ids = LayoutIds.from_config(cfg)
+    g = torch.Generator().manual_seed(11)
+    seqs = []
+    for n_text, n_frames in [(4, 5), (6, 3), (3, 6), (9, 12)]:
+        text = torch.randint(0, 900, (n_text,), generator=g).tolist()
+        codes = torch.randint(0, 2048, (n_frames, 16), generator=g).numpy()
+        seqs.append(build_sequence(ids, [1, 2, 3], text, codes))
+    xv = torch.randn(cfg["talker_config"]["hidden_size"], generator=g)
+    return seqs, ids, xv
+
+
+def layout_batch(seqs: list[Any], ids: LayoutIds, xv: torch.Tensor, which: list[int],
+                 world: int) -> dict[str, torch.Tensor]:
+    b = collate([seqs[i] for i in which], ids)
+    b["x_vector"] = xv.expand(len(which), -1).numpy()
+    t, s = count_tokens(seqs)
+    b["talker_norm"], b["subtalker_norm"] = normalisers(t, s, world)
+    return batch_to_device(b, "cpu")
+
+
+def two_clip_batch(model_dir: Path) -> dict[str, Any]:
+    cfg = json.loads((model_dir / "config.json").read_text())
+    ids = LayoutIds.from_config(cfg)
+    rng = np.random.default_rng(0)
+    seqs = [build_sequence(ids, [1, 2, 3], rng.integers(10, 500, n).tolist(),
+                           rng.integers(0, 2048, (f, 16))) for n, f in ((9, 30), (5, 22))]
+    batch = collate(seqs, ids)
+    hidden = int(cfg["talker_config"]["hidden_size"])
+    batch["x_vector"] = rng.standard_normal((2, hidden)).astype("float32")
+    batch["talker_norm"], batch["subtalker_norm"] = normalisers(54, 52 * 15, 1)
+    return batch

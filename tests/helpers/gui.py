@@ -1,0 +1,95 @@
+"""Fixtures of the GUI tests, a plugin registered in tests/conftest.py.
+
+- `settings`: a QSettings in a temporary INI file, so tests never touch the
+  user's configuration.
+- `ctx`, `window`: an AppContext / MainWindow on a temporary workspace; the
+  window is shut down after the test (jobs, streams, timers).
+- `voice`: a new empty voice `ada` in `workspace`.
+- `pulse`: a running PulseAudio daemon with a null sink as the default sink
+  and its monitor as the default source (started here when not running).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings
+
+from tests.helpers.voices import make_voice
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> QSettings:
+    return QSettings(str(tmp_path / "voxshard.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def ctx(qapp: object, settings: QSettings, workspace: Path) -> Iterator[object]:
+    from gui.context import AppContext
+
+    settings.setValue("workspace", str(workspace))
+    c = AppContext(settings)
+    yield c
+    # what MainWindow.shutdown stops of the context, for tests without a window
+    c.player.stop()
+    c.jobs.shutdown(10000)
+    c.reader.shutdown()
+
+
+@pytest.fixture
+def window(qtbot: object, ctx: object) -> Iterator[object]:
+    from gui.app import MainWindow
+
+    w = MainWindow(ctx)  # type: ignore[arg-type]
+    qtbot.addWidget(w)  # type: ignore[attr-defined]
+    w.show()
+    yield w
+    w.shutdown()
+
+
+@pytest.fixture
+def voice(workspace: Path) -> Path:
+    return make_voice(workspace)
+
+
+def _pulse_running() -> bool:
+    if not shutil.which("pactl"):
+        return False
+    return subprocess.run(["pactl", "info"], capture_output=True, timeout=10).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def pulse() -> str:
+    """A real sound device: PulseAudio null sink `vsink`, its monitor as default source."""
+    if not shutil.which("pulseaudio"):
+        pytest.skip("PulseAudio is not installed (apt-get install pulseaudio libportaudio2)")
+    if not _pulse_running():
+        subprocess.run(["pulseaudio", "--daemonize=yes", "--exit-idle-time=-1", "-n",
+                        "--load=module-null-sink sink_name=vsink",
+                        "--load=module-native-protocol-unix"],
+                       capture_output=True, timeout=30)
+        deadline = time.monotonic() + 10
+        while not _pulse_running() and time.monotonic() < deadline:
+            time.sleep(0.1)  # daemon start-up, outside any Qt test
+    if not _pulse_running():
+        pytest.skip("PulseAudio could not be started")
+    sinks = subprocess.run(["pactl", "list", "short", "sinks"], capture_output=True,
+                           text=True, timeout=10).stdout
+    if "vsink" not in sinks:
+        subprocess.run(["pactl", "load-module", "module-null-sink", "sink_name=vsink"],
+                       capture_output=True, timeout=10)
+    subprocess.run(["pactl", "set-default-sink", "vsink"], check=True, timeout=10)
+    subprocess.run(["pactl", "set-default-source", "vsink.monitor"], check=True, timeout=10)
+    return "vsink"

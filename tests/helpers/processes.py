@@ -1,0 +1,110 @@
+"""Processes in tests: a fake engine, and what is still running.
+
+- `flood_program`: the command line of a process speaking the engine's event protocol
+  (metrics, fast), with the engine's own writer.
+- `pid_alive`: whether a process runs (a zombie does not).
+- `session_processes`: every live process of a session (a process started with
+  `start_new_session=True` leads one: all it started is found by its pid).
+- `python_threads`: the names of this process's Python threads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import psutil
+
+
+def flood_program(count: int, forever: bool = False, child: bool = False,  # noqa: PLR0913
+                  rate: float = 0.0, ranks: int = 2, stop_s: float = 0.0,
+                  stop_fails: bool = False, gpu: bool = False,
+                  run: str | None = None) -> list[str]:
+    """A process speaking the engine's event protocol with the engine's own writer.
+
+    It streams `count` metric events, `rate` per second (0: as fast as it
+    can), or forever until SIGTERM, then a result; events cycle through `ranks`
+    workers (step = event index, as the page keys points by step); `child` also
+    starts a grandchild process in the same group, to prove a cancel reaches it.
+    On SIGTERM it "saves" for `stop_s` seconds as training does (state
+    `stopping`), then exits as cancelled, or, with `stop_fails`, as a failed save.
+    `gpu` adds the memory figures a GPU worker reports (device used and total,
+    80 GiB devices); `run` names the run folder in the first state event.
+    """
+    code = f"""
+import os, signal, subprocess, sys, time
+from engine.cli.output import JsonOutput
+from engine.core.events import Emitter
+out = JsonOutput(sys.stdout)
+em = Emitter(out.handle)
+if {child!r}:
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    em.log("grandchild %d" % p.pid)
+stop = []
+def term(*_):
+    stop.append(True)  # handled in the loop: a write here could re-enter one in progress
+def finish_stop():
+    em.state("stopping", detail="saving a checkpoint")
+    time.sleep({stop_s!r})
+    if {stop_fails!r}:
+        out.error("training", "Saving the final checkpoint failed: no space left on device.",
+                  "Free some space; checkpoint_step_0000004 is intact.")
+        sys.exit(1)
+    out.error("cancelled", "Training stopped at step 7; saved checkpoint_step_0000007.", None)
+    sys.exit(130)
+signal.signal(signal.SIGTERM, term)
+em.state("training", **({{"run": {run!r}}} if {run!r} else {{}}))
+t0 = time.monotonic()
+i = 0
+while {forever!r} or i < {count}:
+    if stop:
+        finish_stop()
+    values = {{"step": i, "loss/train": 5.0 / (1 + i * 1e-3), "lr": 2e-6,
+               "perf/tokens_per_s": 1000.0 + i % 7, "memory/rss_gib": 1.0 + (i % 5) * 0.01}}
+    if {gpu!r}:
+        rank = i % {ranks!r}
+        values.update({{"memory/device_used_gib": 20.0 + 5 * rank + (i % 11) * 0.1,
+                       "memory/allocated_gib": 15.0 + 5 * rank, "memory/total_gib": 80.0}})
+    em.metric(values, rank=i % {ranks!r}, split="train")
+    if i % 100 == 0:
+        em.progress("train", i, {count})
+    i += 1
+    if {forever!r}:
+        time.sleep(0.001)
+    elif {rate!r} and i % 20 == 0:
+        # paced in bursts of 20, like ranks reporting together
+        time.sleep(max(0.0, t0 + i / {rate!r} - time.monotonic()))
+out.result({{"steps": i, "summary": "done"}})
+"""
+    return [sys.executable, "-c", code, "flood"]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie waiting to be reaped is not running
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def python_threads() -> set[str]:
+    return {t.name for t in threading.enumerate()}
+
+
+def session_processes(sid: int) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return found

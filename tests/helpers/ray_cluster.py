@@ -1,0 +1,95 @@
+"""One local Ray cluster for the whole session, shared by the tests that need a cluster
+but do not exist to start their own (a fixture plugin, registered in tests/conftest.py).
+
+- `ray_cluster`: the session's cluster, started on first use with the engine's own
+  `connect()` (127.0.0.1 only, no dashboard, OMP_NUM_THREADS=1 in every Ray process). A
+  run or a code extraction in this process then finds Ray connected and uses it as it is
+  (`engine.cluster.connect`: `borrowed`, so its `close()` leaves the cluster running).
+- `@pytest.mark.own_cluster`: a test that starts its own cluster, in this process or in
+  a child: the journey, two runs at once, the failover and CLI runs, S3 storage, the
+  two-node sandboxes. The shared cluster is stopped before it, so its in-process run
+  starts its own cluster and its checks of what is left running see only its own
+  processes; the local-cluster settings the shared one put in this process's
+  environment are gone before it starts children. These tests run after all the others
+  (`pytest_collection_modifyitems`), so the shared cluster starts once per session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+OWN_CLUSTER = "own_cluster"
+
+
+class SharedCluster:
+    """The session's local cluster: started on demand, stopped for an own-cluster test."""
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+        #: how many times it was started (once per session when the order holds)
+        self.starts = 0
+
+    def up(self) -> Any:
+        if self.handle is None:
+            # every Ray process inherits OMP_NUM_THREADS (1, set in tests/conftest.py
+            # before anything imports torch or the engine)
+            from engine.cluster import connect
+
+            # CPUs as a training run asks for them (engine.train.driver._local_cpus): at
+            # least the 2 workers of a 2-worker run; the OS shares the real cores
+            self.handle = connect(None, num_cpus=max(os.cpu_count() or 1, 2))
+            self.starts += 1
+        return self.handle
+
+    def down(self) -> None:
+        if self.handle is not None:
+            handle, self.handle = self.handle, None
+            handle.close()
+
+
+#: this session's shared cluster, once a test asked for it (for the terminal summary)
+_session: list[SharedCluster] = []
+
+
+@pytest.fixture(scope="session")
+def shared_cluster() -> Iterator[SharedCluster]:
+    cluster = SharedCluster()
+    _session.append(cluster)
+    yield cluster
+    cluster.down()
+
+
+@pytest.fixture
+def ray_cluster(shared_cluster: SharedCluster) -> Any:
+    """The session's local Ray cluster (an `engine.cluster.ClusterHandle`), running."""
+    return shared_cluster.up()
+
+
+@pytest.fixture(autouse=True)
+def _own_cluster_alone(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker(OWN_CLUSTER) is not None:
+        request.getfixturevalue("shared_cluster").down()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{OWN_CLUSTER}: starts its own Ray cluster; runs last, with the "
+                   "session's shared cluster stopped (tests/helpers/ray_cluster.py)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # stable: each group keeps its order, so a module's tests stay together
+    own = [i for i in items if i.get_closest_marker(OWN_CLUSTER) is not None]
+    if own:
+        rest = [i for i in items if i.get_closest_marker(OWN_CLUSTER) is None]
+        items[:] = rest + own
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _session and _session[0].starts:
+        terminalreporter.write_line(f"shared Ray cluster: started {_session[0].starts} "
+                                    "time(s) (tests/helpers/ray_cluster.py)")

@@ -1,0 +1,82 @@
+"""Trained runs of the tiny model for the tests that read one (a fixture plugin,
+registered in tests/conftest.py).
+
+- `trained_run` (session): one real training run, made once: the prepared voice `joe`,
+  2 CPU workers on the session's Ray cluster, 20 steps, checkpoints at steps 10 and 20
+  in `runs/r1`, and step 20 exported to a folder beside the voice (not in it: a voice
+  with an export speaks the export, and some tests want the run itself). A dict:
+  {"voice", "run", "export"}. Read-only: a test that writes copies the voice
+  (`copy_voice`) first, and copies the export into its copy's exports/ if it wants one.
+- `make_perturbed_run(voice, model_dir)` (bench/bench_quality.py): what a real run
+  leaves behind without Ray, in one process: the resolved config, DCP checkpoints saved
+  by the training area's `Checkpointer` from the real objective and optimizer, and an
+  export of the last step. Its "training" is a fixed perturbation of the trainable
+  weights per step, so the checkpoints really differ (the tiny model speaks noise
+  either way).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.ray_cluster import SharedCluster
+from tests.helpers.voices import copy_voice
+
+#: the shared run's checkpoints (run.checkpoint_every) and last step
+CHECKPOINT_EVERY, STEPS = 10, 20
+
+
+@pytest.fixture(scope="session")
+def trained_run(prepared_voice: Path, tiny_model_dir: Path, shared_cluster: SharedCluster,
+                tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from engine.train.driver import export, train
+
+    root = tmp_path_factory.mktemp("trained_run")
+    voice = copy_voice(prepared_voice, root / "joe")
+    shared_cluster.up()
+    # a high learning rate: the two checkpoints speak differently even after 10 steps
+    result = train(voice, str(tiny_model_dir), workers=2, steps=STEPS,
+                   checkpoint_every=CHECKPOINT_EVERY, val_every=CHECKPOINT_EVERY, lr=2e-3,
+                   use_gpu=False, run="r1")
+    assert result["steps"] == STEPS and not result["stopped"], result
+    out = export(voice, root / "exports" / f"joe-step{STEPS}", run="r1", step=STEPS)
+    return {"voice": voice, "run": voice / "runs" / "r1", "export": Path(out["out_dir"])}
+
+
+def make_perturbed_run(voice: Path, model_dir: Path, run: str = "r1",
+                       steps: tuple[int, ...] = (10, 20), export: str | None = "joe-step20",
+                       scale: float = 0.05) -> Path:
+    """Checkpoints `steps` in `<voice>/runs/<run>` (and an export); returns the run folder."""
+    import torch
+
+    from engine.config.train import ModelConfig, TrainConfig
+    from engine.data.codes import extract_codes
+    from engine.model.export import export_custom_voice
+    from engine.train.checkpoint import Checkpointer
+    from engine.train.objective import build_objective, load_base_weights, trainable_parameters
+
+    index = extract_codes(voice, model_dir)
+    run_dir = voice / "runs" / run
+    run_dir.mkdir(parents=True)
+    cfg = TrainConfig(model=ModelConfig(base=str(model_dir), speaker_name="joe"))
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict()), encoding="utf-8")
+    objective = build_objective(model_dir, cfg.model, device="cpu")
+    load_base_weights(objective, model_dir, "cpu")
+    optimizer = torch.optim.AdamW(trainable_parameters(objective), lr=1e-4)
+    ckpt = Checkpointer(run_dir, rank=0, world_size=1)
+    g = torch.Generator().manual_seed(0)
+    for step in steps:
+        with torch.no_grad():
+            for p in trainable_parameters(objective):
+                p.add_(torch.randn(p.shape, generator=g) * scale * (p.std() + 1e-3))
+        ckpt.save(step, objective, optimizer, None, {"epoch": 0, "position": step})
+    if export:
+        trained = {n: p.detach().clone() for n, p in objective.named_parameters()
+                   if p.requires_grad}
+        export_custom_voice(model_dir, trained, "joe", index.x_vector(),
+                            voice / "exports" / export)
+    return run_dir

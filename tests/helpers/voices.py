@@ -1,0 +1,57 @@
+"""Voice folders and workspaces for tests, made with the engine's own layout code.
+
+- `copy_voice`: a private, writable copy of a (session, read-only) voice folder.
+- `make_voice`: a new empty voice in a workspace.
+- `voice_with_clips`: a voice whose manifest lists `n` usable clips of `seconds` each and
+  no audio (planning and validation read the manifest only).
+- `make_workspace`: a workspace with one voice, `ada`, whose export is the tiny base model
+  as a custom voice (what `serve` lists and speaks).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+
+def copy_voice(src: Path, dst: Path) -> Path:
+    """A private, writable copy of a (session) voice folder."""
+    shutil.copytree(src, dst)
+    return dst
+
+
+def make_voice(workspace: Path, speaker: str = "Ada") -> Path:
+    from engine.layout.voice import create_voice
+
+    return create_voice(workspace / speaker.lower(), speaker).path
+
+
+def voice_with_clips(tmp: Path, n: int, seconds: float) -> Path:
+    from engine.layout.voice import create_voice
+
+    v = create_voice(tmp / "v", "Tester")
+    prep = v.prepared.path
+    prep.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"id": f"c{i}", "path": f"prepared/clips/c{i}.wav", "text": "hello there",
+                         "duration_s": seconds, "sample_rate": 24000, "usable": True,
+                         "issues": [], "source_take": f"t{i}"}) for i in range(n)]
+    (prep / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    return v.path
+
+
+def make_workspace(root: Path, model_dir: Path) -> Path:
+    """A workspace with one voice, `ada`, whose export is the tiny base as a custom voice."""
+    from engine.layout.voice import create_voice
+    from engine.model.export import export_custom_voice
+
+    ws = root / "ws"
+    ws.mkdir()
+    create_voice(ws / "ada", "Ada", "english")
+    hidden = json.loads((model_dir / "config.json").read_text())["talker_config"]["hidden_size"]
+    vector = np.random.default_rng(0).standard_normal(hidden).astype(np.float32)
+    export_custom_voice(model_dir, {}, "Ada", vector, ws / "ada" / "exports" / "ada-v1",
+                        keep_dtype=False)
+    return ws

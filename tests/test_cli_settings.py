@@ -1,0 +1,80 @@
+"""CLI flags come from the config dataclasses: one type, default and help per setting."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import pytest
+
+from engine.cli.main import build_parser
+from engine.cli.settings import add_field, field_help
+from engine.config.speak import SpeakOptions
+from engine.config.train import ModelConfig, RunConfig
+
+
+@dataclass
+class _Knobs:
+    """A config section as the engine writes them."""
+
+    #: how loud, in LUFS
+    #: (two comment lines join)
+    loudness: float | None = -20.0
+    count: int = 3
+    #: on or off
+    enabled: bool = False
+
+    def method(self) -> None:
+        #: not a field
+        pass
+
+
+def test_field_help_reads_the_comment_above_each_field() -> None:
+    assert field_help(_Knobs) == {"loudness": "how loud, in LUFS (two comment lines join)",
+                                  "enabled": "on or off"}
+
+
+def test_a_flag_takes_type_default_and_help_from_its_field() -> None:
+    p = argparse.ArgumentParser()
+    action = add_field(p, _Knobs, "loudness")
+    add_field(p, _Knobs, "count")
+    add_field(p, _Knobs, "enabled")
+    assert action.help == "how loud, in LUFS (two comment lines join) (default -20)"
+    assert action.option_strings == ["--loudness"]
+    args = p.parse_args(["--loudness", "-16.5", "--count", "7", "--enabled"])
+    assert (args.loudness, args.count, args.enabled) == (-16.5, 7, True)
+    # not given: None, so the engine (or a voice's saved setting) decides
+    assert vars(p.parse_args([])) == {"loudness": None, "count": None, "enabled": None}
+    assert p.parse_args(["--no-enabled"]).enabled is False
+    with pytest.raises(SystemExit):
+        p.parse_args(["--count", "many"])
+
+
+def _help_of(parser: argparse.ArgumentParser, command: str, flag: str) -> str:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    action = next(a for a in sub.choices[command]._actions if flag in a.option_strings)
+    return str(action.help)
+
+
+def test_speak_and_train_help_show_the_config_defaults() -> None:
+    parser = build_parser()
+    chunk = _help_of(parser, "speak", "--chunk-chars")
+    assert chunk.endswith(f"(default {SpeakOptions().chunk_chars})")
+    assert chunk.startswith(field_help(SpeakOptions)["chunk_chars"])
+    assert _help_of(parser, "compare", "--batch-size").endswith(
+        f"(default {SpeakOptions().batch_size})")
+    assert _help_of(parser, "train", "--lora-rank").endswith(f"(default {ModelConfig().lora_rank})")
+    assert _help_of(parser, "train", "--keep").endswith(
+        f"(default {RunConfig().keep_checkpoints})")
+
+
+def test_speak_flags_not_given_leave_the_options_defaults() -> None:
+    from engine.cli.cmd_speak import _options
+
+    parser = build_parser()
+    args = parser.parse_args(["speak", "voice", "hello"])
+    assert _options(args) == SpeakOptions()
+    args = parser.parse_args(["speak", "voice", "hi", "--chunk-chars", "90", "--top-k", "5",
+                              "--no-loudness", "--greedy"])
+    assert _options(args) == SpeakOptions(chunk_chars=90, top_k=5, loudness_lufs=None,
+                                          do_sample=False, subtalker_do_sample=False)

@@ -1,0 +1,75 @@
+"""The engine's layers (pyproject.toml [tool.importlinter]), checked by import-linter.
+
+A module imports only from layers below its own, inner (function-level) imports
+included; docs/dev/architecture.md draws the order. tests/test_boundary.py keeps
+the window and the engine apart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the console script of the venv running the tests
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
+    # PYTHONPATH first: the tree in `cwd` is the one analysed, not the installed one
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _layers_contract() -> dict[str, Any]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    return next(c for c in contracts if c["type"] == "layers" and c["containers"] == ["engine"])
+
+
+def _engine_children() -> set[str]:
+    """Every subpackage and top-level module of the engine, from the file tree."""
+    engine = ROOT / "engine"
+    # a folder of modules counts even without an __init__.py (a namespace package)
+    packages = {p.name for p in engine.iterdir()
+                if p.is_dir() and p.name != "__pycache__" and any(p.glob("*.py"))}
+    modules = {p.stem for p in engine.glob("*.py") if p.name != "__init__.py"}
+    return packages | modules
+
+
+def test_the_layers_hold() -> None:
+    proc = _lint_imports(ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "engine layers KEPT" in proc.stdout, proc.stdout
+
+
+def test_the_contract_names_every_part_of_the_engine() -> None:
+    contract = _layers_contract()
+    # exhaustive: import-linter itself refuses a child of `engine` missing from the layers
+    assert contract["exhaustive"] is True
+    names = [n.strip() for layer in contract["layers"] for n in layer.split("|")]
+    assert len(names) == len(set(names)), names
+    assert set(names) == _engine_children()
+
+
+def test_a_forbidden_import_breaks_the_contract(tmp_path: Path) -> None:
+    """The same check on a copy of the tree with one upward import (core -> cli) added,
+    inside a function as the engine used to hide them: it must fail and name it."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    for name in ("engine", "gui"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    errors = tmp_path / "engine" / "core" / "errors.py"
+    errors.write_text(errors.read_text(encoding="utf-8")
+                      + "\n\ndef _upward() -> None:\n    import engine.cli.main  # noqa: F401\n",
+                      encoding="utf-8")
+    proc = _lint_imports(tmp_path)
+    assert proc.returncode != 0, proc.stdout
+    assert "engine layers BROKEN" in proc.stdout, proc.stdout
+    assert "engine.core.errors -> engine.cli.main" in proc.stdout, proc.stdout
