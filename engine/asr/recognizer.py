@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engine.audio.resample import resample
 from engine.core.errors import AudioError, InputError, ModelError
 from engine.text import tidy_text
 
@@ -447,17 +448,10 @@ def load_audio(path: str | os.PathLike[str]) -> np.ndarray:
 
 
 def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
-    from math import gcd
-
-    from scipy.signal import resample_poly
-
     audio = np.asarray(audio, dtype=np.float32)
     if audio.ndim > 1:
         audio = audio.mean(axis=1)
-    if sample_rate == SAMPLE_RATE:
-        return audio
-    g = gcd(sample_rate, SAMPLE_RATE)
-    return resample_poly(audio, SAMPLE_RATE // g, sample_rate // g).astype(np.float32)
+    return resample(audio, sample_rate, SAMPLE_RATE)
 
 
 def transcribe_file(path: str | os.PathLike[str], spec: str | None = None,

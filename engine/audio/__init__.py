@@ -14,8 +14,7 @@ until it is used (none of it ever imports torch):
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from engine.core.lazy import lazy_exports
 
 _EXPORTS = {
     "decode": "engine.audio.io",
@@ -29,8 +28,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'engine.audio' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

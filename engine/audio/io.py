@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from engine.audio.resample import resample
 from engine.core.atomic import atomic_path
 from engine.core.errors import AudioError, DiskFullError, WorkspaceError
 
@@ -169,12 +170,7 @@ class _Resampler:
         self._pending.append(block)
         if not last:
             return None
-        from math import gcd
-
-        from scipy.signal import resample_poly
-        whole = np.concatenate(self._pending)
-        g = gcd(self.in_rate, self.out_rate)
-        return resample_poly(whole, self.out_rate // g, self.in_rate // g).astype(np.float32)
+        return resample(np.concatenate(self._pending), self.in_rate, self.out_rate)
 
 
 def decode(path: str | os.PathLike[str], target_sr: int = TARGET_SR,

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.audio.resample import resample
 from engine.config import VAD_CHOICES
 
 FRAME_S = 0.01
@@ -124,12 +125,7 @@ def silero_regions(audio: np.ndarray, sample_rate: int) -> list[tuple[int, int]]
     if not len(audio):
         return []
     x = np.asarray(audio, dtype=np.float32)
-    if sample_rate != SILERO_RATE:
-        from math import gcd
-
-        from scipy.signal import resample_poly
-        g = gcd(sample_rate, SILERO_RATE)
-        x = resample_poly(x, SILERO_RATE // g, sample_rate // g).astype(np.float32)
+    x = resample(x, sample_rate, SILERO_RATE)
     model = _silero()
     with _silero_lock, torch.inference_mode():
         model.reset_states()

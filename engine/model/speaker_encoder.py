@@ -18,12 +18,12 @@ tests/test_boundary.py checks the window stays torch-free).
 from __future__ import annotations
 
 import hashlib
-from math import gcd
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engine.audio.resample import resample
 from engine.core.errors import TrainingError
 from engine.model.files import memo_per_version, weight_files
 from engine.model.official import configuration, modeling
@@ -82,13 +82,7 @@ def load_speaker_encoder(model_dir: str | Path, device: str = "cpu") -> Any:
 
 def at_model_rate(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """Mono float32 audio at the encoder's 24 kHz (polyphase resampling)."""
-    x = np.asarray(audio, dtype=np.float32)
-    if sample_rate == SAMPLE_RATE:
-        return x
-    from scipy.signal import resample_poly  # scipy's import is slow; only when resampling
-
-    g = gcd(sample_rate, SAMPLE_RATE)
-    return resample_poly(x, SAMPLE_RATE // g, sample_rate // g).astype(np.float32)
+    return resample(audio, sample_rate, SAMPLE_RATE)
 
 
 def log_mel(batch: np.ndarray) -> Any:

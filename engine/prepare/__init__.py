@@ -8,8 +8,7 @@ heavy is imported at package import:
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from engine.core.lazy import lazy_exports
 
 _EXPORTS = {
     "import_files": "engine.prepare.importer",
@@ -20,8 +19,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'engine.prepare' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

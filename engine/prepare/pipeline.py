@@ -42,6 +42,7 @@ from engine.audio.conditions import background, is_music_bed, slice_snr
 from engine.audio.denoise import denoise_take
 from engine.audio.io import TARGET_SR, BadAudioFile, decode, write_wav
 from engine.audio.loudness import normalize_loudness
+from engine.audio.resample import resample
 from engine.audio.vad import (
     MIN_SPEECH_S,
     VAD_METHODS,
@@ -321,12 +322,7 @@ def check_recording(audio: np.ndarray, sample_rate: int, text: str = "",
     clipped = int(clipped_per_sample(np.abs(x2)).sum())
     mono = x2.mean(axis=1)
     dc = float(mono.mean()) if len(mono) else 0.0
-    if sample_rate != TARGET_SR and len(mono):
-        from math import gcd
-
-        from scipy.signal import resample_poly
-        g = gcd(sample_rate, TARGET_SR)
-        mono = resample_poly(mono, TARGET_SR // g, sample_rate // g).astype(np.float32)
+    mono = resample(mono, sample_rate, TARGET_SR)
     mono = mono - np.float32(dc)
     out: dict[str, Any] = {"duration_s": round(len(x2) / sample_rate, 3),
                            "peak_dbfs": _r(20 * math.log10(max(float(np.abs(x2).max(

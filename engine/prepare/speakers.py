@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from math import gcd
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engine.audio.resample import resample
 from engine.model.speaker_encoder import (
     SAMPLE_RATE,
     at_model_rate,
@@ -87,13 +87,7 @@ def _unit_rows(x: np.ndarray) -> np.ndarray:
 
 
 def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
-    from scipy.signal import resample_poly
-
-    x = np.asarray(audio, dtype=np.float32)
-    if sample_rate == RATE:
-        return x
-    g = gcd(sample_rate, RATE)
-    return resample_poly(x, RATE // g, sample_rate // g).astype(np.float32)
+    return resample(audio, sample_rate, RATE)
 
 
 def _mels(audio16: np.ndarray) -> np.ndarray:

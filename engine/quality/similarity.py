@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engine.audio.resample import resample
 from engine.core.errors import ModelError
 from engine.model.speaker_encoder import SAMPLE_RATE, at_model_rate, load_speaker_encoder, x_vector
 
@@ -77,18 +78,13 @@ class ResemblyzerEncoder:
         self._lock = threading.Lock()
 
     def embed(self, audio: np.ndarray, sample_rate: int) -> np.ndarray:
-        from math import gcd
-
         from resemblyzer.audio import normalize_volume, trim_long_silences
         from resemblyzer.hparams import audio_norm_target_dBFS
-        from scipy.signal import resample_poly
 
         audio = np.nan_to_num(np.asarray(audio, dtype=np.float32).reshape(-1))
         if audio.size == 0 or float(np.abs(audio).max()) < 1e-6:
             return np.zeros(256)  # silence has no voice: similarity 0
-        if sample_rate != self.RATE:
-            g = gcd(sample_rate, self.RATE)
-            audio = resample_poly(audio, self.RATE // g, sample_rate // g).astype(np.float32)
+        audio = resample(audio, sample_rate, self.RATE)
         audio = normalize_volume(audio, audio_norm_target_dBFS, increase_only=True)
         wav = trim_long_silences(audio)
         if len(wav) < MIN_VOICED_S * self.RATE:
