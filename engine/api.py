@@ -3,6 +3,8 @@
 Every long operation takes `on_event`, a callable receiving `engine.core.events.Event`
 objects (progress, log, metric, artifact, state), and raises a subclass of
 `engine.core.errors.VoxshardError` with a one-sentence message and a hint.
+Each operation imports its machinery when called, so `from engine import api`
+stays instant for a script that only creates voices.
 
     from engine import api
 

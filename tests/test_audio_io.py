@@ -212,3 +212,23 @@ def test_write_wav_is_atomic_and_readable(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["a.wav"]  # no temp files left
     with pytest.raises(BadAudioFile):
         probe(tmp_path / "missing.wav")
+
+
+def test_one_resampler_keeps_pitch_and_level_at_every_rate() -> None:
+    from engine.audio.resample import resample
+
+    for src, dst in ((48000, 24000), (44100, 24000), (22050, 24000), (24000, 16000)):
+        t = np.arange(src) / src  # one second
+        tone = (0.5 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
+        out = resample(tone, src, dst)
+        assert out.dtype == np.float32 and abs(len(out) - dst) <= 1
+        spectrum = np.abs(np.fft.rfft(out * np.hanning(len(out))))
+        peak_hz = np.argmax(spectrum) * dst / len(out)
+        assert abs(peak_hz - 440.0) <= 1.0, (src, dst, peak_hz)
+        middle = out[dst // 4: 3 * dst // 4]  # away from the filter's edges
+        assert abs(np.sqrt(np.mean(middle ** 2)) - 0.5 / np.sqrt(2)) < 0.01
+    same = np.ones(10, np.float32)
+    assert np.array_equal(resample(same, 24000, 24000), same)
+    assert resample(np.zeros(0, np.float32), 48000, 24000).shape == (0,)
+    stereo = np.zeros((4800, 2), np.float32)
+    assert resample(stereo, 48000, 24000).shape == (2400, 2)

@@ -7,6 +7,7 @@ the window and the engine apart.
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -73,3 +74,40 @@ def test_a_forbidden_import_breaks_the_contract(tmp_path: Path) -> None:
     assert proc.returncode != 0, proc.stdout
     assert "engine layers BROKEN" in proc.stdout, proc.stdout
     assert "engine.core.errors -> engine.cli.main" in proc.stdout, proc.stdout
+
+
+def _says_why(lines: list[str], node: ast.ImportFrom) -> bool:
+    """A comment on the import, or above it (through the imports grouped with it)."""
+    if "#" in " ".join(lines[node.lineno - 1:node.end_lineno]):
+        return True
+    k = node.lineno - 2
+    while k >= 0:
+        text = lines[k].strip()
+        if text.startswith("#"):
+            return True
+        if not text.startswith(("from ", "import ")) and not text.endswith((",", "(")):
+            return False
+        k -= 1
+    return False
+
+
+def test_function_level_engine_imports_say_why() -> None:
+    # Imports stay at the top of a module; one inside a function must say why (start-up
+    # cost: torch, a native library). The CLI and the API import everything lazily so
+    # that `--help` and `from engine import api` stay instant; their docstrings say so.
+    lazy_by_design = [ROOT / "engine" / "cli", ROOT / "engine" / "api.py"]
+    silent = []
+    for path in sorted((ROOT / "engine").rglob("*.py")):
+        if any(path == d or d in path.parents for d in lazy_by_design):
+            continue
+        source = path.read_text()
+        lines = source.splitlines()
+        tree = ast.parse(source)
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("engine")
+                        and not _says_why(lines, node)):
+                    silent.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.module}")
+    assert sorted(set(silent)) == []

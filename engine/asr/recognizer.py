@@ -22,6 +22,7 @@ Loading is lazy and the heavy libraries are imported inside the backends.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -33,8 +34,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engine.audio.io import BadAudioFile, decode
 from engine.audio.resample import resample
 from engine.core.errors import AudioError, InputError, ModelError
+from engine.layout.voice import display_path
 from engine.text import tidy_text
 
 SAMPLE_RATE = 16000
@@ -374,8 +377,6 @@ def find_whisper() -> str | None:
 
 
 def _has(module: str) -> bool:
-    import importlib.util
-
     return importlib.util.find_spec(module) is not None
 
 
@@ -436,8 +437,6 @@ def _load(text: str, device: str | None) -> Recognizer:
 
 def load_audio(path: str | os.PathLike[str]) -> np.ndarray:
     """Any supported audio file as 16 kHz mono float32; AudioError with the reason if not."""
-    from engine.audio.io import BadAudioFile, decode
-    from engine.layout.voice import display_path
 
     try:
         audio, _ = decode(path, SAMPLE_RATE)

@@ -32,10 +32,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from engine.core.atomic import write_json
 
 #: a scheme followed by ://, e.g. s3://, gs://, memory:// (file:// is a local path)
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -202,7 +205,6 @@ def rmtree(place: Path | Location) -> None:
     if isinstance(place, Location):
         place.rmtree()
         return
-    import shutil
 
     shutil.rmtree(place, ignore_errors=True)
 
@@ -267,7 +269,6 @@ def link_run(run_dir: Path, location: str) -> None:
         # the bucket first: when it cannot be reached, nothing is left behind here
         Location(location).mkdir(parents=True, exist_ok=True)
         run_dir.mkdir(parents=True, exist_ok=True)
-        from engine.core.atomic import write_json
 
         write_json(run_dir / POINTER, {"checkpoints": location})
         return

@@ -36,6 +36,7 @@ from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.layout.manifest import CODES_INDEX, choose_reference, prepared_folder, read_manifest
 from engine.layout.voice import file_sha256
 from engine.model.files import memo_per_version
+from engine.model.official import import_qwen_tts
 from engine.model.speaker_encoder import (
     load_speaker_encoder,
     speaker_encoder_fingerprint,
@@ -136,8 +137,6 @@ def load_codes_index(voice_dir: str | Path) -> CodesIndex:
 def load_codec(model_dir: str | Path, device: str = "cpu") -> Any:
     """The official 12 Hz tokenizer wrapper (fp32) on `device`."""
     import torch
-
-    from engine.model.official import import_qwen_tts
 
     qt = import_qwen_tts()
     return qt.Qwen3TTSTokenizer.from_pretrained(str(Path(model_dir) / "speech_tokenizer"),

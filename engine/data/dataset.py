@@ -24,6 +24,7 @@ Light module: numpy only at import time (the tokenizer loads lazily).
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from engine.data.layout import (
     sequence_length,
     tokenize,
 )
+from engine.model.official import import_qwen_tts
 from engine.text import training_text
 
 
@@ -71,10 +73,6 @@ class Clip:
 
 def load_text_tokenizer(model_dir: str | Path) -> Any:
     """The model's text tokenizer, loaded the way official inference loads it."""
-    import importlib
-
-    from engine.model.official import import_qwen_tts
-
     import_qwen_tts()
     proc = importlib.import_module("qwen_tts.core.models.processing_qwen3_tts")
     return proc.Qwen3TTSProcessor.from_pretrained(str(model_dir), fix_mistral_regex=True).tokenizer

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tomllib
 import unicodedata
 from collections.abc import Mapping
@@ -36,7 +37,9 @@ import numpy as np
 from engine.config import PrepareConfig
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import AudioError, InputError, WorkspaceError
+from engine.core.storage import storage_arg, user_path
 from engine.layout.manifest import PREPARED, PreparedFolder
+from engine.layout.prompts import prompt_set_for_language
 from engine.layout.run import RUNS_DIR, Run, list_runs, runs_dir
 from engine.text import tidy_text
 
@@ -237,8 +240,6 @@ class Voice:
 
     def set_storage(self, storage: str | os.PathLike[str] | None) -> None:
         """Remember where new runs go (None or "" for the voice's own runs/)."""
-        from engine.core.storage import storage_arg
-
         value = storage_arg(storage)
         table = self.config.setdefault("train", {})
         if value is None:
@@ -605,8 +606,6 @@ def create_voice(path: str | os.PathLike[str], speaker: str, language: str = "en
     The prompts to read are the set written in the voice's language, else English.
     """
     if prompt_set is None:
-        from engine.layout.prompts import prompt_set_for_language
-
         prompt_set = prompt_set_for_language(language) or "english"
     root = voice_root(path)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
@@ -641,8 +640,6 @@ def voice_root(path: str | os.PathLike[str]) -> Path:
     Absolute from here on: runs, Ray's storage and worker processes never see
     a relative path (see engine.core.storage).
     """
-    from engine.core.storage import user_path
-
     try:
         return user_path(path)
     except (TypeError, ValueError) as exc:
@@ -691,8 +688,6 @@ def list_voices(workspace: str | os.PathLike[str]) -> list[Path]:
 
 def delete_voice(path: str | os.PathLike[str]) -> None:
     """Remove a voice folder and everything in it. Refuses folders that are not voices."""
-    import shutil
-
     voice = open_voice(path)  # raises unless it really is a voice
     try:
         # voice.toml first: a half-deleted folder is then no longer taken for a voice

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.model.official import codec_modules
+
 #: published 12 Hz decoder: 1,920 samples per frame, 114.3M parameters
 REAL_DECODER_CONFIG: dict[str, Any] = {
     "codebook_size": 2048,
@@ -44,8 +46,6 @@ def build_decoder(config: dict[str, Any] | None = None, seed: int = 0,
     range where comparisons of two decodes mean something.
     """
     import torch
-
-    from engine.model.official import codec_modules
 
     cfg_mod, model_mod = codec_modules()
     torch.manual_seed(seed)

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.core.errors import ModelError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.model.official import import_qwen_tts
 
 KNOWN_BASE_MODELS = {
     "Qwen/Qwen3-TTS-12Hz-1.7B-Base": "1.7B, best quality (about 4 GB download)",
@@ -160,8 +161,6 @@ def load_model(path: str | os.PathLike[str], device: str | None = None,
                dtype: Any = None) -> Any:
     """Load a model folder with the official `Qwen3TTSModel` (returns the wrapper)."""
     import torch
-
-    from engine.model.official import import_qwen_tts
 
     folder = Path(path)
     inspect_model(folder)

@@ -10,6 +10,7 @@ Deterministic for a given seed.
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import tempfile
@@ -75,8 +76,6 @@ def _text_tokenizer(out: Path) -> dict[str, int]:
 
 
 def _processor_class() -> Any:
-    import importlib
-
     import_qwen_tts()
     return importlib.import_module("qwen_tts.core.models.processing_qwen3_tts").Qwen3TTSProcessor
 

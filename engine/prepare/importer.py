@@ -16,6 +16,7 @@ from engine.audio.io import AUDIO_EXTENSIONS, BadAudioFile, probe
 from engine.core.errors import AudioError, Cancelled, InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.layout.voice import Voice, display_path, file_sha256
+from engine.prepare.transcribe import transcribe_takes
 from engine.prepare.transcripts import TranscriptIndex, find_sidecar, load_transcripts
 
 
@@ -140,8 +141,6 @@ def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
 def _transcribe(voice: Voice, imported: list[dict[str, Any]], spec: bool | str, em: Emitter,
                 cancel: Any) -> dict[str, Any]:
     """Speech recognition over the takes just imported; their rows get the new text."""
-    from engine.prepare.transcribe import transcribe_takes
-
     result = transcribe_takes(voice, None if spec is True else str(spec),
                               takes=[t["take"] for t in imported], on_event=em, cancel=cancel)
     by_take = {r["take"]: r for r in result["takes"]}

@@ -40,7 +40,7 @@ from engine.audio.checks import (
 )
 from engine.audio.conditions import background, is_music_bed, slice_snr
 from engine.audio.denoise import denoise_take
-from engine.audio.io import TARGET_SR, BadAudioFile, decode, write_wav
+from engine.audio.io import TARGET_SR, BadAudioFile, clipped_per_sample, decode, write_wav
 from engine.audio.loudness import normalize_loudness
 from engine.audio.resample import resample
 from engine.audio.vad import (
@@ -64,9 +64,10 @@ from engine.core.errors import Cancelled, InputError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.layout.manifest import PreparedFolder, write_manifest
 from engine.layout.voice import Take, Voice, now_iso
+from engine.model.loading import DEFAULT_BASE_MODEL, resolve_model
 from engine.prepare.denoise_judge import describe as describe_denoise
 from engine.prepare.denoise_judge import judge_slice, judges_for
-from engine.prepare.speakers import TARGET
+from engine.prepare.speakers import ENCODERS, TARGET, ModelEncoder
 from engine.prepare.target import (
     Enrolment,
     Heard,
@@ -76,6 +77,7 @@ from engine.prepare.target import (
     set_speaker_reference,
     speaker_issues,
 )
+from engine.prepare.transcribe import asr_info, is_machine_made
 from engine.prepare.transcripts import group_sentences, texts_from_words
 from engine.text import split_sentences
 
@@ -167,8 +169,6 @@ def _split_text(text: str, regions: list[tuple[int, int]], total: int,
 
 def _machine_words(take: Take) -> list[dict[str, Any]] | None:
     """The timed words of a machine-made transcript, or None (a person's transcript)."""
-    from engine.prepare.transcribe import asr_info, is_machine_made
-
     asr = asr_info(take)
     if not is_machine_made(take) or not asr or not asr.get("words"):
         return None
@@ -308,8 +308,6 @@ def check_recording(audio: np.ndarray, sample_rate: int, text: str = "",
     For the record screen: right after a take, say whether to keep it. `audio`
     is (samples,) or (samples, channels), float in [-1, 1] or int16.
     """
-    from engine.audio.io import clipped_per_sample
-
     cfg = cfg or PrepareConfig()
     x = np.asarray(audio)
     if x.dtype == np.int16:
@@ -446,14 +444,11 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,  # no
 
 def _speaker_encoder(name: str, base_model: str | os.PathLike[str] | None) -> Any:
     """None for resemblyzer, else the Base model's own speaker encoder, loaded alone."""
-    from engine.prepare.speakers import ENCODERS, ModelEncoder
-
     if name not in ENCODERS:
         raise InputError(f"Unknown speaker encoder {name!r}.",
                          f"Use one of: {', '.join(ENCODERS)}.")
     if name == "resemblyzer":
         return None
-    from engine.model.loading import DEFAULT_BASE_MODEL, resolve_model
 
     # never a download here: preparing must not fetch gigabytes for a 12M encoder
     return ModelEncoder(resolve_model(base_model or DEFAULT_BASE_MODEL, download=False))

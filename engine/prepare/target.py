@@ -12,6 +12,7 @@ the report's words for what was excluded.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.audio.checks import issue
+from engine.audio.checks import SPEAKER_CODES, issue
 from engine.audio.io import AUDIO_EXTENSIONS, TARGET_SR, BadAudioFile, decode
 from engine.audio.vad import Slice, plan_slices, speech_seconds
+from engine.core.atomic import write_json
 from engine.core.errors import InputError
 from engine.layout.voice import Take, Voice, file_sha256
 from engine.prepare.speakers import (
@@ -210,8 +212,6 @@ def speaker_issues(speaker: dict[str, Any], source: str) -> list[dict[str, str]]
 
 def read_decisions(voice: Voice) -> dict[str, str]:
     """The user's own calls from the Prepare page: clip id -> "keep" or "exclude"."""
-    import json
-
     try:
         data = json.loads(voice.prepared.decisions.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -224,8 +224,6 @@ def read_decisions(voice: Voice) -> dict[str, str]:
 def write_decision(voice: Voice, clip_id: str, decision: str | None) -> None:
     """Record (or with None, forget) the user's call on one clip; the next prepare
     applies it without recomputing anything."""
-    from engine.core.atomic import write_json
-
     if decision not in (None, "keep", "exclude"):
         raise InputError(f"Unknown decision {decision!r}.", "Use 'keep' or 'exclude'.")
     calls = read_decisions(voice)
@@ -238,8 +236,6 @@ def write_decision(voice: Voice, clip_id: str, decision: str | None) -> None:
 
 def apply_decisions(entries: list[dict[str, Any]], calls: dict[str, str]) -> None:
     """Keep: the speaker issues become a note; exclude: a blocking issue (in place)."""
-    from engine.audio.checks import SPEAKER_CODES
-
     for e in entries:
         call = calls.get(e["id"])
         if call == "keep":

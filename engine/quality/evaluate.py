@@ -42,15 +42,22 @@ from typing import Any
 
 import numpy as np
 
+from engine.asr.recognizer import describe, load_recognizer, to_16k
+from engine.asr.wer import word_count, word_errors
+from engine.audio.io import read_mono
+from engine.audio.loudness import integrated_loudness
+from engine.audio.vad import speech_regions
 from engine.config.speak import SpeakOptions
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import InputError, VoxshardError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.data.dataset import split_ids
 from engine.layout import run as run_layout
 from engine.layout.checkpoints import COMPLETE, step_of
-from engine.layout.manifest import reference_clip
+from engine.layout.manifest import read_manifest, reference_clip
 from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
 from engine.layout.voice import Voice, display_path, now_iso, open_voice
+from engine.model.loading import resolve_model
 from engine.quality.render_set import (
     Loading,
     Rendered,
@@ -59,6 +66,14 @@ from engine.quality.render_set import (
     plan_sources,
     render_folder,
     write_renders,
+)
+from engine.quality.report import render_html
+from engine.quality.similarity import (
+    ModelSpeakerEncoder,
+    ResemblyzerEncoder,
+    centroid,
+    cosine,
+    self_similarity,
 )
 from engine.synth.voice import VoiceSource
 
@@ -233,8 +248,6 @@ def _run_config(run_dir: Path) -> dict[str, Any]:
 def speech_span_s(audio: np.ndarray, sample_rate: int) -> float:
     """Seconds from the first to the last speech region (pauses inside count, silence around
     does not); the whole length when no region is found."""
-    from engine.audio.vad import speech_regions
-
     if audio.size == 0:
         return 0.0
     try:
@@ -248,8 +261,6 @@ def speech_span_s(audio: np.ndarray, sample_rate: int) -> float:
 
 def level_figures(audio: np.ndarray, sample_rate: int) -> dict[str, float]:
     """Integrated loudness (LUFS, floored), peak (dBFS, floored), clipped sample fraction."""
-    from engine.audio.loudness import integrated_loudness
-
     audio = np.nan_to_num(np.asarray(audio, dtype=np.float32))
     try:
         lufs = float(integrated_loudness(audio, sample_rate)) if audio.size else -math.inf
@@ -271,8 +282,6 @@ class Meter:
 
     def __init__(self, asr: Any, base_model: Path | None, device: str | None,
                  emitter: Emitter) -> None:
-        from engine.asr.recognizer import load_recognizer
-        from engine.quality.similarity import ModelSpeakerEncoder, ResemblyzerEncoder
 
         self.asr = asr if hasattr(asr, "transcribe") else load_recognizer(asr, device)
         self.encoders: dict[str, Any] = {"resemblyzer": ResemblyzerEncoder(
@@ -288,11 +297,6 @@ class Meter:
         return {k: enc.embed(audio, sample_rate) for k, enc in self.encoders.items()}
 
     def reference(self, voice: Voice, run_dir: Path, limit: int) -> Reference:
-        from engine.asr.wer import word_count
-        from engine.audio.io import read_mono
-        from engine.data.dataset import split_ids
-        from engine.layout.manifest import read_manifest
-        from engine.quality.similarity import centroid, self_similarity
 
         try:
             clips = read_manifest(voice.path)
@@ -332,9 +336,6 @@ class Meter:
 
     def measure(self, audio: np.ndarray, sample_rate: int, text: str, ref: Reference,
                 language: str | None) -> dict[str, Any]:
-        from engine.asr.recognizer import to_16k
-        from engine.asr.wer import word_count, word_errors
-        from engine.quality.similarity import cosine
 
         emb = self.embed(audio, sample_rate)
         heard = self.asr.transcribe(to_16k(audio, sample_rate), language)
@@ -535,8 +536,6 @@ class _Measuring:
 
 
 def _base_dir(run_dir: Path, base: str | None) -> Path:
-    from engine.model.loading import resolve_model
-
     base_name = base or Run(run_dir).base_model()
     if not base_name:
         raise WorkspaceError(f"The run {run_dir.name} does not say which base model it "
@@ -616,8 +615,6 @@ def evaluate(request: EvaluateRequest, on_event: EventCallback | Emitter | None 
 
 def _write(result: dict[str, Any], run_dir: Path, out: Path, em: Emitter) -> dict[str, Any]:
     """evaluation.json and report.html; the best checkpoint kept from pruning."""
-    from engine.quality.report import render_html
-
     out.mkdir(parents=True, exist_ok=True)
     best = result.get("best") or {}
     if best.get("checkpoint"):
@@ -724,8 +721,6 @@ def _warnings(entries: list[dict[str, Any]], ref: Reference) -> list[dict[str, A
 def _assemble(request: EvaluateRequest, voice: Voice, run_dir: Path, base_dir: Path,
               meter: Meter, ref: Reference, entries: list[dict[str, Any]],
               out: Path) -> dict[str, Any]:
-    from engine.asr.recognizer import describe
-
     asr = request.asr
     asr_spec = describe(asr) if not hasattr(asr, "transcribe") else None
     zero = next((e for e in entries if e["kind"] == "zero_shot"), None)

@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError
 from engine.serve import formats
 from engine.serve.guard import Guard, error_response
@@ -227,8 +228,6 @@ class SpeechApp:
         return error_response(err)
 
     def _check_options(self, req: SpeechRequest) -> None:
-        from engine.config.speak import SpeakOptions
-
         try:
             SpeakOptions.from_dict(dict(req.options))
         except InputError as exc:

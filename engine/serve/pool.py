@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from engine.core.errors import VoxshardError
 from engine.core.events import Event
 from engine.serve.voices import ServedVoice
+from engine.synth.voice import resolve_source
 
 
 class Busy(Exception):
@@ -190,6 +192,7 @@ class Pool:
 
     # -- voices ----------------------------------------------------------------------------
     def _make_worker(self, sink: Callable[[Event], None]) -> Any:
+        # torch loads here, not when this module is imported (start-up cost)
         from engine.synth.worker import SpeechWorker
 
         return SpeechWorker(sink, device=self.device, dtype=self.dtype, rows=self.rows,
@@ -224,8 +227,6 @@ class Pool:
 
     def identity(self, name: str) -> str:
         """What voice `name` loads (the export folder or checkpoint `speak` would use)."""
-        from engine.core.errors import VoxshardError
-        from engine.synth.voice import resolve_source
 
         try:
             source = resolve_source(str(self.voices[name].target))

@@ -42,8 +42,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from engine.cluster import connect
 from engine.core.errors import ClusterError, InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.serve.app import create_app
 from engine.serve.server import (
     ServeSettings,
     check_settings,
@@ -52,6 +54,7 @@ from engine.serve.server import (
     preload,
     url_of,
 )
+from engine.serve.voices import discover
 
 #: the application's name in Ray Serve (`serve status`, `serve.delete`)
 APP_NAME = "voxshard"
@@ -106,8 +109,6 @@ class _Replica:
                                   pid=os.getpid())
 
     def __serve_build_asgi_app__(self) -> Any:
-        from engine.serve.app import create_app
-
         return create_app(self.pool, self.config, _replica_log)
 
 
@@ -146,8 +147,6 @@ def serve_on_ray(settings: ServeSettings, cluster: ClusterServeSettings,
                  on_event: EventCallback | Emitter | None = None,
                  stop: threading.Event | None = None) -> dict[str, Any]:
     """Deploy on the cluster at `cluster.address`; serve until SIGINT/SIGTERM (or `stop`)."""
-    from engine.cluster import connect
-    from engine.serve.voices import discover
 
     emitter = as_emitter(on_event)
     key = check_settings(settings)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import socket
 from dataclasses import dataclass, field
@@ -11,6 +12,9 @@ from typing import Any
 
 from engine.core.errors import InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.serve.app import ServeConfig, create_app
+from engine.serve.pool import LoadFailed, Pool
+from engine.serve.voices import discover
 
 #: shortest API key accepted (a guessable key on an open port is no protection)
 MIN_KEY_CHARS = 16
@@ -80,8 +84,6 @@ def check_settings(settings: ServeSettings) -> str | None:
 
 def _check_base(model: str) -> None:
     """A local folder must be a Qwen3-TTS Base model (a hub id is found when first used)."""
-    import json
-
     folder = Path(model).expanduser()
     if not folder.exists():
         return
@@ -119,8 +121,6 @@ def _device(device: str | None) -> str:
 
 def make_pool(settings: ServeSettings, voices: dict[str, Any]) -> Any:
     """The warm workers' pool for `voices` (also each Ray Serve replica's)."""
-    from engine.serve.pool import Pool
-
     return Pool(voices, device=settings.device, dtype=settings.dtype, rows=settings.rows,
                 quantize=settings.quantize, fuse=settings.fuse,
                 max_loaded=settings.max_loaded, max_queue=settings.queue,
@@ -129,8 +129,6 @@ def make_pool(settings: ServeSettings, voices: dict[str, Any]) -> Any:
 
 def make_config(settings: ServeSettings, key: str | None, **instance: Any) -> Any:
     """The app's settings; `instance` adds where it runs to /health (a replica's node)."""
-    from engine.serve.app import ServeConfig
-
     return ServeConfig(api_key=key, max_body=settings.max_body, max_input=settings.max_input,
                        timeout_s=settings.timeout_s, device=_device(settings.device),
                        allow_reference=bool(settings.reference_base),
@@ -139,8 +137,6 @@ def make_config(settings: ServeSettings, key: str | None, **instance: Any) -> An
 
 def preload(pool: Any, name: str) -> None:
     """Load voice `name` now, so the first request finds it warm."""
-    from engine.serve.pool import LoadFailed
-
     try:
         pool.loaded[name] = pool._load(name)
     except LoadFailed as exc:
@@ -158,8 +154,6 @@ def serve(settings: ServeSettings,
     """Serve until SIGINT/SIGTERM; returns what was served."""
     import uvicorn
 
-    from engine.serve.app import create_app
-    from engine.serve.voices import discover
 
     emitter = as_emitter(on_event)
     key = check_settings(settings)

@@ -44,6 +44,7 @@ from engine.config.speak import SpeakOptions
 from engine.core.errors import Cancelled
 from engine.core.events import Emitter
 from engine.synth.decoding import _graphs_enabled
+from engine.synth.prompt import build_prefill
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
 from engine.synth.rows import RowBatch, bucket, settings_key
 from engine.synth.sampling import choose, noise_width, row_keys
@@ -285,8 +286,6 @@ class ContinuousBatcher:
     def _start_row(self, b: int, unit: _Unit) -> bool:
         """Prefill `unit` into row `b`; False when it must wait for the rows to drain
         (it needs a bigger or differently set batch)."""
-        from engine.synth.prompt import build_prefill
-
         synth = self.synth
         request = unit.request
         settings = request.settings

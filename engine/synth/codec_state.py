@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engine.model.official import codec_modules
+
 
 class CodecState:
     """Incremental decoding of one batch of codec streams ([B, 16, n] codes per call)."""
@@ -44,7 +46,6 @@ class CodecState:
         self.calls = 0
         self._tails: dict[int, torch.Tensor] = {}  # id(module) -> carried samples
         self._kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(self.layers)
-        from engine.model.official import codec_modules
 
         self._rope = codec_modules()[1].apply_rotary_pos_emb
 

@@ -41,8 +41,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.synth.quant import linear
+from engine.core.errors import ModelError
+from engine.synth.quant import PACKED, check_mode, convert_layers, linear
+from engine.synth.rows import RowBatch, bucket, settings_key
 from engine.synth.sampling import FrameNoise, SamplerSettings, choose, noise_width, row_keys
+from engine.text import max_frames_for
 
 # How many positions the official code feeds the code predictor per frame:
 # the talker state, codebook 0, then codebooks 1..14 (codebook 15 is only
@@ -298,8 +301,6 @@ class FastTalker:
             # the loop precomputes rotary tables and attends over the whole
             # cache: both assume what every released 12 Hz model uses
             if kind != "default" or getattr(cfg, "sliding_window", None):
-                from engine.core.errors import ModelError
-
                 raise ModelError(f"This model's {name} uses {kind} rotary positions or a "
                                  "sliding window, which Voxshard's decoder does not support.",
                                  "Use a released Qwen3-TTS-12Hz model or one trained from it.")
@@ -319,8 +320,6 @@ class FastTalker:
         self.head: Any = w
         self.p_heads: list[Any] = [h.weight for h in self.predictor.lm_head]
         if quantize or fuse:
-            from engine.synth.quant import PACKED, check_mode, convert_layers
-
             check_mode(quantize, self.device)
             for stack in (self.t_stack, self.p_stack):
                 stack.layers = convert_layers(stack.layers, quantize, fuse)
@@ -348,7 +347,6 @@ class FastTalker:
         VOXSHARD_CUDA_GRAPHS=0. Returns the prepared `RowBatch` (or None)."""
         if self.device.type != "cuda" or not _graphs_enabled():
             return None
-        from engine.text import max_frames_for
 
         width = max(noise_width(settings.talker, self.vocab),
                     noise_width(settings.predictor, self.p_vocab), 1)
@@ -555,8 +553,6 @@ class FastTalker:
                   settings: DecodeSettings, width: int) -> Any:
         """The cached `RowBatch` for this batch shape (sizes rounded up, so nearby
         requests share buffers and graphs); the least recently used one is dropped."""
-        from engine.synth.rows import RowBatch, bucket, settings_key
-
         # fixed maximum-length buckets: most requests share one shape (and its graphs)
         capacity = bucket(total, 1024)
         trail = bucket(trail, 256)

@@ -33,20 +33,20 @@ call instead of three or two).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from engine.config.speak import QUANT_MODES
+from engine.core.errors import InputError
 
 
 class Int8Linear:
     """y = x W^T + b with W in int8 (per-output-channel scales), through fbgemm."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        import warnings
-
         w = weight.detach().to(torch.float32).cpu()
         scales = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12).to(torch.float64)
         zeros = torch.zeros(w.shape[0], dtype=torch.long)
@@ -98,8 +98,6 @@ def linear(x: torch.Tensor, w: Any, b: torch.Tensor | None = None) -> torch.Tens
 
 
 def check_mode(mode: str | None, device: torch.device) -> None:
-    from engine.core.errors import InputError
-
     if mode is None:
         return
     if mode not in QUANT_MODES:

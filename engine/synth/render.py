@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.audio.loudness import normalize_loudness
+from engine.config.speak import available_formats
 from engine.core.atomic import atomic_path
 from engine.core.errors import InputError
 
@@ -67,7 +69,6 @@ def match_loudness(audio: np.ndarray, target_lufs: float | None,
     """Scale to `target_lufs` (peak kept under -1 dBFS); returns (audio, loudness after)."""
     if target_lufs is None or audio.size == 0:
         return audio, None
-    from engine.audio.loudness import normalize_loudness
 
     result = normalize_loudness(audio, sample_rate, target_lufs=target_lufs)
     after = result.loudness_after
@@ -93,8 +94,6 @@ def write_audio(path: str | os.PathLike[str], audio: np.ndarray, fmt: str = "wav
     """Write mono audio atomically: 16-bit WAV/FLAC, Ogg Vorbis, Ogg Opus or MP3
     (the last two where libsndfile writes them), with the user's normal permissions."""
     import soundfile as sf
-
-    from engine.config.speak import available_formats
 
     if fmt not in _SUBTYPES:
         raise InputError(f"Audio format {fmt!r} is not supported.",

@@ -29,6 +29,9 @@ from typing import Any, BinaryIO, Protocol
 import numpy as np
 
 from engine.core.errors import InputError, SynthesisError
+from engine.synth.jitter import PrebufferPolicy
+from engine.synth.render import _SUBTYPES
+from engine.text import spoken_weight
 
 #: frames per second of the 12 Hz codec, samples per frame at 24 kHz
 SAMPLES_PER_FRAME = 1920
@@ -49,6 +52,7 @@ class StreamDecoder:
                  max_piece: int = 48, primed: Any = None) -> None:
         import torch
 
+        # torch loads here, not when this module is imported (start-up cost)
         from engine.synth.codec_state import CodecState
 
         if first_piece < 1 or max_piece < first_piece:
@@ -73,6 +77,7 @@ class StreamDecoder:
         """The codec state after `prefix` (an in-context reference): decoded once per
         voice, then each chunk's `StreamDecoder(decoder, primed=...)` continues
         from a copy, so a chunk's first audio never waits for the reference."""
+        # torch loads here, not when this module is imported (start-up cost)
         from engine.synth.codec_state import CodecState
 
         state = CodecState(decoder)
@@ -122,8 +127,6 @@ def expected_speech_s(chunks: list[Any]) -> float:
     """About how long `chunks` (`text.Chunk`) take to say: 12 spoken-weight units
     (letters; a CJK character counts 3) per second, a little slower than usual
     speech, so the pre-buffer errs long, plus the pauses between chunks."""
-    from engine.text import spoken_weight
-
     return sum(spoken_weight(c.text) / 12.0 + c.pause_after_s for c in chunks)
 
 
@@ -141,8 +144,6 @@ class GrowingFile:
 
     def __init__(self, path: str | os.PathLike[str], fmt: str, sample_rate: int = 24000) -> None:
         import soundfile as sf
-
-        from engine.synth.render import _SUBTYPES
 
         self.path = Path(path)
         if self.path.is_dir():
@@ -210,7 +211,6 @@ class Player:
         except (ImportError, OSError) as exc:
             raise SynthesisError("No sound output is available (PortAudio did not load).",
                                  "Install libportaudio2, or write a file with -o.") from exc
-        from engine.synth.jitter import PrebufferPolicy
 
         self.sample_rate = sample_rate
         self.policy = PrebufferPolicy(min_s=min_prebuffer_s, max_delay_s=max_delay_s)

@@ -6,6 +6,8 @@ any number of times (the worker and the comparison reuse one instance).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import random
 import threading
 import time
@@ -16,11 +18,21 @@ from typing import Any
 
 import numpy as np
 
+from engine.asr.recognizer import ENV_VAR, find_whisper, transcribe_file
 from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import Cancelled, InputError, ModelError, SynthesisError, VoxshardError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.model.loading import load_model
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
-from engine.synth.voice import VoiceSource
+from engine.synth.stream import GrowingFile, StreamDecoder, expected_speech_s
+from engine.synth.voice import (
+    VoiceSource,
+    load_checkpoint_weights,
+    reference_audio,
+    reference_codes,
+    reference_x_vector,
+    voice_x_vector,
+)
 from engine.text import Chunk, split_text
 
 _HARD_DEFAULTS = {
@@ -123,6 +135,7 @@ class Synthesizer:
 
     def __init__(self, wrapper: Any, source: VoiceSource, speaker_vector: Any,
                  quantize: str | None = None, fuse: bool = False) -> None:
+        # torch loads here, not when this module is imported (start-up cost)
         from engine.synth.decoding import FastTalker
 
         self.wrapper = wrapper
@@ -145,8 +158,6 @@ class Synthesizer:
         None/"auto" (bf16 on GPUs and on CPUs with native bf16 math, else fp32).
         `quantize="int8"`, `fuse`: faster CPU decoding that changes the numbers
         (quant.py); the default keeps exact parity with the official codes."""
-        from engine.model.loading import load_model
-
         emitter = as_emitter(on_event)
         emitter.state("loading_model", detail=str(source.model_dir))
         wrapper = load_model(source.model_dir, device=device, dtype=resolve_dtype(dtype, device))
@@ -165,8 +176,6 @@ class Synthesizer:
         Used by the comparison: zero-shot and every checkpoint of a run all sit
         on one base model; only the trained tensors and the speaker vector change.
         """
-        from engine.synth.voice import load_checkpoint_weights, reference_x_vector, voice_x_vector
-
         emitter = as_emitter(on_event)
         icl = None
         with self._lock:
@@ -177,8 +186,8 @@ class Synthesizer:
                 embedding = self.model.talker.get_input_embeddings().weight
                 self.speaker_vector = embedding[spk_id].detach().clone()
             elif source.kind == "zero_shot":
+                # torch loads here, not when this module is imported (start-up cost)
                 from engine.synth.prompt import IclPrompt, ref_text_ids
-                from engine.synth.voice import reference_audio, reference_codes
 
                 assert source.reference is not None
                 audio = reference_audio(source.reference)  # bad clips fail before any change
@@ -217,16 +226,9 @@ class Synthesizer:
         """`source` with its reference clip's transcript from the recogniser (a Whisper
         model in the local cache, or the one VOXSHARD_ASR names); unchanged, with
         the reason logged, when there is none or it hears nothing."""
-        import dataclasses
-        import os
 
         extra = {k: v for k, v in source.extra.items() if k != "transcribe"}
-        try:
-            from engine.asr.recognizer import ENV_VAR, find_whisper, transcribe_file
-        except ImportError:
-            spec = None
-        else:
-            spec = os.environ.get(ENV_VAR) or find_whisper()
+        spec = os.environ.get(ENV_VAR) or find_whisper()
         if spec:
             assert source.reference is not None
             try:
@@ -289,6 +291,7 @@ class Synthesizer:
         return int(ids[lang])
 
     def decode_settings(self, options: SpeakOptions) -> Any:
+        # torch loads here, not when this module is imported (start-up cost)
         from engine.synth.decoding import DecodeSettings
         from engine.synth.sampling import SamplerSettings
 
@@ -339,6 +342,7 @@ class Synthesizer:
             # Voxshard voices (runs and their exports) fill speaker slot 3000 of a Base model
             emitter.log("This voice was fine-tuned from a Base model, which was never trained "
                         "on instructions: expect little or no effect.", level="warning")
+        # torch loads here, not when this module is imported (start-up cost)
         from engine.synth.prompt import instruct_ids
 
         return instruct_ids(self.processor, options.instruct, self.fast.device)
@@ -364,6 +368,7 @@ class Synthesizer:
         A batch interrupted by `cancel` is dropped whole: only finished chunks
         come back. `on_batch(indices, codes)` sees each finished batch.
         """
+        # torch loads here, not when this module is imported (start-up cost)
         from engine.synth.prompt import build_prefill
 
         settings = self.decode_settings(options)
@@ -546,8 +551,6 @@ class Synthesizer:
         is the finished render, as `speak` makes it from the same audio.
         `Speech.first_audio_s`: seconds from the call to the first audio.
         """
-        from engine.synth.stream import StreamDecoder
-
         options = options or SpeakOptions()
         emitter = as_emitter(on_event)
         chunks = split_text(text, options.chunk_chars, options.sentence_pause_s,
@@ -676,8 +679,6 @@ class Synthesizer:
         fmt = audio_format(str(out), fmt)
         target = Path(out)
         if stream or play is not None:
-            from engine.synth.stream import GrowingFile, expected_speech_s
-            from engine.text import split_text
 
             if play is not None and hasattr(play, "expect"):
                 opts = options or SpeakOptions()

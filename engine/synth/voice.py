@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.audio.io import read_mono
 from engine.core.errors import InputError, ModelError, VoxshardError, WorkspaceError
+from engine.data.codes import load_codes_index
 from engine.layout.checkpoints import holds_checkpoints, step_of
 from engine.layout.manifest import clip_voice, prepared_folder, read_manifest, reference_clip
 from engine.layout.run import Run, list_runs, pick_run, runs_dir, voice_base_model
+from engine.model.loading import inspect_model, resolve_model
 
 
 @dataclass(frozen=True)
@@ -58,14 +62,10 @@ class VoiceSource:
 # -- resolution --------------------------------------------------------------------------------
 
 def _model_info(path: Path) -> Any:
-    from engine.model.loading import inspect_model
-
     return inspect_model(path)
 
 
 def _resolve_model(name: str) -> Path:
-    from engine.model.loading import resolve_model
-
     return resolve_model(name)
 
 
@@ -260,8 +260,6 @@ def load_checkpoint_weights(model: Any, checkpoint: Path) -> list[str]:
     single process: DCP reads every shard when no process group exists.
     Returns the names of the tensors it replaced.
     """
-    import warnings
-
     import torch
     import torch.distributed.checkpoint as dcp
 
@@ -306,8 +304,6 @@ def reference_audio(clip: Path) -> Any:
     """The reference clip as 24 kHz mono float32, checked long enough."""
     import numpy as np
 
-    from engine.audio.io import read_mono
-
     audio = read_mono(clip, 24000)
     if audio.size < 24000 // 2:
         raise InputError(f"The reference clip {clip.name} is shorter than half a second.",
@@ -341,8 +337,6 @@ def voice_x_vector(model: Any, voice_dir: Path) -> Any:
     of reference clip, with this model's speaker encoder.
     """
     import torch
-
-    from engine.data.codes import load_codes_index
 
     try:
         index = load_codes_index(voice_dir)

@@ -45,7 +45,9 @@ from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import Cancelled, InputError, VoxshardError
 from engine.core.events import Emitter, Event
 from engine.synth.batcher import BatchRequest, ContinuousBatcher
+from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
+from engine.text import split_text
 
 _STOP = object()
 
@@ -231,8 +233,6 @@ class SpeechWorker:
         thread.start()
 
     def _handle(self, job: _Job, emitter: Emitter) -> bool:
-        from engine.synth.synthesizer import Synthesizer
-
         req = job.request
         op = req["op"]
         if op == "ping":
@@ -295,7 +295,6 @@ class SpeechWorker:
         if req.get("stream"):
             self._stream(job, emitter, text, str(out), options, fmt)
             return True
-        from engine.text import split_text
 
         split_text(text, options.chunk_chars)  # bad text fails now, in order
         self._synth._language_id(options.language)

@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.data.dataset import VoiceData
+from engine.train.failures import FatalTrainingError
+from engine.train.plan import ALLOC_CONF
+from engine.train.precision import PrecisionError, describe, device_capability
+
 #: the default builder of the model and data (train-core's pieces, adapted below)
 DEFAULT_BUILDER = "engine.train.builder:build_parts"
 
@@ -64,7 +69,7 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
     The objective is built on the meta device, sharded, and only then filled
     with the base weights, so no rank ever holds the whole model.
     """
-    from engine.data.dataset import VoiceData
+    # torch loads here, not when this module is imported (start-up cost)
     from engine.train.objective import batch_to_device
     from engine.train.parallelize import set_gradient_sync, set_keep_gathered
 
@@ -109,6 +114,7 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
 def sharded_objective(cfg: Any, loop_config: dict[str, Any],
                       model_dir: Path) -> tuple[Any, Any, str, str]:
     """(objective, device, precision, precision line): built on meta, sharded, then loaded."""
+    # torch loads here, not when this module is imported (start-up cost)
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.parallelize import make_mesh, parallelize
 
@@ -126,7 +132,6 @@ def worker_device(cfg: Any, loop_config: dict[str, Any]) -> Any:
 
     if not (cfg.parallel.use_gpu and torch.cuda.is_available()):
         return torch.device("cpu")
-    from engine.train.plan import ALLOC_CONF
 
     # fewer, growable segments: less fragmentation, which the plan's margin assumes
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
@@ -144,9 +149,8 @@ def worker_device(cfg: Any, loop_config: dict[str, Any]) -> Any:
 def worker_precision(cfg: Any, device: Any) -> tuple[str, str]:
     """(precision, one line saying which and why) for this rank's device; a clear error for
     bf16 on a GPU older than compute capability 8.0."""
-    from engine.train.failures import FatalTrainingError
+    # torch loads here, not when this module is imported (start-up cost)
     from engine.train.parallelize import resolve_precision
-    from engine.train.precision import PrecisionError, describe, device_capability
 
     capability = device_capability(device)
     try:

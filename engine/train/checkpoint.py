@@ -46,6 +46,7 @@ so COMPLETE needs no rename there (and there is no free-space check).
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import random
@@ -63,6 +64,7 @@ from engine.layout.checkpoints import (
     list_checkpoints,
     step_of,
 )
+from engine.train.failures import FatalTrainingError
 
 
 def read_trainer_state(path: Path | Location) -> dict[str, Any]:
@@ -92,8 +94,6 @@ def _torch_save(obj: Any, path: Path | Location) -> None:
     import torch
 
     if isinstance(path, Location):
-        import io
-
         buf = io.BytesIO()
         torch.save(obj, buf)
         path.write_bytes(buf.getvalue())
@@ -105,8 +105,6 @@ def _torch_load(path: Path | Location) -> Any:
     import torch
 
     if isinstance(path, Location):
-        import io
-
         return torch.load(io.BytesIO(path.read_bytes()), weights_only=False)
     return torch.load(path, weights_only=False)
 
@@ -342,8 +340,6 @@ class Checkpointer:
                 raise self._disk_full(step, total, free)
 
     def _disk_full(self, step: int, need: int | None, free: int | None) -> Exception:
-        from engine.train.failures import FatalTrainingError
-
         gib = float(1 << 30)
         prev = latest_checkpoint(self.run_dir)
         kept = (f"; the checkpoint of step {step_of(prev)} is intact" if prev is not None

@@ -28,11 +28,45 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engine.config.train import TrainConfig
+from engine.cluster import connect
+from engine.config.train import (
+    KEEP_GATHERED_CHOICES,
+    PRECISION_CHOICES,
+    TRAINABLE_CHOICES,
+    TrainConfig,
+)
 from engine.core.errors import Cancelled, InputError, ModelError, TrainingError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.core.storage import (
+    checkpoint_root,
+    expand_arg,
+    link_run,
+    run_location,
+    storage_arg,
+    user_path,
+)
+from engine.data.codes import extract_codes, extract_codes_ray
+from engine.data.dataset import VoiceData, split_ids
 from engine.layout.manifest import prepared_folder, read_manifest
 from engine.layout.run import Run, pick_run
+from engine.layout.voice import open_voice
+from engine.model.export import export_custom_voice, merge_lora
+from engine.model.loading import inspect_model, resolve_model
+from engine.train.checkpoint import dcp_args, free_bytes
+from engine.train.gpus import visible_gpus
+from engine.train.launch import Launch, LaunchSpec
+from engine.train.plan import make_plan, relief
+from engine.train.precision import PrecisionError
+from engine.train.preflight import run_preflight
+from engine.train.rundata import (
+    DATA_FILE,
+    check_same_data,
+    data_fingerprint,
+    record_data,
+    record_resume,
+    resume_changes,
+    run_x_vector,
+)
 
 #: fewer usable clips than this cannot be split into train + validation batches
 MIN_CLIPS = 4
@@ -50,8 +84,6 @@ class DataSummary:
 
     def train_clips(self, cfg: TrainConfig) -> int:
         """Clips left for training after the validation split (the dataset's own rule)."""
-        from engine.data.dataset import split_ids
-
         train_ids, _ = split_ids(list(self.ids), cfg.data.val_fraction, cfg.data.val_min,
                                  cfg.data.seed)
         return len(train_ids)
@@ -143,8 +175,6 @@ class RunStorage:
 
 def _storage_for(voice: Any, storage: str | os.PathLike[str] | None) -> str | None:
     """--storage as given, else the voice's setting; "default" means the voice's runs/."""
-    from engine.core.storage import storage_arg
-
     if storage is None:
         return voice.storage
     if str(storage).strip().lower() in ("", "default", "local"):
@@ -169,7 +199,6 @@ def detect_gpus(address: str | None) -> int:
     """GPUs training could use (CUDA_VISIBLE_DEVICES honoured), without starting CUDA here."""
     if address is not None:
         return -1  # decided by the cluster's resources once connected
-    from engine.train.gpus import visible_gpus
 
     return len(visible_gpus())
 
@@ -231,8 +260,6 @@ class TrainRequest:
 
     def validated(self) -> TrainRequest:
         """This request, or an InputError naming the first bad value and what to give."""
-        from engine.config.train import KEEP_GATHERED_CHOICES, PRECISION_CHOICES, TRAINABLE_CHOICES
-
         def positive(name: str, minimum: float = 1) -> None:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or value < minimum):
@@ -326,8 +353,6 @@ class TrainRun:
                     "plan": self.plan_result.to_dict(), "summary": self.plan_result.table()}
         self._storage()
         with _sigterm_as_interrupt():
-            from engine.cluster import connect
-
             assert self.cfg is not None
             self.t0 = time.time()
             cluster = connect(self.cfg.parallel.address,
@@ -346,9 +371,6 @@ class TrainRun:
 
     # -- resolve ------------------------------------------------------------------------------
     def resolve(self) -> TrainConfig:
-        from engine.core.storage import expand_arg
-        from engine.layout.voice import open_voice
-        from engine.model.loading import inspect_model, resolve_model
 
         req, emitter = self.request, self.emitter
         v = self.voice = open_voice(req.voice)
@@ -393,7 +415,6 @@ class TrainRun:
                                  f"{runs_dir}.".replace("run  to", "run to"),
                                  "Start a new run without --resume.")
             run_dir = found.path
-            from engine.train.rundata import check_same_data, data_fingerprint, resume_changes
 
             # the data position in a checkpoint indexes this run's clips: refuse other data
             check_same_data(run_dir, v.path, data_fingerprint(v.path))
@@ -426,8 +447,6 @@ class TrainRun:
 
     # -- plan ---------------------------------------------------------------------------------
     def plan(self) -> Any:
-        from engine.train.plan import make_plan, relief
-        from engine.train.precision import PrecisionError
 
         assert self.cfg is not None
         cfg, req = self.cfg, self.request
@@ -462,13 +481,9 @@ class TrainRun:
     # -- launch -------------------------------------------------------------------------------
     def _storage(self) -> None:
         """The run's folder and where its checkpoints go (a folder, a shared one, a URI)."""
-        from engine.core.storage import checkpoint_root, link_run, run_location
-
         req, v, run_dir = self.request, self.voice, self.run_dir
         assert self.cfg is not None
         if self.resumed_changes:
-            from engine.train.rundata import record_resume
-
             record_resume(run_dir, self.resumed_changes)
         given = req.storage is not None and str(req.storage).strip() != ""
         target = _storage_for(v, req.storage)
@@ -496,9 +511,6 @@ class TrainRun:
 
     def launch(self, cluster: Any) -> Any:
         """Devices of an existing cluster, preflight, codes, then the Ray Train job."""
-        from engine.data.codes import extract_codes, extract_codes_ray
-        from engine.train.launch import Launch, LaunchSpec
-        from engine.train.rundata import DATA_FILE, record_data
 
         assert self.cfg is not None
         cfg, req, emitter, v, run_dir = (self.cfg, self.request, self.emitter, self.voice,
@@ -604,8 +616,6 @@ class TrainRun:
 
 def _check_disk(run_dir: Path, checkpoint_bytes: int, keep: int, emitter: Emitter) -> None:
     """Say before starting when the disk cannot hold the checkpoints the run will keep."""
-    from engine.train.checkpoint import free_bytes
-
     gib = float(1 << 30)
     free = free_bytes(run_dir)
     # keep + 1: a new checkpoint is written before the oldest is deleted
@@ -658,8 +668,6 @@ def cluster_gpu_plan(report: Any, model_dir: Path, cfg: TrainConfig, voice_dir: 
                      emitter: Emitter) -> Any:
     """The GPU plan against the cluster's own GPUs (--address; the preflight reads their
     free memory on each node): refuses a run that does not fit, like a local one."""
-    from engine.train.plan import make_plan
-
     free = report.gpu_free()
     if not free:
         return None
@@ -675,8 +683,6 @@ def cluster_gpu_plan(report: Any, model_dir: Path, cfg: TrainConfig, voice_dir: 
 
 def _preflight_or_fail(where: RunStorage, model_dir: Path, emitter: Emitter) -> Any:
     """Every node checked before anything starts; a bad node ends the start, named."""
-    from engine.train.preflight import run_preflight
-
     # the folder that holds the run (Ray's storage path): it exists before the run
     parent = where.location.rstrip("/").rpartition("/")[0]
     report = run_preflight(parent, str(model_dir), where.model_spec, on_event=emitter)
@@ -704,10 +710,6 @@ def _local_cpus(cfg: TrainConfig) -> int:
 def steps_per_epoch(cfg: TrainConfig, voice_dir: Path, model_dir: Path,
                     emitter: Emitter) -> int:
     """Optimizer steps in one pass over the training clips (train-core's dataset decides)."""
-    try:
-        from engine.data.dataset import VoiceData
-    except ImportError as exc:  # pragma: no cover - only while the data side is missing
-        raise TrainingError("The dataset module is missing from this installation.") from exc
     data = VoiceData.open(voice_dir, model_dir, cfg.data)
     try:
         data.check(cfg.parallel.workers)
@@ -737,14 +739,8 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from engine.core.storage import user_path
-    from engine.data.dataset import VoiceData
-    from engine.layout.voice import open_voice
-    from engine.model.export import export_custom_voice, merge_lora
-    from engine.model.loading import resolve_model
-    from engine.train.checkpoint import dcp_args
+    # torch loads here, not when this module is imported (start-up cost)
     from engine.train.objective import build_objective, load_base_weights
-    from engine.train.rundata import run_x_vector
 
     emitter = as_emitter(on_event)
     v = open_voice(voice)

@@ -3,10 +3,13 @@ this node, build the rank's environment from Ray's context, then train."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
+from engine.train.failures import StopPoller
 from engine.train.metrics import MetricsSender
+from engine.train.preflight import node_model_dir, unpack_voice_data
 from engine.train.trainer import (
     WorkerEnv,
     report_checkpoint,
@@ -17,8 +20,6 @@ from engine.train.trainer import (
 def train_loop(loop_config: dict[str, Any]) -> None:
     """Entry point given to `TorchTrainer(train_loop_per_worker=...)`."""
     import ray.train
-
-    from engine.train.failures import StopPoller
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -44,8 +45,6 @@ def node_train_loop(loop_config: dict[str, Any]) -> None:
     - the voice: the prepared codes and x-vector from the object store,
       unpacked once per node (content-addressed), never the driver's folder.
     """
-    from engine.train.preflight import node_model_dir, unpack_voice_data
-
     cfg = dict(loop_config)
     announce_node(cfg)
     data = cfg.pop("voice_data", None)
@@ -57,8 +56,6 @@ def node_train_loop(loop_config: dict[str, Any]) -> None:
     if cfg.get("model_dir"):
         import ray.train
 
-        from engine.train.metrics import MetricsSender
-
         # a download on this node is said in the driver's log (once per node: a lock)
         say = MetricsSender(cfg.get("queue"), ray.train.get_context().get_world_rank()).log
         cfg["model_dir"] = str(node_model_dir(str(cfg["model_dir"]), cfg.get("model_spec"),
@@ -69,12 +66,8 @@ def node_train_loop(loop_config: dict[str, Any]) -> None:
 def announce_node(loop_config: dict[str, Any]) -> None:
     """Tell the driver where this rank runs: a `worker_node` state event (rank,
     node name, address, Ray node id, the GPUs Ray gave it), for per-node labels."""
-    import socket
-
     import ray
     import ray.train
-
-    from engine.train.metrics import MetricsSender
 
     try:
         rank = ray.train.get_context().get_world_rank()

@@ -31,12 +31,15 @@ from typing import Any
 
 from engine.core.errors import Cancelled, TrainingError
 from engine.core.events import Emitter
-from engine.core.storage import rmtree
+from engine.core.storage import ray_storage, rmtree
 from engine.layout.checkpoints import latest_checkpoint, list_checkpoints
 from engine.layout.manifest import prepared_folder
 from engine.layout.run import Run
 from engine.train.entry import node_train_loop
+from engine.train.failures import fatal_of, no_retry_policy_class
 from engine.train.metrics import MetricsPump, make_queue
+from engine.train.pgroup import local_torch_config
+from engine.train.preflight import pack_voice_data
 
 #: seconds the workers get to write their final checkpoint after a stop request
 STOP_GRACE_S = 300.0
@@ -126,10 +129,8 @@ class Launch:
         from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig
 
-        from engine.core.storage import ray_storage
+        # torch loads here, not when this module is imported (start-up cost)
         from engine.train.parallelize import process_group_backend
-        from engine.train.pgroup import local_torch_config
-        from engine.train.preflight import pack_voice_data
 
         spec = self.spec
         spec.run_dir.mkdir(parents=True, exist_ok=True)
@@ -287,8 +288,6 @@ def _trainer_class() -> type:
     """
     from ray.train.torch import TorchTrainer
 
-    from engine.train.failures import no_retry_policy_class
-
     class VoxshardTrainer(TorchTrainer):
         def _initialize_and_run_controller(self, **kwargs: Any) -> Any:
             if "failure_policy" in kwargs:
@@ -300,8 +299,6 @@ def _trainer_class() -> type:
 
 
 def _as_training_error(exc: BaseException) -> BaseException:
-    from engine.train.failures import fatal_of
-
     if isinstance(exc, Cancelled | TrainingError):
         return exc
     fatal = fatal_of(exc)

@@ -4,6 +4,7 @@ prepared (moved to the device) while the current step runs."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from engine.train.builder import (
@@ -18,8 +19,6 @@ class Prefetch:
 
     def __init__(self, cursor: DataCursor, prepare: Callable[[Any], Any] | None,
                  steps: int) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self.cursor = cursor
         self.prepare = prepare or (lambda b: b)
         self.left = steps

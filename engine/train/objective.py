@@ -75,9 +75,13 @@ from torch import nn
 
 from engine.config.train import ModelConfig
 from engine.core.errors import ModelError
+from engine.data.dataset import VoiceData
 from engine.data.layout import NO_CODE, NO_CODEC, NUM_CODEBOOKS, SPEAKER_POS
 from engine.model.files import weight_files
+from engine.model.official import configuration, modeling
 from engine.train import loss
+from engine.train.lora import add_lora, initial_value, is_lora_name
+from engine.train.parallelize import make_mesh, parallelize
 
 TALKER_PREFIX = "talker."
 
@@ -196,8 +200,6 @@ def build_talker(model_dir: str | Path, device: str | torch.device = "cpu") -> n
 
     device="meta" builds it without memory (for FSDP: shard, then materialise).
     """
-    from engine.model.official import configuration, modeling
-
     cfg = configuration().Qwen3TTSConfig.from_pretrained(str(model_dir))
     # sdpa everywhere: flash-attn is optional and eager is slow.
     cfg.talker_config._attn_implementation = "sdpa"
@@ -213,8 +215,6 @@ def build_objective(model_dir: str | Path, model_cfg: ModelConfig | None = None,
     model_cfg = model_cfg or ModelConfig()
     objective = VoiceObjective(build_talker(model_dir, device), model_cfg.subtalker_weight)
     if model_cfg.trainable == "lora":
-        from engine.train.lora import add_lora
-
         add_lora(objective.talker, model_cfg.lora_rank, model_cfg.lora_alpha)
     set_trainable(objective, model_cfg.trainable)
     return objective
@@ -238,8 +238,6 @@ def set_trainable(objective: VoiceObjective, trainable: str) -> None:
             for p in mod.parameters():
                 p.requires_grad_(True)
     elif trainable == "lora":
-        from engine.train.lora import is_lora_name
-
         adapters = [p for n, p in talker.named_parameters() if is_lora_name(n)]
         if not adapters:
             raise ValueError("trainable 'lora' needs adapters: build with build_objective")
@@ -321,7 +319,6 @@ def load_base_weights(objective: VoiceObjective, model_dir: str | Path,
             b.is_meta for b in objective.buffers()):
         objective.to_empty(device=param_device)
     _reset_rotary(objective, device)
-    from engine.train.lora import initial_value, is_lora_name
 
     src = weights if weights is not None else read_talker_weights(model_dir)
     own = dict(objective.named_parameters())
@@ -430,9 +427,6 @@ def setup_worker(model_dir: str | Path, voice_dir: str | Path, cfg: Any,
     without one it builds an unsharded objective (single process).
     """
     import torch.distributed as dist
-
-    from engine.data.dataset import VoiceData
-    from engine.train.parallelize import make_mesh, parallelize
 
     device = torch.device(device)
     if dist.is_available() and dist.is_initialized():

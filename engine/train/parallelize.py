@@ -24,6 +24,8 @@ import torch
 from torch import nn
 
 from engine.config.train import ParallelConfig
+from engine.train.precision import device_capability
+from engine.train.precision import resolve_precision as _resolve
 
 
 def make_mesh(device: torch.device) -> Any:
@@ -54,8 +56,6 @@ def resolve_precision(cfg: ParallelConfig, device: torch.device,
     capability: the GPU's compute capability; read from the device when None.
     Raises `PrecisionError` for bf16 on a GPU older than 8.0.
     """
-    from engine.train.precision import device_capability
-    from engine.train.precision import resolve_precision as _resolve
 
     device = torch.device(device)
     if capability is None and device.type == "cuda" and device.index is not None:

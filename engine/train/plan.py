@@ -63,7 +63,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.config.train import TRAINABLE_CHOICES, ModelConfig
 from engine.layout.manifest import read_manifest
+from engine.train.gpus import min_capability, visible_gpus
+from engine.train.precision import compute_bytes, resolve_precision
 
 GIB = float(1 << 30)
 #: CUDA context, cuBLAS workspaces and NCCL communicators per GPU (0.6-1.0 GiB on
@@ -213,8 +216,6 @@ def _local_numel(shape: tuple[int, ...], n: int) -> int:
 def count_units(model_dir: str | Path, model_cfg: Any, workers: int,
                 separate_text_embedding: bool = True) -> list[UnitCount]:
     """Per FSDP unit: full and rank-0-local element counts (meta device, no memory)."""
-    from engine.config.train import ModelConfig
-
     model_cfg = model_cfg or ModelConfig()
     table = _param_table(str(model_dir), model_cfg.trainable, model_cfg.lora_rank,
                          separate_text_embedding)
@@ -235,7 +236,7 @@ def _param_table(model_dir: str, trainable: str, lora_rank: int,
                  separate_text_embedding: bool) -> tuple[tuple[str, tuple[int, ...], bool], ...]:
     """(FSDP unit, shape, trains) of every parameter; one meta build per choice, cached
     (a plan compares several choices and variants of the same model)."""
-    from engine.config.train import ModelConfig
+    # torch loads here, not when this module is imported (start-up cost)
     from engine.train.objective import build_objective
     from engine.train.parallelize import decoder_layers
 
@@ -340,8 +341,6 @@ def typical_lengths(voice_dir: Path, max_seq_len: int) -> tuple[int, int]:
 
 def gpu_free_memory() -> list[int]:
     """Free bytes per visible GPU (NVML, honouring CUDA_VISIBLE_DEVICES; no CUDA context)."""
-    from engine.train.gpus import visible_gpus
-
     return [g.free for g in visible_gpus()]
 
 
@@ -354,8 +353,6 @@ def host_available_memory() -> int:
 def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: int,  # noqa: PLR0913
              free: list[int], capability: tuple[int, int] | None = None,
              accum_reduce: str | None = None, keep: bool = True) -> Plan:
-    from engine.train.precision import compute_bytes, resolve_precision
-
     cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     n = config.parallel.workers
     units = count_units(model_dir, config.model, n, config.parallel.separate_text_embedding)
@@ -450,8 +447,6 @@ def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Pat
         seq_len, frames = typical_lengths(voice_dir or Path("/nonexistent"),
                                           config.data.max_seq_len)
     if capability is None and device == "cuda":
-        from engine.train.gpus import min_capability, visible_gpus
-
         capability = min_capability(visible_gpus())
     if free is None:
         free = gpu_free_memory() if device == "cuda" else [host_available_memory()]
@@ -459,8 +454,6 @@ def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Pat
     if plan.host_bytes and free:
         plan.host_free = host_available_memory()
     if choices:
-        from engine.config.train import TRAINABLE_CHOICES
-
         for choice in TRAINABLE_CHOICES:
             plan.by_trainable[choice] = plan.total if choice == config.model.trainable else \
                 _best_accum(model_dir, config.replace(model={"trainable": choice}), device,

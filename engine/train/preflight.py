@@ -26,6 +26,7 @@ Imports neither torch nor ray at module level.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -39,8 +40,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.cluster import connect
+from engine.core.errors import ClusterError, ModelError
 from engine.core.events import EventCallback, as_emitter
+from engine.core.storage import as_location, expand_arg, rmtree, run_location, storage_arg
 from engine.layout.manifest import CODES_INDEX, prepared_folder
+from engine.layout.voice import open_voice
+from engine.model.loading import _HUB_ID, _offline, download_model, resolve_model
+from engine.train.failures import FatalTrainingError
+from engine.train.gpus import visible_gpus
 
 #: the folder, under the storage location, where preflight files go (removed afterwards)
 PREFLIGHT_DIR = ".voxshard-preflight"
@@ -79,7 +87,6 @@ def node_facts() -> dict[str, Any]:
     except Exception:
         pass
     try:  # NVML: free memory and compute capability of each visible GPU, no CUDA context
-        from engine.train.gpus import visible_gpus
 
         gpus = visible_gpus()
         facts["gpu_free"] = [int(g.free) for g in gpus]
@@ -114,8 +121,6 @@ def _is_model_dir(path: Path) -> bool:
 
 
 def _hub_id(spec: str | None) -> str | None:
-    from engine.model.loading import _HUB_ID
-
     if spec and not os.path.isabs(spec) and not spec.startswith((".", "~")) \
             and _HUB_ID.match(spec):
         return spec
@@ -141,14 +146,12 @@ def find_model(model_dir: str, spec: str | None, *, download: bool,
         return Path(snapshot_download(hub, local_files_only=True)), "Hugging Face cache"
     except Exception:
         pass
-    from engine.model.loading import _offline
 
     if _offline():
         return None, (f"{hub} is not in this node's Hugging Face cache and downloading is off "
                       "(HF_HUB_OFFLINE)")
     if not download:
         return None, f"{hub} will be downloaded on this node when the run starts"
-    import fcntl
 
     lock_path = Path(tempfile.gettempdir()) / f"voxshard-download-{_digest(hub.encode())}.lock"
     with open(lock_path, "w") as lock:
@@ -156,7 +159,6 @@ def find_model(model_dir: str, spec: str | None, *, download: bool,
         try:
             if log is not None:
                 log(f"{socket.gethostname()}: downloading {hub} (once for this node)")
-            from engine.model.loading import download_model
 
             return Path(download_model(hub)), "downloaded on this node"
         except Exception as exc:
@@ -170,7 +172,6 @@ def node_model_dir(model_dir: str, spec: str | None, log: Any = None) -> Path:
     found, why = find_model(model_dir, spec, download=True, log=log)
     if found is not None:
         return found
-    from engine.train.failures import FatalTrainingError
 
     raise FatalTrainingError(
         "model_missing",
@@ -293,8 +294,6 @@ class PreflightReport:
 
 def _storage_check(storage: str, token: str, node_key: str) -> tuple[list[str], str]:
     """From a node: read the driver's token, write this node's file, read it back."""
-    from engine.core.storage import as_location
-
     folder = as_location(storage) / PREFLIGHT_DIR / token
     try:
         seen = (folder / "driver").read_text()
@@ -349,8 +348,6 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from engine.core.storage import as_location
-
     emitter = as_emitter(on_event)
     t0 = time.monotonic()
     token = uuid.uuid4().hex
@@ -361,8 +358,6 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "driver").write_text(token)
         except Exception as exc:
-            from engine.core.errors import ClusterError
-
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise ClusterError(f"This machine cannot write to the storage {storage} "
                                f"({type(exc).__name__}{': ' + first if first else ''}).",
@@ -412,8 +407,6 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
                                     "driver: the storage is not shared")
         reports.append(rep)
     if folder is not None:
-        from engine.core.storage import rmtree
-
         try:
             rmtree(folder.parent if len(list(folder.parent.iterdir())) <= 1 else folder)
         except Exception:
@@ -437,11 +430,6 @@ def check_cluster(voice: str | os.PathLike[str], base: str, *, address: str | No
     else the voice's setting, else its runs/ folder); the model is the driver's
     resolved folder, or the hub id alone when this machine does not have it.
     """
-    from engine.cluster import connect
-    from engine.core.errors import ModelError
-    from engine.core.storage import expand_arg, run_location, storage_arg
-    from engine.layout.voice import open_voice
-    from engine.model.loading import resolve_model
 
     emitter = as_emitter(on_event)
     v = open_voice(voice)

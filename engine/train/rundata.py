@@ -30,6 +30,7 @@ from engine.core.atomic import atomic_path, write_json
 from engine.core.errors import InputError
 from engine.core.jsonl import append_jsonl
 from engine.layout.manifest import prepared_folder, read_manifest
+from engine.layout.voice import file_sha256
 
 DATA_FILE = "data.json"
 X_VECTOR_FILE = "x_vector.npy"
@@ -38,8 +39,6 @@ RESUMES_FILE = "resumes.jsonl"
 
 def data_fingerprint(voice_dir: Path) -> dict[str, Any]:
     """{"fingerprint", "clips"} of the voice's usable prepared clips (reads every clip once)."""
-    from engine.layout.voice import file_sha256
-
     h = hashlib.sha256()
     clips = read_manifest(voice_dir)
     for c in clips:

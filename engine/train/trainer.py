@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.config.train import TrainConfig
 from engine.core.storage import as_location
 from engine.layout.checkpoints import latest_checkpoint, step_of
 from engine.train.builder import (
@@ -30,8 +31,11 @@ from engine.train.builder import (
     import_builder,
 )
 from engine.train.checkpoint import Checkpointer
+from engine.train.failures import FatalTrainingError, out_of_memory_error
 from engine.train.loader import DataCursor, Prefetch
 from engine.train.metrics import MetricsSender, memory_values, model_state_bytes
+from engine.train.plan import optimizer_kind
+from engine.train.precision import LossScaler
 
 #: fp16: this many optimizer steps in a row skipped for overflow end the run
 MAX_SKIPPED_STEPS = 25
@@ -102,8 +106,6 @@ def run_worker(loop_config: dict[str, Any], env: WorkerEnv) -> dict[str, Any]:
     """
     import torch
 
-    from engine.train.failures import out_of_memory_error
-
     run = Trainer(loop_config, env)
     try:
         return run.run()
@@ -116,8 +118,6 @@ class Trainer:
     """One rank's run, in named stages: build, resume, then steps with validation and saves."""
 
     def __init__(self, loop_config: dict[str, Any], env: WorkerEnv) -> None:
-        from engine.config.train import TrainConfig
-
         self.loop_config = loop_config
         self.env = env
         self.cfg = TrainConfig.from_dict(loop_config["config"])
@@ -160,8 +160,6 @@ class Trainer:
             self.optimizer, lr_lambda(cfg.optim.warmup_steps, self.total_steps,
                                       cfg.optim.schedule, cfg.optim.min_lr_ratio))
         if parts.precision == "fp16":
-            from engine.train.precision import LossScaler
-
             self.scaler = LossScaler()
         # GPU runs save in the background: the shards are written while training goes on
         self.ckpt = Checkpointer(self.run_dir, self.rank, self.world,
@@ -306,8 +304,6 @@ class Trainer:
                 and par.keep_gathered == "on" and par.accum_reduce != "every")
 
     def _check_skips(self) -> None:
-        from engine.train.failures import FatalTrainingError
-
         if self.scaler.skipped_in_a_row >= MAX_SKIPPED_STEPS:
             raise FatalTrainingError(
                 "precision", f"fp16 overflowed on {self.scaler.skipped_in_a_row} optimizer "
@@ -401,8 +397,6 @@ def make_optimizer(params: list[Any], cfg: Any, device: Any) -> Any:
     size of every shard, which foreach allocates), foreach where the parameters live
     in host memory (CPU runs and CPU offload). The plan counts what each leaves."""
     import torch
-
-    from engine.train.plan import optimizer_kind
 
     on = "cpu" if cfg.parallel.cpu_offload else getattr(device, "type", str(device))
     kind = optimizer_kind(on)
