@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import VoxshardError
+from engine.layout import exports as layout_exports
 from engine.layout.checkpoints import step_of
+from engine.layout.exports import EXPORT_INFO, EXPORTS_DIR, RENDERS_DIR, renders_dir
 from engine.layout.manifest import (
     PREPARED,
     prepared_folder,
@@ -41,7 +43,6 @@ __all__ = ["ExportInfo", "RunInfo", "TakeInfo", "VoiceEntry", "VoiceSnapshot",
            "list_voices", "prepared_clips", "quality_report", "run_progress", "snapshot",
            "speaker_name", "voice_summary", "workspace_status"]
 
-EXPORT_CONFIG = "config.json"
 #: a snapshot taken this soon after a change it read may have missed a second one
 RACY_NS = 2_000_000_000
 
@@ -260,23 +261,16 @@ class ExportInfo:
 
 def list_exports(voice: str | os.PathLike[str]) -> list[ExportInfo]:
     """Exported model folders (complete ones: the export renames them in when done)."""
-    folder = Path(voice) / "exports"
-    try:
-        dirs = sorted(p for p in folder.iterdir()
-                      if p.is_dir() and not p.name.startswith(".")
-                      and (p / EXPORT_CONFIG).is_file())
-    except OSError:
-        return []
     out = []
-    for d in dirs:
-        info = _read_json(d / "VOXSHARD_EXPORT.json")
+    for d in sorted(layout_exports.list_exports(voice), key=lambda p: p.name):
+        info = _read_json(d / EXPORT_INFO)
         out.append(ExportInfo(d.name, d, info if isinstance(info, dict) else {}))
     return out
 
 
 def list_renders(voice: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Rendered WAVs, newest first, each with its sidecar JSON's fields, `path` and `mtime`."""
-    folder = Path(voice) / "renders"
+    folder = renders_dir(voice)
     items: list[dict[str, Any]] = []
     try:
         wavs = list(folder.glob("*.wav"))
@@ -298,7 +292,7 @@ def list_renders(voice: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 def comparisons(voice: str | os.PathLike[str]) -> list[Path]:
     """Finished checkpoint comparisons (folders with an index.json), oldest first."""
-    return sorted(p.parent for p in (Path(voice) / "renders").glob("compare-*/index.json"))
+    return layout_exports.comparisons(voice)
 
 
 # --- one voice, everything ---------------------------------------------------------------
@@ -406,7 +400,7 @@ def change_signature(voice: str | os.PathLike[str]) -> tuple[tuple[str, int, int
     root = Path(voice)
     parts = [_stamp(VOICE_FILE, root / VOICE_FILE)]
     parts += [_stamp(sub or ".", root / sub)
-              for sub in ("", "takes", PREPARED, RUNS_DIR, "exports", "renders")]
+              for sub in ("", "takes", PREPARED, RUNS_DIR, EXPORTS_DIR, RENDERS_DIR)]
     prepared = prepared_folder(root)
     # the codes index: training records the reference clip there (VoiceSnapshot.reference)
     parts += [_stamp(path.relative_to(root).as_posix(), path)

@@ -18,12 +18,13 @@ from PySide6.QtCore import QFileSystemWatcher, QObject, QRunnable, QThreadPool, 
 
 from engine import catalog
 from engine.core.errors import VoxshardError
+from engine.layout.exports import EXPORTS_DIR, RENDERS_DIR
 from engine.layout.manifest import PREPARED
 from engine.layout.run import RUNS_DIR
 from engine.layout.voice import TakeCache
 
 #: folders of a voice whose own change (a file added, renamed or removed) means a re-read
-WATCHED = ("", "takes", PREPARED, RUNS_DIR, "exports", "renders")
+WATCHED = ("", "takes", PREPARED, RUNS_DIR, EXPORTS_DIR, RENDERS_DIR)
 #: a burst of changes (an import writes two files per take) becomes one re-read
 SETTLE_MS = 300
 

@@ -38,6 +38,7 @@ from engine.config import PrepareConfig
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import AudioError, InputError, WorkspaceError
 from engine.core.storage import storage_arg, user_path
+from engine.layout.exports import EXPORTS_DIR, RENDERS_DIR, exports_dir, renders_dir
 from engine.layout.manifest import PREPARED, PreparedFolder
 from engine.layout.prompts import prompt_set_for_language
 from engine.layout.run import RUNS_DIR, Run, list_runs, runs_dir
@@ -208,11 +209,11 @@ class Voice:
 
     @property
     def exports_dir(self) -> Path:
-        return self.path / "exports"
+        return exports_dir(self.path)
 
     @property
     def renders_dir(self) -> Path:
-        return self.path / "renders"
+        return renders_dir(self.path)
 
     # settings
     @property
@@ -624,7 +625,7 @@ def create_voice(path: str | os.PathLike[str], speaker: str, language: str = "en
     }
     try:
         root.mkdir(parents=True, exist_ok=True)
-        for sub in ("takes", PREPARED, RUNS_DIR, "exports", "renders"):
+        for sub in ("takes", PREPARED, RUNS_DIR, EXPORTS_DIR, RENDERS_DIR):
             (root / sub).mkdir(exist_ok=True)
     except OSError as exc:
         raise WorkspaceError(f"Cannot create {display_path(root)}: {exc.strerror or exc}.",

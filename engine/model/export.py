@@ -29,12 +29,12 @@ import numpy as np
 
 from engine.core.errors import DiskFullError, InputError, ModelError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.layout.exports import EXPORT_INFO
 from engine.model.files import weight_files
 
 #: the codec-embedding row the exported speaker takes (free in every 12 Hz model)
 SPEAKER_ROW = 3000
 CODEC_EMBEDDING = "talker.model.codec_embedding.weight"
-EXPORT_INFO = "VOXSHARD_EXPORT.json"
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 
 

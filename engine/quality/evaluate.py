@@ -54,6 +54,7 @@ from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.data.dataset import split_ids
 from engine.layout import run as run_layout
 from engine.layout.checkpoints import COMPLETE, step_of
+from engine.layout.exports import latest_export
 from engine.layout.manifest import read_manifest, reference_clip
 from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
 from engine.layout.voice import Voice, display_path, now_iso, open_voice
@@ -226,13 +227,6 @@ def _skip_note(step: int | None, name: str) -> dict[str, Any]:
     return {"step": step, "checkpoint": name,
             "reason": "training deleted it (keeping only its newest checkpoints) before "
                       "it was measured"}
-
-
-def _latest_export(voice: Voice) -> Path | None:
-    if not voice.exports_dir.is_dir():
-        return None
-    found = [p for p in voice.exports_dir.iterdir() if (p / "config.json").is_file()]
-    return max(found, key=lambda p: (p / "config.json").stat().st_mtime, default=None)
 
 
 def _run_config(run_dir: Path) -> dict[str, Any]:
@@ -470,7 +464,7 @@ def _plan(request: EvaluateRequest, voice: Voice, picked: list[Path], base_dir: 
     export = None
     if request.export:
         export = Path(request.export) if isinstance(request.export, str | os.PathLike) \
-            else _latest_export(voice)
+            else latest_export(voice.path)
     missing: list[Path] = []
     sources = plan_sources(picked, base=request.base, reference=reference,
                            zero_shot_model=base_dir, export=export, emitter=em,

@@ -20,6 +20,7 @@ from typing import Any
 
 from engine import catalog
 from engine.core.errors import InputError
+from engine.layout.exports import EXPORTS_DIR, exports_dir
 from engine.layout.run import Run, runs_dir
 
 
@@ -75,7 +76,7 @@ def discover(targets: list[str | os.PathLike[str]],
         if not path.is_dir():
             raise InputError(f"{path} is not a folder.",
                              "Give exported voices, voice folders or run folders.")
-        if (path / "voice.toml").is_file() or (path / "exports").is_dir() \
+        if (path / "voice.toml").is_file() or exports_dir(path).is_dir() \
                 or runs_dir(path).is_dir():
             mine = _of_voice(path)
             if not mine:
@@ -85,7 +86,7 @@ def discover(targets: list[str | os.PathLike[str]],
         elif _is_run(path):
             found.append(ServedVoice(path.name, path, "run", _language(Run(path).voice_dir)))
         elif _is_export(path):
-            voice = path.parent.parent if path.parent.name == "exports" else None
+            voice = path.parent.parent if path.parent.name == EXPORTS_DIR else None
             found.append(ServedVoice(path.name, path, "export", _language(voice)))
         else:
             raise InputError(f"{path} is not an exported voice, a voice folder or a run.",

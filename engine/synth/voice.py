@@ -27,6 +27,7 @@ from engine.audio.io import read_mono
 from engine.core.errors import InputError, ModelError, VoxshardError, WorkspaceError
 from engine.data.codes import load_codes_index
 from engine.layout.checkpoints import holds_checkpoints, step_of
+from engine.layout.exports import exports_dir, latest_export, list_exports
 from engine.layout.manifest import clip_voice, prepared_folder, read_manifest, reference_clip
 from engine.layout.run import Run, list_runs, pick_run, runs_dir, voice_base_model
 from engine.model.loading import inspect_model, resolve_model
@@ -67,14 +68,6 @@ def _model_info(path: Path) -> Any:
 
 def _resolve_model(name: str) -> Path:
     return resolve_model(name)
-
-
-def _latest_export(voice_dir: Path) -> Path | None:
-    exports = voice_dir / "exports"
-    if not exports.is_dir():
-        return None
-    found = [p for p in exports.iterdir() if (p / "config.json").is_file()]
-    return max(found, key=lambda p: (p / "config.json").stat().st_mtime, default=None)
 
 
 def _checkpoint_source(run_dir: Path, which: str | None, base: str | None) -> VoiceSource:
@@ -198,7 +191,7 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
         info = _model_info(path)
         return _custom_voice_source(path, info, speaker)
     if path.is_dir() and ((path / "voice.toml").is_file() or runs_dir(path).is_dir()
-                          or (path / "exports").is_dir()):
+                          or exports_dir(path).is_dir()):
         if checkpoint:
             ckpt_path = Path(checkpoint).expanduser()
             if ckpt_path.is_dir() and step_of(ckpt_path) is not None:
@@ -208,7 +201,7 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
                 raise WorkspaceError(f"The voice {path.name} has no training run with a "
                                      "checkpoint.", "Train the voice first.")
             return _checkpoint_source(run.path, checkpoint, base)
-        export = _latest_export(path)
+        export = latest_export(path)
         if export is not None:
             return _custom_voice_source(export, _model_info(export), speaker, voice_dir=path)
         run = pick_run(path, with_checkpoint=True)
@@ -357,11 +350,8 @@ def available_sources(voice_dir: str | os.PathLike[str]) -> list[dict[str, Any]]
     exports, then the checkpoints of every run. Path logic only, no model loaded."""
     root = Path(voice_dir).expanduser()
     found: list[dict[str, Any]] = []
-    exports = root / "exports"
-    if exports.is_dir():
-        for folder in sorted((p for p in exports.iterdir() if (p / "config.json").is_file()),
-                             key=lambda p: -(p / "config.json").stat().st_mtime):
-            found.append({"kind": "custom_voice", "label": folder.name, "path": str(folder)})
+    for folder in list_exports(root):
+        found.append({"kind": "custom_voice", "label": folder.name, "path": str(folder)})
     for run in reversed(list_runs(root)):
         for ckpt in reversed(run.checkpoints()):
             found.append({"kind": "checkpoint", "label": f"{run.name} step {step_of(ckpt)}",

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceSnapshot, latest_run
+from engine.layout.exports import new_comparison_dir, renders_dir
 from engine.layout.manifest import row_is_usable
 from gui.context import AppContext
 from gui.jobs import EngineJob
@@ -328,7 +329,7 @@ class ListenPage(Page):
             show_error(self, "No reference clip", "The zero-shot preview needs a prepared clip.",
                        "Record or import some audio and run Prepare first.")
             return None
-        renders = self.voice / "renders"
+        renders = renders_dir(self.voice)
         renders.mkdir(parents=True, exist_ok=True)
         out = renders / time.strftime("%Y%m%d-%H%M%S.wav")
         n = 1
@@ -521,7 +522,7 @@ class ListenPage(Page):
         if self.voice is None or self.compare_job is not None:
             return None
         sentences = [s.strip() for s in self.text.toPlainText().split("\n") if s.strip()]
-        out = self.voice / "renders" / time.strftime("compare-%Y%m%d-%H%M%S")
+        out = new_comparison_dir(self.voice)
         args = ["compare", str(self.voice), str(out)]
         chosen = self.compare_steps()
         if self.compare_pick.count() and not chosen:

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from engine import catalog
 from engine.layout.checkpoints import step_of
+from engine.layout.exports import exports_dir
 from engine.layout.run import Run
 from gui.context import AppContext
 from gui.jobs import EngineJob
@@ -569,7 +570,7 @@ class TrainPage(Page):
         best = Run(run.path).best()
         step = step_of(best or run.checkpoints[-1])
         if out is None:
-            suggested = Path(self.voice) / "exports" / f"{run.name}-step{step}"
+            suggested = exports_dir(self.voice) / f"{run.name}-step{step}"
             dlg = QFileDialog(self, f"Export {run.name} step {step} as a model folder",
                               str(suggested))
             dlg.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
