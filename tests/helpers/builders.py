@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
+from engine.train.builder import TrainParts
+
 
 def oom_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
     """A builder whose first step runs out of memory, as CUDA would say it."""
-    from engine.train.builder import TrainParts
-
     model = torch.nn.Linear(2, 2)
 
     def forward(m: Any, batch: Any) -> dict[str, Any]:

@@ -37,6 +37,7 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def ctx(qapp: object, settings: QSettings, workspace: Path) -> Iterator[object]:
+    # start-up cost: the window's modules (pyqtgraph, every page) for every pytest run
     from gui.context import AppContext
 
     settings.setValue("workspace", str(workspace))
@@ -50,7 +51,7 @@ def ctx(qapp: object, settings: QSettings, workspace: Path) -> Iterator[object]:
 
 @pytest.fixture
 def window(qtbot: object, ctx: object) -> Iterator[object]:
-    from gui.app import MainWindow
+    from gui.app import MainWindow  # start-up cost, as above
 
     w = MainWindow(ctx)  # type: ignore[arg-type]
     qtbot.addWidget(w)  # type: ignore[attr-defined]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.model.tiny import make_tiny_model
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.model.tiny import make_tiny_model
-
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-base", seed=0)

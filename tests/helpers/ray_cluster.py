@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from engine.cluster import ClusterHandle, connect
+
 OWN_CLUSTER = "own_cluster"
 
 
@@ -29,16 +31,14 @@ class SharedCluster:
     """The session's local cluster: started on demand, stopped for an own-cluster test."""
 
     def __init__(self) -> None:
-        self.handle: Any = None
+        self.handle: ClusterHandle | None = None
         #: how many times it was started (once per session when the order holds)
         self.starts = 0
 
-    def up(self) -> Any:
+    def up(self) -> ClusterHandle:
         if self.handle is None:
             # every Ray process inherits OMP_NUM_THREADS (1, set in tests/conftest.py
             # before anything imports torch or the engine)
-            from engine.cluster import connect
-
             # CPUs as a training run asks for them (engine.train.driver._local_cpus): at
             # least the 2 workers of a 2-worker run; the OS shares the real cores
             self.handle = connect(None, num_cpus=max(os.cpu_count() or 1, 2))
@@ -64,7 +64,7 @@ def shared_cluster() -> Iterator[SharedCluster]:
 
 
 @pytest.fixture
-def ray_cluster(shared_cluster: SharedCluster) -> Any:
+def ray_cluster(shared_cluster: SharedCluster) -> ClusterHandle:
     """The session's local Ray cluster (an `engine.cluster.ClusterHandle`), running."""
     return shared_cluster.up()
 

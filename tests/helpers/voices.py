@@ -16,6 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.layout.voice import create_voice
+from engine.model.export import export_custom_voice
+
 
 def copy_voice(src: Path, dst: Path) -> Path:
     """A private, writable copy of a (session) voice folder."""
@@ -24,14 +27,10 @@ def copy_voice(src: Path, dst: Path) -> Path:
 
 
 def make_voice(workspace: Path, speaker: str = "Ada") -> Path:
-    from engine.layout.voice import create_voice
-
     return create_voice(workspace / speaker.lower(), speaker).path
 
 
 def voice_with_clips(tmp: Path, n: int, seconds: float) -> Path:
-    from engine.layout.voice import create_voice
-
     v = create_voice(tmp / "v", "Tester")
     prep = v.prepared.path
     prep.mkdir(parents=True, exist_ok=True)
@@ -44,9 +43,6 @@ def voice_with_clips(tmp: Path, n: int, seconds: float) -> Path:
 
 def make_workspace(root: Path, model_dir: Path) -> Path:
     """A workspace with one voice, `ada`, whose export is the tiny base as a custom voice."""
-    from engine.layout.voice import create_voice
-    from engine.model.export import export_custom_voice
-
     ws = root / "ws"
     ws.mkdir()
     create_voice(ws / "ada", "Ada", "english")

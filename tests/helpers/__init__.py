@@ -1,0 +1,1 @@
+"""Code and fixtures the tests share (fixture modules are plugins: tests/conftest.py)."""
