@@ -47,6 +47,8 @@ def test_prepare_page_who_was_heard(qtbot, pulse, window: MainWindow, workspace:
     mtime = wav.stat().st_mtime_ns
     with qtbot.waitSignal(window.ctx.data_changed, timeout=120000):
         page.flip_btn.click()
+    # the decision file alone already changes the voice: wait for prepare's own end too
+    qtbot.waitUntil(lambda: page.job is None, timeout=120000)
     qtbot.waitUntil(lambda: any(r.text(0) == flipped and r.text(3) == "kept by you"
                                 for r in _rows(page)), timeout=20000)
     assert json.loads((voice / "prepared" / "decisions.json").read_text()) == {flipped: "keep"}
@@ -58,9 +60,10 @@ def test_prepare_page_who_was_heard(qtbot, pulse, window: MainWindow, workspace:
     # and back: leaving it out again forgets the call
     row = next(r for r in _rows(page) if r.text(0) == flipped)
     page.slices.setCurrentItem(row)
-    assert page.flip_btn.text() == "Leave out"
+    assert page.flip_btn.text() == "Leave out" and page.flip_btn.isEnabled()
     with qtbot.waitSignal(window.ctx.data_changed, timeout=120000):
         page.flip_btn.click()
+    qtbot.waitUntil(lambda: page.job is None, timeout=120000)
     qtbot.waitUntil(lambda: any(r.text(0) == flipped and r.text(3) == "left out"
                                 for r in _rows(page)), timeout=20000)
     assert json.loads((voice / "prepared" / "decisions.json").read_text()) == {}

@@ -82,11 +82,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # stable: each group keeps its order, so a module's tests stay together
-    own = [i for i in items if i.get_closest_marker(OWN_CLUSTER) is not None]
-    if own:
-        rest = [i for i in items if i.get_closest_marker(OWN_CLUSTER) is None]
-        items[:] = rest + own
+    # A module with an own_cluster test goes last as a whole, in its order: split in two,
+    # its module-scoped fixtures would be set up twice (a second S3 server on a new port
+    # while clients cached by the first run still name the old one).
+    last = {i.module for i in items if i.get_closest_marker(OWN_CLUSTER) is not None}
+    if last:
+        items[:] = ([i for i in items if i.module not in last]
+                    + [i for i in items if i.module in last])
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
