@@ -58,3 +58,29 @@ def test_boundary_holds_in_source_text() -> None:
     offenders = [str(p) for p in (ROOT / "engine").rglob("*.py") if qt.search(p.read_text())]
     offenders += [str(p) for p in (ROOT / "gui").rglob("*.py") if heavy.search(p.read_text())]
     assert offenders == []
+
+
+def _bundle_excludes() -> list[str]:
+    """The packages the window's PyInstaller bundle leaves out (packaging/voxshard.spec)."""
+    import ast
+
+    tree = ast.parse((ROOT / "packaging" / "voxshard.spec").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "excludes" for t in node.targets):
+            return [str(x) for x in ast.literal_eval(node.value)]
+    raise AssertionError("packaging/voxshard.spec has no `excludes` list")
+
+
+def test_the_window_imports_nothing_its_bundle_leaves_out() -> None:
+    # every engine module the window names, at the top of a file or inside a function:
+    # importing one must not load a package the frozen app does not have
+    import re
+
+    named = re.compile(r"^\s*(?:from|import)\s+(engine(?:\.\w+)*)", re.M)
+    modules = sorted({m for p in (ROOT / "gui").rglob("*.py") for m in named.findall(
+        p.read_text())})
+    assert len(modules) > 5
+    excluded = [e for e in _bundle_excludes() if "." not in e]
+    assert "scipy" in excluded and "starlette" in excluded
+    assert _loaded_after_import(modules, excluded) == {}

@@ -12,7 +12,6 @@ from typing import Any
 
 from engine.core.errors import InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
-from engine.serve.app import ServeConfig, create_app
 from engine.serve.pool import LoadFailed, Pool
 from engine.serve.voices import discover
 
@@ -129,6 +128,9 @@ def make_pool(settings: ServeSettings, voices: dict[str, Any]) -> Any:
 
 def make_config(settings: ServeSettings, key: str | None, **instance: Any) -> Any:
     """The app's settings; `instance` adds where it runs to /health (a replica's node)."""
+    # starlette loads with the app, not here: the window's Serve page imports this module
+    from engine.serve.app import ServeConfig
+
     return ServeConfig(api_key=key, max_body=settings.max_body, max_input=settings.max_input,
                        timeout_s=settings.timeout_s, device=_device(settings.device),
                        allow_reference=bool(settings.reference_base),
@@ -154,6 +156,7 @@ def serve(settings: ServeSettings,
     """Serve until SIGINT/SIGTERM; returns what was served."""
     import uvicorn
 
+    from engine.serve.app import create_app  # starlette: see make_config
 
     emitter = as_emitter(on_event)
     key = check_settings(settings)

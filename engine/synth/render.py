@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.audio.loudness import normalize_loudness
 from engine.config.speak import available_formats
 from engine.core.atomic import atomic_path
 from engine.core.errors import InputError
@@ -69,6 +68,9 @@ def match_loudness(audio: np.ndarray, target_lufs: float | None,
     """Scale to `target_lufs` (peak kept under -1 dBFS); returns (audio, loudness after)."""
     if target_lufs is None or audio.size == 0:
         return audio, None
+    # pyloudnorm and scipy load here: the window saves renders through this module, and
+    # its bundle has neither
+    from engine.audio.loudness import normalize_loudness
 
     result = normalize_loudness(audio, sample_rate, target_lufs=target_lufs)
     after = result.loudness_after
