@@ -78,3 +78,15 @@ def test_speak_flags_not_given_leave_the_options_defaults() -> None:
                               "--no-loudness", "--greedy"])
     assert _options(args) == SpeakOptions(chunk_chars=90, top_k=5, loudness_lufs=None,
                                           do_sample=False, subtalker_do_sample=False)
+
+
+def test_serve_flags_default_to_the_serve_settings() -> None:
+    from engine.config.serve import ServeSettings
+
+    args = build_parser().parse_args(["serve"])
+    want = ServeSettings()
+    assert (args.host, args.port, args.rows, args.queue, args.timeout, args.max_input,
+            args.max_body, args.max_loaded, args.dtype) == (
+        want.host, want.port, want.rows, want.queue, want.timeout_s, want.max_input,
+        want.max_body, want.max_loaded, want.dtype)
+    assert _help_of(build_parser(), "serve", "--port").endswith(f"(default {want.port})")

@@ -19,6 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 _FIELD = re.compile(r"(\w+)\s*:")
+#: `add_field(..., default=FIELD)`: argparse's default is the field's own (the value is
+#: always set, for settings built straight from the parsed flags)
+FIELD: Any = object()
 
 
 @functools.cache
@@ -97,6 +100,8 @@ def add_field(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: ty
     text = text.replace("%", "%%")  # argparse formats help with %
     kind = _value_type(cls, name)
     kwargs.setdefault("dest", name)
+    if default is FIELD:
+        default = shown
     if kind is bool:
         kwargs.setdefault("action", argparse.BooleanOptionalAction)
         return parser.add_argument(flag, default=default, help=text, **kwargs)

@@ -39,15 +39,14 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from engine.cluster import connect
+from engine.config.serve import ClusterServeSettings, ServeSettings
 from engine.core.errors import ClusterError, InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.serve.app import create_app
 from engine.serve.server import (
-    ServeSettings,
     check_settings,
     make_config,
     make_pool,
@@ -68,17 +67,6 @@ SPREAD_ENV = {"RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0",
 DEPLOY_TIMEOUT_S = 600.0
 
 log = logging.getLogger("ray.serve")
-
-
-@dataclass
-class ClusterServeSettings:
-    address: str
-    #: fixed replica count (None: one per GPU, else 1)
-    replicas: int | None = None
-    #: autoscaling bounds (both None: a fixed count)
-    min_replicas: int | None = None
-    max_replicas: int | None = None
-    replica_cpus: float = 1.0
 
 
 def _replica_log(record: dict[str, Any]) -> None:

@@ -6,10 +6,10 @@ import ipaddress
 import json
 import os
 import socket
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.config.serve import ServeSettings
 from engine.core.errors import InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.serve.pool import LoadFailed, Pool
@@ -17,28 +17,6 @@ from engine.serve.voices import discover
 
 #: shortest API key accepted (a guessable key on an open port is no protection)
 MIN_KEY_CHARS = 16
-
-
-@dataclass
-class ServeSettings:
-    targets: list[str] = field(default_factory=list)
-    workspace: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_key_file: str | None = None
-    rows: int = 8
-    device: str | None = None
-    dtype: str = "auto"
-    quantize: str | None = None
-    fuse: bool = False
-    max_loaded: int = 2
-    queue: int = 32
-    timeout_s: float = 300.0
-    max_input: int = 4096
-    max_body: int = 1 << 20
-    preload: bool = True
-    #: a Base model: requests may then clone from their own `reference_audio` on it
-    reference_base: str | None = None
 
 
 def is_loopback(host: str) -> bool:

@@ -1,12 +1,13 @@
-"""The training loop that runs inside every Ray Train worker.
+"""One rank's training loop (`Trainer`), run inside every Ray Train worker.
 
-It never mentions FSDP: `build_parts` (train-core's objective, dataset and
-`parallelize`) hands back a ready, sharded root module whose `forward(batch)`
-computes the whole loss, plus the batches for this rank. This file owns the
+It never mentions FSDP: a builder (`engine.train.builder`) hands back a ready,
+sharded root module whose `forward(batch)` computes the whole loss, plus the
+batches for this rank (`engine.train.loader` walks them). This file owns the
 optimisation around it: AdamW over the trainable parameters only, linear
 warmup then cosine decay, global-norm clipping at 1.0, gradient accumulation,
 validation at intervals, checkpoints, the cooperative stop flag, and the
-per-step metrics sent to the driver.
+per-step metrics sent to the driver. `run_worker` runs it without Ray too
+(tests and benchmarks); `engine.train.entry` is what Ray calls.
 
 Everything a rank does depends only on (config, step, data position, RNG), so
 a run restarted from a checkpoint replays the same losses.

@@ -1,0 +1,65 @@
+"""How `voxshard-engine serve` serves voices: the `serve` section of the one config tree.
+
+Validation that needs the network or the disk (the key file, the port) is the
+server's (`engine.serve.server.check_settings`); these are the settings as given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ServeSettings:
+    """The speech server on this machine."""
+
+    #: exported voices, voice folders or run folders to serve
+    targets: list[str] = field(default_factory=list)
+    #: also serve every voice of this folder (each voice, its exports and its trained runs)
+    workspace: str | None = None
+    #: address to listen on; any but loopback needs an API key
+    host: str = "127.0.0.1"
+    #: TCP port (0: any free one)
+    port: int = 8000
+    #: file holding the key clients send as 'Authorization: Bearer KEY' (required off loopback)
+    api_key_file: str | None = None
+    #: chunks generated together across requests
+    rows: int = 8
+    #: cpu, cuda, cuda:1 ... (None: a GPU if there is one)
+    device: str | None = None
+    #: weight precision of the loaded voices
+    dtype: str = "auto"
+    #: faster CPU option that changes the numbers: int8 or fp16 weights
+    quantize: str | None = None
+    #: faster CPU option: fused q/k/v and gate/up projections
+    fuse: bool = False
+    #: voices kept loaded at once
+    max_loaded: int = 2
+    #: requests admitted at once; more get 429 with Retry-After
+    queue: int = 32
+    #: seconds a request may take before it is cancelled
+    timeout_s: float = 300.0
+    #: longest input text in characters (as OpenAI's endpoint)
+    max_input: int = 4096
+    #: largest request body in bytes
+    max_body: int = 1 << 20
+    #: load the first voice at start (not on its first request)
+    preload: bool = True
+    #: a Base model: requests may then clone from their own `reference_audio` on it
+    reference_base: str | None = None
+
+
+@dataclass
+class ClusterServeSettings:
+    """The same server as a Ray Serve deployment on an existing cluster (`--address`)."""
+
+    #: the Ray cluster: what `ray start --head` printed, or "auto"
+    address: str
+    #: fixed replica count (None: one per GPU, else 1)
+    replicas: int | None = None
+    #: let Ray Serve scale the replicas, at least this many (None with max_replicas: fixed)
+    min_replicas: int | None = None
+    #: let Ray Serve scale the replicas, at most this many
+    max_replicas: int | None = None
+    #: CPUs each replica asks for
+    replica_cpus: float = 1.0
