@@ -12,7 +12,6 @@ background thread can hand to the window and `to_dict()` can print as JSON.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import tomllib
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.core.atomic import read_json
 from engine.core.errors import VoxshardError
 from engine.layout import exports as layout_exports
 from engine.layout.checkpoints import step_of
@@ -45,13 +45,6 @@ __all__ = ["ExportInfo", "RunInfo", "TakeInfo", "VoiceEntry", "VoiceSnapshot",
 
 #: a snapshot taken this soon after a change it read may have missed a second one
 RACY_NS = 2_000_000_000
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def _jsonable(value: Any) -> Any:
@@ -263,7 +256,7 @@ def list_exports(voice: str | os.PathLike[str]) -> list[ExportInfo]:
     """Exported model folders (complete ones: the export renames them in when done)."""
     out = []
     for d in sorted(layout_exports.list_exports(voice), key=lambda p: p.name):
-        info = _read_json(d / EXPORT_INFO)
+        info = read_json(d / EXPORT_INFO)
         out.append(ExportInfo(d.name, d, info if isinstance(info, dict) else {}))
     return out
 
@@ -281,7 +274,7 @@ def list_renders(voice: str | os.PathLike[str]) -> list[dict[str, Any]]:
             mtime = wav.stat().st_mtime
         except OSError:
             continue
-        meta = _read_json(wav.with_suffix(".json"))
+        meta = read_json(wav.with_suffix(".json"))
         entry: dict[str, Any] = dict(meta) if isinstance(meta, dict) else {}
         entry["path"] = wav
         entry["mtime"] = mtime

@@ -1,7 +1,8 @@
 """Atomic file writes: a temporary file in the same folder, fsync, rename.
 
 A crash or a full disk leaves either the old file or the new one, never a
-torn one. Disk-full becomes a `DiskFullError` that says what to do.
+torn one. Disk-full becomes a `DiskFullError` that says what to do. Readers
+that must never fail (the window, the layout's views) read with `read_json`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from engine.core.errors import DiskFullError, WorkspaceError
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON value in a file; None when it is missing, unreadable or not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _user_mode() -> int:

@@ -24,14 +24,13 @@ window take the same one. Light: no torch, no Qt.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.core.atomic import write_text
+from engine.core.atomic import read_json, write_text
 from engine.core.errors import TrainingError, WorkspaceError
 from engine.core.jsonl import BadLine, jsonl_line, read_jsonl
 
@@ -161,10 +160,7 @@ def write_manifest(voice_dir: str | os.PathLike[str], rows: Iterable[Mapping[str
 
 def read_report(voice_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """report.json, or None when it is missing or damaged."""
-    try:
-        data = json.loads(prepared_folder(voice_dir).report.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    data = read_json(prepared_folder(voice_dir).report)
     return data if isinstance(data, dict) else None
 
 
@@ -208,10 +204,7 @@ def choose_reference(voice_dir: str | os.PathLike[str], clips: Sequence[Mapping[
 
 def extracted_reference(voice_dir: str | os.PathLike[str]) -> str | None:
     """The clip code extraction took the x-vector from (codes/index.json), if recorded."""
-    try:
-        index = json.loads(prepared_folder(voice_dir).codes_index.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    index = read_json(prepared_folder(voice_dir).codes_index)
     ref = index.get("reference_clip") if isinstance(index, dict) else None
     return ref if isinstance(ref, str) and ref else None
 

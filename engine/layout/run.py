@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.core.atomic import write_json
+from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError, WorkspaceError
 from engine.layout.checkpoints import (
     COMPLETE,
@@ -54,13 +54,6 @@ TAIL_BYTES = 256 * 1024
 
 def runs_dir(voice_dir: str | os.PathLike[str]) -> Path:
     return Path(voice_dir) / RUNS_DIR
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def _records(lines: list[bytes] | list[str]) -> list[dict[str, Any]]:
@@ -112,12 +105,12 @@ class Run:
 
     def config(self) -> dict[str, Any]:
         """The resolved config the run was (last) started with; {} when missing or damaged."""
-        data = _read_json(self.config_file)
+        data = read_json(self.config_file)
         return data if isinstance(data, dict) else {}
 
     def read_config(self) -> dict[str, Any]:
         """The saved config for a command that cannot go on without it."""
-        data = _read_json(self.config_file)
+        data = read_json(self.config_file)
         if not isinstance(data, dict):
             raise WorkspaceError(f"The run {self.name} has no readable {CONFIG_FILE}.",
                                  "Start a new run; this one cannot be continued or exported.")
@@ -155,7 +148,7 @@ class Run:
         if isinstance(latest, Path):
             candidates.append(latest / TRAINER_STATE)
         for path in candidates:
-            data = _read_json(path)
+            data = read_json(path)
             if not isinstance(data, dict):
                 continue
             for holder in (data, data.get("config"), data.get("train_config")):
@@ -170,7 +163,7 @@ class Run:
     def speaker_name(self) -> str | None:
         """The speaker key the run trained (its config's `model.speaker_name`)."""
         for path in sorted(self.path.glob("*.json")):
-            data = _read_json(path)
+            data = read_json(path)
             model = data.get("model") if isinstance(data, dict) else None
             if isinstance(model, dict) and model.get("speaker_name"):
                 return str(model["speaker_name"])
@@ -224,7 +217,7 @@ class Run:
         return self.evaluation_dir / REPORT_FILE
 
     def evaluation(self) -> dict[str, Any] | None:
-        data = _read_json(self.evaluation_file)
+        data = read_json(self.evaluation_file)
         return data if isinstance(data, dict) else None
 
     def best(self) -> Any:

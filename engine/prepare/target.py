@@ -12,7 +12,6 @@ the report's words for what was excluded.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 from engine.audio.checks import SPEAKER_CODES, issue
 from engine.audio.io import AUDIO_EXTENSIONS, TARGET_SR, BadAudioFile, decode
 from engine.audio.vad import Slice, plan_slices, speech_seconds
-from engine.core.atomic import write_json
+from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError
 from engine.layout.voice import Take, Voice, file_sha256
 from engine.prepare.speakers import (
@@ -212,10 +211,7 @@ def speaker_issues(speaker: dict[str, Any], source: str) -> list[dict[str, str]]
 
 def read_decisions(voice: Voice) -> dict[str, str]:
     """The user's own calls from the Prepare page: clip id -> "keep" or "exclude"."""
-    try:
-        data = json.loads(voice.prepared.decisions.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    data = read_json(voice.prepared.decisions)
     if not isinstance(data, dict):
         return {}
     return {str(k): str(v) for k, v in data.items() if v in ("keep", "exclude")}

@@ -48,7 +48,7 @@ from engine.audio.io import read_mono
 from engine.audio.loudness import integrated_loudness
 from engine.audio.vad import speech_regions
 from engine.config.speak import SpeakOptions
-from engine.core.atomic import write_json, write_text
+from engine.core.atomic import read_json, write_json, write_text
 from engine.core.errors import InputError, VoxshardError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.data.dataset import split_ids
@@ -158,11 +158,7 @@ def pick_run(voice: Voice, run: str | None, need_checkpoint: bool = True) -> Pat
 
 
 def _previous(out_dir: Path) -> dict[str, Any] | None:
-    path = out_dir / EVALUATION_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    data = read_json(out_dir / EVALUATION_FILE)
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
@@ -229,14 +225,6 @@ def _skip_note(step: int | None, name: str) -> dict[str, Any]:
                       "it was measured"}
 
 
-def _run_config(run_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 # -- measuring ------------------------------------------------------------------------------------
 
 def speech_span_s(audio: np.ndarray, sample_rate: int) -> float:
@@ -300,7 +288,7 @@ class Meter:
         if not clips:
             raise WorkspaceError(f"The voice {voice.path.name} has no usable prepared clips to "
                                  "compare renders with.", "Run `voxshard-engine prepare` first.")
-        data = _run_config(run_dir).get("data") or {}
+        data = Run(run_dir).config().get("data") or {}
         try:
             _, val = split_ids([c["id"] for c in clips], float(data.get("val_fraction", 0.05)),
                                int(data.get("val_min", 2)), int(data.get("seed", 0)))
