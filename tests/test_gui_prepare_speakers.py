@@ -96,3 +96,33 @@ def test_import_page_speaker_reference(qtbot, window: MainWindow, voice: Path,
     report = prepare(open_voice(voice))
     assert report["speakers"]["enrolment"] == "speaker reference"
     assert report["speakers"]["clips_another_speaker"] > 0
+
+
+def test_a_flip_within_the_same_second_still_shows(qtbot, window: MainWindow, workspace: Path,
+                                                    interview_voice: Path) -> None:
+    """Two prepares that end within one second write reports whose time (to the second)
+    and totals can agree while one slice's decision differs: the page shows the newer one.
+    (Seen in CI: the row kept saying "kept by you" after Leave out.)"""
+    from engine.layout.voice import open_voice
+    from engine.prepare.pipeline import prepare
+    from engine.prepare.target import write_decision
+
+    voice = Path(shutil.copytree(interview_voice, workspace / "interview"))
+    report_file = voice / "prepared" / "report.json"
+    first = json.loads(report_file.read_text())
+    other = next(c for c in first["clips"]
+                 if (c.get("speaker") or {}).get("who") == "another speaker")
+    write_decision(open_voice(voice), other["id"], "keep")
+    prepare(open_voice(voice))
+    kept = json.loads(report_file.read_text())
+    kept["created"] = first["created"]  # as if both prepares ended within the same second
+    window.ctx.set_voice(voice)
+    page = window.show_page(PreparePage)
+    assert isinstance(page, PreparePage)
+    page.show_report(kept)
+    row = next(r for r in _rows(page) if r.text(0) == other["id"])
+    assert row.text(3) == "kept by you"
+    page.show_report(first)
+    assert kept["totals"] == first["totals"]  # the slice stays unusable (no usable clip)
+    row = next(r for r in _rows(page) if r.text(0) == other["id"])
+    assert row.text(3) == "left out"

@@ -74,7 +74,7 @@ class PreparePage(Page):
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
         super().__init__(ctx, parent)
         self.job: EngineJob | None = None
-        self._shown: tuple[Any, ...] = ()
+        self._shown: tuple[Path | None, dict[str, Any] | None] = (None, None)
         self.run_btn = button("Prepare now", "prepare", primary=True, slot=self.run)
         self.cancel_btn = button("Cancel", "stop", slot=self.cancel)
         self.cancel_btn.setEnabled(False)
@@ -193,17 +193,13 @@ class PreparePage(Page):
         if voice == self.voice and self.isVisible():
             self.show_report(snap.report)
 
-    def _report_key(self, report: dict[str, Any] | None) -> tuple[Any, ...]:
-        if not report:
-            return (self.voice, None)
-        return (self.voice, report.get("created"), repr(report.get("totals")),
-                len(report.get("rejected") or []), len(report.get("clips") or []))
-
     def show_report(self, report: dict[str, Any] | None) -> None:
-        key = self._report_key(report)
-        if report and key == self._shown:
+        # the whole report, not its time and totals: two prepares within one second can
+        # differ only in one clip's decision (a flip that leaves totals as they were)
+        shown = (self.voice, report)
+        if report and shown == self._shown:
             return  # the same report re-read (takes changed): the tree is up to date
-        self._shown = key
+        self._shown = shown
         self.tree.clear()
         if not report:
             for card in self.cards.values():
