@@ -3,50 +3,22 @@
 Starts `voxshard` as a user would (its own process, `-platform xcb`), waits until
 the X server reports its mapped main window, takes a screenshot through a
 second X client, and quits it with SIGTERM (which closes the window cleanly).
-Needs Xvfb, xwininfo (x11-utils) and the xcb libraries Qt's xcb plugin loads;
-`.ci/run` installs them.
+Needs the `xvfb` fixture (tests/helpers/xserver.py) and the xcb libraries Qt's xcb
+plugin loads; `.ci/run` installs them.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_display() -> int:
-    for n in range(90, 140):
-        if not Path(f"/tmp/.X11-unix/X{n}").exists() and not Path(f"/tmp/.X{n}-lock").exists():
-            return n
-    raise RuntimeError("no free X display number between :90 and :139")
-
-
-@pytest.fixture
-def xvfb(tmp_path: Path) -> Iterator[str]:
-    if not shutil.which("Xvfb") or not shutil.which("xwininfo"):
-        pytest.skip("Xvfb or xwininfo is missing (apt-get install xvfb x11-utils)")
-    display = f":{_free_display()}"
-    proc = subprocess.Popen(["Xvfb", display, "-screen", "0", "1600x1000x24", "-nolisten",
-                             "tcp"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 30
-    while subprocess.run(["xwininfo", "-root", "-display", display], capture_output=True,
-                         timeout=10).returncode != 0:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"Xvfb did not start: {proc.stderr.read().decode()[-500:]}")
-        time.sleep(0.1)
-    yield display
-    proc.terminate()
-    proc.wait(10)
 
 
 def _windows(display: str) -> str:

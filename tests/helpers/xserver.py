@@ -1,0 +1,44 @@
+"""A real X server for the tests that need one: `xvfb`, a fresh Xvfb display (a plugin
+fixture, registered in tests/conftest.py).
+
+Qt's offscreen platform skips the window system; these tests start the app (or a
+wheel, a click) through Qt's xcb platform on Xvfb. Needs Xvfb and xwininfo
+(x11-utils); `.ci/run` installs them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def free_display() -> int:
+    for n in range(90, 140):
+        if not Path(f"/tmp/.X11-unix/X{n}").exists() and not Path(f"/tmp/.X{n}-lock").exists():
+            return n
+    raise RuntimeError("no free X display number between :90 and :139")
+
+
+@pytest.fixture
+def xvfb() -> Iterator[str]:
+    """The DISPLAY of a new 1600x1000 Xvfb server, stopped after the test."""
+    if not shutil.which("Xvfb") or not shutil.which("xwininfo"):
+        pytest.skip("Xvfb or xwininfo is missing (apt-get install xvfb x11-utils)")
+    display = f":{free_display()}"
+    proc = subprocess.Popen(["Xvfb", display, "-screen", "0", "1600x1000x24", "-nolisten",
+                             "tcp"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["xwininfo", "-root", "-display", display], capture_output=True,
+                         timeout=10).returncode != 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"Xvfb did not start: {proc.stderr.read().decode()[-500:]}")
+        time.sleep(0.1)
+    yield display
+    proc.terminate()
+    proc.wait(10)
