@@ -70,3 +70,58 @@ def test_background_save_completes_only_when_written(tmp_path: Path, group: None
     Checkpointer(tmp_path / "run", 0, 1).load(first, fresh, fresh_opt, None)
     assert all(torch.equal(fresh.state_dict()[k], v) for k, v in saved.items())
     ck.close()
+
+
+# -- a background save beside the step's own collectives (issue 29) ----------------------
+
+def _save_beside_collectives(rank: int, world: int, port: int, out_dir: str) -> None:
+    import datetime
+    import json
+
+    import torch.distributed as dist
+
+    from engine.train.checkpoint import Checkpointer
+
+    torch.set_num_threads(1)
+    # a mismatch between the two ranks' collectives shows as an error or a timeout
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            init_method=f"tcp://127.0.0.1:{port}",
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        model, opt = _model()
+        ck = Checkpointer(Path(out_dir) / "run", rank, world, keep=2, background=True)
+        sums = []
+        for step in range(1, 7):
+            ck.save(step, model, opt, None, {"epoch": 0, "position": step}, wait=False)
+            # the next step goes on at once: gradient clipping and the loss scaler all-reduce
+            # on the default group while the save's thread runs its own collectives
+            for _ in range(30):
+                t = torch.full((64,), float(rank + 1))
+                dist.all_reduce(t)
+                sums.append(float(t[0]))
+        done = ck.finish()
+        ck.close()
+        (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(
+            {"sums": sorted(set(sums)), "last": done.name if done else None}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_background_save_runs_beside_the_steps_collectives(tmp_path: Path) -> None:
+    """Two ranks: each background save's collectives run on the checkpointer's own
+    group, so the main thread's all-reduces never pair with a save's gather."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    from engine.layout.checkpoints import list_checkpoints
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_save_beside_collectives, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    for rank in range(2):
+        res = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert res["sums"] == [3.0], f"rank {rank}: an all-reduce met a save's collective"
+        assert res["last"] == "checkpoint_step_0000006"
+    assert [p.name for p in list_checkpoints(tmp_path / "run")][-1] == "checkpoint_step_0000006"

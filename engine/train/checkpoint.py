@@ -23,7 +23,8 @@ default is one). With `background=True` (GPU runs) the save is asynchronous:
 `dcp.async_save` copies the state to host memory and returns, the shards are
 written while training goes on, and `finish()` (the next step's end, the next
 save, or `close()`) waits for them and only then writes COMPLETE; a save never
-starts while another is still being written.
+starts while another is still being written. Saves, loads and the marker's
+barriers run on a gloo group of their own (`_own_group`), never the step's.
 
 Resume is exact when the world size is unchanged: model, optimizer,
 scheduler, step, data position and RNG all come back. With another world
@@ -193,6 +194,22 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def _own_group(world_size: int) -> Any:
+    """A gloo group of every rank for the checkpointer alone (None in one process).
+
+    A background save runs DCP's collectives from its own thread: on the default
+    group they would interleave with the step's (gradient clipping, the loss
+    scaler) in a different order on each rank, pairing one rank's gather with
+    another's all-reduce, a hang. Every rank makes it at the same point (the
+    Checkpointer is built once per run, on every rank), as `new_group` requires.
+    """
+    import torch.distributed as dist
+
+    if world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+        return None  # one rank: nothing to pair up, and no barrier to wait at
+    return dist.new_group(backend="gloo")
+
+
 class Checkpointer:
     """save / load / close for one run folder; every rank calls every method."""
 
@@ -211,13 +228,15 @@ class Checkpointer:
         self.threads = max(1, int(threads))
         #: (future, folder, step) of a background save not yet marked COMPLETE
         self._pending: tuple[Any, Any, int] | None = None
+        self.group = _own_group(world_size)
+
 
     # -- helpers -------------------------------------------------------------------------
     def _barrier(self) -> None:
         import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            dist.barrier()
+        if self.group is not None:
+            dist.barrier(group=self.group)
 
     def _state_dicts(self, model: Any, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -248,7 +267,8 @@ class Checkpointer:
         try:
             path.mkdir(parents=True, exist_ok=True)
             state = {"model": model_sd, "optim": optim_sd}
-            args = dcp_args(path, write=True, threads=self.threads)
+            args = dcp_args(path, write=True, threads=self.threads) | {
+                "process_group": self.group}
             if self.background:
                 self._pending = (dcp.async_save(state, **args), path, step)
             else:
@@ -325,9 +345,9 @@ class Checkpointer:
         except OSError:
             free_path, dev = where, -1
         mine = (socket.gethostname(), dev, int(need), free_bytes(free_path))
-        if dist.is_available() and dist.is_initialized() and self.world_size > 1:
+        if self.group is not None:
             every: list[Any] = [None] * self.world_size
-            dist.all_gather_object(every, mine)
+            dist.all_gather_object(every, mine, group=self.group)
         else:
             every = [mine]
         disks: dict[tuple[str, int], list[int]] = {}
@@ -376,7 +396,7 @@ class Checkpointer:
             raise FileNotFoundError(f"{path} is not a complete checkpoint")
         model_sd, optim_sd = self._state_dicts(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, **dcp_args(path, write=False))
+        dcp.load(state, **dcp_args(path, write=False), process_group=self.group)
         # strict=False: the frozen weights are deliberately not in the checkpoint
         from torch.distributed.checkpoint.state_dict import StateDictOptions
 
