@@ -43,6 +43,7 @@ import torch
 from engine.config.speak import SpeakOptions
 from engine.core.errors import Cancelled
 from engine.core.events import Emitter
+from engine.synth.capture import GATE
 from engine.synth.decoding import _graphs_enabled
 from engine.synth.prompt import build_prefill
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
@@ -89,7 +90,7 @@ class _Row:
 class ContinuousBatcher:
     """Runs speak requests of one loaded `Synthesizer` on a background thread."""
 
-    def __init__(self, synth: Any, rows: int = 8) -> None:
+    def __init__(self, synth: Any, rows: int = 8, graphs: bool | None = None) -> None:
         self.synth = synth
         self.fast = synth.fast
         self.size = rows
@@ -113,7 +114,8 @@ class ContinuousBatcher:
         self.longest_text = 0
         self._host_slot: dict[int, int] = {}
         self._cuda = self.fast.device.type == "cuda"
-        self._graphs = self._cuda and _graphs_enabled()
+        # graphs=True off CUDA: the capture path with `RowBatch._record` replaced (tests)
+        self._graphs = self._cuda and _graphs_enabled() if graphs is None else graphs
         #: two host buffers for the rows' tokens (pinned on CUDA) and their copy events
         self._tokens = [torch.zeros(rows, dtype=torch.long, pin_memory=self._cuda)
                         for _ in range(2)]
@@ -183,8 +185,9 @@ class ContinuousBatcher:
                 if self._stop and not self._requests:
                     return
             try:
-                # every buffer of the batch is made and updated in inference mode
-                with torch.inference_mode():
+                # every buffer of the batch is made and updated in inference mode; one
+                # turn is one GPU section (a capture of another thread waits for it)
+                with GATE.section(), torch.inference_mode():
                     self._drop_cancelled()
                     self._admit()
                     if self._active():
@@ -279,7 +282,7 @@ class ContinuousBatcher:
         if self.fast.device.type != "cuda" or not _graphs_enabled():
             return
         settings = self.synth.decode_settings(SpeakOptions())
-        with torch.inference_mode():
+        with GATE.section(), torch.inference_mode():
             batch = self._new_batch(settings, self._width(settings), 2048, 256, 1024)
             batch.prepare(True)
 
@@ -396,7 +399,7 @@ class ContinuousBatcher:
         while (item := self._finish_queue.get()) is not None:
             request, cancelled = item
             try:
-                with torch.inference_mode():
+                with GATE.section(), torch.inference_mode():
                     self._write(request, cancelled)
             finally:
                 with self._cond:

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from engine.synth.capture import CAPTURE_ERROR_MODE, GATE
 from engine.synth.quant import linear
 from engine.synth.sampling import FrameNoise, RowSampler, SamplerSettings, choose
 
@@ -258,7 +259,8 @@ class RowBatch:
     def _capture(self, span: int) -> bool:
         self.capture_attempts += 1
         try:
-            self.graphs[span] = self._record(lambda: self.frame(span))
+            with GATE.capture():  # alone on the GPU: no other thread's work breaks it
+                self.graphs[span] = self._record(lambda: self.frame(span))
             return True
         except RuntimeError as exc:
             # capture is an optimisation: this span runs eagerly from now on (never
@@ -276,7 +278,8 @@ class RowBatch:
         if pool is None:
             pool = self.fast.graph_pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, stream=self._side):
+        with torch.cuda.graph(graph, pool=pool, stream=self._side,
+                              capture_error_mode=CAPTURE_ERROR_MODE):
             frame()
         return graph
 

@@ -45,6 +45,7 @@ from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import Cancelled, InputError, VoxshardError
 from engine.core.events import Emitter, Event
 from engine.synth.batcher import BatchRequest, ContinuousBatcher
+from engine.synth.capture import GATE
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
 from engine.text import split_text
@@ -217,8 +218,9 @@ class SpeechWorker:
                     earlier.join()  # one stream at a time, in the order asked
                 if batcher is not None:
                     batcher.wait_idle()
-                result = synth.speak_to_file(text, out, options, fmt, emitter, job.cancel,
-                                             stream=True)
+                with GATE.section():  # beside the finisher; alone for its own captures
+                    result = synth.speak_to_file(text, out, options, fmt, emitter,
+                                                 job.cancel, stream=True)
             except BaseException as exc:
                 self._end(job, None, exc)
             else:

@@ -1,0 +1,145 @@
+"""CUDA graph captures run alone on the GPU (issue 29): the gate's protocol, and the
+real batcher whose capture is replaced by a probe while its finisher decodes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.synth.capture import GATE, GpuGate
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "deadlock: a thread never finished"
+
+
+def test_a_capture_waits_for_other_sections_and_keeps_new_ones_out() -> None:
+    gate = GpuGate()
+    seen: list[set[int]] = []
+    in_section = threading.Event()
+    release = threading.Event()
+
+    def decoder() -> None:
+        with gate.section():
+            in_section.set()
+            release.wait(10)
+
+    def capturer() -> None:
+        with gate.section():  # the batcher captures from inside its own turn
+            in_section.wait(10)
+            with gate.capture():
+                seen.append(gate.inside())
+                time.sleep(0.05)  # a late section must not get in meanwhile
+                seen.append(gate.inside())
+
+    def late() -> None:
+        in_section.wait(10)
+        time.sleep(0.02)
+        with gate.section():
+            pass
+
+    threads = [threading.Thread(target=f) for f in (decoder, capturer, late)]
+    for t in threads:
+        t.start()
+    in_section.wait(10)
+    time.sleep(0.1)
+    assert not seen  # the capture is still waiting for the decoder
+    release.set()
+    _join(threads)
+    assert seen == [set(), set()]  # nobody else inside while it captured
+
+
+def test_two_threads_capturing_from_inside_their_sections_do_not_deadlock() -> None:
+    gate = GpuGate()
+    both_in = threading.Barrier(2)
+    order: list[int] = []
+
+    def worker() -> None:
+        with gate.section():
+            both_in.wait(10)
+            with gate.capture():
+                order.append(threading.get_ident())
+                assert gate.inside() == set()
+            with gate.section():  # nested after the capture: still its own
+                pass
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    _join(threads)
+    assert len(order) == 2
+
+
+def test_the_batcher_captures_only_while_no_other_thread_is_on_the_gpu(
+        tiny_model_dir: Path, piper_sentences: list[dict[str, Any]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request of new settings makes a new batch, whose frames are captured exactly
+    while the finisher decodes the request before it (slowed down here): the probe that
+    stands in for the capture fails if the decoder is running when it is called."""
+    from engine.config.speak import SpeakOptions
+    from engine.core.events import Emitter
+    from engine.synth.batcher import BatchRequest, ContinuousBatcher
+    from engine.synth.rows import RowBatch
+    from engine.synth.synthesizer import Synthesizer
+    from engine.synth.voice import resolve_source
+
+    source = resolve_source(tiny_model_dir, reference=Path(piper_sentences[0]["path"]),
+                            x_vector_only=True)
+    synth = Synthesizer.load(source, device="cpu", dtype="float32")
+    decoding = threading.Event()
+    real_decode = synth.decode_audio
+
+    def slow_decode(codes: Any) -> Any:
+        decoding.set()
+        try:
+            time.sleep(0.5)
+            return real_decode(codes)
+        finally:
+            decoding.clear()
+
+    monkeypatch.setattr(synth, "decode_audio", slow_decode)
+    captures: list[tuple[bool, set[int]]] = []
+
+    class Replay:
+        def __init__(self, frame: Any) -> None:
+            self.frame = frame
+
+        def replay(self) -> None:
+            self.frame()
+
+    def probe(self: RowBatch, frame: Any) -> Replay:
+        me = threading.get_ident()
+        captures.append((decoding.is_set(), GATE.inside() - {me}))
+        return Replay(frame)
+
+    monkeypatch.setattr(RowBatch, "_record", probe)
+    done = threading.Semaphore(0)
+    errors: list[BaseException] = []
+
+    def finished(_result: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            errors.append(exc)
+        done.release()
+
+    batcher = ContinuousBatcher(synth, rows=2, graphs=True)
+    try:
+        for rid, sample in (("greedy", False), ("sampled", True)):
+            batcher.submit(BatchRequest(
+                rid=rid, text="A short sentence.", out=str(tmp_path / f"{rid}.wav"),
+                fmt="wav", options=SpeakOptions(seed=3, max_frames=6, do_sample=sample,
+                                                subtalker_do_sample=sample,
+                                                loudness_lufs=None),
+                emitter=Emitter(None), done=finished))
+        for _ in range(2):
+            assert done.acquire(timeout=240)
+    finally:
+        batcher.close()
+    assert not errors
+    assert len(captures) >= 2, captures  # each batch captured its span
+    assert all(not busy and not others for busy, others in captures), captures
