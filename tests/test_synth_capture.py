@@ -143,3 +143,41 @@ def test_the_batcher_captures_only_while_no_other_thread_is_on_the_gpu(
     assert not errors
     assert len(captures) >= 2, captures  # each batch captured its span
     assert all(not busy and not others for busy, others in captures), captures
+
+
+def test_a_loaded_voice_is_frozen_and_its_batches_carry_no_autograd_history(
+        tiny_model_dir: Path, piper_sentences: list[dict[str, Any]]) -> None:
+    import torch
+
+    from engine.config.speak import SpeakOptions
+    from engine.synth.sampling import noise_width
+    from engine.synth.synthesizer import Synthesizer
+    from engine.synth.voice import resolve_source
+
+    source = resolve_source(tiny_model_dir, reference=Path(piper_sentences[0]["path"]),
+                            x_vector_only=True)
+    synth = Synthesizer.load(source, device="cpu", dtype="float32")
+    assert not any(p.requires_grad for p in synth.model.parameters())
+    fast = synth.fast
+    settings = synth.decode_settings(SpeakOptions())
+    width = max(noise_width(settings.talker, fast.vocab),
+                noise_width(settings.predictor, fast.p_vocab), 1)
+    rows = fast.row_batch(1, 64, 16, 32, settings, width)  # outside any inference mode
+    held = [v for v in vars(rows).values() if isinstance(v, torch.Tensor)]
+    held += [t for kv in rows.t_cache for t in kv]
+    assert held and not any(t.requires_grad or t.grad_fn is not None for t in held)
+
+
+def test_gpus_below_compute_capability_8_speak_in_fp16_as_training_computes() -> None:
+    import torch
+
+    from engine.synth.synthesizer import resolve_dtype
+    from engine.train.precision import resolve_precision
+
+    for cap, dtype, precision in (((7, 5), torch.float16, "fp16"),
+                                  ((7, 0), torch.float16, "fp16"),
+                                  ((8, 0), torch.bfloat16, "bf16"),
+                                  ((9, 0), torch.bfloat16, "bf16")):
+        assert resolve_dtype("auto", "cuda", capability=cap) == dtype
+        assert resolve_precision("auto", "cuda", cap) == precision
+    assert resolve_dtype("fp16", "cpu") == torch.float16

@@ -341,6 +341,7 @@ class FastTalker:
         #: one CUDA graph memory pool for every captured frame of this model
         self.graph_pool: Any = None
 
+    @torch.inference_mode()
     def prepare(self, settings: DecodeSettings, text_chars: int = 220) -> Any:
         """Capture the frame graphs of the common request shape now (at load): one
         row, a chunk of up to `text_chars` characters. A no-op off CUDA or with

@@ -22,6 +22,7 @@ from engine.asr.recognizer import ENV_VAR, find_whisper, transcribe_file
 from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import Cancelled, InputError, ModelError, SynthesisError, VoxshardError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.model.dtypes import gpu_half
 from engine.model.loading import load_model
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
 from engine.synth.stream import GrowingFile, StreamDecoder, expected_speech_s
@@ -106,14 +107,16 @@ def cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def resolve_dtype(dtype: Any, device: str | None) -> Any:
+def resolve_dtype(dtype: Any, device: str | None,
+                  capability: tuple[int, int] | None = None) -> Any:
     """The weight dtype to load with (see `Synthesizer.load`).
 
     The released weights are bf16. On a CPU with native bf16 math a bf16
     weight read costs half the memory traffic of fp32 and batched chunks cost
     little more than one (measured: 0.74 ms for one row of a 1024x3072 layer,
     0.86 ms for eight, against 0.93 / 1.97 ms in fp32), so auto picks bf16
-    there; elsewhere fp32, because emulated bf16 is slow.
+    there; elsewhere fp32, because emulated bf16 is slow. On a GPU: bf16, or fp16
+    below compute capability 8.0 (`capability`, default: the device's own).
     """
     import torch
 
@@ -124,10 +127,17 @@ def resolve_dtype(dtype: Any, device: str | None) -> Any:
         return torch.float32
     if name in ("bfloat16", "bf16"):
         return torch.bfloat16
+    if name in ("float16", "fp16"):
+        return torch.float16
     if name != "auto":
-        raise InputError(f"Unknown dtype {dtype!r}.", "Use auto, float32 or bfloat16.")
+        raise InputError(f"Unknown dtype {dtype!r}.", "Use auto, float32, bfloat16 or float16.")
     on_gpu = (device or "").startswith("cuda") or (device is None and torch.cuda.is_available())
-    return torch.bfloat16 if on_gpu or cpu_has_bf16() else torch.float32
+    if on_gpu:
+        # the rule training uses: fp16 below compute capability 8.0, where bf16 is emulated
+        if capability is None and torch.cuda.is_available():
+            capability = torch.cuda.get_device_capability(device or None)
+        return torch.bfloat16 if gpu_half(capability) == "bf16" else torch.float16
+    return torch.bfloat16 if cpu_has_bf16() else torch.float32
 
 
 class Synthesizer:
@@ -140,6 +150,9 @@ class Synthesizer:
 
         self.wrapper = wrapper
         self.model = wrapper.model
+        # frozen: nothing derived from the weights (packed layers, prepared buffers,
+        # captured graphs) carries autograd history or keeps activations for backward
+        self.model.requires_grad_(False)
         self.processor = wrapper.processor
         self.source = source
         self.speaker_vector = speaker_vector

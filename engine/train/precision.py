@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.model.dtypes import BF16_CAPABILITY, gpu_half
+
 CHOICES: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
-#: the first compute capability with native bf16 (Ampere)
-BF16_CAPABILITY = (8, 0)
 
 
 class PrecisionError(ValueError):
@@ -38,7 +38,7 @@ def resolve_precision(choice: str, device_type: str,
         raise PrecisionError(f"Unknown precision {choice!r}; use one of {', '.join(CHOICES)}.")
     if device_type != "cuda":
         return "fp32" if choice == "auto" else choice
-    has_bf16 = capability is None or tuple(capability) >= BF16_CAPABILITY
+    has_bf16 = gpu_half(capability) == "bf16"
     if choice == "auto":
         return "bf16" if has_bf16 else "fp16"
     if choice == "bf16" and not has_bf16:
