@@ -26,12 +26,15 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMainWindow,
     QMessageBox,
+    QSizePolicy,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from engine.audio import sound
 from engine.catalog import VoiceSnapshot, speaker_name
+from engine.core import syslibs
 from gui import __version__
 from gui.context import APP_NAME, ORG_NAME, AppContext, default_workspace
 from gui.jobs import EngineJob
@@ -64,10 +67,8 @@ def versions() -> list[tuple[str, str]]:
         except metadata.PackageNotFoundError:
             out.append((dist, "not installed"))
     try:
-        import sounddevice as sd
-
-        out.append(("PortAudio", sd.get_portaudio_version()[1].split(",")[0]))
-    except Exception:
+        out.append(("PortAudio", sound.sd.get_portaudio_version()[1].split(",")[0]))
+    except Exception:  # DeviceError: PortAudio did not load
         out.append(("PortAudio", "not found"))
     return out
 
@@ -112,6 +113,16 @@ class MainWindow(QMainWindow):
         # what runs, with a Cancel for each job (download, import, export, compare...)
         self.jobs_panel = JobsPanel(self.ctx.jobs)
         self.statusBar().addPermanentWidget(self.jobs_panel)
+        # without PortAudio the window works, silent: say so where it stays in view
+        self.sound_notice: QLabel | None = None
+        if why := sound.unavailable():
+            self.sound_notice = QLabel(why)
+            self.sound_notice.setObjectName("ClipWarning")
+            self.sound_notice.setToolTip(why)
+            # the status bar may be narrower than the sentence: never widen the window for it
+            self.sound_notice.setSizePolicy(QSizePolicy.Policy.Ignored,
+                                            QSizePolicy.Policy.Preferred)
+            self.statusBar().addWidget(self.sound_notice, 1)
         self.ctx.status.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         self.ctx.voice_changed.connect(self._voice_changed)
         self.ctx.reader.voice_loaded.connect(self._voice_read)
@@ -411,12 +422,41 @@ def no_display_reason(env: dict[str, str] | None = None) -> str | None:
             "(QT_QPA_PLATFORM=offscreen runs the window without a screen).")
 
 
+def qt_platforms(argv: list[str], env: dict[str, str]) -> list[str]:
+    """The platform plugins Qt will try, in its order: `-platform`, QT_QPA_PLATFORM, or
+    the session's (Wayland first when there is one, then X11's xcb)."""
+    chosen = env.get("QT_QPA_PLATFORM", "")
+    for i, arg in enumerate(argv[1:-1], start=1):
+        if arg in ("-platform", "--platform"):
+            chosen = argv[i + 1]
+    if not chosen:
+        wayland = bool(env.get("WAYLAND_DISPLAY")) or env.get("XDG_SESSION_TYPE") == "wayland"
+        chosen = "wayland;xcb" if wayland else "xcb"
+    # "xcb:option=value" names a plugin with its options
+    return [name.split(":")[0] for name in chosen.split(";") if name]
+
+
+def platform_libraries_reason(argv: list[str], env: dict[str, str] | None = None) -> str | None:
+    """Why Qt's xcb platform (the only one it would try) cannot load here, or None.
+
+    Without one of its libraries Qt aborts with a list of plugins; this names the library
+    and the line that installs it, before any QApplication exists."""
+    env = dict(os.environ if env is None else env)
+    if not sys.platform.startswith("linux") or qt_platforms(argv, env) != ["xcb"]:
+        return None
+    gone = syslibs.missing([syslibs.XCB])
+    if not gone:
+        return None
+    return (f"The window cannot open on this X11 desktop because "
+            f"{syslibs.describe(gone, syslibs.package_manager())}.")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     smoke = "--smoke-test" in argv  # packaging check: start, show, quit
     if smoke:
         argv.remove("--smoke-test")
-    reason = no_display_reason()
+    reason = no_display_reason() or platform_libraries_reason(argv)
     if reason:
         # Qt would abort with a plugin list; say what to do instead.
         print(f"error: {reason}", file=sys.stderr)
@@ -446,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
         def report() -> None:
             print(f"Voxshard started: {len(window.pages)} pages, "
                   + ", ".join(f"{k} {v}" for k, v in versions()[:4]))
+            if window.sound_notice is not None:  # what the window shows in its status bar
+                print(f"Sound: {window.sound_notice.text()}")
             window.close()
 
         QTimer.singleShot(200, report)

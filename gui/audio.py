@@ -16,9 +16,11 @@ from pathlib import Path
 from time import monotonic
 
 import numpy as np
-import sounddevice as sd
 import soundfile as sf
 from PySide6.QtCore import QObject, QTimer, Signal
+
+# sounddevice loads PortAudio, which may be missing: the window opens without sound
+from engine.audio.sound import sd, unavailable
 
 CLIP_LEVEL = 0.99  # a sample at or above this is taken as clipped
 HOLD_AFTER_STOP_MS = 300  # keep recording briefly so the last word is not cut
@@ -120,6 +122,9 @@ class Recorder(QObject):
 
     def start(self, device: int | None = None, keep: bool = True) -> bool:
         self.abort()
+        if why := unavailable():
+            self.failed.emit(why)
+            return False
         self.samplerate = device_samplerate(device, "input")
         self.keep = keep
         with self._lock:
@@ -381,6 +386,9 @@ class Player(QObject):
         self._pos = 0
         self.samplerate = int(samplerate)
         self._done.clear()
+        if why := unavailable():
+            self.failed.emit(why)
+            return False
         try:
             self._stream = sd.OutputStream(device=self.device, channels=1, dtype="float32",
                                            samplerate=self.samplerate, latency="high",

@@ -34,6 +34,7 @@ class AppContext(QObject):
         self.jobs = JobManager(self)
         self.speech = SpeechService(self.jobs, self)
         self.player = Player(self)
+        self.player.failed.connect(self.status.emit)  # e.g. no PortAudio: say what to install
         out_dev = self.settings.value("audio/output_device")
         self.player.device = int(out_dev) if out_dev not in (None, "", "None") else None
         self.workspace: Path | None = None

@@ -28,7 +28,8 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from engine.core.errors import InputError, SynthesisError
+from engine.audio import sound
+from engine.core.errors import DeviceError, InputError, SynthesisError
 from engine.synth.jitter import PrebufferPolicy
 from engine.synth.render import _SUBTYPES
 from engine.text import spoken_weight
@@ -207,10 +208,9 @@ class Player:
     def __init__(self, sample_rate: int = 24000, device: Any = None,
                  max_delay_s: float = 4.0, min_prebuffer_s: float = 0.25) -> None:
         try:
-            import sounddevice as sd
-        except (ImportError, OSError) as exc:
-            raise SynthesisError("No sound output is available (PortAudio did not load).",
-                                 "Install libportaudio2, or write a file with -o.") from exc
+            sd = sound.sounddevice()
+        except DeviceError as exc:  # PortAudio did not load: what to install, or -o
+            raise SynthesisError(exc.message, "Or write a file with -o.") from exc
 
         self.sample_rate = sample_rate
         self.policy = PrebufferPolicy(min_s=min_prebuffer_s, max_delay_s=max_delay_s)

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.audio.sound import unavailable
 from engine.catalog import VoiceSnapshot
 from gui import audio as au
 from gui.context import AppContext
@@ -103,6 +104,7 @@ class RecordPage(Page):
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
         super().__init__(ctx, parent)
         self.recorder = au.Recorder(self)
+        self.no_sound = unavailable()  # no PortAudio: nothing can be recorded; say why
         self.recorder.stopped.connect(self._stopped)
         self.recorder.failed.connect(lambda m: show_error(self, "Recording failed", m))
         self.prompts = PromptSource()
@@ -209,6 +211,9 @@ class RecordPage(Page):
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         ctx.reader.voice_loaded.connect(self._voice_loaded)
         self._fill_devices()
+        if self.no_sound:
+            self.rec_state.setText(self.no_sound)
+            self.rec_state.setWordWrap(True)
         self._update_buttons()
 
     # -- devices -----------------------------------------------------------------
@@ -484,14 +489,14 @@ class RecordPage(Page):
         rec = self.recorder.active and not self.testing
         has_take = self.take_audio is not None and not rec
         can_record = self.voice is not None and self.prompt is not None
-        self.rec_btn.setEnabled(can_record or rec)
+        self.rec_btn.setEnabled((can_record or rec) and not self.no_sound)
         self.accept_btn.setEnabled(has_take)
         self.retake_btn.setEnabled(has_take)
         self.play_btn.setEnabled(has_take)
         self.skip_btn.setEnabled(can_record and not rec)
         self.back_btn.setEnabled(self.voice is not None and bool(self.prompts.prompts)
                                  and not rec)
-        self.test_btn.setEnabled(not rec)
+        self.test_btn.setEnabled(not rec and not self.no_sound)
 
     def shown(self) -> None:
         for sc in self.shortcuts:
