@@ -181,3 +181,59 @@ def test_gpus_below_compute_capability_8_speak_in_fp16_as_training_computes() ->
         assert resolve_dtype("auto", "cuda", capability=cap) == dtype
         assert resolve_precision("auto", "cuda", cap) == precision
     assert resolve_dtype("fp16", "cpu") == torch.float16
+
+
+def test_alternating_default_and_greedy_requests_recapture_nothing(
+        tiny_model_dir: Path, piper_sentences: list[dict[str, Any]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default and the greedy batches are captured at load and both kept: requests
+    that switch between them reuse their graphs (one kept batch recaptured at each
+    switch)."""
+    from engine.config.speak import SpeakOptions
+    from engine.core.events import Emitter
+    from engine.synth.batcher import BatchRequest, ContinuousBatcher
+    from engine.synth.rows import RowBatch
+    from engine.synth.synthesizer import Synthesizer
+    from engine.synth.voice import resolve_source
+
+    source = resolve_source(tiny_model_dir, reference=Path(piper_sentences[0]["path"]),
+                            x_vector_only=True)
+    synth = Synthesizer.load(source, device="cpu", dtype="float32")
+    captured: list[int] = []
+
+    class Replay:
+        def __init__(self, frame: Any) -> None:
+            self.frame = frame
+
+        def replay(self) -> None:
+            self.frame()
+
+    def probe(self: RowBatch, frame: Any) -> Replay:
+        captured.append(id(self))
+        return Replay(frame)
+
+    monkeypatch.setattr(RowBatch, "_record", probe)
+    results: list[Any] = []
+    done = threading.Semaphore(0)
+
+    def finished(result: Any, exc: BaseException | None) -> None:
+        results.append(exc or result)
+        done.release()
+
+    batcher = ContinuousBatcher(synth, rows=2, graphs=True)
+    try:
+        batcher.prepare()
+        at_load = len(captured)
+        assert at_load >= 2 and len(set(captured)) == 2  # two batches, every span
+        for i, sample in enumerate((False, True, False, True)):
+            batcher.submit(BatchRequest(
+                rid=f"r{i}", text="A short sentence.", out=str(tmp_path / f"{i}.wav"),
+                fmt="wav", options=SpeakOptions(seed=i, max_frames=6, do_sample=sample,
+                                                subtalker_do_sample=sample,
+                                                loudness_lufs=None),
+                emitter=Emitter(None), done=finished))
+            assert done.acquire(timeout=240)  # one after another: each switches batch
+    finally:
+        batcher.close()
+    assert all(isinstance(r, dict) for r in results), results
+    assert len(captured) == at_load  # nothing captured again

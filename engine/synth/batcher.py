@@ -13,7 +13,8 @@ penalty are per-row values, so requests differing only in those share rows.
 Admission is fair:
 - by age across settings: when the oldest waiting request has other
   settings, no younger request is admitted past it; the rows drain and the
-  batch switches to its settings;
+  batch switches to its settings (the last `KEEP_BATCHES` batches are kept
+  with their captured graphs, the default and greedy ones from load on);
 - round-robin across requests: a free row goes to the waiting request (of
   those not behind a request with other settings) with the fewest rows, so
   one long request cannot hold every row while others wait.
@@ -24,7 +25,9 @@ prefill (a chunk whose text does not fit waits for a bigger batch), so every
 chunk's text and end-of-text marker are fed.
 
 A finished request is decoded, levelled and written on a second thread
-(`speech-finisher`), so the rows still generating never pause for it.
+(`speech-finisher`), so the rows still generating never pause for it. Each
+turn of the batch and each decode is a GPU section of `capture.GATE`, so a
+capture never runs beside another thread's GPU work.
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, write_
 from engine.synth.rows import RowBatch, bucket, settings_key
 from engine.synth.sampling import choose, noise_width, row_keys
 from engine.text import Chunk, split_text
+
+#: batches (and their captured graphs) kept at once: requests that alternate between
+#: two settings (the default and greedy) recapture nothing; each batch holds its own
+#: KV caches, so more would cost a model's worth of memory at 1.7B
+KEEP_BATCHES = 2
 
 
 @dataclass
@@ -104,6 +112,8 @@ class ContinuousBatcher:
         self._cond = threading.Condition()
         self._stop = False
         self._batch: RowBatch | None = None
+        #: the batches kept with their graphs, least recently used first (`KEEP_BATCHES`)
+        self._kept: list[RowBatch] = []
         self._rows: list[_Row | None] = [None] * rows
         #: admissions into a free row while another row was mid-utterance
         self.refills = 0
@@ -175,6 +185,7 @@ class ContinuousBatcher:
         self._finish_queue.put(None)
         self._finisher.join()
         self._batch = None  # its caches are the bulk of the worker's memory
+        self._kept.clear()
 
     # -- batch side --------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -248,8 +259,10 @@ class ContinuousBatcher:
         return max(noise_width(settings.talker, self.fast.vocab),
                    noise_width(settings.predictor, self.fast.p_vocab), 1)
 
-    def _fits(self, unit: _Unit, needed: int, text: int) -> bool:
-        batch, settings = self._batch, unit.request.settings
+    def _fits(self, unit: _Unit, needed: int, text: int,
+              batch: RowBatch | None = None) -> bool:
+        batch = self._batch if batch is None else batch
+        settings = unit.request.settings
         return (batch is not None and batch.capacity >= needed
                 and batch.limit >= unit.chunk.max_frames + 16
                 and batch.trail_cap >= text
@@ -262,7 +275,13 @@ class ContinuousBatcher:
         if self._fits(unit, needed, text):
             assert self._batch is not None
             return self._batch
-        self._batch = None  # free the old caches before the new ones are made
+        kept = next((b for b in reversed(self._kept) if self._fits(unit, needed, text, b)),
+                    None)
+        if kept is not None:  # back to settings used before: its graphs are captured
+            self._kept.remove(kept)
+            self._kept.append(kept)
+            self._batch = kept
+            return kept
         # fixed buckets, so the next requests fit (and reuse its graphs); the trail
         # has room for every text position of this chunk
         batch = self._new_batch(settings, width, bucket(needed, 1024),
@@ -271,20 +290,27 @@ class ContinuousBatcher:
 
     def _new_batch(self, settings: Any, width: int, capacity: int, trail: int,
                    limit: int) -> RowBatch:
+        while len(self._kept) >= KEEP_BATCHES:
+            gone = self._kept.pop(0)  # its caches are freed before the new ones are made
+            if gone is self._batch:
+                self._batch = None
         batch = RowBatch(self.fast, self.size, capacity, trail, limit, settings, width)
         batch.key_valid[:, 0] = True  # idle rows attend to something: no NaN
         self._batch = batch
+        self._kept.append(batch)
         return batch
 
     def prepare(self) -> None:
-        """On CUDA: make the batch of the default settings and capture its frame graphs
-        now (at load), not during the first requests."""
-        if self.fast.device.type != "cuda" or not _graphs_enabled():
+        """On CUDA: make the batches of the default and the greedy settings and capture
+        their frame graphs now (at load), not during the first requests."""
+        if not self._graphs:
             return
-        settings = self.synth.decode_settings(SpeakOptions())
+        greedy = SpeakOptions(do_sample=False, subtalker_do_sample=False)
         with GATE.section(), torch.inference_mode():
-            batch = self._new_batch(settings, self._width(settings), 2048, 256, 1024)
-            batch.prepare(True)
+            for options in (greedy, SpeakOptions())[:KEEP_BATCHES]:
+                settings = self.synth.decode_settings(options)
+                batch = self._new_batch(settings, self._width(settings), 2048, 256, 1024)
+                batch.prepare(True)
 
     def _start_row(self, b: int, unit: _Unit) -> bool:
         """Prefill `unit` into row `b`; False when it must wait for the rows to drain
@@ -459,6 +485,7 @@ class ContinuousBatcher:
             self._pending.clear()
         self._rows = [None] * self.size
         self._batch = None
+        self._kept.clear()
         self._blocked = None
         for request in requests:
             with self._cond:
