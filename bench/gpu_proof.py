@@ -1,8 +1,8 @@
 """The GPU proof: Voxshard's own training path, measured on the GPUs of this machine.
 
-    python bench/gpu_proof.py               # every visible GPU; prints a table and JSON
+    python bench/gpu_proof.py --out $OUT    # every visible GPU; a table, row by row, and JSON
     python bench/gpu_proof.py --tiny        # the same script on CPU with the tiny model
-    python bench/gpu_proof.py --json out.json --sizes 0.6b --steps 6
+    python bench/gpu_proof.py --json out.json --sizes 0.6b --steps 6 --budget-s 0
 
 What runs, per model size (random weights at the real 0.6B and 1.7B widths
 from qwen3-tts-facts.md, written once to a cache folder; no download) and per
@@ -17,8 +17,21 @@ this runs where Ray cannot be installed; with `--tiny` (or `--ray` where Ray
 is installed) the same loop also runs through Ray Train (`engine.train.launch`)
 and its losses must equal the Ray-free run's.
 
-Checked and printed per configuration: final loss; save at the middle step,
-resume from it, and the resumed steps' losses equal to the uninterrupted run
+Each configuration runs in processes of its own, and its row is printed and
+appended to `--out` (gpu_proof.jsonl, gpu_proof.txt) the moment it ends: a
+configuration whose process raises or dies is one "failed" row and the next
+one starts; a proof killed at its command's time limit keeps every row before.
+`--budget-s` (default 540: one 10-minute command) starts a configuration only
+when its estimate fits in the time left and stops one still running at the
+limit. The default order measures every configuration at 0.6B, then 1.7B's
+plain, offload and LoRA first. Threads per process are the product's
+(`engine.train.driver.worker_threads`: under CPU offload AdamW runs on the
+host, on all its cores); the sockets and GPU numbering too
+(`engine.train.launch.process_env`).
+
+Checked and printed per configuration: final loss; for plain and LoRA one save
+just past the middle step (the run's only save), resume from it, and the
+resumed steps' losses equal to the uninterrupted run
 (`resume_equal`); allocator peak and device-level used memory per GPU against
 the plan's prediction; step time, tokens/s and model FLOPs utilisation (MFU:
 model FLOPs of the step, see `model_flops`, over the GPU's bf16 dense peak;
@@ -58,12 +71,16 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from engine.core.jsonl import append_jsonl  # noqa: E402  (after the path: run as a script)
 
 GIB = float(1 << 30)
 #: resumed vs uninterrupted loss on a GPU (non-deterministic attention backward, bf16)
@@ -148,6 +165,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 #: configurations that only mean something on a GPU
 GPU_ONLY = ("offload", "compiled")
+#: after the first size, a larger one starts with these (then the rest, while time lasts)
+LARGER_FIRST = ("plain", "offload", "lora")
 #: bf16 dense peak FLOP/s by GPU name (vendor data sheets; SXM parts)
 PEAK_BF16 = (("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12),
              ("L40S", 362e12), ("L4", 121e12), ("A10", 125e12), ("4090", 165e12),
@@ -267,17 +286,30 @@ def proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
                       prepare=lambda b: batch_to_device(b, device, pin=True))
 
 
-# -- one configuration, Ray-free -------------------------------------------------------
+# -- one configuration, Ray-free, in processes of its own ------------------------------
 
-def _loop_config(cfg: Any, run_dir: Path, model_dir: Path, steps: int, seconds: float,
-                 save: bool) -> dict[str, Any]:
-    return {"config": cfg.to_dict(), "run_dir": str(run_dir), "total_steps": steps,
-            "builder": "bench.gpu_proof:proof_builder", "model_dir": str(model_dir),
-            "seconds": seconds, "save_final": save}
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name)
 
 
-def _rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
-    """One process of the Ray-free run: every configuration of the job, in turn."""
+def resume_step(steps: int) -> int | None:
+    """The step a resumed configuration saves at: past the middle, so it is the run's only
+    save (no second interval save, no final one); None when too few steps follow it."""
+    step = steps // 2 + 1
+    return step if step < steps else None
+
+
+def _loop_config(cfg: Any, run_dir: Path, job: dict[str, Any], builder: str | None
+                 ) -> dict[str, Any]:
+    return {"config": cfg.to_dict(), "run_dir": str(run_dir), "total_steps": job["steps"],
+            "builder": builder or "bench.gpu_proof:proof_builder",
+            "model_dir": job["model_dir"], "seconds": job["seconds"], "save_final": False}
+
+
+def _rank_main(rank: int, world: int, port: int, job: dict[str, Any], name: str) -> None:
+    """One process of one configuration: the run, then (if resumed) the run again from its
+    one checkpoint; the results go to a file, an exception ends the process (the parent
+    reports it and goes on with the next configuration)."""
     import torch
     import torch.distributed as dist
 
@@ -290,58 +322,30 @@ def _rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
     use_gpu = bool(job["use_gpu"])
     if use_gpu:
         torch.cuda.set_device(rank)
-    else:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dist.init_process_group(process_group_backend(use_gpu), rank=rank, world_size=world,
                             init_method=f"tcp://127.0.0.1:{port}")
-    results: dict[str, Any] = {}
     try:
-        for name, overrides in job["configs"].items():
-            cfg = TrainConfig.from_dict(json.loads(json.dumps(job["base_config"])))
-            cfg = cfg.replace(**overrides) if overrides else cfg
-            run_dir = Path(job["out"]) / f"{name}-n{world}"
-            steps, half = job["steps"], job["steps"] // 2
-            resume = job["resume"] and name in job["resume_configs"]
-            cfg = cfg.replace(run={"checkpoint_every": half if resume else 1 << 30,
-                                   "keep_checkpoints": 2, "val_every": 0})
-            model_dir = Path(job["model_dir"])
-            res: dict[str, Any] = {}
-            try:
-                sender = ListSender()
-                summary = run_worker(_loop_config(cfg, run_dir, model_dir, steps,
-                                                  job["seconds"], resume),
-                                     WorkerEnv(rank=rank, world=world, sender=sender))
-                res["train"] = [r for r in sender.records if r["kind"] == "train"]
-                res["logs"] = [r["message"] for r in sender.records if r["kind"] == "log"]
-                res["state_bytes"] = summary["state_bytes"]
-                if resume:
-                    # resume from the middle checkpoint: the final one goes first
-                    dist.barrier()
-                    if rank == 0:
-                        from engine.layout.checkpoints import checkpoint_name
-
-                        shutil.rmtree(run_dir / checkpoint_name(steps), ignore_errors=True)
-                    dist.barrier()
-                    again = ListSender()
-                    run_worker(_loop_config(cfg, run_dir, model_dir, steps, job["seconds"],
-                                            False), WorkerEnv(rank=rank, world=world,
-                                                              sender=again))
-                    res["resumed"] = [r for r in again.records if r["kind"] == "train"]
-            except Exception as exc:  # one failed configuration does not hide the others
-                res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-            finally:
-                if rank == 0:
-                    shutil.rmtree(run_dir, ignore_errors=True)
-                # FSDP2 modules sit in reference cycles: only the cyclic collector frees
-                # the previous configuration's weights and Adam state
-                gc.collect()
-                if use_gpu:
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats()
-            results[name] = res
-            dist.barrier()
-        (Path(job["out"]) / f"rank{rank}-n{world}.json").write_text(
-            json.dumps(results, default=float))
+        overrides = dict(job["configs"][name])
+        builder = overrides.pop("builder", None)
+        cfg = TrainConfig.from_dict(json.loads(json.dumps(job["base_config"])))
+        cfg = cfg.replace(**overrides) if overrides else cfg
+        save_at = resume_step(job["steps"]) if name in job["resume_configs"] else None
+        cfg = cfg.replace(run={"checkpoint_every": save_at or 1 << 30, "keep_checkpoints": 2,
+                               "val_every": 0})
+        run_dir = Path(job["out"]) / f"{_slug(name)}-n{world}"
+        sender = ListSender()
+        summary = run_worker(_loop_config(cfg, run_dir, job, builder),
+                             WorkerEnv(rank=rank, world=world, sender=sender))
+        res: dict[str, Any] = {"train": sender.of("train"),
+                               "logs": [r["message"] for r in sender.of("log")],
+                               "state_bytes": summary["state_bytes"]}
+        if save_at:
+            again = ListSender()  # resumes from the newest checkpoint in run_dir: save_at's
+            run_worker(_loop_config(cfg, run_dir, job, builder),
+                       WorkerEnv(rank=rank, world=world, sender=again))
+            res["resumed"] = again.of("train")
+        (Path(job["out"]) / f"{_slug(name)}-rank{rank}-n{world}.json").write_text(
+            json.dumps(res, default=float))
     finally:
         dist.destroy_process_group()
 
@@ -352,12 +356,118 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ray_free(job: dict[str, Any], world: int) -> dict[int, dict[str, Any]]:
+def run_config(job: dict[str, Any], name: str, world: int,
+               deadline: float | None) -> dict[str, Any]:
+    """One configuration in `world` fresh processes (spawned: no state, compile cache or
+    allocator pool carried from the one before, and a crash takes only this one along).
+
+    Returns {"ranks": each rank's results}, {"error": one line} when a process raised
+    or died, or {"stopped": True} when `deadline` (time.monotonic()) came first: then
+    every process is killed, so the command ends within its limit.
+    """
     import torch.multiprocessing as mp
 
-    mp.spawn(_rank_main, args=(world, _free_port(), job), nprocs=world, join=True)
+    ctx = mp.start_processes(_rank_main, args=(world, _free_port(), job, name), nprocs=world,
+                             join=False, start_method="spawn")
+    try:
+        while not ctx.join(timeout=1.0):
+            if deadline is not None and time.monotonic() >= deadline:
+                for proc in ctx.processes:
+                    if proc.is_alive():
+                        proc.kill()
+                for proc in ctx.processes:
+                    proc.join()
+                return {"stopped": True}
+    except mp.ProcessRaisedException as exc:
+        last = [line for line in str(exc).splitlines() if line.strip()][-1:] or ["?"]
+        return {"error": f"rank {exc.error_index} raised {last[0].strip()[:300]}"}
+    except mp.ProcessExitedException as exc:
+        how = f"signal {exc.signal_name}" if exc.signal_name else f"exit code {exc.exit_code}"
+        return {"error": f"rank {exc.error_index} died ({how})"}
+    finally:
+        shutil.rmtree(Path(job["out"]) / f"{_slug(name)}-n{world}", ignore_errors=True)
     out = Path(job["out"])
-    return {r: json.loads((out / f"rank{r}-n{world}.json").read_text()) for r in range(world)}
+    return {"ranks": {r: json.loads((out / f"{_slug(name)}-rank{r}-n{world}.json").read_text())
+                      for r in range(world)}}
+
+
+# -- the budget and the rows ---------------------------------------------------------------
+
+@dataclass
+class Budget:
+    """Seconds the whole proof may take (0: no limit), counted from `start`.
+
+    A configuration is started only when the time left covers its estimate: the
+    same configuration at another size scaled by the weights' size, else the
+    median of this size's configurations so far, else the median at earlier
+    sizes scaled likewise (nothing measured yet: any time left will do). What
+    still runs at the limit is killed (`run_config`'s deadline).
+    """
+
+    seconds: float
+    start: float
+    clock: Callable[[], float] = time.monotonic
+    #: (size, configuration) -> wall seconds
+    took: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: size -> bytes of its weights (the scale between sizes)
+    weights: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def deadline(self) -> float | None:
+        return self.start + self.seconds if self.seconds > 0 else None
+
+    def left(self) -> float:
+        return float("inf") if self.seconds <= 0 else self.start + self.seconds - self.clock()
+
+    def estimate(self, size: str, name: str) -> float:
+        def scale(other: str) -> float:
+            return self.weights.get(size, 1.0) / self.weights.get(other, 1.0)
+
+        same = [t * scale(s) for (s, n), t in self.took.items() if n == name and s != size]
+        if same:
+            return max(same)
+        here = [t for (s, _), t in self.took.items() if s == size]
+        if here:
+            return statistics.median(here)
+        before = [t * scale(s) for (s, _), t in self.took.items()]
+        return statistics.median(before) if before else 0.0
+
+    def may_start(self, size: str, name: str) -> bool:
+        return self.left() > self.estimate(size, name)
+
+    def record(self, size: str, name: str, seconds: float) -> None:
+        self.took[(size, name)] = seconds
+
+
+ROWS_FILE, TABLE_FILE = "gpu_proof.jsonl", "gpu_proof.txt"
+
+
+class RowLog:
+    """Each row printed as a table line and appended to the output folder the moment its
+    configuration ends, so a proof killed at its time limit, or a crashed child, keeps
+    every row before it."""
+
+    def __init__(self, out: Path | None) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.out = out
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            for name in (ROWS_FILE, TABLE_FILE):
+                (out / name).write_text("")  # this run's rows only
+
+    def _text(self, text: str) -> None:
+        print(text, flush=True)
+        if self.out is not None:
+            with open(self.out / TABLE_FILE, "a", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+
+    def add(self, row: dict[str, Any]) -> None:
+        if not self.rows:
+            self._text(TABLE_HEAD + "\n" + "-" * len(TABLE_HEAD))
+        self.rows.append(row)
+        if self.out is not None:
+            append_jsonl(self.out / ROWS_FILE, row)
+        self._text(table_line(row))
 
 
 # -- the Ray path ------------------------------------------------------------------------
@@ -444,10 +554,10 @@ def peak_flops(name: str | None) -> float | None:
 
 def summarise(name: str, world: int, ranks: dict[int, dict[str, Any]], job: dict[str, Any],
               plan_bytes: int | None, flops: float, peak: float | None) -> dict[str, Any]:
-    r0 = ranks[0].get(name, {})
+    r0 = ranks[0]
     row: dict[str, Any] = {"config": name, "gpus": world, "size": job["size_label"]}
-    if "error" in r0 or not r0.get("train"):
-        row["error"] = r0.get("error", "no steps")
+    if not r0.get("train"):
+        row["error"] = "no steps"
         return row
     train = r0["train"]
     losses = [t["loss/train"] for t in train]
@@ -460,7 +570,7 @@ def summarise(name: str, world: int, ranks: dict[int, dict[str, Any]], job: dict
                                if m.startswith("precision: ")), ""))
     if peak:
         row["mfu"] = flops / step_s / world / peak
-    mem = [ranks[r][name]["train"][-1] for r in ranks if ranks[r].get(name, {}).get("train")]
+    mem = [ranks[r]["train"][-1] for r in sorted(ranks) if ranks[r].get("train")]
     if "memory/device_used_peak_gib" in mem[0]:
         row["peak_gib"] = [m["memory/peak_gib"] for m in mem]
         row["device_used_gib"] = [m["memory/device_used_peak_gib"] for m in mem]
@@ -468,12 +578,12 @@ def summarise(name: str, world: int, ranks: dict[int, dict[str, Any]], job: dict
         row["peak_rss_gib"] = [m.get("memory/peak_gib") for m in mem]
     if plan_bytes is not None:
         row["plan_gib"] = plan_bytes / GIB
-    row["state_bytes"] = [ranks[r][name].get("state_bytes") for r in sorted(ranks)]
+    row["state_bytes"] = [ranks[r].get("state_bytes") for r in sorted(ranks)]
     if "resumed" in r0:
-        half = job["steps"] // 2
+        saved = resume_step(job["steps"]) or job["steps"]
         again = {t["step"]: t["loss/train"] for t in r0["resumed"]}
         first = {t["step"]: t["loss/train"] for t in train}
-        common = [s for s in range(half + 1, job["steps"] + 1) if s in again and s in first]
+        common = [s for s in range(saved + 1, job["steps"] + 1) if s in again and s in first]
         rtol = RESUME_RTOL if job["use_gpu"] else 0.0
         worst = max((abs(again[s] - first[s]) / max(abs(first[s]), 1e-12) for s in common),
                     default=0.0)
@@ -498,29 +608,37 @@ def _plan_bytes(model_dir: Path, cfg: Any, world: int, job: dict[str, Any]) -> i
         return None
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'size':<6}{'config':<15}{'N':>2} {'loss 1st->last':>16} {'resume':>7} "
-            f"{'step s':>7} {'tok/s':>8} {'MFU':>6} {'peak GiB':>10} {'used GiB':>10} "
-            f"{'plan GiB':>9}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"{r['size']:<6}{r['config']:<15}{r['gpus']:>2} failed: {r['error']}")
-            continue
+TABLE_HEAD = (f"{'size':<6}{'config':<16}{'N':>2} {'loss 1st->last':>16} {'resume':>7} "
+              f"{'step s':>7} {'tok/s':>8} {'MFU':>6} {'peak GiB':>10} {'used GiB':>10} "
+              f"{'plan GiB':>9} {'wall s':>7}")
 
-        def fmt(v: Any) -> str:
-            return "/".join(f"{x:.2f}" for x in v) if v else "-"
 
-        peak = r.get("peak_gib") or r.get("peak_rss_gib")
-        lines.append(
-            f"{r['size']:<6}{r['config']:<15}{r['gpus']:>2} "
-            f"{r['first_loss']:>7.3f}->{r['final_loss']:<7.3f} "
+def table_line(r: dict[str, Any]) -> str:
+    """One row of the table (a measured configuration, a failed, stopped or skipped one,
+    or the Ray comparison)."""
+    lead = f"{r['size']:<6}{r['config']:<16}{r['gpus']:>2} "
+    if "ray_losses" in r:
+        return lead + (f"final loss {r['ray_losses'][-1]:.4f}, "
+                       + ("equal to the Ray-free run" if r["ray_equal"]
+                          else "DIFFERS from the Ray-free run"))
+    if "skipped" in r:
+        return lead + f"not started: {r['skipped']}"
+    if r.get("stopped"):
+        return lead + f"stopped at the time budget after {r.get('wall_s', 0):.0f} s"
+    if "error" in r:
+        return lead + f"failed: {r['error']}"
+
+    def fmt(v: Any) -> str:
+        return "/".join(f"{x:.2f}" for x in v) if v else "-"
+
+    peak = r.get("peak_gib") or r.get("peak_rss_gib")
+    return (lead + f"{r['first_loss']:>7.3f}->{r['final_loss']:<7.3f} "
             f"{({True: 'equal', False: 'DIFFERS'}.get(r.get('resume_equal'), '-')):>7} "
             f"{r['step_s']:>7.3f} {r['tokens_per_s']:>8.0f} "
             f"{(format(r['mfu'], '.1%') if 'mfu' in r else '-'):>6} {fmt(peak):>10} "
             f"{fmt(r.get('device_used_gib')):>10} "
-            f"{(format(r['plan_gib'], '.2f') if 'plan_gib' in r else '-'):>9}")
-    return "\n".join(lines)
+            f"{(format(r['plan_gib'], '.2f') if 'plan_gib' in r else '-'):>9} "
+            f"{r.get('wall_s', 0):>7.0f}")
 
 
 def _sweep(model_dir: Path, base: Any, batches: list[int], world: int,
@@ -544,23 +662,155 @@ def _sweep(model_dir: Path, base: Any, batches: list[int], world: int,
     return out
 
 
+def size_order(names: list[str], first: bool) -> list[str]:
+    """The first size measures every configuration in the order given; a larger one
+    starts with those that say most about it (`LARGER_FIRST`), then the rest."""
+    if first:
+        return list(names)
+    return [n for n in LARGER_FIRST if n in names] + [n for n in names if n not in LARGER_FIRST]
+
+
+def _added_configs(specs: list[str]) -> dict[str, dict[str, Any]]:
+    """--add-config NAME=JSON: configuration overrides by section, and optionally the
+    loop's "builder" ("module:function")."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        try:
+            value = json.loads(text) if sep else None
+        except ValueError:
+            value = None
+        if not name or not isinstance(value, dict):
+            raise SystemExit(f"gpu_proof: --add-config {spec!r} is not NAME=JSON object; write "
+                             "e.g. --add-config 'b64={\"data\": {\"batch_size\": 64}}'.")
+        out[name] = value
+    return out
+
+
 # -- main -------------------------------------------------------------------------------------
 
-def main(argv: list[str] | None = None) -> int:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tiny", action="store_true",
                     help="CPU, tiny model, 2 gloo processes, Ray-free and through Ray")
     ap.add_argument("--sizes", default="0.6b,1.7b", help="model widths on GPU (0.6b, 1.7b)")
-    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help="configurations in the order to measure them (names of CONFIGS or "
+                         "of --add-config)")
+    ap.add_argument("--add-config", action="append", default=[], metavar="NAME=JSON",
+                    help="a configuration of your own: overrides by config section, e.g. "
+                         "'b64={\"data\": {\"batch_size\": 64}}' (name it in --configs)")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--batch", default="4,16,32",
                     help="clips per micro-step (all GPUs); a list sweeps the plain configuration "
                          "over each size the plan says fits (MFU at the best batch)")
     ap.add_argument("--seconds", type=float, default=10.0, help="audio per clip")
+    ap.add_argument("--budget-s", type=float, default=540.0,
+                    help="seconds the whole proof may take (0: no limit): a configuration is "
+                         "started only if its estimate fits in what is left, and one still "
+                         "running at the limit is stopped (the default fits one 10-minute "
+                         "command)")
+    ap.add_argument("--out", default=None,
+                    help="folder for the rows as they finish (gpu_proof.jsonl, gpu_proof.txt)")
     ap.add_argument("--ray", action="store_true", help="also run the plain config through Ray")
-    ap.add_argument("--json", default=None, help="also write the rows here")
+    ap.add_argument("--no-ray", action="store_true", help="--tiny without the Ray run")
+    ap.add_argument("--json", default=None, help="also write the rows here at the end")
     ap.add_argument("--cache", default=None, help="folder for the random-weight models")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _measure_size(label: str, size: str | None, names: list[str], env: dict[str, Any]) -> None:
+    """Every configuration of one size, in order, while the budget lasts."""
+    from engine.config.train import TrainConfig
+    from engine.train.driver import worker_threads
+
+    args, budget, log = env["args"], env["budget"], env["log"]
+    configs, use_gpu, worlds = env["configs"], env["use_gpu"], env["worlds"]
+    batches = env["batches"]
+    if budget.left() <= 0:
+        for world in worlds:
+            for name in names:
+                log.add({"config": name, "gpus": world, "size": label,
+                         "skipped": "the time budget is spent"})
+        return
+    model_dir = make_model_dir(env["cache"] / (label if size else "tiny"), size)
+    budget.weights[label] = float(sum(f.stat().st_size for f in model_dir.glob("*.safetensors")))
+    base = TrainConfig().replace(
+        data={"batch_size": batches[0]}, optim={"lr": 1e-4 if size else 1e-3, "warmup_steps": 1},
+        parallel={"use_gpu": use_gpu, "precision": "auto"})
+    size_configs = {n: configs[n] for n in names}
+    if "plain" in names and use_gpu:
+        sweep = _sweep(model_dir, base, batches[1:], max(worlds), args)
+        # the larger batches right after plain: MFU at the best batch is the size's figure
+        order = list(size_configs)
+        at = order.index("plain") + 1
+        order[at:at] = list(sweep)
+        size_configs = {n: {**size_configs, **sweep}[n] for n in order}
+    job = {"use_gpu": use_gpu, "configs": {}, "base_config": base.to_dict(),
+           "steps": args.steps, "seconds": args.seconds, "model_dir": str(model_dir),
+           "out": str(env["work"]), "size_label": label,
+           # checkpoints of 1.7B with optimizer state are ~19 GB: resume is proved
+           # on the smaller sizes and on LoRA (small checkpoints)
+           "resume_configs": (["plain", "lora"] if size != "1.7b" else ["lora"])}
+    for world in worlds:
+        for name, overrides in size_configs.items():
+            if not budget.may_start(label, name):
+                log.add({"config": name, "gpus": world, "size": label,
+                         "skipped": f"{max(budget.left(), 0):.0f} s of the time budget left, "
+                                    f"~{budget.estimate(label, name):.0f} s needed"})
+                continue
+            cfg_overrides = {k: v for k, v in overrides.items() if k != "builder"}
+            cfg = base.replace(**cfg_overrides) if cfg_overrides else base
+            # as the product sets them: under CPU offload AdamW runs on the host's cores
+            threads = worker_threads(use_gpu, cfg.parallel.cpu_offload, world,
+                                     os.cpu_count() or 1)
+            if threads is not None:
+                overrides = {**overrides, "parallel": {**overrides.get("parallel", {}),
+                                                       "cpu_threads_per_worker": threads}}
+            job["configs"] = {name: overrides}
+            began = time.monotonic()
+            outcome = run_config(job, name, world, budget.deadline)
+            took = time.monotonic() - began
+            budget.record(label, name, took)
+            if "ranks" in outcome:
+                flops = cfg.data.grad_accum * model_flops(model_dir, cfg.data.batch_size,
+                                                          args.seconds, cfg.model.trainable)
+                row = summarise(name, world, outcome["ranks"], job,
+                                _plan_bytes(model_dir, cfg, world, job), flops, env["peak"])
+            else:
+                row = {"config": name, "gpus": world, "size": label, **outcome}
+            row.update(wall_s=round(took, 1), threads=threads or cfg.parallel.
+                       cpu_threads_per_worker)
+            log.add(row)
+    if (args.tiny or args.ray) and not args.no_ray:
+        _ray_row(job, label, max(worlds), env)
+
+
+def _ray_row(job: dict[str, Any], label: str, world: int, env: dict[str, Any]) -> None:
+    """The plain configuration through Ray Train, against the Ray-free run's final loss."""
+    budget, log = env["budget"], env["log"]
+    row: dict[str, Any] = {"config": "plain via Ray", "gpus": world, "size": label}
+    if not budget.may_start(label, "plain via Ray"):
+        log.add({**row, "skipped": "the time budget is spent"})
+        return
+    began = time.monotonic()
+    try:
+        ray_losses = run_ray(job, world)
+        ref = next((r for r in log.rows if r["config"] == "plain" and r["gpus"] == world
+                    and r["size"] == label), {})
+        row.update(ray_losses=ray_losses, ray_equal=ray_losses[-1:] == [ref.get("final_loss")])
+    except ImportError as exc:
+        row["error"] = f"Ray is not installed ({exc.name})"
+    except Exception as exc:  # the rows so far stay; this one says what went wrong
+        row["error"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+    took = time.monotonic() - began
+    budget.record(label, "plain via Ray", took)
+    log.add({**row, "wall_s": round(took, 1)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
+    args = _args(argv)
     missing = check_environment()
     if missing:
         print(missing)
@@ -574,71 +824,42 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_proof: no NVIDIA GPU visible (torch.cuda.is_available() is False); nothing "
               "to prove here (use --tiny for the CPU run of the same path).")
         return 0
-    from engine.config.train import TrainConfig
+    from engine.train.launch import process_env
 
+    configs = {**CONFIGS, **_added_configs(args.add_config)}
+    names = [k for k in args.configs.split(",") if k]
+    unknown = [n for n in names if n not in configs]
+    if unknown:
+        print(f"gpu_proof: unknown configuration {', '.join(unknown)}; use names from "
+              f"{', '.join(CONFIGS)} or define one with --add-config NAME=JSON.")
+        return 2
+    # the children inherit it: sockets on loopback, GPUs numbered as NVML numbers them
+    os.environ.update(process_env(local=True))
     work = Path(tempfile.mkdtemp(prefix="gpu-proof-"))
-    cache = Path(args.cache) if args.cache else Path(tempfile.gettempdir()) / "voxshard-proof"
-    configs = {k: CONFIGS[k] for k in args.configs.split(",") if k}
-    rows: list[dict[str, Any]] = []
-    t_all = time.time()
-    batches = [int(b) for b in str(args.batch).split(",") if b]
     name = gpu_name() if gpus else None
-    peak = peak_flops(name)
+    batches = [int(b) for b in str(args.batch).split(",") if b]
+    env: dict[str, Any] = {
+        "args": args, "budget": Budget(args.budget_s, started),
+        "log": RowLog(Path(args.out) if args.out else None), "configs": configs,
+        "use_gpu": bool(gpus) and not args.tiny, "work": work, "peak": peak_flops(name),
+        "cache": Path(args.cache) if args.cache else Path(tempfile.gettempdir()) / "voxshard-proof",
+        "worlds": [2] if args.tiny else [1] + ([2] if gpus >= 2 else []), "batches": batches}
+    print(f"gpu_proof: torch {torch.__version__}, {name or 'CPU'}, {args.steps} steps, time "
+          f"budget {args.budget_s:.0f} s" + (" (none)" if args.budget_s <= 0 else ""), flush=True)
     try:
         if args.tiny:
-            plans = [("tiny", None, [2], 2)]
-            configs = {k: v for k, v in configs.items() if k not in GPU_ONLY}
-            args.seconds, batches = min(args.seconds, 2.0), [max(2, min(batches[0], 4))]
+            names = [n for n in names if n not in GPU_ONLY]
+            args.seconds = min(args.seconds, 2.0)
+            env["batches"] = [max(2, min(batches[0], 4))]
+            _measure_size("tiny", None, names, env)
         else:
-            plans = [(s, s, [1] + ([2] if gpus >= 2 else []), batches[0])
-                     for s in args.sizes.split(",")]
-        for label, size, worlds, batch in plans:
-            model_dir = make_model_dir(cache / (label if size else "tiny"), size)
-            base = TrainConfig().replace(
-                data={"batch_size": batch},
-                optim={"lr": 1e-4 if size else 1e-3, "warmup_steps": 1},
-                parallel={"use_gpu": bool(gpus) and not args.tiny,
-                          "precision": "auto"})
-            size_configs = dict(configs)
-            if "plain" in configs and not args.tiny:
-                size_configs.update(_sweep(model_dir, base, batches[1:], max(worlds), args))
-            job = {"use_gpu": bool(gpus) and not args.tiny, "configs": size_configs,
-                   "base_config": base.to_dict(), "steps": args.steps, "seconds": args.seconds,
-                   "model_dir": str(model_dir), "out": str(work), "size_label": label,
-                   # checkpoints of 1.7B with optimizer state are ~19 GB: resume is proved
-                   # on the smaller sizes and on LoRA (small checkpoints)
-                   "resume": True,
-                   "resume_configs": (["plain", "lora"] if size != "1.7b" else ["lora"])}
-            for world in worlds:
-                ranks = run_ray_free(job, world)
-                for cname, overrides in size_configs.items():
-                    cfg = base.replace(**overrides) if overrides else base
-                    flops = cfg.data.grad_accum * model_flops(
-                        model_dir, cfg.data.batch_size, args.seconds, cfg.model.trainable)
-                    rows.append(summarise(cname, world, ranks, job,
-                                          _plan_bytes(model_dir, cfg, world, job), flops, peak))
-            if args.tiny or args.ray:
-                try:
-                    ray_losses = run_ray(job, max(worlds))
-                    ref = next(r for r in rows if r["config"] == "plain"
-                               and r["gpus"] == max(worlds) and r["size"] == label)
-                    rows.append({"config": "plain via Ray", "gpus": max(worlds), "size": label,
-                                 "ray_losses": ray_losses,
-                                 "ray_equal": ray_losses[-1:] == [ref.get("final_loss")]})
-                except ImportError as exc:
-                    rows.append({"config": "plain via Ray", "gpus": max(worlds), "size": label,
-                                 "error": f"Ray is not installed ({exc.name})"})
+            for i, size in enumerate(s for s in args.sizes.split(",") if s):
+                _measure_size(size, size, size_order(names, i == 0), env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(table([r for r in rows if "ray_losses" not in r]))
-    for r in rows:
-        if "ray_losses" in r:
-            print(f"{r['size']:<6}plain via Ray  {r['gpus']}: final loss "
-                  f"{r['ray_losses'][-1]:.4f}, "
-                  + ("equal to the Ray-free run" if r["ray_equal"] else "DIFFERS from Ray-free"))
-    print(f"wall {time.time() - t_all:.0f} s")
-    out = {"rows": rows, "device": name or "cpu",
-           "gpus": gpus, "torch": torch.__version__}
+    rows = env["log"].rows
+    print(f"wall {time.monotonic() - started:.0f} s")
+    out = {"rows": rows, "device": name or "cpu", "gpus": gpus, "torch": torch.__version__}
     print(json.dumps(out, default=float))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=float))

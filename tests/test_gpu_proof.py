@@ -1,7 +1,9 @@
-"""bench/gpu_proof.py on a machine without a GPU: one line, exit 0, and no Ray at import.
+"""bench/gpu_proof.py on a machine without a GPU: one line, exit 0, and no Ray at import;
+its time budget, and rows that reach the output folder as each configuration ends, past
+a crashed configuration and a killed proof.
 
 The GPU machine may have no Ray, so the module must import without it; the
-whole `--tiny` run (Ray-free and Ray, ~2-3 minutes on 2 cores) is a bench
+whole `--tiny` run (Ray-free and Ray, several minutes on 2 cores) is a bench
 command, not part of the suite (see the README).
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +64,107 @@ def test_model_flops_counts_the_step() -> None:
     assert 0.6 * full < lora < 0.72 * full
     # twice the clips, twice the work
     assert model_flops(tiny, 8, 2.0, "talker") == pytest.approx(2 * full, rel=1e-9)
+
+
+def test_budget_starts_a_configuration_only_when_its_estimate_fits() -> None:
+    from bench.gpu_proof import Budget
+
+    now = [0.0]
+    budget = Budget(100.0, start=0.0, clock=lambda: now[0])
+    assert budget.may_start("0.6b", "plain")  # nothing measured: any time left will do
+    now[0] = 40.0
+    budget.record("0.6b", "plain", 40.0)
+    assert budget.may_start("0.6b", "lora")  # 60 s left, ~40 s needed
+    now[0] = 70.0
+    budget.record("0.6b", "lora", 30.0)
+    assert budget.estimate("0.6b", "offload") == 35.0  # the median at this size
+    assert not budget.may_start("0.6b", "offload")  # 30 s left
+    # a larger size: the same configuration scaled by the weights
+    budget.weights.update({"0.6b": 1.0, "1.7b": 3.0})
+    assert budget.estimate("1.7b", "plain") == 120.0
+    assert budget.deadline == 100.0
+    assert Budget(0, start=0.0).deadline is None and Budget(0, start=0.0).may_start("x", "y")
+
+
+def test_a_spent_budget_starts_nothing_and_says_so_in_the_rows(tmp_path: Path,
+                                                                capsys: Any) -> None:
+    from bench.gpu_proof import ROWS_FILE, main
+    from engine.core.jsonl import read_jsonl
+
+    rc = main(["--tiny", "--no-ray", "--budget-s", "0.001", "--configs", "plain,lora",
+               "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")])
+    assert rc == 0, capsys.readouterr().out
+    rows = read_jsonl(tmp_path / "out" / ROWS_FILE)
+    assert [(r["config"], r["skipped"]) for r in rows] == [
+        ("plain", "the time budget is spent"), ("lora", "the time budget is spent")]
+    assert not (tmp_path / "cache").exists()  # not even the model was made
+    assert "not started: the time budget is spent" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_rows_reach_the_out_folder_as_they_finish_and_a_crash_keeps_them(
+        tmp_path: Path) -> None:
+    """plain, then a configuration whose rank 1 raises in its second step, then one that
+    never ends: while that one runs, the folder already holds plain's row and the crash's
+    one-line failure (the proof went on after the crash); the proof is then killed as a
+    device command is at its time limit, and the rows stay."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    from bench.gpu_proof import ROWS_FILE, TABLE_FILE
+    from engine.core.jsonl import read_jsonl
+
+    out = tmp_path / "out"
+    added = {"crash": "tests.helpers.builders:crashing_proof_builder",
+             "hang": "tests.helpers.builders:hanging_proof_builder"}
+    cmd = [sys.executable, "bench/gpu_proof.py", "--tiny", "--no-ray", "--steps", "2",
+           "--budget-s", "0", "--configs", "plain,crash,hang", "--out", str(out),
+           "--cache", str(tmp_path / "cache")]
+    for name, builder in added.items():
+        cmd += ["--add-config", f'{name}={{"builder": "{builder}"}}']
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        give_up = time.monotonic() + 900  # a guard against a hang, not a speed limit
+        ranks: list[psutil.Process] = []
+        while proc.poll() is None and (len(read_jsonl(out / ROWS_FILE)) < 2 or len(ranks) < 2):
+            assert time.monotonic() < give_up, "the proof wrote no rows"
+            time.sleep(1.0)
+            # the configuration after the crash: its two ranks are running
+            ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                     if "spawn_main" in " ".join(p.cmdline())]
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        rows = read_jsonl(out / ROWS_FILE)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        text = proc.communicate()[0]
+    assert [r["config"] for r in rows] == ["plain", "crash"], text[-3000:]
+    assert rows[0]["final_loss"] > 0 and "error" not in rows[0]
+    assert rows[1]["error"] == "rank 1 raised RuntimeError: rank 1 crashed in its second step"
+    lines = (out / TABLE_FILE).read_text().splitlines()
+    assert lines[2].startswith("tiny  plain") and "failed: rank 1 raised" in lines[3]
+    assert read_jsonl(out / ROWS_FILE) == rows  # still there after the kill
+    psutil.wait_procs(ranks, timeout=30)
+    assert not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_training_processes_keep_sockets_on_loopback_and_number_gpus_as_nvml(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's workers (engine.train.launch) and the proof's children get one environment:
+    gloo's and NCCL's sockets on loopback for a local run (NCCL's was left unset: it
+    picked an interface of its own), a user's interface kept, and CUDA numbering GPUs by
+    PCI bus as NVML and engine.train.gpus do."""
+    from engine.train.launch import process_env
+
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    assert process_env(local=True) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                                       "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth1")
+    assert process_env(local=True)["NCCL_SOCKET_IFNAME"] == "eth1"
+    # an existing cluster: its workers must reach each other over the network
+    assert process_env(local=False) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}

@@ -43,6 +43,24 @@ from engine.train.preflight import pack_voice_data
 
 #: seconds the workers get to write their final checkpoint after a stop request
 STOP_GRACE_S = 300.0
+#: the socket interfaces of gloo and NCCL (bootstrap and socket transport)
+SOCKET_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def process_env(local: bool) -> dict[str, str]:
+    """Environment variables every training process gets (Ray's workers, the GPU proof's).
+
+    CUDA numbers GPUs fastest first unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`, while
+    NVML, nvidia-smi and `engine.train.gpus` number them by PCI bus: with it, a
+    GPU index means the same device everywhere. A run on this machine alone
+    (`local`) keeps gloo's and NCCL's sockets on loopback (see pgroup.py), unless
+    the user named an interface; a cluster's workers must reach each other, so
+    there the interfaces are left to the libraries.
+    """
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if local:
+        env.update({name: os.environ.get(name, "lo") for name in SOCKET_VARS})
+    return env
 
 
 class _StopFlag:
@@ -188,9 +206,7 @@ class Launch:
                 worker_runtime_env={"env_vars": {
                     "OMP_NUM_THREADS": str(spec.cpus_per_worker),
                     "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
-                    # gloo's sockets on loopback for a local run (see pgroup.py)
-                    **({"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
-                       if spec.config["parallel"].get("address") is None else {}),
+                    **process_env(spec.config["parallel"].get("address") is None),
                 }},
             ),
         )

@@ -6,9 +6,9 @@ Ray Train's torch backend rendezvous through torch's TCPStore, whose server
 local cluster every worker is on this machine, so `local_torch_config()`
 rendezvous through a `FileStore` in a fresh temporary file instead: nothing
 listens for it at all. gloo's own sockets follow `GLOO_SOCKET_IFNAME=lo`
-(set for local runs by the launcher), so they bind 127.0.0.1. What remains
-open on a GPU run is NCCL's bootstrap socket (NCCL picks an interface of its
-own unless `NCCL_SOCKET_IFNAME` is set; see the README).
+(set for local runs by the launcher), so they bind 127.0.0.1, and so do NCCL's
+bootstrap and socket transport on a GPU run (`NCCL_SOCKET_IFNAME=lo`, likewise;
+`launch.process_env`).
 
 An existing cluster (`--address`) keeps Ray's TCP rendezvous: its workers
 are on other machines and must reach rank 0 over the network.

@@ -3,10 +3,13 @@ Train worker imports them by that name as it imports the engine's own."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from typing import Any
 
 import torch
 
+from bench.gpu_proof import proof_builder
 from engine.train.builder import TrainParts
 
 
@@ -26,3 +29,30 @@ def oom_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
 
     return TrainParts(model=model, device=torch.device("cpu"), steps_per_epoch=10,
                       step_batches=lambda epoch, pos: [None], forward=forward)
+
+
+def crashing_proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
+    """bench/gpu_proof.py's builder whose rank 1 raises in its second step: a configuration
+    that crashes its process mid-run, after a step of real training."""
+    parts = proof_builder(cfg, loop_config, rank, world)
+    forward, calls = parts.forward, [0]
+
+    def crashing(model: Any, batch: Any) -> dict[str, Any]:
+        calls[0] += 1
+        if rank == 1 and calls[0] == 2:
+            raise RuntimeError("rank 1 crashed in its second step")
+        return forward(model, batch)
+
+    return dataclasses.replace(parts, forward=crashing)
+
+
+def hanging_proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
+    """bench/gpu_proof.py's builder whose steps never end (a configuration that outlasts
+    the proof's time budget)."""
+    parts = proof_builder(cfg, loop_config, rank, world)
+
+    def hanging(model: Any, batch: Any) -> dict[str, Any]:
+        threading.Event().wait()
+        raise AssertionError("unreachable")
+
+    return dataclasses.replace(parts, forward=hanging)
