@@ -365,6 +365,18 @@ def weight_only_int8_agreement(folder: Path, synth: Any, frames: int,
         gc.collect()
 
 
+def use_real_codec(model: Any, seed: int = 0) -> None:
+    """The published codec decoder size (random weights) in place of the loaded one, on
+    its device and in its dtype: bf16 where the model was loaded in bf16, as the product
+    loads it on a GPU (the official loader gives the codec the model's dtype)."""
+    from engine.model.codec_sizes import REAL_DECODER_CONFIG, build_decoder
+
+    tokenizer = model.speech_tokenizer.model
+    like = next(tokenizer.decoder.parameters())
+    tokenizer.decoder = build_decoder(REAL_DECODER_CONFIG, seed=seed).to(like.device,
+                                                                         like.dtype)
+
+
 def _first_audio(synth: Any, frames: int) -> float:
     from engine.config.speak import SpeakOptions
 
@@ -387,6 +399,9 @@ def _worker_throughput(synth: Any, rows: int, requests: int, frames: int,
     from engine.synth.batcher import BatchRequest, ContinuousBatcher
 
     batcher = ContinuousBatcher(synth, rows=rows)
+    # as the worker does at load: on CUDA the frame graphs are captured here, not inside
+    # the timed requests
+    batcher.prepare()
     done = threading.Semaphore(0)
     audio = [0.0]
 
@@ -508,11 +523,7 @@ def bench_extras(name: str, folder: Path, frames: int, dtype: str, device: str, 
     synth.use_source(source)
     codec = "tiny codec"
     if real_codec:
-        from engine.model.codec_sizes import REAL_DECODER_CONFIG, build_decoder
-
-        # the published decoder size (random weights, fp32) in place of the tiny one
-        wrapper.model.speech_tokenizer.model.decoder = build_decoder(
-            REAL_DECODER_CONFIG, seed=0).to(device)
+        use_real_codec(wrapper.model)
         codec = "real-size codec"
     _first_audio(synth, 4)  # warm-up
     ttfa = _first_audio(synth, frames)

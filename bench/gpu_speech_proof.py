@@ -1,12 +1,20 @@
 """The GPU speech proof: Voxshard's own speech path, measured on this machine's GPU.
 
-    python bench/gpu_speech_proof.py                 # 0.6B and 1.7B widths; table + JSON
+    python bench/gpu_speech_proof.py --out $OUT     # 0.6B and 1.7B widths; rows + JSON
     python bench/gpu_speech_proof.py --sizes 0.6b --frames 96 --json out.json
+    python bench/gpu_speech_proof.py --tiny         # the same script on CPU, tiny model
 
 Beside bench/gpu_proof.py (training), with the same kit (bench/device_kit.sh)
 and the same rules: random weights at the real talker widths
-(qwen3-tts-facts.md; no download), bf16, the published codec decoder size
-(engine/model/codec_sizes.py, random weights) in place of the tiny codec.
+(qwen3-tts-facts.md; no download), loaded as the product loads them (bf16 on
+a GPU, the official loader with `device_map`), the published codec decoder
+size (engine/model/codec_sizes.py, random weights) in place of the tiny codec,
+in the loaded codec's dtype (bf16 on a GPU, as the product runs it).
+Each size runs in a process of its own (nothing of the 0.6B model is left
+when 1.7B loads, and a size that fails is one "failed" row: the next one
+runs); its row is printed and appended to `--out` (gpu_speech_proof.jsonl)
+the moment it ends. `--budget-s` starts a size only when its estimate fits in
+the time left and stops one still running at the limit (gpu_proof.Budget).
 Per size it checks and prints:
 - graphs: the frame graphs are captured when the model loads
   (`FastTalker.prepare`), so the first request replays them; the state after
@@ -17,8 +25,12 @@ Per size it checks and prints:
 - real-time factor of one sentence (generation alone, fixed length) and end to
   end streamed (speak_stream with the real-size codec), and the time to the
   first audio of a cold request;
-- the warm worker (continuous batching, 8 rows) under 8 concurrent requests.
-Without a GPU it says so in one line and exits 0 (nothing is measured).
+- the warm worker (continuous batching, 8 rows) under 8 concurrent requests,
+  its frame graphs captured before the clock starts (`ContinuousBatcher.prepare`,
+  as the worker does at load);
+- peak GPU memory after loading and, reset then, while serving.
+Without the kit it names what is missing in one line (exit 2); without a GPU
+(and without --tiny) it says so in one line and exits 0.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ import argparse
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,13 +47,19 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-#: talker widths over the 0.6B template (qwen3-tts-facts.md)
+from bench.gpu_proof import Budget, check_environment  # noqa: E402  (after the path)
+from engine.core.jsonl import append_jsonl  # noqa: E402
+
+#: talker widths over the 0.6B template (qwen3-tts-facts.md); "tiny": the test model
 SIZES: dict[str, dict[str, Any]] = {
     "0.6b": {},
     "1.7b": {"hidden_size": 2048, "intermediate_size": 6144},
 }
+ROWS_FILE = "gpu_speech_proof.jsonl"
+GIB = float(1 << 30)
 
 
 def _bench_synth() -> Any:
@@ -51,43 +70,56 @@ def _bench_synth() -> Any:
     return module
 
 
-def _sync() -> float:
-    import torch
-
-    torch.cuda.synchronize()
-    return time.perf_counter()
-
-
 def prove(size: str, work: Path, frames: int) -> dict[str, Any]:
+    """One size, in this process: every figure of the module docstring, as one row."""
     import dataclasses
+    import resource
 
     import torch
 
     from engine.config.speak import SpeakOptions
-    from engine.model.codec_sizes import REAL_DECODER_CONFIG, build_decoder
     from engine.synth.prompt import build_prefill
     from engine.synth.synthesizer import Synthesizer
     from engine.synth.voice import resolve_source
 
     bs = _bench_synth()
-    folder = bs.voice_06b(work, 28, SIZES[size], name=size.replace(".", ""))
-    began = _sync()
-    synth = Synthesizer.load(resolve_source(folder), device="cuda", dtype="bfloat16")
-    load_s = _sync() - began
-    # the published codec decoder size in place of the tiny test codec (fp32, as loaded)
-    tokenizer = synth.model.speech_tokenizer.model
-    tokenizer.decoder = build_decoder(REAL_DECODER_CONFIG, seed=0).to("cuda")
+    cuda = size != "tiny"
+    device = "cuda" if cuda else "cpu"
+
+    def sync() -> float:
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def peak_gib() -> float:
+        if cuda:
+            return round(torch.cuda.max_memory_allocated() / GIB, 2)
+        # CPU: the process's resident peak (KiB on Linux), which cannot be reset
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20), 2)
+
+    folder = (bs.tiny_voice(work) if size == "tiny"
+              else bs.voice_06b(work, 28, SIZES[size], name=size.replace(".", "")))
+    began = sync()
+    # dtype as the product chooses it (bf16 on a GPU)
+    synth = Synthesizer.load(resolve_source(folder), device=device)
+    load_s = sync() - began
+    bs.use_real_codec(synth.model)
     fast = synth.fast
-    row: dict[str, Any] = {"size": size, "load_s": round(load_s, 2),
-                           "graphs_at_load": fast.graph_status}
-    # a cold request: first audio with the graphs captured at load
+    codec_dtype = next(synth.model.speech_tokenizer.model.decoder.parameters()).dtype
+    row: dict[str, Any] = {"size": size, "device": device, "dtype": str(fast.dtype),
+                           "codec_dtype": str(codec_dtype), "load_s": round(load_s, 2),
+                           "graphs_at_load": fast.graph_status,
+                           "peak_gib_after_load": peak_gib()}
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
 
     def captures() -> int:
-        return sum(rows.capture_attempts for rows in fast._row_batches.values())
+        batches = getattr(fast, "_row_batches", {})
+        return sum(getattr(rows, "capture_attempts", 0) for rows in batches.values())
 
+    # a cold request: first audio with the graphs captured at load
     before = captures()
-    first = bs._first_audio(synth, frames)
-    row["first_audio_s"] = round(first, 3)
+    row["first_audio_s"] = round(bs._first_audio(synth, frames), 3)
     row["captures_in_first_request"] = captures() - before
     row["graphs_after_first_request"] = fast.graph_status
     # replayed codes against the same static frame run eagerly, greedy, fixed length
@@ -104,67 +136,144 @@ def prove(size: str, work: Path, frames: int) -> dict[str, Any]:
     # generation alone, one sentence, sampled with the defaults, fixed length
     settings = dataclasses.replace(synth.decode_settings(SpeakOptions()), stop_at_eos=False)
     fast.generate(prefill, [frames], settings, seeds=[0])  # same shape: replays
-    began = _sync()
+    began = sync()
     fast.generate(prefill, [frames], settings, seeds=[1])
-    gen_s = _sync() - began
+    gen_s = sync() - began
     row["generation_rtf"] = round(frames * bs.FRAME_S / gen_s, 2)
     row["graphs_after_runs"] = fast.graph_status
-    # end to end, streamed through the real-size codec
 
+    # end to end, streamed through the real-size codec
     class Sink:
         def write(self, audio: Any) -> None:
             pass
 
-    began = _sync()
+    began = sync()
     speech = synth.speak_stream(bs.SENTENCES[1], Sink(), SpeakOptions(seed=2, max_frames=frames))
-    total = _sync() - began
-    row["streamed_rtf"] = round(speech.duration_s / total, 2)
+    row["streamed_rtf"] = round(speech.duration_s / (sync() - began), 2)
     # the warm worker: 8 concurrent requests on 8 rows, against one row at a time
     audio1, wall1 = bs._worker_throughput(synth, 1, 8, frames, work)
     audio8, wall8 = bs._worker_throughput(synth, 8, 8, frames, work)
     row["worker_1_row_audio_s_per_s"] = round(audio1 / wall1, 2)
     row["worker_8_rows_audio_s_per_s"] = round(audio8 / wall8, 2)
-    row["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-    del synth
-    torch.cuda.empty_cache()
+    row["peak_gib_serving"] = peak_gib()
     return row
 
 
-def main() -> int:
+def run_size(size: str, args: argparse.Namespace, work: Path,
+             deadline: float | None) -> dict[str, Any]:
+    """`size` in a child process of its own: its row, or one line saying why there is none."""
+    row_file = work / f"row-{size}.json"
+    errors = work / f"stderr-{size}.txt"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", size,
+           "--frames", str(args.frames), "--row-file", str(row_file)]
+    with open(errors, "w", encoding="utf-8") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stderr=err)
+        try:
+            proc.wait(None if deadline is None else max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return {"size": size, "stopped": True}
+    if proc.returncode == 0 and row_file.is_file():
+        return json.loads(row_file.read_text())
+    tail = [line for line in errors.read_text(errors="replace").splitlines() if line.strip()]
+    sys.stderr.write("\n".join(tail[-25:]) + "\n")
+    last = tail[-1].strip()[:300] if tail else f"exit code {proc.returncode}"
+    return {"size": size, "error": last}
+
+
+def _child(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="gpu-speech-") as tmp:
+        row = prove(args.child, Path(tmp), args.frames)
+    Path(args.row_file).write_text(json.dumps(row))
+    return 0
+
+
+def _passed(row: dict[str, Any]) -> bool:
+    """A measured row that holds, or a size not measured for want of time; not a failure."""
+    if "skipped" in row or row.get("stopped"):
+        return True
+    if "error" in row:
+        return False
+    graphs = row["device"] != "cuda" or (row["graphs_at_load"] == "captured"
+                                         and row["captures_in_first_request"] == 0)
+    return graphs and bool(row["replay_equals_static_eager"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="0.6b,1.7b")
-    parser.add_argument("--frames", type=int, default=96, help="codec frames per sentence")
-    parser.add_argument("--json", help="also write the rows to this file")
-    args = parser.parse_args()
-    if not Path("/dev/nvidiactl").exists() and not shutil.which("nvidia-smi"):
+    parser.add_argument("--tiny", action="store_true",
+                        help="CPU and the tiny model: the same path, rehearsed without a GPU")
+    parser.add_argument("--frames", type=int, default=None,
+                        help="codec frames per sentence (default 96; 24 with --tiny)")
+    parser.add_argument("--budget-s", type=float, default=0.0,
+                        help="seconds the proof may take (0: no limit); a size is started "
+                             "only if its estimate fits, one running at the limit is stopped")
+    parser.add_argument("--out", default=None, help="folder for the rows as they finish")
+    parser.add_argument("--json", help="also write the rows to this file at the end")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--row-file", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.frames = args.frames or (24 if args.tiny else 96)
+    if args.child:
+        return _child(args)
+    missing = check_environment()
+    if missing:
+        print(missing.replace("gpu_proof:", "gpu_speech_proof:", 1))
+        return 2
+    sizes = ["tiny"] if args.tiny else [s for s in args.sizes.split(",") if s]
+    unknown = [s for s in sizes if s != "tiny" and s not in SIZES]
+    if unknown:
+        print(f"gpu_speech_proof: unknown size {', '.join(unknown)}; use {', '.join(SIZES)} "
+              "(or --tiny on CPU).")
+        return 2
+    if not args.tiny and not Path("/dev/nvidiactl").exists() and not shutil.which("nvidia-smi"):
         # said before importing torch (seconds on a busy machine)
-        print("gpu_speech_proof: no GPU here (no NVIDIA driver); nothing was measured.")
+        print("gpu_speech_proof: no GPU here (no NVIDIA driver); nothing was measured (use "
+              "--tiny for the CPU run of the same path).")
         return 0
     import torch
 
-    if not torch.cuda.is_available():
+    if not args.tiny and not torch.cuda.is_available():
         print("gpu_speech_proof: no GPU here (torch.cuda.is_available() is False); "
-              "nothing was measured.")
+              "nothing was measured (use --tiny for the CPU run of the same path).")
         return 0
-    for size in args.sizes.split(","):
-        if size not in SIZES:
-            raise SystemExit(f"unknown size {size!r} (0.6b, 1.7b)")
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {args.frames} frames "
-          "per sentence, bf16, random weights", flush=True)
-    rows = []
+    from engine.train.gpus import visible_gpus
+
+    gpus = [] if args.tiny else visible_gpus()  # NVML: no CUDA context in this process
+    print(f"gpu_speech_proof: torch {torch.__version__}, {gpus[0].name if gpus else 'CPU'}, "
+          f"{args.frames} frames per sentence, random weights", flush=True)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ROWS_FILE).write_text("")
+    budget = Budget(args.budget_s, started)
+    # a size not yet measured is estimated from a smaller one by the talker's parameters
+    budget.weights.update({"tiny": 1.0, "0.6b": 1.0, "1.7b": 2.8})
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gpu-speech-") as tmp:
-        for size in args.sizes.split(","):
-            rows.append(prove(size, Path(tmp), args.frames))
-            print(json.dumps(rows[-1]), flush=True)
-    keys = list(rows[0])
+        for size in sizes:
+            if not budget.may_start(size, "speech"):
+                row: dict[str, Any] = {"size": size, "skipped": "the time budget is spent"}
+            else:
+                began = time.monotonic()
+                row = run_size(size, args, Path(tmp), budget.deadline)
+                budget.record(size, "speech", time.monotonic() - began)
+                row["wall_s"] = round(time.monotonic() - began, 1)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if out is not None:
+                append_jsonl(out / ROWS_FILE, row)
+    keys = list(dict.fromkeys(k for r in rows for k in r))
     print(" | ".join(keys))
-    for row in rows:
-        print(" | ".join(str(row[k]) for k in keys))
+    for r in rows:
+        print(" | ".join(str(r.get(k, "-")) for k in keys))
+    print(f"wall {time.monotonic() - started:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    ok = all(r["graphs_at_load"] == "captured" and r["replay_equals_static_eager"]
-             and r["captures_in_first_request"] == 0 for r in rows)
-    return 0 if ok else 1
+    return 0 if all(_passed(r) for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """bench/gpu_proof.py on a machine without a GPU: one line, exit 0, and no Ray at import;
+both proofs without the kit: one line, exit 2;
 its time budget, and rows that reach the output folder as each configuration ends, past
 a crashed configuration and a killed proof.
 
@@ -48,6 +49,18 @@ def test_gpu_proof_on_a_bare_python_names_what_is_missing_in_one_line() -> None:
     for name in ("transformers", "librosa", "soundfile", "qwen_tts", "bench/device_kit.sh"):
         assert name in lines[0], name
     assert "Traceback" not in out.stderr, out.stderr[-2000:]
+
+
+def test_speech_proof_without_the_kit_says_what_to_do_in_one_sentence() -> None:
+    """The speech proof checks the kit before anything else, as the training proof does
+    (it died with a traceback on a machine without qwen_tts and transformers 4.57)."""
+    out = subprocess.run([sys.executable, "-S", "bench/gpu_speech_proof.py", "--sizes", "0.6b"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu_speech_proof: missing torch"), lines
+    assert "qwen_tts" in lines[0] and "bench/device_kit.sh" in lines[0]
+    assert lines[0].endswith(".") and "Traceback" not in out.stderr, out.stderr[-2000:]
 
 
 def test_model_flops_counts_the_step() -> None:
