@@ -278,7 +278,8 @@ def _batch(model_dir: Path) -> dict[str, torch.Tensor]:
 def test_lora_trains_adapters_only_and_export_merges_them(tiny_model_dir: Path,
                                                           tmp_path: Path) -> None:
     from engine.config.train import ModelConfig
-    from engine.model.export import export_custom_voice, merge_lora
+    from engine.model.checkpoint_weights import merge_lora
+    from engine.model.export import export_custom_voice
     from engine.train.lora import TARGETS
     from engine.train.objective import (
         build_objective,

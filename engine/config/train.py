@@ -81,6 +81,11 @@ class ModelConfig:
         _check(self.lora_rank >= 1, "model.lora_rank", "must be >= 1")
         _check(self.lora_alpha > 0, "model.lora_alpha", "must be > 0")
 
+    @property
+    def lora_scaling(self) -> float:
+        """What the adapters' update is multiplied by, in training and in every merge."""
+        return float(self.lora_alpha) / float(self.lora_rank)
+
 
 @dataclass
 class OptimConfig:

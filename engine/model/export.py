@@ -38,31 +38,6 @@ CODEC_EMBEDDING = "talker.model.codec_embedding.weight"
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 
 
-def merge_lora(state_dict: Mapping[str, Any], scaling: float) -> dict[str, Any]:
-    """Fold LoRA adapters into their base weights: ``W + scaling * B @ A`` (fp32).
-
-    `state_dict` holds official keys plus, for a LoRA run, ``<linear>.lora_A``
-    (rank x in) and ``<linear>.lora_B`` (out x rank) next to ``<linear>.weight``
-    (`engine.train.lora`). The result has official keys only, so the export
-    is a plain model folder that needs no adapter code to load. Without
-    adapters it is the same dict.
-    """
-    import torch
-
-    out = {k: v for k, v in state_dict.items() if not k.endswith((".lora_A", ".lora_B"))}
-    for key, a in state_dict.items():
-        if not key.endswith(".lora_A"):
-            continue
-        prefix = key[: -len(".lora_A")]
-        b = state_dict.get(prefix + ".lora_B")
-        weight = state_dict.get(prefix + ".weight")
-        if b is None or weight is None:
-            raise ModelError(f"The LoRA adapter {prefix} is incomplete in this checkpoint.")
-        a32, b32 = torch.as_tensor(a).float(), torch.as_tensor(b).float()
-        out[prefix + ".weight"] = torch.as_tensor(weight).float() + scaling * (b32 @ a32)
-    return out
-
-
 def speaker_key(name: str) -> str:
     key = name.strip().lower()
     if not key:

@@ -22,6 +22,7 @@ from engine.asr.recognizer import ENV_VAR, find_whisper, transcribe_file
 from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import Cancelled, InputError, ModelError, SynthesisError, VoxshardError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.model.checkpoint_weights import base_tensors
 from engine.model.dtypes import gpu_half
 from engine.model.loading import load_model
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
@@ -220,12 +221,12 @@ class Synthesizer:
                     raise ModelError(f"The run of {source.checkpoint} is not inside a voice "
                                      "folder, so its speaker vector is unknown.",
                                      "Keep runs under <voice>/runs/.")
-                names = load_checkpoint_weights(self.model, source.checkpoint)
+                names = load_checkpoint_weights(self.model, source)
                 if self._overwritten - set(names):
                     # the previous checkpoint trained tensors this one does not
                     # hold: they must go back to base values
                     self._restore_base()
-                    names = load_checkpoint_weights(self.model, source.checkpoint)
+                    names = load_checkpoint_weights(self.model, source)
                 self._overwritten |= set(names)
                 emitter.log(f"Loaded {len(names)} trained tensors from "
                             f"{source.checkpoint.name}.", level="debug")
@@ -263,18 +264,15 @@ class Synthesizer:
         """Put back the base values of every tensor a checkpoint overwrote (read from
         the base model's safetensors, so no second copy of the model sits in memory)."""
         import torch
-        from safetensors import safe_open
 
         if not self._overwritten:
             return
         params = dict(self.model.named_parameters())
-        pending = set(self._overwritten)
+        base = base_tensors(self.source.model_dir, self._overwritten)
         with torch.no_grad():
-            for file in sorted(Path(self.source.model_dir).glob("*.safetensors")):
-                with safe_open(str(file), framework="pt") as fh:
-                    for name in pending & set(fh.keys()):
-                        params[name].copy_(fh.get_tensor(name).to(params[name].dtype))
-                        pending.discard(name)
+            for name, tensor in base.items():
+                params[name].copy_(tensor.to(params[name].dtype))
+        pending = self._overwritten - set(base)
         if pending:
             raise ModelError(f"The base model lacks {len(pending)} tensors the checkpoint "
                              "changed, so it cannot be restored.", "Load the voice again.")

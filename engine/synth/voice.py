@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.audio.io import read_mono
+from engine.config.train import ModelConfig
 from engine.core.errors import InputError, ModelError, VoxshardError, WorkspaceError
 from engine.data.codes import load_codes_index
 from engine.layout.checkpoints import holds_checkpoints, step_of
 from engine.layout.exports import exports_dir, latest_export, list_exports
 from engine.layout.manifest import clip_voice, prepared_folder, read_manifest, reference_clip
 from engine.layout.run import Run, list_runs, pick_run, runs_dir, voice_base_model
+from engine.model.checkpoint_weights import trained_weights
 from engine.model.loading import inspect_model, resolve_model
 
 
@@ -47,6 +48,8 @@ class VoiceSource:
     speaker: str | None = None
     voice_dir: Path | None = None
     run_dir: Path | None = None
+    #: a checkpoint's LoRA scale (alpha / rank) from its run's config; None: not said
+    lora_scaling: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,7 +92,17 @@ def _checkpoint_source(run_dir: Path, which: str | None, base: str | None) -> Vo
                          "Give the run's base model with --base.")
     return VoiceSource(kind="checkpoint", model_dir=model_dir, label=f"step {step_of(ckpt)}",
                        checkpoint=ckpt, voice_dir=run.voice_dir, run_dir=run_dir,
-                       speaker=run.speaker_name())
+                       speaker=run.speaker_name(), lora_scaling=_lora_scaling(run))
+
+
+def _lora_scaling(run: Run) -> float | None:
+    """The scale of the run's adapters (its saved config's alpha / rank), as export reads
+    it; None when the config does not say (only a LoRA checkpoint then fails to load)."""
+    model = run.config().get("model")
+    try:
+        return ModelConfig(**model).lora_scaling if isinstance(model, dict) else None
+    except (TypeError, ValueError):  # a config from another version: not this one's fields
+        return None
 
 
 def reference_transcript(clip: Path) -> str | None:
@@ -244,53 +257,23 @@ def _custom_voice_source(path: Path, info: Any, speaker: str | None,
 
 # -- loading ----------------------------------------------------------------------------------
 
-def load_checkpoint_weights(model: Any, checkpoint: Path) -> list[str]:
+def load_checkpoint_weights(model: Any, source: VoiceSource) -> list[str]:
     """Copy a run checkpoint's trained weights into `model` (official module tree).
 
-    The checkpoint is a `torch.distributed.checkpoint` folder whose "model"
-    entries use the official names ("talker.model.layers.0..."); frozen
-    weights are not in it and stay as loaded from the base model. Works in a
-    single process: DCP reads every shard when no process group exists.
-    Returns the names of the tensors it replaced.
+    The tensors are `trained_weights`' (a LoRA run's adapters merged into the base
+    model's weights with the run's own scale, as export merges them); frozen weights
+    are not in a checkpoint and stay as loaded. Returns the names it replaced.
     """
     import torch
-    import torch.distributed.checkpoint as dcp
 
-    reader = dcp.FileSystemReader(str(checkpoint))
-    try:
-        metadata = reader.read_metadata()
-    except Exception as exc:  # any unreadable metadata means a damaged folder
-        raise ModelError(f"The checkpoint {checkpoint} cannot be read ({type(exc).__name__}).",
-                         "It may be damaged; pick another checkpoint of the run.") from exc
+    assert source.checkpoint is not None
     params = dict(model.named_parameters())
-    wanted: dict[str, torch.Tensor] = {}
-    for key, meta in metadata.state_dict_metadata.items():
-        if not key.startswith("model."):
-            continue
-        name = key[len("model."):]
-        if name not in params:
-            raise ModelError(f"The checkpoint {checkpoint.name} holds {name}, which the base "
-                             "model does not have.",
-                             "Speak with the base model this run was trained from (--base).")
-        size = getattr(meta, "size", None)
-        if size is not None and tuple(size) != tuple(params[name].shape):
-            raise ModelError(f"The checkpoint {checkpoint.name} does not fit this base model "
-                             f"({name} is {tuple(size)}, the model has "
-                             f"{tuple(params[name].shape)}).",
-                             "Speak with the base model this run was trained from (--base).")
-        dtype = getattr(getattr(meta, "properties", None), "dtype", torch.float32)
-        wanted[name] = torch.empty(tuple(size), dtype=dtype)
-    if not wanted:
-        raise ModelError(f"The checkpoint {checkpoint} has no model weights.",
-                         "Pick another checkpoint of the run.")
-    with warnings.catch_warnings():
-        # "assuming the intent is to load in a single process" is exactly our intent
-        warnings.simplefilter("ignore")
-        dcp.load({"model": wanted}, storage_reader=reader)
+    weights = trained_weights(source.checkpoint, source.model_dir, source.lora_scaling,
+                              shapes={n: tuple(p.shape) for n, p in params.items()})
     with torch.no_grad():
-        for name, tensor in wanted.items():
+        for name, tensor in weights.items():
             params[name].copy_(tensor.to(params[name].device, params[name].dtype))
-    return sorted(wanted)
+    return sorted(weights)
 
 
 def reference_audio(clip: Path) -> Any:

@@ -21,7 +21,6 @@ import os
 import signal
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -50,9 +49,10 @@ from engine.data.dataset import VoiceData, split_ids
 from engine.layout.manifest import prepared_folder, read_manifest
 from engine.layout.run import Run, pick_run
 from engine.layout.voice import open_voice
-from engine.model.export import export_custom_voice, merge_lora
+from engine.model.checkpoint_weights import trained_weights
+from engine.model.export import export_custom_voice
 from engine.model.loading import inspect_model, resolve_model
-from engine.train.checkpoint import dcp_args, free_bytes
+from engine.train.checkpoint import free_bytes
 from engine.train.gpus import visible_gpus
 from engine.train.launch import Launch, LaunchSpec
 from engine.train.plan import make_plan, relief
@@ -734,14 +734,9 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
 
     Runs in this process, no Ray, no process group: DCP reads every shard and
     reassembles full tensors. Frozen weights come from the base model, the
-    trained ones from the checkpoint.
+    trained ones from the checkpoint (a LoRA run's adapters merged into their
+    weights, `trained_weights`: the same tensors speaking from the run loads).
     """
-    import torch
-    import torch.distributed.checkpoint as dcp
-
-    # torch loads here, not when this module is imported (start-up cost)
-    from engine.train.objective import build_objective, load_base_weights
-
     emitter = as_emitter(on_event)
     v = open_voice(voice)
     found = pick_run(v.path, run, with_checkpoint=True)
@@ -766,25 +761,13 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     cfg = TrainConfig.from_dict(found.read_config())
     model_dir = resolve_model(cfg.model.base, on_event=emitter)
     emitter.state("exporting", detail=f"{run_dir.name}/{ckpt.name}")
-    objective = build_objective(model_dir, cfg.model, device="cpu")
-    load_base_weights(objective, model_dir, "cpu")
-    trained = {n: p.detach().clone() for n, p in objective.named_parameters() if p.requires_grad}
-    with warnings.catch_warnings():
-        # "assuming the intent is to load in a single process": it is, by design
-        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-        dcp.load({"model": trained}, **dcp_args(ckpt, write=False))
-    params = dict(objective.named_parameters())
-    with torch.no_grad():
-        for key, tensor in trained.items():
-            params[key].copy_(tensor)
-    full = {k: t.detach().to(torch.float32) for k, t in objective.state_dict().items()}
-    # LoRA runs: adapters merged into their base weights, a plain official folder
-    full = merge_lora(full, cfg.model.lora_alpha / cfg.model.lora_rank)
+    # the rest of the tensors come from the base (export_custom_voice)
+    trained = trained_weights(ckpt, model_dir, cfg.model.lora_scaling)
     x_vector = run_x_vector(run_dir)
     if x_vector is None:  # a run from before the run kept its own copy
         x_vector = VoiceData.open(v.path, model_dir, cfg.data).x_vector
     speaker = (name or cfg.model.speaker_name or v.speaker).strip().lower()
-    out = export_custom_voice(model_dir, full, speaker, x_vector, user_path(out_dir))
+    out = export_custom_voice(model_dir, trained, speaker, x_vector, user_path(out_dir))
     emitter.artifact(str(out), "model")
     return {"out_dir": str(out), "run": run_dir.name, "checkpoint": ckpt.name,
             "speaker": speaker,

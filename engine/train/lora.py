@@ -9,8 +9,10 @@ official name and stays frozen, so:
   ones plus ``<linear>.lora_A`` / ``.lora_B`` (no wrapper modules, no
   renamed ``base_layer`` keys as `peft` would make);
 - the adapters sit inside their decoder layer's FSDP unit, sharded with it;
-- export merges them, ``W + (alpha / rank) B A``, into a plain official folder
-  (`engine.model.export.merge_lora`).
+- export, and every path that speaks from a checkpoint, merges them,
+  ``W + (alpha / rank) B A``, into official weights
+  (`engine.model.checkpoint_weights.trained_weights`), so a LoRA checkpoint speaks
+  exactly as its export.
 
 Initialisation follows LoRA (and peft): A Kaiming-uniform, B zero, so the
 first forward equals the base model's. A is drawn from a generator seeded by

@@ -7,6 +7,10 @@ registered in tests/conftest.py).
   with an export speaks the export, and some tests want the run itself). A dict:
   {"voice", "run", "export"}. Read-only: a test that writes copies the voice
   (`copy_voice`) first, and copies the export into its copy's exports/ if it wants one.
+- `lora_run` (session): a real `--trainable lora` run of the same voice, one CPU worker,
+  `LORA_STEPS` steps with a checkpoint at each in `runs/lora` (rank and alpha not the
+  defaults, so a reader that ignores the run's config gets another scale), and its last
+  step exported beside the voice (the export merges the adapters). The same dict, read-only.
 - `make_perturbed_run(voice, model_dir)` (bench/bench_quality.py): what a real run
   leaves behind without Ray, in one process: the resolved config, DCP checkpoints saved
   by the training area's `Checkpointer` from the real objective and optimizer, and an
@@ -33,21 +37,40 @@ from tests.helpers.voices import copy_voice
 
 #: the shared run's checkpoints (run.checkpoint_every) and last step
 CHECKPOINT_EVERY, STEPS = 10, 20
+#: the LoRA run: its steps (a checkpoint at each), adapter rank and alpha (scale 4, not 2)
+LORA_STEPS, LORA_RANK, LORA_ALPHA = 2, 4, 16.0
+
+
+def _train_and_export(root: Path, voice: Path, model_dir: Path, cluster: SharedCluster,
+                      run: str, steps: int, **options: Any) -> dict[str, Any]:
+    """A real run `run` of a copy of `voice` under `root`, its last step exported beside it."""
+    voice = copy_voice(voice, root / "joe")
+    cluster.up()
+    result = train(voice, str(model_dir), steps=steps, use_gpu=False, run=run, **options)
+    assert result["steps"] == steps and not result["stopped"], result
+    out = export(voice, root / "exports" / f"joe-step{steps}", run=run, step=steps)
+    return {"voice": voice, "run": voice / "runs" / run, "export": Path(out["out_dir"])}
 
 
 @pytest.fixture(scope="session")
 def trained_run(prepared_voice: Path, tiny_model_dir: Path, shared_cluster: SharedCluster,
                 tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("trained_run")
-    voice = copy_voice(prepared_voice, root / "joe")
-    shared_cluster.up()
     # a high learning rate: the two checkpoints speak differently even after 10 steps
-    result = train(voice, str(tiny_model_dir), workers=2, steps=STEPS,
-                   checkpoint_every=CHECKPOINT_EVERY, val_every=CHECKPOINT_EVERY, lr=2e-3,
-                   use_gpu=False, run="r1")
-    assert result["steps"] == STEPS and not result["stopped"], result
-    out = export(voice, root / "exports" / f"joe-step{STEPS}", run="r1", step=STEPS)
-    return {"voice": voice, "run": voice / "runs" / "r1", "export": Path(out["out_dir"])}
+    return _train_and_export(tmp_path_factory.mktemp("trained_run"), prepared_voice,
+                             tiny_model_dir, shared_cluster, "r1", STEPS, workers=2,
+                             checkpoint_every=CHECKPOINT_EVERY, val_every=CHECKPOINT_EVERY,
+                             lr=2e-3)
+
+
+@pytest.fixture(scope="session")
+def lora_run(prepared_voice: Path, tiny_model_dir: Path, shared_cluster: SharedCluster,
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    # a high learning rate: two warm-up steps move the adapters (B starts at zero) enough
+    # that the merged weights speak differently from the base
+    return _train_and_export(tmp_path_factory.mktemp("lora_run"), prepared_voice,
+                             tiny_model_dir, shared_cluster, "lora", LORA_STEPS, workers=1,
+                             checkpoint_every=1, val_every=0, lr=5e-2, trainable="lora",
+                             lora_rank=LORA_RANK, lora_alpha=LORA_ALPHA)
 
 
 def make_perturbed_run(voice: Path, model_dir: Path, run: str = "r1",
