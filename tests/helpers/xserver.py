@@ -1,5 +1,5 @@
-"""A real X server for the tests that need one: `xvfb`, a fresh Xvfb display (a plugin
-fixture, registered in tests/conftest.py).
+"""A real X server for the tests that need one: `xvfb`, a fresh 1600x1000 Xvfb display, and
+`laptop_xvfb`, a 1100x760 one (plugin fixtures, registered in tests/conftest.py).
 
 Qt's offscreen platform skips the window system; these tests start the app (or a
 wheel, a click) through Qt's xcb platform on Xvfb. Needs Xvfb and xwininfo
@@ -24,13 +24,12 @@ def free_display() -> int:
     raise RuntimeError("no free X display number between :90 and :139")
 
 
-@pytest.fixture
-def xvfb() -> Iterator[str]:
-    """The DISPLAY of a new 1600x1000 Xvfb server, stopped after the test."""
+def start_xvfb(size: str = "1600x1000") -> Iterator[str]:
+    """Start Xvfb with one screen of `size` (WIDTHxHEIGHT); yields its DISPLAY, then stops it."""
     if not shutil.which("Xvfb") or not shutil.which("xwininfo"):
         pytest.skip("Xvfb or xwininfo is missing (apt-get install xvfb x11-utils)")
     display = f":{free_display()}"
-    proc = subprocess.Popen(["Xvfb", display, "-screen", "0", "1600x1000x24", "-nolisten",
+    proc = subprocess.Popen(["Xvfb", display, "-screen", "0", f"{size}x24", "-nolisten",
                              "tcp"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while subprocess.run(["xwininfo", "-root", "-display", display], capture_output=True,
@@ -42,3 +41,15 @@ def xvfb() -> Iterator[str]:
     yield display
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture
+def xvfb() -> Iterator[str]:
+    """The DISPLAY of a new 1600x1000 Xvfb server, stopped after the test."""
+    yield from start_xvfb("1600x1000")
+
+
+@pytest.fixture
+def laptop_xvfb() -> Iterator[str]:
+    """The DISPLAY of a new Xvfb server with a laptop's 1100x760 screen (issue 28)."""
+    yield from start_xvfb("1100x760")
