@@ -315,6 +315,8 @@ class VoiceSnapshot:
     base_model: str | None = None
     signature: tuple[tuple[str, int, int], ...] = ()
     read_at_ns: int = 0  # wall clock when the signature was taken
+    #: the groups of the prompt set chosen to read (Voice.prompt_groups; empty: all)
+    prompt_groups: tuple[str, ...] = ()
 
     @property
     def minutes_in_use(self) -> float:
@@ -330,7 +332,7 @@ class VoiceSnapshot:
         return {
             "path": str(self.path), "speaker": self.speaker, "speaker_key": self.speaker_key,
             "language": self.language, "prompt_set": self.prompt_set,
-            "summary": _jsonable(self.summary),
+            "prompt_groups": list(self.prompt_groups), "summary": _jsonable(self.summary),
             "takes": [t.to_dict() for t in self.takes], "clips": _jsonable(self.clips),
             "report": _jsonable(self.report), "runs": [r.to_dict() for r in self.runs],
             "exports": [e.to_dict() for e in self.exports],
@@ -362,7 +364,7 @@ def snapshot(voice: str | os.PathLike[str], take_cache: TakeCache | None = None
         prompt_set=v.prompt_set, summary=summary, takes=_take_infos(takes, clips, report),
         clips=clips, report=report, runs=runs, exports=exports, renders=renders,
         comparisons=comparisons(v.path), reference=reference_clip(v.path, clips, report),
-        base_model=voice_base_model(v.path),
+        base_model=voice_base_model(v.path), prompt_groups=tuple(v.prompt_groups),
         signature=sig, read_at_ns=read_at)
 
 

@@ -311,6 +311,10 @@ class MainWindow(QMainWindow):
             box.open()
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        # a take being recorded or under review is kept or dropped only when the user says
+        if not self.page(RecordPage).ask_before_quit(lambda: QTimer.singleShot(0, self.close)):
+            event.ignore()
+            return
         running = self.ctx.jobs.running()
         if running and self._quit_wait is not None:
             event.ignore()  # already waiting for the jobs to stop; the window stays

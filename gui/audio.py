@@ -80,14 +80,48 @@ def device_samplerate(device: int | None, kind: str) -> int:
         return 48000
 
 
+NO_MICROPHONE = ("No microphone was found. Plug one in (or turn it on in the system's "
+                 "sound settings), then restart Voxshard.")
+
+
+def has_input() -> bool:
+    """Whether PortAudio lists any input device (a microphone, or a monitor to record)."""
+    return bool(input_devices())
+
+
+def input_device_or_default(device: int | None) -> int | None:
+    """The device to record from: the chosen one, else the system's default input, else
+    the first input there is (a system may list inputs yet name none the default)."""
+    if device is not None or default_device("input") is not None:
+        return device
+    found = input_devices()
+    return found[0].index if found else None
+
+
+def _trim(chunks: list[np.ndarray], times: list[float], sr: int, t_from: float,
+          t_to: float) -> np.ndarray:
+    """The samples captured between two times of the stream's clock, from chunks that
+    each start at their capture time (a gap the device dropped stays out)."""
+    kept = []
+    for chunk, t0 in zip(chunks, times, strict=True):
+        a = max(0, round((t_from - t0) * sr))
+        b = min(len(chunk), round((t_to - t0) * sr))
+        if b > a:
+            kept.append(chunk[a:b])
+    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.float32)
+
+
 class Recorder(QObject):
     """One input stream; `stop()` keeps recording for the hold time, then emits.
 
-    The hold is counted in the stream's own samples, not by a window timer: on
-    a loaded machine the input arrives late (PortAudio's "high" latency plus
-    whatever the OS delays), so stop waits until every sample captured up to
-    the moment of Stop, plus the hold, has been delivered. Only an input that
-    delivers nothing at all for STALLED_INPUT_S ends the wait early.
+    A take is cut by the times the keys were pressed, on the stream's own clock:
+    from `start()` to `stop()` plus the hold. Each block the device delivers
+    carries the time its first sample was captured, so an input that begins
+    late (seen 1.9 s after the key on a PulseAudio path) neither shifts the end
+    of the take nor counts as recorded before it arrives (`heard` says when it
+    has). Stop waits until the device has delivered everything captured up to
+    the stop time plus the hold; only an input that delivers nothing at all for
+    STALLED_INPUT_S ends the wait early.
     """
 
     stopped = Signal(object, int)  # mono float32 audio, sample rate
@@ -97,6 +131,7 @@ class Recorder(QObject):
         super().__init__(parent)
         self._lock = threading.Lock()
         self._chunks: list[np.ndarray] = []
+        self._times: list[float] = []  # capture time (stream clock) of each chunk's start
         self._stream: sd.InputStream | None = None
         self._peak = 0.0
         self._rms = 0.0
@@ -105,8 +140,10 @@ class Recorder(QObject):
         self.overflows = 0  # callbacks whose input overflowed: audio the device dropped
         self.samplerate = 48000
         self.keep = True  # False: meter only (device test), nothing is stored
-        self._t_start = 0.0  # the stream's clock when it started
-        self._stop_frames = 0  # samples to wait for after stop()
+        self._clock = True  # the stream has a clock its callbacks' times are on
+        self._t_start = 0.0  # the stream's clock when start() was called (the key press)
+        self._t_end = 0.0  # the stream's clock at stop(), plus the hold
+        self._next_t = 0.0  # where the next chunk starts when the device gives no time
         self._last_arrival = 0.0  # time.monotonic() of the last callback
         self._hold = QTimer(self)
         self._hold.setInterval(20)
@@ -120,38 +157,65 @@ class Recorder(QObject):
     def stopping(self) -> bool:
         return self._hold.isActive()
 
+    @property
+    def heard(self) -> bool:
+        """Whether the device has delivered audio since start (the input really runs)."""
+        with self._lock:
+            return self._frames > 0
+
     def start(self, device: int | None = None, keep: bool = True) -> bool:
         self.abort()
         if why := unavailable():
             self.failed.emit(why)
             return False
+        if not has_input():
+            self.failed.emit(NO_MICROPHONE)
+            return False
+        device = input_device_or_default(device)
         self.samplerate = device_samplerate(device, "input")
         self.keep = keep
         with self._lock:
-            self._chunks = []
+            self._chunks, self._times = [], []
             self._peak = self._rms = 0.0
             self._clipped = 0
             self._frames = 0
             self.overflows = 0
         try:
-            self._stream = sd.InputStream(device=device, channels=1, dtype="float32",
-                                          samplerate=self.samplerate, latency="high",
-                                          callback=self._callback)
-            self._stream.start()
-            self._t_start = self._stream_time()
+            stream = sd.InputStream(device=device, channels=1, dtype="float32",
+                                    samplerate=self.samplerate, latency="high",
+                                    callback=self._callback)
+            self._stream = stream
+            self._clock = True
+            self._t_start = self._next_t = self._stream_time()
+            stream.start()
         except Exception as exc:
             self._stream = None
-            self.failed.emit(f"The input device could not be opened: {exc}")
+            self.failed.emit(f"The input device could not be opened: {exc}. Choose another "
+                             "microphone, or check it in the system's sound settings.")
             return False
         return True
+
+    def _chunk_time(self, time: object, frames: int) -> float:
+        """When the block's first sample was captured, on the stream's clock."""
+        if self._clock:
+            adc = float(getattr(time, "inputBufferAdcTime", 0.0) or 0.0)
+            if adc > 0:
+                return adc
+            now = float(getattr(time, "currentTime", 0.0) or 0.0)
+            if now > 0:
+                return now - frames / float(self.samplerate or 1)
+        return self._next_t  # no clock: the blocks follow one another from the start
 
     def _callback(self, indata: np.ndarray, frames: int, time: object, status: object) -> None:
         mono = indata[:, 0]
         peak = float(np.max(np.abs(mono))) if frames else 0.0
         rms = float(np.sqrt(np.mean(mono * mono))) if frames else 0.0
         with self._lock:
+            t0 = self._chunk_time(time, frames)
+            self._next_t = t0 + frames / float(self.samplerate or 1)
             if self.keep:
                 self._chunks.append(mono.copy())
+                self._times.append(t0)
             self._frames += frames
             self._last_arrival = monotonic()
             # the meter shows the loudest block since the GUI last looked
@@ -190,24 +254,25 @@ class Recorder(QObject):
 
     def _stream_time(self) -> float:
         try:
-            return float(self._stream.time) if self._stream is not None else monotonic()
-        except Exception:  # a backend without a stream clock
-            return monotonic()
+            if self._stream is not None and self._clock:
+                return float(self._stream.time)
+        except Exception:  # a backend without a stream clock: count blocks instead
+            self._clock = False
+        return self._next_t if not self._clock else monotonic()
 
     def stop(self, hold_ms: int = HOLD_AFTER_STOP_MS) -> None:
         if self._stream is None or self._hold.isActive():
             return
-        # every sample up to now on the stream's clock, plus the hold
-        elapsed = max(0.0, self._stream_time() - self._t_start) + max(0, hold_ms) / 1000.0
-        self._stop_frames = int(elapsed * self.samplerate)
         with self._lock:
             self._last_arrival = monotonic()
+        # the key press on the stream's clock, plus the hold
+        self._t_end = self._stream_time() + max(0, hold_ms) / 1000.0
         self._hold.start()
         self._check_hold()
 
     def _check_hold(self) -> None:
         with self._lock:
-            arrived = self._frames >= self._stop_frames
+            arrived = self._next_t >= self._t_end if self._frames else False
             stalled = monotonic() - self._last_arrival > STALLED_INPUT_S
         if arrived or stalled:
             self._hold.stop()
@@ -222,9 +287,9 @@ class Recorder(QObject):
             finally:
                 stream.close()
         with self._lock:
-            audio = (np.concatenate(self._chunks) if self._chunks
-                     else np.zeros(0, dtype=np.float32))
-            self._chunks = []
+            audio = _trim(self._chunks, self._times, self.samplerate, self._t_start,
+                          self._t_end)
+            self._chunks, self._times = [], []
         if self.keep:
             self.stopped.emit(audio, self.samplerate)
 
@@ -238,7 +303,7 @@ class Recorder(QObject):
             finally:
                 stream.close()
         with self._lock:
-            self._chunks = []
+            self._chunks, self._times = [], []
 
 
 class GrowingWav:

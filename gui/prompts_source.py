@@ -28,20 +28,26 @@ def _as_prompt(obj: Any) -> Prompt:
 class PromptSource:
     def __init__(self) -> None:
         self.set_name = "english"
+        self.groups: tuple[str, ...] = ()  # the groups chosen to read; empty: all
+        self.all_groups: list[str] = []  # every group of the set, in set order
         self.prompts: list[Prompt] = []
         self.done: set[str] = set()
         self.error = ""
 
-    def load(self, set_name: str, done: set[str]) -> None:
-        """The voice's prompt set, and the prompt ids its takes already hold (a snapshot's)."""
+    def load(self, set_name: str, groups: tuple[str, ...], done: set[str]) -> None:
+        """The voice's prompt set and chosen groups, and the prompt ids its takes already
+        hold (a snapshot's)."""
         from engine.core.errors import VoxshardError
         from engine.layout import prompts as engine_prompts
 
         try:
-            if set_name != self.set_name or not self.prompts:
+            if set_name != self.set_name or groups != self.groups or not self.prompts:
                 prompt_set = engine_prompts.get_prompt_set(set_name)
-                self.prompts = [_as_prompt(p) for p in prompt_set.prompts]
+                self.all_groups = prompt_set.groups
+                self.prompts = [_as_prompt(p)
+                                for p in engine_prompts.in_groups(prompt_set, groups)]
             self.set_name = set_name
+            self.groups = tuple(groups)
             self.done = set(done)
             self.error = ""
         except VoxshardError as exc:

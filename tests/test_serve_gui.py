@@ -35,6 +35,11 @@ def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Pat
                     timeout=180000)
     key = page.key_field.text()
     assert len(key) >= 32 and QGuiApplication.clipboard().text() == key
+    # one voice ticked, served as itself and as its export: it said "Serving 2 voice(s) at
+    # http://...", which also wrapped inside the address (the URL box holds it)
+    assert page.state.text().startswith(
+        "Serving 1 voice at the URL below, as 2 names: ada, ada/ada-v1."), page.state.text()
+    assert page.url not in page.state.text()
     assert key in page.curl.toPlainText() and page.url in page.python.toPlainText()
 
     curl = subprocess.run(["bash", "-e", "-c", page.curl.toPlainText()], cwd=tmp_path,

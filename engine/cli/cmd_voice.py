@@ -112,10 +112,10 @@ def _import(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
                          "Give audio files, or folders that hold them.")
     if not result["imported"] and failed:
         # nothing usable at all is a failure the exit code must show (a re-import is not)
-        first = failed[0]
-        raise AudioError(f"Nothing was imported: {first['path']} {first['reason']}"
-                         + (f" (and {len(failed) - 1} more)." if len(failed) > 1 else "."),
-                         "Give WAV, FLAC, OGG or MP3 files or folders holding them.")
+        # every file's own reason: the second file's was hidden behind "(and 1 more)"
+        raise AudioError("Nothing was imported: " + "; ".join(
+            f"{s['path']} {s['reason']}" for s in failed) + ".",
+            "Give WAV, FLAC, OGG or MP3 files or folders holding them.")
     return result
 
 

@@ -135,14 +135,28 @@ def prompt_set_for_language(language: str, folder: Path | None = None) -> str | 
 
 
 def recorded_prompt_ids(voice: Voice) -> set[str]:
-    return {t.prompt_id for t in voice.list_takes() if t.prompt_id}
+    """Prompts with a take that can train (an unusable take's prompt is read again)."""
+    return {str(t.prompt_id) for t in voice.list_takes() if t.fills_prompt}
+
+
+def in_groups(ps: PromptSet, groups: list[str] | tuple[str, ...] | set[str]) -> list[Prompt]:
+    """The prompts of `ps` in the given groups, in set order (no groups: every prompt)."""
+    wanted = set(groups)
+    return [p for p in ps.prompts if not wanted or p.group in wanted]
+
+
+def voice_prompts(voice: Voice, set_name: str | None = None) -> tuple[PromptSet, list[Prompt]]:
+    """The set a voice reads (or `set_name`) and its prompts to read, in set order: only
+    the groups chosen for the voice ([voice] prompt_groups) when it is the voice's set."""
+    ps = get_prompt_set(set_name or voice.prompt_set)
+    return ps, in_groups(ps, voice.prompt_groups if ps.name == voice.prompt_set else [])
 
 
 def next_prompts(voice: Voice, count: int = 1, set_name: str | None = None) -> list[Prompt]:
     """The first `count` prompts of the voice's set that have no take yet, in set order."""
-    ps = get_prompt_set(set_name or voice.prompt_set)
+    _ps, prompts = voice_prompts(voice, set_name)
     done = recorded_prompt_ids(voice)
-    return [p for p in ps.prompts if p.id not in done][: max(0, count)]
+    return [p for p in prompts if p.id not in done][: max(0, count)]
 
 
 def next_prompt(voice: Voice, set_name: str | None = None) -> Prompt | None:
@@ -151,8 +165,8 @@ def next_prompt(voice: Voice, set_name: str | None = None) -> Prompt | None:
 
 
 def prompt_progress(voice: Voice, set_name: str | None = None) -> dict[str, Any]:
-    ps = get_prompt_set(set_name or voice.prompt_set)
+    ps, prompts = voice_prompts(voice, set_name)
     done = recorded_prompt_ids(voice)
-    recorded = sum(1 for p in ps.prompts if p.id in done)
-    return {"set": ps.name, "total": len(ps), "recorded": recorded,
-            "remaining": len(ps) - recorded}
+    recorded = sum(1 for p in prompts if p.id in done)
+    return {"set": ps.name, "total": len(prompts), "recorded": recorded,
+            "remaining": len(prompts) - recorded}

@@ -40,7 +40,7 @@ from engine.core.errors import AudioError, InputError, WorkspaceError
 from engine.core.storage import storage_arg, user_path
 from engine.layout.exports import EXPORTS_DIR, RENDERS_DIR, exports_dir, renders_dir
 from engine.layout.manifest import PREPARED, PreparedFolder
-from engine.layout.prompts import prompt_set_for_language
+from engine.layout.prompts import get_prompt_set, prompt_set_for_language
 from engine.layout.run import RUNS_DIR, Run, list_runs, runs_dir
 from engine.text import tidy_text
 
@@ -114,6 +114,22 @@ def dump_toml(tables: Mapping[str, Mapping[str, Any]]) -> str:
 
 # --- takes --------------------------------------------------------------------------------
 
+#: a recorded take's verdict (`extra["verdict"]`), judged by the Record page as it was
+#: recorded: "good"; "flagged" (advice only, it trains); "unusable" (silent, clipped or
+#: cut off: it cannot train, and its prompt is offered again)
+VERDICT_GOOD, VERDICT_FLAGGED, VERDICT_UNUSABLE = "good", "flagged", "unusable"
+VERDICTS = (VERDICT_GOOD, VERDICT_FLAGGED, VERDICT_UNUSABLE)
+
+
+def take_verdict(extra: Mapping[str, Any]) -> str:
+    """The verdict a take's metadata carries; a take from before verdicts were written
+    is "flagged" when it recorded warnings, else "good"."""
+    verdict = extra.get("verdict")
+    if verdict in VERDICTS:
+        return str(verdict)
+    return VERDICT_FLAGGED if extra.get("warnings") else VERDICT_GOOD
+
+
 @dataclass(frozen=True)
 class Take:
     """One saved recording and its metadata (the JSON sidecar)."""
@@ -132,6 +148,15 @@ class Take:
     sha256: str = ""
     bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return take_verdict(self.extra)
+
+    @property
+    def fills_prompt(self) -> bool:
+        """Whether the take's prompt counts as recorded (an unusable take's does not)."""
+        return bool(self.prompt_id) and self.verdict != VERDICT_UNUSABLE
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -231,6 +256,29 @@ class Voice:
     @property
     def prompt_set(self) -> str:
         return str(self.config["voice"].get("prompt_set", "english"))
+
+    @property
+    def prompt_groups(self) -> list[str]:
+        """The groups of the prompt set to read ([voice] prompt_groups); empty: all of them."""
+        groups = self.config["voice"].get("prompt_groups") or []
+        return [str(g) for g in groups] if isinstance(groups, list) else []
+
+    def set_prompts(self, prompt_set: str, groups: list[str] | None = None) -> None:
+        """Choose the prompt set to read and, optionally, only some of its groups."""
+        found = get_prompt_set(prompt_set)  # raises, naming the sets there are
+        chosen = [g for g in found.groups if g in set(groups or [])]
+        unknown = sorted(set(groups or []) - set(found.groups))
+        if unknown:
+            raise InputError(f"The prompt set {prompt_set!r} has no group "
+                             f"{', '.join(map(repr, unknown))}.",
+                             f"Choose from: {', '.join(found.groups)}.")
+        table = self.config["voice"]
+        table["prompt_set"] = found.name
+        if chosen and len(chosen) < len(found.groups):
+            table["prompt_groups"] = chosen
+        else:
+            table.pop("prompt_groups", None)  # every group: nothing to store
+        self._save_config()
 
     @property
     def storage(self) -> str | None:

@@ -43,6 +43,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import TakeInfo, VoiceSnapshot
+from engine.layout.voice import VERDICT_GOOD, take_verdict
 from engine.prepare.transcribe import asr_info, is_machine_made
 from gui.context import AppContext
 from gui.jobs import EngineJob
@@ -530,7 +531,8 @@ class ImportPage(Page):
 
     def _update_count(self) -> None:
         takes = self.model.takes
-        flagged = sum(1 for t in takes if t.issues or t.usable is False)
+        flagged = sum(1 for t in takes if t.issues or t.usable is False
+                      or take_verdict(t.extra) != VERDICT_GOOD)  # as recorded
         minutes = sum(t.duration_s for t in takes if not TakesModel.excluded(t)) / 60
         self.count_label.setText(f"{self.proxy.rowCount()} shown · {len(takes)} takes · "
                                  f"{flagged} flagged · {minutes:.1f} min in use")

@@ -45,6 +45,7 @@ from gui.jobs import EngineJob
 from gui.pages.base import Page
 from gui.pages.train import BASE_MODELS
 from gui.widgets import button, hbox, show_error
+from gui.words import count
 
 SAMPLE_TEXT = ("The quick brown fox jumps over the lazy dog. "
                "A cloned voice should sound natural on sentences it has never heard.")
@@ -586,8 +587,9 @@ class ListenPage(Page):
                 cell.setToolTip(f"{entry.get('label')}: sentence {r + 1}")
                 self.compare_table.setItem(r, c, cell)
         self.last_comparison = folder
-        self.compare_note.setText(f"{len(texts)} sentences × {len(sources)} models, "
-                                  "same seed. Click a cell to hear it.")
+        self.compare_note.setText(f"{count(len(texts), 'sentence')} × "
+                                  f"{count(len(sources), 'model')}, same seed. Click a cell "
+                                  "to hear it.")
 
     def _compare_clicked(self, row: int, col: int) -> None:
         item = self.compare_table.item(row, col)

@@ -8,13 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QModelIndex, QRect, QSize, Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QGridLayout,
     QHeaderView,
     QLabel,
     QProgressBar,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTreeWidget,
     QTreeWidgetItem,
     QWidget,
@@ -66,6 +68,32 @@ def advice_for(code: str) -> str:
 
 
 class PreparePage(Page):
+class _WrappingDelegate(QStyledItemDelegate):
+    """Row heights for wrapped text: a tree asks its delegate for a cell's size without
+    the column's width, so Qt measured every message as one line and elided it."""
+
+    def __init__(self, tree: QTreeWidget) -> None:
+        super().__init__(tree)
+        self.tree = tree
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
+        sized = QStyleOptionViewItem(option)
+        width = self.tree.columnWidth(index.column())
+        if index.column() == 0:  # the first column also holds the branch indentation
+            width -= self.tree.indentation() * (1 + bool(index.parent().isValid()))
+        # a valid rect (a height too): Qt's style wraps only inside one
+        sized.rect = QRect(0, 0, max(width, 1), max(option.rect.height(), 1))
+        return super().sizeHint(sized, index)
+
+
+def _row(parent: QTreeWidgetItem, texts: list[str]) -> QTreeWidgetItem:
+    """A report row whose every cell reads in full: wrapped in the row, and as a tooltip."""
+    item = QTreeWidgetItem(parent, texts)
+    for col, text in enumerate(texts):
+        item.setToolTip(col, text)
+    return item
+
+
     title = "Prepare"
     subtitle = ("Turn the takes into clean 24 kHz clips: loudness, silence trimming, "
                 "slicing at pauses, and a quality check of every clip.")
@@ -114,10 +142,16 @@ class PreparePage(Page):
         self.tree.setAlternatingRowColors(True)
         self.tree.setRootIsDecorated(True)
         hh = self.tree.header()
+        # a long message wraps onto more lines of its row instead of ending in "..."
+        self.tree.setWordWrap(True)
+        self.tree.setUniformRowHeights(False)
+        self.tree.setItemDelegate(_WrappingDelegate(self.tree))
         hh.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         hh.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.outer.addWidget(self.tree, 1)
+        # a row's height follows its wrapped text at the columns' new widths
+        hh.sectionResized.connect(lambda *_: self.tree.doItemsLayout())
 
         # who was heard in each slice of recordings with more than one voice
         self.speaker_note = QLabel("")
@@ -230,8 +264,8 @@ class PreparePage(Page):
             top = QTreeWidgetItem([f"Rejected files ({len(rejected)})", "", ""])
             self.tree.addTopLevelItem(top)
             for r in rejected:
-                QTreeWidgetItem(top, [f"{r.get('take')}  {r.get('source', '')}",
-                                      str(r.get("reason", "")), advice_for(str(r.get("code")))])
+                _row(top, [f"{r.get('take')}  {r.get('source', '')}",
+                           str(r.get("reason", "")), advice_for(str(r.get("code")))])
             top.setExpanded(True)
         unusable = [c for c in report.get("clips", []) if not c.get("usable")]
         notes = [c for c in report.get("clips", []) if c.get("usable") and c.get("issues")]
@@ -243,8 +277,8 @@ class PreparePage(Page):
             self.tree.addTopLevelItem(top)
             for c in clips[:2000]:  # the report keeps all; the view stays quick
                 for i in c.get("issues", []):
-                    QTreeWidgetItem(top, [str(c.get("id", "?")), str(i.get("message", "")),
-                                          advice_for(str(i.get("code")))])
+                    _row(top, [str(c.get("id", "?")), str(i.get("message", "")),
+                               advice_for(str(i.get("code")))])
             top.setExpanded(len(clips) <= 50)
         if not self.tree.topLevelItemCount():
             self.tree.addTopLevelItem(QTreeWidgetItem(

@@ -46,6 +46,7 @@ from gui.jobs import EngineJob
 from gui.pages.base import Page
 from gui.served_speech import ServedEndpoint
 from gui.widgets import button, hbox
+from gui.words import count
 
 HOSTS = [("Only this computer (127.0.0.1)", "127.0.0.1"),
          ("Other computers too (0.0.0.0, needs the key)", "0.0.0.0")]
@@ -84,6 +85,15 @@ def python_snippet(url: str, voice: str, key: str | None) -> str:
             f"    response.stream_to_file(\"hello.wav\")\n")
 
 
+def serving_text(voices: int, names: list[str]) -> str:
+    """What runs, in one line that never breaks inside the address (the URL box below
+    holds it): the voices ticked, and the names clients can ask for (a voice, each of its
+    exports and runs)."""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"Serving {count(voices, 'voice')} at the URL below, as "
+            f"{count(len(names), 'name')}: {shown}.")
+
+
 #: the first line of the curl example while the server is stopped (one line for both
 #: examples: the Python box has no room for another at 1100x760)
 START_FIRST = "# Start the server first (Start, above); then run this, or the Python below:\n"
@@ -101,6 +111,7 @@ class ServePage(Page):
         self.key: str | None = None
         self._key_file: Path | None = None
         self.url = ""
+        self._started_with = 0  # voices ticked at Start (the server names each several ways)
         self.served: deque[tuple[float, float]] = deque()  # (when, audio seconds)
 
         form = QGridLayout()
@@ -235,6 +246,7 @@ class ServePage(Page):
             args += ["--api-key-file", name]
         self.log.setRowCount(0)
         self.served.clear()
+        self._started_with = len(voices)
         self.job = self.start_job(args, "Serve")
         self.job.event.connect(self._on_event)
         self.job.finished.connect(self._on_finished)
@@ -260,8 +272,8 @@ class ServePage(Page):
                 note = " The key was copied to the clipboard; it is shown only while this runs."
             else:
                 note = ""
-            self.state.setText(f"Serving {len(event.get('voices') or [])} voice(s) at "
-                               f"{self.url}.{note}")
+            self.state.setText(serving_text(self._started_with,
+                                            [str(v) for v in event.get("voices") or []]) + note)
             self._rate_timer.start()
             # Listen speaks the sources served here through this server: one warm worker
             loads = {str(k): str(v) for k, v in (event.get("loads") or {}).items()}
