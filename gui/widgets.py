@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, QRectF, Qt, QTimer
-from PySide6.QtGui import QColor, QLinearGradient, QPainter, QPainterPath, QPalette, QValidator
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QRectF, Qt, QTimer, QUrl
+from PySide6.QtGui import (
+    QColor,
+    QDesktopServices,
+    QLinearGradient,
+    QPainter,
+    QPainterPath,
+    QPalette,
+    QShowEvent,
+    QValidator,
+)
 from PySide6.QtWidgets import (
+    QAbstractScrollArea,
     QAbstractSpinBox,
     QComboBox,
     QDoubleSpinBox,
@@ -17,8 +28,10 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMessageBox,
+    QPlainTextEdit,
     QPushButton,
     QSizePolicy,
+    QSlider,
     QVBoxLayout,
     QWidget,
 )
@@ -86,6 +99,7 @@ class StatCard(Card):
         self.value.setObjectName("StatValue")
         self.label = QLabel(label)
         self.label.setObjectName("StatLabel")
+        self.label.setWordWrap(True)  # at the window's minimum width it takes two lines
         self.layout_.addWidget(self.value)
         self.layout_.addWidget(self.label)
 
@@ -249,19 +263,42 @@ def hbox(*widgets: QWidget | None, stretch_at: int | None = None, spacing: int =
     return w
 
 
+#: inputs a wheel would change: they take it only once clicked or tabbed into
+WHEEL_INPUTS = (QAbstractSpinBox, QComboBox, QSlider)
+
+
 class WheelGuard(QObject):
-    """App-wide: the mouse wheel over an unfocused spin box or combo box scrolls the page
-    around it instead of changing the value (a user scrolling a form changed "Checkpoint
-    every" from 10 to 1 without noticing). Click or tab into the input to wheel it."""
+    """App-wide: the mouse wheel over an unfocused spin box, combo box or slider scrolls
+    the page around it instead of changing the value (a user scrolling a form changed
+    "Checkpoint every" from 10 to 1 without noticing). Click or tab into the input to
+    wheel it.
+
+    Qt gives a widget with `Qt.WheelFocus` the focus before any filter sees a real wheel
+    event, so a `hasFocus()` test alone passes for every wheel that arrives through the
+    window system: such inputs are polished with `Qt.StrongFocus` instead."""
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
-        if event.type() == QEvent.Type.Wheel and isinstance(obj, QAbstractSpinBox | QComboBox) \
+        kind = event.type()
+        if kind == QEvent.Type.Polish and isinstance(obj, WHEEL_INPUTS) \
+                and obj.focusPolicy() == Qt.FocusPolicy.WheelFocus:
+            obj.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        elif kind == QEvent.Type.Wheel and isinstance(obj, WHEEL_INPUTS) \
                 and not obj.hasFocus():
-            parent = obj.parentWidget()
-            if parent is not None:
-                QCoreApplication.sendEvent(parent, event)  # the scroll area takes it
+            area = _scroll_area_of(obj)
+            if area is not None:
+                # to the viewport, which hands it to the scroll bar (sent to the parent, a
+                # real wheel's copy was dropped: Qt propagates only spontaneous events)
+                QCoreApplication.sendEvent(area.viewport(), event)
+            event.accept()  # nothing further up changes either (the Run selector's page)
             return True
         return False
+
+
+def _scroll_area_of(widget: QWidget) -> QAbstractScrollArea | None:
+    w = widget.parentWidget()
+    while w is not None and not isinstance(w, QAbstractScrollArea):
+        w = w.parentWidget()
+    return w
 
 
 def install_wheel_guard(app: QObject) -> WheelGuard:
@@ -305,3 +342,67 @@ class SciSpinBox(QDoubleSpinBox):
 
     def stepBy(self, steps: int) -> None:
         self.setValue(self.value() * (2.0 ** steps))
+
+
+class LogView(QPlainTextEdit):
+    """A read-only, bounded log that follows new lines while it is scrolled to the end,
+    and stays where the user scrolled to read an older line.
+
+    QPlainTextEdit follows only while it is visible: lines added while the log sat in a
+    hidden tab left it above the end, and it stopped following for good (issue 28)."""
+
+    def __init__(self, max_lines: int = 3000, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setMaximumBlockCount(max_lines)  # bounded, however long the job
+        self.following = True
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(self._scrolled)
+        # the range grows after the text is laid out: keep the end in view then too
+        bar.rangeChanged.connect(lambda _lo, _hi: self._follow())
+
+    def _scrolled(self, value: int) -> None:
+        if self.isVisible():  # only the user's scroll decides, not a hidden re-layout
+            self.following = value >= self.verticalScrollBar().maximum()
+
+    def _follow(self) -> None:
+        if self.following:
+            bar = self.verticalScrollBar()
+            bar.setValue(bar.maximum())
+
+    def append_line(self, text: str) -> None:
+        self.appendPlainText(text)
+        self._follow()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._follow()
+
+
+def open_in_desktop(parent: QWidget, path: Path, what: str) -> bool:
+    """Open `path` (a report, a folder) with the desktop's program for it. When none can
+    start (no browser, no xdg-open), say so in a box that names the path and offers its
+    folder, instead of doing nothing (issue 28)."""
+    if QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
+        return True
+    box = QMessageBox(QMessageBox.Icon.Warning, f"Could not open the {what}",
+                      f"No program on this computer could open the {what}:\n{path}",
+                      QMessageBox.StandardButton.Close, parent)
+    box.setInformativeText("Open its folder and the file from there, or copy the path above "
+                           "into a browser or file manager.")
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    if path.parent != path and not path.is_dir():
+        folder = box.addButton("Open folder", QMessageBox.ButtonRole.ActionRole)
+        folder.clicked.disconnect()  # the box stays open: it still holds the path
+
+        def open_folder() -> None:
+            if QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.parent))):
+                box.done(0)
+            else:
+                folder.setEnabled(False)
+                box.setInformativeText(f"The folder {path.parent} could not be opened either: "
+                                       "no file manager is set up. Copy the path above.")
+
+        folder.clicked.connect(open_folder)
+    box.open()
+    return False
