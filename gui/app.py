@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import QSettings, QSize, Qt, QTimer, qVersion
+from PySide6.QtCore import QRect, QSettings, QSize, Qt, QTimer, qVersion
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 from engine.audio import sound
 from engine.catalog import VoiceSnapshot, speaker_name
 from engine.core import syslibs
-from gui import __version__
+from gui import __version__, placement
 from gui.context import APP_NAME, ORG_NAME, AppContext, default_workspace
 from gui.jobs import EngineJob
 from gui.jobs_panel import JobsPanel
@@ -84,8 +84,7 @@ class MainWindow(QMainWindow):
             install_wheel_guard(app)
         self.setWindowTitle(APP_NAME)
         self.setWindowIcon(app_icon())
-        self.resize(1320, 860)
-        self.setMinimumSize(QSize(1024, 680))
+        self._maximized = self._place()
         self._closing_confirmed = False
         self._quit_wait: QMessageBox | None = None  # shown while quitting waits for jobs
 
@@ -189,6 +188,34 @@ class MainWindow(QMainWindow):
         sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), listen, activated=listen.stop)
         esc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+
+    def _place(self) -> bool:
+        """Size and move the window onto the screen's free area, where it was left if that
+        is still on a screen; returns whether it was left maximized."""
+        saved, maximized = placement.saved_place(self.ctx.settings)
+        available = placement.screen_for(saved).availableGeometry()
+        self.setMinimumSize(placement.minimum_for(available))
+        place = placement.fit(saved, available)
+        self.resize(place.size())
+        self.move(place.topLeft())
+        return maximized
+
+    def show_as_left(self) -> None:
+        """Show the window as it was last closed: maximized, or at its own place."""
+        if self._maximized:
+            self.showMaximized()
+        else:
+            self.show()
+
+    def _remember_place(self) -> None:
+        maximized = self.isMaximized()
+        if maximized:  # the place it returns to when un-maximized, as its frame's top-left
+            normal = self.normalGeometry()
+            frame = self.geometry().topLeft() - self.pos()
+            place = QRect(normal.topLeft() - frame, normal.size())
+        else:
+            place = QRect(self.pos(), self.size())
+        placement.remember(self.ctx.settings, place, maximized)
 
     def page(self, cls: type[P]) -> P:
         for p in self.pages:
@@ -393,6 +420,7 @@ class MainWindow(QMainWindow):
         self.ctx.reader.shutdown()
         if self._version_job is not None:
             self._version_job.force_stop()
+        self._remember_place()
         self.ctx.settings.sync()
 
 
@@ -474,14 +502,14 @@ def main(argv: list[str] | None = None) -> int:
     theme = ThemeManager(app)
     theme.apply()
     window = MainWindow(theme=theme)
-    window.show()
+    _quit_on_signals(window)  # before it shows: a SIGTERM once it is on screen closes it
+    window.show_as_left()
     # `voxshard VOICE_FOLDER` (the desktop entry passes files with %F): open it
     for arg in app.arguments()[1:]:
         if not arg.startswith("-"):
             window.open_path(Path(arg))
             break
     window.check_engine()  # a bundle and an engine of different releases: warn once
-    _quit_on_signals(window)
     # what start-up built lives until exit: take it out of the garbage
     # collector's view, so a full collection during training is no 100 ms pause
     gc.collect()

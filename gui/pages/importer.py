@@ -49,6 +49,7 @@ from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
 from gui.widgets import button, fmt_duration, hbox, show_error
+from gui.words import count
 
 AUDIO_SUFFIXES = {".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".mp3"}
 FILTERS = ["All clips", "Flagged", "Needs a look", "Usable", "Excluded", "Without transcript"]
@@ -291,6 +292,7 @@ class DropZone(QLabel):
         super().__init__(parent)
         self.setObjectName("DropZone")
         self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setWordWrap(True)  # the formats line is wider than the window's minimum width
         self.setText("Drop audio files or folders here\n"
                      "WAV · FLAC · OGG · MP3, with transcripts in same-named .txt files, "
                      "an LJSpeech metadata.csv, or a CSV/JSONL list")
@@ -499,6 +501,15 @@ class ImportPage(Page):
     def _imported(self, result: dict) -> None:
         self.ctx.status.emit(str(result.get("summary") or "Import finished"))
         self.set_transcripts(None)
+        # the status bar shows one line: each file left out, with its own reason, in a box
+        skipped = [s for s in result.get("skipped") or []
+                   if isinstance(s, dict) and s.get("code") != "already_imported"]
+        if skipped:
+            done = len(result.get("imported") or [])
+            show_error(self, "Some files were not imported",
+                       f"Imported {count(done, 'file')}; {count(len(skipped), 'file')} "
+                       "could not be used:",
+                       "\n".join(f"{s.get('path')} {s.get('reason')}." for s in skipped))
 
     def _job_done(self) -> None:
         self.job = None

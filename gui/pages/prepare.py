@@ -67,7 +67,6 @@ def advice_for(code: str) -> str:
     return WHAT_TO_DO.get(code, "See the message.")
 
 
-class PreparePage(Page):
 class _WrappingDelegate(QStyledItemDelegate):
     """Row heights for wrapped text: a tree asks its delegate for a cell's size without
     the column's width, so Qt measured every message as one line and elided it."""
@@ -94,6 +93,7 @@ def _row(parent: QTreeWidgetItem, texts: list[str]) -> QTreeWidgetItem:
     return item
 
 
+class PreparePage(Page):
     title = "Prepare"
     subtitle = ("Turn the takes into clean 24 kHz clips: loudness, silence trimming, "
                 "slicing at pauses, and a quality check of every clip.")
@@ -141,17 +141,17 @@ def _row(parent: QTreeWidgetItem, texts: list[str]) -> QTreeWidgetItem:
         self.tree.setHeaderLabels(["Clip / file", "Problem", "What to do"])
         self.tree.setAlternatingRowColors(True)
         self.tree.setRootIsDecorated(True)
-        hh = self.tree.header()
         # a long message wraps onto more lines of its row instead of ending in "..."
         self.tree.setWordWrap(True)
         self.tree.setUniformRowHeights(False)
         self.tree.setItemDelegate(_WrappingDelegate(self.tree))
+        hh = self.tree.header()
         hh.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         hh.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        self.outer.addWidget(self.tree, 1)
         # a row's height follows its wrapped text at the columns' new widths
         hh.sectionResized.connect(lambda *_: self.tree.doItemsLayout())
+        self.outer.addWidget(self.tree, 1)
 
         # who was heard in each slice of recordings with more than one voice
         self.speaker_note = QLabel("")
