@@ -72,6 +72,27 @@ def test_background_save_completes_only_when_written(tmp_path: Path, group: None
     ck.close()
 
 
+def test_written_says_when_the_writes_ended_without_completing_the_save(
+        tmp_path: Path, group: None) -> None:
+    """The trainer completes a background save once every rank's writes have ended
+    (`written`, counted in the step's read back) instead of waiting at the next step."""
+    import time
+
+    from engine.layout.checkpoints import COMPLETE
+    from engine.train.checkpoint import Checkpointer
+
+    model, opt = _model()
+    ck = Checkpointer(tmp_path / "run", 0, 1, keep=2, background=True)
+    assert ck.written()  # nothing pending
+    path = ck.save(1, model, opt, None, {"epoch": 0, "position": 1}, wait=False)
+    deadline = time.monotonic() + 60
+    while not ck.written() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ck.written() and ck.pending and not (path / COMPLETE).exists()
+    assert ck.finish() == path and (path / COMPLETE).exists()
+    ck.close()
+
+
 # -- a background save beside the step's own collectives (issue 29) ----------------------
 
 def _save_beside_collectives(rank: int, world: int, port: int, out_dir: str) -> None:

@@ -229,6 +229,9 @@ class Checkpointer:
         #: (future, folder, step) of a background save not yet marked COMPLETE
         self._pending: tuple[Any, Any, int] | None = None
         self.group = _own_group(world_size)
+        #: a background save's host copy of the state: pinned, made once, reused by
+        #: every save (fresh pageable memory each time cost a copy of the model per save)
+        self._stager: Any = None
 
 
     # -- helpers -------------------------------------------------------------------------
@@ -270,7 +273,8 @@ class Checkpointer:
             args = dcp_args(path, write=True, threads=self.threads) | {
                 "process_group": self.group}
             if self.background:
-                self._pending = (dcp.async_save(state, **args), path, step)
+                self._pending = (dcp.async_save(state, **args, async_stager=self._staging()),
+                                 path, step)
             else:
                 dcp.save(state, **args)
             _torch_save(_rng_state(), path / f"rng_rank{self.rank}.pt")
@@ -319,6 +323,20 @@ class Checkpointer:
     @property
     def pending(self) -> bool:
         return self._pending is not None
+
+    def written(self) -> bool:
+        """Whether this rank's background writes have ended (no wait, no collective); the
+        caller completes the save with `finish()` once every rank says so."""
+        return self._pending is None or self._pending[0].done()
+
+    def _staging(self) -> Any:
+        import torch
+
+        if self._stager is None and torch.cuda.is_available():
+            from torch.distributed.checkpoint.staging import BlockingAsyncStager
+
+            self._stager = BlockingAsyncStager(cache_staged_state_dict=True)
+        return self._stager  # None off CUDA: pinned memory needs a GPU; DCP stages itself
 
     def _complete(self, path: Any, step: int) -> None:
         # every rank's shards and RNG file are on disk before the marker
@@ -429,3 +447,6 @@ class Checkpointer:
         # leaves while another still writes
         self.finish()
         self._barrier()
+        if self._stager is not None:
+            self._stager.close()
+            self._stager = None

@@ -162,10 +162,13 @@ class Trainer:
                                       cfg.optim.schedule, cfg.optim.min_lr_ratio))
         if parts.precision == "fp16":
             self.scaler = LossScaler()
-        # GPU runs save in the background: the shards are written while training goes on
+        # GPU runs save in the background: the shards are written while training goes
+        # on; under CPU offload the state is already in host memory, so a plain save
+        # writes it without a staging copy
         self.ckpt = Checkpointer(self.run_dir, self.rank, self.world,
                                  keep=cfg.run.keep_checkpoints,
-                                 background=getattr(self.device, "type", "") == "cuda")
+                                 background=(getattr(self.device, "type", "") == "cuda"
+                                             and not cfg.parallel.cpu_offload))
         self.cursor: Any = DataCursor(parts)
         self.resume()
         self.cursor = Prefetch(self.cursor, parts.prepare, self.total_steps - self.step)
@@ -363,10 +366,15 @@ class Trainer:
         while self.step < self.total_steps:
             t0 = time.monotonic()
             sums, grad_norm, lr = self.train_step()
-            self.settle()  # a background save had this step to finish its writes
             self.step += 1
             stop_local = 1.0 if self.env.stop() else 0.0
-            tot = self.all_sum(_with_flag(sums, stop_local))  # the step's one read back
+            # a background save is completed once every rank's writes are done (counted
+            # in the step's one read back, so all ranks decide alike), else at the next
+            # save: the step never waits for the disk
+            writing = 1.0 if self._saving is not None and not self.ckpt.written() else 0.0
+            tot = self.all_sum(_with_flags(sums, stop_local, writing))
+            if self._saving is not None and tot[5] == 0:
+                self.settle()
             values = self.step_values(tot, float(grad_norm), lr, time.monotonic() - t0)
             if "loss/train" in values:
                 losses.append(values["loss/train"])
@@ -416,12 +424,12 @@ def add_sums(sums: Any, out: dict[str, Any]) -> Any:
     return step if sums is None else sums + step
 
 
-def _with_flag(sums: Any, flag: float) -> Any:
+def _with_flags(sums: Any, *flags: float) -> Any:
     import torch
 
     if sums is None:
-        return [0.0, 0.0, 0.0, 0.0, flag]
-    return torch.cat([sums, torch.tensor([flag], dtype=sums.dtype).to(sums.device)])
+        return [0.0, 0.0, 0.0, 0.0, *flags]
+    return torch.cat([sums, torch.tensor(flags, dtype=sums.dtype).to(sums.device)])
 
 
 def _validate(parts: TrainParts, model: Any, step: int, sender: MetricsSender,
