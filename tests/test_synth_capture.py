@@ -237,3 +237,40 @@ def test_alternating_default_and_greedy_requests_recapture_nothing(
         batcher.close()
     assert all(isinstance(r, dict) for r in results), results
     assert len(captured) == at_load  # nothing captured again
+
+
+def test_the_predictors_folded_attention_equals_the_grouped_kernel(
+        tiny_model_dir: Path) -> None:
+    """On CUDA the code predictor folds its grouped query heads (so a fused attention
+    kernel takes the masked pass); the fold is the same attention as the CPU's path."""
+    import torch
+
+    from engine.model.loading import load_model
+    from engine.synth.decoding import FastTalker, _rope_table
+
+    model = load_model(tiny_model_dir, device="cpu", dtype=torch.float32).model
+    fast = FastTalker(model)
+    stack = fast.p_stack
+    assert stack.n_rep > 1  # the tiny model has grouped heads, as the released ones
+    slots = torch.arange(16)
+    masks = [(slots[None] <= slots[:2, None])[None, None]]  # the frame's first step: 2 rows
+    masks += [(slots <= j)[None, None, None] for j in range(2, 16)]
+    g = torch.Generator().manual_seed(0)
+    hidden = model.talker.code_predictor.config.hidden_size
+    outs = {}
+    for fold in (False, True):
+        stack.fold_full = fold
+        cache = stack.alloc(3, 16, fast.head)
+        cos, sin = _rope_table(fast.predictor.model.rotary_emb, 16, fast.head, axes=1)
+        g.manual_seed(0)
+        steps, start = [], 0
+        for j, mask in enumerate(masks):
+            t = 2 if j == 0 else 1
+            h = torch.randn(3, t, hidden, generator=g)
+            with torch.inference_mode():
+                steps.append(stack.forward(h, cos[start:start + t][None],
+                                           sin[start:start + t][None], cache, start,
+                                           mask, full=True))
+            start += t
+        outs[fold] = torch.cat([s.reshape(3, -1) for s in steps], dim=1)
+    assert torch.allclose(outs[True], outs[False], atol=1e-5, rtol=1e-4)

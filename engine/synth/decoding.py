@@ -185,6 +185,11 @@ class _Stack:
         self.scaling = attn.scaling
         self.kv_heads = config.num_key_value_heads
         self.heads = config.num_attention_heads
+        # on CUDA the predictor's masked attention folds its grouped query heads too: with
+        # a mask and enable_gqa, flash and memory-efficient attention both refuse it and
+        # each of a frame's 75 predictor passes falls to the math kernel. On the CPU it
+        # keeps the official rounding (the parity tests compare against it there).
+        self.fold_full = norm.weight.device.type == "cuda"
 
     def alloc(self, batch: int, length: int, like: torch.Tensor) -> list[KV]:
         shape = (batch, self.kv_heads, length, self.head_dim)
@@ -242,9 +247,11 @@ class _Stack:
             elif index is not None:
                 # the talker's long cache: grouped heads read the shared K/V, never a copy
                 out = _grouped_attention(q, keys, values, mask, self.scaling, self.n_rep)
+            elif full and self.fold_full:
+                out = _grouped_attention(q, keys, values, mask, self.scaling, self.n_rep)
             elif full:
-                # the predictor's 16-slot cache (folding its queries would change rounding
-                # against the eager loop, and a K/V copy here is tiny)
+                # the predictor's 16-slot cache on the CPU (folding its queries would change
+                # rounding against the eager loop, and a K/V copy here is tiny)
                 out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                      scale=self.scaling, enable_gqa=gqa)
             else:
