@@ -235,6 +235,7 @@ class RecordPage(Page):
         # which sentences to read: the set, and optionally only some of its groups
         self.set_combo = QComboBox()
         self.set_combo.setToolTip("The sentences to read (saved with the voice)")
+        self.set_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.set_combo.activated.connect(self._set_chosen)
         self.groups_btn = QToolButton()
         self.groups_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
@@ -600,8 +601,7 @@ class RecordPage(Page):
         self.clip_label.setText("\n".join(shown))
         if j.verdict == VERDICT_UNUSABLE:
             first = j.warnings[0] if j.warnings[0] == SILENT else "This take cannot train."
-            self._set_state(f"{first} Enter asks before keeping it; R re-takes, Delete "
-                            "discards.", warn=True)
+            self._set_state(f"{first} Enter asks before keeping it.", warn=True)
             self.accept_btn.setText("Keep anyway…")
         elif j.verdict == VERDICT_FLAGGED or self.clipped:
             self._set_state("Review: Enter to accept, R to re-take, P to play")
