@@ -607,22 +607,25 @@ class Synthesizer:
 
         pushed: dict[int, int] = {}  # frames given to each chunk's decoder
         cuda = self.fast.device.type == "cuda"
-        late: list[Any] = []  # the previous frame: (picked, frame, host codes, copy event)
+        # the previous frame: (picked, frame, host codes, device codes, copy event)
+        late: list[Any] = []
 
         def decoder_for(i: int) -> StreamDecoder:
             if i not in decoders:
                 decoders[i] = StreamDecoder(decoder, primed=primed)
             return decoders[i]
 
-        def take(picked: list[int], frame: int, host: Any) -> None:
+        def take(picked: list[int], frame: int, host: Any, device: Any) -> None:
             for row, i in enumerate(picked):
                 if i in ended:
                     continue
                 dec = decoder_for(i)
-                if int(host[row, 0]) == self.fast.eos:
+                if int(host[row, 0]) == self.fast.eos:  # the pinned copy: no wait
                     ended.add(i)
                     continue
-                dec.push(host[row:row + 1])
+                # the decoder gets the device copy: a pinned host slice would go back
+                # to the GPU by a blocking copy every frame
+                dec.push(device[row:row + 1])
                 pushed[i] = pushed.get(i, 0) + 1
                 if frame + 1 >= chunks[i].max_frames:
                     ended.add(i)
@@ -630,10 +633,10 @@ class Synthesizer:
 
         def take_late() -> None:
             if late:
-                picked, frame, host, event = late.pop()
+                picked, frame, host, device, event = late.pop()
                 if event is not None:
                     event.synchronize()
-                take(picked, frame, host)
+                take(picked, frame, host, device)
 
         def on_codes(picked: list[int], frame: int, codes: Any) -> None:
             # read one frame late: this frame's codes are copied to pinned memory
@@ -643,19 +646,21 @@ class Synthesizer:
 
             host = torch.empty(codes.shape, dtype=codes.dtype, pin_memory=cuda)
             host.copy_(codes, non_blocking=cuda)
+            # the frame's buffer is reused by the next frame: a device-side copy (no sync)
+            device = codes.clone() if cuda else host
             event = None
             if cuda:
                 event = torch.cuda.Event()
                 event.record()
             take_late()
-            late.append((picked, frame, host, event))
+            late.append((picked, frame, host, device, event))
 
         def on_batch(picked: list[int], codes: list[Any]) -> None:
             take_late()
             for i, final in zip(picked, codes, strict=True):
                 rest = final[pushed.get(i, 0):]
                 if i not in ended and len(rest):
-                    decoder_for(i).push(rest.cpu())  # what on_codes did not see
+                    decoder_for(i).push(rest)  # what on_codes did not see
                 decoder_for(i)
                 ended.add(i)
             flush()
