@@ -2,7 +2,7 @@
 
 import sys
 
-from gui.app import main
+from gui.start import main
 
 if __name__ == "__main__":
     sys.exit(main())

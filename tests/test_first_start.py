@@ -7,6 +7,8 @@ private mount namespace, root only) and starts the real program:
   as a script inside the namespace drives that window);
 - without libxcb-cursor on an X server (Xvfb, QT_QPA_PLATFORM=xcb), `voxshard` says in
   one sentence which library is missing and exits 1, instead of Qt's abort;
+- without libEGL (which Qt's GUI library itself links), the `voxshard` command says the
+  same kind of sentence instead of an ImportError from inside PySide6;
 - `packaging/setup_venv.sh --check` prints exactly the missing libraries and the install
   line; with `--system-deps` (as root) it runs the package manager for them.
 """
@@ -89,6 +91,25 @@ def test_without_an_xcb_library_the_app_names_it_instead_of_aborting(xvfb: str,
         f"installed; install it with: {line}."], run.stderr[-3000:]
     assert "Voxshard started" not in run.stdout
 
+
+
+@needs_namespace
+def test_without_qts_own_libraries_the_command_names_them_instead_of_an_import_error(
+        tmp_path: Path) -> None:
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, func = scripts["voxshard"].split(":")
+    run = run_without(["libEGL.so.1"], [sys.executable, "-m", module, "--smoke-test"],
+                      tmp_path, _desktop_env(tmp_path))
+    assert func == "main" and run.returncode == 1, (run.returncode, run.stderr[-3000:])
+    assert run.stderr.splitlines() == [
+        "error: The window cannot start because libEGL.so.1 is not installed; install it "
+        f"with: {_apt_line('libegl1')}."], run.stderr[-3000:]
+    # and with every library there, the same command starts the window
+    ok = run_without([], [sys.executable, "-m", module, "--smoke-test"], tmp_path,
+                     _desktop_env(tmp_path))
+    assert ok.returncode == 0 and "Voxshard started" in ok.stdout, ok.stderr[-3000:]
 
 @needs_namespace
 def test_setup_check_prints_exactly_the_missing_libraries(tmp_path: Path) -> None:
