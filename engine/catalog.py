@@ -36,10 +36,11 @@ from engine.layout.run import RUNS_DIR, Run, voice_base_model
 from engine.layout.run import list_runs as _run_folders
 from engine.layout.voice import VOICE_FILE, TakeCache, open_voice
 from engine.layout.voice import list_voices as _voice_folders
+from engine.model.loading import check_base_model, local_model_path
 
 __all__ = ["ExportInfo", "RunInfo", "TakeInfo", "VoiceEntry", "VoiceSnapshot",
-           "change_signature", "comparisons", "is_current", "latest_run", "list_exports",
-           "list_renders", "list_runs", "list_takes",
+           "base_model_problem", "change_signature", "comparisons", "is_current",
+           "latest_run", "list_exports", "list_renders", "list_runs", "list_takes",
            "list_voices", "prepared_clips", "quality_report", "run_progress", "snapshot",
            "speaker_name", "voice_summary", "workspace_status"]
 
@@ -196,27 +197,26 @@ class RunInfo:
 
 
 def run_progress(run_dir: str | os.PathLike[str]) -> tuple[int | None, int | None]:
-    """(total steps, latest step) of a run.
+    """(total steps, latest step) of a run, as `engine.layout.run.Run.progress` reads them
+    (the total: `run.steps` of the saved config, else what its metrics carry)."""
+    progress = Run(Path(run_dir)).progress(elapsed=False)
+    return progress.total, progress.step
 
-    The total is `run.steps` of the saved config when set (a resume with more
-    steps rewrites it before its first metric); a run sized by epochs learns
-    it only at launch, and every rank-0 metric record carries it as `total_steps`.
-    """
-    run = Run(Path(run_dir))
-    run_cfg = run.config().get("run")
-    configured = run_cfg.get("steps") if isinstance(run_cfg, dict) else None
-    total: int | None = None
-    last: int | None = None
-    for rec in reversed(run.recent_metrics()):
-        if last is None and isinstance(rec.get("step"), int):
-            last = int(rec["step"])
-        if total is None and isinstance(rec.get("total_steps"), int):
-            total = int(rec["total_steps"])
-        if total is not None and last is not None:
-            break
-    if isinstance(configured, int):
-        total = configured
-    return total, last
+
+def base_model_problem(base: str) -> tuple[str, str] | None:
+    """Why what a user chose as the base model cannot be trained from (message, what to
+    do), as training itself would say it; None when it can, or when it is a hub id (the
+    engine downloads it). A local folder is judged by its config files only."""
+    if not base.strip():
+        return "No base model is chosen.", "Choose a hub model or a local model folder."
+    path = local_model_path(base)
+    if path is None:
+        return None
+    try:
+        check_base_model(path)
+    except VoxshardError as exc:
+        return exc.message, exc.hint or ""
+    return None
 
 
 def list_runs(voice: str | os.PathLike[str]) -> list[RunInfo]:

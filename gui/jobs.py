@@ -127,6 +127,8 @@ class EngineJob(QObject):
     failed = Signal(str, str, str)  # code, message, hint
     cancelled = Signal()
     finished = Signal()
+    #: a stop was asked for (from any place: a page, the status bar, Quit)
+    stop_requested = Signal()
 
     def __init__(self, args: list[str], *, title: str = "", kill_after_s: float | None = None,
                  parent: QObject | None = None, env: dict[str, str] | None = None,
@@ -227,6 +229,7 @@ class EngineJob(QObject):
         self._signal_main(signal.SIGTERM)
         if self.kill_after_s is not None:
             self._kill_timer.start(int(self.kill_after_s * 1000))
+        self.stop_requested.emit()
 
     @property
     def stopping(self) -> bool:
@@ -441,6 +444,7 @@ class JobManager(QObject):
         job = EngineJob(args, title=title, parent=self, **kwargs)
         self.jobs.append(job)
         job.finished.connect(lambda j=job: self._forget(j))
+        job.stop_requested.connect(self.changed)  # the status bar says "(stopping)"
         job.start()
         self.changed.emit()
         return job

@@ -11,6 +11,12 @@
 A run's checkpoints may live elsewhere (a shared folder the run folder links to, or
 an object store its `storage.json` names); config and metrics always stay here.
 
+Where a run stands (`Run.progress`, `ProgressReader`): its step, its step count and its
+training time, read from metrics.jsonl and config.json. Elapsed is the sum over the first
+start and every resume: each start's first record carries `perf/build_s` (the model's
+build, before its first step), so a start counts from its build to its last record. The
+window's selector, cards and status and the command line's `status` all read it here.
+
 Which run, when none is named (`pick_run`): the one trained most recently, judged
 by when training last wrote to it (`Run.last_active`: its config, written at every
 start and resume; its metrics, appended every logged step; its newest complete
@@ -66,6 +72,111 @@ def _records(lines: list[bytes] | list[str]) -> list[dict[str, Any]]:
         if isinstance(obj, dict):
             out.append(obj)
     return out
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run stands, as its files say."""
+
+    step: int | None = None  # the latest step training logged
+    total: int | None = None  # the run's step count: config `run.steps`, else the metrics'
+    #: training time (s): from each start's model build to its last record, summed
+    elapsed_s: float | None = None
+    last_time: float | None = None  # wall time of the latest record (seconds since the epoch)
+
+    def done(self, total: int | None = None) -> bool:
+        """Every step of `total` (default: the run's own count) is logged."""
+        total = self.total if total is None else total
+        return self.step is not None and bool(total) and self.step >= int(total or 0)
+
+    def elapsed_at(self, now: float) -> float | None:
+        """Elapsed while the run is still training: up to `now`, not only its last record."""
+        if self.elapsed_s is None or self.last_time is None:
+            return self.elapsed_s
+        return self.elapsed_s + max(0.0, now - self.last_time)
+
+
+class ProgressReader:
+    """A run's `Progress`, read as metrics.jsonl grows: each `read` parses only the bytes
+    added since the last one (at most `max_bytes` of them; `caught_up` says whether the
+    end was reached), so a window can follow a live run of any length cheaply."""
+
+    def __init__(self, run: Run, *, tail_bytes: int | None = None) -> None:
+        self.run = run
+        self._tail = tail_bytes  # only the last bytes (step and total; no elapsed)
+        self._reset()
+        self.caught_up = False
+
+    def _reset(self) -> None:
+        self._offset = 0
+        self._partial = b""
+        self._step: int | None = None
+        self._seen_total: int | None = None
+        self._closed = 0.0  # elapsed of the starts before the latest
+        #: the latest start: its first step, build time (wall clock), latest record
+        self._start: list[Any] | None = None
+
+    def read(self, max_bytes: int | None = None) -> Progress:
+        self.caught_up = True
+        try:
+            with self.run.metrics_file.open("rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                if size < self._offset:  # replaced or truncated: read it anew
+                    self._reset()
+                if self._tail is not None and self._offset == 0 and size > self._tail:
+                    self._offset = size - self._tail
+                    fh.seek(self._offset)
+                    fh.readline()  # the first line of the window is cut
+                    self._offset = fh.tell()
+                fh.seek(self._offset)
+                chunk = fh.read(max_bytes if max_bytes is not None else -1)
+        except OSError:
+            chunk = b""
+        self._offset += len(chunk)
+        if max_bytes is not None and len(chunk) == max_bytes:
+            self.caught_up = False
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        for rec in _records(lines):
+            self._add(rec)
+        return self.progress()
+
+    def _add(self, rec: dict[str, Any]) -> None:
+        step = rec.get("step")
+        if isinstance(step, int):
+            self._step = step
+        total = rec.get("total_steps")
+        if isinstance(total, int) and total > 0:
+            self._seen_total = total
+        when = _number(rec.get("time"))
+        if when is None or self._tail is not None:
+            return
+        build = _number(rec.get("perf/build_s"))
+        # what came before a start's first record: the model's build and that first step
+        lead = (build or 0.0) + (_number(rec.get("perf/step_s")) or 0.0)
+        start = self._start
+        if start is not None and build is not None and step == start[0]:
+            start[1] = min(start[1], when - lead)  # another rank's first record of it
+        elif start is None or build is not None:
+            if start is not None:  # a resume (or a recovery): the previous start is done
+                self._closed += start[2] - start[1]
+            self._start = [step, when - lead, when]
+            return
+        self._start[2] = max(self._start[2], when)  # type: ignore[index]
+
+    def progress(self) -> Progress:
+        run_cfg = self.run.config().get("run")
+        configured = run_cfg.get("steps") if isinstance(run_cfg, dict) else None
+        total = configured if isinstance(configured, int) and configured > 0 \
+            else self._seen_total
+        start = self._start
+        return Progress(step=self._step, total=total,
+                        elapsed_s=None if start is None else self._closed + start[2] - start[1],
+                        last_time=None if start is None else start[2])
 
 
 def _mtime(path: Path) -> float | None:
@@ -139,6 +250,23 @@ class Run:
         if size > max_bytes:
             lines = lines[1:]  # the first line of the window is cut
         return _records(lines)
+
+    def progress(self, *, elapsed: bool = True) -> Progress:
+        """Step, step count and (with `elapsed`) training time. Without it only the end of
+        metrics.jsonl is read: what a list of many long runs needs."""
+        return ProgressReader(self, tail_bytes=None if elapsed else TAIL_BYTES).read()
+
+    def finished(self, total: int | None = None) -> bool:
+        """Trained to its end: its newest complete checkpoint is at the last of `total`
+        steps (default: its own saved step count). Resume has nothing left to do."""
+        if total is None:
+            total = self.progress(elapsed=False).total
+        try:
+            latest = self.latest()
+        except Exception:  # remote storage unreachable: nothing known to be finished
+            latest = None
+        step = step_of(latest) if latest is not None else None
+        return bool(total) and step is not None and step >= int(total or 0)
 
     def base_model(self) -> str | None:
         """The base model the run trained from: its saved config, else its newest

@@ -89,6 +89,18 @@ def inspect_model(path: str | Path) -> ModelInfo:
     )
 
 
+def check_base_model(path: str | Path) -> ModelInfo:
+    """`inspect_model`, and a Base model: what training starts from (the command line
+    and the window's folder picker ask the same question)."""
+    info = inspect_model(path)
+    if info.model_type != "base":
+        raise ModelError(f"{Path(path).name} is a {info.model_type} model; training starts "
+                         "from a Qwen3-TTS Base model.",
+                         "Choose a Base model, such as " + DEFAULT_BASE_MODEL + " or the "
+                         "0.6B Base.")
+    return info
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
 
@@ -100,11 +112,20 @@ def resolve_model(name_or_path: str | os.PathLike[str], *, download: bool = True
     if not text:
         raise ModelError("No model was given.", f"Give a folder or a hub id such as "
                          f"{DEFAULT_BASE_MODEL}.")
-    path = Path(text).expanduser()
-    if path.exists() or text.startswith((".", "/", "~")) or not _HUB_ID.match(text):
+    path = local_model_path(text)
+    if path is not None:
         inspect_model(path)
         return path
     return download_model(text, download=download, on_event=on_event)
+
+
+def local_model_path(name_or_path: str | os.PathLike[str]) -> Path | None:
+    """The folder meant, when what a user typed names a local folder rather than a hub id."""
+    text = str(name_or_path).strip()
+    path = Path(text).expanduser()
+    if path.exists() or text.startswith((".", "/", "~")) or not _HUB_ID.match(text):
+        return path
+    return None
 
 
 def download_model(repo_id: str, *, download: bool = True,

@@ -34,7 +34,7 @@ from engine.config.train import (
     TRAINABLE_CHOICES,
     TrainConfig,
 )
-from engine.core.errors import Cancelled, InputError, ModelError, TrainingError
+from engine.core.errors import Cancelled, InputError, TrainingError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.core.storage import (
     checkpoint_root,
@@ -51,7 +51,7 @@ from engine.layout.run import Run, pick_run
 from engine.layout.voice import open_voice
 from engine.model.checkpoint_weights import trained_weights
 from engine.model.export import export_custom_voice
-from engine.model.loading import inspect_model, resolve_model
+from engine.model.loading import check_base_model, resolve_model
 from engine.train.checkpoint import free_bytes
 from engine.train.gpus import visible_gpus
 from engine.train.launch import Launch, LaunchSpec
@@ -378,11 +378,7 @@ class TrainRun:
         # absolute: workers (on other nodes, in other folders) get this path
         model_dir = self.model_dir = Path(os.path.abspath(resolve_model(self.base,
                                                                         on_event=emitter)))
-        info = inspect_model(model_dir)
-        if info.model_type != "base":
-            raise ModelError(f"{model_dir.name} is a {info.model_type} model; training starts "
-                             "from a Qwen3-TTS Base model.",
-                             "Use --base Qwen/Qwen3-TTS-12Hz-1.7B-Base or the 0.6B Base model.")
+        info = check_base_model(model_dir)
         summary = data_summary(v.path)
         if summary.clips < MIN_CLIPS or summary.seconds < MIN_SECONDS:
             raise InputError(f"{v.display_name} has {summary.clips} usable clip(s), "
@@ -425,6 +421,7 @@ class TrainRun:
                 saved.setdefault(section, {}).update(
                     {k: val for k, val in values.items() if val is not None})
             cfg = TrainConfig.from_dict(saved)
+            _refuse_finished(found, cfg.run.steps)
             self.resumed_changes = resume_changes(before, cfg.to_dict())
             for change in self.resumed_changes:
                 emitter.log(change["message"], level="warning")
@@ -612,6 +609,14 @@ class TrainRun:
                           + (f"; checkpoint {result.checkpoint.name}"
                              if result.checkpoint else ""))
         return out
+
+
+def _refuse_finished(run: Run, steps: int | None) -> None:
+    """A resume of a run already trained to its last step would start Ray to do nothing."""
+    if steps is not None and run.finished(steps):
+        raise InputError(f"The run {run.name} has already trained all its {steps} steps, so "
+                         "there is nothing to resume.",
+                         "Ask for more steps to continue it, or start a new run.")
 
 
 def _check_disk(run_dir: Path, checkpoint_bytes: int, keep: int, emitter: Emitter) -> None:

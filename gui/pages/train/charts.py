@@ -47,11 +47,15 @@ class TrainCharts(QTabWidget):
         # the learning rate has a tab of its own: stacked under throughput, each got
         # ~60 px at 1100x760 and their tick labels ran into each other
         train, hardware, speed, rate, quality = (self._view(t) for t in (
-            "Loss", "Memory", "Speed", "Learning rate", "Quality"))
+            "Loss", "Memory", "Speed", "LR", "Quality"))
+        self.setTabToolTip(self.indexOf(rate), "Learning rate")
         self.setMinimumHeight(260)
-        # six tabs in the monitor's ~430 px at 1100x760: narrower padding than the app's
-        # tabs, or the last ones hide behind scroll arrows
+        # six tabs in the monitor's ~356 px at the smallest window (1024x680): short names
+        # and narrower padding than the app's tabs; never scroll arrows (a click on one
+        # scrolled the Loss tab out of reach), a narrower bar shortens the names instead
         self.setStyleSheet("QTabBar::tab { padding: 6px 8px; }")
+        self.setUsesScrollButtons(False)
+        self.setElideMode(Qt.TextElideMode.ElideRight)
         self.redraws = 0
         self.rank_labels: dict[str, str] = {}  # rank -> "GPU 3" / "node-b GPU 1"
         self.limit_gib: float | None = None  # from the GPU probe, before the engine says

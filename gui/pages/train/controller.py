@@ -9,6 +9,13 @@ slices, so a run of 100k steps loads without holding the window.
 Endings are the job API's (gui/jobs.py): "Stopped" only when the engine
 finished its stop (for training: saved a checkpoint); a stop that failed or
 was forced is a failure, shown with the last complete checkpoint on disk.
+Until the engine process has ended, the state says "Stopping" (or "Finishing"),
+whoever asked for the stop (Stop, the status bar, Quit) and even after the
+workers reported their last step: the engine still saves and shuts Ray down.
+
+Step, step count and elapsed time are not counted here: the page reads them from
+the run's folder (`engine.layout.run.ProgressReader`), as it does for a run after a
+restart.
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ STATE_LABELS = {
     "done": "Finished",
     "cancelled": "Stopped",
 }
+#: the workers' last word, said while the engine process still saves and shuts Ray down
+ENDING_LABELS = {"stopped": "Stopping: step {step} saved, shutting down the cluster",
+                 "finished": "Finishing: step {step} done, shutting down the cluster"}
 
 
 class RunController(QObject):
@@ -57,6 +67,7 @@ class RunController(QObject):
     best_changed = Signal(int)  # the evaluator's best checkpoint step
     early_stop = Signal(int)  # the best step, when it has not improved for `patience`
     run_known = Signal(object)  # the live run's folder, once the engine names it
+    stopping = Signal()  # a stop of the live run was asked for (from anywhere)
     preflight = Signal(object)  # the engine's per-node preflight report
 
     def __init__(self, store: MetricsStore, parent: QObject | None = None) -> None:
@@ -68,14 +79,11 @@ class RunController(QObject):
         self.worker_pids: dict[str, int] = {}  # rank -> pid of its current Ray worker
         self.workers: dict[str, dict[str, object]] = {}  # rank -> node, gpu, pid
         self._starts: dict[str, int] = {}  # worker starts per rank: >1 means a recovery
-        self._t0: float | None = None
-        #: how long a run that ended on screen took (frozen at its end)
-        self._done_elapsed: float | None = None
-        #: a run read from disk: its first and last metric times, and what came before
-        #: the first metric (the model's build and one step)
-        self._times: tuple[float, float] | None = None
-        self._lead = 0.0
         self._train_t0: tuple[float, float] | None = None  # (time, step) at first step
+        #: the workers said their last step ("stopped"/"finished"); the engine has not ended
+        self.ending = False
+        self.started_at = 0.0  # wall time the live job started (its records come after)
+        self.metrics_seen = 0  # live metric events of this job
         self._history: TextIO | None = None
         self._held: list[dict] = []  # live metrics waiting for a resumed run's history
         self.evaluator: EngineJob | None = None
@@ -101,14 +109,16 @@ class RunController(QObject):
         self.worker_pids.clear()
         self.workers.clear()
         self._starts.clear()
-        self._t0 = time.monotonic()
-        self._done_elapsed = None
         self._train_t0 = None
+        self.ending = False
+        self.started_at = time.time()
+        self.metrics_seen = 0
         job.metric.connect(self._on_metric)
         job.state.connect(self._on_state)
         job.event.connect(self._on_raw_event)
         job.log.connect(self.log)
         job.progress.connect(self._on_progress)
+        job.stop_requested.connect(self._on_stop_requested)
         job.succeeded.connect(lambda r: self._end("succeeded", str(r.get("summary") or "")))
         # the engine's own words say where it stopped and what it saved
         job.cancelled.connect(lambda: self._end(
@@ -123,11 +133,15 @@ class RunController(QObject):
         if self.job.stopping:
             self.job.force_stop()
             return "forced"
-        self.state_text.emit(STATE_LABELS["stopping"])
+        self.job.cancel()  # says so through `_on_stop_requested`
+        return "stopping"
+
+    def _on_stop_requested(self) -> None:
+        if not self.ending:
+            self.state_text.emit(STATE_LABELS["stopping"])
         self.log.emit("info", "Stopping: the engine saves a checkpoint first; this can take "
                               "minutes for a large model. Press Stop again to force it.")
-        self.job.cancel()
-        return "stopping"
+        self.stopping.emit()
 
     def _end(self, outcome: str, summary: str) -> None:
         if outcome == "failed" and self.run_dir is not None:
@@ -135,12 +149,12 @@ class RunController(QObject):
             summary += (f" The last complete checkpoint is {last.name}; Resume continues "
                         "from it." if last is not None else " No checkpoint of this run "
                         "was completed.")
-        if self._t0 is not None:
-            self._done_elapsed = time.monotonic() - self._t0
         self.job = None
+        self.ending = False
         self.ended.emit(outcome, summary)
 
     def _on_metric(self, values: dict) -> None:
+        self.metrics_seen += 1
         if self._history is not None and self.job is not None:
             self._held.append(values)  # after the resumed run's earlier steps
             return
@@ -176,6 +190,20 @@ class RunController(QObject):
             self.preflight.emit(event["report"])
 
     def _on_state(self, state: str, detail: str) -> None:
+        if state in ENDING_LABELS and self.job is not None:
+            # rank 0's last step: the engine still saves and shuts Ray down, so the run
+            # has not stopped until the process ends (`_end` says how it ended)
+            self.ending = True
+            step = detail.removeprefix("step ").strip() or "?"
+            text = ENDING_LABELS[state].format(step=step)
+            self.state_text.emit(text)
+            self.log.emit("state", text)
+            return
+        if state == "worker_node":
+            # where a rank runs ("rank 1 on vm GPU 0"): for the log, not the run's state
+            rank, _, where = detail.removeprefix("rank ").partition(" on ")
+            self.log.emit("state", f"Worker {rank} runs on {where}" if where else detail)
+            return
         if state == "worker_started":
             rank = detail or "?"
             self._starts[rank] = self._starts.get(rank, 0) + 1
@@ -192,15 +220,13 @@ class RunController(QObject):
         if stage in ("train", "training", "step") and isinstance(total, float) and total:
             self.total_steps = int(total)
 
-    def elapsed_s(self) -> float | None:
-        if self._t0 is not None and self.job is not None:
-            return time.monotonic() - self._t0
-        if self._done_elapsed is None and self._times is not None:
-            return self._times[1] - self._times[0] + self._lead
-        return self._done_elapsed
+    @property
+    def training(self) -> bool:
+        """A live run that still trains: not stopping, not past its last step."""
+        return self.job is not None and not self.job.stopping and not self.ending
 
     def eta_s(self) -> float | None:
-        if self._train_t0 is None or not self.total_steps or self.job is None:
+        if self._train_t0 is None or not self.total_steps or not self.training:
             return None
         t0, s0 = self._train_t0
         done = self.store.last_step - s0
@@ -276,9 +302,6 @@ class RunController(QObject):
         except OSError:
             return False
         self._history = fh
-        self._done_elapsed = None
-        self._times = None
-        self._lead = 0.0
         self.total_steps = total_steps or 0
         self.state_text.emit(f"Last run: {name}")
         self.log.emit("info", f"Showing {name} from {metrics_file}")
@@ -293,14 +316,7 @@ class RunController(QObject):
         if not isinstance(rec, dict):
             return 0
         rec.pop("kind", None)
-        when = rec.pop("time", None)
-        if isinstance(when, (int, float)) and self.job is None:
-            first, last = self._times or (when, when)
-            self._times = (min(first, when), max(last, when))
-            if "perf/build_s" in rec:  # the first metric: after the model's build and a step
-                self._lead = max(self._lead, sum(
-                    v for v in (rec["perf/build_s"], rec.get("perf/step_s"))
-                    if isinstance(v, (int, float))))
+        rec.pop("time", None)
         total = rec.pop("total_steps", None)
         if isinstance(total, int) and total > 0:
             self.total_steps = total

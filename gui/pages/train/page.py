@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QSizePolicy,
     QSplitter,
+    QStyle,
+    QStyleOptionComboBox,
     QVBoxLayout,
     QWidget,
 )
@@ -28,7 +30,7 @@ from PySide6.QtWidgets import (
 from engine import catalog
 from engine.layout.checkpoints import step_of
 from engine.layout.exports import exports_dir
-from engine.layout.run import Run
+from engine.layout.run import Progress, ProgressReader, Run
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.metrics import MetricsStore
@@ -44,6 +46,30 @@ from gui.pages.train.stats import StatsBar
 from gui.widgets import fmt_duration, hbox, show_error
 
 ENDED_LABELS = {"succeeded": "Finished", "cancelled": "Stopped", "failed": "Failed"}
+#: the picker's entry for a run the engine has not named yet
+NEW_RUN = "New run (starting…)"
+#: metrics.jsonl read per redraw at most: a long run's history loads over a few turns
+PROGRESS_BYTES_PER_TICK = 4 << 20
+
+
+class RunPicker(QComboBox):
+    """The run selector: a label wider than the box ends in "…" (the open list and the
+    tooltip say it whole); clipped, it read "(step 200/200, 2 che" at the smallest window."""
+
+    def initStyleOption(self, option: QStyleOptionComboBox) -> None:
+        super().initStyleOption(option)
+        room = self.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, option,
+                                           QStyle.SubControl.SC_ComboBoxEditField, self)
+        option.currentText = self.fontMetrics().elidedText(
+            option.currentText, Qt.TextElideMode.ElideRight, room.width() - 2)
+
+
+def run_label(name: str, step: int | None, total: int | None, checkpoints: int) -> str:
+    """A run in the picker: its name, where it stands, what it has saved."""
+    steps = f"{step or 0}/{total}" if total else f"{step or 0}"
+    ckpt = f", {checkpoints} checkpoint{'s' if checkpoints != 1 else ''}" \
+        if checkpoints else ""
+    return f"{name}  (step {steps}{ckpt})"
 
 
 def export_howto(out: Path, speaker: str) -> str:
@@ -77,6 +103,9 @@ class TrainPage(Page):
         self._turn = 0
         self._shown_voice: object = None
         self._shown_run: Path | None = None  # the run whose curves are on screen
+        #: the shown run's step, step count and elapsed, read from its folder
+        self._progress: ProgressReader | None = None
+        self._before_start: catalog.RunInfo | None = None  # shown when Start was pressed
         self.last_opened: Path | None = None  # the report Open report last opened
         self._runs: list[catalog.RunInfo] = []
         self.evaluator_program: list[str] | None = None  # tests: another engine stand-in
@@ -121,6 +150,9 @@ class TrainPage(Page):
         self.run.best_changed.connect(self.charts.mark_best)
         self.run.early_stop.connect(self._early_stop)
         self.run.preflight.connect(self.settings.show_preflight)
+        self.run.stopping.connect(self._show_stopping)
+        self.steps.valueChanged.connect(lambda _v: self._update_run_buttons())
+        s.base_rejected.connect(lambda text: self._append_log("error", text))
         self._eval_finish = QTimer(self)
         self._eval_finish.setInterval(2000)
         self._eval_finish.timeout.connect(self._finish_evaluator)
@@ -138,7 +170,7 @@ class TrainPage(Page):
         mon = QWidget()
         lay = QVBoxLayout(mon)
         lay.setContentsMargins(8, 0, 0, 0)
-        self.run_picker = QComboBox()
+        self.run_picker = RunPicker()
         self.run_picker.setToolTip("Show a run's curves and load its settings into the form")
         self.run_picker.activated.connect(self._pick_run)
         self.run_picker.setSizeAdjustPolicy(
@@ -149,9 +181,6 @@ class TrainPage(Page):
         # the picker gets the whole row: a run's name and steps are its point
         self.run_picker.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.run_picker.setMinimumContentsLength(16)
-        self.state_label.setWordWrap(True)  # a long engine state wraps, never clips
-        self.state_label.setSizePolicy(QSizePolicy.Policy.Expanding,
-                                       QSizePolicy.Policy.Preferred)
         lay.addWidget(hbox(QLabel("<b>Run</b>"), self.run_picker))
         lay.addWidget(hbox(QLabel("<b>State</b>"), self.state_label))
         self.stat_labels = self.stats.labels
@@ -236,9 +265,26 @@ class TrainPage(Page):
             parts.append(f"GPU {gpu}" if gpu is not None else f"worker {rank}")
             self.charts.rank_labels[rank] = " ".join(parts)
 
+    def progress(self) -> Progress | None:
+        """The shown run's step, step count and elapsed, from its folder (what the run
+        picker, the cards and the progress bar all say; a restart reads the same)."""
+        if self._progress is None or self._progress.run.path != self._shown_run:
+            if self._shown_run is None:
+                self._progress = None
+                return None
+            self._progress = ProgressReader(Run(self._shown_run))
+        # live: a long history is read over a few redraws; a run at rest all at once
+        return self._progress.read(PROGRESS_BYTES_PER_TICK if self.run.job is not None
+                                   else None)
+
     def _update_stats(self) -> None:
-        latest, step, put = self.store.latest, self.store.last_step, self.stats.put
-        total = self.run.total_steps
+        latest, put = self.store.latest, self.stats.put
+        found = self.progress()
+        if found is not None and found.step is not None:
+            step: float = found.step
+            total = found.total or self.run.total_steps
+        else:  # nothing on disk yet (or an engine that names no folder): its events
+            step, total = self.store.last_step, self.run.total_steps
         put("step", f"{step:.0f} / {total}" if total else f"{step:.0f}")
         for key, card, fmt in (("loss/train", "loss", "{:.4f}"), ("loss/val", "val", "{:.4f}"),
                                ("lr", "lr", "{:.1e}"), ("perf/tokens_per_s", "tps", "{:,.0f}"),
@@ -246,10 +292,14 @@ class TrainPage(Page):
                                ("quality/wer", "wer", "{:.1%}")):
             if key in latest:
                 put(card, fmt.format(latest[key]))
-        elapsed = self.run.elapsed_s()
-        if elapsed is not None:
-            put("elapsed", fmt_duration(elapsed))
+        if found is not None and found.elapsed_s is not None:
+            # a run that trains: its clock goes on between records
+            live = self.run.training and (found.last_time or 0.0) >= self.run.started_at
+            put("elapsed", fmt_duration(found.elapsed_at(time.time()) if live
+                                        else found.elapsed_s))
         self.stats.show_progress(step, total, self.run.eta_s())
+        if found is not None:
+            self._label_run(self._shown_run, found)
 
     # -- runs on disk ----------------------------------------------------------------
     def refresh(self) -> None:
@@ -287,32 +337,53 @@ class TrainPage(Page):
         running = self.run.job is not None
         run = self.selected_run()
         ckpts = bool(run is not None and run.checkpoints)
-        self.resume_btn.setEnabled(self.voice is not None and not running and ckpts)
+        # trained to the form's step count (its own, unless raised): a resume does nothing
+        finished = ckpts and run is not None and Run(run.path).finished(self.steps.value())
+        self.resume_btn.setEnabled(self.voice is not None and not running and ckpts
+                                   and not finished)
         self.export_btn.setEnabled(self.voice is not None and ckpts
                                    and self.export_job is None)
         self.evaluate_btn.setEnabled(self.voice is not None and ckpts
                                      and self.evaluate_job is None)
         report = Run(run.path).report_file if run is not None else None
         self.report_btn.setEnabled(report is not None and report.is_file())
-        self.settings.run_note.setText(
-            f"Resume, Export and Evaluate act on the run {run.name}." if run is not None
-            else "No run yet: Start training begins one.")
+        if run is None:
+            note = ("A new run is starting…" if running
+                    else "No run yet: Start training begins one.")
+        elif finished and not running:
+            note = (f"{run.name} has trained all its {self.steps.value()} steps: raise Steps "
+                    "to resume it. Export and Evaluate act on it.")
+        else:
+            note = f"Resume, Export and Evaluate act on the run {run.name}."
+        self.settings.run_note.setText(note)
 
     def _fill_run_picker(self) -> None:
         current = self.run_picker.currentData()
+        starting = self.run.job is not None and self.run.run_dir is None \
+            and self._shown_run is None
         self.run_picker.blockSignals(True)
         self.run_picker.clear()
-        if not self._runs:
+        if starting:
+            self.run_picker.addItem(NEW_RUN, None)
+        elif not self._runs:
             self.run_picker.addItem("No runs yet", None)
         for r in reversed(self._runs):
-            steps = f"{r.last_step or 0}/{r.total_steps}" if r.total_steps else \
-                f"{r.last_step or 0}"
-            ckpt = f", {len(r.checkpoints)} checkpoint(s)" if r.checkpoints else ""
-            self.run_picker.addItem(f"{r.name}  (step {steps}{ckpt})", str(r.path))
-        i = self.run_picker.findData(current)
+            self.run_picker.addItem(run_label(r.name, r.last_step, r.total_steps,
+                                              len(r.checkpoints)), str(r.path))
+        i = 0 if starting else self.run_picker.findData(current)
         self.run_picker.setCurrentIndex(max(0, i))
         self.run_picker.blockSignals(False)
         self.run_picker.setEnabled(bool(self._runs) and self.run.job is None)
+
+    def _label_run(self, path: Path | None, found: Progress) -> None:
+        """The picker's entry of the shown run says the step the cards say."""
+        i = self.run_picker.findData(str(path)) if path is not None else -1
+        info = next((r for r in self._runs if r.path == path), None)
+        if i < 0 or info is None:
+            return
+        text = run_label(info.name, found.step, found.total, len(info.checkpoints))
+        if self.run_picker.itemText(i) != text:
+            self.run_picker.setItemText(i, text)
 
     def _pick_run(self, index: int) -> None:
         path = self.run_picker.itemData(index)
@@ -326,6 +397,7 @@ class TrainPage(Page):
         """The picker shows the live run (the charts draw it) once the engine names it."""
         if self.voice is None:
             return
+        self._shown_run = run_dir  # its step and time now come from its folder
         self._runs = catalog.list_runs(self.voice)
         self._fill_run_picker()
         i = self.run_picker.findData(str(run_dir))
@@ -432,11 +504,18 @@ class TrainPage(Page):
               program: list[str] | None = None) -> EngineJob | None:
         if self.voice is None or self.run.job is not None:
             return None
+        if program is None and not self.settings.check_base():
+            # training would refuse it after starting: say so now, the run on screen stays
+            self.state_label.setText("Not started: " + self.settings.model_note.text())
+            return None
         self._make_room_on_gpus()
-        resumed = self.selected_run() if resume else None
+        self._before_start = self.selected_run()
+        resumed = self._before_start if resume else None
         self._reset_charts()
+        # a new run is not the one shown before: until the engine names its folder, the
+        # cards and the picker say it is starting
+        self._shown_run = resumed.path if resumed is not None else None
         if resumed is not None:
-            self._shown_run = resumed.path
             self._append_log("info", f"Resuming {resumed.name} with its saved settings.")
         if self.gpus and self.selected_gpus():
             env = {**(env or {}), "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.selected_gpus()))}
@@ -495,20 +574,36 @@ class TrainPage(Page):
                                      "for training; Listen loads it again when needed.")
 
     def stop(self) -> None:
-        what = self.run.stop()
-        if what == "stopping":
-            self.stop_btn.setText("Force stop")
-            self.stop_btn.setToolTip("Kill the run now: a checkpoint being saved is lost "
-                                     "(earlier checkpoints are safe)")
+        self.run.stop()
+
+    def _show_stopping(self) -> None:
+        """A stop was asked for (here, from the status bar or by Quit): the next press
+        forces it."""
+        self.stop_btn.setText("Force stop")
+        self.stop_btn.setToolTip("Kill the run now: a checkpoint being saved is lost "
+                                 "(earlier checkpoints are safe)")
 
     def _on_ended(self, outcome: str, summary: str) -> None:
         label = ENDED_LABELS.get(outcome, outcome)
-        self.state_label.setText(label)
         if summary:
             self._append_log("error" if outcome == "failed" else "info", summary)
+        if outcome == "failed" and self.run.run_dir is None and not self.run.metrics_seen:
+            # it failed before it named a run or trained a step: no new run exists, so the
+            # run shown before Start is shown again, as it was
+            self._show_again(self._before_start)
+            label = "Not started: " + (summary or "see the log.")
+        self.state_label.setText(label)
         notify_if_in_background(self, f"Training {label.lower()}",
                                 summary or f"The run of {self.voice.name if self.voice else ''} "
                                            f"{label.lower()}.")
+
+    def _show_again(self, run: catalog.RunInfo | None) -> None:
+        self._shown_run = None
+        self._runs = catalog.list_runs(self.voice) if self.voice is not None else []
+        self._fill_run_picker()
+        if run is not None:
+            self.run_picker.setCurrentIndex(max(0, self.run_picker.findData(str(run.path))))
+            self.show_run(run, load_settings=False)
 
     def _on_finished(self) -> None:
         if self.run.evaluator is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine import catalog
 from gui.pages.train.gpus import Gpu
 from gui.widgets import SciSpinBox, button, hbox
 
@@ -100,6 +101,9 @@ CUSTOM = "Custom"
 class TrainSettings(QWidget):
     """The form (scrolls) above the run controls (always visible). Buttons are created
     here and wired by the page."""
+
+    #: a base model that cannot be trained from, in one sentence with what to do
+    base_rejected = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -343,8 +347,36 @@ class TrainSettings(QWidget):
     def _browse_base(self) -> None:
         dlg = QFileDialog(self, "Choose a Qwen3-TTS model folder")
         dlg.setFileMode(QFileDialog.FileMode.Directory)
-        dlg.fileSelected.connect(self.base.setEditText)
+        dlg.fileSelected.connect(self.pick_base)
+        self.base_dialog = dlg
         dlg.open()
+
+    def pick_base(self, folder: str) -> bool:
+        """A folder chosen as the base model, checked at once: one that training would
+        refuse is not taken (the form keeps the model it had) and the note says why."""
+        if not self.check_base(folder):
+            return False
+        self.base.setEditText(folder)
+        return True
+
+    def check_base(self, base: str | None = None) -> bool:
+        """Whether training can start from `base` (default: the form's); if not, the model
+        note says why and what to do, in the engine's words."""
+        problem = catalog.base_model_problem(self.base.currentText() if base is None
+                                             else base)
+        if problem is None:
+            if self.model_note.objectName() == "Warn":  # the last refusal no longer holds
+                self._note_base("", "Muted")
+            return True
+        text = " ".join(problem).strip()
+        self._note_base(text, "Warn")
+        self.base_rejected.emit(text)
+        return False
+
+    def _note_base(self, text: str, style: str) -> None:
+        self.model_note.setObjectName(style)
+        self.model_note.style().polish(self.model_note)
+        self.model_note.setText(text)
 
     def apply_preset(self, index: int) -> None:
         if not 0 <= index < len(PRESETS):

@@ -8,9 +8,16 @@ squeezing (8, 4, 3 or 2 per row, as the width allows).
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QLabel,
+    QProgressBar,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gui.widgets import StatCard, fmt_duration
 
@@ -23,15 +30,50 @@ SPACING = 8
 MAX_COLUMNS = 8
 
 
+class OneLineLabel(QLabel):
+    """A label that keeps to one line: a long text ends in "…" (the whole of it in the
+    tooltip, and in `text()`). A state that wrapped pushed the cards and the chart tabs
+    down as it changed, so a click aimed at a tab landed elsewhere."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = ""
+        # the row's width, whatever the text: a new state never relays the row out
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:
+        self._full = text
+        self._fit()
+
+    def text(self) -> str:
+        return self._full
+
+    def _fit(self) -> None:
+        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight,
+                                              max(0, self.contentsRect().width()))
+        super().setText(shown)
+        self.setToolTip(self._full if shown != self._full else "")
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, super().minimumSizeHint().height())
+
+    def sizeHint(self) -> QSize:
+        return QSize(0, super().sizeHint().height())
+
+
 class StatsBar(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(6)
-        self.state_label = QLabel("Idle")
+        self.state_label = OneLineLabel("Idle")
         self.state_label.setObjectName("StateLabel")
-        self.state_label.setWordWrap(True)
         # a monitor shows many figures at once: smaller than the Voices page's cards
         self.setStyleSheet("#StatValue { font-size: 12pt; }")
         self.progress = QProgressBar()
