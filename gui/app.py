@@ -11,6 +11,7 @@ import os
 import platform
 import signal
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import TypeVar
@@ -71,6 +72,13 @@ def versions() -> list[tuple[str, str]]:
     except Exception:  # DeviceError: PortAudio did not load
         out.append(("PortAudio", "not found"))
     return out
+
+
+def job_names(jobs: list[EngineJob], state: Callable[[EngineJob], str] = lambda _j: ""
+              ) -> str:
+    """ "Training", "Training and Export", "Import, Training and Export"."""
+    names = [j.title + state(j) for j in jobs]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 class MainWindow(QMainWindow):
@@ -346,11 +354,14 @@ class MainWindow(QMainWindow):
         if running and self._quit_wait is not None:
             event.ignore()  # already waiting for the jobs to stop; the window stays
             return
-        if running and not self._closing_confirmed:
+        # the user's jobs; the warm speech engine is the window's own and stops with it
+        mine = [j for j in running if not j.background]
+        if mine and not self._closing_confirmed:
             event.ignore()
-            names = ", ".join(j.title for j in running)
+            one = len(mine) == 1
             box = QMessageBox(QMessageBox.Icon.Question, "Quit Voxshard",
-                              f"{names} is still running. Stop it and quit?",
+                              f"{job_names(mine)} {'is' if one else 'are'} still running. "
+                              f"Stop {'it' if one else 'them'} and quit?",
                               QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
                               self)
             box.setInformativeText("Training saves a checkpoint before it stops; the window "
@@ -391,9 +402,10 @@ class MainWindow(QMainWindow):
                 self._quit_wait = None
                 QTimer.singleShot(0, self.close)
                 return
-            box.setText("Waiting for " + ", ".join(
-                f"{j.title} ({'saving and stopping' if j.stopping else 'running'})"
-                for j in running) + " to stop…")
+            mine = [j for j in running if not j.background]
+            box.setText("Waiting for " + job_names(
+                mine, lambda j: f" ({'saving and stopping' if j.stopping else 'running'})")
+                + " to stop…" if mine else "Closing the speech engine…")
 
         def clicked(button: object) -> None:
             if button is force:

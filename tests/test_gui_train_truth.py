@@ -271,3 +271,22 @@ def test_the_smallest_window_keeps_every_tab_and_the_run_in_view(
     finally:
         qapp.setStyleSheet(sheet)
         qapp.setPalette(palette)
+
+
+def test_quit_names_the_users_jobs_in_a_sentence(qtbot, window: MainWindow) -> None:
+    """It asked "Speech engine, Training is still running": the window's own speech engine
+    is no job of the user's."""
+    from PySide6.QtWidgets import QMessageBox
+
+    jobs = window.ctx.jobs
+    speech = jobs.start(["x"], "Speech engine", background=True, kill_after_s=2.0,
+                        program=flood_program(0, forever=True))
+    train = jobs.start(["x"], "Training", program=flood_program(0, forever=True, stop_s=1.0))
+    qtbot.waitUntil(lambda: speech.events_seen > 5 and train.events_seen > 5, timeout=30000)
+    window.close()
+    boxes = [w for w in window.findChildren(QMessageBox) if w.isVisible()]
+    assert [b.text() for b in boxes] == ["Training is still running. Stop it and quit?"]
+    boxes[0].button(QMessageBox.StandardButton.Yes).click()
+    qtbot.waitUntil(lambda: window._quit_wait is not None, timeout=10000)
+    assert window._quit_wait.text() == "Waiting for Training (saving and stopping) to stop…"
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=60000)
