@@ -65,6 +65,11 @@ class ModelConfig:
     trainable: str = "talker"
     #: weight of the sub-talker (code predictor) loss in the total
     subtalker_weight: float = 0.3
+    #: fraction F (0 < F <= 1) of each step's frames the code predictor is trained on;
+    #: codebook 0 is always scored on every frame, validation on all frames. Below 1 a
+    #: step is faster (the predictor is most of it) but each frame's finer codebooks
+    #: are learnt from less often
+    predictor_frames: float = 1.0
     #: name the exported custom voice answers to (lower-cased on export)
     speaker_name: str = "voice"
     #: LoRA (trainable "lora"): the adapters' rank
@@ -77,6 +82,8 @@ class ModelConfig:
         _check(self.trainable in TRAINABLE_CHOICES, "model.trainable",
                f"must be one of {', '.join(TRAINABLE_CHOICES)}, not {self.trainable!r}")
         _check(self.subtalker_weight >= 0, "model.subtalker_weight", "must be >= 0")
+        _check(0 < self.predictor_frames <= 1, "model.predictor_frames",
+               "must be above 0 and at most 1 (1: every frame)")
         _check(bool(self.speaker_name.strip()), "model.speaker_name", "must not be empty")
         _check(self.lora_rank >= 1, "model.lora_rank", "must be >= 1")
         _check(self.lora_alpha > 0, "model.lora_alpha", "must be > 0")

@@ -36,6 +36,7 @@ import numpy as np
 from engine.config.data import DataConfig
 from engine.core.errors import TrainingError
 from engine.data.codes import CodesIndex, load_codes_index
+from engine.data.frames import PredictorSample, rank_picks
 from engine.data.layout import (
     NUM_CODEBOOKS,
     ClipSequence,
@@ -132,9 +133,13 @@ class _LazyBatches(Sequence[dict[str, Any]]):
     """A list of micro-batches that are collated only when indexed."""
 
     def __init__(self, data: VoiceData, plan: list[list[int]], rank: int, world: int,
-                 accum: int, items: list[Clip]) -> None:
+                 accum: int, items: list[Clip], predictor: PredictorSample | None = None,
+                 first_step: int = 0) -> None:
         self._data, self._plan, self._rank, self._world = data, plan, rank, world
         self._accum, self._items = accum, items
+        self._predictor = predictor if predictor is not None and predictor.active else None
+        #: the run's optimizer step of this epoch's first step (seeds the frame sample)
+        self._first_step = first_step
 
     def __len__(self) -> int:
         return len(self._plan)
@@ -153,6 +158,15 @@ class _LazyBatches(Sequence[dict[str, Any]]):
         denom = self._world * self._accum
         batch["talker_norm"] = t / denom
         batch["subtalker_norm"] = s / denom
+        if self._predictor is not None:
+            # every rank's frames in every micro-batch of the step: the shared split
+            blocks = np.array([[sum(self._items[i].frames
+                                    for i in rank_share(lengths, b, r, self._world))
+                                for r in range(self._world)] for b in group])
+            picks, sampled = rank_picks(blocks, self._predictor, self._first_step + step,
+                                        self._rank)
+            batch["predictor_pick"] = picks[k - step * self._accum]
+            batch["subtalker_norm"] = sampled * (NUM_CODEBOOKS - 1) / denom
         return batch
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -227,12 +241,18 @@ class VoiceData:
         return epoch_batches(lengths, self.batch_size, self.grad_accum, self.bucket_batches,
                              self.seed, epoch)
 
-    def rank_batches(self, epoch: int, rank: int = 0, world: int = 1) -> Sequence[dict[str, Any]]:
-        """This rank's micro-batches of `epoch`, in order; index k resumes at micro-batch k."""
+    def rank_batches(self, epoch: int, rank: int = 0, world: int = 1,
+                     predictor: PredictorSample | None = None) -> Sequence[dict[str, Any]]:
+        """This rank's micro-batches of `epoch`, in order; index k resumes at micro-batch k.
+
+        predictor: the code predictor sees only a sample of each step's frames
+        (`engine.data.frames`): each micro-batch then carries its picks
+        ("predictor_pick") and the sampled count of its step as "subtalker_norm".
+        """
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} outside world {world}")
         return _LazyBatches(self, self.epoch_plan(epoch), rank, world, self.grad_accum,
-                            self.train)
+                            self.train, predictor, epoch * self.steps_per_epoch())
 
     def val_batches(self, rank: int = 0, world: int = 1) -> list[dict[str, Any]]:
         """This rank's validation micro-batches (fixed order; empty when too few clips)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.data.dataset import VoiceData
+from engine.data.frames import PredictorSample
 from engine.train.failures import FatalTrainingError
 from engine.train.plan import ALLOC_CONF
 from engine.train.precision import PrecisionError, describe, device_capability
@@ -79,12 +80,14 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
     data = VoiceData.open(voice_dir, model_dir, cfg.data)
     data.check(world)
     accum = cfg.data.grad_accum
+    predictor = PredictorSample(cfg.model.predictor_frames, cfg.run.seed)
     epoch_cache: dict[int, Any] = {}
 
     def step_batches(epoch: int, position: int) -> list[Any]:
         if epoch not in epoch_cache:
             epoch_cache.clear()  # one epoch at a time; batches collate lazily
-            epoch_cache[epoch] = data.rank_batches(epoch, rank=rank, world=world)
+            epoch_cache[epoch] = data.rank_batches(epoch, rank=rank, world=world,
+                                                   predictor=predictor)
         micro = epoch_cache[epoch]
         return [micro[k] for k in range(position * accum, (position + 1) * accum)]
 

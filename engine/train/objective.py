@@ -162,6 +162,9 @@ class VoiceObjective(nn.Module):
                                         batch["frame_mask"], batch.get("frame_rows"))
         sub_sum, n_sub = loss.subtalker_ce(self.subtalker_logits(prev, codes), codes,
                                            batch.get("subtalker_count"))
+        if "subtalker_live" in batch:
+            # a sampled micro-batch that drew no frame: its stand-in frame counts zero times
+            sub_sum = sub_sum * batch["subtalker_live"]
         # Normalisers from the data side (whole optimizer step, see loss.normalisers);
         # without them: the local mean.
         norm_t = batch.get("talker_norm", n_talker)
@@ -365,6 +368,8 @@ def batch_to_device(batch: Mapping[str, Any], device: str | torch.device,
     batch = {**batch, **_gather_rows(batch)}
     out: dict[str, torch.Tensor] = {}
     for k, v in batch.items():
+        if k == "predictor_pick":
+            continue  # already applied to the frame rows, on the host
         if isinstance(v, torch.Tensor):
             t = v
         elif isinstance(v, np.ndarray):
@@ -395,9 +400,18 @@ def _gather_rows(batch: Mapping[str, Any]) -> dict[str, Any]:
             m = m.numpy()
         masks.append(np.asarray(m, dtype=bool))
     talker, frames = loss.host_rows(masks[0]), loss.host_rows(masks[1])
-    return {"talker_rows": talker, "frame_rows": frames,
-            "talker_count": np.array(talker.size, dtype=np.float32),
-            "subtalker_count": np.array(frames.size * (NUM_CODEBOOKS - 1), dtype=np.float32)}
+    out = {"talker_rows": talker, "frame_rows": frames,
+           "talker_count": np.array(talker.size, dtype=np.float32),
+           "subtalker_count": np.array(frames.size * (NUM_CODEBOOKS - 1), dtype=np.float32)}
+    if "predictor_pick" in batch:
+        # the code predictor's sample of these frames (engine.data.frames); none drawn:
+        # it still runs on one frame (FSDP needs every rank through every unit), whose
+        # loss then counts zero times
+        pick = np.asarray(batch["predictor_pick"], dtype=np.int64)
+        out["frame_rows"] = frames[pick] if pick.size else frames[:1]
+        out["subtalker_count"] = np.array(pick.size * (NUM_CODEBOOKS - 1), dtype=np.float32)
+        out["subtalker_live"] = np.array(1.0 if pick.size else 0.0, dtype=np.float32)
+    return out
 
 
 def named_trainable(objective: nn.Module) -> Iterable[tuple[str, nn.Parameter]]:

@@ -1,0 +1,171 @@
+"""The code predictor on a sample of frames (issue 32 §2): F = 1 is today's objective bit for
+bit, the sampled loss is an unbiased estimate of the full one, a resumed run draws the same
+frames, ranks draw different ones, and codebook 0's gradient does not depend on F."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from engine.config.train import DataConfig, ModelConfig
+from engine.data.codes import extract_codes
+from engine.data.dataset import VoiceData
+from engine.data.frames import PredictorSample, pick_frames, rank_picks, sampled_total
+from engine.train.objective import batch_to_device, build_objective, load_base_weights
+from tests.helpers.voices import copy_voice
+
+#: two ranks, two micro-batches a step: four blocks share each step's sample
+WORLD, ACCUM = 2, 2
+CFG = DataConfig(batch_size=2, grad_accum=ACCUM, val_fraction=0.1, val_min=1)
+
+
+@pytest.fixture(scope="module")
+def data(prepared_voice: Path, tiny_model_dir: Path,
+         tmp_path_factory: pytest.TempPathFactory) -> VoiceData:
+    v = copy_voice(prepared_voice, tmp_path_factory.mktemp("frames") / "joe")
+    extract_codes(v, tiny_model_dir)
+    return VoiceData.open(v, tiny_model_dir, CFG)
+
+
+@pytest.fixture(scope="module")
+def objective(tiny_model_dir: Path) -> Any:
+    obj = build_objective(tiny_model_dir, device="meta")
+    load_base_weights(obj, tiny_model_dir)
+    return obj
+
+
+def _step(data: VoiceData, sample: PredictorSample | None, step: int = 0,
+          epoch: int = 0) -> list[list[dict[str, Any]]]:
+    """The micro-batches of one optimizer step: [micro][rank]."""
+    ranks = [data.rank_batches(epoch, rank=r, world=WORLD, predictor=sample)
+             for r in range(WORLD)]
+    return [[ranks[r][step * ACCUM + m] for r in range(WORLD)] for m in range(ACCUM)]
+
+
+def _frame_losses(objective: Any, batch: dict[str, Any]) -> list[float]:
+    """Slow, obvious reference: every frame of the batch alone through the code predictor,
+    its 15 codebooks' summed cross-entropy, frames in row order (clip by clip)."""
+    t = batch_to_device({k: v for k, v in batch.items() if k != "predictor_pick"}, "cpu")
+    with torch.no_grad():
+        hidden = objective.talker_hidden(objective.embed(t))
+        out = []
+        for b in range(t["frame_mask"].shape[0]):
+            for p in torch.nonzero(t["frame_mask"][b]).flatten().tolist():
+                codes = torch.cat([t["codec_ids"][b, p:p + 1], t["sub_codes"][b, p]])[None]
+                logits = objective.subtalker_logits(hidden[b, p - 1][None], codes)
+                out.append(float(torch.nn.functional.cross_entropy(
+                    logits[0].float(), codes[0, 1:], reduction="sum")))
+    return out
+
+
+def test_f_1_is_todays_objective_bit_for_bit(data: VoiceData, objective: Any) -> None:
+    for plain, full in zip(_step(data, None, step=1), _step(data, PredictorSample(1.0, 5),
+                                                           step=1), strict=True):
+        for a, b in zip(plain, full, strict=True):
+            assert a.keys() == b.keys() and "predictor_pick" not in b
+            outs = []
+            for batch in (a, b):
+                objective.zero_grad(set_to_none=True)
+                out = objective(batch_to_device(batch, "cpu"))
+                out["loss"].backward()
+                outs.append((out, [p.grad.clone() for p in objective.parameters()
+                                   if p.grad is not None]))
+            (oa, ga), (ob, gb) = outs
+            assert all(torch.equal(oa[k], ob[k]) for k in oa)
+            assert all(torch.equal(x, y) for x, y in zip(ga, gb, strict=True))
+    objective.zero_grad(set_to_none=True)
+
+
+def test_sampled_loss_is_the_full_loss_in_expectation(data: VoiceData, objective: Any) -> None:
+    full_step = _step(data, None)
+    per_frame = [[np.array(_frame_losses(objective, b)) for b in micro] for micro in full_step]
+    blocks = np.array([[len(f) for f in micro] for micro in per_frame])
+    every = np.concatenate([f for micro in per_frame for f in micro])
+    full = every.mean() / 15
+    # the objective's full loss is the reference's (F = 1)
+    sums = [float(objective(batch_to_device(b, "cpu"))["subtalker_sum"])
+            for micro in full_step for b in micro]
+    assert sum(sums) / (every.size * 15) == pytest.approx(full, rel=1e-5)
+
+    # through the objective: the sampled loss is the mean over exactly the picked frames;
+    # F = 0.01 leaves some micro-batches without a frame (their stand-in counts zero times)
+    empty = 0
+    for fraction, seed in ((0.25, 0), (0.25, 1), (0.01, 2)):
+        step = _step(data, PredictorSample(fraction, seed))
+        k_total = sampled_total(every.size, fraction)
+        picked, got = [], 0.0
+        for m, micro in enumerate(step):
+            for r, b in enumerate(micro):
+                assert b["subtalker_norm"] * WORLD * ACCUM == pytest.approx(k_total * 15)
+                picked.append(per_frame[m][r][b["predictor_pick"]])
+                empty += b["predictor_pick"].size == 0
+                with torch.no_grad():
+                    got += float(objective(batch_to_device(b, "cpu"))["subtalker_sum"])
+        assert sum(p.size for p in picked) == k_total
+        assert got / (k_total * 15) == pytest.approx(np.concatenate(picked).mean() / 15,
+                                                     rel=1e-5)
+    assert empty > 0
+
+    # many seeds: the sampled mean's average is the full loss. Stated tolerance: 4 standard
+    # errors of a simple random sample of K of N frames, (1 - K/N) var / K, over the seeds
+    fraction, seeds = 0.25, 3000
+    k_total = sampled_total(every.size, fraction)
+    estimates = []
+    for seed in range(seeds):
+        sample = PredictorSample(fraction, seed)
+        picks = [rank_picks(blocks, sample, 0, r)[0] for r in range(WORLD)]
+        estimates.append(sum(per_frame[m][r][picks[r][m]].sum() for m in range(ACCUM)
+                             for r in range(WORLD)) / (k_total * 15))
+    se = math.sqrt((1 - k_total / every.size) * (every / 15).var(ddof=1) / k_total / seeds)
+    assert abs(np.mean(estimates) - full) < 4 * se
+
+
+def test_a_resumed_run_draws_the_same_frames(data: VoiceData, tiny_model_dir: Path) -> None:
+    sample = PredictorSample(0.25, 3)
+    first = data.rank_batches(1, rank=1, world=WORLD, predictor=sample)
+    # a resumed run opens the data afresh and indexes its position directly
+    again = VoiceData.open(data.index.voice_dir, tiny_model_dir, CFG).rank_batches(
+        1, rank=1, world=WORLD, predictor=sample)
+    k = len(first) - 1
+    assert np.array_equal(first[k]["predictor_pick"], again[k]["predictor_pick"])
+    # another step of the run, or another run seed, draws other frames
+    others = [data.rank_batches(0, rank=1, world=WORLD, predictor=sample)[k],
+              data.rank_batches(1, rank=1, world=WORLD, predictor=PredictorSample(0.25, 4))[k]]
+    assert all(not np.array_equal(o["predictor_pick"], first[k]["predictor_pick"])
+               for o in others)
+
+
+def test_two_ranks_draw_different_frames(data: VoiceData) -> None:
+    sample = PredictorSample(0.25, 0)
+    # equal frame counts on both ranks: the rank in the seed keeps them from mirroring
+    assert not np.array_equal(pick_frames(40, 10, sample, 7, 0, 0),
+                              pick_frames(40, 10, sample, 7, 1, 0))
+    picks = [rank_picks(np.array([[40, 40]]), sample, 7, r)[0][0] for r in range(2)]
+    assert not np.array_equal(picks[0], picks[1])
+    # through the data: each rank's own picks, together exactly the step's K
+    step = _step(data, sample)
+    frames = sum(int(b["frame_mask"].sum()) for micro in step for b in micro)
+    assert sum(b["predictor_pick"].size for micro in step for b in micro) == sampled_total(
+        frames, 0.25)
+
+
+def test_codebook_0_gradient_does_not_depend_on_f(data: VoiceData,
+                                                  tiny_model_dir: Path) -> None:
+    # sub-talker weight 0: the loss is codebook 0's alone, through the same forward
+    obj = build_objective(tiny_model_dir, ModelConfig(subtalker_weight=0.0), device="meta")
+    load_base_weights(obj, tiny_model_dir)
+    grads = []
+    for sample in (None, PredictorSample(0.25, 0), PredictorSample(0.01, 1)):
+        obj.zero_grad(set_to_none=True)
+        b = _step(data, sample)[0][0]
+        obj(batch_to_device(b, "cpu"))["loss"].backward()
+        grads.append({n: p.grad.clone() for n, p in obj.named_parameters()
+                      if p.grad is not None and ".code_predictor." not in f".{n}"})
+    assert grads[0] and all(g.keys() == grads[0].keys() for g in grads)
+    for g in grads[1:]:
+        assert all(torch.equal(g[n], grads[0][n]) for n in g)
