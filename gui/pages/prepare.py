@@ -76,12 +76,12 @@ class _WrappingDelegate(QStyledItemDelegate):
         self.tree = tree
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
+        if index.column() == 0:  # the clip's name: sized to its content, never wrapped
+            return super().sizeHint(option, index)
         sized = QStyleOptionViewItem(option)
-        width = self.tree.columnWidth(index.column())
-        if index.column() == 0:  # the first column also holds the branch indentation
-            width -= self.tree.indentation() * (1 + bool(index.parent().isValid()))
         # a valid rect (a height too): Qt's style wraps only inside one
-        sized.rect = QRect(0, 0, max(width, 1), max(option.rect.height(), 1))
+        sized.rect = QRect(0, 0, max(self.tree.columnWidth(index.column()), 1),
+                           max(option.rect.height(), 1))
         return super().sizeHint(sized, index)
 
 
