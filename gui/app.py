@@ -376,7 +376,7 @@ class MainWindow(QMainWindow):
             box.finished.connect(answer)
             box.open()
             return
-        if running:
+        if mine:
             # confirmed: ask every job to stop, then wait without blocking the window
             event.ignore()
             self._wait_for_jobs_then_quit()
