@@ -34,13 +34,14 @@ from engine.layout.manifest import (
 )
 from engine.layout.run import RUNS_DIR, Run, voice_base_model
 from engine.layout.run import list_runs as _run_folders
+from engine.layout.tiers import voice_tiers
 from engine.layout.voice import VOICE_FILE, TakeCache, open_voice
 from engine.layout.voice import list_voices as _voice_folders
 from engine.model.loading import check_base_model, local_model_path
 
 __all__ = ["ExportInfo", "RunInfo", "TakeInfo", "VoiceEntry", "VoiceSnapshot",
            "base_model_problem", "change_signature", "comparisons", "is_current",
-           "latest_run", "list_exports", "list_renders", "list_runs", "list_takes",
+           "latest_run", "list_exports", "list_renders", "list_runs", "list_takes", "list_tiers",
            "list_voices", "prepared_clips", "quality_report", "run_progress", "snapshot",
            "speaker_name", "voice_summary", "workspace_status"]
 
@@ -369,12 +370,18 @@ def snapshot(voice: str | os.PathLike[str], take_cache: TakeCache | None = None
 
 
 def voice_summary(voice: str | os.PathLike[str]) -> dict[str, Any]:
-    """Totals, readiness verdict and counts of runs, exports and renders."""
+    """Totals, readiness verdict, counts of runs, exports and renders, and its tiers."""
     v = open_voice(voice)
     out = v.summary()
     out.update(runs=len(list_runs(v.path)), exports=len(list_exports(v.path)),
-               renders=len(list_renders(v.path)))
+               renders=len(list_renders(v.path)), tiers=list_tiers(v.path))
     return out
+
+
+def list_tiers(voice: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """What the voice speaks with, by tier (instant, adapter, full), with each one's size
+    on disk and base model (`engine.layout.tiers.voice_tiers`)."""
+    return [_jsonable(t.to_dict()) for t in voice_tiers(voice)]
 
 
 def _stamp(key: str, path: Path) -> tuple[str, int, int]:

@@ -4,6 +4,8 @@
     voxshard-engine voice list VOICE
     voxshard-engine voice delete-take VOICE ID
     voxshard-engine voice info VOICE
+    voxshard-engine voice instant VOICE [--base MODEL]
+    voxshard-engine voice tiers VOICE
     voxshard-engine prompts next VOICE [--count N] [--set NAME]
     voxshard-engine import VOICE FILES_OR_FOLDERS... [--transcripts FILE]
     voxshard-engine prepare VOICE
@@ -18,10 +20,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from engine.catalog import list_tiers
 from engine.cli.main import add_command
 from engine.cli.settings import add_field
 from engine.config import VAD_CHOICES, PrepareConfig
-from engine.core.errors import AudioError, InputError
+from engine.core.errors import AudioError, InputError, VoxshardError
 from engine.core.events import Emitter
 from engine.layout.prompts import next_prompts, prompt_progress
 from engine.layout.voice import create_voice, open_voice
@@ -129,10 +132,44 @@ def _prepare(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     report = prepare(voice, on_event=em, speakers=args.speakers,
                      speaker_reference=args.speaker_reference, denoise=args.denoise,
                      vad=args.vad, speaker_encoder=args.speaker_encoder, base_model=args.base)
+    instant = _save_instant(voice.path, args.base, em)
     return {"report": str(voice.prepared.report), "manifest": str(voice.prepared.manifest),
-            "totals": report["totals"], "rejects_by_reason": report["rejects_by_reason"],
+            "instant": instant, "totals": report["totals"],
+            "rejects_by_reason": report["rejects_by_reason"],
             "unusable_by_reason": report["unusable_by_reason"], "run": report["run"],
             "summary": format_report(report).rstrip()}
+
+
+def _save_instant(voice: Path, base: str | None, em: Emitter) -> str | None:
+    """After a prepare: the voice's instant voice, so it speaks at once (a voice that
+    cannot have one yet, no transcribed clip, is said in a warning, not a failure)."""
+    from engine.prepare.instant import make_instant_voice
+
+    try:
+        return str(make_instant_voice(voice, base).folder)
+    except VoxshardError as exc:
+        em.log(f"No instant voice yet: {exc.message}", level="warning")
+        return None
+
+
+def _voice_instant(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    from engine.prepare.instant import make_instant_voice
+
+    instant = make_instant_voice(args.voice, args.base, download=True)
+    em.artifact(str(instant.folder), "instant_voice")
+    vec = "with" if instant.x_vector_file.is_file() else "without"
+    return {"instant": str(instant.folder), "clip": instant.clip_id, "text": instant.text,
+            "base": instant.base,
+            "summary": f"Saved the instant voice of '{instant.speaker}' ({vec} its speaker "
+                       f"vector) from clip {instant.clip_id} to {instant.folder}."}
+
+
+def _voice_tiers(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    tiers = list_tiers(args.voice)
+    lines = [f"{len(tiers)} way(s) to speak:"] + [
+        f"  {t['tier']:<8} {t['name']:<28} {t['size_bytes'] / 1e6:9.1f} MB  "
+        f"base {t['base'] or '?'}" for t in tiers]
+    return {"tiers": tiers, "summary": "\n".join(lines)}
 
 
 def register(sub: Any) -> None:
@@ -154,6 +191,16 @@ def register(sub: Any) -> None:
     p.add_argument("take_id", metavar="ID", help="take id, or its number")
 
     p = add_command(vsub, "info", _voice_info, "Show a voice's totals and readiness.")
+    p.add_argument("voice", help="voice folder")
+
+    p = add_command(vsub, "instant", _voice_instant,
+                    "Save the voice's instant voice (no training) from its prepared clips.")
+    p.add_argument("voice", help="voice folder")
+    p.add_argument("--base", default=None, metavar="MODEL",
+                   help="the Base model it speaks on (default: the one the voice trained from)")
+
+    p = add_command(vsub, "tiers", _voice_tiers,
+                    "List what the voice speaks with: instant, adapter and full voices.")
     p.add_argument("voice", help="voice folder")
 
     prompts = add_command(sub, "prompts", None, "Sentences to read aloud.")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 EXPORTS_DIR = "exports"
@@ -42,11 +43,18 @@ def is_export(folder: Path) -> bool:
 
 def list_exports(voice_dir: str | os.PathLike[str]) -> list[Path]:
     """The voice's complete exports, newest first (by when their model was written)."""
+    return export_folders(voice_dir, is_export, EXPORT_CONFIG)
+
+
+def export_folders(voice_dir: str | os.PathLike[str], complete: Callable[[Path], bool],
+                   stamp: str) -> list[Path]:
+    """The folders of exports/ that are `complete`, newest first by their file `stamp`
+    (full models here, adapters in engine.layout.tiers)."""
     try:
-        found = [p for p in exports_dir(voice_dir).iterdir() if is_export(p)]
+        found = [p for p in exports_dir(voice_dir).iterdir() if complete(p)]
     except OSError:
         return []
-    return sorted(found, key=lambda p: (-(p / EXPORT_CONFIG).stat().st_mtime, p.name))
+    return sorted(found, key=lambda p: (-(p / stamp).stat().st_mtime, p.name))
 
 
 def latest_export(voice_dir: str | os.PathLike[str]) -> Path | None:

@@ -30,6 +30,7 @@ from engine.layout.checkpoints import holds_checkpoints, step_of
 from engine.layout.exports import exports_dir, latest_export, list_exports
 from engine.layout.manifest import clip_voice, prepared_folder, read_manifest, reference_clip
 from engine.layout.run import Run, list_runs, pick_run, runs_dir, voice_base_model
+from engine.layout.tiers import INSTANT_DIR, TIER_INSTANT, read_instant
 from engine.model.checkpoint_weights import trained_weights
 from engine.model.loading import inspect_model, resolve_model
 
@@ -193,6 +194,8 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
         return VoiceSource(kind="zero_shot", model_dir=model_dir, label="zero-shot",
                            reference=ref, reference_text=text, extra=extra)
 
+    if path.is_dir() and path.name == INSTANT_DIR and not checkpoint:
+        return instant_source(path.parent, base)  # the instant tier, named by its folder
     if path.is_dir() and step_of(path) is not None:
         return _checkpoint_source(path.parent, str(path), base)
     if holds_checkpoints(path):
@@ -220,6 +223,8 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
         run = pick_run(path, with_checkpoint=True)
         if run is not None:
             return _checkpoint_source(run.path, None, base)
+        if read_instant(path) is not None:
+            return instant_source(path, base)
         raise WorkspaceError(f"The voice {path.name} has no trained model yet.",
                              "Train it first, or give --reference CLIP with a base model "
                              "for a zero-shot preview.")
@@ -232,6 +237,28 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
                          "Point to the folder that holds config.json.")
     model_dir = _resolve_model(text)  # a hub id, or a clear "does not exist"
     return _custom_voice_source(model_dir, _model_info(model_dir), speaker)
+
+
+def instant_source(voice_dir: Path, base: str | None = None) -> VoiceSource:
+    """The voice's instant tier: zero-shot (in-context) from its saved clip and words, on
+    its saved base (or `base`)."""
+    instant = read_instant(voice_dir)
+    if instant is None:
+        raise WorkspaceError(f"The voice {voice_dir.name} has no instant voice.",
+                             "Prepare the voice (it saves one), or run "
+                             "`voxshard-engine voice instant VOICE --base MODEL`.")
+    base_name = base or instant.base
+    if not base_name:
+        raise InputError(f"The instant voice of {voice_dir.name} does not say its base model.",
+                         "Give the base model with --base.")
+    model_dir = _resolve_model(base_name)
+    if _model_info(model_dir).model_type != "base":
+        raise ModelError(f"{model_dir.name} is not a base model, so it cannot speak the "
+                         "instant voice.", "Give a base model with --base.")
+    return VoiceSource(kind="zero_shot", model_dir=model_dir, label=TIER_INSTANT,
+                       reference=instant.clip, reference_text=instant.text or None,
+                       speaker=instant.speaker or None, voice_dir=voice_dir,
+                       extra={"tier": TIER_INSTANT})
 
 
 def _custom_voice_source(path: Path, info: Any, speaker: str | None,

@@ -1,0 +1,205 @@
+"""A voice's tiers: the three ways it can speak, and what each keeps on disk.
+
+- **instant** (no training): the voice's reference clip and its words, chosen by the
+  engine's rule (`engine.layout.manifest.reference_clip`), and its speaker vector when
+  a base model was at hand; it speaks zero-shot (in-context) on its base.
+  ```
+  <voice>/instant/instant.json     clip id, text, speaker, base (when known), created
+  <voice>/instant/reference.wav    a copy of the clip (prepare may replace its clips)
+  <voice>/instant/x_vector.npy     the speaker vector (only with a base)
+  ```
+- **adapter**: a LoRA run's adapters (tens of MB) and its speaker row, on the base it
+  was trained from (named, with a fingerprint of its weights):
+  ```
+  <voice>/exports/<name>/VOXSHARD_ADAPTER.json   base, fingerprint, rank, alpha, speaker
+  <voice>/exports/<name>/adapter.safetensors     <linear>.lora_A/B under official names,
+                                                 the speaker row, other trained tensors
+  <voice>/exports/<name>/adapter_config.json     (optional) the same adapters in PEFT's
+  <voice>/exports/<name>/adapter_model.safetensors  folder format, for `peft`
+  ```
+- **full**: an official custom-voice model folder (`engine.layout.exports`).
+
+One home for the tier names and these file names; light (no torch, no Qt).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.core.atomic import read_json
+from engine.core.errors import WorkspaceError
+from engine.layout.exports import EXPORT_INFO, export_folders, list_exports
+
+TIER_INSTANT, TIER_ADAPTER, TIER_FULL = "instant", "adapter", "full"
+TIERS = (TIER_INSTANT, TIER_ADAPTER, TIER_FULL)
+
+INSTANT_DIR = "instant"
+INSTANT_INFO = "instant.json"
+INSTANT_CLIP = "reference.wav"
+INSTANT_VECTOR = "x_vector.npy"
+
+ADAPTER_INFO = "VOXSHARD_ADAPTER.json"
+ADAPTER_WEIGHTS = "adapter.safetensors"
+PEFT_CONFIG = "adapter_config.json"
+PEFT_WEIGHTS = "adapter_model.safetensors"
+#: the key of the speaker row in adapter.safetensors
+SPEAKER_ROW_KEY = "voxshard.speaker_row"
+
+
+@dataclass(frozen=True)
+class VoiceTier:
+    """One way a voice speaks: its tier, name, folder, size on disk and base model."""
+
+    tier: str
+    name: str
+    path: Path
+    size_bytes: int
+    base: str | None = None
+    speaker: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tier": self.tier, "name": self.name, "path": str(self.path),
+                "size_bytes": self.size_bytes, "base": self.base, "speaker": self.speaker}
+
+
+def folder_size(folder: Path) -> int:
+    """Bytes of the files under `folder` (0 when it cannot be read)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for f in files:
+            try:
+                total += (Path(root) / f).stat().st_size
+            except OSError:
+                continue
+    return total
+
+
+# --- instant ------------------------------------------------------------------------------
+
+def instant_dir(voice_dir: str | os.PathLike[str]) -> Path:
+    return Path(voice_dir) / INSTANT_DIR
+
+
+@dataclass(frozen=True)
+class InstantVoice:
+    """A saved instant voice: what it clones from, and with which base."""
+
+    folder: Path
+    clip_id: str
+    text: str
+    speaker: str
+    base: str | None
+    created: str
+
+    @property
+    def clip(self) -> Path:
+        return self.folder / INSTANT_CLIP
+
+    @property
+    def x_vector_file(self) -> Path:
+        return self.folder / INSTANT_VECTOR
+
+    def x_vector(self) -> np.ndarray | None:
+        """The saved speaker vector (None: saved without a base model)."""
+        try:
+            return np.load(self.x_vector_file)
+        except (OSError, ValueError):
+            return None
+
+
+def read_instant(voice_dir: str | os.PathLike[str]) -> InstantVoice | None:
+    """The voice's instant voice, or None when none was saved (or it is incomplete)."""
+    folder = instant_dir(voice_dir)
+    info = read_json(folder / INSTANT_INFO)
+    if not isinstance(info, dict) or not (folder / INSTANT_CLIP).is_file():
+        return None
+    base = info.get("base")
+    return InstantVoice(folder=folder, clip_id=str(info.get("clip_id") or ""),
+                        text=str(info.get("text") or ""), speaker=str(info.get("speaker") or ""),
+                        base=str(base) if base else None, created=str(info.get("created") or ""))
+
+
+def write_instant(voice_dir: str | os.PathLike[str], info: Mapping[str, Any], clip: Path,
+                  x_vector: np.ndarray | None) -> InstantVoice:
+    """Save (or replace) the voice's instant voice as a whole: the folder is written
+    under a hidden name and renamed in, so a reader sees the old one or the new one."""
+    voice = Path(voice_dir)
+    target = instant_dir(voice)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{INSTANT_DIR}.", dir=voice))
+        try:
+            shutil.copyfile(clip, tmp / INSTANT_CLIP)
+            if x_vector is not None:
+                np.save(tmp / INSTANT_VECTOR, np.asarray(x_vector, dtype=np.float32))
+            (tmp / INSTANT_INFO).write_text(json.dumps(dict(info), indent=2, default=str),
+                                            encoding="utf-8")
+            os.chmod(tmp, 0o755)
+            old = voice / f".{INSTANT_DIR}.old-{tmp.name.rsplit('.', 1)[-1]}"
+            if target.exists():
+                target.rename(old)
+            tmp.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except OSError as exc:
+        raise WorkspaceError(f"Cannot save the instant voice in {voice}: "
+                             f"{exc.strerror or exc}.", "Check that the voice folder is "
+                             "writable and the disk has space.") from exc
+    found = read_instant(voice)
+    assert found is not None
+    return found
+
+
+# --- adapters -----------------------------------------------------------------------------
+
+def is_adapter(folder: Path) -> bool:
+    return folder.is_dir() and not folder.name.startswith(".") \
+        and (folder / ADAPTER_INFO).is_file() and (folder / ADAPTER_WEIGHTS).is_file()
+
+
+def list_adapters(voice_dir: str | os.PathLike[str]) -> list[Path]:
+    """The voice's complete adapter exports, newest first."""
+    return export_folders(voice_dir, is_adapter, ADAPTER_INFO)
+
+
+def read_adapter_info(folder: Path) -> dict[str, Any]:
+    """VOXSHARD_ADAPTER.json of an adapter folder ({} when it is missing or damaged)."""
+    info = read_json(Path(folder) / ADAPTER_INFO)
+    return info if isinstance(info, dict) else {}
+
+
+# --- every tier of a voice ------------------------------------------------------------------
+
+def voice_tiers(voice_dir: str | os.PathLike[str]) -> list[VoiceTier]:
+    """What a voice can speak with, by tier: its instant voice, its adapters (newest
+    first), its full exports (newest first). Path logic only."""
+    voice = Path(voice_dir)
+    out: list[VoiceTier] = []
+    instant = read_instant(voice)
+    if instant is not None:
+        out.append(VoiceTier(TIER_INSTANT, INSTANT_DIR, instant.folder,
+                             folder_size(instant.folder), instant.base, instant.speaker))
+    for folder in list_adapters(voice):
+        info = read_adapter_info(folder)
+        out.append(VoiceTier(TIER_ADAPTER, folder.name, folder, folder_size(folder),
+                             _text(info.get("base")), _text(info.get("speaker"))))
+    for folder in list_exports(voice):
+        info = read_json(folder / EXPORT_INFO)
+        info = info if isinstance(info, dict) else {}
+        out.append(VoiceTier(TIER_FULL, folder.name, folder, folder_size(folder),
+                             _text(info.get("base_model")), _text(info.get("speaker"))))
+    return out
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
