@@ -357,8 +357,10 @@ class EngineJob(QObject):
             obj.pop("time", None)
             self.result = obj
         elif kind == "error":
+            # the engine's hint in the window's words when it has them (buttons, not flags)
+            hint = obj.get("window_hint") or obj.get("hint") or ""
             self.error = window_words(str(obj.get("code") or "error"),
-                                      str(obj.get("message") or ""), str(obj.get("hint") or ""))
+                                      str(obj.get("message") or ""), str(hint))
 
     # -- end ---------------------------------------------------------------
     def _on_process_error(self, err: QProcess.ProcessError) -> None:

@@ -262,3 +262,71 @@ def test_the_best_checkpoint_survives_pruning(tmp_path: Path) -> None:
         "checkpoint_step_0000030"
     assert not kept.exists() and run.best() == run.path / "checkpoint_step_0000030"
     assert keep_best(run.path, run.path / "no_such_checkpoint") is None
+
+
+def _checkpoint(run: Path, step: int, size: int = 1000) -> Path:
+    ckpt = run / checkpoint_name(step)
+    (ckpt / "sub").mkdir(parents=True)
+    (ckpt / "__0_0.distcp").write_bytes(bytes([step]) * size)
+    (ckpt / "sub" / "trainer.json").write_text(json.dumps({"step": step}))
+    (ckpt / COMPLETE).write_text("")
+    return ckpt
+
+
+def test_a_step_kept_only_as_the_best_is_found_by_every_reader(tmp_path: Path) -> None:
+    """Issue 28 §2: the best (step 10) lives only under best/ once training pruned it;
+    the step means that copy for export, speak, evaluate and compare alike."""
+    import shutil
+
+    from engine.layout.checkpoints import checkpoint_at, run_of
+
+    voice = create_voice(tmp_path / "ada", "Ada").path
+    run = _train(voice, "r", T0, [20, 30])
+    _checkpoint(run.path, 10)
+    run.evaluation_dir.mkdir()
+    run.evaluation_file.write_text(json.dumps({"best": {"step": 10}}))
+    kept = run.keep_best(run.path / checkpoint_name(10))
+    shutil.rmtree(run.path / checkpoint_name(10))  # training's pruning
+    assert kept is not None and [step_of(c) for c in run.checkpoints()] == [20, 30]
+    assert run.checkpoint(10) == checkpoint_at(run.path, 10) == kept == run.best()
+    assert run.find_checkpoint("10") == run.find_checkpoint(checkpoint_name(10)) == kept
+    assert run.find_checkpoint(str(kept)) == kept
+    assert run.steps() == [10, 20, 30]
+    # a kept copy belongs to the run above best/ (speak and compare read its config there)
+    assert run_of(kept) == run.path and _run_of(kept).path == run.path
+    with pytest.raises(InputError, match="Available steps: 10, 20, 30") as err:
+        run.find_checkpoint("40")
+    assert "--" not in (err.value.window_hint or "-")
+    assert run.checkpoint(40) is None
+
+
+def test_a_held_checkpoint_survives_pruning_and_a_pruned_one_is_not_held(
+        tmp_path: Path) -> None:
+    """Issue 28 §3: the evaluation holds what it is about to measure (hard links), so
+    training's pruning to the newest two does not take it away; a checkpoint no longer
+    among the newest `keep` may already be half deleted, so it is not held."""
+    from engine.train.checkpoint import Checkpointer
+
+    run = Run(tmp_path / "run")
+    run.path.mkdir()
+    run.write_config({"run": {"keep_checkpoints": 2}})
+    trainer = Checkpointer(run.path, rank=0, world_size=1, keep=2)
+    _checkpoint(run.path, 1)
+    held = run.hold(run.path / checkpoint_name(1))
+    assert held == run.path / "held" / checkpoint_name(1)
+    assert (held / "__0_0.distcp").stat().st_ino == \
+        (run.path / checkpoint_name(1) / "__0_0.distcp").stat().st_ino
+    for step in (2, 3):
+        _checkpoint(run.path, step)
+        trainer.prune()
+    assert [step_of(c) for c in run.checkpoints()] == [2, 3]  # 1 is gone from the run
+    assert (held / COMPLETE).is_file() and (held / "__0_0.distcp").read_bytes() == b"\x01" * 1000
+    assert json.loads((held / "sub" / "trainer.json").read_text()) == {"step": 1}
+    # the held copy is no checkpoint of the run: not listed, not what a step means
+    assert run.checkpoint(1) is None and step_of(run.latest()) == 3
+    _checkpoint(run.path, 4)  # not pruned yet, but 2 is no longer among the newest two
+    assert run.hold(run.path / checkpoint_name(2)) is None
+    assert not (run.path / "held" / checkpoint_name(2)).exists()
+    run.release(checkpoint_name(1))
+    assert not held.exists()
+    assert run.hold(run.path / "no_such_checkpoint") is None

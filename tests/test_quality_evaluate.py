@@ -221,8 +221,9 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
                                                evaluated: dict[str, Any]) -> None:
     """Training writes a checkpoint every step and keeps only the newest two; the watcher
     is slower than training (each time it starts measuring, training moves on). It
-    measures the baseline before any checkpoint exists, never fails, scores every
-    checkpoint still kept at the end, and notes the ones deleted before it got to them.
+    measures the baseline before any checkpoint exists, never fails, measures the
+    checkpoint it started on even when training deletes it meanwhile (it holds a copy:
+    issue 28 §3), and notes the ones deleted before it got to them.
 
     The "training" is the training area's own Checkpointer pruning (keep=2, its minimum)
     over checkpoint folders copied from the fixture's real DCP checkpoint: a Ray run
@@ -249,6 +250,7 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
 
     events: list[Event] = []
     baseline_entries: list[list[str]] = []
+    gone_while_measured: list[bool] = []
 
     def on_event(ev: Event) -> None:
         events.append(ev)
@@ -260,6 +262,7 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
             train_to(1)
         elif ev.data.get("state") == "evaluating" and ev.data.get("detail") == "step 1":
             train_to(4)  # step 1 is deleted as the watcher starts on it
+            gone_while_measured.append(not (run / checkpoint_name(1)).exists())
         elif ev.data.get("state") == "evaluating" and ev.data.get("detail") == "step 4":
             train_to(5)
 
@@ -272,16 +275,60 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
     kept = [c.name for c in list_checkpoints(run)]
     assert kept == [checkpoint_name(4), checkpoint_name(5)]
     data = json.loads((run / "evaluation" / "evaluation.json").read_text())
-    assert [e["step"] for e in data["entries"] if e["kind"] == "checkpoint"] == [4, 5]
-    # 1 vanished as the watcher started on it, 3 while it measured 4; 2 came and went
+    # 1 was deleted by training while it was measured, and measured all the same
+    assert gone_while_measured == [True]
+    assert [e["step"] for e in data["entries"] if e["kind"] == "checkpoint"] == [1, 4, 5]
+    # 3 was deleted while the watcher measured 4, before it was held; 2 came and went
     # while the watcher was busy, so it never saw it (and cannot name it)
-    assert [n["step"] for n in data["skipped"]] == [1, 3]
-    assert [n["step"] for n in result["skipped"]] == [1, 3]
-    assert "not measured (deleted by training first): step 1, 3" in result["summary"]
+    assert [n["step"] for n in data["skipped"]] == [3]
+    assert [n["step"] for n in result["skipped"]] == [3]
+    assert "not measured (deleted by training first): step 3" in result["summary"]
     page = (run / "evaluation" / "report.html").read_text(encoding="utf-8")
     assert "deleted by training" in page
     assert not any(e.kind == "error" for e in events)
     assert not any("does not exist" in str(e.data.get("message", "")) for e in events)
+    assert not (run / "held").exists() or not any((run / "held").iterdir())  # let go
+
+
+def test_two_evaluations_at_once_both_land_in_the_file(trained_run: dict[str, Any],
+                                                        evaluated: dict[str, Any]) -> None:
+    """Issue 28 §3: the window's Evaluate now while the watcher measures (two writers of
+    one evaluation.json). The second evaluation starts, measures step 20 and writes while
+    the first is rendering step 10 (it read the file before); the first one's write keeps
+    step 20, and each voice is in the file before its metric event says it was measured."""
+    import shutil
+    from dataclasses import replace
+
+    from engine.quality.evaluate import EvaluateRequest, evaluate
+
+    voice = copy_voice(trained_run["voice"], trained_run["voice"].parent / "joe-two")
+    out = voice / "runs" / "r1" / "evaluation"
+    shutil.rmtree(out, ignore_errors=True)
+    request = EvaluateRequest(voice, "r1", asr="pocketsphinx", device="cpu", export=False,
+                              zero_shot=False, sentences=evaluated["result"]["sentences"][:1],
+                              options=FAST)
+    on_disk_at_metric: list[list[int]] = []
+
+    def steps_in_file() -> list[int]:
+        data = json.loads((out / "evaluation.json").read_text())
+        return [e["step"] for e in data["entries"] if e["kind"] == "checkpoint"]
+
+    def second(ev: Event) -> None:
+        if ev.kind == "metric" and ev.data.get("split") == "eval":
+            on_disk_at_metric.append(steps_in_file())
+
+    def first(ev: Event) -> None:
+        second(ev)
+        if ev.kind == "state" and ev.data.get("state") == "evaluating" \
+                and ev.data.get("detail") == "step 10" and not on_disk_at_metric:
+            evaluate(replace(request, checkpoints="20"), on_event=second)
+
+    result = evaluate(replace(request, checkpoints="10"), on_event=first)
+    assert steps_in_file() == [10, 20]
+    assert [e["step"] for e in result["entries"]] == [10, 20]
+    assert result["best"]["step"] in (10, 20)
+    # step 20 was on disk when its metric came; step 10 with 20 beside it
+    assert on_disk_at_metric == [[20], [10, 20]]
 
 
 def _entry(label: str, kind: str, step: int | None, **mean: Any) -> dict[str, Any]:

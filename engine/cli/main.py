@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VoxshardError as exc:
         if args.debug:
             traceback.print_exc(file=sys.stderr)
-        output.error(exc.code, exc.message, exc.hint)
+        output.error(exc.code, exc.message, exc.hint, exc.window_hint)
         return 1
     except Exception as exc:  # a bug: still one line unless --debug
         if args.debug:

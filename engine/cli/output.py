@@ -24,8 +24,12 @@ class JsonOutput:
     def result(self, data: dict[str, Any]) -> None:
         self._write(Event("result", data))
 
-    def error(self, code: str, message: str, hint: str | None) -> None:
-        self._write(Event("error", {"code": code, "message": message, "hint": hint}))
+    def error(self, code: str, message: str, hint: str | None,
+              window_hint: str | None = None) -> None:
+        data = {"code": code, "message": message, "hint": hint}
+        if window_hint:
+            data["window_hint"] = window_hint  # the window's words for the same remedy
+        self._write(Event("error", data))
 
 
 class HumanOutput:
@@ -105,7 +109,9 @@ class HumanOutput:
             sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
         sys.stdout.flush()
 
-    def error(self, code: str, message: str, hint: str | None) -> None:
+    def error(self, code: str, message: str, hint: str | None,
+              window_hint: str | None = None) -> None:
+        del window_hint  # a terminal: the flags' words
         self._end_bar()
         if code == "cancelled":
             self.stream.write("Cancelled.\n")

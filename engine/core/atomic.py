@@ -3,11 +3,16 @@
 A crash or a full disk leaves either the old file or the new one, never a
 torn one. Disk-full becomes a `DiskFullError` that says what to do. Readers
 that must never fail (the window, the layout's views) read with `read_json`.
+
+Two processes that read a file, add to it and write it back (two evaluations of one
+run) do so inside `locked(path)`, so neither writes over what the other added;
+readers need no lock (a rename is atomic).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import tempfile
@@ -100,3 +105,17 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+@contextmanager
+def locked(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold the exclusive lock of `path` (an advisory lock on `.<name>.lock` beside it)
+    for a read-change-write; other holders wait. The lock ends with the process."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

@@ -3,6 +3,10 @@
 Every error the engine raises on purpose is a `VoxshardError`: a one-sentence
 message a person can act on, plus an optional hint that says what to do.
 The CLI prints these without a traceback; anything else is a bug.
+
+A hint speaks to a terminal (flags, commands). Where the window offers the same
+remedy as a button or a field, `window_hint` says it in those words; the JSON error
+event carries both, and the window shows `window_hint` when there is one.
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ class VoxshardError(Exception):
     #: stable, machine-readable category for the JSON event stream
     code = "error"
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, *,
+                 window_hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        #: the hint in the window's words (buttons and fields, not flags); None: `hint`
+        self.window_hint = window_hint
 
     def __str__(self) -> str:
         return f"{self.message} {self.hint}" if self.hint else self.message

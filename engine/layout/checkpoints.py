@@ -13,7 +13,14 @@ through its link, so a checkpoint's parent is still `<voice>/runs/<run>`.
 The evaluation may judge an older checkpoint best than training keeps (it prunes
 to the newest k): `keep_best` hard-links its files into `<run>/best/<name>/`
 (copied where links cannot be made), so pruning the original leaves them in place
-and one filesystem pays no extra space. Light: no torch (the GUI reads this).
+and one filesystem pays no extra space. The evaluator beside training holds the
+checkpoint it is about to measure the same way (`hold`, in `<run>/held/<name>/`),
+so training's pruning never takes it from under the measurement; it lets go once
+the figures are written. Light: no torch (the GUI reads this).
+
+Which checkpoint a step means (`checkpoint_at`), for every command and the window:
+the one training keeps in the run folder, else the kept best's copy. A copy under
+`best/` or `held/` belongs to the run above it (`run_of`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ COMPLETE = "COMPLETE"
 #: the trainer's own state inside a checkpoint: step, scheduler, data position, world size
 TRAINER_STATE = "trainer.json"
 BEST_DIR = "best"
+HELD_DIR = "held"
+#: training keeps at least this many checkpoints (`run.keep_checkpoints`' floor)
+MIN_KEEP = 2
 
 
 def checkpoint_name(step: int) -> str:
@@ -84,13 +94,25 @@ def holds_checkpoints(folder: Path) -> bool:
         return False
 
 
-# -- the kept best --------------------------------------------------------------------------
+# -- copies kept from pruning: the evaluation's best, the one being measured ------------------
 
 def _link_or_copy(src: Path, dst: Path) -> None:
     try:
         os.link(src, dst)
     except OSError:  # another filesystem, or one without hard links
         shutil.copy2(src, dst)
+
+
+def _mirror(ckpt: Path, target: Path) -> None:
+    """Hard-link (or copy) every file of `ckpt` into the new folder `target`, COMPLETE
+    last: the copy is complete only when all of it is there."""
+    target.mkdir(parents=True)
+    files = sorted(p for p in ckpt.rglob("*") if p.is_file() and p.name != COMPLETE)
+    for src in files:
+        dst = target / src.relative_to(ckpt)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        _link_or_copy(src, dst)
+    _link_or_copy(ckpt / COMPLETE, target / COMPLETE)
 
 
 def keep_best(run_dir: str | os.PathLike[str], checkpoint: str | os.PathLike[str]) -> Path | None:
@@ -105,14 +127,7 @@ def keep_best(run_dir: str | os.PathLike[str], checkpoint: str | os.PathLike[str
         return kept
     staging = run / f".{BEST_DIR}-staging"
     shutil.rmtree(staging, ignore_errors=True)
-    target = staging / ckpt.name
-    target.mkdir(parents=True)
-    files = sorted(p for p in ckpt.rglob("*") if p.is_file() and p.name != COMPLETE)
-    for src in files:
-        dst = target / src.relative_to(ckpt)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        _link_or_copy(src, dst)
-    _link_or_copy(ckpt / COMPLETE, target / COMPLETE)  # last: complete only when all is there
+    _mirror(ckpt, staging / ckpt.name)
     old = run / f".{BEST_DIR}-old"
     shutil.rmtree(old, ignore_errors=True)
     if root.exists():
@@ -126,3 +141,60 @@ def kept_best(run_dir: str | os.PathLike[str], name: str) -> Path | None:
     """The kept copy of checkpoint `name`, when it is complete."""
     kept = Path(run_dir) / BEST_DIR / name
     return kept if (kept / COMPLETE).is_file() else None
+
+
+def hold(run_dir: str | os.PathLike[str], checkpoint: Path, keep: int = MIN_KEEP) -> Path | None:
+    """A copy of `checkpoint` that training's pruning cannot delete (hard links in
+    `<run>/held/<name>/`), for an evaluation about to measure it; None when there is none
+    to make: not a complete local folder, or pruned before or while it was linked.
+
+    Training deletes a checkpoint only once `keep` newer ones are complete (Ray's
+    `num_to_keep` and `engine.train.checkpoint` both prune to the newest `keep`, and
+    keep >= MIN_KEEP). So a copy whose original is still among the newest `keep` when
+    the last link is made was linked before any deletion began: it is whole.
+    """
+    run, ckpt = Path(run_dir), Path(checkpoint)
+    copy = run / HELD_DIR / ckpt.name
+    if (copy / COMPLETE).is_file():
+        return copy
+    if not (ckpt / COMPLETE).is_file():
+        return None
+    staging = run / HELD_DIR / f".{ckpt.name}-staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        _mirror(ckpt, staging)
+    except OSError:  # pruned while it was linked
+        shutil.rmtree(staging, ignore_errors=True)
+        return None
+    newest = [p.name for p in list_checkpoints(run)[-max(MIN_KEEP, keep):]]
+    if ckpt.name not in newest:  # its deletion may have begun before the links were made
+        shutil.rmtree(staging, ignore_errors=True)
+        return None
+    shutil.rmtree(copy, ignore_errors=True)
+    staging.rename(copy)
+    return copy
+
+
+def release(run_dir: str | os.PathLike[str], name: str | None = None) -> None:
+    """Let go of the held copy of checkpoint `name` (None: of every held copy)."""
+    root = Path(run_dir) / HELD_DIR
+    shutil.rmtree(root if name is None else root / name, ignore_errors=True)
+
+
+# -- which checkpoint -----------------------------------------------------------------------
+
+def checkpoint_at(run_dir: str | os.PathLike[str] | Location, step: int) -> Any:
+    """The complete checkpoint of `step`: the one training keeps, else the copy kept as the
+    evaluation's best (None: never written, torn, or pruned)."""
+    live = listing_root(run_dir) / checkpoint_name(step)
+    if is_complete(live):
+        return live
+    return kept_best(run_dir, checkpoint_name(step)) if not isinstance(run_dir, Location) \
+        else None
+
+
+def run_of(checkpoint: str | os.PathLike[str]) -> Path:
+    """The run folder a local checkpoint folder belongs to: its parent, or the run above
+    `best/` or `held/` for a kept copy."""
+    parent = Path(checkpoint).parent
+    return parent.parent if parent.name in (BEST_DIR, HELD_DIR) else parent

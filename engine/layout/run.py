@@ -5,6 +5,7 @@
 <voice>/runs/<run>/metrics.jsonl              one JSON record per logged step (appended live)
 <voice>/runs/<run>/checkpoint_step_NNNNNNN/   checkpoints (engine.layout.checkpoints)
 <voice>/runs/<run>/best/<checkpoint>/         the evaluation's best, kept from pruning
+<voice>/runs/<run>/held/<checkpoint>/         what the evaluation is measuring, held from it
 <voice>/runs/<run>/evaluation/evaluation.json what `evaluate` measured (and report.html)
 ```
 
@@ -38,13 +39,16 @@ from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError, WorkspaceError
 from engine.layout.checkpoints import (
     COMPLETE,
+    MIN_KEEP,
     TRAINER_STATE,
+    checkpoint_at,
     checkpoint_name,
-    is_complete,
+    hold,
     keep_best,
     kept_best,
     list_checkpoints,
     listing_root,
+    release,
     step_of,
 )
 
@@ -307,29 +311,40 @@ class Run:
         return found[-1] if found else None
 
     def checkpoint(self, step: int) -> Any:
-        """The complete checkpoint of `step` (None: never written, torn, or pruned)."""
-        ckpt = listing_root(self.path) / checkpoint_name(step)
-        return ckpt if is_complete(ckpt) else None
+        """The complete checkpoint of `step`, kept by training or as the evaluation's best
+        (`checkpoints.checkpoint_at`; None: never written, torn, or pruned)."""
+        return checkpoint_at(self.path, step)
+
+    def steps(self) -> list[int]:
+        """Every step a checkpoint can be had for: training's and the kept best's."""
+        found = {step_of(c) for c in self.checkpoints()}
+        best = self.best()
+        if best is not None:
+            found.add(step_of(best))
+        return sorted(s for s in found if s is not None)
 
     def find_checkpoint(self, which: str | None) -> Any:
-        """A checkpoint by name, step number, folder path, or "latest"/None."""
+        """A checkpoint by name, step number (`checkpoint`: training's or the kept best),
+        folder path, or "latest"/None."""
+        text = str(which or "")
+        direct = Path(text).expanduser()
+        if text and direct.is_dir() and step_of(direct) is not None:
+            return direct
         found = self.checkpoints()
         if not found:
             raise WorkspaceError(f"The run {self.path} has no complete checkpoint yet.",
                                  "Train longer (a checkpoint is written every few hundred "
                                  "steps).")
-        if which in (None, "", "latest"):
+        if text in ("", "latest"):
             return found[-1]
-        text = str(which)
-        direct = Path(text).expanduser()
-        if direct.is_dir() and step_of(direct) is not None:
-            return direct
-        for ckpt in found:
-            if ckpt.name == text or (text.isdigit() and step_of(ckpt) == int(text)):
-                return ckpt
-        steps = ", ".join(str(step_of(c)) for c in found)
+        step = int(text) if text.isdigit() else step_of(text)
+        ckpt = self.checkpoint(step) if step is not None else None
+        if ckpt is not None:
+            return ckpt
+        steps = ", ".join(str(s) for s in self.steps())
         raise InputError(f"The run {self.name} has no checkpoint {text!r}.",
-                         f"Available steps: {steps} (or 'latest').")
+                         f"Available steps: {steps} (or 'latest').",
+                         window_hint=f"Its checkpoints are at steps {steps}.")
 
     # -- evaluation and the kept best --------------------------------------------------
     @property
@@ -348,6 +363,12 @@ class Run:
         data = read_json(self.evaluation_file)
         return data if isinstance(data, dict) else None
 
+    def recorded_reference(self) -> str | None:
+        """The prepared clip the run's speaker x-vector came from (data.json), if recorded."""
+        data = read_json(self.path / DATA_FILE)
+        ref = data.get("reference_clip") if isinstance(data, dict) else None
+        return ref if isinstance(ref, str) and ref else None
+
     def best(self) -> Any:
         """The checkpoint the run's evaluation judged best (None: not evaluated, or gone):
         the live one while training keeps it, then the copy `keep_best` made."""
@@ -356,13 +377,27 @@ class Run:
         if not isinstance(step, int):
             return None
         try:
-            live = next((c for c in self.checkpoints() if step_of(c) == step), None)
-        except OSError:
-            live = None
-        return live or kept_best(self.path, checkpoint_name(step))
+            return self.checkpoint(step)
+        except OSError:  # remote storage unreachable: the kept copy is local
+            return kept_best(self.path, checkpoint_name(step))
 
     def keep_best(self, checkpoint: str | os.PathLike[str]) -> Path | None:
         return keep_best(self.path, checkpoint)
+
+    def keep_checkpoints(self) -> int:
+        """How many checkpoints training keeps (its config's `run.keep_checkpoints`)."""
+        run = self.config().get("run")
+        keep = run.get("keep_checkpoints") if isinstance(run, dict) else None
+        return keep if isinstance(keep, int) and keep >= MIN_KEEP else MIN_KEEP
+
+    def hold(self, checkpoint: Any) -> Path | None:
+        """A copy of `checkpoint` pruning cannot delete, for a measurement (`hold`)."""
+        if not isinstance(checkpoint, Path):
+            return None  # an object store: measured while it lasts
+        return hold(self.path, checkpoint, self.keep_checkpoints())
+
+    def release(self, name: str | None = None) -> None:
+        release(self.path, name)
 
     # -- which run -----------------------------------------------------------------------
     def last_active(self) -> float:

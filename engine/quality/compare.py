@@ -26,7 +26,7 @@ from engine.config.speak import SpeakOptions
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import InputError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
-from engine.layout.checkpoints import holds_checkpoints, step_of
+from engine.layout.checkpoints import holds_checkpoints, run_of, step_of
 from engine.layout.manifest import reference_clip
 from engine.layout.run import Run, pick_run
 from engine.quality.render_set import (
@@ -90,7 +90,7 @@ class CompareRequest:
 
 def _run_of(target: Path) -> Run:
     if target.is_dir() and step_of(target) is not None:
-        return Run(target.parent)
+        return Run(run_of(target))
     if holds_checkpoints(target):
         return Run(target)
     run = pick_run(target, with_checkpoint=True) if target.is_dir() else None

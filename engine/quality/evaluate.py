@@ -21,6 +21,10 @@ Everything lands in `<voice>/runs/<run>/evaluation/`: `evaluation.json`,
 `report.html` (players, table, plots) and `renders/<voice>/NN.wav`. A render
 already measured with the same sentences, seed, options and recogniser is
 reused, so evaluating again after more checkpoints costs only the new ones.
+Each voice is written there as soon as it is measured (before its `metric` event),
+so a stop or a crash loses at most the voice being measured; two evaluations of one
+run at once (the watcher beside training and the window's Evaluate now) merge what
+they measured under the file's lock (`core.atomic.locked`) instead of overwriting it.
 
 Best checkpoint: the highest independent similarity among the checkpoints
 whose word error rate is within `WER_SLACK` of the lowest checkpoint WER
@@ -48,12 +52,12 @@ from engine.audio.io import read_mono
 from engine.audio.loudness import integrated_loudness
 from engine.audio.vad import speech_regions
 from engine.config.speak import SpeakOptions
-from engine.core.atomic import read_json, write_json, write_text
+from engine.core.atomic import locked, read_json, write_json, write_text
 from engine.core.errors import InputError, VoxshardError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.data.dataset import split_ids
 from engine.layout import run as run_layout
-from engine.layout.checkpoints import COMPLETE, step_of
+from engine.layout.checkpoints import COMPLETE, run_of, step_of
 from engine.layout.exports import latest_export
 from engine.layout.manifest import read_manifest, reference_clip
 from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
@@ -148,12 +152,16 @@ def pick_run(voice: Voice, run: str | None, need_checkpoint: bool = True) -> Pat
     if found is None:
         raise WorkspaceError(f"The voice {voice.path.name} has no training run yet, so "
                              "there is nothing to evaluate.",
-                             "Train it first with `voxshard-engine train`.")
+                             "Train it first with `voxshard-engine train`.",
+                             window_hint="Press Start training first.")
     if need_checkpoint and not found.checkpoints():
         raise WorkspaceError(f"The run {found.name} has no complete checkpoint yet, so "
                              "there is nothing to evaluate.",
                              "Train longer (a checkpoint is written every few hundred steps), "
-                             "or pick another run with --run.")
+                             "or pick another run with --run.",
+                             window_hint="Train longer (Checkpoint every sets how often one "
+                                         "is written), or choose another run in the Run list above "
+                                         "the charts.")
     return found.path
 
 
@@ -193,16 +201,18 @@ def pick_checkpoints(run_dir: Path, which: str | list[str] | None, out_dir: Path
     if wanted == ["latest"]:
         return found[-1:]
     if wanted == ["best"]:
-        steps = {step_of(c): c for c in found}
         prev = _previous(out_dir)
         best = (prev or {}).get("best") or {}
-        if best.get("step") in steps:
+        kept = Run(run_dir).checkpoint(best["step"]) if isinstance(best.get("step"), int) \
+            else None
+        if kept is not None:
             emitter.log(f"Best checkpoint of the last evaluation: step {best['step']}.")
-            return [steps[best["step"]]]
+            return [kept]
         val = _best_by_validation(run_dir)
-        if val in steps:
+        kept = Run(run_dir).checkpoint(val) if val is not None else None
+        if kept is not None:
             emitter.log(f"No evaluation yet; step {val} has the lowest validation loss.")
-            return [steps[val]]
+            return [kept]
         emitter.log("No evaluation and no validation loss yet; using the latest checkpoint.",
                     level="warning")
         return found[-1:]
@@ -369,6 +379,8 @@ def _key(source: Any, sentences: list[str], options: dict[str, Any], asr_model: 
     if ckpt is not None:
         marker = Path(ckpt) / COMPLETE
         stamp = marker.stat().st_mtime if marker.exists() else None
+        # a copy kept under best/ or held/ has the same files (links, same times): one key
+        ckpt = run_of(ckpt) / Path(ckpt).name
     elif source.kind == "custom_voice":
         cfg = Path(source.model_dir) / "config.json"
         stamp = cfg.stat().st_mtime if cfg.exists() else None
@@ -547,19 +559,16 @@ def evaluate(request: EvaluateRequest, on_event: EventCallback | Emitter | None 
     ref = meter.reference(v, run_dir, request.references)
     sources = _plan(request, v, picked, base_dir, em, notes if tolerant else None)
     prev_data = _previous(out) or {}
-    asr_model = f"{meter.asr.backend}:{meter.asr.model}"
-    same_setup = (prev_data.get("sentences") == sentences
-                  and prev_data.get("seed") == request.seed
-                  and prev_data.get("options") == opts.to_dict()
-                  and (prev_data.get("asr") or {}).get("key") == asr_model)
-    history = list(prev_data.get("entries") or []) if same_setup else []
+    book = _Book(request, v, run_dir, base_dir, meter, ref, out, started)
+    history = list(prev_data.get("entries") or []) if book.same_setup(prev_data) else []
     measuring = _Measuring(request, v, out, meter, ref,
                            {e.get("key"): e for e in history} if not request.force else {})
     entries: list[dict[str, Any]] = []
     total, count = len(sources) * len(sentences), 0
     renders = RenderSet(sources, sentences, opts, Loading(request.device, request.dtype))
     for done in renders.render(em, cancel, stage="evaluating",
-                               cancelled="Evaluation was cancelled; nothing was written.",
+                               cancelled="Evaluation was cancelled; what it measured before "
+                                         "is kept.",
                                skip=measuring.reusable):
         source = done.source
         if done.gone:
@@ -576,27 +585,71 @@ def evaluate(request: EvaluateRequest, on_event: EventCallback | Emitter | None 
             em.log(f"{source.label}: measured before, reused.")
             count += len(sentences)
             em.progress("evaluate", count, total, label=source.label)
+            entries.append(entry)
         else:
             def sentence_done(i: int, label: str = source.label) -> None:
                 nonlocal count
                 count += 1
                 em.progress("evaluate", count, total, label=label, sentence=i)
 
-            entry = measuring.measure(done, sentence_done)
-        entries.append(entry)
-        _emit_metric(em, entry)
-    evaluated = [e["label"] for e in entries]
-    entries = _merge(history, entries)
-    result = _assemble(request, v, run_dir, base_dir, meter, ref, entries, out)
-    result["asr"]["key"] = asr_model
-    result["evaluated"] = evaluated
-    result["skipped"] = _skipped(prev_data.get("skipped") or [], notes, entries)
-    result["elapsed_s"] = round(time.perf_counter() - started, 3)
-    return _write(result, run_dir, out, em)
+            entries.append(measuring.measure(done, sentence_done))
+            book.save(entries, notes, em)  # on disk before anyone hears of it
+        _emit_metric(em, entries[-1])
+    return book.save(entries, notes, em)
 
 
-def _write(result: dict[str, Any], run_dir: Path, out: Path, em: Emitter) -> dict[str, Any]:
-    """evaluation.json and report.html; the best checkpoint kept from pruning."""
+@dataclass
+class _Book:
+    """evaluation.json and report.html of one evaluation, written after every voice it
+    measures: what the file holds (another evaluation may have added to it since this
+    one started) merged with this one's voices, under the file's lock."""
+
+    request: EvaluateRequest
+    voice: Voice
+    run_dir: Path
+    base_dir: Path
+    meter: Meter
+    ref: Reference
+    out: Path
+    started: float
+
+    @property
+    def asr_model(self) -> str:
+        return f"{self.meter.asr.backend}:{self.meter.asr.model}"
+
+    def same_setup(self, data: dict[str, Any]) -> bool:
+        """Whether `data` was measured like this evaluation (its entries compare)."""
+        request = self.request
+        return (data.get("sentences") == list(request.sentences or ())
+                and data.get("seed") == request.seed
+                and data.get("options") == _speak_options(request.options).to_dict()
+                and (data.get("asr") or {}).get("key") == self.asr_model)
+
+    def save(self, fresh: list[dict[str, Any]], notes: list[dict[str, Any]],
+             em: Emitter) -> dict[str, Any]:
+        """Write the evaluation with `fresh` (this one's voices) and `notes` (its skipped
+        checkpoints); returns it plus "summary", "path" and "html"."""
+        path = self.out / EVALUATION_FILE
+        with locked(path):
+            current = _previous(self.out) or {}
+            history = list(current.get("entries") or []) if self.same_setup(current) else []
+            entries = _merge(history, fresh)
+            result = _assemble(self.request, self.voice, self.run_dir, self.base_dir,
+                               self.meter, self.ref, entries, self.out)
+            result["asr"]["key"] = self.asr_model
+            result["evaluated"] = [e["label"] for e in fresh]
+            result["skipped"] = _skipped(current.get("skipped") or [], notes, entries)
+            result["elapsed_s"] = round(time.perf_counter() - self.started, 3)
+            _write(result, self.run_dir, self.out, em)
+        em.artifact(str(path), role="evaluation")
+        em.artifact(str(self.out / REPORT_FILE), role="evaluation_report")
+        return {**result, "path": str(path), "html": str(self.out / REPORT_FILE),
+                "summary": format_summary(result, self.out)}
+
+
+def _write(result: dict[str, Any], run_dir: Path, out: Path, em: Emitter) -> None:
+    """evaluation.json and report.html; the best checkpoint kept from pruning. The caller
+    holds the file's lock (the kept best is one folder for every writer)."""
     out.mkdir(parents=True, exist_ok=True)
     best = result.get("best") or {}
     if best.get("checkpoint"):
@@ -606,10 +659,6 @@ def _write(result: dict[str, Any], run_dir: Path, out: Path, em: Emitter) -> dic
                    level="debug")
     write_json(out / EVALUATION_FILE, result)
     write_text(out / REPORT_FILE, render_html(result))
-    em.artifact(str(out / EVALUATION_FILE), role="evaluation")
-    em.artifact(str(out / REPORT_FILE), role="evaluation_report")
-    return {**result, "path": str(out / EVALUATION_FILE), "html": str(out / REPORT_FILE),
-            "summary": format_summary(result, out)}
 
 
 def _skipped(before: list[dict[str, Any]], now: list[dict[str, Any]],
@@ -766,16 +815,22 @@ def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float |
     says its base model, so the baseline is there before the first checkpoint. Then the
     run is polled every `interval_s`: the newest unmeasured checkpoint is rendered and
     measured, one per pass, so a watcher slower than training falls behind gracefully
-    (it always measures the newest; older ones it measures while they last). A checkpoint
-    training deletes before it was measured is skipped and noted in the report; the
-    watcher never stops for it. `evaluation.json` and the report grow, and a `state`
-    event `evaluation_updated` carries the best checkpoint so far. With `patience`, a
-    `state` event `early_stop_suggested` (and a warning) says when the best has not
-    improved for that many evaluated checkpoints; stopping training stays the caller's
-    decision. Returns the last evaluation when `stop` is set, after `idle_s` seconds
-    without a new checkpoint, or on Ctrl-C. `request.checkpoints` is the watcher's.
+    (it always measures the newest; older ones it measures while they last). Training
+    keeps only its newest checkpoints, so the watcher holds the one it is about to
+    measure (`Run.hold`: hard links pruning cannot take away): a thread holds each new
+    newest checkpoint as it appears, also while a long measurement runs, and lets go of
+    the one it held before unless that one is being measured; at most two are held. A
+    checkpoint training deleted before it was held is skipped and noted in the report;
+    the watcher never stops for it. `evaluation.json` and the report grow with every
+    measured voice, and a `state` event `evaluation_updated` carries the best checkpoint
+    so far. With `patience`, a `state` event `early_stop_suggested` (and a warning) says
+    when the best has not improved for that many evaluated checkpoints; stopping
+    training stays the caller's decision. Returns the last evaluation when `stop` is
+    set, after `idle_s` seconds without a new checkpoint, or on Ctrl-C (SIGTERM).
+    `request.checkpoints` is the watcher's.
     """
     watcher = _Watcher(request, as_emitter(on_event), patience)
+    watcher.holds.start()
     try:
         while stop is None or not stop.is_set():
             if watcher.one_pass():
@@ -788,11 +843,88 @@ def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float |
                 time.sleep(interval_s)
     except KeyboardInterrupt:
         watcher.em.log("Stopped watching.")
+    finally:
+        watcher.holds.close()
     if not watcher.result:
         name = watcher.run.name
         return {"run": name, "entries": [], "best": None,
                 "summary": f"No checkpoint of {name} appeared while watching."}
     return watcher.result
+
+
+class _Holds:
+    """The checkpoints a watcher holds from training's pruning (`Run.hold`): the one it
+    measures and the newest it has not measured yet. A thread looks every `poll_s`."""
+
+    POLL_S = 0.2
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.copies: dict[str, Path] = {}  # checkpoint name -> its held copy
+        self.busy: str | None = None  # being measured: never let go of before it is done
+        self.done: set[str] = set()  # measured or noted: not worth holding
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="evaluate-holds", daemon=True)
+
+    def start(self) -> None:
+        self.run.release()  # what a watcher killed before left behind
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        with self._lock:
+            self.copies.clear()
+            self.run.release()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.POLL_S):
+            try:
+                self.hold_newest()
+            except OSError:  # a folder pruned while it was listed: the next look sees it
+                continue
+
+    def names(self) -> set[str]:
+        with self._lock:
+            return set(self.copies)
+
+    def hold_newest(self) -> None:
+        """Hold the newest checkpoint not yet measured; let go of an older one held
+        before (not the one being measured)."""
+        with self._lock:
+            found = [c for c in self.run.checkpoints() if c.name not in self.done]
+            if not found or found[-1].name in self.copies:
+                return
+            copy = self.run.hold(found[-1])
+            if copy is None:
+                return
+            for name in [n for n in self.copies if n != self.busy]:
+                self.run.release(self.copies.pop(name).name)
+            self.copies[found[-1].name] = copy
+
+    def take(self, name: str) -> Path | None:
+        """The held copy of `name`, held now if the thread has not yet (None: it cannot be
+        held: gone already, or in an object store); kept until `finish(name)`."""
+        with self._lock:
+            self.busy = name
+            copy = self.copies.get(name)
+            if copy is None:
+                live = self.run.path / name
+                copy = self.run.hold(live) if live.is_dir() else None
+                if copy is not None:
+                    self.copies[name] = copy
+            return copy
+
+    def finish(self, names: set[str]) -> None:
+        """`names` are measured or noted: let go of their copies."""
+        with self._lock:
+            self.done |= names
+            if self.busy in names:
+                self.busy = None
+            for name in names & set(self.copies):
+                self.run.release(self.copies.pop(name).name)
 
 
 class _Watcher:
@@ -803,13 +935,15 @@ class _Watcher:
         found = run_layout.pick_run(v.path, request.run)
         if found is None and not request.run:
             raise WorkspaceError(f"The voice {v.path.name} has no training run to watch.",
-                                 "Start training first, or give --run.")
+                                 "Start training first, or give --run.",
+                                 window_hint="Press Start training first.")
         # a named run not there yet: the training just started creates it
         self.run = found if found is not None else v.run(str(request.run))
         self.request = replace(request, voice=v, run=str(self.run.path))
         self.em, self.patience = em, patience
+        self.holds = _Holds(self.run)
         self.measured: set[str] = set()
-        self.listed: dict[str, int | None] = {}  # every checkpoint seen on disk, by name
+        self.listed: dict[str, int | None] = {}  # every checkpoint seen, by name
         self.noted: set[str] = set()
         self.baseline = False
         self.result: dict[str, Any] = {}
@@ -819,14 +953,19 @@ class _Watcher:
         self.last_new = time.monotonic()
         em.state("watching", detail=str(self.run.path))
 
+    def _available(self) -> set[str]:
+        """Checkpoints that can still be measured: on disk, or held."""
+        present = {c.name for c in self.run.checkpoints()}
+        return present | self.holds.names()
+
     def one_pass(self) -> bool:
         """Measure what is new; True when the next pass should follow at once."""
-        for c in self.run.checkpoints():
-            self.listed.setdefault(c.name, step_of(c))
+        available = self._available()
+        for name in available:
+            self.listed.setdefault(name, step_of(name))
         new = sorted((n for n in self.listed if n not in self.measured and n not in self.noted),
                      key=lambda n: self.listed[n] or 0)
-        present = {c.name for c in self.run.checkpoints()}
-        todo = [n for n in new if n in present]
+        todo = [n for n in new if n in available]
         if todo:
             self._measure_newest(todo)
             return True
@@ -849,7 +988,12 @@ class _Watcher:
         if len(todo) > 1:
             em.log(f"Training is ahead of the evaluation: measuring {newest} first "
                    f"({len(todo) - 1} older checkpoint(s) wait while they last).")
-        self.result = self._evaluate([newest], self._pruned())
+        # the held copy: training may delete the original while it is measured
+        source = self.holds.take(newest) or newest
+        try:
+            self.result = self._evaluate([str(source)], self._pruned())
+        finally:
+            self.holds.finish({newest} | self.noted)
         if newest not in self.noted:
             self.measured.add(newest)
         best = self.result.get("best") or {}
@@ -869,10 +1013,10 @@ class _Watcher:
                      detail=f"no improvement for {self.since_best} checkpoints")
 
     def _pruned(self) -> list[dict[str, Any]]:
-        """Checkpoints seen but deleted by training before this watcher reached them."""
-        present = {c.name for c in self.run.checkpoints()}
+        """Checkpoints seen but deleted by training before this watcher held them."""
+        available = self._available()
         gone = [n for n in self.listed
-                if n not in self.measured and n not in present and n not in self.noted]
+                if n not in self.measured and n not in available and n not in self.noted]
         for name in gone:
             self.em.log(f"{name} was deleted by training before it was measured; skipped "
                         "(noted in the report).", level="warning")

@@ -26,7 +26,7 @@ from engine.audio.io import read_mono
 from engine.config.train import ModelConfig
 from engine.core.errors import InputError, ModelError, VoxshardError, WorkspaceError
 from engine.data.codes import load_codes_index
-from engine.layout.checkpoints import holds_checkpoints, step_of
+from engine.layout.checkpoints import holds_checkpoints, run_of, step_of
 from engine.layout.exports import exports_dir, latest_export, list_exports
 from engine.layout.manifest import clip_voice, prepared_folder, read_manifest, reference_clip
 from engine.layout.run import Run, list_runs, pick_run, runs_dir, voice_base_model
@@ -197,7 +197,7 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
     if path.is_dir() and path.name == INSTANT_DIR and not checkpoint:
         return instant_source(path.parent, base)  # the instant tier, named by its folder
     if path.is_dir() and step_of(path) is not None:
-        return _checkpoint_source(path.parent, str(path), base)
+        return _checkpoint_source(run_of(path), str(path), base)  # best/ and held/ too
     if holds_checkpoints(path):
         return _checkpoint_source(path, checkpoint, base)
     if path.is_dir() and (path / "config.json").is_file():
@@ -211,7 +211,7 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
         if checkpoint:
             ckpt_path = Path(checkpoint).expanduser()
             if ckpt_path.is_dir() and step_of(ckpt_path) is not None:
-                return _checkpoint_source(ckpt_path.parent, str(ckpt_path), base)
+                return _checkpoint_source(run_of(ckpt_path), str(ckpt_path), base)
             run = pick_run(path, with_checkpoint=True)
             if run is None:
                 raise WorkspaceError(f"The voice {path.name} has no training run with a "

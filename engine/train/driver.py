@@ -748,7 +748,8 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     if found is None:
         raise InputError(f"{v.display_name} has no training run"
                          + (f" {run}." if run else " with a checkpoint."),
-                         "Train first with `voxshard-engine train`.")
+                         "Train first with `voxshard-engine train`.",
+                         window_hint="Press Start training first.")
     run_dir = found.path
     if step is None:
         ckpt = found.best()
@@ -760,9 +761,13 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     else:
         ckpt = found.checkpoint(step)
     if ckpt is None:
+        steps = ", ".join(str(s) for s in found.steps())
         raise InputError(f"Run {run_dir.name} has no complete checkpoint"
                          + (f" at step {step}." if step is not None else "."),
-                         "Pick another --step or --run.")
+                         f"Pick another --step ({steps}) or --run." if steps
+                         else "Pick another --run.",
+                         window_hint="Choose another run in the Run list above the charts, "
+                                     "then press Export model again.")
     cfg = TrainConfig.from_dict(found.read_config())
     model_dir = resolve_model(cfg.model.base, on_event=emitter)
     emitter.state("exporting", detail=f"{run_dir.name}/{ckpt.name}")

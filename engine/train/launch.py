@@ -14,7 +14,8 @@
   that travel through the object store (`preflight.pack_voice_data`), so
   no worker reads a driver-local path; the engine's code itself travels with
   the job (`engine.cluster.code_runtime_env`).
-- `CheckpointConfig(num_to_keep=k)`: Ray deletes all but the newest k.
+- `CheckpointConfig(num_to_keep=k)`: Ray deletes all but the newest k (k >= 2; an
+  evaluation beside training measures a copy it holds, `layout.checkpoints.hold`).
 - `fit()` blocks, so it runs in a thread; the caller's thread stays free to
   pump metrics and to react to cancel (a cooperative stop flag the workers
   poll every step; they then write a final checkpoint and return normally).

@@ -1,6 +1,11 @@
 """A run's evaluation read back for the Train page, written by the engine's `evaluate`
 (from the app or the command line) where `engine.layout.run.Run` says. Read through the
-layout: the window never imports the engine's evaluation (it loads torch)."""
+layout: the window never imports the engine's evaluation (it loads torch).
+
+The file is what was measured: the engine writes each voice there before it says so
+(its `metric` event), so the page draws the quality chart and its line of words from
+the file every time the evaluator reports, not from the events one by one (a watcher
+measures the newest checkpoint first, and two evaluations may add to one file)."""
 
 from __future__ import annotations
 
@@ -8,6 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.layout.run import Run
+from gui.metrics import MetricsStore, Series
+
+#: the quality chart's series and the evaluation figure each one draws
+QUALITY_SERIES = {"quality/similarity": "similarity", "quality/wer": "wer"}
+ZERO_SHOT = "quality/similarity_zero_shot"
 
 #: the engine's evaluation format this reader understands (engine/quality/evaluate.py)
 FORMAT = 1
@@ -43,3 +53,34 @@ def evaluation_summary(data: dict[str, Any]) -> str:
         parts.append("not measured (deleted by training first): step "
                      + ", ".join(str(s) for s in skipped))
     return " · ".join(parts) + ". Open report for the players and plots."
+
+
+def measured_steps(data: dict[str, Any]) -> list[int]:
+    """The checkpoint steps the evaluation measured, in order."""
+    return sorted({e["step"] for e in data.get("entries") or []
+                   if e.get("kind") == "checkpoint" and isinstance(e.get("step"), int)})
+
+
+def put_quality(store: MetricsStore, data: dict[str, Any]) -> None:
+    """The evaluation's figures into `store`: one point per measured checkpoint by step,
+    replacing what was drawn before; the zero-shot clone's similarity as the baseline.
+    The run's step counter stays where training put it."""
+    entries = sorted((e for e in data.get("entries") or [] if e.get("kind") == "checkpoint"
+                      and isinstance(e.get("step"), int)), key=lambda e: e["step"])
+    for key, figure in QUALITY_SERIES.items():
+        old = store.series.pop(key, None)
+        points = [(e["step"], (e.get("mean") or {}).get(figure)) for e in entries]
+        points = [(step, float(v)) for step, v in points if isinstance(v, int | float)]
+        if not points:
+            store.latest.pop(key, None)
+            continue
+        series = store.series[key] = Series(store.capacity)
+        for step, value in points:
+            series.append(float(step), value)
+        # a chart redraws a series whose version moved: never the one it drew last
+        series.version += old.version + 1 if old is not None else 0
+        store.latest[key] = points[-1][1]
+    zero = next((e for e in data.get("entries") or [] if e.get("kind") == "zero_shot"), None)
+    sim = ((zero or {}).get("mean") or {}).get("similarity")
+    if isinstance(sim, int | float):
+        store.latest[ZERO_SHOT] = float(sim)

@@ -38,12 +38,17 @@ from gui.notify import notify_if_in_background
 from gui.pages.base import Page
 from gui.pages.train.charts import TrainCharts
 from gui.pages.train.controller import STATE_LABELS, RunController
-from gui.pages.train.evaluation import catalog_evaluation, evaluation_summary
+from gui.pages.train.evaluation import (
+    catalog_evaluation,
+    evaluation_summary,
+    measured_steps,
+    put_quality,
+)
 from gui.pages.train.gpus import Gpu, GpuProbe
 from gui.pages.train.planwords import plan_words
 from gui.pages.train.settings import PRESETS, TrainSettings, preset_for
 from gui.pages.train.stats import StatsBar
-from gui.widgets import fmt_duration, hbox, show_error
+from gui.widgets import fmt_duration, hbox
 
 ENDED_LABELS = {"succeeded": "Finished", "cancelled": "Stopped", "failed": "Failed"}
 #: the picker's entry for a run the engine has not named yet
@@ -428,12 +433,10 @@ class TrainPage(Page):
         if data is None:
             self.eval_note.hide()
             return None
-        for entry in data.get("entries") or []:
-            mean = entry.get("mean") or {}
-            self.run._on_eval_metric({
-                "values": {"eval/similarity": mean.get("similarity"),
-                           "eval/wer": mean.get("wer")},
-                "source_kind": entry.get("kind"), "step": entry.get("step")}, quiet=True)
+        put_quality(self.store, data)  # the file in full: what the events drew is replaced
+        steps = measured_steps(data)
+        if steps:
+            self.run.evaluated_step = max(self.run.evaluated_step, steps[-1])
         best = data.get("best") or {}
         if isinstance(best.get("step"), int):
             self.run.best_step = best["step"]
@@ -455,6 +458,7 @@ class TrainPage(Page):
         self.evaluate_job = job
         self._append_log("info", f"Evaluating every checkpoint of {run.name}…")
         job.log.connect(self._evaluator_log)
+        job.event.connect(lambda ev: self._evaluation_reported(ev, run.path, idle_only=True))
         job.succeeded.connect(lambda r: self._evaluated(run.path, r))
         job.failed.connect(lambda _c, m, h: self._append_log("error", f"{m} {h}".strip()))
         job.finished.connect(self._evaluate_done)
@@ -465,6 +469,20 @@ class TrainPage(Page):
         self._append_log("info", str(result.get("summary") or "Evaluation finished."))
         if self._shown_run == run_dir and self.run.job is None:
             self.show_evaluation(run_dir)
+
+    def _evaluation_reported(self, event: dict, run_dir: Path, idle_only: bool = False
+                             ) -> None:
+        """An evaluator wrote evaluation.json (it does before each `metric` it sends):
+        the quality chart and its line of words show the file at once. `idle_only`: only
+        while no training run draws the charts, and only for the run on screen."""
+        kind = event.get("event")
+        written = (kind == "artifact" and event.get("role") == "evaluation") \
+            or (kind == "metric" and event.get("split") == "eval")
+        if not written:
+            return
+        if idle_only and (self.run.job is not None or self._shown_run != run_dir):
+            return
+        self.show_evaluation(run_dir)
 
     def _evaluate_done(self) -> None:
         self.evaluate_job = None
@@ -540,8 +558,9 @@ class TrainPage(Page):
             return
         job = self.start_job(args, "Evaluation", voice=self.voice,
                              program=self.evaluator_program)
-        self.run.attach_evaluator(job)
+        self.run.attach_evaluator(job)  # first: its handlers run before the page's
         job.log.connect(self._evaluator_log)
+        job.event.connect(lambda ev: self._evaluation_reported(ev, run_dir))
         self._append_log("info", "Evaluating each checkpoint as it is saved (similarity to "
                                  "the speaker, word errors).")
 
@@ -682,7 +701,6 @@ class TrainPage(Page):
         self._append_log("info", f"Exporting {run.name} step {step}"
                                  + (" (the evaluation's best)" if best else "") + f" to {out}…")
         job.succeeded.connect(lambda r: self._exported(out, run.name, step, r))
-        job.failed.connect(lambda _c, m, h: show_error(self, "Export failed", m, h))
         job.finished.connect(self._export_done)
         self.refresh()
         return job

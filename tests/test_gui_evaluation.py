@@ -1,0 +1,178 @@
+"""Issue 28 §2 and §3 through the window: the evaluation beside training keeps every
+checkpoint it measured (in evaluation.json and on the page, at once), training's pruning
+never takes the one it is measuring, and Export model exports the evaluation's best even
+when only its kept copy under best/ is left.
+
+The evaluator is the real engine (`evaluate --watch`, started by the Train page), on the
+session's real run of the tiny model (`trained_run`); it is slower than training by
+three sentences per checkpoint. The training beside it writes a checkpoint every step
+and keeps two, with the training area's own `Checkpointer.prune`, over copies of the
+run's real DCP checkpoint (a Ray run writing every step costs minutes on 2 cores; the
+deletion is the same rmtree Ray's `num_to_keep` does).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.layout.checkpoints import checkpoint_name
+from engine.layout.run import Run
+from gui.app import MainWindow
+from gui.pages.train import TrainPage
+from tests.helpers.voices import copy_voice
+
+#: the watcher's knobs beyond the page's own flags: an offline recogniser, short renders,
+#: three sentences per checkpoint (slower than a training step), a quick look at the run
+EVALUATOR_FLAGS = ["--asr", "pocketsphinx", "--max-frames", "10", "--interval", "0.5",
+                   "--sentences", "The library opens at nine.", "Turn left at the bakery.",
+                   "Nobody expected the old clock to start ticking again."]
+
+#: training beside the evaluator: a checkpoint every step, keep 2; it ends once the
+#: evaluation measured a checkpoint that its pruning has deleted since (or at step 120)
+TRAINING = r'''
+import json, shutil, sys, time
+from pathlib import Path
+from engine.cli.output import JsonOutput
+from engine.core.events import Emitter
+from engine.layout.checkpoints import checkpoint_name
+from engine.train.checkpoint import Checkpointer
+run, source, config = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+out = JsonOutput(sys.stdout)
+em = Emitter(out.handle)
+run.mkdir(parents=True)
+shutil.copy(config, run / "config.json")
+em.state("training", run=str(run), total_steps=120)
+trainer = Checkpointer(run, rank=0, world_size=1, keep=2)
+
+def pruned_and_measured(step):
+    try:
+        data = json.loads((run / "evaluation" / "evaluation.json").read_text())
+    except (OSError, ValueError):
+        return False
+    steps = [e["step"] for e in data["entries"] if e["kind"] == "checkpoint"]
+    return any(s < step - 2 for s in steps)
+
+for step in range(1, 121):
+    em.metric({"step": step, "loss/train": 5.0 / step}, rank=0, split="train")
+    shutil.copytree(source, run / checkpoint_name(step))
+    trainer.prune()
+    em.state("checkpoint", detail=checkpoint_name(step), step=step)
+    if pruned_and_measured(step):
+        break
+    time.sleep(0.3)
+out.result({"steps": step, "summary": "Finished at step %d." % step})
+'''
+
+
+def _evaluator_program() -> list[str]:
+    """The real engine command line, with EVALUATOR_FLAGS after the page's (later flags
+    win in argparse)."""
+    code = ("import sys; from engine.cli.main import main; "
+            f"sys.exit(main(sys.argv[1:] + {EVALUATOR_FLAGS!r}))")
+    return [sys.executable, "-c", code]
+
+
+def _voice_in(workspace: Path, trained_run: dict[str, Any]) -> Path:
+    return copy_voice(trained_run["voice"], workspace / "joe")
+
+
+def test_every_measured_checkpoint_is_in_the_file_and_on_the_page_at_once(
+        qtbot, window: MainWindow, workspace: Path, trained_run: dict[str, Any]) -> None:
+    voice = _voice_in(workspace, trained_run)
+    shutil.rmtree(voice / "runs" / "r1" / "evaluation", ignore_errors=True)
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    page.settings.evaluate.setChecked(True)
+    page.settings.patience.setValue(0)
+    page.evaluator_program = _evaluator_program()
+    run_dir = voice / "runs" / "r-live"
+    training = [sys.executable, "-c", TRAINING, str(run_dir),
+                str(voice / "runs" / "r1" / checkpoint_name(20)),
+                str(voice / "runs" / "r1" / "config.json")]
+    job = page.start(program=training)
+    assert job is not None
+    qtbot.waitUntil(lambda: page.run.evaluator is not None, timeout=60000)
+    evaluator = page.run.evaluator
+    reported: list[int] = []  # steps the evaluator said it measured
+    notes: list[str] = []  # the page's line of words as each report arrived
+    files: list[list[int]] = []  # the checkpoints in evaluation.json at each report
+
+    def on_event(ev: dict) -> None:
+        if ev.get("event") == "metric" and ev.get("source_kind") == "checkpoint":
+            reported.append(ev["step"])
+            data = Run(run_dir).evaluation() or {}
+            files.append([e["step"] for e in data.get("entries") or []
+                          if e["kind"] == "checkpoint"])
+            notes.append("" if page.eval_note.isHidden() else page.eval_note.text())
+
+    evaluator.event.connect(on_event)
+    with qtbot.waitSignal(job.finished, timeout=300000):
+        pass
+    assert job.outcome == "succeeded", job.error
+    # after training, the evaluator measures the last checkpoint, then the page ends it
+    qtbot.waitUntil(lambda: not evaluator.is_running(), timeout=180000)
+    data = Run(run_dir).evaluation()
+    assert data is not None
+    measured = sorted(e["step"] for e in data["entries"] if e["kind"] == "checkpoint")
+    # every checkpoint the evaluator reported is in the file, and was when it reported
+    assert reported and sorted(set(reported)) == measured
+    assert all(step in on_disk for step, on_disk in zip(reported, files, strict=True))
+    # training deleted one it measured (keep 2), and it was measured all the same
+    assert any(not (run_dir / checkpoint_name(s)).exists() for s in measured)
+    assert not set(measured) & {n["step"] for n in data.get("skipped") or []}
+    # the page showed each at once: its line of words counted it as it came
+    assert all(f"{len(on_disk)} checkpoint(s) measured" in note
+               for note, on_disk in zip(notes, files, strict=True))
+    assert f"Evaluation: {len(measured)} checkpoint(s) measured" in page.eval_note.text()
+    series = page.store.series["quality/similarity"]
+    assert list(series.data()[0]) == [float(s) for s in measured]
+    page.redraw()
+    assert not page.charts.quality_hint.isVisible()  # not "No evaluation yet"
+    assert not any((run_dir / "held").glob("*"))  # the holds are let go
+
+
+def test_export_model_exports_the_best_kept_only_under_best(
+        qtbot, window: MainWindow, workspace: Path, trained_run: dict[str, Any]) -> None:
+    """The evaluation's best is step 10; training has pruned it, so only best/ holds it.
+    Export model (the page's own path: the step it shows, passed as --step) exports it."""
+    voice = _voice_in(workspace, trained_run)
+    run = Run(voice / "runs" / "r1")
+    run.evaluation_dir.mkdir(exist_ok=True)
+    run.evaluation_file.write_text(json.dumps({"format": 1, "entries": [],
+                                               "best": {"step": 10, "label": "step 10"}}))
+    assert run.keep_best(run.path / checkpoint_name(10)) is not None
+    shutil.rmtree(run.path / checkpoint_name(10))  # what training's pruning does
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    qtbot.waitUntil(lambda: page.selected_run() is not None, timeout=30000)
+    out = workspace / "exported"
+    job = page.export(out)
+    assert job is not None
+    assert job.args[job.args.index("--step") + 1] == "10"
+    with qtbot.waitSignal(job.finished, timeout=300000):
+        pass
+    assert job.outcome == "succeeded", job.error
+    assert (out / "config.json").is_file()
+    assert job.result["checkpoint"] == checkpoint_name(10)
+    page.export_box.close()
+
+
+def test_a_missing_step_is_said_in_the_windows_words(qtbot, ctx, workspace: Path,
+                                                     trained_run: dict[str, Any]) -> None:
+    """The engine's hint names flags for the command line; the window gets its buttons."""
+    voice = _voice_in(workspace, trained_run)
+    job = ctx.jobs.start(["export", str(voice), str(workspace / "x"), "--run", "r1",
+                          "--step", "999"], "Export")
+    with qtbot.waitSignal(job.finished, timeout=120000):
+        pass
+    assert job.outcome == "failed"
+    code, message, hint = job.error
+    assert code == "input"
+    assert message == "Run r1 has no complete checkpoint at step 999."
+    assert "--" not in hint and "Run list" in hint and "Export model" in hint
