@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from engine.config.train import DataConfig, ModelConfig
-from engine.data.codes import extract_codes
 from engine.data.dataset import VoiceData
 from engine.data.frames import PredictorSample, pick_frames, rank_picks, sampled_total
 from engine.train.objective import batch_to_device, build_objective, load_base_weights
-from tests.helpers.voices import copy_voice
+from tests.helpers.batches import two_clip_batch
+from tests.helpers.host_syncs import SyncCounter
 
 #: two ranks, two micro-batches a step: four blocks share each step's sample
 WORLD, ACCUM = 2, 2
@@ -25,11 +25,8 @@ CFG = DataConfig(batch_size=2, grad_accum=ACCUM, val_fraction=0.1, val_min=1)
 
 
 @pytest.fixture(scope="module")
-def data(prepared_voice: Path, tiny_model_dir: Path,
-         tmp_path_factory: pytest.TempPathFactory) -> VoiceData:
-    v = copy_voice(prepared_voice, tmp_path_factory.mktemp("frames") / "joe")
-    extract_codes(v, tiny_model_dir)
-    return VoiceData.open(v, tiny_model_dir, CFG)
+def data(coded_voice: Path, tiny_model_dir: Path) -> VoiceData:
+    return VoiceData.open(coded_voice, tiny_model_dir, CFG)
 
 
 @pytest.fixture(scope="module")
@@ -169,3 +166,18 @@ def test_codebook_0_gradient_does_not_depend_on_f(data: VoiceData,
     assert grads[0] and all(g.keys() == grads[0].keys() for g in grads)
     for g in grads[1:]:
         assert all(torch.equal(g[n], grads[0][n]) for n in g)
+
+
+@pytest.mark.parametrize("pick", [[3, 10, 40], []])
+def test_a_sampled_micro_step_reads_nothing_back(objective: Any, tiny_model_dir: Path,
+                                                 pick: list[int]) -> None:
+    batch = {**two_clip_batch(tiny_model_dir), "predictor_pick": np.array(pick, dtype=np.int64)}
+    prepared = batch_to_device(batch, "cpu", pin=True)
+    objective.zero_grad(set_to_none=True)
+    with SyncCounter() as counter:
+        out = objective(prepared)
+        out["loss"].backward()
+    objective.zero_grad(set_to_none=True)
+    assert counter.hits == [], counter.hits
+    assert float(out["subtalker_tokens"]) == 15 * len(pick)
+    assert (float(out["subtalker_sum"]) == 0.0) == (not pick)

@@ -33,6 +33,14 @@ Trainable = Literal["talker", "talker+text", "code_predictor", "talker_layers", 
 TRAINABLE_CHOICES: tuple[str, ...] = ("talker", "talker+text", "code_predictor", "talker_layers",
                                       "lora")
 
+
+def trained_groups(trainable: str) -> tuple[str, ...]:
+    """The parameter groups ("talker", "code_predictor") a `trainable` choice trains."""
+    return {"talker": ("talker", "code_predictor"), "talker+text": ("talker", "code_predictor"),
+            "code_predictor": ("code_predictor",), "talker_layers": ("talker",),
+            "lora": ("talker",)}[trainable]
+
+
 Precision = Literal["auto", "bf16", "fp16", "fp32"]
 PRECISION_CHOICES: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
 #: gradient reduction during accumulation: "auto" (the driver picks from the

@@ -57,6 +57,10 @@ class TrainParts:
     #: after its backward only if it is the step's last; (False, True) restores the
     #: defaults. Used with "last" reduction and `keep_gathered="on"`; None: never kept
     set_keep_gathered: Callable[[bool, bool], None] | None = None
+    #: the trainable parameters by group ("talker", "code_predictor"), asked once the
+    #: builder is done, for the first-step check and the update metrics
+    #: (`engine.train.updates`); None: not checked (a model that is not the talker)
+    groups: Callable[[], dict[str, list[Any]]] | None = None
 
 
 def import_builder(path: str) -> Callable[..., TrainParts]:
@@ -71,7 +75,7 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
     with the base weights, so no rank ever holds the whole model.
     """
     # torch loads here, not when this module is imported (start-up cost)
-    from engine.train.objective import batch_to_device
+    from engine.train.objective import batch_to_device, trainable_groups
     from engine.train.parallelize import set_gradient_sync, set_keep_gathered
 
     model_dir = Path(loop_config["model_dir"])
@@ -107,7 +111,7 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
         val_batches=val_batches if cfg.run.val_every > 0 else None,
         set_grad_sync=lambda enabled: set_gradient_sync(objective, enabled),
         set_keep_gathered=lambda keep, last: set_keep_gathered(objective, keep, last),
-        precision=precision, prepare=prepare,
+        precision=precision, prepare=prepare, groups=lambda: trainable_groups(objective),
         info={"base": str(model_dir), "speaker": cfg.model.speaker_name,
               "precision": precision, "precision_detail": detail,
               "compiled_layers": getattr(objective, "_voxshard_compiled", 0)},

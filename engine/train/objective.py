@@ -418,6 +418,21 @@ def named_trainable(objective: nn.Module) -> Iterable[tuple[str, nn.Parameter]]:
     return ((n, p) for n, p in objective.named_parameters() if p.requires_grad)
 
 
+def trainable_groups(objective: nn.Module) -> dict[str, list[nn.Parameter]]:
+    """The trainable parameters of the code predictor, and of the rest of the talker.
+
+    The code predictor's codebook embeddings count with the talker: they also build the
+    talker's input (`embed`), so they get gradients even when nothing trains the
+    predictor itself (a sub-talker loss weight of 0), which the first-step check must see.
+    """
+    groups: dict[str, list[nn.Parameter]] = {"talker": [], "code_predictor": []}
+    for name, p in named_trainable(objective):
+        own = (".code_predictor." in f".{name}"
+               and ".code_predictor.model.codec_embedding." not in f".{name}")
+        groups["code_predictor" if own else "talker"].append(p)
+    return groups
+
+
 @dataclass
 class WorkerSetup:
     """Everything a training worker needs from train-core."""

@@ -37,6 +37,7 @@ from engine.train.loader import DataCursor, Prefetch
 from engine.train.metrics import MetricsSender, memory_values, model_state_bytes
 from engine.train.plan import optimizer_kind
 from engine.train.precision import LossScaler
+from engine.train.updates import UpdateProbe, check_first_step, ratios
 
 #: fp16: this many optimizer steps in a row skipped for overflow end the run
 MAX_SKIPPED_STEPS = 25
@@ -138,6 +139,12 @@ class Trainer:
         self.build_s = 0.0
         #: (folder, step, reason, start time) of a save not yet reported
         self._saving: tuple[Any, int, str, float] | None = None
+        #: the update measurements (None: the builder names no parameter groups)
+        self.probe: UpdateProbe | None = None
+        #: whether this process has checked its first taken step (`updates`)
+        self.checked = False
+        #: the probe's values of the step just taken (None: not measured)
+        self._probed: Any = None
 
     # -- stages ---------------------------------------------------------------------------
     def build(self) -> None:
@@ -157,6 +164,8 @@ class Trainer:
         if not self.params:
             raise RuntimeError("nothing to train: no parameter requires a gradient")
         self.optimizer = make_optimizer(self.params, cfg, self.device)
+        if parts.groups is not None:
+            self.probe = UpdateProbe(parts.groups())
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg.optim.warmup_steps, self.total_steps,
                                       cfg.optim.schedule, cfg.optim.min_lr_ratio))
@@ -284,8 +293,14 @@ class Trainer:
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         lr = self.optimizer.param_groups[0]["lr"]
+        self._probed = None
+        if finite and self.probe is not None:
+            # samples taken before the step, compared after it on the device
+            self.probe.before_step(check=not self.checked)
         if finite:
             self.optimizer.step()
+            if self.probe is not None:
+                self._probed = self.probe.after_step(grad_norm.device)
             # a skipped step does not advance the schedule: warmup and decay count
             # the steps that changed the weights
             self.scheduler.step()
@@ -306,6 +321,18 @@ class Trainer:
         return (micro_steps > 1 and self.parts.set_keep_gathered is not None
                 and self.parts.set_grad_sync is not None
                 and par.keep_gathered == "on" and par.accum_reduce != "every")
+
+    def check_updates(self, probed: list[float], lr: float) -> dict[str, float]:
+        """The update/weight ratios of this step; after the first step taken, the check that
+        every trained group learns (raises FatalTrainingError on every rank alike)."""
+        if not self.checked:
+            self.checked = True
+            dtype = str(self.params[0].dtype).removeprefix("torch.")
+            line = check_first_step(probed, self.cfg.model.trainable,
+                                    self.cfg.model.subtalker_weight, lr, dtype)
+            if self.rank == 0:
+                self.sender.log(line)
+        return ratios(probed) if self.rank == 0 else {}
 
     def _check_skips(self) -> None:
         if self.scaler.skipped_in_a_row >= MAX_SKIPPED_STEPS:
@@ -372,10 +399,12 @@ class Trainer:
             # in the step's one read back, so all ranks decide alike), else at the next
             # save: the step never waits for the disk
             writing = 1.0 if self._saving is not None and not self.ckpt.written() else 0.0
-            tot = self.all_sum(_with_flags(sums, stop_local, writing))
+            tot = self.all_sum(_with_flags(sums, stop_local, writing, probed=self._probed))
             if self._saving is not None and tot[5] == 0:
                 self.settle()
             values = self.step_values(tot, float(grad_norm), lr, time.monotonic() - t0)
+            if self._probed is not None:
+                values.update(self.check_updates(tot[6:], lr))
             if "loss/train" in values:
                 losses.append(values["loss/train"])
             self.sender.send("train", values)
@@ -424,12 +453,17 @@ def add_sums(sums: Any, out: dict[str, Any]) -> Any:
     return step if sums is None else sums + step
 
 
-def _with_flags(sums: Any, *flags: float) -> Any:
+def _with_flags(sums: Any, *flags: float, probed: Any = None) -> Any:
+    """The step's one all-reduce: loss sums, flags, then the update probe's values."""
     import torch
 
     if sums is None:
-        return [0.0, 0.0, 0.0, 0.0, *flags]
-    return torch.cat([sums, torch.tensor(flags, dtype=sums.dtype).to(sums.device)])
+        head: Any = [0.0, 0.0, 0.0, 0.0, *flags]
+        return head if probed is None else head + probed.tolist()
+    parts = [sums, torch.tensor(flags, dtype=sums.dtype).to(sums.device)]
+    if probed is not None:
+        parts.append(probed.to(sums.device, sums.dtype))
+    return torch.cat(parts)
 
 
 def _validate(parts: TrainParts, model: Any, step: int, sender: MetricsSender,

@@ -9,6 +9,8 @@ Fixtures (session scope, shared by every area):
 - `prepared_voice`: a voice folder built from those sentences and prepared
   (12 clips, ~37 s of usable speech); returns its Path. Treat it as read-only: copy it
   (`tests.helpers.voices.copy_voice`) before changing anything.
+- `coded_voice`: a copy of `prepared_voice` with the tiny model's codec codes extracted
+  (what `VoiceData.open` and the trainer read); read-only as well.
 
 A fixture plugin (tests/conftest.py registers it); `SENTENCES` and `load_piper` are
 also used by bench/.
@@ -16,6 +18,7 @@ also used by bench/.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -97,3 +100,14 @@ def prepared_voice(tmp_path_factory: pytest.TempPathFactory,
     assert report["totals"]["usable_clips"] >= len(piper_sentences) - 1, report["clips"]
     return root
 
+
+@pytest.fixture(scope="session")
+def coded_voice(prepared_voice: Path, tiny_model_dir: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # start-up cost: the codec (torch) loads only for the tests that ask for codes
+    from engine.data.codes import extract_codes
+
+    voice = tmp_path_factory.mktemp("coded_voice") / "joe"
+    shutil.copytree(prepared_voice, voice)
+    extract_codes(voice, tiny_model_dir)
+    return voice
