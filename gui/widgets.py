@@ -17,12 +17,15 @@ from PySide6.QtGui import (
     QPainterPath,
     QPalette,
     QShowEvent,
+    QTextOption,
     QValidator,
 )
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QAbstractSpinBox,
     QComboBox,
+    QDialog,
+    QDialogButtonBox,
     QDoubleSpinBox,
     QFrame,
     QHBoxLayout,
@@ -406,3 +409,34 @@ def open_in_desktop(parent: QWidget, path: Path, what: str) -> bool:
         folder.clicked.connect(open_folder)
     box.open()
     return False
+
+
+class HowToDialog(QDialog):
+    """A message with text to copy (commands, paths): the text wraps anywhere inside the
+    dialog, so a long path is never cut at its right edge (a QMessageBox's label wraps at
+    spaces only), and it stays selectable as it is, without inserted break characters."""
+
+    def __init__(self, title: str, text: str, howto: str, parent: QWidget | None = None
+                 ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        lay = QVBoxLayout(self)
+        self.label = QLabel(text)
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        lay.addWidget(self.label)
+        self.howto = QPlainTextEdit(howto)
+        self.howto.setReadOnly(True)
+        self.howto.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.howto.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        lay.addWidget(self.howto, 1)
+        self.button_box = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.button_box.rejected.connect(self.reject)
+        lay.addWidget(self.button_box)
+        self.resize(640, 320)
+
+    def add_action(self, text: str, action: Callable[[], object]) -> QPushButton:
+        """A button that acts and leaves the dialog open (Open folder)."""
+        button = self.button_box.addButton(text, QDialogButtonBox.ButtonRole.ActionRole)
+        button.clicked.connect(lambda: action())
+        return button

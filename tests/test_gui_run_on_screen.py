@@ -196,15 +196,15 @@ def test_evaluate_now_export_and_the_evaluation_of_any_picked_run(
         dlg.accept()
     assert page.export_job is None
     box = page.export_box
-    assert box.isVisible() and str(workspace / "joe-model") in box.text()
-    how = box.informativeText()
+    assert box.isVisible() and str(workspace / "joe-model") in box.label.text()
+    how = box.howto.toPlainText()
     assert "Exported: joe-model" in how and "voxshard-engine speak" in how
     assert "from_pretrained" in how and 'speaker="joe"' in how and "serve" in how
     assert (workspace / "joe-model" / "config.json").is_file()
     opened.urls.clear()
     QDesktopServices.setUrlHandler("file", opened, "open")
     try:
-        open_btn = next(b for b in box.buttons() if b.text() == "Open folder")
+        open_btn = next(b for b in box.button_box.buttons() if b.text() == "Open folder")
         qtbot.mouseClick(open_btn, Qt.MouseButton.LeftButton)
     finally:
         QDesktopServices.unsetUrlHandler("file")

@@ -83,7 +83,8 @@ class TrainCharts(QTabWidget):
         self.quality_plot.setYRange(0.0, 1.0, padding=0.05)
         self.baseline = pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen(
             QColor(QUALITY_KEYS["quality/similarity"][1]), width=1, style=Qt.PenStyle.DashLine),
-            label="zero-shot clone", labelOpts={"position": 0.9})
+            # at the left, drawn rightwards: at 0.9 the label ran past the chart's edge
+            label="zero-shot clone", labelOpts={"position": 0.02, "anchors": [(0, 1), (0, 1)]})
         self.baseline.hide()
         self.quality_plot.addItem(self.baseline)
         self.limit_line = pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen(

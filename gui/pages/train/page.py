@@ -11,14 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, QUrl
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QLabel,
-    QMessageBox,
-    QPlainTextEdit,
     QSizePolicy,
     QSplitter,
     QStyle,
@@ -48,7 +45,7 @@ from gui.pages.train.gpus import Gpu, GpuProbe
 from gui.pages.train.planwords import plan_words
 from gui.pages.train.settings import PRESETS, TrainSettings, preset_for
 from gui.pages.train.stats import StatsBar
-from gui.widgets import fmt_duration, hbox
+from gui.widgets import HowToDialog, LogView, fmt_duration, hbox, open_in_desktop
 
 ENDED_LABELS = {"succeeded": "Finished", "cancelled": "Stopped", "failed": "Failed"}
 #: the picker's entry for a run the engine has not named yet
@@ -203,9 +200,7 @@ class TrainPage(Page):
         self.charts = TrainCharts(self.store)
         self.loss_plot, self.mem_plot = self.charts.loss_plot, self.charts.mem_plot
         self._curves = self.charts.curves
-        self.log = QPlainTextEdit()
-        self.log.setReadOnly(True)
-        self.log.setMaximumBlockCount(3000)  # bounded, however long the run
+        self.log = LogView(3000)  # bounded, however long the run; follows new lines
         self.log.setPlaceholderText("Engine log")
         # the log is a tab beside the charts: on a laptop the charts need the height
         self.charts.addTab(self.log, "Log")
@@ -494,7 +489,7 @@ class TrainPage(Page):
         if report is None or not report.is_file():
             return False
         self.last_opened = report
-        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(report)))
+        return open_in_desktop(self, report, "report")  # says so when nothing can open it
 
     @property
     def _history(self) -> object:
@@ -638,7 +633,7 @@ class TrainPage(Page):
 
     def _append_log(self, level: str, message: str) -> None:
         prefix = {"warning": "⚠ ", "error": "✖ ", "state": "▸ "}.get(level, "")
-        self.log.appendPlainText(f"{time.strftime('%H:%M:%S')}  {prefix}{message}")
+        self.log.append_line(f"{time.strftime('%H:%M:%S')}  {prefix}{message}")
 
     # -- other jobs: download, export, plan --------------------------------------------
     def download(self) -> EngineJob | None:
@@ -705,20 +700,13 @@ class TrainPage(Page):
         self.refresh()
         return job
 
-    def _exported(self, out: Path, run: str, step: int | None, result: dict) -> QMessageBox:
+    def _exported(self, out: Path, run: str, step: int | None, result: dict) -> HowToDialog:
         """A dialog: where the model is, how to use it, and a button to its folder."""
         self._append_log("info", str(result.get("summary") or f"Exported to {out}"))
         speaker = str(result.get("speaker") or "")
-        box = QMessageBox(QMessageBox.Icon.Information, "Model exported",
-                          f"{run} step {step} is now a model folder:\n{out}", parent=self)
-        box.setInformativeText(export_howto(out, speaker))
-        box.setStyleSheet("QLabel#qt_msgbox_label, QLabel#qt_msgbox_informativelabel "
-                          "{ min-width: 600px; }")  # commands on one line each
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        open_btn = box.addButton("Open folder", QMessageBox.ButtonRole.ActionRole)
-        open_btn.clicked.disconnect()  # the box stays open after Open folder
-        open_btn.clicked.connect(lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(out))))
-        box.addButton(QMessageBox.StandardButton.Close)
+        box = HowToDialog("Model exported", f"{run} step {step} is now a model folder:\n{out}",
+                          export_howto(out, speaker), self)
+        box.add_action("Open folder", lambda: open_in_desktop(self, out, "folder"))
         self.export_box = box
         box.open()
         return box
