@@ -181,3 +181,77 @@ def test_a_sampled_micro_step_reads_nothing_back(objective: Any, tiny_model_dir:
     assert counter.hits == [], counter.hits
     assert float(out["subtalker_tokens"]) == 15 * len(pick)
     assert (float(out["subtalker_sum"]) == 0.0) == (not pick)
+
+
+def test_the_plan_counts_the_predictors_share(tmp_path: Path, tiny_model_dir: Path,
+                                              objective: Any) -> None:
+    import json
+
+    from engine.config.train import TrainConfig
+    from engine.train.plan import estimate_activations, make_plan
+
+    cfg = TrainConfig().replace(model={"base": str(tiny_model_dir)}, data={"batch_size": 2})
+    full = make_plan(tiny_model_dir, cfg, device="cpu", seq_len=120, frames=90, free=[],
+                     choices=False)
+    part = make_plan(tiny_model_dir, cfg.replace(model={"predictor_frames": 0.25}),
+                     device="cpu", seq_len=120, frames=90, free=[], choices=False)
+    assert part.activations < part.activations_all_frames == full.activations
+    assert full.step_work == 1.0 and 0.25 < part.step_work < 1.0
+    assert "code predictor on 0.25 of the frames" in part.table()
+    assert "code predictor on" not in full.table()
+
+    # the predictor's term against what autograd keeps: the difference F = 1 minus F = 1/4
+    model_cfg = json.loads((tiny_model_dir / "config.json").read_text())
+    batch = two_clip_batch(tiny_model_dir)
+    frames = int(batch["frame_mask"].sum())
+    params = {p.untyped_storage().data_ptr() for p in objective.parameters()}
+
+    def kept_bytes(b: dict[str, Any]) -> int:
+        kept: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            st = t.untyped_storage()
+            kept[st.data_ptr()] = max(kept.get(st.data_ptr(), 0), st.nbytes())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            objective(batch_to_device(b, "cpu"))
+        return sum(n for ptr, n in kept.items() if ptr not in params)
+
+    pick = np.sort(np.random.default_rng(0).choice(frames, frames // 4, replace=False))
+    measured = kept_bytes(batch) - kept_bytes({**batch, "predictor_pick": pick})
+    seq_len = int(batch["text_ids"].shape[1])
+    per_clip = frames // 2  # two clips: estimate_activations counts clips x frames
+    predicted = (estimate_activations(model_cfg, 2, seq_len, per_clip, 4, False)
+                 - estimate_activations(model_cfg, 2, seq_len, per_clip, 4, False,
+                                        predictor_frames=(frames // 4) / (2 * per_clip)))
+    # stated tolerance: never under; at most 1.8 x over, since the plan counts each frame's
+    # fp32 head logits twice (logits and softmax; autograd keeps one copy in fp32)
+    assert measured <= predicted <= 1.8 * measured, (predicted, measured)
+
+
+def test_the_setting_reaches_a_run_from_the_flag_or_voice_toml(tmp_path: Path,
+                                                                tiny_model_dir: Path) -> None:
+    from engine.cli.main import build_parser
+    from engine.core.errors import InputError
+    from engine.train.driver import train
+    from tests.helpers.voices import voice_with_clips
+
+    voice = voice_with_clips(tmp_path, 8, 4.0)
+
+    def planned(**options: Any) -> float:
+        out = train(voice, str(tiny_model_dir), workers=1, dry_run=True, **options)
+        return out["config"]["model"]["predictor_frames"]
+
+    assert planned() == 1.0
+    with (voice / "voice.toml").open("a") as fh:
+        fh.write("\n[train]\npredictor_frames = 0.5\n")
+    assert planned() == 0.5
+    assert planned(predictor_frames=0.25) == 0.25
+    with pytest.raises(InputError) as err:
+        planned(predictor_frames=0.0)
+    assert str(err.value).startswith("--predictor-frames must be above 0 and at most 1, not "
+                                     "0.0.")
+    args = build_parser().parse_args(["plan", str(voice), "--base", "b",
+                                      "--predictor-frames", "0.125"])
+    assert args.predictor_frames == 0.125

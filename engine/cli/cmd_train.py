@@ -46,6 +46,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, not {value}")
+    return value
+
+
 def _add_shape_options(p: argparse.ArgumentParser) -> None:
     """Options that change the memory plan; shared by train and plan."""
     p.add_argument("voice", help="voice folder (prepared)")
@@ -76,6 +83,11 @@ def _add_shape_options(p: argparse.ArgumentParser) -> None:
                    "GPU for 1.7B); `plan` shows the memory of each")
     add_field(p, ModelConfig, "lora_rank", type=_positive_int)
     add_field(p, ModelConfig, "lora_alpha", type=_positive_float)
+    add_field(p, ModelConfig, "predictor_frames", type=_fraction, show_default=False,
+              help="fraction F (0 < F <= 1) of each step's frames the code predictor "
+                   "trains on; codebook 0 and validation always see every frame; below 1 a "
+                   "step is faster, each frame's finer codebooks learnt from less often "
+                   "(default: the voice's [train] predictor_frames, else 1)")
     p.add_argument("--address", default=None,
                    help="an existing Ray cluster (host:port); default: a private local one")
 
@@ -93,6 +105,7 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "trainable": args.trainable,
         "lora_rank": args.lora_rank,
         "lora_alpha": args.lora_alpha,
+        "predictor_frames": args.predictor_frames,
         "use_gpu": False if args.cpu else None,
         "address": args.address,
     }

@@ -287,6 +287,19 @@ class Voice:
         value = self.config.get("train", {}).get("storage")
         return str(value) if value else None
 
+    @property
+    def predictor_frames(self) -> float | None:
+        """The code predictor's share of each step's frames for new runs ([train]
+        predictor_frames in voice.toml, 0 < F <= 1); None when not set."""
+        value = self.config.get("train", {}).get("predictor_frames")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+            raise WorkspaceError(f"{self.voice_file} has [train] predictor_frames = {value!r}; "
+                                 "it must be a number above 0 and at most 1.",
+                                 "Fix or remove that line of voice.toml.")
+        return float(value)
+
     def set_storage(self, storage: str | os.PathLike[str] | None) -> None:
         """Remember where new runs go (None or "" for the voice's own runs/)."""
         value = storage_arg(storage)

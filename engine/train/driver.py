@@ -245,6 +245,8 @@ class TrainRequest:
     trainable: str | None = None
     lora_rank: int | None = None
     lora_alpha: float | None = None
+    #: the code predictor's share of each step's frames (None: the voice's, else 1)
+    predictor_frames: float | None = None
     address: str | None = None
     resume: bool = False
     run: str | None = None
@@ -277,6 +279,10 @@ class TrainRequest:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise InputError(f"--{name.replace('_', '-')} must be above 0, not {value}.")
+        if self.predictor_frames is not None and not 0 < self.predictor_frames <= 1:
+            raise InputError(f"--predictor-frames must be above 0 and at most 1, not "
+                             f"{self.predictor_frames}.",
+                             "Give a fraction such as 0.25, or 1 to train it on every frame.")
         if self.precision is not None and self.precision not in PRECISION_CHOICES:
             raise InputError(f"Unknown precision {self.precision!r}.",
                              f"Use one of: {', '.join(PRECISION_CHOICES)}.")
@@ -302,7 +308,8 @@ class TrainRequest:
                          "keep_gathered": self.keep_gathered,
                          "compile_layers": self.compile_layers},
             "model": {"trainable": self.trainable, "lora_rank": self.lora_rank,
-                      "lora_alpha": self.lora_alpha},
+                      "lora_alpha": self.lora_alpha,
+                      "predictor_frames": self.predictor_frames},
             "optim": {"lr": self.lr},
             "data": {k: val for k, val in {"batch_size": self.batch_size,
                                            "grad_accum": self.grad_accum}.items()
@@ -403,6 +410,8 @@ class TrainRun:
                              f"Use --workers {max(1, gpus)}, or --cpu to train on the CPU.")
         threads = worker_threads(use_gpu, bool(req.cpu_offload), workers, os.cpu_count() or 1)
         overrides = req.overrides(workers, use_gpu, threads)
+        if overrides["model"]["predictor_frames"] is None and not req.resume:
+            overrides["model"]["predictor_frames"] = v.predictor_frames  # voice.toml [train]
         runs_dir = v.runs_dir
         if req.resume:
             found = pick_run(v.path, req.run)

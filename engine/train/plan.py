@@ -129,6 +129,13 @@ class Plan:
     host_free: int = 0
     #: parameters stay gathered between accumulation micro-steps (`keep_gathered`)
     keep_gathered: bool = False
+    #: the code predictor's share of each step's frames (`model.predictor_frames`)
+    predictor_frames: float = 1.0
+    #: a step's compute relative to the same step on every frame (from the layer shapes;
+    #: what the run's time scales by)
+    step_work: float = 1.0
+    #: activations of the same micro-batch with the code predictor on every frame
+    activations_all_frames: int = 0
 
     @property
     def model_state(self) -> int:
@@ -188,6 +195,12 @@ class Plan:
                 lines.append("  parameters stay gathered between micro-steps (one all-gather "
                              "per unit and optimizer step)")
         lines.append(f"  one checkpoint on disk: {self.checkpoint_bytes / GIB:.2f} GiB")
+        if self.predictor_frames < 1:
+            lines.append(f"  code predictor on {self.predictor_frames:g} of the frames: "
+                         f"activations {self.activations / GIB:.2f} GiB instead of "
+                         f"{self.activations_all_frames / GIB:.2f}, a step about "
+                         f"{100 * self.step_work:.0f} % of the compute (and time) of one on "
+                         "every frame")
         if self.by_trainable:
             lines.append("  by what trains (--trainable): " + ", ".join(
                 f"{k} {v / GIB:.2f}" + (" *" if k == self.trainable else "")
@@ -292,17 +305,47 @@ def layer_activation_bytes(talker_cfg: dict[str, Any], cbytes: int, seq_len: int
     return norms + attention + 4 * c * inter + 4 * (2 + heads + kv)
 
 
+def predictor_frames_of(clips: int, frames: int, fraction: float) -> int:
+    """Frames the code predictor runs on in a micro-batch of `clips` x `frames` frames."""
+    total = clips * frames
+    return total if fraction >= 1 else max(1, math.ceil(fraction * total))
+
+
+def step_work(cfg: dict[str, Any], seq_len: int, frames: int, fraction: float) -> float:
+    """A step's matmul work with the code predictor on `fraction` of the frames, relative to
+    every frame: per clip, the talker's layers over `seq_len` tokens against the code
+    predictor's over 16 positions per frame (plus its 15 heads); forward and backward
+    scale alike, so the ratio is the forward's."""
+    talker = cfg["talker_config"]
+    cp = talker["code_predictor_config"]
+
+    def per_token(c: dict[str, Any]) -> int:
+        h, inter, heads, kv, hd = _dims(c)
+        return int(c["num_hidden_layers"]) * (2 * h * heads * hd + 2 * h * kv * hd + 3 * h * inter)
+
+    groups = int(talker.get("num_code_groups", 16))
+    talker_work = seq_len * (per_token(talker) + int(talker["hidden_size"])
+                             * int(talker["vocab_size"]))
+    cp_work = frames * (groups * per_token(cp)
+                        + (groups - 1) * int(cp["hidden_size"]) * int(cp["vocab_size"]))
+    return (talker_work + fraction * cp_work) / (talker_work + cp_work)
+
+
 def estimate_activations(cfg: dict[str, Any], clips: int, seq_len: int, frames: int,
-                         compute_bytes: int, checkpointing: bool) -> int:
-    """Bytes kept for backward in one micro-batch of `clips` sequences of `seq_len` tokens."""
+                         compute_bytes: int, checkpointing: bool,
+                         predictor_frames: float = 1.0) -> int:
+    """Bytes kept for backward in one micro-batch of `clips` sequences of `seq_len` tokens;
+    predictor_frames: the code predictor's share of their frames."""
     talker = cfg["talker_config"]
     cp = talker["code_predictor_config"]
     tokens = clips * seq_len
     n_layers = int(talker["num_hidden_layers"])
     cp_layers = int(cp["num_hidden_layers"])
     groups = int(talker.get("num_code_groups", 16))
-    # the code predictor runs one short sequence per frame: the talker state + 15 codes
-    cp_tokens = clips * frames * groups
+    # the code predictor runs one short sequence per frame it sees: the talker state + 15
+    # codes
+    cp_frames = predictor_frames_of(clips, frames, predictor_frames)
+    cp_tokens = cp_frames * groups
     c = compute_bytes
     act = (tokens * n_layers * layer_activation_bytes(talker, c, seq_len, checkpointing)
            + cp_tokens * cp_layers * layer_activation_bytes(cp, c, groups, checkpointing))
@@ -316,7 +359,7 @@ def estimate_activations(cfg: dict[str, Any], clips: int, seq_len: int, frames: 
     # fp32 logits and their softmax for the codec head and the 15 sub-talker heads
     vocab = int(talker["vocab_size"])
     cp_vocab = int(cp["vocab_size"])
-    act += 2 * 4 * (tokens * vocab + clips * frames * (groups - 1) * cp_vocab)
+    act += 2 * 4 * (tokens * vocab + cp_frames * (groups - 1) * cp_vocab)
     return int(act)
 
 
@@ -386,7 +429,12 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
         optimizer=8 * trainable_local,
         gather_buffer=gather, keep_gathered=keep,
         activations=estimate_activations(cfg, clips, seq_len, frames, cbytes,
-                                         config.parallel.activation_checkpointing),
+                                         config.parallel.activation_checkpointing,
+                                         config.model.predictor_frames),
+        activations_all_frames=estimate_activations(cfg, clips, seq_len, frames, cbytes,
+                                                    config.parallel.activation_checkpointing),
+        predictor_frames=config.model.predictor_frames,
+        step_work=step_work(cfg, seq_len, frames, config.model.predictor_frames),
         runtime=0, step_temp=0,
         micro_batch_clips=clips, seq_len=seq_len, frames=frames, free=list(free),
         accum_reduce=accum, checkpoint_bytes=12 * trainable_full,
