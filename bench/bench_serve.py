@@ -16,6 +16,15 @@ voice exported from the tiny random test model) and prints:
 - the server process's resident memory after 10 requests and after
   `--requests` mixed ones (formats, streamed or not, lengths; target: flat).
 
+With `--wyoming` it measures Home Assistant's Wyoming protocol instead (the same
+server, `serve --wyoming`), through the `wyoming` package's client: the first
+audio-chunk seen by the client and how long after the worker's first audio it
+left the server (target: within 50 ms), and the total time and real-time
+factor (wall seconds per audio second) for 1 and 4 clients, one-shot
+`synthesize` and streamed (`synthesize-start`, a chunk per word, `-stop`).
+Wyoming requests carry no options, so each sentence makes as many frames as
+the server's own limit for its text.
+
 Every sentence makes at most `--frames` codec frames (the tiny model rarely
 ends a sentence by itself), so the work per request is bounded and alike.
 """
@@ -57,9 +66,9 @@ def tiny_voice(root: Path) -> Path:
 
 
 class Served:
-    def __init__(self, voice: Path, device: str, cwd: Path) -> None:
+    def __init__(self, voice: Path, device: str, cwd: Path, *extra: str) -> None:
         cmd = [sys.executable, "-m", "engine.cli.main", "--json", "serve", str(voice),
-               "--port", "0", "--device", device, "--queue", "64"]
+               "--port", "0", "--device", device, "--queue", "64", *extra]
         self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True,
                                      env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -70,6 +79,7 @@ class Served:
             if event.get("state") == "serving":
                 self.url = event["url"].removesuffix("/v1")
                 self.voice = event["voices"][0]
+                self.wyoming = event.get("wyoming")
                 break
             if event["event"] == "error":
                 raise SystemExit(f"the server did not start: {event['message']}")
@@ -163,6 +173,68 @@ def mixed(server: Served, count: int, frames: int) -> None:
         list(pool.map(one, range(count)))
 
 
+async def wyoming_request(server: Served, text: str, stream: bool) -> tuple[float, float]:
+    """One Wyoming request: (seconds to the first audio-chunk, seconds to the end)."""
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+    host, port = str(server.wyoming).removeprefix("tcp://").rsplit(":", 1)
+    end = "synthesize-stopped" if stream else "audio-stop"
+    async with AsyncTcpClient(host, int(port)) as client:
+        started = time.perf_counter()
+        if stream:
+            await client.write_event(SynthesizeStart().event())
+            for word in text.split(" "):  # as an LLM's words arrive
+                await client.write_event(SynthesizeChunk(text=word + " ").event())
+            await client.write_event(SynthesizeStop().event())
+        else:
+            await client.write_event(Synthesize(text=text).event())
+        first = None
+        while (event := await client.read_event()) is not None:
+            if event.type == "audio-chunk" and first is None:
+                first = time.perf_counter() - started
+            if event.type == "error":
+                raise SystemExit(f"the server answered an error: {event.data}")
+            if event.type == end:
+                break
+    assert first is not None, "no audio came"
+    return first, time.perf_counter() - started
+
+
+def bench_wyoming(server: Served, text: str, rows: dict[str, Any]) -> None:
+    import asyncio
+
+    asyncio.run(wyoming_request(server, text, False))  # warm-up
+    before = len(server.logs)
+    firsts = [asyncio.run(wyoming_request(server, text, False))[0] for _ in range(5)]
+    lags = [r["first_byte_after_audio_ms"] for r in server.logs[before:]
+            if r.get("first_byte_after_audio_ms") is not None]
+    rows["wyoming_first_chunk_s"] = sorted(firsts)[2]
+    rows["wyoming_first_chunk_after_worker_audio_ms"] = sorted(lags)[len(lags) // 2]
+    print(f"wyoming first audio-chunk {rows['wyoming_first_chunk_s']:.3f} s at the client "
+          f"(median of 5), left the server {rows['wyoming_first_chunk_after_worker_audio_ms']}"
+          f" ms after the worker's first audio (target <= 50)")
+
+    async def together(clients: int, stream: bool) -> list[tuple[float, float]]:
+        return await asyncio.gather(*(wyoming_request(server, text, stream)
+                                      for _ in range(clients)))
+
+    for stream in (False, True):
+        for clients in (1, 4):
+            before = len(server.logs)
+            started = time.perf_counter()
+            answers = asyncio.run(together(clients, stream))
+            wall = time.perf_counter() - started
+            audio = sum(r["audio_s"] for r in server.logs[before:] if r["status"] == 200)
+            key = f"wyoming_{'stream' if stream else 'synthesize'}_{clients}"
+            rows[key] = {"first_chunk_s": round(max(a[0] for a in answers), 3),
+                         "total_s": round(wall, 3), "audio_s": round(audio, 3),
+                         "rtf": round(wall / audio, 3) if audio else None}
+            print(f"wyoming {'streamed' if stream else 'synthesize'}, {clients} client(s): "
+                  f"{wall:.2f} s for {audio:.2f} s of audio (RTF {rows[key]['rtf']}), "
+                  f"slowest first chunk {rows[key]['first_chunk_s']:.3f} s")
+
+
 def main() -> None:
     import httpx2 as httpx
 
@@ -173,6 +245,8 @@ def main() -> None:
     parser.add_argument("--per-client", type=int, default=4, help="requests per client")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--wyoming", action="store_true",
+                        help="measure the Wyoming protocol (Home Assistant) instead")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
@@ -180,6 +254,15 @@ def main() -> None:
     text = " ".join(SENTENCES[:2])
     rows: dict[str, Any] = {"voice": str(voice), "frames": args.frames}
 
+    if args.wyoming:
+        server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0")
+        try:
+            bench_wyoming(server, text, rows)
+        finally:
+            server.stop()
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return
     speak_first = [speak_stream_first_audio(voice, text, args.frames, args.device, tmp)
                    for _ in range(3)]
     server = Served(voice, args.device, tmp)

@@ -224,6 +224,28 @@ def split_sentences(text: str) -> list[str]:
     return [s for line in text.split("\n") for s in _paragraph_sentences(line)]
 
 
+def complete_sentences(text: str) -> tuple[list[str], str]:
+    """The sentences of text still arriving that are surely complete, and the rest.
+
+    A sentence is complete once text after it confirms its end (a period at the very end
+    may still be "Dr." or "3." of "3.5"); a line break ends one at once. The rest is what
+    to keep and extend: its sentences are `split_sentences(rest)` when no more comes.
+    """
+    lines = text.split("\n")
+    done = [s for line in lines[:-1] for s in _paragraph_sentences(line)]
+    last = lines[-1]
+    # after a space, the next word decides only after an abbreviation ("etc. and"): a
+    # lower-case stand-in keeps that one open and closes every other sentence
+    sentences = _paragraph_sentences(last + "x" if last[-1:].isspace() else last)
+    if len(sentences) < 2:
+        return done, last
+    # the last sentence is the rest, from where it starts in the line
+    start = 0
+    for sentence in sentences[:-1]:
+        start = last.index(sentence, start) + len(sentence)
+    return done + sentences[:-1], last[start:]
+
+
 def _join(left: str, right: str) -> str:
     # CJK writing puts no space between sentences (or words)
     return f"{left} {right}" if left and right and not _is_cjk(right[0]) else left + right

@@ -20,7 +20,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,61 +29,14 @@ import openai
 import pytest
 import soundfile as sf
 
+from tests.helpers.serving import KEY, Server, start_server
 from tests.helpers.voices import make_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE = [sys.executable, "-m", "engine.cli.main"]
-KEY = "test-key-0123456789abcdef"
 #: short renders: the tiny model speaks noise and rarely ends a chunk by itself
 SHORT = {"max_frames": 12, "seed": 3}
 QUEUE = 20  # above the 16 concurrent clients
-
-
-@dataclass
-class Server:
-    url: str
-    proc: subprocess.Popen[str]
-    renders: Path
-    events: list[dict[str, Any]] = field(default_factory=list)
-
-    def http(self, key: str | None = KEY) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.Client(base_url=self.url.removesuffix("/v1"), headers=headers,
-                            timeout=120)
-
-    def client(self, key: str = KEY) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, timeout=120)
-
-    def health(self) -> dict[str, Any]:
-        with self.http() as http:
-            return http.get("/health").json()
-
-    def logged(self) -> list[dict[str, Any]]:
-        return [e["request_log"] for e in list(self.events) if "request_log" in e]
-
-
-def start_server(args: list[str], cwd: Path) -> Server:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([*ENGINE, "--json", "serve", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        event = json.loads(line)
-        if event.get("state") == "serving":
-            server = Server(event["url"], proc, Path(event["renders"]))
-            break
-        if event["event"] == "error":
-            raise AssertionError(f"the server did not start: {event}")
-    else:
-        raise AssertionError(f"the server exited with {proc.wait()} before serving")
-
-    def collect() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            server.events.append(json.loads(line))
-
-    threading.Thread(target=collect, daemon=True).start()
-    return server
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,16 @@ curl line and Python snippet it shows work as written, the live request log, sto
 
 from __future__ import annotations
 
+import asyncio
+import re
 import subprocess
 from pathlib import Path
 
 import soundfile as sf
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
+from wyoming.client import AsyncTcpClient
+from wyoming.tts import Synthesize
 
 from tests.helpers.voices import make_voice, make_workspace
 
@@ -26,6 +30,8 @@ def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Pat
     assert page.chosen() == [str(ws / "ada")]
     page.port.setValue(0)
     page.use_key.setChecked(True)
+    page.home_assistant.setChecked(True)
+    page.wyoming_port.setValue(0)
     qtbot.mouseClick(page.start_button, Qt.MouseButton.LeftButton)
     # the click returned while the engine is still starting: the window goes on
     assert page.running and page.url_field.text() == "" and not page.start_button.isEnabled()
@@ -54,9 +60,27 @@ def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Pat
     assert [page.log.item(r, 1).text() for r in range(2)] == ["200", "200"]
     assert "audio s per s" in page.rate.text()
 
+    # Home Assistant: the address to type in, reached as the text says, in the same log
+    found = re.search(r"Wyoming Protocol, host (\S+), port (\d+)\. Voices: ada, ada/ada-v1\.",
+                      page.wyoming_info.text())
+    assert found, page.wyoming_info.text()
+
+    async def speak() -> None:
+        async with AsyncTcpClient(found.group(1), int(found.group(2))) as client:
+            await client.write_event(Synthesize(text="Hello, Home Assistant.").event())
+            while (event := await client.read_event()) is not None:
+                if event.type == "audio-stop":
+                    return
+        raise AssertionError("no audio-stop")
+
+    asyncio.run(speak())
+    qtbot.waitUntil(lambda: page.log.rowCount() == 3, timeout=30000)
+    assert (page.log.item(2, 1).text(), page.log.item(2, 3).text()) == ("200", "pcm wyoming")
+
     page.stop()
     qtbot.waitUntil(lambda: not page.running, timeout=60000)
     assert page.key_field.text() == "" and page.url_field.text() == ""
+    assert page.wyoming_info.text() == ""
     assert not key_file.exists() and page.start_button.isEnabled()
     # stopped: the examples again, with a placeholder, not the dead server's key
     assert page.curl.toPlainText().startswith("# Start the server first")

@@ -9,6 +9,7 @@ from engine.cli.main import add_command
 from engine.cli.settings import FIELD, add_field, field_help
 from engine.config.serve import ClusterServeSettings, ServeSettings
 from engine.config.speak import QUANT_MODES
+from engine.core.errors import InputError
 from engine.core.events import Emitter
 
 
@@ -22,7 +23,12 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
         dtype=args.dtype, quantize=args.quantize, fuse=args.fuse, max_loaded=args.max_loaded,
         queue=args.queue, timeout_s=args.timeout, max_input=args.max_input,
         max_body=args.max_body, preload=not args.no_preload,
-        reference_base=expand_arg(args.reference_base) if args.reference_base else None)
+        reference_base=expand_arg(args.reference_base) if args.reference_base else None,
+        wyoming=args.wyoming, wyoming_allow_lan=args.wyoming_allow_lan, zeroconf=args.zeroconf,
+        http=args.http)
+    if args.address and (args.wyoming or not args.http):
+        raise InputError("--wyoming and --no-http serve from this computer, not through "
+                         "--address.", "Leave out --address to serve Home Assistant.")
     if args.address:
         from engine.serve.ray_deploy import serve_on_ray
 
@@ -51,6 +57,9 @@ def register(sub: Any) -> None:
     add_field(p, ServeSettings, "reference_base", metavar="BASE_MODEL",
               help="allow requests to clone from their own reference_audio (base64) on "
                    "this Base model (off by default)")
+    add_field(p, ServeSettings, "wyoming", metavar="tcp://HOST:PORT")
+    for name in ("wyoming_allow_lan", "zeroconf", "http"):
+        add_field(p, ServeSettings, name, default=FIELD)
     p.add_argument("--address", metavar="HOST:PORT",
                    help="serve on this existing Ray cluster through Ray Serve (what `ray start "
                    "--head` printed, or 'auto'); the voice folders must be visible at the same "

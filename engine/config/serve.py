@@ -47,6 +47,17 @@ class ServeSettings:
     preload: bool = True
     #: a Base model: requests may then clone from their own `reference_audio` on it
     reference_base: str | None = None
+    #: also speak to Home Assistant through the Wyoming protocol at this address, e.g.
+    #: tcp://127.0.0.1:10200 (port 0: any free one)
+    wyoming: str | None = None
+    #: let other computers reach the Wyoming address: the protocol has no keys, so anyone
+    #: who can reach it may use every voice served
+    wyoming_allow_lan: bool = False
+    #: announce the Wyoming service on the local network (mDNS, _wyoming._tcp.local.) so
+    #: Home Assistant offers it by itself
+    zeroconf: bool = False
+    #: serve OpenAI's HTTP endpoint (--no-http with --wyoming: Wyoming alone)
+    http: bool = True
 
 
 @dataclass

@@ -40,8 +40,6 @@ from engine.serve.request import MODELS, ApiError, SpeechRequest, parse_speech
 
 #: how often a waiting request looks whether its client is still there
 POLL_S = 0.25
-#: how often a stream looks for new audio in the growing file
-TAIL_S = 0.01
 
 
 @dataclass
@@ -314,7 +312,7 @@ class SpeechApp:
                            else None)
                 if req.response_format == "wav":
                     yield formats.streaming_wav_header()
-                async for pcm in self._tail(worker, ticket, deadline):
+                async for pcm in self.pool.tail(worker, ticket, deadline):
                     if sent["first_byte_at"] is None:
                         sent["first_byte_at"] = time.time()
                     sent["samples"] += len(pcm) // 2
@@ -349,45 +347,6 @@ class SpeechApp:
             return _Stream(events(), cleanup, media_type="text/event-stream",
                            headers={"Cache-Control": "no-cache"})
         return _Stream(pieces(), cleanup, media_type=formats.MEDIA_TYPES[req.response_format])
-
-    async def _tail(self, worker: VoiceWorker, ticket: Ticket,
-                    deadline: float) -> AsyncIterator[bytes]:
-        """The growing file's 16-bit samples as they arrive (whole samples only)."""
-        fh = ticket.partial
-        if fh is None and ticket.result is not None:
-            try:
-                fh = open(ticket.result["path"], "rb")
-            except OSError:
-                return
-        if fh is None:
-            return
-        buffer = b""
-        start: int | None = None
-        try:
-            while True:
-                ended = ticket.ended.is_set()  # before the read: the last read sees all
-                buffer += fh.read()
-                if start is None:
-                    start = formats.wav_data_offset(buffer[:4096])
-                    if start is not None:
-                        buffer = buffer[start:]
-                if start is not None:
-                    whole = len(buffer) - len(buffer) % 2
-                    if whole:
-                        yield buffer[:whole]
-                        buffer = buffer[whole:]
-                if ended:
-                    return
-                if time.monotonic() > deadline:
-                    self.pool.cancel(worker, ticket)
-                    return
-                try:
-                    await asyncio.wait_for(ticket.ended.wait(), TAIL_S)
-                except TimeoutError:
-                    pass
-        finally:
-            if fh is not ticket.partial:
-                fh.close()
 
     def _done(self, req: SpeechRequest | None, status: int, seconds: float,
               began: float, **extra: Any) -> None:

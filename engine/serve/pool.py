@@ -23,15 +23,19 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from engine.core.errors import VoxshardError
 from engine.core.events import Event
+from engine.serve import formats
 from engine.serve.voices import ServedVoice
 from engine.synth.voice import resolve_source
+
+#: how often a stream looks for new audio in the growing file
+TAIL_S = 0.01
 
 
 class Busy(Exception):
@@ -306,6 +310,45 @@ class Pool:
         worker.worker.submit({"op": "speak", "id": rid, "text": text, "out": str(ticket.out),
                               "format": suffix, "options": options, "stream": stream})
         return ticket
+
+    async def tail(self, worker: VoiceWorker, ticket: Ticket,
+                   deadline: float) -> AsyncIterator[bytes]:
+        """The growing file's 16-bit samples as they arrive (whole samples only)."""
+        fh = ticket.partial
+        if fh is None and ticket.result is not None:
+            try:
+                fh = open(ticket.result["path"], "rb")
+            except OSError:
+                return
+        if fh is None:
+            return
+        buffer = b""
+        start: int | None = None
+        try:
+            while True:
+                ended = ticket.ended.is_set()  # before the read: the last read sees all
+                buffer += fh.read()
+                if start is None:
+                    start = formats.wav_data_offset(buffer[:4096])
+                    if start is not None:
+                        buffer = buffer[start:]
+                if start is not None:
+                    whole = len(buffer) - len(buffer) % 2
+                    if whole:
+                        yield buffer[:whole]
+                        buffer = buffer[whole:]
+                if ended:
+                    return
+                if time.monotonic() > deadline:
+                    self.cancel(worker, ticket)
+                    return
+                try:
+                    await asyncio.wait_for(ticket.ended.wait(), TAIL_S)
+                except TimeoutError:
+                    pass
+        finally:
+            if fh is not ticket.partial:
+                fh.close()
 
     def cancel(self, worker: VoiceWorker, ticket: Ticket) -> None:
         """Free the request's rows now (its finished chunks are thrown away)."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import os
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from engine.core.errors import InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.serve.pool import LoadFailed, Pool
 from engine.serve.voices import discover
+from engine.serve.wyoming import WyomingServer, WyomingService, parse_uri
 
 #: shortest API key accepted (a guessable key on an open port is no protection)
 MIN_KEY_CHARS = 16
@@ -56,7 +59,27 @@ def check_settings(settings: ServeSettings) -> str | None:
         raise InputError("--timeout and --max-input must be positive, --max-body at least 1024.")
     if settings.reference_base:
         _check_base(settings.reference_base)
+    check_wyoming(settings)
     return read_key(settings.api_key_file) if settings.api_key_file else None
+
+
+def check_wyoming(settings: ServeSettings) -> tuple[str, int] | None:
+    """The Wyoming (host, port) to listen on (None: none), or a one-sentence refusal."""
+    if not settings.wyoming:
+        if not settings.http:
+            raise InputError("--no-http leaves nothing to serve.", "Add --wyoming "
+                             "tcp://127.0.0.1:10200, or leave out --no-http.")
+        if settings.zeroconf:
+            raise InputError("--zeroconf announces the Wyoming service, which is not on.",
+                             "Add --wyoming tcp://HOST:10200.")
+        return None
+    host, port = parse_uri(settings.wyoming)
+    if not is_loopback(host) and not settings.wyoming_allow_lan:
+        raise InputError(f"Refusing to serve Wyoming on {host}: the protocol has no keys, so "
+                         "anyone who can reach that address could use every voice.",
+                         "Add --wyoming-allow-lan if every device on that network may, or "
+                         "keep tcp://127.0.0.1:10200.")
+    return host, port
 
 
 def _check_base(model: str) -> None:
@@ -138,15 +161,22 @@ def serve(settings: ServeSettings,
 
     emitter = as_emitter(on_event)
     key = check_settings(settings)
+    wyoming_at = check_wyoming(settings)
     voices = discover(settings.targets, settings.workspace)
     pool = make_pool(settings, voices)
-    sock = _bind(settings.host, settings.port)
+    sock = _bind(settings.host, settings.port) if settings.http else None
+    wyoming_sock = _bind(*wyoming_at) if wyoming_at else None
     config = make_config(settings, key)
 
     def log(record: dict[str, Any]) -> None:
         emitter.log(f"{record['method']} {record['path']} {record['status']} "
                     f"{record['voice']} {record['format']} {record['audio_s']:.2f} s audio "
                     f"in {record['seconds']:.2f} s", request_log=record)
+
+    def close_sockets() -> None:
+        for opened in (sock, wyoming_sock):
+            if opened is not None:
+                opened.close()
 
     app = create_app(pool, config, log)
     if settings.preload:
@@ -155,24 +185,65 @@ def serve(settings: ServeSettings,
         try:
             preload(pool, first)
         except InputError:
-            sock.close()
+            close_sockets()
             raise
-    port = sock.getsockname()[1]
-    url = url_of(settings.host, port)
-    # what each name loads, for the app: its Listen page sends a source this server
-    # already serves here, so the two share one warm worker (never sent to clients)
-    loads = {name: pool.identity(name) for name in sorted(voices)}
-    emitter.state("serving", detail=url, url=url, port=port, voices=sorted(voices),
-                  loads=loads, auth=key is not None, renders=str(pool.renders_dir),
-                  reference_cloning=bool(settings.reference_base))
+    port = sock.getsockname()[1] if sock is not None else None
+    url = url_of(settings.host, port) if port is not None else None
+    service = WyomingService(pool, lambda: discover(settings.targets, settings.workspace),
+                             max_input=settings.max_input, timeout_s=settings.timeout_s,
+                             log=log)
+    wyoming = WyomingServer(service, wyoming_sock) if wyoming_sock is not None else None
+    wyoming_url = (f"tcp://{wyoming_at[0]}:{wyoming.port}"
+                   if wyoming is not None and wyoming_at else None)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            lifespan="on", timeout_graceful_shutdown=5))
+
+    async def run() -> None:
+        announced = None
+        if wyoming is not None:
+            await wyoming.start()
+            if settings.zeroconf and wyoming_at:
+                announced = await wyoming.announce(wyoming_at[0])
+        # what each name loads, for the app: its Listen page sends a source this server
+        # already serves here, so the two share one warm worker (never sent to clients)
+        loads = {name: pool.identity(name) for name in sorted(voices)}
+        emitter.state("serving", detail=url or wyoming_url, url=url, port=port,
+                      voices=sorted(voices), loads=loads, auth=key is not None,
+                      renders=str(pool.renders_dir),
+                      reference_cloning=bool(settings.reference_base),
+                      wyoming=wyoming_url, zeroconf=announced)
+        try:
+            if sock is not None:
+                await server.serve(sockets=[sock])  # its lifespan closes the pool
+            else:
+                await _until_stopped()
+        finally:
+            if wyoming is not None:
+                await wyoming.stop()
+            if sock is None:
+                await pool.close()
+
     try:
-        server.run(sockets=[sock])
+        asyncio.run(run())
     except KeyboardInterrupt:
         pass  # uvicorn stopped gracefully on SIGINT/SIGTERM, then raised it again: a normal end
     finally:
-        sock.close()
+        close_sockets()
     api = app.app.state.api  # type: ignore[attr-defined]
-    return {"served": api.served, "audio_seconds": round(api.audio_s, 3), "url": url,
-            "summary": f"Served {api.served} request(s), {api.audio_s:.1f} s of audio."}
+    served, audio_s = api.served + service.served, api.audio_s + service.audio_s
+    return {"served": served, "audio_seconds": round(audio_s, 3), "url": url,
+            "wyoming": wyoming_url,
+            "summary": f"Served {served} request(s), {audio_s:.1f} s of audio."}
+
+
+async def _until_stopped() -> None:
+    """Until SIGINT or SIGTERM (the Wyoming service alone: no uvicorn to catch them)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

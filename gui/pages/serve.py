@@ -40,7 +40,9 @@ from PySide6.QtWidgets import (
 )
 
 from engine import catalog
+from engine.core.errors import InputError
 from engine.serve.server import url_of
+from engine.serve.wyoming import announced_address
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
@@ -54,6 +56,22 @@ HOSTS = [("Only this computer (127.0.0.1)", "127.0.0.1"),
 LOG_ROWS = 500
 #: the audio-seconds-per-second figure averages this many seconds
 RATE_WINDOW_S = 60.0
+#: Home Assistant's usual port for a Wyoming text-to-speech service (Piper's)
+WYOMING_PORT = 10200
+
+
+def home_assistant_text(wyoming: str, voices: list[str]) -> str:
+    """What to type into Home Assistant's Wyoming Protocol integration, for a server at
+    `wyoming` (tcp://HOST:PORT); a server on every address is reached at this computer's."""
+    host, port = wyoming.removeprefix("tcp://").rsplit(":", 1)
+    if host in ("0.0.0.0", "::"):
+        try:
+            host = announced_address(host)
+        except InputError:
+            host = "this computer's address"
+    shown = ", ".join(voices[:4]) + (f" and {len(voices) - 4} more" if len(voices) > 4 else "")
+    return (f"Home Assistant: Settings > Devices & services > Add integration > Wyoming "
+            f"Protocol, host {host}, port {port}. Voices: {shown}.")
 
 
 def servable_voices(workspace: Path | None) -> list[tuple[str, Path]]:
@@ -137,6 +155,18 @@ class ServePage(Page):
         self.voices.itemChanged.connect(self._show_example)
         form.addWidget(hbox(self.host, QLabel("port"), self.port, self.use_key, stretch_at=4),
                        1, 1)
+        # Home Assistant speaks Wyoming, not HTTP: the same server answers it too
+        self.home_assistant = QCheckBox("Home Assistant")
+        self.home_assistant.setToolTip(
+            "Also serve the voices to Home Assistant (its Wyoming Protocol integration). "
+            "Wyoming has no keys: with 'Other computers too', every device on the network "
+            "can use them.")
+        self.wyoming_port = QSpinBox()
+        self.wyoming_port.setRange(0, 65535)
+        self.wyoming_port.setValue(WYOMING_PORT)
+        self.wyoming_port.setToolTip("TCP port of the Wyoming service; 0 picks a free one.")
+        form.addWidget(hbox(self.home_assistant, QLabel("port"), self.wyoming_port,
+                            stretch_at=3), 2, 1)
         self.outer.addLayout(form)
 
         self.start_button = button("Start", "play", primary=True, slot=self.start)
@@ -155,6 +185,10 @@ class ServePage(Page):
         self.rate = QLabel("")
         self.outer.addWidget(hbox(QLabel("URL"), self.url_field, QLabel("Key"), self.key_field,
                                   self.rate))
+        self.wyoming_info = QLabel("")
+        self.wyoming_info.setWordWrap(True)
+        self.wyoming_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.outer.addWidget(self.wyoming_info)
         self.curl = QPlainTextEdit()
         self.curl.setReadOnly(True)
         self.curl.setMaximumHeight(90)
@@ -244,6 +278,11 @@ class ServePage(Page):
                 fh.write(self.key + "\n")
             self._key_file = Path(name)
             args += ["--api-key-file", name]
+        if self.home_assistant.isChecked():
+            host = str(self.host.currentData())
+            args += ["--wyoming", f"tcp://{host}:{self.wyoming_port.value()}"]
+            if host != "127.0.0.1":  # the user chose other computers: say so to the engine
+                args.append("--wyoming-allow-lan")
         self.log.setRowCount(0)
         self.served.clear()
         self._started_with = len(voices)
@@ -278,6 +317,9 @@ class ServePage(Page):
             # Listen speaks the sources served here through this server: one warm worker
             loads = {str(k): str(v) for k, v in (event.get("loads") or {}).items()}
             self.ctx.speech.set_endpoint(ServedEndpoint(self.url, self.key, loads))
+            if event.get("wyoming"):
+                self.wyoming_info.setText(home_assistant_text(
+                    str(event["wyoming"]), [str(v) for v in event.get("voices") or []]))
         elif "request_log" in event:
             self._add_request(event["request_log"])
 
@@ -314,6 +356,7 @@ class ServePage(Page):
         self.key = None
         self.key_field.clear()  # shown once: a new start makes a new key
         self.url_field.clear()
+        self.wyoming_info.clear()
         self.start_button.setEnabled(True)
         self.stop_button.setEnabled(False)
         outcome = self.job.outcome if self.job is not None else None
