@@ -16,7 +16,7 @@ from engine.config.train import DataConfig, ModelConfig
 from engine.data.dataset import VoiceData
 from engine.data.frames import PredictorSample, pick_frames, rank_picks, sampled_total
 from engine.train.objective import batch_to_device, build_objective, load_base_weights
-from tests.helpers.batches import two_clip_batch
+from tests.helpers.batches import saved_bytes, two_clip_batch
 from tests.helpers.host_syncs import SyncCounter
 
 #: two ranks, two micro-batches a step: four blocks share each step's sample
@@ -204,22 +204,9 @@ def test_the_plan_counts_the_predictors_share(tmp_path: Path, tiny_model_dir: Pa
     model_cfg = json.loads((tiny_model_dir / "config.json").read_text())
     batch = two_clip_batch(tiny_model_dir)
     frames = int(batch["frame_mask"].sum())
-    params = {p.untyped_storage().data_ptr() for p in objective.parameters()}
-
-    def kept_bytes(b: dict[str, Any]) -> int:
-        kept: dict[int, int] = {}
-
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            st = t.untyped_storage()
-            kept[st.data_ptr()] = max(kept.get(st.data_ptr(), 0), st.nbytes())
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            objective(batch_to_device(b, "cpu"))
-        return sum(n for ptr, n in kept.items() if ptr not in params)
-
     pick = np.sort(np.random.default_rng(0).choice(frames, frames // 4, replace=False))
-    measured = kept_bytes(batch) - kept_bytes({**batch, "predictor_pick": pick})
+    measured = saved_bytes(objective, batch) - saved_bytes(objective,
+                                                           {**batch, "predictor_pick": pick})
     seq_len = int(batch["text_ids"].shape[1])
     per_clip = frames // 2  # two clips: estimate_activations counts clips x frames
     predicted = (estimate_activations(model_cfg, 2, seq_len, per_clip, 4, False)

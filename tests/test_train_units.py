@@ -260,8 +260,9 @@ def test_plan_activation_estimate_matches_saved_tensors(tiny_model_dir: Path,
     import torch
 
     from engine.data.layout import LayoutIds, build_sequence, collate
-    from engine.train.objective import batch_to_device, build_objective
+    from engine.train.objective import build_objective
     from engine.train.plan import estimate_activations
+    from tests.helpers.batches import saved_bytes
 
     model_dir = _widened_model_dir(tiny_model_dir, tmp_path / "wide")
     cfg = json.loads((model_dir / "config.json").read_text())
@@ -274,17 +275,7 @@ def test_plan_activation_estimate_matches_saved_tensors(tiny_model_dir: Path,
                            rng.integers(0, 2048, (frames, 16))) for _ in range(clips)]
     batch = collate(seqs, ids)
     batch["x_vector"] = rng.standard_normal((clips, 1024)).astype("float32")
-    params = {p.untyped_storage().data_ptr() for p in obj.parameters()}
-    kept: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        st = t.untyped_storage()
-        kept[st.data_ptr()] = max(kept.get(st.data_ptr(), 0), st.nbytes())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        obj(batch_to_device(batch, "cpu"))
-    measured = sum(n for ptr, n in kept.items() if ptr not in params)
+    measured = saved_bytes(obj, batch)
     seq_len = int(batch["text_ids"].shape[1])
     predicted = estimate_activations(cfg, clips, seq_len, frames, 4, checkpointing=False)
     assert 0.85 * measured <= predicted <= 1.3 * measured, (predicted, measured)

@@ -3,6 +3,8 @@
 - `layout_sequences` / `layout_batch`: four fixed sequences (seeded) and a batch of any
   of them, normalised for a world of `world` ranks (the sharding parity tests).
 - `two_clip_batch`: two longer clips, collated as the data loader does, on the host.
+- `saved_bytes`: what autograd keeps for backward in one forward of a batch (the memory
+  plan's activation term, measured).
 """
 
 from __future__ import annotations
@@ -52,3 +54,19 @@ def two_clip_batch(model_dir: Path) -> dict[str, Any]:
     batch["x_vector"] = rng.standard_normal((2, hidden)).astype("float32")
     batch["talker_norm"], batch["subtalker_norm"] = normalisers(54, 52 * 15, 1)
     return batch
+
+
+def saved_bytes(model: torch.nn.Module, batch: dict[str, Any]) -> int:
+    """Bytes of the tensors autograd saves for backward in `model(batch)` (on the CPU),
+    each storage once at its largest, the parameters left out."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        kept[st.data_ptr()] = max(kept.get(st.data_ptr(), 0), st.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(batch_to_device(batch, "cpu"))
+    return sum(n for ptr, n in kept.items() if ptr not in params)
