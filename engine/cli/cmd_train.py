@@ -148,7 +148,7 @@ def _export(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     from engine.train.driver import export
 
     return export(args.voice, Path(args.out_dir), run=args.run, step=args.step,
-                  name=args.name, on_event=em)
+                  name=args.name, adapter=args.adapter, peft=args.peft, on_event=em)
 
 
 def register(sub: Any) -> None:
@@ -203,3 +203,9 @@ def register(sub: Any) -> None:
                    help="checkpoint step (default: the evaluation's best, else the latest)")
     p.add_argument("--name", default=None,
                    help="speaker name the model answers to (default: the voice's speaker)")
+    p.add_argument("--adapter", action="store_true",
+                   help="a LoRA run: write its adapters and speaker row alone (tens of MB), "
+                        "an adapter voice that speaks on the run's base model")
+    p.add_argument("--peft", action="store_true",
+                   help="with --adapter: also write PEFT's adapter_config.json and "
+                        "adapter_model.safetensors, for peft on the official model")

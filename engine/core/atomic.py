@@ -15,6 +15,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -84,6 +85,31 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
         _raise_for_os_error(exc, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a hidden temporary folder next to `path`; on success it replaces `path` as a
+    whole, so a reader sees the old folder or the new one, never part of one."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        # mkdtemp makes the folder owner-only; the user's folders get their usual mode
+        mode = _user_mode()
+        os.chmod(tmp, mode | (mode & 0o444) >> 2)  # searchable where readable
+        old = tmp.with_name(tmp.name[:-len(".tmp")] + ".old")
+        if target.exists():
+            target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _raise_for_os_error(exc, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

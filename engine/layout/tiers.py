@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.core.atomic import read_json
+from engine.core.atomic import atomic_folder, read_json
 from engine.core.errors import WorkspaceError
 from engine.layout.exports import EXPORT_INFO, export_folders, list_exports
 
@@ -133,28 +132,16 @@ def write_instant(voice_dir: str | os.PathLike[str], info: Mapping[str, Any], cl
     """Save (or replace) the voice's instant voice as a whole: the folder is written
     under a hidden name and renamed in, so a reader sees the old one or the new one."""
     voice = Path(voice_dir)
-    target = instant_dir(voice)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{INSTANT_DIR}.", dir=voice))
+    with atomic_folder(instant_dir(voice)) as tmp:
         try:
             shutil.copyfile(clip, tmp / INSTANT_CLIP)
-            if x_vector is not None:
-                np.save(tmp / INSTANT_VECTOR, np.asarray(x_vector, dtype=np.float32))
-            (tmp / INSTANT_INFO).write_text(json.dumps(dict(info), indent=2, default=str),
-                                            encoding="utf-8")
-            os.chmod(tmp, 0o755)
-            old = voice / f".{INSTANT_DIR}.old-{tmp.name.rsplit('.', 1)[-1]}"
-            if target.exists():
-                target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    except OSError as exc:
-        raise WorkspaceError(f"Cannot save the instant voice in {voice}: "
-                             f"{exc.strerror or exc}.", "Check that the voice folder is "
-                             "writable and the disk has space.") from exc
+        except OSError as exc:
+            raise WorkspaceError(f"Cannot copy the reference clip {clip.name}: "
+                                 f"{exc.strerror or exc}.", "Prepare the voice again.") from exc
+        if x_vector is not None:
+            np.save(tmp / INSTANT_VECTOR, np.asarray(x_vector, dtype=np.float32))
+        (tmp / INSTANT_INFO).write_text(json.dumps(dict(info), indent=2, default=str),
+                                        encoding="utf-8")
     found = read_instant(voice)
     assert found is not None
     return found

@@ -110,6 +110,33 @@ def trained_weights(checkpoint: Path | Location, base_dir: str | Path,
     weights of `base_dir` with the run's `lora_scaling` (its alpha / rank; None: the run
     does not say, which only a LoRA checkpoint needs). `shapes`: the model they go into,
     checked before anything is read."""
+    wanted = checkpoint_tensors(checkpoint, shapes)
+    adapted = {_adapted(n) for n in wanted if n.endswith(LORA_A)}
+    if not adapted:
+        return wanted
+    if lora_scaling is None:
+        raise ModelError(f"The checkpoint {checkpoint.name} holds LoRA adapters, but its "
+                         "run's config.json does not say their rank and alpha.",
+                         "Put the run's config.json back (or export the run where it has one).")
+    return merge_onto_base(wanted, base_dir, lora_scaling, checkpoint.name)
+
+
+def merge_onto_base(tensors: Mapping[str, Any], base_dir: str | Path, lora_scaling: float,
+                    label: str) -> dict[str, Any]:
+    """`tensors` (official keys and `<linear>.lora_A/B`) with every adapter merged into
+    its weight as `base_dir` holds it: what a checkpoint or an adapter voice speaks."""
+    frozen = {_adapted(n) for n in tensors if n.endswith(LORA_A)} - set(tensors)
+    base = base_tensors(base_dir, frozen)
+    if set(base) != frozen:
+        raise ModelError(f"The base model lacks {len(frozen - set(base))} weights the LoRA "
+                         f"adapters of {label} adapt.", _HINT)
+    return merge_lora({**tensors, **base}, lora_scaling)
+
+
+def checkpoint_tensors(checkpoint: Path | Location,
+                       shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
+    """The tensors of `checkpoint` as saved, under official names, adapters unmerged
+    (`<linear>.lora_A/B`): what an adapter voice keeps. `shapes` as `trained_weights`'."""
     import torch
     import torch.distributed.checkpoint as dcp
 
@@ -127,11 +154,6 @@ def trained_weights(checkpoint: Path | Location, base_dir: str | Path,
                          "Pick another checkpoint of the run.")
     if shapes is not None:
         _check_fits(label, entries, shapes)
-    adapted = {_adapted(n) for n in entries if n.endswith(LORA_A)}
-    if adapted and lora_scaling is None:
-        raise ModelError(f"The checkpoint {label} holds LoRA adapters, but its run's "
-                         "config.json does not say their rank and alpha.",
-                         "Put the run's config.json back (or export the run where it has one).")
     wanted = {name: torch.empty(tuple(meta.size),
                                 dtype=getattr(meta.properties, "dtype", torch.float32))
               for name, meta in entries.items()}
@@ -139,12 +161,4 @@ def trained_weights(checkpoint: Path | Location, base_dir: str | Path,
         # "assuming the intent is to load in a single process" is exactly the intent
         warnings.simplefilter("ignore")
         dcp.load({"model": wanted}, storage_reader=reader)
-    if not adapted:
-        return wanted
-    frozen = adapted - set(wanted)
-    base = base_tensors(base_dir, frozen)
-    if set(base) != frozen:
-        raise ModelError(f"The base model lacks {len(frozen - set(base))} weights the LoRA "
-                         f"adapters of {label} adapt.", _HINT)
-    assert lora_scaling is not None
-    return merge_lora({**wanted, **base}, lora_scaling)
+    return wanted

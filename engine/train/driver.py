@@ -48,8 +48,10 @@ from engine.data.codes import extract_codes, extract_codes_ray
 from engine.data.dataset import VoiceData, split_ids
 from engine.layout.manifest import prepared_folder, read_manifest
 from engine.layout.run import Run, pick_run
+from engine.layout.tiers import TIER_ADAPTER
 from engine.layout.voice import open_voice
-from engine.model.checkpoint_weights import trained_weights
+from engine.model.adapter import AdapterRequest, export_adapter
+from engine.model.checkpoint_weights import checkpoint_tensors, trained_weights
 from engine.model.export import export_custom_voice
 from engine.model.loading import check_base_model, resolve_model
 from engine.train.checkpoint import free_bytes
@@ -741,10 +743,12 @@ def cancelled_error(result: dict[str, Any]) -> Cancelled:
 
 
 def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: int | None = None,
-           name: str | None = None,
+           name: str | None = None, adapter: bool = False, peft: bool = False,
            on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
     """Write checkpoint `step` of a run as an official custom-voice folder; by default the
-    checkpoint the run's evaluation judged best (`evaluate`), else the latest.
+    checkpoint the run's evaluation judged best (`evaluate`), else the latest. With
+    `adapter`, a LoRA run's adapters and speaker row alone (an adapter voice,
+    `engine.model.adapter`), and with `peft` also in PEFT's folder format.
 
     Runs in this process, no Ray, no process group: DCP reads every shard and
     reassembles full tensors. Frozen weights come from the base model, the
@@ -780,12 +784,22 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
     cfg = TrainConfig.from_dict(found.read_config())
     model_dir = resolve_model(cfg.model.base, on_event=emitter)
     emitter.state("exporting", detail=f"{run_dir.name}/{ckpt.name}")
-    # the rest of the tensors come from the base (export_custom_voice)
-    trained = trained_weights(ckpt, model_dir, cfg.model.lora_scaling)
     x_vector = run_x_vector(run_dir)
     if x_vector is None:  # a run from before the run kept its own copy
         x_vector = VoiceData.open(v.path, model_dir, cfg.data).x_vector
     speaker = (name or cfg.model.speaker_name or v.speaker).strip().lower()
+    if adapter or peft:
+        out = export_adapter(AdapterRequest(
+            checkpoint_tensors(ckpt), model_dir, cfg.model.base, cfg.model.lora_rank,
+            cfg.model.lora_alpha, speaker, x_vector,
+            {"run": run_dir.name, "checkpoint": ckpt.name}, peft=peft), user_path(out_dir))
+        emitter.artifact(str(out), "adapter")
+        return {"out_dir": str(out), "run": run_dir.name, "checkpoint": ckpt.name,
+                "speaker": speaker, "tier": TIER_ADAPTER,
+                "summary": f"Exported {run_dir.name}/{ckpt.name} as the adapter voice "
+                           f"'{speaker}' on {cfg.model.base} to {out}."}
+    # the rest of the tensors come from the base (export_custom_voice)
+    trained = trained_weights(ckpt, model_dir, cfg.model.lora_scaling)
     out = export_custom_voice(model_dir, trained, speaker, x_vector, user_path(out_dir))
     emitter.artifact(str(out), "model")
     return {"out_dir": str(out), "run": run_dir.name, "checkpoint": ckpt.name,

@@ -1,0 +1,109 @@
+"""Adapter voices (issue 30, tier 2): a LoRA run's adapters and speaker row on the base
+they were trained on; merged, they are the run's full export; PEFT loads them too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from engine.catalog import list_tiers
+from engine.core.errors import InputError, ModelError
+from engine.layout.checkpoints import checkpoint_name
+from engine.layout.tiers import (
+    ADAPTER_WEIGHTS,
+    PEFT_CONFIG,
+    PEFT_WEIGHTS,
+    TIER_ADAPTER,
+    folder_size,
+)
+from engine.model.adapter import load_adapter, weights_fingerprint
+from engine.model.checkpoint_weights import trained_weights
+from engine.model.export import CODEC_EMBEDDING, SPEAKER_ROW
+from engine.model.loading import load_model
+from engine.model.tiny import make_tiny_model
+from engine.train.driver import export
+from tests.helpers.runs import LORA_ALPHA, LORA_RANK, LORA_STEPS
+from tests.helpers.voices import copy_voice
+
+
+@pytest.fixture(scope="module")
+def adapter_voice(lora_run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+                  ) -> dict[str, Any]:
+    """lora_run's last step exported as an adapter voice (PEFT files too) into a copy."""
+    voice = copy_voice(lora_run["voice"], tmp_path_factory.mktemp("adapter") / "joe")
+    out = export(voice, voice / "exports" / "joe-adapter", run="lora", adapter=True,
+                 peft=True)
+    return {**lora_run, "voice": voice, "adapter": Path(out["out_dir"]), "result": out}
+
+
+def test_adapter_voice_is_small_names_its_base_and_merges_to_the_full_export(
+        adapter_voice: dict[str, Any], tiny_model_dir: Path) -> None:
+    folder, full = adapter_voice["adapter"], adapter_voice["export"]
+    assert adapter_voice["result"]["tier"] == TIER_ADAPTER
+    voice = load_adapter(folder)
+    assert voice.info["base"] == str(tiny_model_dir)
+    assert voice.info["base_fingerprint"] == weights_fingerprint(tiny_model_dir)
+    assert (voice.info["rank"], voice.info["alpha"]) == (LORA_RANK, LORA_ALPHA)
+    # unmerged: only the adapters travel (the tiny model's talker is small, so the
+    # ratio is far from 1.7B's tens of MB of 3.4 GB, but it must be well under the whole)
+    assert all(k.endswith((".lora_A", ".lora_B")) for k in voice.tensors)
+    assert folder_size(folder) < 0.5 * (full / "model.safetensors").stat().st_size
+    exported = load_file(str(full / "model.safetensors"))
+    merged = voice.merged(tiny_model_dir)
+    ckpt = adapter_voice["run"] / checkpoint_name(LORA_STEPS)
+    direct = trained_weights(ckpt, tiny_model_dir, LORA_ALPHA / LORA_RANK)
+    assert set(merged) == set(direct)
+    for name, tensor in merged.items():
+        torch.testing.assert_close(tensor, direct[name], rtol=0, atol=0)
+        torch.testing.assert_close(tensor.to(exported[name].dtype), exported[name])
+    torch.testing.assert_close(voice.x_vector.to(exported[CODEC_EMBEDDING].dtype),
+                               exported[CODEC_EMBEDDING][SPEAKER_ROW])
+    tiers = {t["tier"]: t for t in list_tiers(adapter_voice["voice"])}
+    assert tiers[TIER_ADAPTER]["name"] == "joe-adapter"
+    assert tiers[TIER_ADAPTER]["base"] == str(tiny_model_dir)
+
+
+def test_an_adapter_on_another_base_refuses_naming_the_one_it_needs(
+        adapter_voice: dict[str, Any], tiny_model_dir: Path, tmp_path: Path) -> None:
+    other = make_tiny_model(tmp_path / "other-base", seed=1)  # same shapes, other weights
+    voice = load_adapter(adapter_voice["adapter"])
+    with pytest.raises(ModelError, match=f"Speak it on {tiny_model_dir}"):
+        voice.merged(other)
+
+
+def test_a_run_without_adapters_has_no_adapter_voice(trained_run: dict[str, Any],
+                                                      tmp_path: Path) -> None:
+    voice = copy_voice(trained_run["voice"], tmp_path / "joe")
+    with pytest.raises(InputError, match="trained no LoRA adapters"):
+        export(voice, tmp_path / "out", run="r1", adapter=True)
+    assert not (tmp_path / "out").exists()
+
+
+def _talker_logits(model: Any, embeds: torch.Tensor) -> torch.Tensor:
+    talker = model.talker
+    return talker.codec_head(talker.model(inputs_embeds=embeds).last_hidden_state)
+
+
+@pytest.mark.parity
+def test_peft_loads_the_adapter_onto_the_official_model_as_our_merged_export(
+        adapter_voice: dict[str, Any], tiny_model_dir: Path) -> None:
+    from peft import PeftModel
+
+    folder = adapter_voice["adapter"]
+    assert (folder / PEFT_CONFIG).is_file() and (folder / PEFT_WEIGHTS).is_file()
+    assert (folder / ADAPTER_WEIGHTS).is_file()
+    ours = load_model(adapter_voice["export"], "cpu", torch.float32).model
+    base = load_model(tiny_model_dir, "cpu", torch.float32).model
+    peft_model = PeftModel.from_pretrained(base, str(folder)).eval()
+    hidden = ours.talker.config.hidden_size
+    embeds = torch.randn(2, 12, hidden, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = _talker_logits(ours, embeds)
+        got = _talker_logits(peft_model.base_model.model, embeds)
+        plain = _talker_logits(load_model(tiny_model_dir, "cpu", torch.float32).model, embeds)
+    assert not torch.allclose(plain, want, atol=1e-4)  # the adapters do change the talker
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
