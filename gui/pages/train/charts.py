@@ -48,7 +48,8 @@ class TrainCharts(QTabWidget):
         # ~60 px at 1100x760 and their tick labels ran into each other
         train, hardware, speed, rate, quality = (self._view(t) for t in (
             "Loss", "Memory", "Speed", "LR", "Quality"))
-        self.setTabToolTip(self.indexOf(rate), "Learning rate")
+        self.setTabToolTip(self.indexOf(rate), "Learning rate, and the update it makes per "
+                           "part of the model")
         self.setMinimumHeight(260)
         # six tabs in the monitor's ~356 px at the smallest window (1024x680): short names
         # and narrower padding than the app's tabs; never scroll arrows (a click on one
@@ -71,12 +72,18 @@ class TrainCharts(QTabWidget):
                                                             "score", 0, 0)
         self.tps_plot, self.tps_legend = self._plot(speed, "Throughput", "tokens/s", 0, 0)
         self.lr_plot, self.lr_legend = self._plot(rate, "Learning rate", "lr", 0, 0)
+        # beside the rate, what it does: each group's update over its weights (an update
+        # lost to rounding shows as a flat zero; engine/train/updates.py)
+        self.update_plot, self.update_legend = self._plot(rate, "Update / weight", "ratio", 2, 0)
         self.plots = (self.loss_plot, self.mem_plot, self.quality_plot, self.tps_plot,
-                      self.lr_plot)
+                      self.lr_plot, self.update_plot)
         self._line(self.loss_plot, self.loss_legend, "loss/train", SERIES[0], "train")
         self._line(self.loss_plot, self.loss_legend, "loss/val", SERIES[2], "validation",
                    symbol=True)
         self._line(self.lr_plot, self.lr_legend, "lr", SERIES[1], "learning rate")
+        self._line(self.update_plot, self.update_legend, "update/talker", SERIES[0], "talker")
+        self._line(self.update_plot, self.update_legend, "update/code_predictor", SERIES[4],
+                   "code predictor")
         self._line(self.tps_plot, self.tps_legend, "perf/tokens_per_s", SERIES[4], "tokens/s")
         for key, (label, color) in QUALITY_KEYS.items():
             self._line(self.quality_plot, self.quality_legend, key, color, label, symbol=True)
@@ -100,7 +107,7 @@ class TrainCharts(QTabWidget):
         self.quality_plot.setXRange(0.0, 1.0, padding=0)
         # plots share the height; legend rows only take what their text needs
         for view, stretches in ((train, (1, 0)), (hardware, (1, 0)), (speed, (1, 0)),
-                                (rate, (1, 0)), (quality, (1, 0))):
+                                (rate, (1, 0, 1, 0)), (quality, (1, 0))):
             for row, stretch in enumerate(stretches):
                 view.ci.layout.setRowStretchFactor(row, stretch)
         self.best_lines = []
@@ -159,6 +166,8 @@ class TrainCharts(QTabWidget):
             return self.quality_plot
         if name == "lr":
             return self.lr_plot
+        if name.startswith("update/"):
+            return self.update_plot
         if name == "perf/tokens_per_s":
             return self.tps_plot
         return None

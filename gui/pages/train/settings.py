@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGridLayout,
@@ -270,6 +271,16 @@ class TrainSettings(QWidget):
         self.offload = QCheckBox("Offload to CPU memory")
         self.offload.setToolTip("Keep parameters, gradients and optimizer state in CPU "
                                 "memory between uses: fits larger models, slower")
+        self.predictor_frames = QDoubleSpinBox()
+        self.predictor_frames.setRange(0.01, 1.0)
+        self.predictor_frames.setDecimals(3)
+        self.predictor_frames.setSingleStep(0.125)
+        self.predictor_frames.setValue(1.0)
+        self.predictor_frames.setToolTip(
+            "Share of each step's audio frames the code predictor (the fine detail of the "
+            "sound) learns from. 1 uses every frame. Lower is faster, since the predictor is "
+            "most of a step, but each frame's detail is learnt from less often; the main "
+            "codebook and validation always use every frame.")
         form.addRow("Preset", self.preset)
         form.addRow(self.preset_note)
         form.addRow("Steps", self.steps)
@@ -279,6 +290,7 @@ class TrainSettings(QWidget):
         form.addRow("Precision", self.precision)
         form.addRow(self.act_ckpt)
         form.addRow(self.offload)
+        form.addRow("Code predictor frames", self.predictor_frames)
         self.evaluate = QCheckBox("Evaluate each checkpoint")
         self.evaluate.setToolTip("Beside training, render held-out sentences from each new "
                                  "checkpoint and measure similarity to the speaker and word "
@@ -452,6 +464,8 @@ class TrainSettings(QWidget):
             args.append("--activation-checkpointing")
         if self.offload.isChecked():
             args.append("--cpu-offload")
+        if self.predictor_frames.value() < 1.0:
+            args += ["--predictor-frames", f"{self.predictor_frames.value():g}"]
         return args
 
     def preflight_args(self, voice: str) -> list[str] | None:
@@ -518,6 +532,8 @@ class TrainSettings(QWidget):
         if isinstance(par.get("workers"), int) and self.workers.isEnabled():
             self.workers.setValue(par["workers"])
         _select(self.trainable, model.get("trainable"))
+        if isinstance(model.get("predictor_frames"), int | float):
+            self.predictor_frames.setValue(float(model["predictor_frames"]))
         _select(self.precision, par.get("precision"))
         self.act_ckpt.setChecked(bool(par.get("activation_checkpointing")))
         # evaluation is the window's choice, not the run's: left as it is
