@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The device kit: the wheels bench/gpu_proof.py needs on a bare GPU machine,
+# The device kit: the wheels both GPU proofs (bench/gpu_proof.py, bench/gpu_speech_proof.py;
+# run together by bench/device_proofs.sh) need on a bare GPU machine,
 # downloaded here (where the package registry is reachable) for THAT machine's
 # Python and platform, into an ignored folder small enough to travel with the
 # checkout (under 40 MiB).
@@ -17,7 +18,9 @@
 # machine's own copies for this process only. librosa, soundfile and cffi are
 # imported by the official code's inference modules; librosa's own needs that
 # such a machine lacks come along (scikit-learn is not among them: librosa
-# imports it lazily, and nothing the proof runs reaches it).
+# imports it lazily, and nothing the proof runs reaches it). pyloudnorm is the
+# speech path's loudness meter (bench/gpu_speech_proof.py; numpy and scipy it
+# finds there).
 #
 # Everything is downloaded with --no-deps --only-binary=:all:, so the list
 # below is the whole kit; the script checks the total size and prints the one
@@ -62,6 +65,7 @@ WHEELS=(
   soundfile==0.14.0
   cffi==2.1.1
   pycparser==3.12
+  pyloudnorm==0.2.0
 )
 
 mkdir -p "$DEST"

@@ -97,15 +97,16 @@ KIT_HINT = ("get it with the device kit: bash bench/device_kit.sh --python-versi
             "PYTHONPATH=$PWD/build/device-kit/site")
 
 
-def check_environment() -> str | None:
-    """One line naming every missing module or wrong version, or None when all is there.
+def check_environment(also: tuple[tuple[str, str], ...] = ()) -> str | None:
+    """One line naming every missing module or wrong version, or None when all is there
+    (`NEEDED` and `also`: more (module, what provides it) pairs, e.g. the speech proof's).
 
     The official model code (qwen-tts 0.1.1) is written against transformers
     4.57.3: with 5.x its rotary init fails (ROPE_INIT_FUNCTIONS has no
     "default"), so a 5.x transformers is named like a missing one.
     """
     problems: list[str] = []
-    for module, source in NEEDED:
+    for module, source in NEEDED + also:
         try:
             mod = importlib.import_module(module)
         except Exception as exc:  # any failure to import is a missing piece, said in one line
@@ -662,10 +663,11 @@ def _sweep(model_dir: Path, base: Any, batches: list[int], world: int,
     return out
 
 
-def size_order(names: list[str], first: bool) -> list[str]:
-    """The first size measures every configuration in the order given; a larger one
-    starts with those that say most about it (`LARGER_FIRST`), then the rest."""
-    if first:
+def size_order(names: list[str], size: str) -> list[str]:
+    """0.6B measures every configuration in the order given; a larger size (also when
+    it is measured alone) starts with those that say most about it (`LARGER_FIRST`),
+    then the rest."""
+    if size == next(iter(SIZES)):
         return list(names)
     return [n for n in LARGER_FIRST if n in names] + [n for n in names if n not in LARGER_FIRST]
 
@@ -833,6 +835,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_proof: unknown configuration {', '.join(unknown)}; use names from "
               f"{', '.join(CONFIGS)} or define one with --add-config NAME=JSON.")
         return 2
+    sizes = [s for s in args.sizes.split(",") if s]
+    if not args.tiny and [s for s in sizes if s not in SIZES]:
+        print(f"gpu_proof: unknown size in {args.sizes!r}; use {', '.join(SIZES)}.")
+        return 2
     # the children inherit it: sockets on loopback, GPUs numbered as NVML numbers them
     os.environ.update(process_env(local=True))
     work = Path(tempfile.mkdtemp(prefix="gpu-proof-"))
@@ -853,8 +859,8 @@ def main(argv: list[str] | None = None) -> int:
             env["batches"] = [max(2, min(batches[0], 4))]
             _measure_size("tiny", None, names, env)
         else:
-            for i, size in enumerate(s for s in args.sizes.split(",") if s):
-                _measure_size(size, size, size_order(names, i == 0), env)
+            for size in sizes:
+                _measure_size(size, size, size_order(names, size), env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = env["log"].rows

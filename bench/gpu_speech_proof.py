@@ -58,6 +58,8 @@ SIZES: dict[str, dict[str, Any]] = {
     "0.6b": {},
     "1.7b": {"hidden_size": 2048, "intermediate_size": 6144},
 }
+#: modules the speech path needs beyond the training proof's (the loudness meter)
+SPEECH_NEEDS = (("pyloudnorm", "the device kit"),)
 ROWS_FILE = "gpu_speech_proof.jsonl"
 GIB = float(1 << 30)
 
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args.frames = args.frames or (24 if args.tiny else 96)
     if args.child:
         return _child(args)
-    missing = check_environment()
+    missing = check_environment(SPEECH_NEEDS)
     if missing:
         print(missing.replace("gpu_proof:", "gpu_speech_proof:", 1))
         return 2

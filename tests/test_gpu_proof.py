@@ -59,7 +59,8 @@ def test_speech_proof_without_the_kit_says_what_to_do_in_one_sentence() -> None:
     assert out.returncode == 2, out.stdout + out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu_speech_proof: missing torch"), lines
-    assert "qwen_tts" in lines[0] and "bench/device_kit.sh" in lines[0]
+    for name in ("qwen_tts", "pyloudnorm", "bench/device_kit.sh"):
+        assert name in lines[0], name
     assert lines[0].endswith(".") and "Traceback" not in out.stderr, out.stderr[-2000:]
 
 
@@ -114,6 +115,20 @@ def test_a_spent_budget_starts_nothing_and_says_so_in_the_rows(tmp_path: Path,
     assert "not started: the time budget is spent" in capsys.readouterr().out
 
 
+def _spawned(pid: int) -> list[Any]:
+    """The running processes multiprocessing spawned under `pid` (ones exiting are left out)."""
+    import psutil
+
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # gone, or a zombie not reaped yet: an earlier configuration's
+            continue
+    return found
+
+
 @pytest.mark.slow
 def test_rows_reach_the_out_folder_as_they_finish_and_a_crash_keeps_them(
         tmp_path: Path) -> None:
@@ -147,9 +162,7 @@ def test_rows_reach_the_out_folder_as_they_finish_and_a_crash_keeps_them(
         while proc.poll() is None and (len(read_jsonl(out / ROWS_FILE)) < 2 or len(ranks) < 2):
             assert time.monotonic() < give_up, "the proof wrote no rows"
             time.sleep(1.0)
-            # the configuration after the crash: its two ranks are running
-            ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                     if "spawn_main" in " ".join(p.cmdline())]
+            ranks = _spawned(proc.pid)  # the configuration after the crash: its two ranks
         assert proc.poll() is None, proc.communicate()[0][-3000:]
         rows = read_jsonl(out / ROWS_FILE)
     finally:
