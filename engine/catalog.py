@@ -26,6 +26,7 @@ from engine.layout.checkpoints import step_of
 from engine.layout.exports import EXPORT_INFO, EXPORTS_DIR, RENDERS_DIR, renders_dir
 from engine.layout.manifest import (
     PREPARED,
+    SpeechCount,
     prepared_folder,
     read_manifest,
     read_report,
@@ -35,7 +36,7 @@ from engine.layout.manifest import (
 from engine.layout.run import RUNS_DIR, Run, voice_base_model
 from engine.layout.run import list_runs as _run_folders
 from engine.layout.tiers import voice_tiers
-from engine.layout.voice import VOICE_FILE, TakeCache, open_voice
+from engine.layout.voice import VERDICT_UNUSABLE, VOICE_FILE, TakeCache, open_voice
 from engine.layout.voice import list_voices as _voice_folders
 from engine.model.loading import check_base_model, local_model_path
 
@@ -124,9 +125,17 @@ class TakeInfo:
     extra: dict[str, Any] = field(default_factory=dict)
     usable: bool | None = None
     issues: list[dict[str, Any]] = field(default_factory=list)
+    #: seconds of speech the take counts while in use (engine.layout.manifest.SpeechCount)
+    speech_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(self.__dict__)
+
+
+def minutes_in_use(takes: list[TakeInfo]) -> float:
+    """Minutes of speech the takes in use count toward the recommendation (one rule:
+    `SpeechCount`; the prepare report's usable minutes once they are prepared)."""
+    return sum(t.speech_s for t in takes if not t.excluded) / 60.0
 
 
 def prepared_clips(voice: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -146,18 +155,23 @@ def _take_infos(takes: list[Any], clips: list[dict[str, Any]],
         by_take.setdefault(str(clip.get("source_take") or ""), []).append(clip)
     rejected = {str(r.get("take")): r for r in (report or {}).get("rejected") or []
                 if isinstance(r, dict)}
+    count = SpeechCount.of(clips, report)
     out = []
     for t in takes:
         info = TakeInfo(id=t.id, path=t.audio_path, text=t.text,
                         duration_s=float(t.duration_s or 0.0), origin=t.origin,
                         source=t.source, prompt_id=t.prompt_id,
-                        excluded=bool(t.extra.get("excluded")), extra=dict(t.extra))
+                        excluded=bool(t.extra.get("excluded")), extra=dict(t.extra),
+                        speech_s=count.seconds(t.id, t.sha256, t.duration_s,
+                                               t.verdict == VERDICT_UNUSABLE))
         mine = by_take.get(t.id)
         if mine:
             info.usable = any(row_is_usable(c) for c in mine)
             for c in mine:
                 info.issues.extend(i for i in c.get("issues") or [] if isinstance(i, dict))
-        elif t.id in rejected:
+        elif t.id in rejected and not (rejected[t.id].get("code") == "excluded"
+                                       and not info.excluded):
+            # (a take left out then and ticked since has no verdict until it is prepared)
             r = rejected[t.id]
             info.usable = False
             info.issues.append({"code": r.get("code"), "message": r.get("reason")})
@@ -321,7 +335,7 @@ class VoiceSnapshot:
 
     @property
     def minutes_in_use(self) -> float:
-        return sum(t.duration_s for t in self.takes if not t.excluded) / 60.0
+        return minutes_in_use(self.takes)
 
     @property
     def usable_minutes(self) -> float | None:

@@ -8,13 +8,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+import soundfile as sf
 
 from engine import catalog
 from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
 from engine.core.events import Emitter
 from engine.layout.checkpoints import COMPLETE, checkpoint_name, step_of
-from engine.layout.voice import create_voice, open_voice
+from engine.layout.voice import VERDICT_UNUSABLE, create_voice, open_voice
 from engine.train.metrics import MetricsPump
 from tests.helpers.voices import copy_voice
 
@@ -154,3 +156,42 @@ def test_a_rescan_reads_only_the_sidecars_that_changed(tmp_path: Path) -> None:
     assert set(cache) == {f"{first[0].id}.json"}  # the fresh write is not trusted yet
     snap = catalog.snapshot(voice.path, cache)
     assert [t.text for t in snap.takes] == ["One.", "Two, corrected."]
+
+
+def test_minutes_in_use_follow_one_rule(tmp_path: Path, prepared_voice: Path) -> None:
+    """Issue 28: the window said "0.8 minutes recorded" where Prepare found 0.3 usable
+    (silent takes and trailing silence counted). One count (SpeechCount): a take
+    prepared as it is counts its usable clips, a take not prepared yet its length,
+    unless its recorded verdict says it cannot train; a take left out counts nothing."""
+    from engine.prepare.pipeline import prepare
+
+    voice = open_voice(copy_voice(prepared_voice, tmp_path / "joe"))
+    # a recorded take with a second of silence after the speech, and a silent one
+    first = voice.list_takes()[0]
+    speech, sr = sf.read(first.audio_path, dtype="float32")
+    tail = voice.add_take(np.concatenate([speech, np.zeros(sr, np.float32)]), first.text,
+                          sample_rate=sr)
+    silent = voice.add_take(np.zeros(2 * sr, np.float32), "Nothing was said here.",
+                            sample_rate=sr, extra={"verdict": VERDICT_UNUSABLE})
+    before = catalog.snapshot(voice.path)
+    raw = {t.id: t.duration_s for t in before.takes}
+    assert {t.id: t.speech_s for t in before.takes if t.id in (tail.id, silent.id)} == \
+        {tail.id: raw[tail.id], silent.id: 0.0}  # not prepared: its length, or nothing
+
+    report = prepare(voice)
+    snap = catalog.snapshot(voice.path)
+    usable = report["totals"]["minutes_usable"]
+    assert snap.minutes_in_use == pytest.approx(usable, abs=1e-3)
+    assert snap.minutes_in_use < sum(raw.values()) / 60.0 - 2 / 60.0  # no silence counted
+    by_id = {t.id: t for t in snap.takes}
+    assert by_id[silent.id].speech_s == 0.0 and by_id[tail.id].speech_s < raw[tail.id] - 0.8
+
+    # left out: nothing; left out when prepared and included since: its length
+    voice.set_take_excluded(first.id, True)
+    assert catalog.snapshot(voice.path).minutes_in_use == pytest.approx(
+        usable - by_id[first.id].speech_s / 60.0, abs=1e-3)
+    prepare(voice)
+    voice.set_take_excluded(first.id, False)
+    again = {t.id: t for t in catalog.snapshot(voice.path).takes}
+    assert again[first.id].speech_s == raw[first.id] and again[first.id].usable is None
+    assert again[first.id].issues == []  # its "is excluded" is gone with the tick

@@ -1,6 +1,10 @@
-"""Noise, echo and music estimates (engine/audio/conditions.py) on the offline mixtures."""
+"""Noise, echo and music estimates (engine/audio/conditions.py) on the offline mixtures,
+and which of them a clipped take is called."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +18,8 @@ from engine.audio.conditions import (
 )
 from engine.audio.vad import frame_levels, silero_regions
 from engine.config import PrepareConfig
+from engine.layout.voice import create_voice
+from engine.prepare.pipeline import prepare
 from tests.helpers.mixtures import RATE, Mixture
 
 
@@ -52,3 +58,24 @@ def test_the_report_words_for_each_condition() -> None:
     assert codes(rt60_s=1.2) == ["too_reverberant"]
     assert codes(music_bed=True) == ["music_bed"]
     assert codes(snr_db=5.0) == ["low_snr"]
+
+
+def test_a_heavily_clipped_take_is_called_clipped_not_music(
+        tmp_path: Path, piper_synth: Callable[[str], tuple[np.ndarray, int]]) -> None:
+    """Issue 28: prepare called a heavily clipped take "music under the speech" (its
+    pauses read as tonal); the clipping is what to name and fix."""
+    text = "Please remember to water the plants while I am away."
+    speech, sr = piper_synth(text)
+    rng = np.random.default_rng(0)
+    audio = np.concatenate([np.zeros(sr // 2, np.float32), 7.0 * speech,
+                            np.zeros(sr, np.float32)])
+    audio = np.clip(audio + rng.normal(0, 0.002, len(audio)), -1.0, 1.0).astype(np.float32)
+    voice = create_voice(tmp_path / "v", "a")
+    voice.add_take(audio, text, sample_rate=sr)
+    report = prepare(voice)
+    [clip] = report["clips"]
+    assert clip["music_bed"]  # the pauses did measure as a music bed...
+    codes = [i["code"] for i in clip["issues"]]
+    assert "clipping" in codes and "music_bed" not in codes  # ...but clipping is the verdict
+    assert not any("music" in a for a in report["advice"])
+    assert "Some recordings clip: lower the input gain." in report["advice"]

@@ -78,7 +78,8 @@ def check_clip(f: ClipFacts, cfg: PrepareConfig) -> list[dict[str, str]]:
     elif f.text_method == "proportional":
         out.append(issue("text_estimated", "Text assigned by length; check it matches."))
     frac = f.clipped_samples / max(1, f.source_samples)
-    if frac > CLIP_FRACTION_BLOCK:
+    clipped = frac > CLIP_FRACTION_BLOCK
+    if clipped:
         out.append(issue("clipping", f"{frac:.2%} of the samples are clipped."))
     elif f.clipped_samples >= CLIP_SAMPLES_WARN:
         out.append(issue("minor_clipping", f"{f.clipped_samples} samples touch full scale."))
@@ -94,7 +95,9 @@ def check_clip(f: ClipFacts, cfg: PrepareConfig) -> list[dict[str, str]]:
     elif f.rt60_s is not None and f.rt60_s >= REVERB_WARN_S:
         out.append(issue("reverberant", f"Audible room echo (reverberation time "
                                         f"{f.rt60_s:.1f} s)."))
-    if f.music_bed:
+    # clipping's harmonics and the speech the detector misses in a clipped take make its
+    # pauses read as tonal: the clipping is the cause to name, not a music bed
+    if f.music_bed and not clipped:
         out.append(issue("music_bed", "Music or another tonal sound plays under the speech."))
     if abs(f.dc_offset) > DC_WARN:
         out.append(issue("dc_offset", f"DC offset {f.dc_offset:+.3f} (removed)."))

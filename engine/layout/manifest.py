@@ -8,6 +8,8 @@ prepared/report.json          the voice's quality report; report.txt the same fo
 prepared/cache/<take>.json    what each take produced (prepare's own cache)
 prepared/decisions.json       the user's keep/exclude calls on clips
 prepared/codes/               codec codes and x-vectors (engine.data.codes); index.json
+prepared/staging/             a prepare's new clips and cache entries, moved into place
+                              only when it finishes with something to train on
 ```
 
 A manifest row is usable unless it says otherwise: prepare writes `usable` on
@@ -33,6 +35,7 @@ from typing import Any
 from engine.core.atomic import read_json, write_text
 from engine.core.errors import TrainingError, WorkspaceError
 from engine.core.jsonl import BadLine, jsonl_line, read_jsonl
+from engine.layout.run import list_runs
 
 PREPARED = "prepared"
 CLIPS = "clips"
@@ -43,8 +46,11 @@ CACHE = "cache"
 DECISIONS = "decisions.json"
 CODES = "codes"
 CODES_INDEX = "index.json"
+STAGING = "staging"
 #: one prepare per voice at a time (engine.prepare.pipeline holds it)
 LOCK = ".lock"
+#: how `clip_references` names the voice's reference clip
+LISTEN_REFERENCE = "Listen's reference clip"
 #: reference clips: prefer this many seconds of speech (the encoder pools over time)
 IDEAL_REFERENCE_S = 8.0
 
@@ -106,6 +112,18 @@ class PreparedFolder:
     @property
     def codes_index(self) -> Path:
         return self.codes_dir / CODES_INDEX
+
+    # what a prepare makes lands here first (engine.prepare.pipeline): a prepare that
+    # would leave nothing to train on, or is cancelled, leaves clips/ and cache/ as they were
+    @property
+    def staging_dir(self) -> Path:
+        return self.path / STAGING
+
+    def staged_clip(self, clip_id: str) -> Path:
+        return self.staging_dir / CLIPS / f"{clip_id}.wav"
+
+    def staged_cache(self, take_id: str) -> Path:
+        return self.staging_dir / CACHE / f"{take_id}.json"
 
 
 def prepared_folder(voice_dir: str | os.PathLike[str]) -> PreparedFolder:
@@ -231,3 +249,86 @@ def reference_clip(voice_dir: str | os.PathLike[str],
     if chosen not in by_id:  # not extracted yet, or the voice was prepared again since
         chosen = choose_reference(voice_dir, usable, report=report)
     return folder.row_file(by_id[chosen])
+
+
+# --- seconds of speech: one rule for every count of them ----------------------------------
+
+@dataclass(frozen=True)
+class SpeechCount:
+    """The seconds of speech each take counts toward the recommended minutes.
+
+    One rule for every such count (the prepare report's usable minutes, the window's
+    minutes in use and its recording progress): a take the last prepare judged as it
+    is now counts the usable clips it gave, trimmed and sliced (a silent or rejected
+    take counts nothing); a take prepare has not judged (new, changed since, or left
+    out then and included since) counts its length, or nothing when it is known not
+    to train (`cannot_train`: its own recorded verdict). Leaving a take out is the
+    caller's to apply: the Import page counts a take again the moment it is ticked.
+    """
+
+    usable_s: Mapping[str, float]  # take id -> seconds of its usable clips
+    #: take id -> content hash, for the takes the last prepare judged while in use
+    judged: Mapping[str, str]
+    #: a report from before `takes_in_use`: the hashes it saw, and the ids it judged
+    hashes: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, rows: Iterable[Mapping[str, Any]], report: Mapping[str, Any] | None
+           ) -> SpeechCount:
+        usable: dict[str, float] = {}
+        for r in rows:
+            take = str(r.get("source_take") or "")
+            if row_is_usable(r) and take:
+                usable[take] = usable.get(take, 0.0) + _seconds(r.get("duration_s"))
+        report = report or {}
+        judged = report.get("takes_in_use")
+        if isinstance(judged, dict):
+            return cls(usable, {str(k): str(v) for k, v in judged.items()})
+        # an older report: every take with rows or a verdict of its own was judged
+        ids = set(usable) | {str(r.get("take")) for r in report.get("rejected") or []
+                             if isinstance(r, dict) and r.get("code") != "excluded"}
+        ids |= {str(r.get("source_take")) for r in rows if r.get("source_take")}
+        hashes = frozenset(str(h) for h in report.get("take_hashes") or [])
+        return cls(usable, dict.fromkeys(ids, ""), hashes)
+
+    def seconds(self, take_id: str, sha256: str, duration_s: float | None,
+                cannot_train: bool = False) -> float:
+        """What the take counts while it is in use."""
+        seen = self.judged.get(take_id)
+        if seen is not None and (seen == sha256 or (not seen and sha256 in self.hashes)):
+            return self.usable_s.get(take_id, 0.0)
+        return 0.0 if cannot_train else _seconds(duration_s)
+
+
+def _seconds(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.0
+
+
+# --- what refers to a prepared clip -------------------------------------------------------
+
+def clip_references(voice_dir: str | os.PathLike[str]) -> dict[str, list[str]]:
+    """Who names each prepared clip, in words a person reads, by clip id: Listen's
+    reference (`reference_clip`, which training also takes the speaker from), a run's
+    speaker reference (data.json), a run's evaluation (its reference clips and its
+    zero-shot reference). Prepare says which of them a clip it removes leaves behind."""
+    voice = Path(voice_dir)
+    out: dict[str, list[str]] = {}
+
+    def add(clip: str | None, who: str) -> None:
+        if clip and who not in out.setdefault(clip, []):
+            out[clip].append(who)
+
+    listen = reference_clip(voice)
+    add(listen.stem if listen is not None else None, LISTEN_REFERENCE)
+    for run in list_runs(voice):
+        add(run.recorded_reference(), f"run {run.name}'s speaker")
+        evaluation = run.evaluation() or {}
+        ref = evaluation.get("reference")
+        for clip in (ref.get("clips") or []) if isinstance(ref, dict) else []:
+            add(str(clip.get("id")) if isinstance(clip, dict) else None,
+                f"run {run.name}'s evaluation")
+        for entry in evaluation.get("entries") or []:
+            path = entry.get("reference") if isinstance(entry, dict) else None
+            if isinstance(path, str) and clip_voice(path) is not None:
+                add(Path(path).stem, f"run {run.name}'s evaluation")
+    return out

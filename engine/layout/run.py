@@ -58,6 +58,8 @@ METRICS_FILE = "metrics.jsonl"
 EVALUATION_DIR = "evaluation"
 EVALUATION_FILE = "evaluation.json"
 REPORT_FILE = "report.html"
+#: the data a run trains on: its fingerprint and the clip its speaker came from
+DATA_FILE = "data.json"
 #: bytes read from the end of metrics.jsonl for the latest records (long runs are big)
 TAIL_BYTES = 256 * 1024
 

@@ -10,6 +10,13 @@ Writes, in `<voice>/prepared/`:
 
 Every take is handled on its own: a file that cannot be used becomes one line
 in the report (`rejected`) and the batch goes on.
+
+What a prepare makes is staged (`prepared/staging/`) and moved into place only at
+the end, so a prepare that would leave nothing to train on where the voice has
+usable clips now (every take left out, every take rejected) raises an InputError
+and leaves `prepared/` as it was; a cancelled one keeps its finished takes staged
+for the next run. A clip that Listen, a run's speaker or a run's evaluation still
+names and that the new set no longer has is named in a warning and in the report.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -62,7 +70,14 @@ from engine.config import PrepareConfig
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import Cancelled, InputError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
-from engine.layout.manifest import PreparedFolder, write_manifest
+from engine.layout.manifest import (
+    LISTEN_REFERENCE,
+    PreparedFolder,
+    choose_reference,
+    clip_references,
+    read_manifest,
+    write_manifest,
+)
 from engine.layout.voice import Take, Voice, now_iso
 from engine.model.loading import DEFAULT_BASE_MODEL, resolve_model
 from engine.prepare.denoise_judge import describe as describe_denoise
@@ -279,7 +294,8 @@ def _process_take(voice: Voice, take: Take, key: str, cfg: PrepareConfig,
         if cleaned is not None and cleaned["applied"]:
             issues.append(issue("denoised", "Denoised: " + describe_denoise(cleaned) + "."))
         rel = folder.clip_entry(clip_id)
-        write_wav(folder.clip_file(clip_id), norm.audio, TARGET_SR, "PCM_16")
+        # staged: moved into clips/ only when the whole prepare is kept
+        write_wav(folder.staged_clip(clip_id), norm.audio, TARGET_SR, "PCM_16")
         out.entries.append({
             "id": clip_id, "path": rel, "text": text, "duration_s": round(duration, 3),
             "sample_rate": TARGET_SR, "usable": is_usable(issues), "issues": issues,
@@ -355,7 +371,8 @@ def _r(x: float) -> float | None:
     return round(float(x), 2) if math.isfinite(x) else None
 
 
-def _load_cached(path: Path, key: str, voice: Voice) -> TakeOutcome | None:
+def _load_cached(path: Path, key: str, clip_file: Any) -> TakeOutcome | None:
+    """A take's earlier result when its key matches and `clip_file(id)` holds each clip."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -363,7 +380,7 @@ def _load_cached(path: Path, key: str, voice: Voice) -> TakeOutcome | None:
     if data.get("key") != key:
         return None
     for e in data.get("entries", []):
-        if not voice.prepared.row_file(e).is_file():
+        if not clip_file(str(e["id"])).is_file():
             return None
     return TakeOutcome(data["take_id"], key, data.get("entries", []), data.get("metrics", []),
                        data.get("rejected"), float(data.get("audio_s", 0.0)),
@@ -435,11 +452,25 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,  # no
                          f"Use one of: {', '.join(VAD_METHODS)}.")
     if speakers not in ("auto", "off"):
         raise InputError(f"Unknown speakers mode {speakers!r}.", "Use 'auto' or 'off'.")
+    _refuse_without_takes(voice)  # before anything is written
     encoder = _speaker_encoder(speaker_encoder, base_model) if speakers == "auto" else None
     if speaker_reference is not None:
         set_speaker_reference(voice, Path(speaker_reference))
     with _prepare_lock(voice.prepared):
         return _prepare(voice, on_event, cancel, speakers, denoise, vad, encoder)
+
+
+def _refuse_without_takes(voice: Voice) -> None:
+    """No take in use: a prepare could only empty the prepared set."""
+    takes = voice.list_takes()
+    if not takes:
+        raise InputError("The voice has no takes to prepare, so nothing was changed.",
+                         "Record or import speech first.")
+    if all((t.extra or {}).get("excluded") for t in takes):
+        raise InputError(f"Every take ({len(takes)}) is left out, so prepare would leave "
+                         "nothing to train on; nothing was changed.",
+                         "Tick the takes to use in the Use column of the Import page, "
+                         "then prepare again.")
 
 
 def _speaker_encoder(name: str, base_model: str | os.PathLike[str] | None) -> Any:
@@ -468,51 +499,130 @@ def _prepare(voice: Voice, on_event: EventCallback | Emitter | None, cancel: Any
         cfg = dataclasses.replace(cfg, vad=vad)
     settings = _settings_record(cfg, enrol.key if enrol is not None else "off")
     prepared = voice.prepared
-    prepared.clips_dir.mkdir(parents=True, exist_ok=True)
-    prepared.cache_dir.mkdir(parents=True, exist_ok=True)
     em.state("preparing", detail=f"{len(takes)} takes")
-    outcomes: list[TakeOutcome] = []
-    reused = 0
-    processed_audio_s = 0.0
+    work = _Work(voice, cfg, settings, enrol)
     for i, take in enumerate(takes):
         if cancel is not None and cancel():
             raise Cancelled("Prepare was cancelled; finished takes are kept for next time.")
         em.progress("prepare", i, len(takes), take=take.id)
-        if (take.extra or {}).get("excluded"):
-            outcomes.append(TakeOutcome(take.id, "", rejected={
-                "code": "excluded", "reason": "is excluded (include it again to use it)"}))
-            continue
-        key = _take_key(take, settings)
-        cache_file = prepared.cache_dir / f"{take.id}.json"
-        outcome = _load_cached(cache_file, key, voice)
-        if outcome is not None:
-            reused += 1
-        else:
-            for old in prepared.clips_dir.glob(f"{take.id}*.wav"):
-                if old.stem == take.id or old.stem.startswith(f"{take.id}_"):
-                    old.unlink(missing_ok=True)
-            try:
-                outcome = _process_take(voice, take, key, cfg, enrol)
-            except MemoryError:
-                outcome = TakeOutcome(take.id, key, rejected={
-                    "code": "too_large", "reason": "is too large to process in memory"})
-            processed_audio_s += outcome.audio_s
-            write_json(cache_file, outcome.to_dict())
-        if outcome.rejected:
+        outcome = work.take(take)
+        if outcome.rejected and outcome.rejected["code"] != "excluded":
             em.log(f"{take.id} ({take.source or take.audio_path.name}) "
                    f"{outcome.rejected['reason']}; skipped.", level="warning",
                    take=take.id, code=outcome.rejected["code"])
-        outcomes.append(outcome)
     em.progress("prepare", len(takes), len(takes))
+    outcomes = work.outcomes
+    entries = _entries(voice, outcomes)
+    _refuse_to_empty(voice, entries, outcomes)
+    removed = _removed_references(voice, entries)
+    _commit(prepared, work.staged)
     _remove_stale(prepared, {t.id for t in takes}, outcomes)
-    report = _write_outputs(voice, takes, outcomes, settings)
+    report = _write_outputs(voice, takes, outcomes, entries, settings, removed)
+    for r in report["removed_references"]:
+        em.log(r["message"], level="warning", clip=r["clip"])
     wall = time.perf_counter() - t0
-    report["run"] = {"takes_processed": len(takes) - reused, "takes_reused": reused,
-                     "audio_s_processed": round(processed_audio_s, 3),
+    report["run"] = {"takes_processed": len(takes) - work.reused, "takes_reused": work.reused,
+                     "audio_s_processed": round(work.audio_s, 3),
                      "wall_s": round(wall, 3)}
     em.artifact(str(prepared.manifest), "manifest")
     em.artifact(str(prepared.report), "report")
     return report
+
+
+class _Work:
+    """Each take's outcome: from the cache, from a cancelled prepare's staging, or made
+    now into the staging folder (`staged`: the takes whose clips wait there)."""
+
+    def __init__(self, voice: Voice, cfg: PrepareConfig, settings: dict[str, Any],
+                 enrol: Enrolment | None) -> None:
+        self.voice, self.cfg, self.settings, self.enrol = voice, cfg, settings, enrol
+        self.outcomes: list[TakeOutcome] = []
+        self.staged: dict[str, TakeOutcome] = {}
+        self.reused = 0
+        self.audio_s = 0.0
+
+    def take(self, take: Take) -> TakeOutcome:
+        outcome = self._outcome(take)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def _outcome(self, take: Take) -> TakeOutcome:
+        if (take.extra or {}).get("excluded"):
+            return TakeOutcome(take.id, "", rejected={
+                "code": "excluded", "reason": "is excluded (include it again to use it)"})
+        prepared = self.voice.prepared
+        key = _take_key(take, self.settings)
+        outcome = _load_cached(prepared.cache_dir / f"{take.id}.json", key, prepared.clip_file)
+        if outcome is not None:
+            self.reused += 1
+            return outcome
+        staged = prepared.staged_cache(take.id)
+        outcome = _load_cached(staged, key, prepared.staged_clip)  # a cancelled prepare's
+        if outcome is not None:
+            self.reused += 1
+        else:
+            prepared.staged_clip(take.id).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                outcome = _process_take(self.voice, take, key, self.cfg, self.enrol)
+            except MemoryError:
+                outcome = TakeOutcome(take.id, key, rejected={
+                    "code": "too_large", "reason": "is too large to process in memory"})
+            self.audio_s += outcome.audio_s
+            write_json(staged, outcome.to_dict())
+        self.staged[take.id] = outcome
+        return outcome
+
+
+def _entries(voice: Voice, outcomes: list[TakeOutcome]) -> list[dict[str, Any]]:
+    """The manifest rows the outcomes make, with the user's decisions and the final verdicts."""
+    entries = [json.loads(json.dumps(e)) for o in outcomes for e in o.entries]
+    apply_decisions(entries, read_decisions(voice))
+    mark_duplicates(entries)
+    for e in entries:
+        e["usable"] = is_usable(e["issues"])
+    return entries
+
+
+def _refuse_to_empty(voice: Voice, entries: list[dict[str, Any]],
+                     outcomes: list[TakeOutcome]) -> None:
+    """Raise, leaving `prepared/` as it was, when the new set has no usable clip and the
+    current one has some (a first prepare still writes its report: nothing is lost)."""
+    if any(e["usable"] for e in entries):
+        return
+    kept = read_manifest(voice.path, strict=False)
+    if not kept:
+        return
+    shutil.rmtree(voice.prepared.staging_dir, ignore_errors=True)
+    why = Counter(o.rejected["code"] for o in outcomes
+                  if o.rejected and o.rejected["code"] != "excluded")
+    why.update(next(i["code"] for i in e["issues"] if i["code"] in BLOCKING) for e in entries)
+    in_use = sum(1 for o in outcomes if not (o.rejected or {}).get("code") == "excluded")
+    reasons = ", ".join(f"{n} {code.replace('_', ' ')}" for code, n in why.most_common())
+    raise InputError(f"None of the {in_use} takes in use gave a usable clip ({reasons}), "
+                     f"so the {len(kept)} usable prepared clips were left as they were.",
+                     "Fix or replace those takes (the log names each one's problem), "
+                     "then prepare again.")
+
+
+def _removed_references(voice: Voice, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The clips that something still names and the new set no longer has."""
+    keep = {str(e["id"]) for e in entries}
+    return [{"clip": clip, "used_by": who}
+            for clip, who in sorted(clip_references(voice.path).items()) if clip not in keep]
+
+
+def _commit(prepared: PreparedFolder, staged: dict[str, TakeOutcome]) -> None:
+    """Move the staged clips and cache entries into place, replacing their takes' old ones."""
+    prepared.clips_dir.mkdir(parents=True, exist_ok=True)
+    prepared.cache_dir.mkdir(parents=True, exist_ok=True)
+    for take_id, outcome in staged.items():
+        for old in prepared.clips_dir.glob(f"{take_id}*.wav"):
+            if old.stem == take_id or old.stem.startswith(f"{take_id}_"):
+                old.unlink(missing_ok=True)
+        for e in outcome.entries:
+            os.replace(prepared.staged_clip(str(e["id"])), prepared.clip_file(str(e["id"])))
+        os.replace(prepared.staged_cache(take_id), prepared.cache_dir / f"{take_id}.json")
+    shutil.rmtree(prepared.staging_dir, ignore_errors=True)
 
 
 def _remove_stale(prepared: PreparedFolder, take_ids: set[str],
@@ -528,12 +638,8 @@ def _remove_stale(prepared: PreparedFolder, take_ids: set[str],
 
 
 def _write_outputs(voice: Voice, takes: list[Take], outcomes: list[TakeOutcome],
-                   settings: dict[str, Any]) -> dict[str, Any]:
-    entries = [json.loads(json.dumps(e)) for o in outcomes for e in o.entries]
-    apply_decisions(entries, read_decisions(voice))
-    mark_duplicates(entries)
-    for e in entries:
-        e["usable"] = is_usable(e["issues"])
+                   entries: list[dict[str, Any]], settings: dict[str, Any],
+                   removed: list[dict[str, Any]]) -> dict[str, Any]:
     metrics = {m["id"]: m for o in outcomes for m in o.metrics}
     source = {t.id: t.source or t.audio_path.name for t in takes}
     rejected = [{"take": o.take_id, "source": source.get(o.take_id, ""), **o.rejected}
@@ -569,13 +675,33 @@ def _write_outputs(voice: Voice, takes: list[Take], outcomes: list[TakeOutcome],
                    "duration_s": e["duration_s"], "usable": e["usable"],
                    "issues": e["issues"]} for e in entries],
         "take_hashes": sorted(t.sha256 for t in takes),
+        # what each take in use was when judged (engine.layout.manifest.SpeechCount)
+        "takes_in_use": {t.id: t.sha256 for t in takes if not (t.extra or {}).get("excluded")},
+        "removed_references": removed,
         "speakers": _speaker_report(settings, outcomes, entries),
     }
-    report["advice"] = _advice(report)
+    _say_what_replaces(voice, removed, entries, report)
+    report["advice"] = _advice(report) + [r["message"] for r in removed]
     write_manifest(voice.path, entries)
     write_json(voice.prepared.report, report)
     write_text(voice.prepared.report_text, format_report(report))
     return report
+
+
+def _say_what_replaces(voice: Voice, removed: list[dict[str, Any]],
+                       entries: list[dict[str, Any]], report: dict[str, Any]) -> None:
+    """Give each removed clip that something still named its sentence (`message`)."""
+    usable = [e for e in entries if e["usable"]]
+    listen = choose_reference(voice.path, usable, report=report) if usable else None
+    for r in removed:
+        now = (f" Listen now uses clip {listen}." if listen is not None
+               and LISTEN_REFERENCE in r["used_by"] else "")
+        r["message"] = (f"Clip {r['clip']} is no longer prepared, and {_and(r['used_by'])} "
+                        f"named it.{now}")
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _speaker_report(settings: dict[str, Any], outcomes: list[TakeOutcome],

@@ -30,9 +30,9 @@ from engine.core.atomic import atomic_path, write_json
 from engine.core.errors import InputError
 from engine.core.jsonl import append_jsonl
 from engine.layout.manifest import prepared_folder, read_manifest
+from engine.layout.run import DATA_FILE
 from engine.layout.voice import file_sha256
 
-DATA_FILE = "data.json"
 X_VECTOR_FILE = "x_vector.npy"
 RESUMES_FILE = "resumes.jsonl"
 

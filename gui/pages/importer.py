@@ -42,7 +42,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.catalog import TakeInfo, VoiceSnapshot
+from engine.catalog import TakeInfo, VoiceSnapshot, minutes_in_use
 from engine.layout.voice import VERDICT_GOOD, take_verdict
 from engine.prepare.transcribe import asr_info, is_machine_made
 from gui.context import AppContext
@@ -91,14 +91,17 @@ class TakesModel(QAbstractTableModel):
         self.sort_by: tuple[int, Qt.SortOrder] = (-1, Qt.SortOrder.AscendingOrder)
 
     def set_takes(self, takes: list[TakeInfo]) -> None:
-        takes = self._sorted(takes)
-        if [t.id for t in takes] == [t.id for t in self.takes] and takes:
-            # the same rows re-read (an edit saved, a prepare verdict): update in
-            # place, so the selection, the scroll position and an open editor survive
-            self.takes = takes
+        by_id = {t.id: t for t in takes}
+        if takes and len(by_id) == len(self.takes) and all(t.id in by_id for t in self.takes):
+            # the same takes re-read (a tick or an edit saved, a prepare verdict): each
+            # row stays where it is, even when the sorted column changed (a tick under a
+            # sort by Use moved the rows, and the next click hit another take), and the
+            # selection, the scroll position and an open editor survive
+            self.takes = [by_id[t.id] for t in self.takes]
             self.dataChanged.emit(self.index(0, 0),
                                   self.index(len(takes) - 1, len(self.COLUMNS) - 1))
             return
+        takes = self._sorted(takes)
         self.beginResetModel()
         self.takes = takes
         self.endResetModel()
@@ -231,7 +234,11 @@ class TakesModel(QAbstractTableModel):
                 return False
             t.excluded = not used
             t.extra["excluded"] = not used
-            self.dataChanged.emit(index, index.siblingAtColumn(5))
+            if used and any(i.get("code") == "excluded" for i in t.issues):
+                # the last prepare's "is excluded" is no longer true; the next one judges it
+                t.issues = [i for i in t.issues if i.get("code") != "excluded"]
+                t.usable = None
+            self.dataChanged.emit(index.siblingAtColumn(0), index.siblingAtColumn(5))
             return True
         if index.column() == 4 and role == Qt.ItemDataRole.EditRole:
             text = str(value).strip()
@@ -389,6 +396,9 @@ class ImportPage(Page):
         self.table = QTableView()
         self.table.setModel(self.proxy)
         self.table.setSortingEnabled(True)
+        # by take, oldest first (Qt's default is the first column, Use, so each tick
+        # would have sorted the row away)
+        self.table.sortByColumn(1, Qt.SortOrder.AscendingOrder)
         self.table.setAlternatingRowColors(True)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked
@@ -544,9 +554,11 @@ class ImportPage(Page):
         takes = self.model.takes
         flagged = sum(1 for t in takes if t.issues or t.usable is False
                       or take_verdict(t.extra) != VERDICT_GOOD)  # as recorded
-        minutes = sum(t.duration_s for t in takes if not TakesModel.excluded(t)) / 60
+        # speech by the engine's one rule (what prepare keeps of the takes it has judged),
+        # in m:ss: "0.0 min" hid a ticked 2 s clip
+        in_use = fmt_duration(minutes_in_use(takes) * 60.0)
         self.count_label.setText(f"{self.proxy.rowCount()} shown · {len(takes)} takes · "
-                                 f"{flagged} flagged · {minutes:.1f} min in use")
+                                 f"{flagged} flagged · {in_use} of speech in use")
 
     def save_text(self, take_id: str, text: str) -> bool:
         """Save a corrected transcript; on failure the cell keeps the saved text and says why."""

@@ -46,6 +46,7 @@ WHAT_TO_DO = {
     "unreadable": "The file cannot be decoded: convert it to WAV or FLAC.",
     "silent": "The file is silent: check the recording.",
     "non_finite": "The file holds invalid samples: export it again from the source.",
+    "excluded": "You left this take out: tick it in the Use column of the Import page.",
     "damaged_metadata": "The take's JSON file is damaged: delete the take and record it again.",
     "missing_audio": "The take's audio file is missing: delete the take.",
     "another_speaker": "Another voice than this one: play it; keep it if it is the voice.",
@@ -191,6 +192,8 @@ class PreparePage(Page):
         job.succeeded.connect(lambda r: self.state.setText(
             f"Prepared in {r.get('run', {}).get('wall_s', 0):.1f} s"))
         job.cancelled.connect(lambda: self.state.setText("Cancelled; finished takes are kept."))
+        # a refusal (nothing left to train on) stays readable beside the button too
+        job.failed.connect(lambda _code, msg, _hint: self.state.setText(msg))
         job.finished.connect(self._done)
         self._buttons()
         return job

@@ -6,6 +6,8 @@
   no audio (planning and validation read the manifest only).
 - `make_workspace`: a workspace with one voice, `ada`, whose export is the tiny base model
   as a custom voice (what `serve` lists and speaks).
+- `file_states`: every file under a folder with its size and time, to prove that
+  something changed nothing there.
 """
 
 from __future__ import annotations
@@ -51,3 +53,9 @@ def make_workspace(root: Path, model_dir: Path) -> Path:
     export_custom_voice(model_dir, {}, "Ada", vector, ws / "ada" / "exports" / "ada-v1",
                         keep_dtype=False)
     return ws
+
+
+def file_states(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `folder` (relative, '/'-separated) with its size and mtime in ns."""
+    return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
