@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from engine.catalog import list_tiers
+from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, ModelError
 from engine.layout.checkpoints import checkpoint_name
 from engine.layout.tiers import (
@@ -25,7 +26,10 @@ from engine.model.checkpoint_weights import trained_weights
 from engine.model.export import CODEC_EMBEDDING, SPEAKER_ROW
 from engine.model.loading import load_model
 from engine.model.tiny import make_tiny_model
+from engine.synth.synthesizer import Synthesizer
+from engine.synth.voice import resolve_source
 from engine.train.driver import export
+from tests.helpers.parity import assert_same_codes, record_choices
 from tests.helpers.runs import LORA_ALPHA, LORA_RANK, LORA_STEPS
 from tests.helpers.voices import copy_voice
 
@@ -107,3 +111,30 @@ def test_peft_loads_the_adapter_onto_the_official_model_as_our_merged_export(
         plain = _talker_logits(load_model(tiny_model_dir, "cpu", torch.float32).model, embeds)
     assert not torch.allclose(plain, want, atol=1e-4)  # the adapters do change the talker
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+GREEDY = SpeakOptions(do_sample=False, subtalker_do_sample=False, seed=0, max_frames=40,
+                      loudness_lufs=None)
+TEXT = "Hello there, this is a test."
+
+
+@pytest.mark.parity
+def test_an_adapter_voice_speaks_as_its_merged_export_and_switches_on_one_base(
+        adapter_voice: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    source = resolve_source(adapter_voice["voice"])  # no full export in it: the adapter
+    assert source.kind == "adapter" and source.label == "joe-adapter"
+    exported = Synthesizer.load(resolve_source(adapter_voice["export"]), device="cpu",
+                                dtype="float32")
+    want = exported.speak(TEXT, GREEDY).codes[0]
+    synth = Synthesizer.load(source, device="cpu", dtype="float32")
+    with record_choices(monkeypatch) as log:
+        got = synth.speak(TEXT, GREEDY).codes[0]
+    assert len(want) >= 5
+    assert_same_codes(got, want, log, synth.fast.eos)
+    # to the base's zero-shot voice and back, on the same loaded model
+    model = synth.model
+    clip = next((adapter_voice["voice"] / "prepared" / "clips").glob("*.wav"))
+    synth.use_source(resolve_source(source.model_dir, reference=clip, x_vector_only=True))
+    assert not torch.equal(synth.speak(TEXT, GREEDY).codes[0], got)
+    synth.use_source(source)
+    assert synth.model is model and torch.equal(synth.speak(TEXT, GREEDY).codes[0], got)

@@ -29,6 +29,7 @@ from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, trim_s
 from engine.synth.stream import GrowingFile, StreamDecoder, expected_speech_s
 from engine.synth.voice import (
     VoiceSource,
+    load_adapter_weights,
     load_checkpoint_weights,
     reference_audio,
     reference_codes,
@@ -231,6 +232,15 @@ class Synthesizer:
                 emitter.log(f"Loaded {len(names)} trained tensors from "
                             f"{source.checkpoint.name}.", level="debug")
                 self.speaker_vector = voice_x_vector(self.model, source.voice_dir)
+            elif source.kind == "adapter":
+                if source.model_dir != self.source.model_dir:
+                    raise InputError("An adapter voice of another base needs that base; "
+                                     "load it separately.")
+                # tensors another voice trained and this one does not go back first
+                self._restore_base()
+                names, row = load_adapter_weights(self.model, source)
+                self._overwritten |= set(names)
+                self.speaker_vector = row
             else:
                 raise InputError(f"Unknown voice kind {source.kind!r}.")
             self.icl = icl
@@ -349,7 +359,7 @@ class Synthesizer:
             emitter.log(reason, level="warning")
             return None
         spk_ids = self.model.config.talker_config.spk_id or {}
-        if self.source.kind == "checkpoint" or list(spk_ids.values()) == [3000]:
+        if self.source.kind in ("checkpoint", "adapter") or list(spk_ids.values()) == [3000]:
             # Voxshard voices (runs and their exports) fill speaker slot 3000 of a Base model
             emitter.log("This voice was fine-tuned from a Base model, which was never trained "
                         "on instructions: expect little or no effect.", level="warning")

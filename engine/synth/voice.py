@@ -27,10 +27,19 @@ from engine.config.train import ModelConfig
 from engine.core.errors import InputError, ModelError, VoxshardError, WorkspaceError
 from engine.data.codes import load_codes_index
 from engine.layout.checkpoints import holds_checkpoints, run_of, step_of
-from engine.layout.exports import exports_dir, latest_export, list_exports
+from engine.layout.exports import EXPORTS_DIR, exports_dir, latest_export, list_exports
 from engine.layout.manifest import clip_voice, prepared_folder, read_manifest, reference_clip
 from engine.layout.run import Run, list_runs, pick_run, runs_dir, voice_base_model
-from engine.layout.tiers import INSTANT_DIR, TIER_INSTANT, read_instant
+from engine.layout.tiers import (
+    INSTANT_DIR,
+    TIER_ADAPTER,
+    TIER_INSTANT,
+    is_adapter,
+    list_adapters,
+    read_adapter_info,
+    read_instant,
+)
+from engine.model.adapter import load_adapter
 from engine.model.checkpoint_weights import trained_weights
 from engine.model.loading import inspect_model, resolve_model
 
@@ -39,7 +48,7 @@ from engine.model.loading import inspect_model, resolve_model
 class VoiceSource:
     """A resolved voice, not loaded yet."""
 
-    kind: str  # "custom_voice" | "checkpoint" | "zero_shot"
+    kind: str  # "custom_voice" | "checkpoint" | "adapter" | "zero_shot"
     model_dir: Path  # what to load: the export, or the base model
     label: str  # short human name ("step 200", "zero-shot", export name)
     checkpoint: Path | None = None
@@ -194,6 +203,8 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
         return VoiceSource(kind="zero_shot", model_dir=model_dir, label="zero-shot",
                            reference=ref, reference_text=text, extra=extra)
 
+    if is_adapter(path) and not checkpoint:
+        return adapter_source(path, base)
     if path.is_dir() and path.name == INSTANT_DIR and not checkpoint:
         return instant_source(path.parent, base)  # the instant tier, named by its folder
     if path.is_dir() and step_of(path) is not None:
@@ -220,6 +231,9 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
         export = latest_export(path)
         if export is not None:
             return _custom_voice_source(export, _model_info(export), speaker, voice_dir=path)
+        adapters = list_adapters(path)
+        if adapters:
+            return adapter_source(adapters[0], base)
         run = pick_run(path, with_checkpoint=True)
         if run is not None:
             return _checkpoint_source(run.path, None, base)
@@ -237,6 +251,34 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
                          "Point to the folder that holds config.json.")
     model_dir = _resolve_model(text)  # a hub id, or a clear "does not exist"
     return _custom_voice_source(model_dir, _model_info(model_dir), speaker)
+
+
+def adapter_source(folder: Path, base: str | None = None) -> VoiceSource:
+    """An adapter voice on its base (or `base`, which must be the same model)."""
+    info = read_adapter_info(folder)
+    base_name = base or info.get("base")
+    if not base_name:
+        raise ModelError(f"The adapter voice {folder.name} does not say its base model.",
+                         "Export the run again with --adapter.")
+    model_dir = _resolve_model(str(base_name))
+    voice_dir = folder.parent.parent if folder.parent.name == EXPORTS_DIR else None
+    return VoiceSource(kind="adapter", model_dir=model_dir, label=folder.name,
+                       speaker=info.get("speaker") or None, voice_dir=voice_dir,
+                       extra={"tier": TIER_ADAPTER, "adapter": str(folder)})
+
+
+def load_adapter_weights(model: Any, source: VoiceSource) -> tuple[list[str], Any]:
+    """Copy an adapter voice's tensors, merged onto its base, into `model`; returns the
+    names it replaced and the voice's speaker row. Another base refuses in one sentence."""
+    import torch
+
+    voice = load_adapter(Path(source.extra["adapter"]))
+    params = dict(model.named_parameters())
+    weights = voice.merged(source.model_dir)
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+    return sorted(weights), voice.x_vector
 
 
 def instant_source(voice_dir: Path, base: str | None = None) -> VoiceSource:
