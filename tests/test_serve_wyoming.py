@@ -28,7 +28,10 @@ from wyoming.tts import (
     SynthesizeStopped,
     SynthesizeVoice,
 )
+from zeroconf import ServiceStateChange
+from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from engine.serve.wyoming import SERVICE_TYPE
 from engine.text import complete_sentences
 from tests.helpers.serving import ENGINE, KEY, ROOT, Server, start_server
 from tests.helpers.voices import make_workspace
@@ -281,18 +284,50 @@ def test_lan_needs_the_flag_and_no_http_needs_wyoming(workspace_dir: Path) -> No
     assert "is not tcp://HOST:PORT" in bad
 
 
-def test_wyoming_alone_without_http(workspace_dir: Path) -> None:
+async def _announced_then_gone(port: int, while_announced: Any) -> list[str]:
+    """The addresses announced as _wyoming._tcp.local. for `port`; `while_announced()` is
+    awaited once it is found, and this returns when the announcement is withdrawn."""
+    seen: asyncio.Queue[tuple[str, ServiceStateChange]] = asyncio.Queue()
+    looking = AsyncZeroconf()
+    browser = AsyncServiceBrowser(looking.zeroconf, [SERVICE_TYPE], handlers=[
+        lambda zeroconf, service_type, name, state_change: seen.put_nowait(
+            (name, state_change))])
+    mine, addresses = None, []
+    try:
+        while True:
+            name, change = await asyncio.wait_for(seen.get(), 60)
+            if change == ServiceStateChange.Removed and name == mine:
+                return addresses
+            info = AsyncServiceInfo(SERVICE_TYPE, name)
+            if mine is None and change == ServiceStateChange.Added and \
+                    await info.async_request(looking.zeroconf, 3000) and info.port == port:
+                mine, addresses = name, info.parsed_addresses()
+                await while_announced()
+    finally:
+        await browser.async_cancel()
+        await looking.async_close()
+
+
+def test_wyoming_alone_without_http_announced(workspace_dir: Path) -> None:
     srv = start_server(["--workspace", str(workspace_dir), "--device", "cpu", "--dtype",
-                        "float32", "--no-http", "--wyoming", "tcp://127.0.0.1:0"],
-                       workspace_dir.parent)
+                        "float32", "--no-http", "--wyoming", "tcp://127.0.0.1:0",
+                        "--zeroconf"], workspace_dir.parent)
     try:
         assert srv.url is None and srv.serving["wyoming"].startswith("tcp://127.0.0.1:")
+        assert srv.serving["zeroconf"] == "127.0.0.1"
+        port = int(srv.serving["wyoming"].rsplit(":", 1)[1])
+        groups: list[bytes] = []
 
-        async def speak() -> list[Event]:
+        async def speak_then_stop() -> None:
             async with _client(srv) as client:
                 await client.write_event(Synthesize(text="Only Wyoming here.").event())
-                return await _until(client, "audio-stop")
+                groups.extend(_groups(await _until(client, "audio-stop")))
+            srv.proc.send_signal(signal.SIGTERM)  # its announcement goes with it
 
-        assert len(_groups(asyncio.run(speak()))) == 1
+        # Home Assistant finds it by mDNS, at the address it listens on
+        assert asyncio.run(_announced_then_gone(port, speak_then_stop)) == ["127.0.0.1"]
+        assert len(groups) == 1
+        assert srv.proc.wait(timeout=60) == 0 and not srv.renders.exists()
     finally:
-        _stop(srv)
+        if srv.proc.poll() is None:
+            _stop(srv)

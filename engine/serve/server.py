@@ -240,10 +240,12 @@ async def _until_stopped() -> None:
     """Until SIGINT or SIGTERM (the Wyoming service alone: no uvicorn to catch them)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        for sig, handler in previous.items():
+            loop.remove_signal_handler(sig)  # it leaves the default (a second TERM kills)
+            signal.signal(sig, handler)

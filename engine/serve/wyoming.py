@@ -7,7 +7,9 @@ The events are the `wyoming` package's own:
 
 - `describe` -> `info`: one TTS program listing every served voice (rescanned
   each time, so a voice exported since the start appears);
-- `synthesize` -> `audio-start`, `audio-chunk`s as the worker writes them, `audio-stop`;
+- `synthesize` -> `audio-start`, `audio-chunk`s as the worker writes them, `audio-stop`
+  (while the worker streams for another client, the text is rendered in the shared
+  batch instead and sent when done: a second stream would wait for the first);
 - `synthesize-start`, `synthesize-chunk`s, `synthesize-stop`: each sentence is
   submitted the moment it is complete (`engine.text.complete_sentences`) and
   answered by its own `audio-start`/`audio-chunk`/`audio-stop` group, in order,
@@ -134,6 +136,14 @@ class WyomingService:
     log: Callable[[dict[str, Any]], None] = field(default=lambda _record: None)
     served: int = 0
     audio_s: float = 0.0
+    #: jobs submitted as streams (the worker plays one stream at a time)
+    streaming: list[_Job] = field(default_factory=list)
+
+    def may_stream(self, worker: VoiceWorker) -> bool:
+        """Stream a new job only while its worker streams nothing else: a second stream
+        would wait for the first to end, where the shared batch renders it meanwhile."""
+        self.streaming = [j for j in self.streaming if not j.ticket.ended.is_set()]
+        return self.pool.streams == 0 and all(j.worker is not worker for j in self.streaming)
 
     @property
     def default_voice(self) -> str:
@@ -275,10 +285,13 @@ class _Connection(AsyncEventHandler):
             self.pool.release()
             raise _Refused(exc.message, "busy" if isinstance(exc, Busy) else
                            "voice_load_failed") from None
-        ticket = self.pool.speak(worker, text.strip(), {}, "wav", stream=True)
+        stream = self.service.may_stream(worker)
+        ticket = self.pool.speak(worker, text.strip(), {}, "wav", stream=stream)
         job = _Job(worker, ticket, voice, mode, len(text), began,
                    began + self.service.timeout_s)
         self.jobs.append(job)
+        if stream:
+            self.service.streaming.append(job)
         self.items.put_nowait(job)
 
     # -- audio out ---------------------------------------------------------------------------
@@ -391,7 +404,8 @@ class WyomingServer:
         info = ServiceInfo(SERVICE_TYPE, f"{name}.{SERVICE_TYPE}", port=self.port,
                            addresses=[socket.inet_aton(address)], server=f"{name}.local.")
         self._zeroconf = AsyncZeroconf()
-        await self._zeroconf.async_register_service(info)
+        # another server of this computer may hold the name: zeroconf then adds a number
+        await self._zeroconf.async_register_service(info, allow_name_change=True)
         return address
 
     async def stop(self) -> None:
