@@ -105,9 +105,11 @@ def test_offload_with_accumulation_keeps_whole_gradients_on_the_gpu(
     every = _plan(tiny_model_dir, cfg.replace(parallel={"accum_reduce": "every"}))
     assert every.grads == 0  # reduce-scattered each micro-step, then offloaded
     assert every.total < last.total
-    # the host holds params, sharded gradients, both moments and foreach's sqrt(v)
+    # the host holds params, sharded gradients, both moments and the fused CPU step's
+    # temporary (its largest shard, as the fused GPU step's)
     on_gpu = _plan(tiny_model_dir, _cfg(accum_reduce="every"))
-    assert every.host_bytes == 2 * (on_gpu.params + 4 * local + on_gpu.optimizer + 4 * local)
+    assert every.host_bytes == 2 * (on_gpu.params + 4 * local + on_gpu.optimizer
+                                    + on_gpu.step_temp)
 
 
 def test_optimizer_step_temporary_fused_on_gpu_foreach_on_cpu(tiny_model_dir: Path) -> None:
@@ -131,7 +133,7 @@ def test_optimizer_step_temporary_fused_on_gpu_foreach_on_cpu(tiny_model_dir: Pa
     assert make_optimizer([w], cfg, torch.device("cuda")).defaults["fused"] is True
     assert make_optimizer([w], cfg, torch.device("cpu")).defaults["foreach"] is True
     off = cfg.replace(parallel={"cpu_offload": True})
-    assert make_optimizer([w], off, torch.device("cuda")).defaults["foreach"] is True
+    assert make_optimizer([w], off, torch.device("cuda")).defaults["fused"] is True  # host
 
 
 def test_gpu_runtime_is_context_plus_a_proportional_margin(tiny_model_dir: Path) -> None:

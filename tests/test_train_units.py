@@ -292,3 +292,30 @@ def test_batch_larger_than_the_data_fails_before_any_cluster(tmp_path: Path,
                                  "needs (9).")
     out = train(voice, str(tiny_model_dir), workers=2, dry_run=True)
     assert out["config"]["data"]["batch_size"] == 4  # preset, fits the 8 clips
+
+
+def test_cpu_offload_steps_adamw_with_the_fused_cpu_kernel_as_foreach_would() -> None:
+    """Under CPU offload the host shards take torch's fused CPU AdamW (one pass per tensor)
+    instead of foreach; the step is the same to float32 rounding."""
+    import torch
+
+    from engine.config.train import TrainConfig
+    from engine.train.plan import optimizer_kind
+    from engine.train.trainer import make_optimizer
+
+    assert (optimizer_kind("cpu"), optimizer_kind("cpu", offload=True),
+            optimizer_kind("cuda")) == ("foreach", "fused", "fused")
+    steps = {}
+    for offload in (False, True):
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(64, 32)), torch.nn.Parameter(torch.randn(32))]
+        cfg = TrainConfig().replace(parallel={"cpu_offload": offload})
+        opt = make_optimizer(params, cfg, torch.device("cuda" if offload else "cpu"))
+        assert bool(opt.defaults.get("fused")) is offload
+        for _ in range(3):
+            for p in params:
+                p.grad = torch.sin(p.detach() * 3.0)
+            opt.step()
+        steps[offload] = [p.detach().clone() for p in params]
+    for a, b in zip(steps[False], steps[True], strict=True):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)

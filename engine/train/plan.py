@@ -443,7 +443,7 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
         # sharded state lives in host memory (AdamW steps there); the GPU keeps
         # buffers, activations and, with "last", the unreduced whole gradients
         plan.host_bytes = (plan.params + 4 * trainable_local + plan.optimizer
-                           + step_temp_bytes(model_dir, config, n, "cpu")) * n
+                           + step_temp_bytes(model_dir, config, n, "cpu", offload=True)) * n
         plan.params = plan.optimizer = 0
         plan.grads = 4 * trainable_full if accum == "last" else 0
     else:
@@ -456,7 +456,8 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
     return plan
 
 
-def step_temp_bytes(model_dir: Path, config: Any, workers: int, device: str) -> int:
+def step_temp_bytes(model_dir: Path, config: Any, workers: int, device: str,
+                    offload: bool = False) -> int:
     """The optimizer step's temporaries on `device` (see the module docstring).
 
     GPU: fused AdamW (`optimizer_kind`), in place; the largest trainable local
@@ -468,12 +469,14 @@ def step_temp_bytes(model_dir: Path, config: Any, workers: int, device: str) -> 
     locals_ = [_local_numel(shape, workers) for _, shape, trains in table if trains]
     if not locals_:
         return 0
-    return 4 * (max(locals_) if optimizer_kind(device) == "fused" else sum(locals_))
+    return 4 * (max(locals_) if optimizer_kind(device, offload) == "fused" else sum(locals_))
 
 
-def optimizer_kind(device: str) -> str:
-    """AdamW's implementation for parameters on `device`: "fused" on GPUs, else "foreach"."""
-    return "fused" if device == "cuda" else "foreach"
+def optimizer_kind(device: str, offload: bool = False) -> str:
+    """AdamW's implementation for parameters on `device`: "fused" on GPUs and for the host
+    shards of a CPU-offload run (one pass over each tensor, on every host core the
+    worker has), else "foreach" (CPU runs keep the reference's rounding)."""
+    return "fused" if device == "cuda" or offload else "foreach"
 
 
 def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Path | None = None,  # noqa: PLR0913

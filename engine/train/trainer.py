@@ -432,12 +432,13 @@ class Trainer:
 
 def make_optimizer(params: list[Any], cfg: Any, device: Any) -> Any:
     """AdamW over `params`: fused on a GPU (one kernel, in place: no fp32 temporary the
-    size of every shard, which foreach allocates), foreach where the parameters live
-    in host memory (CPU runs and CPU offload). The plan counts what each leaves."""
+    size of every shard, which foreach allocates) and on the host shards of CPU
+    offload (torch's fused CPU kernel), foreach in CPU runs. The plan counts what each
+    leaves."""
     import torch
 
-    on = "cpu" if cfg.parallel.cpu_offload else getattr(device, "type", str(device))
-    kind = optimizer_kind(on)
+    offload = bool(cfg.parallel.cpu_offload)
+    kind = optimizer_kind("cpu" if offload else getattr(device, "type", str(device)), offload)
     return torch.optim.AdamW(params, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
                              eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay,
                              **{kind: True})
