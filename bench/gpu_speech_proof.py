@@ -28,7 +28,9 @@ Per size it checks and prints:
 - the warm worker (continuous batching, 8 rows) under 8 concurrent requests,
   its frame graphs captured before the clock starts (`ContinuousBatcher.prepare`,
   as the worker does at load);
-- peak GPU memory after loading and, reset then, while serving.
+- peak GPU memory after loading and, reset then, while serving;
+- operators per static frame at batch 1 (each a kernel and a graph node on a GPU;
+  the tiny model on CPU: 1574), what bounds a replayed frame's time there.
 Without the kit it names what is missing in one line (exit 2); without a GPU
 (and without --tiny) it says so in one line and exits 0.
 """
@@ -143,6 +145,7 @@ def prove(size: str, work: Path, frames: int) -> dict[str, Any]:
     gen_s = sync() - began
     row["generation_rtf"] = round(frames * bs.FRAME_S / gen_s, 2)
     row["graphs_after_runs"] = fast.graph_status
+    row["kernels_per_frame"] = kernels_per_frame(fast, settings)
 
     # end to end, streamed through the real-size codec
     class Sink:
@@ -159,6 +162,37 @@ def prove(size: str, work: Path, frames: int) -> dict[str, Any]:
     row["worker_8_rows_audio_s_per_s"] = round(audio8 / wall8, 2)
     row["peak_gib_serving"] = peak_gib()
     return row
+
+
+def kernels_per_frame(fast: Any, settings: Any) -> int:
+    """Operators one static frame launches (each a kernel on a GPU, a node of its graph),
+    counted by a dispatch mode over one eager frame of a one-row batch: what bounds a
+    captured frame's replay at batch 1 (issue 29 point 6)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from engine.synth.sampling import noise_width
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    width = max(noise_width(settings.talker, fast.vocab),
+                noise_width(settings.predictor, fast.p_vocab), 1)
+    rows = fast.row_batch(1, 256, 64, 128, settings, width)
+    rows.key_valid[:, 0] = True
+    with torch.inference_mode():
+        rows.frame(rows.span_for(0))  # warm: lazy buffers are not the frame's own
+        count = Count()
+        with count:
+            rows.frame(rows.span_for(0))
+    return count.ops
 
 
 def run_size(size: str, args: argparse.Namespace, work: Path,
