@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QProgressBar,
+    QSizePolicy,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QTreeWidget,
@@ -109,7 +110,11 @@ class PreparePage(Page):
         self.cancel_btn.setEnabled(False)
         self.state = QLabel("")
         self.state.setObjectName("Muted")
-        self.outer.addWidget(hbox(self.run_btn, self.cancel_btn, self.state, stretch_at=3))
+        # a refusal or a warning is a long sentence: it wraps beside the buttons instead of
+        # widening the page past a laptop's screen
+        self.state.setWordWrap(True)
+        self.state.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        self.outer.addWidget(hbox(self.run_btn, self.cancel_btn, self.state))
         self.progress = QProgressBar()
         self.progress.setValue(0)
         self.progress.hide()  # only while preparing: never "0%" above a finished report
