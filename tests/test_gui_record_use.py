@@ -336,3 +336,23 @@ def test_voice_prompt_choice_is_checked_and_stored(voice: Path) -> None:
     assert "prompt_groups" not in (voice / "voice.toml").read_text()
     v.set_prompts("english", ["numbers", "food"])
     assert open_voice(voice).prompt_groups == ["food", "numbers"]  # in set order
+
+
+def test_the_progress_counts_what_prepare_would_count_not_the_raw_length(
+        qtbot, window: MainWindow, workspace: Path) -> None:
+    """A silent take saved through its confirm counts nothing toward the recommendation
+    (it cannot train), so the Record page and Prepare say the same minutes (issue 28 §8:
+    "0.8 minutes recorded" against Prepare's "0.3 usable minutes")."""
+    from engine.layout.voice import create_voice
+
+    v = create_voice(workspace / "counted", "Counted", "english")
+    rate = 24000
+    tone = (0.3 * np.sin(2 * np.pi * 220 * np.arange(30 * rate) / rate)).astype(np.float32)
+    v.add_take(tone, "Thirty seconds of sound.", sample_rate=rate, prompt_id="p1")
+    v.add_take(np.zeros(30 * rate, dtype=np.float32), "Thirty seconds of nothing.",
+               sample_rate=rate, prompt_id="p2", extra={"verdict": VERDICT_UNUSABLE})
+    window.ctx.set_voice(v.path)
+    page = window.show_page(RecordPage)
+    assert isinstance(page, RecordPage)
+    qtbot.waitUntil(lambda: "usable speech" in page.progress_label.text(), timeout=20000)
+    assert page.progress_label.text().startswith("0.5 minutes of usable speech recorded")

@@ -488,13 +488,16 @@ class RecordPage(Page):
             self.progress.setValue(0)
             self.progress_label.setText("")
             return
-        minutes = float(snap.summary["minutes_recorded"])
+        # Prepare's count (engine.layout.manifest.SpeechCount), not the takes' raw length:
+        # a silent take, a take left out and trailing silence count nothing toward it
+        minutes = snap.minutes_in_use
         target = float(snap.summary["recommended_minutes"])
         self.progress.setValue(int(min(1.0, minutes / target) * 1000))
         self.progress.setFormat(f"{minutes:.1f} of {target:.0f} min")
         self.progress_label.setText(
-            f"{minutes:.1f} minutes recorded · {max(0.0, target - minutes):.1f} more recommended"
-            if minutes < target else f"{minutes:.1f} minutes recorded · enough to train")
+            f"{minutes:.1f} minutes of usable speech recorded · "
+            f"{max(0.0, target - minutes):.1f} more recommended" if minutes < target
+            else f"{minutes:.1f} minutes of usable speech recorded · enough to train")
 
     # -- state -------------------------------------------------------------------
     def _set_state(self, text: str, warn: bool = False) -> None:
