@@ -19,6 +19,7 @@ from engine.layout.tiers import (
     PEFT_CONFIG,
     PEFT_WEIGHTS,
     TIER_ADAPTER,
+    TIER_INSTANT,
     folder_size,
 )
 from engine.model.adapter import load_adapter, weights_fingerprint
@@ -26,6 +27,7 @@ from engine.model.checkpoint_weights import trained_weights
 from engine.model.export import CODEC_EMBEDDING, SPEAKER_ROW
 from engine.model.loading import load_model
 from engine.model.tiny import make_tiny_model
+from engine.prepare.instant import make_instant_voice
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
 from engine.train.driver import export
@@ -138,3 +140,32 @@ def test_an_adapter_voice_speaks_as_its_merged_export_and_switches_on_one_base(
     assert not torch.equal(synth.speak(TEXT, GREEDY).codes[0], got)
     synth.use_source(source)
     assert synth.model is model and torch.equal(synth.speak(TEXT, GREEDY).codes[0], got)
+
+
+def test_serve_lists_every_tier_with_its_base_and_speaks_them(
+        adapter_voice: dict[str, Any], tiny_model_dir: Path) -> None:
+    """`serve --workspace`, in this process: the voice, its adapter and instant voices and
+    its run are served by name, each with its tier and base, and they speak."""
+    from starlette.testclient import TestClient
+
+    from engine.serve.app import ServeConfig, create_app
+    from engine.serve.pool import Pool
+    from engine.serve.voices import discover
+
+    voice = adapter_voice["voice"]
+    make_instant_voice(voice, str(tiny_model_dir))
+    pool = Pool(discover([], voice.parent), device="cpu", dtype="float32", rows=2,
+                max_queue=4)
+    with TestClient(create_app(pool, ServeConfig(timeout_s=300)),
+                    base_url="http://127.0.0.1") as http:
+        listed = {v["id"]: v for v in http.get("/v1/audio/voices").json()["data"]}
+        assert list(listed) == ["joe", "joe/joe-adapter", "joe/instant", "joe/lora"]
+        assert [listed[n]["tier"] for n in listed] == [TIER_ADAPTER, TIER_ADAPTER,
+                                                       TIER_INSTANT, None]
+        base = str(tiny_model_dir)
+        assert listed["joe/joe-adapter"]["base"] == listed["joe/instant"]["base"] == base
+        for name in ("joe/joe-adapter", "joe/instant"):
+            r = http.post("/v1/audio/speech", json={
+                "model": "tts-1", "voice": name, "input": "One voice of many.",
+                "response_format": "wav", "max_frames": 8, "seed": 1})
+            assert r.status_code == 200, (name, r.text)

@@ -5,7 +5,9 @@ Names come from folder names, so they stay the same across restarts:
 - a voice folder `ada` (given, or inside `--workspace`): `ada` speaks with what
   `speak ada` would use (its latest export, else its latest run's checkpoint);
 - each export of it: `ada/<export folder>`; each run with a checkpoint: `ada/<run>`;
-- an export or run folder given on its own: its folder name.
+- an export or run folder given on its own: its folder name;
+- each tier of a voice (`engine.layout.tiers`): its adapter voices `ada/<adapter folder>`
+  and its instant voice `ada/instant`; each served voice says its tier and its base.
 
 Clients only ever send a name; the server maps it to a folder it found itself,
 so no client-supplied path is ever opened. Light: no torch.
@@ -22,6 +24,14 @@ from engine import catalog
 from engine.core.errors import InputError
 from engine.layout.exports import EXPORTS_DIR, exports_dir
 from engine.layout.run import Run, runs_dir
+from engine.layout.tiers import (
+    TIER_ADAPTER,
+    TIER_FULL,
+    TIER_INSTANT,
+    TIERS,
+    is_adapter,
+    read_adapter_info,
+)
 
 
 @dataclass(frozen=True)
@@ -29,12 +39,16 @@ class ServedVoice:
     name: str
     #: what the warm worker loads (a voice, export or run folder)
     target: Path
-    kind: str  # "voice", "export" or "run"
+    kind: str  # "voice", "export", "run", "adapter" or "instant"
     language: str
+    #: instant, adapter or full (`engine.layout.tiers`); None for a run's checkpoint
+    tier: str | None = None
+    #: the base model it speaks on (an adapter or instant voice) or was made from
+    base: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.name, "name": self.name, "object": "voice", "kind": self.kind,
-                "language": self.language or "auto"}
+                "language": self.language or "auto", "tier": self.tier, "base": self.base}
 
 
 def _language(voice_dir: Path | None) -> str:
@@ -54,15 +68,23 @@ def _is_run(path: Path) -> bool:
 
 
 def _of_voice(voice_dir: Path) -> list[ServedVoice]:
-    """The voice itself (when it has something to speak with), its exports and its runs."""
+    """The voice itself (when it has something to speak with), its exports, its adapter
+    and instant voices, and its runs."""
     language = _language(voice_dir)
-    exports = catalog.list_exports(voice_dir)
+    tiers = catalog.list_tiers(voice_dir)
     runs = [r for r in catalog.list_runs(voice_dir) if r.checkpoints]
     out: list[ServedVoice] = []
-    if exports or runs:
-        out.append(ServedVoice(voice_dir.name, voice_dir, "voice", language))
-    out += [ServedVoice(f"{voice_dir.name}/{e.name}", e.path, "export", language)
-            for e in exports]
+    if tiers or runs:
+        # what `speak VOICE` takes: a full export, else an adapter, else the run, else instant
+        of = {tier: [t for t in tiers if t["tier"] == tier] for tier in TIERS}
+        spoken = of[TIER_FULL] or of[TIER_ADAPTER] or ([] if runs else of[TIER_INSTANT])
+        top = spoken[0] if spoken else {"tier": None, "base": None}
+        out.append(ServedVoice(voice_dir.name, voice_dir, "voice", language, top["tier"],
+                               top["base"]))
+    kinds = {TIER_FULL: "export", TIER_ADAPTER: "adapter", TIER_INSTANT: "instant"}
+    out += [ServedVoice(f"{voice_dir.name}/{t['name']}", Path(t["path"]), kinds[t["tier"]],
+                        language, t["tier"], t["base"])
+            for t in sorted(tiers, key=lambda t: TIERS.index(t["tier"]), reverse=True)]
     out += [ServedVoice(f"{voice_dir.name}/{r.name}", r.path, "run", language) for r in runs]
     return out
 
@@ -80,14 +102,19 @@ def discover(targets: list[str | os.PathLike[str]],
                 or runs_dir(path).is_dir():
             mine = _of_voice(path)
             if not mine:
-                raise InputError(f"The voice {path.name} has no export or trained run yet.",
-                                 "Train and export it first.")
+                raise InputError(f"The voice {path.name} has no export, trained run or "
+                                 "instant voice yet.", "Prepare it (that makes its instant "
+                                 "voice), or train and export it.")
             found += mine
         elif _is_run(path):
             found.append(ServedVoice(path.name, path, "run", _language(Run(path).voice_dir)))
         elif _is_export(path):
             voice = path.parent.parent if path.parent.name == EXPORTS_DIR else None
-            found.append(ServedVoice(path.name, path, "export", _language(voice)))
+            found.append(ServedVoice(path.name, path, "export", _language(voice), TIER_FULL))
+        elif is_adapter(path):
+            voice = path.parent.parent if path.parent.name == EXPORTS_DIR else None
+            found.append(ServedVoice(path.name, path, "adapter", _language(voice),
+                                     TIER_ADAPTER, read_adapter_info(path).get("base")))
         else:
             raise InputError(f"{path} is not an exported voice, a voice folder or a run.",
                              "Give the folder that holds config.json, or a voice folder.")
