@@ -163,6 +163,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
                                                              "keep_gathered": "on"}},
     "accum4 regather": {"data": {"grad_accum": 4}, "parallel": {"accum_reduce": "last",
                                                                  "keep_gathered": "off"}},
+    # the code predictor on a quarter of each step's frames (issue 32 §2): step time and
+    # memory against plain
+    "predictor 1/4": {"model": {"predictor_frames": 0.25}},
 }
 #: configurations that only mean something on a GPU
 GPU_ONLY = ("offload", "compiled")
@@ -242,10 +245,11 @@ def proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
     """
     import numpy as np
 
+    from engine.data.frames import PredictorSample, rank_picks
     from engine.data.layout import LayoutIds, collate, count_tokens
     from engine.train.builder import TrainParts, sharded_objective
     from engine.train.loss import normalisers
-    from engine.train.objective import batch_to_device
+    from engine.train.objective import batch_to_device, trainable_groups
     from engine.train.parallelize import set_gradient_sync, set_keep_gathered
 
     model_dir = Path(loop_config["model_dir"])
@@ -264,6 +268,12 @@ def proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
             a, b = count_tokens(micro)
             t, s = t + a, s + b
         norm = normalisers(t, s, world)
+        sample = PredictorSample(cfg.model.predictor_frames, cfg.run.seed)
+        if sample.active:  # every rank's frames of every micro-batch: the shared split
+            blocks = np.array([[sum(int(q.frame_mask.sum()) for q in micro[r::world])
+                                for r in range(world)] for micro in seqs])
+            picks, sampled = rank_picks(blocks, sample, position, rank)
+            norm = (norm[0], sampled * 15 / world)
         out = []
         for m, micro in enumerate(seqs):
             mine = micro[rank::world]
@@ -272,6 +282,8 @@ def proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
             b["x_vector"] = (rng.standard_normal((clips, hidden)).astype("float32")
                              * 0.02)[rank::world]
             b["talker_norm"], b["subtalker_norm"] = norm
+            if sample.active:
+                b["predictor_pick"] = picks[m]
             out.append(b)
         return out
 
@@ -284,7 +296,8 @@ def proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
                       set_keep_gathered=lambda keep, last: set_keep_gathered(objective, keep,
                                                                              last),
                       precision=precision, info={"precision_detail": detail},
-                      prepare=lambda b: batch_to_device(b, device, pin=True))
+                      prepare=lambda b: batch_to_device(b, device, pin=True),
+                      groups=lambda: trainable_groups(objective))
 
 
 # -- one configuration, Ray-free, in processes of its own ------------------------------
@@ -504,7 +517,8 @@ def run_ray(job: dict[str, Any], world: int) -> list[float]:
 
 # -- figures -------------------------------------------------------------------------------
 
-def model_flops(model_dir: Path, clips: int, seconds: float, trainable: str) -> float:
+def model_flops(model_dir: Path, clips: int, seconds: float, trainable: str,
+                predictor_frames: float = 1.0) -> float:
     """FLOPs of one optimizer step's useful work (no recomputation), from the layer shapes.
 
     Per talker token: 2 x the talker's matmul weights (decoder layers,
@@ -512,7 +526,8 @@ def model_flops(model_dir: Path, clips: int, seconds: float, trainable: str) -> 
     gradients, and 2 x the *trainable* weights for weight gradients; causal
     attention adds 2 x 2 x seq x (heads x head_dim) per layer forward (x3 in
     all). The code predictor runs 16 positions per audio frame, its 15 heads
-    one position each. Embedding lookups are not FLOPs.
+    one position each, on `predictor_frames` of the frames. Embedding lookups are not
+    FLOPs.
     """
     cfg = json.loads((model_dir / "config.json").read_text())
     t, cp = cfg["talker_config"], cfg["talker_config"]["code_predictor_config"]
@@ -527,14 +542,14 @@ def model_flops(model_dir: Path, clips: int, seconds: float, trainable: str) -> 
 
     frames = max(2, int(seconds * 12.5))
     seq = frames + max(2, int(seconds * 3)) + 14
-    tok, cp_tok = clips * seq, clips * frames * 16
+    tok, cp_tok = clips * seq, clips * frames * 16 * predictor_frames
     lt = int(t["num_hidden_layers"]) * layer_weights(t)
     talker_w = lt + int(t["text_hidden_size"]) * int(t["hidden_size"]) * 2 + int(
         t["hidden_size"]) * int(t["vocab_size"])
     lc = int(cp["num_hidden_layers"]) * layer_weights(cp)
     cp_w = lc + int(t["hidden_size"]) * int(cp["hidden_size"])
     heads = 15 * int(cp["hidden_size"]) * int(cp["vocab_size"])
-    fwd = 2 * (talker_w * tok + cp_w * cp_tok + heads * clips * frames)
+    fwd = 2 * (talker_w * tok + cp_w * cp_tok + heads * clips * frames * predictor_frames)
     attn = 2 * 2 * int(t["num_hidden_layers"]) * seq * int(t["num_attention_heads"]) * int(
         t["head_dim"]) * tok * 0.5
     attn += 2 * 2 * int(cp["num_hidden_layers"]) * 16 * int(cp["num_attention_heads"]) * int(
@@ -776,7 +791,8 @@ def _measure_size(label: str, size: str | None, names: list[str], env: dict[str,
             budget.record(label, name, took)
             if "ranks" in outcome:
                 flops = cfg.data.grad_accum * model_flops(model_dir, cfg.data.batch_size,
-                                                          args.seconds, cfg.model.trainable)
+                                                          args.seconds, cfg.model.trainable,
+                                                          cfg.model.predictor_frames)
                 row = summarise(name, world, outcome["ranks"], job,
                                 _plan_bytes(model_dir, cfg, world, job), flops, env["peak"])
             else:

@@ -242,3 +242,26 @@ def test_the_setting_reaches_a_run_from_the_flag_or_voice_toml(tmp_path: Path,
     args = build_parser().parse_args(["plan", str(voice), "--base", "b",
                                       "--predictor-frames", "0.125"])
     assert args.predictor_frames == 0.125
+
+
+def test_the_gpu_proof_carries_f_as_a_configuration(tmp_path: Path,
+                                                    tiny_model_dir: Path) -> None:
+    """bench/gpu_proof.py's builder at F = 1/4 (its "predictor 1/4" configuration), on the
+    CPU: the sampled batches train, and the first-step check passes."""
+    from bench.gpu_proof import CONFIGS
+    from engine.config.train import TrainConfig
+    from engine.train.trainer import ListSender, WorkerEnv, run_worker
+
+    cfg = TrainConfig().replace(**CONFIGS["predictor 1/4"]).replace(
+        data={"batch_size": 2}, optim={"lr": 1e-3, "warmup_steps": 0},
+        run={"val_every": 0, "checkpoint_every": 1 << 30})
+    assert cfg.model.predictor_frames == 0.25
+    sender = ListSender()
+    run_worker({"config": cfg.to_dict(), "run_dir": str(tmp_path / "run"), "total_steps": 2,
+                "model_dir": str(tiny_model_dir), "seconds": 2.0, "save_final": False,
+                "builder": "bench.gpu_proof:proof_builder"},
+               WorkerEnv(rank=0, world=1, sender=sender))
+    train = sender.of("train")
+    assert len(train) == 2 and all(math.isfinite(v["loss/subtalker"]) for v in train)
+    assert any(m.startswith("first step checked") for m in
+               (r["message"] for r in sender.of("log")))
