@@ -29,10 +29,16 @@ one epoch of them, single process on each side, the same threads:
   Ray;
 - upstream structure: random order, batches padded to their longest clip,
   AdamW over every parameter, each micro-batch collated on the main thread.
-Useful tokens/s: talker targets (frames) of the epoch over the time of all
-its steps but the first. `--split` then times the talker pass and the
-code-predictor pass of 4 bucketed micro-batches apart (forward + backward).
-`--device cuda` runs both on the first GPU in bf16.
+Equal work on both sides: each first trains one warm-up step on the same clips
+(the first `batch x accum` of the list, collated alike; not timed), then the
+whole epoch is timed, every step of it. Useful tokens/s: talker targets
+(frames) of the epoch over that time. `--repeats R` runs both sides R times
+and prints the ratio's spread. `--predictor-frames 1,0.25` runs ours at each
+F (the code predictor on that share of each step's frames,
+`engine.data.frames`), side by side with the one upstream run of the repeat.
+`--split` then times the talker pass and the code-predictor pass of 4
+bucketed micro-batches apart (forward + backward). `--device cuda` runs both
+on the first GPU in bf16.
 """
 
 from __future__ import annotations
@@ -287,11 +293,14 @@ def mixed_clips(model_dir: Path, durations: list[float], seed: int = 1) -> list[
             for d in durations]
 
 
-def _collate_step(model_dir: Path, seqs: list[Any], groups: list[list[int]]) -> list[dict]:
-    """Collated micro-batches of one optimizer step with its loss normalisers."""
+def _collate_step(model_dir: Path, seqs: list[Any], groups: list[list[int]],
+                  fraction: float = 1.0, step: int = 0) -> list[dict]:
+    """Collated micro-batches of one optimizer step with its loss normalisers; with
+    `fraction` below 1 the code predictor's frame picks of the step (run seed 0)."""
     import numpy as np
 
-    from engine.data.layout import LayoutIds, collate, count_tokens
+    from engine.data.frames import PredictorSample, rank_picks
+    from engine.data.layout import NUM_CODEBOOKS, LayoutIds, collate, count_tokens
     from engine.train.loss import normalisers
 
     cfg = json.loads((model_dir / "config.json").read_text())
@@ -306,7 +315,18 @@ def _collate_step(model_dir: Path, seqs: list[Any], groups: list[list[int]]) -> 
                          .astype("float32") * 0.02)
         b["talker_norm"], b["subtalker_norm"] = norm
         out.append(b)
+    if fraction < 1:
+        blocks = np.array([[int(b["frame_mask"].sum())] for b in out])
+        picks, sampled = rank_picks(blocks, PredictorSample(fraction, 0), step, 0)
+        for b, pick in zip(out, picks, strict=True):
+            b["predictor_pick"] = pick
+            b["subtalker_norm"] = float(sampled * (NUM_CODEBOOKS - 1))
     return out
+
+
+def warmup_groups(batch: int, accum: int) -> list[list[int]]:
+    """The warm-up step both sides train first (not timed): the list's first clips."""
+    return [list(range(m * batch, (m + 1) * batch)) for m in range(accum)]
 
 
 def mixed_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
@@ -323,11 +343,18 @@ def mixed_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
     order = epoch_batches([s.length for s in seqs], cfg.data.batch_size, accum,
                           cfg.data.bucket_batches, seed=0, epoch=0)
 
-    def step_batches(epoch: int, position: int) -> list[Any]:
-        k = position % (len(order) // accum)
-        return _collate_step(model_dir, seqs, order[k * accum:(k + 1) * accum])
+    fraction = float(cfg.model.predictor_frames)
 
-    return TrainParts(model=objective, device=device, steps_per_epoch=len(order) // accum,
+    def step_batches(epoch: int, position: int) -> list[Any]:
+        # position 0: the warm-up step upstream trains too; then the epoch, in order
+        if position == 0:
+            return _collate_step(model_dir, seqs, warmup_groups(cfg.data.batch_size, accum),
+                                 fraction, 0)
+        k = (position - 1) % (len(order) // accum)
+        return _collate_step(model_dir, seqs, order[k * accum:(k + 1) * accum], fraction,
+                             position)
+
+    return TrainParts(model=objective, device=device, steps_per_epoch=1 + len(order) // accum,
                       step_batches=step_batches,
                       forward=lambda m, b: m(batch_to_device(b, device)),
                       set_grad_sync=lambda on: set_gradient_sync(objective, on),
@@ -336,7 +363,7 @@ def mixed_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
 
 
 def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
-               device: str) -> dict[str, Any]:
+               device: str, fraction: float = 1.0) -> dict[str, Any]:
     """The product's worker loop on one rank, torch.distributed without Ray."""
     import socket
 
@@ -356,7 +383,8 @@ def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
                             init_method=f"tcp://127.0.0.1:{port}")
     steps = len(durations) // (batch * accum)
     cfg = TrainConfig().replace(
-        model={"base": str(model_dir)}, data={"batch_size": batch, "grad_accum": accum},
+        model={"base": str(model_dir), "predictor_frames": fraction},
+        data={"batch_size": batch, "grad_accum": accum},
         parallel={"workers": 1, "use_gpu": use_gpu, "precision": "auto",
                   "cpu_threads_per_worker": torch.get_num_threads()},
         optim={"lr": 1e-5, "warmup_steps": 0}, run={"val_every": 0})
@@ -369,17 +397,17 @@ def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
 
     try:
         run_worker({"config": cfg.to_dict(), "run_dir": tempfile.mkdtemp(prefix="mixed-"),
-                    "total_steps": steps, "builder": "bench.bench_train:mixed_builder",
+                    "total_steps": 1 + steps, "builder": "bench.bench_train:mixed_builder",
                     "model_dir": str(model_dir), "durations": durations,
                     "save_final": False}, WorkerEnv(rank=0, world=1, sender=sender))
     finally:
         dist.destroy_process_group()
     train = sender.of("train")
-    later = train[1:] or train
-    secs = sum(v["perf/step_s"] for v in later)
-    tokens = sum(v["perf/tokens"] for v in later)
-    return {"steps": steps, "step_s": secs / len(later), "tokens_per_s": tokens / secs,
-            "losses": [v["loss/train"] for v in train]}
+    epoch = train[1:]  # the warm-up step is not timed; the whole epoch is
+    secs = sum(v["perf/step_s"] for v in epoch)
+    tokens = sum(v["perf/tokens"] for v in epoch)
+    return {"steps": steps, "step_s": secs / len(epoch), "tokens_per_s": tokens / secs,
+            "epoch_s": secs, "tokens": tokens, "losses": [v["loss/train"] for v in train]}
 
 
 def upstream_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
@@ -406,12 +434,14 @@ def upstream_mixed(model_dir: Path, durations: list[float], batch: int, accum: i
     amp = (torch.autocast("cuda", torch.bfloat16) if device == "cuda"
            else contextlib.nullcontext())
     times, tokens = [], []
-    for k in range(steps):
+    for k in range(1 + steps):
         if device == "cuda":
             torch.cuda.synchronize()
         t0 = time.monotonic()
-        ids = perm[k * per_step:(k + 1) * per_step]
-        groups = [ids[m * batch:(m + 1) * batch] for m in range(accum)]
+        # step 0: the warm-up both sides train (not timed); then the epoch, random order
+        ids = perm[(k - 1) * per_step:k * per_step]
+        groups = (warmup_groups(batch, accum) if k == 0
+                  else [ids[m * batch:(m + 1) * batch] for m in range(accum)])
         done = 0.0
         for b in _collate_step(model_dir, seqs, groups):
             with amp:
@@ -425,10 +455,9 @@ def upstream_mixed(model_dir: Path, durations: list[float], batch: int, accum: i
             torch.cuda.synchronize()
         times.append(time.monotonic() - t0)
         tokens.append(done)
-    later = slice(1, None) if steps > 1 else slice(None)
-    secs = sum(times[later])
-    return {"steps": steps, "step_s": secs / len(times[later]),
-            "tokens_per_s": sum(tokens[later]) / secs}
+    secs = sum(times[1:])
+    return {"steps": steps, "step_s": secs / steps, "tokens_per_s": sum(tokens[1:]) / secs,
+            "epoch_s": secs, "tokens": sum(tokens[1:])}
 
 
 def padding_share(durations: list[float], batch: int, bucketed: bool) -> float:
@@ -506,34 +535,53 @@ def main_mixed(args: argparse.Namespace) -> None:
     torch.set_num_threads(os.cpu_count() or 1)
     work = Path(args.work)
     model_dir = make_model_dir(work / f"model-0.6b-{args.layers}l", args.layers)
-    durations = mixed_durations(args.clips)
+    # whole optimizer steps only: both sides then train on exactly the same clips
+    durations = mixed_durations(args.clips - args.clips % (args.batch * args.accum))
+    fractions = [float(f) for f in str(args.predictor_frames).split(",")]
     if args.side:
-        fn = ours_mixed if args.side == "ours" else upstream_mixed
-        print(json.dumps(fn(model_dir, durations, args.batch, args.accum, args.device)))
+        if args.side == "upstream":
+            out = upstream_mixed(model_dir, durations, args.batch, args.accum, args.device)
+        else:
+            out = ours_mixed(model_dir, durations, args.batch, args.accum, args.device,
+                             fractions[0])
+        print(json.dumps(out))
         return
-    res = {}
-    for side in ("ours", "upstream"):  # each in its own process: memory and threads apart
-        proc = subprocess.run([sys.executable, __file__, "--mixed", "--side", side,
-                               "--layers", str(args.layers), "--clips", str(args.clips),
-                               "--batch", str(args.batch), "--accum", str(args.accum),
-                               "--device", args.device, "--work", str(work)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(proc.stderr[-3000:])
-            raise SystemExit(f"{side} failed")
-        res[side] = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"{side}: {json.dumps(res[side])}", flush=True)
+    sides = ["upstream"] + [f"ours F={f:g}" for f in fractions]
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+    for rep in range(args.repeats):
+        for side in sides:  # each in its own process: memory and threads apart
+            which = ["--side", "upstream"] if side == "upstream" else [
+                "--side", "ours", "--predictor-frames", side.split("=", 1)[1]]
+            proc = subprocess.run([sys.executable, __file__, "--mixed", *which,
+                                   "--layers", str(args.layers), "--clips", str(args.clips),
+                                   "--batch", str(args.batch), "--accum", str(args.accum),
+                                   "--device", args.device, "--work", str(work)],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(proc.stderr[-3000:])
+                raise SystemExit(f"{side} failed")
+            runs[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(f"repeat {rep + 1} {side}: {json.dumps(runs[side][-1])}", flush=True)
     print(f"\nMixed clips: {args.clips} of {min(durations):.1f}-{max(durations):.1f} s "
           f"(median {sorted(durations)[len(durations) // 2]:.1f} s); {args.batch} clips per "
           f"micro-batch x {args.accum}; 0.6B widths, {args.layers} talker layers, "
           f"{args.device}, {os.cpu_count()} threads.")
     print(f"  padding: {padding_share(durations, args.batch, False):.0%} of positions in "
           f"random batches, {padding_share(durations, args.batch, True):.0%} bucketed")
-    for side, r in res.items():
-        print(f"  {side:<9} {r['steps']} steps, {r['step_s']:.2f} s/step, "
-              f"{r['tokens_per_s']:.1f} useful tokens/s")
-    ratio = res["ours"]["tokens_per_s"] / res["upstream"]["tokens_per_s"]
-    print(f"  ours / upstream: {ratio:.2f} x")
+    print(f"  equal work: one warm-up step on the same clips, then the whole epoch timed; "
+          f"{args.repeats} repeat(s)")
+    for side in sides:
+        rs = runs[side]
+        print(f"  {side:<13} {rs[0]['steps']} steps, "
+              f"{sum(r['step_s'] for r in rs) / len(rs):.2f} s/step, "
+              f"{sum(r['tokens_per_s'] for r in rs) / len(rs):.1f} useful tokens/s")
+    for side in sides[1:]:
+        ratios = [o["tokens_per_s"] / u["tokens_per_s"]
+                  for o, u in zip(runs[side], runs["upstream"], strict=True)]
+        mean = sum(ratios) / len(ratios)
+        spread = (f", spread {min(ratios):.2f}-{max(ratios):.2f} over {len(ratios)} repeats"
+                  if len(ratios) > 1 else "")
+        print(f"  {side} / upstream: {mean:.2f} x{spread}")
     if args.split:
         split = mixed_split(model_dir, durations, args.batch)
         print(f"  where a step goes (forward + backward, {int(split['frames'])} frames in 4 "
@@ -562,6 +610,10 @@ def main() -> None:
                     help="--mixed: also time the talker and code-predictor passes apart")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--side", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--predictor-frames", default="1",
+                    help="--mixed: ours at each F, comma-separated (e.g. 1,0.25,0.125)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="--mixed: run both sides this many times; prints the ratio's spread")
     args = ap.parse_args()
     if args.mixed:
         main_mixed(args)
