@@ -265,3 +265,21 @@ def test_the_gpu_proof_carries_f_as_a_configuration(tmp_path: Path,
     assert len(train) == 2 and all(math.isfinite(v["loss/subtalker"]) for v in train)
     assert any(m.startswith("first step checked") for m in
                (r["message"] for r in sender.of("log")))
+
+
+def test_validation_scores_every_frame(tmp_path: Path, coded_voice: Path,
+                                       tiny_model_dir: Path) -> None:
+    from engine.config.train import TrainConfig
+    from engine.train.builder import build_parts
+
+    cfg = TrainConfig().replace(model={"predictor_frames": 0.25},
+                                data={"batch_size": 2, "val_fraction": 0.1, "val_min": 2},
+                                run={"val_every": 1})
+    parts = build_parts(cfg, {"model_dir": str(tiny_model_dir), "voice_dir": str(coded_voice)},
+                        0, 1)
+    assert all("predictor_pick" in b for b in parts.step_batches(0, 0))
+    val = parts.val_batches()
+    assert val and all("predictor_pick" not in b for b in val)
+    with torch.no_grad():
+        out = parts.forward(parts.model, val[0])
+    assert float(out["subtalker_tokens"]) == 15 * float(val[0]["frame_mask"].sum())
