@@ -1,0 +1,71 @@
+"""Renders sampled from the policy, and their layout for scoring.
+
+The policy's talker is the official one inside the training objective; the engine's
+decoder (`FastTalker`) reads its weights in place, so every rollout samples from the
+policy as it is now, with no copy. Sampling is the model's own distribution
+(temperature 1, no top-k or top-p, no repetition penalty), so the log-probabilities
+the objective gives the codes are those of the policy that chose them; only the
+control codes the decoder never emits (and end of speech before two frames) are left
+out of its choice, as in every render.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.data.layout import LayoutIds, build_sequence, collate, tokenize
+from engine.synth.decoding import DecodeSettings, FastTalker
+from engine.synth.prompt import build_prefill
+from engine.synth.sampling import SamplerSettings
+from engine.train.objective import batch_to_device
+
+#: the policy's own distribution: what GRPO's ratios assume
+PLAIN = SamplerSettings(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+ROLLOUT = DecodeSettings(talker=PLAIN, predictor=PLAIN, repetition_penalty=1.0)
+
+
+@dataclass
+class Render:
+    prompt: int  # index of its text
+    codes: np.ndarray  # (frames, 16) int64
+
+
+class Roller:
+    """Samples groups of renders from a loaded official model (`wrapper.model`) whose
+    talker the policy shares."""
+
+    def __init__(self, model: Any, processor: Any, tokenizer: Any, speaker: torch.Tensor,
+                 ids: LayoutIds) -> None:
+        self.model, self.processor, self.tokenizer = model, processor, tokenizer
+        self.speaker = speaker
+        self.ids = ids
+        self.fast = FastTalker(model)
+
+    def sample(self, texts: list[str], group: int, max_frames: int, seed: int
+               ) -> list[Render]:
+        """`group` renders of each text, prompt by prompt (seeded: a resumed stage draws
+        the same renders)."""
+        renders: list[Render] = []
+        for p, text in enumerate(texts):
+            prefill = build_prefill(self.model, self.processor, [text] * group, self.speaker,
+                                    None, non_streaming=True)
+            seeds = [seed * 1000 + p * group + g for g in range(group)]
+            codes = self.fast.generate(prefill, [max_frames] * group, ROLLOUT, seeds=seeds)
+            renders += [Render(p, c.cpu().numpy().astype(np.int64)) for c in codes]
+        return renders
+
+    def batch(self, texts: list[str], renders: list[Render], device: Any
+              ) -> dict[str, torch.Tensor]:
+        """The renders laid out as training clips of their texts, on `device`."""
+        seqs = []
+        for r in renders:
+            role, text = tokenize(self.tokenizer, texts[r.prompt])
+            seqs.append(build_sequence(self.ids, role, text, r.codes))
+        out = collate(seqs, self.ids)
+        out["x_vector"] = self.speaker.detach().float().cpu().numpy()[None].repeat(
+            len(renders), 0)
+        return batch_to_device(out, device)
