@@ -1,8 +1,9 @@
 """The ASGI app (Starlette): OpenAI's speech endpoint over the warm workers.
 
 Routes: `POST /v1/audio/speech`, `GET /v1/models`, `GET /v1/models/{id}`,
-`GET /v1/audio/voices`, `GET /health`. With an API key every route asks for
-`Authorization: Bearer KEY` (compared in constant time). Every error is
+`GET /v1/audio/voices`, `POST /v1/audio/voices` and `DELETE /v1/audio/voices/{name}`
+(instant voices a client registers: engine.serve.register), `GET /health`. With an API
+key every route asks for `Authorization: Bearer KEY` (compared in constant time). Every error is
 OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
 
 Without `stream_format` a request is rendered whole (batched with the other
@@ -17,11 +18,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import io
 import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -33,7 +34,7 @@ from starlette.types import Receive, Scope, Send
 
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError
-from engine.serve import formats
+from engine.serve import formats, register
 from engine.serve.guard import Guard, error_response
 from engine.serve.pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
 from engine.serve.request import MODELS, ApiError, SpeechRequest, parse_speech
@@ -54,6 +55,8 @@ class ServeConfig:
     loopback: bool = True
     #: where this app runs, shown by /health (a Ray Serve replica: its node and replica id)
     instance: dict[str, Any] = field(default_factory=dict)
+    #: where `POST /v1/audio/voices` makes instant voices (None: it registers none)
+    workspace: str | None = None
 
 
 class _Stream(StreamingResponse):
@@ -91,21 +94,11 @@ REFERENCE_SECONDS = (1.0, 30.0)
 
 def _reference_wav(data: bytes) -> bytes:
     """A client's reference clip, checked and rewritten as a WAV this server names."""
-    import soundfile as sf
-
-    try:
-        audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
-    except Exception:  # libsndfile's own error types: the bytes are not audio it reads
-        raise ApiError(400, "reference_audio is not audio this server can read; send base64 of "
-                       "a WAV, FLAC, OGG or MP3 file.", param="reference_audio",
-                       code="invalid_value") from None
-    seconds = len(audio) / rate if rate else 0.0
-    low, high = REFERENCE_SECONDS
-    if not low <= seconds <= high:
-        raise ApiError(400, f"The reference clip is {seconds:.1f} s long; send {low:g} to "
-                       f"{high:g} s of the speaker (5-15 s works well).",
-                       param="reference_audio", code="invalid_value")
-    return formats.encode(audio.mean(axis=1), "wav", rate)
+    audio, rate = register.read_clip(
+        data, "reference_audio", REFERENCE_SECONDS,
+        "reference_audio is not audio this server can read; send base64 of a WAV, FLAC, OGG "
+        "or MP3 file.", "The reference clip")
+    return formats.encode(audio, "wav", rate)
 
 
 def _worker_error(error: dict[str, Any]) -> ApiError:
@@ -156,6 +149,35 @@ class SpeechApp:
         data = [v.to_dict() for v in self.pool.voices.values()]
         return JSONResponse({"object": "list", "data": data,
                              "voices": [v["id"] for v in data]})
+
+    # -- voices a client registers (engine.serve.register) ---------------------------------
+    def _workspace(self) -> tuple[Path, str]:
+        if not self.config.workspace or not self.pool.reference_base:
+            raise ApiError(400, "This server registers no voices: start it with --workspace "
+                           "DIR and --reference-base MODEL.", code="not_supported")
+        return Path(self.config.workspace).expanduser(), self.pool.reference_base
+
+    async def create_voice(self, request: Request) -> Response:
+        try:
+            workspace, base = self._workspace()
+            raw = await _read_body(request, self.config.max_body)
+            form = register.parse_voice_form(raw, request.headers.get("content-type", ""))
+            voice = await asyncio.to_thread(register.register_instant, workspace, base, form)
+        except ApiError as err:
+            return error_response(err)
+        self.pool.voices[voice.name] = voice
+        return JSONResponse(register.voice_object(voice.name,
+                                                  register.created_at(voice.target)))
+
+    async def delete_voice(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            workspace, _base = self._workspace()
+            await asyncio.to_thread(register.remove_registered, workspace, name)
+        except ApiError as err:
+            return error_response(err)
+        self.pool.voices.pop(name, None)
+        return JSONResponse({"id": name, "object": "audio.voice.deleted", "deleted": True})
 
     # -- speech ----------------------------------------------------------------------------
     async def speech(self, request: Request) -> Response:
@@ -378,6 +400,8 @@ def create_app(pool: Pool, config: ServeConfig,
         Route("/v1/models", api.models, methods=["GET"]),
         Route("/v1/models/{name:path}", api.model, methods=["GET"]),
         Route("/v1/audio/voices", api.voices, methods=["GET"]),
+        Route("/v1/audio/voices", api.create_voice, methods=["POST"]),
+        Route("/v1/audio/voices/{name}", api.delete_voice, methods=["DELETE"]),
         Route("/health", api.health, methods=["GET"]),
     ]
     @contextlib.asynccontextmanager

@@ -135,7 +135,8 @@ def make_config(settings: ServeSettings, key: str | None, **instance: Any) -> An
     return ServeConfig(api_key=key, max_body=settings.max_body, max_input=settings.max_input,
                        timeout_s=settings.timeout_s, device=_device(settings.device),
                        allow_reference=bool(settings.reference_base),
-                       loopback=is_loopback(settings.host), instance=instance)
+                       loopback=is_loopback(settings.host), instance=instance,
+                       workspace=str(settings.workspace) if settings.workspace else None)
 
 
 def preload(pool: Any, name: str) -> None:
