@@ -373,7 +373,8 @@ def snapshot(voice: str | os.PathLike[str], take_cache: TakeCache | None = None
     clips = prepared_clips(v.path)
     report = quality_report(v.path)
     runs, exports, renders = list_runs(v.path), list_exports(v.path), list_renders(v.path)
-    summary.update(runs=len(runs), exports=len(exports), renders=len(renders))
+    summary.update(runs=len(runs), exports=len(exports), renders=len(renders),
+                   tiers=list_tiers(v.path))
     return VoiceSnapshot(
         path=v.path, speaker=v.display_name, speaker_key=v.speaker, language=v.language,
         prompt_set=v.prompt_set, summary=summary, takes=_take_infos(takes, clips, report),

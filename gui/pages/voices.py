@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QFile, Qt
 from PySide6.QtWidgets import (
@@ -53,6 +54,24 @@ def offered_languages() -> list[str]:
     except VoxshardError:
         found = []
     return [lang.capitalize() for lang in found] or ["English"]
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def tiers_text(tiers: list[dict[str, Any]]) -> str:
+    """What a voice speaks with, one line per tier: its size on disk and its base model
+    (the catalog's `list_tiers`: instant, adapter and full voices)."""
+    if not tiers:
+        return ("Speaks with: nothing yet. Prepare the voice for an instant voice, or "
+                "train it.")
+    lines = []
+    for t in tiers:
+        name = "" if t["tier"] == "instant" else f" {t['name']}"
+        base = f", on {Path(t['base']).name or t['base']}" if t.get("base") else ""
+        lines.append(f"{t['tier']}{name}: {_size(int(t['size_bytes']))}{base}")
+    return "Speaks with: " + "  ·  ".join(lines)
 
 
 def folder_name_for(speaker: str) -> str:
@@ -171,6 +190,11 @@ class VoicesPage(Page):
         for i, card in enumerate(self.cards.values()):
             grid.addWidget(card, i // 3, i % 3)
         right.addLayout(grid)
+        #: the voice's tiers (instant, adapter, full) with size and base
+        self.tiers = QLabel("")
+        self.tiers.setObjectName("Muted")
+        self.tiers.setWordWrap(True)
+        right.addWidget(self.tiers)
         verdict_card = Card()
         cap = QLabel("Quality verdict")
         cap.setObjectName("StatLabel")
@@ -260,6 +284,7 @@ class VoicesPage(Page):
             for card in self.cards.values():
                 card.set("—")
             self.verdict.setText("—")
+            self.tiers.setText("")
             return
         s = snap.summary
         usable = snap.usable_minutes
@@ -276,6 +301,7 @@ class VoicesPage(Page):
         self.cards["exports"].set(str(len(snap.exports)))
         self.cards["renders"].set(str(len(snap.renders)))
         self.verdict.setText(str(s["verdict"]))
+        self.tiers.setText(tiers_text(list(s.get("tiers") or [])))
 
     # -- create / rename / delete --------------------------------------------------
     def new_voice(self) -> NewVoiceDialog | None:
