@@ -164,8 +164,15 @@ def test_serve_lists_every_tier_with_its_base_and_speaks_them(
                                                        TIER_INSTANT, None]
         base = str(tiny_model_dir)
         assert listed["joe/joe-adapter"]["base"] == listed["joe/instant"]["base"] == base
-        for name in ("joe/joe-adapter", "joe/instant"):
+        spoken = {}
+        for name in ("joe/joe-adapter", "joe/instant", "joe"):
             r = http.post("/v1/audio/speech", json={
                 "model": "tts-1", "voice": name, "input": "One voice of many.",
                 "response_format": "wav", "max_frames": 8, "seed": 1})
             assert r.status_code == 200, (name, r.text)
+            spoken[name] = r.content
+        # two voices of one base are two voices, not one worker answering for both; `joe`
+        # is its adapter voice, served by the adapter's worker
+        assert spoken["joe/joe-adapter"] != spoken["joe/instant"]
+        assert spoken["joe"] == spoken["joe/joe-adapter"]
+        assert http.get("/health").json()["workers"] == 2

@@ -236,7 +236,10 @@ class Pool:
             source = resolve_source(str(self.voices[name].target))
         except VoxshardError:
             return name
-        return str(source.checkpoint or source.model_dir)
+        # an adapter or instant voice sits on a base that others share: its own folder or
+        # clip tells it apart (else a worker of another voice of that base would answer)
+        return str(source.checkpoint or source.extra.get("adapter") or source.reference
+                   or source.model_dir)
 
     def _load(self, name: str) -> VoiceWorker:
         voice = self.voices[name]
