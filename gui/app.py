@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from PySide6 import __version__ as pyside_version
 from PySide6.QtCore import QRect, QSettings, QSize, Qt, QTimer, qVersion
-from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent, QKeySequence, QMoveEvent, QResizeEvent, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
@@ -53,6 +53,8 @@ from gui.theme import ThemeManager, app_icon, icon
 from gui.widgets import button, install_wheel_guard, retint_buttons
 
 P = TypeVar("P", bound=Page)
+#: a move or resize is saved once the window has been still this long (ms)
+PLACE_SETTLE_MS = 400
 
 PAGE_CLASSES: list[type[Page]] = [VoicesPage, RecordPage, ImportPage, PreparePage, TrainPage,
                                   ListenPage, ServePage, HelpPage]
@@ -93,6 +95,13 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(APP_NAME)
         self.setWindowIcon(app_icon())
         self._maximized = self._place()
+        # the place is saved a moment after each move or resize too, not only at quit: a
+        # quit that comes before the window system's last resize reached the window (or
+        # no clean quit at all) would otherwise save an older place
+        self._place_timer = QTimer(self)
+        self._place_timer.setSingleShot(True)
+        self._place_timer.setInterval(PLACE_SETTLE_MS)
+        self._place_timer.timeout.connect(self._save_place)
         self._closing_confirmed = False
         self._quit_wait: QMessageBox | None = None  # shown while quitting waits for jobs
 
@@ -214,6 +223,20 @@ class MainWindow(QMainWindow):
             self.showMaximized()
         else:
             self.show()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self.isVisible():
+            self._place_timer.start()
+
+    def moveEvent(self, event: QMoveEvent) -> None:
+        super().moveEvent(event)
+        if self.isVisible():
+            self._place_timer.start()
+
+    def _save_place(self) -> None:
+        self._remember_place()
+        self.ctx.settings.sync()
 
     def _remember_place(self) -> None:
         maximized = self.isMaximized()
@@ -432,8 +455,8 @@ class MainWindow(QMainWindow):
         self.ctx.reader.shutdown()
         if self._version_job is not None:
             self._version_job.force_stop()
-        self._remember_place()
-        self.ctx.settings.sync()
+        self._place_timer.stop()
+        self._save_place()
 
 
 def _quit_on_signals(window: MainWindow) -> None:
