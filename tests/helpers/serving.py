@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,15 @@ class Server:
 
     def logged(self) -> list[dict[str, Any]]:
         return [e["request_log"] for e in list(self.events) if "request_log" in e]
+
+    def logged_since(self, before: int, count: int = 1, timeout: float = 60
+                     ) -> list[dict[str, Any]]:
+        """The request log's lines after the first `before`, once `count` of them arrived:
+        the server logs a request as it ends, after its response reached the client."""
+        deadline = time.monotonic() + timeout
+        while len(self.logged()) < before + count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.logged()[before:]
 
 
 def start_server(args: list[str], cwd: Path) -> Server:
