@@ -4,6 +4,8 @@ voice into the workspace, speaks with it, and deletes it; voices a person made s
 from __future__ import annotations
 
 import io
+import os
+import re
 import socket
 import threading
 from pathlib import Path
@@ -17,6 +19,8 @@ import soundfile as sf
 from engine.layout.tiers import TIER_INSTANT, read_instant
 from engine.prepare.instant import make_instant_voice
 from tests.helpers.voices import copy_voice
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_openai_client_registers_speaks_and_deletes_an_instant_voice(
@@ -81,6 +85,19 @@ def test_openai_client_registers_speaks_and_deletes_an_instant_voice(
         assert person.is_dir() and read_instant(person) is not None
         with httpx.Client(base_url=url, timeout=300) as http:
             assert "nina" not in http.get("/v1/audio/voices").json()["voices"]
+
+        # the README's example, as written, against this server (its clip: nina.wav)
+        (tmp_path / "nina.wav").write_bytes(clip.read_bytes())
+        readme = (ROOT / "README.md").read_text(encoding="utf-8")
+        example = next(code for code in re.findall(r"```python\n(.*?)```", readme, re.S)
+                       if "audio.voices.create" in code)
+        cwd = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            exec(compile(example, "README.md", "exec"), {"client": client})
+        finally:
+            os.chdir(cwd)
+        assert not (workspace / "nina").exists()  # it deleted the voice it made
     finally:
         server.should_exit = True
         thread.join(60)
