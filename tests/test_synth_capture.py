@@ -13,6 +13,16 @@ import pytest
 from engine.synth.capture import GATE, GpuGate
 
 
+class Replay:
+    """What the probe that stands in for a capture returns: replaying runs the frame."""
+
+    def __init__(self, frame: Any) -> None:
+        self.frame = frame
+
+    def replay(self) -> None:
+        self.frame()
+
+
 def _join(threads: list[threading.Thread]) -> None:
     for t in threads:
         t.join(timeout=30)
@@ -106,13 +116,6 @@ def test_the_batcher_captures_only_while_no_other_thread_is_on_the_gpu(
     monkeypatch.setattr(synth, "decode_audio", slow_decode)
     captures: list[tuple[bool, set[int]]] = []
 
-    class Replay:
-        def __init__(self, frame: Any) -> None:
-            self.frame = frame
-
-        def replay(self) -> None:
-            self.frame()
-
     def probe(self: RowBatch, frame: Any) -> Replay:
         me = threading.get_ident()
         captures.append((decoding.is_set(), GATE.inside() - {me}))
@@ -200,13 +203,6 @@ def test_alternating_default_and_greedy_requests_recapture_nothing(
                             x_vector_only=True)
     synth = Synthesizer.load(source, device="cpu", dtype="float32")
     captured: list[int] = []
-
-    class Replay:
-        def __init__(self, frame: Any) -> None:
-            self.frame = frame
-
-        def replay(self) -> None:
-            self.frame()
 
     def probe(self: RowBatch, frame: Any) -> Replay:
         captured.append(id(self))
