@@ -40,8 +40,10 @@ Per worker, in bytes:
 - activations: what autograd keeps for backward, per token and layer, from
   the layer shapes (see `layer_activation_bytes`; matches the bytes
   `saved_tensors_hooks` records for one official layer), plus the fp32 logits of
-  the codec head and the 15 sub-talker heads; with activation checkpointing
-  only each layer's input is kept, plus one layer's working set;
+  the codec head and the 15 sub-talker heads, once each, and the two fp32
+  copies of the larger one's that backward's first node adds
+  (`head_logit_bytes`; the peak measured on the tiny model); with activation
+  checkpointing only each layer's input is kept, plus one layer's working set;
 - runtime: on a GPU the CUDA context, cuBLAS workspaces and NCCL
   communicators (a fixed `GPU_CONTEXT_BYTES`) plus a proportional margin
   (`GPU_MARGIN` of everything else) for allocator fragmentation and NCCL's
@@ -334,8 +336,9 @@ def step_work(cfg: dict[str, Any], seq_len: int, frames: int, fraction: float) -
 def estimate_activations(cfg: dict[str, Any], clips: int, seq_len: int, frames: int,
                          compute_bytes: int, checkpointing: bool,
                          predictor_frames: float = 1.0) -> int:
-    """Bytes kept for backward in one micro-batch of `clips` sequences of `seq_len` tokens;
-    predictor_frames: the code predictor's share of their frames."""
+    """Peak bytes above the model state in one micro-batch of `clips` sequences of `seq_len`
+    tokens: what is kept for backward plus what backward's first node adds (see
+    `head_logit_bytes`); predictor_frames: the code predictor's share of their frames."""
     talker = cfg["talker_config"]
     cp = talker["code_predictor_config"]
     tokens = clips * seq_len
@@ -353,14 +356,36 @@ def estimate_activations(cfg: dict[str, Any], clips: int, seq_len: int, frames: 
         # one layer's full working set is rebuilt during its backward
         act += max(tokens * layer_activation_bytes(talker, c, seq_len, False),
                    cp_tokens * layer_activation_bytes(cp, c, groups, False))
-    # the summed input embeddings (text projection MLP keeps ~3 tensors of hidden size)
+    # the summed input embeddings (text projection MLP keeps ~3 tensors of hidden size);
+    # the code predictor's input sequence is talker-wide, and kept as its projection's
+    # input when the widths differ (the projection is an identity when they match)
     h = int(talker["hidden_size"])
-    act += c * (tokens * 4 * h + cp_tokens * int(cp["hidden_size"]))
-    # fp32 logits and their softmax for the codec head and the 15 sub-talker heads
-    vocab = int(talker["vocab_size"])
-    cp_vocab = int(cp["vocab_size"])
-    act += 2 * 4 * (tokens * vocab + cp_frames * (groups - 1) * cp_vocab)
+    cp_h = int(cp["hidden_size"])
+    act += c * (tokens * 4 * h + cp_tokens * (cp_h + (h if h != cp_h else 0)))
+    act += sum(head_logit_bytes(cfg, clips, frames, cp_frames))
     return int(act)
+
+
+def head_logit_bytes(cfg: dict[str, Any], clips: int, frames: int,
+                     cp_frames: int) -> tuple[int, int]:
+    """(kept, backward's extra): the heads' share of the activation peak.
+
+    Each cross-entropy keeps one fp32 copy of its logits (log-softmax's output; the head's
+    linear keeps its input, the fp32 cast and the stack of the 15 sub-talker heads keep
+    nothing), and the first node of backward, log-softmax's, briefly holds two more fp32
+    copies of the larger loss's logits (the gradient arriving from the loss and its own
+    result) on top of everything kept, the step's peak when the heads dominate.
+
+    Rows: codebook 0 is scored on each clip's frames and its final eos (the prompt never
+    goes through the head); the 15 sub-talker heads on the `cp_frames` the code predictor
+    sees. Each fp32 copy is 4 bytes an entry, whatever the compute dtype.
+    """
+    talker = cfg["talker_config"]
+    cp = talker["code_predictor_config"]
+    groups = int(talker.get("num_code_groups", 16))
+    codec = clips * (frames + 1) * int(talker["vocab_size"])
+    sub = cp_frames * (groups - 1) * int(cp["vocab_size"])
+    return 4 * (codec + sub), 2 * 4 * max(codec, sub)
 
 
 def typical_lengths(voice_dir: Path, max_seq_len: int) -> tuple[int, int]:

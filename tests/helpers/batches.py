@@ -5,6 +5,8 @@
 - `two_clip_batch`: two longer clips, collated as the data loader does, on the host.
 - `saved_bytes`: what autograd keeps for backward in one forward of a batch (the memory
   plan's activation term, measured).
+- `peak_bytes`: the highest memory one forward and backward of a batch holds above the
+  model state (the plan's activation term is that peak).
 """
 
 from __future__ import annotations
@@ -70,3 +72,29 @@ def saved_bytes(model: torch.nn.Module, batch: dict[str, Any]) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(batch_to_device(batch, "cpu"))
     return sum(n for ptr, n in kept.items() if ptr not in params)
+
+
+def peak_bytes(model: torch.nn.Module, batch: dict[str, Any], scratch: Path) -> int:
+    """Peak of the bytes allocated during `model(batch)` and its backward (on the CPU),
+    above what was held before: the gradients exist already (one backward first, its
+    gradients kept), so what is measured is what the step adds on top of the model state.
+    Counted from the profiler's allocation records (`profile_memory`), in time order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    b = batch_to_device(batch, "cpu")
+    model.zero_grad(set_to_none=True)
+    model(b)["loss"].backward()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        model(b)["loss"].backward()
+    model.zero_grad(set_to_none=True)
+    trace = scratch / "peak-trace.json"
+    prof.export_chrome_trace(str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    # frees before allocations of the same instant: never a peak that did not exist
+    records = sorted((e["ts"], int(e["args"]["Bytes"])) for e in events
+                     if e.get("name") == "[memory]")
+    held = peak = 0
+    for _, nbytes in records:
+        held += nbytes
+        peak = max(peak, held)
+    return peak
