@@ -221,3 +221,15 @@ def evaluate(voice: Any, run: str | None = None, checkpoints: str | list[str] | 
 
     return _evaluate(EvaluateRequest(_voice(voice), run, checkpoints, **fields), on_event,
                      cancel)
+
+
+def reinforce(voice: Any, run: str | None = None, on_event: EventCallback | Emitter | None = None,
+              cancel: threading.Event | None = None, **fields: Any) -> dict[str, Any]:
+    """The reinforce stage of a run: GRPO from its best checkpoint, rewarded by speaker
+    similarity, word errors, length-cap hits and speaking rate; checkpoints of the same
+    format in the run (see `engine.reinforce.session`). `fields`: the other fields of
+    `ReinforceRequest` (checkpoint, config, resume, asr, device)."""
+    from engine.reinforce.session import ReinforceRequest
+    from engine.reinforce.session import reinforce as _reinforce
+
+    return _reinforce(ReinforceRequest(_voice(voice), run, **fields), on_event, cancel)

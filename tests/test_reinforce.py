@@ -12,17 +12,18 @@ import numpy as np
 import pytest
 import torch
 
+from engine.config.reinforce import ReinforceConfig
 from engine.data.layout import LayoutIds
 from engine.model.loading import load_model
 from engine.reinforce.rollout import Render, Roller
-from engine.reinforce.stage import StageSettings, frozen_copy, run_iterations
+from engine.reinforce.stage import frozen_copy, run_iterations
 from engine.train.grpo import code_logprobs
 from engine.train.objective import VoiceObjective, set_trainable
 
 TEXTS = ["A short sentence to say.", "Another one, a little longer than that."]
 
 
-def _low_share(renders: list[Render]) -> list[float]:
+def _low_share(renders: list[Render], texts: list[str]) -> list[float]:
     return [float((r.codes[:, 0] < 1024).mean()) if len(r.codes) else 0.0 for r in renders]
 
 
@@ -52,8 +53,24 @@ def test_rollouts_are_the_policys_and_their_layout_scores_every_code(
     with torch.no_grad():
         lp = code_logprobs(policy, batch)
     for i, r in enumerate(renders):
-        # each frame's 16 codes and the end of speech the layout scores after them
-        assert int((lp.render == i).sum()) == 16 * len(r.codes) + 1
+        # each frame's 16 codes, and the end of speech after them where it was sampled
+        assert int((lp.render == i).sum()) == 16 * len(r.codes) + (0 if r.capped else 1)
+        assert r.capped == (len(r.codes) == 12)
+
+
+def test_a_render_cut_at_the_cap_scores_no_end_of_speech(
+        setup: tuple[VoiceObjective, Roller]) -> None:
+    # two frames: the tiny model never ends that soon, so every render is cut at the cap
+    policy, roller = setup
+    renders = roller.sample(TEXTS[:1], group=2, max_frames=2, seed=0)
+    assert all(r.capped and len(r.codes) == 2 for r in renders)
+    with torch.no_grad():
+        lp = code_logprobs(policy, roller.batch(TEXTS[:1], renders, "cpu"))
+    # the policy never sampled an end of speech there: pushing it down would teach the
+    # penalised capped render to run on
+    assert [int((lp.render == i).sum()) for i in range(2)] == [32, 32]
+    waves = roller.audio(renders)
+    assert [len(w) for w in waves] == [2 * 1920, 2 * 1920]
 
 
 @pytest.mark.slow
@@ -61,7 +78,7 @@ def test_grpo_raises_a_reward_the_policy_can_raise_with_the_kl_bounded(
         setup: tuple[VoiceObjective, Roller]) -> None:
     policy, roller = setup
     reference = frozen_copy(policy)
-    settings = StageSettings(group=6, iterations=30, updates=2, lr=1e-2, beta=0.2, max_frames=12)
+    settings = ReinforceConfig(group=6, iterations=30, updates=2, lr=1e-2, beta=0.2, max_frames=12)
     history = run_iterations(policy, reference, roller, TEXTS, _low_share, settings)
     rewards = [h["reward"] for h in history]
     kls = [h["kl"] for h in history]

@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "engine.cli.cmd_speak",
     "engine.cli.cmd_status",
     "engine.cli.cmd_quality",  # after cmd_voice: adds --transcribe to `import`
+    "engine.cli.cmd_reinforce",
     "engine.cli.cmd_serve",
 )
 

@@ -3,7 +3,8 @@
     VoxshardConfig
     ├── prepare: PrepareConfig   (stored per voice in voice.toml [prepare])
     ├── train:   TrainConfig     (engine.config.train; saved resolved with every run)
-    └── speak:   SpeakOptions    (engine.config.speak; defaults for rendering)
+    ├── speak:   SpeakOptions    (engine.config.speak; defaults for rendering)
+    └── reinforce: ReinforceConfig (engine.config.reinforce; voice.toml [reinforce])
 
 Each class validates itself in `__post_init__` and raises `ValueError` with
 the field name. Importing this module is cheap (no torch).
@@ -16,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.config.reinforce import ReinforceConfig
 from engine.config.speak import SpeakOptions
 from engine.config.train import TrainConfig
 
@@ -91,16 +93,18 @@ class VoxshardConfig:
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     speak: SpeakOptions = field(default_factory=SpeakOptions)
+    reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return {"prepare": self.prepare.to_dict(), "train": self.train.to_dict(),
-                "speak": dataclasses.asdict(self.speak)}
+                "speak": dataclasses.asdict(self.speak), "reinforce": self.reinforce.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VoxshardConfig:
-        unknown = set(d) - {"prepare", "train", "speak"}
+        unknown = set(d) - {"prepare", "train", "speak", "reinforce"}
         if unknown:
             raise ValueError(f"unknown section(s) {', '.join(sorted(unknown))}")
         return cls(prepare=PrepareConfig.from_dict(d.get("prepare", {})),
                    train=TrainConfig.from_dict(d.get("train", {})),
-                   speak=SpeakOptions(**d.get("speak", {})))
+                   speak=SpeakOptions(**d.get("speak", {})),
+                   reinforce=ReinforceConfig.from_dict(d.get("reinforce", {})))

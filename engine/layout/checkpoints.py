@@ -25,6 +25,7 @@ the one training keeps in the run folder, else the kept best's copy. A copy unde
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -42,6 +43,8 @@ BEST_DIR = "best"
 HELD_DIR = "held"
 #: training keeps at least this many checkpoints (`run.keep_checkpoints`' floor)
 MIN_KEEP = 2
+#: trainer.json's "stage" of a checkpoint the reinforce stage wrote (training's say none)
+TRAIN_STAGE, REINFORCE_STAGE = "train", "reinforce"
 
 
 def checkpoint_name(step: int) -> str:
@@ -79,6 +82,16 @@ def list_checkpoints(run_dir: str | os.PathLike[str] | Location) -> list[Any]:
         return []
     found = [p for p in root.iterdir() if step_of(p) is not None and p.is_dir() and is_complete(p)]
     return sorted(found, key=lambda p: step_of(p) or 0)
+
+
+def checkpoint_stage(checkpoint: Path | Location) -> str:
+    """Which stage wrote a checkpoint: `REINFORCE_STAGE` or `TRAIN_STAGE`."""
+    try:
+        state = json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return TRAIN_STAGE
+    stage = state.get("stage") if isinstance(state, dict) else None
+    return stage if stage == REINFORCE_STAGE else TRAIN_STAGE
 
 
 def latest_checkpoint(run_dir: str | os.PathLike[str] | Location) -> Any:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.core.errors import InputError
-from engine.text import tidy_text
+from engine.core.errors import InputError, VoxshardError
+from engine.layout.manifest import read_manifest
+from engine.text import comparison_key, tidy_text
 
 if TYPE_CHECKING:
     from engine.layout.voice import Voice
@@ -170,3 +172,27 @@ def prompt_progress(voice: Voice, set_name: str | None = None) -> dict[str, Any]
     recorded = sum(1 for p in prompts if p.id in done)
     return {"set": ps.name, "total": len(prompts), "recorded": recorded,
             "remaining": len(prompts) - recorded}
+
+
+def unsaid_sentences(voice: Voice, exclude: Iterable[str] = (), folder: Path | None = None
+                     ) -> list[str]:
+    """Sentences of the bundled sets in the voice's language that the voice never said:
+    no take and no prepared clip reads them (so never a training text), nor does any of
+    `exclude` (e.g. the evaluation's sentences); in set order, each once."""
+    said = {comparison_key(t.text) for t in voice.list_takes() if t.text}
+    try:
+        said |= {comparison_key(c.get("text")) for c in read_manifest(voice.path,
+                                                                      usable_only=False)}
+    except VoxshardError:
+        pass  # not prepared: its takes are all it has said
+    said |= {comparison_key(t) for t in exclude}
+    lang = voice.language.strip().lower()
+    out: dict[str, str] = {}
+    for ps in list_prompt_sets(folder):
+        if ps.language.strip().lower() != lang:
+            continue
+        for p in ps.prompts:
+            key = comparison_key(p.text)
+            if key and key not in said:
+                out.setdefault(key, p.text)
+    return list(out.values())

@@ -58,6 +58,8 @@ METRICS_FILE = "metrics.jsonl"
 EVALUATION_DIR = "evaluation"
 EVALUATION_FILE = "evaluation.json"
 REPORT_FILE = "report.html"
+#: the reinforce stage's report of a run: <run>/reinforce/report.json
+REINFORCE_DIR = "reinforce"
 #: the data a run trains on: its fingerprint and the clip its speaker came from
 DATA_FILE = "data.json"
 #: bytes read from the end of metrics.jsonl for the latest records (long runs are big)
@@ -352,6 +354,11 @@ class Run:
     @property
     def evaluation_dir(self) -> Path:
         return self.path / EVALUATION_DIR
+
+    @property
+    def reinforce_report(self) -> Path:
+        """The reinforce stage's report (its iterations' figures, where it started)."""
+        return self.path / REINFORCE_DIR / "report.json"
 
     @property
     def evaluation_file(self) -> Path:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from engine.config import PrepareConfig
+from engine.config.reinforce import ReinforceConfig
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import AudioError, InputError, WorkspaceError
 from engine.core.storage import storage_arg, user_path
@@ -326,6 +327,15 @@ class Voice:
         except ValueError as exc:
             raise WorkspaceError(f"{self.voice_file} has an invalid [prepare] setting: {exc}.",
                                  "Fix or remove that line of voice.toml.") from exc
+
+    @property
+    def reinforce_config(self) -> ReinforceConfig:
+        """The voice's [reinforce] settings over the defaults, validated."""
+        try:
+            return ReinforceConfig.from_dict(dict(self.config.get("reinforce", {})))
+        except (TypeError, ValueError) as exc:
+            raise WorkspaceError(f"{self.voice_file} has an invalid [reinforce] setting: "
+                                 f"{exc}.", "Fix or remove that line of voice.toml.") from exc
 
     def _save_config(self) -> None:
         write_text(self.voice_file, dump_toml(self.config))

@@ -7,6 +7,10 @@ policy as it is now, with no copy. Sampling is the model's own distribution
 the objective gives the codes are those of the policy that chose them; only the
 control codes the decoder never emits (and end of speech before two frames) are left
 out of its choice, as in every render.
+
+A render cut at the length cap never chose to end: its layout scores no end of speech
+(a penalised capped render must not push the end of speech down), and `audio` decodes
+renders with the model's own codec for scoring.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ ROLLOUT = DecodeSettings(talker=PLAIN, predictor=PLAIN, repetition_penalty=1.0)
 class Render:
     prompt: int  # index of its text
     codes: np.ndarray  # (frames, 16) int64
+    capped: bool = False  # cut at the length cap (the policy never ended it)
 
 
 class Roller:
@@ -55,8 +60,22 @@ class Roller:
                                     None, non_streaming=True)
             seeds = [seed * 1000 + p * group + g for g in range(group)]
             codes = self.fast.generate(prefill, [max_frames] * group, ROLLOUT, seeds=seeds)
-            renders += [Render(p, c.cpu().numpy().astype(np.int64)) for c in codes]
+            renders += [Render(p, c.cpu().numpy().astype(np.int64), len(c) >= max_frames)
+                        for c in codes]
         return renders
+
+    def audio(self, renders: list[Render], group: int = 8) -> list[np.ndarray]:
+        """The renders as 24 kHz waveforms by the model's codec, `group` per call."""
+        waves: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in renders]
+        todo = [i for i, r in enumerate(renders) if len(r.codes)]
+        with torch.inference_mode():
+            for start in range(0, len(todo), group):
+                picked = todo[start:start + group]
+                items = [{"audio_codes": torch.from_numpy(renders[i].codes)} for i in picked]
+                wavs, _sr = self.model.speech_tokenizer.decode(items)
+                for i, wav in zip(picked, wavs, strict=True):
+                    waves[i] = np.asarray(wav, dtype=np.float32).reshape(-1)
+        return waves
 
     def batch(self, texts: list[str], renders: list[Render], device: Any
               ) -> dict[str, torch.Tensor]:
@@ -64,7 +83,10 @@ class Roller:
         seqs = []
         for r in renders:
             role, text = tokenize(self.tokenizer, texts[r.prompt])
-            seqs.append(build_sequence(self.ids, role, text, r.codes))
+            seq = build_sequence(self.ids, role, text, r.codes)
+            if r.capped:  # the end of speech after its last frame was never sampled
+                seq.target_mask[int(np.flatnonzero(seq.frame_mask)[-1]) + 1] = False
+            seqs.append(seq)
         out = collate(seqs, self.ids)
         out["x_vector"] = self.speaker.detach().float().cpu().numpy()[None].repeat(
             len(renders), 0)

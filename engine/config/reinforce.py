@@ -1,0 +1,97 @@
+"""The reinforce stage's settings (issue 33): GRPO after fine-tuning, rewarded by the
+clone's own scores. Stored per voice in voice.toml [reinforce]; CLI flags are made
+from these fields (`engine.cli.settings`). Light: no torch.
+
+The reward of one render is
+
+    similarity_weight * similarity - wer_weight * min(WER, 1)
+    - capped_weight * (hit the length cap) - rate_weight * rate_off
+
+where `similarity` is the independent encoder's cosine to the speaker's held-out clips,
+and `rate_off` is how far (log ratio) the speaking rate lies outside
+[rate_low, rate_high] x the speaker's own rate (0 inside).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ReinforceConfig:
+    """GRPO iterations from a run's checkpoint, with the frozen checkpoint as reference."""
+
+    #: GRPO iterations (each: sample, score, update, checkpoint)
+    iterations: int = 100
+    #: held-out sentences per iteration
+    prompts: int = 2
+    #: renders per sentence: the advantage is each render's reward relative to its group
+    group: int = 4
+    #: optimizer steps on each iteration's renders (the ratio moves off 1 after the first)
+    updates: int = 2
+    #: learning rate of the stage's AdamW (far below fine-tuning's peak: it only nudges)
+    lr: float = 1e-6
+    #: clip range of the policy ratio (PPO's epsilon)
+    clip: float = 0.2
+    #: weight of the KL penalty to the frozen starting checkpoint
+    beta: float = 0.04
+    #: frames a render may take before it is cut at the length cap (12 frames = 1 s)
+    max_frames: int = 240
+    #: write a checkpoint every N iterations (and always at the end and at a stop)
+    checkpoint_every: int = 10
+    #: reward weight of speaker similarity (the independent encoder)
+    similarity_weight: float = 1.0
+    #: reward weight of the recogniser's word error rate (taken at most 1)
+    wer_weight: float = 1.0
+    #: penalty for a render that hit the length cap (never ended by itself)
+    capped_weight: float = 1.0
+    #: penalty per unit of log speaking-rate ratio outside the speaker's own range
+    rate_weight: float = 1.0
+    #: the slow end of the speaker's own range of speaking rate (ratio to their mean rate)
+    rate_low: float = 0.8
+    #: the fast end of the speaker's own range of speaking rate (ratio to their mean rate)
+    rate_high: float = 1.25
+    #: seed of the renders (iteration i draws seed * 1000003 + i: a resumed stage draws
+    #: the same renders)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not math.isfinite(value)):
+                raise ValueError(f"reinforce.{f.name}: must be a finite number, got {value!r}")
+        for name in ("iterations", "prompts", "updates", "checkpoint_every"):
+            if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
+                raise ValueError(f"reinforce.{name}: must be a whole number >= 1")
+        if self.group < 2 or int(self.group) != self.group:
+            raise ValueError("reinforce.group: must be a whole number >= 2 (the advantage "
+                             "compares renders of one sentence)")
+        if self.max_frames < 2:
+            raise ValueError("reinforce.max_frames: must be >= 2")
+        if self.lr <= 0 or self.clip <= 0 or self.beta < 0:
+            raise ValueError("reinforce.lr/clip: must be > 0; reinforce.beta: must be >= 0")
+        for name in ("similarity_weight", "wer_weight", "capped_weight", "rate_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"reinforce.{name}: must be >= 0")
+        if not 0 < self.rate_low < 1 < self.rate_high:
+            raise ValueError("reinforce.rate_low/rate_high: must be 0 < low < 1 < high")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReinforceConfig:
+        """The settings of a voice.toml [reinforce] table (or `to_dict`) over the defaults;
+        a name that is no field is refused (a typo must not pass silently)."""
+        return cls().replace(**d)
+
+    def replace(self, **changes: Any) -> ReinforceConfig:
+        """A copy with the given (not None) fields changed."""
+        names = {f.name for f in dataclasses.fields(self)}
+        if unknown := sorted(set(changes) - names):
+            raise ValueError(f"reinforce: unknown field(s) {', '.join(unknown)}")
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})

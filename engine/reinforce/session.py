@@ -1,0 +1,295 @@
+"""The reinforce stage of a run, whole: `reinforce(ReinforceRequest(voice, run))`.
+
+It starts from a checkpoint of the run (default: the evaluation's best, else the newest
+training checkpoint), keeps that checkpoint frozen as the reference, and runs GRPO
+iterations (`stage.Grpo`) on held-out sentences in the voice's language
+(`layout.prompts.unsaid_sentences`: never a text the voice said, nor an evaluation
+sentence), scored by `reward.Scorer` (loaded once). Each iteration:
+- its figures (reward, every term, KL, the groups' reward spread, clipped share) go to the
+  run's metrics.jsonl as `kind: "reinforce"` rows (the Train page reads them) and out as
+  `metric` events (split "reinforce");
+- every `checkpoint_every` iterations, at the end and at a stop, a checkpoint of the same
+  format as training's (`train.checkpoint.Checkpointer`: the trainable weights and the
+  stage's AdamW state) goes into the run at step `stage_base + iteration`, where
+  `stage_base` is the run's highest step when the stage began (no training step is ever
+  overwritten). Its trainer.json says `stage: "reinforce"`, the iteration and the start,
+  so export, speak, evaluate, compare and serve read it like any checkpoint, and the
+  evaluation's best pick chooses across both stages;
+- the stage keeps its own newest `keep_checkpoints`; it never deletes a training one.
+`resume=True` continues from the stage's newest checkpoint (policy, optimizer, RNG; the
+renders of iteration i are seeded by i, so they are drawn again the same). `cancel`
+(the CLI sets it on SIGTERM) stops after the iteration under way and saves it.
+A report lands in `<run>/reinforce/report.json`.
+
+This is the one-process stage (CPU, or one GPU); the policy update is the training
+objective's own pieces, not yet its sharded Ray Train step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.config.reinforce import ReinforceConfig
+from engine.core.atomic import write_json
+from engine.core.errors import InputError, WorkspaceError
+from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.core.jsonl import append_jsonl
+from engine.core.storage import rmtree
+from engine.data.layout import LayoutIds
+from engine.layout import run as run_layout
+from engine.layout.checkpoints import (
+    REINFORCE_STAGE,
+    TRAINER_STATE,
+    checkpoint_stage,
+    step_of,
+)
+from engine.layout.prompts import unsaid_sentences
+from engine.layout.run import Run
+from engine.layout.voice import Voice, display_path, now_iso, open_voice
+from engine.model.loading import load_model, resolve_model
+from engine.quality.evaluate import HELD_OUT_SENTENCES
+from engine.reinforce.reward import TERMS, Scorer
+from engine.reinforce.rollout import Render, Roller
+from engine.reinforce.stage import Grpo, frozen_copy
+from engine.synth.render import SAMPLE_RATE
+from engine.synth.voice import VoiceSource, load_checkpoint_weights, voice_x_vector
+from engine.train.checkpoint import Checkpointer
+from engine.train.objective import VoiceObjective, set_trainable
+
+
+@dataclass(frozen=True)
+class ReinforceRequest:
+    """What to reinforce, from the CLI and the API alike.
+
+    run: a run name or folder (default: the latest with a checkpoint). checkpoint: the
+    start (a step or name; default the evaluation's best, else the newest training
+    checkpoint). config: the stage's settings (default: the voice's [reinforce]).
+    resume: continue the stage's newest checkpoint. asr: a recogniser spec or a loaded
+    one. device: where the policy and the scorers run (default: the CPU).
+    """
+
+    voice: Voice | str | os.PathLike[str]
+    run: str | None = None
+    checkpoint: str | None = None
+    config: ReinforceConfig | None = None
+    resume: bool = False
+    asr: Any = None
+    device: str | None = None
+
+
+def stage_checkpoints(run: Run) -> list[Any]:
+    """The run's checkpoints the reinforce stage wrote, oldest first."""
+    return [c for c in run.checkpoints() if checkpoint_stage(c) == REINFORCE_STAGE]
+
+
+def _trainer_state(checkpoint: Any) -> dict[str, Any]:
+    return json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"))
+
+
+def _start_checkpoint(run: Run, which: str | None, em: Emitter) -> Any:
+    if which:
+        return run.find_checkpoint(which)
+    best = run.best()
+    if best is not None and checkpoint_stage(best) != REINFORCE_STAGE:
+        em.log(f"Starting from step {step_of(best)}, the evaluation's best.")
+        return best
+    trained = [c for c in run.checkpoints() if checkpoint_stage(c) != REINFORCE_STAGE]
+    if not trained:
+        raise WorkspaceError(f"The run {run.name} has no training checkpoint to reinforce.",
+                             "Train the voice first (`voxshard-engine train`).")
+    em.log(f"No evaluation yet; starting from the newest checkpoint, step "
+           f"{step_of(trained[-1])}.")
+    return trained[-1]
+
+
+@dataclass
+class _Plan:
+    """Where the stage starts and where it writes."""
+
+    start: Any  # the checkpoint the policy starts from (and the reference stays)
+    base: int  # the run's highest step when the stage began
+    done: int  # iterations already made (resume)
+    resume_from: Any  # the stage's checkpoint to continue, or None
+
+
+def _plan(run: Run, request: ReinforceRequest, em: Emitter) -> _Plan:
+    own = stage_checkpoints(run)
+    if request.resume and own:
+        state = _trainer_state(own[-1])
+        start = run.checkpoint(int(state["from_step"]))
+        if start is None:
+            raise WorkspaceError(f"The checkpoint the stage started from (step "
+                                 f"{state['from_step']}) is gone, so it cannot be resumed.",
+                                 "Start the stage again without --resume.")
+        em.log(f"Resuming the reinforce stage at iteration {state['iteration']} "
+               f"({own[-1].name}).")
+        return _Plan(start, int(state["stage_base"]), int(state["iteration"]), own[-1])
+    if own and not request.resume:
+        raise InputError(f"The run {run.name} already has a reinforce stage (up to "
+                         f"{own[-1].name}).", "Continue it with --resume, or reinforce "
+                         "another run.")
+    start = _start_checkpoint(run, request.checkpoint, em)
+    return _Plan(start, max(run.steps() or [0]), 0, None)
+
+
+def _trainable(run: Run) -> str:
+    model = run.config().get("model") or {}
+    trainable = str(model.get("trainable") or "talker")
+    if trainable == "lora":
+        raise InputError(f"The run {run.name} trained LoRA adapters; the reinforce stage "
+                         "updates full weights only so far.",
+                         "Reinforce a run trained with another --trainable choice.")
+    return trainable
+
+
+def held_out_texts(voice: Voice) -> list[str]:
+    """The stage's prompts: sentences the voice never said, in its language, minus the
+    evaluation's (the stage must not train on what measures it)."""
+    texts = unsaid_sentences(voice, exclude=HELD_OUT_SENTENCES)
+    if not texts:
+        raise WorkspaceError(f"There is no held-out sentence in {voice.language} for the "
+                             "reinforce stage (every bundled prompt was recorded).",
+                             "Add a prompt set in the voice's language (assets/prompts).")
+    return texts
+
+
+def iteration_texts(pool: list[str], cfg: ReinforceConfig, it: int) -> list[str]:
+    """Iteration `it`'s prompts: the next `cfg.prompts` of the pool, round and round."""
+    return [pool[(it * cfg.prompts + k) % len(pool)] for k in range(int(cfg.prompts))]
+
+
+class _Stage:
+    """The loaded stage: model, policy, reference, scorer, checkpointer."""
+
+    def __init__(self, voice: Voice, run: Run, plan: _Plan, cfg: ReinforceConfig,
+                 request: ReinforceRequest, em: Emitter) -> None:
+        self.voice, self.run, self.plan, self.cfg, self.em = voice, run, plan, cfg, em
+        device = request.device or "cpu"
+        base_dir = resolve_model(str(run.base_model()), download=False)
+        trainable = _trainable(run)
+        torch.manual_seed(int(cfg.seed))
+        wrapper = load_model(base_dir, device=device, dtype=torch.float32)
+        model = wrapper.model
+        load_checkpoint_weights(model, VoiceSource(kind="checkpoint", model_dir=base_dir,
+                                                   label="start", checkpoint=plan.start))
+        self.policy = VoiceObjective(model.talker)
+        set_trainable(self.policy, trainable)
+        self.policy.train()
+        self.reference = frozen_copy(self.policy)
+        config = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))
+        speaker = torch.as_tensor(voice_x_vector(model, voice.path)).float().reshape(-1)
+        self.roller = Roller(model, wrapper.processor, wrapper.processor.tokenizer, speaker,
+                             LayoutIds.from_config(config))
+        em.state("loading", detail="the recogniser and the speaker encoder")
+        self.scorer = Scorer.load(voice, run.path, cfg, request.asr, request.device, em)
+        self.grpo = Grpo(self.policy, self.reference, self.roller, self._reward, cfg)
+        self.checkpointer = Checkpointer(run.path, rank=0, world_size=1)
+        if plan.resume_from is not None:
+            self.checkpointer.load(plan.resume_from, self.policy, self.grpo.optimizer, None)
+
+    def _reward(self, renders: list[Render], texts: list[str]) -> list[dict[str, float]]:
+        waves = self.roller.audio(renders)
+        return [self.scorer.score(w, SAMPLE_RATE, texts[r.prompt], r.capped)
+                for r, w in zip(renders, waves, strict=True)]
+
+    def step_of(self, iteration: int) -> int:
+        return self.plan.base + iteration
+
+    def save(self, iteration: int) -> Path:
+        start_step = step_of(self.plan.start)
+        path = self.checkpointer.save(
+            self.step_of(iteration), self.policy, self.grpo.optimizer, None,
+            {"iteration": iteration},
+            extra={"stage": REINFORCE_STAGE, "iteration": iteration, "from_step": start_step,
+                   "stage_base": self.plan.base, "reinforce": self.cfg.to_dict()})
+        self._prune()
+        self.em.artifact(str(path), role="checkpoint", step=self.step_of(iteration))
+        return path
+
+    def _prune(self) -> None:
+        """The stage's own newest `keep_checkpoints` stay; training's are never touched."""
+        own = stage_checkpoints(self.run)
+        for old in own[: max(0, len(own) - self.run.keep_checkpoints())]:
+            rmtree(old)
+
+
+def reinforce(request: ReinforceRequest, on_event: EventCallback | Emitter | None = None,
+              cancel: threading.Event | None = None) -> dict[str, Any]:
+    """Run the stage (module doc); returns its report plus "summary" and "stopped"."""
+    em = as_emitter(on_event)
+    voice = request.voice if isinstance(request.voice, Voice) else open_voice(request.voice)
+    run = run_layout.pick_run(voice.path, request.run, with_checkpoint=True)
+    if run is None:
+        raise WorkspaceError(f"The voice {voice.path.name} has no run with a checkpoint to "
+                             "reinforce.", "Train it first with `voxshard-engine train`.",
+                             window_hint="Train the voice first.")
+    cfg = request.config or voice.reinforce_config
+    plan = _plan(run, request, em)
+    pool = held_out_texts(voice)
+    em.state("reinforcing", detail=f"{run.name}: from step {step_of(plan.start)}, "
+                                   f"{cfg.iterations} iteration(s)")
+    stage = _Stage(voice, run, plan, cfg, request, em)
+    history = [r for r in run.metrics() if r.get("kind") == "reinforce"
+               and int(r.get("iteration", 0)) <= plan.done] if plan.done else []
+    started, saved, stopped = time.perf_counter(), plan.resume_from, False
+    done = plan.done
+    for it in range(plan.done, int(cfg.iterations)):
+        if cancel is not None and cancel.is_set():
+            stopped = True
+            break
+        row = stage.grpo.iteration(it, iteration_texts(pool, cfg, it))
+        done = it + 1
+        values = {f"reinforce/{k}": v for k, v in row.items() if k != "iteration"}
+        record = {"kind": "reinforce", "time": round(time.time(), 3),
+                  "step": stage.step_of(done), "iteration": done, **values}
+        append_jsonl(run.metrics_file, record)
+        history.append(record)
+        em.metric({"step": stage.step_of(done), "iteration": done, **values}, split="reinforce")
+        em.progress("reinforce", done, int(cfg.iterations))
+        last = done == cfg.iterations or (cancel is not None and cancel.is_set())
+        if done % int(cfg.checkpoint_every) == 0 or last:
+            saved = stage.save(done)
+    if stopped and done > plan.done and (saved is None or step_of(saved) != stage.step_of(done)):
+        saved = stage.save(done)
+    stage.checkpointer.close()
+    return _report(run, plan, cfg, history, saved, stopped or done < cfg.iterations,
+                   time.perf_counter() - started, em)
+
+
+def _report(run: Run, plan: _Plan, cfg: ReinforceConfig, history: list[dict[str, Any]],
+            saved: Any, stopped: bool, elapsed: float, em: Emitter) -> dict[str, Any]:
+    def mean(key: str, rows: list[dict[str, Any]]) -> float | None:
+        vals = [r[key] for r in rows if isinstance(r.get(key), int | float)]
+        return round(float(np.mean(vals)), 4) if vals else None
+
+    head, tail = history[:5], history[-5:]
+    figures = {k: {"first": mean(f"reinforce/{k}", head), "last": mean(f"reinforce/{k}", tail)}
+               for k in ("reward", *TERMS, "kl", "reward_spread")}
+    report = {
+        "created": now_iso(), "run": run.name, "from_step": step_of(plan.start),
+        "iterations": len(history), "stopped": stopped,
+        "checkpoint": str(saved) if saved is not None else None,
+        "step": step_of(saved) if saved is not None else None,
+        "config": cfg.to_dict(), "elapsed_s": round(elapsed, 1), "figures": figures,
+        "history": history,
+    }
+    write_json(run.reinforce_report, report)
+    em.artifact(str(run.reinforce_report), role="reinforce_report")
+    r = figures["reward"]
+    lines = [f"Reinforced run {run.name} from step {report['from_step']}: "
+             f"{len(history)} iteration(s){' (stopped)' if stopped else ''}.",
+             f"  reward {r['first']} -> {r['last']} (mean of the first and last five), "
+             f"KL {figures['kl']['last']}, similarity {figures['similarity']['last']}, "
+             f"WER {figures['wer']['last']}.",
+             f"  checkpoint: {display_path(Path(saved)) if saved is not None else '-'}",
+             f"Report: {display_path(run.reinforce_report)}"]
+    return {**report, "summary": "\n".join(lines), "path": str(run.reinforce_report)}

@@ -1,0 +1,139 @@
+"""The reinforce stage as a command of a run (issue 33): the real reward (speaker similarity
+with the independent encoder, the recogniser's word errors, length-cap hits, speaking
+rate), checkpoints of training's format in the run, metrics per iteration, Stop saves
+and --resume continues, and a reinforced checkpoint speaks through `speak`."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine import api
+from engine.audio.io import read_mono
+from engine.config import VoxshardConfig
+from engine.config.reinforce import ReinforceConfig
+from engine.core.errors import InputError, WorkspaceError
+from engine.core.events import Event
+from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_stage, step_of
+from engine.layout.manifest import read_manifest
+from engine.layout.run import Run
+from engine.layout.voice import open_voice
+from engine.model.checkpoint_weights import checkpoint_tensors
+from engine.reinforce.reward import Scorer, rate_off, reward
+from engine.reinforce.session import held_out_texts
+from engine.text import comparison_key
+from tests.helpers.voices import copy_voice
+
+TERMS = ("similarity", "wer", "capped", "rate_off")
+
+
+def test_the_reward_weighs_each_term_as_voice_toml_says(tmp_path: Path) -> None:
+    assert rate_off(1.0, 0.8, 1.25) == 0.0 and rate_off(None, 0.8, 1.25) == 0.0
+    assert rate_off(2.5, 0.8, 1.25) == pytest.approx(math.log(2.0))
+    assert rate_off(0.4, 0.8, 1.25) == pytest.approx(math.log(2.0))
+    cfg = ReinforceConfig(similarity_weight=2.0, wer_weight=0.5, capped_weight=3.0,
+                          rate_weight=4.0)
+    terms = {"similarity": 0.6, "wer": 1.5, "capped": 1.0, "rate_off": 0.1}
+    # the WER counts at most 1 (a recogniser hearing many words in noise is not worse)
+    assert reward(terms, cfg) == pytest.approx(2.0 * 0.6 - 0.5 * 1.0 - 3.0 - 0.4)
+    # the section round-trips in the one config tree, and a typo is refused
+    assert VoxshardConfig.from_dict(VoxshardConfig().to_dict()).reinforce == ReinforceConfig()
+    with pytest.raises(ValueError, match="reinforce: unknown"):
+        ReinforceConfig.from_dict({"group_size": 4})
+    with pytest.raises(ValueError, match=r"reinforce\.group"):
+        ReinforceConfig(group=1)
+
+
+def test_voice_toml_reinforce_section_is_read(trained_run: dict[str, Any],
+                                              tmp_path: Path) -> None:
+    voice = open_voice(copy_voice(trained_run["voice"], tmp_path / "joe"))
+    text = voice.voice_file.read_text(encoding="utf-8")
+    voice.voice_file.write_text(text + "\n[reinforce]\ngroup = 6\nwer_weight = 0.5\n",
+                                encoding="utf-8")
+    cfg = open_voice(voice.path).reinforce_config
+    assert (cfg.group, cfg.wer_weight, cfg.iterations) == (6, 0.5, ReinforceConfig().iterations)
+    voice.voice_file.write_text(text + "\n[reinforce]\ngroup = 1\n", encoding="utf-8")
+    with pytest.raises(WorkspaceError, match=r"\[reinforce\]"):
+        _ = open_voice(voice.path).reinforce_config
+
+
+def test_prompts_are_sentences_the_voice_never_said(trained_run: dict[str, Any]) -> None:
+    voice = open_voice(trained_run["voice"])
+    texts = held_out_texts(voice)
+    said = {comparison_key(c["text"]) for c in read_manifest(voice.path, usable_only=False)}
+    said |= {comparison_key(t.text) for t in voice.list_takes()}
+    assert texts and said and not said & {comparison_key(t) for t in texts}
+
+
+def test_the_real_reward_prefers_the_speaker_saying_the_words(
+        trained_run: dict[str, Any]) -> None:
+    voice = open_voice(trained_run["voice"])
+    run = Run(trained_run["run"])
+    scorer = Scorer.load(voice, run.path, ReinforceConfig(), asr="pocketsphinx")
+    clip = read_manifest(voice.path)[0]
+    audio = read_mono(voice.path / clip["path"], 24000)
+    real = scorer.score(audio, 24000, clip["text"], capped=False)
+    noise = np.random.default_rng(0).normal(0, 0.1, audio.shape).astype(np.float32)
+    other = scorer.score(noise, 24000, clip["text"], capped=True)
+    assert set(real) == {"reward", *TERMS}
+    assert real["similarity"] > other["similarity"] + 0.2
+    assert real["wer"] < other["wer"] or other["wer"] == 1.0
+    assert other["capped"] == 1.0 and real["capped"] == 0.0
+    assert real["reward"] > other["reward"] + 1.0
+
+
+def test_the_stage_runs_stops_resumes_and_its_checkpoint_speaks(
+        trained_run: dict[str, Any], tmp_path: Path) -> None:
+    voice = copy_voice(trained_run["voice"], tmp_path / "joe")
+    run = Run(voice / "runs" / trained_run["run"].name)
+    trained = [step_of(c) for c in run.checkpoints()]
+    cfg = ReinforceConfig(iterations=3, prompts=1, group=2, max_frames=16, checkpoint_every=2,
+                          lr=1e-3)
+    stop = threading.Event()
+    events: list[Event] = []
+
+    def on_event(ev: Event) -> None:
+        events.append(ev)
+        if ev.kind == "metric" and ev.data.get("values", {}).get("iteration") == 1:
+            stop.set()  # what SIGTERM does in the CLI
+
+    first = api.reinforce(voice, run.name, on_event=on_event, cancel=stop, config=cfg,
+                          asr="pocketsphinx")
+    base = max(trained)
+    # stopped after iteration 1, which was saved although it is not a checkpoint_every one
+    assert first["stopped"] and first["iterations"] == 1 and first["step"] == base + 1
+    assert first["from_step"] == base  # no evaluation yet: the newest training checkpoint
+    with pytest.raises(InputError, match="--resume"):
+        api.reinforce(voice, run.name, config=cfg, asr="pocketsphinx")
+
+    second = api.reinforce(voice, run.name, config=cfg, resume=True, asr="pocketsphinx")
+    assert not second["stopped"] and second["iterations"] == 3
+    assert [h["iteration"] for h in second["history"]] == [1, 2, 3]
+    steps = [step_of(c) for c in run.checkpoints()]
+    # training's checkpoints untouched; the stage keeps its own newest two
+    assert steps == [*trained, base + 2, base + 3]
+    assert [checkpoint_stage(c) for c in run.checkpoints()][-2:] == [REINFORCE_STAGE] * 2
+    rows = [r for r in run.metrics() if r.get("kind") == "reinforce"]
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        for key in ("reward", *TERMS, "kl", "reward_spread", "clipped"):
+            assert math.isfinite(r[f"reinforce/{key}"]), key
+    assert all(r["reinforce/capped"] == 1.0 for r in rows)  # the tiny model never ends
+    report = json.loads(run.reinforce_report.read_text(encoding="utf-8"))
+    assert report["iterations"] == 3 and report["step"] == base + 3
+
+    # the policy moved, and the reinforced checkpoint is the format training writes
+    start = checkpoint_tensors(run.checkpoint(base))
+    after = checkpoint_tensors(run.checkpoint(base + 3))
+    assert set(start) == set(after)
+    assert any(not np.array_equal(start[k].numpy(), after[k].numpy()) for k in start)
+    out = api.speak(voice, "A reinforced voice still speaks.", tmp_path / "out.wav",
+                    checkpoint=str(base + 3), seed=0, max_frames=24)
+    assert out["voice"]["checkpoint"].endswith(run.checkpoint(base + 3).name)
+    assert read_mono(out["path"], 24000).size > 0
