@@ -5,6 +5,12 @@
 #                                          # tests again under other CPU kernels
 #   bash packaging/run_tests.sh ARGS...    # pytest ARGS only (no second pass)
 #
+# The suite runs in two pytest processes side by side: the modules whose tests start
+# their own Ray cluster (`--part own`: the journey, failover, S3, two nodes...) and all
+# the others (`--part shared`, on the session's one shared cluster). An own-cluster test
+# spends much of its time waiting on processes that start, so the two overlap well on
+# two cores. VOXSHARD_TEST_SPLIT=0 runs them in one process, one after the other.
+#
 # The second pass reruns the tests marked `parity` (two different computations
 # compared to a tolerance) with ATen forced to its plain kernels
 # (ATEN_CPU_CAPABILITY=default), and to AVX2 when this CPU offers more, so a test
@@ -24,7 +30,17 @@ if [ $# -gt 0 ] || [ "${VOXSHARD_DISPATCH_PASS:-1}" = "0" ]; then
   exec "$py" -m pytest "$@"
 fi
 status=0
-"$py" -m pytest || status=$?
+if [ "${VOXSHARD_TEST_SPLIT:-1}" = "0" ]; then
+  "$py" -m pytest || status=$?
+else
+  own_base=$(mktemp -d "${TMPDIR:-/tmp}/voxshard-own.XXXXXX")
+  ( "$py" -m pytest --part own -p no:cacheprovider --basetemp "$own_base/t" 2>&1 \
+      | sed -u "s/^/[own cluster] /"
+    exit "${PIPESTATUS[0]}" ) &
+  own=$!
+  "$py" -m pytest --part shared || status=$?
+  wait "$own" || status=$?
+fi
 cap=$("$py" -c "import torch; print(torch.backends.cpu.get_cpu_capability())")
 dispatches="default"
 case "$cap" in AVX512*) dispatches="default avx2" ;; esac

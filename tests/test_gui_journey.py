@@ -52,7 +52,7 @@ def _record_one(qtbot, page: RecordPage, piper_synth) -> None:
     assert page.take_audio is None  # accepted and saved
 
 
-def test_clone_a_voice_end_to_end(qtbot, pulse, window: MainWindow, workspace: Path,
+def test_clone_a_voice_end_to_end(qtbot, sink, window: MainWindow, workspace: Path,
                                   piper_synth, piper_sentences, tiny_model_dir: Path) -> None:
     ctx = window.ctx
     # 1. a new voice

@@ -8,7 +8,6 @@ import json
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,21 +26,6 @@ from gui.pages.importer import ImportPage
 from gui.pages.record import SILENT, RecordPage
 
 SR = 48000
-
-
-@pytest.fixture
-def sink(pulse: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A null sink of this test's own, its monitor the default source of the app's streams
-    (libpulse reads PULSE_SOURCE and PULSE_SINK whenever a stream connects)."""
-    name = f"rec{uuid.uuid4().hex[:8]}"
-    module = subprocess.run(["pactl", "load-module", "module-null-sink", f"sink_name={name}"],
-                            capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-    monkeypatch.setenv("PULSE_SINK", name)
-    monkeypatch.setenv("PULSE_SOURCE", f"{name}.monitor")
-    try:
-        yield name
-    finally:
-        subprocess.run(["pactl", "unload-module", module], capture_output=True, timeout=10)
 
 
 def _play(sink: str, folder: Path, audio: np.ndarray) -> subprocess.Popen:

@@ -7,6 +7,8 @@
 - `voice`: a new empty voice `ada` in `workspace`.
 - `pulse`: a running PulseAudio daemon with a null sink as the default sink
   and its monitor as the default source (started here when not running).
+- `sink`: a null sink of the test's own, its monitor the source of the app's streams:
+  what another test (or a second pytest process beside this one) plays is not heard.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,3 +97,18 @@ def pulse() -> str:
     subprocess.run(["pactl", "set-default-sink", "vsink"], check=True, timeout=10)
     subprocess.run(["pactl", "set-default-source", "vsink.monitor"], check=True, timeout=10)
     return "vsink"
+
+
+@pytest.fixture
+def sink(pulse: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A null sink of this test's own, its monitor the default source of the app's streams
+    (libpulse reads PULSE_SOURCE and PULSE_SINK whenever a stream connects)."""
+    name = f"rec{uuid.uuid4().hex[:8]}"
+    module = subprocess.run(["pactl", "load-module", "module-null-sink", f"sink_name={name}"],
+                            capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    monkeypatch.setenv("PULSE_SINK", name)
+    monkeypatch.setenv("PULSE_SOURCE", f"{name}.monitor")
+    try:
+        yield name
+    finally:
+        subprocess.run(["pactl", "unload-module", module], capture_output=True, timeout=10)

@@ -12,6 +12,9 @@ but do not exist to start their own (a fixture plugin, registered in tests/conft
   processes; the local-cluster settings the shared one put in this process's
   environment are gone before it starts children. These tests run after all the others
   (`pytest_collection_modifyitems`), so the shared cluster starts once per session.
+- `--part own` runs only the modules with an own-cluster test, `--part shared` all the
+  others: `packaging/run_tests.sh` runs the two side by side, in two processes, so the
+  own-cluster tests' waits (clusters starting, workers restarting) overlap the rest.
 """
 
 from __future__ import annotations
@@ -81,14 +84,26 @@ def pytest_configure(config: pytest.Config) -> None:
                    "session's shared cluster stopped (tests/helpers/ray_cluster.py)")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--part", choices=("all", "shared", "own"), default="all",
+                     help="all tests; only the modules with an own_cluster test (own); or "
+                          "all the others (shared)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # A module with an own_cluster test goes last as a whole, in its order: split in two,
     # its module-scoped fixtures would be set up twice (a second S3 server on a new port
     # while clients cached by the first run still name the old one).
     last = {i.module for i in items if i.get_closest_marker(OWN_CLUSTER) is not None}
-    if last:
-        items[:] = ([i for i in items if i.module not in last]
-                    + [i for i in items if i.module in last])
+    shared = [i for i in items if i.module not in last]
+    own = [i for i in items if i.module in last]
+    part = config.getoption("--part")
+    keep = {"all": shared + own, "shared": shared, "own": own}[part]
+    kept = {id(i) for i in keep}
+    dropped = [i for i in items if id(i) not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -8,35 +8,38 @@ wheel, a click) through Qt's xcb platform on Xvfb. Needs Xvfb and xwininfo
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-
-def free_display() -> int:
-    for n in range(90, 140):
-        if not Path(f"/tmp/.X11-unix/X{n}").exists() and not Path(f"/tmp/.X{n}-lock").exists():
-            return n
-    raise RuntimeError("no free X display number between :90 and :139")
 
 
 def start_xvfb(size: str = "1600x1000") -> Iterator[str]:
     """Start Xvfb with one screen of `size` (WIDTHxHEIGHT); yields its DISPLAY, then stops it."""
     if not shutil.which("Xvfb") or not shutil.which("xwininfo"):
         pytest.skip("Xvfb or xwininfo is missing (apt-get install xvfb x11-utils)")
-    display = f":{free_display()}"
-    proc = subprocess.Popen(["Xvfb", display, "-screen", "0", f"{size}x24", "-nolisten",
-                             "tcp"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Xvfb picks a free display itself and writes its number to the pipe: two pytest
+    # processes side by side (packaging/run_tests.sh) never race for one number
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(["Xvfb", "-displayfd", str(write_fd), "-screen", "0",
+                             f"{size}x24", "-nolisten", "tcp"], pass_fds=(write_fd,),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        number = pipe.readline().strip()  # empty when Xvfb exits first
+    if not number:
+        proc.kill()
+        pytest.fail(f"Xvfb did not start: {proc.communicate(timeout=10)[1].decode()[-500:]}")
+    display = f":{number}"
     deadline = time.monotonic() + 30
     while subprocess.run(["xwininfo", "-root", "-display", display], capture_output=True,
                          timeout=10).returncode != 0:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"Xvfb did not start: {proc.stderr.read().decode()[-500:]}")
+            pytest.fail(f"Xvfb did not answer on {display}")
         time.sleep(0.1)
     yield display
     proc.terminate()
