@@ -38,6 +38,7 @@ from engine.serve import formats, register
 from engine.serve.guard import Guard, error_response
 from engine.serve.pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
 from engine.serve.request import MODELS, ApiError, SpeechRequest, parse_speech
+from engine.serve.voices import ServedVoice
 
 #: how often a waiting request looks whether its client is still there
 POLL_S = 0.25
@@ -111,11 +112,29 @@ def _worker_error(error: dict[str, Any]) -> ApiError:
     return ApiError(500, message, kind="server_error", code=code or "server_error")
 
 
+Rescan = Callable[[], dict[str, ServedVoice]]
+
+
+def _stamp(workspace: str | None) -> int | None:
+    """The workspace folder's modification time: a voice folder made or removed in it
+    (a registration or a DELETE on any replica, a person's new voice) changes it."""
+    try:
+        return Path(workspace).expanduser().stat().st_mtime_ns if workspace else None
+    except OSError:
+        return None
+
+
 class SpeechApp:
-    """Routes over one `Pool`; `log(record)` hears one record per finished request."""
+    """Routes over one `Pool`; `log(record)` hears one record per finished request.
+
+    `rescan` reads the served voices from disk again (`server.served_voices`): several
+    apps on one workspace (Ray Serve's replicas) then serve the same voices, whichever
+    of them registered or removed one. It runs for a listing, when the workspace folder
+    changed since the last scan, and when a request names a voice not known here."""
 
     def __init__(self, pool: Pool, config: ServeConfig,
-                 log: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 log: Callable[[dict[str, Any]], None] | None = None,
+                 rescan: Rescan | None = None) -> None:
         self.pool = pool
         self.config = config
         self.formats = formats.available()
@@ -123,6 +142,34 @@ class SpeechApp:
         self.served = 0
         self.audio_s = 0.0
         self.started = time.time()
+        self.rescan = rescan
+        self._stamp = _stamp(config.workspace)
+
+    async def _sync_voices(self, force: bool = False) -> None:
+        """The voices as the disk holds them now (see the class); a voice gone from it is
+        let go here too, its worker closed once no other name uses it."""
+        if self.rescan is None:
+            return
+        stamp = _stamp(self.config.workspace)  # before the scan: a change during it rescans
+        if not force and stamp == self._stamp:
+            return
+        try:
+            found = await asyncio.to_thread(self.rescan)
+        except InputError:
+            return  # a folder given on the command line went away: keep what is served
+        self._stamp = stamp
+        voices, loaded = self.pool.voices, self.pool.loaded
+        gone = [name for name in voices if name not in found]
+        for name in gone:
+            voices.pop(name, None)
+        for name, voice in found.items():
+            voices.setdefault(name, voice)
+        workers = {id(w): w for name in gone if (w := loaded.get(name)) is not None}
+        for worker in workers.values():
+            if all(w is not worker for n, w in loaded.items() if n not in gone):
+                await self.pool._unload(worker)  # no name it answered is served any more
+        for name in gone:
+            loaded.pop(name, None)
 
     # -- small routes ----------------------------------------------------------------------
     async def health(self, _request: Request) -> Response:
@@ -146,6 +193,7 @@ class SpeechApp:
                 "owned_by": "voxshard"}
 
     async def voices(self, _request: Request) -> Response:
+        await self._sync_voices(force=True)
         data = [v.to_dict() for v in self.pool.voices.values()]
         return JSONResponse({"object": "list", "data": data,
                              "voices": [v["id"] for v in data]})
@@ -177,6 +225,7 @@ class SpeechApp:
         except ApiError as err:
             return error_response(err)
         self.pool.voices.pop(name, None)
+        await self._sync_voices(force=True)  # its other names (`name/instant`) go too
         return JSONResponse({"id": name, "object": "audio.voice.deleted", "deleted": True})
 
     # -- speech ----------------------------------------------------------------------------
@@ -192,9 +241,7 @@ class SpeechApp:
             return error_response(err)
         req = None
         try:
-            req = parse_speech(raw, voices=self.pool.voices, formats=self.formats,
-                               max_input=self.config.max_input,
-                               allow_reference=self.config.allow_reference)
+            req = await self._parse(raw)
             self._check_options(req)
             self.pool.admit()
         except ApiError as err:
@@ -246,6 +293,21 @@ class SpeechApp:
                 release()
         self._done(req, err.status, 0.0, began)
         return error_response(err)
+
+    async def _parse(self, raw: bytes) -> SpeechRequest:
+        """The request, against the voices on disk now (a voice not known here is looked
+        for once more: another replica may have registered it since the last scan)."""
+        await self._sync_voices()
+        for last in (False, True):
+            try:
+                return parse_speech(raw, voices=self.pool.voices, formats=self.formats,
+                                    max_input=self.config.max_input,
+                                    allow_reference=self.config.allow_reference)
+            except ApiError as err:
+                if last or err.code != "voice_not_found" or self.rescan is None:
+                    raise
+                await self._sync_voices(force=True)
+        raise AssertionError("unreachable")
 
     def _check_options(self, req: SpeechRequest) -> None:
         try:
@@ -383,8 +445,9 @@ class SpeechApp:
 
 
 def create_app(pool: Pool, config: ServeConfig,
-               log: Callable[[dict[str, Any]], None] | None = None) -> Starlette:
-    api = SpeechApp(pool, config, log)
+               log: Callable[[dict[str, Any]], None] | None = None,
+               rescan: Rescan | None = None) -> Starlette:
+    api = SpeechApp(pool, config, log, rescan)
 
     async def http_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

@@ -18,7 +18,10 @@ Decisions, and why:
   ever loads a folder the driver found, never a client's path. The folders
   must be visible at the same path on every node (a shared folder, as a
   training run's `--storage`); a replica that cannot see one fails to start
-  and says so.
+  and says so. The workspace is the registry the replicas share: a voice
+  registered (`POST /v1/audio/voices`) or removed through one replica is on disk,
+  and every replica reads the workspace again when its folder changes or a request
+  names a voice it does not know (`SpeechApp`'s rescan), so all serve it or none.
 - Ray Serve's own bound on requests per replica is set to the app's queue
   (`--queue`), so the app answers 429 with Retry-After itself; requests past
   every replica's bound wait in the proxy up to `--queue` more, then 503.
@@ -51,9 +54,9 @@ from engine.serve.server import (
     make_config,
     make_pool,
     preload,
+    served_voices,
     url_of,
 )
-from engine.serve.voices import discover
 
 #: the application's name in Ray Serve (`serve status`, `serve.delete`)
 APP_NAME = "voxshard"
@@ -90,14 +93,18 @@ class _Replica:
                              "mounts at the same path.")
         ctx = ray.get_runtime_context()
         self.pool = make_pool(settings, voices)
-        if settings.preload:
+        self.settings = settings
+        if settings.preload and voices:
             preload(self.pool, next(iter(voices)))
         self.config = make_config(settings, key, node_id=ctx.get_node_id(),
                                   replica=ctx.get_actor_name() or ctx.get_actor_id(),
                                   pid=os.getpid())
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self.pool, self.config, _replica_log)
+        # every replica reads the shared workspace again when it changes, so a voice
+        # registered or removed through one replica is served or refused by all
+        return create_app(self.pool, self.config, _replica_log,
+                          lambda: served_voices(self.settings))
 
 
 def _deployment() -> Any:
@@ -138,7 +145,7 @@ def serve_on_ray(settings: ServeSettings, cluster: ClusterServeSettings,
 
     emitter = as_emitter(on_event)
     key = check_settings(settings)
-    voices = discover(settings.targets, settings.workspace)
+    voices = served_voices(settings)
     try:
         from ray import serve
     except ImportError:

@@ -119,6 +119,14 @@ def _device(device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def served_voices(settings: ServeSettings) -> dict[str, Any]:
+    """The voices `settings` serve, read from disk now (at start, and again by the app and
+    the Wyoming service when the workspace changes); an empty workspace is served when
+    clients can register into it (`--reference-base`)."""
+    return discover(settings.targets, settings.workspace,
+                    registers=bool(settings.reference_base))
+
+
 def make_pool(settings: ServeSettings, voices: dict[str, Any]) -> Any:
     """The warm workers' pool for `voices` (also each Ray Serve replica's)."""
     return Pool(voices, device=settings.device, dtype=settings.dtype, rows=settings.rows,
@@ -163,7 +171,7 @@ def serve(settings: ServeSettings,
     emitter = as_emitter(on_event)
     key = check_settings(settings)
     wyoming_at = check_wyoming(settings)
-    voices = discover(settings.targets, settings.workspace)
+    voices = served_voices(settings)
     pool = make_pool(settings, voices)
     sock = _bind(settings.host, settings.port) if settings.http else None
     wyoming_sock = _bind(*wyoming_at) if wyoming_at else None
@@ -179,8 +187,8 @@ def serve(settings: ServeSettings,
             if opened is not None:
                 opened.close()
 
-    app = create_app(pool, config, log)
-    if settings.preload:
+    app = create_app(pool, config, log, lambda: served_voices(settings))
+    if settings.preload and voices:
         first = next(iter(voices))
         emitter.state("loading_model", detail=first)
         try:
@@ -190,7 +198,7 @@ def serve(settings: ServeSettings,
             raise
     port = sock.getsockname()[1] if sock is not None else None
     url = url_of(settings.host, port) if port is not None else None
-    service = WyomingService(pool, lambda: discover(settings.targets, settings.workspace),
+    service = WyomingService(pool, lambda: served_voices(settings),
                              max_input=settings.max_input, timeout_s=settings.timeout_s,
                              log=log)
     wyoming = WyomingServer(service, wyoming_sock) if wyoming_sock is not None else None

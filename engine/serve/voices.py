@@ -90,8 +90,11 @@ def _of_voice(voice_dir: Path) -> list[ServedVoice]:
 
 
 def discover(targets: list[str | os.PathLike[str]],
-             workspace: str | os.PathLike[str] | None = None) -> dict[str, ServedVoice]:
-    """Every voice to serve, by name; a bad target or an empty result says what to do."""
+             workspace: str | os.PathLike[str] | None = None,
+             registers: bool = False) -> dict[str, ServedVoice]:
+    """Every voice to serve, by name; a bad target or an empty result says what to do.
+    `registers`: clients may register voices into `workspace` (`--reference-base`), so
+    an empty workspace is a server waiting for its first voice, not a mistake."""
     found: list[ServedVoice] = []
     for raw in targets:
         path = Path(raw).expanduser().absolute()
@@ -124,7 +127,12 @@ def discover(targets: list[str | os.PathLike[str]],
     voices: dict[str, ServedVoice] = {}
     for v in found:
         voices.setdefault(v.name, v)  # the same folder given twice is served once
-    if not voices:
+    if not voices and not (registers and workspace is not None):
+        if workspace is not None:
+            raise InputError(f"There is no voice in {workspace} yet, so there is nothing to "
+                             "serve.", "Add --reference-base BASE_MODEL so that clients can "
+                             "register voices into it (POST /v1/audio/voices), or prepare "
+                             "or train a voice there first.")
         raise InputError("There is no voice to serve.",
                          "Give an exported voice, a voice folder, or --workspace DIR.")
     return voices
