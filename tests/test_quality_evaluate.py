@@ -353,6 +353,18 @@ def test_best_checkpoint_is_the_most_similar_that_still_says_the_words() -> None
     assert choose_best(entries[:1]) is None
 
 
+def test_a_checkpoint_that_does_not_end_its_sentences_is_not_best() -> None:
+    from engine.quality.evaluate import choose_best
+
+    # step 25 (say, the reinforce stage's) is the most similar but ran on past the cap once
+    entries = [_entry("step 20", "checkpoint", 20, similarity=0.70),
+               _entry("step 25", "checkpoint", 25, similarity=0.90, capped=1),
+               _entry("step 30", "checkpoint", 30, similarity=0.60, capped=2)]
+    assert choose_best(entries)["step"] == 20
+    entries[0]["mean"]["capped"] = 1  # every checkpoint capped one: similarity decides
+    assert choose_best(entries)["step"] == 25
+
+
 def test_warnings_name_what_went_wrong_against_the_zero_shot_clone() -> None:
     from engine.quality.evaluate import Reference, _warnings
 

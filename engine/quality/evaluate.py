@@ -28,7 +28,10 @@ they measured under the file's lock (`core.atomic.locked`) instead of overwritin
 
 Best checkpoint: the highest independent similarity among the checkpoints
 whose word error rate is within `WER_SLACK` of the lowest checkpoint WER
-(a voice that sounds right but mumbles is not the best).
+(a voice that sounds right but mumbles is not the best) and that hit the length
+cap on no more sentences than the fewest of those did (a voice that does not end
+its sentences is not the best either); training's and the reinforce stage's
+checkpoints alike.
 """
 
 from __future__ import annotations
@@ -709,6 +712,10 @@ def choose_best(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     floor = min(wers) if wers else None
     fit = [e for e in ckpts if floor is None or e["mean"].get("wer") is None
            or e["mean"]["wer"] <= floor + WER_SLACK]
+    # a sentence the checkpoint never ended (cut at the length cap) counts against it,
+    # whichever stage wrote it: only those with the fewest such sentences may be best
+    fewest = min(int(e["mean"].get("capped") or 0) for e in fit)
+    fit = [e for e in fit if int(e["mean"].get("capped") or 0) == fewest]
     best = max(fit, key=lambda e: (e["mean"]["similarity"], -(e["step"] or 0)))
     return {"label": best["label"], "step": best["step"], "checkpoint": best["checkpoint"],
             "similarity": best["mean"]["similarity"], "wer": best["mean"].get("wer")}
