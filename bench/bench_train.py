@@ -33,12 +33,22 @@ Equal work on both sides: each first trains one warm-up step on the same clips
 (the first `batch x accum` of the list, collated alike; not timed), then the
 whole epoch is timed, every step of it. Useful tokens/s: talker targets
 (frames) of the epoch over that time. `--repeats R` runs both sides R times
-and prints the ratio's spread. `--predictor-frames 1,0.25` runs ours at each
-F (the code predictor on that share of each step's frames,
-`engine.data.frames`), side by side with the one upstream run of the repeat.
+and prints the ratio's spread. `--predictor-frames` (default 1,0.25,0.125,0.0625)
+runs ours at each F (the code predictor on that share of each step's frames,
+`engine.data.frames`), side by side in one table with the upstream run of the
+same repeat.
 `--split` then times the talker pass and the code-predictor pass of 4
 bucketed micro-batches apart (forward + backward). `--device cuda` runs both
 on the first GPU in bf16.
+
+    python bench/bench_train.py --converge [--converge-steps 120] [--repeats 2]
+
+`--converge`: the tiny model fine-tuned on the 12-take demo corpus the tests
+use (piper's 'joe' reading tests/helpers/speech.py's SENTENCES; 3 takes held
+out) through the product's worker loop and builder, `--converge-steps` steps at
+each F, one run per seed (`--repeats`). Prints the held-out loss on every
+frame at equal steps and at equal training time (the quickest F's time for
+those steps: each F's last validation within it).
 """
 
 from __future__ import annotations
@@ -529,6 +539,34 @@ def mixed_split(model_dir: Path, durations: list[float], batch: int,
     return out
 
 
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _fraction(f: float) -> str:
+    """F as the issue writes it: 1, 1/4, 1/8, 1/16 (others as decimals)."""
+    inverse = 1 / f
+    return "1" if f == 1 else f"1/{inverse:.0f}" if abs(inverse - round(inverse)) < 1e-9 \
+        else f"{f:g}"
+
+
+def mixed_table(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """Each side's mean s/step and useful tokens/s over the repeats, and ours over upstream
+    (each repeat's own upstream run) with its spread."""
+    lines = [f"  {'side':<14}{'steps':>6}{'s/step':>9}{'useful tok/s':>14}"
+             f"{'vs upstream':>13}  spread over repeats"]
+    for side, rs in runs.items():
+        ratios = [o["tokens_per_s"] / u["tokens_per_s"]
+                  for o, u in zip(rs, runs["upstream"], strict=True)]
+        spread = (f"{min(ratios):.2f}-{max(ratios):.2f} ({len(ratios)})"
+                  if side != "upstream" and len(ratios) > 1 else "-")
+        label = side if side == "upstream" else f"ours F={_fraction(float(side[7:]))}"
+        lines.append(f"  {label:<14}{rs[0]['steps']:>6}{_mean([r['step_s'] for r in rs]):>9.2f}"
+                     f"{_mean([r['tokens_per_s'] for r in rs]):>14.1f}"
+                     f"{_mean(ratios):>12.2f}x  {spread}")
+    return "\n".join(lines)
+
+
 def main_mixed(args: argparse.Namespace) -> None:
     import torch
 
@@ -548,6 +586,7 @@ def main_mixed(args: argparse.Namespace) -> None:
         return
     sides = ["upstream"] + [f"ours F={f:g}" for f in fractions]
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+    load_before = os.getloadavg()[0]
     for rep in range(args.repeats):
         for side in sides:  # each in its own process: memory and threads apart
             which = ["--side", "upstream"] if side == "upstream" else [
@@ -565,23 +604,13 @@ def main_mixed(args: argparse.Namespace) -> None:
     print(f"\nMixed clips: {args.clips} of {min(durations):.1f}-{max(durations):.1f} s "
           f"(median {sorted(durations)[len(durations) // 2]:.1f} s); {args.batch} clips per "
           f"micro-batch x {args.accum}; 0.6B widths, {args.layers} talker layers, "
-          f"{args.device}, {os.cpu_count()} threads.")
+          f"{args.device}, {os.cpu_count()} threads; load average "
+          f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after.")
     print(f"  padding: {padding_share(durations, args.batch, False):.0%} of positions in "
           f"random batches, {padding_share(durations, args.batch, True):.0%} bucketed")
     print(f"  equal work: one warm-up step on the same clips, then the whole epoch timed; "
           f"{args.repeats} repeat(s)")
-    for side in sides:
-        rs = runs[side]
-        print(f"  {side:<13} {rs[0]['steps']} steps, "
-              f"{sum(r['step_s'] for r in rs) / len(rs):.2f} s/step, "
-              f"{sum(r['tokens_per_s'] for r in rs) / len(rs):.1f} useful tokens/s")
-    for side in sides[1:]:
-        ratios = [o["tokens_per_s"] / u["tokens_per_s"]
-                  for o, u in zip(runs[side], runs["upstream"], strict=True)]
-        mean = sum(ratios) / len(ratios)
-        spread = (f", spread {min(ratios):.2f}-{max(ratios):.2f} over {len(ratios)} repeats"
-                  if len(ratios) > 1 else "")
-        print(f"  {side} / upstream: {mean:.2f} x{spread}")
+    print(mixed_table(runs))
     if args.split:
         split = mixed_split(model_dir, durations, args.batch)
         print(f"  where a step goes (forward + backward, {int(split['frames'])} frames in 4 "
@@ -590,6 +619,121 @@ def main_mixed(args: argparse.Namespace) -> None:
               f"predictor pass {split['predictor']:.2f} s "
               f"({split['predictor'] / split['whole']:.0%}); bucketing can only shrink "
               f"the talker's share (the predictor runs on real frames on both sides)")
+
+
+# -- --converge: held-out loss at each F, the tiny model on the demo corpus -------------------
+
+def demo_voice(work: Path, model_dir: Path) -> Path:
+    """The 12-take demo corpus the tests train on (tests/helpers/speech.py: piper's 'joe'
+    reading SENTENCES), prepared and coded for `model_dir`; built once under `work`."""
+    voice = work / "demo-voice" / "joe"
+    done = voice.parent / "coded"
+    if done.exists():
+        return voice
+    import shutil
+
+    from engine.data.codes import extract_codes
+    from tests.helpers.speech import make_synth, prepare_demo_voice, write_sentences
+
+    shutil.rmtree(voice.parent, ignore_errors=True)
+    takes = voice.parent / "takes"
+    takes.mkdir(parents=True)
+    prepare_demo_voice(voice, write_sentences(takes, make_synth()))
+    extract_codes(voice, model_dir)
+    done.write_text("")
+    return voice
+
+
+def converge_run(model_dir: Path, voice: Path, fraction: float, steps: int, seed: int,
+                 val_every: int, run_dir: Path) -> dict[str, Any]:
+    """One fine-tune of the tiny model through the product's worker loop and builder (no
+    Ray): held-out loss on every frame each `val_every` steps, with the training time
+    (the steps' own time, validation left out) it took to get there."""
+    import torch
+
+    from engine.config.train import TrainConfig
+    from engine.train.trainer import ListSender, WorkerEnv, run_worker
+
+    cfg = TrainConfig().replace(
+        model={"base": str(model_dir), "predictor_frames": fraction},
+        data={"batch_size": 2, "val_fraction": 0.25},
+        optim={"lr": 1e-3, "warmup_steps": 0},
+        parallel={"cpu_threads_per_worker": torch.get_num_threads()},
+        run={"val_every": val_every, "checkpoint_every": 1 << 30, "seed": seed})
+    sender = ListSender()
+    run_worker({"config": cfg.to_dict(), "run_dir": str(run_dir), "total_steps": steps,
+                "model_dir": str(model_dir), "voice_dir": str(voice), "save_final": False},
+               WorkerEnv(rank=0, world=1, sender=sender))
+    clock, t = [], 0.0
+    for v in sender.of("train"):
+        t += v["perf/step_s"]
+        clock.append(t)
+    return {"fraction": fraction, "seed": seed, "clock": clock,
+            "val": [(int(v["step"]), v["loss/val"], v["loss/val_subtalker"])
+                    for v in sender.of("val")]}
+
+
+def at_time(run: dict[str, Any], budget: float) -> tuple[int, float, float] | None:
+    """The last validation of `run` whose step ended within `budget` seconds of training."""
+    within = [v for v in run["val"] if run["clock"][v[0] - 1] <= budget + 1e-9]
+    return within[-1] if within else None
+
+
+def _mean_range(xs: list[float]) -> str:
+    return f"{_mean(xs):.3f}" + (f" ({min(xs):.3f}-{max(xs):.3f})" if len(xs) > 1 else "")
+
+
+def converge_table(runs: dict[float, list[dict[str, Any]]], steps: int) -> str:
+    """Held-out loss at equal steps and at equal training time (the quickest F's time for
+    `steps`), means over the seeds with their range."""
+    budget = min(_mean([r["clock"][-1] for r in rs]) for rs in runs.values())
+    at_steps = f"held-out loss at {steps} steps"
+    at_budget = f"at {budget:.1f} s: step"
+    lines = [f"  {'F':<6}{'s/step':>8}{'train s':>9}   {at_steps:<28}{'sub-talker part':<24}"
+             f"{at_budget:>16}   held-out loss"]
+    for f, rs in runs.items():
+        train_s = [r["clock"][-1] for r in rs]
+        final = [r["val"][-1] for r in rs]
+        timed = [at_time(r, budget) for r in rs]
+        reached = [x for x in timed if x is not None]
+        same_time = ("-" if len(reached) < len(timed) else
+                     f"{_mean([x[0] for x in reached]):>16.0f}   "
+                     + _mean_range([x[1] for x in reached]))
+        row = (f"{_fraction(f):<6}{_mean(train_s) / steps:>8.3f}{_mean(train_s):>9.1f}   "
+               f"{_mean_range([v[1] for v in final]):<28}")
+        lines.append(f"  {row}{_mean_range([v[2] for v in final]):<24}{same_time:>16}")
+    return "\n".join(lines)
+
+
+def main_converge(args: argparse.Namespace) -> None:
+    import tempfile
+
+    import torch
+
+    from engine.model.tiny import make_tiny_model
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    work = Path(args.work)
+    model_dir = work / "tiny-converge"
+    if not (model_dir / "config.json").exists():
+        model_dir = make_tiny_model(model_dir, seed=0)
+    voice = demo_voice(work, model_dir)
+    fractions = [float(f) for f in str(args.predictor_frames).split(",")]
+    load_before = os.getloadavg()[0]
+    runs: dict[float, list[dict[str, Any]]] = {f: [] for f in fractions}
+    for rep in range(args.repeats):
+        for f in fractions:
+            run = converge_run(model_dir, voice, f, args.converge_steps, rep, args.val_every,
+                               Path(tempfile.mkdtemp(prefix="converge-")))
+            runs[f].append(run)
+            print(f"seed {rep} F={_fraction(f)}: {run['clock'][-1]:.1f} s, held-out "
+                  + ", ".join(f"{s}:{v:.3f}" for s, v, _ in run["val"]), flush=True)
+    print(f"\nConvergence: the tiny model fine-tuned on the 12-take demo corpus (3 takes "
+          f"held out, scored on every frame: talker + sub-talker loss), batch 2, lr 1e-3, "
+          f"{args.converge_steps} steps at each F, {args.repeats} seed(s) (mean, range); "
+          f"{os.cpu_count()} threads, load average {load_before:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after.")
+    print(converge_table(runs, args.converge_steps))
 
 
 def main() -> None:
@@ -610,11 +754,21 @@ def main() -> None:
                     help="--mixed: also time the talker and code-predictor passes apart")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--side", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--predictor-frames", default="1",
-                    help="--mixed: ours at each F, comma-separated (e.g. 1,0.25,0.125)")
+    ap.add_argument("--predictor-frames", default="1,0.25,0.125,0.0625",
+                    help="--mixed, --converge: ours at each F, comma-separated")
+    ap.add_argument("--converge", action="store_true",
+                    help="held-out loss at each F: the tiny model on the demo corpus")
+    ap.add_argument("--converge-steps", type=int, default=120,
+                    help="--converge: optimizer steps at each F")
+    ap.add_argument("--val-every", type=int, default=10,
+                    help="--converge: held-out loss every this many steps")
     ap.add_argument("--repeats", type=int, default=1,
-                    help="--mixed: run both sides this many times; prints the ratio's spread")
+                    help="--mixed: run both sides this many times, prints the ratio's "
+                    "spread; --converge: seeds")
     args = ap.parse_args()
+    if args.converge:
+        main_converge(args)
+        return
     if args.mixed:
         main_mixed(args)
         return

@@ -308,3 +308,23 @@ def test_validation_scores_every_frame(tmp_path: Path, coded_voice: Path,
     with torch.no_grad():
         out = parts.forward(parts.model, val[0])
     assert float(out["subtalker_tokens"]) == 15 * float(val[0]["frame_mask"].sum())
+
+
+def test_a_ray_free_run_reports_its_held_out_loss(tmp_path: Path, coded_voice: Path,
+                                                  tiny_model_dir: Path) -> None:
+    """bench_train --converge's path: the worker loop with a ListSender validates (it had no
+    rank, so the first validation raised) and scores every held-out frame at F < 1."""
+    from engine.config.train import TrainConfig
+    from engine.train.trainer import ListSender, WorkerEnv, run_worker
+
+    cfg = TrainConfig().replace(model={"predictor_frames": 0.25},
+                                data={"batch_size": 2, "val_fraction": 0.25},
+                                optim={"lr": 1e-3, "warmup_steps": 0},
+                                run={"val_every": 1, "checkpoint_every": 1 << 30})
+    sender = ListSender()
+    run_worker({"config": cfg.to_dict(), "run_dir": str(tmp_path / "run"), "total_steps": 2,
+                "model_dir": str(tiny_model_dir), "voice_dir": str(coded_voice),
+                "save_final": False}, WorkerEnv(rank=0, world=1, sender=sender))
+    val = sender.of("val")
+    assert [v["step"] for v in val] == [1, 2], val
+    assert all(v["loss/val_subtalker"] > 0 and math.isfinite(v["loss/val"]) for v in val)

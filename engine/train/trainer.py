@@ -86,8 +86,10 @@ class ListSender:
     """A `WorkerEnv.sender` that keeps what the loop reports (Ray-free runs: the GPU proof,
     the benches)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rank: int = 0) -> None:
         self.records: list[dict[str, Any]] = []
+        #: validation reports from rank 0 only, as MetricsSender's
+        self.rank = rank
 
     def send(self, kind: str, values: dict[str, Any]) -> None:
         self.records.append({"kind": kind, **values})

