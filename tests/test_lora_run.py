@@ -5,13 +5,15 @@ checkpoint speaks like the export of the same step.
 
 The run is the session's real LoRA run (`lora_run`, tests/helpers/runs.py: one CPU worker,
 checkpoints at steps 1 and 2, rank 4 and alpha 16, step 2 exported beside the voice),
-copied without its export (a voice with an export would speak the export).
+copied without its export and the adapter voice the run wrote at its end (a voice with an
+export would speak the export).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ import torch
 from safetensors import safe_open
 
 from engine.config.speak import SpeakOptions
+from engine.layout.tiers import run_adapter_dir
 from engine.model.files import weight_files
 from engine.quality.compare import CompareRequest, compare
 from engine.synth.synthesizer import Synthesizer
@@ -39,6 +42,7 @@ TEXT = "Please remember to water the plants while I am away."
 def lora(lora_run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A private copy of the run's voice (evaluation writes into the run), no export in it."""
     voice = copy_voice(lora_run["voice"], tmp_path_factory.mktemp("lora") / "joe")
+    shutil.rmtree(run_adapter_dir(voice, "lora"))  # the adapter voice the run wrote at its end
     return {"voice": voice, "run": voice / "runs" / "lora", "export": lora_run["export"]}
 
 

@@ -3,6 +3,7 @@ they were trained on; merged, they are the run's full export; PEFT loads them to
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from engine.layout.tiers import (
     TIER_ADAPTER,
     TIER_INSTANT,
     folder_size,
+    run_adapter_dir,
 )
 from engine.model.adapter import load_adapter, weights_fingerprint
 from engine.model.checkpoint_weights import trained_weights
@@ -41,6 +43,7 @@ def adapter_voice(lora_run: dict[str, Any], tmp_path_factory: pytest.TempPathFac
                   ) -> dict[str, Any]:
     """lora_run's last step exported as an adapter voice (PEFT files too) into a copy."""
     voice = copy_voice(lora_run["voice"], tmp_path_factory.mktemp("adapter") / "joe")
+    shutil.rmtree(run_adapter_dir(voice, "lora"))  # the one the run wrote: this test's own
     out = export(voice, voice / "exports" / "joe-adapter", run="lora", adapter=True,
                  peft=True)
     return {**lora_run, "voice": voice, "adapter": Path(out["out_dir"]), "result": out}

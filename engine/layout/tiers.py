@@ -17,6 +17,7 @@
   <voice>/exports/<name>/adapter_config.json     (optional) the same adapters in PEFT's
   <voice>/exports/<name>/adapter_model.safetensors  folder format, for `peft`
   ```
+  A LoRA run that finishes writes its own as `<voice>/exports/<run>-adapter`.
 - **full**: an official custom-voice model folder (`engine.layout.exports`).
 
 One home for the tier names and these file names; light (no torch, no Qt).
@@ -36,7 +37,7 @@ import numpy as np
 
 from engine.core.atomic import atomic_folder, read_json
 from engine.core.errors import WorkspaceError
-from engine.layout.exports import EXPORT_INFO, export_folders, list_exports
+from engine.layout.exports import EXPORT_INFO, export_folders, exports_dir, list_exports
 
 TIER_INSTANT, TIER_ADAPTER, TIER_FULL = "instant", "adapter", "full"
 TIERS = (TIER_INSTANT, TIER_ADAPTER, TIER_FULL)
@@ -148,6 +149,12 @@ def write_instant(voice_dir: str | os.PathLike[str], info: Mapping[str, Any], cl
 
 
 # --- adapters -----------------------------------------------------------------------------
+
+def run_adapter_dir(voice_dir: str | os.PathLike[str], run: str) -> Path:
+    """Where a finished LoRA run writes its adapter voice: `exports/<run>-adapter` (not
+    the run's own name, which `serve` already gives the run's checkpoint)."""
+    return exports_dir(voice_dir) / f"{run}-adapter"
+
 
 def is_adapter(folder: Path) -> bool:
     return folder.is_dir() and not folder.name.startswith(".") \

@@ -34,7 +34,7 @@ from engine.config.train import (
     TRAINABLE_CHOICES,
     TrainConfig,
 )
-from engine.core.errors import Cancelled, InputError, TrainingError
+from engine.core.errors import Cancelled, InputError, TrainingError, VoxshardError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.core.storage import (
     checkpoint_root,
@@ -48,7 +48,7 @@ from engine.data.codes import extract_codes, extract_codes_ray
 from engine.data.dataset import VoiceData, split_ids
 from engine.layout.manifest import prepared_folder, read_manifest
 from engine.layout.run import Run, pick_run
-from engine.layout.tiers import TIER_ADAPTER
+from engine.layout.tiers import TIER_ADAPTER, run_adapter_dir
 from engine.layout.voice import open_voice
 from engine.model.adapter import AdapterRequest, export_adapter
 from engine.model.checkpoint_weights import checkpoint_tensors, trained_weights
@@ -619,7 +619,30 @@ class TrainRun:
                              if out["final_loss"] is not None else "")
                           + (f"; checkpoint {result.checkpoint.name}"
                              if result.checkpoint else ""))
+        assert self.cfg is not None
+        if self.cfg.model.trainable == "lora" and result.checkpoint is not None \
+                and not out["stopped"]:
+            adapter = out["adapter_voice"] = self._adapter_voice()
+            if adapter is not None:
+                out["summary"] += (f"; adapter voice {Path(adapter['out_dir']).name} ready "
+                                   "to speak")
         return out
+
+    def _adapter_voice(self) -> dict[str, Any] | None:
+        """A finished LoRA run's adapter voice, ready to speak: its checkpoint (the
+        evaluation's best, else the last) written as `export --adapter` writes it into
+        the voice's exports/ (a resumed run's replaces its own). The run itself stands
+        when this fails: the warning says why, and `export --adapter` can try again."""
+        out_dir = run_adapter_dir(self.voice.path, self.run_dir.name)
+        try:
+            return export(self.voice.path, out_dir, run=self.run_dir.name, adapter=True,
+                          on_event=self.emitter)
+        except VoxshardError as exc:
+            self.emitter.log(f"The run finished, but its adapter voice was not written: "
+                             f"{exc.message} Write it with `voxshard-engine export "
+                             f"{self.voice.path} {out_dir} --run {self.run_dir.name} "
+                             "--adapter`.", level="warning")
+            return None
 
 
 def _refuse_finished(run: Run, steps: int | None) -> None:
@@ -792,7 +815,9 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
         out = export_adapter(AdapterRequest(
             checkpoint_tensors(ckpt), model_dir, cfg.model.base, cfg.model.lora_rank,
             cfg.model.lora_alpha, speaker, x_vector,
-            {"run": run_dir.name, "checkpoint": ckpt.name}, peft=peft), user_path(out_dir))
+            {"run": run_dir.name, "checkpoint": ckpt.name}, peft=peft), user_path(out_dir),
+            # the run's own adapter voice (written when it finished) is the run's to replace
+            overwrite=user_path(out_dir) == user_path(run_adapter_dir(v.path, run_dir.name)))
         emitter.artifact(str(out), "adapter")
         return {"out_dir": str(out), "run": run_dir.name, "checkpoint": ckpt.name,
                 "speaker": speaker, "tier": TIER_ADAPTER,

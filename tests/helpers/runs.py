@@ -5,12 +5,15 @@ registered in tests/conftest.py).
   2 CPU workers on the session's Ray cluster, 20 steps, checkpoints at steps 10 and 20
   in `runs/r1`, and step 20 exported to a folder beside the voice (not in it: a voice
   with an export speaks the export, and some tests want the run itself). A dict:
-  {"voice", "run", "export"}. Read-only: a test that writes copies the voice
+  {"voice", "run", "export", "result", "events"}. Read-only: a test that writes copies the voice
   (`copy_voice`) first, and copies the export into its copy's exports/ if it wants one.
 - `lora_run` (session): a real `--trainable lora` run of the same voice, one CPU worker,
   `LORA_STEPS` steps with a checkpoint at each in `runs/lora` (rank and alpha not the
   defaults, so a reader that ignores the run's config gets another scale), and its last
-  step exported beside the voice (the export merges the adapters). The same dict, read-only.
+  step exported beside the voice (the export merges the adapters). The same dict, read-only;
+  the voice holds the adapter voice the finished run wrote (`exports/lora-adapter`): a test
+  that wants the run alone removes it from its copy.
+  Both dicts also hold the run's "result" (what `train` returned) and its "events".
 - `make_perturbed_run(voice, model_dir)` (bench/bench_quality.py): what a real run
   leaves behind without Ray, in one process: the resolved config, DCP checkpoints saved
   by the training area's `Checkpointer` from the real objective and optimizer, and an
@@ -28,6 +31,7 @@ from typing import Any
 import pytest
 
 from engine.config.train import ModelConfig, TrainConfig
+from engine.core.events import Event
 from engine.data.codes import extract_codes
 from engine.model.export import export_custom_voice
 from engine.train.checkpoint import Checkpointer
@@ -46,10 +50,13 @@ def _train_and_export(root: Path, voice: Path, model_dir: Path, cluster: SharedC
     """A real run `run` of a copy of `voice` under `root`, its last step exported beside it."""
     voice = copy_voice(voice, root / "joe")
     cluster.up()
-    result = train(voice, str(model_dir), steps=steps, use_gpu=False, run=run, **options)
+    events: list[Event] = []
+    result = train(voice, str(model_dir), steps=steps, use_gpu=False, run=run,
+                   on_event=events.append, **options)
     assert result["steps"] == steps and not result["stopped"], result
     out = export(voice, root / "exports" / f"joe-step{steps}", run=run, step=steps)
-    return {"voice": voice, "run": voice / "runs" / run, "export": Path(out["out_dir"])}
+    return {"voice": voice, "run": voice / "runs" / run, "export": Path(out["out_dir"]),
+            "result": result, "events": events}
 
 
 @pytest.fixture(scope="session")
