@@ -52,6 +52,7 @@ def _options(args: argparse.Namespace) -> Any:
 
 def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     from engine.config.speak import audio_format
+    from engine.synth.runaway import cut_reasons
     from engine.synth.synthesizer import Synthesizer
     from engine.synth.voice import resolve_source
     from engine.text import split_text
@@ -91,10 +92,14 @@ def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
         result = _speak_to_stream(synth, text, options, emitter, player, to_pipe)
         where = "Streamed raw 16-bit 24 kHz mono audio" if to_pipe else "Played"
     first = result.get("first_audio_s")
+    result["runaway"] = cut_reasons(result["chunks"])
+    cut = [c for c in result["chunks"] if c.get("runaway")]
     result["summary"] = (f"{where} ({result['duration_s']:.1f} s of audio in "
                          f"{result['compute_s']:.1f} s, {result['rtf']:.2f}x real time"
                          + (f", first audio after {first:.2f} s" if first is not None else "")
-                         + f", seed {result['seed']}, voice {source.label})")
+                         + f", seed {result['seed']}, voice {source.label})"
+                         + (f"; {len(cut)} chunk(s) cut by the runaway guard "
+                            f"({', '.join(result['runaway'])})" if cut else ""))
     return result
 
 
@@ -173,7 +178,8 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
 
 #: speech controls that are plain SpeakOptions fields: flag, type and help from the field
 _CONTROLS = ("seed", "temperature", "top_k", "top_p", "repetition_penalty", "language",
-             "chunk_chars", "max_frames", "batch_size", "loudness_lufs")
+             "chunk_chars", "max_frames", "runaway_loop_s", "runaway_silence_s", "batch_size",
+             "loudness_lufs")
 
 
 def _add_controls(p: argparse.ArgumentParser) -> None:

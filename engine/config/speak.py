@@ -13,6 +13,9 @@ from engine.text import DEFAULT_CHUNK_CHARS, MAX_CHUNK_CHARS
 #: weights with per-row int8 activations, or fp16 weights with fp32 activations
 QUANT_MODES: tuple[str, ...] = ("int8", "fp16")
 
+#: the longest runaway limit (the guard keeps this much of a row's recent codes)
+RUNAWAY_MAX_S = 60.0
+
 #: output formats by name; mp3 and opus only where the installed libsndfile
 #: writes them (1.1+ for MP3, 1.0.29+ for Opus), see `available_formats`
 FORMATS = ("wav", "flac", "ogg", "opus", "mp3")
@@ -54,6 +57,11 @@ class SpeakOptions:
     chunk_chars: int = DEFAULT_CHUNK_CHARS
     #: hard cap on codec frames per chunk (12.5 per second); None: from text length
     max_frames: int | None = None
+    #: a chunk whose codes repeat in a loop (a drone, a word said again and again) for
+    #: this many seconds ends there, reported as cut (0: never)
+    runaway_loop_s: float = 4.0
+    #: a chunk that stays silent for this many seconds ends there, reported as cut (0: never)
+    runaway_silence_s: float = 5.0
     #: silence between sentences / paragraphs, seconds
     sentence_pause_s: float = 0.3
     paragraph_pause_s: float = 0.6
@@ -87,6 +95,10 @@ class SpeakOptions:
                f"chunk_chars must be between 20 and {MAX_CHUNK_CHARS} (got {self.chunk_chars}).")
         _check(self.max_frames is None or 2 <= self.max_frames <= 8192,
                f"max_frames must be between 2 and 8192 (got {self.max_frames}).")
+        for name in ("runaway_loop_s", "runaway_silence_s"):
+            v = getattr(self, name)
+            _check(0 <= v <= RUNAWAY_MAX_S, f"{name} must be between 0 (off) and "
+                   f"{RUNAWAY_MAX_S:g} seconds (got {v}).")
         _check(0 <= self.sentence_pause_s <= 5 and 0 <= self.paragraph_pause_s <= 5,
                "pauses must be between 0 and 5 seconds.")
         _check(self.loudness_lufs is None or -70 < self.loudness_lufs < 0,

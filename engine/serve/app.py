@@ -42,6 +42,14 @@ from engine.serve.voices import ServedVoice
 
 #: how often a waiting request looks whether its client is still there
 POLL_S = 0.25
+#: the header of an answer whose speech the runaway guard cut short (the audio up to the
+#: cut is sent): why, "loop" and/or "silence" (`engine.synth.runaway`)
+CUT_HEADER = "X-Voxshard-Cut"
+
+
+def _cut(result: dict[str, Any] | None) -> list[str]:
+    """Why the render's chunks were cut by the runaway guard (empty: none was)."""
+    return [str(r) for r in (result or {}).get("runaway") or []]
 
 
 @dataclass
@@ -342,12 +350,14 @@ class SpeechApp:
             if ticket.error is not None:
                 raise _worker_error(ticket.error)
             assert ticket.result is not None
+            cut = _cut(ticket.result)
             body, seconds = await asyncio.get_running_loop().run_in_executor(
                 None, self._encode_file, ticket.result["path"], req)
         finally:
             self.pool.finish(worker, ticket)
-        self._done(req, 200, seconds, began)
-        return Response(body, media_type=formats.MEDIA_TYPES[req.response_format])
+        self._done(req, 200, seconds, began, **({"runaway": cut} if cut else {}))
+        return Response(body, media_type=formats.MEDIA_TYPES[req.response_format],
+                        headers={CUT_HEADER: ", ".join(cut)} if cut else None)
 
     @staticmethod
     def _encode_file(path: str, req: SpeechRequest) -> tuple[bytes, float]:
@@ -425,7 +435,10 @@ class SpeechApp:
             frames = sent["samples"] // 1920
             usage = {"input_tokens": len(req.text), "output_tokens": frames,
                      "total_tokens": len(req.text) + frames}
-            yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode()
+            done: dict[str, Any] = {"type": "speech.audio.done", "usage": usage}
+            if cut := _cut(ticket.result):  # streamed: the headers left before the cut
+                done["runaway"] = cut
+            yield f"data: {json.dumps(done)}\n\n".encode()
 
         if sse:
             return _Stream(events(), cleanup, media_type="text/event-stream",

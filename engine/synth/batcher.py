@@ -51,6 +51,7 @@ from engine.synth.decoding import _graphs_enabled
 from engine.synth.prompt import build_prefill
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
 from engine.synth.rows import RowBatch, bucket, settings_key
+from engine.synth.runaway import RunawayWatch, runaway_message
 from engine.synth.sampling import choose, noise_width, row_keys
 from engine.text import Chunk, split_text
 
@@ -80,6 +81,8 @@ class BatchRequest:
     started: float = field(default_factory=time.perf_counter)
     settings: Any = None
     key: Any = None
+    #: chunks the runaway guard cut, with why ("loop" or "silence")
+    runaway: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -123,6 +126,8 @@ class ContinuousBatcher:
         #: largest trailing text (positions) admitted so far
         self.longest_text = 0
         self._host_slot: dict[int, int] = {}
+        #: the runaway guard over each row's codes (fed from the end-of-speech copies)
+        self._watch = RunawayWatch(rows)
         self._cuda = self.fast.device.type == "cuda"
         # graphs=True off CUDA: the capture path with `RowBatch._record` replaced (tests)
         self._graphs = self._cuda and _graphs_enabled() if graphs is None else graphs
@@ -355,6 +360,7 @@ class ContinuousBatcher:
                             settings, keys)
         self._rows[b] = _Row(unit)
         self._host_slot[b] = t0
+        self._watch.start(b, settings.guard)
         return True
 
     def _step(self) -> None:
@@ -380,6 +386,12 @@ class ContinuousBatcher:
                     before.synchronize()
             previous = self._tokens[1 - now]
         finished: list[tuple[int, int]] = []
+        eos = self.fast.eos
+        # the guard sees each row's code of the frame made before this one (the copy just
+        # read for end-of-speech): not the first frame's, never an end-of-speech code
+        watched = [b for b in active if (r := self._rows[b]) is not None and r.frames >= 1
+                   and int(previous[b]) != eos]
+        cut = set(self._watch.push(watched, [int(previous[b]) for b in watched]))
         for b in active:
             row = self._rows[b]
             assert row is not None
@@ -387,8 +399,11 @@ class ContinuousBatcher:
             self._host_slot[b] += 1
             # the token chosen after this row's previous frame (its first frame has none:
             # the prefill's token cannot be end-of-speech, min_new_tokens bans it)
-            if row.frames >= 2 and int(previous[b]) == self.fast.eos:
+            if row.frames >= 2 and int(previous[b]) == eos:
                 finished.append((b, row.frames - 1))  # the frame made on it is dropped
+            elif b in cut:
+                finished.append((b, row.frames))  # the runaway guard ended it on this frame
+                row.unit.request.runaway[row.unit.chunk.index] = str(self._watch.reason[b])
             elif row.frames >= row.unit.chunk.max_frames:
                 finished.append((b, row.frames))
         for b, frames in finished:
@@ -408,6 +423,10 @@ class ContinuousBatcher:
             request.emitter.log(f"Chunk {chunk.index + 1} reached its length cap of "
                                 f"{chunk.max_frames} frames without ending; it was cut there.",
                                 level="warning", chunk=chunk.index)
+        reason = request.runaway.get(chunk.index)
+        if reason is not None:
+            request.emitter.log(runaway_message(chunk.index + 1, reason, len(codes)),
+                                level="warning", chunk=chunk.index, runaway=reason)
         request.emitter.progress("chunks", len(request.codes), len(request.chunks),
                                  chunk=chunk.index, text=chunk.text, frames=len(codes))
         if len(request.codes) == len(request.chunks):
@@ -455,9 +474,13 @@ class ContinuousBatcher:
                 "seed": request.seed,
                 "chunks": [{"index": c.index, "text": c.text, "frames": len(codes),
                             "max_frames": c.max_frames, "seed": request.seed + c.index,
-                            "capped": bool(len(codes) >= c.max_frames)} for c, codes in kept],
+                            "capped": bool(len(codes) >= c.max_frames),
+                            "runaway": request.runaway.get(c.index)} for c, codes in kept],
                 "loudness_lufs": None if loudness is None else round(loudness, 2),
                 "cancelled": cancelled, "batched": True,
+                # why chunks were cut by the runaway guard, each reason once
+                "runaway": list(dict.fromkeys(request.runaway[i] for i in sorted(request.runaway)
+                                              if i in request.codes)),
                 "voice": self.synth.source.to_dict()}
         except BaseException as exc:  # reported to the request, never raised here
             request.done(None, exc)

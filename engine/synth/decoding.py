@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from engine.core.errors import ModelError
 from engine.synth.quant import PACKED, check_mode, convert_layers, linear
 from engine.synth.rows import RowBatch, bucket, settings_key
+from engine.synth.runaway import RunawayGuard, RunawayWatch
 from engine.synth.sampling import FrameNoise, SamplerSettings, choose, noise_width, row_keys
 from engine.text import max_frames_for
 
@@ -65,6 +66,9 @@ class DecodeSettings:
     #: False bans end-of-speech like the other control codes, so every row runs
     #: to its cap: fixed-length generation for benchmarks, never for speech
     stop_at_eos: bool = True
+    #: the runaway guard (`runaway`): a row whose codes loop or stay silent ends early,
+    #: decided on the host from the codes the end-of-speech check copies back
+    guard: RunawayGuard | None = None
 
     def __post_init__(self) -> None:
         if not self.repetition_penalty > 0:
@@ -514,10 +518,14 @@ class FastTalker:
         ended = torch.full((batch,), limit, dtype=torch.long, device=self.device)
         done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         frames = 0
+        watch = RunawayWatch.of(settings.guard, batch)
         for frame in range(limit):
             is_eos = token == self.eos
             ended = torch.where(is_eos & ~done, torch.full_like(ended, frame), ended)
             done = done | is_eos | (limits <= frame)
+            if frame % settings.sync_every == 0 and watch is not None:
+                # at the end-of-speech check's sync: a runaway row is done too
+                done = done | self._watched(watch, codes, frame)
             if frame % settings.sync_every == 0 and bool(done.all()):
                 break
             if should_stop is not None and should_stop():
@@ -553,8 +561,16 @@ class FastTalker:
         is_eos = token == self.eos
         ended = torch.where(is_eos & ~done, torch.full_like(ended, frames), ended)
         made = torch.tensor(frames, device=self.device)
-        lengths = torch.minimum(torch.minimum(ended, limits), made)
-        return [codes[b, : int(lengths[b])] for b in range(batch)]
+        lengths = torch.minimum(torch.minimum(ended, limits), made).tolist()
+        if watch is not None:
+            self._watched(watch, codes, frames)
+            lengths = [watch.length(b, n)[0] for b, n in enumerate(lengths)]
+        return [codes[b, :n] for b, n in enumerate(lengths)]
+
+    def _watched(self, watch: RunawayWatch, codes: torch.Tensor, made: int) -> torch.Tensor:
+        """Feed the guard frames up to `made` (codes [B, frames, 16]); the rows it has cut."""
+        watch.feed(codes[:, :made, 0].cpu().numpy(), made)
+        return torch.tensor([c is not None for c in watch.cut], device=self.device)
 
     # -- static shapes (CUDA graphs) -----------------------------------------------------
     def row_batch(self, batch: int, total: int, trail: int, limit: int,
@@ -592,10 +608,12 @@ class FastTalker:
         limit = max(max_frames)
         frames = 0
         limits = torch.tensor(max_frames)
+        watch = RunawayWatch.of(settings.guard, len(max_frames))
         for f in range(limit):
             if should_stop is not None and should_stop():
                 break
-            if f and f % settings.sync_every == 0 and self._static_done(rows.codes, f, limits):
+            if f and f % settings.sync_every == 0 and self._static_done(rows.codes, f, limits,
+                                                                         watch):
                 break
             rows.run(rows.span_for(t0 + f), graphs)
             frames = f + 1
@@ -604,19 +622,28 @@ class FastTalker:
             if on_frame is not None:
                 on_frame(frames)
         self.graph_status = rows.graph_status if graphs else "off"
-        return [c.clone() for c in self._static_lengths(rows.codes, frames, limits)]
+        return [c.clone() for c in self._static_lengths(rows.codes, frames, limits, watch)]
 
-    def _static_done(self, codes_all: torch.Tensor, made: int, limits: torch.Tensor) -> bool:
+    def _static_done(self, codes_all: torch.Tensor, made: int, limits: torch.Tensor,
+                     watch: RunawayWatch | None = None) -> bool:
         first = codes_all[:, :made, 0].cpu()
         ended = (first == self.eos).any(dim=1) | (limits <= made)
+        if watch is not None:  # the same copy: the guard adds no sync
+            watch.feed(first.numpy(), made)
+            ended = ended | torch.tensor([c is not None for c in watch.cut])
         return bool(ended.all())
 
-    def _static_lengths(self, codes_all: torch.Tensor, frames: int,
-                        limits: torch.Tensor) -> list[torch.Tensor]:
+    def _static_lengths(self, codes_all: torch.Tensor, frames: int, limits: torch.Tensor,
+                        watch: RunawayWatch | None = None) -> list[torch.Tensor]:
         first = codes_all[:, :frames, 0].cpu()
+        if watch is not None:
+            watch.feed(first.numpy(), frames)
         out = []
         for b in range(codes_all.shape[0]):
             hits = (first[b] == self.eos).nonzero()
             n = int(hits[0]) if len(hits) else frames
-            out.append(codes_all[b, : min(n, int(limits[b]), frames)])
+            n = min(n, int(limits[b]), frames)
+            if watch is not None:
+                n = watch.length(b, n)[0]
+            out.append(codes_all[b, :n])
         return out

@@ -26,6 +26,15 @@ from engine.model.checkpoint_weights import base_tensors
 from engine.model.dtypes import gpu_half
 from engine.model.loading import load_model
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
+from engine.synth.runaway import (
+    FIRST_WATCHED,
+    RunawayGuard,
+    RunawayWatch,
+    cut_reasons,
+    runaway_message,
+    silence_codes,
+    stop_reason,
+)
 from engine.synth.stream import GrowingFile, StreamDecoder, expected_speech_s
 from engine.synth.voice import (
     VoiceSource,
@@ -71,9 +80,10 @@ class Speech:
 
 
 def _speech(kept: list[tuple[Chunk, Any, np.ndarray]], seed: int, options: SpeakOptions,
-            cancelled: bool) -> Speech:
+            cancelled: bool, guard: RunawayGuard | None = None) -> Speech:
     """One text's finished render from its kept (chunk, codes, audio): joined with the
-    chunks' pauses (none after the last), levelled; compute time is the caller's."""
+    chunks' pauses (none after the last), levelled; compute time is the caller's. A chunk
+    the runaway `guard` cut says why (`runaway`: "loop", "silence" or None)."""
     pauses = [ch.pause_after_s for ch, _, _ in kept]
     if pauses:
         pauses[-1] = 0.0
@@ -81,7 +91,8 @@ def _speech(kept: list[tuple[Chunk, Any, np.ndarray]], seed: int, options: Speak
     audio, loudness = match_loudness(audio, options.loudness_lufs, SAMPLE_RATE)
     info = [{"index": ch.index, "text": ch.text, "frames": len(c),
              "max_frames": ch.max_frames, "seed": seed + ch.index,
-             "capped": bool(len(c) >= ch.max_frames)} for ch, c, _ in kept]
+             "capped": bool(len(c) >= ch.max_frames),
+             "runaway": stop_reason(c[:, 0].tolist(), guard)} for ch, c, _ in kept]
     return Speech(audio=audio, sample_rate=SAMPLE_RATE, seed=seed, chunks=info, compute_s=0.0,
                   loudness_lufs=loudness, cancelled=cancelled, codes=[c for _, c, _ in kept])
 
@@ -163,6 +174,9 @@ class Synthesizer:
         self.icl: Any = None
         self._lock = threading.Lock()
         self._overwritten: set[str] = set()
+        #: codebook-0 codes this model's codec gives silence (the runaway guard's), found
+        #: at load: never on a request's thread beside the batch's GPU work
+        self.silence = silence_codes(self.model)
 
     # -- loading ----------------------------------------------------------------------------
     @classmethod
@@ -337,7 +351,9 @@ class Synthesizer:
         return DecodeSettings(talker=talker, predictor=predictor,
                               repetition_penalty=float(pick(options.repetition_penalty,
                                                             "repetition_penalty")),
-                              sync_every=sync)
+                              sync_every=sync,
+                              guard=RunawayGuard.of(options.runaway_loop_s,
+                                                    options.runaway_silence_s, self.silence))
 
     def instruct_effect(self) -> str | None:
         """Why an instruction would do nothing with this voice (None: the model takes it)."""
@@ -439,6 +455,10 @@ class Synthesizer:
                     emitter.log(f"Chunk {i + 1} reached its length cap of {chunk.max_frames} "
                                 "frames without ending; it was cut there.",
                                 level="warning", chunk=i)
+                reason = stop_reason(c[:, 0].tolist(), settings.guard)
+                if reason is not None:
+                    emitter.log(runaway_message(i + 1, reason, len(c)), level="warning",
+                                chunk=i, runaway=reason)
                 emitter.progress("chunks", done_chunks, len(chunks), chunk=i,
                                  text=chunk.text, frames=len(c))
             if on_batch is not None:
@@ -526,6 +546,7 @@ class Synthesizer:
                         level="warning")
         flat = [c for chunks in split for c in chunks]
         seeds = [seed + c.index for c in flat]
+        guard = self.decode_settings(options).guard
         with self._lock:
             started = time.perf_counter()
             emitter.state("speaking", detail=f"{len(flat)} chunk(s)", chunks=len(flat))
@@ -551,7 +572,7 @@ class Synthesizer:
                 offset += len(chunks)
                 results.append(_speech([(ch, c, w) for ch, c, w in mine
                                         if w is not None and c is not None],
-                                       seed, options, cancelled))
+                                       seed, options, cancelled, guard))
             compute = time.perf_counter() - started
         audio_s = sum(r.duration_s for r in results)
         for r in results:
@@ -619,6 +640,10 @@ class Synthesizer:
         cuda = self.fast.device.type == "cuda"
         # the previous frame: (picked, frame, host codes, device codes, copy event)
         late: list[Any] = []
+        guard = self.decode_settings(options).guard
+        # the runaway guard over each chunk's frames as they arrive: a chunk it cuts ends
+        # here at the frame generation cuts it (the same rule over the same codes)
+        watch = RunawayWatch.of(guard, len(chunks))
 
         def decoder_for(i: int) -> StreamDecoder:
             if i not in decoders:
@@ -637,8 +662,10 @@ class Synthesizer:
                 # to the GPU by a blocking copy every frame
                 dec.push(device[row:row + 1])
                 pushed[i] = pushed.get(i, 0) + 1
-                if frame + 1 >= chunks[i].max_frames:
-                    ended.add(i)
+                if frame + 1 >= chunks[i].max_frames or (
+                        watch is not None and frame >= FIRST_WATCHED
+                        and watch.push([i], [int(host[row, 0])])):
+                    ended.add(i)  # its cap, or the runaway guard cut it on this frame
             flush()
 
         def take_late() -> None:
@@ -684,7 +711,7 @@ class Synthesizer:
         speech = _speech([(ch, c, np.concatenate(streamed[ch.index]) if streamed[ch.index]
                            else np.zeros(0, dtype=np.float32))
                           for ch, c in zip(chunks, codes, strict=True) if c is not None],
-                         seed, options, cancelled)
+                         seed, options, cancelled, guard)
         speech.compute_s = time.perf_counter() - started
         speech.first_audio_s = state["first"]
         _emit_speed(emitter, speech.duration_s, speech.compute_s)
@@ -745,4 +772,6 @@ class Synthesizer:
             "first_audio_s": (None if speech.first_audio_s is None
                               else round(speech.first_audio_s, 3)),
             "cancelled": speech.cancelled, "voice": self.source.to_dict(),
+            # why chunks were cut short by the runaway guard ("loop", "silence"), if any
+            "runaway": cut_reasons(speech.chunks),
         }
