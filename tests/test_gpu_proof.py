@@ -194,3 +194,25 @@ def test_training_processes_keep_sockets_on_loopback_and_number_gpus_as_nvml(
     assert process_env(local=True)["NCCL_SOCKET_IFNAME"] == "eth1"
     # an existing cluster: its workers must reach each other over the network
     assert process_env(local=False) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def test_reinforce_row_times_rollouts_and_the_update_on_the_tiny_model(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The reinforce stage's figures (issue 33) as the first GPU run will take them, here on
+    the CPU with a voice of the tiny model and a small plan: the stage's own loop, timed."""
+    import numpy as np
+
+    from bench.gpu_proof import reinforce_figures, table_line
+    from engine.model.export import export_custom_voice
+
+    vector = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    voice = export_custom_voice(tiny_model_dir, {}, "Ada", vector, tmp_path / "voice")
+    plan = {"texts": 1, "group": 2, "max_frames": 8, "iterations": 1, "updates": 2}
+    row = reinforce_figures(voice, "cpu", plan)
+    assert row["renders_per_iteration"] == 2 and row["updates"] == 2
+    assert row["rollout_renders_per_s"] > 0 and 0 < row["frames_per_render"] <= 8
+    assert row["update_step_s"] > 0 and row["update_s"] == pytest.approx(
+        2 * row["update_step_s"], abs=2e-3)
+    assert len(row["reward"]) == len(row["kl"]) == 2  # the warm-up and the measured one
+    line = table_line({"config": "reinforce", "gpus": 1, "size": "tiny", **row})
+    assert "renders/s" in line and "update step" in line

@@ -365,6 +365,30 @@ def test_a_checkpoint_that_does_not_end_its_sentences_is_not_best() -> None:
     assert choose_best(entries)["step"] == 25
 
 
+def test_a_checkpoint_whose_sentences_ran_away_is_not_best() -> None:
+    from engine.quality.evaluate import Reference, _means, _warnings, choose_best
+
+    # a sentence the runaway guard cut (a loop, silence) counts as one not ended, like a
+    # length-cap hit; entries written before the guard existed have no count: none
+    entries = [_entry("step 20", "checkpoint", 20, similarity=0.70),
+               _entry("step 25", "checkpoint", 25, similarity=0.90, runaway=1),
+               _entry("step 30", "checkpoint", 30, similarity=0.95, capped=1, runaway=1)]
+    assert choose_best(entries)["step"] == 20
+    entries[0]["mean"]["capped"] = 1  # one unended sentence each but step 30's two
+    assert choose_best(entries)["step"] == 25
+    # the evaluation's count per checkpoint, from each sentence's reason
+    renders = [{"capped": False, "runaway": "loop", "rate_ratio": 4.0},
+               {"capped": False, "runaway": "silence", "rate_ratio": 0.1},
+               {"capped": True, "runaway": None, "rate_ratio": 2.0},
+               {"capped": False, "runaway": None, "rate_ratio": 1.0}]
+    m = _means(renders)
+    assert (m["runaway"], m["capped"], m["rate_ratio"]) == (2, 1, 1.0)
+    ref = Reference(clips=[], held_out=True, words_per_s=3.0, centroid={},
+                    self_similarity={})
+    assert {(w["label"], w["code"]) for w in _warnings(entries, ref)} >= {
+        ("step 25", "runaway"), ("step 30", "runaway"), ("step 30", "no_end")}
+
+
 def test_warnings_name_what_went_wrong_against_the_zero_shot_clone() -> None:
     from engine.quality.evaluate import Reference, _warnings
 

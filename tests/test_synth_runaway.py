@@ -172,6 +172,8 @@ def test_a_forced_render_ends_early_with_its_reason_on_every_path(
     assert len(warned) == 1 and "cut there" in warned[0].data["message"]
     eager = synth.speak(TEXT, opts).codes[0]
     assert len(eager) == chunk["frames"]
+    # what the evaluation renders through (every sentence of a set at once)
+    assert [s.chunks[0]["runaway"] for s in synth.speak_many([TEXT, TEXT], opts)] == [kind] * 2
     # the guard off: the same render runs to its cap
     whole = synth.speak(TEXT, opts.replace(**OFF))
     assert whole.chunks[0]["capped"] and whole.chunks[0]["runaway"] is None

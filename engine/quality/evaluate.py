@@ -28,10 +28,11 @@ they measured under the file's lock (`core.atomic.locked`) instead of overwritin
 
 Best checkpoint: the highest independent similarity among the checkpoints
 whose word error rate is within `WER_SLACK` of the lowest checkpoint WER
-(a voice that sounds right but mumbles is not the best) and that hit the length
-cap on no more sentences than the fewest of those did (a voice that does not end
-its sentences is not the best either); training's and the reinforce stage's
-checkpoints alike.
+(a voice that sounds right but mumbles is not the best) and that left no more
+sentences unended than the fewest of those did: hit the length cap or cut by the
+runaway guard (`engine.synth.runaway`: a loop or silence), counted per checkpoint
+(`runaway` beside `capped`); a voice that does not end its sentences is not the best
+either. Training's and the reinforce stage's checkpoints alike.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ from engine.quality.similarity import (
     cosine,
     self_similarity,
 )
+from engine.synth.runaway import cut_reasons
 from engine.synth.voice import VoiceSource
 
 #: sentences no prompt set or test clip contains (held out from any training data)
@@ -364,14 +366,16 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
 
 def _means(renders: list[dict[str, Any]]) -> dict[str, Any]:
     """Means over the sentences. The speaking rate of a sentence cut at its length cap
-    says nothing, so the rate is averaged over the sentences that ended when any did
-    (else over all, marked `rate_from_capped`)."""
-    ended = [r for r in renders if not r["capped"]]
+    or by the runaway guard says nothing, so the rate is averaged over the sentences
+    that ended when any did (else over all, marked `rate_from_capped`). `runaway`: the
+    sentences the guard cut (a loop or silence)."""
+    ended = [r for r in renders if not r["capped"] and not r.get("runaway")]
     out: dict[str, Any] = {m: _mean(renders, m) for m in METRICS}
     for m in ("words_per_s", "rate_ratio"):
         out[m] = _mean(ended or renders, m)
     out["rate_from_capped"] = not ended
-    out["capped"] = len(renders) - len(ended)
+    out["capped"] = sum(1 for r in renders if r["capped"])
+    out["runaway"] = sum(1 for r in renders if r.get("runaway"))
     return out
 
 
@@ -515,6 +519,8 @@ class _Measuring:
         for i, (text, speech, path) in enumerate(zip(sentences, speeches, paths, strict=True)):
             renders.append({"sentence": i, "text": text, "path": _rel(path, self.out),
                             "capped": any(c.get("capped") for c in speech.chunks),
+                            # why the runaway guard cut the sentence short, if it did
+                            "runaway": next(iter(cut_reasons(speech.chunks)), None),
                             **self.meter.measure(speech.audio, speech.sample_rate, text,
                                                  self.ref, self.voice.language)})
             on_sentence(i)
@@ -692,6 +698,7 @@ def _emit_metric(em: Emitter, entry: dict[str, Any]) -> None:
     mean = entry["mean"]
     values = {f"eval/{k}": mean.get(k) for k in METRICS if mean.get(k) is not None}
     values["eval/capped"] = mean.get("capped", 0)
+    values["eval/runaway"] = mean.get("runaway", 0)
     if entry.get("step") is not None:
         values["step"] = entry["step"]
     em.metric(values, split="eval", label=entry["label"], source_kind=entry["kind"],
@@ -700,6 +707,11 @@ def _emit_metric(em: Emitter, entry: dict[str, Any]) -> None:
     wer = mean.get("wer")
     em.log(f"{entry['label']:<12} similarity {sim if sim is not None else '-'}  "
            f"WER {wer if wer is not None else '-'}  rate x{mean.get('rate_ratio') or '-'}")
+
+
+def _unended(entry: dict[str, Any]) -> int:
+    """Sentences a voice did not end by itself: cut at the cap or by the runaway guard."""
+    return int(entry["mean"].get("capped") or 0) + int(entry["mean"].get("runaway") or 0)
 
 
 def choose_best(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -712,10 +724,11 @@ def choose_best(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     floor = min(wers) if wers else None
     fit = [e for e in ckpts if floor is None or e["mean"].get("wer") is None
            or e["mean"]["wer"] <= floor + WER_SLACK]
-    # a sentence the checkpoint never ended (cut at the length cap) counts against it,
-    # whichever stage wrote it: only those with the fewest such sentences may be best
-    fewest = min(int(e["mean"].get("capped") or 0) for e in fit)
-    fit = [e for e in fit if int(e["mean"].get("capped") or 0) == fewest]
+    # a sentence the checkpoint never ended (cut at the length cap, or by the runaway
+    # guard: a loop, silence) counts against it, whichever stage wrote it: only those
+    # with the fewest such sentences may be best
+    fewest = min(_unended(e) for e in fit)
+    fit = [e for e in fit if _unended(e) == fewest]
     best = max(fit, key=lambda e: (e["mean"]["similarity"], -(e["step"] or 0)))
     return {"label": best["label"], "step": best["step"], "checkpoint": best["checkpoint"],
             "similarity": best["mean"]["similarity"], "wer": best["mean"].get("wer")}
@@ -753,6 +766,10 @@ def _warnings(entries: list[dict[str, Any]], ref: Reference) -> list[dict[str, A
             out.append({"label": label, "code": "no_end",
                         "message": f"{label} did not end {m['capped']} sentence(s) by itself "
                                    "(cut at the length cap)."})
+        if m.get("runaway"):
+            out.append({"label": label, "code": "runaway",
+                        "message": f"{label} ran away in {m['runaway']} sentence(s): it "
+                                   "looped or stayed silent until the guard cut it."})
     return out
 
 
