@@ -10,6 +10,9 @@ chunk is.
 Rows share the structure of the batch's decode settings (sampling on/off,
 top-k: the captured frame's shape); temperatures, top-p and the repetition
 penalty are per-row values, so requests differing only in those share rows.
+Each request carries its voice (`BatchRequest.voice`, a `RowVoice` of the loaded
+base): its speaker row and prompt are in its rows' prefills and its adapter slot is
+row data of the frame, so adapter, instant and plain voices of one base share rows.
 Admission is fair:
 - by age across settings: when the oldest waiting request has other
   settings, no younger request is admitted past it; the rows drain and the
@@ -83,6 +86,9 @@ class BatchRequest:
     key: Any = None
     #: chunks the runaway guard cut, with why ("loop" or "silence")
     runaway: dict[int, str] = field(default_factory=dict)
+    #: the voice its rows speak (`synthesizer.RowVoice`; None: the synthesizer's default
+    #: voice when it is submitted): voices of one base share the batch, row by row
+    voice: Any = None
 
 
 @dataclass
@@ -150,8 +156,10 @@ class ContinuousBatcher:
         request.seed = options.seed if options.seed is not None else int(
             np.random.default_rng().integers(2**31))
         request.settings = self.synth.decode_settings(options)
-        request.key = (settings_key(request.settings), options.language,
-                       self.synth._non_streaming(options), options.instruct)
+        request.voice = request.voice or self.synth.current_voice
+        # what the frame's shape needs alike; the voice and the prompt's layout are the
+        # row's own (its prefill, its adapter slot)
+        request.key = (settings_key(request.settings), options.language, options.instruct)
         request.emitter.state("speaking", detail=f"{len(request.chunks)} chunk(s)",
                               chunks=len(request.chunks), batched=True)
         with self._cond:
@@ -323,12 +331,13 @@ class ContinuousBatcher:
         synth = self.synth
         request = unit.request
         settings = request.settings
+        voice = request.voice
         if unit.prefill is None:
             unit.prefill = build_prefill(
-                synth.model, synth.processor, [unit.chunk.text], synth.speaker_vector,
+                synth.model, synth.processor, [unit.chunk.text], voice.speaker_vector,
                 synth._language_id(request.options.language),
-                synth._non_streaming(request.options), icl=synth.icl,
-                instruct=synth.instruct_ids(request.options, Emitter(None)))
+                synth._non_streaming(request.options, voice.source), icl=voice.icl,
+                instruct=synth.instruct_ids(request.options, Emitter(None), voice.source))
         prefill = unit.prefill
         t0 = prefill.embeds.shape[1]
         needed = t0 + unit.chunk.max_frames + 16
@@ -345,7 +354,10 @@ class ContinuousBatcher:
             embeds = prefill.embeds.to(fast.device, fast.dtype)
             cos, sin = fast._talker_rope(t0)
             cache = [(k[b:b + 1], v[b:b + 1]) for k, v in batch.t_cache]
-            hidden = fast.t_stack.forward(embeds, cos[:t0][None], sin[:t0][None], cache, 0, None)
+            adapter = torch.full((1,), voice.adapter, dtype=torch.long, device=fast.device)
+            hidden = fast.t_stack.forward(embeds, cos[:t0][None], sin[:t0][None], cache, 0, None,
+                                          lora=fast.adapters.rows(adapter) if voice.adapter
+                                          else None)
             keys = row_keys([request.seed + unit.chunk.index], fast.device)
             seen = torch.zeros(1, fast.vocab, dtype=torch.bool, device=fast.device)
             scores = fast._talker_logits(hidden, seen, 0, settings)
@@ -357,7 +369,7 @@ class ContinuousBatcher:
                             torch.ones(1, t0, dtype=torch.bool, device=fast.device),
                             torch.zeros(1, dtype=torch.long, device=fast.device),
                             prefill.trailing.to(fast.device), prefill.tts_pad.to(fast.device),
-                            settings, keys)
+                            settings, keys, adapter)
         self._rows[b] = _Row(unit)
         self._host_slot[b] = t0
         self._watch.start(b, settings.guard)
@@ -481,7 +493,7 @@ class ContinuousBatcher:
                 # why chunks were cut by the runaway guard, each reason once
                 "runaway": list(dict.fromkeys(request.runaway[i] for i in sorted(request.runaway)
                                               if i in request.codes)),
-                "voice": self.synth.source.to_dict()}
+                "voice": request.voice.source.to_dict()}
         except BaseException as exc:  # reported to the request, never raised here
             request.done(None, exc)
             return

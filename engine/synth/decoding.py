@@ -42,6 +42,17 @@ import torch
 import torch.nn.functional as F
 
 from engine.core.errors import ModelError
+from engine.synth.adapters import (
+    DOWN_PROJ,
+    GATE_PROJ,
+    K_PROJ,
+    O_PROJ,
+    Q_PROJ,
+    UP_PROJ,
+    V_PROJ,
+    Adapters,
+    RowAdapters,
+)
 from engine.synth.quant import PACKED, check_mode, convert_layers, linear
 from engine.synth.rows import RowBatch, bucket, settings_key
 from engine.synth.runaway import RunawayGuard, RunawayWatch
@@ -201,7 +212,8 @@ class _Stack:
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,  # noqa: PLR0913
                 cache: list[KV], start: int, mask: torch.Tensor | None, full: bool = False,
-                rows: torch.Tensor | None = None, span: int | None = None) -> torch.Tensor:
+                rows: torch.Tensor | None = None, span: int | None = None,
+                lora: RowAdapters | None = None) -> torch.Tensor:
         """Run all layers on `h` [B, T, H] written at cache slots start..start+T.
 
         `mask` None: causal over the filled prefix, no padding (the official
@@ -211,6 +223,8 @@ class _Stack:
         written at cache slot rows[b] (a device tensor: each row at its own
         place, no host value involved); attention then covers the first
         `span` slots under `mask` [B, 1, 1, span].
+        `lora` (the talker): each row's adapter voice adds its low-rank update to every
+        adapted projection (`adapters.RowAdapters`; None: the base alone).
         """
         b, t, _ = h.shape
         d = self.head_dim
@@ -220,13 +234,17 @@ class _Stack:
         if rows is not None:
             index = rows.view(b, 1, 1, 1).expand(b, self.kv_heads, 1, d)
         gqa = self.n_rep > 1
-        for w, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
+        for i, (w, (k_cache, v_cache)) in enumerate(zip(self.layers, cache, strict=True)):
             x = _rms(h, w.in_norm, w.in_eps)
             if w.qkv is not None and w.qkv_split is not None:
                 q, k, v = linear(x, w.qkv, w.qkv_bias).split(w.qkv_split, dim=-1)
             else:
                 q, k, v = (linear(x, w.q, w.q_bias), linear(x, w.k, w.k_bias),
                            linear(x, w.v, w.v_bias))
+            if lora is not None:
+                q = q + lora.delta(i, Q_PROJ, x)
+                k = k + lora.delta(i, K_PROJ, x)
+                v = v + lora.delta(i, V_PROJ, x)
             q = _rms(q.reshape(b, t, -1, d), w.q_norm, w.qk_eps)
             k = _rms(k.reshape(b, t, -1, d), w.k_norm, w.qk_eps)
             v = v.reshape(b, t, -1, d).transpose(1, 2)
@@ -264,13 +282,19 @@ class _Stack:
                     q, _repeat_kv(keys, self.n_rep), _repeat_kv(values, self.n_rep),
                     attn_mask=mask, scale=self.scaling)
             out = out.transpose(1, 2).reshape(b, t, -1)
-            h = h + linear(out, w.o, w.o_bias)
+            o = linear(out, w.o, w.o_bias)
+            h = h + (o if lora is None else o + lora.delta(i, O_PROJ, out))
             x = _rms(h, w.post_norm, w.post_eps)
             if w.gate_up is not None:
                 gate, up = linear(x, w.gate_up).chunk(2, dim=-1)
             else:
                 gate, up = linear(x, w.gate), linear(x, w.up)
-            h = h + linear(w.act(gate) * up, w.down)
+            if lora is not None:
+                gate = gate + lora.delta(i, GATE_PROJ, x)
+                up = up + lora.delta(i, UP_PROJ, x)
+            mixed = w.act(gate) * up
+            down = linear(mixed, w.down)
+            h = h + (down if lora is None else down + lora.delta(i, DOWN_PROJ, mixed))
         return _rms(h, self.norm_w, self.norm_eps)
 
 
@@ -319,6 +343,9 @@ class FastTalker:
         self.t_stack = _Stack(talker.model.layers, talker.model.norm, talker.config)
         self.p_stack = _Stack(self.predictor.model.layers, self.predictor.model.norm,
                               self.predictor.config)
+        w = talker.codec_head.weight
+        #: the adapter voices speaking on this model, per row (`adapters`)
+        self.adapters = Adapters(talker.model.layers, w.device, w.dtype)
         self.groups = self.cfg.num_code_groups
         self.eos = self.cfg.codec_eos_token_id
         self.vocab = self.cfg.vocab_size
@@ -434,6 +461,7 @@ class FastTalker:
                  should_stop: Callable[[], bool] | None = None,
                  static: bool | None = None, graphs: bool | None = None,
                  on_codes: Callable[[int, torch.Tensor], None] | None = None,
+                 adapters: list[int] | None = None,
                  ) -> list[torch.Tensor]:
         """Generate codec frames; returns one [frames, 16] long tensor per row.
 
@@ -445,6 +473,7 @@ class FastTalker:
         `static` (default: on CUDA) runs every frame with fixed shapes and all
         state on the device; `graphs` (default: on CUDA) then captures one
         frame as a CUDA graph and replays it.
+        `adapters`: each row's adapter voice slot (`self.adapters`; None: slot 0, none).
         """
         cuda = self.device.type == "cuda"
         static = cuda if static is None else static
@@ -496,7 +525,10 @@ class FastTalker:
             # through the values; let it see itself (its output is never used)
             mask |= torch.eye(t0, dtype=torch.bool, device=self.device)[None]
             mask = mask[:, None]
-        hidden = self.t_stack.forward(embeds, cos_t[positions], sin_t[positions], t_cache, 0, mask)
+        slots_of = torch.tensor(adapters or [0] * batch, dtype=torch.long, device=self.device)
+        lora = self.adapters.rows(slots_of) if adapters and any(adapters) else None
+        hidden = self.t_stack.forward(embeds, cos_t[positions], sin_t[positions], t_cache, 0, mask,
+                                      lora=lora)
 
         seen = torch.zeros(batch, self.vocab, dtype=torch.bool, device=self.device)
         # frame f's noise: codebook 0 of frame f (chosen after the talker step that
@@ -510,7 +542,7 @@ class FastTalker:
         tts_pad = prefill.tts_pad.to(self.device, self.dtype)
         if rows is not None:
             rows.load_rows(slice(None), token, past_hidden, slots[None] >= pads[:, None], pads,
-                           trailing, tts_pad, settings, keys)
+                           trailing, tts_pad, settings, keys, slots_of)
             return self._loop_static(rows, t0, max_frames, settings, graphs, on_frame,
                                      should_stop, on_codes)
         limits = torch.tensor(max_frames, device=self.device)
@@ -551,7 +583,8 @@ class FastTalker:
             if key_valid is not None:
                 key_valid[:, slot] = True
                 step_mask = key_valid[:, None, None, :slot + 1]
-            hidden = self.t_stack.forward(step_in, cos_t[pos], sin_t[pos], t_cache, slot, step_mask)
+            hidden = self.t_stack.forward(step_in, cos_t[pos], sin_t[pos], t_cache, slot, step_mask,
+                                          lora=lora)
             past_hidden = hidden
             if frame_noise is not None:
                 noise = frame_noise.draw(keys, frames)

@@ -27,7 +27,8 @@ Only the structure of the sampling settings is fixed per batch (part of the
 cache key, `settings_key`: sampling on/off, top-k, whether end-of-speech may
 end a row). Temperatures, top-p, the repetition penalty and min_new_tokens
 are per-row device tensors (`load_rows`), read by the captured frame as
-data: requests that differ only in those share rows and graphs. Sampling
+data: requests that differ only in those share rows and graphs. So is each
+row's adapter voice (`adapter`: its slot in the model's adapter pool, `adapters`). Sampling
 noise is computed inside the frame from each row's key (seed + chunk index)
 and its frame counter (`sampling.FrameNoise`): nothing is drawn on the host
 or copied in per frame, and a row's noise never depends on its batch.
@@ -91,6 +92,10 @@ class RowBatch:
         self.penalty = torch.ones(batch, 1, device=dev)
         self.min_new = torch.zeros(batch, dtype=torch.long, device=dev)
         self.set_values(slice(None), settings)
+        # each row's adapter voice: its slot in the model's adapter pool (0: none), frame data
+        self.adapter = torch.zeros(batch, dtype=torch.long, device=dev)
+        #: the adapter pool the captured graphs read (another one: they are dropped)
+        self._pool: Any = fast.adapters.pool
         # constant index tensors, made once (not inside the captured frame)
         self.frame_index = torch.arange(fast.groups, device=dev).view(1, 1, -1)
         p_slots = torch.arange(PREDICTOR_POSITIONS, device=dev)
@@ -121,14 +126,17 @@ class RowBatch:
     def load_rows(self, rows: slice | list[int], token: torch.Tensor, hidden: torch.Tensor,  # noqa: PLR0913
                   valid: torch.Tensor, base: torch.Tensor, trailing: torch.Tensor,
                   tts_pad: torch.Tensor, settings: Any = None,
-                  keys: torch.Tensor | None = None) -> None:
+                  keys: torch.Tensor | None = None,
+                  adapter: torch.Tensor | int = 0) -> None:
         """Start `rows` after their prefill (its K/V already in the caches at slots
         [0, T)): first token, last hidden state, which slots hold real tokens, and
-        (when given) their own sampling values and noise keys (`row_keys`)."""
+        (when given) their own sampling values, noise keys (`row_keys`) and adapter
+        voice slots (`adapters.Adapters`; 0: the base alone)."""
         if settings is not None:
             self.set_values(rows, settings)
         if keys is not None:
             self.keys[rows] = keys
+        self.adapter[rows] = adapter
         t0 = valid.shape[1]
         self.token[rows] = token
         self.past_hidden[rows] = hidden
@@ -190,7 +198,7 @@ class RowBatch:
         self.key_valid.scatter_(1, write[:, None], True)
         hidden = fast.t_stack.forward(summed + text, self.cos[pos], self.sin[pos], self.t_cache,
                                       0, self.key_valid[:, None, None, :span], rows=write,
-                                      span=span)
+                                      span=span, lora=fast.adapters.rows(self.adapter))
         scores = linear(hidden, fast.head)[:, -1].to(torch.float32)
         # per-row penalty (x * 1 and x / 1 are exact: a row without one is unchanged)
         penalty = self.penalty
@@ -214,6 +222,11 @@ class RowBatch:
         if not graphs or span in self.failed:
             self.frame(span)
             return
+        if self.fast.adapters.pool is not self._pool:
+            # the pool grew (or was made): graphs read the old tensors, capture again
+            self.graphs.clear()
+            self._warm.clear()
+            self._pool = self.fast.adapters.pool
         graph = self.graphs.get(span)
         if graph is not None:
             graph.replay()

@@ -11,7 +11,8 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from engine.synth.runaway import (
 from engine.synth.stream import GrowingFile, StreamDecoder, expected_speech_s
 from engine.synth.voice import (
     VoiceSource,
-    load_adapter_weights,
+    adapter_of,
     load_checkpoint_weights,
     reference_audio,
     reference_codes,
@@ -153,8 +154,22 @@ def resolve_dtype(dtype: Any, device: str | None,
     return torch.bfloat16 if cpu_has_bf16() else torch.float32
 
 
+@dataclass(frozen=True)
+class RowVoice:
+    """What one row of a batch speaks as: its voice, speaker vector, in-context prompt
+    (zero-shot with a transcript) and adapter slot (`adapters`; 0: the base alone). Voices
+    of one base share a batch: each row carries its own."""
+
+    source: VoiceSource
+    speaker_vector: Any
+    icl: Any = None
+    adapter: int = 0
+
+
 class Synthesizer:
-    """One loaded voice. Thread-safe for one speak() at a time (a lock guards it)."""
+    """One loaded model and the voices on it. Thread-safe for one speak() at a time (a
+    lock guards it). `use_source` sets the voice it speaks by default; `add_voice` loads
+    more voices of the same base beside it, by name, for the batcher's rows."""
 
     def __init__(self, wrapper: Any, source: VoiceSource, speaker_vector: Any,
                  quantize: str | None = None, fuse: bool = False) -> None:
@@ -172,6 +187,10 @@ class Synthesizer:
         self.fast = FastTalker(self.model, quantize=quantize, fuse=fuse)
         #: in-context cloning prompt (zero-shot with a transcript), else None
         self.icl: Any = None
+        #: the default voice's adapter slot (0: none)
+        self.adapter = 0
+        #: voices loaded beside the default one (`add_voice`), by name
+        self.voices: dict[str, RowVoice] = {}
         self._lock = threading.Lock()
         self._overwritten: set[str] = set()
         #: codebook-0 codes this model's codec gives silence (the runaway guard's), found
@@ -202,35 +221,14 @@ class Synthesizer:
                    on_event: EventCallback | Emitter | None = None) -> None:
         """Switch to another voice that shares this model's base weights (no reload).
 
-        Used by the comparison: zero-shot and every checkpoint of a run all sit
-        on one base model; only the trained tensors and the speaker vector change.
+        Used by the comparison and Listen: zero-shot, adapter voices and every checkpoint of
+        a run all sit on one base model; only the trained tensors (a checkpoint), the
+        adapter slot and the speaker vector change.
         """
         emitter = as_emitter(on_event)
-        icl = None
         with self._lock:
-            if source.kind == "custom_voice":
-                if source.model_dir != self.source.model_dir:
-                    raise InputError("A custom voice needs its own model; load it separately.")
-                spk_id = self.model.config.talker_config.spk_id[source.speaker]
-                embedding = self.model.talker.get_input_embeddings().weight
-                self.speaker_vector = embedding[spk_id].detach().clone()
-            elif source.kind == "zero_shot":
-                # torch loads here, not when this module is imported (start-up cost)
-                from engine.synth.prompt import IclPrompt, ref_text_ids
-
-                assert source.reference is not None
-                audio = reference_audio(source.reference)  # bad clips fail before any change
-                if source.extra.get("transcribe"):
-                    source = self._transcribed(source, emitter)
-                self._restore_base()
-                if source.reference_text:
-                    icl = IclPrompt(ref_text_ids(self.processor, source.reference_text,
-                                                 self.fast.device),
-                                    reference_codes(self.model, audio).to(self.fast.device))
-                self.speaker_vector = reference_x_vector(self.model, source.reference, audio)
-                if source.extra.get("note"):
-                    emitter.log(str(source.extra["note"]), level="warning")
-            elif source.kind == "checkpoint":
+            before = self.adapter
+            if source.kind == "checkpoint":
                 assert source.checkpoint is not None
                 if source.voice_dir is None:
                     raise ModelError(f"The run of {source.checkpoint} is not inside a voice "
@@ -243,22 +241,102 @@ class Synthesizer:
                     self._restore_base()
                     names = load_checkpoint_weights(self.model, source)
                 self._overwritten |= set(names)
+                self.voices.clear()  # they spoke on the base's weights, changed now
                 emitter.log(f"Loaded {len(names)} trained tensors from "
                             f"{source.checkpoint.name}.", level="debug")
-                self.speaker_vector = voice_x_vector(self.model, source.voice_dir)
-            elif source.kind == "adapter":
-                if source.model_dir != self.source.model_dir:
-                    raise InputError("An adapter voice of another base needs that base; "
-                                     "load it separately.")
-                # tensors another voice trained and this one does not go back first
-                self._restore_base()
-                names, row = load_adapter_weights(self.model, source)
-                self._overwritten |= set(names)
-                self.speaker_vector = row
+                voice = RowVoice(source, voice_x_vector(self.model, source.voice_dir))
             else:
-                raise InputError(f"Unknown voice kind {source.kind!r}.")
-            self.icl = icl
-            self.source = source
+                voice = self._row_voice(source, emitter)  # a bad voice fails before any change
+                if source.kind != "custom_voice":
+                    self._restore_base()  # a checkpoint's tensors go back to the base's
+            self.source, self.speaker_vector = voice.source, voice.speaker_vector
+            self.icl, self.adapter = voice.icl, voice.adapter
+            if before and before != self.adapter \
+                    and all(v.adapter != before for v in self.voices.values()):
+                self.fast.adapters.release(before)
+
+    def _row_voice(self, source: VoiceSource, emitter: Emitter) -> RowVoice:
+        """What `source` speaks as on this model, without changing the default voice."""
+        if source.kind == "custom_voice":
+            if source.model_dir != self.source.model_dir:
+                raise InputError("A custom voice needs its own model; load it separately.")
+            spk_id = self.model.config.talker_config.spk_id[source.speaker]
+            embedding = self.model.talker.get_input_embeddings().weight
+            return RowVoice(source, embedding[spk_id].detach().clone())
+        if source.kind == "zero_shot":
+            # torch loads here, not when this module is imported (start-up cost)
+            from engine.synth.prompt import IclPrompt, ref_text_ids
+
+            assert source.reference is not None
+            audio = reference_audio(source.reference)  # bad clips fail before any change
+            if source.extra.get("transcribe"):
+                source = self._transcribed(source, emitter)
+            icl = None
+            if source.reference_text:
+                icl = IclPrompt(ref_text_ids(self.processor, source.reference_text,
+                                             self.fast.device),
+                                reference_codes(self.model, audio).to(self.fast.device))
+            vector = reference_x_vector(self.model, source.reference, audio)
+            if source.extra.get("note"):
+                emitter.log(str(source.extra["note"]), level="warning")
+            return RowVoice(source, vector, icl)
+        if source.kind == "adapter":
+            if source.model_dir != self.source.model_dir:
+                raise InputError("An adapter voice of another base needs that base; "
+                                 "load it separately.")
+            adapter = adapter_of(source)
+            slot = self.fast.adapters.add(str(adapter.folder), adapter.tensors,
+                                          adapter.scaling, adapter.folder.name)
+            return RowVoice(source, adapter.x_vector, None, slot)
+        raise InputError(f"Unknown voice kind {source.kind!r}.")
+
+    def add_voice(self, name: str, source: VoiceSource,
+                  on_event: EventCallback | Emitter | None = None) -> RowVoice:
+        """Load voice `source` beside the others under `name` (replacing one of that name):
+        an adapter voice takes a slot of the adapter pool, no model load; an instant
+        (zero-shot) voice its speaker vector and prompt. Rows of every such voice share
+        one batch (`BatchRequest.voice`)."""
+        if source.kind == "checkpoint" or self._overwritten:
+            raise InputError("A run's checkpoint changes the base model's own weights, so it "
+                             "cannot speak beside other voices of that base.",
+                             "Export it with --adapter: an adapter voice speaks beside them.")
+        if source.model_dir != self.source.model_dir:
+            raise InputError(f"The voice {name} speaks on {source.model_dir.name}, not on this "
+                             f"model ({self.source.model_dir.name}).",
+                             "Load it where its own base is loaded.")
+        voice = self._row_voice(source, as_emitter(on_event))
+        self.voices[name] = voice
+        return voice
+
+    def voice(self, name: str | None) -> RowVoice:
+        """Voice `name` (`add_voice`), or the default one (None)."""
+        if name is None:
+            return self.current_voice
+        found = self.voices.get(name)
+        if found is None:
+            raise InputError(f"The voice {name!r} is not loaded here.",
+                             "Send a voice request for it first.")
+        return found
+
+    @property
+    def current_voice(self) -> RowVoice:
+        return RowVoice(self.source, self.speaker_vector, self.icl, self.adapter)
+
+    @contextmanager
+    def speaking_as(self, voice: RowVoice | None) -> Iterator[None]:
+        """Make `voice` the default one for the paths that speak it (a streamed request),
+        then put the previous one back."""
+        if voice is None:
+            yield
+            return
+        before = self.current_voice
+        self.source, self.speaker_vector = voice.source, voice.speaker_vector
+        self.icl, self.adapter = voice.icl, voice.adapter
+        try:
+            yield
+        finally:
+            self.source, self.speaker_vector = before.source, before.speaker_vector
+            self.icl, self.adapter = before.icl, before.adapter
 
     def _transcribed(self, source: VoiceSource, emitter: Emitter) -> VoiceSource:
         """`source` with its reference clip's transcript from the recogniser (a Whisper
@@ -355,10 +433,10 @@ class Synthesizer:
                               guard=RunawayGuard.of(options.runaway_loop_s,
                                                     options.runaway_silence_s, self.silence))
 
-    def instruct_effect(self) -> str | None:
+    def instruct_effect(self, source: VoiceSource | None = None) -> str | None:
         """Why an instruction would do nothing with this voice (None: the model takes it)."""
         size = str(getattr(self.model, "tts_model_size", "") or "")
-        if self.source.kind == "zero_shot":
+        if (source or self.source).kind == "zero_shot":
             return ("Base models take no instruction (the official voice clone has none), "
                     "so it was ignored.")
         if "0b6" in size:
@@ -366,16 +444,18 @@ class Synthesizer:
                     "so it was ignored.")
         return None
 
-    def instruct_ids(self, options: SpeakOptions, emitter: Emitter) -> Any:
+    def instruct_ids(self, options: SpeakOptions, emitter: Emitter,
+                     source: VoiceSource | None = None) -> Any:
         """Token ids of `options.instruct` where the model takes one, else None (said why)."""
+        source = source or self.source
         if not options.instruct:
             return None
-        reason = self.instruct_effect()
+        reason = self.instruct_effect(source)
         if reason is not None:
             emitter.log(reason, level="warning")
             return None
         spk_ids = self.model.config.talker_config.spk_id or {}
-        if self.source.kind in ("checkpoint", "adapter") or list(spk_ids.values()) == [3000]:
+        if source.kind in ("checkpoint", "adapter") or list(spk_ids.values()) == [3000]:
             # Voxshard voices (runs and their exports) fill speaker slot 3000 of a Base model
             emitter.log("This voice was fine-tuned from a Base model, which was never trained "
                         "on instructions: expect little or no effect.", level="warning")
@@ -384,12 +464,12 @@ class Synthesizer:
 
         return instruct_ids(self.processor, options.instruct, self.fast.device)
 
-    def _non_streaming(self, options: SpeakOptions) -> bool:
+    def _non_streaming(self, options: SpeakOptions, source: VoiceSource | None = None) -> bool:
         if options.non_streaming is not None:
             return options.non_streaming
         # official defaults: custom voice True (and it is the layout training
         # uses, hence checkpoints too); voice clone False
-        return self.source.kind != "zero_shot"
+        return (source or self.source).kind != "zero_shot"
 
     # -- speaking ---------------------------------------------------------------------------
     def generate_codes(self, chunks: list[Chunk], seeds: list[int], options: SpeakOptions,
@@ -442,6 +522,7 @@ class Synthesizer:
             codes = self.fast.generate(
                 prefill, [c.max_frames for c in rows], settings,
                 seeds=[seeds[i] for i in picked], on_frame=on_frame,
+                adapters=[self.adapter] * len(rows) if self.adapter else None,
                 should_stop=(cancel.is_set if cancel is not None else None),
                 on_codes=(None if on_codes is None
                           else lambda f, c, picked=picked: on_codes(picked, f, c)))

@@ -267,18 +267,12 @@ def adapter_source(folder: Path, base: str | None = None) -> VoiceSource:
                        extra={"tier": TIER_ADAPTER, "adapter": str(folder)})
 
 
-def load_adapter_weights(model: Any, source: VoiceSource) -> tuple[list[str], Any]:
-    """Copy an adapter voice's tensors, merged onto its base, into `model`; returns the
-    names it replaced and the voice's speaker row. Another base refuses in one sentence."""
-    import torch
-
+def adapter_of(source: VoiceSource) -> Any:
+    """The adapter voice `source` names (its tensors unmerged, its speaker row), checked
+    against the base it speaks on: another base refuses in one sentence."""
     voice = load_adapter(Path(source.extra["adapter"]))
-    params = dict(model.named_parameters())
-    weights = voice.merged(source.model_dir)
-    with torch.no_grad():
-        for name, tensor in weights.items():
-            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
-    return sorted(weights), voice.x_vector
+    voice.check_base(source.model_dir)
+    return voice
 
 
 def instant_source(voice_dir: Path, base: str | None = None) -> VoiceSource:

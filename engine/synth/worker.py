@@ -5,12 +5,18 @@ lines to it. Requests (stdin), one object per line:
 
     {"op": "load", "id": "l1", "voice": "PATH", "checkpoint": null,
      "reference": null, "reference_text": null, "base": null, "speaker": null}
-    {"op": "speak", "id": "r1", "text": "...", "out": "PATH.wav",
+    {"op": "voice", "id": "v1", "name": "ada/a1", "voice": "PATH",
+     "reference": null, "reference_text": null, "base": null}
+    {"op": "speak", "id": "r1", "text": "...", "out": "PATH.wav", "voice": null,
      "format": null, "options": {"seed": 1, "temperature": 0.8}, "stream": false}
     {"op": "cancel", "id": "r1"}          (queued or running; no id: every running one)
     {"op": "ping", "id": "p"}
     {"op": "shutdown"}                    (finish what was asked, then exit)
 
+A "voice" request loads another voice of the loaded model's base beside it, by name,
+without a model load and without waiting for the speech in progress (an adapter voice
+takes a slot of the adapter pool, an instant voice its prompt); a speak request with
+"voice": NAME speaks it, in the same batch as every other voice (`Synthesizer.add_voice`).
 Speak requests from any number of clients are batched together
 (`batcher.ContinuousBatcher`): each chunk is a row of one batch, and a row that
 finishes is refilled with the next waiting chunk at once. With "stream": true
@@ -37,6 +43,7 @@ import json
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -99,10 +106,10 @@ class SpeechWorker:
         if op == "shutdown":
             self._queue.put(_STOP)
             return
-        if op not in ("load", "speak", "ping"):
+        if op not in ("load", "voice", "speak", "ping"):
             self._emitter(rid).emit("error", code="input",
                                     message=f"Unknown request op {op!r}.",
-                                    hint="Use load, speak, cancel, ping or shutdown.")
+                                    hint="Use load, voice, speak, cancel, ping or shutdown.")
             return
         job = _Job(request)
         with self._lock:
@@ -204,8 +211,8 @@ class SpeechWorker:
         for thread in streams:
             thread.join()
 
-    def _stream(self, job: _Job, emitter: Emitter, text: str, out: str, options: SpeakOptions,
-                fmt: str) -> None:
+    def _stream(self, job: _Job, emitter: Emitter, text: str, out: str,
+                options: SpeakOptions, fmt: str, voice: Any = None) -> None:
         """A streamed request on its own thread: it waits for the batch to drain (it
         plays as it is made, so it runs alone), then ends the job itself."""
         synth, batcher = self._synth, self._batcher
@@ -218,7 +225,8 @@ class SpeechWorker:
                     earlier.join()  # one stream at a time, in the order asked
                 if batcher is not None:
                     batcher.wait_idle()
-                with GATE.section():  # beside the finisher; alone for its own captures
+                # beside the finisher; alone for its own captures; in its own voice
+                with GATE.section(), synth.speaking_as(voice):
                     result = synth.speak_to_file(text, out, options, fmt, emitter,
                                                  job.cancel, stream=True)
             except BaseException as exc:
@@ -279,6 +287,8 @@ class SpeechWorker:
             raise _Done({"loaded": source.to_dict(),
                          "languages": ["auto", *self._synth.languages],
                          "summary": f"Loaded {source.label}"})
+        if op == "voice":
+            self._add_voice(req, emitter)
         # speak
         if self._synth is None:
             if self._load_error:
@@ -294,8 +304,10 @@ class SpeechWorker:
             raise InputError("The speak request has no output path.", "Add \"out\": PATH.")
         options = SpeakOptions.from_dict(dict(req.get("options") or {}))
         fmt = audio_format(str(out), req.get("format"))
+        named = req.get("voice")
+        voice = self._synth.voice(str(named)) if named else None
         if req.get("stream"):
-            self._stream(job, emitter, text, str(out), options, fmt)
+            self._stream(job, emitter, text, str(out), options, fmt, voice)
             return True
 
         split_text(text, options.chunk_chars)  # bad text fails now, in order
@@ -303,10 +315,28 @@ class SpeechWorker:
         job.batched = True
         self._batcher.submit(BatchRequest(
             rid=str(req.get("id", "")), text=text, out=str(out), fmt=fmt, options=options,
-            emitter=emitter, done=lambda result, exc, job=job: self._end(job, result, exc)))
+            emitter=emitter, done=lambda result, exc, job=job: self._end(job, result, exc),
+            voice=voice))
         if job.cancel.is_set():
             self._batcher.cancel(str(req.get("id", "")))
         return True
+
+    def _add_voice(self, req: dict[str, Any], emitter: Emitter) -> None:
+        """A voice of the loaded base beside the others (see the module doc)."""
+        name, voice = req.get("name"), req.get("voice")
+        if not name or not voice:
+            raise InputError("The voice request needs a name and a voice.",
+                             "Add \"name\": NAME and \"voice\": PATH.")
+        if self._synth is None:
+            raise InputError("No model is loaded to add the voice to.",
+                             "Send a load request first.")
+        source = resolve_source(voice, reference=req.get("reference"), base=req.get("base"),
+                                reference_text=req.get("reference_text"))
+        started = time.perf_counter()
+        with GATE.section():
+            self._synth.add_voice(str(name), source, on_event=emitter)
+        raise _Done({"voice": str(name), "loaded": source.to_dict(),
+                     "load_s": round(time.perf_counter() - started, 4)})
 
     def _drop_voice(self) -> None:
         if self._batcher is not None:

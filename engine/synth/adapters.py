@@ -1,0 +1,182 @@
+"""Adapter voices inside the batch: one base model, each row with its own LoRA.
+
+`AdapterPool` holds every loaded adapter voice of a `FastTalker` in stacked device
+tensors, one pair per adapted talker projection (q, k, v, o, gate, up, down of each
+layer): A [slots, rank, in] and B [slots, out, rank], the voice's scale (alpha / rank)
+folded into B. Slot 0 stays all zeros: a row without an adapter gets the base's numbers
+exactly (x + 0 is x). Capacity and rank are fixed when a pool is made, so a frame
+captured as a CUDA graph keeps reading the same tensors while voices come and go; only a
+pool that must grow (more voices than slots, a larger rank) is made anew, and a
+`RowBatch` that sees another pool drops its graphs.
+
+A frame hands the talker stack `RowAdapters(pool, index)` (index [B]: each row's slot,
+a device tensor): every adapted projection gathers its rows' A and B and adds
+`(x A^T) B^T` for the whole batch with two batched matrix products, never one row at
+a time. The adapters stay unmerged, so a row's numbers differ from its merged export's
+by float rounding only (the parity tests' near-tie rule).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from engine.core.errors import ModelError
+
+#: the adapted projections of a talker layer, in the order `_Stack.forward` applies them
+PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+Q_PROJ, K_PROJ, V_PROJ, O_PROJ, GATE_PROJ, UP_PROJ, DOWN_PROJ = range(len(PROJECTIONS))
+_KEY = re.compile(r"^talker\.model\.layers\.(\d+)\.(" + "|".join(
+    re.escape(p) for p in PROJECTIONS) + r")\.lora_([AB])$")
+
+
+def _size_up(n: int) -> int:
+    size = 2
+    while size < n:
+        size *= 2
+    return size
+
+
+class AdapterPool:
+    """Fixed-capacity stacks of adapters on the device (see the module doc)."""
+
+    def __init__(self, shapes: list[list[tuple[int, int]]], slots: int, rank: int,
+                 device: torch.device, dtype: torch.dtype) -> None:
+        #: (out, in) of each projection of each layer
+        self.shapes = shapes
+        self.slots = slots  # slot 0 included
+        self.rank = rank
+        self.a = [[torch.zeros(slots, rank, i, device=device, dtype=dtype) for _o, i in layer]
+                  for layer in shapes]
+        self.b = [[torch.zeros(slots, o, rank, device=device, dtype=dtype) for o, _i in layer]
+                  for layer in shapes]
+        #: adapter key (its folder) -> slot
+        self.used: dict[str, int] = {}
+
+    def free_slot(self) -> int | None:
+        taken = set(self.used.values())
+        return next((s for s in range(1, self.slots) if s not in taken), None)
+
+    def bytes_per_slot(self) -> int:
+        return sum(a[0].numel() * a.element_size() + b[0].numel() * b.element_size()
+                   for la, lb in zip(self.a, self.b, strict=True)
+                   for a, b in zip(la, lb, strict=True))
+
+    def write(self, slot: int, pairs: Mapping[tuple[int, int], tuple[torch.Tensor, torch.Tensor]],
+              scaling: float) -> None:
+        """Put one adapter into `slot` (what it does not adapt stays zero)."""
+        for layer_a, layer_b in zip(self.a, self.b, strict=True):
+            for a, b in zip(layer_a, layer_b, strict=True):
+                a[slot].zero_()
+                b[slot].zero_()
+        for (layer, proj), (a, b) in pairs.items():
+            r = a.shape[0]
+            self.a[layer][proj][slot, :r].copy_(a)
+            self.b[layer][proj][slot, :, :r].copy_(b.to(torch.float32) * scaling)
+
+    def copy_into(self, other: AdapterPool) -> None:
+        """This pool's slots into a larger one (same shapes)."""
+        r = self.rank
+        for la, lb, oa, ob in zip(self.a, self.b, other.a, other.b, strict=True):
+            for a, b, a2, b2 in zip(la, lb, oa, ob, strict=True):
+                a2[: self.slots, :r].copy_(a)
+                b2[: self.slots, :, :r].copy_(b)
+        other.used = dict(self.used)
+
+
+def adapter_pairs(tensors: Mapping[str, Any], layers: int, name: str
+                  ) -> tuple[dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]], int]:
+    """(layer, projection) -> (A, B) of an adapter voice's tensors, and its rank; anything
+    the batch cannot apply (another module, a full trained tensor) refuses in a sentence."""
+    found: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        m = _KEY.match(key)
+        if m is None or int(m.group(1)) >= layers:
+            raise ModelError(f"The adapter voice {name} changes {key}, which voices sharing "
+                             "one base cannot apply.",
+                             "Export the run as a full voice (without --adapter).")
+        proj = PROJECTIONS.index(m.group(2))
+        found.setdefault((int(m.group(1)), proj), {})[m.group(3)] = torch.as_tensor(value)
+    pairs = {}
+    for where, ab in found.items():
+        if set(ab) != {"A", "B"}:
+            raise ModelError(f"The adapter voice {name} is damaged (an adapter lacks its A or "
+                             "B half).", "Export the run again with --adapter.")
+        pairs[where] = (ab["A"], ab["B"])
+    rank = max((a.shape[0] for a, _b in pairs.values()), default=1)
+    return pairs, rank
+
+
+class Adapters:
+    """The pool of one `FastTalker` and the voices in it (thread-safe)."""
+
+    def __init__(self, layers: Any, device: torch.device, dtype: torch.dtype) -> None:
+        self.shapes = [[tuple(int(n) for n in layer.get_submodule(p).weight.shape)
+                        for p in PROJECTIONS] for layer in layers]
+        self.device, self.dtype = device, dtype
+        #: the current pool; None until the first adapter voice (rows then skip the math)
+        self.pool: AdapterPool | None = None
+        self._lock = threading.Lock()
+
+    def add(self, key: str, tensors: Mapping[str, Any], scaling: float, name: str) -> int:
+        """The slot of adapter `key`, written now unless it is in the pool already."""
+        pairs, rank = adapter_pairs(tensors, len(self.shapes), name)
+        for (layer, proj), (a, b) in pairs.items():
+            out, inp = self.shapes[layer][proj]
+            if tuple(a.shape[1:]) != (inp,) or tuple(b.shape) != (out, a.shape[0]):
+                raise ModelError(f"The adapter voice {name} was made for a model of other "
+                                 "widths.", "Speak it on the base it was trained on.")
+        with self._lock, torch.no_grad():
+            pool = self.pool
+            if pool is not None and key in pool.used:
+                return pool.used[key]
+            slot = None if pool is None or rank > pool.rank else pool.free_slot()
+            if slot is None:
+                pool = self._grown(rank)
+                slot = pool.free_slot()
+                assert slot is not None
+            pool.write(slot, pairs, scaling)
+            pool.used[key] = slot
+            self.pool = pool
+            return slot
+
+    def _grown(self, rank: int) -> AdapterPool:
+        """A new pool with room for one more voice (and `rank`), holding the old one's."""
+        old = self.pool
+        have = 0 if old is None else len(old.used)
+        bigger = AdapterPool(self.shapes, _size_up(have + 2),
+                             max(rank, 0 if old is None else old.rank), self.device, self.dtype)
+        if old is not None:
+            old.copy_into(bigger)
+        return bigger
+
+    def release(self, slot: int) -> None:
+        """Free `slot` for another adapter (no row may be speaking it)."""
+        with self._lock:
+            if self.pool is not None:
+                self.pool.used = {k: s for k, s in self.pool.used.items() if s != slot}
+
+    def rows(self, index: torch.Tensor) -> RowAdapters | None:
+        """What a frame over rows with adapter slots `index` [B] adds (None: no pool)."""
+        pool = self.pool
+        return None if pool is None else RowAdapters(pool, index)
+
+
+class RowAdapters:
+    """Each row's adapter for one pass of the talker stack (see the module doc)."""
+
+    def __init__(self, pool: AdapterPool, index: torch.Tensor) -> None:
+        self.pool = pool
+        self.index = index
+
+    def delta(self, layer: int, proj: int, x: torch.Tensor) -> torch.Tensor:
+        """(x A^T) B^T of every row's adapter on `x` [B, T, in]: [B, T, out]."""
+        a = self.pool.a[layer][proj].index_select(0, self.index)  # [B, r, in]
+        b = self.pool.b[layer][proj].index_select(0, self.index)  # [B, out, r]
+        low = torch.bmm(x.to(a.dtype), a.transpose(1, 2))
+        return torch.bmm(low, b.transpose(1, 2)).to(x.dtype)

@@ -1,0 +1,171 @@
+"""Many voices of one base in one continuous batch (issue 30): each row carries its own
+voice (its adapter slot and speaker row), and a row's output never depends on its company.
+
+Voices here: two adapter voices of the LoRA run (its last step, and the same adapters with
+B negated, so the two really differ), the voice's instant voice (in-context) and the base's
+zero-shot x-vector voice (no adapter), all on one loaded tiny base model.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from engine.config.speak import SpeakOptions
+from engine.core.errors import InputError
+from engine.core.events import Emitter
+from engine.model.adapter import AdapterRequest, export_adapter, load_adapter
+from engine.prepare.instant import make_instant_voice
+from engine.synth.batcher import BatchRequest, ContinuousBatcher
+from engine.synth.synthesizer import Synthesizer
+from engine.synth.voice import instant_source, resolve_source
+from engine.train.driver import export
+from tests.helpers.parity import ChoiceLog, assert_same_codes, record_choices
+from tests.helpers.runs import LORA_STEPS
+from tests.helpers.voices import copy_voice
+
+GREEDY = SpeakOptions(do_sample=False, subtalker_do_sample=False, seed=0, max_frames=24,
+                      loudness_lufs=None)
+TEXT = "Hello there, this is a test."
+
+
+def negated_adapter(folder: Path, out: Path, base_dir: Path) -> Path:
+    """Another adapter voice of the same base: `folder`'s adapters with B negated."""
+    voice = load_adapter(folder)
+    tensors = {k: (-v if k.endswith(".lora_B") else v) for k, v in voice.tensors.items()}
+    return export_adapter(AdapterRequest(
+        tensors=tensors, base_dir=base_dir, base=voice.base, rank=int(voice.info["rank"]),
+        alpha=float(voice.info["alpha"]), speaker=voice.speaker, x_vector=voice.x_vector,
+        info={"run": "negated"}), out)
+
+
+@pytest.fixture(scope="module")
+def voices(lora_run: dict[str, Any], tiny_model_dir: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A copy of the LoRA run's voice with two adapter voices and an instant voice; the
+    full (merged) export of the first adapter's step beside it."""
+    voice = copy_voice(lora_run["voice"], tmp_path_factory.mktemp("voices") / "joe")
+    shutil.rmtree(voice / "exports", ignore_errors=True)
+    one = Path(export(voice, voice / "exports" / "a1", run="lora", step=LORA_STEPS,
+                      adapter=True)["out_dir"])
+    two = negated_adapter(one, voice / "exports" / "a2", tiny_model_dir)
+    make_instant_voice(voice, str(tiny_model_dir))
+    clip = next((voice / "prepared" / "clips").glob("*.wav"))
+    full = tmp_path_factory.mktemp("full") / "a1-full"  # beside no voice: served by none
+    return {"voice": voice, "a1": one, "a2": two, "clip": clip,
+            "full": Path(export(voice, full, run="lora", step=LORA_STEPS)["out_dir"])}
+
+
+@pytest.fixture(scope="module")
+def base_synth(voices: dict[str, Any], tiny_model_dir: Path) -> Synthesizer:
+    """One tiny base model with the four voices loaded beside each other."""
+    synth = Synthesizer.load(resolve_source(voices["a1"]), device="cpu", dtype="float32")
+    synth.add_voice("a1", resolve_source(voices["a1"]))
+    synth.add_voice("a2", resolve_source(voices["a2"]))
+    synth.add_voice("instant", instant_source(voices["voice"]))
+    synth.add_voice("plain", resolve_source(tiny_model_dir, reference=voices["clip"],
+                                            x_vector_only=True))
+    return synth
+
+
+def run_batch(synth: Synthesizer, voices: list[Any], rows: int, tmp: Path) -> list[torch.Tensor]:
+    """Each voice's greedy codes of TEXT, all submitted at once to one batcher of `rows`
+    rows (so they start on the same frame, in this order)."""
+    requests, done = [], threading.Semaphore(0)
+    errors: list[BaseException] = []
+
+    def finished(_result: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            errors.append(exc)
+        done.release()
+
+    batcher = ContinuousBatcher(synth, rows=rows)
+    try:
+        with batcher._cond:  # the loop admits them together, into rows 0, 1, ...
+            for i, voice in enumerate(voices):
+                request = BatchRequest(rid=f"v{i}", text=TEXT, out=str(tmp / f"v{i}.wav"),
+                                       fmt="wav", options=GREEDY, emitter=Emitter(None),
+                                       done=finished, voice=voice)
+                batcher.submit(request)
+                requests.append(request)
+        for _ in voices:
+            assert done.acquire(timeout=300)
+    finally:
+        batcher.close()
+    assert not errors, errors
+    return [r.codes[0] for r in requests]
+
+
+@contextmanager
+def recorded(monkeypatch: pytest.MonkeyPatch,
+             forced: list[torch.Tensor] | None = None) -> Iterator[ChoiceLog]:
+    """`record_choices`, the batcher's prefill choice included."""
+    import engine.synth.batcher as batcher_module
+
+    with record_choices(monkeypatch, forced) as log, monkeypatch.context() as m:
+        m.setattr(batcher_module, "choose", log)
+        yield log
+
+
+@pytest.mark.parity
+def test_an_adapter_voice_alone_in_the_shared_batch_speaks_as_its_merged_export(
+        voices: dict[str, Any], base_synth: Synthesizer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    merged = Synthesizer.load(resolve_source(voices["full"]), device="cpu", dtype="float32")
+    want = run_batch(merged, [None], 1, tmp_path)[0]
+    with recorded(monkeypatch) as log:
+        got = run_batch(base_synth, [base_synth.voice("a1")], 1, tmp_path)[0]
+    assert len(want) >= 5
+    assert base_synth.voice("a1").adapter > 0  # unmerged: the base's weights are its own
+    assert_same_codes(got, want, log, base_synth.fast.eos)
+
+
+@pytest.mark.parity
+def test_in_a_batch_of_four_voices_each_row_equals_that_voice_alone(
+        base_synth: Synthesizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = ["a1", "a2", "instant", "plain"]
+    row_voices = [base_synth.voice(n) for n in names]
+    alone: list[ChoiceLog] = []
+    codes = []
+    for voice in row_voices:
+        with recorded(monkeypatch) as log:
+            codes.append(run_batch(base_synth, [voice], 1, tmp_path)[0])
+        alone.append(log)
+    # four voices, four ways of speaking: the adapters and the prompt all matter
+    for i in range(4):
+        for j in range(i):
+            assert not torch.equal(codes[i], codes[j]), (names[i], names[j])
+    # the batch, teacher-forced per choice to each row's own run alone: calls 0..3 are the
+    # rows' prefills (one row each), then every frame's choices for all four rows
+    forced = [log.own[0] for log in alone]
+    longest = max(len(log.own) for log in alone)
+    for k in range(1, longest):
+        forced.append(torch.stack([log.own[k][0] if k < len(log.own) else torch.tensor(0)
+                                   for log in alone]))
+    with recorded(monkeypatch, forced) as batch:
+        together = run_batch(base_synth, row_voices, 4, tmp_path)
+    for row, (log, name) in enumerate(zip(alone, names, strict=True)):
+        assert torch.equal(together[row], codes[row]), name
+        for k in range(len(log.own)):
+            at = row if k == 0 else 3 + k
+            mine, theirs = int(batch.own[at][0 if k == 0 else row]), int(log.own[k][0])
+            if mine != theirs:
+                assert batch.near_tie(at, 0 if k == 0 else row, mine, theirs, 1e-4), (
+                    f"{name}: choice {k} is {mine} in the batch and {theirs} alone, and not "
+                    "a near-tie")
+
+
+def test_a_voice_of_another_kind_or_base_refuses_in_one_sentence(
+        voices: dict[str, Any], base_synth: Synthesizer) -> None:
+    with pytest.raises(InputError, match="checkpoint changes the base model"):
+        base_synth.add_voice("run", resolve_source(voices["voice"] / "runs" / "lora"))
+    with pytest.raises(InputError, match="not loaded here"):
+        base_synth.voice("nobody")
+
