@@ -277,6 +277,8 @@ def test_the_server_answers_the_audio_up_to_the_cut_and_says_why(
         done = json.loads(events.text.strip().split("\n\n")[-1].removeprefix("data: "))
         assert done["type"] == "speech.audio.done" and done.get("runaway") == (
             [cut] if cut else None)
+        if cut is not None:  # and the request log, which the streamed headers could not
+            assert server.logged_since(before, 2)[-1]["runaway"] == [cut]
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -397,8 +397,9 @@ class SpeechApp:
             if sent["first_byte_at"] is not None and ticket.first_audio_at is not None:
                 # how long the worker's first audio took to leave the server
                 lag = round((sent["first_byte_at"] - ticket.first_audio_at) * 1000, 1)
+            cut = _cut(ticket.result)  # streamed: the log says what the headers could not
             self._done(req, status, sent["samples"] / formats.SAMPLE_RATE, began,
-                       first_byte_after_audio_ms=lag)
+                       first_byte_after_audio_ms=lag, **({"runaway": cut} if cut else {}))
 
         async def pieces() -> AsyncIterator[bytes]:
             if req.response_format in formats.INCREMENTAL:
