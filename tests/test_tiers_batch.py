@@ -21,7 +21,14 @@ import torch
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError
 from engine.core.events import Emitter
-from engine.model.adapter import AdapterRequest, export_adapter, load_adapter
+from engine.model import files
+from engine.model.adapter import (
+    AdapterRequest,
+    export_adapter,
+    load_adapter,
+    weights_fingerprint,
+)
+from engine.model.speaker_encoder import speaker_encoder_fingerprint
 from engine.prepare.instant import make_instant_voice
 from engine.synth.batcher import BatchRequest, ContinuousBatcher
 from engine.synth.synthesizer import Synthesizer
@@ -160,6 +167,18 @@ def test_in_a_batch_of_four_voices_each_row_equals_that_voice_alone(
                 assert batch.near_tie(at, 0 if k == 0 else row, mine, theirs, 1e-4), (
                     f"{name}: choice {k} is {mine} in the batch and {theirs} alone, and not "
                     "a near-tie")
+
+
+def test_a_base_has_one_weights_fingerprint_whatever_of_it_was_worked_out_first(
+        tiny_model_dir: Path) -> None:
+    """The speaker encoder's fingerprint of the same file, worked out first in a process,
+    once answered for the weights' (so an adapter voice made there refused its own base
+    in every other process: the server's)."""
+    files._memo.clear()
+    speaker_encoder_fingerprint(tiny_model_dir)
+    got = weights_fingerprint(tiny_model_dir)
+    files._memo.clear()
+    assert got == weights_fingerprint(tiny_model_dir)
 
 
 def test_a_voice_of_another_kind_or_base_refuses_in_one_sentence(

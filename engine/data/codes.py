@@ -65,7 +65,7 @@ def codec_fingerprint(model_dir: str | Path) -> str:
             h.update(file_sha256(w).encode())
         return h.hexdigest()
 
-    return memo_per_version(weights[0], compute)
+    return memo_per_version(weights[0], compute, "codec")
 
 
 def _key(*parts: str) -> str:

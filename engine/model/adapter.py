@@ -62,7 +62,7 @@ def weights_fingerprint(model_dir: str | Path) -> str:
                     fh.seek(i * max(size - _SAMPLE_BYTES, 0) // max(_SAMPLES - 1, 1))
                     one.update(fh.read(_SAMPLE_BYTES))
             return one.hexdigest()
-        h.update(memo_per_version(file, compute).encode())
+        h.update(memo_per_version(file, compute, "weights").encode())
     return h.hexdigest()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engine.core.errors import ModelError
 
-_memo: dict[tuple[str, int, int], str] = {}
+_memo: dict[tuple[str, str, int, int], str] = {}
 
 
 def weight_files(model_dir: str | Path) -> list[Path]:
@@ -27,11 +27,13 @@ def weight_files(model_dir: str | Path) -> list[Path]:
     raise ModelError(f"{base} has no model.safetensors.")
 
 
-def memo_per_version(path: Path, compute: Callable[[], str]) -> str:
-    """`compute()` once per version of `path` (its size and modification time): a
-    fingerprint over gigabytes of weights is worked out once per process."""
+def memo_per_version(path: Path, compute: Callable[[], str], kind: str) -> str:
+    """`compute()` once per version of `path` (its size and modification time) and per
+    `kind` of figure: a fingerprint over gigabytes of weights is worked out once per
+    process, and two figures of one file (its weights', its speaker encoder's) never
+    answer for each other."""
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    key = (kind, str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _memo:
         _memo[key] = compute()
     return _memo[key]

@@ -57,7 +57,7 @@ def speaker_encoder_fingerprint(model_dir: str | Path) -> str:
                     h.update(t.view(torch.uint8).numpy().tobytes())
         return h.hexdigest()
 
-    return memo_per_version(files[0], compute)
+    return memo_per_version(files[0], compute, "speaker_encoder")
 
 
 def load_speaker_encoder(model_dir: str | Path, device: str = "cpu") -> Any:
