@@ -1,12 +1,14 @@
 """Registration everywhere (issue 30): `serve --workspace W --reference-base B` starts with
 no voice at all and takes its first one from a client; without a base to register on, an
-empty workspace is refused in one sentence. On Ray Serve (the real deployment, on the
+empty workspace is refused in one sentence (and its Wyoming service refuses a request
+until a voice exists, then lists it). On Ray Serve (the real deployment, on the
 session's shared cluster) a voice registered through one replica is served by every
 replica, and once deleted through one, by none: the replicas share the workspace on disk
 and read it again when it changes."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import socket
 import threading
@@ -20,10 +22,15 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
+from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+from wyoming.tts import Synthesize
 
 from engine.layout.tiers import TIER_INSTANT
 from tests.helpers.ray_cluster import SharedCluster
-from tests.helpers.serving import ROOT, start_server
+from tests.helpers.serving import ROOT, Server, start_server
 
 SHORT = {"max_frames": 8, "seed": 1}
 WORDS = "Hello there, this is my voice."
@@ -65,9 +72,13 @@ def test_serve_starts_on_an_empty_workspace_and_takes_its_first_voice(
     ws.mkdir()
     clip = _sample(tmp_path / "sample.wav")
     srv = start_server(["--workspace", str(ws), "--reference-base", str(tiny_model_dir),
-                        "--port", "0", "--device", "cpu", "--dtype", "float32"], ROOT)
+                        "--port", "0", "--device", "cpu", "--dtype", "float32",
+                        "--wyoming", "tcp://127.0.0.1:0"], ROOT)
     try:
         assert srv.serving["voices"] == []
+        # Home Assistant asking before any voice exists: one error event, not a hang-up
+        refused = asyncio.run(_wyoming(srv, Synthesize(text="Hello.").event(), "error"))
+        assert Error.from_event(refused[-1]).text == "No voice is served here yet."
         client = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0, timeout=300)
         http = srv.http(key=None)
         assert http.get("/v1/audio/voices").json()["data"] == []
@@ -80,12 +91,27 @@ def test_serve_starts_on_an_empty_workspace_and_takes_its_first_voice(
         speech = client.audio.speech.create(model="tts-1", voice="nina", input="Hi there.",
                                             response_format="wav", extra_body=SHORT)
         assert sf.read(io.BytesIO(speech.content))[1] == 24000
+        info = asyncio.run(_wyoming(srv, Describe().event(), "info"))
+        assert [v.name for v in Info.from_event(info[-1]).tts[0].voices][:1] == ["nina"]
         assert client.audio.voices.delete("nina").deleted
         assert http.get("/v1/audio/voices").json()["data"] == []
         http.close()
     finally:
         srv.proc.terminate()
         srv.proc.wait(60)
+
+
+async def _wyoming(server: Server, event: Event, until: str) -> list[Event]:
+    """Send one Wyoming event; every event back up to the first of type `until`."""
+    host, port = str(server.serving["wyoming"]).removeprefix("tcp://").rsplit(":", 1)
+    async with AsyncTcpClient(host, int(port)) as client:
+        await client.write_event(event)
+        out: list[Event] = []
+        while not out or out[-1].type != until:
+            got = await asyncio.wait_for(client.read_event(), 120)
+            assert got is not None, f"the server hung up; had {[e.type for e in out]}"
+            out.append(got)
+        return out
 
 
 def _free_port() -> int:
@@ -97,7 +123,7 @@ def _free_port() -> int:
 def test_ray_serve_replicas_share_registered_voices(
         tmp_path: Path, tiny_model_dir: Path, shared_cluster: SharedCluster) -> None:
     from engine.config.serve import ClusterServeSettings, ServeSettings
-    from engine.core.events import Event
+    from engine.core.events import Event as EngineEvent
     from engine.serve.ray_deploy import serve_on_ray
 
     shared_cluster.up()
@@ -107,7 +133,7 @@ def test_ray_serve_replicas_share_registered_voices(
     port = _free_port()
     settings = ServeSettings(workspace=str(ws), reference_base=str(tiny_model_dir), port=port,
                              device="cpu", dtype="float32", rows=2, queue=8, timeout_s=300)
-    events: list[Event] = []
+    events: list[EngineEvent] = []
     stop = threading.Event()
     failed: list[BaseException] = []
 

@@ -147,6 +147,8 @@ class WyomingService:
 
     @property
     def default_voice(self) -> str:
+        if not self.pool.voices:  # an empty workspace, waiting for a client to register one
+            raise _Refused("No voice is served here yet.", "voice_not_found")
         return next(iter(self.pool.voices))
 
     async def info(self) -> Info:
