@@ -22,6 +22,7 @@ import soundfile as sf
 import torch
 from safetensors.torch import load_file
 
+from engine import api
 from engine.cli.main import main
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError
@@ -221,7 +222,7 @@ def test_a_normal_render_is_the_same_bit_for_bit_with_the_guard_on(
     assert np.array_equal(on_audio, off_audio)
 
 
-def test_cli_speak_reports_the_cut(voices: dict[str, Path], tmp_path: Path,
+def test_cli_and_api_speak_report_the_cut(voices: dict[str, Path], tmp_path: Path,
                                    capfd: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "loop.wav"
     # the limit is a flag from the speak options: off, it runs to its cap (human output)
@@ -230,6 +231,9 @@ def test_cli_speak_reports_the_cut(voices: dict[str, Path], tmp_path: Path,
     said = capfd.readouterr().out
     assert said.startswith(f"Wrote {out}") and "runaway" not in said
     assert sf.info(out).frames == 60 * 1920
+    # the Python API's result says it too
+    cut = api.speak(voices["silence"], TEXT, tmp_path / "api.wav", device="cpu", seed=1)
+    assert cut["runaway"] == ["silence"] and cut["chunks"][0]["runaway"] == "silence"
     # --json last: it keeps this process's standard output for its events
     assert main(["--json", "speak", str(voices["loop"]), TEXT, "-o", str(out),
                  "--seed", "1"]) == 0
