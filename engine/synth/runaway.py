@@ -41,6 +41,9 @@ SILENCE_SHARE = 0.9
 FIRST_WATCHED = 1
 #: frames per second of the 12 Hz codec
 FRAME_RATE = 12.5
+#: codes looked up as silent or not (the talker's vocabulary is 3072; the last entry,
+#: never silent, takes anything beyond)
+CODES = 4096
 #: the longest window a limit may ask for, in frames
 MAX_WINDOW = math.ceil(RUNAWAY_MAX_S * FRAME_RATE)
 LOOP = "loop"
@@ -87,7 +90,8 @@ class RunawayWatch:
         self.silence_window = np.zeros(rows, dtype=np.int64)
         self.silence_need = np.zeros(rows, dtype=np.int64)
         self.active = np.zeros(rows, dtype=bool)
-        self.silence = np.zeros(0, dtype=np.int64)
+        #: silent or not, by code (a lookup: a set test costs most of a frame's watch)
+        self.silent_code = np.zeros(CODES, dtype=bool)
         self.reason: list[str | None] = [None] * rows
         self.cut: list[int | None] = [None] * rows
         self._next = FIRST_WATCHED  # `feed`: the next frame of the whole batch
@@ -114,7 +118,8 @@ class RunawayWatch:
         if guard is None:
             return
         # one codec per watch (one model): its silence codes are the same for every row
-        self.silence = np.asarray(guard.silence_codes, dtype=np.int64)
+        self.silent_code[:] = False
+        self.silent_code[[c for c in guard.silence_codes if 0 <= c < CODES - 1]] = True
         self.loop_window[row] = guard.loop_frames
         self.loop_need[row] = math.ceil(LOOP_SHARE * guard.loop_frames)
         self.silence_window[row] = guard.silence_frames
@@ -129,7 +134,7 @@ class RunawayWatch:
         if not len(r):
             return []
         c = np.asarray(codes, dtype=np.int64)[keep]
-        silent = np.isin(c, self.silence)
+        silent = self.silent_code[np.clip(c, 0, CODES - 1)]
         repeat = (self.recent[r] == c[:, None]) & ~silent[:, None]  # [n, MAX_PERIOD]
         fed = self.fed[r]
         at = fed % MAX_WINDOW
