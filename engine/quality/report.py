@@ -227,7 +227,8 @@ def render_html(result: dict[str, Any]) -> str:
                  + "</div>")
     head = ("<tr><th>voice</th><th>similarity</th><th>similarity (model's encoder)</th>"
             "<th>WER</th><th>words/s</th><th>rate × speaker</th><th>loudness LUFS</th>"
-            "<th>peak dBFS</th><th>clipped %</th><th>unended</th><th>render s</th></tr>")
+            "<th>peak dBFS</th><th>clipped %</th><th>unended</th><th>ran away</th>"
+            "<th>render s</th></tr>")
     rows = []
     for e in entries:
         m = e["mean"]
@@ -241,7 +242,8 @@ def render_html(result: dict[str, Any]) -> str:
             f"<td>{_fmt(m.get('rate_ratio'), '.2f')}</td>"
             f"<td>{_fmt(m.get('loudness_lufs'), '.1f')}</td>"
             f"<td>{_fmt(m.get('peak_dbfs'), '.1f')}</td><td>{_fmt(clipped, '.2f')}</td>"
-            f"<td>{m.get('capped', 0)}</td><td>{_fmt(e.get('render_s'), '.1f')}</td></tr>")
+            f"<td>{m.get('capped', 0)}</td><td>{m.get('runaway', 0)}</td>"
+            f"<td>{_fmt(e.get('render_s'), '.1f')}</td></tr>")
     parts.append("<h2>Figures (means over the sentences)</h2><table>" + head + "".join(rows)
                  + "</table>")
     # players: one row per sentence, one column per voice
