@@ -1,4 +1,5 @@
-"""Listen: speak any text in the voice, from a checkpoint, an export, or zero-shot.
+"""Listen: speak any text in the voice, from a checkpoint, an export, an adapter or instant
+voice, or zero-shot. Voices of one base switch in the warm worker without a model load.
 
 Each render is a job of the engine's `speak` command writing into the
 voice's renders/ folder, with a small JSON beside it saying what made it.
@@ -40,6 +41,7 @@ from PySide6.QtWidgets import (
 from engine.catalog import VoiceSnapshot, latest_run
 from engine.layout.exports import new_comparison_dir, renders_dir
 from engine.layout.manifest import row_is_usable
+from engine.layout.tiers import TIER_ADAPTER, TIER_INSTANT
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
@@ -110,8 +112,9 @@ class ListenPage(Page):
 
         self.source = QComboBox()
         self.source.setMinimumWidth(360)
-        self.source.setToolTip("Which model speaks: an exported model, a training "
-                               "checkpoint, or the base model with a reference clip")
+        self.source.setToolTip("Which model speaks: an exported model, an adapter or "
+                               "instant voice, a training checkpoint, or the base model "
+                               "with a reference clip")
         self.base = QComboBox()
         self.base.setEditable(True)
         self.base.addItems(BASE_MODELS)
@@ -238,12 +241,21 @@ class ListenPage(Page):
             for export in reversed(snap.exports):
                 self.source.addItem(f"Exported: {export.name}", {"kind": "export",
                                                                   "path": str(export.path)})
+            tiers = list(snap.summary.get("tiers") or [])
+            # adapter and instant voices sit on a base: switching among them (and the
+            # checkpoints and zero-shot of that base) swaps them in the warm worker's model
+            for tier in (t for t in tiers if t["tier"] == TIER_ADAPTER):
+                self.source.addItem(f"Adapter voice: {tier['name']}",
+                                    {"kind": TIER_ADAPTER, "path": str(tier["path"])})
             for run in reversed(snap.runs):
                 for ckpt, step in zip(reversed(run.checkpoints),
                                       reversed(run.checkpoint_steps), strict=True):
                     self.source.addItem(f"Checkpoint: {run.name} · step {step}",
                                         {"kind": "checkpoint", "path": str(ckpt),
                                          "run": run.name})
+            for tier in (t for t in tiers if t["tier"] == TIER_INSTANT):
+                self.source.addItem("Instant voice (its reference clip, no training)",
+                                    {"kind": TIER_INSTANT, "path": str(tier["path"])})
             self.source.addItem("Zero-shot preview (base model + a reference clip)",
                                 {"kind": "zero_shot"})
             if current is not None:
@@ -306,8 +318,9 @@ class ListenPage(Page):
         """What the speech worker loads for the chosen source (a `load` request)."""
         assert self.voice is not None
         src = self.source.currentData() or {"kind": "zero_shot"}
-        if src["kind"] in ("export", "checkpoint"):
-            # a checkpoint folder speaks directly; the engine finds the run's base model
+        if src["kind"] in ("export", "checkpoint", TIER_ADAPTER, TIER_INSTANT):
+            # a checkpoint, adapter or instant folder speaks directly; the engine finds
+            # its base model
             return {"voice": src["path"]}
         ref = self.reference.currentData() or self._engine_reference()
         return {"voice": self.base.currentText().strip(),
