@@ -178,4 +178,5 @@ def test_serve_lists_every_tier_with_its_base_and_speaks_them(
         # is its adapter voice, served by the adapter's worker
         assert spoken["joe/joe-adapter"] != spoken["joe/instant"]
         assert spoken["joe"] == spoken["joe/joe-adapter"]
-        assert http.get("/health").json()["workers"] == 2
+        # one base, one model: the adapter and instant voices share its worker
+        assert http.get("/health").json()["workers"] == 1

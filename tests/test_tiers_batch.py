@@ -9,8 +9,10 @@ zero-shot x-vector voice (no adapter), all on one loaded tiny base model.
 from __future__ import annotations
 
 import shutil
+import signal
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import pytest
 import torch
 
 from engine.config.speak import SpeakOptions
-from engine.core.errors import InputError
+from engine.core.errors import InputError, ModelError
 from engine.core.events import Emitter
 from engine.model import files
 from engine.model.adapter import (
@@ -28,14 +30,19 @@ from engine.model.adapter import (
     load_adapter,
     weights_fingerprint,
 )
+from engine.model.loading import load_model
 from engine.model.speaker_encoder import speaker_encoder_fingerprint
 from engine.prepare.instant import make_instant_voice
+from engine.synth.adapters import PROJECTIONS
 from engine.synth.batcher import BatchRequest, ContinuousBatcher
+from engine.synth.decoding import DecodeSettings, FastTalker
+from engine.synth.rows import RowBatch
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import instant_source, resolve_source
 from engine.train.driver import export
 from tests.helpers.parity import ChoiceLog, assert_same_codes, record_choices
 from tests.helpers.runs import LORA_STEPS
+from tests.helpers.serving import start_server
 from tests.helpers.voices import copy_voice
 
 GREEDY = SpeakOptions(do_sample=False, subtalker_do_sample=False, seed=0, max_frames=24,
@@ -188,3 +195,89 @@ def test_a_voice_of_another_kind_or_base_refuses_in_one_sentence(
     with pytest.raises(InputError, match="not loaded here"):
         base_synth.voice("nobody")
 
+
+class _Frame:
+    """What the capture stand-in returns (CPU): replaying runs the recorded frame."""
+
+    def __init__(self, frame: Any) -> None:
+        self.run = frame
+
+    def replay(self) -> None:
+        self.run()
+
+
+def test_voices_come_and_go_in_a_fixed_pool_and_only_its_growth_drops_the_graphs(
+        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    official = load_model(tiny_model_dir, "cpu", torch.float32)
+    fast = FastTalker(official.model)
+    layers = official.model.talker.model.layers
+
+    def adapter(seed: int) -> dict[str, torch.Tensor]:
+        g, out = torch.Generator().manual_seed(seed), {}
+        for i, layer in enumerate(layers):
+            for proj in PROJECTIONS:
+                rows, cols = layer.get_submodule(proj).weight.shape
+                out[f"talker.model.layers.{i}.{proj}.lora_A"] = torch.randn(2, cols, generator=g)
+                out[f"talker.model.layers.{i}.{proj}.lora_B"] = torch.randn(rows, 2, generator=g)
+        return out
+
+    monkeypatch.setattr(RowBatch, "_record", lambda self, frame: _Frame(frame))
+    pools = fast.adapters
+    assert pools.add("a", adapter(0), 1.0, "a") == 1
+    assert pools.add("b", adapter(1), 1.0, "b") == 2
+    batch = fast.row_batch(2, 100, 20, 40, DecodeSettings(), 50)
+    batch.key_valid[:, 0] = True
+    batch.adapter[:] = torch.tensor([1, 2])
+    for _ in range(2):
+        batch.run(64, graphs=True)  # warm-up, then captured
+    assert batch.capture_attempts == 1
+    held = [t.data_ptr() for t in pools.pool.a[0]]
+    # voices come and go in the pool's free slots: the same tensors, the graph replays
+    assert pools.add("c", adapter(2), 1.0, "c") == 3
+    pools.release(2)
+    assert pools.add("d", adapter(3), 1.0, "d") == 2
+    assert pools.add("a", adapter(0), 1.0, "a") == 1  # loaded already: its slot
+    assert [t.data_ptr() for t in pools.pool.a[0]] == held
+    batch.run(64, graphs=True)
+    assert batch.capture_attempts == 1
+    # one more than it holds: a larger pool, every slot kept, the graphs captured again
+    before = pools.pool.b[0][1][3].clone()  # layer 0, k: slot 3 (c)
+    assert pools.add("e", adapter(4), 1.0, "e") == 4
+    assert torch.equal(pools.pool.b[0][1][3], before)
+    assert not pools.pool.a[0][0][0].any()  # slot 0 stays the base alone
+    for _ in range(2):
+        batch.run(64, graphs=True)
+    assert batch.capture_attempts == 2
+    with pytest.raises(ModelError, match="voices sharing one base cannot apply"):
+        pools.add("x", {"talker.codec_head.weight": torch.zeros(1)}, 1.0, "x")
+
+
+def test_adapter_and_instant_voices_of_one_base_share_one_model_in_the_server(
+        voices: dict[str, Any], tmp_path: Path) -> None:
+    """The real `serve` with `--max-loaded 1`: two adapter voices and the instant voice of
+    one base, asked at once, are one model in memory, and each answers in its own voice
+    (as it answers alone)."""
+    names = ["joe/a1", "joe/a2", "joe/instant"]
+    srv = start_server(["--workspace", str(voices["voice"].parent), "--port", "0",
+                        "--device", "cpu", "--dtype", "float32", "--max-loaded", "1",
+                        "--rows", "4"], tmp_path)
+    try:
+        def speak(name: str) -> bytes:
+            with srv.http(None) as http:
+                r = http.post("/v1/audio/speech", json={
+                    "model": "tts-1", "voice": name, "input": "One model, many voices.",
+                    "response_format": "wav", "max_frames": 8, "seed": 3})
+                assert r.status_code == 200, (name, r.text)
+                return r.content
+
+        with ThreadPoolExecutor(len(names)) as pool:
+            together = dict(zip(names, pool.map(speak, names), strict=True))
+        health = srv.health()
+        assert health["models_loaded"] == 1 and health["workers"] == 1, health
+        assert len(set(together.values())) == len(names)  # three voices, three renders
+        for name in names:
+            assert speak(name) == together[name], name
+        assert srv.health()["models_loaded"] == 1
+    finally:
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.proc.wait(timeout=60)

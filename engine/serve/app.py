@@ -283,7 +283,7 @@ class SpeechApp:
 
                 def submit(stream: bool) -> tuple[VoiceWorker, Ticket]:
                     return worker, self.pool.speak(worker, req.text, req.options,
-                                                   req.response_format, stream)
+                                                   req.response_format, stream, req.voice)
             if req.stream_format is None:
                 return await self._whole(request, submit, req, deadline, began)
             stream = await self._stream(request, submit, req, deadline, began, release)

@@ -1,11 +1,15 @@
-"""The warm workers behind the server: one `SpeechWorker` per loaded voice.
+"""The warm workers behind the server: one `SpeechWorker` per model in memory.
 
-Each voice is loaded on first use into its own warm worker (the same
+Each voice is loaded on first use into a warm worker (the same
 `engine.synth.worker.SpeechWorker` that `serve-speech` runs for the app), so
 requests for one voice from any number of HTTP clients share its continuous
-batch. At most `max_loaded` voices stay loaded; the least recently used idle
-one makes room. A bounded number of requests are admitted at once (`Busy`
-beyond it: the app answers 429 with Retry-After).
+batch. Adapter and instant voices share their base's worker (the server's device,
+dtype and quantisation are one for all, so a base is one model): the first of them
+loads the base, each next one is a "voice" request to it (no model load), and every
+request names its voice, row by row in one batch. A full voice or a run's checkpoint
+has a worker of its own. At most `max_loaded` models stay loaded (voices on them do
+not count); the least recently used idle one makes room. A bounded number of requests
+are admitted at once (`Busy` beyond it: the app answers 429 with Retry-After).
 
 The worker speaks into files; the server picks their names inside its own
 private folder (never a client's path) and removes them when the request
@@ -36,6 +40,8 @@ from engine.synth.voice import resolve_source
 
 #: how often a stream looks for new audio in the growing file
 TAIL_S = 0.01
+#: the identity of a base's shared worker (`Pool.identity`): this, then its folder
+BASE_IDENTITY = "base:"
 
 
 class Busy(Exception):
@@ -117,6 +123,15 @@ class Ticket:
                     pass
 
 
+def voice_stamp(voice: ServedVoice) -> tuple[str, int, int]:
+    """Which folder a voice's name means now: its path, inode and change time."""
+    try:
+        st = os.stat(voice.target)
+    except OSError:
+        return (str(voice.target), 0, 0)
+    return (str(voice.target), st.st_ino, st.st_mtime_ns)
+
+
 class VoiceWorker:
     """One loaded voice: a `SpeechWorker` and the requests it is serving."""
 
@@ -129,9 +144,35 @@ class VoiceWorker:
         self.languages: list[str] = []
         #: what it loaded (`Pool.identity`): names that resolve alike share this worker
         self.identity = voice.name
+        #: the names loaded on it by "voice" requests (a base's worker: `shared`), each
+        #: with the stamp of the folder it was loaded from (`voice_stamp`)
+        self.voices: dict[str, Any] = {}
+        #: request ids waited for by `ask` -> (ended, its last event's data)
+        self._waiting: dict[str, tuple[threading.Event, dict[str, Any]]] = {}
+
+    @property
+    def shared(self) -> bool:
+        """A base's worker: its adapter and instant voices speak by name."""
+        return self.identity.startswith(BASE_IDENTITY)
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Submit `request` and wait for its end (blocking: run it off the event loop);
+        its result's data with "kind" "result" or "error"."""
+        done, answer = threading.Event(), {}
+        self._waiting[str(request["id"])] = (done, answer)
+        try:
+            self.worker.submit(request)
+            done.wait()
+        finally:
+            self._waiting.pop(str(request["id"]), None)
+        return answer
 
     def _route(self, event: Event) -> None:
         rid = str(event.data.get("request") or "")
+        waiter = self._waiting.get(rid)
+        if waiter is not None and event.kind in ("result", "error"):
+            waiter[1].update(event.data, kind=event.kind)
+            waiter[0].set()
         with self._lock:  # one lock with `Pool.finish`: an orphan is cleaned exactly once
             ticket = self.tickets.get(rid)
             if ticket is None:
@@ -172,6 +213,8 @@ class Pool:
         self.max_loaded = max(1, max_loaded)
         self.max_queue = max(1, max_queue)
         self.loaded: dict[str, VoiceWorker] = {}
+        #: models loaded since the start (a worker's load; a voice added to one is not)
+        self.model_loads = 0
         self.admitted = 0
         self.streams = 0
         self._ids = itertools.count(1)
@@ -209,12 +252,15 @@ class Pool:
         async with self._load_lock:
             found = self.loaded.get(name)
             if found is None:
-                # `ada` and `ada/<its latest export>` are one model: one worker serves both
+                # `ada` and `ada/<its latest export>` are one model: one worker serves both;
+                # the adapter and instant voices of one base, one worker too
                 identity = self.identity(name)
                 found = next((w for w in self.loaded.values() if w.identity == identity), None)
-                if found is not None:
-                    self.loaded[name] = found
             if found is not None:
+                if found.shared and found.voices.get(name) != voice_stamp(self.voices[name]):
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, self._add_voice, found, name)
+                self.loaded[name] = found
                 found.last_used = time.monotonic()
                 return found
             workers = {id(w): w for w in self.loaded.values()}
@@ -236,38 +282,40 @@ class Pool:
             source = resolve_source(str(self.voices[name].target))
         except VoxshardError:
             return name
-        # an adapter or instant voice sits on a base that others share: its own folder or
-        # clip tells it apart (else a worker of another voice of that base would answer)
-        return str(source.checkpoint or source.extra.get("adapter") or source.reference
-                   or source.model_dir)
+        if source.kind in ("adapter", "zero_shot"):
+            # on its base's worker, beside the other voices of that base (each request
+            # names its voice, so none answers for another)
+            return BASE_IDENTITY + str(source.model_dir)
+        return str(source.checkpoint or source.model_dir)
 
     def _load(self, name: str) -> VoiceWorker:
         voice = self.voices[name]
-        done = threading.Event()
-        answer: dict[str, Any] = {}
-
-        holder: list[VoiceWorker] = []
-
-        def make(route: Callable[[Event], None]) -> Any:
-            def sink(event: Event) -> None:
-                if event.data.get("request") == "load" and event.kind in ("result", "error"):
-                    answer.update(event.data, kind=event.kind)
-                    done.set()
-                route(event)
-
-            return self._make_worker(sink)
-
-        holder.append(VoiceWorker(voice, make))
-        worker = holder[0]
+        worker = VoiceWorker(voice, self._make_worker)
         worker.identity = self.identity(name)
-        worker.worker.submit({"op": "load", "id": "load", "voice": str(voice.target)})
-        done.wait()
+        answer = worker.ask({"op": "load", "id": "load", "voice": str(voice.target)})
         if answer.get("kind") != "result":
             worker.worker.close(timeout=30)
             raise LoadFailed(f"The voice {name!r} could not be loaded: "
                              f"{answer.get('message') or 'unknown error'}")
+        self.model_loads += 1
         worker.languages = list(answer.get("languages") or [])
+        if worker.shared:
+            try:
+                self._add_voice(worker, name)
+            except LoadFailed:
+                worker.worker.close(timeout=30)
+                raise
         return worker
+
+    def _add_voice(self, worker: VoiceWorker, name: str) -> None:
+        """Load voice `name` onto its base's worker, by name (no model load); again when its
+        folder was made anew since (a registered voice deleted and registered again)."""
+        answer = worker.ask({"op": "voice", "id": f"voice-{next(self._ids)}", "name": name,
+                             "voice": str(self.voices[name].target)})
+        if answer.get("kind") != "result":
+            raise LoadFailed(f"The voice {name!r} could not be loaded: "
+                             f"{answer.get('message') or 'unknown error'}")
+        worker.voices[name] = voice_stamp(self.voices[name])
 
     async def _unload(self, worker: VoiceWorker) -> None:
         for name in [n for n, w in self.loaded.items() if w is worker]:
@@ -302,16 +350,20 @@ class Pool:
 
     # -- speaking --------------------------------------------------------------------------
     def speak(self, worker: VoiceWorker, text: str, options: dict[str, Any], fmt: str,
-              stream: bool) -> Ticket:
-        return self._submit(worker, f"r{next(self._ids)}", text, options, fmt, stream)
+              stream: bool, voice: str | None = None) -> Ticket:
+        """Speak `text` on `worker` in voice `voice` (the name `worker_for` was asked;
+        a base's worker speaks each of its voices by name)."""
+        return self._submit(worker, f"r{next(self._ids)}", text, options, fmt, stream,
+                            voice if voice is not None else worker.voice.name)
 
     def _submit(self, worker: VoiceWorker, rid: str, text: str, options: dict[str, Any],
-                fmt: str, stream: bool) -> Ticket:
+                fmt: str, stream: bool, voice: str | None = None) -> Ticket:
         suffix = "wav" if stream or fmt == "pcm" else fmt
         ticket = Ticket(rid, self._dir / f"{rid}.{suffix}", asyncio.get_running_loop())
         worker.track(ticket)
         worker.worker.submit({"op": "speak", "id": rid, "text": text, "out": str(ticket.out),
-                              "format": suffix, "options": options, "stream": stream})
+                              "format": suffix, "options": options, "stream": stream,
+                              "voice": voice if worker.shared else None})
         return ticket
 
     async def tail(self, worker: VoiceWorker, ticket: Ticket,
@@ -372,6 +424,7 @@ class Pool:
     def health(self) -> dict[str, Any]:
         return {"loaded": sorted(self.loaded), "workers": len({id(w) for w in
                                                                self.loaded.values()}),
+                "models_loaded": self.model_loads,
                 "queue_depth": self.admitted,
                 "queue_limit": self.max_queue, "streams": self.streams, "rows": self.rows}
 

@@ -288,7 +288,7 @@ class _Connection(AsyncEventHandler):
             raise _Refused(exc.message, "busy" if isinstance(exc, Busy) else
                            "voice_load_failed") from None
         stream = self.service.may_stream(worker)
-        ticket = self.pool.speak(worker, text.strip(), {}, "wav", stream=stream)
+        ticket = self.pool.speak(worker, text.strip(), {}, "wav", stream=stream, voice=voice)
         job = _Job(worker, ticket, voice, mode, len(text), began,
                    began + self.service.timeout_s)
         self.jobs.append(job)

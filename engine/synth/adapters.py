@@ -35,11 +35,10 @@ _KEY = re.compile(r"^talker\.model\.layers\.(\d+)\.(" + "|".join(
     re.escape(p) for p in PROJECTIONS) + r")\.lora_([AB])$")
 
 
-def _size_up(n: int) -> int:
-    size = 2
-    while size < n:
-        size *= 2
-    return size
+def _slots_for(needed: int) -> int:
+    """Slots (slot 0 included) for `needed`: half as many again, so growth (which makes
+    the captured graphs anew) is rare and an idle slot costs little memory."""
+    return max(4, (needed * 3 + 1) // 2)
 
 
 class AdapterPool:
@@ -149,7 +148,7 @@ class Adapters:
         """A new pool with room for one more voice (and `rank`), holding the old one's."""
         old = self.pool
         have = 0 if old is None else len(old.used)
-        bigger = AdapterPool(self.shapes, _size_up(have + 2),
+        bigger = AdapterPool(self.shapes, _slots_for(have + 2),
                              max(rank, 0 if old is None else old.rank), self.device, self.dtype)
         if old is not None:
             old.copy_into(bigger)
