@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,12 +29,10 @@ from engine.layout.manifest import read_manifest
 from engine.layout.run import Run
 from engine.layout.voice import open_voice
 from engine.model.checkpoint_weights import checkpoint_tensors
-from engine.reinforce.reward import Scorer, rate_off, reward
+from engine.reinforce.reward import TERMS, Scorer, rate_off, reward
 from engine.reinforce.session import held_out_texts
 from engine.text import comparison_key
 from tests.helpers.voices import copy_voice
-
-TERMS = ("similarity", "wer", "capped", "rate_off")
 
 
 def test_the_reward_weighs_each_term_as_voice_toml_says(tmp_path: Path) -> None:
@@ -137,3 +139,37 @@ def test_the_stage_runs_stops_resumes_and_its_checkpoint_speaks(
                     checkpoint=str(base + 3), seed=0, max_frames=24)
     assert out["voice"]["checkpoint"].endswith(run.checkpoint(base + 3).name)
     assert read_mono(out["path"], 24000).size > 0
+
+
+def test_the_command_streams_json_and_sigterm_saves_the_iteration(
+        trained_run: dict[str, Any], tmp_path: Path) -> None:
+    voice = copy_voice(trained_run["voice"], tmp_path / "joe")
+    run = Run(voice / "runs" / trained_run["run"].name)
+    base = max(step_of(c) for c in run.checkpoints())
+    cmd = [sys.executable, "-m", "engine.cli.main", "--json", "reinforce", str(voice),
+           "--run", run.name, "--iterations", "50", "--prompts", "1", "--group", "2",
+           "--max-frames", "12", "--checkpoint-every", "25", "--asr", "pocketsphinx"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    events: list[dict[str, Any]] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        events.append(json.loads(line))
+        if events[-1]["event"] == "metric" and events[-1].get("split") == "reinforce":
+            proc.send_signal(signal.SIGTERM)  # the window's Stop
+            break
+    events += [json.loads(line) for line in proc.stdout]
+    assert proc.wait() == 130
+    assert events[-1]["event"] == "error" and events[-1]["code"] == "cancelled"
+    assert "--resume" in events[-1]["hint"]
+    metrics = [e["values"] for e in events if e["event"] == "metric"]
+    done = metrics[-1]["iteration"]
+    assert [m["iteration"] for m in metrics] == list(range(1, done + 1))
+    assert {"reinforce/reward", "reinforce/similarity", "reinforce/kl"} <= set(metrics[-1])
+    # the iteration under way when the signal came was finished and saved (not a
+    # checkpoint_every one)
+    saved = [c for c in run.checkpoints() if checkpoint_stage(c) == REINFORCE_STAGE]
+    assert [step_of(c) for c in saved] == [base + done]
+    state = json.loads((saved[0] / "trainer.json").read_text(encoding="utf-8"))
+    assert state["iteration"] == done and state["from_step"] == base
+

@@ -1,7 +1,8 @@
 """CLI: the reinforce stage of a run (issue 33).
 
     voxshard-engine reinforce VOICE [--run RUN] [--iterations N] [--checkpoint STEP]
-                              [--resume] [--asr SPEC] [--device DEV] [--json]
+                              [--resume] [--asr SPEC] [--device DEV] [--workers N]
+                              [--address ADDR] [--json]
 
 Every setting of `engine.config.reinforce.ReinforceConfig` is a flag (its help and
 default from the field); a flag not given keeps the voice's voice.toml [reinforce]
@@ -39,8 +40,9 @@ def _reinforce(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     try:
-        result = reinforce(ReinforceRequest(voice, args.run, args.checkpoint, cfg, args.resume,
-                                            args.asr, args.device), on_event=em, cancel=stop)
+        request = ReinforceRequest(voice, args.run, args.checkpoint, cfg, args.resume, args.asr,
+                                   args.device, args.workers, args.address)
+        result = reinforce(request, on_event=em, cancel=stop)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if result.get("stopped") and stop.is_set():
@@ -62,5 +64,11 @@ def register(sub: Any) -> None:
                    help="continue the run's reinforce stage from its newest checkpoint")
     p.add_argument("--asr", default=None, help=ASR_HELP)
     p.add_argument("--device", default=None, help="cpu (default) or cuda:N")
+    p.add_argument("--workers", type=int, default=None,
+                   help="run the policy update in N Ray Train workers (FSDP2, as training), "
+                        "rollouts and scoring in a Ray actor (default: one process)")
+    p.add_argument("--address", default=None,
+                   help="with --workers: an existing Ray cluster (host:port); default: a "
+                        "private local one")
     for f in dataclasses.fields(ReinforceConfig):
         add_field(p, ReinforceConfig, f.name)

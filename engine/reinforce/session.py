@@ -36,15 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
+from engine.cluster import connect
 from engine.config.reinforce import ReinforceConfig
+from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
 from engine.core.errors import InputError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.core.jsonl import append_jsonl
 from engine.core.storage import rmtree
-from engine.data.layout import LayoutIds
 from engine.layout import run as run_layout
 from engine.layout.checkpoints import (
     REINFORCE_STAGE,
@@ -55,15 +55,14 @@ from engine.layout.checkpoints import (
 from engine.layout.prompts import unsaid_sentences
 from engine.layout.run import Run
 from engine.layout.voice import Voice, display_path, now_iso, open_voice
-from engine.model.loading import load_model, resolve_model
+from engine.model.loading import resolve_model
 from engine.quality.evaluate import HELD_OUT_SENTENCES
+from engine.reinforce.models import load_stage_models
 from engine.reinforce.reward import TERMS, Scorer
-from engine.reinforce.rollout import Render, Roller
-from engine.reinforce.stage import Grpo, frozen_copy
-from engine.synth.render import SAMPLE_RATE
-from engine.synth.voice import VoiceSource, load_checkpoint_weights, voice_x_vector
+from engine.reinforce.stage import Grpo, iteration_texts
+from engine.reinforce.workers import Rollouts, reinforce_loop
 from engine.train.checkpoint import Checkpointer
-from engine.train.objective import VoiceObjective, set_trainable
+from engine.train.launch import Launch, LaunchSpec
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,8 @@ class ReinforceRequest:
     start (a step or name; default the evaluation's best, else the newest training
     checkpoint). config: the stage's settings (default: the voice's [reinforce]).
     resume: continue the stage's newest checkpoint. asr: a recogniser spec or a loaded
-    one. device: where the policy and the scorers run (default: the CPU).
+    one. device: where the policy and the scorers run (default: the CPU). workers: the
+    update in that many Ray Train workers (`engine.reinforce.workers`).
     """
 
     voice: Voice | str | os.PathLike[str]
@@ -84,6 +84,10 @@ class ReinforceRequest:
     resume: bool = False
     asr: Any = None
     device: str | None = None
+    #: Ray Train workers of the policy update (None or 0: the stage in this process)
+    workers: int | None = None
+    #: an existing Ray cluster (host:port); None: a private local one (with `workers`)
+    address: str | None = None
 
 
 def stage_checkpoints(run: Run) -> list[Any]:
@@ -162,64 +166,143 @@ def held_out_texts(voice: Voice) -> list[str]:
     return texts
 
 
-def iteration_texts(pool: list[str], cfg: ReinforceConfig, it: int) -> list[str]:
-    """Iteration `it`'s prompts: the next `cfg.prompts` of the pool, round and round."""
-    return [pool[(it * cfg.prompts + k) % len(pool)] for k in range(int(cfg.prompts))]
-
-
 class _Stage:
-    """The loaded stage: model, policy, reference, scorer, checkpointer."""
+    """The stage in this process: models, scorer, GRPO, checkpointer."""
 
     def __init__(self, voice: Voice, run: Run, plan: _Plan, cfg: ReinforceConfig,
                  request: ReinforceRequest, em: Emitter) -> None:
         self.voice, self.run, self.plan, self.cfg, self.em = voice, run, plan, cfg, em
-        device = request.device or "cpu"
-        base_dir = resolve_model(str(run.base_model()), download=False)
-        trainable = _trainable(run)
-        torch.manual_seed(int(cfg.seed))
-        wrapper = load_model(base_dir, device=device, dtype=torch.float32)
-        model = wrapper.model
-        load_checkpoint_weights(model, VoiceSource(kind="checkpoint", model_dir=base_dir,
-                                                   label="start", checkpoint=plan.start))
-        self.policy = VoiceObjective(model.talker)
-        set_trainable(self.policy, trainable)
-        self.policy.train()
-        self.reference = frozen_copy(self.policy)
-        config = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))
-        speaker = torch.as_tensor(voice_x_vector(model, voice.path)).float().reshape(-1)
-        self.roller = Roller(model, wrapper.processor, wrapper.processor.tokenizer, speaker,
-                             LayoutIds.from_config(config))
+        self.models = load_stage_models(voice, run, plan.start, _trainable(run),
+                                        request.device or "cpu", cfg.seed)
         em.state("loading", detail="the recogniser and the speaker encoder")
         self.scorer = Scorer.load(voice, run.path, cfg, request.asr, request.device, em)
-        self.grpo = Grpo(self.policy, self.reference, self.roller, self._reward, cfg)
+        self.policy = self.models.policy
+        self.grpo = Grpo(self.policy, self.models.reference, self.models.roller,
+                         lambda renders, texts: self.models.score(self.scorer, renders, texts),
+                         cfg)
         self.checkpointer = Checkpointer(run.path, rank=0, world_size=1)
         if plan.resume_from is not None:
             self.checkpointer.load(plan.resume_from, self.policy, self.grpo.optimizer, None)
-
-    def _reward(self, renders: list[Render], texts: list[str]) -> list[dict[str, float]]:
-        waves = self.roller.audio(renders)
-        return [self.scorer.score(w, SAMPLE_RATE, texts[r.prompt], r.capped)
-                for r, w in zip(renders, waves, strict=True)]
 
     def step_of(self, iteration: int) -> int:
         return self.plan.base + iteration
 
     def save(self, iteration: int) -> Path:
-        start_step = step_of(self.plan.start)
         path = self.checkpointer.save(
             self.step_of(iteration), self.policy, self.grpo.optimizer, None,
-            {"iteration": iteration},
-            extra={"stage": REINFORCE_STAGE, "iteration": iteration, "from_step": start_step,
-                   "stage_base": self.plan.base, "reinforce": self.cfg.to_dict()})
-        self._prune()
+            {"iteration": iteration}, extra={**_stage_state(self.plan, self.cfg),
+                                             "iteration": iteration})
+        prune_stage(self.run)
         self.em.artifact(str(path), role="checkpoint", step=self.step_of(iteration))
         return path
 
-    def _prune(self) -> None:
-        """The stage's own newest `keep_checkpoints` stay; training's are never touched."""
-        own = stage_checkpoints(self.run)
-        for old in own[: max(0, len(own) - self.run.keep_checkpoints())]:
-            rmtree(old)
+    def run_all(self, pool: list[str], cancel: threading.Event | None
+                ) -> tuple[Any, bool, int]:
+        """The iterations left; (last saved checkpoint, stopped, iterations done)."""
+        cfg, run, em = self.cfg, self.run, self.em
+        saved, stopped, done = self.plan.resume_from, False, self.plan.done
+        for it in range(self.plan.done, int(cfg.iterations)):
+            if cancel is not None and cancel.is_set():
+                stopped = True
+                break
+            row = self.grpo.iteration(it, iteration_texts(pool, cfg, it))
+            done = it + 1
+            values = {f"reinforce/{k}": v for k, v in row.items() if k != "iteration"}
+            step = self.step_of(done)
+            append_jsonl(run.metrics_file, {"kind": "reinforce", "time": round(time.time(), 3),
+                                            "step": step, "iteration": done, **values})
+            em.metric({"step": step, "iteration": done, **values}, split="reinforce")
+            em.progress("reinforce", done, int(cfg.iterations))
+            last = done == cfg.iterations or (cancel is not None and cancel.is_set())
+            if done % int(cfg.checkpoint_every) == 0 or last:
+                saved = self.save(done)
+        if stopped and done > self.plan.done and step_of(saved) != self.step_of(done):
+            saved = self.save(done)
+        self.checkpointer.close()
+        return saved, stopped, done
+
+
+def _stage_state(plan: _Plan, cfg: ReinforceConfig) -> dict[str, Any]:
+    """What a stage checkpoint's trainer.json says besides its iteration."""
+    return {"stage": REINFORCE_STAGE, "from_step": step_of(plan.start),
+            "stage_base": plan.base, "reinforce": cfg.to_dict()}
+
+
+def prune_stage(run: Run) -> None:
+    """The stage's own newest `keep_checkpoints` stay; training's are never touched."""
+    own = stage_checkpoints(run)
+    for old in own[: max(0, len(own) - run.keep_checkpoints())]:
+        rmtree(old)
+
+
+def _on_ray(voice: Voice, run: Run, plan: _Plan, cfg: ReinforceConfig,
+            request: ReinforceRequest, pool: list[str], em: Emitter,
+            cancel: threading.Event | None) -> tuple[Any, bool, int]:
+    """The stage on Ray (`engine.reinforce.workers`): the update in `request.workers` Ray
+    Train workers, rollouts and scoring in one actor on this node; (last saved checkpoint,
+    stopped, iterations done)."""
+    # ray loads here: the one-process stage never needs it
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    workers = int(request.workers or 1)
+    if (cfg.prompts * cfg.group) % workers:
+        raise InputError(f"{cfg.prompts} x {cfg.group} renders per iteration do not split "
+                         f"evenly over {workers} workers.",
+                         "Choose --prompts and --group whose product the workers divide.")
+    trained = TrainConfig.from_dict(run.config())
+    use_gpu = bool(request.device and request.device.startswith("cuda"))
+    config = trained.replace(
+        parallel={"workers": workers, "use_gpu": use_gpu, "address": request.address},
+        data={"batch_size": max(trained.data.batch_size, workers)},
+        # the launcher prunes to this; the stage prunes only its own (`prune_stage`)
+        run={"keep_checkpoints": 1 << 30})
+    cluster = connect(request.address, num_cpus=max(workers, 2), on_event=em)
+    actor = None
+    try:
+        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(),
+                                              soft=False)
+        em.state("loading", detail="the rollout actor (model, recogniser, speaker encoder)")
+        # num_cpus=0: the workers hold the CPUs the cluster has; the actor works between
+        # their updates
+        actor = ray.remote(num_cpus=0)(Rollouts).options(scheduling_strategy=here).remote(
+            {"reinforce": cfg.to_dict(), "voice_dir": str(voice.path), "run_dir": str(run.path),
+             "start": str(plan.start), "trainable": _trainable(run), "asr": request.asr})
+        base_dir = resolve_model(str(run.base_model()), download=False)
+        spec = LaunchSpec(config=config.to_dict(), run_dir=run.path,
+                          total_steps=int(cfg.iterations), workers=workers, use_gpu=use_gpu,
+                          max_failures=0, loop=reinforce_loop,
+                          extra={"model_dir": str(base_dir), "trainable": _trainable(run),
+                                 "reinforce": cfg.to_dict(), "start": str(plan.start),
+                                 "resume_from": (str(plan.resume_from)
+                                                 if plan.resume_from is not None else None),
+                                 "done": plan.done, "base": plan.base, "texts": pool,
+                                 "state": _stage_state(plan, cfg), "actor": actor})
+        launch = Launch(spec, em).start()
+        watching = threading.Event()
+
+        def watch() -> None:
+            while not watching.wait(0.2):
+                if cancel is not None and cancel.is_set():
+                    launch.request_stop()
+                    return
+
+        watcher = threading.Thread(target=watch, name="reinforce-stop", daemon=True)
+        watcher.start()
+        try:
+            result = launch.wait()
+        finally:
+            watching.set()
+            watcher.join()
+    finally:
+        if actor is not None:
+            ray.kill(actor)
+        cluster.close()
+    prune_stage(run)
+    own = stage_checkpoints(run)
+    saved = own[-1] if own else None
+    done = int(_trainer_state(saved)["iteration"]) if saved is not None else plan.done
+    return saved, result.stopped, done
 
 
 def reinforce(request: ReinforceRequest, on_event: EventCallback | Emitter | None = None,
@@ -234,33 +317,20 @@ def reinforce(request: ReinforceRequest, on_event: EventCallback | Emitter | Non
                              window_hint="Train the voice first.")
     cfg = request.config or voice.reinforce_config
     plan = _plan(run, request, em)
+    _trainable(run)
     pool = held_out_texts(voice)
+    where = f"{request.workers} Ray worker(s)" if request.workers else "one process"
     em.state("reinforcing", detail=f"{run.name}: from step {step_of(plan.start)}, "
-                                   f"{cfg.iterations} iteration(s)")
-    stage = _Stage(voice, run, plan, cfg, request, em)
+                                   f"{cfg.iterations} iteration(s) on {where}")
+    started = time.perf_counter()
+    if request.workers:
+        saved, stopped, done = _on_ray(voice, run, plan, cfg, request, pool, em, cancel)
+    else:
+        saved, stopped, done = _Stage(voice, run, plan, cfg, request, em).run_all(pool, cancel)
     history = [r for r in run.metrics() if r.get("kind") == "reinforce"
-               and int(r.get("iteration", 0)) <= plan.done] if plan.done else []
-    started, saved, stopped = time.perf_counter(), plan.resume_from, False
-    done = plan.done
-    for it in range(plan.done, int(cfg.iterations)):
-        if cancel is not None and cancel.is_set():
-            stopped = True
-            break
-        row = stage.grpo.iteration(it, iteration_texts(pool, cfg, it))
-        done = it + 1
-        values = {f"reinforce/{k}": v for k, v in row.items() if k != "iteration"}
-        record = {"kind": "reinforce", "time": round(time.time(), 3),
-                  "step": stage.step_of(done), "iteration": done, **values}
-        append_jsonl(run.metrics_file, record)
-        history.append(record)
-        em.metric({"step": stage.step_of(done), "iteration": done, **values}, split="reinforce")
-        em.progress("reinforce", done, int(cfg.iterations))
-        last = done == cfg.iterations or (cancel is not None and cancel.is_set())
-        if done % int(cfg.checkpoint_every) == 0 or last:
-            saved = stage.save(done)
-    if stopped and done > plan.done and (saved is None or step_of(saved) != stage.step_of(done)):
-        saved = stage.save(done)
-    stage.checkpointer.close()
+               and int(r.get("iteration", 0)) <= done]
+    # a resumed stage repeats the iterations after its last checkpoint: the later row counts
+    history = list({int(r["iteration"]): r for r in history}.values())
     return _report(run, plan, cfg, history, saved, stopped or done < cfg.iterations,
                    time.perf_counter() - started, em)
 

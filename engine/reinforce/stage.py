@@ -17,7 +17,7 @@ import torch
 
 from engine.config.reinforce import ReinforceConfig
 from engine.reinforce.rollout import Render, Roller
-from engine.train.grpo import code_logprobs, group_advantages, grpo_loss
+from engine.train.grpo import CodeLogprobs, GrpoTerms, code_logprobs, group_advantages, grpo_loss
 
 #: a reward: the renders of an iteration and its texts -> one score per render, either a
 #: number or a dict with "reward" and the terms it was made of (each logged per iteration)
@@ -28,6 +28,59 @@ def iteration_seed(cfg: ReinforceConfig, iteration: int) -> int:
     """The seed of iteration `iteration`'s renders (0-based): a resumed stage draws the
     same renders as the uninterrupted one."""
     return int(cfg.seed) * 1000003 + iteration
+
+
+def iteration_texts(pool: list[str], cfg: ReinforceConfig, it: int) -> list[str]:
+    """Iteration `it`'s prompts: the next `cfg.prompts` of the pool, round and round."""
+    return [pool[(it * cfg.prompts + k) % len(pool)] for k in range(int(cfg.prompts))]
+
+
+@dataclass
+class Rollout:
+    """One iteration's renders, scored: the texts, the renders, each one's scores (a dict
+    with "reward" and its terms) and advantage (relative to its text's group)."""
+
+    texts: list[str]
+    renders: list[Render]
+    scored: list[dict[str, float]]
+    advantages: torch.Tensor  # (renders,)
+
+    def figures(self, group: int) -> dict[str, float]:
+        """Reward mean, the groups' mean reward spread, and each term's mean."""
+        scores = torch.tensor([s["reward"] for s in self.scored], dtype=torch.float32)
+        grouped = scores.view(len(self.texts), group)
+        row = {"reward": float(scores.mean()),
+               "reward_spread": float(grouped.std(dim=1, unbiased=False).mean())}
+        for key in self.scored[0]:
+            if key != "reward":
+                row[key] = float(sum(s[key] for s in self.scored) / len(self.scored))
+        return row
+
+
+def roll_out(roller: Roller, reward: Reward, cfg: ReinforceConfig, it: int,
+             texts: list[str]) -> Rollout:
+    """Iteration `it`'s renders (seeded by `it`) from the roller's current weights, scored,
+    with their group advantages."""
+    renders = roller.sample(texts, cfg.group, cfg.max_frames, seed=iteration_seed(cfg, it))
+    scored = [s if isinstance(s, dict) else {"reward": float(s)} for s in reward(renders, texts)]
+    scores = torch.tensor([s["reward"] for s in scored], dtype=torch.float32)
+    adv = group_advantages(scores.view(len(texts), cfg.group)).reshape(-1)
+    return Rollout(texts, renders, scored, adv)
+
+
+def update(policy: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: ReinforceConfig,
+           new_logprobs: Callable[[], CodeLogprobs], old: torch.Tensor, ref: torch.Tensor,
+           adv: torch.Tensor) -> GrpoTerms:
+    """`cfg.updates` optimizer steps of the clipped objective; the last step's terms.
+    `new_logprobs()`: the batch's code log-probabilities under the policy as it is now."""
+    terms: GrpoTerms | None = None
+    for _ in range(int(cfg.updates)):
+        terms = grpo_loss(new_logprobs(), old, ref, adv, clip=cfg.clip, beta=cfg.beta)
+        optimizer.zero_grad(set_to_none=True)
+        terms.loss.backward()
+        optimizer.step()
+    assert terms is not None
+    return terms
 
 
 @dataclass
@@ -49,33 +102,19 @@ class Grpo:
     def iteration(self, it: int, texts: list[str]) -> dict[str, float]:
         """Iteration `it` (0-based) on `texts`: sample, score, update; its figures (reward
         mean and spread within groups, each term's mean, KL, clipped share, loss)."""
-        cfg, device = self.cfg, next(self.policy.parameters()).device
-        renders = self.roller.sample(texts, cfg.group, cfg.max_frames,
-                                     seed=iteration_seed(cfg, it))
-        scored = [s if isinstance(s, dict) else {"reward": float(s)}
-                  for s in self.reward(renders, texts)]
-        scores = torch.tensor([s["reward"] for s in scored], dtype=torch.float32)
-        grouped = scores.view(len(texts), cfg.group)
-        adv = group_advantages(grouped).reshape(-1).to(device)
-        batch = self.roller.batch(texts, renders, device)
+        device = next(self.policy.parameters()).device
+        rollout = roll_out(self.roller, self.reward, self.cfg, it, texts)
+        batch = self.roller.batch(texts, rollout.renders, device)
         with torch.no_grad():
             old = code_logprobs(self.policy, batch).values
             ref = code_logprobs(self.reference, batch).values
         assert self.optimizer is not None
-        for _ in range(cfg.updates):
-            terms = grpo_loss(code_logprobs(self.policy, batch), old, ref, adv,
-                              clip=cfg.clip, beta=cfg.beta)
-            self.optimizer.zero_grad(set_to_none=True)
-            terms.loss.backward()
-            self.optimizer.step()
-        row = {"iteration": float(it + 1), "reward": float(scores.mean()),
-               "reward_spread": float(grouped.std(dim=1, unbiased=False).mean()),
-               "kl": float(terms.kl), "clipped": float(terms.clipped),
-               "loss": float(terms.loss.detach())}
-        for key in scored[0]:
-            if key != "reward":
-                row[key] = float(sum(s[key] for s in scored) / len(scored))
-        return row
+        terms = update(self.policy, self.optimizer, self.cfg,
+                       lambda: code_logprobs(self.policy, batch), old, ref,
+                       rollout.advantages.to(device))
+        return {"iteration": float(it + 1), **rollout.figures(self.cfg.group),
+                "kl": float(terms.kl), "clipped": float(terms.clipped),
+                "loss": float(terms.loss.detach())}
 
 
 def make_optimizer(policy: torch.nn.Module, cfg: ReinforceConfig) -> torch.optim.Optimizer:

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.train import loss
+from engine.train.objective import VoiceObjective
 
 
 @dataclass
@@ -71,6 +72,16 @@ def code_logprobs(objective: torch.nn.Module, batch: Mapping[str, torch.Tensor]
     sub_render = (frame_rows // length)[:, None].expand_as(sub)
     return CodeLogprobs(values=torch.cat([talker, sub.reshape(-1)]),
                         render=torch.cat([rows // length, sub_render.reshape(-1)]))
+
+
+class PolicyObjective(VoiceObjective):
+    """The training objective whose forward gives `code_logprobs` of the batch ({"values",
+    "render"}): the reinforce stage's policy under FSDP2, where only the root's forward
+    gathers and reduces its own parameters (calling its pieces directly would not)."""
+
+    def forward(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        lp = code_logprobs(self, batch)
+        return {"values": lp.values, "render": lp.render}
 
 
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -95,6 +95,9 @@ class LaunchSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     #: where the checkpoints go (a folder or a URI); None: run_dir itself
     storage: str | None = None
+    #: what every worker runs (default: training, `entry.node_train_loop`); the reinforce
+    #: stage gives its own loop and the same launcher
+    loop: Any = None
 
     @property
     def location(self) -> str:
@@ -185,7 +188,7 @@ class Launch:
         if spec.use_gpu:
             resources["GPU"] = 1
         trainer = _trainer_class()(
-            node_train_loop,
+            spec.loop or node_train_loop,
             train_loop_config=loop_config,
             # on GPU a gloo group beside NCCL: CPU tensors (offloaded gradients
             # in clipping, DCP's planning) need a CPU collective backend

@@ -137,7 +137,7 @@ class MetricsPump:
         if kind == "state":
             self.emitter.state(str(values.get("state", "")), detail=values.get("detail", ""))
             return
-        if kind in ("train", "val"):
+        if kind in ("train", "val", "reinforce"):  # reinforce: the stage's iterations
             if self.first_metric_time is None:
                 self.first_metric_time = time.time()
             self.records.append(rec)

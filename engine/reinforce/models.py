@@ -1,0 +1,57 @@
+"""What the stage loads, in one process or in its Ray rollout actor: the official model
+with a checkpoint's weights, the policy around its talker (the decoder reads the same
+weights), a frozen copy of it as the reference, and the roller that renders from it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine.data.layout import LayoutIds
+from engine.layout.run import Run
+from engine.layout.voice import Voice
+from engine.model.loading import load_model, resolve_model
+from engine.reinforce.reward import Scorer
+from engine.reinforce.rollout import Render, Roller
+from engine.reinforce.stage import frozen_copy
+from engine.synth.render import SAMPLE_RATE
+from engine.synth.voice import VoiceSource, load_checkpoint_weights, voice_x_vector
+from engine.train.objective import VoiceObjective, set_trainable
+
+
+@dataclass
+class StageModels:
+    model: Any  # the official model; its talker is the policy's
+    policy: VoiceObjective
+    reference: VoiceObjective
+    roller: Roller
+
+    def score(self, scorer: Scorer, renders: list[Render], texts: list[str]
+              ) -> list[dict[str, float]]:
+        """The renders decoded by the model's codec and scored (reward and its terms)."""
+        waves = self.roller.audio(renders)
+        return [scorer.score(w, SAMPLE_RATE, texts[r.prompt], r.capped)
+                for r, w in zip(renders, waves, strict=True)]
+
+
+def load_stage_models(voice: Voice, run: Run, start: Any, trainable: str, device: str,
+                      seed: int) -> StageModels:
+    """The run's base model with checkpoint `start`'s weights, on `device` in fp32."""
+    base_dir = resolve_model(str(run.base_model()), download=False)
+    torch.manual_seed(int(seed))
+    wrapper = load_model(base_dir, device=device, dtype=torch.float32)
+    model = wrapper.model
+    load_checkpoint_weights(model, VoiceSource(kind="checkpoint", model_dir=base_dir,
+                                               label="start", checkpoint=start))
+    policy = VoiceObjective(model.talker)
+    set_trainable(policy, trainable)
+    policy.train()
+    reference = frozen_copy(policy)
+    config = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))
+    speaker = torch.as_tensor(voice_x_vector(model, voice.path)).float().reshape(-1)
+    roller = Roller(model, wrapper.processor, wrapper.processor.tokenizer, speaker,
+                    LayoutIds.from_config(config))
+    return StageModels(model, policy, reference, roller)

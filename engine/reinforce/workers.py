@@ -1,0 +1,202 @@
+"""The reinforce stage on Ray: the policy update in Ray Train / FSDP2 workers (training's
+launcher, `engine.train.launch`), rollouts and scoring in one Ray actor beside them.
+
+- `Rollouts` (an actor; the recogniser, the encoder, the frozen reference and a whole copy
+  of the policy loaded once): each iteration it takes the policy's weights (`load`),
+  samples the renders from them, scores them and hands each rank its share (`shards`):
+  the renders laid out as training clips, their codes' log-probabilities under the policy
+  that sampled them and under the reference, and their advantages.
+- `reinforce_loop` (every Ray Train worker): the policy is the training objective built
+  and sharded as training builds it (`PolicyObjective`: its forward gives the batch's code
+  log-probabilities, so FSDP2 gathers and reduces as in a training step); the start
+  checkpoint (or the stage's own, on resume) is loaded through training's `Checkpointer`.
+  Per iteration: the full trainable weights are gathered (a collective) and rank 0 sends
+  them to the actor, which rolls out from them; every rank updates on its share (FSDP
+  averages the gradients over ranks, so equal shares give the whole batch's mean); rank 0
+  sends the iteration's figures to the run's metrics (kind "reinforce"); every
+  `checkpoint_every` iterations, at the end and at a Stop, all ranks save a checkpoint in
+  training's format.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.config.reinforce import ReinforceConfig
+from engine.config.train import TrainConfig
+from engine.layout.run import Run
+from engine.layout.voice import open_voice
+from engine.reinforce.models import StageModels, load_stage_models
+from engine.reinforce.reward import Scorer
+from engine.reinforce.stage import (
+    iteration_seed,
+    iteration_texts,
+    make_optimizer,
+    roll_out,
+    update,
+)
+from engine.train.builder import worker_device
+from engine.train.checkpoint import Checkpointer
+from engine.train.failures import StopPoller
+from engine.train.grpo import CodeLogprobs, PolicyObjective, code_logprobs
+from engine.train.metrics import MetricsSender
+from engine.train.objective import batch_to_device, build_talker, load_base_weights, set_trainable
+from engine.train.parallelize import make_mesh, parallelize
+
+
+class Rollouts:
+    """The rollout and scoring side (made a Ray actor by the driver)."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.cfg = ReinforceConfig.from_dict(spec["reinforce"])
+        voice = open_voice(spec["voice_dir"])
+        run = Run(Path(spec["run_dir"]))
+        self.models: StageModels = load_stage_models(voice, run, Path(spec["start"]),
+                                                     spec["trainable"], "cpu", self.cfg.seed)
+        self.scorer = Scorer.load(voice, run.path, self.cfg, spec.get("asr"))
+        self.params = dict(self.models.model.named_parameters())
+
+    def load(self, weights: dict[str, torch.Tensor]) -> int:
+        """The policy's weights as they are now (official names); how many were copied."""
+        with torch.no_grad():
+            for name, tensor in weights.items():
+                self.params[name].copy_(tensor.to(self.params[name].dtype))
+        return len(weights)
+
+    def _reward(self, renders: list[Any], texts: list[str]) -> list[dict[str, float]]:
+        return self.models.score(self.scorer, renders, texts)
+
+    def shards(self, it: int, texts: list[str], world: int) -> dict[str, Any]:
+        """Iteration `it`'s renders from the loaded weights, scored; render i goes to rank
+        i % world. {"figures": ..., "shards": [one per rank]}."""
+        m = self.models
+        rollout = roll_out(m.roller, self._reward, self.cfg, it, texts)
+        out = []
+        for rank in range(world):
+            picked = list(range(rank, len(rollout.renders), world))
+            renders = [rollout.renders[i] for i in picked]
+            batch = m.roller.batch(texts, renders, "cpu")
+            with torch.no_grad():
+                old = code_logprobs(m.policy, batch).values
+                ref = code_logprobs(m.reference, batch).values
+            host = {k: v.numpy() for k, v in batch.items() if k in _LAYOUT_KEYS}
+            out.append({"batch": host, "old": old.numpy(), "ref": ref.numpy(),
+                        "adv": rollout.advantages[picked].numpy()})
+        return {"figures": rollout.figures(self.cfg.group), "shards": out,
+                "seed": iteration_seed(self.cfg, it)}
+
+
+#: the collated layout a rank rebuilds its batch from (the gather rows are made again)
+_LAYOUT_KEYS = ("text_ids", "codec_ids", "sub_codes", "target_mask", "frame_mask",
+                "attention_mask", "x_vector")
+
+
+def _policy(cfg: TrainConfig, loop_config: dict[str, Any]) -> tuple[Any, Any]:
+    """The sharded policy, built as training builds its objective (on meta, sharded, then
+    filled with the base weights); (policy, device)."""
+    model_dir = Path(loop_config["model_dir"])
+    device = worker_device(cfg, loop_config)
+    policy = PolicyObjective(build_talker(model_dir, "meta"), cfg.model.subtalker_weight)
+    set_trainable(policy, loop_config["trainable"])
+    parallelize(policy, make_mesh(device), cfg.parallel, device)
+    load_base_weights(policy, model_dir, device)
+    return policy, device
+
+
+def _full_weights(policy: Any) -> dict[str, torch.Tensor]:
+    """The trainable weights, whole, on rank 0's host (every rank calls it: a collective;
+    the other ranks get an empty dict)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
+    full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True,
+                                                                 cpu_offload=True))
+    return {k: v for k, v in full.items() if k in trainable}
+
+
+def _broadcast(value: Any, group: Any) -> Any:
+    import torch.distributed as dist
+
+    box = [value]
+    if dist.is_available() and dist.is_initialized():
+        dist.broadcast_object_list(box, src=0, group=group)
+    return box[0]
+
+
+def _mean(value: float, device: Any) -> float:
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(t)
+        t /= dist.get_world_size()
+    return float(t.item())
+
+
+def reinforce_loop(loop_config: dict[str, Any]) -> None:
+    """Every worker's entry point (given to training's launcher as its loop)."""
+    import ray
+    import ray.train
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    cfg = TrainConfig.from_dict(loop_config["config"])
+    stage = ReinforceConfig.from_dict(loop_config["reinforce"])
+    torch.set_num_threads(cfg.parallel.cpu_threads_per_worker)
+    sender = MetricsSender(loop_config.get("queue"), rank)
+    stop = StopPoller(loop_config.get("stop_flag"))
+    policy, device = _policy(cfg, loop_config)
+    optimizer = make_optimizer(policy, stage)
+    ckpt = Checkpointer(loop_config["run_dir"], rank, world)
+    # the start: its weights (the training optimizer's state is not the stage's)
+    ckpt.load(loop_config["start"], policy, make_optimizer(policy, stage), None)
+    done = int(loop_config["done"])
+    if loop_config.get("resume_from"):
+        state = ckpt.load(loop_config["resume_from"], policy, optimizer, None)
+        done = int(state["iteration"])
+    actor, texts, base = loop_config["actor"], loop_config["texts"], int(loop_config["base"])
+    extra = dict(loop_config["state"])  # what trainer.json says of the stage
+    saved = done
+    for it in range(done, int(stage.iterations)):
+        weights = _full_weights(policy)
+        handle = None
+        if rank == 0:
+            ray.get(actor.load.remote(weights))
+            handle = [actor.shards.remote(it, iteration_texts(texts, stage, it), world),
+                      stop()]
+        handle = _broadcast(handle, ckpt.group)
+        rollout = ray.get(handle[0])
+        mine = rollout["shards"][rank]
+        batch = batch_to_device(mine["batch"], device)
+        old, ref = (torch.from_numpy(mine[k]).to(device) for k in ("old", "ref"))
+        adv = torch.from_numpy(mine["adv"]).to(device)
+
+        def logprobs(batch: dict[str, torch.Tensor] = batch) -> CodeLogprobs:
+            out = policy(batch)
+            return CodeLogprobs(out["values"], out["render"])
+
+        terms = update(policy, optimizer, stage, logprobs, old, ref, adv)
+        kl, clipped = _mean(float(terms.kl), device), _mean(float(terms.clipped), device)
+        loss = _mean(float(terms.loss.detach()), device)
+        n = it + 1
+        if rank == 0:
+            values = {f"reinforce/{k}": v for k, v in rollout["figures"].items()}
+            values.update({"reinforce/kl": kl, "reinforce/clipped": clipped,
+                           "reinforce/loss": loss})
+            sender.send("reinforce", {"step": base + n, "iteration": n, **values})
+        stopping = bool(handle[1])
+        if n % int(stage.checkpoint_every) == 0 or n == stage.iterations or stopping:
+            ckpt.save(base + n, policy, optimizer, None, {"iteration": n},
+                      extra={**extra, "iteration": n})
+            saved = n
+            if rank == 0:
+                sender.send("state", {"state": "checkpoint", "step": base + n,
+                                      "detail": f"iteration {n}"})
+        if stopping:
+            break
+    if rank == 0 and saved:
+        sender.log(f"reinforce stage: iteration {saved} saved")
+    ckpt.close()
