@@ -683,25 +683,34 @@ def _mean_range(xs: list[float]) -> str:
     return f"{_mean(xs):.3f}" + (f" ({min(xs):.3f}-{max(xs):.3f})" if len(xs) > 1 else "")
 
 
-def converge_table(runs: dict[float, list[dict[str, Any]]], steps: int) -> str:
-    """Held-out loss at equal steps and at equal training time (the quickest F's time for
-    `steps`), means over the seeds with their range."""
+def converge_table(runs: dict[float, list[dict[str, Any]]], steps: int,
+                   work: dict[float, float]) -> str:
+    """Held-out loss at equal steps, at equal training time (the quickest F's time for
+    `steps`) and at equal compute (the plan's `step_work`: the cheapest F's `steps`, a load
+    of the machine cannot move it), means over the seeds with their range."""
     budget = min(_mean([r["clock"][-1] for r in rs]) for rs in runs.values())
+    cheapest = min(work.values())
     at_steps = f"held-out loss at {steps} steps"
     at_budget = f"at {budget:.1f} s: step"
     lines = [f"  {'F':<6}{'s/step':>8}{'train s':>9}   {at_steps:<28}{'sub-talker part':<24}"
-             f"{at_budget:>16}   held-out loss"]
+             f"{at_budget + '   held-out loss':<40}{'equal compute: step':>24}   held-out loss"]
     for f, rs in runs.items():
         train_s = [r["clock"][-1] for r in rs]
         final = [r["val"][-1] for r in rs]
         timed = [at_time(r, budget) for r in rs]
         reached = [x for x in timed if x is not None]
-        same_time = ("-" if len(reached) < len(timed) else
+        same_time = ("" if len(reached) < len(timed) else
                      f"{_mean([x[0] for x in reached]):>16.0f}   "
                      + _mean_range([x[1] for x in reached]))
         row = (f"{_fraction(f):<6}{_mean(train_s) / steps:>8.3f}{_mean(train_s):>9.1f}   "
                f"{_mean_range([v[1] for v in final]):<28}")
-        lines.append(f"  {row}{_mean_range([v[2] for v in final]):<24}{same_time:>16}")
+        afford = steps * cheapest / work[f]
+        computed = [[v for v in r["val"] if v[0] <= afford + 1e-9] for r in rs]
+        same_work = ("-" if not all(computed) else
+                     f"{_mean([c[-1][0] for c in computed]):>24.0f}   "
+                     + _mean_range([c[-1][1] for c in computed]))
+        lines.append(f"  {row}{_mean_range([v[2] for v in final]):<24}"
+                     f"{same_time if reached == timed else format('-', '>16'):<40}{same_work}")
     return "\n".join(lines)
 
 
@@ -711,6 +720,7 @@ def main_converge(args: argparse.Namespace) -> None:
     import torch
 
     from engine.model.tiny import make_tiny_model
+    from engine.train.plan import step_work, typical_lengths
 
     torch.set_num_threads(os.cpu_count() or 1)
     work = Path(args.work)
@@ -733,7 +743,14 @@ def main_converge(args: argparse.Namespace) -> None:
           f"{args.converge_steps} steps at each F, {args.repeats} seed(s) (mean, range); "
           f"{os.cpu_count()} threads, load average {load_before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after.")
-    print(converge_table(runs, args.converge_steps))
+    cfg = json.loads((model_dir / "config.json").read_text())
+    seq_len, frames = typical_lengths(voice, 2048)
+    cost = {f: step_work(cfg, seq_len, frames, f) for f in fractions}
+    print("  a step's compute at each F (the plan's step_work, the longest clip): "
+          + ", ".join(f"{_fraction(f)} {w:.2f}" for f, w in cost.items()))
+    print(converge_table(runs, args.converge_steps, cost))
+    (work / "converge-runs.json").write_text(json.dumps(
+        {"steps": args.converge_steps, "work": cost, "runs": runs}))
 
 
 def main() -> None:
