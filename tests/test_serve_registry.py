@@ -120,6 +120,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_ray_serve_replicas_share_registered_voices(
         tmp_path: Path, tiny_model_dir: Path, shared_cluster: SharedCluster) -> None:
     from engine.config.serve import ClusterServeSettings, ServeSettings
