@@ -21,8 +21,9 @@ renders of iteration i are seeded by i, so they are drawn again the same). `canc
 (the CLI sets it on SIGTERM) stops after the iteration under way and saves it.
 A report lands in `<run>/reinforce/report.json`.
 
-This is the one-process stage (CPU, or one GPU); the policy update is the training
-objective's own pieces, not yet its sharded Ray Train step.
+By default the stage runs in this process (CPU, or one GPU). With `workers` it runs on
+Ray (`engine.reinforce.workers`): the update in training's Ray Train / FSDP2 workers,
+launched by training's own launcher, rollouts and scoring in one actor on this node.
 """
 
 from __future__ import annotations

@@ -165,10 +165,12 @@ def reinforce_loop(loop_config: dict[str, Any]) -> None:
         handle = None
         if rank == 0:
             ray.get(actor.load.remote(weights))
-            handle = [actor.shards.remote(it, iteration_texts(texts, stage, it), world),
-                      stop()]
+            # the data itself to every rank (small: codes and their log-probabilities); an
+            # object ref pickled by torch would not be borrowed properly by the others
+            handle = [ray.get(actor.shards.remote(it, iteration_texts(texts, stage, it),
+                                                  world)), stop()]
         handle = _broadcast(handle, ckpt.group)
-        rollout = ray.get(handle[0])
+        rollout = handle[0]
         mine = rollout["shards"][rank]
         batch = batch_to_device(mine["batch"], device)
         old, ref = (torch.from_numpy(mine[k]).to(device) for k in ("old", "ref"))
