@@ -25,6 +25,15 @@ factor (wall seconds per audio second) for 1 and 4 clients, one-shot
 Wyoming requests carry no options, so each sentence makes as many frames as
 the server's own limit for its text.
 
+With `--voices N` it measures many voices on one base instead, in this process, on the
+warm worker the server runs (`engine.synth.worker.SpeechWorker`), at the real 0.6B
+widths with random weights (`--layers` talker layers, 28 by default) and N random
+rank-`--rank` adapter voices on every talker projection: the base's load, then each
+adapter voice loaded into the running worker (a "voice" request, while a render runs;
+target: under 100 ms, no model load), the resident memory with 1, 4 and 16 voices
+loaded (target: each extra voice at most 2 % of the base's), and 8 concurrent renders
+on 8 different voices against 8 on one voice (target: at least 0.8 x).
+
 Every sentence makes at most `--frames` codec frames (the tiny model rarely
 ends a sentence by itself), so the work per request is bounded and alike.
 """
@@ -34,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -235,6 +245,152 @@ def bench_wyoming(server: Served, text: str, rows: dict[str, Any]) -> None:
                   f"slowest first chunk {rows[key]['first_chunk_s']:.3f} s")
 
 
+# -- many voices on one base (--voices) -------------------------------------------------------
+
+def random_adapter(base: Path, out: Path, seed: int, rank: int) -> Path:
+    """An adapter voice of `base` with random A and B on every talker projection."""
+    import numpy as np
+    import torch
+    from safetensors import safe_open
+
+    from engine.model.adapter import AdapterRequest, export_adapter
+    from engine.synth.adapters import PROJECTIONS
+
+    g = torch.Generator().manual_seed(seed)
+    tensors: dict[str, Any] = {}
+    with safe_open(str(base / "model.safetensors"), "pt") as fh:
+        for key in fh.keys():
+            module = key.removesuffix(".weight")
+            if key.startswith("talker.model.layers.") and module.endswith(PROJECTIONS):
+                out_f, in_f = fh.get_slice(key).get_shape()
+                tensors[module + ".lora_A"] = torch.randn(rank, in_f, generator=g) * 0.01
+                tensors[module + ".lora_B"] = torch.randn(out_f, rank, generator=g) * 0.01
+    hidden = json.loads((base / "config.json").read_text())["talker_config"]["hidden_size"]
+    vector = np.random.default_rng(seed).standard_normal(hidden).astype(np.float32) * 0.02
+    return export_adapter(AdapterRequest(tensors=tensors, base_dir=base, base=str(base),
+                                         rank=rank, alpha=float(rank), speaker=f"v{seed}",
+                                         x_vector=vector, info={"run": "bench"}), out)
+
+
+class InProcess:
+    """A `SpeechWorker` in this process, asked one request at a time or many at once."""
+
+    def __init__(self, device: str, dtype: str, rows: int) -> None:
+        from engine.synth.worker import SpeechWorker
+
+        self._ends: dict[str, tuple[threading.Event, dict[str, Any]]] = {}
+        self.worker = SpeechWorker(self._sink, device=device, dtype=dtype, rows=rows).start()
+
+    def _sink(self, event: Any) -> None:
+        end = self._ends.get(str(event.data.get("request") or ""))
+        if end is not None and event.kind in ("result", "error"):
+            end[1].update(event.data, kind=event.kind)
+            end[0].set()
+
+    def submit(self, request: dict[str, Any]) -> threading.Event:
+        done: tuple[threading.Event, dict[str, Any]] = (threading.Event(), {})
+        self._ends[request["id"]] = done
+        self.worker.submit(request)
+        return done[0]
+
+    def ask(self, request: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        start = time.perf_counter()
+        self.submit(request).wait()
+        answer = self._ends.pop(request["id"])[1]
+        if answer.get("kind") != "result":
+            raise SystemExit(f"{request['op']} failed: {answer.get('message')}")
+        return answer, time.perf_counter() - start
+
+    def renders(self, voices: list[str], text: str, frames: int, tmp: Path) -> float:
+        """Wall seconds for one render per voice in `voices`, all asked at once."""
+        start = time.perf_counter()
+        waits = [self.submit({"op": "speak", "id": f"s{i}-{time.monotonic_ns()}", "text": text,
+                              "out": str(tmp / f"r{i}.wav"), "voice": voice,
+                              "options": {"seed": i, "max_frames": frames,
+                                          "loudness_lufs": None}})
+                 for i, voice in enumerate(voices)]
+        for wait in waits:
+            wait.wait()
+        return time.perf_counter() - start
+
+
+def _rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def bench_voices(args: argparse.Namespace, tmp: Path, text: str, rows: dict[str, Any]) -> None:
+    import gc
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_synth  # the 0.6B-width random model the synthesis bench speaks with
+
+    bench_synth.voice_06b(tmp, args.layers)
+    base = tmp / "base-06b"
+    count = max(args.voices, 5)
+    adapters = [random_adapter(base, tmp / f"adapter-{i}", i, args.rank) for i in range(count)]
+    gc.collect()
+    before = _rss_mb()
+    worker = InProcess(args.device, args.dtype, 8)
+    _answer, load_s = worker.ask({"op": "load", "id": "load", "voice": str(adapters[0])})
+    _answer, _wall = worker.ask({"op": "voice", "id": "v0", "name": "v0",
+                                 "voice": str(adapters[0])})
+    worker.renders(["v0"] * 2, text, args.frames, tmp)  # the batch and its caches exist now
+    rss = {1: _rss_mb()}
+    base_mb = rss[1] - before
+
+    def add(i: int) -> tuple[float, float]:
+        answer, wall = worker.ask({"op": "voice", "id": f"v{i}", "name": f"v{i}",
+                                   "voice": str(adapters[i])})
+        if i + 1 in (4, count):
+            rss[i + 1] = _rss_mb()
+        return wall, float(answer["load_s"])
+
+    idle = sorted(add(i)[0] for i in range(1, 4))
+    # the rest while a render runs: the worker is serving, not idle
+    busy = worker.submit({"op": "speak", "id": "busy", "text": text, "out": str(tmp / "b.wav"),
+                          "options": {"seed": 0, "max_frames": args.frames * 4}})
+    timed = [add(i) for i in range(4, count)]
+    busy.wait()
+    walls = sorted(w for w, _ in timed)
+    inside = sorted(s for _, s in timed)
+    rows.update({"base_load_s": round(load_s, 2), "base_rss_mb": round(base_mb, 1),
+                 "voice_load_idle_ms_median": round(1000 * idle[1], 1),
+                 "voice_load_ms_median": round(1000 * walls[len(walls) // 2], 1),
+                 "voice_load_ms_max": round(1000 * walls[-1], 1),
+                 "voice_load_in_worker_ms_median": round(1000 * inside[len(inside) // 2], 1),
+                 "rss_mb_with_voices": {str(k): round(v, 1) for k, v in rss.items()},
+                 "load_average": os.getloadavg()[0]})
+    print(f"0.6B widths, {args.layers} talker layers, rank-{args.rank} adapters on every "
+          f"talker projection, {args.device} {args.dtype}: the base loads in {load_s:.1f} s "
+          f"({base_mb:.0f} MB resident); load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs")
+    print(f"an adapter voice loads into the worker in {rows['voice_load_idle_ms_median']} ms "
+          f"idle (median of 3), {rows['voice_load_ms_median']} ms while it renders (median of "
+          f"{len(walls)}; max {rows['voice_load_ms_max']} ms; "
+          f"{rows['voice_load_in_worker_ms_median']} ms of it inside the worker), no model "
+          "load (target: < 100 ms)")
+    pool = worker.worker._synth.fast.adapters.pool  # the adapters themselves, exactly
+    slot_mb = pool.bytes_per_slot() / 2**20
+    rows["adapter_mb_per_voice"] = round(slot_mb, 1)
+    rows["adapter_pool_slots"] = pool.slots
+    print(f"adapter pool: {slot_mb:.1f} MB a voice ({100 * slot_mb / base_mb:.2f} % of the "
+          f"base), {pool.slots} slots for {count} voices ({pool.slots * slot_mb:.0f} MB)")
+    per_voice = {k: (v - rss[1]) / max(k - 1, 1) for k, v in rss.items() if k > 1}
+    print("resident memory: " + ", ".join(f"{v:.0f} MB with {k} voice(s)" for k, v in rss.items())
+          + "; each extra voice " + ", ".join(
+              f"{100 * m / base_mb:.2f} % of the base (to {k})" for k, m in per_voice.items())
+          + " (target: at most 2 %)")
+    names = [f"v{i % count}" for i in range(8)]
+    one = worker.renders(["v0"] * 8, text, args.frames, tmp)
+    many = worker.renders(names, text, args.frames, tmp)
+    rows["throughput_8_voices_vs_one"] = round(one / many, 3)
+    print(f"8 concurrent renders: on one voice {one:.1f} s, on 8 voices {many:.1f} s: "
+          f"{one / many:.2f} x the one-voice throughput (target: at least 0.8 x)")
+    worker.worker.close(timeout=120)
+
+
 def main() -> None:
     import httpx2 as httpx
 
@@ -247,12 +403,32 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--wyoming", action="store_true",
                         help="measure the Wyoming protocol (Home Assistant) instead")
+    parser.add_argument("--voices", type=int, default=0,
+                        help="measure N adapter voices on one 0.6B-width base instead")
+    parser.add_argument("--layers", type=int, default=28, help="talker layers (--voices)")
+    parser.add_argument("--rank", type=int, default=16, help="adapter rank (--voices)")
+    parser.add_argument("--dtype", default="float32", help="the model's dtype (--voices)")
     args = parser.parse_args()
+    if args.voices and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        # glibc keeps freed blocks under its (growing) mmap threshold, so resident memory
+        # would count every pool the voices grew out of; blocks over 1 MB go back at free
+        os.execve(sys.executable, [sys.executable, *sys.argv],
+                  {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)})
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
-    voice = Path(args.voice) if args.voice else tiny_voice(tmp)
     text = " ".join(SENTENCES[:2])
-    rows: dict[str, Any] = {"voice": str(voice), "frames": args.frames}
+    if args.voices:
+        rows: dict[str, Any] = {"voices": args.voices, "layers": args.layers,
+                                "rank": args.rank, "frames": args.frames}
+        try:
+            bench_voices(args, tmp, text, rows)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # a 0.6B model and its adapters
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return
+    voice = Path(args.voice) if args.voice else tiny_voice(tmp)
+    rows = {"voice": str(voice), "frames": args.frames}
 
     if args.wyoming:
         server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0")
