@@ -30,15 +30,23 @@ if [ $# -gt 0 ] || [ "${VOXSHARD_DISPATCH_PASS:-1}" = "0" ]; then
   exec "$py" -m pytest "$@"
 fi
 status=0
+# the main pass keeps its tiny model, prepared voice and trained runs here, and the
+# parity passes load them instead of training again (tests/helpers/kept.py)
+keep=$(mktemp -d "${TMPDIR:-/tmp}/voxshard-kept.XXXXXX")
+# its own basetemp: pytest prunes all but the newest three numbered ones, so another
+# pytest on this machine could delete what the parity passes still load
+main_base=$(mktemp -d "${TMPDIR:-/tmp}/voxshard-main.XXXXXX")
 if [ "${VOXSHARD_TEST_SPLIT:-1}" = "0" ]; then
-  "$py" -m pytest || status=$?
+  VOXSHARD_TEST_KEEP=$keep "$py" -m pytest --basetemp "$main_base/t" || status=$?
 else
   own_base=$(mktemp -d "${TMPDIR:-/tmp}/voxshard-own.XXXXXX")
-  ( "$py" -m pytest --part own -p no:cacheprovider --basetemp "$own_base/t" 2>&1 \
+  ( unset VOXSHARD_TEST_KEEP
+    "$py" -m pytest --part own -p no:cacheprovider --basetemp "$own_base/t" 2>&1 \
       | sed -u "s/^/[own cluster] /"
     exit "${PIPESTATUS[0]}" ) &
   own=$!
-  "$py" -m pytest --part shared || status=$?
+  VOXSHARD_TEST_KEEP=$keep "$py" -m pytest --part shared --basetemp "$main_base/t" \
+    || status=$?
   wait "$own" || status=$?
 fi
 cap=$("$py" -c "import torch; print(torch.backends.cpu.get_cpu_capability())")
@@ -52,7 +60,7 @@ for d in $dispatches; do
     if [ "$d" = avx2 ]; then  # MKL's and oneDNN's kernels too, as on an AVX2-only CPU
       export MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
     fi
-    ATEN_CPU_CAPABILITY=$d "$py" -m pytest -m parity -q -p no:cacheprovider \
+    ATEN_CPU_CAPABILITY=$d VOXSHARD_TEST_KEEP=$keep "$py" -m pytest -m parity -q -p no:cacheprovider \
       --basetemp "$base/t" --durations=5 2>&1 | sed "s/^/[$d] /"
     exit "${PIPESTATUS[0]}" ) &
   pids+=($!)

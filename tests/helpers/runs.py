@@ -36,6 +36,7 @@ from engine.data.codes import extract_codes
 from engine.model.export import export_custom_voice
 from engine.train.checkpoint import Checkpointer
 from engine.train.driver import export, train
+from tests.helpers.kept import kept
 from tests.helpers.ray_cluster import SharedCluster
 from tests.helpers.voices import copy_voice
 
@@ -63,10 +64,10 @@ def _train_and_export(root: Path, voice: Path, model_dir: Path, cluster: SharedC
 def trained_run(prepared_voice: Path, tiny_model_dir: Path, shared_cluster: SharedCluster,
                 tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # a high learning rate: the two checkpoints speak differently even after 10 steps
-    return _train_and_export(tmp_path_factory.mktemp("trained_run"), prepared_voice,
-                             tiny_model_dir, shared_cluster, "r1", STEPS, workers=2,
-                             checkpoint_every=CHECKPOINT_EVERY, val_every=CHECKPOINT_EVERY,
-                             lr=2e-3)
+    return kept("trained_run", lambda: _train_and_export(
+        tmp_path_factory.mktemp("trained_run"), prepared_voice, tiny_model_dir,
+        shared_cluster, "r1", STEPS, workers=2, checkpoint_every=CHECKPOINT_EVERY,
+        val_every=CHECKPOINT_EVERY, lr=2e-3))
 
 
 @pytest.fixture(scope="session")
@@ -74,10 +75,10 @@ def lora_run(prepared_voice: Path, tiny_model_dir: Path, shared_cluster: SharedC
              tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # a high learning rate: two warm-up steps move the adapters (B starts at zero) enough
     # that the merged weights speak differently from the base
-    return _train_and_export(tmp_path_factory.mktemp("lora_run"), prepared_voice,
-                             tiny_model_dir, shared_cluster, "lora", LORA_STEPS, workers=1,
-                             checkpoint_every=1, val_every=0, lr=5e-2, trainable="lora",
-                             lora_rank=LORA_RANK, lora_alpha=LORA_ALPHA)
+    return kept("lora_run", lambda: _train_and_export(
+        tmp_path_factory.mktemp("lora_run"), prepared_voice, tiny_model_dir, shared_cluster,
+        "lora", LORA_STEPS, workers=1, checkpoint_every=1, val_every=0, lr=5e-2,
+        trainable="lora", lora_rank=LORA_RANK, lora_alpha=LORA_ALPHA))
 
 
 def make_perturbed_run(voice: Path, model_dir: Path, run: str = "r1",

@@ -32,6 +32,7 @@ from piper import PiperVoice, SynthesisConfig
 
 from engine.layout.voice import create_voice
 from engine.prepare.importer import import_files
+from tests.helpers.kept import kept
 
 PIPER_RATE = 22050
 
@@ -113,8 +114,8 @@ def piper_sentences(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(scope="session")
 def prepared_voice(tmp_path_factory: pytest.TempPathFactory,
                    piper_sentences: list[dict[str, Any]]) -> Path:
-    return prepare_demo_voice(tmp_path_factory.mktemp("prepared_voice") / "joe",
-                              piper_sentences)
+    return kept("prepared_voice", lambda: prepare_demo_voice(
+        tmp_path_factory.mktemp("prepared_voice") / "joe", piper_sentences))
 
 
 @pytest.fixture(scope="session")
