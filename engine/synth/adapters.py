@@ -68,15 +68,20 @@ class AdapterPool:
 
     def write(self, slot: int, pairs: Mapping[tuple[int, int], tuple[torch.Tensor, torch.Tensor]],
               scaling: float) -> None:
-        """Put one adapter into `slot` (what it does not adapt stays zero)."""
-        for layer_a, layer_b in zip(self.a, self.b, strict=True):
-            for a, b in zip(layer_a, layer_b, strict=True):
-                a[slot].zero_()
-                b[slot].zero_()
-        for (layer, proj), (a, b) in pairs.items():
-            r = a.shape[0]
-            self.a[layer][proj][slot, :r].copy_(a)
-            self.b[layer][proj][slot, :, :r].copy_(b.to(torch.float32) * scaling)
+        """Put one adapter into `slot` (what it does not adapt, and the rank it does not
+        fill, stay zero): one pass over the slot's memory."""
+        for layer, (layer_a, layer_b) in enumerate(zip(self.a, self.b, strict=True)):
+            for proj, (a, b) in enumerate(zip(layer_a, layer_b, strict=True)):
+                pair = pairs.get((layer, proj))
+                if pair is None:
+                    a[slot].zero_()
+                    b[slot].zero_()
+                    continue
+                r = pair[0].shape[0]
+                a[slot, :r].copy_(pair[0])
+                a[slot, r:].zero_()
+                b[slot, :, :r].copy_(pair[1]).mul_(scaling)
+                b[slot, :, r:].zero_()
 
     def copy_into(self, other: AdapterPool) -> None:
         """This pool's slots into a larger one (same shapes)."""
