@@ -40,6 +40,7 @@ from engine.synth.rows import RowBatch
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import instant_source, resolve_source
 from engine.train.driver import export
+from tests.helpers.host_syncs import SyncCounter
 from tests.helpers.parity import ChoiceLog, assert_same_codes, record_choices
 from tests.helpers.runs import LORA_STEPS
 from tests.helpers.serving import start_server
@@ -231,6 +232,9 @@ def test_voices_come_and_go_in_a_fixed_pool_and_only_its_growth_drops_the_graphs
     for _ in range(2):
         batch.run(64, graphs=True)  # warm-up, then captured
     assert batch.capture_attempts == 1
+    with torch.inference_mode(), SyncCounter() as syncs:
+        batch.frame(64)  # the frame with each row's adapter: still nothing read back
+    assert not syncs.hits, syncs.hits
     held = [t.data_ptr() for t in pools.pool.a[0]]
     # voices come and go in the pool's free slots: the same tensors, the graph replays
     assert pools.add("c", adapter(2), 1.0, "c") == 3
