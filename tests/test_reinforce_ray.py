@@ -1,12 +1,14 @@
 """The reinforce stage on Ray (issue 33): the policy update in two Ray Train / FSDP2 CPU
 workers on the session's shared cluster, rollouts and scoring (recogniser and encoder
 loaded once) in one Ray actor, the weights sent to it every iteration; checkpoints of
-training's format, figures in the run's metrics."""
+training's format, figures in the run's metrics; the sharded update equals the one-process
+update on the same iteration."""
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +51,15 @@ def test_the_stage_on_two_ray_workers_updates_the_sharded_policy(
     start, after = checkpoint_tensors(run.checkpoint(base)), checkpoint_tensors(saved)
     assert set(start) == set(after)
     assert any(not np.array_equal(start[k].numpy(), after[k].numpy()) for k in start)
+
+    # the sharded update is the one-process update: the same renders and rewards (seeded
+    # by the iteration), the same step of the weights within float rounding
+    alone = copy_voice(trained_run["voice"], tmp_path / "alone")
+    one = api.reinforce(alone, run.name, config=replace(cfg, iterations=1), asr="pocketsphinx")
+    assert one["history"][0]["reinforce/reward"] == rows[0]["reinforce/reward"]
+    assert abs(one["history"][0]["reinforce/kl"] - rows[0]["reinforce/kl"]) < 1e-6
+    ours = checkpoint_tensors(Run(alone / "runs" / run.name).checkpoint(base + 1))
+    sharded = checkpoint_tensors(run.checkpoint(base + 1))
+    gap = max(float((ours[k] - sharded[k]).abs().max()) for k in ours)
+    moved = float(np.mean([float((ours[k] - start[k]).abs().mean()) for k in ours]))
+    assert gap < 1e-5 < 1e-4 < moved, (gap, moved)
