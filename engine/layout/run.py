@@ -40,6 +40,7 @@ from engine.core.errors import InputError, WorkspaceError
 from engine.layout.checkpoints import (
     COMPLETE,
     MIN_KEEP,
+    REINFORCE_STAGE,
     TRAINER_STATE,
     checkpoint_at,
     checkpoint_name,
@@ -154,6 +155,10 @@ class ProgressReader:
         return self.progress()
 
     def _add(self, rec: dict[str, Any]) -> None:
+        if rec.get("kind") == REINFORCE_STAGE:
+            # the reinforce stage's rows (step: the run's last + iteration) are not training
+            # steps: counted here, a run of 20 steps read "step 23 of 20"
+            return
         step = rec.get("step")
         if isinstance(step, int):
             self._step = step

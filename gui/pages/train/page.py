@@ -25,9 +25,11 @@ from PySide6.QtWidgets import (
 )
 
 from engine import catalog
+from engine.core.errors import WorkspaceError
 from engine.layout.checkpoints import step_of
 from engine.layout.exports import exports_dir
 from engine.layout.run import Progress, ProgressReader, Run
+from engine.layout.voice import open_voice
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.metrics import MetricsStore
@@ -43,6 +45,7 @@ from gui.pages.train.evaluation import (
 )
 from gui.pages.train.gpus import Gpu, GpuProbe
 from gui.pages.train.planwords import plan_words
+from gui.pages.train.reinforce import ReinforcePanel
 from gui.pages.train.settings import PRESETS, TrainSettings, preset_for
 from gui.pages.train.stats import StatsBar
 from gui.widgets import HowToDialog, LogView, fmt_duration, hbox, open_in_desktop
@@ -200,6 +203,10 @@ class TrainPage(Page):
         self.charts = TrainCharts(self.store)
         self.loss_plot, self.mem_plot = self.charts.loss_plot, self.charts.mem_plot
         self._curves = self.charts.curves
+        self.reinforce = ReinforcePanel(self)  # GRPO after a run (issue 33)
+        self.reinforce.log.connect(self._append_log)
+        self.reinforce.ended.connect(lambda _outcome: self._reinforce_ended())
+        self.charts.addTab(self.reinforce, "Reinforce")
         self.log = LogView(3000)  # bounded, however long the run; follows new lines
         self.log.setPlaceholderText("Engine log")
         # the log is a tab beside the charts: on a laptop the charts need the height
@@ -303,7 +310,8 @@ class TrainPage(Page):
 
     # -- runs on disk ----------------------------------------------------------------
     def refresh(self) -> None:
-        running = self.run.job is not None
+        # a reinforce stage writes into a run: no training beside it
+        running = self.run.job is not None or self.reinforce.job is not None
         has_voice = self.voice is not None
         self._runs = catalog.list_runs(self.voice) if self.voice is not None else []
         self.start_btn.setEnabled(has_voice and not running)
@@ -321,6 +329,7 @@ class TrainPage(Page):
             p = preset_for((report.get("totals") or {}).get("minutes_usable"))
             self.preset.setCurrentIndex(PRESETS.index(p))
             self._reset_charts()
+            self._load_reinforce_settings()
             latest = catalog.latest_run(self._runs)
             if latest is not None:
                 self.run_picker.setCurrentIndex(max(0, self.run_picker.findData(
@@ -354,8 +363,23 @@ class TrainPage(Page):
             note = (f"{run.name} has trained all its {self.steps.value()} steps: raise Steps "
                     "to resume it. Export and Evaluate act on it.")
         else:
-            note = f"Resume, Export and Evaluate act on the run {run.name}."
+            note = f"Resume, Export, Evaluate and Reinforce act on the run {run.name}."
         self.settings.run_note.setText(note)
+        self.reinforce.update_buttons()
+
+    def _load_reinforce_settings(self) -> None:
+        assert self.voice is not None
+        try:
+            self.reinforce.load_voice_settings(open_voice(self.voice).reinforce_config)
+        except WorkspaceError as exc:
+            self.reinforce.state.setText(exc.message)
+
+    def _reinforce_ended(self) -> None:
+        """The stage wrote checkpoints into the run: the picker, the cards and the
+        evaluation say what the run holds now."""
+        self.ctx.notify_changed()
+        self.refresh()
+        self.show_evaluation()
 
     def _fill_run_picker(self) -> None:
         current = self.run_picker.currentData()
@@ -412,6 +436,7 @@ class TrainPage(Page):
             self._append_log("info", f"Loaded the settings of {run.name} into the form.")
         self.run.run_dir = run.path
         self._shown_run = run.path
+        self.reinforce.show_run(run.path)
         if not self.run.show_run(run.name, run.metrics_file, run.total_steps):
             self._history_loaded()
 
@@ -515,7 +540,7 @@ class TrainPage(Page):
     def start(self, resume: bool = False, extra_args: list[str] | None = None,
               env: dict[str, str] | None = None,
               program: list[str] | None = None) -> EngineJob | None:
-        if self.voice is None or self.run.job is not None:
+        if self.voice is None or self.run.job is not None or self.reinforce.job is not None:
             return None
         if program is None and not self.settings.check_base():
             # training would refuse it after starting: say so now, the run on screen stays

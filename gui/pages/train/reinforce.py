@@ -1,0 +1,366 @@
+"""The Train page's Reinforce step (issue 33): GRPO after a run, rewarded by the clone's
+own scores, started as `voxshard-engine reinforce` through an `EngineJob` like training.
+
+The panel acts on the run picked on the page. Live, per iteration: the reward, each of
+its terms, the KL to the starting checkpoint and the groups' reward spread (the engine's
+`metric` events of split "reinforce"); at rest, the same figures read back from the
+run's metrics.jsonl (rows of kind "reinforce"). Stop asks the engine to finish and save
+the iteration under way; Resume continues from the stage's own checkpoint. The stage's
+checkpoints are the run's, so the page's evaluation and best pick include them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.cli.settings import field_help
+from engine.config.reinforce import ReinforceConfig
+from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_stage, step_of
+from engine.layout.run import Run
+from gui.jobs import EngineJob
+from gui.metrics import MetricsStore
+from gui.theme import SERIES
+from gui.widgets import hbox
+
+#: what the stage logs per iteration (engine.reinforce.session), under "reinforce/"
+REWARD_KEYS = {"reward": ("reward", SERIES[0]), "similarity": ("similarity", SERIES[3]),
+               "wer": ("word errors", SERIES[5 % len(SERIES)]),
+               "capped": ("hit the cap", SERIES[2]), "rate_off": ("rate off", SERIES[4])}
+#: the settings the form shows beside Iterations (the rest of ReinforceConfig)
+OTHER_FIELDS = [f.name for f in dataclasses.fields(ReinforceConfig) if f.name != "iterations"]
+
+
+def stage_steps(run_dir: Path | None) -> list[int]:
+    """The steps of the run's checkpoints the reinforce stage wrote, oldest first."""
+    if run_dir is None:
+        return []
+    return [step_of(c) or 0 for c in Run(run_dir).checkpoints()
+            if checkpoint_stage(c) == REINFORCE_STAGE]
+
+
+def stage_history(run_dir: Path) -> list[dict[str, Any]]:
+    """The stage's rows of the run's metrics.jsonl, one per iteration (a resumed stage
+    repeats the iterations after its last checkpoint: the later row counts)."""
+    rows = {int(r["iteration"]): r for r in Run(run_dir).metrics()
+            if r.get("kind") == "reinforce" and isinstance(r.get("iteration"), int)}
+    return [rows[i] for i in sorted(rows)]
+
+
+class ReinforceCharts(pg.GraphicsLayoutWidget):
+    """Reward and its terms (left, its legend in a row of its own under it), the KL and
+    the groups' reward spread (stacked right), per iteration: at a laptop's size the tab
+    has ~300 px of height, too little for three charts above each other."""
+
+    def __init__(self, store: MetricsStore) -> None:
+        super().__init__()
+        self.store = store
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.reward_plot = self._plot("Reward and its terms", "score", 0, 0, rowspan=2)
+        self.kl_plot = self._plot("KL to the start", "KL", 0, 1)
+        self.spread_plot = self._plot("Spread in a group", "std", 1, 1)
+        self.plots = (self.reward_plot, self.kl_plot, self.spread_plot)
+        # three a row: five in one made the layout wider than the tab at 1100x760
+        self.legend = pg.LegendItem(colCount=3, labelTextSize="8pt", verSpacing=-6)
+        self.legend.setMaximumHeight(44)
+        self.addItem(self.legend, row=2, col=0, colspan=2)
+        for key, (label, color) in REWARD_KEYS.items():
+            self._line(self.reward_plot, f"reinforce/{key}", color, label)
+        self._line(self.kl_plot, "reinforce/kl", SERIES[1])
+        self._line(self.spread_plot, "reinforce/reward_spread", SERIES[0])
+        layout = self.ci.layout
+        for row, stretch in enumerate((1, 1, 0)):
+            layout.setRowStretchFactor(row, stretch)
+        layout.setColumnStretchFactor(0, 3)
+        layout.setColumnStretchFactor(1, 2)
+
+    def _plot(self, title: str, unit: str, row: int, col: int, rowspan: int = 1
+              ) -> pg.PlotItem:
+        p = self.addPlot(row=row, col=col, rowspan=rowspan)
+        # a title's width is its plot's minimum: at the default size the three were
+        # wider than the tab at 1100x760, and the right column was cut off
+        p.setTitle(title, size="9pt")
+        p.setLabel("bottom", "iteration")
+        p.setLabel("left", unit)
+        p.getAxis("left").enableAutoSIPrefix(False)
+        return p
+
+    def _line(self, plot: pg.PlotItem, name: str, color: str, label: str = "") -> None:
+        # symbols: a stage of a few iterations is a few points, each worth seeing
+        curve = pg.PlotDataItem(pen=pg.mkPen(QColor(color), width=1), symbol="o",
+                                symbolSize=5, symbolBrush=QColor(color))
+        plot.addItem(curve)
+        if label:  # the KL and the spread: their chart's title says what the line is
+            self.legend.addItem(curve, label)
+        self.curves[name] = curve
+
+    def redraw(self) -> None:
+        for name, curve in self.curves.items():
+            series = self.store.series.get(name)
+            curve.setData(*series.data()) if series is not None else curve.setData([], [])
+        self.reward_plot.enableAutoRange()
+        for plot, name in ((self.kl_plot, "reinforce/kl"),
+                           (self.spread_plot, "reinforce/reward_spread")):
+            # both are >= 0: from zero, so a flat line reads as its level, not as noise
+            series = self.store.series.get(name)
+            top = float(np.nanmax(series.data()[1])) if series is not None and series.n \
+                else 0.0
+            plot.enableAutoRange(axis="x")
+            plot.setYRange(0.0, top * 1.15 if top > 0 else 1.0, padding=0)
+
+    def points(self, name: str) -> int:
+        """How many points the chart of `name` draws (tests, the page's words)."""
+        x, _y = self.curves[name].getData()
+        return 0 if x is None else len(x)
+
+
+class ReinforcePanel(QWidget):
+    """The Reinforce tab: settings, Reinforce / Resume / Stop, state words, charts."""
+
+    #: the stage ended (outcome: "succeeded" | "cancelled" | "failed"); the page re-reads
+    #: the run (its checkpoints, its evaluation)
+    ended = Signal(str)
+    log = Signal(str, str)  # level, message: the page's log
+
+    def __init__(self, page: Any) -> None:
+        super().__init__()
+        self.page = page  # the TrainPage: its voice, the run picked, start_job
+        self.job: EngineJob | None = None
+        self.total = 0
+        self.extra_args: list[str] = []  # tests: a recogniser that needs no download
+        self.store = MetricsStore()
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        self.iterations = QSpinBox()
+        self.iterations.setRange(1, 100000)
+        self.iterations.setValue(ReinforceConfig().iterations)
+        self.iterations.setToolTip("GRPO iterations: each samples a group of renders per "
+                                   "sentence, scores them, updates the voice")
+        self.start_btn = QPushButton("Reinforce")
+        self.start_btn.setObjectName("Primary")
+        self.start_btn.setToolTip("Reinforce the run picked above from its best checkpoint "
+                                  "(or its newest, before an evaluation)")
+        self.resume_btn = QPushButton("Resume")
+        self.resume_btn.setToolTip("Continue the run's reinforce stage from its own checkpoint")
+        self.stop_btn = QPushButton("Stop")
+        self.stop_btn.setToolTip("Finishes and saves the iteration under way, then stops")
+        self.more_btn = QToolButton()
+        self.more_btn.setText("Settings")
+        self.more_btn.setCheckable(True)
+        self.more_btn.setToolTip("The stage's other settings (voice.toml [reinforce])")
+        lay.addWidget(hbox(QLabel("Iterations"), self.iterations, self.start_btn,
+                           self.resume_btn, self.stop_btn, self.more_btn))
+        self.fields: dict[str, QLineEdit] = {}
+        inner = QWidget()
+        grid = QGridLayout(inner)
+        grid.setContentsMargins(0, 0, 0, 0)
+        helps = field_help(ReinforceConfig)
+        for i, name in enumerate(OTHER_FIELDS):
+            edit = QLineEdit()
+            edit.setMinimumWidth(56)
+            edit.setToolTip(helps.get(name, ""))
+            self.fields[name] = edit
+            label = QLabel(name.replace("_", " "))
+            label.setToolTip(helps.get(name, ""))
+            grid.addWidget(label, i // 2, 2 * (i % 2))
+            grid.addWidget(edit, i // 2, 2 * (i % 2) + 1)
+        # a bounded box that scrolls: open, the charts keep most of the tab
+        self.form = QScrollArea()
+        self.form.setWidget(inner)
+        self.form.setWidgetResizable(True)
+        self.form.setFrameShape(QFrame.Shape.NoFrame)
+        self.form.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.form.setMaximumHeight(100)
+        self.form.hide()
+        self.more_btn.toggled.connect(self.form.setVisible)
+        lay.addWidget(self.form)
+        self.state = QLabel("")
+        self.state.setWordWrap(True)
+        self.note = QLabel("")  # what the run holds of the stage, or why it cannot start
+        self.note.setObjectName("Muted")
+        self.note.setWordWrap(True)
+        lay.addWidget(self.state)
+        lay.addWidget(self.note)
+        self.charts = ReinforceCharts(self.store)
+        lay.addWidget(self.charts, 1)
+        self.start_btn.clicked.connect(lambda: self.start())
+        self.resume_btn.clicked.connect(lambda: self.start(resume=True))
+        self.stop_btn.clicked.connect(self.stop)
+        self.update_buttons()
+
+    # -- settings -------------------------------------------------------------------
+    def load_voice_settings(self, cfg: ReinforceConfig) -> None:
+        """The voice's [reinforce] values in the form (a flag is sent only when changed)."""
+        self._voice_cfg = cfg
+        self.iterations.setValue(int(cfg.iterations))
+        for name, edit in self.fields.items():
+            edit.setText(str(getattr(cfg, name)))
+
+    def settings_args(self) -> list[str]:
+        """The flags of the form's settings that differ from the voice's; ValueError with
+        one sentence for a value the stage would refuse."""
+        base: ReinforceConfig = getattr(self, "_voice_cfg", ReinforceConfig())
+        given: dict[str, Any] = {"iterations": self.iterations.value()}
+        for name, edit in self.fields.items():
+            kind = type(getattr(ReinforceConfig(), name))
+            text = edit.text().strip()
+            try:
+                given[name] = kind(text) if text else getattr(base, name)
+            except ValueError:
+                raise ValueError(f"Reinforce setting {name.replace('_', ' ')}: {text!r} is not "
+                                 f"a{'' if kind is int else ' decimal'} number.") from None
+        try:
+            cfg = base.replace(**given)
+        except ValueError as exc:
+            raise ValueError(f"Invalid reinforce setting: {exc}.") from None
+        args: list[str] = []
+        for name in ("iterations", *OTHER_FIELDS):
+            if getattr(cfg, name) != getattr(base, name) or name == "iterations":
+                args += ["--" + name.replace("_", "-"), str(getattr(cfg, name))]
+        return args
+
+    # -- state ------------------------------------------------------------------------
+    def run_dir(self) -> Path | None:
+        run = self.page.selected_run()
+        return run.path if run is not None else None
+
+    def update_buttons(self) -> None:
+        running = self.job is not None
+        busy = running or getattr(self.page.run, "job", None) is not None
+        run = self.page.selected_run() if self.page.voice is not None else None
+        trained = bool(run is not None and [
+            c for c in run.checkpoints if checkpoint_stage(c) != REINFORCE_STAGE])
+        own = stage_steps(run.path) if run is not None else []
+        self.start_btn.setEnabled(not busy and trained)
+        self.resume_btn.setEnabled(not busy and bool(own))
+        self.stop_btn.setEnabled(running)
+        self.iterations.setEnabled(not running)
+        self.form.setEnabled(not running)
+        if running:
+            return
+        if run is None:
+            self.note.setText("Train a run first: the stage starts from one of its checkpoints.")
+        elif not trained:
+            self.note.setText(f"The run {run.name} has no checkpoint yet, so there is nothing "
+                              "to reinforce: train it (or resume it) first.")
+        elif own:
+            which = f"step {own[0]}" if len(own) == 1 else \
+                f"steps {', '.join(map(str, own[:-1]))} and {own[-1]}"
+            self.note.setText(f"The reinforce stage added {which} to {run.name}: Evaluate "
+                              "measures them beside training's, and the best pick chooses "
+                              "across both.")
+        else:
+            self.note.setText(f"Reinforce starts from the best checkpoint of {run.name}.")
+
+    def show_run(self, run_dir: Path | None) -> None:
+        """The picked run's stage so far, read from its folder."""
+        self.store.clear()
+        rows = stage_history(run_dir) if run_dir is not None else []
+        for row in rows:
+            self._add(row)
+        self.charts.redraw()
+        if self.job is None:
+            self.state.setText(f"Reinforced: {len(rows)} iteration(s) so far." if rows
+                               else "Not reinforced yet.")
+        self.update_buttons()
+
+    def _add(self, values: dict[str, Any]) -> None:
+        it = values.get("iteration")
+        if isinstance(it, int | float):
+            self.store.add({"step": it, **{k: v for k, v in values.items()
+                                           if k.startswith("reinforce/")}})
+
+    # -- the job ------------------------------------------------------------------------
+    def start(self, resume: bool = False) -> EngineJob | None:
+        voice, run = self.page.voice, self.page.selected_run()
+        if voice is None or run is None or self.job is not None or self.page.run.job is not None:
+            return None
+        if not run.checkpoints:
+            self.state.setText(f"The run {run.name} has no checkpoint to reinforce: train it "
+                               "first.")
+            return None
+        try:
+            args = self.settings_args()
+        except ValueError as exc:
+            self.state.setText(str(exc))
+            return None
+        args = ["reinforce", str(voice), "--run", run.name, *args,
+                *(["--resume"] if resume else []), *self.extra_args]
+        self.total = self.iterations.value()
+        job = self.page.start_job(args, "Reinforce", voice=voice)
+        self.job = job
+        self.show_run(run.path if resume else None)
+        job.metric.connect(self._on_metric)
+        job.state.connect(self._on_state)
+        job.succeeded.connect(lambda r: self._end("succeeded", str(r.get("summary") or "")))
+        job.cancelled.connect(lambda: self._end("cancelled", job.error[1] if job.error
+                                                else "Stopped."))
+        job.failed.connect(lambda _c, m, h: self._end("failed", m))
+        job.finished.connect(self._finished)
+        self.state.setText("Resuming the reinforce stage…" if resume
+                           else "Starting the reinforce stage…")
+        self.log.emit("info", "$ voxshard-engine " + " ".join(args))
+        self.update_buttons()
+        self.page.refresh()
+        return job
+
+    def stop(self) -> None:
+        if self.job is None:
+            return
+        if self.job.stopping:
+            self.job.force_stop()
+            return
+        self.job.cancel()
+        self.state.setText("Stopping: finishing and saving the iteration under way…")
+        self.stop_btn.setText("Force stop")
+
+    def _on_metric(self, values: dict) -> None:
+        if not any(str(k).startswith("reinforce/") for k in values):
+            return
+        self._add(values)
+        self.charts.redraw()
+        if self.job is not None and not self.job.stopping:
+            self.state.setText(f"Reinforcing, iteration {int(values['iteration'])} of "
+                               f"{self.total}")
+
+    def _on_state(self, state: str, detail: str) -> None:
+        if self.job is None or self.job.stopping:
+            return
+        words = {"loading": "Loading", "reinforcing": "Reinforcing"}.get(
+            state, state.replace("_", " ").capitalize())
+        self.state.setText(f"{words}: {detail}" if detail else words)
+
+    def _end(self, outcome: str, words: str) -> None:
+        if outcome == "succeeded":
+            text = words.splitlines()[0] if words else "Reinforce finished."
+        elif outcome == "cancelled":
+            text = words or "Stopped."
+        else:
+            text = "Reinforce did not run: " + words if not self.store.series else words
+        self.state.setText(text)
+        self.log.emit("error" if outcome == "failed" else "info", words or text)
+
+    def _finished(self) -> None:
+        outcome = self.job.outcome if self.job is not None else "failed"
+        self.job = None
+        self.stop_btn.setText("Stop")
+        self.update_buttons()
+        self.ended.emit(str(outcome))

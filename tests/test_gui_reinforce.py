@@ -1,0 +1,166 @@
+"""Issue 33 through the window: the Train page's Reinforce step runs the real
+`voxshard-engine reinforce` on the session's real run of the tiny model (`trained_run`,
+copied first), by clicks: its charts get a point per iteration, Stop saves the iteration
+under way, a second start is refused in one sentence, Resume continues from the stage's
+own checkpoint, and the page says which checkpoints the stage added to the run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+
+from engine.core.atomic import write_json
+from gui.app import MainWindow
+from gui.pages.train import TrainPage
+from gui.pages.train.reinforce import stage_steps
+from tests.helpers.voices import copy_voice
+
+#: an offline recogniser (the default one downloads)
+ASR = ["--asr", "pocketsphinx"]
+
+
+def _click(qtbot, button) -> None:
+    assert button.isEnabled(), button.text()
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def _open(qtbot, window: MainWindow, voice: Path) -> TrainPage:
+    window.resize(1100, 760)
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    qtbot.waitUntil(lambda: page._history is None, timeout=20000)
+    page.charts.setCurrentWidget(page.reinforce)
+    return page
+
+
+def test_reinforce_from_the_page_stop_refuse_resume(
+        qtbot, window: MainWindow, workspace: Path, trained_run: dict[str, Any],
+        tmp_path: Path) -> None:
+    voice = copy_voice(trained_run["voice"], workspace / "joe")
+    page = _open(qtbot, window, voice)
+    panel = page.reinforce
+    run_dir = voice / "runs" / "r1"
+    assert page.selected_run() is not None and page.selected_run().path == run_dir
+    assert not panel.resume_btn.isEnabled()  # no stage yet
+    panel.extra_args = ASR
+    # the stage's settings, as typed in the form: short renders, one sentence of two
+    _click(qtbot, panel.more_btn)
+    for name, value in (("prompts", "1"), ("group", "2"), ("max_frames", "12"),
+                        ("checkpoint_every", "25")):
+        panel.fields[name].setText(value)
+    panel.iterations.setValue(50)
+    _click(qtbot, panel.start_btn)
+    job = panel.job
+    assert job is not None and not page.start_btn.isEnabled()  # no training beside it
+    qtbot.waitUntil(lambda: panel.charts.points("reinforce/reward") >= 1, timeout=300000)
+    assert panel.state.text().startswith("Reinforcing, iteration ")
+    assert panel.state.text().endswith(" of 50")
+    for key in ("reinforce/similarity", "reinforce/kl", "reinforce/reward_spread"):
+        assert panel.charts.points(key) >= 1, key
+    _click(qtbot, panel.stop_btn)
+    with qtbot.waitSignal(job.finished, timeout=300000):
+        pass
+    assert job.outcome == "cancelled", job.error
+    assert panel.state.text().startswith("Stopped after iteration"), panel.state.text()
+    done = panel.charts.points("reinforce/reward")
+    steps = stage_steps(run_dir)
+    assert len(steps) == 1 and f"added step {steps[0]} to r1" in panel.note.text()
+    assert panel.resume_btn.isEnabled() and page.start_btn.isEnabled()
+
+    # a second stage on the same run: the engine refuses, the page says so in a sentence
+    _click(qtbot, panel.start_btn)
+    refused = panel.job
+    assert refused is not None
+    with qtbot.waitSignal(refused.finished, timeout=120000):
+        pass
+    assert refused.outcome == "failed"
+    assert "already has a reinforce stage" in panel.state.text(), panel.state.text()
+
+    # Resume: from the stage's checkpoint, one iteration more
+    panel.iterations.setValue(done + 1)
+    _click(qtbot, panel.resume_btn)
+    resumed = panel.job
+    assert resumed is not None
+    assert panel.charts.points("reinforce/reward") == done  # the stage so far, on screen
+    with qtbot.waitSignal(resumed.finished, timeout=300000):
+        pass
+    assert resumed.outcome == "succeeded", resumed.error
+    qtbot.waitUntil(lambda: panel.charts.points("reinforce/reward") == done + 1, timeout=10000)
+    assert panel.state.text().startswith("Reinforced run r1"), panel.state.text()
+    assert stage_steps(run_dir)[-1] == steps[0] + 1
+    assert f"steps {steps[0]} and {steps[0] + 1} to r1" in panel.note.text()
+    # the run on disk says the same as the chart: one row per iteration
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {r["iteration"] for r in rows if r.get("kind") == "reinforce"} == \
+        set(range(1, done + 2))
+
+    # what it looks like at a laptop's size: the charts, then the settings open over them
+    shots = Path(os.environ.get("VOXSHARD_SHOTS", tmp_path))
+    _click(qtbot, panel.more_btn)
+    qtbot.wait(200)
+    assert window.grab().save(str(shots / "train-reinforce.png"))
+    _click(qtbot, panel.more_btn)
+    qtbot.wait(200)
+    assert window.grab().save(str(shots / "train-reinforce-settings.png"))
+
+
+def test_a_run_without_checkpoint_cannot_be_reinforced(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    run = voice / "runs" / "2026-01-01_a"
+    run.mkdir(parents=True)
+    write_json(run / "config.json", {"run": {"steps": 10}})
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1,
+                                                   "loss/train": 9.0}) + "\n")
+    page = _open(qtbot, window, voice)
+    panel = page.reinforce
+    assert not panel.start_btn.isEnabled() and not panel.resume_btn.isEnabled()
+    assert panel.note.text() == ("The run 2026-01-01_a has no checkpoint yet, so there is "
+                                 "nothing to reinforce: train it (or resume it) first.")
+    # a setting the stage would refuse: one sentence, nothing started
+    panel.fields["group"].setText("two")
+    try:
+        panel.settings_args()
+    except ValueError as exc:
+        assert str(exc) == "Reinforce setting group: 'two' is not a number."
+    else:
+        raise AssertionError("a group of 'two' was taken")
+    assert panel.start() is None and panel.job is None
+
+
+def test_a_reinforced_run_shows_its_stage_read_back(
+        qtbot, window: MainWindow, voice: Path, tmp_path: Path) -> None:
+    """After a restart the page draws the stage from the run's folder: one point per
+    iteration (a resumed stage's repeated iteration counted once), its checkpoints named."""
+    run = voice / "runs" / "2026-01-01_a"
+    run.mkdir(parents=True)
+    write_json(run / "config.json", {"run": {"steps": 10}})
+    rows = [{"kind": "train", "step": s, "loss/train": 9.0 - s / 10} for s in range(1, 11)]
+    for it in (1, 2, 3, 3, 4):  # iteration 3 again: the stage resumed from iteration 2
+        rows.append({"kind": "reinforce", "step": 10 + it, "iteration": it,
+                     "reinforce/reward": -1.5 + it / 10, "reinforce/similarity": 0.1 * it,
+                     "reinforce/wer": 0.5, "reinforce/capped": 1.0, "reinforce/rate_off": 0.0,
+                     "reinforce/kl": 1e-3 * it, "reinforce/reward_spread": 0.02})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for step, stage in ((10, "train"), (12, "reinforce"), (14, "reinforce")):
+        ckpt = run / f"checkpoint_step_{step:07d}"
+        ckpt.mkdir()
+        (ckpt / "COMPLETE").write_text("")
+        write_json(ckpt / "trainer.json", {"stage": stage})
+    page = _open(qtbot, window, voice)
+    panel = page.reinforce
+    assert panel.charts.points("reinforce/reward") == 4
+    assert panel.charts.points("reinforce/kl") == 4
+    assert panel.state.text() == "Reinforced: 4 iteration(s) so far."
+    assert "added steps 12 and 14 to 2026-01-01_a" in panel.note.text()
+    assert panel.start_btn.isEnabled() and panel.resume_btn.isEnabled()
+    # the stage's rows are not training steps: the run trained 10 of its 10
+    assert "(step 10/10, 3 checkpoints)" in page.run_picker.currentText()
+    assert page.stat_labels["step"].text() == "10 / 10"
+    qtbot.wait(200)
+    shots = Path(os.environ.get("VOXSHARD_SHOTS", tmp_path))
+    assert window.grab().save(str(shots / "train-reinforce-read-back.png"))
