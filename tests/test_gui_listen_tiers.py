@@ -63,6 +63,10 @@ def test_listen_switches_voices_of_one_base_with_one_model_load(
     loaded: list[dict[str, Any]] = []
     failures: list[tuple[Any, ...]] = []
     listen.speech.state.connect(lambda _rid, state: states.append(state))
+    # the page's words per Speak click: right after it, and when the engine loads a model
+    said: list[list[str]] = []
+    listen.speech.state.connect(lambda _rid, state: said[-1].append(listen.state.text())
+                                if state == "loading_model" and said else None)
     took: list[float] = []  # from the click on Speak to the voice loaded or swapped in
     clicked = [0.0]
 
@@ -80,6 +84,7 @@ def test_listen_switches_voices_of_one_base_with_one_model_load(
             clicked[0] = time.monotonic()
             qtbot.mouseClick(listen.speak_btn, Qt.MouseButton.LeftButton)
             assert listen.request is not None
+            said.append([listen.state.text()])
             qtbot.waitUntil(lambda: listen.request is None, timeout=180000)
             assert not failures, failures
             assert listen.last_render is not None
@@ -93,6 +98,9 @@ def test_listen_switches_voices_of_one_base_with_one_model_load(
     assert [s["kind"] for s in loaded] == ["adapter", "adapter", "zero_shot", "custom_voice"]
     assert [s["label"] for s in loaded][:2] == ["lora-adapter", "step1-adapter"]
     assert states.count("loading_model") == 2, states
+    # a switch within the base is no model load, and the page does not say it is one
+    loading, switching = "Loading the model…", "Switching voice…"
+    assert said == [[loading, loading], [switching], [switching], [switching, loading]], said
     print(f"\nListen, voice to voice on the tiny model (CPU), click to voice ready: "
           f"adapter -> adapter {took[1]:.2f} s, adapter -> instant {took[2]:.2f} s, "
           f"-> full voice (a model load) {took[3]:.2f} s; first load {took[0]:.2f} s")

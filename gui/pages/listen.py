@@ -62,6 +62,8 @@ PLAYBACK_GAPS = ("Playback paused while it waited for the speech (this machine m
                  "slower than real time); the saved render has no gaps: play it from History.")
 
 
+#: the state while the speech worker loads a model (a voice of the same base only switches)
+LOADING = "Loading the model…"
 #: an item's short form, what the closed box shows (its list shows the whole label)
 SHORT_TEXT_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -100,6 +102,7 @@ class ListenPage(Page):
         self._stream_playing = False  # a stream of this page is (still) being heard
         self.speech.failed.connect(self._req_failed)
         self.speech.cancelled.connect(self._req_cancelled)
+        self.speech.state.connect(self._req_state)
         self.compare_job: EngineJob | None = None
         self.last_render: Path | None = None
         self.last_comparison: Path | None = None
@@ -352,6 +355,10 @@ class ListenPage(Page):
             n += 1
         self.ctx.player.stop()
         loading = self.speech.needs_load(self.voice_spec())
+        # a warm worker holding another voice: the engine swaps a voice of the same base
+        # in place (no model load) and says "loading_model" only when it does load one
+        # (`_req_state`); a worker with nothing loaded always loads
+        cold = loading and self.speech.loaded is None
         # streamed: the first words play while the rest is still being generated
         self.request = self.speech.speak(self.voice_spec(), text, str(out),
                                          options=self.sampling(), stream=True)
@@ -361,11 +368,16 @@ class ListenPage(Page):
         self.progress.setRange(0, 0)
         self.progress.show()
         served = self.speech.served_name(self.voice_spec())
-        self.state.setText("Loading the model…" if loading else
+        self.state.setText(LOADING if cold else "Switching voice…" if loading else
                            f"Speaking on the Serve page's server ({served})…" if served else
                            "Speaking…")
         self._buttons()
         return self.request
+
+    def _req_state(self, _rid: str, state: str) -> None:
+        if state == "loading_model" and self.request is not None and not self._streaming:
+            # the switch needs a model of its own after all (another base, a full voice)
+            self.state.setText(LOADING)
 
     def _req_progress(self, rid: str, stage: str, done: float, total: object) -> None:
         if rid == self.request:
