@@ -361,7 +361,7 @@ class TrainPage(Page):
                     else "No run yet: Start training begins one.")
         elif finished and not running:
             note = (f"{run.name} has trained all its {self.steps.value()} steps: raise Steps "
-                    "to resume it. Export and Evaluate act on it.")
+                    "to resume it. Export, Evaluate and Reinforce act on it.")
         else:
             note = f"Resume, Export, Evaluate and Reinforce act on the run {run.name}."
         self.settings.run_note.setText(note)

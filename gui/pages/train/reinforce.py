@@ -74,9 +74,9 @@ class ReinforceCharts(pg.GraphicsLayoutWidget):
         super().__init__()
         self.store = store
         self.curves: dict[str, pg.PlotDataItem] = {}
-        self.reward_plot = self._plot("Reward and its terms", "score", 0, 0, rowspan=2)
-        self.kl_plot = self._plot("KL to the start", "KL", 0, 1)
-        self.spread_plot = self._plot("Spread in a group", "std", 1, 1)
+        self.reward_plot = self._plot("Reward and its terms", 0, 0, rowspan=2)
+        self.kl_plot = self._plot("KL to the start", 0, 1, bottom=False)
+        self.spread_plot = self._plot("Spread in a group", 1, 1)
         self.plots = (self.reward_plot, self.kl_plot, self.spread_plot)
         # three a row: five in one made the layout wider than the tab at 1100x760
         self.legend = pg.LegendItem(colCount=3, labelTextSize="8pt", verSpacing=-6)
@@ -92,14 +92,15 @@ class ReinforceCharts(pg.GraphicsLayoutWidget):
         layout.setColumnStretchFactor(0, 3)
         layout.setColumnStretchFactor(1, 2)
 
-    def _plot(self, title: str, unit: str, row: int, col: int, rowspan: int = 1
+    def _plot(self, title: str, row: int, col: int, rowspan: int = 1, bottom: bool = True
               ) -> pg.PlotItem:
         p = self.addPlot(row=row, col=col, rowspan=rowspan)
         # a title's width is its plot's minimum: at the default size the three were
-        # wider than the tab at 1100x760, and the right column was cut off
+        # wider than the tab at 1100x760, and the right column was cut off; the titles
+        # say what the axes hold, so the axes carry no names (the smallest window's width)
         p.setTitle(title, size="9pt")
-        p.setLabel("bottom", "iteration")
-        p.setLabel("left", unit)
+        if bottom:
+            p.setLabel("bottom", "iteration")
         p.getAxis("left").enableAutoSIPrefix(False)
         return p
 
@@ -152,6 +153,7 @@ class ReinforcePanel(QWidget):
         self.iterations = QSpinBox()
         self.iterations.setRange(1, 100000)
         self.iterations.setValue(ReinforceConfig().iterations)
+        self.iterations.setSuffix(" iterations")  # no label beside it: the row is narrow
         self.iterations.setToolTip("GRPO iterations: each samples a group of renders per "
                                    "sentence, scores them, updates the voice")
         self.start_btn = QPushButton("Reinforce")
@@ -166,8 +168,9 @@ class ReinforcePanel(QWidget):
         self.more_btn.setText("Settings")
         self.more_btn.setCheckable(True)
         self.more_btn.setToolTip("The stage's other settings (voice.toml [reinforce])")
-        lay.addWidget(hbox(QLabel("Iterations"), self.iterations, self.start_btn,
-                           self.resume_btn, self.stop_btn, self.more_btn))
+        # Settings sits on the state's line: with it, the buttons' row was wider than the tab
+        # at the smallest window and the spin box's text was cut
+        lay.addWidget(hbox(self.iterations, self.start_btn, self.resume_btn, self.stop_btn))
         self.fields: dict[str, QLineEdit] = {}
         inner = QWidget()
         grid = QGridLayout(inner)
@@ -197,7 +200,7 @@ class ReinforcePanel(QWidget):
         self.note = QLabel("")  # what the run holds of the stage, or why it cannot start
         self.note.setObjectName("Muted")
         self.note.setWordWrap(True)
-        lay.addWidget(self.state)
+        lay.addWidget(hbox(self.state, self.more_btn))
         lay.addWidget(self.note)
         self.charts = ReinforceCharts(self.store)
         lay.addWidget(self.charts, 1)
