@@ -56,7 +56,8 @@ def test_reinforce_from_the_page_stop_refuse_resume(
     panel.iterations.setValue(50)
     _click(qtbot, panel.start_btn)
     job = panel.job
-    assert job is not None and not page.start_btn.isEnabled()  # no training beside it
+    # no training beside it, and training's Stop is not the stage's
+    assert job is not None and not page.start_btn.isEnabled() and not page.stop_btn.isEnabled()
     qtbot.waitUntil(lambda: panel.charts.points("reinforce/reward") >= 1, timeout=300000)
     assert panel.state.text().startswith("Reinforcing, iteration ")
     assert panel.state.text().endswith(" of 50")

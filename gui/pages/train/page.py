@@ -318,7 +318,7 @@ class TrainPage(Page):
         self.plan_btn.setEnabled(has_voice and not running)
         self.resume_btn.setEnabled(has_voice and not running
                                    and any(r.checkpoints for r in self._runs))
-        self.stop_btn.setEnabled(running)
+        self.stop_btn.setEnabled(self.run.job is not None)  # training's; the stage has its own
         self.settings.set_running(running)
         self._fill_run_picker()
         if has_voice and not running and self._shown_voice != self.voice:
