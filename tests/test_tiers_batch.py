@@ -177,6 +177,31 @@ def test_in_a_batch_of_four_voices_each_row_equals_that_voice_alone(
                     "a near-tie")
 
 
+def test_a_row_that_takes_another_voice_speaks_with_that_voice_s_adapter(
+        base_synth: Synthesizer, tmp_path: Path) -> None:
+    # one batcher, one row: a1's request, then a2's into the same row of the same batch
+    # (its rows' gathered adapters are kept between frames and must follow the new slot)
+    alone = {n: run_batch(base_synth, [base_synth.voice(n)], 1, tmp_path)[0]
+             for n in ("a1", "a2")}
+    assert not torch.equal(alone["a1"], alone["a2"])
+    batcher = ContinuousBatcher(base_synth, rows=1)
+    got = []
+    try:
+        for i, name in enumerate(["a1", "a2", "a1"]):
+            done = threading.Event()
+            request = BatchRequest(rid=f"turn{i}", text=TEXT, out=str(tmp_path / f"t{i}.wav"),
+                                   fmt="wav", options=GREEDY, emitter=Emitter(None),
+                                   done=lambda _r, _e, d=done: d.set(),
+                                   voice=base_synth.voice(name))
+            batcher.submit(request)
+            assert done.wait(timeout=300)
+            got.append((name, request.codes[0]))
+    finally:
+        batcher.close()
+    for name, codes in got:
+        assert torch.equal(codes, alone[name]), name
+
+
 def test_a_base_has_one_weights_fingerprint_whatever_of_it_was_worked_out_first(
         tiny_model_dir: Path) -> None:
     """The speaker encoder's fingerprint of the same file, worked out first in a process,
