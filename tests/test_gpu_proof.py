@@ -109,8 +109,10 @@ def test_a_spent_budget_starts_nothing_and_says_so_in_the_rows(tmp_path: Path,
                "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")])
     assert rc == 0, capsys.readouterr().out
     rows = read_jsonl(tmp_path / "out" / ROWS_FILE)
+    # the reinforce stage's row after the size's configurations: not started either
     assert [(r["config"], r["skipped"]) for r in rows] == [
-        ("plain", "the time budget is spent"), ("lora", "the time budget is spent")]
+        ("plain", "the time budget is spent"), ("lora", "the time budget is spent"),
+        ("reinforce", "the time budget is spent")]
     assert not (tmp_path / "cache").exists()  # not even the model was made
     assert "not started: the time budget is spent" in capsys.readouterr().out
 
