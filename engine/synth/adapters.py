@@ -50,10 +50,21 @@ class AdapterPool:
         self.shapes = shapes
         self.slots = slots  # slot 0 included
         self.rank = rank
-        self.a = [[torch.zeros(slots, rank, i, device=device, dtype=dtype) for _o, i in layer]
-                  for layer in shapes]
-        self.b = [[torch.zeros(slots, o, rank, device=device, dtype=dtype) for o, _i in layer]
-                  for layer in shapes]
+        # one allocation for the whole pool, every A and B a view of it: a pool the voices
+        # grew out of goes back to the system whole when it is freed (hundreds of blocks
+        # of under 1 MB each stayed in the C allocator's heap, resident, on CPU)
+        sizes = [slots * rank * (o + i) for layer in shapes for o, i in layer]
+        flat = torch.zeros(sum(sizes), device=device, dtype=dtype)
+        parts = iter(flat.split(sizes))
+        self.a, self.b = [], []
+        for layer in shapes:
+            layer_a, layer_b = [], []
+            for o, i in layer:
+                a, b = next(parts).split([slots * rank * i, slots * rank * o])
+                layer_a.append(a.view(slots, rank, i))
+                layer_b.append(b.view(slots, o, rank))
+            self.a.append(layer_a)
+            self.b.append(layer_b)
         #: adapter key (its folder) -> slot
         self.used: dict[str, int] = {}
 
