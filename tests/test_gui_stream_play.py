@@ -88,6 +88,11 @@ def test_listen_says_when_playback_had_to_wait_for_the_speech(
         page.request, page._pending = rid, (out, "Hello.", {"kind": "zero_shot"})
         with qtbot.waitSignal(player.started, timeout=10000):
             page.speech.partial.emit(rid, str(out))
+        if delay:
+            # the device has played the first block before the next is written: a loaded
+            # machine's sound server can start pulling seconds late (CI once heard the
+            # whole slow stream arrive before its first callback, so nothing waited)
+            qtbot.waitUntil(lambda: player.position_s() >= 0.1, timeout=10000)
         for b in blocks[1:]:
             if delay:
                 qtbot.wait(int(delay * 1000))  # each block (0.1 s) comes after 0.3 s
