@@ -136,10 +136,14 @@ class Adapters:
         self.device, self.dtype = device, dtype
         #: the current pool; None until the first adapter voice (rows then skip the math)
         self.pool: AdapterPool | None = None
+        #: slot -> how many hold it (a loaded voice, a request still rendering): a slot is
+        #: free for another adapter only once nothing holds it
+        self.holds: dict[int, int] = {}
         self._lock = threading.Lock()
 
     def add(self, key: str, tensors: Mapping[str, Any], scaling: float, name: str) -> int:
-        """The slot of adapter `key`, written now unless it is in the pool already."""
+        """The slot of adapter `key`, written now unless it is in the pool already; the
+        caller holds it (one hold, given back by `release`)."""
         pairs, rank = adapter_pairs(tensors, len(self.shapes), name)
         for (layer, proj), (a, b) in pairs.items():
             out, inp = self.shapes[layer][proj]
@@ -149,7 +153,9 @@ class Adapters:
         with self._lock, torch.no_grad():
             pool = self.pool
             if pool is not None and key in pool.used:
-                return pool.used[key]
+                slot = pool.used[key]
+                self.holds[slot] = self.holds.get(slot, 0) + 1
+                return slot
             slot = None if pool is None or rank > pool.rank else pool.free_slot()
             if slot is None:
                 pool = self._grown(rank)
@@ -157,6 +163,7 @@ class Adapters:
                 assert slot is not None
             pool.write(slot, pairs, scaling)
             pool.used[key] = slot
+            self.holds[slot] = self.holds.get(slot, 0) + 1
             self.pool = pool
             return slot
 
@@ -170,11 +177,31 @@ class Adapters:
             old.copy_into(bigger)
         return bigger
 
+    def hold(self, slot: int) -> None:
+        """One more hold on `slot` (a request that will render with it); 0 holds nothing."""
+        if slot:
+            with self._lock:
+                self.holds[slot] = self.holds.get(slot, 0) + 1
+
     def release(self, slot: int) -> None:
-        """Free `slot` for another adapter (no row may be speaking it)."""
+        """Give back one hold on `slot`; the last one frees it for the next adapter (a row
+        still rendering holds its own, so its numbers are never overwritten under it)."""
+        if not slot:
+            return
         with self._lock:
+            left = self.holds.get(slot, 0) - 1
+            if left > 0:
+                self.holds[slot] = left
+                return
+            self.holds.pop(slot, None)
             if self.pool is not None:
                 self.pool.used = {k: s for k, s in self.pool.used.items() if s != slot}
+
+    def usage(self) -> dict[str, int]:
+        """The pool's voice capacity (slot 0 is none) and the slots in use now."""
+        pool = self.pool
+        return {"adapter_slots": 0 if pool is None else pool.slots - 1,
+                "adapter_slots_used": 0 if pool is None else len(set(pool.used.values()))}
 
     def rows(self, index: torch.Tensor) -> RowAdapters | None:
         """What a frame over rows with adapter slots `index` [B] adds (None: no pool)."""
