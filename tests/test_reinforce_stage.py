@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from engine import api
 from engine.audio.io import read_mono
@@ -24,15 +25,27 @@ from engine.config import VoxshardConfig
 from engine.config.reinforce import ReinforceConfig
 from engine.core.errors import InputError, WorkspaceError
 from engine.core.events import Event
-from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_stage, step_of
+from engine.data.layout import LayoutIds
+from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_name, checkpoint_stage, step_of
 from engine.layout.manifest import read_manifest
 from engine.layout.run import Run
+from engine.layout.tiers import read_adapter_info, run_adapter_dir
 from engine.layout.voice import open_voice
 from engine.model.checkpoint_weights import checkpoint_tensors
+from engine.model.loading import load_model
+from engine.reinforce.models import StageModels
 from engine.reinforce.reward import TERMS, Scorer, rate_off, reward
+from engine.reinforce.rollout import Roller
 from engine.reinforce.session import held_out_texts
+from engine.reinforce.stage import roll_out
+from engine.synth.runaway import LOOP, SILENCE
 from engine.text import comparison_key
+from engine.train.grpo import code_logprobs
+from engine.train.lora import is_lora_name
+from engine.train.objective import VoiceObjective
+from tests.helpers.runs import STEPS
 from tests.helpers.voices import copy_voice
+from tests.test_synth_runaway import DRONE, _forced_export
 
 
 def test_the_reward_weighs_each_term_as_voice_toml_says(tmp_path: Path) -> None:
@@ -173,3 +186,94 @@ def test_the_command_streams_json_and_sigterm_saves_the_iteration(
     state = json.loads((saved[0] / "trainer.json").read_text(encoding="utf-8"))
     assert state["iteration"] == done and state["from_step"] == base
 
+
+
+def test_a_training_resume_after_the_stage_is_refused_in_one_sentence(
+        trained_run: dict[str, Any], tiny_model_dir: Path, tmp_path: Path) -> None:
+    # the stage's checkpoints are numbered after training's highest step: training that
+    # went on in the run would take the stage's checkpoint for its own, or write its steps
+    voice = copy_voice(trained_run["voice"], tmp_path / "joe")
+    run = Run(voice / "runs" / trained_run["run"].name)
+    cfg = ReinforceConfig(iterations=1, prompts=1, group=2, max_frames=8)
+    api.reinforce(voice, run.name, config=cfg, asr="pocketsphinx")
+    before = [c.name for c in run.checkpoints()]
+    with pytest.raises(InputError, match="reinforce stage") as err:
+        # more steps than it trained: without the stage this resume would train on
+        api.train(voice, str(tiny_model_dir), run=run.name, resume=True, steps=STEPS + 10)
+    assert "new run" in err.value.hint and "reinforce --resume" in err.value.hint
+    assert [c.name for c in run.checkpoints()] == before
+
+
+def test_a_lora_runs_stage_trains_only_its_adapters_and_exports_as_an_adapter_voice(
+        lora_run: dict[str, Any], tiny_model_dir: Path, tmp_path: Path) -> None:
+    voice = copy_voice(lora_run["voice"], tmp_path / "joe")
+    run = Run(voice / "runs" / "lora")
+    base = max(run.steps())
+    cfg = ReinforceConfig(iterations=2, prompts=1, group=2, max_frames=12, lr=5e-2,
+                          checkpoint_every=2)
+    with pytest.raises(InputError, match="not on Ray workers"):
+        api.reinforce(voice, run.name, config=cfg, asr="pocketsphinx", workers=2)
+    out = api.reinforce(voice, run.name, config=cfg, asr="pocketsphinx")
+    assert out["step"] == base + 2 and out["iterations"] == 2
+    rows = [r for r in run.metrics() if r.get("kind") == "reinforce"]
+    assert [r["iteration"] for r in rows] == [1, 2] and all(r["reinforce/kl"] >= 0 for r in rows)
+    # the stage's checkpoint is the LoRA run's format: its adapters alone, moved
+    start = checkpoint_tensors(run.checkpoint(base))
+    after = checkpoint_tensors(run.checkpoint(base + 2))
+    assert set(start) == set(after) and all(is_lora_name(k) for k in after)
+    assert any(not np.array_equal(start[k].numpy(), after[k].numpy()) for k in start)
+    # the run's adapter voice is now the stage's checkpoint, as a finished LoRA run writes
+    # it, and `speak VOICE` speaks it
+    made = out["adapter_voice"]
+    assert Path(made["out_dir"]) == run_adapter_dir(voice, "lora")
+    assert read_adapter_info(Path(made["out_dir"]))["checkpoint"] == checkpoint_name(base + 2)
+    assert "Adapter voice lora-adapter ready" in out["summary"]
+    spoken = api.speak(voice, "A reinforced adapter voice.", tmp_path / "a.wav", seed=0,
+                       max_frames=12)
+    assert (spoken["voice"]["kind"], spoken["voice"]["label"]) == ("adapter", "lora-adapter")
+    # and the checkpoint itself speaks (its adapters merged, as export merges them)
+    merged = api.speak(voice, "A reinforced adapter voice.", tmp_path / "m.wav", seed=0,
+                       max_frames=12, checkpoint=str(base + 2))
+    assert merged["voice"]["checkpoint"].endswith(checkpoint_name(base + 2))
+    assert read_mono(merged["path"], 24000).size > 0
+
+
+def _forced_roller(model_dir: Path) -> Roller:
+    wrapper = load_model(model_dir, device="cpu", dtype=torch.float32)
+    cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    hidden = int(cfg["talker_config"]["hidden_size"])
+    speaker = torch.randn(hidden, generator=torch.Generator().manual_seed(1)) * 0.1
+    return Roller(wrapper.model, wrapper.processor, wrapper.processor.tokenizer, speaker,
+                  LayoutIds.from_config(cfg))
+
+
+def test_the_stages_rollouts_end_a_loop_and_a_silence_early_and_pay_for_them(
+        trained_run: dict[str, Any], tiny_model_dir: Path, tmp_path: Path) -> None:
+    # the tiny model forced into a drone and into silence by its own weights (as in
+    # tests/test_synth_runaway.py); the guard's limits are every render's (4 s, 5 s)
+    voice = open_voice(trained_run["voice"])
+    cfg = ReinforceConfig(prompts=1, group=2, max_frames=160)
+    scorer = Scorer.load(voice, Path(trained_run["run"]), cfg, asr="pocketsphinx")
+    drone = _forced_roller(_forced_export(tiny_model_dir, tmp_path / "drone", DRONE))
+    assert drone.settings.guard is not None
+    quiet = drone.settings.guard.silence_codes[0]  # what the tiny codec gives silence
+    hush = _forced_roller(_forced_export(tiny_model_dir, tmp_path / "hush", quiet))
+    text = "The kettle started to whistle just as the phone rang in the hall."
+    for roller, reason in ((drone, LOOP), (hush, SILENCE)):
+        models = StageModels(roller.model, VoiceObjective(roller.model.talker),
+                             VoiceObjective(roller.model.talker), roller)
+        rollout = roll_out(roller, lambda rs, ts, m=models: m.score(scorer, rs, ts), cfg, 0,
+                           [text])
+        assert [r.runaway for r in rollout.renders] == [reason, reason]
+        assert all(not r.capped and len(r.codes) < cfg.max_frames for r in rollout.renders)
+        # it never chose to end: no end of speech is scored after its last frame
+        with torch.no_grad():
+            lp = code_logprobs(models.policy, roller.batch([text], rollout.renders, "cpu"))
+        assert [int((lp.render == i).sum()) for i in range(2)] == [
+            16 * len(r.codes) for r in rollout.renders]
+        # penalised as a length-cap hit, and counted in the iteration's figures
+        assert all(s["capped"] == 1.0 and s["rate_off"] == 0.0 for s in rollout.scored)
+        assert all(s["reward"] == pytest.approx(reward({k: s[k] for k in TERMS}, cfg))
+                   for s in rollout.scored)
+        figures = rollout.figures(cfg.group)
+        assert figures["runaway"] == 1.0 and figures["capped"] == 1.0

@@ -1,6 +1,10 @@
 """What the stage loads, in one process or in its Ray rollout actor: the official model
 with a checkpoint's weights, the policy around its talker (the decoder reads the same
-weights), a frozen copy of it as the reference, and the roller that renders from it."""
+weights), a frozen copy of it as the reference, and the roller that renders from it.
+
+A LoRA run's policy is its adapters on the frozen base, as training has them: the base's
+weights load unmerged, the talker gets the run's adapters (its rank and alpha), filled with
+the start checkpoint's, and only they train; the reference is a frozen copy of the start."""
 
 from __future__ import annotations
 
@@ -10,15 +14,19 @@ from typing import Any
 
 import torch
 
+from engine.config.train import ModelConfig, TrainConfig
+from engine.core.errors import InputError
 from engine.data.layout import LayoutIds
 from engine.layout.run import Run
 from engine.layout.voice import Voice
+from engine.model.checkpoint_weights import checkpoint_tensors
 from engine.model.loading import load_model, resolve_model
 from engine.reinforce.reward import Scorer
 from engine.reinforce.rollout import Render, Roller
 from engine.reinforce.stage import frozen_copy
 from engine.synth.render import SAMPLE_RATE
 from engine.synth.voice import VoiceSource, load_checkpoint_weights, voice_x_vector
+from engine.train.lora import add_lora
 from engine.train.objective import VoiceObjective, set_trainable
 
 
@@ -31,10 +39,31 @@ class StageModels:
 
     def score(self, scorer: Scorer, renders: list[Render], texts: list[str]
               ) -> list[dict[str, float]]:
-        """The renders decoded by the model's codec and scored (reward and its terms)."""
+        """The renders decoded by the model's codec and scored (reward and its terms); a
+        render the runaway guard cut is penalised as a capped one (it never ended)."""
         waves = self.roller.audio(renders)
-        return [scorer.score(w, SAMPLE_RATE, texts[r.prompt], r.capped)
+        return [scorer.score(w, SAMPLE_RATE, texts[r.prompt], r.unended)
                 for r, w in zip(renders, waves, strict=True)]
+
+
+def _lora_config(run: Run) -> ModelConfig:
+    """The run's adapters (rank, alpha); adapters the rollouts cannot apply refused."""
+    model = TrainConfig.from_dict(run.config()).model
+    if getattr(model, "lora_predictor", False):
+        raise InputError(f"The run {run.name} trained LoRA adapters on the code predictor "
+                         "too, which the reinforce stage's renders cannot apply yet.",
+                         "Reinforce a run whose adapters are on the talker only.")
+    return model
+
+
+def _load_adapters(model: Any, start: Any) -> None:
+    """Checkpoint `start`'s tensors, unmerged, into `model` (its adapters and anything else
+    the run trained), by official name."""
+    params = dict(model.named_parameters())
+    tensors = checkpoint_tensors(start, {n: tuple(p.shape) for n, p in params.items()})
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
 
 
 def load_stage_models(voice: Voice, run: Run, start: Any, trainable: str, device: str,
@@ -44,8 +73,15 @@ def load_stage_models(voice: Voice, run: Run, start: Any, trainable: str, device
     torch.manual_seed(int(seed))
     wrapper = load_model(base_dir, device=device, dtype=torch.float32)
     model = wrapper.model
-    load_checkpoint_weights(model, VoiceSource(kind="checkpoint", model_dir=base_dir,
-                                               label="start", checkpoint=start))
+    scaling = None
+    if trainable == "lora":
+        lora = _lora_config(run)
+        add_lora(model.talker, lora.lora_rank, lora.lora_alpha)
+        scaling = lora.lora_scaling
+        _load_adapters(model, start)
+    else:
+        load_checkpoint_weights(model, VoiceSource(kind="checkpoint", model_dir=base_dir,
+                                                   label="start", checkpoint=start))
     policy = VoiceObjective(model.talker)
     set_trainable(policy, trainable)
     policy.train()
@@ -53,5 +89,5 @@ def load_stage_models(voice: Voice, run: Run, start: Any, trainable: str, device
     config = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))
     speaker = torch.as_tensor(voice_x_vector(model, voice.path)).float().reshape(-1)
     roller = Roller(model, wrapper.processor, wrapper.processor.tokenizer, speaker,
-                    LayoutIds.from_config(config))
+                    LayoutIds.from_config(config), lora_scaling=scaling)
     return StageModels(model, policy, reference, roller)

@@ -10,21 +10,31 @@ out of its choice, as in every render.
 
 A render cut at the length cap never chose to end: its layout scores no end of speech
 (a penalised capped render must not push the end of speech down), and `audio` decodes
-renders with the model's own codec for scoring.
+renders with the model's own codec for scoring. Rollouts run under the runaway guard of
+every render (`engine.synth.runaway`, `SpeakOptions`' default limits): a row that loops or
+stays silent ends there with its reason (`Render.runaway`); it never chose to end either,
+so it is laid out and penalised as a capped one.
+
+A LoRA policy (`lora_scaling` given) keeps its adapters unmerged on the frozen base: before
+each rollout they are written, as they are now, into one slot of the decoder's adapter pool
+(`engine.synth.adapters`), and every row renders with that slot.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
+from engine.config.speak import SpeakOptions
 from engine.data.layout import LayoutIds, build_sequence, collate, tokenize
 from engine.synth.decoding import DecodeSettings, FastTalker
 from engine.synth.prompt import build_prefill
+from engine.synth.runaway import RunawayGuard, silence_codes, stop_reason
 from engine.synth.sampling import SamplerSettings
+from engine.train.lora import is_lora_name
 from engine.train.objective import batch_to_device
 
 #: the policy's own distribution: what GRPO's ratios assume
@@ -37,6 +47,19 @@ class Render:
     prompt: int  # index of its text
     codes: np.ndarray  # (frames, 16) int64
     capped: bool = False  # cut at the length cap (the policy never ended it)
+    runaway: str | None = None  # cut by the runaway guard: "loop" or "silence"
+
+    @property
+    def unended(self) -> bool:
+        """The policy never chose to end it (the cap or the guard did)."""
+        return self.capped or self.runaway is not None
+
+
+def rollout_guard(model: Any) -> RunawayGuard | None:
+    """The runaway guard of every render (`SpeakOptions`' limits) for `model`'s codec."""
+    options = SpeakOptions()
+    return RunawayGuard.of(options.runaway_loop_s, options.runaway_silence_s,
+                           silence_codes(model))
 
 
 class Roller:
@@ -44,24 +67,46 @@ class Roller:
     talker the policy shares."""
 
     def __init__(self, model: Any, processor: Any, tokenizer: Any, speaker: torch.Tensor,
-                 ids: LayoutIds) -> None:
+                 ids: LayoutIds, lora_scaling: float | None = None) -> None:
         self.model, self.processor, self.tokenizer = model, processor, tokenizer
         self.speaker = speaker
         self.ids = ids
         self.fast = FastTalker(model)
+        self.settings = replace(ROLLOUT, guard=rollout_guard(model))
+        self.lora_scaling = lora_scaling
+        self._slot: int | None = None
+
+    def _adapter_rows(self, rows: int) -> list[int] | None:
+        """The policy's adapters as they are now in the pool; each row's slot (None: a
+        policy without adapters)."""
+        if self.lora_scaling is None:
+            return None
+        tensors = {f"talker.{n}": p.detach() for n, p in self.model.talker.named_parameters()
+                   if is_lora_name(n)}
+        if self._slot is not None:  # written again: the update changed them
+            self.fast.adapters.release(self._slot)
+        self._slot = self.fast.adapters.add("policy", tensors, self.lora_scaling,
+                                            "the policy")
+        return [self._slot] * rows
 
     def sample(self, texts: list[str], group: int, max_frames: int, seed: int
                ) -> list[Render]:
         """`group` renders of each text, prompt by prompt (seeded: a resumed stage draws
         the same renders)."""
         renders: list[Render] = []
+        slots = self._adapter_rows(group)
+        guard = self.settings.guard
         for p, text in enumerate(texts):
             prefill = build_prefill(self.model, self.processor, [text] * group, self.speaker,
                                     None, non_streaming=True)
             seeds = [seed * 1000 + p * group + g for g in range(group)]
-            codes = self.fast.generate(prefill, [max_frames] * group, ROLLOUT, seeds=seeds)
-            renders += [Render(p, c.cpu().numpy().astype(np.int64), len(c) >= max_frames)
-                        for c in codes]
+            codes = self.fast.generate(prefill, [max_frames] * group, self.settings,
+                                       seeds=seeds, adapters=slots)
+            for c in codes:
+                kept = c.cpu().numpy().astype(np.int64)
+                runaway = stop_reason(kept[:, 0].tolist(), guard)
+                renders.append(Render(p, kept, runaway is None and len(kept) >= max_frames,
+                                      runaway))
         return renders
 
     def audio(self, renders: list[Render], group: int = 8) -> list[np.ndarray]:
@@ -84,7 +129,7 @@ class Roller:
         for r in renders:
             role, text = tokenize(self.tokenizer, texts[r.prompt])
             seq = build_sequence(self.ids, role, text, r.codes)
-            if r.capped:  # the end of speech after its last frame was never sampled
+            if r.unended:  # the end of speech after its last frame was never sampled
                 seq.target_mask[int(np.flatnonzero(seq.frame_mask)[-1]) + 1] = False
             seqs.append(seq)
         out = collate(seqs, self.ids)

@@ -21,6 +21,10 @@ renders of iteration i are seeded by i, so they are drawn again the same). `canc
 (the CLI sets it on SIGTERM) stops after the iteration under way and saves it.
 A report lands in `<run>/reinforce/report.json`.
 
+A LoRA run's stage trains its adapters only, on the frozen base (`models`); its
+checkpoints hold the adapters as training's do, so export (an adapter voice too), speak,
+evaluate and serve read them as they read the run's.
+
 By default the stage runs in this process (CPU, or one GPU). With `workers` it runs on
 Ray (`engine.reinforce.workers`): the update in training's Ray Train / FSDP2 workers,
 launched by training's own launcher, rollouts and scoring in one actor on this node.
@@ -42,7 +46,7 @@ from engine.cluster import connect
 from engine.config.reinforce import ReinforceConfig
 from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
-from engine.core.errors import InputError, WorkspaceError
+from engine.core.errors import InputError, VoxshardError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.core.jsonl import append_jsonl
 from engine.core.storage import rmtree
@@ -55,6 +59,7 @@ from engine.layout.checkpoints import (
 )
 from engine.layout.prompts import unsaid_sentences
 from engine.layout.run import Run
+from engine.layout.tiers import run_adapter_dir
 from engine.layout.voice import Voice, display_path, now_iso, open_voice
 from engine.model.loading import resolve_model
 from engine.quality.evaluate import HELD_OUT_SENTENCES
@@ -146,13 +151,14 @@ def _plan(run: Run, request: ReinforceRequest, em: Emitter) -> _Plan:
     return _Plan(start, max(run.steps() or [0]), 0, None)
 
 
-def _trainable(run: Run) -> str:
+def _trainable(run: Run, workers: int | None = None) -> str:
+    """What the stage trains: what the run trained (a LoRA run: its adapters only)."""
     model = run.config().get("model") or {}
     trainable = str(model.get("trainable") or "talker")
-    if trainable == "lora":
-        raise InputError(f"The run {run.name} trained LoRA adapters; the reinforce stage "
-                         "updates full weights only so far.",
-                         "Reinforce a run trained with another --trainable choice.")
+    if trainable == "lora" and workers:
+        raise InputError(f"The run {run.name} trained LoRA adapters, which the reinforce "
+                         "stage updates in this process only, not on Ray workers.",
+                         "Reinforce it without --workers.")
     return trainable
 
 
@@ -317,8 +323,8 @@ def reinforce(request: ReinforceRequest, on_event: EventCallback | Emitter | Non
                              "reinforce.", "Train it first with `voxshard-engine train`.",
                              window_hint="Train the voice first.")
     cfg = request.config or voice.reinforce_config
+    _trainable(run, request.workers)  # refused before anything is loaded
     plan = _plan(run, request, em)
-    _trainable(run)
     pool = held_out_texts(voice)
     where = f"{request.workers} Ray worker(s)" if request.workers else "one process"
     em.state("reinforcing", detail=f"{run.name}: from step {step_of(plan.start)}, "
@@ -332,8 +338,32 @@ def reinforce(request: ReinforceRequest, on_event: EventCallback | Emitter | Non
                and int(r.get("iteration", 0)) <= done]
     # a resumed stage repeats the iterations after its last checkpoint: the later row counts
     history = list({int(r["iteration"]): r for r in history}.values())
-    return _report(run, plan, cfg, history, saved, stopped or done < cfg.iterations,
-                   time.perf_counter() - started, em)
+    stopped = stopped or done < cfg.iterations
+    out = _report(run, plan, cfg, history, saved, stopped, time.perf_counter() - started, em)
+    if _trainable(run) == "lora" and saved is not None and not stopped:
+        made = _adapter_voice(voice, run, em)
+        if made is not None:
+            out["adapter_voice"] = made
+            out["summary"] += f"\nAdapter voice {Path(made['out_dir']).name} ready to speak."
+    return out
+
+
+def _adapter_voice(voice: Voice, run: Run, em: Emitter) -> dict[str, Any] | None:
+    """A finished LoRA stage rewrites the run's adapter voice as a finished LoRA run
+    writes it (the evaluation's best, else the newest checkpoint: now the stage's), so
+    `speak VOICE` and `serve` take the reinforced voice; a failure leaves the stage as it
+    is and says how to write it."""
+    # the driver (training's whole command, for its export) loads only for a LoRA stage
+    from engine.train.driver import export
+
+    out_dir = run_adapter_dir(voice.path, run.name)
+    try:
+        return export(voice.path, out_dir, run=run.name, adapter=True, on_event=em)
+    except VoxshardError as exc:
+        em.log(f"The stage finished, but the run's adapter voice was not written: "
+               f"{exc.message} Write it with `voxshard-engine export {voice.path} {out_dir} "
+               f"--run {run.name} --adapter`.", level="warning")
+        return None
 
 
 def _report(run: Run, plan: _Plan, cfg: ReinforceConfig, history: list[dict[str, Any]],
@@ -344,7 +374,7 @@ def _report(run: Run, plan: _Plan, cfg: ReinforceConfig, history: list[dict[str,
 
     head, tail = history[:5], history[-5:]
     figures = {k: {"first": mean(f"reinforce/{k}", head), "last": mean(f"reinforce/{k}", tail)}
-               for k in ("reward", *TERMS, "kl", "reward_spread")}
+               for k in ("reward", *TERMS, "runaway", "kl", "reward_spread")}
     report = {
         "created": now_iso(), "run": run.name, "from_step": step_of(plan.start),
         "iterations": len(history), "stopped": stopped,

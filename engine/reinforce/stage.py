@@ -46,11 +46,13 @@ class Rollout:
     advantages: torch.Tensor  # (renders,)
 
     def figures(self, group: int) -> dict[str, float]:
-        """Reward mean, the groups' mean reward spread, and each term's mean."""
+        """Reward mean, the groups' mean reward spread, each term's mean, and the share of
+        renders the runaway guard cut ("runaway"; the reward counts them as capped)."""
         scores = torch.tensor([s["reward"] for s in self.scored], dtype=torch.float32)
         grouped = scores.view(len(self.texts), group)
         row = {"reward": float(scores.mean()),
-               "reward_spread": float(grouped.std(dim=1, unbiased=False).mean())}
+               "reward_spread": float(grouped.std(dim=1, unbiased=False).mean()),
+               "runaway": sum(r.runaway is not None for r in self.renders) / len(self.renders)}
         for key in self.scored[0]:
             if key != "reward":
                 row[key] = float(sum(s[key] for s in self.scored) / len(self.scored))

@@ -46,6 +46,7 @@ from engine.core.storage import (
 )
 from engine.data.codes import extract_codes, extract_codes_ray
 from engine.data.dataset import VoiceData, split_ids
+from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_stage
 from engine.layout.manifest import prepared_folder, read_manifest
 from engine.layout.run import Run, pick_run
 from engine.layout.tiers import TIER_ADAPTER, run_adapter_dir
@@ -422,6 +423,7 @@ class TrainRun:
                                  f"{runs_dir}.".replace("run  to", "run to"),
                                  "Start a new run without --resume.")
             run_dir = found.path
+            _refuse_reinforced(found)
 
             # the data position in a checkpoint indexes this run's clips: refuse other data
             check_same_data(run_dir, v.path, data_fingerprint(v.path))
@@ -651,6 +653,21 @@ def _refuse_finished(run: Run, steps: int | None) -> None:
         raise InputError(f"The run {run.name} has already trained all its {steps} steps, so "
                          "there is nothing to resume.",
                          "Ask for more steps to continue it, or start a new run.")
+
+
+def _refuse_reinforced(run: Run) -> None:
+    """A run the reinforce stage went on from has one step numbering for both stages (the
+    stage's checkpoints come after training's highest step), so training cannot go on in it:
+    from its newest checkpoint it would take the stage's weights and AdamW state for its
+    own, and from its newest training one its steps would land on the stage's numbers."""
+    stage = [c for c in run.checkpoints() if checkpoint_stage(c) == REINFORCE_STAGE]
+    if stage:
+        raise InputError(f"The run {run.name} went on into the reinforce stage (up to "
+                         f"{stage[-1].name}), so its training cannot be resumed.",
+                         "Start a new run to train more, or continue the stage with "
+                         "`voxshard-engine reinforce --resume`.",
+                         window_hint="Start a new run to train more, or press Resume on "
+                                     "the Reinforce tab.")
 
 
 def _check_disk(run_dir: Path, checkpoint_bytes: int, keep: int, emitter: Emitter) -> None:
