@@ -28,7 +28,8 @@ the server's own limit for its text.
 With `--voices N` it measures many voices on one base instead, in this process, on the
 warm worker the server runs (`engine.synth.worker.SpeechWorker`), at the real 0.6B
 widths with random weights (`--layers` talker layers, 28 by default) and N random
-rank-`--rank` adapter voices on every talker projection: the base's load, then each
+rank-`--rank` adapter voices on every talker projection (with `--predictor`, on every
+code predictor projection too): the base's load, then each
 adapter voice loaded into the running worker (a "voice" request, while a render runs;
 target: under 100 ms, no model load), the resident memory with 1, 4 and 16 voices
 loaded (target: each extra voice at most 2 % of the base's), and 8 concurrent renders
@@ -247,8 +248,10 @@ def bench_wyoming(server: Served, text: str, rows: dict[str, Any]) -> None:
 
 # -- many voices on one base (--voices) -------------------------------------------------------
 
-def random_adapter(base: Path, out: Path, seed: int, rank: int) -> Path:
-    """An adapter voice of `base` with random A and B on every talker projection."""
+def random_adapter(base: Path, out: Path, seed: int, rank: int, predictor: bool = False
+                   ) -> Path:
+    """An adapter voice of `base` with random A and B on every talker projection (and with
+    `predictor`, every code predictor projection)."""
     import numpy as np
     import torch
     from safetensors import safe_open
@@ -261,7 +264,9 @@ def random_adapter(base: Path, out: Path, seed: int, rank: int) -> Path:
     with safe_open(str(base / "model.safetensors"), "pt") as fh:
         for key in fh.keys():
             module = key.removesuffix(".weight")
-            if key.startswith("talker.model.layers.") and module.endswith(PROJECTIONS):
+            adapted = key.startswith("talker.model.layers.") or (
+                predictor and key.startswith("talker.code_predictor.model.layers."))
+            if adapted and module.endswith(PROJECTIONS):
                 out_f, in_f = fh.get_slice(key).get_shape()
                 tensors[module + ".lora_A"] = torch.randn(rank, in_f, generator=g) * 0.01
                 tensors[module + ".lora_B"] = torch.randn(out_f, rank, generator=g) * 0.01
@@ -329,7 +334,8 @@ def bench_voices(args: argparse.Namespace, tmp: Path, text: str, rows: dict[str,
     bench_synth.voice_06b(tmp, args.layers)
     base = tmp / "base-06b"
     count = max(args.voices, 5)
-    adapters = [random_adapter(base, tmp / f"adapter-{i}", i, args.rank) for i in range(count)]
+    adapters = [random_adapter(base, tmp / f"adapter-{i}", i, args.rank, args.predictor)
+                for i in range(count)]
     gc.collect()
     before = _rss_mb()
     worker = InProcess(args.device, args.dtype, 8)
@@ -362,8 +368,9 @@ def bench_voices(args: argparse.Namespace, tmp: Path, text: str, rows: dict[str,
                  "voice_load_in_worker_ms_median": round(1000 * inside[len(inside) // 2], 1),
                  "rss_mb_with_voices": {str(k): round(v, 1) for k, v in rss.items()},
                  "load_average": os.getloadavg()[0]})
+    where = "talker and code predictor" if args.predictor else "talker"
     print(f"0.6B widths, {args.layers} talker layers, rank-{args.rank} adapters on every "
-          f"talker projection, {args.device} {args.dtype}: the base loads in {load_s:.1f} s "
+          f"{where} projection, {args.device} {args.dtype}: the base loads in {load_s:.1f} s "
           f"({base_mb:.0f} MB resident); load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs")
     print(f"an adapter voice loads into the worker in {rows['voice_load_idle_ms_median']} ms "
@@ -408,6 +415,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=28, help="talker layers (--voices)")
     parser.add_argument("--rank", type=int, default=16, help="adapter rank (--voices)")
     parser.add_argument("--dtype", default="float32", help="the model's dtype (--voices)")
+    parser.add_argument("--predictor", action="store_true",
+                        help="adapters on the code predictor's layers too (--voices)")
     args = parser.parse_args()
     if args.voices and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
         # glibc keeps freed blocks under its (growing) mmap threshold, so resident memory
@@ -419,7 +428,8 @@ def main() -> None:
     text = " ".join(SENTENCES[:2])
     if args.voices:
         rows: dict[str, Any] = {"voices": args.voices, "layers": args.layers,
-                                "rank": args.rank, "frames": args.frames}
+                                "rank": args.rank, "frames": args.frames,
+                                "predictor": args.predictor}
         try:
             bench_voices(args, tmp, text, rows)
         finally:

@@ -137,7 +137,8 @@ def train(voice: PathLike, base: str, on_event: EventCallback | Emitter | None =
     Options include workers, steps, epochs, lr, batch_size, grad_accum,
     precision ("auto", "bf16", "fp16", "fp32"), trainable ("talker",
     "talker+text", "code_predictor", "talker_layers", "lora"), lora_rank,
-    lora_alpha, predictor_frames (the code predictor's share of each step's frames,
+    lora_alpha, lora_predictor (LoRA adapters on the code predictor too),
+    predictor_frames (the code predictor's share of each step's frames,
     0 < F <= 1), activation_checkpointing, cpu_offload, resume, run, address.
     """
     from engine.train.driver import train as _train

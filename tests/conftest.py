@@ -21,6 +21,6 @@ pytest_plugins = [
     "tests.helpers.gui",  # settings, workspace, ctx, window, voice, pulse
     "tests.helpers.qt_leaks",  # every test: no Qt thread or timer left running after it
     "tests.helpers.ray_cluster",  # ray_cluster (session), the own_cluster marker
-    "tests.helpers.runs",  # trained_run, lora_run (session)
+    "tests.helpers.runs",  # trained_run, lora_run, lora_predictor_run (session)
     "tests.helpers.xserver",  # xvfb: a real X server
 ]

@@ -32,21 +32,56 @@ from engine.model.tiny import make_tiny_model
 from engine.prepare.instant import make_instant_voice
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
-from engine.train.driver import export
+from engine.train.driver import TrainRequest, export, train
+from engine.train.lora import TARGETS, initial_value
 from tests.helpers.parity import assert_same_codes, record_choices
 from tests.helpers.runs import LORA_ALPHA, LORA_RANK, LORA_STEPS
 from tests.helpers.voices import copy_voice
+
+PREDICTOR_LAYERS = "talker.code_predictor.model.layers."
+
+
+def _exported(run: dict[str, Any], name: str, root: Path) -> dict[str, Any]:
+    """The run's last step exported as an adapter voice (PEFT files too) into a copy."""
+    voice = copy_voice(run["voice"], root / "joe")
+    shutil.rmtree(run_adapter_dir(voice, name))  # the one the run wrote: this test's own
+    out = export(voice, voice / "exports" / "joe-adapter", run=name, adapter=True, peft=True)
+    return {**run, "voice": voice, "adapter": Path(out["out_dir"]), "result": out}
 
 
 @pytest.fixture(scope="module")
 def adapter_voice(lora_run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
                   ) -> dict[str, Any]:
-    """lora_run's last step exported as an adapter voice (PEFT files too) into a copy."""
-    voice = copy_voice(lora_run["voice"], tmp_path_factory.mktemp("adapter") / "joe")
-    shutil.rmtree(run_adapter_dir(voice, "lora"))  # the one the run wrote: this test's own
-    out = export(voice, voice / "exports" / "joe-adapter", run="lora", adapter=True,
-                 peft=True)
-    return {**lora_run, "voice": voice, "adapter": Path(out["out_dir"]), "result": out}
+    return _exported(lora_run, "lora", tmp_path_factory.mktemp("adapter"))
+
+
+@pytest.fixture(scope="module")
+def predictor_voice(lora_predictor_run: dict[str, Any],
+                    tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The same of the run with adapters on the code predictor too."""
+    return _exported(lora_predictor_run, "lorap", tmp_path_factory.mktemp("predictor"))
+
+
+def test_a_lora_run_with_the_predictor_option_trains_the_code_predictor_s_adapters(
+        predictor_voice: dict[str, Any], adapter_voice: dict[str, Any],
+        tiny_model_dir: Path) -> None:
+    voice = load_adapter(predictor_voice["adapter"])
+    predictor = {k: v for k, v in voice.tensors.items() if k.startswith(PREDICTOR_LAYERS)}
+    talker = load_model(tiny_model_dir, "cpu", torch.float32).model.talker
+    assert len(predictor) == 2 * len(TARGETS) * len(talker.code_predictor.model.layers)
+    # B started at zero and A at its seeded value: two steps moved both
+    for key, value in predictor.items():
+        assert not torch.equal(value.float(), initial_value(key, tuple(value.shape))), key
+    # the talker's adapters as before, beside them; the default run's on the talker alone
+    talker_only = load_adapter(adapter_voice["adapter"]).tensors
+    assert set(voice.tensors) - set(predictor) == set(talker_only)
+    assert not any(k.startswith(PREDICTOR_LAYERS) for k in talker_only)
+    # and its adapter voice merges to its full export, the predictor's weights included
+    exported = load_file(str(predictor_voice["export"] / "model.safetensors"))
+    merged = voice.merged(tiny_model_dir)
+    for key in predictor:
+        weight = key.rsplit(".lora_", 1)[0] + ".weight"
+        torch.testing.assert_close(merged[weight].to(exported[weight].dtype), exported[weight])
 
 
 def test_adapter_voice_is_small_names_its_base_and_merges_to_the_full_export(
@@ -92,30 +127,63 @@ def test_a_run_without_adapters_has_no_adapter_voice(trained_run: dict[str, Any]
     assert not (tmp_path / "out").exists()
 
 
+def test_predictor_adapters_without_lora_refuse_in_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="needs --trainable lora"):
+        TrainRequest(tmp_path, "base", lora_predictor=True).validated()
+    TrainRequest(tmp_path, "base", trainable="lora", lora_predictor=True).validated()
+
+
+def test_a_resumed_run_keeps_the_adapters_it_has(lora_run: dict[str, Any],
+                                                  tiny_model_dir: Path, tmp_path: Path) -> None:
+    voice = copy_voice(lora_run["voice"], tmp_path / "joe")
+    with pytest.raises(InputError, match="trains no adapters on the code predictor"):
+        train(voice, str(tiny_model_dir), resume=True, run="lora", steps=LORA_STEPS + 1,
+              trainable="lora", lora_predictor=True, use_gpu=False, dry_run=True)
+
+
 def _talker_logits(model: Any, embeds: torch.Tensor) -> torch.Tensor:
     talker = model.talker
     return talker.codec_head(talker.model(inputs_embeds=embeds).last_hidden_state)
 
 
+def _predictor_logits(model: Any, embeds: torch.Tensor) -> torch.Tensor:
+    """Codebook 1's logits of the code predictor's stack on `embeds` (its own width)."""
+    predictor = model.talker.code_predictor
+    return predictor.lm_head[0](predictor.model(inputs_embeds=embeds).last_hidden_state)
+
+
 @pytest.mark.parity
+@pytest.mark.parametrize("which", ["adapter_voice", "predictor_voice"])
 def test_peft_loads_the_adapter_onto_the_official_model_as_our_merged_export(
-        adapter_voice: dict[str, Any], tiny_model_dir: Path) -> None:
+        which: str, request: pytest.FixtureRequest, tiny_model_dir: Path) -> None:
     from peft import PeftModel
 
-    folder = adapter_voice["adapter"]
+    exported = request.getfixturevalue(which)
+    folder = exported["adapter"]
     assert (folder / PEFT_CONFIG).is_file() and (folder / PEFT_WEIGHTS).is_file()
     assert (folder / ADAPTER_WEIGHTS).is_file()
-    ours = load_model(adapter_voice["export"], "cpu", torch.float32).model
+    ours = load_model(exported["export"], "cpu", torch.float32).model
     base = load_model(tiny_model_dir, "cpu", torch.float32).model
     peft_model = PeftModel.from_pretrained(base, str(folder)).eval()
-    hidden = ours.talker.config.hidden_size
-    embeds = torch.randn(2, 12, hidden, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        want = _talker_logits(ours, embeds)
-        got = _talker_logits(peft_model.base_model.model, embeds)
-        plain = _talker_logits(load_model(tiny_model_dir, "cpu", torch.float32).model, embeds)
-    assert not torch.allclose(plain, want, atol=1e-4)  # the adapters do change the talker
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    plain_model = load_model(tiny_model_dir, "cpu", torch.float32).model
+    g = torch.Generator().manual_seed(0)
+    stacks = [(_talker_logits, ours.talker.config.hidden_size)]
+    if which == "predictor_voice":
+        stacks.append((_predictor_logits, ours.talker.code_predictor.config.hidden_size))
+    for logits, hidden in stacks:
+        embeds = torch.randn(2, 12, hidden, generator=g)
+        with torch.no_grad():
+            want = logits(ours, embeds)
+            got = logits(peft_model.base_model.model, embeds)
+            plain = logits(plain_model, embeds)
+        # the adapters do change the stack, and PEFT applies them as our merge does
+        assert not torch.allclose(plain, want, atol=1e-4), logits.__name__
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=logits.__name__)
+    if which == "adapter_voice":  # a talker-only adapter leaves the predictor the base's
+        embeds = torch.randn(2, 12, ours.talker.code_predictor.config.hidden_size, generator=g)
+        with torch.no_grad():
+            torch.testing.assert_close(_predictor_logits(peft_model.base_model.model, embeds),
+                                       _predictor_logits(plain_model, embeds), rtol=0, atol=0)
 
 
 GREEDY = SpeakOptions(do_sample=False, subtalker_do_sample=False, seed=0, max_frames=40,
@@ -124,8 +192,10 @@ TEXT = "Hello there, this is a test."
 
 
 @pytest.mark.parity
+@pytest.mark.parametrize("which", ["adapter_voice", "predictor_voice"])
 def test_an_adapter_voice_speaks_as_its_merged_export_and_switches_on_one_base(
-        adapter_voice: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+        which: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    adapter_voice = request.getfixturevalue(which)
     source = resolve_source(adapter_voice["voice"])  # no full export in it: the adapter
     assert source.kind == "adapter" and source.label == "joe-adapter"
     exported = Synthesizer.load(resolve_source(adapter_voice["export"]), device="cpu",

@@ -2,8 +2,9 @@
 voice (its adapter slot and speaker row), and a row's output never depends on its company.
 
 Voices here: two adapter voices of the LoRA run (its last step, and the same adapters with
-B negated, so the two really differ), the voice's instant voice (in-context) and the base's
-zero-shot x-vector voice (no adapter), all on one loaded tiny base model.
+B negated, so the two really differ), the adapter voice of the run with adapters on the
+code predictor too (`lora_predictor_run`), the voice's instant voice (in-context) and the
+base's zero-shot x-vector voice (no adapter), all on one loaded tiny base model.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, ModelError
 from engine.core.events import Emitter
+from engine.layout.tiers import run_adapter_dir
 from engine.model import files
 from engine.model.adapter import (
     AdapterRequest,
@@ -62,10 +64,11 @@ def negated_adapter(folder: Path, out: Path, base_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def voices(lora_run: dict[str, Any], tiny_model_dir: Path,
+def voices(lora_run: dict[str, Any], lora_predictor_run: dict[str, Any], tiny_model_dir: Path,
            tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A copy of the LoRA run's voice with two adapter voices and an instant voice; the
-    full (merged) export of the first adapter's step beside it."""
+    full (merged) export of the first adapter's step beside it; the predictor run's adapter
+    voice (p1, the one the run wrote) and its full export (pfull)."""
     voice = copy_voice(lora_run["voice"], tmp_path_factory.mktemp("voices") / "joe")
     shutil.rmtree(voice / "exports", ignore_errors=True)
     one = Path(export(voice, voice / "exports" / "a1", run="lora", step=LORA_STEPS,
@@ -75,7 +78,9 @@ def voices(lora_run: dict[str, Any], tiny_model_dir: Path,
     clip = next((voice / "prepared" / "clips").glob("*.wav"))
     full = tmp_path_factory.mktemp("full") / "a1-full"  # beside no voice: served by none
     return {"voice": voice, "a1": one, "a2": two, "clip": clip,
-            "full": Path(export(voice, full, run="lora", step=LORA_STEPS)["out_dir"])}
+            "full": Path(export(voice, full, run="lora", step=LORA_STEPS)["out_dir"]),
+            "p1": run_adapter_dir(lora_predictor_run["voice"], "lorap"),
+            "pfull": lora_predictor_run["export"]}
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +89,7 @@ def base_synth(voices: dict[str, Any], tiny_model_dir: Path) -> Synthesizer:
     synth = Synthesizer.load(resolve_source(voices["a1"]), device="cpu", dtype="float32")
     synth.add_voice("a1", resolve_source(voices["a1"]))
     synth.add_voice("a2", resolve_source(voices["a2"]))
+    synth.add_voice("p1", resolve_source(voices["p1"]))
     synth.add_voice("instant", instant_source(voices["voice"]))
     synth.add_voice("plain", resolve_source(tiny_model_dir, reference=voices["clip"],
                                             x_vector_only=True))
@@ -130,22 +136,25 @@ def recorded(monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.mark.parity
+@pytest.mark.parametrize(("name", "full"), [("a1", "full"), ("p1", "pfull")])
 def test_an_adapter_voice_alone_in_the_shared_batch_speaks_as_its_merged_export(
-        voices: dict[str, Any], base_synth: Synthesizer, tmp_path: Path,
+        name: str, full: str, voices: dict[str, Any], base_synth: Synthesizer, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    merged = Synthesizer.load(resolve_source(voices["full"]), device="cpu", dtype="float32")
+    """a1 adapts the talker, p1 the code predictor too."""
+    merged = Synthesizer.load(resolve_source(voices[full]), device="cpu", dtype="float32")
     want = run_batch(merged, [None], 1, tmp_path)[0]
     with recorded(monkeypatch) as log:
-        got = run_batch(base_synth, [base_synth.voice("a1")], 1, tmp_path)[0]
+        got = run_batch(base_synth, [base_synth.voice(name)], 1, tmp_path)[0]
     assert len(want) >= 5
-    assert base_synth.voice("a1").adapter > 0  # unmerged: the base's weights are its own
+    assert base_synth.voice(name).adapter > 0  # unmerged: the base's weights are its own
     assert_same_codes(got, want, log, base_synth.fast.eos)
 
 
 @pytest.mark.parity
-def test_in_a_batch_of_four_voices_each_row_equals_that_voice_alone(
+def test_in_a_batch_of_five_voices_each_row_equals_that_voice_alone(
         base_synth: Synthesizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    names = ["a1", "a2", "instant", "plain"]
+    names = ["a1", "a2", "p1", "instant", "plain"]
+    first = len(names) - 1  # the choice log's index of frame 1's choices, less 1
     row_voices = [base_synth.voice(n) for n in names]
     alone: list[ChoiceLog] = []
     codes = []
@@ -153,28 +162,59 @@ def test_in_a_batch_of_four_voices_each_row_equals_that_voice_alone(
         with recorded(monkeypatch) as log:
             codes.append(run_batch(base_synth, [voice], 1, tmp_path)[0])
         alone.append(log)
-    # four voices, four ways of speaking: the adapters and the prompt all matter
-    for i in range(4):
+    # five voices, five ways of speaking: the adapters and the prompt all matter
+    for i in range(len(names)):
         for j in range(i):
             assert not torch.equal(codes[i], codes[j]), (names[i], names[j])
-    # the batch, teacher-forced per choice to each row's own run alone: calls 0..3 are the
-    # rows' prefills (one row each), then every frame's choices for all four rows
+    # the batch, teacher-forced per choice to each row's own run alone: calls 0..4 are the
+    # rows' prefills (one row each), then every frame's choices for all five rows
     forced = [log.own[0] for log in alone]
     longest = max(len(log.own) for log in alone)
     for k in range(1, longest):
         forced.append(torch.stack([log.own[k][0] if k < len(log.own) else torch.tensor(0)
                                    for log in alone]))
     with recorded(monkeypatch, forced) as batch:
-        together = run_batch(base_synth, row_voices, 4, tmp_path)
+        together = run_batch(base_synth, row_voices, len(names), tmp_path)
     for row, (log, name) in enumerate(zip(alone, names, strict=True)):
         assert torch.equal(together[row], codes[row]), name
         for k in range(len(log.own)):
-            at = row if k == 0 else 3 + k
+            at = row if k == 0 else first + k
             mine, theirs = int(batch.own[at][0 if k == 0 else row]), int(log.own[k][0])
             if mine != theirs:
                 assert batch.near_tie(at, 0 if k == 0 else row, mine, theirs, 1e-4), (
                     f"{name}: choice {k} is {mine} in the batch and {theirs} alone, and not "
                     "a near-tie")
+
+
+def test_rows_without_predictor_adapters_keep_their_numbers_once_a_voice_adapts_it(
+        voices: dict[str, Any], tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A talker-only adapter row and a plain row, before and after an adapter voice of the
+    code predictor joins the model (its pool then holds the predictor's layers, their
+    slots zero for these rows): bit for bit the same codes, not merely a near-tie."""
+    synth = Synthesizer.load(resolve_source(voices["a1"]), device="cpu", dtype="float32")
+    synth.add_voice("a1", resolve_source(voices["a1"]))
+    synth.add_voice("plain", resolve_source(tiny_model_dir, reference=voices["clip"],
+                                            x_vector_only=True))
+    rows = [synth.voice("a1"), synth.voice("plain")]
+    pool = synth.fast.adapters.pool
+    assert pool is not None and not pool.predictor
+    before = run_batch(synth, rows, 2, tmp_path)
+    synth.add_voice("p1", resolve_source(voices["p1"]))
+    assert synth.fast.adapters.pool is not pool and synth.fast.adapters.pool.predictor
+    after = run_batch(synth, rows, 2, tmp_path)
+    for name, one, two in zip(["a1", "plain"], before, after, strict=True):
+        assert len(one) >= 5 and torch.equal(one, two), name
+    # and the batch does apply p1's predictor adapters: without them it speaks otherwise
+    p1 = load_adapter(voices["p1"])
+    talker_only = {k: v for k, v in p1.tensors.items() if ".code_predictor." not in k}
+    assert len(talker_only) < len(p1.tensors)
+    export_adapter(AdapterRequest(
+        tensors=talker_only, base_dir=tiny_model_dir, base=p1.base, rank=int(p1.info["rank"]),
+        alpha=float(p1.info["alpha"]), speaker=p1.speaker, x_vector=p1.x_vector,
+        info={"run": "talker-only"}), tmp_path / "p1-talker")
+    synth.add_voice("p1-talker", resolve_source(tmp_path / "p1-talker"))
+    spoken = [run_batch(synth, [synth.voice(n)], 1, tmp_path)[0] for n in ("p1", "p1-talker")]
+    assert not torch.equal(*spoken)
 
 
 def test_a_row_that_takes_another_voice_speaks_with_that_voice_s_adapter(
@@ -236,15 +276,21 @@ def test_voices_come_and_go_in_a_fixed_pool_and_only_its_growth_drops_the_graphs
         tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     official = load_model(tiny_model_dir, "cpu", torch.float32)
     fast = FastTalker(official.model)
-    layers = official.model.talker.model.layers
+    talker = official.model.talker
+    stacks = {"model": talker.model.layers,
+              "code_predictor.model": talker.code_predictor.model.layers}
 
-    def adapter(seed: int) -> dict[str, torch.Tensor]:
+    def adapter(seed: int, predictor: bool = False) -> dict[str, torch.Tensor]:
         g, out = torch.Generator().manual_seed(seed), {}
-        for i, layer in enumerate(layers):
-            for proj in PROJECTIONS:
-                rows, cols = layer.get_submodule(proj).weight.shape
-                out[f"talker.model.layers.{i}.{proj}.lora_A"] = torch.randn(2, cols, generator=g)
-                out[f"talker.model.layers.{i}.{proj}.lora_B"] = torch.randn(rows, 2, generator=g)
+        for stack, layers in stacks.items():
+            if stack != "model" and not predictor:
+                continue
+            for i, layer in enumerate(layers):
+                for proj in PROJECTIONS:
+                    rows, cols = layer.get_submodule(proj).weight.shape
+                    key = f"talker.{stack}.layers.{i}.{proj}"
+                    out[f"{key}.lora_A"] = torch.randn(2, cols, generator=g)
+                    out[f"{key}.lora_B"] = torch.randn(rows, 2, generator=g)
         return out
 
     monkeypatch.setattr(RowBatch, "_record", lambda self, frame: _Frame(frame))
@@ -277,6 +323,19 @@ def test_voices_come_and_go_in_a_fixed_pool_and_only_its_growth_drops_the_graphs
     for _ in range(2):
         batch.run(64, graphs=True)
     assert batch.capture_attempts == 2
+    # a voice that adapts the code predictor: the pool is made anew with its layers (the
+    # talker's slots kept, theirs zero), captured again, and its frame reads nothing back
+    n = len(stacks["model"])
+    assert pools.add("p", adapter(5, predictor=True), 1.0, "p") == 5
+    assert pools.pool.predictor and torch.equal(pools.pool.b[0][1][3], before)
+    assert not pools.pool.a[n][0][:5].any()  # no voice before it adapts the predictor
+    batch.adapter[:] = torch.tensor([5, 1])
+    for _ in range(2):
+        batch.run(64, graphs=True)
+    assert batch.capture_attempts == 3
+    with torch.inference_mode(), SyncCounter() as syncs:
+        batch.frame(64)
+    assert not syncs.hits, syncs.hits
     with pytest.raises(ModelError, match="voices sharing one base cannot apply"):
         pools.add("x", {"talker.codec_head.weight": torch.zeros(1)}, 1.0, "x")
 

@@ -83,6 +83,10 @@ def _add_shape_options(p: argparse.ArgumentParser) -> None:
                    "GPU for 1.7B); `plan` shows the memory of each")
     add_field(p, ModelConfig, "lora_rank", type=_positive_int)
     add_field(p, ModelConfig, "lora_alpha", type=_positive_float)
+    add_field(p, ModelConfig, "lora_predictor",
+              help="with --trainable lora: adapters on the code predictor's layers too (it "
+                   "carries codebooks 1-15; default: the voice's [train] lora_predictor, "
+                   "else the talker's alone)")
     add_field(p, ModelConfig, "predictor_frames", type=_fraction, show_default=False,
               help="fraction F (0 < F <= 1) of each step's frames the code predictor "
                    "trains on; codebook 0 and validation always see every frame; below 1 a "
@@ -105,6 +109,7 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "trainable": args.trainable,
         "lora_rank": args.lora_rank,
         "lora_alpha": args.lora_alpha,
+        "lora_predictor": args.lora_predictor,
         "predictor_frames": args.predictor_frames,
         "use_gpu": False if args.cpu else None,
         "address": args.address,

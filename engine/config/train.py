@@ -29,6 +29,7 @@ from engine.config.data import DataConfig
 #:   layer's attention (q, k, v, o) and MLP (gate, up, down) projections; the
 #:   base weights stay frozen, so gradients and AdamW state are a few MB and a
 #:   single 16-24 GB card can fine-tune 1.7B. Export merges the adapters.
+#:   With `lora_predictor` the code predictor's decoder layers get them too.
 Trainable = Literal["talker", "talker+text", "code_predictor", "talker_layers", "lora"]
 TRAINABLE_CHOICES: tuple[str, ...] = ("talker", "talker+text", "code_predictor", "talker_layers",
                                       "lora")
@@ -84,6 +85,10 @@ class ModelConfig:
     lora_rank: int = 16
     #: LoRA scale numerator: the adapters' update is scaled by lora_alpha / lora_rank
     lora_alpha: float = 32.0
+    #: LoRA: adapters on the code predictor's decoder layers too (it carries codebooks
+    #: 1-15: the fine detail of the sound), not on the talker's alone; the other trainable
+    #: choices train the code predictor whole or not at all, and ignore it
+    lora_predictor: bool = False
 
     def __post_init__(self) -> None:
         _check(bool(self.base), "model.base", "must name a model")

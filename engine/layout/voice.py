@@ -301,6 +301,16 @@ class Voice:
                                  "Fix or remove that line of voice.toml.")
         return float(value)
 
+    @property
+    def lora_predictor(self) -> bool | None:
+        """Whether new LoRA runs put adapters on the code predictor too ([train]
+        lora_predictor in voice.toml, true or false); None when not set."""
+        value = self.config.get("train", {}).get("lora_predictor")
+        if value is None or isinstance(value, bool):
+            return value
+        raise WorkspaceError(f"{self.voice_file} has [train] lora_predictor = {value!r}; it "
+                             "must be true or false.", "Fix or remove that line of voice.toml.")
+
     def set_storage(self, storage: str | os.PathLike[str] | None) -> None:
         """Remember where new runs go (None or "" for the voice's own runs/)."""
         value = storage_arg(storage)

@@ -1,19 +1,24 @@
 """Adapter voices inside the batch: one base model, each row with its own LoRA.
 
 `AdapterPool` holds every loaded adapter voice of a `FastTalker` in stacked device
-tensors, one pair per adapted talker projection (q, k, v, o, gate, up, down of each
-layer): A [slots, rank, in] and B [slots, out, rank], the voice's scale (alpha / rank)
-folded into B. Slot 0 stays all zeros: a row without an adapter gets the base's numbers
-exactly (x + 0 is x). Capacity and rank are fixed when a pool is made, so a frame
-captured as a CUDA graph keeps reading the same tensors while voices come and go; only a
-pool that must grow (more voices than slots, a larger rank) is made anew, and a
-`RowBatch` that sees another pool drops its graphs.
+tensors, one pair per adapted projection (q, k, v, o, gate, up, down of each talker
+layer, then, once a voice adapts the code predictor too, of each predictor layer):
+A [slots, rank, in] and B [slots, out, rank], the voice's scale (alpha / rank)
+folded into B. A pool without predictor layers costs a talker-only voice nothing more;
+a voice that adapts the predictor makes the pool anew with them (as a larger rank does),
+and in it a talker-only voice's predictor slots stay zero. Slot 0 stays all zeros: a row
+without an adapter gets the base's numbers exactly (x + 0 is x). Capacity and rank are
+fixed when a pool is made, so a frame captured as a CUDA graph keeps reading the same
+tensors while voices come and go; only a pool that must grow (more voices than slots, a
+larger rank, the predictor's layers) is made anew, and a `RowBatch` that sees another
+pool drops its graphs.
 
 A frame hands the talker stack `RowAdapters(pool, index)` (index [B]: each row's slot,
-a device tensor): every adapted projection gathers its rows' A and B and adds
-`(x A^T) B^T` for the whole batch with two batched matrix products, never one row at
-a time. The adapters stay unmerged, so a row's numbers differ from its merged export's
-by float rounding only (the parity tests' near-tie rule).
+a device tensor) and the code predictor's 15 passes its `predictor()` part: every
+adapted projection gathers its rows' A and B (once per frame: the predictor's passes
+reuse them) and adds `(x A^T) B^T` for the whole batch with two batched matrix
+products, never one row at a time. The adapters stay unmerged, so a row's numbers
+differ from its merged export's by float rounding only (the parity tests' near-tie rule).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from engine.core.errors import ModelError
 PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 Q_PROJ, K_PROJ, V_PROJ, O_PROJ, GATE_PROJ, UP_PROJ, DOWN_PROJ = range(len(PROJECTIONS))
-_KEY = re.compile(r"^talker\.model\.layers\.(\d+)\.(" + "|".join(
+_KEY = re.compile(r"^talker\.(model|code_predictor\.model)\.layers\.(\d+)\.(" + "|".join(
     re.escape(p) for p in PROJECTIONS) + r")\.lora_([AB])$")
 
 
@@ -45,9 +50,12 @@ class AdapterPool:
     """Fixed-capacity stacks of adapters on the device (see the module doc)."""
 
     def __init__(self, shapes: list[list[tuple[int, int]]], slots: int, rank: int,
-                 device: torch.device, dtype: torch.dtype) -> None:
-        #: (out, in) of each projection of each layer
+                 device: torch.device, dtype: torch.dtype, talker_layers: int | None = None
+                 ) -> None:
+        #: (out, in) of each projection of each layer: the talker's, then the predictor's
         self.shapes = shapes
+        #: how many of them are the talker's (the rest: the code predictor's)
+        self.talker_layers = len(shapes) if talker_layers is None else talker_layers
         self.slots = slots  # slot 0 included
         self.rank = rank
         # one allocation for the whole pool, every A and B a view of it: a pool the voices
@@ -67,6 +75,11 @@ class AdapterPool:
             self.b.append(layer_b)
         #: adapter key (its folder) -> slot
         self.used: dict[str, int] = {}
+
+    @property
+    def predictor(self) -> bool:
+        """Whether the pool holds the code predictor's layers too."""
+        return len(self.shapes) > self.talker_layers
 
     def free_slot(self) -> int | None:
         taken = set(self.used.values())
@@ -95,28 +108,33 @@ class AdapterPool:
                 b[slot, :, r:].zero_()
 
     def copy_into(self, other: AdapterPool) -> None:
-        """This pool's slots into a larger one (same shapes)."""
-        r = self.rank
-        for la, lb, oa, ob in zip(self.a, self.b, other.a, other.b, strict=True):
+        """This pool's slots into a larger one (the same layers, maybe the predictor's
+        after them)."""
+        r, n = self.rank, len(self.a)
+        for la, lb, oa, ob in zip(self.a, self.b, other.a[:n], other.b[:n], strict=True):
             for a, b, a2, b2 in zip(la, lb, oa, ob, strict=True):
                 a2[: self.slots, :r].copy_(a)
                 b2[: self.slots, :, :r].copy_(b)
         other.used = dict(self.used)
 
 
-def adapter_pairs(tensors: Mapping[str, Any], layers: int, name: str
+def adapter_pairs(tensors: Mapping[str, Any], layers: int, name: str,
+                  predictor_layers: int = 0
                   ) -> tuple[dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]], int]:
-    """(layer, projection) -> (A, B) of an adapter voice's tensors, and its rank; anything
-    the batch cannot apply (another module, a full trained tensor) refuses in a sentence."""
+    """(layer, projection) -> (A, B) of an adapter voice's tensors, and its rank (code
+    predictor layer j is layer `layers` + j); anything the batch cannot apply (another
+    module, a full trained tensor) refuses in a sentence."""
     found: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         m = _KEY.match(key)
-        if m is None or int(m.group(1)) >= layers:
+        predictor = m is not None and m.group(1) != "model"
+        if m is None or int(m.group(2)) >= (predictor_layers if predictor else layers):
             raise ModelError(f"The adapter voice {name} changes {key}, which voices sharing "
                              "one base cannot apply.",
                              "Export the run as a full voice (without --adapter).")
-        proj = PROJECTIONS.index(m.group(2))
-        found.setdefault((int(m.group(1)), proj), {})[m.group(3)] = torch.as_tensor(value)
+        layer = int(m.group(2)) + (layers if predictor else 0)
+        proj = PROJECTIONS.index(m.group(3))
+        found.setdefault((layer, proj), {})[m.group(4)] = torch.as_tensor(value)
     pairs = {}
     for where, ab in found.items():
         if set(ab) != {"A", "B"}:
@@ -130,9 +148,15 @@ def adapter_pairs(tensors: Mapping[str, Any], layers: int, name: str
 class Adapters:
     """The pool of one `FastTalker` and the voices in it (thread-safe)."""
 
-    def __init__(self, layers: Any, device: torch.device, dtype: torch.dtype) -> None:
-        self.shapes = [[tuple(int(n) for n in layer.get_submodule(p).weight.shape)
-                        for p in PROJECTIONS] for layer in layers]
+    def __init__(self, layers: Any, device: torch.device, dtype: torch.dtype,
+                 predictor_layers: Any = ()) -> None:
+        def shapes(stack: Any) -> list[list[tuple[int, int]]]:
+            return [[tuple(int(n) for n in layer.get_submodule(p).weight.shape)
+                     for p in PROJECTIONS] for layer in stack]
+
+        self.shapes = shapes(layers)
+        #: the code predictor's layers' (a pool holds them once a voice adapts them)
+        self.p_shapes = shapes(predictor_layers)
         self.device, self.dtype = device, dtype
         #: the current pool; None until the first adapter voice (rows then skip the math)
         self.pool: AdapterPool | None = None
@@ -144,9 +168,11 @@ class Adapters:
     def add(self, key: str, tensors: Mapping[str, Any], scaling: float, name: str) -> int:
         """The slot of adapter `key`, written now unless it is in the pool already; the
         caller holds it (one hold, given back by `release`)."""
-        pairs, rank = adapter_pairs(tensors, len(self.shapes), name)
+        pairs, rank = adapter_pairs(tensors, len(self.shapes), name, len(self.p_shapes))
+        every = self.shapes + self.p_shapes
+        predictor = any(layer >= len(self.shapes) for layer, _proj in pairs)
         for (layer, proj), (a, b) in pairs.items():
-            out, inp = self.shapes[layer][proj]
+            out, inp = every[layer][proj]
             if tuple(a.shape[1:]) != (inp,) or tuple(b.shape) != (out, a.shape[0]):
                 raise ModelError(f"The adapter voice {name} was made for a model of other "
                                  "widths.", "Speak it on the base it was trained on.")
@@ -156,9 +182,10 @@ class Adapters:
                 slot = pool.used[key]
                 self.holds[slot] = self.holds.get(slot, 0) + 1
                 return slot
-            slot = None if pool is None or rank > pool.rank else pool.free_slot()
+            fits = pool is not None and rank <= pool.rank and (pool.predictor or not predictor)
+            slot = pool.free_slot() if fits and pool is not None else None
             if slot is None:
-                pool = self._grown(rank)
+                pool = self._grown(rank, predictor)
                 slot = pool.free_slot()
                 assert slot is not None
             pool.write(slot, pairs, scaling)
@@ -167,12 +194,15 @@ class Adapters:
             self.pool = pool
             return slot
 
-    def _grown(self, rank: int) -> AdapterPool:
-        """A new pool with room for one more voice (and `rank`), holding the old one's."""
+    def _grown(self, rank: int, predictor: bool) -> AdapterPool:
+        """A new pool with room for one more voice (and `rank`, and the predictor's layers
+        when `predictor` or the old one has them), holding the old one's."""
         old = self.pool
         have = 0 if old is None else len(old.used)
-        bigger = AdapterPool(self.shapes, _slots_for(have + 2),
-                             max(rank, 0 if old is None else old.rank), self.device, self.dtype)
+        predictor = predictor or (old is not None and old.predictor)
+        bigger = AdapterPool(self.shapes + (self.p_shapes if predictor else []),
+                             _slots_for(have + 2), max(rank, 0 if old is None else old.rank),
+                             self.device, self.dtype, len(self.shapes))
         if old is not None:
             old.copy_into(bigger)
         return bigger
@@ -210,15 +240,29 @@ class Adapters:
 
 
 class RowAdapters:
-    """Each row's adapter for one pass of the talker stack (see the module doc)."""
+    """Each row's adapter for one frame of the talker stack, or (`predictor()`) of the
+    code predictor's (see the module doc)."""
 
-    def __init__(self, pool: AdapterPool, index: torch.Tensor) -> None:
+    def __init__(self, pool: AdapterPool, index: torch.Tensor, first: int = 0) -> None:
         self.pool = pool
         self.index = index
+        self.first = first  # the pool's layer that is this stack's layer 0
+        #: (layer, projection) -> the rows' gathered A and B, made on first use
+        self._rows: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def predictor(self) -> RowAdapters | None:
+        """The same rows' adapters of the code predictor (None: the pool has none)."""
+        pool = self.pool
+        return RowAdapters(pool, self.index, pool.talker_layers) if pool.predictor else None
 
     def delta(self, layer: int, proj: int, x: torch.Tensor) -> torch.Tensor:
         """(x A^T) B^T of every row's adapter on `x` [B, T, in]: [B, T, out]."""
-        a = self.pool.a[layer][proj].index_select(0, self.index)  # [B, r, in]
-        b = self.pool.b[layer][proj].index_select(0, self.index)  # [B, out, r]
+        pair = self._rows.get((layer, proj))
+        if pair is None:
+            at = self.first + layer
+            pair = (self.pool.a[at][proj].index_select(0, self.index),  # [B, r, in]
+                    self.pool.b[at][proj].index_select(0, self.index))  # [B, out, r]
+            self._rows[(layer, proj)] = pair
+        a, b = pair
         low = torch.bmm(x.to(a.dtype), a.transpose(1, 2))
         return torch.bmm(low, b.transpose(1, 2)).to(x.dtype)

@@ -223,8 +223,8 @@ class _Stack:
         written at cache slot rows[b] (a device tensor: each row at its own
         place, no host value involved); attention then covers the first
         `span` slots under `mask` [B, 1, 1, span].
-        `lora` (the talker): each row's adapter voice adds its low-rank update to every
-        adapted projection (`adapters.RowAdapters`; None: the base alone).
+        `lora`: each row's adapter voice adds its low-rank update to every adapted
+        projection of this stack (`adapters.RowAdapters`; None: the base alone).
         """
         b, t, _ = h.shape
         d = self.head_dim
@@ -345,7 +345,8 @@ class FastTalker:
                               self.predictor.config)
         w = talker.codec_head.weight
         #: the adapter voices speaking on this model, per row (`adapters`)
-        self.adapters = Adapters(talker.model.layers, w.device, w.dtype)
+        self.adapters = Adapters(talker.model.layers, w.device, w.dtype,
+                                 self.predictor.model.layers)
         self.groups = self.cfg.num_code_groups
         self.eos = self.cfg.codec_eos_token_id
         self.vocab = self.cfg.vocab_size
@@ -419,6 +420,7 @@ class FastTalker:
     def predict_codebooks(self, past_hidden: torch.Tensor, token: torch.Tensor,
                           cache: list[KV], pick: Callable[[int, torch.Tensor], torch.Tensor],
                           masks: Sequence[torch.Tensor] | None = None,
+                          lora: RowAdapters | None = None,
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         """The code predictor's pass over codebooks 1..15 of one frame, after codebook 0
         (`token` [B]): (codes [B, 16], summed input embedding of the frame [B, 1, H]).
@@ -427,6 +429,7 @@ class FastTalker:
         sampled or greedy (decoding), or the reference's own codes (teacher forcing,
         `agreement`). `masks` (the fixed-shape frame, `rows`): step j attends under
         `masks[j]` over the whole cache; without, causally over the filled prefix.
+        `lora`: each row's code predictor adapters (`RowAdapters.predictor()`; None: none).
         Capture-safe: a fixed number of steps of fixed shapes, nothing read on the host
         (what `pick` does is the caller's)."""
         pred = self.predictor
@@ -440,9 +443,10 @@ class FastTalker:
             t = h.shape[1]
             cos, sin = self.p_cos[start:start + t][None], self.p_sin[start:start + t][None]
             if masks is None:
-                out = self.p_stack.forward(h, cos, sin, cache, start, None)
+                out = self.p_stack.forward(h, cos, sin, cache, start, None, lora=lora)
             else:
-                out = self.p_stack.forward(h, cos, sin, cache, start, masks[step], full=True)
+                out = self.p_stack.forward(h, cos, sin, cache, start, masks[step], full=True,
+                                           lora=lora)
             code = pick(step, linear(out, self.p_heads[step])[:, -1].to(torch.float32))
             codes.append(code)
             emb = pred.model.codec_embedding[step](code[:, None])
@@ -527,6 +531,7 @@ class FastTalker:
             mask = mask[:, None]
         slots_of = torch.tensor(adapters or [0] * batch, dtype=torch.long, device=self.device)
         lora = self.adapters.rows(slots_of) if adapters and any(adapters) else None
+        p_lora = None if lora is None else lora.predictor()
         hidden = self.t_stack.forward(embeds, cos_t[positions], sin_t[positions], t_cache, 0, mask,
                                       lora=lora)
 
@@ -566,7 +571,8 @@ class FastTalker:
             frame_codes, summed = self.predict_codebooks(
                 past_hidden, token, p_cache,
                 lambda j, logits, noise=noise: choose(
-                    logits, settings.predictor, None if noise is None else noise[:, 1 + j]))
+                    logits, settings.predictor, None if noise is None else noise[:, 1 + j]),
+                lora=p_lora)
             codes[:, frame] = frame_codes
             frames = frame + 1
             if on_codes is not None:

@@ -184,11 +184,12 @@ class RowBatch:
             # this frame's codebooks 1..15, then codebook 0 of the next frame
             p_noise = self.frame_noise.draw(self.keys, self.step, first=1)
             t_noise = self.frame_noise.draw(self.keys, self.step + 1, count=1)[:, 0]
+        lora = fast.adapters.rows(self.adapter)
         made, summed = fast.predict_codebooks(
             self.past_hidden, token, self.p_cache,
             lambda j, logits: choose(logits, self.p_sampler,
                                      None if p_noise is None else p_noise[:, j]),
-            masks=self.p_masks)
+            masks=self.p_masks, lora=None if lora is None else lora.predictor())
         at = self.step.clamp(max=self.limit - 1).view(-1, 1, 1).expand(-1, 1, fast.groups)
         self.codes.scatter_(1, at, made[:, None])  # [B, 1, 16]
         text_at = self.step.clamp(max=self.trail_cap).view(-1, 1, 1)
@@ -198,7 +199,7 @@ class RowBatch:
         self.key_valid.scatter_(1, write[:, None], True)
         hidden = fast.t_stack.forward(summed + text, self.cos[pos], self.sin[pos], self.t_cache,
                                       0, self.key_valid[:, None, None, :span], rows=write,
-                                      span=span, lora=fast.adapters.rows(self.adapter))
+                                      span=span, lora=lora)
         scores = linear(hidden, fast.head)[:, -1].to(torch.float32)
         # per-row penalty (x * 1 and x / 1 are exact: a row without one is unchanged)
         penalty = self.penalty

@@ -225,7 +225,9 @@ class TrainRequest:
     on older ones, fp32 on CPU), "bf16", "fp16" or "fp32". trainable: what
     trains (`engine.config.train.TRAINABLE_CHOICES`: "talker" by default,
     "talker+text", "code_predictor", "talker_layers", "lora"); lora_rank and
-    lora_alpha size the LoRA adapters. keep_gathered: parameters between
+    lora_alpha size the LoRA adapters; lora_predictor puts them on the code
+    predictor's layers too (None: the voice's [train] lora_predictor, else the
+    talker's alone). keep_gathered: parameters between
     accumulation micro-steps ("auto": kept when the plan says it fits, "on",
     "off"); compile_layers: torch.compile the decoder layers (GPU runs only).
     """
@@ -248,6 +250,7 @@ class TrainRequest:
     trainable: str | None = None
     lora_rank: int | None = None
     lora_alpha: float | None = None
+    lora_predictor: bool | None = None
     #: the code predictor's share of each step's frames (None: the voice's, else 1)
     predictor_frames: float | None = None
     address: str | None = None
@@ -286,6 +289,10 @@ class TrainRequest:
             raise InputError(f"--predictor-frames must be above 0 and at most 1, not "
                              f"{self.predictor_frames}.",
                              "Give a fraction such as 0.25, or 1 to train it on every frame.")
+        if self.lora_predictor and not self.resume and (self.trainable or "talker") != "lora":
+            raise InputError("--lora-predictor puts LoRA adapters on the code predictor, so "
+                             "it needs --trainable lora.",
+                             "Add --trainable lora, or leave out --lora-predictor.")
         if self.precision is not None and self.precision not in PRECISION_CHOICES:
             raise InputError(f"Unknown precision {self.precision!r}.",
                              f"Use one of: {', '.join(PRECISION_CHOICES)}.")
@@ -311,7 +318,7 @@ class TrainRequest:
                          "keep_gathered": self.keep_gathered,
                          "compile_layers": self.compile_layers},
             "model": {"trainable": self.trainable, "lora_rank": self.lora_rank,
-                      "lora_alpha": self.lora_alpha,
+                      "lora_alpha": self.lora_alpha, "lora_predictor": self.lora_predictor,
                       "predictor_frames": self.predictor_frames},
             "optim": {"lr": self.lr},
             "data": {k: val for k, val in {"batch_size": self.batch_size,
@@ -415,6 +422,9 @@ class TrainRun:
         overrides = req.overrides(workers, use_gpu, threads)
         if overrides["model"]["predictor_frames"] is None and not req.resume:
             overrides["model"]["predictor_frames"] = v.predictor_frames  # voice.toml [train]
+        if overrides["model"]["lora_predictor"] is None and not req.resume \
+                and req.trainable == "lora":
+            overrides["model"]["lora_predictor"] = v.lora_predictor  # voice.toml [train]
         runs_dir = v.runs_dir
         if req.resume:
             found = pick_run(v.path, req.run)
@@ -428,6 +438,13 @@ class TrainRun:
             # the data position in a checkpoint indexes this run's clips: refuse other data
             check_same_data(run_dir, v.path, data_fingerprint(v.path))
             saved = found.read_config()
+            was = bool((saved.get("model") or {}).get("lora_predictor"))
+            if req.lora_predictor is not None and req.lora_predictor != was:
+                # its checkpoints hold the adapters it was started with, no others
+                raise InputError(f"The run {found.name} trains "
+                                 f"{'its' if was else 'no'} adapters on the code predictor, "
+                                 "and a resumed run keeps the adapters it has.",
+                                 "Resume it without --lora-predictor, or start a new run.")
             before = json.loads(json.dumps(saved))
             # the saved config wins except for what the caller changed now (e.g. more steps)
             for section, values in overrides.items():

@@ -1,7 +1,8 @@
 """LoRA adapters on the talker's attention and MLP projections (trainable "lora").
 
 Each target `nn.Linear` (q, k, v, o, gate, up, down of every talker decoder
-layer; not the code predictor's) gets two parameters of its own,
+layer, and with `predictor` (`model.lora_predictor`) of every code predictor
+decoder layer too: it carries codebooks 1-15) gets two parameters of its own,
 ``lora_A`` (rank x in) and ``lora_B`` (out x rank), and a forward hook that
 adds ``(alpha / rank) * x A^T B^T`` to its output. The base weight keeps its
 official name and stays frozen, so:
@@ -47,19 +48,25 @@ def _lora_forward_hook(module: nn.Module, args: tuple[torch.Tensor, ...],
     return output + update.to(output.dtype) * module.lora_scaling
 
 
-def target_modules(talker: nn.Module) -> Iterator[tuple[str, nn.Linear]]:
-    """(name relative to the talker, module) of every projection that gets an adapter."""
-    for i, layer in enumerate(talker.model.layers):
-        for t in TARGETS:
-            mod = layer.get_submodule(t)
-            if isinstance(mod, nn.Linear):
-                yield f"model.layers.{i}.{t}", mod
+def target_modules(talker: nn.Module, predictor: bool = False
+                   ) -> Iterator[tuple[str, nn.Linear]]:
+    """(name relative to the talker, module) of every projection that gets an adapter:
+    the talker's decoder layers', and with `predictor` the code predictor's too."""
+    stacks = [("model.layers", talker.model.layers)]
+    if predictor:
+        stacks.append(("code_predictor.model.layers", talker.code_predictor.model.layers))
+    for prefix, layers in stacks:
+        for i, layer in enumerate(layers):
+            for t in TARGETS:
+                mod = layer.get_submodule(t)
+                if isinstance(mod, nn.Linear):
+                    yield f"{prefix}.{i}.{t}", mod
 
 
-def add_lora(talker: nn.Module, rank: int, alpha: float) -> int:
+def add_lora(talker: nn.Module, rank: int, alpha: float, predictor: bool = False) -> int:
     """Give every target projection an adapter (idempotent); returns how many there are."""
     n = 0
-    for _, mod in target_modules(talker):
+    for _, mod in target_modules(talker, predictor):
         n += 1
         if hasattr(mod, "lora_A"):
             continue

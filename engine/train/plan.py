@@ -233,7 +233,7 @@ def count_units(model_dir: str | Path, model_cfg: Any, workers: int,
     """Per FSDP unit: full and rank-0-local element counts (meta device, no memory)."""
     model_cfg = model_cfg or ModelConfig()
     table = _param_table(str(model_dir), model_cfg.trainable, model_cfg.lora_rank,
-                         separate_text_embedding)
+                         separate_text_embedding, model_cfg.lora_predictor)
     units: dict[str, UnitCount] = {}
     for name, shape, trainable in table:
         u = units.setdefault(name, UnitCount(name, 0, 0, 0))
@@ -248,15 +248,16 @@ def count_units(model_dir: str | Path, model_cfg: Any, workers: int,
 
 @functools.lru_cache(maxsize=32)
 def _param_table(model_dir: str, trainable: str, lora_rank: int,
-                 separate_text_embedding: bool) -> tuple[tuple[str, tuple[int, ...], bool], ...]:
+                 separate_text_embedding: bool, lora_predictor: bool = False
+                 ) -> tuple[tuple[str, tuple[int, ...], bool], ...]:
     """(FSDP unit, shape, trains) of every parameter; one meta build per choice, cached
     (a plan compares several choices and variants of the same model)."""
     # torch loads here, not when this module is imported (start-up cost)
     from engine.train.objective import build_objective
     from engine.train.parallelize import decoder_layers
 
-    objective = build_objective(model_dir, ModelConfig(trainable=trainable, lora_rank=lora_rank),
-                                device="meta")
+    objective = build_objective(model_dir, ModelConfig(
+        trainable=trainable, lora_rank=lora_rank, lora_predictor=lora_predictor), device="meta")
     owner: dict[int, str] = {}
     for i, layer in enumerate(decoder_layers(objective)):
         for p in layer.parameters():
@@ -490,7 +491,7 @@ def step_temp_bytes(model_dir: Path, config: Any, workers: int, device: str,
     foreach AdamW's sqrt(v) of every trainable shard at once, in fp32.
     """
     table = _param_table(str(model_dir), config.model.trainable, config.model.lora_rank,
-                         config.parallel.separate_text_embedding)
+                         config.parallel.separate_text_embedding, config.model.lora_predictor)
     locals_ = [_local_numel(shape, workers) for _, shape, trains in table if trains]
     if not locals_:
         return 0

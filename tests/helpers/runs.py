@@ -13,7 +13,11 @@ registered in tests/conftest.py).
   step exported beside the voice (the export merges the adapters). The same dict, read-only;
   the voice holds the adapter voice the finished run wrote (`exports/lora-adapter`): a test
   that wants the run alone removes it from its copy.
-  Both dicts also hold the run's "result" (what `train` returned) and its "events".
+- `lora_predictor_run` (session): as `lora_run`, with `--lora-predictor` (adapters on the
+  code predictor's layers too), two CPU workers (each decoder layer's FSDP unit sharded,
+  its adapters with it), `LORA_STEPS` steps with one checkpoint at the last, in
+  `runs/lorap`; its adapter voice is `exports/lorap-adapter` of its voice.
+  All three dicts also hold the run's "result" (what `train` returned) and its "events".
 - `make_perturbed_run(voice, model_dir)` (bench/bench_quality.py): what a real run
   leaves behind without Ray, in one process: the resolved config, DCP checkpoints saved
   by the training area's `Checkpointer` from the real objective and optimizer, and an
@@ -79,6 +83,17 @@ def lora_run(prepared_voice: Path, tiny_model_dir: Path, shared_cluster: SharedC
         tmp_path_factory.mktemp("lora_run"), prepared_voice, tiny_model_dir, shared_cluster,
         "lora", LORA_STEPS, workers=1, checkpoint_every=1, val_every=0, lr=5e-2,
         trainable="lora", lora_rank=LORA_RANK, lora_alpha=LORA_ALPHA))
+
+
+@pytest.fixture(scope="session")
+def lora_predictor_run(prepared_voice: Path, tiny_model_dir: Path,
+                       shared_cluster: SharedCluster,
+                       tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return kept("lora_predictor_run", lambda: _train_and_export(
+        tmp_path_factory.mktemp("lora_predictor_run"), prepared_voice, tiny_model_dir,
+        shared_cluster, "lorap", LORA_STEPS, workers=2, checkpoint_every=LORA_STEPS,
+        val_every=0, lr=5e-2, trainable="lora", lora_rank=LORA_RANK, lora_alpha=LORA_ALPHA,
+        lora_predictor=True))
 
 
 def make_perturbed_run(voice: Path, model_dir: Path, run: str = "r1",
