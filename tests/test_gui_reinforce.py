@@ -165,3 +165,49 @@ def test_a_reinforced_run_shows_its_stage_read_back(
     qtbot.wait(200)
     shots = Path(os.environ.get("VOXSHARD_SHOTS", tmp_path))
     assert window.grab().save(str(shots / "train-reinforce-read-back.png"))
+
+
+def _refused(qtbot, panel) -> str:
+    _click(qtbot, panel.start_btn)
+    job = panel.job
+    assert job is not None
+    with qtbot.waitSignal(job.finished, timeout=120000):
+        pass
+    assert job.outcome == "failed", job.outcome
+    return panel.state.text()
+
+
+def test_the_tab_chooses_the_ray_path_and_says_what_the_engine_refuses(
+        qtbot, window: MainWindow, workspace: Path, trained_run: dict[str, Any],
+        lora_run: dict[str, Any]) -> None:
+    voice = copy_voice(trained_run["voice"], workspace / "joe")
+    page = _open(qtbot, window, voice)
+    panel = page.reinforce
+    panel.extra_args = ASR
+    _click(qtbot, panel.more_btn)
+    for name, value in (("prompts", "1"), ("group", "2"), ("max_frames", "12")):
+        panel.fields[name].setText(value)
+    # in the engine's process by default: no Ray flag, no address to give
+    assert panel.workers.text() == "this process" and not panel.address.isEnabled()
+    assert "--workers" not in panel.settings_args()
+    panel.workers.setFocus()
+    for _ in range(3):
+        qtbot.keyClick(panel.workers, Qt.Key.Key_Up)
+    assert panel.address.isEnabled()
+    qtbot.keyClicks(panel.address, "127.0.0.1:6379")
+    assert panel.settings_args()[-4:] == ["--workers", "3", "--address", "127.0.0.1:6379"]
+    # 1 x 2 renders over 3 workers: the engine refuses before it reaches any cluster
+    said = _refused(qtbot, panel)
+    assert said.startswith("Reinforce did not run: 1 x 2 renders per iteration do not split "
+                           "evenly over 3 workers."), said
+    assert not stage_steps(voice / "runs" / "r1")
+
+    # a LoRA run's stage runs in this process only: on Ray workers, one sentence
+    lora = copy_voice(lora_run["voice"], workspace / "ann")
+    page = _open(qtbot, window, lora)
+    panel = page.reinforce
+    panel.extra_args = ASR
+    panel.workers.setValue(2)
+    said = _refused(qtbot, panel)
+    assert said == ("Reinforce did not run: The run lora trained LoRA adapters, which the "
+                    "reinforce stage updates in this process only, not on Ray workers."), said

@@ -64,6 +64,18 @@ PLAYBACK_GAPS = ("Playback paused while it waited for the speech (this machine m
 
 #: the state while the speech worker loads a model (a voice of the same base only switches)
 LOADING = "Loading the model…"
+#: what the engine's runaway guard saw where it cut a render short (its result's "runaway")
+CUT_WORDS = {"loop": "it kept repeating itself", "silence": "it stayed silent"}
+
+
+def cut_sentence(reasons: object) -> str:
+    """One plain sentence on a render the runaway guard cut short ("" when none was)."""
+    said = [CUT_WORDS[str(r)] for r in reasons if str(r) in CUT_WORDS] \
+        if isinstance(reasons, list | tuple) else []
+    if not said:
+        return ""
+    return (f"The speech was cut short where {' and where '.join(said)}; you hear it up to "
+            "there.")
 #: an item's short form, what the closed box shows (its list shows the whole label)
 SHORT_TEXT_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -449,7 +461,9 @@ class ListenPage(Page):
             write_json(meta, {"text": text, "model": label, "source": src,
                               "duration_s": result.get("duration_s"),
                               "created": time.strftime("%Y-%m-%d %H:%M:%S")})
-        self.state.setText(str(result.get("summary") or f"Saved {out.name}"))
+        summary = str(result.get("summary") or f"Saved {out.name}")
+        cut = cut_sentence(result.get("runaway"))
+        self.state.setText(f"{summary} {cut}" if cut else summary)
         if out.exists() and not streamed:
             self.ctx.player.play_file(out)
         self.ctx.notify_changed()  # the history is re-read with the new render

@@ -7,6 +7,12 @@ its terms, the KL to the starting checkpoint and the groups' reward spread (the 
 run's metrics.jsonl (rows of kind "reinforce"). Stop asks the engine to finish and save
 the iteration under way; Resume continues from the stage's own checkpoint. The stage's
 checkpoints are the run's, so the page's evaluation and best pick include them.
+
+Where it runs, as training's settings choose it: in the engine's process (0 workers), or
+with the policy update in N Ray Train workers (`--workers`) on a private local cluster or
+an existing one (`--address`). What the engine refuses there (a LoRA run, renders that do
+not split evenly over the workers, a cluster it cannot reach) it says in one sentence, shown
+on the state line.
 """
 
 from __future__ import annotations
@@ -187,6 +193,24 @@ class ReinforcePanel(QWidget):
             grid.addWidget(edit, i // 2, 2 * (i % 2) + 1)
         # a bounded box that scrolls: open, the charts keep most of the tab
         self.form = QScrollArea()
+        # where the stage runs (the engine's --workers / --address, as training's)
+        row = (len(OTHER_FIELDS) + 1) // 2
+        self.workers = QSpinBox()
+        self.workers.setRange(0, 64)
+        self.workers.setSpecialValueText("this process")
+        self.workers.setToolTip("Ray Train workers for the policy update (FSDP2, as "
+                                "training); 'this process': the stage runs in the engine's "
+                                "own process")
+        self.address = QLineEdit()
+        self.address.setPlaceholderText("existing Ray cluster host:port (empty: a local one)")
+        self.address.setToolTip("With workers: an existing Ray cluster to run on; empty, "
+                                "the engine starts a private one on this machine")
+        self.address.setEnabled(False)
+        self.workers.valueChanged.connect(lambda n: self.address.setEnabled(n > 0))
+        for col, (text, widget) in enumerate((("Ray workers", self.workers),
+                                              ("cluster", self.address))):
+            grid.addWidget(QLabel(text), row, 2 * col)
+            grid.addWidget(widget, row, 2 * col + 1)
         self.form.setWidget(inner)
         self.form.setWidgetResizable(True)
         self.form.setFrameShape(QFrame.Shape.NoFrame)
@@ -238,7 +262,16 @@ class ReinforcePanel(QWidget):
         for name in ("iterations", *OTHER_FIELDS):
             if getattr(cfg, name) != getattr(base, name) or name == "iterations":
                 args += ["--" + name.replace("_", "-"), str(getattr(cfg, name))]
-        return args
+        return args + self.cluster_args()
+
+    def cluster_args(self) -> list[str]:
+        """Where the stage runs: nothing (the engine's process), or its Ray workers and
+        the cluster's address when one is given."""
+        workers = self.workers.value()
+        if not workers:
+            return []
+        address = self.address.text().strip()
+        return ["--workers", str(workers), *(["--address", address] if address else [])]
 
     # -- state ------------------------------------------------------------------------
     def run_dir(self) -> Path | None:
