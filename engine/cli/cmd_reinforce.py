@@ -41,7 +41,7 @@ def _reinforce(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     try:
         request = ReinforceRequest(voice, args.run, args.checkpoint, cfg, args.resume, args.asr,
-                                   args.device, args.workers, args.address)
+                                   args.device, args.workers, args.address, args.max_failures)
         result = reinforce(request, on_event=em, cancel=stop)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -70,5 +70,8 @@ def register(sub: Any) -> None:
     p.add_argument("--address", default=None,
                    help="with --workers: an existing Ray cluster (host:port); default: a "
                         "private local one")
+    p.add_argument("--max-failures", type=int, default=2,
+                   help="with --workers: worker-group restarts from the stage's newest "
+                        "checkpoint before giving up")
     for f in dataclasses.fields(ReinforceConfig):
         add_field(p, ReinforceConfig, f.name)

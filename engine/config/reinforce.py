@@ -9,15 +9,25 @@ The reward of one render is
 
 where `similarity` is the independent encoder's cosine to the speaker's held-out clips,
 and `rate_off` is how far (log ratio) the speaking rate lies outside
-[rate_low, rate_high] x the speaker's own rate (0 inside).
+[rate_low, rate_high] x the speaker's own rate (0 inside). That is the "voice" reward;
+`reward` may name another, "package.module:factory" (`engine.reinforce.reward`), which
+the weights above do not enter unless it reads them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
+
+#: the stage's own reward (speaker similarity, word errors, length cap, speaking rate)
+VOICE_REWARD = "voice"
+#: the form of a reward named by import: "package.module:factory"
+_IMPORT_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+#: the settings that are text, not numbers
+_TEXT_FIELDS = frozenset({"reward"})
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,10 @@ class ReinforceConfig:
     max_frames: int = 240
     #: write a checkpoint every N iterations (and always at the end and at a stop)
     checkpoint_every: int = 10
+    #: the reward: "voice" (speaker similarity, word errors, length cap, speaking rate,
+    #: weighed below) or "package.module:factory", a function of a RewardContext that
+    #: returns the reward of a list of renders (engine/reinforce/reward.py)
+    reward: str = VOICE_REWARD
     #: reward weight of speaker similarity (the independent encoder)
     similarity_weight: float = 1.0
     #: reward weight of the recogniser's word error rate (taken at most 1)
@@ -59,8 +73,14 @@ class ReinforceConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.reward, str) or not (
+                self.reward == VOICE_REWARD or _IMPORT_SPEC.fullmatch(self.reward)):
+            raise ValueError(f"reinforce.reward: must be \"{VOICE_REWARD}\" or an import spec "
+                             f"\"package.module:factory\", got {self.reward!r}")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name in _TEXT_FIELDS:
+                continue
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not math.isfinite(value)):
                 raise ValueError(f"reinforce.{f.name}: must be a finite number, got {value!r}")

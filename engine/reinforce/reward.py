@@ -1,4 +1,12 @@
-"""The stage's reward: the evaluation's own measures of a render, weighted into one number.
+"""The stage's reward: by default the evaluation's own measures of a render, weighted into
+one number; `[reinforce] reward` may name another.
+
+`load_reward` builds the reward `[reinforce] reward` names, once per process that scores
+(the one-process stage, or the Ray rollout actor): "voice" (the default, `voice_reward`)
+or an import spec "package.module:factory", a function given a `RewardContext` that
+returns a `stage.Reward` (the renders of an iteration and its texts -> one score per
+render, a number or a dict with "reward" and its terms). `reward_factory` imports the
+spec and refuses one that cannot work in one sentence, before any cluster starts.
 
 A `Scorer` holds the recogniser and the independent speaker encoder (the evaluation's
 `Meter`, loaded once per scorer, never per render) and the speaker's held-out clips
@@ -9,17 +17,21 @@ render; `reward` weighs the terms with the voice's [reinforce] settings
 
 from __future__ import annotations
 
+import importlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from engine.config.reinforce import ReinforceConfig
+from engine.config.reinforce import VOICE_REWARD, ReinforceConfig
+from engine.core.errors import InputError
 from engine.core.events import Emitter, as_emitter
 from engine.layout.voice import Voice
 from engine.quality.evaluate import MAX_REFERENCES, Meter, Reference
+from engine.reinforce.stage import Reward
 
 #: the terms each render is scored on, logged per iteration as `reinforce/<term>`
 TERMS = ("similarity", "wer", "capped", "rate_off")
@@ -72,3 +84,54 @@ class Scorer:
         """The terms of one render and its `reward`."""
         t = self.terms(audio, sample_rate, text, capped)
         return {"reward": reward(t, self.cfg), **t}
+
+
+@dataclass(frozen=True)
+class RewardContext:
+    """What a reward factory is given (once per process that scores)."""
+
+    voice: Voice
+    run_dir: Path
+    cfg: ReinforceConfig
+    #: the loaded `models.StageModels`: `models.roller.audio(renders)` decodes renders to
+    #: 24 kHz waveforms by the model's codec, `models.model` is the official model
+    models: Any
+    #: a recogniser spec or a loaded one (the request's --asr)
+    asr: Any = None
+    device: str | None = None
+    emitter: Emitter | None = None
+
+
+#: a reward factory: the context -> the stage's reward
+RewardFactory = Callable[[RewardContext], Reward]
+
+
+def voice_reward(ctx: RewardContext) -> Reward:
+    """The stage's own reward: each render decoded and scored by a `Scorer` (loaded here,
+    once)."""
+    scorer = Scorer.load(ctx.voice, ctx.run_dir, ctx.cfg, ctx.asr, ctx.device, ctx.emitter)
+    return lambda renders, texts: ctx.models.score(scorer, renders, texts)
+
+
+def reward_factory(spec: str) -> RewardFactory:
+    """The factory `[reinforce] reward` names (the config checked its form); InputError in
+    one sentence when it cannot be imported or is no function."""
+    if spec == VOICE_REWARD:
+        return voice_reward
+    module, _, name = spec.partition(":")
+    hint = ("Set [reinforce] reward to \"voice\", or to \"package.module:factory\" of a module "
+            "this Python (and every Ray node) can import.")
+    try:
+        factory = getattr(importlib.import_module(module), name, None)
+    except Exception as exc:  # any failure of the user's module at import is theirs
+        raise InputError(f"The reward {spec!r} cannot be imported ({type(exc).__name__}: "
+                         f"{exc}).", hint) from exc
+    if not callable(factory):
+        raise InputError(f"The reward {spec!r} names no function: {module} has no callable "
+                         f"{name!r}.", hint)
+    return factory
+
+
+def load_reward(ctx: RewardContext) -> Reward:
+    """The reward `ctx.cfg.reward` names, built once."""
+    return reward_factory(str(ctx.cfg.reward))(ctx)

@@ -27,7 +27,9 @@ evaluate and serve read them as they read the run's.
 
 By default the stage runs in this process (CPU, or one GPU). With `workers` it runs on
 Ray (`engine.reinforce.workers`): the update in training's Ray Train / FSDP2 workers,
-launched by training's own launcher, rollouts and scoring in one actor on this node.
+launched by training's own launcher, rollouts and scoring in one actor on this node; a
+worker lost mid-stage makes Ray restart the group (`max_failures`), which continues from the
+stage's newest checkpoint.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ from engine.layout.voice import Voice, display_path, now_iso, open_voice
 from engine.model.loading import resolve_model
 from engine.quality.evaluate import HELD_OUT_SENTENCES
 from engine.reinforce.models import load_stage_models
-from engine.reinforce.reward import TERMS, Scorer
+from engine.reinforce.reward import TERMS, RewardContext, load_reward, reward_factory
 from engine.reinforce.stage import Grpo, iteration_texts
 from engine.reinforce.workers import Rollouts, reinforce_loop
 from engine.train.checkpoint import Checkpointer
@@ -94,6 +96,9 @@ class ReinforceRequest:
     workers: int | None = None
     #: an existing Ray cluster (host:port); None: a private local one (with `workers`)
     address: str | None = None
+    #: with `workers`: worker-group restarts after a lost worker, each from the stage's
+    #: newest checkpoint (as training's `max_failures`)
+    max_failures: int = 2
 
 
 def stage_checkpoints(run: Run) -> list[Any]:
@@ -181,12 +186,12 @@ class _Stage:
         self.voice, self.run, self.plan, self.cfg, self.em = voice, run, plan, cfg, em
         self.models = load_stage_models(voice, run, plan.start, _trainable(run),
                                         request.device or "cpu", cfg.seed)
-        em.state("loading", detail="the recogniser and the speaker encoder")
-        self.scorer = Scorer.load(voice, run.path, cfg, request.asr, request.device, em)
+        em.state("loading", detail="the reward (by default the recogniser and the speaker "
+                                   "encoder)")
+        reward = load_reward(RewardContext(voice, run.path, cfg, self.models, request.asr,
+                                           request.device, em))
         self.policy = self.models.policy
-        self.grpo = Grpo(self.policy, self.models.reference, self.models.roller,
-                         lambda renders, texts: self.models.score(self.scorer, renders, texts),
-                         cfg)
+        self.grpo = Grpo(self.policy, self.models.reference, self.models.roller, reward, cfg)
         self.checkpointer = Checkpointer(run.path, rank=0, world_size=1)
         if plan.resume_from is not None:
             self.checkpointer.load(plan.resume_from, self.policy, self.grpo.optimizer, None)
@@ -278,7 +283,7 @@ def _on_ray(voice: Voice, run: Run, plan: _Plan, cfg: ReinforceConfig,
         base_dir = resolve_model(str(run.base_model()), download=False)
         spec = LaunchSpec(config=config.to_dict(), run_dir=run.path,
                           total_steps=int(cfg.iterations), workers=workers, use_gpu=use_gpu,
-                          max_failures=0, loop=reinforce_loop,
+                          max_failures=int(request.max_failures), loop=reinforce_loop,
                           extra={"model_dir": str(base_dir), "trainable": _trainable(run),
                                  "reinforce": cfg.to_dict(), "start": str(plan.start),
                                  "resume_from": (str(plan.resume_from)
@@ -323,6 +328,7 @@ def reinforce(request: ReinforceRequest, on_event: EventCallback | Emitter | Non
                              "reinforce.", "Train it first with `voxshard-engine train`.",
                              window_hint="Train the voice first.")
     cfg = request.config or voice.reinforce_config
+    reward_factory(cfg.reward)  # a reward that cannot load is refused before any cluster
     _trainable(run, request.workers)  # refused before anything is loaded
     plan = _plan(run, request, em)
     pool = held_out_texts(voice)

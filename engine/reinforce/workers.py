@@ -1,25 +1,31 @@
 """The reinforce stage on Ray: the policy update in Ray Train / FSDP2 workers (training's
 launcher, `engine.train.launch`), rollouts and scoring in one Ray actor beside them.
 
-- `Rollouts` (an actor; the recogniser, the encoder, the frozen reference and a whole copy
-  of the policy loaded once): each iteration it takes the policy's weights (`load`),
-  samples the renders from them, scores them and hands each rank its share (`shards`):
-  the renders laid out as training clips, their codes' log-probabilities under the policy
-  that sampled them and under the reference, and their advantages.
+- `Rollouts` (an actor; the reward `[reinforce] reward` names (by default the recogniser
+  and the encoder), the frozen reference and a whole copy of the policy, loaded once):
+  each iteration it takes the policy's weights (`load`), samples the renders from them,
+  scores them and hands each rank its share (`shards`): the renders laid out as training
+  clips, their codes' log-probabilities under the policy that sampled them and under the
+  reference, and their advantages.
 - `reinforce_loop` (every Ray Train worker): the policy is the training objective built
   and sharded as training builds it (`PolicyObjective`: its forward gives the batch's code
   log-probabilities, so FSDP2 gathers and reduces as in a training step); the start
-  checkpoint (or the stage's own, on resume) is loaded through training's `Checkpointer`.
+  checkpoint is loaded through training's `Checkpointer`, then the stage's own newest in
+  the run folder if there is one: on `--resume`, and when Ray Train restarts the worker
+  group after a worker was lost (`max_failures`, as for training), so a restarted group
+  continues from the last saved iteration and draws its renders again the same.
   Per iteration: the full trainable weights are gathered (a collective) and rank 0 sends
   them to the actor, which rolls out from them; every rank updates on its share (FSDP
   averages the gradients over ranks, so equal shares give the whole batch's mean); rank 0
   sends the iteration's figures to the run's metrics (kind "reinforce"); every
   `checkpoint_every` iterations, at the end and at a Stop, all ranks save a checkpoint in
-  training's format.
+  training's format. A failure of the actor (the reward raising, the actor gone) ends the
+  stage at once (`FatalTrainingError`): a restart would only meet it again.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +33,11 @@ import torch
 
 from engine.config.reinforce import ReinforceConfig
 from engine.config.train import TrainConfig
+from engine.layout.checkpoints import latest_checkpoint, step_of
 from engine.layout.run import Run
 from engine.layout.voice import open_voice
 from engine.reinforce.models import StageModels, load_stage_models
-from engine.reinforce.reward import Scorer
+from engine.reinforce.reward import RewardContext, load_reward
 from engine.reinforce.stage import (
     iteration_seed,
     iteration_texts,
@@ -40,7 +47,7 @@ from engine.reinforce.stage import (
 )
 from engine.train.builder import worker_device
 from engine.train.checkpoint import Checkpointer
-from engine.train.failures import StopPoller
+from engine.train.failures import FatalTrainingError, StopPoller
 from engine.train.grpo import CodeLogprobs, PolicyObjective, code_logprobs
 from engine.train.metrics import MetricsSender
 from engine.train.objective import batch_to_device, build_talker, load_base_weights, set_trainable
@@ -56,7 +63,8 @@ class Rollouts:
         run = Run(Path(spec["run_dir"]))
         self.models: StageModels = load_stage_models(voice, run, Path(spec["start"]),
                                                      spec["trainable"], "cpu", self.cfg.seed)
-        self.scorer = Scorer.load(voice, run.path, self.cfg, spec.get("asr"))
+        self.reward = load_reward(RewardContext(voice, run.path, self.cfg, self.models,
+                                                spec.get("asr")))
         self.params = dict(self.models.model.named_parameters())
 
     def load(self, weights: dict[str, torch.Tensor]) -> int:
@@ -66,14 +74,11 @@ class Rollouts:
                 self.params[name].copy_(tensor.to(self.params[name].dtype))
         return len(weights)
 
-    def _reward(self, renders: list[Any], texts: list[str]) -> list[dict[str, float]]:
-        return self.models.score(self.scorer, renders, texts)
-
     def shards(self, it: int, texts: list[str], world: int) -> dict[str, Any]:
         """Iteration `it`'s renders from the loaded weights, scored; render i goes to rank
         i % world. {"figures": ..., "shards": [one per rank]}."""
         m = self.models
-        rollout = roll_out(m.roller, self._reward, self.cfg, it, texts)
+        rollout = roll_out(m.roller, self.reward, self.cfg, it, texts)
         out = []
         for rank in range(world):
             picked = list(range(rank, len(rollout.renders), world))
@@ -136,9 +141,30 @@ def _mean(value: float, device: Any) -> float:
     return float(t.item())
 
 
+def actor_result(call: Any) -> Any:
+    """`ray.get` of a call to the rollout actor; its failure is fatal (module doc)."""
+    import ray  # a Ray worker's module: the driver imports it before Ray is needed
+
+    try:
+        return ray.get(call)
+    except Exception as exc:
+        text = [line for line in str(exc).splitlines() if line.strip()][-1:] or [
+            type(exc).__name__]
+        raise FatalTrainingError("rollout", f"The reinforce stage's rollouts failed: "
+                                 f"{text[0].strip()}", "Run again with --debug for the "
+                                 "actor's traceback.") from None
+
+
+def _stage_resume(run_dir: Any, base: int) -> Any:
+    """The stage's newest complete checkpoint in the run folder (a step above `base`, the
+    run's highest when the stage began), or None."""
+    newest = latest_checkpoint(run_dir)
+    return newest if newest is not None and (step_of(newest) or 0) > base else None
+
+
 def reinforce_loop(loop_config: dict[str, Any]) -> None:
     """Every worker's entry point (given to training's launcher as its loop)."""
-    import ray
+    import ray  # a Ray worker's module: the driver imports it before Ray is needed
     import ray.train
 
     ctx = ray.train.get_context()
@@ -147,28 +173,37 @@ def reinforce_loop(loop_config: dict[str, Any]) -> None:
     stage = ReinforceConfig.from_dict(loop_config["reinforce"])
     torch.set_num_threads(cfg.parallel.cpu_threads_per_worker)
     sender = MetricsSender(loop_config.get("queue"), rank)
+    # the launcher learns the pids (and counts a second start of rank 0 as a restart)
+    sender.send("state", {"state": "worker_started", "detail": f"rank {rank}", "rank": rank,
+                          "pid": os.getpid()})
     stop = StopPoller(loop_config.get("stop_flag"))
     policy, device = _policy(cfg, loop_config)
     optimizer = make_optimizer(policy, stage)
     ckpt = Checkpointer(loop_config["run_dir"], rank, world)
     # the start: its weights (the training optimizer's state is not the stage's)
     ckpt.load(loop_config["start"], policy, make_optimizer(policy, stage), None)
+    base = int(loop_config["base"])
     done = int(loop_config["done"])
-    if loop_config.get("resume_from"):
-        state = ckpt.load(loop_config["resume_from"], policy, optimizer, None)
+    # --resume, or a group Ray restarted: the stage's own newest (the driver's resume_from
+    # is among them, and a restart may have saved later ones)
+    resume = _stage_resume(loop_config["run_dir"], base)
+    if resume is not None:
+        state = ckpt.load(resume, policy, optimizer, None)
         done = int(state["iteration"])
-    actor, texts, base = loop_config["actor"], loop_config["texts"], int(loop_config["base"])
+        if rank == 0:
+            sender.log(f"reinforce stage: continuing after iteration {done} ({resume.name})")
+    actor, texts = loop_config["actor"], loop_config["texts"]
     extra = dict(loop_config["state"])  # what trainer.json says of the stage
     saved = done
     for it in range(done, int(stage.iterations)):
         weights = _full_weights(policy)
         handle = None
         if rank == 0:
-            ray.get(actor.load.remote(weights))
+            actor_result(actor.load.remote(weights))
             # the data itself to every rank (small: codes and their log-probabilities); an
             # object ref pickled by torch would not be borrowed properly by the others
-            handle = [ray.get(actor.shards.remote(it, iteration_texts(texts, stage, it),
-                                                  world)), stop()]
+            handle = [actor_result(actor.shards.remote(it, iteration_texts(texts, stage, it),
+                                                      world)), stop()]
         handle = _broadcast(handle, ckpt.group)
         rollout = handle[0]
         mine = rollout["shards"][rank]

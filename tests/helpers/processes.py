@@ -7,13 +7,20 @@
 - `session_processes`: every live process of a session (a process started with
   `start_new_session=True` leads one: all it started is found by its pid).
 - `python_threads`: the names of this process's Python threads.
+- `stopped_at_first_metric`: an engine command with `--json`, sent SIGTERM (the window's
+  Stop) at its first metric event of a split; its exit code and every event.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
 import sys
 import threading
+from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -125,3 +132,23 @@ def session_processes(sid: int) -> list[psutil.Process]:
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
     return found
+
+
+def stopped_at_first_metric(cmd: list[str], split: str, cwd: Path | None = None,
+                            timeout: float = 300) -> tuple[int, list[dict[str, Any]]]:
+    """Run `cmd` (an engine command with --json), SIGTERM it at its first `metric` event
+    of `split`; (its exit code, every event it wrote)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=cwd,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    events: list[dict[str, Any]] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            events.append(json.loads(line))
+            if events[-1]["event"] == "metric" and events[-1].get("split") == split:
+                proc.send_signal(signal.SIGTERM)
+                break
+        events += [json.loads(line) for line in proc.stdout]
+        return proc.wait(timeout=timeout), events
+    finally:
+        proc.kill()
