@@ -166,18 +166,11 @@ class SpeechApp:
         except InputError:
             return  # a folder given on the command line went away: keep what is served
         self._stamp = stamp
-        voices, loaded = self.pool.voices, self.pool.loaded
-        gone = [name for name in voices if name not in found]
-        for name in gone:
-            voices.pop(name, None)
+        voices = self.pool.voices
+        # a worker no name it answered is served by any more is closed
+        await self.pool.forget([name for name in voices if name not in found])
         for name, voice in found.items():
             voices.setdefault(name, voice)
-        workers = {id(w): w for name in gone if (w := loaded.get(name)) is not None}
-        for worker in workers.values():
-            if all(w is not worker for n, w in loaded.items() if n not in gone):
-                await self.pool._unload(worker)  # no name it answered is served any more
-        for name in gone:
-            loaded.pop(name, None)
 
     # -- small routes ----------------------------------------------------------------------
     async def health(self, _request: Request) -> Response:
@@ -232,7 +225,7 @@ class SpeechApp:
             await asyncio.to_thread(register.remove_registered, workspace, name)
         except ApiError as err:
             return error_response(err)
-        self.pool.voices.pop(name, None)
+        await self.pool.forget([name])  # its worker lets it go (see `Pool.forget`)
         await self._sync_voices(force=True)  # its other names (`name/instant`) go too
         return JSONResponse({"id": name, "object": "audio.voice.deleted", "deleted": True})
 

@@ -6,10 +6,13 @@ requests for one voice from any number of HTTP clients share its continuous
 batch. Adapter and instant voices share their base's worker (the server's device,
 dtype and quantisation are one for all, so a base is one model): the first of them
 loads the base, each next one is a "voice" request to it (no model load), and every
-request names its voice, row by row in one batch. A full voice or a run's checkpoint
-has a worker of its own. At most `max_loaded` models stay loaded (voices on them do
-not count); the least recently used idle one makes room. A bounded number of requests
-are admitted at once (`Busy` beyond it: the app answers 429 with Retry-After).
+request names its voice, row by row in one batch; a voice deleted from the workspace
+is forgotten by its worker, and one whose folder changed is loaded again over its old
+self, so the worker's voices and adapter slots stay as many as are served (`forget`).
+A full voice or a run's checkpoint has a worker of its own. At most `max_loaded` models
+stay loaded (voices on them do not count); the least recently used idle one makes room.
+A bounded number of requests are admitted at once (`Busy` beyond it: the app answers 429
+with Retry-After).
 
 The worker speaks into files; the server picks their names inside its own
 private folder (never a client's path) and removes them when the request
@@ -34,6 +37,7 @@ from typing import Any, BinaryIO
 
 from engine.core.errors import VoxshardError
 from engine.core.events import Event
+from engine.layout.exports import exports_dir
 from engine.serve import formats
 from engine.serve.voices import ServedVoice
 from engine.synth.voice import resolve_source
@@ -123,13 +127,22 @@ class Ticket:
                     pass
 
 
-def voice_stamp(voice: ServedVoice) -> tuple[str, int, int]:
-    """Which folder a voice's name means now: its path, inode and change time."""
+def _stat(path: Path) -> tuple[int, int]:
     try:
-        st = os.stat(voice.target)
+        st = os.stat(path)
     except OSError:
-        return (str(voice.target), 0, 0)
-    return (str(voice.target), st.st_ino, st.st_mtime_ns)
+        return (0, 0)
+    return (st.st_ino, st.st_mtime_ns)
+
+
+def voice_stamp(voice: ServedVoice) -> tuple[Any, ...]:
+    """Which folder a voice's name means now: its path, inode and change time; for a voice
+    folder also its exports/ folder's (an export written or rewritten there, such as a
+    run's adapter voice from a new best checkpoint, changes what the voice speaks)."""
+    stamp: tuple[Any, ...] = (str(voice.target), *_stat(voice.target))
+    if voice.kind == "voice":
+        stamp += _stat(exports_dir(voice.target))
+    return stamp
 
 
 class VoiceWorker:
@@ -147,6 +160,8 @@ class VoiceWorker:
         #: the names loaded on it by "voice" requests (a base's worker: `shared`), each
         #: with the stamp of the folder it was loaded from (`voice_stamp`)
         self.voices: dict[str, Any] = {}
+        #: its model's voices and adapter slots, as the last "voice" or "forget" answer said
+        self.pool: dict[str, int] = {}
         #: request ids waited for by `ask` -> (ended, its last event's data)
         self._waiting: dict[str, tuple[threading.Event, dict[str, Any]]] = {}
 
@@ -247,9 +262,7 @@ class Pool:
 
     async def worker_for(self, name: str) -> VoiceWorker:
         """The warm worker of voice `name`, loading it now if needed."""
-        if self._load_lock is None:
-            self._load_lock = asyncio.Lock()
-        async with self._load_lock:
+        async with self._loading():
             found = self.loaded.get(name)
             if found is None:
                 # `ada` and `ada/<its latest export>` are one model: one worker serves both;
@@ -270,7 +283,7 @@ class Pool:
                 if not idle:
                     raise Busy(f"Every loaded voice is busy and at most {self.max_loaded} "
                                "are kept loaded.", retry_after=5)
-                await self._unload(idle[0])
+                await self.unload(idle[0])
             loaded = await asyncio.get_running_loop().run_in_executor(None, self._load, name)
             self.loaded[name] = loaded
             return loaded
@@ -316,8 +329,39 @@ class Pool:
             raise LoadFailed(f"The voice {name!r} could not be loaded: "
                              f"{answer.get('message') or 'unknown error'}")
         worker.voices[name] = voice_stamp(self.voices[name])
+        worker.pool = dict(answer.get("pool") or worker.pool)
 
-    async def _unload(self, worker: VoiceWorker) -> None:
+    def _forget_on(self, worker: VoiceWorker, name: str) -> None:
+        answer = worker.ask({"op": "forget", "id": f"forget-{next(self._ids)}", "name": name})
+        worker.voices.pop(name, None)
+        worker.pool = dict(answer.get("pool") or worker.pool)
+
+    async def forget(self, names: list[str]) -> None:
+        """Voices `names` are no longer served (deleted from the workspace): each is let go
+        by the base's worker that speaks it (its adapter slot free for the next voice once
+        its last request ends), and a worker no served name uses any more is closed."""
+        if not names:
+            return
+        async with self._loading():  # never beside a load of the same name, made anew
+            workers = {id(w): w for name in names if (w := self.loaded.get(name)) is not None}
+            for name in names:
+                self.voices.pop(name, None)
+                worker = self.loaded.pop(name, None)
+                if worker is not None and name in worker.voices:
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, self._forget_on, worker, name)
+            for worker in workers.values():
+                if all(w is not worker for w in self.loaded.values()):
+                    await self.unload(worker)
+
+    def _loading(self) -> asyncio.Lock:
+        """The lock of loading and forgetting voices (made on the event loop)."""
+        if self._load_lock is None:
+            self._load_lock = asyncio.Lock()
+        return self._load_lock
+
+    async def unload(self, worker: VoiceWorker) -> None:
+        """Close `worker` (cancelling what it still renders); none of its names stay loaded."""
         for name in [n for n, w in self.loaded.items() if w is worker]:
             del self.loaded[name]
         await asyncio.get_running_loop().run_in_executor(
@@ -426,11 +470,15 @@ class Pool:
                                                                self.loaded.values()}),
                 "models_loaded": self.model_loads,
                 "queue_depth": self.admitted,
-                "queue_limit": self.max_queue, "streams": self.streams, "rows": self.rows}
+                "queue_limit": self.max_queue, "streams": self.streams, "rows": self.rows,
+                # each base's worker: its named voices and adapter slots (a pool that grew
+                # with voices come and gone would show here)
+                "voice_pools": [w.pool for w in {id(w): w for w in
+                                                 self.loaded.values()}.values() if w.shared]}
 
     async def close(self) -> None:
         for worker in list({id(w): w for w in self.loaded.values()}.values()):
-            await self._unload(worker)
+            await self.unload(worker)
         if self.cloner is not None:
             cloner, self.cloner = self.cloner, None
             await asyncio.get_running_loop().run_in_executor(

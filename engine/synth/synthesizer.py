@@ -154,6 +154,19 @@ def resolve_dtype(dtype: Any, device: str | None,
     return torch.bfloat16 if cpu_has_bf16() else torch.float32
 
 
+def _files_stamp(folder: Path) -> str:
+    """Which version of an adapter folder's files these are (a re-export replaces them):
+    each file's inode, change time and size."""
+    parts = []
+    for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        parts.append(f"{path.name}:{st.st_ino}:{st.st_mtime_ns}:{st.st_size}")
+    return ",".join(parts)
+
+
 @dataclass(frozen=True)
 class RowVoice:
     """What one row of a batch speaks as: its voice, speaker vector, in-context prompt
@@ -241,7 +254,9 @@ class Synthesizer:
                     self._restore_base()
                     names = load_checkpoint_weights(self.model, source)
                 self._overwritten |= set(names)
-                self.voices.clear()  # they spoke on the base's weights, changed now
+                for gone in self.voices.values():  # they spoke on the base's weights,
+                    self.fast.adapters.release(gone.adapter)  # changed now
+                self.voices.clear()
                 emitter.log(f"Loaded {len(names)} trained tensors from "
                             f"{source.checkpoint.name}.", level="debug")
                 voice = RowVoice(source, voice_x_vector(self.model, source.voice_dir))
@@ -251,9 +266,7 @@ class Synthesizer:
                     self._restore_base()  # a checkpoint's tensors go back to the base's
             self.source, self.speaker_vector = voice.source, voice.speaker_vector
             self.icl, self.adapter = voice.icl, voice.adapter
-            if before and before != self.adapter \
-                    and all(v.adapter != before for v in self.voices.values()):
-                self.fast.adapters.release(before)
+            self.fast.adapters.release(before)  # the default voice's hold on it
 
     def _row_voice(self, source: VoiceSource, emitter: Emitter) -> RowVoice:
         """What `source` speaks as on this model, without changing the default voice."""
@@ -284,8 +297,9 @@ class Synthesizer:
             if source.model_dir != self.source.model_dir:
                 raise InputError("An adapter voice of another base needs that base; "
                                  "load it separately.")
-            adapter = adapter_of(source)
-            slot = self.fast.adapters.add(str(adapter.folder), adapter.tensors,
+            stamp = _files_stamp(Path(source.extra["adapter"]))  # before the read: a
+            adapter = adapter_of(source)  # rewrite during it is read again next time
+            slot = self.fast.adapters.add(f"{adapter.folder}@{stamp}", adapter.tensors,
                                           adapter.scaling, adapter.folder.name)
             return RowVoice(source, adapter.x_vector, None, slot)
         raise InputError(f"Unknown voice kind {source.kind!r}.")
@@ -305,8 +319,19 @@ class Synthesizer:
                              f"model ({self.source.model_dir.name}).",
                              "Load it where its own base is loaded.")
         voice = self._row_voice(source, as_emitter(on_event))
+        old = self.voices.get(name)
         self.voices[name] = voice
+        if old is not None:
+            self.fast.adapters.release(old.adapter)  # rows still speaking it hold their own
         return voice
+
+    def remove_voice(self, name: str) -> bool:
+        """Let voice `name` (`add_voice`) go: its adapter slot is free for the next voice
+        once the rows still speaking it end. False: no voice of that name was loaded."""
+        old = self.voices.pop(name, None)
+        if old is not None:
+            self.fast.adapters.release(old.adapter)
+        return old is not None
 
     def voice(self, name: str | None) -> RowVoice:
         """Voice `name` (`add_voice`), or the default one (None)."""

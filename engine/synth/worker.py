@@ -9,6 +9,7 @@ lines to it. Requests (stdin), one object per line:
      "reference": null, "reference_text": null, "base": null}
     {"op": "speak", "id": "r1", "text": "...", "out": "PATH.wav", "voice": null,
      "format": null, "options": {"seed": 1, "temperature": 0.8}, "stream": false}
+    {"op": "forget", "id": "f1", "name": "ada/a1"}
     {"op": "cancel", "id": "r1"}          (queued or running; no id: every running one)
     {"op": "ping", "id": "p"}
     {"op": "shutdown"}                    (finish what was asked, then exit)
@@ -17,6 +18,11 @@ A "voice" request loads another voice of the loaded model's base beside it, by n
 without a model load and without waiting for the speech in progress (an adapter voice
 takes a slot of the adapter pool, an instant voice its prompt); a speak request with
 "voice": NAME speaks it, in the same batch as every other voice (`Synthesizer.add_voice`).
+A "forget" request lets a voice loaded by name go (it was deleted), and a "voice" request
+for a name already loaded replaces it: either way its adapter slot is free for the next
+voice once the last request speaking it ends (each speak request holds its voice's slot
+until it ends), so a worker whose voices come and go keeps a pool of fixed size. Both
+answer with the pool's size ("pool": the named voices, the adapter slots and those used).
 Speak requests from any number of clients are batched together
 (`batcher.ContinuousBatcher`): each chunk is a row of one batch, and a row that
 finishes is refilled with the next waiting chunk at once. With "stream": true
@@ -66,6 +72,8 @@ class _Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     running: bool = False
     batched: bool = False
+    #: the adapter pool and slot this speak request holds until it ends (`Adapters.hold`)
+    held: tuple[Any, int] | None = None
 
 
 class SpeechWorker:
@@ -106,10 +114,11 @@ class SpeechWorker:
         if op == "shutdown":
             self._queue.put(_STOP)
             return
-        if op not in ("load", "voice", "speak", "ping"):
+        if op not in ("load", "voice", "forget", "speak", "ping"):
             self._emitter(rid).emit("error", code="input",
                                     message=f"Unknown request op {op!r}.",
-                                    hint="Use load, voice, speak, cancel, ping or shutdown.")
+                                    hint="Use load, voice, forget, speak, cancel, ping or "
+                                         "shutdown.")
             return
         job = _Job(request)
         with self._lock:
@@ -164,6 +173,10 @@ class SpeechWorker:
     def _end(self, job: _Job, result: dict[str, Any] | None,
              exc: BaseException | None) -> None:
         rid = str(job.request.get("id", "") or "")
+        if job.held is not None:  # its rows are done with the slot
+            adapters, slot = job.held
+            job.held = None
+            adapters.release(slot)
         emitter = self._emitter(rid)
         if isinstance(exc, VoxshardError):
             emitter.emit("error", code=exc.code, message=exc.message, hint=exc.hint)
@@ -289,6 +302,8 @@ class SpeechWorker:
                          "summary": f"Loaded {source.label}"})
         if op == "voice":
             self._add_voice(req, emitter)
+        if op == "forget":
+            self._forget(req)
         # speak
         if self._synth is None:
             if self._load_error:
@@ -307,11 +322,13 @@ class SpeechWorker:
         named = req.get("voice")
         voice = self._synth.voice(str(named)) if named else None
         if req.get("stream"):
+            self._hold(job, voice)
             self._stream(job, emitter, text, str(out), options, fmt, voice)
             return True
 
         split_text(text, options.chunk_chars)  # bad text fails now, in order
         self._synth._language_id(options.language)
+        self._hold(job, voice)
         job.batched = True
         self._batcher.submit(BatchRequest(
             rid=str(req.get("id", "")), text=text, out=str(out), fmt=fmt, options=options,
@@ -336,7 +353,29 @@ class SpeechWorker:
         with GATE.section():
             self._synth.add_voice(str(name), source, on_event=emitter)
         raise _Done({"voice": str(name), "loaded": source.to_dict(),
-                     "load_s": round(time.perf_counter() - started, 4)})
+                     "load_s": round(time.perf_counter() - started, 4), "pool": self._pool()})
+
+    def _hold(self, job: _Job, voice: Any) -> None:
+        """The request holds its voice's adapter slot until it ends (`_end`): a voice
+        replaced or forgotten meanwhile never has its slot overwritten under the rows."""
+        adapters = self._synth.fast.adapters
+        slot = (voice or self._synth.current_voice).adapter
+        adapters.hold(slot)
+        job.held = (adapters, slot)
+
+    def _pool(self) -> dict[str, int]:
+        """How full the loaded model's voices are: the named ones and the adapter slots."""
+        return {"voices": len(self._synth.voices), **self._synth.fast.adapters.usage()}
+
+    def _forget(self, req: dict[str, Any]) -> None:
+        """Let a voice loaded by name go (see the module doc)."""
+        name = req.get("name")
+        if not name:
+            raise InputError("The forget request needs the voice's name.",
+                             "Add \"name\": NAME.")
+        removed = self._synth is not None and self._synth.remove_voice(str(name))
+        raise _Done({"voice": str(name), "removed": removed,
+                     **({"pool": self._pool()} if self._synth is not None else {})})
 
     def _drop_voice(self) -> None:
         if self._batcher is not None:
