@@ -3,29 +3,38 @@ finishes, its checkpoint is written as `export --adapter` writes it into the voi
 exports/, the run's result and its events say so, and `speak VOICE`, the catalog, the
 server's list and the Voices page see it at once.
 
+An evaluation that picks another best checkpoint later writes the adapter voice again from
+it (atomically: a failed write leaves the old voice speaking), and says so.
+
 The run is the session's real LoRA run (`lora_run`: one CPU worker, two steps, trained
 through `engine.train.driver.train`, the path of the CLI's `train` and the window's run).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import safetensors.torch
 import soundfile as sf
 
 from engine.catalog import list_tiers
+from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError
+from engine.core.events import Event
 from engine.layout.checkpoints import checkpoint_name
 from engine.layout.tiers import ADAPTER_WEIGHTS, TIER_ADAPTER, read_adapter_info, run_adapter_dir
 from engine.model.adapter import weights_fingerprint
+from engine.quality.evaluate import HELD_OUT_SENTENCES, EvaluateRequest, evaluate
+from engine.serve.pool import voice_stamp
 from engine.serve.voices import discover
 from engine.synth.voice import resolve_source
 from engine.train.driver import export
 from gui.pages.voices import VoicesPage
 from tests.helpers.runs import LORA_ALPHA, LORA_RANK, LORA_STEPS
-from tests.helpers.voices import copy_voice
+from tests.helpers.voices import copy_voice, file_states
 
 
 def test_a_finished_lora_run_has_written_its_adapter_voice_and_says_so(
@@ -99,3 +108,52 @@ def test_voices_page_shows_the_runs_adapter_voice(qtbot, ctx, workspace: Path,
     page.select(voice)
     page.refresh()
     qtbot.waitUntil(lambda: "adapter lora-adapter:" in page.tiers.text(), timeout=10000)
+    # its tier, its size on disk and the base it speaks on
+    assert re.search(r"adapter lora-adapter: \d+\.\d MB, on tiny-base", page.tiers.text())
+
+
+def test_an_evaluation_that_picks_another_best_writes_the_adapter_voice_again(
+        lora_run: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    voice = copy_voice(lora_run["voice"], tmp_path / "ws" / "joe")
+    own = run_adapter_dir(voice, "lora")
+    export(voice, own, run="lora", step=1, adapter=True)  # it speaks step 1 now
+    served = discover([], voice.parent)
+    names = ("joe", "joe/lora-adapter")
+    stamps = {n: voice_stamp(served[n]) for n in names}
+    events: list[Event] = []
+    # the evaluation measures the last step alone: it is the best
+    request = EvaluateRequest(voice, "lora", checkpoints=[str(LORA_STEPS)], export=False,
+                              sentences=HELD_OUT_SENTENCES[:1], asr="pocketsphinx",
+                              options=SpeakOptions(max_frames=10), device="cpu")
+    result = evaluate(request, events.append)
+    assert result["best"]["step"] == LORA_STEPS
+    assert read_adapter_info(own)["checkpoint"] == checkpoint_name(LORA_STEPS)
+    made = result["adapter_voice"]
+    assert made["rewritten"] and made["was"] == checkpoint_name(1)
+    assert Path(made["out_dir"]) == own
+    assert "Adapter voice lora-adapter written again from the new best" in result["summary"]
+    assert [e.data["path"] for e in events
+            if e.kind == "artifact" and e.data.get("role") == "adapter"] == [str(own)]
+    # a server serving it (by its own name, or the voice's) sees the folder change
+    assert all(voice_stamp(served[n]) != stamps[n] for n in names)
+
+    # once more from step 1, and this time the write fails half-way (the disk is full)
+    export(voice, own, run="lora", step=1, adapter=True)
+    kept = file_states(own)
+
+    def full_disk(tensors: Any, filename: str, metadata: Any = None) -> None:
+        Path(filename).write_bytes(b"\0" * 64)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    events.clear()
+    result = evaluate(request, events.append)  # its measurements are reused
+    assert result["best"]["step"] == LORA_STEPS
+    assert file_states(own) == kept  # the old voice, whole
+    assert read_adapter_info(own)["checkpoint"] == checkpoint_name(1)
+    assert not [p for p in own.parent.iterdir() if p.name.startswith(".")]  # no leftovers
+    assert result["adapter_voice"]["rewritten"] is False
+    assert "still speaks" in result["summary"]
+    warned = [e.data["message"] for e in events
+              if e.kind == "log" and e.data.get("level") == "warning"]
+    assert any("was not written again" in m and "still speaks" in m for m in warned), warned

@@ -33,6 +33,12 @@ sentences unended than the fewest of those did: hit the length cap or cut by the
 runaway guard (`engine.synth.runaway`: a loop or silence), counted per checkpoint
 (`runaway` beside `capped`); a voice that does not end its sentences is not the best
 either. Training's and the reinforce stage's checkpoints alike.
+
+A LoRA run's adapter voice (`exports/<run>-adapter`, written when the run finished from
+its best checkpoint then) follows the best: when an evaluation picks another, the voice
+is written again from it (atomically: a failure leaves the old one speaking and says
+why), and the result's "adapter_voice" and summary say so; a server serving it sees its
+folder change and loads it again.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from engine.layout.checkpoints import COMPLETE, run_of, step_of
 from engine.layout.exports import latest_export
 from engine.layout.manifest import read_manifest, reference_clip
 from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
+from engine.layout.tiers import is_adapter, read_adapter_info, run_adapter_dir
 from engine.layout.voice import Voice, display_path, now_iso, open_voice
 from engine.model.loading import resolve_model
 from engine.quality.render_set import (
@@ -604,7 +611,41 @@ def evaluate(request: EvaluateRequest, on_event: EventCallback | Emitter | None 
             entries.append(measuring.measure(done, sentence_done))
             book.save(entries, notes, em)  # on disk before anyone hears of it
         _emit_metric(em, entries[-1])
-    return book.save(entries, notes, em)
+    return _follow_best(book.save(entries, notes, em), v, run_dir, em)
+
+
+def _follow_best(result: dict[str, Any], voice: Voice, run_dir: Path,
+                 em: Emitter) -> dict[str, Any]:
+    """The run's adapter voice written again from a new best checkpoint (see the module
+    doc); `result` with "adapter_voice" and its summary's line when it was (or failed)."""
+    best = result.get("best") or {}
+    folder = run_adapter_dir(voice.path, run_dir.name)
+    if not isinstance(best.get("step"), int) or not is_adapter(folder):
+        return result  # no best, or no adapter voice (not a LoRA run, not finished, removed)
+    was = str(read_adapter_info(folder).get("checkpoint") or "")
+    if step_of(was) == best["step"]:
+        return result
+    # the export lives with training (which writes the same voice when a run ends); torch
+    # and the model code load with it, not when the window imports this module
+    from engine.train.driver import export
+
+    try:
+        made = export(voice.path, folder, run=run_dir.name, step=best["step"], adapter=True,
+                      on_event=em)
+    except (VoxshardError, OSError) as exc:
+        why = getattr(exc, "message", None) or str(exc)
+        em.log(f"The best checkpoint is now {best['label']}, but the adapter voice "
+               f"{folder.name} was not written again from it: {why} It still speaks {was}.",
+               level="warning")
+        return {**result, "adapter_voice": {"out_dir": str(folder), "rewritten": False,
+                                            "checkpoint": was, "error": why},
+                "summary": result["summary"] + f"\nThe adapter voice {folder.name} still "
+                           f"speaks {was}: writing it from {best['label']} failed ({why})"}
+    em.log(f"The adapter voice {folder.name} now speaks {best['label']}, the new best "
+           f"checkpoint (it spoke {was}).")
+    return {**result, "adapter_voice": {**made, "rewritten": True, "was": was},
+            "summary": result["summary"] + f"\nAdapter voice {folder.name} written again "
+                       f"from the new best checkpoint, {best['label']}."}
 
 
 @dataclass
