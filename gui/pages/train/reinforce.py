@@ -50,7 +50,9 @@ from gui.widgets import hbox
 #: what the stage logs per iteration (engine.reinforce.session), under "reinforce/"
 REWARD_KEYS = {"reward": ("reward", SERIES[0]), "similarity": ("similarity", SERIES[3]),
                "wer": ("word errors", SERIES[5 % len(SERIES)]),
-               "capped": ("hit the cap", SERIES[2]), "rate_off": ("rate off", SERIES[4])}
+               "capped": ("hit the cap", SERIES[2]), "rate_off": ("rate off", SERIES[4]),
+               # the share of renders the runaway guard cut (also counted in "capped")
+               "runaway": ("cut short", SERIES[1])}
 #: the settings the form shows beside Iterations (the rest of ReinforceConfig)
 OTHER_FIELDS = [f.name for f in dataclasses.fields(ReinforceConfig) if f.name != "iterations"]
 
