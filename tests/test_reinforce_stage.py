@@ -33,7 +33,7 @@ from engine.layout.tiers import read_adapter_info, run_adapter_dir
 from engine.layout.voice import open_voice
 from engine.model.checkpoint_weights import checkpoint_tensors
 from engine.model.loading import load_model
-from engine.reinforce.models import StageModels
+from engine.reinforce.models import StageModels, load_stage_models
 from engine.reinforce.reward import TERMS, Scorer, rate_off, reward
 from engine.reinforce.rollout import Roller
 from engine.reinforce.session import held_out_texts
@@ -277,3 +277,29 @@ def test_the_stages_rollouts_end_a_loop_and_a_silence_early_and_pay_for_them(
                    for s in rollout.scored)
         figures = rollout.figures(cfg.group)
         assert figures["runaway"] == 1.0 and figures["capped"] == 1.0
+
+
+def test_a_lora_policys_rollouts_render_its_adapters_as_they_are_now(
+        lora_run: dict[str, Any]) -> None:
+    voice = open_voice(lora_run["voice"])
+    run = Run(lora_run["run"])
+    models = load_stage_models(voice, run, run.checkpoint(max(run.steps())), "lora", "cpu", 0)
+    trained = [n for n, p in models.policy.named_parameters() if p.requires_grad]
+    assert trained and all(is_lora_name(n) for n in trained)  # the base stays frozen
+    text = ["The kettle started to whistle."]
+    adapted = models.roller.sample(text, 2, 12, seed=0)
+    with torch.no_grad():  # what the update would do: the adapters change in place
+        for name, p in models.policy.named_parameters():
+            if name.endswith("lora_B"):
+                p.zero_()
+    bare = models.roller.sample(text, 2, 12, seed=0)
+    # B = 0 adds nothing: the base's own renders, exactly
+    base = load_stage_models(voice, run, run.checkpoint(max(run.steps())), "lora", "cpu", 0)
+    with torch.no_grad():
+        for name, p in base.model.named_parameters():
+            if is_lora_name(name):
+                p.zero_()
+    base.roller.lora_scaling = None  # no adapter rows at all
+    alone = base.roller.sample(text, 2, 12, seed=0)
+    assert all(np.array_equal(a.codes, b.codes) for a, b in zip(bare, alone, strict=True))
+    assert any(not np.array_equal(a.codes, b.codes) for a, b in zip(adapted, bare, strict=True))
