@@ -112,7 +112,7 @@ def test_offload_with_accumulation_keeps_whole_gradients_on_the_gpu(
                                     + on_gpu.step_temp)
 
 
-def test_optimizer_step_temporary_fused_on_gpu_foreach_on_cpu(tiny_model_dir: Path) -> None:
+def test_optimizer_step_temporary_fused_on_gpu_and_cpu(tiny_model_dir: Path) -> None:
     import torch
 
     from engine.train.plan import _local_numel, _param_table
@@ -123,7 +123,7 @@ def test_optimizer_step_temporary_fused_on_gpu_foreach_on_cpu(tiny_model_dir: Pa
     shards = [_local_numel(shape, 2) for _, shape, trains in table if trains]
     gpu, cpu = _plan(tiny_model_dir, cfg), _plan(tiny_model_dir, cfg, "cpu")
     assert gpu.step_temp == 4 * max(shards)  # fused: in place, one tensor at a time
-    assert cpu.step_temp == 4 * sum(shards)  # foreach: sqrt(v) of every shard at once
+    assert cpu.step_temp == 4 * max(shards)  # the fused CPU kernel too (issue 32)
     # the step runs after backward: the larger of activations and the step counts
     for p in (gpu, cpu):
         assert p.total == (p.model_state + p.gather_buffer + max(p.activations, p.step_temp)
@@ -131,7 +131,7 @@ def test_optimizer_step_temporary_fused_on_gpu_foreach_on_cpu(tiny_model_dir: Pa
     # and the worker builds what the plan counted
     w = torch.nn.Parameter(torch.zeros(3))
     assert make_optimizer([w], cfg, torch.device("cuda")).defaults["fused"] is True
-    assert make_optimizer([w], cfg, torch.device("cpu")).defaults["foreach"] is True
+    assert make_optimizer([w], cfg, torch.device("cpu")).defaults["fused"] is True
     off = cfg.replace(parallel={"cpu_offload": True})
     assert make_optimizer([w], off, torch.device("cuda")).defaults["fused"] is True  # host
 

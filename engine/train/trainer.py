@@ -433,10 +433,10 @@ class Trainer:
 
 
 def make_optimizer(params: list[Any], cfg: Any, device: Any) -> Any:
-    """AdamW over `params`: fused on a GPU (one kernel, in place: no fp32 temporary the
-    size of every shard, which foreach allocates) and on the host shards of CPU
-    offload (torch's fused CPU kernel), foreach in CPU runs. The plan counts what each
-    leaves."""
+    """AdamW over `params`: fused on a GPU and on the host (CPU runs, the host shards of
+    CPU offload: torch's fused CPU kernel): one kernel, in place, no fp32 temporary the
+    size of every shard, which foreach allocates (`optimizer_kind`). The plan counts
+    what it leaves."""
     import torch
 
     offload = bool(cfg.parallel.cpu_offload)
