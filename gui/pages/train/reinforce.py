@@ -204,7 +204,8 @@ class ReinforcePanel(QWidget):
                                 "training); 'this process': the stage runs in the engine's "
                                 "own process")
         self.address = QLineEdit()
-        self.address.setPlaceholderText("existing Ray cluster host:port (empty: a local one)")
+        # short: the form's column is narrow at a laptop's size (the tooltip says the rest)
+        self.address.setPlaceholderText("host:port")
         self.address.setToolTip("With workers: an existing Ray cluster to run on; empty, "
                                 "the engine starts a private one on this machine")
         self.address.setEnabled(False)
