@@ -12,9 +12,8 @@ import soundfile as sf
 from PySide6.QtCore import Qt
 
 from gui.pages.listen import ListenPage, cut_sentence
-from tests.helpers.voices import copy_voice
-from tests.test_gui_listen_tiers import _pick
-from tests.test_synth_runaway import DRONE, _forced_export
+from tests.helpers.gui import pick_source
+from tests.helpers.voices import DRONE, copy_voice, forced_export
 
 
 def test_the_sentence_names_each_reason_once_and_nothing_without_a_cut() -> None:
@@ -27,14 +26,14 @@ def test_the_sentence_names_each_reason_once_and_nothing_without_a_cut() -> None
 def test_listen_says_where_the_runaway_guard_cut_the_render(
         qtbot, ctx, workspace: Path, trained_run: dict[str, Any], tiny_model_dir: Path) -> None:
     voice = copy_voice(trained_run["voice"], workspace / "joe")
-    _forced_export(tiny_model_dir, voice / "exports" / "drone", DRONE)
+    forced_export(tiny_model_dir, voice / "exports" / "drone", DRONE)
     listen = ListenPage(ctx)
     qtbot.addWidget(listen)
     listen.show()
     ctx.set_voice(voice)
     listen.refresh()
     qtbot.waitUntil(lambda: listen.source.findText("Exported: drone") >= 0, timeout=10000)
-    _pick(qtbot, listen, "Exported: drone")
+    pick_source(qtbot, listen, "Exported: drone")
     listen.text.setPlainText("The kettle started to whistle just as the phone rang.")
     results: list[dict[str, Any]] = []
     failures: list[tuple[Any, ...]] = []

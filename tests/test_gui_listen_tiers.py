@@ -18,30 +18,13 @@ from PySide6.QtCore import Qt
 from engine.prepare.instant import make_instant_voice
 from engine.train.driver import export
 from gui.pages.listen import ListenPage
+from tests.helpers.gui import pick_source
 from tests.helpers.voices import copy_voice
 
 VOICES = ("Adapter voice: lora-adapter", "Adapter voice: step1-adapter",
           "Instant voice (its reference clip, no training)")
 #: a full voice (an official model folder of its own) after them: that one loads a model
 FULL = "Exported: joe-step2"
-
-
-def _pick(qtbot: Any, listen: ListenPage, label: str) -> None:
-    """Open the source box with a click, move to the item `label` in its list with the
-    arrow keys and take it with Return, as a person does."""
-    index = listen.source.findText(label)
-    assert index >= 0, [listen.source.itemText(i) for i in range(listen.source.count())]
-    qtbot.mouseClick(listen.source, Qt.MouseButton.LeftButton)
-    view = listen.source.view()
-    qtbot.waitUntil(view.isVisible, timeout=5000)
-    step = Qt.Key.Key_Down if index > view.currentIndex().row() else Qt.Key.Key_Up
-    for _ in range(listen.source.count()):
-        if view.currentIndex().row() == index:
-            break
-        qtbot.keyClick(view, step)
-    qtbot.keyClick(view, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: not view.isVisible(), timeout=5000)
-    assert listen.source.currentIndex() == index
 
 
 def test_listen_switches_voices_of_one_base_with_one_model_load(
@@ -80,7 +63,7 @@ def test_listen_switches_voices_of_one_base_with_one_model_load(
     heard = {}
     try:
         for label in (*VOICES, FULL):
-            _pick(qtbot, listen, label)
+            pick_source(qtbot, listen, label)
             clicked[0] = time.monotonic()
             qtbot.mouseClick(listen.speak_btn, Qt.MouseButton.LeftButton)
             assert listen.request is not None

@@ -44,8 +44,7 @@ from engine.train.grpo import code_logprobs
 from engine.train.lora import is_lora_name
 from engine.train.objective import VoiceObjective
 from tests.helpers.runs import STEPS
-from tests.helpers.voices import copy_voice
-from tests.test_synth_runaway import DRONE, _forced_export
+from tests.helpers.voices import DRONE, copy_voice, forced_export
 
 
 def test_the_reward_weighs_each_term_as_voice_toml_says(tmp_path: Path) -> None:
@@ -254,10 +253,10 @@ def test_the_stages_rollouts_end_a_loop_and_a_silence_early_and_pay_for_them(
     voice = open_voice(trained_run["voice"])
     cfg = ReinforceConfig(prompts=1, group=2, max_frames=160)
     scorer = Scorer.load(voice, Path(trained_run["run"]), cfg, asr="pocketsphinx")
-    drone = _forced_roller(_forced_export(tiny_model_dir, tmp_path / "drone", DRONE))
+    drone = _forced_roller(forced_export(tiny_model_dir, tmp_path / "drone", DRONE))
     assert drone.settings.guard is not None
     quiet = drone.settings.guard.silence_codes[0]  # what the tiny codec gives silence
-    hush = _forced_roller(_forced_export(tiny_model_dir, tmp_path / "hush", quiet))
+    hush = _forced_roller(forced_export(tiny_model_dir, tmp_path / "hush", quiet))
     text = "The kettle started to whistle just as the phone rang in the hall."
     for roller, reason in ((drone, LOOP), (hush, SILENCE)):
         models = StageModels(roller.model, VoiceObjective(roller.model.talker),

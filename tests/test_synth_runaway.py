@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from safetensors.torch import load_file
 
 from engine import api
 from engine.cli.main import main
@@ -42,29 +41,11 @@ from engine.synth.runaway import (
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
 from tests.helpers.serving import KEY, Server, start_server
+from tests.helpers.voices import DRONE, forced_export
 
 TEXT = "The kettle started to whistle just as the phone rang in the hall."
 #: the guard off: the renders the guard must leave as they are
 OFF = {"runaway_loop_s": 0.0, "runaway_silence_s": 0.0}
-#: the code the drone voice repeats (not one the tiny codec gives silence: checked below)
-DRONE = 5
-
-
-def _forced_export(model_dir: Path, out: Path, code: int) -> Path:
-    """A voice of the tiny model whose talker always picks codebook-0 `code`: every
-    codec embedding gets a large constant in one dimension (so the last hidden state
-    points there, whatever was said) and only `code`'s head row reads it."""
-    weights = load_file(str(model_dir / "model.safetensors"))
-    embedding = weights["talker.model.codec_embedding.weight"].clone().float()
-    head = weights["talker.codec_head.weight"].clone().float()
-    embedding[:, 0] += 1000.0
-    head[:, 0] = 0.0
-    head[code, 0] = 50.0
-    hidden = embedding.shape[1]
-    vector = np.random.default_rng(0).standard_normal(hidden).astype(np.float32)
-    return export_custom_voice(model_dir, {"talker.model.codec_embedding.weight": embedding,
-                                           "talker.codec_head.weight": head},
-                               "Ada", vector, out, keep_dtype=False)
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +53,11 @@ def loaded(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
            ) -> tuple[dict[str, Path], dict[str, Synthesizer]]:
     """The drone, the silent and a plain voice of the tiny model, exported and loaded."""
     root = tmp_path_factory.mktemp("runaway")
-    paths = {"loop": _forced_export(tiny_model_dir, root / "drone", DRONE)}
+    paths = {"loop": forced_export(tiny_model_dir, root / "drone", DRONE)}
     synths = {"loop": Synthesizer.load(resolve_source(paths["loop"]), device="cpu",
                                        dtype="float32")}
     # the code the tiny codec gives silence, as the guard of a loaded voice knows it
-    paths["silence"] = _forced_export(tiny_model_dir, root / "hush", synths["loop"].silence[0])
+    paths["silence"] = forced_export(tiny_model_dir, root / "hush", synths["loop"].silence[0])
     vector = np.random.default_rng(0).standard_normal(64).astype(np.float32)
     paths["plain"] = export_custom_voice(tiny_model_dir, {}, "Ada", vector, root / "plain",
                                          keep_dtype=False)

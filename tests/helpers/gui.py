@@ -9,6 +9,7 @@
   and its monitor as the default source (started here when not running).
 - `sink`: a null sink of the test's own, its monitor the source of the app's streams:
   what another test (or a second pytest process beside this one) plays is not heard.
+- `pick_source`: take an item of Listen's source box by clicks and keys, as a person does.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 
 from tests.helpers.voices import make_voice
 
@@ -112,3 +114,21 @@ def sink(pulse: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         yield name
     finally:
         subprocess.run(["pactl", "unload-module", module], capture_output=True, timeout=10)
+
+
+def pick_source(qtbot: Any, listen: Any, label: str) -> None:
+    """Open the source box with a click, move to the item `label` in its list with the
+    arrow keys and take it with Return, as a person does."""
+    index = listen.source.findText(label)
+    assert index >= 0, [listen.source.itemText(i) for i in range(listen.source.count())]
+    qtbot.mouseClick(listen.source, Qt.MouseButton.LeftButton)
+    view = listen.source.view()
+    qtbot.waitUntil(view.isVisible, timeout=5000)
+    step = Qt.Key.Key_Down if index > view.currentIndex().row() else Qt.Key.Key_Up
+    for _ in range(listen.source.count()):
+        if view.currentIndex().row() == index:
+            break
+        qtbot.keyClick(view, step)
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not view.isVisible(), timeout=5000)
+    assert listen.source.currentIndex() == index

@@ -6,6 +6,8 @@
   no audio (planning and validation read the manifest only).
 - `make_workspace`: a workspace with one voice, `ada`, whose export is the tiny base model
   as a custom voice (what `serve` lists and speaks).
+- `forced_export`: a voice of the tiny model forced by its own weights into one
+  codebook-0 code (`DRONE`, or the codec's silence code): the runaway guard's drone.
 - `file_states`: every file under a folder with its size and time, to prove that
   something changed nothing there.
 """
@@ -17,6 +19,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+from safetensors.torch import load_file
 
 from engine.layout.voice import create_voice
 from engine.model.export import export_custom_voice
@@ -59,3 +62,24 @@ def file_states(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file under `folder` (relative, '/'-separated) with its size and mtime in ns."""
     return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+#: the code the drone voice repeats (not one the tiny codec gives silence)
+DRONE = 5
+
+
+def forced_export(model_dir: Path, out: Path, code: int) -> Path:
+    """A voice of the tiny model whose talker always picks codebook-0 `code`: every
+    codec embedding gets a large constant in one dimension (so the last hidden state
+    points there, whatever was said) and only `code`'s head row reads it."""
+    weights = load_file(str(model_dir / "model.safetensors"))
+    embedding = weights["talker.model.codec_embedding.weight"].clone().float()
+    head = weights["talker.codec_head.weight"].clone().float()
+    embedding[:, 0] += 1000.0
+    head[:, 0] = 0.0
+    head[code, 0] = 50.0
+    hidden = embedding.shape[1]
+    vector = np.random.default_rng(0).standard_normal(hidden).astype(np.float32)
+    return export_custom_voice(model_dir, {"talker.model.codec_embedding.weight": embedding,
+                                           "talker.codec_head.weight": head},
+                               "Ada", vector, out, keep_dtype=False)
