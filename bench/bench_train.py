@@ -587,10 +587,14 @@ def main_mixed(args: argparse.Namespace) -> None:
     sides = ["upstream"] + [f"ours F={f:g}" for f in fractions]
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     load_before = os.getloadavg()[0]
+    #: each repeat's wall time, and each side's process in it (build, warm-up and epoch)
+    costs: list[dict[str, float]] = []
     for rep in range(args.repeats):
+        costs.append({})
         for side in sides:  # each in its own process: memory and threads apart
             which = ["--side", "upstream"] if side == "upstream" else [
                 "--side", "ours", "--predictor-frames", side.split("=", 1)[1]]
+            t0, load0 = time.monotonic(), os.getloadavg()[0]
             proc = subprocess.run([sys.executable, __file__, "--mixed", *which,
                                    "--layers", str(args.layers), "--clips", str(args.clips),
                                    "--batch", str(args.batch), "--accum", str(args.accum),
@@ -600,7 +604,10 @@ def main_mixed(args: argparse.Namespace) -> None:
                 print(proc.stderr[-3000:])
                 raise SystemExit(f"{side} failed")
             runs[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            print(f"repeat {rep + 1} {side}: {json.dumps(runs[side][-1])}", flush=True)
+            costs[rep][side] = time.monotonic() - t0
+            print(f"repeat {rep + 1} {side}: {costs[rep][side]:.0f} s in all, load "
+                  f"{load0:.1f} -> {os.getloadavg()[0]:.1f}: {json.dumps(runs[side][-1])}",
+                  flush=True)
     print(f"\nMixed clips: {args.clips} of {min(durations):.1f}-{max(durations):.1f} s "
           f"(median {sorted(durations)[len(durations) // 2]:.1f} s); {args.batch} clips per "
           f"micro-batch x {args.accum}; 0.6B widths, {args.layers} talker layers, "
@@ -611,6 +618,10 @@ def main_mixed(args: argparse.Namespace) -> None:
     print(f"  equal work: one warm-up step on the same clips, then the whole epoch timed; "
           f"{args.repeats} repeat(s)")
     print(mixed_table(runs))
+    for rep, cost in enumerate(costs):
+        print(f"  repeat {rep + 1} took {sum(cost.values()):.0f} s: "
+              + ", ".join(f"{side} {s:.0f} s" for side, s in cost.items())
+              + " (each side's process: build, warm-up step, the epoch)")
     if args.split:
         split = mixed_split(model_dir, durations, args.batch)
         print(f"  where a step goes (forward + backward, {int(split['frames'])} frames in 4 "
