@@ -6,7 +6,9 @@ layer, then, once a voice adapts the code predictor too, of each predictor layer
 A [slots, rank, in] and B [slots, out, rank], the voice's scale (alpha / rank)
 folded into B. A pool without predictor layers costs a talker-only voice nothing more;
 a voice that adapts the predictor makes the pool anew with them (as a larger rank does),
-and in it a talker-only voice's predictor slots stay zero. Slot 0 stays all zeros: a row
+and in it a talker-only voice's predictor slots stay zero. A slot is written whole when
+a voice takes it and the others are left uninitialised, so on CPU a pool's spare capacity
+is never touched and costs no resident memory. Slot 0 stays all zeros: a row
 without an adapter gets the base's numbers exactly (x + 0 is x). Capacity and rank are
 fixed when a pool is made, so a frame captured as a CUDA graph keeps reading the same
 tensors while voices come and go; only a pool that must grow (more voices than slots, a
@@ -62,7 +64,9 @@ class AdapterPool:
         # grew out of goes back to the system whole when it is freed (hundreds of blocks
         # of under 1 MB each stayed in the C allocator's heap, resident, on CPU)
         sizes = [slots * rank * (o + i) for layer in shapes for o, i in layer]
-        flat = torch.zeros(sum(sizes), device=device, dtype=dtype)
+        # uninitialised: a slot is written whole before any row reads it, so on CPU the
+        # pages of slots no voice has taken are never touched and cost no resident memory
+        flat = torch.empty(sum(sizes), device=device, dtype=dtype)
         parts = iter(flat.split(sizes))
         self.a, self.b = [], []
         for layer in shapes:
@@ -71,10 +75,15 @@ class AdapterPool:
                 a, b = next(parts).split([slots * rank * i, slots * rank * o])
                 layer_a.append(a.view(slots, rank, i))
                 layer_b.append(b.view(slots, o, rank))
+                layer_a[-1][0].zero_()  # slot 0: no adapter
+                layer_b[-1][0].zero_()
             self.a.append(layer_a)
             self.b.append(layer_b)
         #: adapter key (its folder) -> slot
         self.used: dict[str, int] = {}
+        #: every slot ever written (slot 0 too): only these can be in a row's index, even
+        #: an idle row's stale one, so only these must hold numbers, never the untouched
+        self.written: set[int] = {0}
 
     @property
     def predictor(self) -> bool:
@@ -94,6 +103,7 @@ class AdapterPool:
               scaling: float) -> None:
         """Put one adapter into `slot` (what it does not adapt, and the rank it does not
         fill, stay zero): one pass over the slot's memory."""
+        self.written.add(slot)
         for layer, (layer_a, layer_b) in enumerate(zip(self.a, self.b, strict=True)):
             for proj, (a, b) in enumerate(zip(layer_a, layer_b, strict=True)):
                 pair = pairs.get((layer, proj))
@@ -108,14 +118,25 @@ class AdapterPool:
                 b[slot, :, r:].zero_()
 
     def copy_into(self, other: AdapterPool) -> None:
-        """This pool's slots into a larger one (the same layers, maybe the predictor's
-        after them)."""
+        """This pool's voices into a larger one (the same layers, maybe the predictor's
+        after them, where they adapt nothing; maybe a larger rank, whose rest is zero).
+        Only slots this pool wrote are written there (a free one as zeros: an idle row may
+        still name it), so the new pool's others stay untouched."""
         r, n = self.rank, len(self.a)
-        for la, lb, oa, ob in zip(self.a, self.b, other.a[:n], other.b[:n], strict=True):
-            for a, b, a2, b2 in zip(la, lb, oa, ob, strict=True):
-                a2[: self.slots, :r].copy_(a)
-                b2[: self.slots, :, :r].copy_(b)
+        taken = set(self.used.values())
+        for layer, (oa, ob) in enumerate(zip(other.a, other.b, strict=True)):
+            for proj, (a2, b2) in enumerate(zip(oa, ob, strict=True)):
+                for s in sorted(self.written):
+                    if layer < n and s in taken:
+                        a2[s, :r].copy_(self.a[layer][proj][s])
+                        b2[s, :, :r].copy_(self.b[layer][proj][s])
+                        a2[s, r:].zero_()
+                        b2[s, :, r:].zero_()
+                    else:
+                        a2[s].zero_()
+                        b2[s].zero_()
         other.used = dict(self.used)
+        other.written = set(self.written)
 
 
 def adapter_pairs(tensors: Mapping[str, Any], layers: int, name: str,
