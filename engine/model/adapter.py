@@ -192,4 +192,7 @@ def load_adapter(folder: str | Path) -> AdapterVoice:
     if x_vector is None:
         raise ModelError(f"The adapter voice {path.name} has no speaker row.",
                          "Export the run again with --adapter.")
-    return AdapterVoice(path, info, tensors, x_vector)
+    # a copy of its own, made now: the row as loaded, kept by the voice, sat in the C heap
+    # just above the adapter's hundreds of small tensors and kept them all resident once
+    # they were freed (on CPU every voice loaded cost twice its adapter pool slot)
+    return AdapterVoice(path, info, tensors, x_vector.clone())
