@@ -30,16 +30,23 @@ if [ $# -gt 0 ] || [ "${VOXSHARD_DISPATCH_PASS:-1}" = "0" ]; then
   exec "$py" -m pytest "$@"
 fi
 status=0
+# every pass's temp folders (trained runs, models, renders: some GB a run) go at the end;
+# VOXSHARD_TEST_KEEP_TEMP=1 leaves them to look into a failure
+temps=()
+cleanup() { [ "${VOXSHARD_TEST_KEEP_TEMP:-0}" = "1" ] || rm -rf "${temps[@]}"; }
+trap cleanup EXIT
 # the main pass keeps its tiny model, prepared voice and trained runs here, and the
 # parity passes load them instead of training again (tests/helpers/kept.py)
 keep=$(mktemp -d "${TMPDIR:-/tmp}/voxshard-kept.XXXXXX")
 # its own basetemp: pytest prunes all but the newest three numbered ones, so another
 # pytest on this machine could delete what the parity passes still load
 main_base=$(mktemp -d "${TMPDIR:-/tmp}/voxshard-main.XXXXXX")
+temps+=("$keep" "$main_base")
 if [ "${VOXSHARD_TEST_SPLIT:-1}" = "0" ]; then
   VOXSHARD_TEST_KEEP=$keep "$py" -m pytest --basetemp "$main_base/t" || status=$?
 else
   own_base=$(mktemp -d "${TMPDIR:-/tmp}/voxshard-own.XXXXXX")
+  temps+=("$own_base")
   ( unset VOXSHARD_TEST_KEEP
     "$py" -m pytest --part own -p no:cacheprovider --basetemp "$own_base/t" 2>&1 \
       | sed -u "s/^/[own cluster] /"
@@ -56,6 +63,7 @@ case "$cap" in AVX512*) dispatches="default avx2" ;; esac
 pids=()
 for d in $dispatches; do
   base=$(mktemp -d "${TMPDIR:-/tmp}/voxshard-parity-$d.XXXXXX")
+  temps+=("$base")
   ( echo "== numeric-parity tests again with ATEN_CPU_CAPABILITY=$d (this CPU: $cap)"
     if [ "$d" = avx2 ]; then  # MKL's and oneDNN's kernels too, as on an AVX2-only CPU
       export MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
