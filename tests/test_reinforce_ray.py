@@ -183,7 +183,7 @@ def test_on_ray_stop_saves_resume_continues_and_a_killed_worker_recovers(
     cmd = [sys.executable, "-m", "engine.cli.main", "--json", "reinforce", str(voice), "--run",
            run.name, "--workers", "2", "--address", ray_cluster.address, *flags]
     code, events = stopped_at_first_metric(cmd, "reinforce", cwd=ROOT)  # the window's Stop
-    assert code == 130
+    assert code == 130, [e for e in events if e["event"] in ("error", "log")][-4:]
     assert events[-1]["event"] == "error" and events[-1]["code"] == "cancelled"
     done = [e["values"] for e in events if e["event"] == "metric"][-1]["iteration"]
     # the iteration under way was finished and saved (not a checkpoint_every one)
