@@ -49,7 +49,7 @@ class StageModels:
 def _lora_config(run: Run) -> ModelConfig:
     """The run's adapters (rank, alpha); adapters the rollouts cannot apply refused."""
     model = TrainConfig.from_dict(run.config()).model
-    if getattr(model, "lora_predictor", False):
+    if model.lora_predictor:
         raise InputError(f"The run {run.name} trained LoRA adapters on the code predictor "
                          "too, which the reinforce stage's renders cannot apply yet.",
                          "Reinforce a run whose adapters are on the talker only.")

@@ -48,7 +48,7 @@ from engine.cluster import connect
 from engine.config.reinforce import ReinforceConfig
 from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
-from engine.core.errors import InputError, VoxshardError, WorkspaceError
+from engine.core.errors import InputError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.core.jsonl import append_jsonl
 from engine.core.storage import rmtree
@@ -61,7 +61,6 @@ from engine.layout.checkpoints import (
 )
 from engine.layout.prompts import unsaid_sentences
 from engine.layout.run import Run
-from engine.layout.tiers import run_adapter_dir
 from engine.layout.voice import Voice, display_path, now_iso, open_voice
 from engine.model.loading import resolve_model
 from engine.quality.evaluate import HELD_OUT_SENTENCES
@@ -357,19 +356,11 @@ def reinforce(request: ReinforceRequest, on_event: EventCallback | Emitter | Non
 def _adapter_voice(voice: Voice, run: Run, em: Emitter) -> dict[str, Any] | None:
     """A finished LoRA stage rewrites the run's adapter voice as a finished LoRA run
     writes it (the evaluation's best, else the newest checkpoint: now the stage's), so
-    `speak VOICE` and `serve` take the reinforced voice; a failure leaves the stage as it
-    is and says how to write it."""
+    `speak VOICE` and `serve` take the reinforced voice."""
     # the driver (training's whole command, for its export) loads only for a LoRA stage
-    from engine.train.driver import export
+    from engine.train.driver import write_adapter_voice
 
-    out_dir = run_adapter_dir(voice.path, run.name)
-    try:
-        return export(voice.path, out_dir, run=run.name, adapter=True, on_event=em)
-    except VoxshardError as exc:
-        em.log(f"The stage finished, but the run's adapter voice was not written: "
-               f"{exc.message} Write it with `voxshard-engine export {voice.path} {out_dir} "
-               f"--run {run.name} --adapter`.", level="warning")
-        return None
+    return write_adapter_voice(voice.path, run.name, em, "stage")
 
 
 def _report(run: Run, plan: _Plan, cfg: ReinforceConfig, history: list[dict[str, Any]],

@@ -648,20 +648,24 @@ class TrainRun:
         return out
 
     def _adapter_voice(self) -> dict[str, Any] | None:
-        """A finished LoRA run's adapter voice, ready to speak: its checkpoint (the
-        evaluation's best, else the last) written as `export --adapter` writes it into
-        the voice's exports/ (a resumed run's replaces its own). The run itself stands
-        when this fails: the warning says why, and `export --adapter` can try again."""
-        out_dir = run_adapter_dir(self.voice.path, self.run_dir.name)
-        try:
-            return export(self.voice.path, out_dir, run=self.run_dir.name, adapter=True,
-                          on_event=self.emitter)
-        except VoxshardError as exc:
-            self.emitter.log(f"The run finished, but its adapter voice was not written: "
-                             f"{exc.message} Write it with `voxshard-engine export "
-                             f"{self.voice.path} {out_dir} --run {self.run_dir.name} "
-                             "--adapter`.", level="warning")
-            return None
+        return write_adapter_voice(self.voice.path, self.run_dir.name, self.emitter, "run")
+
+
+def write_adapter_voice(voice: Path, run: str, emitter: Emitter, what: str
+                        ) -> dict[str, Any] | None:
+    """A finished LoRA run's (or its reinforce stage's: `what`) adapter voice, ready to
+    speak: its checkpoint (the evaluation's best, else the last) written as `export
+    --adapter` writes it into the voice's exports/ (replacing the run's own). The run
+    itself stands when this fails: the warning says why, and `export --adapter` can try
+    again."""
+    out_dir = run_adapter_dir(voice, run)
+    try:
+        return export(voice, out_dir, run=run, adapter=True, on_event=emitter)
+    except VoxshardError as exc:
+        emitter.log(f"The {what} finished, but the run's adapter voice was not written: "
+                    f"{exc.message} Write it with `voxshard-engine export {voice} {out_dir} "
+                    f"--run {run} --adapter`.", level="warning")
+        return None
 
 
 def _refuse_finished(run: Run, steps: int | None) -> None:
