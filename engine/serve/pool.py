@@ -276,9 +276,9 @@ class Pool:
                 self.loaded[name] = found
                 found.last_used = time.monotonic()
                 return found
-            workers = {id(w): w for w in self.loaded.values()}
+            workers = self._workers()
             if len(workers) >= self.max_loaded:
-                idle = sorted((w for w in workers.values() if not w.busy),
+                idle = sorted((w for w in workers if not w.busy),
                               key=lambda w: w.last_used)
                 if not idle:
                     raise Busy(f"Every loaded voice is busy and at most {self.max_loaded} "
@@ -353,6 +353,10 @@ class Pool:
             for worker in workers.values():
                 if all(w is not worker for w in self.loaded.values()):
                     await self.unload(worker)
+
+    def _workers(self) -> list[VoiceWorker]:
+        """Each loaded worker once (a base's worker serves several names)."""
+        return list({id(w): w for w in self.loaded.values()}.values())
 
     def _loading(self) -> asyncio.Lock:
         """The lock of loading and forgetting voices (made on the event loop)."""
@@ -466,18 +470,17 @@ class Pool:
             ticket.close()
 
     def health(self) -> dict[str, Any]:
-        return {"loaded": sorted(self.loaded), "workers": len({id(w) for w in
-                                                               self.loaded.values()}),
+        workers = self._workers()
+        return {"loaded": sorted(self.loaded), "workers": len(workers),
                 "models_loaded": self.model_loads,
                 "queue_depth": self.admitted,
                 "queue_limit": self.max_queue, "streams": self.streams, "rows": self.rows,
                 # each base's worker: its named voices and adapter slots (a pool that grew
                 # with voices come and gone would show here)
-                "voice_pools": [w.pool for w in {id(w): w for w in
-                                                 self.loaded.values()}.values() if w.shared]}
+                "voice_pools": [w.pool for w in workers if w.shared]}
 
     async def close(self) -> None:
-        for worker in list({id(w): w for w in self.loaded.values()}.values()):
+        for worker in self._workers():
             await self.unload(worker)
         if self.cloner is not None:
             cloner, self.cloner = self.cloner, None
