@@ -47,7 +47,7 @@ from engine.reinforce.stage import (
 )
 from engine.train.builder import worker_device
 from engine.train.checkpoint import Checkpointer
-from engine.train.failures import FatalTrainingError, StopPoller
+from engine.train.failures import FatalTrainingError, StopPoller, last_line
 from engine.train.grpo import CodeLogprobs, PolicyObjective, code_logprobs
 from engine.train.metrics import MetricsSender
 from engine.train.objective import batch_to_device, build_talker, load_base_weights, set_trainable
@@ -148,10 +148,8 @@ def actor_result(call: Any) -> Any:
     try:
         return ray.get(call)
     except Exception as exc:
-        text = [line for line in str(exc).splitlines() if line.strip()][-1:] or [
-            type(exc).__name__]
         raise FatalTrainingError("rollout", f"The reinforce stage's rollouts failed: "
-                                 f"{text[0].strip()}", "Run again with --debug for the "
+                                 f"{last_line(exc)}", "Run again with --debug for the "
                                  "actor's traceback.") from None
 
 

@@ -46,6 +46,13 @@ def _chain(exc: BaseException | None) -> Iterator[BaseException]:
         exc = base if isinstance(base, BaseException) else (exc.__cause__ or exc.__context__)
 
 
+def last_line(exc: BaseException) -> str:
+    """The actual error of a Ray-wrapped exception: its message carries the remote
+    traceback, whose last line is the error itself."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
 def is_out_of_memory(exc: BaseException | None) -> bool:
     """A CUDA (or other accelerator) out-of-memory anywhere in the exception chain."""
     for e in _chain(exc):

@@ -37,7 +37,7 @@ from engine.layout.checkpoints import latest_checkpoint, list_checkpoints
 from engine.layout.manifest import prepared_folder
 from engine.layout.run import Run
 from engine.train.entry import node_train_loop
-from engine.train.failures import fatal_of, no_retry_policy_class
+from engine.train.failures import fatal_of, last_line, no_retry_policy_class
 from engine.train.metrics import MetricsPump, make_queue
 from engine.train.pgroup import local_torch_config
 from engine.train.preflight import pack_voice_data
@@ -324,11 +324,7 @@ def _as_training_error(exc: BaseException) -> BaseException:
     fatal = fatal_of(exc)
     if fatal is not None:  # out of memory, disk full: one sentence and what to do
         return TrainingError(fatal.message, fatal.hint)
-    # Ray wraps the worker's exception; its message carries the worker traceback,
-    # whose last line is the actual error
-    text = str(exc).strip()
-    last = [line for line in text.splitlines() if line.strip()][-1:] or [type(exc).__name__]
-    return TrainingError(f"Training failed: {last[0].strip()}",
+    return TrainingError(f"Training failed: {last_line(exc)}",
                          "Run again with --debug for the full worker traceback.")
 
 
