@@ -344,7 +344,7 @@ def mixed_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
     from engine.data.dataset import epoch_batches
     from engine.train.builder import TrainParts, sharded_objective
     from engine.train.objective import batch_to_device
-    from engine.train.parallelize import set_gradient_sync
+    from engine.train.parallelize import set_gradient_sync, set_keep_gathered
 
     model_dir = Path(loop_config["model_dir"])
     objective, device, precision, _ = sharded_objective(cfg, loop_config, model_dir)
@@ -368,20 +368,25 @@ def mixed_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) 
                       step_batches=step_batches,
                       forward=lambda m, b: m(batch_to_device(b, device)),
                       set_grad_sync=lambda on: set_gradient_sync(objective, on),
+                      set_keep_gathered=lambda keep, last: set_keep_gathered(objective, keep,
+                                                                             last),
                       precision=precision,
                       prepare=lambda b: batch_to_device(b, device, pin=True))
 
 
 def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
-               device: str, fraction: float = 1.0) -> dict[str, Any]:
-    """The product's worker loop on one rank, torch.distributed without Ray."""
+               device: str, fraction: float = 1.0, keep: str = "auto") -> dict[str, Any]:
+    """The product's worker loop on one rank, torch.distributed without Ray; "auto"
+    settings resolved by the memory plan, as the driver resolves them."""
     import socket
 
     import torch
     import torch.distributed as dist
 
     from engine.config.train import TrainConfig
+    from engine.train.driver import resolved
     from engine.train.parallelize import process_group_backend
+    from engine.train.plan import make_plan
     from engine.train.trainer import WorkerEnv, run_worker
 
     use_gpu = device == "cuda"
@@ -396,8 +401,13 @@ def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
         model={"base": str(model_dir), "predictor_frames": fraction},
         data={"batch_size": batch, "grad_accum": accum},
         parallel={"workers": 1, "use_gpu": use_gpu, "precision": "auto",
-                  "cpu_threads_per_worker": torch.get_num_threads()},
+                  "cpu_threads_per_worker": torch.get_num_threads(), "keep_gathered": keep},
         optim={"lr": 1e-5, "warmup_steps": 0}, run={"val_every": 0})
+    seqs = mixed_clips(model_dir, durations)
+    plan = make_plan(model_dir, cfg, device=device, choices=False,
+                     seq_len=max(s.length for s in seqs),
+                     frames=max(int(s.frame_mask.sum()) for s in seqs))
+    cfg = resolved(cfg, plan)
 
     import tempfile
 
@@ -417,7 +427,9 @@ def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
     secs = sum(v["perf/step_s"] for v in epoch)
     tokens = sum(v["perf/tokens"] for v in epoch)
     return {"steps": steps, "step_s": secs / len(epoch), "tokens_per_s": tokens / secs,
-            "epoch_s": secs, "tokens": tokens, "losses": [v["loss/train"] for v in train]}
+            "epoch_s": secs, "tokens": tokens, "losses": [v["loss/train"] for v in train],
+            "keep_gathered": cfg.parallel.keep_gathered,
+            "plan_gib": round(plan.total / GIB, 2)}
 
 
 def upstream_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
@@ -553,15 +565,18 @@ def _fraction(f: float) -> str:
 def mixed_table(runs: dict[str, list[dict[str, Any]]]) -> str:
     """Each side's mean s/step and useful tokens/s over the repeats, and ours over upstream
     (each repeat's own upstream run) with its spread."""
-    lines = [f"  {'side':<14}{'steps':>6}{'s/step':>9}{'useful tok/s':>14}"
+    lines = [f"  {'side':<24}{'steps':>6}{'s/step':>9}{'useful tok/s':>14}"
              f"{'vs upstream':>13}  spread over repeats"]
     for side, rs in runs.items():
         ratios = [o["tokens_per_s"] / u["tokens_per_s"]
                   for o, u in zip(rs, runs["upstream"], strict=True)]
         spread = (f"{min(ratios):.2f}-{max(ratios):.2f} ({len(ratios)})"
                   if side != "upstream" and len(ratios) > 1 else "-")
-        label = side if side == "upstream" else f"ours F={_fraction(float(side[7:]))}"
-        lines.append(f"  {label:<14}{rs[0]['steps']:>6}{_mean([r['step_s'] for r in rs]):>9.2f}"
+        label = side
+        if side != "upstream":
+            f, _, keep = side[7:].partition(" ")
+            label = f"ours F={_fraction(float(f))}" + (f" {keep}" if keep else "")
+        lines.append(f"  {label:<24}{rs[0]['steps']:>6}{_mean([r['step_s'] for r in rs]):>9.2f}"
                      f"{_mean([r['tokens_per_s'] for r in rs]):>14.1f}"
                      f"{_mean(ratios):>12.2f}x  {spread}")
     return "\n".join(lines)
@@ -581,10 +596,13 @@ def main_mixed(args: argparse.Namespace) -> None:
             out = upstream_mixed(model_dir, durations, args.batch, args.accum, args.device)
         else:
             out = ours_mixed(model_dir, durations, args.batch, args.accum, args.device,
-                             fractions[0])
+                             fractions[0], args.keep_gathered.split(",")[0])
         print(json.dumps(out))
         return
-    sides = ["upstream"] + [f"ours F={f:g}" for f in fractions]
+    keeps = args.keep_gathered.split(",")
+    # ours at each F, and at each --keep-gathered choice after the first (an A/B)
+    sides = ["upstream"] + [f"ours F={f:g}" + (f" keep={k}" if k != keeps[0] else "")
+                            for f in fractions for k in keeps]
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     load_before = os.getloadavg()[0]
     #: each repeat's wall time, and each side's process in it (build, warm-up and epoch)
@@ -592,8 +610,10 @@ def main_mixed(args: argparse.Namespace) -> None:
     for rep in range(args.repeats):
         costs.append({})
         for side in sides:  # each in its own process: memory and threads apart
+            f, _, keep = side.partition("=")[2].partition(" keep=")
             which = ["--side", "upstream"] if side == "upstream" else [
-                "--side", "ours", "--predictor-frames", side.split("=", 1)[1]]
+                "--side", "ours", "--predictor-frames", f,
+                "--keep-gathered", keep or keeps[0]]
             t0, load0 = time.monotonic(), os.getloadavg()[0]
             proc = subprocess.run([sys.executable, __file__, "--mixed", *which,
                                    "--layers", str(args.layers), "--clips", str(args.clips),
@@ -784,6 +804,9 @@ def main() -> None:
     ap.add_argument("--side", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--predictor-frames", default="1,0.25,0.125,0.0625",
                     help="--mixed, --converge: ours at each F, comma-separated")
+    ap.add_argument("--keep-gathered", default="auto",
+                    help="--mixed: ours with parameters kept gathered from forward to backward "
+                    "(auto: as the plan decides); comma-separated for an A/B, e.g. auto,off")
     ap.add_argument("--converge", action="store_true",
                     help="held-out loss at each F: the tiny model on the demo corpus")
     ap.add_argument("--converge-steps", type=int, default=120,

@@ -201,6 +201,8 @@ def _rank_main(rank: int, world: int, model_dir: str, out: str, port: int) -> No
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
+    from engine.train.metrics import model_state_bytes, unsharded_grad_bytes
+
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
@@ -230,12 +232,16 @@ def _rank_main(rank: int, world: int, model_dir: str, out: str, port: int) -> No
                         if isinstance(p, DTensor))
             total = sum(p.numel() for p in objective.parameters())
             losses, grads = _train(objective, batch, all_sum)
+            # the run's state metric, with the frozen text embedding kept gathered
+            state = model_state_bytes(objective)["params"]
+            # the state dict reshards every unit (the frozen one kept gathered too), so
+            # the parameters read after it are the fp32 shards the optimizer updates
+            sd = full_state_dict(objective)
             dtypes = {str(p.dtype) for p in objective.parameters()}
-            results[name] = {"losses": losses, "sd": full_state_dict(objective),
+            results[name] = {"losses": losses, "sd": sd, "state": state,
                              "local": local, "total": total, "dtypes": sorted(dtypes),
                              "norm_dtype": str(seen[0]), "grads": grads[0]}
         # gradient accumulation without reduction: count the whole gradients FSDP keeps
-        from engine.train.metrics import model_state_bytes, unsharded_grad_bytes
         from engine.train.parallelize import set_gradient_sync
 
         objective = build_objective(model_dir, ModelConfig(), device="meta")
@@ -331,6 +337,9 @@ def test_sharded_step_equals_single_process(sharded: dict[str, Any], single: dic
     assert_adamw_weights_close(got["sd"], single["sd"], single["grads"])
     # each rank holds half of every sharded parameter (up to padding of odd dims)
     assert got["local"] == pytest.approx(got["total"] / 2, rel=0.01)
+    # after training, with the frozen text embedding gathered whole on the module, the
+    # state metric still counts each rank's fp32 shards
+    assert got["state"] == 4 * got["local"]
 
 
 @pytest.mark.slow
@@ -408,6 +417,54 @@ def test_world_of_one_is_sharded_and_equal(tiny_model_dir: Path, single: dict[st
     assert_adamw_weights_close(sd, single["sd"], single["grads"])
 
 
+def test_a_frozen_unit_stays_gathered_until_a_state_dict_reshards_it(tiny_model_dir: Path,
+                                                                    tmp_path: Path) -> None:
+    """The frozen text embedding is gathered at the first forward and kept: a change made
+    to its shard behind FSDP's back is not seen by the next step (no gather), while a
+    trained embedding ("talker+text") is gathered afresh every step. A state-dict load
+    (the checkpoint's resume) reshards it, so the next forward gathers what was loaded."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        set_model_state_dict,
+    )
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0,
+                            world_size=1)
+    seen: dict[str, list[torch.Tensor]] = {}
+    try:
+        seqs, ids, xv = layout_sequences(tiny_model_dir)
+        batch = layout_batch(seqs, ids, xv, [0, 1], 1)
+        for trainable in ("talker", "talker+text"):
+            objective = build_objective(tiny_model_dir, ModelConfig(trainable=trainable),
+                                        device="meta")
+            parallelize(objective, make_mesh(torch.device("cpu")), ParallelConfig(), "cpu")
+            load_base_weights(objective, tiny_model_dir, "cpu")
+            embedding = objective.talker.model.text_embedding
+            shard = embedding.weight.to_local()
+            rows = seen[trainable] = []
+            embedding.register_forward_hook(lambda _m, _a, out, rows=rows:
+                                            rows.append(out.detach().clone()))
+
+            def step(objective: Any = objective) -> None:
+                objective(batch)["loss"].backward()
+                objective.zero_grad(set_to_none=True)
+
+            step()
+            with torch.no_grad():
+                shard.add_(1.0)  # the master weights change, FSDP is not told
+            step()
+            if trainable == "talker":
+                set_model_state_dict(objective, get_model_state_dict(objective))
+                step()
+    finally:
+        dist.destroy_process_group()
+    kept, trained = seen["talker"], seen["talker+text"]
+    assert torch.equal(kept[1], kept[0])  # gathered once: the old copy, no gather
+    assert torch.equal(kept[2], kept[0] + 1.0)  # the load resharded it: gathered afresh
+    assert torch.equal(trained[1], trained[0] + 1.0)  # trained: gathered every step
+
+
 @pytest.mark.slow
 def test_sharded_partial_training_equals_single_process(sharded: dict[str, Any],
                                                         tiny_model_dir: Path) -> None:
@@ -465,12 +522,13 @@ def test_accumulation_keeps_parameters_gathered_and_trains_the_same(
     objective = build_objective(tiny_model_dir, ModelConfig(), device="meta")
     layers = len(objective.talker.model.layers) + len(
         objective.talker.code_predictor.model.layers)
-    units = layers + 2  # the root and the text embedding's own unit
-    assert kept["gathers"] == STEPS * units
+    units = layers + 1  # and the root; the frozen text embedding's unit apart:
+    # gathered once, at the first forward, for the whole run (keep_frozen_gathered)
+    assert kept["gathers"] == STEPS * units + 1
     # re-gathering, every micro-step: each layer in forward and again in backward, the
-    # root in forward only, and the frozen text embedding in forward and again in
-    # backward (FSDP2's default backward prefetch of the unit that ran before layer 0)
-    assert regathered["gathers"] == STEPS * ACCUM * (2 * (layers + 1) + 1)
+    # root in forward only (before, the frozen text embedding too, in forward and again
+    # in backward's prefetch of the unit that ran before layer 0: 2 more each micro-step)
+    assert regathered["gathers"] == STEPS * ACCUM * (2 * layers + 1) + 1
     # accumulated halves of the same batch: the one-step gradient of one process
     assert kept["losses"] == pytest.approx(single["losses"], rel=1e-5)
     for got, ref in zip(kept["grads"], single["grads"], strict=True):
@@ -486,7 +544,9 @@ def test_accumulation_keeps_parameters_gathered_and_trains_the_same(
                      frames=60, choices=False)
     biggest = max(u.numel for u in count_units(tiny_model_dir, cfg.model, 2)
                   if u.name != "root")
-    assert plan.keep_gathered and kept["held"] > 0 and regathered["held"] == 0
+    # re-gathering holds the frozen text embedding alone between micro-steps
+    embedding = objective.talker.model.text_embedding.weight.numel() * 4
+    assert plan.keep_gathered and kept["held"] > embedding and regathered["held"] == embedding
     assert plan.gather_buffer - 4 * biggest == kept["held"] == kept["peak"]
     # re-gathering: the most ever gathered in backward (root, current and prefetched
     # unit) is within the plan's all-gather term, which is far below keeping

@@ -208,7 +208,12 @@ def model_state_bytes(model: Any, optimizer: Any | None = None) -> dict[str, int
     """
     params = grads = 0
     seen: set[int] = set()
+    # a unit kept gathered (a frozen one: `keep_frozen_gathered`) shows its whole
+    # parameters on the module; its state is still the shard FSDP keeps beside them
+    shards = {id(fp._unsharded_param): fp.sharded_param for fp in _fsdp_params(model)
+              if hasattr(fp, "_unsharded_param")}
     for p in model.parameters():
+        p = shards.get(id(p), p)
         if id(p) in seen:
             continue
         seen.add(id(p))
