@@ -417,6 +417,65 @@ def test_world_of_one_is_sharded_and_equal(tiny_model_dir: Path, single: dict[st
     assert_adamw_weights_close(sd, single["sd"], single["grads"])
 
 
+def test_a_world_of_one_reduces_gradients_without_copying_them(tiny_model_dir: Path,
+                                                              tmp_path: Path) -> None:
+    """One CPU rank: each unit's gradient "reduce-scatter" gets its input buffer back as
+    the output (no full-gradient copy), the sharded gradients are views of the buffer the
+    gradients were copied into, and two AdamW steps give bit for bit what FSDP's own
+    reduction (a copy into a second buffer) gives."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
+
+    from engine.train.parallelize import OneRankReduce, fsdp_units
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0,
+                            world_size=1)
+    runs: dict[str, Any] = {}
+    try:
+        seqs, ids, xv = layout_sequences(tiny_model_dir)
+        batch = layout_batch(seqs, ids, xv, [0, 1, 2, 3], 1)
+        for comm in ("ours", "fsdp"):
+            objective = build_objective(tiny_model_dir, device="meta")
+            parallelize(objective, make_mesh(torch.device("cpu")), ParallelConfig(), "cpu")
+            load_base_weights(objective, tiny_model_dir, "cpu")
+            handed: list[torch.Tensor] = []
+            for unit in fsdp_units(objective):
+                reduce = unit._get_fsdp_state()._fsdp_param_group._reduce_scatter_comm
+                if comm == "fsdp":
+                    unit.set_custom_reduce_scatter(DefaultReduceScatter())
+                    continue
+                assert isinstance(reduce, OneRankReduce)
+                allocate = reduce.allocate
+
+                def spy(size: Any, allocate: Any = allocate, handed: list = handed,
+                        **kw: Any) -> torch.Tensor:
+                    handed.append(allocate(size, **kw))
+                    return handed[-1]
+
+                reduce.allocate = spy
+            if comm == "ours":
+                objective(batch)["loss"].backward()
+                # input, then output: the output is the input buffer itself
+                assert len(handed) % 2 == 0 and len(handed) >= 2 * (2 + 2)
+                inputs = handed[0::2]
+                assert all(out is inp for inp, out in zip(inputs, handed[1::2], strict=True))
+                buffers = {t.untyped_storage().data_ptr() for t in inputs}
+                grads = [p.grad.to_local() for p in objective.parameters()
+                         if p.grad is not None]
+                assert grads and all(g.untyped_storage().data_ptr() in buffers
+                                     for g in grads)
+                objective.zero_grad(set_to_none=True)
+            losses, grads = _train(objective, batch, lambda t: t)
+            runs[comm] = (losses, grads, full_state_dict(objective))
+    finally:
+        dist.destroy_process_group()
+    (losses, grads, sd), (ref_losses, ref_grads, ref_sd) = runs["ours"], runs["fsdp"]
+    assert losses == ref_losses
+    for got, ref in zip(grads, ref_grads, strict=True):
+        assert all(torch.equal(got[k], v) for k, v in ref.items())
+    assert all(torch.equal(sd[k], v) for k, v in ref_sd.items())
+
+
 def test_a_frozen_unit_stays_gathered_until_a_state_dict_reshards_it(tiny_model_dir: Path,
                                                                     tmp_path: Path) -> None:
     """The frozen text embedding is gathered at the first forward and kept: a change made
