@@ -420,9 +420,10 @@ def test_world_of_one_is_sharded_and_equal(tiny_model_dir: Path, single: dict[st
 def test_a_world_of_one_reduces_gradients_without_copying_them(tiny_model_dir: Path,
                                                               tmp_path: Path) -> None:
     """One CPU rank: each unit's gradient "reduce-scatter" gets its input buffer back as
-    the output (no full-gradient copy), the sharded gradients are views of the buffer the
-    gradients were copied into, and two AdamW steps give bit for bit what FSDP's own
-    reduction (a copy into a second buffer) gives."""
+    the output (no full-gradient copy), the sharded gradients are views of it, and the
+    next step copies into the same buffer once those gradients are gone, never while one
+    is held (two backwards accumulating); the accumulated gradients and two AdamW steps
+    are bit for bit what FSDP's own reduction (fresh buffers, a copy) gives."""
     import torch.distributed as dist
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
 
@@ -453,23 +454,38 @@ def test_a_world_of_one_reduces_gradients_without_copying_them(tiny_model_dir: P
                     return handed[-1]
 
                 reduce.allocate = spy
-            if comm == "ours":
+
+            def backward(objective: Any = objective, handed: list = handed) -> list[int]:
+                """One backward; the storages of the buffers its reductions copied into."""
+                del handed[:]
                 objective(batch)["loss"].backward()
-                # input, then output: the output is the input buffer itself
-                assert len(handed) % 2 == 0 and len(handed) >= 2 * (2 + 2)
                 inputs = handed[0::2]
+                # input, then output: the output is the input buffer itself
                 assert all(out is inp for inp, out in zip(inputs, handed[1::2], strict=True))
-                buffers = {t.untyped_storage().data_ptr() for t in inputs}
+                return [t.untyped_storage().data_ptr() for t in inputs]
+
+            first = backward()
+            if comm == "ours":
+                assert len(first) >= 4  # the layers' units and the root
                 grads = [p.grad.to_local() for p in objective.parameters()
                          if p.grad is not None]
-                assert grads and all(g.untyped_storage().data_ptr() in buffers
-                                     for g in grads)
-                objective.zero_grad(set_to_none=True)
+                assert grads and all(g.untyped_storage().data_ptr() in first for g in grads)
+            # a second backward adds to the gradients held: fresh buffers to add from
+            held = backward()
+            accumulated = _full_grads(objective)
+            objective.zero_grad(set_to_none=True)
+            again = backward()  # the gradients are gone: the first step's buffers again
+            objective.zero_grad(set_to_none=True)
+            if comm == "ours":
+                assert not set(held) & set(first) and again == first
             losses, grads = _train(objective, batch, lambda t: t)
-            runs[comm] = (losses, grads, full_state_dict(objective))
+            runs[comm] = (accumulated, losses, grads, full_state_dict(objective))
     finally:
         dist.destroy_process_group()
-    (losses, grads, sd), (ref_losses, ref_grads, ref_sd) = runs["ours"], runs["fsdp"]
+    (acc, losses, grads, sd), (ref_acc, ref_losses, ref_grads, ref_sd) = (runs["ours"],
+                                                                         runs["fsdp"])
+    assert acc.keys() == ref_acc.keys() and all(torch.equal(acc[k], v)
+                                                for k, v in ref_acc.items())
     assert losses == ref_losses
     for got, ref in zip(grads, ref_grads, strict=True):
         assert all(torch.equal(got[k], v) for k, v in ref.items())

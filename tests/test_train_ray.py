@@ -13,6 +13,7 @@ Kept to three `fit()` calls in two tests (each costs ~20-30 s on 2 cores):
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -140,6 +141,11 @@ def test_train_failover_exact_resume_and_export(prepared_voice: Path, tiny_model
 
     # Ray is gone: nothing this test process started is still running
     assert _children() - before == set()
+    # nor the rendezvous files of the two worker groups (the killed one's included)
+    from engine.core.storage import checkpoint_root
+    from engine.train.pgroup import store_prefix
+
+    assert not glob.glob(store_prefix(str(checkpoint_root(result["run"]))) + "*")
 
     # the exported checkpoint speaks through the official loader
     out = export(voice, tmp_path / "export")

@@ -194,7 +194,7 @@ class Launch:
             # in clipping, DCP's planning) need a CPU collective backend
             # a local run rendezvous through a file (no TCPStore listening on every
             # interface); an existing cluster through Ray's TCP store (pgroup.py)
-            torch_config=(local_torch_config(process_group_backend(spec.use_gpu))
+            torch_config=(local_torch_config(process_group_backend(spec.use_gpu), spec.location)
                           if spec.config["parallel"].get("address") is None
                           else TorchConfig(backend=process_group_backend(spec.use_gpu))),
             scaling_config=ScalingConfig(num_workers=spec.workers, use_gpu=spec.use_gpu,

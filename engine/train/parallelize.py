@@ -14,9 +14,10 @@ at the first forward, and stays gathered (`keep_frozen_gathered`): no all-gather
 of it in every step's forward and again in backward's prefetch.
 
 On a CPU world of one, each unit's gradient "reduce-scatter" hands FSDP its
-input buffer back as the output (`OneRankReduce`): FSDP2 otherwise copies every
-gradient into a flat buffer and that buffer into another, a third of a
-full-depth step on this machine (profiled), for a reduction over one rank.
+input buffer back as the output, and the same buffer every step
+(`OneRankReduce`): FSDP2 otherwise copies every gradient into a fresh flat
+buffer and that into another, a third of a full-depth step on this machine
+(profiled), for a reduction over one rank.
 
 The training loop never mentions FSDP: it gets the sharded objective back.
 """
@@ -162,36 +163,56 @@ def parallelize(objective: nn.Module, mesh: Any, cfg: ParallelConfig,
     # The root holds everything else and must be the module whose forward runs it all.
     fully_shard(objective, mesh=mesh, mp_policy=root_mp, offload_policy=offload)
     if mesh.size() == 1 and device.type == "cpu":
-        for unit in fsdp_units(objective):
-            unit.set_custom_reduce_scatter(OneRankReduce())
+        units = fsdp_units(objective)
+        nested = {id(p) for unit in units if unit is not objective for p in unit.parameters()}
+        for unit in units:
+            # each unit's own parameters: the sharded ones, as registered before any forward
+            own = [p for p in unit.parameters()
+                   if unit is not objective or id(p) not in nested]
+            unit.set_custom_reduce_scatter(OneRankReduce(own))
     if not any(p.is_meta for p in objective.parameters()) and not cfg.cpu_offload:
         objective.to(device)
     return objective
 
 
 class OneRankReduce:
-    """A unit's gradient reduction over a CPU world of one: the identity, with no copy.
+    """A unit's gradient reduction over a CPU world of one: the identity, with no copy,
+    into one buffer for the whole run.
 
     FSDP2 reduces a unit's gradients by allocating an input buffer (every
     gradient copied in), then an output buffer of the same size, and on one
     rank copies the first into the second; the unit's sharded gradients are
     views of the output. This comm answers the output's allocation with the
-    input buffer itself, so that copy is a copy onto itself, which torch skips:
-    the same values, one full-gradient copy and buffer fewer per step. One
-    instance per unit (a unit's reductions never interleave); the input's
+    input buffer itself, so that copy is a copy onto itself, which torch skips.
+    And the input is the same buffer every step while none of the unit's
+    gradients is alive (`zero_grad(set_to_none=True)` dropped the views of it):
+    a fresh one per step is tens of MB per unit, which the C allocator maps
+    anew each time, and writing it paid a page fault per 4 KB (the copy-in ran
+    at a sixth of memory speed, profiled). A gradient still held (accumulation
+    with reduction every micro-step) gets a fresh buffer to add from.
+
+    One instance per unit (a unit's reductions never interleave); the input's
     allocation always comes first (torch 2.13's `foreach_reduce`, which the
     sharding tests run), and a mismatch in size or dtype gets a fresh buffer.
     Never used with more than one rank, where the reduction is real.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self._params = params
+        self._buffer: torch.Tensor | None = None
         self._input: torch.Tensor | None = None
 
     def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         held, self._input = self._input, None
-        if held is not None and held.dtype == dtype and tuple(held.shape) == tuple(size):
+        if held is not None and _fits(held, size, dtype):
             return held  # the output: the input buffer, already holding the gradients
-        self._input = torch.empty(*size, dtype=dtype, device=device)
+        if (self._buffer is not None and _fits(self._buffer, size, dtype)
+                and all(p.grad is None for p in self._params)):
+            self._input = self._buffer  # no gradient views it: this step's input
+        else:
+            self._input = torch.empty(*size, dtype=dtype, device=device)
+            if self._buffer is None or all(p.grad is None for p in self._params):
+                self._buffer = self._input
         return self._input
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any,
@@ -201,6 +222,10 @@ class OneRankReduce:
         # FSDP calls the comm only with more than one rank; reduce as its default does
         return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group,
                                           async_op=async_op)
+
+
+def _fits(buffer: torch.Tensor, size: Any, dtype: torch.dtype) -> bool:
+    return buffer.dtype == dtype and tuple(buffer.shape) == tuple(size)
 
 
 def keep_frozen_gathered(unit: Any) -> Any:
