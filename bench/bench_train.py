@@ -46,8 +46,9 @@ on the first GPU in bf16.
 `--converge`: the tiny model fine-tuned on the 12-take demo corpus the tests
 use (piper's 'joe' reading tests/helpers/speech.py's SENTENCES; 3 takes held
 out) through the product's worker loop and builder, `--converge-steps` steps at
-each F, one run per seed (`--repeats`). Prints the held-out loss on every
-frame at equal steps and at equal training time (the quickest F's time for
+each F, one run per seed (`--repeats`: the data seed, which takes are held out
+and the batch order, and the run seed, the frame draws). Prints the held-out
+loss on every frame at equal steps and at equal training time (the quickest F's time for
 those steps: each F's last validation within it).
 """
 
@@ -679,7 +680,9 @@ def converge_run(model_dir: Path, voice: Path, fraction: float, steps: int, seed
                  val_every: int, run_dir: Path) -> dict[str, Any]:
     """One fine-tune of the tiny model through the product's worker loop and builder (no
     Ray): held-out loss on every frame each `val_every` steps, with the training time
-    (the steps' own time, validation left out) it took to get there."""
+    (the steps' own time, validation left out) it took to get there. `seed` is the data's
+    (which takes are held out, the batch order) and the run's (the frame draws): with the
+    run's alone, every F = 1 run was the same run."""
     import torch
 
     from engine.config.train import TrainConfig
@@ -687,7 +690,7 @@ def converge_run(model_dir: Path, voice: Path, fraction: float, steps: int, seed
 
     cfg = TrainConfig().replace(
         model={"base": str(model_dir), "predictor_frames": fraction},
-        data={"batch_size": 2, "val_fraction": 0.25},
+        data={"batch_size": 2, "val_fraction": 0.25, "seed": seed},
         optim={"lr": 1e-3, "warmup_steps": 0},
         parallel={"cpu_threads_per_worker": torch.get_num_threads()},
         run={"val_every": val_every, "checkpoint_every": 1 << 30, "seed": seed})
