@@ -48,8 +48,8 @@ use (piper's 'joe' reading tests/helpers/speech.py's SENTENCES; 3 takes held
 out) through the product's worker loop and builder, `--converge-steps` steps at
 each F, one run per seed (`--repeats`: the data seed, which takes are held out
 and the batch order, and the run seed, the frame draws). Prints the held-out
-loss on every frame at equal steps and at equal training time (the quickest F's time for
-those steps: each F's last validation within it).
+loss on every frame at equal steps and at equal training time (the quickest
+F's time for those steps: each F's last validation within it).
 """
 
 from __future__ import annotations

@@ -206,12 +206,12 @@ class OneRankReduce:
         held, self._input = self._input, None
         if held is not None and _fits(held, size, dtype):
             return held  # the output: the input buffer, already holding the gradients
-        if (self._buffer is not None and _fits(self._buffer, size, dtype)
-                and all(p.grad is None for p in self._params)):
-            self._input = self._buffer  # no gradient views it: this step's input
+        free = all(p.grad is None for p in self._params)  # no gradient views the buffer
+        if free and self._buffer is not None and _fits(self._buffer, size, dtype):
+            self._input = self._buffer
         else:
             self._input = torch.empty(*size, dtype=dtype, device=device)
-            if self._buffer is None or all(p.grad is None for p in self._params):
+            if free:
                 self._buffer = self._input
         return self._input
 

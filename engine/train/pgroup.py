@@ -35,7 +35,7 @@ def store_prefix(run: str) -> str:
     return os.path.join(tempfile.gettempdir(), f"voxshard-pg-{tag}-")
 
 
-def local_torch_config(backend: str, run: str = "") -> Any:
+def local_torch_config(backend: str, run: str) -> Any:
     """A TorchConfig whose process group is set up through a FileStore (one machine only);
     `run` names the files (`store_prefix`)."""
     from ray.train.torch import TorchConfig

@@ -28,8 +28,8 @@ Per worker, in bytes:
   before it is reduce-scattered. Deliberately conservative: the largest unit
   is often the frozen text embedding, which needs neither a prefetched twin
   nor a gradient (it stays gathered for the whole run, `keep_frozen_gathered`,
-  inside the first of its two copies here); on CPU this margin roughly covers what process RSS adds
-  (allocator slack, the mmap'd weight file during loading) - measured on
+  inside the first of its two copies here); on CPU this margin roughly covers
+  what process RSS adds (allocator slack, the mmap'd weight file during loading) - measured on
   the 0.6B widths with 12 layers: predicted 8.25 / 12.24 GiB per worker
   (2 / 1 workers) against 7.9 / 11.4 GiB peak RSS. With parameters kept
   gathered between accumulation micro-steps (`keep_gathered`, only with
