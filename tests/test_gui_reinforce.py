@@ -211,3 +211,87 @@ def test_the_tab_chooses_the_ray_path_and_says_what_the_engine_refuses(
     said = _refused(qtbot, panel)
     assert said == ("Reinforce did not run: The run lora trained LoRA adapters, which the "
                     "reinforce stage updates in this process only, not on Ray workers."), said
+
+
+def _reinforced_run(voice: Path, rewards: list[float]) -> Path:
+    """A trained run (checkpoint at step 10, no evaluation) with a stage of len(rewards)
+    iterations read back from its metrics.jsonl."""
+    run = voice / "runs" / "2026-01-01_a"
+    run.mkdir(parents=True)
+    write_json(run / "config.json", {"run": {"steps": 10}})
+    rows = [{"kind": "train", "step": s, "loss/train": 9.0 - s / 10} for s in range(1, 11)]
+    for it, reward in enumerate(rewards, start=1):
+        rows.append({"kind": "reinforce", "step": 10 + it, "iteration": it,
+                     "reinforce/reward": reward, "reinforce/similarity": 0.05 * it,
+                     "reinforce/wer": 0.8, "reinforce/capped": 1.0, "reinforce/rate_off": 0.2,
+                     "reinforce/kl": 2e-4 * it, "reinforce/reward_spread": 0.3 + 0.01 * it})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ckpt = run / "checkpoint_step_0000010"
+    ckpt.mkdir()
+    (ckpt / "COMPLETE").write_text("")
+    write_json(ckpt / "trainer.json", {"stage": "train"})
+    return run
+
+
+def _plot_height(plot) -> float:
+    return plot.getViewBox().sceneBoundingRect().height()
+
+
+def test_the_tab_is_readable_at_the_smallest_window(
+        qtbot, window: MainWindow, voice: Path, tmp_path: Path) -> None:
+    """Issue 45: at 1100x760 the charts have room and their ranges come from the data (a
+    reward of -1.54 is on screen), the KL and spread axes do not run into each other, the
+    settings open to every row, and the words name the checkpoint the stage starts from."""
+    _reinforced_run(voice, [-1.54, -1.31, -1.42])
+    page = _open(qtbot, window, voice)
+    panel = page.reinforce
+    qtbot.wait(300)
+    charts = panel.charts
+    assert charts.points("reinforce/reward") == 3
+    for plot in charts.plots:
+        assert _plot_height(plot) >= 75, (plot.titleLabel.text, _plot_height(plot))
+    assert _plot_height(charts.reward_plot) >= 120
+    for plot in charts.plots:  # and whole: none cut off at the tab's right edge
+        assert plot.sceneBoundingRect().right() <= charts.width() + 1, plot.titleLabel.text
+    # each y range holds its data, and spans it (not a fixed 0..1)
+    for plot, name in ((charts.reward_plot, "reinforce/reward"),
+                       (charts.kl_plot, "reinforce/kl"),
+                       (charts.spread_plot, "reinforce/reward_spread")):
+        _x, y = charts.curves[name].getData()
+        (_x0, _x1), (y0, y1) = plot.getViewBox().viewRange()
+        assert y0 <= min(y) and max(y) <= y1, (name, y0, y1, list(y))
+    (_, _), (y0, y1) = charts.reward_plot.getViewBox().viewRange()
+    # from the lowest reward (-1.54) to the highest term (1.0, every render capped), padded
+    assert y0 <= -1.54 and 1.0 <= y1 and y1 - y0 <= 1.25 * 2.54, (y0, y1)
+    # the KL chart's ticks and the spread chart's do not overlap: one above the other
+    kl_axis = charts.kl_plot.getAxis("left").sceneBoundingRect()
+    spread_axis = charts.spread_plot.getAxis("left").sceneBoundingRect()
+    assert kl_axis.bottom() <= spread_axis.top() + 1 or spread_axis.bottom() <= kl_axis.top() \
+        + 1 or kl_axis.right() <= spread_axis.left(), (kl_axis, spread_axis)
+    # the stage starts from the newest training checkpoint: no evaluation chose a best
+    assert panel.note.text() == ("Reinforce starts from step 10 of 2026-01-01_a, its newest "
+                                 "checkpoint: no evaluation has picked a best yet (Evaluate "
+                                 "does)."), panel.note.text()
+    shots = Path(os.environ.get("VOXSHARD_SHOTS", tmp_path))
+    assert window.grab().save(str(shots / "train-reinforce-1100.png"))
+    # the settings, open: every row shows, and the charts keep a readable height
+    _click(qtbot, panel.more_btn)
+    qtbot.wait(300)
+    inner = panel.form.widget()
+    assert panel.form.viewport().height() >= inner.sizeHint().height() - 2, \
+        (panel.form.viewport().height(), inner.sizeHint().height())
+    assert _plot_height(charts.reward_plot) >= 90
+    assert window.grab().save(str(shots / "train-reinforce-1100-settings.png"))
+
+
+def test_the_note_names_the_evaluations_best(qtbot, window: MainWindow, voice: Path) -> None:
+    run = _reinforced_run(voice, [])
+    for step in (4, 8):
+        ckpt = run / f"checkpoint_step_{step:07d}"
+        ckpt.mkdir()
+        (ckpt / "COMPLETE").write_text("")
+        write_json(ckpt / "trainer.json", {"stage": "train"})
+    write_json(run / "evaluation" / "evaluation.json", {"best": {"step": 8}})
+    page = _open(qtbot, window, voice)
+    assert page.reinforce.note.text() == ("Reinforce starts from step 8 of 2026-01-01_a, "
+                                          "the evaluation's best.")

@@ -4,6 +4,8 @@
 <voice>/runs/<run>/config.json                the resolved TrainConfig, rewritten at every start
 <voice>/runs/<run>/metrics.jsonl              one JSON record per logged step (appended live)
 <voice>/runs/<run>/checkpoint_step_NNNNNNN/   checkpoints (engine.layout.checkpoints)
+<voice>/runs/<run>/checkpoints.jsonl          every checkpoint training completed, pruned or
+                                              not (the evaluation accounts for each one)
 <voice>/runs/<run>/best/<checkpoint>/         the evaluation's best, kept from pruning
 <voice>/runs/<run>/held/<checkpoint>/         what the evaluation is measuring, held from it
 <voice>/runs/<run>/evaluation/evaluation.json what `evaluate` measured (and report.html)
@@ -37,6 +39,7 @@ from typing import Any
 
 from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError, WorkspaceError
+from engine.core.jsonl import append_jsonl, read_jsonl
 from engine.layout.checkpoints import (
     COMPLETE,
     MIN_KEEP,
@@ -44,6 +47,7 @@ from engine.layout.checkpoints import (
     TRAINER_STATE,
     checkpoint_at,
     checkpoint_name,
+    checkpoint_stage,
     hold,
     keep_best,
     kept_best,
@@ -63,6 +67,8 @@ REPORT_FILE = "report.html"
 REINFORCE_DIR = "reinforce"
 #: the data a run trains on: its fingerprint and the clip its speaker came from
 DATA_FILE = "data.json"
+#: one line per checkpoint training completed (its name and step), kept after pruning
+WRITTEN_FILE = "checkpoints.jsonl"
 #: bytes read from the end of metrics.jsonl for the latest records (long runs are big)
 TAIL_BYTES = 256 * 1024
 
@@ -355,6 +361,18 @@ class Run:
                          f"Available steps: {steps} (or 'latest').",
                          window_hint=f"Its checkpoints are at steps {steps}.")
 
+    def record_written(self, name: str) -> None:
+        """Training completed checkpoint `name` (the driver's record, written whatever
+        pruning does to the checkpoint later)."""
+        append_jsonl(self.path / WRITTEN_FILE, {"checkpoint": name, "step": step_of(name)})
+
+    def written(self) -> dict[str, int]:
+        """Every checkpoint training recorded as completed, name -> step (empty for a run
+        from before the record was kept: its listing is then all there is)."""
+        rows = read_jsonl(self.path / WRITTEN_FILE)  # tolerant: none yet is empty
+        return {str(r["checkpoint"]): int(r["step"]) for r in rows
+                if r.get("checkpoint") and isinstance(r.get("step"), int)}
+
     # -- evaluation and the kept best --------------------------------------------------
     @property
     def evaluation_dir(self) -> Path:
@@ -394,6 +412,15 @@ class Run:
             return self.checkpoint(step)
         except OSError:  # remote storage unreachable: the kept copy is local
             return kept_best(self.path, checkpoint_name(step))
+
+    def reinforce_start(self) -> tuple[Any, bool] | None:
+        """The checkpoint a new reinforce stage starts from, and whether it is the
+        evaluation's best (else the newest training checkpoint); None: nothing trained."""
+        best = self.best()
+        if best is not None and checkpoint_stage(best) != REINFORCE_STAGE:
+            return best, True
+        trained = [c for c in self.checkpoints() if checkpoint_stage(c) != REINFORCE_STAGE]
+        return (trained[-1], False) if trained else None
 
     def keep_best(self, checkpoint: str | os.PathLike[str]) -> Path | None:
         return keep_best(self.path, checkpoint)

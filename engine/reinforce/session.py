@@ -112,17 +112,14 @@ def _trainer_state(checkpoint: Any) -> dict[str, Any]:
 def _start_checkpoint(run: Run, which: str | None, em: Emitter) -> Any:
     if which:
         return run.find_checkpoint(which)
-    best = run.best()
-    if best is not None and checkpoint_stage(best) != REINFORCE_STAGE:
-        em.log(f"Starting from step {step_of(best)}, the evaluation's best.")
-        return best
-    trained = [c for c in run.checkpoints() if checkpoint_stage(c) != REINFORCE_STAGE]
-    if not trained:
+    found = run.reinforce_start()
+    if found is None:
         raise WorkspaceError(f"The run {run.name} has no training checkpoint to reinforce.",
                              "Train the voice first (`voxshard-engine train`).")
-    em.log(f"No evaluation yet; starting from the newest checkpoint, step "
-           f"{step_of(trained[-1])}.")
-    return trained[-1]
+    start, best = found
+    em.log(f"Starting from step {step_of(start)}, the evaluation's best." if best else
+           f"No evaluation yet; starting from the newest checkpoint, step {step_of(start)}.")
+    return start
 
 
 @dataclass

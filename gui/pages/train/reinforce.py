@@ -73,10 +73,23 @@ def stage_history(run_dir: Path) -> list[dict[str, Any]]:
     return [rows[i] for i in sorted(rows)]
 
 
+def start_words(run_dir: Path, name: str) -> str:
+    """The checkpoint a new stage starts from, as the engine chooses it (Run.reinforce_start)."""
+    found = Run(run_dir).reinforce_start()
+    if found is None:
+        return f"The run {name} has no training checkpoint to reinforce."
+    start, best = found
+    if best:
+        return f"Reinforce starts from step {step_of(start)} of {name}, the evaluation's best."
+    return (f"Reinforce starts from step {step_of(start)} of {name}, its newest checkpoint: "
+            "no evaluation has picked a best yet (Evaluate does).")
+
+
 class ReinforceCharts(pg.GraphicsLayoutWidget):
     """Reward and its terms (left, its legend in a row of its own under it), the KL and
-    the groups' reward spread (stacked right), per iteration: at a laptop's size the tab
-    has ~300 px of height, too little for three charts above each other."""
+    the groups' reward spread (stacked right, one iteration axis under both), per
+    iteration. Every range comes from the data: a reward of -1.5 is in view, not cut off
+    by a fixed 0-1 axis."""
 
     def __init__(self, store: MetricsStore) -> None:
         super().__init__()
@@ -84,12 +97,18 @@ class ReinforceCharts(pg.GraphicsLayoutWidget):
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.reward_plot = self._plot("Reward and its terms", 0, 0, rowspan=2)
         self.kl_plot = self._plot("KL to the start", 0, 1, bottom=False)
-        self.spread_plot = self._plot("Spread in a group", 1, 1)
+        # the legend is the reward's (under it): the right column takes its row too
+        self.spread_plot = self._plot("Spread in a group", 1, 1, rowspan=2)
+        # the KL's iterations are the spread's: at 1100x760 the KL's own tick labels ran
+        # into the spread's title
+        self.kl_plot.hideAxis("bottom")
+        self.kl_plot.setXLink(self.spread_plot)
         self.plots = (self.reward_plot, self.kl_plot, self.spread_plot)
-        # three a row: five in one made the layout wider than the tab at 1100x760
-        self.legend = pg.LegendItem(colCount=3, labelTextSize="8pt", verSpacing=-6)
-        self.legend.setMaximumHeight(44)
-        self.addItem(self.legend, row=2, col=0, colspan=2)
+        # two a row, under the reward only: three made the left column wider than its
+        # share at 1100x760, and the right one was cut off
+        self.legend = pg.LegendItem(colCount=2, labelTextSize="8pt", verSpacing=-6)
+        self.legend.setMaximumHeight(58)
+        self.addItem(self.legend, row=2, col=0)
         for key, (label, color) in REWARD_KEYS.items():
             self._line(self.reward_plot, f"reinforce/{key}", color, label)
         self._line(self.kl_plot, "reinforce/kl", SERIES[1])
@@ -99,6 +118,7 @@ class ReinforceCharts(pg.GraphicsLayoutWidget):
             layout.setRowStretchFactor(row, stretch)
         layout.setColumnStretchFactor(0, 3)
         layout.setColumnStretchFactor(1, 2)
+        self.setMinimumHeight(240)
 
     def _plot(self, title: str, row: int, col: int, rowspan: int = 1, bottom: bool = True
               ) -> pg.PlotItem:
@@ -107,9 +127,10 @@ class ReinforceCharts(pg.GraphicsLayoutWidget):
         # wider than the tab at 1100x760, and the right column was cut off; the titles
         # say what the axes hold, so the axes carry no names (the smallest window's width)
         p.setTitle(title, size="9pt")
-        if bottom:
+        if bottom and col == 0:
             p.setLabel("bottom", "iteration")
         p.getAxis("left").enableAutoSIPrefix(False)
+        p.disableAutoRange()  # ranges are set from the data in redraw()
         return p
 
     def _line(self, plot: pg.PlotItem, name: str, color: str, label: str = "") -> None:
@@ -121,19 +142,41 @@ class ReinforceCharts(pg.GraphicsLayoutWidget):
             self.legend.addItem(curve, label)
         self.curves[name] = curve
 
+    def _data(self, plot: pg.PlotItem) -> tuple[np.ndarray, np.ndarray]:
+        """Every point the plot's lines draw (x, y), NaNs left out."""
+        xs, ys = [], []
+        for name, curve in self.curves.items():
+            series = self.store.series.get(name)
+            if series is None or curve.getViewBox() is not plot.getViewBox():
+                continue
+            x, y = series.data()
+            keep = np.isfinite(y)
+            xs.append(np.asarray(x)[keep])
+            ys.append(np.asarray(y)[keep])
+        if not xs:
+            return np.zeros(0), np.zeros(0)
+        return np.concatenate(xs), np.concatenate(ys)
+
     def redraw(self) -> None:
         for name, curve in self.curves.items():
             series = self.store.series.get(name)
             curve.setData(*series.data()) if series is not None else curve.setData([], [])
-        self.reward_plot.enableAutoRange()
-        for plot, name in ((self.kl_plot, "reinforce/kl"),
-                           (self.spread_plot, "reinforce/reward_spread")):
-            # both are >= 0: from zero, so a flat line reads as its level, not as noise
-            series = self.store.series.get(name)
-            top = float(np.nanmax(series.data()[1])) if series is not None and series.n \
-                else 0.0
-            plot.enableAutoRange(axis="x")
-            plot.setYRange(0.0, top * 1.15 if top > 0 else 1.0, padding=0)
+        for plot in self.plots:
+            x, y = self._data(plot)
+            if not len(x):
+                plot.setXRange(0.5, 1.5, padding=0)
+                plot.setYRange(0.0, 1.0, padding=0)
+                continue
+            # one iteration is a point in the middle, not on the edge
+            plot.setXRange(float(x.min()) - 0.5, float(x.max()) + 0.5, padding=0)
+            lo, hi = float(y.min()), float(y.max())
+            if plot is not self.reward_plot:
+                # the KL and the spread are >= 0: from zero, so a flat line reads as its
+                # level, not as noise
+                lo = min(lo, 0.0)
+            span = hi - lo if hi > lo else max(abs(hi), 1e-3)
+            plot.setYRange(lo - (0.08 * span if plot is self.reward_plot else 0.0),
+                           hi + 0.12 * span, padding=0)
 
     def points(self, name: str) -> int:
         """How many points the chart of `name` draws (tests, the page's words)."""
@@ -175,7 +218,8 @@ class ReinforcePanel(QWidget):
         self.more_btn = QToolButton()
         self.more_btn.setText("Settings")
         self.more_btn.setCheckable(True)
-        self.more_btn.setToolTip("The stage's other settings (voice.toml [reinforce])")
+        self.more_btn.setToolTip("The stage's other settings (voice.toml [reinforce]), in "
+                                 "the charts' place; press again for the charts")
         # Settings sits on the state's line: with it, the buttons' row was wider than the tab
         # at the smallest window and the spin box's text was cut
         lay.addWidget(hbox(self.iterations, self.start_btn, self.resume_btn, self.stop_btn))
@@ -218,10 +262,8 @@ class ReinforcePanel(QWidget):
         self.form.setWidgetResizable(True)
         self.form.setFrameShape(QFrame.Shape.NoFrame)
         self.form.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.form.setMaximumHeight(100)
         self.form.hide()
-        self.more_btn.toggled.connect(self.form.setVisible)
-        lay.addWidget(self.form)
+        self.more_btn.toggled.connect(self._show_settings)
         self.state = QLabel("")
         self.state.setWordWrap(True)
         self.note = QLabel("")  # what the run holds of the stage, or why it cannot start
@@ -231,12 +273,20 @@ class ReinforcePanel(QWidget):
         lay.addWidget(self.note)
         self.charts = ReinforceCharts(self.store)
         lay.addWidget(self.charts, 1)
+        # open, the settings take the charts' place: at 1100x760 the tab cannot hold both
+        # readably (a box of two rows over 40 px charts)
+        lay.addWidget(self.form, 1)
         self.start_btn.clicked.connect(lambda: self.start())
         self.resume_btn.clicked.connect(lambda: self.start(resume=True))
         self.stop_btn.clicked.connect(self.stop)
         self.update_buttons()
 
     # -- settings -------------------------------------------------------------------
+    def _show_settings(self, on: bool) -> None:
+        self.charts.setVisible(not on)
+        self.form.setVisible(on)
+        self.more_btn.setText("Charts" if on else "Settings")
+
     def load_voice_settings(self, cfg: ReinforceConfig) -> None:
         """The voice's [reinforce] values in the form (a flag is sent only when changed)."""
         self._voice_cfg = cfg
@@ -307,7 +357,7 @@ class ReinforcePanel(QWidget):
                               "measures them beside training's, and the best pick chooses "
                               "across both.")
         else:
-            self.note.setText(f"Reinforce starts from the best checkpoint of {run.name}.")
+            self.note.setText(start_words(run.path, run.name))
 
     def show_run(self, run_dir: Path | None) -> None:
         """The picked run's stage so far, read from its folder."""
