@@ -31,6 +31,7 @@ from engine.data.layout import (
     tokenize,
 )
 from engine.train.objective import VoiceObjective, batch_to_device
+from tests.helpers.official import load_official, official_generate
 
 # numeric parity: the batched layout's embeddings against a per-position reference.
 # packaging/run_tests.sh runs these again under other CPU kernel dispatches.
@@ -39,35 +40,7 @@ pytestmark = pytest.mark.parity
 
 @pytest.fixture(scope="module")
 def official(tiny_model_dir: Path) -> Any:
-    from engine.model.official import import_qwen_tts
-
-    qt = import_qwen_tts()
-    return qt.Qwen3TTSModel.from_pretrained(str(tiny_model_dir), dtype=torch.float32,
-                                            attn_implementation="sdpa")
-
-
-def _generate(official: Any, text: str, x_vector: torch.Tensor, frames: int) -> dict[str, Any]:
-    model = official.model
-    input_ids = official._tokenize_texts([official._build_assistant_text(text)])[0]
-    captured: list[torch.Tensor] = []
-
-    def hook(_mod: Any, _args: Any, kwargs: dict[str, Any]) -> None:
-        captured.append(kwargs["inputs_embeds"].detach().clone())
-
-    handle = model.talker.model.register_forward_pre_hook(hook, with_kwargs=True)
-    try:
-        codes, hidden = model.generate(
-            input_ids=[input_ids],
-            voice_clone_prompt={"ref_spk_embedding": [x_vector], "x_vector_only_mode": [True],
-                                "icl_mode": [False], "ref_code": None},
-            languages=["auto"], non_streaming_mode=True, max_new_tokens=frames + 1,
-            do_sample=False, subtalker_dosample=False, repetition_penalty=1.0,
-            # bos is suppressed, so generation never stops early: fixed length
-            eos_token_id=model.config.talker_config.codec_bos_id,
-        )
-    finally:
-        handle.remove()
-    return {"codes": codes[0], "hidden": hidden[0], "inputs": torch.cat(captured, dim=1)[0]}
+    return load_official(tiny_model_dir)
 
 
 def test_layout_positions_by_hand() -> None:
@@ -94,7 +67,7 @@ def test_layout_matches_official_generation(official: Any, tiny_model_dir: Path)
     model = official.model
     x_vector = torch.randn(model.config.talker_config.hidden_size)
     text = "Hello world, a test."
-    ref = _generate(official, text, x_vector, frames=5)
+    ref = official_generate(official, text, x_vector, frames=5)
     codes = ref["codes"]
     assert codes.shape == (5, 16)
 

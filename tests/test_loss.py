@@ -17,14 +17,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.data.layout import LayoutIds, build_sequence, collate, count_tokens
+from engine.data.layout import build_sequence, collate, count_tokens
 from engine.train.loss import SUBTALKER_WEIGHT, normalisers
 from engine.train.objective import (
     VoiceObjective,
     batch_to_device,
-    build_objective,
-    load_base_weights,
 )
+from tests.helpers.official import loaded_objective
 
 # numeric parity: the fast loss against a slow step-by-step reference.
 # packaging/run_tests.sh runs these again under other CPU kernel dispatches.
@@ -33,19 +32,14 @@ pytestmark = pytest.mark.parity
 
 @pytest.fixture(scope="module")
 def setup(tiny_model_dir: Path) -> dict[str, Any]:
-    import json
-
-    cfg = json.loads((tiny_model_dir / "config.json").read_text())
-    ids = LayoutIds.from_config(cfg)
-    objective = build_objective(tiny_model_dir, device="meta")
-    load_base_weights(objective, tiny_model_dir, "cpu")
+    objective, ids, width = loaded_objective(tiny_model_dir)
     g = torch.Generator().manual_seed(3)
     seqs = []
     for n_text, n_frames in [(5, 7), (3, 4), (8, 6)]:
         text = torch.randint(0, 900, (n_text,), generator=g).tolist()
         codes = torch.randint(0, 2048, (n_frames, 16), generator=g).numpy()
         seqs.append(build_sequence(ids, [1, 2, 3], text, codes))
-    xv = torch.randn(len(seqs), cfg["talker_config"]["hidden_size"], generator=g)
+    xv = torch.randn(len(seqs), width, generator=g)
     return {"objective": objective, "ids": ids, "seqs": seqs, "x_vector": xv}
 
 

@@ -24,6 +24,7 @@ Light module: numpy only at import time (the tokenizer loads lazily).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 from collections.abc import Iterator, Sequence
@@ -45,7 +46,9 @@ from engine.data.layout import (
     collate,
     sequence_length,
     tokenize,
+    tokenize_instruct,
 )
+from engine.layout.manifest import read_manifest
 from engine.model.official import import_qwen_tts
 from engine.text import training_text
 
@@ -58,10 +61,12 @@ class Clip:
     role_ids: tuple[int, ...]
     text_ids: tuple[int, ...]
     frames: int
+    #: the style description's instruction tokens this clip trains with (empty: none)
+    instruct_ids: tuple[int, ...] = ()
 
     @property
     def length(self) -> int:
-        return sequence_length(len(self.text_ids), self.frames)
+        return sequence_length(len(self.text_ids), self.frames, len(self.instruct_ids))
 
     @property
     def talker_tokens(self) -> int:
@@ -77,6 +82,19 @@ def load_text_tokenizer(model_dir: str | Path) -> Any:
     import_qwen_tts()
     proc = importlib.import_module("qwen_tts.core.models.processing_qwen3_tts")
     return proc.Qwen3TTSProcessor.from_pretrained(str(model_dir), fix_mistral_regex=True).tokenizer
+
+
+def trains_plain(clip_id: str, seed: int, plain_share: float) -> bool:
+    """Whether a described clip trains without its description: a fixed draw per
+    (seed, clip), so every rank and a resumed run lay it out the same way."""
+    digest = hashlib.sha256(f"{seed}\n{clip_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64 < plain_share
+
+
+def clip_styles(voice_dir: str | Path) -> dict[str, str]:
+    """clip id -> style description, for the prepared clips that have one."""
+    return {str(r["id"]): str(r["style"]).strip() for r in read_manifest(voice_dir)
+            if str(r.get("style") or "").strip()}
 
 
 def split_ids(ids: Sequence[str], val_fraction: float, val_min: int, seed: int
@@ -201,10 +219,15 @@ class VoiceData:
         config = json.loads((Path(model_dir) / "config.json").read_text())
         ids = LayoutIds.from_config(config)
         tok = tokenizer or load_text_tokenizer(model_dir)
+        styles = clip_styles(voice_dir)  # the manifest's, so an edited description counts
         clips, skipped = [], []
         for cid, entry in index.clips.items():
             role, text = tokenize(tok, training_text(entry["text"]))
-            clip = Clip(cid, tuple(role), tuple(text), int(entry["frames"]))
+            style = styles.get(cid, "")
+            if style and trains_plain(cid, cfg.seed, cfg.plain_share):
+                style = ""
+            clip = Clip(cid, tuple(role), tuple(text), int(entry["frames"]),
+                        tuple(tokenize_instruct(tok, style)))
             if clip.length > cfg.max_seq_len:
                 skipped.append(cid)  # too long for the configured sequence budget
                 continue
@@ -267,7 +290,8 @@ class VoiceData:
                 for g in groups]
 
     def sequence(self, clip: Clip) -> ClipSequence:
-        return build_sequence(self.ids, clip.role_ids, clip.text_ids, self.codes(clip.id))
+        return build_sequence(self.ids, clip.role_ids, clip.text_ids, self.codes(clip.id),
+                              clip.instruct_ids)
 
     def codes(self, clip_id: str) -> np.ndarray:
         if clip_id not in self._codes:
@@ -303,5 +327,6 @@ class VoiceData:
             "mean_seq_len": round(float(np.mean([c.length for c in self.train])), 1)
             if self.train else 0.0,
             "steps_per_epoch": self.steps_per_epoch(),
+            "styled_clips": sum(1 for c in self.train if c.instruct_ids),
             "reference_clip": self.index.reference_clip,
         }

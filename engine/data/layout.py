@@ -18,8 +18,16 @@ input with no explicit language (so no language id that training never saw):
                                         code-predictor embeddings of codebooks 1..15
     N+10+T tts_pad                      eos
 
-So a clip of N text tokens and T frames is N + T + 11 positions long. The
-talker is trained to predict the codec token at q+1 from position q for every
+So a clip of N text tokens and T frames is N + T + 11 positions long.
+
+A clip with a style description (an instruction, e.g. "whisper") puts the
+K tokens of `<|im_start|>user\n{description}<|im_end|>\n` in front of all of
+that, on the text channel alone (no codec embedding under them), exactly where
+the official custom-voice/voice-design `generate` puts `instruct_ids`; every
+position above then moves K places right (the speaker slot to K + 6). The
+instruction is prompt: it is never a target, so the loss never covers it.
+
+The talker is trained to predict the codec token at q+1 from position q for every
 q+1 that is an audio frame or the final eos (never the prompt: inference feeds
 it). The arrays here are plain numpy so data loading never needs torch.
 """
@@ -90,6 +98,28 @@ def assistant_text(text: str) -> str:
     return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def instruct_text(description: str) -> str:
+    """The user turn the official inference tokenizes for an instruction."""
+    return f"<|im_start|>user\n{description}<|im_end|>\n"
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    ids = tokenizer(text)["input_ids"]
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    return [int(i) for i in ids]
+
+
+def tokenize_instruct(tokenizer: Any, description: str) -> list[int]:
+    """Instruction token ids, all of them, as the official inference feeds them.
+
+    An empty description is no instruction (the official code skips it too).
+    """
+    return _ids(tokenizer, instruct_text(description)) if description.strip() else []
+
+
 def tokenize(tokenizer: Any, text: str) -> tuple[list[int], list[int]]:
     """(role ids, text ids) exactly as inference slices them.
 
@@ -97,12 +127,7 @@ def tokenize(tokenizer: Any, text: str) -> tuple[list[int], list[int]]:
     doing the same (rather than tokenizing the bare text) guarantees the same
     BPE merges at the edges.
     """
-    ids = tokenizer(assistant_text(text))["input_ids"]
-    if hasattr(ids, "tolist"):
-        ids = ids.tolist()
-    if ids and isinstance(ids[0], list):
-        ids = ids[0]
-    ids = [int(i) for i in ids]
+    ids = _ids(tokenizer, assistant_text(text))
     if len(ids) < ROLE_LEN + 5 + 1:
         raise ValueError(f"text {text!r} tokenized to nothing")
     return ids[:ROLE_LEN], ids[ROLE_LEN:-5]
@@ -110,7 +135,7 @@ def tokenize(tokenizer: Any, text: str) -> tuple[list[int], list[int]]:
 
 @dataclass
 class ClipSequence:
-    """One clip laid out; every array has length L = N + T + 11."""
+    """One clip laid out; every array has length L = K + N + T + 11 (K instruction tokens)."""
 
     #: (L,) text-channel token ids
     text_ids: np.ndarray
@@ -122,19 +147,24 @@ class ClipSequence:
     target_mask: np.ndarray
     #: (L,) True at audio frames
     frame_mask: np.ndarray
+    #: position of the speaker slot (SPEAKER_POS after the instruction's K tokens)
+    speaker_pos: int = SPEAKER_POS
 
     @property
     def length(self) -> int:
         return int(self.text_ids.shape[0])
 
 
-def sequence_length(num_text_tokens: int, num_frames: int) -> int:
-    return num_text_tokens + num_frames + NUM_SPECIAL_POSITIONS
+def sequence_length(num_text_tokens: int, num_frames: int, num_instruct_tokens: int = 0) -> int:
+    return num_instruct_tokens + num_text_tokens + num_frames + NUM_SPECIAL_POSITIONS
 
 
 def build_sequence(ids: LayoutIds, role_ids: Sequence[int], text_ids: Sequence[int],
-                   codes: np.ndarray) -> ClipSequence:
-    """Lay out one clip: `codes` is the (T, 16) codec output of its audio."""
+                   codes: np.ndarray, instruct_ids: Sequence[int] = ()) -> ClipSequence:
+    """Lay out one clip: `codes` is the (T, 16) codec output of its audio.
+
+    instruct_ids: `tokenize_instruct` of the clip's style description (empty: none).
+    """
     codes = np.asarray(codes)
     if codes.ndim != 2 or codes.shape[1] != NUM_CODEBOOKS:
         raise ValueError(f"codes must be (T, {NUM_CODEBOOKS}), got {codes.shape}")
@@ -145,7 +175,22 @@ def build_sequence(ids: LayoutIds, role_ids: Sequence[int], text_ids: Sequence[i
         raise ValueError("a clip needs at least one text token and one frame")
     length = sequence_length(n, t)
     first_frame = n + 10
+    seq = _plain_sequence(ids, role_ids, text_ids, codes, length, first_frame)
+    if not len(instruct_ids):
+        return seq
+    k = len(instruct_ids)
+    return ClipSequence(
+        np.concatenate((np.asarray(instruct_ids, dtype=np.int64), seq.text_ids)),
+        np.concatenate((np.full(k, NO_CODEC, dtype=np.int64), seq.codec_ids)),
+        np.concatenate((np.full((k, NUM_CODEBOOKS - 1), NO_CODE, dtype=np.int64), seq.sub_codes)),
+        np.concatenate((np.zeros(k, dtype=bool), seq.target_mask)),
+        np.concatenate((np.zeros(k, dtype=bool), seq.frame_mask)),
+        SPEAKER_POS + k)
 
+
+def _plain_sequence(ids: LayoutIds, role_ids: Sequence[int], text_ids: Sequence[int],
+                    codes: np.ndarray, length: int, first_frame: int) -> ClipSequence:
+    n, t = len(text_ids), codes.shape[0]
     text = np.full(length, ids.tts_pad, dtype=np.int64)
     text[:ROLE_LEN] = role_ids
     text[7] = ids.tts_bos
@@ -187,6 +232,7 @@ def collate(seqs: Sequence[ClipSequence], ids: LayoutIds) -> dict[str, np.ndarra
         "target_mask": np.zeros((b, lmax), dtype=bool),
         "frame_mask": np.zeros((b, lmax), dtype=bool),
         "attention_mask": np.zeros((b, lmax), dtype=np.int64),
+        "speaker_pos": np.array([s.speaker_pos for s in seqs], dtype=np.int64),
     }
     for i, s in enumerate(seqs):
         n = s.length

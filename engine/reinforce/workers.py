@@ -96,7 +96,7 @@ class Rollouts:
 
 #: the collated layout a rank rebuilds its batch from (the gather rows are made again)
 _LAYOUT_KEYS = ("text_ids", "codec_ids", "sub_codes", "target_mask", "frame_mask",
-                "attention_mask", "x_vector")
+                "attention_mask", "x_vector", "speaker_pos")
 
 
 def _policy(cfg: TrainConfig, loop_config: dict[str, Any]) -> tuple[Any, Any]:

@@ -119,10 +119,15 @@ class VoiceObjective(nn.Module):
         for i in range(1, NUM_CODEBOOKS - 1):
             extra = extra + cp_emb[i](sub[..., i])
         x = x + extra * is_frame.to(extra.dtype)
-        # The speaker slot holds the x-vector itself (no codec row at training time).
+        # The speaker slot holds the x-vector itself (no codec row at training time);
+        # a row with an instruction in front has it that many positions later.
         speaker = batch["x_vector"].to(x.dtype)
         slot = torch.zeros_like(x)
-        slot[:, SPEAKER_POS] = speaker
+        pos = batch.get("speaker_pos")
+        if pos is None:
+            slot[:, SPEAKER_POS] = speaker
+        else:
+            slot[torch.arange(x.shape[0], device=x.device), pos.to(x.device)] = speaker
         return x + slot
 
     def talker_hidden(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
