@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "engine.cli.cmd_quality",  # after cmd_voice: adds --transcribe to `import`
     "engine.cli.cmd_reinforce",
     "engine.cli.cmd_serve",
+    "engine.cli.cmd_read",
 )
 
 

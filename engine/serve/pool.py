@@ -145,6 +145,20 @@ def voice_stamp(voice: ServedVoice) -> tuple[Any, ...]:
     return stamp
 
 
+def voice_identity(voice: ServedVoice) -> str:
+    """What a served voice loads (the export folder or checkpoint `speak` would use); the
+    adapter and instant voices of one base share their base's (`BASE_IDENTITY`)."""
+    try:
+        source = resolve_source(str(voice.target))
+    except VoxshardError:
+        return voice.name
+    if source.kind in ("adapter", "zero_shot"):
+        # on its base's worker, beside the other voices of that base (each request
+        # names its voice, so none answers for another)
+        return BASE_IDENTITY + str(source.model_dir)
+    return str(source.checkpoint or source.model_dir)
+
+
 class VoiceWorker:
     """One loaded voice: a `SpeechWorker` and the requests it is serving."""
 
@@ -289,17 +303,8 @@ class Pool:
             return loaded
 
     def identity(self, name: str) -> str:
-        """What voice `name` loads (the export folder or checkpoint `speak` would use)."""
-
-        try:
-            source = resolve_source(str(self.voices[name].target))
-        except VoxshardError:
-            return name
-        if source.kind in ("adapter", "zero_shot"):
-            # on its base's worker, beside the other voices of that base (each request
-            # names its voice, so none answers for another)
-            return BASE_IDENTITY + str(source.model_dir)
-        return str(source.checkpoint or source.model_dir)
+        """What voice `name` loads (`voice_identity`)."""
+        return voice_identity(self.voices[name])
 
     def _load(self, name: str) -> VoiceWorker:
         voice = self.voices[name]

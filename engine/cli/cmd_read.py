@@ -1,0 +1,104 @@
+"""CLI: `read`, a script or a book in your voices.
+
+    voxshard-engine read SCRIPT -o book.m4b --workspace WS --voice ada [--cast Bob=bob/instant]
+    voxshard-engine read SCRIPT --regenerate 12          (a new take of line 12, chosen)
+    voxshard-engine read SCRIPT --pick 12=3              (line 12 uses its take of seed 3)
+    voxshard-engine read SCRIPT --say "Voxshard=vox shard" [--say-scope workspace]
+
+Run again after an edit: only the lines whose text, voice, style or pronunciation changed
+are rendered. Stopped (Ctrl+C, the window's Stop), it keeps every finished take and goes
+on from there the next time.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from engine.cli.main import add_command
+from engine.cli.settings import FIELD, add_field
+from engine.config.read import ReadRequest
+from engine.core.errors import InputError
+from engine.core.events import Emitter
+
+_FLAGS = ("workspace", "language", "seed", "chunk_chars", "max_frames", "retries",
+          "line_pause_s", "paragraph_pause_s", "chapter_pause_s", "loudness_lufs", "subtitles",
+          "tracks", "rows", "device", "dtype")
+
+
+def _say(args: argparse.Namespace, request: ReadRequest) -> dict[str, Any] | None:
+    """`--say WORD=RESPELLING`: add it to the scope's dictionary (before the render)."""
+    from engine.layout import reading
+    from engine.read.project import project_dir
+    from engine.read.pronounce import add_respelling
+
+    if not args.say:
+        return None
+    scope = args.say_scope
+    if scope == "project":
+        path = project_dir(request) / reading.PRONUNCIATIONS_FILE
+    elif scope == "workspace" or scope.startswith("voice:"):
+        if request.workspace is None:
+            raise InputError(f"--say-scope {scope} needs --workspace.")
+        base = Path(request.workspace)
+        path = (base / reading.PRONUNCIATIONS_FILE if scope == "workspace"
+                else base / scope.split(":", 1)[1] / reading.PRONUNCIATIONS_FILE)
+    else:
+        raise InputError(f"The scope {scope!r} is not project, workspace or voice:NAME.")
+    added = []
+    for item in args.say:
+        word, sep, say = item.partition("=")
+        if not sep or not word.strip() or not say.strip():
+            raise InputError(f"--say {item!r} is not WORD=RESPELLING.",
+                             "Write it as --say \"Voxshard=vox shard\".")
+        add_respelling(path, word.strip(), say.strip(), pattern=args.say_pattern,
+                       language=args.say_language)
+        added.append(word.strip())
+    return {"dictionary": str(path), "added": added}
+
+
+def _read(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
+    from engine.read import read
+
+    values = {name: getattr(args, name) for name in _FLAGS}
+    values["voice"] = args.narrator
+    if args.no_loudness:
+        values["loudness_lufs"] = None
+    request = ReadRequest(script=args.script, out=args.output, project=args.project,
+                          cast=tuple(args.cast or ()), regenerate=tuple(args.regenerate or ()),
+                          pick=tuple(args.pick or ()), **values)
+    said = _say(args, request)
+    result = read(request, emitter)
+    if said:
+        result["pronunciations"] = said
+    return result
+
+
+def register(sub: Any) -> None:
+    p = add_command(sub, "read", _read, "read a script or a book (text, Markdown, dialogue, "
+                    "EPUB) in your voices, line by line, into WAV, FLAC, MP3 or M4B")
+    p.add_argument("script", help="the script: .txt, .md (headings are chapters; `Name: "
+                   "words` lines are dialogue; [style] and [pause 1.5s] inline) or .epub")
+    p.add_argument("-o", "--output", help="the export: book.m4b, book.mp3, book.flac or "
+                   "book.wav (none: render the takes only)")
+    p.add_argument("--project", help="the project folder keeping every take (default: "
+                   "beside the script, NAME.read)")
+    p.add_argument("--cast", action="append", metavar="NAME=VOICE",
+                   help="the voice of a script speaker (repeatable)")
+    p.add_argument("--regenerate", action="append", type=int, metavar="LINE",
+                   help="render a new take of this line and choose it (repeatable)")
+    p.add_argument("--pick", action="append", metavar="LINE=SEED",
+                   help="choose the take of this seed for the line (repeatable)")
+    p.add_argument("--say", action="append", metavar="WORD=RESPELLING",
+                   help="add a pronunciation to the dictionary of --say-scope (repeatable)")
+    p.add_argument("--say-scope", default="project",
+                   help="where --say keeps it: project (default), workspace or voice:NAME")
+    p.add_argument("--say-language", help="apply --say only to lines in this language")
+    p.add_argument("--say-pattern", action="store_true",
+                   help="--say's word is a regular expression")
+    p.add_argument("--no-loudness", action="store_true", help="leave the export's level alone")
+    # not dest "voice": the CLI takes an argument of that name for a folder
+    add_field(p, ReadRequest, "voice", dest="narrator")
+    for name in _FLAGS:
+        add_field(p, ReadRequest, name, default=FIELD)

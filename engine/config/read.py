@@ -1,0 +1,117 @@
+"""What a read project asks: its script, voices, pauses and export (no torch: the window
+builds these)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from engine.core.errors import InputError
+
+#: what `read -o` writes, by extension
+READ_FORMATS = ("wav", "flac", "mp3", "m4b")
+#: loudness targets people ask for: a podcast, an audiobook (ACX asks -18 to -23 LUFS)
+LOUDNESS_PRESETS = {"podcast": -16.0, "audiobook": -18.0, "quiet audiobook": -20.0}
+
+
+def _check(cond: bool, message: str, hint: str | None = None) -> None:
+    if not cond:
+        raise InputError(message, hint)
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """One `read`: render what is missing of a script's lines, then export (when `out`)."""
+
+    script: str
+    #: the audio to write: .wav, .flac, .mp3 or .m4b (chapters in MP3 and M4B); none:
+    #: render the takes only
+    out: str | None = None
+    #: the project folder keeping every take (default: beside the script, NAME.read)
+    project: str | None = None
+    #: the workspace whose voices the script names (serve's names: ada, ada/instant, ...)
+    workspace: str | None = None
+    #: the voice of lines that name none (the narrator)
+    voice: str | None = None
+    #: a script speaker's voice, as NAME=VOICE (a speaker that is a voice's name needs none)
+    cast: tuple[str, ...] = ()
+    #: "auto" or one of the model's languages
+    language: str = "auto"
+    #: the seed of every line's first take (a retry or a new take takes the next unused)
+    seed: int = 1
+    #: soft limit of characters per chunk; short chunks keep a long read from drifting
+    chunk_chars: int = 160
+    #: hard cap on codec frames per chunk (12.5 per second); none: from the text's length
+    max_frames: int | None = None
+    #: renders tried again with another seed when one loops, stays silent or hits its cap
+    retries: int = 2
+    #: silence after a line, seconds
+    line_pause_s: float = 0.4
+    #: silence after a paragraph's last line, seconds
+    paragraph_pause_s: float = 0.9
+    #: silence between chapters, seconds
+    chapter_pause_s: float = 2.0
+    #: integrated loudness of the export in LUFS (-16 podcast, -18/-20 audiobook)
+    loudness_lufs: float | None = -18.0
+    #: write NAME.srt and NAME.vtt of the lines' times beside the export
+    subtitles: bool = True
+    #: also write one track per voice, aligned, into NAME-tracks/ (for an audio editor)
+    tracks: bool = False
+    #: rows decoded together (lines and voices share them)
+    rows: int = 8
+    #: lines (numbers) to render a new take of, with a seed not used yet
+    regenerate: tuple[int, ...] = ()
+    #: make a line's take the chosen one, as LINE=SEED
+    pick: tuple[str, ...] = ()
+    device: str | None = None
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check(bool(self.script), "No script was given.", "Give a .txt, .md or .epub file.")
+        _check(20 <= self.chunk_chars <= 400,
+               f"chunk_chars must be between 20 and 400 (got {self.chunk_chars}).")
+        _check(self.max_frames is None or 2 <= self.max_frames <= 8192,
+               f"max_frames must be between 2 and 8192 (got {self.max_frames}).")
+        _check(0 <= self.retries <= 10, f"retries must be between 0 and 10 (got {self.retries}).")
+        _check(0 <= self.seed < 2**31, "seed must be between 0 and 2^31.")
+        for name in ("line_pause_s", "paragraph_pause_s", "chapter_pause_s"):
+            v = getattr(self, name)
+            _check(0 <= v <= 30, f"{name} must be between 0 and 30 seconds (got {v}).")
+        _check(self.loudness_lufs is None or -40 <= self.loudness_lufs < 0,
+               f"The loudness target must be between -40 and 0 LUFS (got {self.loudness_lufs}).",
+               "-16 for a podcast, -18 or -20 for an audiobook.")
+        _check(1 <= self.rows <= 64, f"rows must be between 1 and 64 (got {self.rows}).")
+        for item in self.cast:
+            _check("=" in item and all(p.strip() for p in item.split("=", 1)),
+                   f"The cast {item!r} is not NAME=VOICE.", "Write it as Ada=ada/instant.")
+        for item in self.pick:
+            line, _, seed = item.partition("=")
+            _check(line.strip().isdigit() and seed.strip().isdigit(),
+                   f"The pick {item!r} is not LINE=SEED.", "Write it as 12=3.")
+        if self.out:
+            suffix = self.out.rsplit(".", 1)[-1].lower() if "." in self.out else ""
+            _check(suffix in READ_FORMATS, f"The export {self.out} does not end in "
+                   f"{', '.join('.' + f for f in READ_FORMATS)}.",
+                   "Name it book.m4b, book.mp3, book.flac or book.wav.")
+
+    @property
+    def export_format(self) -> str | None:
+        return self.out.rsplit(".", 1)[-1].lower() if self.out else None
+
+    def casting(self) -> dict[str, str]:
+        """Speaker name (as the script writes it, any case) -> voice name."""
+        return {k.strip().lower(): v.strip() for k, v in (c.split("=", 1) for c in self.cast)}
+
+    def replace(self, **changes: Any) -> ReadRequest:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReadRequest:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()
+                  if k in known}
+        return cls(**values)

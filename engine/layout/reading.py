@@ -1,0 +1,71 @@
+"""A read project's folder: the takes of each line, the chosen one, the export's state.
+
+    <project>/
+      project.json            what the last render was asked (script, voices, seed, ...)
+      pronunciations.json     the project's own respellings (see `pronunciation_files`)
+      takes/<line key>/<seed>.wav    one rendered take of a line
+      takes/<line key>/<seed>.json   its record: text said, voice, style, flags
+      takes/<line key>/chosen.json   {"seed": N}: the take the export uses
+      export.json             the last export: its file, format and chapters
+
+A line's key is a digest of what changes its sound (its text, voice, style, language, the
+text after pronunciations); the seed names the take, so an edited line gets a new key and
+only it is rendered again. Light: no torch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_FILE = "project.json"
+TAKES_DIR = "takes"
+CHOSEN_FILE = "chosen.json"
+EXPORT_FILE = "export.json"
+PRONUNCIATIONS_FILE = "pronunciations.json"
+#: the project folder made beside a script when none is named: `<script stem>.read`
+PROJECT_SUFFIX = ".read"
+
+
+def default_project_dir(script: str | os.PathLike[str]) -> Path:
+    path = Path(script)
+    return path.with_name(path.stem + PROJECT_SUFFIX)
+
+
+def takes_dir(project: Path, line_key: str) -> Path:
+    return project / TAKES_DIR / line_key
+
+
+def take_audio(project: Path, line_key: str, seed: int) -> Path:
+    return takes_dir(project, line_key) / f"{seed}.wav"
+
+
+def take_record(project: Path, line_key: str, seed: int) -> Path:
+    return takes_dir(project, line_key) / f"{seed}.json"
+
+
+def chosen_file(project: Path, line_key: str) -> Path:
+    return takes_dir(project, line_key) / CHOSEN_FILE
+
+
+def take_seeds(project: Path, line_key: str) -> list[int]:
+    """The seeds of a line's finished takes (a take is finished once its record is written)."""
+    folder = takes_dir(project, line_key)
+    if not folder.is_dir():
+        return []
+    seeds = [int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()
+             and (folder / f"{p.stem}.wav").is_file()]
+    return sorted(seeds)
+
+
+def pronunciation_files(project: Path, workspace: Path | None,
+                        voice_dirs: list[Path]) -> dict[str, Path]:
+    """Where each scope keeps its respellings, from the widest to the narrowest:
+    the workspace's, each voice's (applied to its lines only), the project's."""
+    files: dict[str, Path] = {}
+    if workspace is not None:
+        files["workspace"] = workspace / PRONUNCIATIONS_FILE
+    for voice in voice_dirs:
+        files[f"voice:{voice.name}"] = voice / PRONUNCIATIONS_FILE
+    files["project"] = project / PRONUNCIATIONS_FILE
+    return files

@@ -1,0 +1,42 @@
+"""Read a script or a book in cloned voices: a project of per-line takes, exported whole.
+
+`read(request)` parses the script (`script`), plans each line's voice, text and key
+(`project`), renders the lines without a take on the warm worker (`render`), then writes
+the export (`export`). Each step keeps to its own module; only `render` and `export`
+load torch.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from engine.config.read import ReadRequest
+from engine.core.events import Emitter
+from engine.read.project import choose, make_plan, save_request
+
+
+def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None = None
+         ) -> dict[str, Any]:
+    """Render what is missing of `request.script`'s lines, then export (`request.out`)."""
+    # torch loads with these (start-up cost: the window imports this package's project)
+    from engine.read.export import export
+    from engine.read.render import render_missing
+
+    plan = make_plan(request)
+    save_request(plan)
+    for item in request.pick:
+        number, _, seed = item.partition("=")
+        choose(plan, int(number), int(seed))
+    rendered = render_missing(plan, emitter, cancel)
+    result: dict[str, Any] = {"project": str(plan.project), "lines": len(plan.lines),
+                              "chapters": len(plan.script.chapters), **rendered}
+    if request.out:
+        emitter.state("exporting", path=request.out)
+        result["export"] = export(plan, request.out)
+    flagged = result["flagged"]
+    result["summary"] = (f"{len(plan.lines)} lines in {len(plan.script.chapters)} chapter(s): "
+                         f"{rendered['rendered']} rendered, {rendered['reused']} kept"
+                         + (f"; lines {', '.join(map(str, flagged))} flagged" if flagged else "")
+                         + (f"; wrote {request.out}" if request.out else ""))
+    return result

@@ -1,0 +1,184 @@
+"""A project's chosen takes as one program: pauses, loudness, chapters, subtitles, tracks.
+
+WAV and FLAC are written by libsndfile; MP3 and M4B (AAC) by FFmpeg's libraries through
+PyAV, with a chapter mark at each chapter's first line (ID3 CHAP frames in MP3, the MP4
+chapter list in M4B). The loudness target is the program's integrated loudness (BS.1770),
+peaks kept under -1 dBFS. Subtitles (SRT and WebVTT) give each line's time in the program;
+the tracks are one WAV per voice, each as long as the program, silent where the others
+speak, so they line up in an audio editor.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.audio.io import read_mono
+from engine.core.atomic import atomic_path, write_json, write_text
+from engine.core.errors import InputError
+from engine.layout import reading
+from engine.read.project import Plan, best_take
+from engine.synth.render import SAMPLE_RATE, match_loudness, user_file_mode, write_audio
+
+#: bit rates of the compressed exports (mono speech)
+_BIT_RATES = {"mp3": 96_000, "m4b": 64_000}
+_CONTAINERS = {"mp3": ("mp3", "libmp3lame"), "m4b": ("ipod", "aac")}
+#: samples handed to the encoder at a time
+_SLICE = SAMPLE_RATE * 10
+
+
+@dataclass
+class Placed:
+    """A line's take in the program: where it starts and ends, in samples."""
+
+    number: int
+    chapter: int
+    voice: str
+    text: str
+    start: int
+    end: int
+
+
+@dataclass
+class Program:
+    audio: np.ndarray
+    lines: list[Placed] = field(default_factory=list)
+    #: (title, start sample) of each chapter
+    chapters: list[tuple[str, int]] = field(default_factory=list)
+
+
+def _pause_after(plan: Plan, index: int) -> float:
+    request = plan.request
+    line = plan.lines[index].line
+    if line.pause_s is not None:
+        return line.pause_s
+    if index == len(plan.lines) - 1:
+        return 0.0
+    if plan.lines[index + 1].line.chapter != line.chapter:
+        return request.chapter_pause_s
+    return request.paragraph_pause_s if line.paragraph_end else request.line_pause_s
+
+
+def assemble(plan: Plan) -> Program:
+    """The chosen takes in order with their pauses (every line must have a take)."""
+    parts: list[np.ndarray] = []
+    program = Program(np.zeros(0, dtype=np.float32))
+    at = 0
+    for index, planned in enumerate(plan.lines):
+        seed = best_take(plan, planned)
+        if seed is None:
+            raise InputError(f"Line {planned.number} has no take yet.",
+                             "Render the project first (an export does).")
+        audio = read_mono(reading.take_audio(plan.project, planned.key, seed), SAMPLE_RATE)
+        line = planned.line
+        if line.chapter == len(program.chapters):  # the chapter's first line
+            program.chapters.append((plan.script.chapters[line.chapter].title, at))
+        program.lines.append(Placed(line.number, line.chapter, planned.voice.name, line.text,
+                                    at, at + len(audio)))
+        parts.append(audio.astype(np.float32))
+        at += len(audio)
+        pause = round(_pause_after(plan, index) * SAMPLE_RATE)
+        if pause:
+            parts.append(np.zeros(pause, dtype=np.float32))
+            at += pause
+    program.audio = np.concatenate(parts) if parts else program.audio
+    return program
+
+
+def _encode(path: Path, audio: np.ndarray, fmt: str, chapters: list[tuple[str, int]],
+            title: str) -> None:
+    """MP3 or M4B through PyAV, with chapter marks."""
+    import av  # FFmpeg's libraries: loaded for the compressed exports only
+
+    container_format, codec = _CONTAINERS[fmt]
+    with atomic_path(path, suffix=f".{fmt}") as tmp:
+        with av.open(str(tmp), "w", format=container_format) as out:
+            stream = out.add_stream(codec, rate=SAMPLE_RATE, layout="mono")
+            stream.bit_rate = _BIT_RATES[fmt]
+            out.metadata["title"] = title
+            total = len(audio)
+            marks = [(name, start, chapters[i + 1][1] if i + 1 < len(chapters) else total)
+                     for i, (name, start) in enumerate(chapters)]
+            out.set_chapters([{"id": i + 1, "start": start, "end": end,
+                               "time_base": Fraction(1, SAMPLE_RATE),
+                               "metadata": {"title": name}}
+                              for i, (name, start, end) in enumerate(marks)])
+            pts = 0
+            for begin in range(0, total, _SLICE):
+                piece = np.ascontiguousarray(audio[None, begin:begin + _SLICE])
+                frame = av.AudioFrame.from_ndarray(piece, format="flt", layout="mono")
+                frame.sample_rate = SAMPLE_RATE
+                frame.pts = pts
+                pts += piece.shape[1]
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+            for packet in stream.encode(None):
+                out.mux(packet)
+        os.chmod(tmp, user_file_mode())
+
+
+def _stamp(samples: int, comma: bool) -> str:
+    ms = round(samples * 1000 / SAMPLE_RATE)
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, ms = divmod(rest, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{',' if comma else '.'}{ms:03d}"
+
+
+def subtitles(program: Program, vtt: bool) -> str:
+    """The lines' times as SRT (numbered cues, commas) or WebVTT."""
+    cues = []
+    for i, placed in enumerate(program.lines, 1):
+        times = f"{_stamp(placed.start, not vtt)} --> {_stamp(placed.end, not vtt)}"
+        cues.append(f"{times}\n{placed.text}" if vtt else f"{i}\n{times}\n{placed.text}")
+    return ("WEBVTT\n\n" if vtt else "") + "\n\n".join(cues) + "\n"
+
+
+def _tracks(program: Program, folder: Path) -> list[str]:
+    """One WAV per voice, as long as the program, at the mix's level."""
+    written = []
+    folder.mkdir(parents=True, exist_ok=True)
+    for voice in dict.fromkeys(p.voice for p in program.lines):
+        track = np.zeros_like(program.audio)
+        for placed in program.lines:
+            if placed.voice == voice:
+                track[placed.start:placed.end] = program.audio[placed.start:placed.end]
+        name = voice.replace("/", "-") + ".wav"
+        written.append(str(write_audio(folder / name, track, "wav")))
+    return written
+
+
+def export(plan: Plan, out: str | os.PathLike[str]) -> dict[str, Any]:
+    """Write the program to `out` (its extension picks the format), and beside it the
+    subtitles and tracks the request asks for; returns what was written."""
+    request = plan.request
+    target = Path(out)
+    fmt = target.suffix.lower().lstrip(".")
+    program = assemble(plan)
+    audio, loudness = match_loudness(program.audio, request.loudness_lufs, SAMPLE_RATE)
+    program.audio = audio
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if fmt in ("wav", "flac"):
+        write_audio(target, audio, fmt)
+    else:
+        _encode(target, audio, fmt, program.chapters, Path(request.script).stem)
+    written: dict[str, Any] = {"path": str(target), "format": fmt}
+    if request.subtitles:
+        for kind in ("srt", "vtt"):
+            written[kind] = str(write_text(target.with_suffix(f".{kind}"),
+                                           subtitles(program, kind == "vtt")))
+    if request.tracks:
+        written["tracks"] = _tracks(program, target.with_name(target.stem + "-tracks"))
+    duration = len(audio) / SAMPLE_RATE
+    chapters = [{"title": name, "start_s": round(start / SAMPLE_RATE, 3)}
+                for name, start in program.chapters]
+    written.update(duration_s=round(duration, 3), chapters=chapters,
+                   loudness_lufs=None if loudness is None else round(loudness, 2),
+                   lines=len(program.lines))
+    write_json(plan.project / reading.EXPORT_FILE, written)
+    return written

@@ -1,0 +1,292 @@
+"""A script as chapters of lines: plain text, Markdown, dialogue, or an EPUB's chapters.
+
+- Plain text: paragraphs (blank-line separated) are lines, all in one chapter.
+- Markdown: each heading starts a chapter named by it; emphasis and link marks are
+  dropped, the words kept.
+- Dialogue (in either): a paragraph line `Name: words` is a line of the voice `Name`;
+  lines without a name are said by the narrator (the default voice).
+- Inline, anywhere in a line: `[style words]` sets the style of the words after it
+  (the synth's instruction), `[pause]` or `[pause 1.5s]` a pause there; either cuts the
+  line there, so each part is its own line with its own take.
+- EPUB: the spine's documents in order, each heading a chapter, each paragraph a line.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import posixpath
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.core.errors import InputError
+
+#: a pause with no length given, seconds
+DEFAULT_PAUSE_S = 1.0
+#: the longest pause a script may ask for, seconds
+MAX_PAUSE_S = 30.0
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_SPEAKER = re.compile(r"^([A-Za-z][\w .'/-]{0,40}?):\s+(.+)$")
+_TAG = re.compile(r"\[([^\[\]]{1,80})\](?!\()")
+_PAUSE = re.compile(r"^pause(?:\s+(\d+(?:\.\d+)?)\s*(ms|s)?)?$", re.IGNORECASE)
+_LINK = re.compile(r"\[([^\[\]]*)\]\([^)]*\)")
+_EMPHASIS = re.compile(r"(\*{1,3}|_{1,3}|`+|~~)(?=\S)(.+?)(?<=\S)\1")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of the script: who says it, how, and the pause after it."""
+
+    #: 1-based, in script order
+    number: int
+    chapter: int
+    text: str
+    #: the script's name for the speaker ("" for the narrator)
+    speaker: str = ""
+    style: str | None = None
+    #: an explicit pause after it ([pause]); None: the project's line/paragraph pause
+    pause_s: float | None = None
+    #: the last line of its paragraph (takes the paragraph pause)
+    paragraph_end: bool = False
+
+
+@dataclass
+class Chapter:
+    title: str
+    lines: list[Line] = field(default_factory=list)
+
+
+@dataclass
+class Script:
+    chapters: list[Chapter]
+
+    @property
+    def lines(self) -> list[Line]:
+        return [line for chapter in self.chapters for line in chapter.lines]
+
+    @property
+    def speakers(self) -> list[str]:
+        return list(dict.fromkeys(line.speaker for line in self.lines))
+
+
+def _plain_markdown(text: str) -> str:
+    text = _LINK.sub(r"\1", text)
+    for _ in range(2):  # nested emphasis (***word*** inside **...**)
+        text = _EMPHASIS.sub(r"\2", text)
+    return text
+
+
+def _pause_seconds(match: re.Match[str], where: str) -> float:
+    number, unit = match.group(1), (match.group(2) or "s").lower()
+    seconds = DEFAULT_PAUSE_S if number is None else float(number) / (1000 if unit == "ms" else 1)
+    if seconds > MAX_PAUSE_S:
+        raise InputError(f"The pause of {seconds:g} s in {where} is longer than "
+                         f"{MAX_PAUSE_S:g} s.", "Use a shorter [pause N s].")
+    return seconds
+
+
+class _Builder:
+    """Collects lines into chapters, cutting each at its inline tags."""
+
+    def __init__(self) -> None:
+        self.chapters: list[Chapter] = []
+        self.count = 0
+
+    def chapter(self, title: str) -> None:
+        self.chapters.append(Chapter(title.strip() or f"Chapter {len(self.chapters) + 1}"))
+
+    def paragraph(self, speaker: str, text: str, where: str, style: str | None = None) -> None:
+        """One paragraph line of the script (inline tags cut it into lines)."""
+        if not self.chapters:
+            self.chapter("")
+        pieces: list[tuple[str, str | None, float | None]] = []  # text, style, pause after
+        position = 0
+        for match in _TAG.finditer(text):
+            before = " ".join(text[position:match.start()].split())
+            position = match.end()
+            tag = match.group(1).strip()
+            pause = _PAUSE.match(tag)
+            if before:
+                pieces.append((before, style, None))
+            if pause:
+                seconds = _pause_seconds(pause, where)
+                if pieces:
+                    last = pieces[-1]
+                    pieces[-1] = (last[0], last[1], (last[2] or 0.0) + seconds)
+                else:  # a pause before any words: after the previous line
+                    self._pause_before(seconds)
+            else:
+                style = tag
+        rest = " ".join(text[position:].split())
+        if rest:
+            pieces.append((rest, style, None))
+        for words, piece_style, pause in pieces:
+            self.count += 1
+            self.chapters[-1].lines.append(Line(self.count, len(self.chapters) - 1, words,
+                                                speaker, piece_style, pause))
+
+    def _pause_before(self, seconds: float) -> None:
+        lines = self.chapters[-1].lines
+        if lines:
+            last = lines[-1]
+            lines[-1] = Line(last.number, last.chapter, last.text, last.speaker, last.style,
+                             (last.pause_s or 0.0) + seconds, last.paragraph_end)
+
+    def end_paragraph(self) -> None:
+        if self.chapters and self.chapters[-1].lines:
+            last = self.chapters[-1].lines[-1]
+            if not last.paragraph_end:
+                self.chapters[-1].lines[-1] = Line(last.number, last.chapter, last.text,
+                                                   last.speaker, last.style, last.pause_s, True)
+
+    def script(self, name: str) -> Script:
+        chapters = [c for c in self.chapters if c.lines]
+        if not chapters:
+            raise InputError(f"The script {name} has no words to read.",
+                             "Write some text in it (Markdown headings make chapters).")
+        # chapters renumbered without the empty ones (a title page heading)
+        out = []
+        for index, chapter in enumerate(chapters):
+            out.append(Chapter(chapter.title, [Line(ln.number, index, ln.text, ln.speaker,
+                                                    ln.style, ln.pause_s, ln.paragraph_end)
+                                               for ln in chapter.lines]))
+        return Script(out)
+
+
+def parse_text(text: str, name: str = "the script", markdown: bool = True) -> Script:
+    """Chapters and lines of a plain-text or Markdown script (see the module doc)."""
+    builder = _Builder()
+    pending: list[str] = []  # the paragraph's source lines (wrapped text is one paragraph)
+    where = name
+
+    def flush() -> None:
+        if pending:
+            builder.paragraph("", " ".join(pending), where)
+            pending.clear()
+        builder.end_paragraph()
+
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if not stripped:
+            flush()
+            continue
+        heading = _HEADING.match(stripped) if markdown else None
+        if heading:
+            flush()
+            builder.chapter(_plain_markdown(heading.group(2)))
+            continue
+        if markdown:
+            stripped = _plain_markdown(re.sub(r"^(?:[-*+]\s+|>\s*|\d+[.)]\s+)", "", stripped))
+        spoken = _SPEAKER.match(stripped)
+        if spoken:  # a speaker's line is a paragraph of its own
+            flush()
+            builder.paragraph(spoken.group(1).strip(), spoken.group(2), f"{name} line {number}")
+            builder.end_paragraph()
+            continue
+        if not pending:
+            where = f"{name} line {number}"
+        pending.append(stripped)
+    flush()
+    return builder.script(name)
+
+
+class _EpubText(html.parser.HTMLParser):
+    """Headings and paragraphs of one XHTML document, in order."""
+
+    _BLOCKS = frozenset({"p", "div", "li", "blockquote"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[tuple[str, str]] = []  # ("h" or "p", text)
+        self._kind: str | None = None
+        self._text: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("script", "style", "head"):
+            self._skip += 1
+        elif re.fullmatch(r"h[1-6]", tag):
+            self._flush()
+            self._kind = "h"
+        elif tag in self._BLOCKS:
+            self._flush()
+            self._kind = "p"
+        elif tag == "br":
+            self._text.append(" ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style", "head"):
+            self._skip = max(0, self._skip - 1)
+        elif re.fullmatch(r"h[1-6]", tag) or tag in self._BLOCKS:
+            self._flush()
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self._text.append(data)
+
+    def _flush(self) -> None:
+        text = " ".join("".join(self._text).split())
+        if text:
+            self.blocks.append((self._kind or "p", text))
+        self._text = []
+        self._kind = None
+
+    def close(self) -> None:
+        super().close()
+        self._flush()
+
+
+def _epub_documents(book: zipfile.ZipFile) -> list[str]:
+    """The spine's documents in reading order (META-INF/container.xml -> the OPF)."""
+    container = book.read("META-INF/container.xml").decode("utf-8", "replace")
+    found = re.search(r'full-path="([^"]+)"', container)
+    if not found:
+        raise InputError("The EPUB names no package file.", "Is it a valid EPUB?")
+    opf_path = found.group(1)
+    opf = book.read(opf_path).decode("utf-8", "replace")
+    items = {m.group("id"): m.group("href") for m in re.finditer(
+        r'<(?:\w+:)?item\b(?=[^>]*\bid="(?P<id>[^"]+)")(?=[^>]*\bhref="(?P<href>[^"]+)")[^>]*>',
+        opf)}
+    spine = re.findall(r'<(?:\w+:)?itemref\b[^>]*\bidref="([^"]+)"', opf)
+    root = posixpath.dirname(opf_path)
+    return [posixpath.normpath(posixpath.join(root, items[i])) for i in spine if i in items]
+
+
+def parse_epub(path: Path) -> Script:
+    try:
+        with zipfile.ZipFile(path) as book:
+            documents = [(doc, book.read(doc).decode("utf-8", "replace"))
+                         for doc in _epub_documents(book)]
+    except (zipfile.BadZipFile, KeyError, OSError) as exc:
+        raise InputError(f"Cannot read the EPUB {path.name}: {exc}.",
+                         "Is it a valid EPUB (a zip with META-INF/container.xml)?") from exc
+    builder = _Builder()
+    for doc, xhtml in documents:
+        parser = _EpubText()
+        parser.feed(xhtml)
+        parser.close()
+        for kind, text in parser.blocks:
+            if kind == "h":
+                builder.chapter(text)
+            else:
+                builder.paragraph("", text, f"{path.name}:{doc}")
+                builder.end_paragraph()
+    return builder.script(path.name)
+
+
+def read_script(path: str | Path) -> Script:
+    """The script in `path`: .epub, .md/.markdown (headings are chapters) or plain text."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"The script {path} does not exist.", "Give a .txt, .md or .epub file.")
+    if path.suffix.lower() == ".epub":
+        return parse_epub(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"The script {path.name} is not UTF-8 text.",
+                         "Save it as UTF-8 and try again.") from exc
+    markdown = path.suffix.lower() in (".md", ".markdown")
+    return parse_text(text, path.name, markdown=markdown)

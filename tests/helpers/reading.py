@@ -1,0 +1,52 @@
+"""A workspace for `read` on the tiny model: two instant voices of one base (`ada`, `bob`:
+one model, one batch) and the drone voice (`drone`: a full export that always loops), and
+a three-chapter Markdown script in two voices with a style."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from engine.layout.tiers import write_instant
+from engine.layout.voice import create_voice
+from engine.prepare.instant import speaker_vector
+from tests.helpers.voices import DRONE, forced_export
+
+SCRIPT = """# The Lighthouse
+
+Ada: The lamp was lit at dusk.
+Bob: [whispering] Did anyone see it?
+
+# The Storm
+
+The wind rose over the bay. [pause 0.5s] Then it fell.
+
+# The Morning
+
+Ada: Voxshard kept the light burning.
+"""
+
+
+def instant_voice(workspace: Path, name: str, model_dir: Path, pitch: float) -> Path:
+    """A voice whose only tier is an instant voice of the tiny base, cloned from a tone."""
+    voice = create_voice(workspace / name.lower(), name, "english").path
+    t = np.arange(int(24000 * 1.2)) / 24000
+    clip = workspace / f"{name.lower()}-clip.wav"
+    sf.write(clip, (0.3 * np.sin(2 * np.pi * pitch * t) * np.sin(np.pi * t / 1.2)
+                    ).astype(np.float32), 24000)
+    write_instant(voice, {"clip_id": "c0", "text": "hello there", "speaker": name,
+                          "base": str(model_dir), "created": "2026-01-01T00:00:00"},
+                  clip, speaker_vector(model_dir, clip))
+    return voice
+
+
+def read_workspace(root: Path, model_dir: Path) -> Path:
+    ws = root / "ws"
+    ws.mkdir(parents=True)
+    instant_voice(ws, "Ada", model_dir, 180.0)
+    instant_voice(ws, "Bob", model_dir, 110.0)
+    create_voice(ws / "drone", "Drone", "english")
+    forced_export(model_dir, ws / "drone" / "exports" / "drone-v1", DRONE)
+    return ws

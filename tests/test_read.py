@@ -1,0 +1,190 @@
+"""`read`: a script in cloned voices, line by line, on the tiny model (issue 42).
+
+One workspace (tests/helpers/reading.py): `ada` and `bob`, instant voices of one base (one
+model, one batch), and `drone`, a full export whose talker always loops. Renders are short
+(`max_frames`), so each take is a second or two of audio.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import mutagen.mp4
+import pytest
+
+from engine.config.read import ReadRequest
+from engine.core.errors import InputError
+from engine.core.events import Emitter, Event
+from engine.layout import reading
+from engine.read import read
+from engine.read.project import make_plan
+from engine.read.pronounce import add_respelling
+from engine.read.script import parse_epub, parse_text
+from tests.helpers.reading import SCRIPT, read_workspace
+
+SHORT = 24  # frames per chunk: about two seconds
+
+
+@pytest.fixture(scope="module")
+def workspace(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return read_workspace(tmp_path_factory.mktemp("read"), tiny_model_dir)
+
+
+def _read(request: ReadRequest) -> tuple[dict[str, Any], list[Event]]:
+    events: list[Event] = []
+    return read(request, Emitter(events.append)), events
+
+
+def _records(project: Path) -> dict[int, list[dict[str, Any]]]:
+    """Every take's record, by line number."""
+    from engine.core.atomic import read_json
+
+    out: dict[int, list[dict[str, Any]]] = {}
+    for path in sorted((project / reading.TAKES_DIR).glob("*/*.json")):
+        if path.name != reading.CHOSEN_FILE:
+            record = read_json(path)
+            out.setdefault(record["line"], []).append(record)
+    return out
+
+
+# -- the script ------------------------------------------------------------------------------
+
+def test_markdown_chapters_dialogue_styles_and_pauses() -> None:
+    script = parse_text(SCRIPT, "book.md")
+    assert [c.title for c in script.chapters] == ["The Lighthouse", "The Storm", "The Morning"]
+    lines = script.lines
+    assert [(ln.speaker, ln.style, ln.text) for ln in lines] == [
+        ("Ada", None, "The lamp was lit at dusk."),
+        ("Bob", "whispering", "Did anyone see it?"),
+        ("", None, "The wind rose over the bay."),
+        ("", None, "Then it fell."),
+        ("Ada", None, "Voxshard kept the light burning.")]
+    assert lines[2].pause_s == 0.5 and lines[3].paragraph_end
+    assert [ln.chapter for ln in lines] == [0, 0, 1, 1, 2]
+
+
+def test_markdown_marks_and_wrapped_paragraphs() -> None:
+    script = parse_text("Some **bold** and [a link](http://x) words\nwrapped on.\n\nNext.",
+                        "a.md")
+    assert [ln.text for ln in script.lines] == ["Some bold and a link words wrapped on.",
+                                                "Next."]
+    with pytest.raises(InputError, match="no words"):
+        parse_text("# Only a title\n", "a.md")
+    with pytest.raises(InputError, match="longer than"):
+        parse_text("Wait [pause 90s] here.", "a.md")
+
+
+def test_epub_chapters(tmp_path: Path) -> None:
+    book = tmp_path / "b.epub"
+    with zipfile.ZipFile(book, "w") as z:
+        z.writestr("mimetype", "application/epub+zip")
+        z.writestr("META-INF/container.xml", '<container><rootfiles><rootfile '
+                   'full-path="OEBPS/content.opf"/></rootfiles></container>')
+        z.writestr("OEBPS/content.opf", '<package><manifest>'
+                   '<item id="c2" href="two.xhtml" media-type="application/xhtml+xml"/>'
+                   '<item id="c1" href="one.xhtml" media-type="application/xhtml+xml"/>'
+                   '</manifest><spine><itemref idref="c1"/><itemref idref="c2"/></spine>'
+                   '</package>')
+        z.writestr("OEBPS/one.xhtml", "<html><head><title>x</title></head><body>"
+                   "<h1>First</h1><p>One &amp; only.</p><p>Two<br/>lines.</p></body></html>")
+        z.writestr("OEBPS/two.xhtml", "<html><body><h2>Second</h2><p>Three.</p></body></html>")
+    script = parse_epub(book)
+    assert [c.title for c in script.chapters] == ["First", "Second"]
+    assert [ln.text for ln in script.lines] == ["One & only.", "Two lines.", "Three."]
+
+
+# -- rendering and export --------------------------------------------------------------------
+
+def test_book_in_two_voices_with_a_style_a_pronunciation_and_chapters(
+        workspace: Path, tmp_path: Path) -> None:
+    script = tmp_path / "book.md"
+    script.write_text(SCRIPT, encoding="utf-8")
+    add_respelling(workspace / reading.PRONUNCIATIONS_FILE, "voxshard", "vox shard")
+    out = tmp_path / "out" / "book.m4b"
+    request = ReadRequest(script=str(script), out=str(out), workspace=str(workspace),
+                          voice="ada", max_frames=SHORT, tracks=True)
+    result, events = _read(request)
+    assert (result["lines"], result["chapters"], result["rendered"]) == (5, 3, 5)
+    assert result["flagged"] == []
+    # ada and bob are instant voices of one base: one model, rendered in one batch
+    rendering = next(e for e in events if e.kind == "state" and e.data["state"] == "rendering")
+    assert rendering.data["models"] == 1
+    records = _records(Path(result["project"]))
+    assert [records[n][0]["voice"] for n in range(1, 6)] == ["ada", "bob", "ada", "ada", "ada"]
+    assert records[2][0]["style"] == "whispering"
+    # the respelling is what the model was given; the script's words are kept
+    assert records[5][0]["spoken"] == "vox shard kept the light burning."
+    assert records[5][0]["text"] == "Voxshard kept the light burning."
+    assert "Voxshard" in script.read_text(encoding="utf-8")
+
+    # the M4B's chapters, read back by mutagen
+    mp4 = mutagen.mp4.MP4(out)
+    chapters = [(c.title, c.start) for c in mp4.chapters]
+    assert [t for t, _ in chapters] == ["The Lighthouse", "The Storm", "The Morning"]
+    starts = [round(s, 2) for _, s in chapters]
+    assert starts[0] == 0 and starts[0] < starts[1] < starts[2] < mp4.info.length
+    exported = {c["title"]: c["start_s"] for c in result["export"]["chapters"]}
+    assert starts[1] == pytest.approx(exported["The Storm"], abs=0.01)
+    # the subtitles: a cue per line, line 3 where the second chapter starts
+    vtt = out.with_suffix(".vtt").read_text(encoding="utf-8")
+    assert vtt.startswith("WEBVTT") and vtt.count(" --> ") == 5
+    srt = out.with_suffix(".srt").read_text(encoding="utf-8").split("\n\n")
+    assert srt[2].splitlines()[1].startswith("00:00:0") and "The wind rose" in srt[2]
+    seconds = exported["The Storm"]
+    assert srt[2].splitlines()[1][:12] == (f"00:00:{int(seconds):02d},"
+                                           f"{round(seconds * 1000) % 1000:03d}")
+    assert sorted(p.name for p in (out.parent / "book-tracks").iterdir()) == ["ada.wav",
+                                                                            "bob.wav"]
+
+    # an edit re-renders only its line; the other takes are the same files
+    project = Path(result["project"])
+    before = {p: p.stat().st_mtime_ns for p in project.glob("takes/*/*.wav")}
+    script.write_text(SCRIPT.replace("Then it fell.", "Then it calmed."), encoding="utf-8")
+    again, _ = _read(request.replace(out=None))
+    assert (again["rendered"], again["reused"]) == (1, 4)
+    assert all(p.stat().st_mtime_ns == t for p, t in before.items())
+    assert sorted(r["text"] for r in _records(project)[4]) == ["Then it calmed.",
+                                                               "Then it fell."]
+
+    # a pronunciation added for the project renders again only the line it changes
+    add_respelling(project / reading.PRONUNCIATIONS_FILE, "bay", "bae")
+    third, _ = _read(request.replace(out=None))
+    assert (third["rendered"], third["reused"]) == (1, 4)
+    assert any(r["spoken"] == "The wind rose over the bae." for r in _records(project)[3])
+
+    # a new take of one line, chosen; then the first one picked back
+    fourth, _ = _read(request.replace(out=None, regenerate=(1,)))
+    assert fourth["rendered"] == 1
+    plan = make_plan(request)
+    assert plan.line(1).seeds == [1, 2] and plan.line(1).chosen == 2
+    _read(request.replace(out=None, pick=("1=1",)))
+    assert make_plan(request).line(1).chosen == 1
+
+
+def test_a_loop_is_retried_with_another_seed_then_flagged(workspace: Path,
+                                                          tmp_path: Path) -> None:
+    script = tmp_path / "drone.txt"
+    script.write_text("Drone: Hum along with me.\n", encoding="utf-8")
+    # long enough for the runaway guard's loop window (4 s) before the cap
+    request = ReadRequest(script=str(script), workspace=str(workspace), max_frames=64,
+                          retries=1)
+    result, events = _read(request)
+    assert result["flagged"] == [1]
+    takes = _records(Path(result["project"]))[1]
+    assert [t["seed"] for t in takes] == [1, 2]
+    assert all(t["problems"] == ["loop"] for t in takes)
+    retried = [e for e in events if e.kind == "log" and e.data.get("retry_seed") == 2]
+    assert retried and retried[0].data["problems"] == ["loop"]
+
+
+def test_bad_requests_say_what_to_do(workspace: Path, tmp_path: Path) -> None:
+    script = tmp_path / "s.txt"
+    script.write_text("Carol: Hello.\n", encoding="utf-8")
+    with pytest.raises(InputError, match="--cast Carol=VOICE"):
+        make_plan(ReadRequest(script=str(script), workspace=str(workspace)))
+    with pytest.raises(InputError, match=r"book\.m4b"):
+        ReadRequest(script=str(script), out=str(tmp_path / "book.ogg"))
+    with pytest.raises(InputError, match="NAME=VOICE"):
+        ReadRequest(script=str(script), cast=("carol",))
