@@ -40,6 +40,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
+from engine.config.schema import PLACEHOLDER
+from engine.config.schema import window_words as schema_window_words
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # At most this many lines are parsed per turn of the event loop; the rest wait
@@ -78,6 +81,19 @@ def model_label(repo: str) -> str:
     """ "Qwen/Qwen3-TTS-12Hz-1.7B-Base" -> "Qwen3-TTS 1.7B" (the name a user knows)."""
     m = re.match(r".*?/(?P<family>Qwen3-TTS)-[\w]+?-(?P<size>[\d.]+B)", repo)
     return f"{m['family']} {m['size']}" if m else repo
+
+
+def settings_worded(event: dict[str, Any]) -> tuple[str, str]:
+    """An error event's message and hint, each setting it names worded as the label of
+    its field in the window (the engine's "{model.predictor_frames}"), not as a flag."""
+    template = event.get("template")
+    if not isinstance(template, str):
+        return str(event.get("message") or ""), str(event.get("hint") or "")
+
+    def say(text: Any) -> str:
+        return PLACEHOLDER.sub(lambda m: schema_window_words(m.group(1)), str(text or ""))
+
+    return say(template), say(event.get("hint_template"))
 
 
 def window_words(code: str, message: str, hint: str) -> tuple[str, str, str]:
@@ -357,10 +373,10 @@ class EngineJob(QObject):
             obj.pop("time", None)
             self.result = obj
         elif kind == "error":
+            message, hint = settings_worded(obj)
             # the engine's hint in the window's words when it has them (buttons, not flags)
-            hint = obj.get("window_hint") or obj.get("hint") or ""
-            self.error = window_words(str(obj.get("code") or "error"),
-                                      str(obj.get("message") or ""), str(hint))
+            hint = obj.get("window_hint") or hint
+            self.error = window_words(str(obj.get("code") or "error"), message, hint)
 
     # -- end ---------------------------------------------------------------
     def _on_process_error(self, err: QProcess.ProcessError) -> None:

@@ -63,9 +63,11 @@ def test_speak_and_train_help_show_the_config_defaults() -> None:
     assert chunk.startswith(field_help(SpeakOptions)["chunk_chars"])
     assert _help_of(parser, "compare", "--batch-size").endswith(
         f"(default {SpeakOptions().batch_size})")
-    assert _help_of(parser, "train", "--lora-rank").endswith(f"(default {ModelConfig().lora_rank})")
+    # a bounded setting says its bounds before its default, both from the field
+    assert _help_of(parser, "train", "--lora-rank").endswith(
+        f"(at least 1; default {ModelConfig().lora_rank})")
     assert _help_of(parser, "train", "--keep").endswith(
-        f"(default {RunConfig().keep_checkpoints})")
+        f"(at least 2; default {RunConfig().keep_checkpoints})")
 
 
 def test_speak_flags_not_given_leave_the_options_defaults() -> None:

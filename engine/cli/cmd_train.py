@@ -19,24 +19,9 @@ from typing import Any
 
 from engine.cli.main import add_command
 from engine.cli.settings import add_field
-from engine.config.data import DataConfig
-from engine.config.train import (
-    KEEP_GATHERED_CHOICES,
-    PRECISION_CHOICES,
-    TRAINABLE_CHOICES,
-    ModelConfig,
-    OptimConfig,
-    ParallelConfig,
-    RunConfig,
-)
+from engine.config.schema import lookup
+from engine.config.train import LENGTH_SECTIONS, REQUEST_SETTINGS
 from engine.core.events import Emitter
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
-    return value
 
 
 def _positive_float(text: str) -> float:
@@ -46,11 +31,48 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, not {value}")
-    return value
+#: the words of a flag where "not given" means more than the field's default: the
+#: presets by data volume, the GPUs, or the voice's own [train] settings decide
+_HELP = {
+    "workers": "Ray Train workers: one per GPU (default: every GPU), or CPU workers",
+    "batch_size": "clips per micro-step over all workers (default: by data volume)",
+    "keep_gathered": "with --grad-accum: keep parameters gathered between micro-steps "
+                     "(auto: when the memory plan says it fits)",
+    "precision": "auto: bf16 on GPUs of compute capability 8.0+, fp16 with loss scaling "
+                 "on older GPUs, fp32 on CPU",
+    "trainable": "what trains: talker (the talker and code predictor), talker+text (plus the "
+                 "text embedding), code_predictor, talker_layers, lora (adapters on the "
+                 "talker's attention and MLP; fits one 16-24 GB GPU for 1.7B); `plan` shows "
+                 "the memory of each",
+    "lora_predictor": "with --trainable lora: adapters on the code predictor's layers too (it "
+                      "carries codebooks 1-15; default: the voice's [train] lora_predictor, "
+                      "else the talker's alone)",
+    "predictor_frames": "the share of each step's frames the code predictor "
+                        "trains on; codebook 0 and validation always see every frame; below "
+                        "1 a step is faster, each frame's finer codebooks learnt from less "
+                        "often (default: the voice's [train] predictor_frames, else 1)",
+    "steps": "optimizer steps",
+    "epochs": "passes over the training clips (default: by data volume)",
+    "lr": "peak learning rate (default: by model size, `engine.train.presets.preset`)",
+}
+
+
+def _settings(length: bool) -> list[str]:
+    """The request's settings `train` (length: True) or `plan` (False) takes as flags."""
+    return [path for path in REQUEST_SETTINGS
+            if (path.partition(".")[0] in LENGTH_SECTIONS) == length]
+
+
+def _add_settings(p: argparse.ArgumentParser, paths: list[str]) -> None:
+    """A flag per setting, its words, type, bounds and choices from the config field."""
+    length = None
+    for path in paths:
+        cls, name = lookup(path)
+        target: Any = p
+        if name in ("steps", "epochs"):  # one length or the other
+            length = length or p.add_mutually_exclusive_group()
+            target = length
+        add_field(target, cls, name, help=_HELP.get(name), show_default=name not in _HELP)
 
 
 def _add_shape_options(p: argparse.ArgumentParser) -> None:
@@ -58,73 +80,34 @@ def _add_shape_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("voice", help="voice folder (prepared)")
     p.add_argument("--base", required=True,
                    help="base model: a folder or a hub id such as Qwen/Qwen3-TTS-12Hz-1.7B-Base")
-    # Settings that are config fields take their type and help from the field
-    # (engine/config); None means "not given": the driver picks by data volume
-    # and GPUs, or keeps what a resumed run used.
-    add_field(p, ParallelConfig, "workers", type=_positive_int, show_default=False,
-              help="Ray Train workers: one per GPU (default: every GPU), or CPU workers")
+    # None means "not given": the driver picks by data volume and GPUs, or keeps what a
+    # resumed run used
+    _add_settings(p, _settings(length=False))
     p.add_argument("--cpu", action="store_true", help="train on the CPU even if GPUs exist")
-    add_field(p, DataConfig, "batch_size", type=_positive_int, show_default=False,
-              help="clips per micro-step over all workers (default: by data volume)")
-    add_field(p, DataConfig, "grad_accum", type=_positive_int)
-    for name in ("activation_checkpointing", "cpu_offload"):
-        add_field(p, ParallelConfig, name)
-    add_field(p, ParallelConfig, "keep_gathered", choices=KEEP_GATHERED_CHOICES,
-              help="with --grad-accum: keep parameters gathered between micro-steps "
-                   "(auto: when the memory plan says it fits)")
-    add_field(p, ParallelConfig, "compile_layers", flag="--compile")
-    add_field(p, ParallelConfig, "precision", choices=PRECISION_CHOICES,
-              help="auto: bf16 on GPUs of compute capability 8.0+, fp16 with loss scaling "
-                   "on older GPUs, fp32 on CPU")
-    add_field(p, ModelConfig, "trainable", choices=TRAINABLE_CHOICES,
-              help="what trains: talker (the talker and code predictor), "
-                   "talker+text (plus the text embedding), code_predictor, talker_layers, "
-                   "lora (adapters on the talker's attention and MLP; fits one 16-24 GB "
-                   "GPU for 1.7B); `plan` shows the memory of each")
-    add_field(p, ModelConfig, "lora_rank", type=_positive_int)
-    add_field(p, ModelConfig, "lora_alpha", type=_positive_float)
-    add_field(p, ModelConfig, "lora_predictor",
-              help="with --trainable lora: adapters on the code predictor's layers too (it "
-                   "carries codebooks 1-15; default: the voice's [train] lora_predictor, "
-                   "else the talker's alone)")
-    add_field(p, ModelConfig, "predictor_frames", type=_fraction, show_default=False,
-              help="fraction F (0 < F <= 1) of each step's frames the code predictor "
-                   "trains on; codebook 0 and validation always see every frame; below 1 a "
-                   "step is faster, each frame's finer codebooks learnt from less often "
-                   "(default: the voice's [train] predictor_frames, else 1)")
     p.add_argument("--address", default=None,
                    help="an existing Ray cluster (host:port); default: a private local one")
 
 
-def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "workers": args.workers,
-        "batch_size": args.batch_size,
-        "grad_accum": args.grad_accum,
-        "activation_checkpointing": args.activation_checkpointing,
-        "cpu_offload": args.cpu_offload,
-        "keep_gathered": args.keep_gathered,
-        "compile_layers": args.compile_layers,
-        "precision": args.precision,
-        "trainable": args.trainable,
-        "lora_rank": args.lora_rank,
-        "lora_alpha": args.lora_alpha,
-        "lora_predictor": args.lora_predictor,
-        "predictor_frames": args.predictor_frames,
-        "use_gpu": False if args.cpu else None,
-        "address": args.address,
-    }
+def _common_kwargs(args: argparse.Namespace, length: bool = False) -> dict[str, Any]:
+    names = [p.rpartition(".")[2] for p in _settings(False) + (_settings(True) if length
+                                                                 else [])]
+    return {**{name: getattr(args, name) for name in names},
+            "use_gpu": False if args.cpu else None, "address": args.address}
+
+
+def train_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The keywords of `engine.train.driver.train` (a `TrainRequest`) that parsed `train`
+    flags give."""
+    return {"resume": args.resume, "run": args.run, "dry_run": args.dry_run,
+            "max_failures": args.max_failures, "verbose": args.verbose,
+            "storage": args.storage, "preflight": args.preflight,
+            **_common_kwargs(args, length=True)}
 
 
 def _train(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     from engine.train.driver import cancelled_error, train
 
-    result = train(args.voice, args.base, steps=args.steps, epochs=args.epochs, lr=args.lr,
-                   checkpoint_every=args.checkpoint_every, val_every=args.val_every,
-                   keep_checkpoints=args.keep, resume=args.resume, run=args.run,
-                   dry_run=args.dry_run, max_failures=args.max_failures,
-                   verbose=args.verbose, on_event=em, storage=args.storage,
-                   preflight=args.preflight, **_common_kwargs(args))
+    result = train(args.voice, args.base, on_event=em, **train_kwargs(args))
     if result.get("stopped"):
         # a cancel is not a failure, but the run did not finish: exit code 130
         raise cancelled_error(result)
@@ -160,15 +143,7 @@ def register(sub: Any) -> None:
     p = add_command(sub, "train", _train,
                     "Fine-tune a Qwen3-TTS Base model on a prepared voice (FSDP on Ray).")
     _add_shape_options(p)
-    length = p.add_mutually_exclusive_group()
-    add_field(length, RunConfig, "steps", type=_positive_int, help="optimizer steps")
-    add_field(length, RunConfig, "epochs", type=_positive_float, show_default=False,
-              help="passes over the training clips (default: by data volume)")
-    add_field(p, OptimConfig, "lr", type=_positive_float, show_default=False,
-              help="peak learning rate (default: 2e-6 for 1.7B, 4e-6 for 0.6B)")
-    add_field(p, RunConfig, "checkpoint_every", type=_positive_int)
-    add_field(p, RunConfig, "val_every")
-    add_field(p, RunConfig, "keep_checkpoints", flag="--keep", dest="keep")
+    _add_settings(p, _settings(length=True))
     p.add_argument("--run", default=None, help="run name under VOICE/runs/ (default: a timestamp)")
     p.add_argument("--resume", action="store_true",
                    help="continue the latest run (or --run NAME) from its last checkpoint")

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from engine.cli.output import HumanOutput, JsonOutput
+from engine.config.schema import cli_words
 from engine.core.errors import Cancelled, VoxshardError
 from engine.core.events import Emitter
 
@@ -156,7 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VoxshardError as exc:
         if args.debug:
             traceback.print_exc(file=sys.stderr)
-        output.error(exc.code, exc.message, exc.hint, exc.window_hint)
+        message, hint = exc.worded(cli_words)  # a setting named as its flag
+        named = {"settings": exc.settings, "template": exc.template,
+                 "hint_template": exc.hint_template} if exc.settings else None
+        output.error(exc.code, message, hint, exc.window_hint, named)
         return 1
     except Exception as exc:  # a bug: still one line unless --debug
         if args.debug:

@@ -25,10 +25,14 @@ class JsonOutput:
         self._write(Event("result", data))
 
     def error(self, code: str, message: str, hint: str | None,
-              window_hint: str | None = None) -> None:
-        data = {"code": code, "message": message, "hint": hint}
+              window_hint: str | None = None, named: dict[str, Any] | None = None) -> None:
+        data: dict[str, Any] = {"code": code, "message": message, "hint": hint}
         if window_hint:
             data["window_hint"] = window_hint  # the window's words for the same remedy
+        if named:
+            # the settings the error names and its texts with them as "{path}", so the
+            # window words them as its fields' labels
+            data.update(named)
         self._write(Event("error", data))
 
 
@@ -110,8 +114,8 @@ class HumanOutput:
         sys.stdout.flush()
 
     def error(self, code: str, message: str, hint: str | None,
-              window_hint: str | None = None) -> None:
-        del window_hint  # a terminal: the flags' words
+              window_hint: str | None = None, named: dict[str, Any] | None = None) -> None:
+        del window_hint, named  # a terminal: the flags' words
         self._end_bar()
         if code == "cancelled":
             self.stream.write("Cancelled.\n")

@@ -2,84 +2,45 @@
 
 A field documented in `engine/config/` with a `#:` comment above it becomes a
 flag whose help is that comment and whose "(default ...)" is the field's own
-default, so the command line can never repeat a default that has since changed.
+default, so the command line can never repeat a default that has since changed. A field
+declared with `engine.config.schema.setting` gives its flag, its choices and its bounds
+too: a value outside them is refused by the parser, in the field's own words.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import functools
-import inspect
-import re
-import textwrap
-import types
-import typing
 from collections.abc import Callable
 from typing import Any
 
-_FIELD = re.compile(r"(\w+)\s*:")
+from engine.config.schema import default_of, field_help, flag_of, rules, value_type
+
+__all__ = ["FIELD", "add_field", "field_help"]
+
 #: `add_field(..., default=FIELD)`: argparse's default is the field's own (the value is
 #: always set, for settings built straight from the parsed flags)
 FIELD: Any = object()
-
-
-@functools.cache
-def field_help(cls: type) -> dict[str, str]:
-    """The `#:` comment right above each field of dataclass `cls`, joined into one line."""
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):  # a frozen app without its sources: flags keep their own help
-        return {}
-    docs: dict[str, str] = {}
-    pending: list[str] = []
-    lines = source.splitlines()
-    body = next(i for i, line in enumerate(lines) if line.startswith("class ")) + 1
-    for line in lines[body:]:
-        text = line.strip()
-        if text.startswith("#:"):
-            pending.append(text[2:].strip())
-            continue
-        if line[:1] not in (" ", "\t") and text:  # left the class body
-            break
-        if text.startswith(("def ", "@")):
-            break
-        match = _FIELD.match(text)
-        if match and pending:
-            docs[match.group(1)] = " ".join(pending)
-        pending = []
-    return docs
-
-
-def _field(cls: type, name: str) -> dataclasses.Field[Any]:
-    for f in dataclasses.fields(cls):
-        if f.name == name:
-            return f
-    raise KeyError(f"{cls.__name__} has no field {name!r}")
-
-
-def field_default(cls: type, name: str) -> Any:
-    f = _field(cls, name)
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return None
-
-
-def _value_type(cls: type, name: str) -> Any:
-    """The field's type without `None` (`int | None` -> int)."""
-    hint = typing.get_type_hints(cls)[name]
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        hint = args[0] if len(args) == 1 else str
-    return hint
 
 
 def _shown(value: Any) -> str:
     if isinstance(value, float) and value == int(value) and abs(value) < 1e6:
         return str(int(value))
     return str(value)
+
+
+def _checked(cls: type, name: str, kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """The text of a flag as the field's type, refused outside the field's bounds."""
+    rule = rules(cls)[name]
+
+    def convert(text: str) -> Any:
+        value = kind(text)
+        why = rule.problem(value)
+        if why is not None:
+            raise argparse.ArgumentTypeError(why)
+        return value
+
+    convert.__name__ = getattr(kind, "__name__", "value")  # argparse names it in errors
+    return convert
 
 
 def add_field(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type,
@@ -92,18 +53,24 @@ def add_field(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: ty
     the voice's saved settings decide); the help shows the field's default.
     A bool field is an on/off switch.
     """
-    flag = flag or "--" + name.replace("_", "-")
+    flag = flag or flag_of(cls, name)
     text = help or field_help(cls).get(name) or name.replace("_", " ")
-    shown = field_default(cls, name)
+    shown = default_of(cls, name)
+    rule = rules(cls)[name]
+    notes = [rule.rule()] if rule.rule() and not rule.choices else []
     if show_default and shown is not None and not isinstance(shown, bool):
-        text = f"{text} (default {_shown(shown)})"
+        notes.append(f"default {_shown(shown)}")
+    if notes:
+        text = f"{text} ({'; '.join(notes)})"
     text = text.replace("%", "%%")  # argparse formats help with %
-    kind = _value_type(cls, name)
+    kind = value_type(cls, name)
     kwargs.setdefault("dest", name)
+    if rule.choices:
+        kwargs.setdefault("choices", rule.choices)
     if default is FIELD:
         default = shown
     if kind is bool:
         kwargs.setdefault("action", argparse.BooleanOptionalAction)
         return parser.add_argument(flag, default=default, help=text, **kwargs)
-    converter = type or (kind if kind in (int, float, str) else str)
+    converter = type or _checked(cls, name, kind if kind in (int, float, str) else str)
     return parser.add_argument(flag, type=converter, default=default, help=text, **kwargs)

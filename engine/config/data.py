@@ -9,21 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.config.schema import check, section, setting
+
 
 def _check(cond: bool, name: str, why: str) -> None:
     if not cond:
         raise ValueError(f"{name}: {why}")
 
 
+@section("data")
 @dataclass
 class DataConfig:
     """How prepared clips become batches."""
 
     #: clips per optimizer micro-step summed over all workers (each worker gets
     #: about batch_size / workers, balanced by length); must be >= workers
-    batch_size: int = 8
+    batch_size: int = setting(8, label="Batch size", at_least=1)
     #: optimizer steps accumulate this many micro-steps
-    grad_accum: int = 1
+    grad_accum: int = setting(1, label="Gradient accumulation", at_least=1)
     #: clips are sorted by length inside windows of this many batches before
     #: being cut into batches, so a batch holds similar lengths (less padding)
     bucket_batches: int = 16
@@ -45,8 +48,7 @@ class DataConfig:
     plain_share: float = 0.2
 
     def __post_init__(self) -> None:
-        _check(self.batch_size >= 1, "data.batch_size", "must be >= 1")
-        _check(self.grad_accum >= 1, "data.grad_accum", "must be >= 1")
+        check(self)
         _check(self.bucket_batches >= 1, "data.bucket_batches", "must be >= 1")
         _check(0.0 <= self.val_fraction < 1.0, "data.val_fraction", "must be in [0, 1)")
         _check(self.val_min >= 0, "data.val_min", "must be >= 0")

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 # how prepared clips become batches lives with the data (data never imports train)
 from engine.config.data import DataConfig
+from engine.config.schema import check, section, setting
 
 #: Which parameters receive gradients and go to the optimizer.
 #: - "talker": every talker parameter (decoder layers, norms, codec embedding,
@@ -57,6 +58,7 @@ ACCUM_REDUCE_CHOICES: tuple[str, ...] = ("auto", "last", "every")
 #: plan) keeps them when that fits
 KEEP_GATHERED_CHOICES: tuple[str, ...] = ("auto", "on", "off")
 Schedule = Literal["cosine", "constant", "linear"]
+SCHEDULE_CHOICES: tuple[str, ...] = ("cosine", "constant", "linear")
 
 
 def _check(cond: bool, name: str, why: str) -> None:
@@ -64,42 +66,37 @@ def _check(cond: bool, name: str, why: str) -> None:
         raise ValueError(f"{name}: {why}")
 
 
+@section("model")
 @dataclass
 class ModelConfig:
     """What is trained and how the loss is weighted."""
 
     #: base model: a Hub id or a local folder in the official format
-    base: str = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
+    base: str = setting("Qwen/Qwen3-TTS-12Hz-1.7B-Base", label="Base model")
     #: which parameters train (see `Trainable`)
-    trainable: str = "talker"
+    trainable: str = setting("talker", label="What trains", choices=TRAINABLE_CHOICES)
     #: weight of the sub-talker (code predictor) loss in the total
-    subtalker_weight: float = 0.3
-    #: fraction F (0 < F <= 1) of each step's frames the code predictor is trained on;
+    subtalker_weight: float = setting(0.3, label="Code predictor loss weight", at_least=0)
+    #: the share of each step's frames the code predictor is trained on;
     #: codebook 0 is always scored on every frame, validation on all frames. Below 1 a
     #: step is faster (the predictor is most of it) but each frame's finer codebooks
     #: are learnt from less often
-    predictor_frames: float = 1.0
+    predictor_frames: float = setting(1.0, label="Code predictor frames", above=0, at_most=1)
     #: name the exported custom voice answers to (lower-cased on export)
-    speaker_name: str = "voice"
+    speaker_name: str = setting("voice", label="Speaker name")
     #: LoRA (trainable "lora"): the adapters' rank
-    lora_rank: int = 16
+    lora_rank: int = setting(16, label="LoRA rank", at_least=1)
     #: LoRA scale numerator: the adapters' update is scaled by lora_alpha / lora_rank
-    lora_alpha: float = 32.0
+    lora_alpha: float = setting(32.0, label="LoRA alpha", above=0)
     #: LoRA: adapters on the code predictor's decoder layers too (it carries codebooks
     #: 1-15: the fine detail of the sound), not on the talker's alone; the other trainable
     #: choices train the code predictor whole or not at all, and ignore it
-    lora_predictor: bool = False
+    lora_predictor: bool = setting(False, label="LoRA on the code predictor too")
 
     def __post_init__(self) -> None:
+        check(self)
         _check(bool(self.base), "model.base", "must name a model")
-        _check(self.trainable in TRAINABLE_CHOICES, "model.trainable",
-               f"must be one of {', '.join(TRAINABLE_CHOICES)}, not {self.trainable!r}")
-        _check(self.subtalker_weight >= 0, "model.subtalker_weight", "must be >= 0")
-        _check(0 < self.predictor_frames <= 1, "model.predictor_frames",
-               "must be above 0 and at most 1 (1: every frame)")
         _check(bool(self.speaker_name.strip()), "model.speaker_name", "must not be empty")
-        _check(self.lora_rank >= 1, "model.lora_rank", "must be >= 1")
-        _check(self.lora_alpha > 0, "model.lora_alpha", "must be > 0")
 
     @property
     def lora_scaling(self) -> float:
@@ -107,108 +104,91 @@ class ModelConfig:
         return float(self.lora_alpha) / float(self.lora_rank)
 
 
+@section("optim")
 @dataclass
 class OptimConfig:
     """AdamW with warmup then decay; fp32 master weights always."""
 
     #: peak learning rate (2e-6 is the advice for 1.7B; the tiny test model wants ~1e-3)
-    lr: float = 2e-6
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
+    lr: float = setting(2e-6, label="Learning rate", above=0)
+    weight_decay: float = setting(0.01, label="Weight decay", at_least=0)
+    beta1: float = setting(0.9, at_least=0, below=1)
+    beta2: float = setting(0.999, at_least=0, below=1)
+    eps: float = setting(1e-8, above=0)
     #: clip the global gradient norm to this (0 disables)
-    grad_clip: float = 1.0
+    grad_clip: float = setting(1.0, label="Gradient clip", at_least=0)
     #: linear warmup from 0 over this many optimizer steps
-    warmup_steps: int = 10
+    warmup_steps: int = setting(10, label="Warmup steps", at_least=0)
     #: decay after warmup
-    schedule: str = "cosine"
+    schedule: str = setting("cosine", choices=SCHEDULE_CHOICES)
     #: the learning rate decays to lr * min_lr_ratio
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = setting(0.1, at_least=0, at_most=1)
 
     def __post_init__(self) -> None:
-        _check(self.lr > 0, "optim.lr", "must be > 0")
-        _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
-        _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "optim.beta1/beta2",
-               "must be in [0, 1)")
-        _check(self.eps > 0, "optim.eps", "must be > 0")
-        _check(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0")
-        _check(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
-        _check(self.schedule in ("cosine", "constant", "linear"), "optim.schedule",
-               "must be cosine, constant or linear")
-        _check(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "must be in [0, 1]")
+        check(self)
 
 
+@section("parallel")
 @dataclass
 class ParallelConfig:
     """Workers, devices and how the model is sharded."""
 
     #: number of Ray Train workers (one per GPU on a GPU machine)
-    workers: int = 1
+    workers: int = setting(1, label="Workers", at_least=1)
     #: None: use GPUs when the cluster has them; True/False forces it
     use_gpu: bool | None = None
     #: "auto": bf16 compute with fp32 master weights and fp32 gradient reduction
     #: on a GPU of compute capability 8.0+, fp16 with loss scaling on older GPUs,
     #: plain fp32 on CPU (bf16 matmuls are ~40x slower on AVX2 CPUs); see precision.py
-    precision: str = "auto"
+    precision: str = setting("auto", label="Precision", choices=PRECISION_CHOICES)
     #: recompute each decoder layer's activations in backward (less memory, ~30% slower)
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = setting(False, label="Activation checkpointing")
     #: keep sharded parameters, gradients and optimizer state in host memory (GPU only)
-    cpu_offload: bool = False
+    cpu_offload: bool = setting(False, label="Offload to CPU memory")
     #: give the (frozen) text embedding its own FSDP unit so it is freed after use
     #: instead of staying gathered for the whole step in the root unit
     separate_text_embedding: bool = True
     #: Ray cluster address; None starts a local one bound to 127.0.0.1
     address: str | None = None
     #: threads per worker for torch on CPU
-    cpu_threads_per_worker: int = 1
+    cpu_threads_per_worker: int = setting(1, at_least=1)
     #: gradient reduction with grad_accum > 1 (see ACCUM_REDUCE_CHOICES)
-    accum_reduce: str = "auto"
+    accum_reduce: str = setting("auto", choices=ACCUM_REDUCE_CHOICES)
     #: parameters kept gathered between accumulation micro-steps (see KEEP_GATHERED_CHOICES)
-    keep_gathered: str = "auto"
+    keep_gathered: str = setting("auto", label="Keep gathered", choices=KEEP_GATHERED_CHOICES)
     #: torch.compile every decoder layer's forward (GPU runs only; on CPU the layers
     #: stay eager)
-    compile_layers: bool = False
+    compile_layers: bool = setting(False, label="Compile layers", flag="--compile")
 
     def __post_init__(self) -> None:
-        _check(self.workers >= 1, "parallel.workers", "must be >= 1")
-        _check(self.precision in PRECISION_CHOICES, "parallel.precision",
-               f"must be one of {', '.join(PRECISION_CHOICES)}")
-        _check(self.accum_reduce in ACCUM_REDUCE_CHOICES, "parallel.accum_reduce",
-               f"must be one of {', '.join(ACCUM_REDUCE_CHOICES)}")
-        _check(self.keep_gathered in KEEP_GATHERED_CHOICES, "parallel.keep_gathered",
-               f"must be one of {', '.join(KEEP_GATHERED_CHOICES)}")
+        check(self)
         # kept parameters only make sense while gradients are not reduced in between
         _check(not (self.keep_gathered == "on" and self.accum_reduce == "every"),
                "parallel.keep_gathered", '"on" needs accum_reduce "last" (or "auto")')
-        _check(self.cpu_threads_per_worker >= 1, "parallel.cpu_threads_per_worker", "must be >= 1")
 
 
+@section("run")
 @dataclass
 class RunConfig:
     """Length of the run, checkpoints, validation and logging."""
 
     #: optimizer steps; None means derive from `epochs`
-    steps: int | None = None
+    steps: int | None = setting(None, label="Steps", at_least=1)
     #: passes over the training clips (used when steps is None)
-    epochs: float = 10.0
+    epochs: float = setting(10.0, label="Epochs", above=0)
     #: write a sharded checkpoint every N optimizer steps (and always at the end)
-    checkpoint_every: int = 100
+    checkpoint_every: int = setting(100, label="Checkpoint every", unit="steps", at_least=1)
     #: how many checkpoints to keep (>= 2 so a torn latest one has a fallback)
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = setting(2, label="Checkpoints kept", at_least=2, flag="--keep")
     #: validation loss every N optimizer steps (0 disables)
-    val_every: int = 50
+    val_every: int = setting(50, label="Validate every", unit="steps", at_least=0)
     #: seed of model-side randomness (dropout is off in Qwen3-TTS; kept for exactness)
     seed: int = 0
     #: run folder name under <voice>/runs/ (None: a timestamp)
     name: str | None = None
 
     def __post_init__(self) -> None:
-        _check(self.steps is None or self.steps >= 1, "run.steps", "must be >= 1")
-        _check(self.epochs > 0, "run.epochs", "must be > 0")
-        _check(self.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
-        _check(self.keep_checkpoints >= 2, "run.keep_checkpoints", "must be >= 2")
-        _check(self.val_every >= 0, "run.val_every", "must be >= 0")
+        check(self)
 
 
 @dataclass
@@ -256,3 +236,18 @@ class TrainConfig:
                 raise ValueError(f"unknown section {name!r}")
             d[name].update(changes)
         return TrainConfig.from_dict(d)
+
+
+#: the settings one training run may be given (`voxshard-engine train` flags, the API's
+#: `train` keywords, the window's fields), each named by its field; None or left out:
+#: the presets by data volume decide, or a resumed run keeps its own
+REQUEST_SETTINGS: tuple[str, ...] = (
+    "parallel.workers", "data.batch_size", "data.grad_accum",
+    "parallel.activation_checkpointing", "parallel.cpu_offload", "parallel.keep_gathered",
+    "parallel.compile_layers", "parallel.precision", "model.trainable", "model.lora_rank",
+    "model.lora_alpha", "model.lora_predictor", "model.predictor_frames",
+    "run.steps", "run.epochs", "optim.lr", "run.checkpoint_every", "run.val_every",
+    "run.keep_checkpoints",
+)
+#: sections whose settings change what a run costs, not its memory: `plan` takes no others
+LENGTH_SECTIONS: tuple[str, ...] = ("run", "optim")

@@ -4,12 +4,26 @@ Every error the engine raises on purpose is a `VoxshardError`: a one-sentence
 message a person can act on, plus an optional hint that says what to do.
 The CLI prints these without a traceback; anything else is a bug.
 
-A hint speaks to a terminal (flags, commands). Where the window offers the same
-remedy as a button or a field, `window_hint` says it in those words; the JSON error
-event carries both, and the window shows `window_hint` when there is one.
+An error that names a setting writes its path in braces, "{model.predictor_frames}",
+never a flag or a label: the remedy is data (`settings`), and each surface words it
+(`worded`): the CLI as the flag, the window as the field's label, the Python API as the
+keyword (the default). A hint that speaks to a terminal in other ways (commands) may
+have `window_hint`, the same remedy as the window's buttons; the JSON error event
+carries both, and the window shows `window_hint` when there is one.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+#: "{section.field}": a setting named in an error's text (engine.config.schema)
+_SETTING = re.compile(r"\{([a-z_]+\.[a-z_]+)\}")
+
+
+def keyword_words(path: str) -> str:
+    """A setting as the Python API names it: its keyword (`predictor_frames`)."""
+    return path.rpartition(".")[2]
 
 
 class VoxshardError(Exception):
@@ -20,11 +34,27 @@ class VoxshardError(Exception):
 
     def __init__(self, message: str, hint: str | None = None, *,
                  window_hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+        #: the texts as written, "{section.field}" standing for a setting
+        self.template = message
+        self.hint_template = hint
+        self.message, self.hint = self.worded(keyword_words)
+        super().__init__(self.message)
         #: the hint in the window's words (buttons and fields, not flags); None: `hint`
         self.window_hint = window_hint
+
+    @property
+    def settings(self) -> list[str]:
+        """The settings ("model.predictor_frames") the message and hint name: the remedy."""
+        return list(dict.fromkeys(_SETTING.findall(f"{self.template} "
+                                                   f"{self.hint_template or ''}")))
+
+    def worded(self, words: Callable[[str], str]) -> tuple[str, str | None]:
+        """Message and hint with each setting named by `words(path)`."""
+        def say(text: str) -> str:
+            return _SETTING.sub(lambda m: words(m.group(1)), text)
+
+        return say(self.template), None if self.hint_template is None else say(
+            self.hint_template)
 
     def __str__(self) -> str:
         return f"{self.message} {self.hint}" if self.hint else self.message

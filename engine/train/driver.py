@@ -28,12 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.cluster import connect
-from engine.config.train import (
-    KEEP_GATHERED_CHOICES,
-    PRECISION_CHOICES,
-    TRAINABLE_CHOICES,
-    TrainConfig,
-)
+from engine.config.train import TrainConfig
 from engine.core.errors import Cancelled, InputError, TrainingError, VoxshardError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.core.storage import (
@@ -61,6 +56,14 @@ from engine.train.launch import Launch, LaunchSpec
 from engine.train.plan import make_plan, relief
 from engine.train.precision import PrecisionError
 from engine.train.preflight import run_preflight
+from engine.train.presets import (
+    ADVISED_MINUTES,
+    LARGE_MINUTES,
+    MIN_CLIPS,
+    MIN_SECONDS,
+    preset,
+)
+from engine.train.request import TrainRequest
 from engine.train.rundata import (
     DATA_FILE,
     check_same_data,
@@ -70,13 +73,6 @@ from engine.train.rundata import (
     resume_changes,
     run_x_vector,
 )
-
-#: fewer usable clips than this cannot be split into train + validation batches
-MIN_CLIPS = 4
-#: less audio than this (seconds) cannot teach a voice anything
-MIN_SECONDS = 10.0
-#: below this many minutes the result is usually poor (facts: 10-30 min advised)
-ADVISED_MINUTES = 10.0
 
 
 @dataclass
@@ -104,34 +100,6 @@ def data_summary(voice_dir: Path) -> DataSummary:
     clips = read_manifest(voice_dir)
     seconds = sum(float(c.get("duration_s", 0.0)) for c in clips)
     return DataSummary(len(clips), seconds, tuple(str(c.get("id")) for c in clips))
-
-
-def preset(minutes: float, talker_hidden: int) -> dict[str, dict[str, Any]]:
-    """Defaults by data volume and model size (then the caller's overrides win).
-
-    Little data: more passes, smaller batches, frequent checkpoints; lots of
-    data: fewer passes over bigger batches. The learning rate follows model
-    size: 2e-6 is the community's advice for 1.7B (2e-5, the upstream default,
-    often yields noise or no end-of-speech); the 0.6B model tolerates a bit
-    more; the tiny test model needs a real step size to show learning at all.
-    """
-    if minutes < ADVISED_MINUTES:
-        d = {"run": {"epochs": 20.0, "checkpoint_every": 50, "val_every": 25},
-             "data": {"batch_size": 4}}
-    elif minutes < 30:
-        d = {"run": {"epochs": 10.0, "checkpoint_every": 100, "val_every": 50},
-             "data": {"batch_size": 8}}
-    else:
-        d = {"run": {"epochs": 5.0, "checkpoint_every": 200, "val_every": 100},
-             "data": {"batch_size": 16}}
-    if talker_hidden >= 2048:
-        lr, warmup = 2e-6, 20
-    elif talker_hidden >= 1024:
-        lr, warmup = 4e-6, 20
-    else:
-        lr, warmup = 1e-3, 2
-    d["optim"] = {"lr": lr, "warmup_steps": warmup}
-    return d
 
 
 def resolve_config(voice_dir: Path, model_dir: Path, talker_hidden: int,
@@ -206,130 +174,6 @@ def detect_gpus(address: str | None) -> int:
     return len(visible_gpus())
 
 
-@dataclass(frozen=True)
-class TrainRequest:
-    """What the user asked for: the same object from the CLI, the Python API and the app.
-
-    None means "not given": presets by data volume and model size decide (see
-    `preset`), or, on --resume, the run's saved setting. `validated()` checks
-    every given value and says what to do in one sentence.
-
-    storage: where the run's checkpoints go (`engine.core.storage`): None = the
-    voice's setting (default: its own runs/), a shared folder, or a URI such
-    as s3://bucket/prefix; "default" = the voice's runs/. A given storage is
-    remembered in voice.toml for the voice's next runs. preflight: check every
-    node of the cluster first (`engine.train.preflight`); default: on an
-    existing cluster (`address`) only.
-
-    precision: "auto" (default: bf16 on GPUs of compute capability 8.0+, fp16
-    on older ones, fp32 on CPU), "bf16", "fp16" or "fp32". trainable: what
-    trains (`engine.config.train.TRAINABLE_CHOICES`: "talker" by default,
-    "talker+text", "code_predictor", "talker_layers", "lora"); lora_rank and
-    lora_alpha size the LoRA adapters; lora_predictor puts them on the code
-    predictor's layers too (None: the voice's [train] lora_predictor, else the
-    talker's alone). keep_gathered: parameters between
-    accumulation micro-steps ("auto": kept when the plan says it fits, "on",
-    "off"); compile_layers: torch.compile the decoder layers (GPU runs only).
-    """
-
-    voice: str | Path
-    base: str
-    workers: int | None = None
-    steps: int | None = None
-    epochs: float | None = None
-    lr: float | None = None
-    batch_size: int | None = None
-    grad_accum: int | None = None
-    checkpoint_every: int | None = None
-    val_every: int | None = None
-    keep_checkpoints: int | None = None
-    activation_checkpointing: bool | None = None
-    cpu_offload: bool | None = None
-    use_gpu: bool | None = None
-    precision: str | None = None
-    trainable: str | None = None
-    lora_rank: int | None = None
-    lora_alpha: float | None = None
-    lora_predictor: bool | None = None
-    #: the code predictor's share of each step's frames (None: the voice's, else 1)
-    predictor_frames: float | None = None
-    address: str | None = None
-    resume: bool = False
-    run: str | None = None
-    dry_run: bool = False
-    max_failures: int = 2
-    verbose: bool = False
-    builder: str | None = None
-    seed: int | None = None
-    storage: str | os.PathLike[str] | None = None
-    preflight: bool | None = None
-    keep_gathered: str | None = None
-    compile_layers: bool | None = None
-
-    def validated(self) -> TrainRequest:
-        """This request, or an InputError naming the first bad value and what to give."""
-        def positive(name: str, minimum: float = 1) -> None:
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or value < minimum):
-                flag = "--" + name.replace("_", "-")
-                raise InputError(f"{flag} must be at least {minimum:g}, not {value}.",
-                                 f"Give {flag} a value of {minimum:g} or more, or leave it out.")
-
-        for name in ("workers", "steps", "batch_size", "grad_accum", "checkpoint_every",
-                     "lora_rank"):
-            positive(name)
-        positive("val_every", 0)
-        positive("keep_checkpoints", 2)
-        positive("max_failures", 0)
-        for name in ("epochs", "lr", "lora_alpha"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise InputError(f"--{name.replace('_', '-')} must be above 0, not {value}.")
-        if self.predictor_frames is not None and not 0 < self.predictor_frames <= 1:
-            raise InputError(f"--predictor-frames must be above 0 and at most 1, not "
-                             f"{self.predictor_frames}.",
-                             "Give a fraction such as 0.25, or 1 to train it on every frame.")
-        if self.lora_predictor and not self.resume and (self.trainable or "talker") != "lora":
-            raise InputError("--lora-predictor puts LoRA adapters on the code predictor, so "
-                             "it needs --trainable lora.",
-                             "Add --trainable lora, or leave out --lora-predictor.")
-        if self.precision is not None and self.precision not in PRECISION_CHOICES:
-            raise InputError(f"Unknown precision {self.precision!r}.",
-                             f"Use one of: {', '.join(PRECISION_CHOICES)}.")
-        if self.trainable is not None and self.trainable not in TRAINABLE_CHOICES:
-            raise InputError(f"Unknown --trainable choice {self.trainable!r}.",
-                             f"Use one of: {', '.join(TRAINABLE_CHOICES)}.")
-        if self.keep_gathered is not None and self.keep_gathered not in KEEP_GATHERED_CHOICES:
-            raise InputError(f"Unknown --keep-gathered choice {self.keep_gathered!r}.",
-                             f"Use one of: {', '.join(KEEP_GATHERED_CHOICES)}.")
-        if not str(self.base).strip():
-            raise InputError("No base model given.",
-                             "Use --base Qwen/Qwen3-TTS-12Hz-0.6B-Base (or a model folder).")
-        return self
-
-    def overrides(self, workers: int, use_gpu: bool | None,
-                  threads: int | None) -> dict[str, dict[str, Any]]:
-        """The config sections this request sets (None values: not set)."""
-        return {
-            "parallel": {"workers": workers, "use_gpu": use_gpu, "address": self.address,
-                         "cpu_threads_per_worker": threads,
-                         "activation_checkpointing": self.activation_checkpointing,
-                         "cpu_offload": self.cpu_offload, "precision": self.precision,
-                         "keep_gathered": self.keep_gathered,
-                         "compile_layers": self.compile_layers},
-            "model": {"trainable": self.trainable, "lora_rank": self.lora_rank,
-                      "lora_alpha": self.lora_alpha, "lora_predictor": self.lora_predictor,
-                      "predictor_frames": self.predictor_frames},
-            "optim": {"lr": self.lr},
-            "data": {k: val for k, val in {"batch_size": self.batch_size,
-                                           "grad_accum": self.grad_accum}.items()
-                     if val is not None},
-            "run": {"steps": self.steps, "epochs": self.epochs,
-                    "checkpoint_every": self.checkpoint_every, "val_every": self.val_every,
-                    "keep_checkpoints": self.keep_checkpoints, "seed": self.seed},
-        }
-
-
 def train(voice: str | Path, base: str, *, on_event: EventCallback | Emitter | None = None,
           stop: threading.Event | None = None, **options: Any) -> dict[str, Any]:
     """Fine-tune `base` on a prepared voice; returns a summary dict (the CLI's result).
@@ -337,7 +181,7 @@ def train(voice: str | Path, base: str, *, on_event: EventCallback | Emitter | N
     `options` are the fields of `TrainRequest` (workers, steps, lr, ...).
     Paths may be relative, start with `~`, and hold spaces or any characters.
     """
-    return TrainRun(TrainRequest(voice, base, **options), on_event, stop).start()
+    return TrainRun(TrainRequest.of(voice, base, **options), on_event, stop).start()
 
 
 class TrainRun:
@@ -403,27 +247,29 @@ class TrainRun:
                              f"{MIN_CLIPS} clips and {MIN_SECONDS:.0f} s.",
                              "Record or import more speech, then prepare again.")
         if summary.minutes < ADVISED_MINUTES:
-            emitter.log(f"Only {summary.minutes:.1f} minutes of usable audio; 10-30 minutes "
-                        "usually give a much better voice.", level="warning")
+            emitter.log(f"Only {summary.minutes:.1f} minutes of usable audio; "
+                        f"{ADVISED_MINUTES:g}-{LARGE_MINUTES:g} minutes usually give a much "
+                        "better voice.", level="warning")
 
         gpus = detect_gpus(req.address)
-        self.workers_given = req.workers is not None
+        self.workers_given = req.given("workers") is not None
         use_gpu = req.use_gpu
         if use_gpu is None and req.address is None:
             use_gpu = gpus > 0
         # an existing cluster (--address): GPUs or not is known once connected
-        workers = req.workers if req.workers is not None else (
+        workers = req.given("workers") if self.workers_given else (
             gpus if use_gpu and gpus > 0 else 2)
         if use_gpu and gpus >= 0 and workers > gpus:
             raise InputError(f"You asked for {workers} worker{'s' if workers != 1 else ''} but "
                              f"this machine has {gpus} GPU{'s' if gpus != 1 else ''}.",
                              f"Use --workers {max(1, gpus)}, or --cpu to train on the CPU.")
-        threads = worker_threads(use_gpu, bool(req.cpu_offload), workers, os.cpu_count() or 1)
+        threads = worker_threads(use_gpu, bool(req.given("cpu_offload")), workers,
+                                 os.cpu_count() or 1)
         overrides = req.overrides(workers, use_gpu, threads)
-        if overrides["model"]["predictor_frames"] is None and not req.resume:
+        if "predictor_frames" not in overrides["model"] and not req.resume:
             overrides["model"]["predictor_frames"] = v.predictor_frames  # voice.toml [train]
-        if overrides["model"]["lora_predictor"] is None and not req.resume \
-                and req.trainable == "lora":
+        if "lora_predictor" not in overrides["model"] and not req.resume \
+                and req.given("trainable") == "lora":
             overrides["model"]["lora_predictor"] = v.lora_predictor  # voice.toml [train]
         runs_dir = v.runs_dir
         if req.resume:
@@ -439,7 +285,7 @@ class TrainRun:
             check_same_data(run_dir, v.path, data_fingerprint(v.path))
             saved = found.read_config()
             was = bool((saved.get("model") or {}).get("lora_predictor"))
-            if req.lora_predictor is not None and req.lora_predictor != was:
+            if req.given("lora_predictor") is not None and req.given("lora_predictor") != was:
                 # its checkpoints hold the adapters it was started with, no others
                 raise InputError(f"The run {found.name} trains "
                                  f"{'its' if was else 'no'} adapters on the code predictor, "

@@ -38,8 +38,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.cli.settings import field_help
 from engine.config.reinforce import ReinforceConfig
+from engine.config.schema import field_help
 from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_stage, step_of
 from engine.layout.run import Run
 from gui.jobs import EngineJob

@@ -1,9 +1,12 @@
 """The Train page's settings column: base model, hardware, run settings, cluster, buttons.
 
-It only holds the form: what the values mean is the engine's business
-(`voxshard-engine train --help`); `train_args` turns the form into that command
-line, and `load_run_config` fills it back from a run's saved config.json, so a
-run picked from the list can be continued or repeated as it was.
+It only holds the form: what the values mean is the engine's business. Each run setting
+is a field of the engine's config made into a widget (`gui.settings_form`): its range,
+label, help and flag come from the config's schema, so `train_args` writes the command
+line `voxshard-engine train` parses, by the same rules. The presets' bands of audio and
+their learning rate are the engine's (`engine.train.presets`). `load_run_config` fills
+the form back from a run's saved config.json, so a run picked from the list can be
+continued or repeated as it was.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGridLayout,
@@ -34,66 +36,55 @@ from PySide6.QtWidgets import (
 )
 
 from engine import catalog
+from engine.config.schema import lookup
+from engine.config.train import LENGTH_SECTIONS
+from engine.train.presets import VOLUMES, base_optim_preset, volume_index
 from gui.pages.train.gpus import Gpu
+from gui.settings_form import SettingField
 from gui.widgets import SciSpinBox, button, hbox
 
 BASE_MODELS = ["Qwen/Qwen3-TTS-12Hz-1.7B-Base", "Qwen/Qwen3-TTS-12Hz-0.6B-Base"]
 
-# engine/config/train.py's choices, with the words a user reads
-# (value, short text, tooltip)
-PRECISIONS = [("auto", "Automatic", "bf16 on GPUs that support it (compute capability 8.0+), "
-               "fp16 with loss scaling on older GPUs, fp32 on CPU"),
-              ("bf16", "bf16", "bf16 compute with fp32 master weights and reductions"),
-              ("fp16", "fp16", "fp16 compute with loss scaling (GPUs without bf16)"),
-              ("fp32", "fp32", "full precision: slowest, most memory")]
-TRAINABLES = [("talker", "Talker + code predictor", "The recommended full fine-tune"),
-              ("talker+text", "Talker + predictor + text", "Also the text embedding "
-               "(311M parameters more)"),
-              ("code_predictor", "Code predictor only", "Acoustic detail, not prosody"),
-              ("talker_layers", "Talker layers only", "The talker's decoder layers, not its "
-               "embeddings or the code predictor"),
-              ("lora", "LoRA adapters", "Small adapters on the talker's attention and MLP: "
-               "fits 1.7B on one 16-24 GB GPU; export merges them")]
+# the words a user reads for engine/config/train.py's choices: {value: (text, tooltip)}
+PRECISIONS = {"auto": ("Automatic", "bf16 on GPUs that support it (compute capability 8.0+), "
+                       "fp16 with loss scaling on older GPUs, fp32 on CPU"),
+              "bf16": ("bf16", "bf16 compute with fp32 master weights and reductions"),
+              "fp16": ("fp16", "fp16 compute with loss scaling (GPUs without bf16)"),
+              "fp32": ("fp32", "full precision: slowest, most memory")}
+TRAINABLES = {"talker": ("Talker + code predictor", "The recommended full fine-tune"),
+              "talker+text": ("Talker + predictor + text", "Also the text embedding "
+                              "(311M parameters more)"),
+              "code_predictor": ("Code predictor only", "Acoustic detail, not prosody"),
+              "talker_layers": ("Talker layers only", "The talker's decoder layers, not its "
+                                "embeddings or the code predictor"),
+              "lora": ("LoRA adapters", "Small adapters on the talker's attention and MLP: "
+                       "fits 1.7B on one 16-24 GB GPU; export merges them")}
+#: the run settings the form shows, in its order (fields of engine/config/train.py)
+FORM_SETTINGS = ("run.steps", "optim.lr", "run.checkpoint_every", "model.trainable",
+                 "model.lora_rank", "model.lora_alpha", "model.lora_predictor",
+                 "parallel.precision", "parallel.activation_checkpointing",
+                 "parallel.cpu_offload", "model.predictor_frames")
+#: settings that only mean something with LoRA adapters
+LORA_SETTINGS = ("lora_rank", "lora_alpha", "lora_predictor")
 
 
 @dataclass(frozen=True)
 class Preset:
+    """One of the engine's bands of audio (`engine.train.presets.VOLUMES`) with the steps
+    the window suggests for it; the learning rate is the engine's for the base model."""
+
     name: str
     max_minutes: float
     steps: int
-    lr: float
     note: str
 
 
-PRESETS = [
-    Preset("Few minutes of audio", 5, 400, 2e-6,
-           "short run, low learning rate to avoid overfitting"),
-    Preset("Standard (5–30 min)", 30, 1500, 2e-6, "the usual fine-tune"),
-    Preset("Large (over 30 min)", 1e9, 4000, 2e-6, "more steps for more data"),
-]
+PRESETS = [Preset(v.name, v.below_minutes, steps, v.note)
+           for v, steps in zip(VOLUMES, (400, 1500, 4000), strict=True)]
 
 
 def preset_for(minutes: float | None) -> Preset:
-    for p in PRESETS:
-        if minutes is None or minutes < p.max_minutes:
-            return p
-    return PRESETS[-1]
-
-
-def _combo(items: list[tuple[str, str, str]]) -> QComboBox:
-    box = QComboBox()
-    for i, (value, text, tip) in enumerate(items):
-        box.addItem(text, value)
-        box.setItemData(i, tip, Qt.ItemDataRole.ToolTipRole)
-    box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-    box.setMinimumContentsLength(14)
-    return box
-
-
-def _select(box: QComboBox, value: object) -> None:
-    i = box.findData(value)
-    if i >= 0:
-        box.setCurrentIndex(i)
+    return PRESETS[volume_index(minutes)]
 
 
 CUSTOM = "Custom"
@@ -172,6 +163,9 @@ class TrainSettings(QWidget):
         self.apply_preset(0)
         for w in (self.steps, self.lr, self.ckpt_every):
             w.valueChanged.connect(self._edited)
+        # the preset's learning rate is the engine's for the base model chosen
+        self.base.currentTextChanged.connect(lambda _t: self.apply_preset(
+            self.preset.currentIndex()))
         self.setMinimumWidth(370)
 
     def set_running(self, running: bool) -> None:
@@ -247,50 +241,51 @@ class TrainSettings(QWidget):
         self.preset_note = QLabel()
         self.preset_note.setObjectName("Muted")
         self.preset_note.setWordWrap(True)
-        self.steps = QSpinBox()
-        self.steps.setRange(1, 10_000_000)
+        lr = SciSpinBox()
+        lr.setRange(1e-8, 1e-2)
+        lr.setToolTip("Learning rate: how far each step moves the weights. Fine-tuning a "
+                      "voice wants a small one (the preset's is the engine's for the base "
+                      "model); too large forgets how to speak. The arrows halve or double it.")
+        words = {"trainable": TRAINABLES, "precision": PRECISIONS}
+        #: the form's run settings by field name, each made from its config field
+        self.fields = {lookup(path)[1]: SettingField(
+            *lookup(path), words=words.get(lookup(path)[1]),
+            widget=lr if path == "optim.lr" else None) for path in FORM_SETTINGS}
+        f = self.fields
+        self.steps, self.lr, self.ckpt_every = (f[n].widget for n in
+                                                ("steps", "lr", "checkpoint_every"))
         self.steps.setSingleStep(100)
         self.steps.setToolTip("Optimizer steps in the whole run (each step sees one batch "
                               "per worker)")
-        self.lr = SciSpinBox()
-        self.lr.setRange(1e-8, 1e-2)
-        self.lr.setToolTip("Learning rate: how far each step moves the weights. Fine-tuning "
-                           "a voice wants a small one (2.0e-06); too large forgets how to "
-                           "speak. The arrows halve or double it.")
-        self.ckpt_every = QSpinBox()
-        self.ckpt_every.setRange(1, 1_000_000)
         self.ckpt_every.setToolTip("A checkpoint every N steps; Stop also saves one")
-        self.trainable = _combo(TRAINABLES)
+        self.trainable, self.precision = f["trainable"].widget, f["precision"].widget
         self.trainable.setToolTip("Which parts of the model learn; LoRA trains small "
                                   "adapters and merges them on export")
-        self.precision = _combo(PRECISIONS)
         self.precision.setToolTip("Number format of the computation: Automatic picks the "
                                   "best the hardware supports")
-        self.act_ckpt = QCheckBox("Activation checkpointing")
+        self.act_ckpt, self.offload = f["activation_checkpointing"].widget, \
+            f["cpu_offload"].widget
         self.act_ckpt.setToolTip("Recompute activations in backward: less memory, ~30% slower")
-        self.offload = QCheckBox("Offload to CPU memory")
         self.offload.setToolTip("Keep parameters, gradients and optimizer state in CPU "
                                 "memory between uses: fits larger models, slower")
-        self.predictor_frames = QDoubleSpinBox()
-        self.predictor_frames.setRange(0.01, 1.0)
-        self.predictor_frames.setDecimals(3)
+        self.predictor_frames = f["predictor_frames"].widget
         self.predictor_frames.setSingleStep(0.125)
-        self.predictor_frames.setValue(1.0)
         self.predictor_frames.setToolTip(
             "Share of each step's audio frames the code predictor (the fine detail of the "
             "sound) learns from. 1 uses every frame. Lower is faster, since the predictor is "
             "most of a step, but each frame's detail is learnt from less often; the main "
             "codebook and validation always use every frame.")
+        self.lora_rank, self.lora_alpha, self.lora_predictor = (
+            f[n].widget for n in LORA_SETTINGS)
+        self.trainable.currentIndexChanged.connect(self._trainable_changed)
         form.addRow("Preset", self.preset)
         form.addRow(self.preset_note)
-        form.addRow("Steps", self.steps)
-        form.addRow("Learning rate", self.lr)
-        form.addRow("Checkpoint every", self.ckpt_every)
-        form.addRow("What trains", self.trainable)
-        form.addRow("Precision", self.precision)
-        form.addRow(self.act_ckpt)
-        form.addRow(self.offload)
-        form.addRow("Code predictor frames", self.predictor_frames)
+        for field in self.fields.values():
+            if isinstance(field.widget, QCheckBox):
+                form.addRow(field.widget)
+            else:
+                form.addRow(field.label, field.widget)
+        self._trainable_changed()
         self.evaluate = QCheckBox("Evaluate each checkpoint")
         self.evaluate.setToolTip("Beside training, render held-out sentences from each new "
                                  "checkpoint and measure similarity to the speaker and word "
@@ -390,6 +385,10 @@ class TrainSettings(QWidget):
         self.model_note.style().polish(self.model_note)
         self.model_note.setText(text)
 
+    def preset_lr(self) -> float:
+        """The engine's learning rate for the base model chosen."""
+        return float(base_optim_preset(self.base.currentText())["lr"])
+
     def apply_preset(self, index: int) -> None:
         if not 0 <= index < len(PRESETS):
             return  # "Custom": the values stay as they are
@@ -397,11 +396,19 @@ class TrainSettings(QWidget):
         self._applying = True
         try:
             self.steps.setValue(p.steps)
-            self.lr.setValue(p.lr)
+            self.lr.setValue(self.preset_lr())
             self.ckpt_every.setValue(max(1, p.steps // 4))
         finally:
             self._applying = False
         self.preset_note.setText(p.note)
+
+    def _trainable_changed(self) -> None:
+        """LoRA's own settings are offered with LoRA, at the engine's defaults."""
+        lora = self.trainable.currentData() == "lora"
+        for name in LORA_SETTINGS:
+            self.fields[name].widget.setEnabled(lora)
+            if not lora:
+                self.fields[name].set_value(self.fields[name].default)
 
     def show_gpus(self, gpus: list[Gpu]) -> None:
         self.gpus = gpus
@@ -449,24 +456,26 @@ class TrainSettings(QWidget):
             return None
         return next((g for g in self.gpus if g.index == selected[rank]), None)
 
+    def setting_args(self, length: bool) -> list[str]:
+        """The flags of the form's run settings: those that shape the run (`length` False,
+        what `plan` takes) or set its length and rate (True: always sent, the preset's);
+        LoRA's only with LoRA."""
+        lora = self.trainable.currentData() == "lora"
+        args: list[str] = []
+        for name, field in self.fields.items():
+            if (field.cls.__section__ in LENGTH_SECTIONS) != length:  # type: ignore[attr-defined]
+                continue
+            if name in LORA_SETTINGS and not lora:
+                continue
+            args += field.args(always=length)
+        return args
+
     def common_args(self, voice: str) -> list[str]:
         args = [voice, "--base", self.base.currentText().strip(),
                 "--workers", str(self.workers.value())]
         if self.remote_radio.isChecked() and self.address.text().strip():
             args += ["--address", self.address.text().strip()]
-        trainable = self.trainable.currentData()
-        if trainable != "talker":
-            args += ["--trainable", str(trainable)]
-        precision = self.precision.currentData()
-        if precision != "auto":
-            args += ["--precision", str(precision)]
-        if self.act_ckpt.isChecked():
-            args.append("--activation-checkpointing")
-        if self.offload.isChecked():
-            args.append("--cpu-offload")
-        if self.predictor_frames.value() < 1.0:
-            args += ["--predictor-frames", f"{self.predictor_frames.value():g}"]
-        return args
+        return args + self.setting_args(length=False)
 
     def preflight_args(self, voice: str) -> list[str] | None:
         address = self.address.text().strip()
@@ -489,9 +498,7 @@ class TrainSettings(QWidget):
 
     def train_args(self, voice: str, resume: bool = False, run: str | None = None
                    ) -> list[str]:
-        args = ["train", *self.common_args(voice), "--steps", str(self.steps.value()),
-                "--lr", f"{self.lr.value():.6g}",
-                "--checkpoint-every", str(self.ckpt_every.value())]
+        args = ["train", *self.common_args(voice), *self.setting_args(length=True)]
         if "--address" in args and self.storage.text().strip():
             args += ["--storage", self.storage.text().strip()]  # `plan` takes no storage
         if resume:
@@ -512,7 +519,7 @@ class TrainSettings(QWidget):
         finally:
             self._applying = False
         i = next((i for i, p in enumerate(PRESETS) if p.steps == self.steps.value()
-                  and abs(p.lr - self.lr.value()) < 1e-12
+                  and abs(self.preset_lr() - self.lr.value()) < 1e-12
                   and self.ckpt_every.value() == max(1, p.steps // 4)), None)
         self.preset.blockSignals(True)
         self.preset.setCurrentIndex(i if i is not None else self.preset.findText(CUSTOM))
@@ -520,24 +527,17 @@ class TrainSettings(QWidget):
         self.preset_note.setText(PRESETS[i].note if i is not None else "the run's own settings")
 
     def _load_run_config(self, table: Any) -> None:
-        model, optim, run, par = table("model"), table("optim"), table("run"), table("parallel")
+        model, run, par = table("model"), table("run"), table("parallel")
         if isinstance(model.get("base"), str) and model["base"]:
             self.base.setEditText(model["base"])
-        if isinstance(run.get("steps"), int):
-            self.steps.setValue(run["steps"])
-        if isinstance(run.get("checkpoint_every"), int):
-            self.ckpt_every.setValue(run["checkpoint_every"])
-        if isinstance(optim.get("lr"), int | float):
-            self.lr.setValue(float(optim["lr"]))
         if isinstance(par.get("workers"), int) and self.workers.isEnabled():
             self.workers.setValue(par["workers"])
-        _select(self.trainable, model.get("trainable"))
-        if isinstance(model.get("predictor_frames"), int | float):
-            self.predictor_frames.setValue(float(model["predictor_frames"]))
-        _select(self.precision, par.get("precision"))
-        self.act_ckpt.setChecked(bool(par.get("activation_checkpointing")))
+        for field in self.fields.values():
+            # a value the run did not save (an older run) leaves the field as it is
+            value = table(field.cls.__section__).get(field.name)  # type: ignore[attr-defined]
+            if value is not None:
+                field.set_value(value)
         # evaluation is the window's choice, not the run's: left as it is
-        self.offload.setChecked(bool(par.get("cpu_offload")))
         if isinstance(par.get("address"), str) and par["address"]:
             self.remote_radio.setChecked(True)
             self.address.setText(par["address"])

@@ -1,0 +1,103 @@
+"""Training's defaults by data volume and model size: the one home of these rules.
+
+The driver resolves a run's config from them; the window's presets and the Record and
+Prepare pages' words on how much audio a voice has ask the same functions, so the
+window and the CLI train a voice the same way. Light: no torch (the window imports it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.core.errors import VoxshardError
+from engine.model.loading import inspect_model, local_model_path
+
+#: fewer usable clips than this cannot be split into train + validation batches
+MIN_CLIPS = 4
+#: less audio than this (seconds) cannot teach a voice anything
+MIN_SECONDS = 10.0
+#: below this many minutes the result is usually poor (facts: 10-30 min advised)
+ADVISED_MINUTES = 10.0
+#: from this many minutes on, a voice has plenty: fewer passes over bigger batches
+LARGE_MINUTES = 30.0
+#: the talker's hidden size of the published base models (qwen3-tts-facts.md), for a
+#: hub id not downloaded yet
+KNOWN_TALKER_HIDDEN = {"Qwen/Qwen3-TTS-12Hz-1.7B-Base": 2048,
+                       "Qwen/Qwen3-TTS-12Hz-0.6B-Base": 1024}
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A band of usable audio, as the presets split it."""
+
+    name: str
+    #: the band holds voices with fewer minutes than this
+    below_minutes: float
+    note: str
+
+
+VOLUMES = (
+    Volume(f"Few minutes (under {ADVISED_MINUTES:g} min)", ADVISED_MINUTES,
+           "more passes over small batches, frequent checkpoints"),
+    Volume(f"Standard ({ADVISED_MINUTES:g}–{LARGE_MINUTES:g} min)", LARGE_MINUTES,
+           "the usual fine-tune"),
+    Volume(f"Large (over {LARGE_MINUTES:g} min)", float("inf"),
+           "fewer passes over bigger batches"),
+)
+
+
+def volume_index(minutes: float | None) -> int:
+    """The band of `VOLUMES` a voice with `minutes` of usable audio falls in (None: the
+    first)."""
+    if minutes is None:
+        return 0
+    return next(i for i, v in enumerate(VOLUMES) if minutes < v.below_minutes)
+
+
+def optim_preset(talker_hidden: int) -> dict[str, Any]:
+    """The learning rate and warmup for a model size.
+
+    2e-6 is the community's advice for 1.7B (2e-5, the upstream default, often yields
+    noise or no end-of-speech); the 0.6B model tolerates a bit more; the tiny test model
+    needs a real step size to show learning at all.
+    """
+    if talker_hidden >= 2048:
+        return {"lr": 2e-6, "warmup_steps": 20}
+    if talker_hidden >= 1024:
+        return {"lr": 4e-6, "warmup_steps": 20}
+    return {"lr": 1e-3, "warmup_steps": 2}
+
+
+def talker_hidden_of(base: str) -> int | None:
+    """The talker's hidden size of a base model named by a user (a folder: read from its
+    config; a published hub id: known), or None when it cannot be told without a
+    download."""
+    path = local_model_path(base)
+    if path is None:
+        return KNOWN_TALKER_HIDDEN.get(base.strip())
+    try:
+        return inspect_model(path).talker_hidden
+    except VoxshardError:
+        return None
+
+
+def base_optim_preset(base: str) -> dict[str, Any]:
+    """`optim_preset` for a base model named by a user (the 1.7B's when its size is not
+    known before a download: the lowest rate of the published models)."""
+    return optim_preset(talker_hidden_of(base) or KNOWN_TALKER_HIDDEN[
+        "Qwen/Qwen3-TTS-12Hz-1.7B-Base"])
+
+
+def preset(minutes: float, talker_hidden: int) -> dict[str, dict[str, Any]]:
+    """Defaults by data volume and model size (then the caller's overrides win).
+
+    Little data: more passes, smaller batches, frequent checkpoints; lots of data: fewer
+    passes over bigger batches. The learning rate follows model size (`optim_preset`).
+    """
+    band = volume_index(minutes)
+    run = ({"epochs": 20.0, "checkpoint_every": 50, "val_every": 25},
+           {"epochs": 10.0, "checkpoint_every": 100, "val_every": 50},
+           {"epochs": 5.0, "checkpoint_every": 200, "val_every": 100})[band]
+    return {"run": run, "data": {"batch_size": (4, 8, 16)[band]},
+            "optim": optim_preset(talker_hidden)}
