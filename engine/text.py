@@ -138,6 +138,246 @@ def training_text(text: str) -> str:
         return text
 
 
+# --- text written for reading, as it is spoken ---------------------------------------------
+
+#: Qwen3-TTS's languages (a voice's recorded `language`) as ISO 639-1 codes
+MODEL_LANGUAGE_NAMES = {"english": "en", "chinese": "zh", "japanese": "ja", "korean": "ko",
+                  "german": "de", "french": "fr", "russian": "ru", "portuguese": "pt",
+                  "spanish": "es", "italian": "it"}
+
+
+def language_code(language: str | None) -> str | None:
+    """A language as a BCP-47 tag ("English" -> "en", "en_us" -> "en-US"), or None when
+    it names no language ("", "auto", a name the model does not speak)."""
+    raw = (language or "").strip()
+    if raw.lower() in MODEL_LANGUAGE_NAMES:
+        return MODEL_LANGUAGE_NAMES[raw.lower()]
+    match = re.fullmatch(r"([A-Za-z]{2,3})(?:[-_]([A-Za-z]{2}|\d{3}))?", raw)
+    if not match or raw.lower() == "auto":
+        return None
+    region = match.group(2)
+    return match.group(1).lower() + (f"-{region.upper()}" if region else "")
+
+
+# Markdown as a language model writes it: each rule keeps what is read aloud.
+_MD_FENCE = re.compile(r"^[ \t]*(?:```|~~~).*$", re.M)
+_MD_RULE = re.compile(r"^[ \t]*([-*_])(?:[ \t]*\1){2,}[ \t]*$", re.M)
+_MD_TABLE_RULE = re.compile(r"^[ \t]*\|?(?:[ \t]*:?-{2,}:?[ \t]*\|?)+[ \t]*$", re.M)
+_MD_HEADER = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)[ \t]*#*[ \t]*$", re.M)
+_MD_ITEM = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+\u2022][ \t]+|\d{1,3}[.)][ \t]+)?", re.M)
+_MD_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_MD_LINK = re.compile(r"\[([^\]]+)\]\((?:[^()]|\([^)]*\))*\)")
+_MD_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
+_MD_HTML = re.compile(r"</?[A-Za-z][^<>]*>")
+_MD_STRONG = re.compile(r"(\*\*|__|~~)(?=\S)(.+?)(?<=\S)\1")
+_MD_EMPHASIS = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])"
+                          r"|(?<![\w_])_(?=\S)([^_\n]+?)(?<=\S)_(?![\w_])")
+_MD_CODE = re.compile(r"`+([^`\n]*)`+")
+
+# Emoji and what builds them: pictographs (`_is_pictograph`), their variation selectors,
+# skin tones and the keycap mark; joiners and tags are format characters (`_visible`).
+_EMOJI_PARTS = frozenset({"\ufe0e", "\ufe0f", "\u20e3"})
+
+
+def _is_emoji_part(ch: str) -> bool:
+    return (ch in _EMOJI_PARTS or 0x1F3FB <= ord(ch) <= 0x1F3FF
+            or _is_pictograph(ch, unicodedata.category(ch)))
+
+
+def _unmark_line(line: str) -> str:
+    """One line without its list, quote or table marks; a header or an item ends as a
+    sentence (a period where it has no end mark), so it is said as one."""
+    item = _MD_ITEM.match(line)
+    body = line[item.end():] if item else line
+    header = _MD_HEADER.fullmatch(body)
+    if header:
+        body = header.group(1)
+    if body.count("|") >= 2:  # a table row: its cells, one after the other
+        body = ", ".join(c.strip() for c in body.strip().strip("|").split("|") if c.strip())
+    body = body.strip()
+    marked = bool(header) or bool(item and item.end() > len(line) - len(line.lstrip()))
+    if marked and body and body[-1] not in _ENDERS + _CLOSERS + ":,":
+        body += "."
+    return body
+
+
+def _unmark(text: str) -> str:
+    """Markdown's marks taken out, what they mark kept (a link's text, not its address)."""
+    text = _MD_FENCE.sub("", text)
+    text = _MD_RULE.sub("", text)
+    text = _MD_TABLE_RULE.sub("", text)
+    text = _MD_IMAGE.sub(r"\1", text)
+    text = _MD_LINK.sub(r"\1", text)
+    text = _MD_AUTOLINK.sub(r"\1", text)
+    text = _MD_HTML.sub("", text)
+    text = "\n".join(_unmark_line(line) for line in text.split("\n"))
+    for _ in range(2):  # "***both***": strong, then emphasis inside it
+        text = _MD_STRONG.sub(r"\2", text)
+        text = _MD_EMPHASIS.sub(lambda m: m.group(1) or m.group(2), text)
+    return _MD_CODE.sub(r"\1", text)
+
+
+def _words_table(spec: str) -> dict[str, tuple[str, str]]:
+    """"km=kilometer|kilometers; %=percent" as {"km": ("kilometer", "kilometers"), ...}."""
+    table = {}
+    for entry in spec.split(";"):
+        symbol, _, words = entry.strip().partition("=")
+        one, _, many = words.partition("|")
+        table[symbol] = (one, many or one)
+    return table
+
+
+# Units after a number, each language's singular|plural words.
+_UNITS = {code: _words_table(spec) for code, spec in {
+    "en": "%=percent; °C=degree Celsius|degrees Celsius; °F=degree Fahrenheit|degrees Fahrenheit;"
+          " °=degree|degrees; km/h=kilometer per hour|kilometers per hour;"
+          " mph=mile per hour|miles per hour; kWh=kilowatt hour|kilowatt hours;"
+          " kW=kilowatt|kilowatts; W=watt|watts; km=kilometer|kilometers;"
+          " cm=centimeter|centimeters; mm=millimeter|millimeters; m=meter|meters;"
+          " kg=kilogram|kilograms; mg=milligram|milligrams; g=gram|grams;"
+          " ml=milliliter|milliliters; l=liter|liters; min=minute|minutes; h=hour|hours;"
+          " s=second|seconds",
+    "de": "%=Prozent; °C=Grad Celsius; °F=Grad Fahrenheit; °=Grad;"
+          " km/h=Kilometer pro Stunde; kWh=Kilowattstunde|Kilowattstunden; kW=Kilowatt;"
+          " W=Watt; km=Kilometer; cm=Zentimeter; mm=Millimeter; m=Meter; kg=Kilogramm;"
+          " mg=Milligramm; g=Gramm; ml=Milliliter; l=Liter; min=Minute|Minuten;"
+          " h=Stunde|Stunden; s=Sekunde|Sekunden",
+    "fr": "%=pour cent; °C=degré Celsius|degrés Celsius; °F=degré Fahrenheit|degrés Fahrenheit;"
+          " °=degré|degrés; km/h=kilomètre heure|kilomètres heure;"
+          " kWh=kilowattheure|kilowattheures; kW=kilowatt|kilowatts; W=watt|watts;"
+          " km=kilomètre|kilomètres; cm=centimètre|centimètres; mm=millimètre|millimètres;"
+          " m=mètre|mètres; kg=kilogramme|kilogrammes; g=gramme|grammes; l=litre|litres;"
+          " min=minute|minutes; h=heure|heures",
+    "es": "%=por ciento; °C=grado Celsius|grados Celsius; °=grado|grados;"
+          " km/h=kilómetro por hora|kilómetros por hora; km=kilómetro|kilómetros;"
+          " cm=centímetro|centímetros; m=metro|metros; kg=kilo|kilos; g=gramo|gramos;"
+          " l=litro|litros; min=minuto|minutos; h=hora|horas",
+    "it": "%=percento; °C=grado Celsius|gradi Celsius; °=grado|gradi;"
+          " km/h=chilometro orario|chilometri orari; km=chilometro|chilometri;"
+          " cm=centimetro|centimetri; m=metro|metri; kg=chilo|chili; g=grammo|grammi;"
+          " l=litro|litri; min=minuto|minuti; h=ora|ore",
+    "pt": "%=por cento; °C=grau Celsius|graus Celsius; °=grau|graus;"
+          " km/h=quilômetro por hora|quilômetros por hora; km=quilômetro|quilômetros;"
+          " cm=centímetro|centímetros; m=metro|metros; kg=quilo|quilos; g=grama|gramas;"
+          " l=litro|litros; min=minuto|minutos; h=hora|horas",
+}.items()}
+#: currency signs before an amount: each language's singular|plural names
+_CURRENCIES = {code: _words_table(spec) for code, spec in {
+    "en": "$=dollar|dollars; €=euro|euros; £=pound|pounds",
+    "de": "$=Dollar; €=Euro; £=Pfund",
+    "fr": "$=dollar|dollars; €=euro|euros; £=livre|livres",
+    "es": "$=dólar|dólares; €=euro|euros; £=libra|libras",
+    "it": "$=dollaro|dollari; €=euro; £=sterlina|sterline",
+    "pt": "$=dólar|dólares; €=euro|euros; £=libra|libras",
+}.items()}
+#: the word between a decimal number's whole part and its digits
+_POINT = {"en": "point", "de": "Komma", "fr": "virgule", "es": "coma", "it": "virgola",
+          "pt": "vírgula"}
+#: languages that write 3,5 for three and a half (and 1.250 for a thousand and more)
+_DECIMAL_COMMA = frozenset({"de", "fr", "es", "it", "pt", "ru"})
+
+
+def _number_pattern(code: str) -> str:
+    point, group = (",", ".") if code in _DECIMAL_COMMA else (".", ",")
+    g, p = re.escape(group), re.escape(point)
+    return rf"(?<![\w.,])-?(?:\d{{1,3}}(?:{g}\d{{3}})+|\d+)(?:{p}\d+)?(?![\d])"
+
+
+def _say_number(raw: str, code: str) -> str | None:
+    """A written number in words (None: the language has no speller here, keep it)."""
+    # start-up cost: num2words loads every language's module (0.1 s); only text to speak needs it
+    from num2words import num2words
+
+    point, group = (",", ".") if code in _DECIMAL_COMMA else (".", ",")
+    negative, raw = raw.startswith("-"), raw.lstrip("-")
+    whole, _, fraction = raw.replace(group, "").partition(point)
+    try:
+        if code == "en" and not negative and not fraction and len(raw) == 4 \
+                and 1100 <= int(whole) <= 2099 and not 2000 <= int(whole) <= 2009:
+            words = num2words(int(whole), lang=code, to="year")  # "nineteen eighty-four"
+        else:
+            words = num2words(-int(whole) if negative else int(whole), lang=code)
+        if fraction:
+            if code in _POINT:
+                digits = " ".join(num2words(int(d), lang=code) for d in fraction)
+                words = f"{words} {_POINT[code]} {digits}"
+            else:
+                words = num2words(float(f"{'-' if negative else ''}{whole}.{fraction}"),
+                                  lang=code)
+    except (NotImplementedError, OverflowError, ValueError):
+        return None
+    return words.replace(",", "")
+
+
+def _plural(raw: str, code: str) -> bool:
+    point = "," if code in _DECIMAL_COMMA else "."
+    return raw.lstrip("-") not in ("1", f"1{point}0")
+
+
+def _say_numbers(text: str, code: str) -> str:
+    """Amounts, times, ordinals, numbers with units and plain numbers in words."""
+    number = _number_pattern(code)
+    units = _UNITS.get(code, {})
+    currencies = _CURRENCIES.get(code, {})
+
+    def said(raw: str) -> str:
+        return _say_number(raw, code) or raw
+
+    if currencies:
+        signs = "".join(re.escape(s) for s in currencies)
+
+        def money(m: re.Match[str]) -> str:
+            one, many = currencies[m.group(1)]
+            whole, _, cents = m.group(2).partition("," if code in _DECIMAL_COMMA else ".")
+            amount = f"{said(whole)} {many if _plural(whole, code) else one}"
+            # "$3.50": three dollars fifty, as an amount is said
+            return f"{amount} {said(cents)}" if cents.strip("0") else amount
+
+        text = re.sub(rf"([{signs}])\s?({number})", money, text)
+    if units:
+        symbols = "|".join(re.escape(u) for u in sorted(units, key=len, reverse=True))
+
+        def unit(m: re.Match[str]) -> str:
+            one, many = units[m.group(2)]
+            return f"{said(m.group(1))} {many if _plural(m.group(1), code) else one}"
+
+        text = re.sub(rf"({number})\s?({symbols})(?![\w/])", unit, text)
+    if code == "en":
+        def ordinal(m: re.Match[str]) -> str:
+            from num2words import num2words  # start-up cost, as in `_say_number`
+
+            return str(num2words(int(m.group(1)), lang="en", to="ordinal"))
+
+        text = re.sub(r"\b(\d+)(?:st|nd|rd|th)\b", ordinal, text)
+
+    def clock(m: re.Match[str]) -> str:
+        hour, minute = int(m.group(1)), int(m.group(2))
+        if code == "en":
+            rest = ("o'clock" if minute == 0 else f"oh {said(str(minute))}" if minute < 10
+                    else said(str(minute)))
+            return f"{said(str(hour))} {rest}"
+        return f"{said(str(hour))} {said(str(minute))}" if minute else said(str(hour))
+
+    text = re.sub(r"(?<![\d:])([01]?\d|2[0-3]):([0-5]\d)(?![\d:])", clock, text)
+    return re.sub(number, lambda m: said(m.group(0)), text)
+
+
+def spoken_text(text: str, language: str | None = "en") -> str:
+    """Text written to be read (a language model's reply, an article) as it is spoken, in
+    `language` (a name or a BCP-47 tag): markdown's marks taken out and what they mark
+    kept, emoji dropped, numbers, amounts, times and units in words. Empty when nothing
+    is left to say. The result is `clean_text`'s input; numbers stay digits in a language
+    without a speller here (the model reads them)."""
+    text = _unmark(_visible(text or ""))
+    text = "".join(" " if _is_emoji_part(ch) else ch for ch in text)
+    code = (language_code(language) or "en").split("-")[0]
+    text = _say_numbers(text, code)
+    text = re.sub(r"[ \t]+", " ", text)
+    text = re.sub(r" +([,.!?;:])", r"\1", text)
+    lines = (line.strip() for line in text.split("\n"))
+    return "\n".join(line for line in lines if any(c.isalnum() for c in line))
+
+
 # --- sentences ------------------------------------------------------------------------------
 
 # Marks that end a sentence at once, with or without a space after them
@@ -199,6 +439,8 @@ def _paragraph_sentences(paragraph: str) -> list[str]:
             boundary = True
         elif not paragraph[j].isspace():
             boundary = False  # "3.5", "a.m", "Hello.World"
+        elif ch == "." and start == 0 and paragraph[:i].strip().isdigit():
+            boundary = False  # "1. Buy milk": an ordered list's number, not a sentence
         elif ch == ".":
             boundary = _period_ends_sentence(_last_word(paragraph[start:i]), paragraph[j:])
         else:

@@ -1,11 +1,14 @@
 """Home Assistant's Wyoming protocol (`serve --wyoming`), driven by the `wyoming` package's own
-`AsyncTcpClient` against the real server on the tiny model: describe (rescanned), one-shot
-synthesize, a streamed request cut into sentences, stray and malformed events, a client that
-leaves mid-stream, four clients at once, an unknown voice, the refusals, Wyoming alone."""
+`AsyncTcpClient` against the real server on the tiny model: describe (rescanned, in Home
+Assistant's order, BCP-47 languages), one-shot synthesize and a streamed request each one
+audio group, a language model's markdown, each refusal an error then the end of the
+connection, a client that leaves mid-stream, four clients at once, two rooms taking turns
+by sentence, Wyoming alone."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import signal
 import subprocess
@@ -31,10 +34,16 @@ from wyoming.tts import (
 from zeroconf import ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from engine.serve.wyoming import SERVICE_TYPE
+from engine.serve.voices import ServedVoice
+from engine.serve.wyoming import (
+    MODEL_LANGUAGES,
+    SERVICE_TYPE,
+    home_assistant_order,
+    languages_of,
+)
 from engine.text import complete_sentences
 from tests.helpers.serving import ENGINE, KEY, ROOT, Server, start_server
-from tests.helpers.voices import make_workspace
+from tests.helpers.voices import make_voice, make_workspace
 
 LONG = " ".join(f"A long sentence number {i} to keep the rows busy." for i in range(4))
 
@@ -117,21 +126,72 @@ def test_complete_sentences_as_text_arrives() -> None:
     assert complete_sentences("One\ntwo") == (["One"], "two")
 
 
-def test_describe_lists_every_voice_and_rescans(server: Server, workspace_dir: Path) -> None:
-    async def describe() -> Info:
-        async with _client(server) as client:
-            await client.write_event(Describe().event())
-            return Info.from_event((await _until(client, "info"))[-1])
+async def _describe(server: Server) -> Info:
+    async with _client(server) as client:
+        await client.write_event(Describe().event())
+        return Info.from_event((await _until(client, "info"))[-1])
 
-    info = asyncio.run(describe())
+
+def _as_home_assistant_lists(info: Info) -> dict[str, list[str]]:
+    """What Home Assistant's Wyoming integration (components/wyoming/tts.py) makes of `info`:
+    for each language of an installed voice, its voices sorted by description (else name)."""
+    program = next(t for t in info.tts if t.installed)
+    listed: dict[str, list[tuple[str, str]]] = {}
+    for voice in program.voices:
+        if voice.installed:
+            for language in voice.languages:
+                listed.setdefault(language, []).append(
+                    (voice.description or voice.name, voice.name))
+    return {language: [name for _, name in sorted(voices)]
+            for language, voices in listed.items()}
+
+
+def test_describe_follows_the_workspace(server: Server, workspace_dir: Path) -> None:
+    info = asyncio.run(_describe(server))
     assert len(info.tts) == 1 and info.tts[0].supports_synthesize_streaming
     voices = {v.name: v for v in info.tts[0].voices}
     assert set(voices) == {"ada", "ada/ada-v1"}
-    assert voices["ada"].languages == ["en"] and voices["ada"].attribution.name
+    assert voices["ada"].languages[0] == "en" and voices["ada"].attribution.name
     # an export made while the server runs is offered at the next describe, and speaks
     exports = workspace_dir / "ada" / "exports"
     shutil.copytree(exports / "ada-v1", exports / "ada-v2")
-    assert "ada/ada-v2" in {v.name for v in asyncio.run(describe()).tts[0].voices}
+    shutil.copytree(exports / "ada-v1", exports / "ada-v3")
+    assert {"ada/ada-v2", "ada/ada-v3"} <= {v.name for v in asyncio.run(
+        _describe(server)).tts[0].voices}
+    # and one removed is gone from the next describe (and from HTTP's list alike)
+    shutil.rmtree(exports / "ada-v3")
+    assert "ada/ada-v3" not in {v.name for v in asyncio.run(_describe(server)).tts[0].voices}
+    with server.http() as http:
+        assert "ada/ada-v3" not in http.get("/v1/audio/voices").json()["voices"]
+
+
+def test_home_assistant_lists_the_best_tier_first(server: Server) -> None:
+    listed = _as_home_assistant_lists(asyncio.run(_describe(server)))
+    # the voice a new assistant picks is the first Home Assistant lists: the plain name
+    # (its best tier); each export stays selectable after it
+    assert listed["en"][0] == "ada"
+    assert {"ada/ada-v1", "ada/ada-v2"} <= set(listed["en"][1:])
+    # Home Assistant never sends a language: every language listed is a BCP-47 code
+    assert all(re.fullmatch(r"[a-z]{2,3}(-[A-Z]{2})?", code) for code in listed)
+
+
+def test_a_voice_in_another_language_keeps_the_engine_offered() -> None:
+    def voice(language: str) -> ServedVoice:
+        return ServedVoice("v", Path("v"), "voice", language, "full")
+
+    # Home Assistant offers the engine for the languages its voices list together: a
+    # German voice speaks English too, so an English assistant still finds it
+    assert languages_of(voice("German"))[0] == "de" and "en" in languages_of(voice("German"))
+    assert languages_of(voice("en_GB"))[:2] == ["en-GB", "en"]
+    for unknown in ("", "auto", "Klingon"):  # no language: every one the model speaks
+        assert languages_of(voice(unknown)) == MODEL_LANGUAGES
+    # a tier sorts after its voice's plain name, and the next voice after both
+    names = [voice_.name for voice_ in home_assistant_order([
+        ServedVoice("ada/instant", Path("i"), "instant", "en", "instant"),
+        ServedVoice("adam", Path("m"), "voice", "en", "full"),
+        ServedVoice("ada/ada-v1", Path("e"), "export", "en", "full"),
+        ServedVoice("ada", Path("a"), "voice", "en", "full")])]
+    assert names == ["ada", "ada/ada-v1", "ada/instant", "adam"]
 
 
 def test_one_shot_synthesize_sends_audio_as_it_is_generated(server: Server) -> None:
@@ -155,7 +215,7 @@ def test_one_shot_synthesize_sends_audio_as_it_is_generated(server: Server) -> N
                                  and r["status"] == 200 for r in server.logged()))
 
 
-def test_stream_is_spoken_sentence_by_sentence(server: Server) -> None:
+def test_stream_is_spoken_sentence_by_sentence_in_one_group(server: Server) -> None:
     chunks = ["Hello there, this is ", "the first sentence. And here", " is the second one! Then "
               "the last"]
 
@@ -171,23 +231,19 @@ def test_stream_is_spoken_sentence_by_sentence(server: Server) -> None:
 
     events = asyncio.run(stream())
     assert not any(Error.is_type(e.type) for e in events)
-    assert len(_groups(events)) == 3  # three sentences, three groups, nothing more
+    # three sentences in one group: a client that reads to the first audio-stop has all
+    assert len(_groups(events)) == 1
     assert SynthesizeStopped.is_type(events[-1].type)
 
 
-def test_stray_and_malformed_events_get_errors_and_the_connection_goes_on(
-        server: Server) -> None:
+def test_stray_events_are_ignored_and_the_connection_goes_on(server: Server) -> None:
     async def stray() -> list[list[Event]]:
         async with _client(server) as client:
             answers = []
-            # a stop with no stream, a malformed synthesize, an event for another service
+            # a stop with no stream, an event for another service
             await client.write_event(SynthesizeStop().event())
             answers.append(await _until(client, "synthesize-stopped"))
-            await client.write_event(Event(type="synthesize", data={"text": 42}))
-            answers.append(await _until(client, "error"))
             await client.write_event(Event(type="transcribe", data={}))
-            await client.write_event(Synthesize(text="   ").event())
-            answers.append(await _until(client, "error"))
             # chunks from a client that never sent synthesize-start are still spoken
             await client.write_event(SynthesizeChunk(text="Hi there.").event())
             await client.write_event(SynthesizeStop().event())
@@ -196,37 +252,95 @@ def test_stray_and_malformed_events_get_errors_and_the_connection_goes_on(
             answers.append(await _until(client, "info"))
             return answers
 
-    stopped, malformed, empty, chunked, info = asyncio.run(stray())
+    stopped, chunked, info = asyncio.run(stray())
     assert len(stopped) == 1
-    assert Error.from_event(malformed[-1]).code == "malformed_event"
-    assert Error.from_event(empty[-1]).code == "empty_input"
     assert len(_groups(chunked)) == 1
     assert info[-1].type == "info"
 
 
-def test_unknown_voice_and_too_long_input(server: Server) -> None:
-    async def ask() -> list[list[Event]]:
-        async with _client(server) as client:
-            await client.write_event(Synthesize(text="Hello.", voice=SynthesizeVoice(
-                name="nobody")).event())
-            unknown = await _until(client, "error")
-            await client.write_event(Synthesize(text="x" * 401).event())
-            long = await _until(client, "error")
-            # a stream in an unknown voice: one error, its chunks are not spoken
-            await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="x")).event())
-            await client.write_event(SynthesizeChunk(text="Not me. Nor me.").event())
-            await client.write_event(SynthesizeStop().event())
-            refused = await _until(client, "synthesize-stopped")
-            await client.write_event(Synthesize(text="Now me.").event())
-            good = await _until(client, "audio-stop")
-            return [unknown, long, refused, good]
+async def _to_the_end(client: AsyncTcpClient) -> list[Event]:
+    """Every event until the server closes the connection (a refusal's end). The limit
+    only keeps a server that never closes from hanging the test, as Home Assistant hung."""
+    out: list[Event] = []
+    while (event := await asyncio.wait_for(client.read_event(), 60)) is not None:
+        out.append(event)
+    return out
 
-    unknown, long, refused, good = asyncio.run(ask())
-    error = Error.from_event(unknown[-1])
-    assert error.code == "voice_not_found" and "ada/ada-v1" in error.text
-    assert Error.from_event(long[-1]).code == "input_too_long"
-    assert [e.type for e in refused] == ["error", "synthesize-stopped"]
-    assert len(_groups(good)) == 1
+
+STREAM_OVER = [SynthesizeStart().event(), SynthesizeChunk(text="Not me. " * 60).event()]
+
+
+@pytest.mark.parametrize(("events", "code", "status"), [
+    ([Synthesize(text="   ").event()], "empty_input", 400),
+    ([Synthesize(text="Hello.", voice=SynthesizeVoice(name="nobody")).event()],
+     "voice_not_found", 404),
+    ([Synthesize(text="x" * 401).event()], "input_too_long", 413),
+    ([Event(type="synthesize", data={"text": 42})], "malformed_event", 400),
+    ([SynthesizeStart(voice=SynthesizeVoice(name="x")).event(),
+      SynthesizeChunk(text="Not me. Nor me.").event(), SynthesizeStop().event()],
+     "voice_not_found", 404),
+    (STREAM_OVER, "input_too_long", 413),
+], ids=["empty", "unknown-voice", "too-long", "malformed", "stream-unknown-voice",
+        "stream-too-long"])
+def test_a_refusal_is_an_error_then_the_end(server: Server, events: list[Event], code: str,
+                                             status: int) -> None:
+    before = len(server.logged())
+
+    async def ask() -> list[Event]:
+        async with _client(server) as client:
+            for event in events:
+                await client.write_event(event)
+            return await _to_the_end(client)
+
+    answer = asyncio.run(ask())
+    # the error, then nothing: the connection ends, whatever the client makes of `error`
+    assert [e.type for e in answer] == ["error"], [e.type for e in answer]
+    error = Error.from_event(answer[-1])
+    assert error.code == code
+    if code == "voice_not_found" and not events[0].type.endswith("start"):
+        assert "ada/ada-v1" in error.text  # what to ask for instead
+    # one line of the request log says so
+    lines = server.logged_since(before)
+    assert [(r["status"], r.get("error")) for r in lines] == [(status, code)], lines
+
+
+def test_a_voice_that_fails_to_load_is_refused_then_the_end(server: Server,
+                                                              workspace_dir: Path) -> None:
+    broken = make_voice(workspace_dir, "Zed") / "exports" / "zed-v1"
+    shutil.copytree(workspace_dir / "ada" / "exports" / "ada-v1", broken)
+    for weights in broken.glob("*.safetensors"):
+        weights.write_bytes(b"not a model")
+    before = len(server.logged())
+    try:
+        async def ask() -> list[Event]:
+            await _describe(server)  # the workspace is read again: zed is served
+            async with _client(server) as client:
+                await client.write_event(Synthesize(text="Hello.", voice=SynthesizeVoice(
+                    name="zed/zed-v1")).event())
+                return await _to_the_end(client)
+
+        answer = asyncio.run(ask())
+        assert [e.type for e in answer] == ["error"]
+        assert Error.from_event(answer[0]).code == "voice_load_failed"
+        assert [(r["status"], r["voice"]) for r in server.logged_since(before)] == [
+            (500, "zed/zed-v1")]
+    finally:
+        shutil.rmtree(broken.parent.parent)
+    assert "zed" not in {v.name for v in asyncio.run(_describe(server)).tts[0].voices}
+
+
+def test_a_language_models_reply_is_spoken(server: Server) -> None:
+    reply = ("## Today 🌤️\n**It is 21°C** and *sunny* 😀.\n- Take a [jacket](https://x.y).\n"
+             "- Buy 2 kg of apples for $3.50")
+
+    async def speak() -> list[Event]:
+        async with _client(server) as client:
+            await client.write_event(Synthesize(text=reply).event())
+            return await _until(client, "audio-stop", "error")
+
+    events = asyncio.run(speak())
+    assert not any(Error.is_type(e.type) for e in events), events[-1].data
+    assert len(_groups(events)) == 1 and len(_groups(events)[0]) > 24000
 
 
 def test_client_leaving_mid_stream_cancels_its_rows(server: Server) -> None:
@@ -264,9 +378,63 @@ def test_four_clients_at_once(server: Server) -> None:
         return await asyncio.gather(*(one(i) for i in range(4)))
 
     answers = asyncio.run(together())
-    assert [len(_groups(a)) for a in answers] == [2, 1, 2, 1]
+    assert [len(_groups(a)) for a in answers] == [1, 1, 1, 1]  # one group a reply
     # the HTTP endpoint of the same process still answers
     assert server.health()["status"] == "ok"
+
+
+def test_the_start_says_both_addresses(server: Server) -> None:
+    # the line a person reads when the server starts names the Wyoming address too
+    detail = str(server.serving["detail"])
+    assert str(server.url) in detail and str(server.serving["wyoming"]) in detail
+    assert server.serving["wyoming_voices"][0][0] == "ada"
+
+
+def test_two_rooms_take_turns_by_sentence(workspace_dir: Path) -> None:
+    # one row: what another room gets is only what the worker's turns give it
+    srv = start_server(["--workspace", str(workspace_dir), "--device", "cpu", "--dtype",
+                        "float32", "--rows", "1", "--timeout", "300", "--no-http",
+                        "--wyoming", "tcp://127.0.0.1:0"], workspace_dir.parent)
+    long_reply = " ".join(f"Room one says sentence {i} of its long reply." for i in range(6))
+    order: list[tuple[str, str]] = []
+
+    async def read(client: AsyncTcpClient, room: str, last: str,
+                   heard: asyncio.Event | None = None) -> None:
+        while True:
+            event = await asyncio.wait_for(client.read_event(), 300)
+            assert event is not None and not Error.is_type(event.type), event
+            order.append((room, event.type))
+            if heard is not None and AudioChunk.is_type(event.type):
+                heard.set()
+            if event.type == last:
+                return
+
+    async def one(heard: asyncio.Event) -> None:
+        async with _client(srv) as client:  # a reply streamed from a language model
+            await client.write_event(SynthesizeStart().event())
+            await client.write_event(SynthesizeChunk(text=long_reply).event())
+            await client.write_event(SynthesizeStop().event())
+            await read(client, "one", "synthesize-stopped", heard)
+
+    async def two(heard: asyncio.Event) -> None:
+        await heard.wait()  # room one is speaking already
+        async with _client(srv) as client:
+            await client.write_event(Synthesize(text="Room two asks one thing.").event())
+            await read(client, "two", "audio-stop")
+
+    async def both() -> None:
+        heard = asyncio.Event()
+        await asyncio.gather(one(heard), two(heard))
+
+    try:
+        asyncio.run(both())
+    finally:
+        _stop(srv)
+    # room two's sentence took its turn between room one's sentences: its reply ended
+    # while room one still had sentences to say, not after all six
+    ends = [i for i, (room, kind) in enumerate(order) if kind == "audio-stop"]
+    assert order[ends[0]][0] == "two", order
+    assert ends[-1] > ends[0] and order[ends[-1]][0] == "one"
 
 
 def _refused(args: list[str], cwd: Path) -> str:

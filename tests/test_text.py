@@ -115,7 +115,8 @@ def _sentences_reference(text: str) -> list[str]:
     A token ends a sentence when it ends in marks (closers after them allowed),
     unless the first mark is a period after a title or an initial, or after an
     abbreviation (or a word with a period inside) when the next token starts
-    with a lowercase letter or a digit. The last token always ends one.
+    with a lowercase letter or a digit, or after a number that starts the text (a
+    numbered list's). The last token always ends one.
     """
     tokens = text.split(" ")
     out: list[list[str]] = [[]]
@@ -132,6 +133,8 @@ def _sentences_reference(text: str) -> list[str]:
             nxt = next((c for c in tokens[k + 1] if c.isalnum()), "")
             if word in _TITLES or (len(word) == 1 and word.isalpha()):
                 ends = False
+            elif k == 0 and body[: len(body) - run].isdigit():
+                ends = False  # "1. Buy milk": a numbered list's number starts the line
             elif word in _ABBREVIATIONS or "." in word:
                 ends = not (nxt.islower() or nxt.isdigit())
         if ends:

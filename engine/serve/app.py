@@ -166,11 +166,7 @@ class SpeechApp:
         except InputError:
             return  # a folder given on the command line went away: keep what is served
         self._stamp = stamp
-        voices = self.pool.voices
-        # a worker no name it answered is served by any more is closed
-        await self.pool.forget([name for name in voices if name not in found])
-        for name, voice in found.items():
-            voices.setdefault(name, voice)
+        await self.pool.sync(found)  # a worker no served name uses any more is closed
 
     # -- small routes ----------------------------------------------------------------------
     async def health(self, _request: Request) -> Response:

@@ -359,6 +359,13 @@ class Pool:
                 if all(w is not worker for w in self.loaded.values()):
                     await self.unload(worker)
 
+    async def sync(self, found: dict[str, ServedVoice]) -> None:
+        """Serve the voices `found` on disk now: those gone from it are forgotten (`forget`),
+        new ones added (a name already served keeps its voice)."""
+        await self.forget([name for name in self.voices if name not in found])
+        for name, voice in found.items():
+            self.voices.setdefault(name, voice)
+
     def _workers(self) -> list[VoiceWorker]:
         """Each loaded worker once (a base's worker serves several names)."""
         return list({id(w): w for w in self.loaded.values()}.values())

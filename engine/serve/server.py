@@ -16,7 +16,13 @@ from engine.core.errors import InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.serve.pool import LoadFailed, Pool
 from engine.serve.voices import discover
-from engine.serve.wyoming import WyomingServer, WyomingService, parse_uri
+from engine.serve.wyoming import (
+    WyomingServer,
+    WyomingService,
+    description_of,
+    home_assistant_order,
+    parse_uri,
+)
 
 #: shortest API key accepted (a guessable key on an open port is no protection)
 MIN_KEY_CHARS = 16
@@ -216,11 +222,20 @@ def serve(settings: ServeSettings,
         # what each name loads, for the app: its Listen page sends a source this server
         # already serves here, so the two share one warm worker (never sent to clients)
         loads = {name: pool.identity(name) for name in sorted(voices)}
-        emitter.state("serving", detail=url or wyoming_url, url=url, port=port,
+        # both addresses, each said for what it serves: a person reads this line
+        where = [f"HTTP {url}"] if url else []
+        if wyoming_url:
+            where.append(f"Home Assistant (Wyoming) {wyoming_url}"
+                         + (f", announced on {announced}" if announced else ""))
+        emitter.state("serving", detail="; ".join(where), url=url, port=port,
                       voices=sorted(voices), loads=loads, auth=key is not None,
                       renders=str(pool.renders_dir),
                       reference_cloning=bool(settings.reference_base),
-                      wyoming=wyoming_url, zeroconf=announced)
+                      wyoming=wyoming_url, zeroconf=announced,
+                      # what Home Assistant lists, in its order (the Serve page shows it)
+                      wyoming_voices=[[v.name, description_of(v)] for v in
+                                      home_assistant_order(voices.values())]
+                      if wyoming_url else [])
         try:
             if sock is not None:
                 await server.serve(sockets=[sock])  # its lifespan closes the pool

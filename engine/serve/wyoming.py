@@ -5,19 +5,30 @@ server runs on, with the same `Pool`: a voice asked for here and over HTTP is
 one warm worker, and their requests share its batches and its admission bound.
 The events are the `wyoming` package's own:
 
-- `describe` -> `info`: one TTS program listing every served voice (rescanned
-  each time, so a voice exported since the start appears);
-- `synthesize` -> `audio-start`, `audio-chunk`s as the worker writes them, `audio-stop`
-  (while the worker streams for another client, the text is rendered in the shared
-  batch instead and sent when done: a second stream would wait for the first);
+- `describe` -> `info`: one TTS program listing the voices served now (the workspace
+  is rescanned each time: a voice exported since the start appears, a removed one goes),
+  each described so that Home Assistant, which sorts a language's voices by their
+  description, shows a voice's best tier (its plain name) before its exports, adapters,
+  instant voice and runs; each voice lists its own language first, then the others
+  the model speaks (in the voice), as BCP-47 codes;
+- `synthesize` -> one `audio-start`, the `audio-chunk`s, one `audio-stop` for the whole
+  reply (Home Assistant's one-shot path reads to the first `audio-stop`);
 - `synthesize-start`, `synthesize-chunk`s, `synthesize-stop`: each sentence is
-  submitted the moment it is complete (`engine.text.complete_sentences`) and
-  answered by its own `audio-start`/`audio-chunk`/`audio-stop` group, in order,
-  then `synthesize-stopped`. The `synthesize` a client sends inside a stream
-  (for servers that do not stream) is ignored.
+  spoken the moment it is complete (`engine.text.complete_sentences`), all of them in
+  one audio group, then `synthesize-stopped`. The `synthesize` a client sends inside a
+  stream (for servers that do not stream) is ignored.
 
-Anything wrong with one request is one `error` event and the connection goes on;
-a client that leaves cancels its rows at once.
+A reply is its text in the spoken form (`engine.text.spoken_text`: markdown, emoji,
+numbers and units, in the voice's language), cut into sentences. Each connection (a room)
+has at most one sentence on a worker at a time, and asks for its next one when that one
+ends: sentences of several rooms take turns on a worker, so a long reply never makes
+another room wait for all of it.
+
+A refusal (empty text, an unknown voice, a voice that fails to load, a text over the
+limit, a busy server, a render that fails or runs out of time) is one `error` event,
+then the connection closes, as wyoming-piper does: a client that ignores `error` (Home
+Assistant does) still ends the request at once. Each request, refused or not, is one
+line of the request log; a client that leaves cancels its rows at once.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -47,11 +58,19 @@ from zeroconf import ServiceInfo
 from zeroconf.asyncio import AsyncZeroconf
 
 from engine import __version__
+from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, VoxshardError
+from engine.layout.tiers import TIER_ADAPTER, TIER_FULL, TIER_INSTANT
 from engine.serve import formats
 from engine.serve.pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
 from engine.serve.voices import ServedVoice
-from engine.text import complete_sentences, split_sentences
+from engine.text import (
+    MODEL_LANGUAGE_NAMES,
+    complete_sentences,
+    language_code,
+    split_sentences,
+    spoken_text,
+)
 
 #: every group is in this one format: Home Assistant writes its WAV header once,
 #: from the first audio-start of a stream
@@ -61,13 +80,22 @@ CHUNK_BYTES = RATE * WIDTH // 10
 SERVICE_TYPE = "_wyoming._tcp.local."
 ATTRIBUTION = Attribution(name="Voxshard (Qwen3-TTS fine-tuned on your own recordings)",
                           url="https://github.com/QwenLM/Qwen3-TTS")
-#: Qwen3-TTS's language names (a voice's `language`) as the codes Home Assistant picks by
-LANGUAGE_CODES = {"english": "en", "chinese": "zh", "japanese": "ja", "korean": "ko",
-                  "german": "de", "french": "fr", "russian": "ru", "portuguese": "pt",
-                  "spanish": "es", "italian": "it"}
-KIND_WORDS = {"voice": "the voice's latest export (else its latest trained run)",
-              "export": "this export of the voice", "run": "this trained run's checkpoint",
-              "reference": "a reference clip"}
+
+
+
+#: the languages the model speaks, as codes: every voice speaks each of them (in its own
+#: voice), so none greys the engine out for a language that another voice is recorded in
+MODEL_LANGUAGES = sorted(set(MODEL_LANGUAGE_NAMES.values()))
+#: silence between the sentences of one reply (what `speak` puts between sentences)
+PAUSE_BYTES = int(SpeakOptions().sentence_pause_s * RATE) * WIDTH
+#: what each served name is, after its name in its description
+TIER_WORDS = {TIER_FULL: "fine-tuned", TIER_ADAPTER: "adapter",
+              TIER_INSTANT: "instant, from a reference clip"}
+#: how long a refused client may go on sending after the end (`_Connection._end`)
+LINGER_S = 5.0
+#: HTTP statuses of the refusals in the request log
+STATUS = {"malformed_event": 400, "empty_input": 400, "voice_not_found": 404,
+          "input_too_long": 413, "busy": 429, "voice_load_failed": 500, "timeout": 504}
 
 
 def parse_uri(uri: str) -> tuple[str, int]:
@@ -84,45 +112,86 @@ def parse_uri(uri: str) -> tuple[str, int]:
 
 
 def languages_of(voice: ServedVoice) -> list[str]:
-    code = LANGUAGE_CODES.get(voice.language.strip().lower())
-    if code:
-        return [code]
-    # no language recorded: the model speaks all of them
-    return [voice.language] if voice.language else sorted(LANGUAGE_CODES.values())
+    """The voice's own language first (a recorded region adds its base language), then
+    the model's other languages; no language recorded: the model's."""
+    own = language_code(voice.language)
+    if own is None:
+        return list(MODEL_LANGUAGES)
+    first = [own, own.split("-")[0]] if "-" in own else [own]
+    return first + [code for code in MODEL_LANGUAGES if code not in first]
+
+
+def description_of(voice: ServedVoice) -> str:
+    """What Home Assistant shows for a voice, and sorts by: the name, then what it is.
+    A name's description begins with the name and a space, which sorts before the "/" of
+    its tiers, so the plain name (its best tier) is listed first."""
+    if voice.kind == "voice":
+        what = "best: " + TIER_WORDS.get(voice.tier or "", "its latest trained run")
+    elif voice.kind == "run":
+        what = "a trained run's checkpoint"
+    else:
+        what = TIER_WORDS.get(voice.tier or "", voice.kind)
+    return f"{voice.name} ({what})"
+
+
+def home_assistant_order(voices: Iterable[ServedVoice]) -> list[ServedVoice]:
+    """The voices in the order Home Assistant lists them (its Wyoming integration sorts
+    a language's voices by description); the first is the one a new assistant picks."""
+    return sorted(voices, key=description_of)
 
 
 class _Refused(Exception):
-    """One request cannot be served: its client gets one error event."""
+    """One request cannot be served: its client gets one error event, then the
+    connection closes."""
 
     def __init__(self, text: str, code: str) -> None:
         super().__init__(text)
         self.text, self.code = text, code
 
+    @property
+    def status(self) -> int:
+        return STATUS.get(self.code, 500)
+
 
 @dataclass
 class _Job:
-    """One submitted text (a one-shot request or one sentence of a stream)."""
+    """One sentence of a reply on its worker."""
 
     worker: VoiceWorker
     ticket: Ticket
-    voice: str
-    mode: str
-    chars: int
-    began: float
     deadline: float
     done: bool = False
 
 
+#: what a reply's queue holds: a sentence, a refusal that ends it, or None (no more)
+_Sentence = str | _Refused | None
+
+
 @dataclass
-class _Stream:
+class _Reply:
+    """One request: its sentences, spoken in order as one audio group."""
+
     voice: str
-    text: str = ""  # what is not yet a complete sentence
+    mode: str  # "synthesize" (one-shot) or "synthesize-stream"
+    language: str
+    began: float = field(default_factory=time.monotonic)
     chars: int = 0
-    failed: bool = False
+    #: streamed text that is not yet a complete sentence
+    pending: str = ""
+    sentences: asyncio.Queue[_Sentence] = field(default_factory=asyncio.Queue)
+    ended: bool = False
 
+    def add(self, text: str) -> None:
+        """Sentences of `text` in the spoken form; those with nothing to say are left out."""
+        spoken = spoken_text(text, self.language)
+        for sentence in split_sentences(spoken):
+            if any(c.isalnum() for c in sentence):
+                self.sentences.put_nowait(sentence)
 
-#: what the speaker task is given, in order: a job, an event to send, or the end of a stream
-_Item = _Job | Event
+    def end(self, refused: _Refused | None = None) -> None:
+        if not self.ended:
+            self.ended = True
+            self.sentences.put_nowait(refused)
 
 
 @dataclass
@@ -147,20 +216,21 @@ class WyomingService:
 
     @property
     def default_voice(self) -> str:
+        """The voice of a request that names none: the one Home Assistant lists first."""
         if not self.pool.voices:  # an empty workspace, waiting for a client to register one
             raise _Refused("No voice is served here yet.", "voice_not_found")
-        return next(iter(self.pool.voices))
+        return home_assistant_order(self.pool.voices.values())[0].name
 
     async def info(self) -> Info:
         try:
             found = await asyncio.get_running_loop().run_in_executor(None, self.rescan)
         except VoxshardError:
-            found = {}  # a folder gone since the start: the voices already known stay
-        for name, voice in found.items():
-            self.pool.voices.setdefault(name, voice)
-        voices = [TtsVoice(name=v.name, description=f"{v.name}: {KIND_WORDS.get(v.kind, v.kind)}",
-                           attribution=ATTRIBUTION, installed=True, version=None,
-                           languages=languages_of(v)) for v in self.pool.voices.values()]
+            pass  # a folder given on the command line went away: the voices known stay
+        else:
+            await self.pool.sync(found)
+        voices = [TtsVoice(name=v.name, description=description_of(v), attribution=ATTRIBUTION,
+                           installed=True, version=None, languages=languages_of(v))
+                  for v in home_assistant_order(self.pool.voices.values())]
         program = TtsProgram(name="voxshard", description="Voxshard: your own cloned voices",
                              attribution=ATTRIBUTION, installed=True, version=__version__,
                              voices=voices, supports_synthesize_streaming=True)
@@ -178,61 +248,75 @@ class WyomingService:
                 raise _Refused(f"The voice '{str(name)[:80]}' is not served here; available: "
                                f"{known}.", "voice_not_found")
             return str(name)
-        language = voice.get("language")
-        if language:
-            wanted = str(language).split("_")[0].split("-")[0].lower()
-            for v in self.pool.voices.values():
-                if wanted in languages_of(v):
+        wanted = language_code(str(voice.get("language") or ""))
+        if wanted:  # a voice recorded in that language, the first as Home Assistant lists
+            for v in home_assistant_order(self.pool.voices.values()):
+                if languages_of(v)[0].split("-")[0] == wanted.split("-")[0]:
                     return v.name
         return self.default_voice
 
-    def record(self, job: _Job | None, status: int, audio_s: float, **extra: Any) -> None:
+    def record(self, reply: _Reply | None, status: int, audio_s: float, **extra: Any) -> None:
         if status == 200:
             self.served += 1
             self.audio_s += audio_s
-        self.log({"method": "WYOMING", "path": job.mode if job else "", "status": status,
-                  "voice": job.voice if job else "", "format": "pcm", "stream": "wyoming",
-                  "chars": job.chars if job else 0, "audio_s": round(audio_s, 3),
-                  "seconds": round(time.monotonic() - job.began, 3) if job else 0.0, **extra})
+        self.log({"method": "WYOMING", "path": reply.mode if reply else "", "status": status,
+                  "voice": reply.voice if reply else "", "format": "pcm", "stream": "wyoming",
+                  "chars": reply.chars if reply else 0, "audio_s": round(audio_s, 3),
+                  "seconds": round(time.monotonic() - reply.began, 3) if reply else 0.0,
+                  **extra})
 
     def handler(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _Connection:
         return _Connection(self, reader, writer)
 
 
 class _Connection(AsyncEventHandler):
-    """One client. Events are read while audio is sent (so a client that leaves is seen
-    at once); a speaker task sends each job's audio in the order the jobs came."""
+    """One client (a room). Events are read while audio is sent (so a client that leaves
+    is seen at once); a speaker task plays the replies in the order they came."""
 
     def __init__(self, service: WyomingService, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
         super().__init__(reader, writer)
         self.service = service
         self.pool = service.pool
-        self.items: asyncio.Queue[_Item] = asyncio.Queue()
-        self.jobs: list[_Job] = []  # submitted, not yet finished
-        self.stream: _Stream | None = None
+        self.items: asyncio.Queue[_Reply | Event | _Refused] = asyncio.Queue()
+        self.stream: _Reply | None = None
+        #: the sentence on a worker now (at most one: see the module doc)
+        self.job: _Job | None = None
+        #: a refusal was queued: the connection ends after it, later events are not read
+        self.closing = False
         self.speaker = asyncio.create_task(self._speak_all())
 
     # -- events in ---------------------------------------------------------------------------
     async def handle_event(self, event: Event) -> bool:
+        if self.closing:
+            return True  # the refusal ends the connection once what came before is sent
         try:
             if Describe.is_type(event.type):
                 await self.write_event((await self.service.info()).event())
             elif Synthesize.is_type(event.type):
                 if self.stream is None:  # inside a stream it repeats the text: ignored
-                    await self._one_shot(event.data)
+                    self._one_shot(event.data)
             elif SynthesizeStart.is_type(event.type):
-                # a refused voice still opens the stream: its chunks are then not spoken
-                self.stream = _Stream("", failed=True)
-                self.stream = _Stream(self.service.voice_for(event.data))
+                self._open(self.service.voice_for(event.data))
             elif SynthesizeChunk.is_type(event.type):
-                await self._chunk(event.data)
+                self._chunk(event.data)
             elif SynthesizeStop.is_type(event.type):
-                await self._stop()
+                self._stop()
             # other events are not for a speech service: ignored, as Wyoming services do
         except _Refused as refused:
-            self.items.put_nowait(Error(text=refused.text, code=refused.code).event())
+            self._refuse(refused)
         return True
+
+    def _refuse(self, refused: _Refused) -> None:
+        """End the open stream with `refused`, or queue it: either way the client gets it
+        after what it asked before, then the connection closes."""
+        self.closing = True
+        if self.stream is not None:
+            self.stream.end(refused)  # logged with its reply
+            self.stream = None
+            return
+        self.service.record(None, refused.status, 0.0, error=refused.code)
+        self.items.put_nowait(refused)
 
     def _text(self, data: dict[str, Any]) -> str:
         text = data.get("text")
@@ -240,7 +324,10 @@ class _Connection(AsyncEventHandler):
             raise _Refused("The event needs its text as a string.", "malformed_event")
         return text
 
-    async def _one_shot(self, data: dict[str, Any]) -> None:
+    def _language(self, voice: str) -> str:
+        return languages_of(self.pool.voices[voice])[0]
+
+    def _one_shot(self, data: dict[str, Any]) -> None:
         text = self._text(data)
         voice = self.service.voice_for(data)
         if len(text) > self.service.max_input:
@@ -248,95 +335,142 @@ class _Connection(AsyncEventHandler):
                            f"{self.service.max_input}.", "input_too_long")
         if not text.strip():
             raise _Refused("The text to speak is empty.", "empty_input")
-        await self._submit(voice, text, "synthesize")
+        reply = _Reply(voice, "synthesize", self._language(voice), chars=len(text))
+        reply.add(text)
+        reply.end()
+        self.items.put_nowait(reply)
 
-    async def _chunk(self, data: dict[str, Any]) -> None:
+    def _open(self, voice: str) -> _Reply:
+        if self.stream is not None:  # a new stream before the last one's stop: that one ends
+            self.stream.add(self.stream.pending)
+            self.stream.end()
+        self.stream = _Reply(voice, "synthesize-stream", self._language(voice))
+        self.items.put_nowait(self.stream)
+        return self.stream
+
+    def _chunk(self, data: dict[str, Any]) -> None:
         text = self._text(data)
-        if self.stream is None:  # a client that skipped synthesize-start: a stream anyway
-            self.stream = _Stream(self.service.default_voice)
-        stream = self.stream
-        if stream.failed:
-            return
+        # a client that skipped synthesize-start: a stream in the default voice anyway
+        stream = self.stream or self._open(self.service.default_voice)
         stream.chars += len(text)
         if stream.chars > self.service.max_input:
-            stream.failed = True
             raise _Refused(f"The streamed text is over the limit of {self.service.max_input} "
-                           "characters; the rest of it is not spoken.", "input_too_long")
-        done, stream.text = complete_sentences(stream.text + text)
+                           "characters.", "input_too_long")
+        done, stream.pending = complete_sentences(stream.pending + text)
         for sentence in done:
-            await self._submit(stream.voice, sentence, "synthesize-stream")
+            stream.add(sentence)
 
-    async def _stop(self) -> None:
+    def _stop(self) -> None:
         stream, self.stream = self.stream, None
-        if stream is not None and not stream.failed:
-            for sentence in split_sentences(stream.text):
-                await self._submit(stream.voice, sentence, "synthesize-stream")
+        if stream is not None:
+            stream.add(stream.pending)
+            stream.end()
         self.items.put_nowait(SynthesizeStopped().event())
-
-    async def _submit(self, voice: str, text: str, mode: str) -> None:
-        if not any(c.isalnum() for c in text):
-            return  # punctuation alone: nothing to say
-        began = time.monotonic()
-        try:
-            self.pool.admit()
-        except Busy as busy:
-            raise _Refused(busy.message + " Retry later.", "busy") from None
-        try:
-            worker = await self.pool.worker_for(voice)
-        except (Busy, LoadFailed) as exc:
-            self.pool.release()
-            raise _Refused(exc.message, "busy" if isinstance(exc, Busy) else
-                           "voice_load_failed") from None
-        stream = self.service.may_stream(worker)
-        ticket = self.pool.speak(worker, text.strip(), {}, "wav", stream=stream, voice=voice)
-        job = _Job(worker, ticket, voice, mode, len(text), began,
-                   began + self.service.timeout_s)
-        self.jobs.append(job)
-        if stream:
-            self.service.streaming.append(job)
-        self.items.put_nowait(job)
 
     # -- audio out ---------------------------------------------------------------------------
     async def _speak_all(self) -> None:
         try:
             while True:
                 item = await self.items.get()
-                if isinstance(item, Event):
-                    await self.write_event(item)
+                if isinstance(item, _Reply):
+                    refused = await self._play(item)
+                elif isinstance(item, _Refused):
+                    refused = item
                 else:
-                    await self._play(item)
+                    await self.write_event(item)
+                    continue
+                if refused is not None:
+                    await self.write_event(Error(text=refused.text, code=refused.code).event())
+                    await self._end()  # the error, then the end: what every client handles
+                    return
         except (ConnectionError, OSError):
             await self.stop()  # the client is gone: reading ends, `disconnect` frees the rest
 
-    async def _play(self, job: _Job) -> None:
-        status, sent, lag = 499, 0, None
-        try:
-            error = await self._started(job)
-            if error is None:
-                await self.write_event(AudioStart(rate=RATE, width=WIDTH,
-                                                  channels=CHANNELS).event())
-                async for pcm in self.pool.tail(job.worker, job.ticket, job.deadline):
-                    for at in range(0, len(pcm), CHUNK_BYTES):
-                        if lag is None and job.ticket.first_audio_at is not None:
-                            # how long the worker's first audio took to leave the server
-                            lag = round((time.time() - job.ticket.first_audio_at) * 1000, 1)
-                        await self.write_event(AudioChunk(
-                            rate=RATE, width=WIDTH, channels=CHANNELS,
-                            audio=pcm[at:at + CHUNK_BYTES]).event())
-                        sent += min(CHUNK_BYTES, len(pcm) - at)
-                await self.write_event(AudioStop().event())
-                error = self._ended(job)
-            if error is not None:
-                status = 504 if error.code == "timeout" else 500
-                await self.write_event(error.event())
-            else:
-                status = 200
-        finally:
-            self._finish(job)
-            self.service.record(job, status, sent / (WIDTH * RATE),
-                                first_byte_after_audio_ms=lag)
+    async def _end(self) -> None:
+        """End the connection from this side: the client reads to its end at once. What it
+        still sends (the rest of a refused stream) is read and dropped until it closes, at
+        most `LINGER_S`: closing with unread data would reset the connection, and the reset
+        could lose the error on its way."""
+        if self.writer.can_write_eof():
+            self.writer.write_eof()
+        await asyncio.sleep(LINGER_S)
+        await self.stop()
 
-    async def _started(self, job: _Job) -> Error | None:
+    async def _play(self, reply: _Reply) -> _Refused | None:
+        """Speak `reply` sentence by sentence as one audio group; the refusal that cut it."""
+        status, sent, refused, lag = 499, 0, None, None
+        started = False
+        try:
+            while (sentence := await reply.sentences.get()) is not None:
+                if isinstance(sentence, _Refused):
+                    refused = sentence
+                    break
+                if started:  # the pause between two sentences, sent while the next renders
+                    await self._audio(bytes(PAUSE_BYTES))
+                job = self.job = await self._submit(reply, sentence)
+                refused = await self._started(job)
+                if refused is not None:
+                    break
+                if not started:
+                    await self.write_event(AudioStart(rate=RATE, width=WIDTH,
+                                                      channels=CHANNELS).event())
+                    started = True
+                    if job.ticket.first_audio_at is not None:
+                        # how long the worker's first audio took to leave the server
+                        lag = round((time.time() - job.ticket.first_audio_at) * 1000, 1)
+                async for pcm in self.pool.tail(job.worker, job.ticket, job.deadline):
+                    sent += await self._audio(pcm)
+                refused = self._ended(job)
+                self._finish(job)
+                if refused is not None:
+                    break
+            if refused is None:
+                if not started:  # nothing to say (emoji alone): an empty group still ends it
+                    await self.write_event(AudioStart(rate=RATE, width=WIDTH,
+                                                      channels=CHANNELS).event())
+                await self.write_event(AudioStop().event())
+                status = 200
+            else:
+                status = refused.status
+        except _Refused as exc:  # busy, or the voice failed to load
+            refused, status = exc, exc.status
+        finally:
+            if self.job is not None:
+                self._finish(self.job)
+            self.service.record(reply, status, sent / (WIDTH * RATE),
+                                first_byte_after_audio_ms=lag,
+                                **({"error": refused.code} if refused else {}))
+        return refused
+
+    async def _audio(self, pcm: bytes) -> int:
+        for at in range(0, len(pcm), CHUNK_BYTES):
+            await self.write_event(AudioChunk(rate=RATE, width=WIDTH, channels=CHANNELS,
+                                              audio=pcm[at:at + CHUNK_BYTES]).event())
+        return len(pcm)
+
+    async def _submit(self, reply: _Reply, sentence: str) -> _Job:
+        try:
+            self.pool.admit()
+        except Busy as busy:
+            raise _Refused(busy.message + " Retry later.", "busy") from None
+        try:
+            worker = await self.pool.worker_for(reply.voice)
+        except (Busy, LoadFailed) as exc:
+            self.pool.release()
+            raise _Refused(exc.message, "busy" if isinstance(exc, Busy) else
+                           "voice_load_failed") from None
+        except KeyError:  # removed from the workspace since the request came
+            self.pool.release()
+            raise _Refused(f"The voice '{reply.voice}' is no longer served here.",
+                           "voice_not_found") from None
+        stream = self.service.may_stream(worker)
+        ticket = self.pool.speak(worker, sentence, {}, "wav", stream=stream, voice=reply.voice)
+        job = _Job(worker, ticket, time.monotonic() + self.service.timeout_s)
+        if stream:
+            self.service.streaming.append(job)
+        return job
+
+    async def _started(self, job: _Job) -> _Refused | None:
         """Wait for the worker's first audio file (or its error, or the time limit)."""
         try:
             await asyncio.wait_for(job.ticket.started.wait(),
@@ -346,35 +480,35 @@ class _Connection(AsyncEventHandler):
             return self._timeout()
         return self._ended(job) if job.ticket.error is not None else None
 
-    def _ended(self, job: _Job) -> Error | None:
+    def _ended(self, job: _Job) -> _Refused | None:
         error = job.ticket.error
         if error is not None:
-            return Error(text=str(error.get("message") or "The speech failed."),
-                         code=str(error.get("code") or "speech_failed"))
+            return _Refused(str(error.get("message") or "The speech failed."),
+                            str(error.get("code") or "speech_failed"))
         if not job.ticket.ended.is_set():  # the tail stopped at the time limit
             return self._timeout()
         return None
 
-    def _timeout(self) -> Error:
-        return Error(text=f"The speech took longer than this server's limit of "
-                     f"{self.service.timeout_s:g} s; send shorter text.", code="timeout")
+    def _timeout(self) -> _Refused:
+        return _Refused(f"The speech took longer than this server's limit of "
+                        f"{self.service.timeout_s:g} s a sentence; send shorter text.",
+                        "timeout")
 
     def _finish(self, job: _Job) -> None:
         if not job.done:
             job.done = True
             self.pool.finish(job.worker, job.ticket)  # cancels it if it is still speaking
             self.pool.release()
-            with contextlib.suppress(ValueError):
-                self.jobs.remove(job)
+        if self.job is job:
+            self.job = None
 
     async def disconnect(self) -> None:
-        """The client left (or the server stops): every request of it ends now."""
+        """The client left (or the server stops): its request ends now (logged as 499)."""
         self.speaker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.speaker
-        for job in list(self.jobs):
-            self._finish(job)
-            self.service.record(job, 499, 0.0)
+        if self.stream is not None:
+            self.stream.end()
 
 
 class WyomingServer:
@@ -396,6 +530,9 @@ class WyomingServer:
                 await handler.run()
             finally:
                 self._handlers.discard(handler)
+                writer.close()  # the client sees the end (after a refusal: at once)
+                with contextlib.suppress(ConnectionError, OSError):
+                    await writer.wait_closed()
 
         self._server = await asyncio.start_server(connected, sock=self.sock)
 
