@@ -245,7 +245,8 @@ def test_the_plans_activations_are_the_measured_peak(tmp_path: Path, tiny_model_
 def test_the_setting_reaches_a_run_from_the_flag_or_voice_toml(tmp_path: Path,
                                                                 tiny_model_dir: Path) -> None:
     from engine.cli.main import build_parser
-    from engine.core.errors import InputError
+    from engine.config.schema import cli_words
+    from engine.core.errors import InputError, WorkspaceError
     from engine.train.driver import train
     from tests.helpers.voices import voice_with_clips
 
@@ -262,8 +263,18 @@ def test_the_setting_reaches_a_run_from_the_flag_or_voice_toml(tmp_path: Path,
     assert planned(predictor_frames=0.25) == 0.25
     with pytest.raises(InputError) as err:
         planned(predictor_frames=0.0)
-    assert str(err.value).startswith("--predictor-frames must be above 0 and at most 1, not "
-                                     "0.0.")
+    # the rule is the config field's, named in each surface's words: the API's keyword, the
+    # CLI's flag (the window's label: tests/test_gui_train_settings_path.py)
+    assert str(err.value).startswith("predictor_frames must be above 0 and at most 1, not 0.")
+    assert err.value.settings == ["model.predictor_frames"]
+    assert err.value.worded(cli_words)[0] == \
+        "--predictor-frames must be above 0 and at most 1, not 0."
+    # the same rule for the voice's own setting
+    (voice / "voice.toml").write_text((voice / "voice.toml").read_text().replace(
+        "predictor_frames = 0.5", "predictor_frames = 1.5"))
+    with pytest.raises(WorkspaceError, match="predictor_frames = 1.5; it must be above 0 and "
+                                             "at most 1, not 1.5"):
+        planned()
     args = build_parser().parse_args(["plan", str(voice), "--base", "b",
                                       "--predictor-frames", "0.125"])
     assert args.predictor_frames == 0.125

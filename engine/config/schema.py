@@ -134,6 +134,22 @@ def path_of(cls: type, name: str) -> str:
     return f"{getattr(cls, '__section__', cls.__name__)}.{name}"
 
 
+def value_problem(path: str, value: Any) -> str | None:
+    """Why `value` cannot be setting `path` ("must be ..., not ..."): its type, then its
+    rule; None when it can (None, "not given", always can)."""
+    if value is None:
+        return None
+    cls, name = lookup(path)
+    kind = value_type(cls, name)
+    if kind is bool and not isinstance(value, bool):
+        return f"must be on or off (true or false), not {value!r}"
+    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+        return f"must be a number, not {value!r}"
+    if kind is int and int(value) != value:
+        return f"must be a whole number, not {value!r}"
+    return rules(cls)[name].problem(value)
+
+
 def by_name(paths: tuple[str, ...]) -> dict[str, str]:
     """{field name: path} of `paths`; a name two sections share is an error (a request
     names its settings by field)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config.schema import by_name, lookup, rule_of, value_type
+from engine.config.schema import by_name, rule_of, value_problem
 from engine.config.train import REQUEST_SETTINGS
 from engine.core.errors import InputError
 
@@ -74,18 +74,13 @@ class TrainRequest:
                 raise InputError(f"There is no training setting {name!r}.",
                                  f"Use one of: {', '.join(SETTINGS)}.")
             path = SETTINGS[name]
-            rule, kind = rule_of(path), value_type(*lookup(path))
-            if (kind is bool and not isinstance(value, bool)) or (kind in (int, float) and (
-                    isinstance(value, bool) or not isinstance(value, int | float))):
-                raise InputError(f"{{{path}}} takes {'on or off' if kind is bool else 'a number'}"
-                                 f", not {value!r}.")
-            if kind is int and int(value) != value:
-                raise InputError(f"{{{path}}} takes a whole number, not {value!r}.")
-            why = rule.problem(value)
+            why = value_problem(path, value)
             if why is not None:
-                raise InputError(f"{{{path}}} {why}.",
-                                 f"Give {{{path}}} a value {rule.rule()}, or leave it out."
-                                 if not rule.choices else f"Use {rule.rule()}.")
+                rule = rule_of(path)
+                hint = f"Use {rule.rule()}." if rule.choices else (
+                    f"Give {{{path}}} a value {rule.rule()}, or leave it out." if rule.rule()
+                    else None)
+                raise InputError(f"{{{path}}} {why}.", hint)
         if self.max_failures < 0:
             raise InputError(f"Worker-group restarts (max_failures) must be at least 0, not "
                              f"{self.max_failures}.")
