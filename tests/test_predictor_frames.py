@@ -272,8 +272,8 @@ def test_the_setting_reaches_a_run_from_the_flag_or_voice_toml(tmp_path: Path,
     # the same rule for the voice's own setting
     (voice / "voice.toml").write_text((voice / "voice.toml").read_text().replace(
         "predictor_frames = 0.5", "predictor_frames = 1.5"))
-    with pytest.raises(WorkspaceError, match="predictor_frames = 1.5; it must be above 0 and "
-                                             "at most 1, not 1.5"):
+    with pytest.raises(WorkspaceError, match=r"predictor_frames = 1\.5; it must be above 0 "
+                                             r"and at most 1, not 1\.5"):
         planned()
     args = build_parser().parse_args(["plan", str(voice), "--base", "b",
                                       "--predictor-frames", "0.125"])
