@@ -110,7 +110,7 @@ class StatCard(Card):
         self.value.setText(value)
 
 
-def show_error(parent: QWidget | None, title: str, message: str, hint: str = "") -> None:
+def show_error(parent: QWidget | None, title: str, message: str, hint: str = "") -> QMessageBox:
     box = QMessageBox(parent)
     box.setIcon(QMessageBox.Icon.Warning)
     box.setWindowTitle(title)
@@ -119,6 +119,7 @@ def show_error(parent: QWidget | None, title: str, message: str, hint: str = "")
         box.setInformativeText(hint)
     box.setStandardButtons(QMessageBox.StandardButton.Ok)
     box.open()  # not exec(): never a nested event loop
+    return box
 
 
 def fmt_duration(seconds: float) -> str:

@@ -71,7 +71,10 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
         assert page.rec_state.text().startswith("✓ Good take")
     assert page.accept_btn.isEnabled()
 
-    # Enter accepts: the take is on disk at once, with its prompt
+    # Enter accepts: the take is on disk at once, with its prompt (as reviewed: the
+    # silence around the speech cut to half a second)
+    reviewed = page.take_audio
+    assert reviewed is not None and len(reviewed) <= len(audio)
     qtbot.keyClick(page, Qt.Key.Key_Return)
     takes = sorted((voice / "takes").glob("*.json"))
     assert len(takes) == 1
@@ -79,7 +82,7 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
     assert meta["prompt_id"] == prompt.id and meta["text"] == prompt.text
     assert meta["origin"] == "recorded"
     saved, saved_sr = sf.read(str(takes[0].with_suffix(".wav")), dtype="float32")
-    assert saved_sr == rate and abs(len(saved) - len(audio)) <= 1
+    assert saved_sr == rate and abs(len(saved) - len(reviewed)) <= 1
     assert page.prompt is not None and page.prompt.id != prompt.id
     qtbot.waitUntil(lambda: "recorded" in page.progress_label.text(), timeout=10000)
 

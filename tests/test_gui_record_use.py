@@ -235,9 +235,10 @@ def test_quit_while_recording_asks(qtbot, sink: str, window: MainWindow, voice: 
     qtbot.keyClick(page, Qt.Key.Key_Space)
     qtbot.waitUntil(lambda: page.recorder.seconds() > 0, timeout=15000)
     window.close()
-    box = _box(qtbot, window, "being recorded")
-    assert window.isVisible() and page.recorder.active
-    _click(qtbot, box, "Stop and review")  # the quit is called off, the take comes up for review
+    box = _box(qtbot, window, "was being recorded")
+    assert window.isVisible()
+    qtbot.waitUntil(lambda: not page.recorder.active, timeout=20000)  # stopped as it asks
+    _click(qtbot, box, "Review it")  # the quit is called off, the take comes up for review
     qtbot.waitUntil(lambda: page.take_audio is not None, timeout=20000)
     assert window.isVisible()
     window.close()
@@ -286,6 +287,8 @@ def test_the_prompt_set_and_groups_are_chosen_on_the_page(qtbot, window: MainWin
     assert i >= 0
     page.set_combo.setCurrentIndex(i)
     page.set_combo.activated.emit(i)
+    # another language's sentences: the voice reads German from now on, if the user agrees
+    _click(qtbot, _box(qtbot, window, "These sentences are in German"), "Change to German")
     german = get_prompt_set("german")
     assert open_voice(voice).prompt_set == "german"
     assert page.prompt is not None and page.prompt.id == german.prompts[0].id

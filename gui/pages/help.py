@@ -9,16 +9,20 @@ from gui.context import AppContext
 from gui.pages.base import Page
 
 SHORTCUTS = [
-    ("Anywhere", "Ctrl+1 … Ctrl+7", "Voices, Record, Import, Prepare, Train, Listen, Serve"),
+    ("Anywhere", "Ctrl+1 … Ctrl+8", "Voices, Record, Import, Prepare, Train, Listen, Read, "
+     "Serve"),
     ("Anywhere", "F1", "This help page"),
     ("Anywhere", "Ctrl+N", "New voice"),
     ("Anywhere", "Ctrl+Q", "Quit (running jobs are stopped safely)"),
     ("Record", "Space", "Record / stop (\u201cFinishing\u2026\u201d: the input stays open 0.3 s "
      "after stop, so the last word is kept)"),
-    ("Record", "Enter", "Accept the take: it is saved at once"),
+    ("Record", "Enter", "Accept the take: it is saved at once (one that cannot train asks "
+     "first; kept, its prompt is offered again)"),
     ("Record", "R", "Re-take"),
+    ("Record", "Delete or Backspace", "Discard the take without recording another"),
     ("Record", "P", "Play the take / stop playing"),
     ("Record", "S", "Skip this prompt"),
+    ("Record", "B", "Back to the previous prompt (P plays its take; a new one replaces it)"),
     ("Import", "Space", "Play the selected clip / stop it"),
     ("Import", "F2 or double-click", "Edit the transcript (F2 from any cell of the row)"),
     ("Listen", "Ctrl+Enter", "Speak the text"),

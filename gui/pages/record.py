@@ -36,9 +36,10 @@ from PySide6.QtWidgets import (
 )
 
 from engine.audio.sound import unavailable
+from engine.audio.vad import speech_regions
 from engine.catalog import VoiceSnapshot
 from engine.core.errors import VoxshardError
-from engine.layout.prompts import list_prompt_sets
+from engine.layout.prompts import get_prompt_set, list_prompt_sets
 from engine.layout.voice import (
     VERDICT_FLAGGED,
     VERDICT_GOOD,
@@ -142,11 +143,31 @@ def take_warnings(audio: np.ndarray, sr: int, text: str, overflows: int = 0) -> 
     return [w for w in judge_take(audio, sr, text, overflows).warnings if w != SILENT]
 
 
+#: silence kept before and after the speech of a take; more is cut when the take stops
+#: (a quit dialog left open once joined 7 s of silence to a good take)
+TRIM_KEEP_S = 0.5
+
+
+def trim_take(audio: np.ndarray, sr: int) -> tuple[np.ndarray, float]:
+    """The take with the silence around its speech (the engine's `speech_regions`) cut to
+    TRIM_KEEP_S each side, and the seconds cut; unchanged when no speech is found."""
+    mono = np.asarray(audio, dtype=np.float32)
+    if mono.ndim > 1:
+        mono = mono.mean(axis=1)
+    regions = speech_regions(mono, sr) if mono.size and sr > 0 else []
+    if not regions:
+        return audio, 0.0
+    keep = int(TRIM_KEEP_S * sr)
+    start = max(0, regions[0][0] - keep)
+    end = min(len(mono), regions[-1][1] + keep)
+    return audio[start:end], (len(mono) - (end - start)) / float(sr)
+
+
 class RecordPage(Page):
     title = "Record"
     subtitle = ("Read each sentence naturally, in a quiet room. Space: record/stop · "
-                "Enter: accept · R: re-take · Delete: discard · P: play · S: skip · "
-                "B: back")
+                "Enter: accept (asks first for a take that cannot train) · R: re-take · "
+                "Delete: discard · P: play · S: skip · B: back")
     icon_name = "record"
 
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
@@ -159,6 +180,7 @@ class RecordPage(Page):
         self.take_audio: np.ndarray | None = None
         self.take_sr = 48000
         self.clipped = False
+        self.trimmed_s = 0.0  # silence cut from around the take's speech
         self.saved_takes = 0
         self.accepted: dict[Path, set[str]] = {}  # prompt ids saved here, per voice
         self.saved_ids: dict[tuple[Path, str], str] = {}  # (voice, prompt id) -> take id
@@ -176,6 +198,7 @@ class RecordPage(Page):
         self.said_speak_now = False
         self._confirm: QMessageBox | None = None  # "keep a take that cannot train?"
         self._quit_box: QMessageBox | None = None
+        self._language_box: QMessageBox | None = None  # "read another language's set?"
         #: (set, groups) saved here that a snapshot may not show yet
         self._pending_choice: tuple[str, tuple[str, ...]] | None = None
 
@@ -215,6 +238,7 @@ class RecordPage(Page):
             self.shortcuts.append(sc)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         ctx.reader.voice_loaded.connect(self._voice_loaded)
+        ctx.voice_changed.connect(self._voice_switched)
         self._fill_devices()
         self._update_buttons()
 
@@ -340,7 +364,7 @@ class RecordPage(Page):
 
     def _record_failed(self, message: str) -> None:
         self._set_state(message, warn=True)
-        show_error(self, "Recording failed", message)
+        self._after(show_error(self, "Recording failed", message))
 
     def toggle_test(self) -> None:
         if self.testing:
@@ -358,6 +382,30 @@ class RecordPage(Page):
                 self.test_btn.setText("Stop test")
                 self._set_state("Testing input: speak now")
         self._update_buttons()
+
+    def take_keys_back(self) -> None:
+        """After a dialog: the window active again and the focus on this page, so Space
+        and the other keys reach the page (once Space pressed a button the window had
+        focused instead, About, while a take ran on)."""
+        if not self.isVisible():
+            return
+        self.window().activateWindow()
+        self.setFocus(Qt.FocusReason.OtherFocusReason)
+
+    def _after(self, box: QMessageBox) -> None:
+        """The page takes its keys back once `box` is answered (after its own handler)."""
+        box.finished.connect(lambda _r: QTimer.singleShot(0, self.take_keys_back))
+
+    def _voice_switched(self, _voice: object) -> None:
+        """Another voice: its own next prompt and state, nothing of the last voice's."""
+        if self.recorder.active and not self.testing:
+            return  # the take goes on; it is the voice it was started for
+        self._reset_take()
+        self.revisiting = False
+        self.prompt = None
+        self._pending_choice = None
+        self._set_state("Ready: Space to record" if self.has_mic
+                        else (unavailable() or au.NO_MICROPHONE), warn=not self.has_mic)
 
     # -- prompt ------------------------------------------------------------------
     def refresh(self) -> None:
@@ -451,8 +499,54 @@ class RecordPage(Page):
 
     def _set_chosen(self, _i: int) -> None:
         name = self.set_combo.currentData()
-        if name and name != self.prompts.set_name:
+        if not name or name == self.prompts.set_name or self.voice is None:
+            return
+        try:
+            voice = open_voice(self.voice)
+            language = get_prompt_set(str(name)).language.strip().lower()
+        except VoxshardError as exc:
+            self._after(show_error(self, "The prompts were not changed", exc.message,
+                                   exc.hint or ""))
+            return
+        if not language or language == voice.language.strip().lower():
             self._save_prompt_choice(str(name), [])
+            return
+        self._ask_language(str(name), language, voice.language, voice.display_name)
+
+    def _ask_language(self, set_name: str, language: str, current: str, who: str) -> None:
+        """A set in another language: its takes are judged and trained in the voice's
+        language, so the voice changes with it, or the set does not."""
+        box = QMessageBox(QMessageBox.Icon.Question, "Read sentences in another language?",
+                          f"These sentences are in {language.capitalize()}; {who} speaks "
+                          f"{current.capitalize()}. Change {who}'s language to "
+                          f"{language.capitalize()}?", QMessageBox.StandardButton.NoButton,
+                          self)
+        change = box.addButton(f"Change to {language.capitalize()}",
+                               QMessageBox.ButtonRole.AcceptRole)
+        keep = box.addButton(f"Keep {current.capitalize()}", QMessageBox.ButtonRole.RejectRole)
+        box.setDefaultButton(keep)
+        box.setEscapeButton(keep)
+        box.setInformativeText("Takes are checked and trained in the voice's language: "
+                               "a voice reads one language.")
+        self._language_box = box
+
+        def answered(_r: int) -> None:
+            self._language_box = None
+            if box.clickedButton() is change and self.voice is not None:
+                try:
+                    open_voice(self.voice).set_language(language)
+                except VoxshardError as exc:
+                    self._after(show_error(self, "The language was not changed",
+                                           exc.message, exc.hint or ""))
+                    return
+                self._save_prompt_choice(set_name, [])
+            else:  # the picker shows the set still read
+                self._fill_prompt_choice(self.ctx.reader.cached(self.voice)
+                                         if self.voice else None)
+
+        box.finished.connect(answered)
+        self._after(box)
+        box.open()
 
     def _group_toggled(self, group: str) -> None:
         every = self.prompts.all_groups
@@ -473,7 +567,8 @@ class RecordPage(Page):
             voice = open_voice(self.voice)
             voice.set_prompts(set_name, groups)
         except VoxshardError as exc:
-            show_error(self, "The prompts were not changed", exc.message, exc.hint or "")
+            self._after(show_error(self, "The prompts were not changed", exc.message,
+                                   exc.hint or ""))
             return
         self._pending_choice = (voice.prompt_set, tuple(voice.prompt_groups))
         self._reset_take()
@@ -519,6 +614,7 @@ class RecordPage(Page):
         self.take_audio = None
         self.existing = None
         self.clipped = False
+        self.trimmed_s = 0.0
         self.judgement = Judgement()
         self.clip_label.setText("")
         self.rec_time.setText("0:00")
@@ -585,6 +681,7 @@ class RecordPage(Page):
         self.preroll_timer.stop()
         self.meter_timer.stop()
         self.meter.reset()
+        audio, self.trimmed_s = trim_take(audio, sr)
         self.take_audio = audio
         self.take_sr = sr
         self.rec_btn.setText("Record")
@@ -601,6 +698,9 @@ class RecordPage(Page):
         if self.clipped:  # the live clipping note says the same as the verdict's
             shown = [w for w in shown if not w.startswith("Clipped")]
             shown.insert(0, self.clip_label.text())
+        if self.trimmed_s >= 1.0:  # said when it matters; a breath's worth is not news
+            shown.append(f"Trimmed {self.trimmed_s:.1f} s of silence before and after the "
+                         "speech.")
         self.clip_label.setText("\n".join(shown))
         if j.verdict == VERDICT_UNUSABLE:
             first = j.warnings[0] if j.warnings[0] == SILENT else "This take cannot train."
@@ -645,6 +745,7 @@ class RecordPage(Page):
                 self.retake()
 
         box.finished.connect(answered)
+        self._after(box)
         box.open()
 
     def _save_take(self) -> bool:
@@ -662,7 +763,8 @@ class RecordPage(Page):
             take = voice.add_take(self.take_audio, self.prompt.text, sample_rate=self.take_sr,
                                   prompt_id=self.prompt.id, extra=extra)
         except VoxshardError as exc:
-            show_error(self, "The take was not saved", exc.message, exc.hint or "")
+            self._after(show_error(self, "The take was not saved", exc.message,
+                                   exc.hint or ""))
             return False
         gone = []
         for old in replaced:  # the new take is saved first: a failure here loses nothing
@@ -829,8 +931,12 @@ class RecordPage(Page):
                           QMessageBox.StandardButton.NoButton, self)
         prompt = f"prompt {self.prompt.id}" if self.prompt is not None else "this prompt"
         if what == "recording":
-            box.setText(f"A take of {prompt} is being recorded.")
-            keep = box.addButton("Stop and review", QMessageBox.ButtonRole.AcceptRole)
+            # stopped now, not when the question is answered: the time the question
+            # stays open is not the take's
+            self.toggle_record()
+            box.setText(f"The take of {prompt} was being recorded: it is stopped, for you "
+                        "to review.")
+            keep = box.addButton("Review it", QMessageBox.ButtonRole.AcceptRole)
         else:
             verdict = "" if self.judgement.verdict != VERDICT_UNUSABLE else \
                 " It cannot train (" + " ".join(self.judgement.warnings) + ")"
@@ -850,11 +956,12 @@ class RecordPage(Page):
                 self._reset_take()
                 quit_again()
             elif clicked is keep and what == "recording":
-                self.toggle_record()  # stops: the take comes up for review, the quit is off
+                pass  # the take (stopped) is under review; the quit is called off
             elif clicked is keep and self._save_take():
                 quit_again()
 
         box.finished.connect(answered)
+        self._after(box)
         box.open()
         return False
 
