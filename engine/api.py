@@ -30,7 +30,7 @@ from engine.core.events import Emitter, EventCallback, as_emitter
 __all__ = [
     "compare", "create_voice", "delete_voice", "download_model", "evaluate", "export",
     "import_files", "inspect_model", "list_voices", "make_tiny_model", "next_prompt",
-    "open_voice", "plan", "prepare", "recognize", "speak", "train", "transcribe",
+    "open_voice", "plan", "prepare", "read", "recognize", "speak", "train", "transcribe",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -176,6 +176,15 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,  # noqa: PLR091
                             reference_text=reference_text)
     synth = Synthesizer.load(source, device=device, on_event=emitter, quantize=quantize)
     return synth.speak_to_file(text, out, SpeakOptions(**options), fmt, emitter, stream=stream)
+
+
+def read(request: Any, on_event: EventCallback | Emitter | None = None,
+         cancel: threading.Event | None = None) -> dict[str, Any]:
+    """Read a script or a book in your voices (`engine.config.read.ReadRequest`): render
+    the lines without a take, then write `request.out` (WAV, FLAC, MP3 or M4B)."""
+    from engine.read import read as _read
+
+    return _read(request, as_emitter(on_event), cancel)
 
 
 def compare(target: PathLike, out_dir: PathLike, sentences: list[str] | None = None,

@@ -45,6 +45,7 @@ from gui.pages.help import HelpPage
 from gui.pages.importer import ImportPage
 from gui.pages.listen import ListenPage
 from gui.pages.prepare import PreparePage
+from gui.pages.read import ReadPage
 from gui.pages.record import RecordPage
 from gui.pages.serve import ServePage
 from gui.pages.train import TrainPage
@@ -57,7 +58,7 @@ P = TypeVar("P", bound=Page)
 PLACE_SETTLE_MS = 400
 
 PAGE_CLASSES: list[type[Page]] = [VoicesPage, RecordPage, ImportPage, PreparePage, TrainPage,
-                                  ListenPage, ServePage, HelpPage]
+                                  ListenPage, ReadPage, ServePage, HelpPage]
 
 
 def versions() -> list[tuple[str, str]]:

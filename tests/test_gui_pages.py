@@ -33,7 +33,8 @@ def _click_yes(qtbot, parent) -> None:
 
 def test_window_has_every_page_and_navigates(qtbot, window: MainWindow) -> None:
     titles = [p.title for p in window.pages]
-    assert titles == ["Voices", "Record", "Import", "Prepare", "Train", "Listen", "Serve", "Help"]
+    assert titles == ["Voices", "Record", "Import", "Prepare", "Train", "Listen", "Read", "Serve",
+                      "Help"]
     for row in range(len(window.pages)):
         window.nav.setCurrentRow(row)
         assert window.stack.currentWidget() is window.pages[row]
@@ -622,7 +623,7 @@ def test_import_page_transcribes_and_shows_only_doubtful_clips_for_review(
 
 
 def test_ctrl_digits_reach_every_page_before_help(qtbot, window: MainWindow) -> None:
-    """Ctrl+1 ... Ctrl+7 open the sidebar's pages in order, Serve included (F1 is Help); the
+    """Ctrl+1 ... Ctrl+8 open the sidebar's pages in order, Serve included (F1 is Help); the
     Help page lists the same keys."""
     from PySide6.QtGui import QShortcut
 

@@ -29,7 +29,7 @@ SHORT = 24  # frames per chunk: about two seconds
 
 @pytest.fixture(scope="module")
 def workspace(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return read_workspace(tmp_path_factory.mktemp("read"), tiny_model_dir)
+    return read_workspace(tmp_path_factory.mktemp("read") / "ws", tiny_model_dir)
 
 
 def _read(request: ReadRequest) -> tuple[dict[str, Any], list[Event]]:

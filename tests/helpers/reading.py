@@ -42,9 +42,9 @@ def instant_voice(workspace: Path, name: str, model_dir: Path, pitch: float) -> 
     return voice
 
 
-def read_workspace(root: Path, model_dir: Path) -> Path:
-    ws = root / "ws"
-    ws.mkdir(parents=True)
+def read_workspace(ws: Path, model_dir: Path) -> Path:
+    """Fill the workspace folder `ws` (made when missing) with ada, bob and drone."""
+    ws.mkdir(parents=True, exist_ok=True)
     instant_voice(ws, "Ada", model_dir, 180.0)
     instant_voice(ws, "Bob", model_dir, 110.0)
     create_voice(ws / "drone", "Drone", "english")

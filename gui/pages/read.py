@@ -1,0 +1,354 @@
+"""Read: a script or a book in your voices, line by line, exported with chapters.
+
+The page shows the script's lines as the engine plans them (`engine.read.project`: each
+line's voice, style and takes; torch-free), and runs `voxshard-engine --json read` as an
+`EngineJob` to render and export, so the window never waits on the model. Render again
+after editing the script: only the changed lines are rendered. A line's takes are played,
+picked (`choose`, a small file in the project) or made anew (`read --regenerate N`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QTableWidget,
+    QTableWidgetItem,
+    QWidget,
+)
+
+from engine.config.read import LOUDNESS_PRESETS, ReadRequest
+from engine.core.atomic import read_json
+from engine.core.errors import VoxshardError
+from engine.layout import reading
+from engine.read.project import Plan, best_take, choose, make_plan
+from engine.read.pronounce import add_respelling
+from engine.serve.voices import discover
+from gui.context import AppContext
+from gui.jobs import EngineJob
+from gui.pages.base import Page
+from gui.widgets import button, fmt_duration, hbox
+
+COLUMNS = ["#", "Chapter", "Voice", "Style", "Line", "Takes"]
+#: a project's settings the page keeps as the project saved them (the takes' keys use them)
+SAVED = ("language", "seed", "chunk_chars", "max_frames", "retries", "line_pause_s",
+         "paragraph_pause_s", "chapter_pause_s")
+#: the export's file types, in the order offered
+EXPORTS = "Audiobook (*.m4b);;MP3 (*.mp3);;FLAC (*.flac);;WAV (*.wav)"
+
+
+def take_text(plan: Plan, number: int) -> str:
+    """A line's takes in a few words: how many, the one used, and a flag."""
+    planned = plan.line(number)
+    if not planned.seeds:
+        return "not rendered"
+    used = best_take(plan, planned)
+    flagged = bool(planned.record(plan.project, used).get("problems")) if used else False
+    text = f"{len(planned.seeds)} (seed {used})" if len(planned.seeds) > 1 else "1"
+    return text + (" - check it" if flagged else "")
+
+
+class ReadPage(Page):
+    title = "Read"
+    subtitle = ("Read a script or a book in your voices: each line a take you can replay "
+                "and redo, exported as an audiobook with chapters.")
+    icon_name = "read"
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        self.job: EngineJob | None = None
+        self.plan: Plan | None = None
+
+        form = QGridLayout()
+        form.setHorizontalSpacing(10)
+        self.script = QLineEdit()
+        self.script.setPlaceholderText("A .txt, .md (headings are chapters; Name: lines are "
+                                       "dialogue) or .epub")
+        self.script.editingFinished.connect(self.refresh)
+        form.addWidget(QLabel("Script"), 0, 0)
+        form.addWidget(hbox(self.script, button("Open...", "folder", slot=self._browse)), 0, 1)
+        self.narrator = QComboBox()
+        self.narrator.setToolTip("The voice of lines that name no speaker. A speaker named "
+                                 "like a voice speaks with it.")
+        self.narrator.currentIndexChanged.connect(lambda _i: self.refresh())
+        self.cast = QLineEdit()
+        self.cast.setPlaceholderText("Cast: Bob=bob/instant, Eve=eve")
+        self.cast.editingFinished.connect(self.refresh)
+        form.addWidget(QLabel("Narrator"), 1, 0)
+        form.addWidget(hbox(self.narrator, self.cast, spacing=10), 1, 1)
+        self.out = QLineEdit()
+        self.out.setPlaceholderText("book.m4b (chapters), .mp3, .flac or .wav")
+        self.loudness = QComboBox()
+        for name, lufs in LOUDNESS_PRESETS.items():
+            self.loudness.addItem(f"{name.capitalize()} ({lufs:g} LUFS)", lufs)
+        self.loudness.setCurrentIndex(1)
+        form.addWidget(QLabel("Export"), 2, 0)
+        form.addWidget(hbox(self.out, button("Save as...", "save", slot=self._save_as),
+                            self.loudness), 2, 1)
+        self.outer.addLayout(form)
+
+        self.render_button = button("Render", "play", primary=True, slot=self.render,
+                                    tip="Render the lines that have no take yet")
+        self.export_button = button("Export", "save", slot=self.export,
+                                    tip="Render what is missing, then write the export")
+        self.stop_button = button("Stop", "stop", slot=self.stop,
+                                  tip="Stop; every finished take is kept")
+        self.stop_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(False)
+        self.progress.setMaximumHeight(8)
+        self.status = QLabel("")
+        self.status.setObjectName("Muted")
+        self.outer.addWidget(hbox(self.render_button, self.export_button, self.stop_button,
+                                  self.status, stretch_at=4))
+        self.outer.addWidget(self.progress)
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        header = self.table.horizontalHeader()
+        for column in range(len(COLUMNS)):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        self.table.itemSelectionChanged.connect(self._selected)
+        self.outer.addWidget(self.table, 1)
+
+        self.takes = QComboBox()
+        self.takes.setToolTip("The take this line's export uses")
+        self.takes.activated.connect(self._pick)
+        self.play_button = button("Play", "play", slot=self.play)
+        self.again_button = button("New take", "retake", slot=self.regenerate,
+                                   tip="Render this line again with a new seed, and use it")
+        self.word = QLineEdit()
+        self.word.setPlaceholderText("Word")
+        self.respelling = QLineEdit()
+        self.respelling.setPlaceholderText("say it as")
+        self.outer.addWidget(hbox(QLabel("Take"), self.takes, self.play_button,
+                                  self.again_button, None, QLabel("Pronounce"), self.word,
+                                  self.respelling, button("Add", "add", slot=self.add_word),
+                                  spacing=8))
+        self._line_buttons(False)
+
+    # -- what the page shows -----------------------------------------------------------------
+    def _request(self) -> ReadRequest | None:
+        """The page's choices over the project's saved settings (its seed, chunking and
+        pauses: the takes' keys are made with them)."""
+        script = self.script.text().strip()
+        if not script or self.ctx.workspace is None:
+            return None
+        saved = read_json(reading.default_project_dir(script) / reading.PROJECT_FILE)
+        kept = {k: v for k, v in (saved or {}).items() if k in SAVED}
+        cast = tuple(c.strip() for c in self.cast.text().split(",") if c.strip())
+        return ReadRequest(script=script, workspace=str(self.ctx.workspace),
+                           voice=self.narrator.currentData() or None, cast=cast,
+                           loudness_lufs=self.loudness.currentData(), **kept)
+
+    def _voices(self) -> None:
+        names = []
+        if self.ctx.workspace is not None:
+            try:
+                names = sorted(discover([], self.ctx.workspace))
+            except VoxshardError:
+                names = []
+        current = self.narrator.currentData()
+        self.narrator.blockSignals(True)
+        self.narrator.clear()
+        for name in names:
+            self.narrator.addItem(name, name)
+        if current in names:
+            self.narrator.setCurrentIndex(names.index(current))
+        self.narrator.blockSignals(False)
+
+    def refresh(self) -> None:
+        if self.narrator.count() == 0:
+            self._voices()
+        self.plan = None
+        try:
+            request = self._request()
+            self.plan = make_plan(request) if request is not None else None
+        except VoxshardError as exc:
+            self.status.setText(f"{exc.message} {exc.hint or ''}".strip())
+        self._fill()
+
+    def shown(self) -> None:
+        self._voices()
+        self.refresh()
+
+    def _fill(self) -> None:
+        selected = self._selected_number()
+        plan = self.plan
+        self.table.setRowCount(0 if plan is None else len(plan.lines))
+        if plan is None:
+            return
+        for row, planned in enumerate(plan.lines):
+            line = planned.line
+            cells = [str(line.number), plan.script.chapters[line.chapter].title,
+                     planned.voice.name, line.style or "", line.text,
+                     take_text(plan, line.number)]
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if column == 4 and planned.spoken != line.text:
+                    item.setToolTip(f"Said as: {planned.spoken}")
+                self.table.setItem(row, column, item)
+        done = sum(1 for p in plan.lines if p.seeds)
+        if self.job is None:
+            self.status.setText(f"{len(plan.lines)} lines in {len(plan.script.chapters)} "
+                                f"chapters, {done} rendered")
+        if selected is not None:
+            self.table.selectRow(selected - 1)
+        self._selected()  # the same row kept selected signals nothing: its takes may be new
+
+    def _selected_number(self) -> int | None:
+        rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
+        return rows[0].row() + 1 if rows else None
+
+    def _line_buttons(self, on: bool) -> None:
+        for widget in (self.takes, self.play_button, self.again_button):
+            widget.setEnabled(on)
+
+    def _selected(self) -> None:
+        number = self._selected_number()
+        self.takes.clear()
+        if self.plan is None or number is None:
+            self._line_buttons(False)
+            return
+        planned = self.plan.line(number)
+        used = best_take(self.plan, planned)
+        for seed in planned.seeds:
+            problems = planned.record(self.plan.project, seed).get("problems") or []
+            self.takes.addItem(f"seed {seed}" + (f" ({', '.join(problems)})" if problems else ""),
+                               seed)
+            if seed == used:
+                self.takes.setCurrentIndex(self.takes.count() - 1)
+        self._line_buttons(bool(planned.seeds))
+        self.again_button.setEnabled(self.job is None)
+
+    # -- actions -----------------------------------------------------------------------------
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a script", "",
+                                              "Scripts (*.txt *.md *.markdown *.epub)")
+        if path:
+            self.script.setText(path)
+            if not self.out.text():
+                self.out.setText(str(Path(path).with_suffix(".m4b")))
+            self.refresh()
+
+    def _save_as(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export as", self.out.text(), EXPORTS)
+        if path:
+            self.out.setText(path)
+
+    def _args(self, request: ReadRequest) -> list[str]:
+        args = ["read", request.script, "--workspace", str(request.workspace)]
+        if request.voice:
+            args += ["--voice", request.voice]
+        for item in request.cast:
+            args += ["--cast", item]
+        args += ["--loudness-lufs", f"{request.loudness_lufs:g}"]
+        for name in SAVED:
+            value = getattr(request, name)
+            if value is not None:
+                args += ["--" + name.replace("_", "-"), str(value)]
+        return args
+
+    def _start(self, extra: list[str], title: str) -> None:
+        request = self._request()
+        if request is None or self.job is not None:
+            return
+        job = self.start_job(self._args(request) + extra, title)
+        self.job = job
+        self.progress.setRange(0, 0)
+        job.event.connect(self._event)
+        job.finished.connect(self._done)
+        job.succeeded.connect(lambda result: self.status.setText(str(result.get("summary"))))
+        job.cancelled.connect(lambda: self.status.setText("Stopped; the finished takes are "
+                                                          "kept."))
+        self.render_button.setEnabled(False)
+        self.export_button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+        self.again_button.setEnabled(False)
+        self.status.setText("Loading the voices...")
+
+    def render(self) -> None:
+        self._start([], "Read")
+
+    def export(self) -> None:
+        out = self.out.text().strip()
+        if not out:
+            self._save_as()
+            out = self.out.text().strip()
+        if out:
+            self._start(["-o", out], "Read and export")
+
+    def regenerate(self) -> None:
+        number = self._selected_number()
+        if number is not None:
+            self._start(["--regenerate", str(number)], f"New take of line {number}")
+
+    def stop(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+
+    def _event(self, event: dict[str, Any]) -> None:
+        """A finished line: the bar, the time left, and its take in the table at once."""
+        if event.get("event") != "progress" or event.get("stage") != "render":
+            return
+        done, total = int(event.get("done") or 0), int(event.get("total") or 0)
+        self.progress.setRange(0, max(1, total))
+        self.progress.setValue(done)
+        self.refresh()
+        eta = event.get("eta_s")
+        left = f", about {fmt_duration(float(eta))} left" if eta else ""
+        self.status.setText(f"Rendering: {done} of {total} lines{left}")
+
+    def _done(self) -> None:
+        self.job = None
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.render_button.setEnabled(True)
+        self.export_button.setEnabled(True)
+        self.stop_button.setEnabled(False)
+        status = self.status.text()
+        self.refresh()
+        self.status.setText(status)
+
+    def play(self) -> None:
+        number = self._selected_number()
+        seed = self.takes.currentData()
+        if self.plan is None or number is None or seed is None:
+            return
+        self.ctx.player.play_file(reading.take_audio(self.plan.project,
+                                                     self.plan.line(number).key, int(seed)))
+
+    def _pick(self, _index: int) -> None:
+        number, seed = self._selected_number(), self.takes.currentData()
+        if self.plan is not None and number is not None and seed is not None:
+            choose(self.plan, number, int(seed))
+            self._fill()
+
+    def add_word(self) -> None:
+        word, say = self.word.text().strip(), self.respelling.text().strip()
+        if not word or not say or self.ctx.workspace is None:
+            return
+        try:
+            add_respelling(self.ctx.workspace / reading.PRONUNCIATIONS_FILE, word, say)
+        except VoxshardError as exc:
+            self.status.setText(f"{exc.message} {exc.hint or ''}".strip())
+            return
+        self.word.clear()
+        self.respelling.clear()
+        self.refresh()
+        self.status.setText(f"{word} is said as {say} in every project of this workspace; "
+                            "Render renders again the lines it changes.")
