@@ -378,6 +378,11 @@ class LogView(QPlainTextEdit):
         self.appendPlainText(text)
         self._follow()
 
+    def clear(self) -> None:
+        """Empty, and following again (a new job's lines from its first)."""
+        super().clear()
+        self.following = True
+
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         self._follow()

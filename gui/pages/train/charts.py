@@ -322,8 +322,12 @@ class TrainCharts(QTabWidget):
         x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
         fresh = self._ranged.get(id(plot)) is None
         if fresh or x1 > vx1 or x0 < vx0:
-            span = max(x1 - x0, 1.0)
-            plot.setXRange(x0, x0 + span * 1.25, padding=0)
+            if x1 - x0 < 1.0:
+                # one point (a first checkpoint's quality): in the middle, not on the edge
+                half = max(1.0, 0.05 * abs(x0))
+                plot.setXRange(x0 - half, x1 + half, padding=0)
+            else:
+                plot.setXRange(x0, x0 + (x1 - x0) * 1.25, padding=0)
         if fresh or y1 > vy1 or y0 < vy0 or (y1 - y0) < 0.25 * (vy1 - vy0):
             pad = max((y1 - y0) * 0.3, abs(y1) * 0.02, 1e-12)
             plot.setYRange(y0 - pad, y1 + pad, padding=0)

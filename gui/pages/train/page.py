@@ -193,6 +193,12 @@ class TrainPage(Page):
         self.eval_note = QLabel("")
         self.eval_note.setObjectName("Muted")
         self.eval_note.setWordWrap(True)
+        # its room is kept while it is hidden, two lines of it (the whole line is its
+        # tooltip): showing, hiding or lengthening it moved the tabs by 30-70 px
+        keep = self.eval_note.sizePolicy()
+        keep.setRetainSizeWhenHidden(True)
+        self.eval_note.setSizePolicy(keep)
+        self.eval_note.setFixedHeight(2 * self.eval_note.fontMetrics().lineSpacing() + 4)
         self.eval_note.hide()
         lay.addWidget(self.eval_note)
         self.plan_note = QLabel("")  # the memory plan, in the form's words
@@ -462,6 +468,7 @@ class TrainPage(Page):
             self.run.best_step = best["step"]
             self.charts.mark_best(best["step"])
         self.eval_note.setText(evaluation_summary(data))
+        self.eval_note.setToolTip(self.eval_note.text())
         self.eval_note.show()
         self.redraw()
         self._update_run_buttons()
@@ -550,6 +557,7 @@ class TrainPage(Page):
         self._before_start = self.selected_run()
         resumed = self._before_start if resume else None
         self._reset_charts()
+        self.log.clear()  # the log is this run's: the last one's lines are in its folder
         # a new run is not the one shown before: until the engine names its folder, the
         # cards and the picker say it is starting
         self._shown_run = resumed.path if resumed is not None else None
@@ -564,7 +572,10 @@ class TrainPage(Page):
         self.run.attach(job, self.steps.value(),
                         history=resumed.metrics_file if resumed is not None else None)
         job.finished.connect(self._on_finished)
-        self._append_log("info", "$ voxshard-engine " + " ".join(args))
+        # the window's words, not the command's flags (the run's config.json has them all)
+        self._append_log("info", f"Training resumed, to step {self.steps.value()}."
+                         if resumed is not None else "Training started with the settings in "
+                         f"the form: {self.steps.value()} steps.")
         self.redraw_timer.start()
         self.refresh()
         return job

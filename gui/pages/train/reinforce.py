@@ -406,7 +406,8 @@ class ReinforcePanel(QWidget):
         job.finished.connect(self._finished)
         self.state.setText("Resuming the reinforce stage…" if resume
                            else "Starting the reinforce stage…")
-        self.log.emit("info", "$ voxshard-engine " + " ".join(args))
+        self.log.emit("info", f"Reinforce {'resumed' if resume else 'started'} on {run.name}: "
+                              f"{self.total} iterations.")
         self.update_buttons()
         self.page.refresh()
         return job
