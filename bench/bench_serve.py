@@ -23,7 +23,10 @@ left the server (target: within 50 ms), and the total time and real-time
 factor (wall seconds per audio second) for 1 and 4 clients, one-shot
 `synthesize` and streamed (`synthesize-start`, a chunk per word, `-stop`).
 Wyoming requests carry no options, so each sentence makes as many frames as
-the server's own limit for its text.
+the server's own limit for its text. Then the rooms table: the first audio of a
+three-sentence reply (what an ESPHome satellite waits for: it gives up after 2 s),
+one-shot and streamed, for one room and for two rooms speaking at once (median of
+`--repeats`; with two rooms, the later room's).
 
 With `--voices N` it measures many voices on one base instead, in this process, on the
 warm worker the server runs (`engine.synth.worker.SpeechWorker`), at the real 0.6B
@@ -246,6 +249,31 @@ def bench_wyoming(server: Served, text: str, rows: dict[str, Any]) -> None:
                   f"slowest first chunk {rows[key]['first_chunk_s']:.3f} s")
 
 
+def bench_rooms(server: Served, repeats: int, rows: dict[str, Any]) -> None:
+    """First audio of a three-sentence reply, one room and two at once (see the module doc)."""
+    import asyncio
+
+    reply = " ".join(SENTENCES[2:5])
+
+    async def rooms(count: int, stream: bool) -> float:
+        answers = await asyncio.gather(*(wyoming_request(server, reply, stream)
+                                         for _ in range(count)))
+        return max(first for first, _ in answers)
+
+    table = {}
+    print(f"\nfirst audio of a three-sentence reply ({len(reply)} characters), median of "
+          f"{repeats}:\n{'path':<12}{'1 room':>10}{'2 rooms':>10}")
+    for stream in (False, True):
+        path = "streamed" if stream else "one-shot"
+        cells = {}
+        for count in (1, 2):
+            firsts = sorted(asyncio.run(rooms(count, stream)) for _ in range(repeats))
+            cells[count] = firsts[len(firsts) // 2]
+        table[path] = {f"{k}_room{'s' if k > 1 else ''}_s": round(v, 3) for k, v in cells.items()}
+        print(f"{path:<12}{cells[1]:>9.3f}s{cells[2]:>9.3f}s")
+    rows["wyoming_rooms_first_audio"] = table
+
+
 # -- many voices on one base (--voices) -------------------------------------------------------
 
 def random_adapter(base: Path, out: Path, seed: int, rank: int, predictor: bool = False
@@ -410,6 +438,8 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--wyoming", action="store_true",
                         help="measure the Wyoming protocol (Home Assistant) instead")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="repeats of each cell of the rooms table (--wyoming)")
     parser.add_argument("--voices", type=int, default=0,
                         help="measure N adapter voices on one 0.6B-width base instead")
     parser.add_argument("--layers", type=int, default=28, help="talker layers (--voices)")
@@ -444,6 +474,7 @@ def main() -> None:
         server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0")
         try:
             bench_wyoming(server, text, rows)
+            bench_rooms(server, args.repeats, rows)
         finally:
             server.stop()
         if args.json:

@@ -32,6 +32,7 @@ def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Pat
     page.use_key.setChecked(True)
     page.home_assistant.setChecked(True)
     page.wyoming_port.setValue(0)
+    page.zeroconf.setChecked(True)  # announced: Home Assistant offers it as discovered
     qtbot.mouseClick(page.start_button, Qt.MouseButton.LeftButton)
     # the click returned while the engine is still starting: the window goes on
     assert page.running and page.url_field.text() == "" and not page.start_button.isEnabled()
@@ -61,9 +62,15 @@ def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Pat
     assert "audio s per s" in page.rate.text()
 
     # Home Assistant: the address to type in, reached as the text says, in the same log
-    found = re.search(r"Wyoming Protocol, host (\S+), port (\d+)\. Voices: ada, ada/ada-v1\.",
-                      page.wyoming_info.text())
+    found = re.search(r"Wyoming Protocol, host (\S+), port (\d+)\.$", page.wyoming_info.text())
     assert found, page.wyoming_info.text()
+    assert page.ha_note.text().startswith("Announced at 127.0.0.1: Home Assistant finds it")
+    # the address to type in, copied with one click, and the voices as Home Assistant lists
+    assert page.wyoming_field.text() == f"{found.group(1)}:{found.group(2)}"
+    qtbot.mouseClick(page.copy_wyoming, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == page.wyoming_field.text()
+    assert [page.ha_voices.item(i).text() for i in range(page.ha_voices.count())] == [
+        "ada (best: fine-tuned)", "ada/ada-v1 (fine-tuned)"]
 
     async def speak() -> None:
         async with AsyncTcpClient(found.group(1), int(found.group(2))) as client:
@@ -125,6 +132,35 @@ def test_stopped_serve_page_shows_the_examples_it_would_serve(qtbot, ctx,
     page._on_finished()
     assert page.curl.toPlainText().startswith("# Start the server first")
     assert "http://0.0.0.0:9000/v1" in page.curl.toPlainText()
+
+
+def test_home_assistant_panel_lists_the_voices_in_its_order(qtbot, ctx,
+                                                             workspace: Path) -> None:
+    """Home Assistant's part of the page: off until ticked; then the announce switch, the
+    voices in the order Home Assistant lists them (its first is a new assistant's voice,
+    the plain name before its exports) and the note that a voice added while serving needs
+    a reload of the integration."""
+    from gui.pages.serve import RELOAD_NOTE, ServePage
+
+    voice = make_voice(workspace)
+    for name in ("ada-v1", "ada-v2"):
+        (voice / "exports" / name).mkdir(parents=True)
+        (voice / "exports" / name / "config.json").write_text("{}")
+    page = ServePage(ctx)
+    qtbot.addWidget(page)
+    page.resize(1100, 760)
+    page.show()
+    page.refresh()
+    assert not page.ha_panel.isVisible() and not page.zeroconf.isEnabled()
+    page.home_assistant.setChecked(True)
+    assert page.ha_panel.isVisible() and page.zeroconf.isEnabled()
+    listed = [page.ha_voices.item(i).text() for i in range(page.ha_voices.count())]
+    assert listed[0] == "ada (best: fine-tuned)"
+    assert sorted(listed[1:]) == ["ada/ada-v1 (fine-tuned)", "ada/ada-v2 (fine-tuned)"]
+    assert page.ha_note.text() == RELOAD_NOTE
+    assert not page.copy_wyoming.isEnabled()  # nothing to copy until it runs
+    page.home_assistant.setChecked(False)
+    assert not page.ha_panel.isVisible() and not page.zeroconf.isEnabled()
 
 
 def test_listen_speaks_through_the_running_server(qtbot, ctx, tiny_model_dir: Path,

@@ -12,10 +12,12 @@ from engine.text import (
     clean_text,
     comparison_key,
     join_sentences,
+    language_code,
     max_frames_for,
     number_words,
     split_sentences,
     split_text,
+    spoken_text,
     spoken_weight,
     tidy_text,
     training_text,
@@ -277,3 +279,45 @@ def test_the_same_sentence_is_the_same_key() -> None:
     for a, b in different:
         assert comparison_key(a) != comparison_key(b), (a, b)
     assert comparison_key("...") == "" and comparison_key("") == ""
+
+
+def test_a_language_models_reply_in_its_spoken_form() -> None:
+    reply = ("## Weather today \U0001f324\ufe0f\n"
+             "It is **21°C** and *sunny* \U0001f600, wind 15 km/h.\n"
+             "- Take a [jacket](https://example.com/a_b).\n"
+             "1. Buy 2 kg of apples for $3.50\n"
+             "> Since 1984, `growth` was 12.5% (1,250 people) \U0001f44d\U0001f3fd\n"
+             "```\n| a | b |\n|---|---|\n| x | y |\n```\n---\nMeet at 7:05 on the 2nd floor.")
+    assert spoken_text(reply).split("\n") == [
+        "Weather today.",
+        "It is twenty-one degrees Celsius and sunny, wind fifteen kilometers per hour.",
+        "Take a jacket.",
+        "Buy two kilograms of apples for three dollars fifty.",
+        "Since nineteen eighty-four, growth was twelve point five percent (one thousand two "
+        "hundred and fifty people).",
+        "a, b", "x, y",
+        "Meet at seven oh five on the second floor."]
+    # the model can speak all of it: nothing clean_text refuses is left (emoji were)
+    assert clean_text(spoken_text(reply)).count("\n") == 7
+    assert spoken_text("\U0001f44d **\U0001f389**") == ""  # nothing to say
+
+
+@pytest.mark.parametrize(("language", "text", "spoken"), [
+    ("German", "Es sind 3,5 km bei 21 °C, 1.250 Leute, 2 Stunden, €12,99.",
+     "Es sind drei Komma fünf Kilometer bei einundzwanzig Grad Celsius, "
+     "eintausendzweihundertfünfzig Leute, zwei Stunden, zwölf Euro neunundneunzig."),
+    ("fr", "Il fait 3,5 degrés, 2 km.", "Il fait trois virgule cinq degrés, deux kilomètres."),
+    ("es-ES", "Son 20 % más.", "Son veinte por ciento más."),
+    ("it", "Sono 3,5 km.", "Sono tre virgola cinque chilometri."),
+    # no speller here: the digits stay, the model reads them in its own language
+    ("Chinese", "今天 25°C。", "今天 25°C。"),
+])
+def test_numbers_and_units_in_the_voices_language(language: str, text: str,
+                                                  spoken: str) -> None:
+    assert spoken_text(text, language) == spoken
+
+
+def test_language_codes_are_bcp47() -> None:
+    assert [language_code(x) for x in ("English", "en", "en_us", "pt-BR", "auto", "", None,
+                                       "Klingon")] == ["en", "en", "en-US", "pt-BR", None,
+                                                        None, None, None]

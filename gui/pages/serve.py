@@ -42,7 +42,8 @@ from PySide6.QtWidgets import (
 from engine import catalog
 from engine.core.errors import InputError
 from engine.serve.server import url_of
-from engine.serve.wyoming import announced_address
+from engine.serve.voices import discover
+from engine.serve.wyoming import announced_address, description_of, home_assistant_order
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
@@ -60,18 +61,38 @@ RATE_WINDOW_S = 60.0
 WYOMING_PORT = 10200
 
 
-def home_assistant_text(wyoming: str, voices: list[str]) -> str:
-    """What to type into Home Assistant's Wyoming Protocol integration, for a server at
-    `wyoming` (tcp://HOST:PORT); a server on every address is reached at this computer's."""
+#: Home Assistant reads the voice list once, when the integration is set up or reloaded
+RELOAD_NOTE = ("A voice added while this runs appears in Home Assistant once you reload the "
+               "integration (Devices & services > Wyoming Protocol > Reload).")
+
+
+def wyoming_host_port(wyoming: str) -> tuple[str, str]:
+    """The host and port Home Assistant connects to for a server at `wyoming`
+    (tcp://HOST:PORT); a server on every address is reached at this computer's."""
     host, port = wyoming.removeprefix("tcp://").rsplit(":", 1)
     if host in ("0.0.0.0", "::"):
         try:
             host = announced_address(host)
         except InputError:
             host = "this computer's address"
-    shown = ", ".join(voices[:4]) + (f" and {len(voices) - 4} more" if len(voices) > 4 else "")
+    return host, port
+
+
+def home_assistant_voices(folders: list[str]) -> list[str]:
+    """What Home Assistant will list for these voice folders, in its order (the first is
+    the voice a new assistant picks); none when a folder cannot be served as it is."""
+    try:
+        return [description_of(v) for v in home_assistant_order(discover(folders).values())]
+    except InputError:
+        return []
+
+
+def home_assistant_text(wyoming: str) -> str:
+    """What to type into Home Assistant's Wyoming Protocol integration, for a server at
+    `wyoming` (tcp://HOST:PORT); the voices it lists are beside it (`home_assistant_voices`)."""
+    host, port = wyoming_host_port(wyoming)
     return (f"Home Assistant: Settings > Devices & services > Add integration > Wyoming "
-            f"Protocol, host {host}, port {port}. Voices: {shown}.")
+            f"Protocol, host {host}, port {port}.")
 
 
 def servable_voices(workspace: Path | None) -> list[tuple[str, Path]]:
@@ -103,11 +124,23 @@ def python_snippet(url: str, voice: str, key: str | None) -> str:
             f"    response.stream_to_file(\"hello.wav\")\n")
 
 
+#: joins a name's parts so a wrapped line never breaks inside it (after "/" or "-")
+WORD_JOINER = "\u2060"
+
+
+def unbroken(name: str) -> str:
+    """`name` as a label shows it whole: no line break after its "/", "-", "_" or "."."""
+    for mark in "/-_.":
+        name = name.replace(mark, mark + WORD_JOINER)
+    return name
+
+
 def serving_text(voices: int, names: list[str]) -> str:
     """What runs, in one line that never breaks inside the address (the URL box below
-    holds it): the voices ticked, and the names clients can ask for (a voice, each of its
-    exports and runs)."""
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    holds it) or inside a name ("ada/ada-" then "v1" once): the voices ticked, and the
+    names clients can ask for (a voice, each of its exports and runs)."""
+    shown = ", ".join(unbroken(n) for n in names[:3]) + (
+        f" and {len(names) - 3} more" if len(names) > 3 else "")
     return (f"Serving {count(voices, 'voice')} at the URL below, as "
             f"{count(len(names), 'name')}: {shown}.")
 
@@ -165,8 +198,14 @@ class ServePage(Page):
         self.wyoming_port.setRange(0, 65535)
         self.wyoming_port.setValue(WYOMING_PORT)
         self.wyoming_port.setToolTip("TCP port of the Wyoming service; 0 picks a free one.")
+        self.zeroconf = QCheckBox("Announce it on the network")
+        self.zeroconf.setToolTip(
+            "Zeroconf (mDNS): Home Assistant finds the service by itself and offers it under "
+            "Settings > Devices & services as discovered.")
+        self.home_assistant.toggled.connect(self._home_assistant_changed)
+        self.voices.itemChanged.connect(self._show_home_assistant_voices)
         form.addWidget(hbox(self.home_assistant, QLabel("port"), self.wyoming_port,
-                            stretch_at=3), 2, 1)
+                            self.zeroconf, stretch_at=4), 2, 1)
         self.outer.addLayout(form)
 
         self.start_button = button("Start", "play", primary=True, slot=self.start)
@@ -189,16 +228,37 @@ class ServePage(Page):
         self.wyoming_info.setWordWrap(True)
         self.wyoming_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.outer.addWidget(self.wyoming_info)
+        # Home Assistant's side: the address to type in, and the voices as it will list them
+        self.wyoming_field = QLineEdit()
+        self.wyoming_field.setReadOnly(True)
+        self.wyoming_field.setPlaceholderText("The Wyoming address appears here once it runs.")
+        self.copy_wyoming = button("Copy", tip="Copy the Wyoming address (host:port)",
+                                   slot=self._copy_wyoming)
+        self.copy_wyoming.setEnabled(False)
+        self.ha_voices = QListWidget()
+        self.ha_voices.setMaximumHeight(64)
+        self.ha_voices.setToolTip("The voices Home Assistant will list, in its order: the "
+                                  "first is the one a new assistant picks.")
+        self.ha_note = QLabel(RELOAD_NOTE)
+        self.ha_note.setWordWrap(True)
+        self.ha_panel = hbox(QLabel("Wyoming"), self.wyoming_field, self.copy_wyoming,
+                             QLabel("Home Assistant lists"), self.ha_voices, self.ha_note)
+        self.wyoming_field.setMaximumWidth(180)
+        self.ha_voices.setMaximumWidth(240)
+        self.ha_panel.layout().setStretchFactor(self.ha_note, 1)
+        self.ha_panel.setVisible(False)
+        self.outer.addWidget(self.ha_panel)
         self.curl = QPlainTextEdit()
         self.curl.setReadOnly(True)
-        self.curl.setMaximumHeight(90)
         self.python = QPlainTextEdit()
         self.python.setReadOnly(True)
-        self.python.setMaximumHeight(120)
-        self.outer.addWidget(QLabel("<b>Try it</b> (curl, then Python with the <code>openai</code>"
-                                    " package)"))
-        self.outer.addWidget(self.curl)
-        self.outer.addWidget(self.python)
+        # side by side: one above the other left the Requests table one row at 1100x760
+        for box in (self.curl, self.python):
+            box.setMaximumHeight(120)
+            box.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.outer.addWidget(QLabel("<b>Try it</b> (curl, left; Python with the "
+                                    "<code>openai</code> package, right)"))
+        self.outer.addWidget(hbox(self.curl, self.python))
 
         self.log = QTableWidget(0, 6)
         self.log.setHorizontalHeaderLabels(["Time", "Status", "Voice", "Format", "Audio s",
@@ -212,6 +272,7 @@ class ServePage(Page):
         self._rate_timer.setInterval(1000)
         self._rate_timer.timeout.connect(self._show_rate)
         self._host_changed()
+        self.zeroconf.setEnabled(False)
 
     # -- form ------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -283,6 +344,8 @@ class ServePage(Page):
             args += ["--wyoming", f"tcp://{host}:{self.wyoming_port.value()}"]
             if host != "127.0.0.1":  # the user chose other computers: say so to the engine
                 args.append("--wyoming-allow-lan")
+            if self.zeroconf.isChecked():
+                args.append("--zeroconf")
         self.log.setRowCount(0)
         self.served.clear()
         self._started_with = len(voices)
@@ -318,10 +381,37 @@ class ServePage(Page):
             loads = {str(k): str(v) for k, v in (event.get("loads") or {}).items()}
             self.ctx.speech.set_endpoint(ServedEndpoint(self.url, self.key, loads))
             if event.get("wyoming"):
-                self.wyoming_info.setText(home_assistant_text(
-                    str(event["wyoming"]), [str(v) for v in event.get("voices") or []]))
+                self.wyoming_info.setText(home_assistant_text(str(event["wyoming"])))
+                if event.get("zeroconf"):
+                    self.ha_note.setText(f"Announced at {event['zeroconf']}: Home Assistant "
+                                         f"finds it. {RELOAD_NOTE}")
+                self.wyoming_field.setText(":".join(wyoming_host_port(str(event["wyoming"]))))
+                self.copy_wyoming.setEnabled(True)
+                # the server's own list, as it serves it (a voice added later: RELOAD_NOTE)
+                self._list_home_assistant_voices(
+                    [str(d) for _, d in event.get("wyoming_voices") or []])
         elif "request_log" in event:
             self._add_request(event["request_log"])
+
+    def _copy_wyoming(self) -> None:
+        QGuiApplication.clipboard().setText(self.wyoming_field.text())
+        self.state.setText(f"Copied {self.wyoming_field.text()}: in Home Assistant, Add "
+                           "integration > Wyoming Protocol, host and port from it.")
+
+    def _home_assistant_changed(self, on: bool) -> None:
+        self.zeroconf.setEnabled(on)
+        self.ha_panel.setVisible(on)
+        self._show_home_assistant_voices()
+
+    def _show_home_assistant_voices(self) -> None:
+        """While stopped, the list the ticked voices would make (a running server's own
+        list stays until it stops)."""
+        if not self.running and self.home_assistant.isChecked():
+            self._list_home_assistant_voices(home_assistant_voices(self.chosen()))
+
+    def _list_home_assistant_voices(self, descriptions: list[str]) -> None:
+        self.ha_voices.clear()
+        self.ha_voices.addItems(descriptions)
 
     def _add_request(self, record: dict[str, Any]) -> None:
         if self.log.rowCount() >= LOG_ROWS:
@@ -357,6 +447,10 @@ class ServePage(Page):
         self.key_field.clear()  # shown once: a new start makes a new key
         self.url_field.clear()
         self.wyoming_info.clear()
+        self.wyoming_field.clear()
+        self.copy_wyoming.setEnabled(False)
+        self.ha_note.setText(RELOAD_NOTE)
+        self._show_home_assistant_voices()
         self.start_button.setEnabled(True)
         self.stop_button.setEnabled(False)
         outcome = self.job.outcome if self.job is not None else None
