@@ -1,0 +1,54 @@
+"""Recording through the Record page as a person does, into a PulseAudio null sink.
+
+- `record_prompt`: read the page's prompt aloud (piper speech played into the sink the
+  page records from) and keep the take by keyboard.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+from PySide6.QtCore import Qt
+
+from engine.layout.voice import VERDICT_UNUSABLE
+
+
+def record_prompt(qtbot: Any, page: Any, sink: str, folder: Path,
+                  piper_synth: Callable[[str], tuple[np.ndarray, int]]) -> None:
+    """Read the page's prompt aloud as a person does: Space, wait for "speak now" (the
+    input may begin seconds after the key on a busy machine: what is said before it is
+    not recorded), speak the prompt into `sink` (the page records from its monitor),
+    Space, then Enter keeps the take.
+
+    The speaker is PulseAudio's own player, in its own process with a 1.5 s buffer: the
+    window's player, with its short device buffer, underflows under load and the null
+    sink then loses much of what it played, so the take is judged on audio that never
+    reached the input (seen in CI: "Too short for the sentence", and Enter asks)."""
+    prompt = page.prompt
+    assert prompt is not None
+    audio, sr = piper_synth(prompt.text)
+    pad = np.zeros(int(0.3 * sr), dtype=np.float32)
+    wav = folder / f"spoken-{prompt.id}.wav"
+    sf.write(str(wav), np.concatenate([pad, 0.6 * audio, pad]).astype(np.float32), sr)
+    qtbot.keyClick(page, Qt.Key.Key_Space)
+    assert page.recorder.active
+    qtbot.waitUntil(lambda: "speak now" in page.rec_state.text(), timeout=30000)
+    mouth = subprocess.Popen(["paplay", f"--device={sink}", "--latency-msec=1500", str(wav)])
+    try:
+        qtbot.waitUntil(lambda: mouth.poll() is not None, timeout=60000)
+    finally:
+        if mouth.poll() is None:
+            mouth.kill()
+            mouth.wait(timeout=10)
+    assert mouth.returncode == 0
+    with qtbot.waitSignal(page.recorder.stopped, timeout=30000):
+        qtbot.keyClick(page, Qt.Key.Key_Space)
+    assert page.take_audio is not None and float(np.max(np.abs(page.take_audio))) > 0.2
+    assert page.judgement.verdict != VERDICT_UNUSABLE, page.judgement.warnings
+    qtbot.keyClick(page, Qt.Key.Key_Return)
+    assert page.take_audio is None  # accepted and saved
