@@ -14,7 +14,7 @@ Each size runs in a process of its own (nothing of the 0.6B model is left
 when 1.7B loads, and a size that fails is one "failed" row: the next one
 runs); its row is printed and appended to `--out` (gpu_speech_proof.jsonl)
 the moment it ends. `--budget-s` starts a size only when its estimate fits in
-the time left and stops one still running at the limit (gpu_proof.Budget).
+the time left and stops one still running at the limit (bench/proof_rows.py's Budget).
 Per size it checks and prints:
 - graphs: the frame graphs are captured when the model loads
   (`FastTalker.prepare`), so the first request replays them; the state after
@@ -52,7 +52,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.gpu_proof import Budget, check_environment  # noqa: E402  (after the path)
+from bench.proof_kit import check_environment  # noqa: E402  (after the path)
+from bench.proof_rows import Budget  # noqa: E402
 from engine.core.jsonl import append_jsonl  # noqa: E402
 
 #: talker widths over the 0.6B template (qwen3-tts-facts.md); "tiny": the test model

@@ -68,7 +68,7 @@ def test_model_flops_counts_the_step() -> None:
     """The MFU numerator: forward + input gradients + weight gradients (+ attention)."""
     import tempfile
 
-    from bench.gpu_proof import model_flops
+    from bench.proof_figures import model_flops
     from engine.model.tiny import make_tiny_model
 
     tiny = make_tiny_model(Path(tempfile.mkdtemp()) / "tiny", seed=0)
@@ -81,7 +81,7 @@ def test_model_flops_counts_the_step() -> None:
 
 
 def test_budget_starts_a_configuration_only_when_its_estimate_fits() -> None:
-    from bench.gpu_proof import Budget
+    from bench.proof_rows import Budget
 
     now = [0.0]
     budget = Budget(100.0, start=0.0, clock=lambda: now[0])
@@ -102,7 +102,8 @@ def test_budget_starts_a_configuration_only_when_its_estimate_fits() -> None:
 
 def test_a_spent_budget_starts_nothing_and_says_so_in_the_rows(tmp_path: Path,
                                                                 capsys: Any) -> None:
-    from bench.gpu_proof import ROWS_FILE, main
+    from bench.gpu_proof import main
+    from bench.proof_rows import ROWS_FILE
     from engine.core.jsonl import read_jsonl
 
     rc = main(["--tiny", "--no-ray", "--budget-s", "0.001", "--configs", "plain,lora",
@@ -144,7 +145,7 @@ def test_rows_reach_the_out_folder_as_they_finish_and_a_crash_keeps_them(
 
     import psutil
 
-    from bench.gpu_proof import ROWS_FILE, TABLE_FILE
+    from bench.proof_rows import ROWS_FILE, TABLE_FILE
     from engine.core.jsonl import read_jsonl
 
     out = tmp_path / "out"
@@ -204,7 +205,8 @@ def test_reinforce_row_times_rollouts_and_the_update_on_the_tiny_model(
     the CPU with a voice of the tiny model and a small plan: the stage's own loop, timed."""
     import numpy as np
 
-    from bench.gpu_proof import reinforce_figures, table_line
+    from bench.proof_reinforce import reinforce_figures
+    from bench.proof_rows import table_line
     from engine.model.export import export_custom_voice
 
     vector = np.random.default_rng(0).standard_normal(64).astype(np.float32)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from bench.gpu_proof import proof_builder
+from bench.proof_model import proof_builder
 from engine.train.builder import TrainParts
 
 
@@ -32,8 +32,8 @@ def oom_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
 
 
 def crashing_proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
-    """bench/gpu_proof.py's builder whose rank 1 raises in its second step: a configuration
-    that crashes its process mid-run, after a step of real training."""
+    """The GPU proof's builder (bench/proof_model.py) whose rank 1 raises in its second
+    step: a configuration that crashes its process mid-run, after a step of real training."""
     parts = proof_builder(cfg, loop_config, rank, world)
     forward, calls = parts.forward, [0]
 
@@ -47,8 +47,8 @@ def crashing_proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, wor
 
 
 def hanging_proof_builder(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) -> Any:
-    """bench/gpu_proof.py's builder whose steps never end (a configuration that outlasts
-    the proof's time budget)."""
+    """The GPU proof's builder (bench/proof_model.py) whose steps never end (a
+    configuration that outlasts the proof's time budget)."""
     parts = proof_builder(cfg, loop_config, rank, world)
 
     def hanging(model: Any, batch: Any) -> dict[str, Any]:
