@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from engine.cli.settings import cli_words
 from engine.core.errors import InputError
 
 # numeric parity: LoRA, precision and offload paths against the plain computation.
@@ -58,7 +59,7 @@ def test_plan_precision_and_bf16_refusal_reach_the_api(tmp_path: Path, tiny_mode
     with pytest.raises(InputError) as err:
         driver.train(voice, str(tiny_model_dir), use_gpu=True, precision="bf16", dry_run=True)
     assert err.value.message.startswith("bf16 needs a GPU of compute capability 8.0")
-    assert "--precision fp16" in (err.value.hint or "")
+    assert "--precision to fp16" in (err.value.worded(cli_words)[1] or "")
 
 
 def test_loss_scaler_skips_overflowing_steps_on_every_rank() -> None:

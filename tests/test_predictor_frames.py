@@ -245,7 +245,7 @@ def test_the_plans_activations_are_the_measured_peak(tmp_path: Path, tiny_model_
 def test_the_setting_reaches_a_run_from_the_flag_or_voice_toml(tmp_path: Path,
                                                                 tiny_model_dir: Path) -> None:
     from engine.cli.main import build_parser
-    from engine.config.schema import cli_words
+    from engine.cli.settings import cli_words
     from engine.core.errors import InputError, WorkspaceError
     from engine.train.driver import train
     from tests.helpers.voices import voice_with_clips
@@ -295,7 +295,7 @@ def test_the_gpu_proof_carries_f_as_a_configuration(tmp_path: Path,
     sender = ListSender()
     run_worker({"config": cfg.to_dict(), "run_dir": str(tmp_path / "run"), "total_steps": 2,
                 "model_dir": str(tiny_model_dir), "seconds": 2.0, "save_final": False,
-                "builder": "bench.proof_model:proof_builder"},
+                "builder": "bench.gpu_proof:proof_builder"},
                WorkerEnv(rank=0, world=1, sender=sender))
     train = sender.of("train")
     assert len(train) == 2 and all(math.isfinite(v["loss/subtalker"]) for v in train)

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from engine.catalog import list_tiers
-from engine.config.schema import cli_words
+from engine.cli.settings import cli_words
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, ModelError
 from engine.layout.checkpoints import checkpoint_name
@@ -129,10 +129,10 @@ def test_a_run_without_adapters_has_no_adapter_voice(trained_run: dict[str, Any]
 
 
 def test_predictor_adapters_without_lora_refuse_in_one_sentence(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="needs trainable lora") as err:
+    with pytest.raises(InputError, match="needs trainable set to lora") as err:
         TrainRequest.of(tmp_path, "base", lora_predictor=True).validated()
     # the CLI says it in flags
-    assert "needs --trainable lora" in err.value.worded(cli_words)[0]
+    assert "needs --trainable set to lora" in err.value.worded(cli_words)[0]
     TrainRequest.of(tmp_path, "base", trainable="lora", lora_predictor=True).validated()
 
 

@@ -87,7 +87,7 @@ def test_a_run_that_always_overflows_ends_with_one_sentence(tmp_path: Path) -> N
     assert err.value.message == (f"fp16 overflowed on {MAX_SKIPPED_STEPS} optimizer steps in a "
                                  f"row (loss scale now {2.0 ** (16 - MAX_SKIPPED_STEPS):g}), so "
                                  "no step changed the weights.")
-    assert "--precision bf16" in (err.value.hint or "")
+    assert "{parallel.precision} to bf16" in (err.value.hint or "")
 
 
 def test_offloaded_gpu_workers_get_their_share_of_the_cores() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config.schema import cli_words
+from engine.cli.settings import cli_words
 from engine.core.errors import InputError
 from tests.helpers.voices import voice_with_clips
 

@@ -79,8 +79,9 @@ def test_a_predictor_frozen_by_mistake_stops_the_run(
     with pytest.raises(FatalTrainingError) as err:
         _train(tmp_path, voice, tiny_model_dir, steps=1,
                builder="tests.test_train_updates:frozen_predictor_builder")
-    assert err.value.message == ("The code predictor is frozen although --trainable talker "
-                                 "trains it, so its weights would never change.")
+    # the setting it names is data, each surface words it (the CLI: --trainable)
+    assert err.value.message == ("The code predictor is frozen although {model.trainable} is "
+                                 "talker, which trains it, so its weights would never change.")
 
 
 def test_a_sub_talker_loss_weight_of_0_stops_the_run(
@@ -111,7 +112,7 @@ def test_an_update_below_the_weights_precision_stops_the_run(
     assert err.value.message.endswith(
         "of the talker's weights: its update (learning rate 1e-12 in this step) is below what "
         "float32 weights can represent, so training would change nothing."), err.value.message
-    assert "--lr" in (err.value.hint or "")
+    assert "{optim.lr}" in (err.value.hint or "")
 
 
 def test_the_update_measurement_reads_nothing_back(tiny_model_dir: Path) -> None:

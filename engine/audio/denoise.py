@@ -26,7 +26,7 @@ def _reduce(audio: np.ndarray, sample_rate: int, noise: np.ndarray | None) -> np
     try:
         import noisereduce
     except ImportError as exc:
-        raise InputError("--denoise needs the noisereduce package.",
+        raise InputError("{prepare.denoise} needs the noisereduce package.",
                          "Install it with `pip install noisereduce==3.0.3`.") from exc
     kw: dict[str, Any] = {"y": audio.astype(np.float32), "sr": sample_rate,
                           "prop_decrease": PROP_DECREASE, "n_jobs": 1}

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from engine.cli.output import HumanOutput, JsonOutput
-from engine.config.schema import cli_words
+from engine.cli.settings import cli_words
 from engine.core.errors import Cancelled, VoxshardError
 from engine.core.events import Emitter
 

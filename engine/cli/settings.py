@@ -13,9 +13,12 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from engine.config.schema import default_of, field_help, flag_of, rules, value_type
+from engine.config.schema import default_of, field_help, flag_of, path_of, rules, value_type
 
-__all__ = ["FIELD", "add_field", "field_help"]
+__all__ = ["FIELD", "add_field", "cli_words", "field_help"]
+
+#: {"section.field": flag} of every setting a command takes, filled as the parser is built
+FLAGS: dict[str, str] = {}
 
 #: `add_field(..., default=FIELD)`: argparse's default is the field's own (the value is
 #: always set, for settings built straight from the parsed flags)
@@ -26,6 +29,17 @@ def _shown(value: Any) -> str:
     if isinstance(value, float) and value == int(value) and abs(value) < 1e6:
         return str(int(value))
     return str(value)
+
+
+def cli_words(path: str) -> str:
+    """A setting an error names, as the CLI says it: the flag a command takes for it, else
+    its config name ("model.subtalker_weight", a field of voice.toml or a run's config)."""
+    if not FLAGS:
+        # an error raised before the parser was built (a script, a test): build it once
+        from engine.cli.main import build_parser
+
+        build_parser()
+    return FLAGS.get(path, path)
 
 
 def _checked(cls: type, name: str, kind: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -54,6 +68,7 @@ def add_field(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: ty
     A bool field is an on/off switch.
     """
     flag = flag or flag_of(cls, name)
+    FLAGS.setdefault(path_of(cls, name), flag)
     text = help or field_help(cls).get(name) or name.replace("_", " ")
     shown = default_of(cls, name)
     rule = rules(cls)[name]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config.reinforce import ReinforceConfig
+from engine.config.schema import section
 from engine.config.speak import SpeakOptions
 from engine.config.train import TrainConfig
 
@@ -25,6 +26,7 @@ from engine.config.train import TrainConfig
 VAD_CHOICES: tuple[str, ...] = ("silero", "energy")
 
 
+@section("prepare")
 @dataclass(frozen=True)
 class PrepareConfig:
     """How `prepare` turns takes into training clips."""

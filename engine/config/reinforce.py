@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from engine.config.schema import section
+
 #: the stage's own reward (speaker similarity, word errors, length cap, speaking rate)
 VOICE_REWARD = "voice"
 #: the form of a reward named by import: "package.module:factory"
@@ -30,6 +32,7 @@ _IMPORT_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _TEXT_FIELDS = frozenset({"reward"})
 
 
+@section("reinforce")
 @dataclass(frozen=True)
 class ReinforceConfig:
     """GRPO iterations from a run's checkpoint, with the frozen checkpoint as reference."""

@@ -7,8 +7,8 @@ class its validation (`check`), so a rule such as 0 < F <= 1 is written in one p
 
 A setting is named across surfaces by its path, "section.field" ("model.predictor_frames");
 an error that names one writes "{model.predictor_frames}" in its text, and each surface
-words it: the CLI as the flag, the window as the field's label, the Python API as the
-keyword (`engine.core.errors`).
+words it: the CLI as the flag it has for it (`engine.cli.settings.cli_words`), the window
+as the field's label, the Python API as the keyword (`engine.core.errors`).
 
 Light: no torch; the window imports it.
 """
@@ -237,14 +237,6 @@ def field_help(cls: type) -> dict[str, str]:
 
 #: "{model.predictor_frames}" in an error's text: a setting each surface words its own way
 PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z_]+)\}")
-
-
-def cli_words(path: str) -> str:
-    """A setting as the CLI names it: its flag."""
-    try:
-        return flag_of(*lookup(path))
-    except KeyError:
-        return path
 
 
 def window_words(path: str) -> str:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.config.schema import section
 
+
+@section("serve")
 @dataclass
 class ServeSettings:
     """The speech server on this machine."""
@@ -60,6 +63,7 @@ class ServeSettings:
     http: bool = True
 
 
+@section("cluster_serve")
 @dataclass
 class ClusterServeSettings:
     """The same server as a Ray Serve deployment on an existing cluster (`--address`)."""

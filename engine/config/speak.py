@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from engine.config.schema import section
 from engine.core.errors import InputError
 from engine.text import DEFAULT_CHUNK_CHARS, MAX_CHUNK_CHARS
 
@@ -29,6 +30,7 @@ def _check(cond: bool, message: str, hint: str | None = None) -> None:
         raise InputError(message, hint)
 
 
+@section("speak")
 @dataclass(frozen=True)
 class SpeakOptions:
     """How to speak. `None` means "the model's own default" (its generation_config.json)."""

@@ -124,7 +124,7 @@ def export_adapter(req: AdapterRequest, out_dir: str | Path, overwrite: bool = F
     if not any(k.endswith(LORA_A) for k in req.tensors):
         raise InputError("This run trained no LoRA adapters, so it has no adapter voice.",
                          "Export it as a full voice (leave out --adapter), or train with "
-                         "--trainable lora.")
+                         "{model.trainable} lora.")
     tensors = {k: torch.as_tensor(v).detach().cpu().contiguous() for k, v in req.tensors.items()}
     tensors[SPEAKER_ROW_KEY] = torch.as_tensor(
         np.asarray(req.x_vector, dtype=np.float32)).flatten()

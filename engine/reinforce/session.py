@@ -159,7 +159,8 @@ def _trainable(run: Run, workers: int | None = None) -> str:
     if trainable == "lora" and workers:
         raise InputError(f"The run {run.name} trained LoRA adapters, which the reinforce "
                          "stage updates in this process only, not on Ray workers.",
-                         "Reinforce it without --workers.")
+                         "Reinforce it in the engine's own process (no "
+                         "{parallel.workers}).")
     return trainable
 
 
@@ -257,7 +258,8 @@ def _on_ray(voice: Voice, run: Run, plan: _Plan, cfg: ReinforceConfig,
     if (cfg.prompts * cfg.group) % workers:
         raise InputError(f"{cfg.prompts} x {cfg.group} renders per iteration do not split "
                          f"evenly over {workers} workers.",
-                         "Choose --prompts and --group whose product the workers divide.")
+                         "Choose {reinforce.prompts} and {reinforce.group} whose product "
+                         "the workers divide.")
     trained = TrainConfig.from_dict(run.config())
     use_gpu = bool(request.device and request.device.startswith("cuda"))
     config = trained.replace(

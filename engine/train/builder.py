@@ -164,5 +164,6 @@ def worker_precision(cfg: Any, device: Any) -> tuple[str, str]:
         precision = resolve_precision(cfg.parallel, device, capability)
     except PrecisionError as exc:
         raise FatalTrainingError("precision", str(exc),
-                                 "Use --precision fp16 (or fp32) on this GPU.") from exc
+                                 "Set {parallel.precision} to fp16 (or fp32) on this "
+                                 "GPU.") from exc
     return precision, describe(precision, device.type, capability)

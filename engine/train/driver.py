@@ -262,7 +262,9 @@ class TrainRun:
         if use_gpu and gpus >= 0 and workers > gpus:
             raise InputError(f"You asked for {workers} worker{'s' if workers != 1 else ''} but "
                              f"this machine has {gpus} GPU{'s' if gpus != 1 else ''}.",
-                             f"Use --workers {max(1, gpus)}, or --cpu to train on the CPU.")
+                             f"Set {{parallel.workers}} to {max(1, gpus)}, or train on the CPU "
+                             "instead.")
+
         threads = worker_threads(use_gpu, bool(req.given("cpu_offload")), workers,
                                  os.cpu_count() or 1)
         overrides = req.overrides(workers, use_gpu, threads)
@@ -290,7 +292,9 @@ class TrainRun:
                 raise InputError(f"The run {found.name} trains "
                                  f"{'its' if was else 'no'} adapters on the code predictor, "
                                  "and a resumed run keeps the adapters it has.",
-                                 "Resume it without --lora-predictor, or start a new run.")
+                                 "Resume it without changing {model.lora_predictor}, or start "
+                                 "a new run.")
+
             before = json.loads(json.dumps(saved))
             # the saved config wins except for what the caller changed now (e.g. more steps)
             for section, values in overrides.items():
@@ -313,7 +317,9 @@ class TrainRun:
         n_train, per_step = summary.train_clips(cfg), cfg.data.batch_size * cfg.data.grad_accum
         if n_train < per_step:
             raise InputError(f"Only {n_train} training clips, fewer than one optimizer step "
-                             f"needs ({per_step}).", "Prepare more audio or lower --batch-size.")
+                             f"needs ({per_step}).",
+                             "Prepare more audio or lower {data.batch_size}.")
+
         self.use_gpu = use_gpu
         self.cfg = cfg
         return cfg
@@ -328,7 +334,9 @@ class TrainRun:
             plan = make_plan(self.model_dir, cfg, device=device, voice_dir=self.voice.path,
                              free=None if req.address is None else [])
         except PrecisionError as exc:
-            raise InputError(str(exc), "Use --precision fp16 (or fp32) on this GPU.") from exc
+            raise InputError(str(exc), "Set {parallel.precision} to fp16 (or fp32) on this "
+                             "GPU.") from exc
+
         if req.address is None:
             # "auto" choices resolved by the plan (an existing cluster's GPUs resolve them
             # at launch, `cluster_gpu_plan`)
@@ -398,7 +406,8 @@ class TrainRun:
         if cfg.parallel.use_gpu and cluster.num_gpus < cfg.parallel.workers:
             raise InputError(f"You asked for {cfg.parallel.workers} workers but the cluster "
                              f"has {cluster.num_gpus:g} GPUs.",
-                             f"Use --workers {int(cluster.num_gpus) or 1}.")
+                             f"Set {{parallel.workers}} to {int(cluster.num_gpus) or 1}.")
+
         same_model_path = True
         where = self.where
         if where.preflight:

@@ -87,7 +87,7 @@ class TrainRequest:
         if self.given("lora_predictor") and not self.resume and \
                 (self.given("trainable") or "talker") != "lora":
             raise InputError("{model.lora_predictor} puts LoRA adapters on the code predictor, "
-                             "so it needs {model.trainable} lora.",
+                             "so it needs {model.trainable} set to lora.",
                              "Choose lora for {model.trainable}, or turn off "
                              "{model.lora_predictor}.")
         if not str(self.base).strip():

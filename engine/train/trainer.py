@@ -341,7 +341,8 @@ class Trainer:
             raise FatalTrainingError(
                 "precision", f"fp16 overflowed on {self.scaler.skipped_in_a_row} optimizer "
                 f"steps in a row (loss scale now {self.scaler.scale:g}), so no step changed "
-                "the weights.", "Use --precision bf16 (compute capability 8.0+) or fp32.")
+                "the weights.", "Set {parallel.precision} to bf16 (compute capability 8.0+) "
+                "or fp32.")
 
     def step_values(self, tot: list[float], grad_norm: float, lr: float,
                     step_s: float) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any
 
 from engine.config.train import trained_groups
 from engine.train.failures import FatalTrainingError
+from engine.train.presets import KNOWN_TALKER_HIDDEN, optim_preset
 
 #: groups in the order their values travel in the step's all-reduce
 GROUPS: tuple[str, ...] = ("talker", "code_predictor")
@@ -40,6 +41,12 @@ SAMPLE = 2048
 VALUES_PER_GROUP = 7
 #: below this fraction of moving sampled weights changed, the update is lost to rounding
 MIN_CHANGED = 0.5
+
+
+def _usual_lr() -> str:
+    """The presets' learning rates of the published models, in words."""
+    return ", ".join(f"{optim_preset(hidden)['lr']:g} for {name.split('-')[-2]}"
+                     for name, hidden in KNOWN_TALKER_HIDDEN.items())
 
 
 def metric_key(group: str) -> str:
@@ -139,22 +146,24 @@ def check_first_step(values: Sequence[float], trainable: str, subtalker_weight: 
         if tensors == 0:
             if g in expected:
                 raise FatalTrainingError(
-                    "no_learning", f"The {word} is frozen although --trainable {trainable} "
-                    "trains it, so its weights would never change.",
-                    "Report this as a bug; meanwhile choose a --trainable that leaves the "
-                    f"{word} out, or fine-tune with the default --trainable talker.")
+                    "no_learning", f"The {word} is frozen although {{model.trainable}} is "
+                    f"{trainable}, which trains it, so its weights would never change.",
+                    "Report this as a bug; meanwhile choose a {model.trainable} that leaves the "
+                    f"{word} out, or fine-tune with {{model.trainable}} talker, the default.")
             lines.append(f"{word} frozen")
             continue
         if bad > 0:
             raise FatalTrainingError(
                 "no_learning", f"The {word}'s gradients after the first step hold {bad:.0f} "
                 "NaN or infinite values, so its weights are now garbage.",
-                "Lower --lr, or use --precision fp32; if it persists, prepare the voice again.")
+                "Lower {optim.lr}, or set {parallel.precision} to fp32; if it persists, "
+                "prepare the voice again.")
         if abs_sum == 0:
             why = (" because the sub-talker loss weight is 0" if g == "code_predictor"
                    and subtalker_weight == 0 else "")
-            todo = ("Give the sub-talker loss a weight above 0 (model.subtalker_weight, 0.3 by "
-                    "default), or train without the code predictor (--trainable talker_layers)."
+            todo = ("Give the sub-talker loss a weight above 0 ({model.subtalker_weight}, 0.3 "
+                    "by default), or train without the code predictor ({model.trainable} "
+                    "talker_layers)."
                     if why else "Check that the voice's clips have codes and transcripts "
                     "(prepare it again), then start a new run.")
             raise FatalTrainingError(
@@ -165,6 +174,6 @@ def check_first_step(values: Sequence[float], trainable: str, subtalker_weight: 
                 "no_learning", f"The first optimizer step changed {100 * changed / moving:.1f} % "
                 f"of the {word}'s weights: its update (learning rate {lr:g} in this step) is "
                 f"below what {weight_dtype} weights can represent, so training would change "
-                "nothing.", "Raise --lr (2e-6 is the usual start for 1.7B, 4e-6 for 0.6B).")
+                "nothing.", f"Raise {{optim.lr}} (the usual start: {_usual_lr()}).")
         lines.append(f"{word} update/weight {math.sqrt(du / dw) if dw > 0 else 0.0:.2e}")
     return "first step checked: gradients finite and non-zero, " + ", ".join(lines)
