@@ -168,7 +168,8 @@ class ServePage(Page):
         form = QGridLayout()
         form.addWidget(QLabel("Voices to serve"), 0, 0, Qt.AlignmentFlag.AlignTop)
         self.voices = QListWidget()
-        self.voices.setMaximumHeight(110)
+        # three voices' rows, then it scrolls: the Requests table below needs the height
+        self.voices.setMaximumHeight(3 * self.voices.fontMetrics().height() + 16)
         self.voices.setToolTip("Each checked voice is served with its exports and trained runs.")
         form.addWidget(self.voices, 0, 1)
         form.addWidget(QLabel("Listen on"), 1, 0)
@@ -254,7 +255,7 @@ class ServePage(Page):
         self.python.setReadOnly(True)
         # side by side: one above the other left the Requests table one row at 1100x760
         for box in (self.curl, self.python):
-            box.setMaximumHeight(120)
+            box.setMaximumHeight(100)
             box.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.outer.addWidget(QLabel("<b>Try it</b> (curl, left; Python with the "
                                     "<code>openai</code> package, right)"))
