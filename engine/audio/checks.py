@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from engine.audio.conditions import REVERB_BLOCK_S, REVERB_WARN_S
+from engine.audio.io import clipped_per_sample
 from engine.config import PrepareConfig
 from engine.text import comparison_key
 
@@ -62,6 +65,25 @@ class ClipFacts:
     music_bed: bool = False  # music (tonal background) under the speech
 
 
+def clipping_issue(clipped_samples: int, samples: int) -> dict[str, str] | None:
+    """The clipping verdict on `clipped_samples` of `samples`: "clipping" (unusable),
+    "minor_clipping" (advice) or None. Prepare judges each clip by it, and the Record page
+    each take, so a take Record keeps is one Prepare keeps."""
+    frac = clipped_samples / max(1, samples)
+    if frac > CLIP_FRACTION_BLOCK:
+        return issue("clipping", f"{frac:.2%} of the samples are clipped.")
+    if clipped_samples >= CLIP_SAMPLES_WARN:
+        return issue("minor_clipping", f"{clipped_samples} samples touch full scale.")
+    return None
+
+
+def take_clipping(audio: np.ndarray) -> dict[str, str] | None:
+    """`clipping_issue` of a recording as it was taken: (samples,) or (samples, channels)."""
+    a = np.abs(np.asarray(audio, dtype=np.float32))
+    a = a[:, None] if a.ndim == 1 else a
+    return clipping_issue(int(clipped_per_sample(a).sum()), a.size)
+
+
 def check_clip(f: ClipFacts, cfg: PrepareConfig) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     lo, hi = cfg.min_clip_s, cfg.max_clip_s
@@ -77,12 +99,10 @@ def check_clip(f: ClipFacts, cfg: PrepareConfig) -> list[dict[str, str]]:
         out.append(issue("empty_text", "There is no transcript."))
     elif f.text_method == "proportional":
         out.append(issue("text_estimated", "Text assigned by length; check it matches."))
-    frac = f.clipped_samples / max(1, f.source_samples)
-    clipped = frac > CLIP_FRACTION_BLOCK
-    if clipped:
-        out.append(issue("clipping", f"{frac:.2%} of the samples are clipped."))
-    elif f.clipped_samples >= CLIP_SAMPLES_WARN:
-        out.append(issue("minor_clipping", f"{f.clipped_samples} samples touch full scale."))
+    clipping = clipping_issue(f.clipped_samples, f.source_samples)
+    clipped = clipping is not None and clipping["code"] == "clipping"
+    if clipping is not None:
+        out.append(clipping)
     min_snr = cfg.min_snr_db
     if f.snr_db < min_snr:
         out.append(issue("low_snr", f"Speech is only {f.snr_db:.0f} dB above the background "

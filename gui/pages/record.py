@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.audio.checks import BLOCKING, take_clipping
 from engine.audio.sound import unavailable
 from engine.audio.vad import speech_regions
 from engine.catalog import VoiceSnapshot
@@ -112,7 +113,8 @@ def judge_take(audio: np.ndarray, sr: int, text: str, overflows: int = 0) -> Jud
         out.add(f"Audio was lost: the computer was too busy to read the microphone "
                 f"in time ({overflows} gap{'s' if overflows > 1 else ''}). Close other "
                 "programs, then re-take (R).", blocking=False)
-    if float(np.mean(np.abs(mono) >= 0.999)) > 0.0005:
+    clipping = take_clipping(audio)  # Prepare's own verdict, so Record keeps what it keeps
+    if clipping is not None and clipping["code"] in BLOCKING:
         out.add("Clipped: the loudest parts hit the limit. Move back or lower the "
                 "input gain, then re-take (R).", blocking=True)
     return out
