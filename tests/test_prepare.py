@@ -18,7 +18,7 @@ from engine.layout.voice import Voice, create_voice, open_voice
 from engine.prepare.pipeline import prepare
 
 MANIFEST_KEYS = {"id", "path", "text", "duration_s", "sample_rate", "usable", "issues",
-                 "source_take"}
+                 "source_take", "style", "style_source", "style_measured"}
 
 
 def _manifest(voice_path: Path) -> list[dict[str, Any]]:

@@ -6,6 +6,8 @@
     voxshard-engine voice info VOICE
     voxshard-engine voice instant VOICE [--base MODEL]
     voxshard-engine voice tiers VOICE
+    voxshard-engine voice styles VOICE
+    voxshard-engine voice style VOICE CLIP [TEXT | --measured]
     voxshard-engine prompts next VOICE [--count N] [--set NAME]
     voxshard-engine import VOICE FILES_OR_FOLDERS... [--transcripts FILE]
     voxshard-engine prepare VOICE
@@ -26,8 +28,10 @@ from engine.cli.settings import add_field
 from engine.config import VAD_CHOICES, PrepareConfig
 from engine.core.errors import AudioError, InputError, VoxshardError
 from engine.core.events import Emitter
+from engine.layout.manifest import read_manifest
 from engine.layout.prompts import next_prompts, prompt_progress
 from engine.layout.voice import create_voice, open_voice
+from engine.prepare.styles import set_clip_style
 
 
 def _voice_new(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
@@ -172,6 +176,32 @@ def _voice_tiers(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     return {"tiers": tiers, "summary": "\n".join(lines)}
 
 
+def _voice_styles(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    voice = open_voice(args.voice)
+    rows = read_manifest(voice.path, usable_only=False)
+    if not rows:
+        raise InputError(f"{voice.display_name} has no prepared clips yet.",
+                         f"Run `voxshard-engine prepare {voice.path}` first.")
+    clips = [{"id": r["id"], "style": r.get("style", ""), "source": r.get("style_source"),
+              "measured": r.get("style_measured", ""), "usable": r.get("usable", True)}
+             for r in rows]
+    lines = [f"{len(voice.styles)} style(s) in '{voice.speaker}': "
+             + ("; ".join(voice.styles) or "none (every clip plain)")]
+    for c in clips:
+        said = c["style"] or "(plain)"
+        lines.append(f"  {c['id']:<24} {said}  [{c['source'] or '?'}]")
+    return {"styles": voice.styles, "clips": clips, "summary": "\n".join(lines)}
+
+
+def _voice_style(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
+    if (args.text is None) == (not args.measured):
+        raise InputError("Give the clip's description, or --measured to go back to the "
+                         "measured one.", 'For example: voice style VOICE CLIP "Whisper."')
+    style = set_clip_style(args.voice, args.clip, None if args.measured else args.text)
+    return {"clip": args.clip, "style": style,
+            "summary": f"{args.clip}: {style or '(plain)'}"}
+
+
 def register(sub: Any) -> None:
     voice = add_command(sub, "voice", None, "Create and inspect a voice workspace.")
     vsub = voice.add_subparsers(dest="voice_command", metavar="ACTION",
@@ -202,6 +232,20 @@ def register(sub: Any) -> None:
     p = add_command(vsub, "tiers", _voice_tiers,
                     "List what the voice speaks with: instant, adapter and full voices.")
     p.add_argument("voice", help="voice folder")
+
+    p = add_command(vsub, "styles", _voice_styles,
+                    "List the voice's styles and each prepared clip's description.")
+    p.add_argument("voice", help="voice folder")
+
+    p = add_command(vsub, "style", _voice_style,
+                    "Describe how one prepared clip is spoken (it trains with that "
+                    "description as its instruction).")
+    p.add_argument("voice", help="voice folder")
+    p.add_argument("clip", help="prepared clip id (see `voice styles`)")
+    p.add_argument("text", nargs="?", default=None,
+                   help='the description, e.g. "Whisper, slowly." ("" for no style)')
+    p.add_argument("--measured", action="store_true",
+                   help="forget your description: use the one measured from the audio")
 
     prompts = add_command(sub, "prompts", None, "Sentences to read aloud.")
     psub = prompts.add_subparsers(dest="prompts_command", metavar="ACTION",

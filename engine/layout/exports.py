@@ -69,6 +69,18 @@ def comparisons(voice_dir: str | os.PathLike[str]) -> list[Path]:
     return sorted(p.parent for p in renders_dir(voice_dir).glob(pattern))
 
 
+def new_render_path(voice_dir: str | os.PathLike[str], suffix: str = ".wav") -> Path:
+    """Where a render made now goes in the voice's renders/ (the folder made): the time in
+    its name sorts them, and a second render in the same second gets -1, -2, ..."""
+    renders = renders_dir(voice_dir)
+    renders.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out, n = renders / f"{stamp}{suffix}", 1
+    while out.exists():
+        out, n = renders / f"{stamp}-{n}{suffix}", n + 1
+    return out
+
+
 def new_comparison_dir(voice_dir: str | os.PathLike[str]) -> Path:
     """Where a comparison started now goes (the time in its name sorts them)."""
     return renders_dir(voice_dir) / time.strftime(f"{COMPARE_PREFIX}%Y%m%d-%H%M%S")

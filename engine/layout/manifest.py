@@ -3,10 +3,12 @@
 ```
 prepared/clips/<clip>.wav     24 kHz mono clips (engine.prepare.pipeline)
 prepared/manifest.jsonl       one clip per line: id, path (relative to the voice), text,
-                              duration_s, sample_rate, usable, issues, source_take
+                              duration_s, sample_rate, usable, issues, source_take, and
+                              style (its description; "" none), style_source, style_measured
 prepared/report.json          the voice's quality report; report.txt the same for people
 prepared/cache/<take>.json    what each take produced (prepare's own cache)
 prepared/decisions.json       the user's keep/exclude calls on clips
+prepared/styles.json          the user's own style descriptions of clips (engine.prepare.styles)
 prepared/codes/               codec codes and x-vectors (engine.data.codes); index.json
 prepared/staging/             a prepare's new clips and cache entries, moved into place
                               only when it finishes with something to train on
@@ -44,6 +46,7 @@ REPORT = "report.json"
 REPORT_TEXT = "report.txt"
 CACHE = "cache"
 DECISIONS = "decisions.json"
+STYLES = "styles.json"
 CODES = "codes"
 CODES_INDEX = "index.json"
 STAGING = "staging"
@@ -96,6 +99,10 @@ class PreparedFolder:
     @property
     def cache_dir(self) -> Path:
         return self.path / CACHE
+
+    @property
+    def styles(self) -> Path:
+        return self.path / STYLES
 
     @property
     def decisions(self) -> Path:

@@ -395,6 +395,12 @@ class Run:
         data = read_json(self.evaluation_file)
         return data if isinstance(data, dict) else None
 
+    def trained_styles(self) -> list[str]:
+        """The style descriptions the run trained with (data.json; [] for none or old runs)."""
+        data = read_json(self.path / DATA_FILE)
+        styles = data.get("styles") if isinstance(data, dict) else None
+        return [str(s) for s in styles] if isinstance(styles, list) else []
+
     def recorded_reference(self) -> str | None:
         """The prepared clip the run's speaker x-vector came from (data.json), if recorded."""
         data = read_json(self.path / DATA_FILE)

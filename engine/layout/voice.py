@@ -358,6 +358,17 @@ class Voice:
         self.config["voice"]["speaker"] = safe_speaker_name(speaker)
         self._save_config()
 
+    @property
+    def styles(self) -> list[str]:
+        """The style descriptions of the voice's prepared clips (prepare writes them)."""
+        styles = self.config["voice"].get("styles", [])
+        return [str(x) for x in styles] if isinstance(styles, list) else []
+
+    def set_styles(self, styles: list[str]) -> None:
+        if styles != self.styles:
+            self.config["voice"]["styles"] = list(styles)
+            self._save_config()
+
     def set_language(self, language: str) -> None:
         self.config["voice"]["language"] = _check_language(language)
         self._save_config()

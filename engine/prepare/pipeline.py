@@ -83,6 +83,7 @@ from engine.model.loading import DEFAULT_BASE_MODEL, resolve_model
 from engine.prepare.denoise_judge import describe as describe_denoise
 from engine.prepare.denoise_judge import judge_slice, judges_for
 from engine.prepare.speakers import ENCODERS, TARGET, ModelEncoder
+from engine.prepare.styles import describe_entries, measure_clip, read_user_styles, voice_styles
 from engine.prepare.target import (
     Enrolment,
     Heard,
@@ -97,7 +98,7 @@ from engine.prepare.transcripts import group_sentences, texts_from_words
 from engine.text import split_sentences
 
 #: bump when the processing changes so cached results are recomputed
-PREPARE_VERSION = 2
+PREPARE_VERSION = 3
 #: how far (relative) a slice's share of the text may stray from its share of speech time
 TEXT_TOLERANCE = 0.35
 #: looser when the pauses already single out the sentence boundaries
@@ -276,6 +277,8 @@ def _process_take(voice: Voice, take: Take, key: str, cfg: PrepareConfig,
             if cleaned["applied"]:
                 seg = den.audio[sl.start:sl.end]
                 snr = float(cleaned["snr_db"][1])
+        # how it is spoken, before normalising takes its loudness away
+        style = measure_clip(seg, TARGET_SR, text).to_dict()
         norm = normalize_loudness(seg, TARGET_SR, target, ceiling)
         start_s, end_s = sl.start / TARGET_SR, sl.end / TARGET_SR
         duration = len(seg) / TARGET_SR
@@ -310,7 +313,7 @@ def _process_take(voice: Voice, take: Take, key: str, cfg: PrepareConfig,
             "rt60_s": None if bg.rt60_s is None else round(bg.rt60_s, 2),
             "pause_flatness": None if bg.flatness is None else round(bg.flatness, 3),
             "music_bed": music, "clipped_samples": facts.clipped_samples,
-            "text_method": method,
+            "text_method": method, "style": style,
             **({"speaker": speaker} if speaker is not None else {}),
             **({"denoise": cleaned} if cleaned is not None else {}),
         })
@@ -513,11 +516,18 @@ def _prepare(voice: Voice, on_event: EventCallback | Emitter | None, cancel: Any
     em.progress("prepare", len(takes), len(takes))
     outcomes = work.outcomes
     entries = _entries(voice, outcomes)
+    base = describe_entries(entries, {m["id"]: m["style"] for o in outcomes for m in o.metrics
+                                      if isinstance(m.get("style"), dict)},
+                            {t.id: str(t.extra.get("style") or "") for t in takes},
+                            read_user_styles(voice.path))
     _refuse_to_empty(voice, entries, outcomes)
     removed = _removed_references(voice, entries)
     _commit(prepared, work.staged)
     _remove_stale(prepared, {t.id for t in takes}, outcomes)
     report = _write_outputs(voice, takes, outcomes, entries, settings, removed)
+    report["style_baseline"] = base.to_dict()
+    write_json(voice.prepared.report, report)
+    voice.set_styles(voice_styles(entries))
     for r in report["removed_references"]:
         em.log(r["message"], level="warning", clip=r["clip"])
     wall = time.perf_counter() - t0

@@ -44,6 +44,7 @@ from engine.synth.voice import (
     reference_audio,
     reference_codes,
     reference_x_vector,
+    trained_styles,
     voice_x_vector,
 )
 from engine.text import Chunk, split_text
@@ -460,10 +461,13 @@ class Synthesizer:
 
     def instruct_effect(self, source: VoiceSource | None = None) -> str | None:
         """Why an instruction would do nothing with this voice (None: the model takes it)."""
+        source = source or self.source
         size = str(getattr(self.model, "tts_model_size", "") or "")
-        if (source or self.source).kind == "zero_shot":
+        if source.kind == "zero_shot":
             return ("Base models take no instruction (the official voice clone has none), "
                     "so it was ignored.")
+        if trained_styles(source):
+            return None  # fine-tuned with style descriptions: any size learnt to take them
         if "0b6" in size:
             return ("0.6B models take no instruction (the official code drops it), "
                     "so it was ignored.")
@@ -480,7 +484,14 @@ class Synthesizer:
             emitter.log(reason, level="warning")
             return None
         spk_ids = self.model.config.talker_config.spk_id or {}
-        if source.kind in ("checkpoint", "adapter") or list(spk_ids.values()) == [3000]:
+        fine_tuned = source.kind in ("checkpoint", "adapter") or list(spk_ids.values()) == [3000]
+        styles = trained_styles(source)
+        if styles and options.instruct.strip() not in styles:
+            emitter.log("This voice was trained with the styles "
+                        + ", ".join(repr(s) for s in styles)
+                        + "; another instruction works only as far as it resembles them.",
+                        level="info")
+        if fine_tuned and not styles:
             # Voxshard voices (runs and their exports) fill speaker slot 3000 of a Base model
             emitter.log("This voice was fine-tuned from a Base model, which was never trained "
                         "on instructions: expect little or no effect.", level="warning")

@@ -24,10 +24,17 @@ from typing import Any
 
 from engine.audio.io import read_mono
 from engine.config.train import ModelConfig
+from engine.core.atomic import read_json
 from engine.core.errors import InputError, ModelError, VoxshardError, WorkspaceError
 from engine.data.codes import load_codes_index
 from engine.layout.checkpoints import holds_checkpoints, run_of, step_of
-from engine.layout.exports import EXPORTS_DIR, exports_dir, latest_export, list_exports
+from engine.layout.exports import (
+    EXPORT_INFO,
+    EXPORTS_DIR,
+    exports_dir,
+    latest_export,
+    list_exports,
+)
 from engine.layout.manifest import clip_voice, prepared_folder, read_manifest, reference_clip
 from engine.layout.run import Run, list_runs, pick_run, runs_dir, voice_base_model
 from engine.layout.tiers import (
@@ -265,6 +272,21 @@ def adapter_source(folder: Path, base: str | None = None) -> VoiceSource:
     return VoiceSource(kind="adapter", model_dir=model_dir, label=folder.name,
                        speaker=info.get("speaker") or None, voice_dir=voice_dir,
                        extra={"tier": TIER_ADAPTER, "adapter": str(folder)})
+
+
+def trained_styles(source: VoiceSource) -> list[str]:
+    """The style descriptions the voice was fine-tuned with ([]: none, or not a fine-tune):
+    a run's data.json for a checkpoint, the export's or adapter voice's own record."""
+    if source.kind == "checkpoint" and source.run_dir is not None:
+        return Run(source.run_dir).trained_styles()
+    if source.kind == "adapter":
+        info = read_adapter_info(Path(source.extra["adapter"]))
+    elif source.kind == "custom_voice":
+        info = read_json(source.model_dir / EXPORT_INFO)
+    else:
+        return []
+    styles = info.get("styles") if isinstance(info, dict) else None
+    return [str(s) for s in styles] if isinstance(styles, list) else []
 
 
 def adapter_of(source: VoiceSource) -> Any:

@@ -708,7 +708,8 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
         out = export_adapter(AdapterRequest(
             checkpoint_tensors(ckpt), model_dir, cfg.model.base, cfg.model.lora_rank,
             cfg.model.lora_alpha, speaker, x_vector,
-            {"run": run_dir.name, "checkpoint": ckpt.name}, peft=peft), user_path(out_dir),
+            {"run": run_dir.name, "checkpoint": ckpt.name,
+             "styles": found.trained_styles()}, peft=peft), user_path(out_dir),
             # the run's own adapter voice (written when it finished) is the run's to replace
             overwrite=user_path(out_dir) == user_path(run_adapter_dir(v.path, run_dir.name)))
         emitter.artifact(str(out), "adapter")
@@ -718,7 +719,9 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
                            f"'{speaker}' on {cfg.model.base} to {out}."}
     # the rest of the tensors come from the base (export_custom_voice)
     trained = trained_weights(ckpt, model_dir, cfg.model.lora_scaling)
-    out = export_custom_voice(model_dir, trained, speaker, x_vector, user_path(out_dir))
+    out = export_custom_voice(model_dir, trained, speaker, x_vector, user_path(out_dir),
+                              info={"run": run_dir.name, "checkpoint": ckpt.name,
+                                    "styles": found.trained_styles()})
     emitter.artifact(str(out), "model")
     return {"out_dir": str(out), "run": run_dir.name, "checkpoint": ckpt.name,
             "speaker": speaker,

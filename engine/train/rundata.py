@@ -2,8 +2,8 @@
 
 When a run starts, its folder gets:
 - `data.json`: a fingerprint of the prepared data (every usable clip's id,
-  transcript and audio hash, in manifest order), the clip count and the
-  reference clip;
+  transcript, audio hash and style description, in manifest order), the clip
+  count, the style descriptions the run trains with and the reference clip;
 - `x_vector.npy`: the speaker x-vector that fills the speaker slot in
   training. Export and speech from the run's checkpoints use this copy, so
   preparing the voice again (which may pick another reference clip) cannot
@@ -44,9 +44,23 @@ def data_fingerprint(voice_dir: Path) -> dict[str, Any]:
     for c in clips:
         audio = prepared_folder(voice_dir).row_file(c)
         sha = file_sha256(audio) if audio.is_file() else "missing"
-        h.update(json.dumps([c["id"], c.get("text", ""), sha]).encode())
+        style = str(c.get("style") or "").strip()
+        # a style changes the clip's sequence, so an edited one is other data; a clip
+        # without one hashes as it did before styles existed (old runs still resume)
+        h.update(json.dumps([c["id"], c.get("text", ""), sha] + ([style] if style else []))
+                 .encode())
         h.update(b"\n")
-    return {"fingerprint": h.hexdigest(), "clips": len(clips)}
+    return {"fingerprint": h.hexdigest(), "clips": len(clips), "styles": clip_styles(clips)}
+
+
+def clip_styles(rows: list[dict[str, Any]]) -> list[str]:
+    """The distinct style descriptions of these manifest rows, in first-seen order."""
+    seen: dict[str, None] = {}
+    for r in rows:
+        style = str(r.get("style") or "").strip()
+        if style:
+            seen.setdefault(style, None)
+    return list(seen)
 
 
 def record_data(run_dir: Path, voice_dir: Path, fingerprint: dict[str, Any] | None = None,

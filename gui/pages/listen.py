@@ -39,7 +39,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceSnapshot, latest_run
-from engine.layout.exports import new_comparison_dir, renders_dir
+from engine.layout.exports import new_comparison_dir, new_render_path
+
 from engine.layout.manifest import row_is_usable
 from engine.layout.tiers import TIER_ADAPTER, TIER_INSTANT
 from gui.context import AppContext
@@ -358,13 +359,8 @@ class ListenPage(Page):
             show_error(self, "No reference clip", "The zero-shot preview needs a prepared clip.",
                        "Record or import some audio and run Prepare first.")
             return None
-        renders = renders_dir(self.voice)
-        renders.mkdir(parents=True, exist_ok=True)
-        out = renders / time.strftime("%Y%m%d-%H%M%S.wav")
-        n = 1
-        while out.exists():
-            out = renders / time.strftime(f"%Y%m%d-%H%M%S-{n}.wav")
-            n += 1
+        out = new_render_path(self.voice)
+
         self.ctx.player.stop()
         loading = self.speech.needs_load(self.voice_spec())
         # a warm worker holding another voice: the engine swaps a voice of the same base
