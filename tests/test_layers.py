@@ -8,24 +8,12 @@ the window and the engine apart.
 from __future__ import annotations
 
 import ast
-import os
-import shutil
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-#: the console script of the venv running the tests
-LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-
-
-def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
-    # PYTHONPATH first: the tree in `cwd` is the one analysed, not the installed one
-    env = {**os.environ, "PYTHONPATH": str(cwd)}
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+from tests.helpers.imports import ROOT, copy_tree
+from tests.helpers.imports import lint_imports as _lint_imports
 
 
 def _layers_contract() -> dict[str, Any]:
@@ -62,10 +50,7 @@ def test_the_contract_names_every_part_of_the_engine() -> None:
 def test_a_forbidden_import_breaks_the_contract(tmp_path: Path) -> None:
     """The same check on a copy of the tree with one upward import (core -> cli) added,
     inside a function as the engine used to hide them: it must fail and name it."""
-    ignore = shutil.ignore_patterns("__pycache__")
-    for name in ("engine", "gui"):
-        shutil.copytree(ROOT / name, tmp_path / name, ignore=ignore)
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    copy_tree(tmp_path)
     errors = tmp_path / "engine" / "core" / "errors.py"
     errors.write_text(errors.read_text(encoding="utf-8")
                       + "\n\ndef _upward() -> None:\n    import engine.cli.main  # noqa: F401\n",
