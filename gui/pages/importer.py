@@ -38,6 +38,9 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QProgressBar,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTableView,
     QWidget,
 )
@@ -292,6 +295,15 @@ class TakesFilter(QSortFilterProxyModel):
         return True
 
 
+class RowsDelegate(QStyledItemDelegate):
+    """Cells of a table whose rows are selected whole: no focus frame around one cell
+    (beside the first row's tick it read as an empty box to tick)."""
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index: _Index) -> None:
+        super().initStyleOption(option, index)
+        option.state &= ~QStyle.StateFlag.State_HasFocus
+
+
 class DropZone(QLabel):
     dropped = Signal(object)  # list[Path]
 
@@ -404,6 +416,7 @@ class ImportPage(Page):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked
                                    | QAbstractItemView.EditTrigger.EditKeyPressed)
         self.table.verticalHeader().hide()
+        self.table.setItemDelegate(RowsDelegate(self.table))
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
         # the transcript is what the user reads and fixes: it gets what is left, and the
