@@ -7,6 +7,11 @@ model, one batch), and `drone`, a full export whose talker always loops. Renders
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -177,6 +182,33 @@ def test_a_loop_is_retried_with_another_seed_then_flagged(workspace: Path,
     assert all(t["problems"] == ["loop"] for t in takes)
     retried = [e for e in events if e.kind == "log" and e.data.get("retry_seed") == 2]
     assert retried and retried[0].data["problems"] == ["loop"]
+
+
+def test_a_stopped_render_keeps_its_takes_and_goes_on(workspace: Path, tmp_path: Path) -> None:
+    """The command stopped as the window stops it (SIGTERM) after its first finished line:
+    exit 130, the finished takes kept; the next run renders only the others."""
+    script = tmp_path / "six.txt"
+    script.write_text("\n\n".join(f"Line number {n} of six." for n in range(1, 7)) + "\n",
+                      encoding="utf-8")
+    args = [sys.executable, "-m", "engine.cli.main", "--json", "read", str(script),
+            "--workspace", str(workspace), "--voice", "ada", "--max-frames", str(SHORT),
+            "--rows", "1"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        event = json.loads(raw)
+        if event["event"] == "progress" and event.get("stage") == "render":
+            assert event["done"] == 1 and event["total"] == 6 and "eta_s" in event
+            proc.send_signal(signal.SIGTERM)
+            break
+    proc.stdout.read()
+    assert proc.wait(timeout=120) == 130
+    kept = sum(len(takes) for takes in _records(tmp_path / "six.read").values())
+    assert 1 <= kept < 6
+    result, _ = _read(ReadRequest(script=str(script), workspace=str(workspace), voice="ada",
+                                  max_frames=SHORT))
+    assert (result["rendered"], result["reused"]) == (6 - kept, kept)
 
 
 def test_bad_requests_say_what_to_do(workspace: Path, tmp_path: Path) -> None:

@@ -199,8 +199,9 @@ class ReadPage(Page):
                      take_text(plan, line.number)]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                if column == 4 and planned.spoken != line.text:
-                    item.setToolTip(f"Said as: {planned.spoken}")
+                if column == 4:  # the whole line (the column may cut it), and how it is said
+                    item.setToolTip(line.text if planned.spoken == line.text
+                                    else f"Said as: {planned.spoken}")
                 self.table.setItem(row, column, item)
         done = sum(1 for p in plan.lines if p.seeds)
         if self.job is None:
