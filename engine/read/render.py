@@ -86,6 +86,8 @@ class _Group:
         self._ids = 0
         self.waiting: dict[str, _Attempt] = {}
         self.flagged: list[int] = []
+        #: the model's and voices' load, seconds
+        self.load_s = 0.0
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """Submit a load or voice request and wait for its end."""
@@ -101,6 +103,7 @@ class _Group:
                 return dict(event.data)
 
     def run(self, cancel: threading.Event | None) -> None:
+        started = time.perf_counter()
         first = self.attempts[0].planned.voice
         self._ask({"op": "load", "id": "load", "voice": str(first.target)})
         if self.shared:
@@ -108,6 +111,7 @@ class _Group:
             for name, voice in voices.items():
                 self._ask({"op": "voice", "id": f"voice-{name}", "name": name,
                            "voice": str(voice.target)})
+        self.load_s = time.perf_counter() - started
         for attempt in self.attempts:
             self._submit(attempt)
         while self.waiting:
@@ -232,6 +236,7 @@ def render_missing(plan: Plan, emitter: Emitter, cancel: threading.Event | None 
     emitter.state("rendering", lines=len(attempts), total_lines=len(plan.lines),
                   models=len(groups))
     flagged: list[int] = []
+    load = 0.0
     started = time.perf_counter()
     for members in groups.values():
         group = _Group(plan, members, emitter, progress)
@@ -242,13 +247,15 @@ def render_missing(plan: Plan, emitter: Emitter, cancel: threading.Event | None 
         finally:
             group.close(cancelled)
         flagged += group.flagged
+        load += group.load_s
     for number in request.regenerate:  # the new take is the one asked for
         planned = plan.line(number)
         newest = max(planned.seeds)
         write_json(reading.chosen_file(plan.project, planned.key), {"seed": newest})
         planned.chosen = newest
-    compute = time.perf_counter() - started
+    rendering = time.perf_counter() - started - load
+    # audio per second of rendering: the loads (once per model) are counted apart
     return {"rendered": len(attempts), "reused": len(plan.lines) - len(missing),
             "flagged": sorted(flagged), "audio_s": round(progress.audio_s, 3),
-            "compute_s": round(compute, 3),
-            "audio_per_s": round(progress.audio_s / compute, 3) if compute > 0 else 0.0}
+            "load_s": round(load, 3), "render_s": round(rendering, 3),
+            "audio_per_s": round(progress.audio_s / rendering, 3) if rendering > 0 else 0.0}
