@@ -200,6 +200,13 @@ class RunInfo:
     last_step: int | None  # the latest step in metrics.jsonl
     #: `Run.recency` when read: what makes a run "the latest" (`latest_run`)
     recency: tuple[float, str] = (0.0, "")
+    #: the checkpoint its evaluation judged best (`Run.best`: training's while it keeps
+    #: it, else the copy under best/); None: not evaluated, or gone
+    best: Any = None
+
+    @property
+    def best_step(self) -> int | None:
+        return step_of(self.best) if self.best is not None else None
 
     @property
     def checkpoint_steps(self) -> list[int]:
@@ -208,6 +215,7 @@ class RunInfo:
     def to_dict(self) -> dict[str, Any]:
         d = _jsonable(self.__dict__)
         d["checkpoint_steps"] = self.checkpoint_steps
+        d["best_step"] = self.best_step
         return d
 
 
@@ -241,10 +249,11 @@ def list_runs(voice: str | os.PathLike[str]) -> list[RunInfo]:
         total, last = run_progress(run.path)
         try:
             ckpts = run.checkpoints()
+            best = run.best()
         except Exception:  # remote storage unreachable, a link file damaged: none to show
-            ckpts = []
+            ckpts, best = [], None
         runs.append(RunInfo(run.name, run.path, ckpts, run.metrics_file, run.config(), total,
-                            last, run.recency()))
+                            last, run.recency(), best))
     return runs
 
 

@@ -159,8 +159,10 @@ class SpeechService(QObject):
             if ev.get("code") == "cancelled":
                 self.cancelled.emit(rid)
             else:
+                # the window's words for the remedy where the engine has them (no flags)
                 self.failed.emit(rid, str(ev.get("code") or "error"),
-                                 str(ev.get("message") or ""), str(ev.get("hint") or ""))
+                                 str(ev.get("message") or ""),
+                                 str(ev.get("window_hint") or ev.get("hint") or ""))
 
     def _on_exit(self) -> None:
         job, self.job = self.job, None

@@ -4,6 +4,7 @@ the engine's reference clip and its words, listed by tier and speaking with no t
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from engine.layout.manifest import read_manifest, reference_clip
 from engine.layout.tiers import TIER_INSTANT, read_instant
 from engine.model.speaker_encoder import load_speaker_encoder, x_vector
 from engine.prepare.instant import make_instant_voice
+from engine.serve.voices import discover
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
 from tests.helpers.voices import copy_voice
@@ -69,3 +71,48 @@ def test_an_instant_voice_without_a_base_asks_for_one(voice: Path) -> None:
     assert instant is not None and instant.base is None and instant.x_vector() is None
     with pytest.raises(InputError, match="does not say its base model"):
         resolve_source(voice)
+
+
+def _prepared_then_trained(voice: Path, trained_run: dict) -> Path:
+    """The natural order (issue 45): prepared with no base chosen, then trained on one (the
+    session run's real folder, trained from the tiny base, copied in)."""
+    make_instant_voice(voice)
+    assert read_instant(voice) is not None and read_instant(voice).base is None
+    shutil.copytree(trained_run["run"], voice / "runs" / "r1")
+    return voice
+
+
+def test_an_instant_voice_speaks_on_the_base_its_runs_trained_from(
+        voice: Path, trained_run: dict, tiny_model_dir: Path,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    _prepared_then_trained(voice, trained_run)
+    tiers = list_tiers(voice)
+    assert [(t["tier"], t["base"]) for t in tiers] == [(TIER_INSTANT, str(tiny_model_dir))]
+    assert main(["voice", "tiers", str(voice)]) == 0
+    assert "base ?" not in capfd.readouterr().err
+    source = resolve_source(voice / "instant")
+    assert source.kind == "zero_shot" and source.model_dir == tiny_model_dir
+    # served: the instant voice is offered with its base, and it is the one a server loads
+    served = discover([voice])
+    assert served["joe/instant"].base == str(tiny_model_dir)
+
+
+def test_a_base_given_to_an_instant_voice_without_one_is_recorded(
+        voice: Path, tiny_model_dir: Path) -> None:
+    make_instant_voice(voice)
+    source = resolve_source(voice / "instant", base=str(tiny_model_dir))
+    assert source.model_dir == tiny_model_dir
+    assert read_instant(voice).base == str(tiny_model_dir)
+    # and from then on it speaks on it with no base given, and is offered
+    assert resolve_source(voice).model_dir == tiny_model_dir
+    assert "joe/instant" in discover([voice])
+
+
+def test_an_instant_voice_with_no_base_known_is_not_offered(voice: Path) -> None:
+    make_instant_voice(voice)
+    with pytest.raises(InputError) as err:
+        discover([voice])  # it cannot speak: a server does not list it (and then 500)
+    assert "does not know its base model" in err.value.message
+    with pytest.raises(InputError) as err:
+        resolve_source(voice)
+    assert err.value.window_hint and "--" not in err.value.window_hint

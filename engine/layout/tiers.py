@@ -2,7 +2,11 @@
 
 - **instant** (no training): the voice's reference clip and its words, chosen by the
   engine's rule (`engine.layout.manifest.reference_clip`), and its speaker vector when
-  a base model was at hand; it speaks zero-shot (in-context) on its base.
+  a base model was at hand; it speaks zero-shot (in-context) on its base: the one it
+  records, else the one the voice's runs trained from (`instant_base`). A base learnt
+  later (the voice trains on one, or it first speaks on a given one) is recorded then
+  (`record_instant_base`); an instant voice with no base known cannot speak and is not
+  offered.
   ```
   <voice>/instant/instant.json     clip id, text, speaker, base (when known), created
   <voice>/instant/reference.wav    a copy of the clip (prepare may replace its clips)
@@ -35,9 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.core.atomic import atomic_folder, read_json
+from engine.core.atomic import atomic_folder, read_json, write_json
 from engine.core.errors import WorkspaceError
 from engine.layout.exports import EXPORT_INFO, export_folders, exports_dir, list_exports
+from engine.layout.run import voice_base_model
 
 TIER_INSTANT, TIER_ADAPTER, TIER_FULL = "instant", "adapter", "full"
 TIERS = (TIER_INSTANT, TIER_ADAPTER, TIER_FULL)
@@ -148,6 +153,25 @@ def write_instant(voice_dir: str | os.PathLike[str], info: Mapping[str, Any], cl
     return found
 
 
+def instant_base(voice_dir: str | os.PathLike[str], instant: InstantVoice) -> str | None:
+    """The base the instant voice speaks on: its recorded one, else the one the voice's
+    runs trained from (None: no base is known, so it cannot speak yet)."""
+    return instant.base or voice_base_model(voice_dir)
+
+
+def record_instant_base(voice_dir: str | os.PathLike[str], base: str) -> bool:
+    """Record `base` in the voice's instant voice when it records none yet (its vector, if
+    any, came from that base, so a recorded base is never replaced). True when written."""
+    info_file = instant_dir(voice_dir) / INSTANT_INFO
+    if not base or not info_file.is_file():
+        return False
+    info = read_json(info_file)
+    if not isinstance(info, dict) or info.get("base"):
+        return False
+    write_json(info_file, {**info, "base": str(base)})  # atomic: a reader sees one or the other
+    return True
+
+
 # --- adapters -----------------------------------------------------------------------------
 
 def run_adapter_dir(voice_dir: str | os.PathLike[str], run: str) -> Path:
@@ -182,7 +206,8 @@ def voice_tiers(voice_dir: str | os.PathLike[str]) -> list[VoiceTier]:
     instant = read_instant(voice)
     if instant is not None:
         out.append(VoiceTier(TIER_INSTANT, INSTANT_DIR, instant.folder,
-                             folder_size(instant.folder), instant.base, instant.speaker))
+                             folder_size(instant.folder), instant_base(voice, instant),
+                             instant.speaker))
     for folder in list_adapters(voice):
         info = read_adapter_info(folder)
         out.append(VoiceTier(TIER_ADAPTER, folder.name, folder, folder_size(folder),

@@ -7,7 +7,9 @@ Names come from folder names, so they stay the same across restarts:
 - each export of it: `ada/<export folder>`; each run with a checkpoint: `ada/<run>`;
 - an export or run folder given on its own: its folder name;
 - each tier of a voice (`engine.layout.tiers`): its adapter voices `ada/<adapter folder>`
-  and its instant voice `ada/instant`; each served voice says its tier and its base.
+  and its instant voice `ada/instant` (only when its base is known: recorded, or the one
+  its runs trained from; it cannot speak without one); each served voice says its tier
+  and its base.
 
 Clients only ever send a name; the server maps it to a folder it found itself,
 so no client-supplied path is ever opened. Light: no torch.
@@ -71,7 +73,9 @@ def _of_voice(voice_dir: Path) -> list[ServedVoice]:
     """The voice itself (when it has something to speak with), its exports, its adapter
     and instant voices, and its runs."""
     language = _language(voice_dir)
-    tiers = catalog.list_tiers(voice_dir)
+    # an instant voice with no base known (none recorded, no run) cannot speak: not offered
+    tiers = [t for t in catalog.list_tiers(voice_dir)
+             if t["tier"] != TIER_INSTANT or t["base"]]
     runs = [r for r in catalog.list_runs(voice_dir) if r.checkpoints]
     out: list[ServedVoice] = []
     if tiers or runs:
@@ -104,6 +108,11 @@ def discover(targets: list[str | os.PathLike[str]],
         if (path / "voice.toml").is_file() or exports_dir(path).is_dir() \
                 or runs_dir(path).is_dir():
             mine = _of_voice(path)
+            if not mine and any(t["tier"] == TIER_INSTANT for t in catalog.list_tiers(path)):
+                raise InputError(f"The instant voice of {path.name} does not know its base "
+                                 "model yet, so it cannot speak.",
+                                 "Give it one (voxshard-engine voice instant VOICE --base "
+                                 "MODEL), or train the voice.")
             if not mine:
                 raise InputError(f"The voice {path.name} has no export, trained run or "
                                  "instant voice yet.", "Prepare it (that makes its instant "

@@ -41,10 +41,12 @@ from engine.layout.tiers import (
     INSTANT_DIR,
     TIER_ADAPTER,
     TIER_INSTANT,
+    instant_base,
     is_adapter,
     list_adapters,
     read_adapter_info,
     read_instant,
+    record_instant_base,
 )
 from engine.model.adapter import load_adapter
 from engine.model.checkpoint_weights import trained_weights
@@ -299,20 +301,26 @@ def adapter_of(source: VoiceSource) -> Any:
 
 def instant_source(voice_dir: Path, base: str | None = None) -> VoiceSource:
     """The voice's instant tier: zero-shot (in-context) from its saved clip and words, on
-    its saved base (or `base`)."""
+    `base`, else the base it has (`instant_base`: recorded, or its runs'). A base given to
+    an instant voice that records none is recorded (`record_instant_base`)."""
     instant = read_instant(voice_dir)
     if instant is None:
         raise WorkspaceError(f"The voice {voice_dir.name} has no instant voice.",
                              "Prepare the voice (it saves one), or run "
                              "`voxshard-engine voice instant VOICE --base MODEL`.")
-    base_name = base or instant.base
+    base_name = base or instant_base(voice_dir, instant)
     if not base_name:
         raise InputError(f"The instant voice of {voice_dir.name} does not say its base model.",
-                         "Give the base model with --base.")
+                         "Give the base model with --base.",
+                         window_hint="Choose a base model in the Base field, then speak "
+                                     "again.")
     model_dir = _resolve_model(base_name)
     if _model_info(model_dir).model_type != "base":
         raise ModelError(f"{model_dir.name} is not a base model, so it cannot speak the "
-                         "instant voice.", "Give a base model with --base.")
+                         "instant voice.", "Give a base model with --base.",
+                         window_hint="Choose a base model in the Base field.")
+    if base and not instant.base:
+        record_instant_base(voice_dir, base)
     return VoiceSource(kind="zero_shot", model_dir=model_dir, label=TIER_INSTANT,
                        reference=instant.clip, reference_text=instant.text or None,
                        speaker=instant.speaker or None, voice_dir=voice_dir,

@@ -179,7 +179,8 @@ class SpeechWorker:
             adapters.release(slot)
         emitter = self._emitter(rid)
         if isinstance(exc, VoxshardError):
-            emitter.emit("error", code=exc.code, message=exc.message, hint=exc.hint)
+            emitter.emit("error", code=exc.code, message=exc.message, hint=exc.hint,
+                         **({"window_hint": exc.window_hint} if exc.window_hint else {}))
         elif exc is not None:  # a bug: report it and keep serving
             emitter.emit("error", code="internal",
                          message=f"Internal error: {type(exc).__name__}: {exc}",

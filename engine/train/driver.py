@@ -44,7 +44,7 @@ from engine.data.dataset import VoiceData, split_ids
 from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_stage
 from engine.layout.manifest import prepared_folder, read_manifest
 from engine.layout.run import Run, pick_run
-from engine.layout.tiers import TIER_ADAPTER, run_adapter_dir
+from engine.layout.tiers import TIER_ADAPTER, record_instant_base, run_adapter_dir
 from engine.layout.voice import open_voice
 from engine.model.adapter import AdapterRequest, export_adapter
 from engine.model.checkpoint_weights import checkpoint_tensors, trained_weights
@@ -389,6 +389,8 @@ class TrainRun:
         if self.where.remember:
             v.set_storage(self.where.setting)  # the voice's next runs go there too
         Run(run_dir).write_config(self.cfg.to_dict())
+        # an instant voice prepared before any base was chosen speaks on this one from now
+        record_instant_base(v.path, self.cfg.model.base)
 
     def launch(self, cluster: Any) -> Any:
         """Devices of an existing cluster, preflight, codes, then the Ray Train job."""

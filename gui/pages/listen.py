@@ -77,6 +77,13 @@ def cut_sentence(reasons: object) -> str:
         return ""
     return (f"The speech was cut short where {' and where '.join(said)}; you hear it up to "
             "there.")
+
+
+def best_label(run: str, step: int) -> str:
+    """The source list's name of a run's best checkpoint (its evaluation's pick)."""
+    return f"Best checkpoint: {run} · step {step} (the evaluation's best)"
+
+
 #: an item's short form, what the closed box shows (its list shows the whole label)
 SHORT_TEXT_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -264,14 +271,24 @@ class ListenPage(Page):
                 self.source.addItem(f"Adapter voice: {tier['name']}",
                                     {"kind": TIER_ADAPTER, "path": str(tier["path"])})
             for run in reversed(snap.runs):
+                best = run.best_step
+                if best is not None and best not in run.checkpoint_steps:
+                    # training pruned it: the evaluation's copy under best/ speaks
+                    self.source.addItem(best_label(run.name, best),
+                                        {"kind": "checkpoint", "path": str(run.best),
+                                         "run": run.name})
                 for ckpt, step in zip(reversed(run.checkpoints),
                                       reversed(run.checkpoint_steps), strict=True):
-                    self.source.addItem(f"Checkpoint: {run.name} · step {step}",
+                    self.source.addItem(best_label(run.name, step) if step == best
+                                        else f"Checkpoint: {run.name} · step {step}",
                                         {"kind": "checkpoint", "path": str(ckpt),
                                          "run": run.name})
             for tier in (t for t in tiers if t["tier"] == TIER_INSTANT):
-                self.source.addItem("Instant voice (its reference clip, no training)",
-                                    {"kind": TIER_INSTANT, "path": str(tier["path"])})
+                # no base known yet (none recorded, no run): it speaks on the Base field's
+                self.source.addItem("Instant voice (its reference clip, no training)"
+                                    + ("" if tier["base"] else ", on the Base model"),
+                                    {"kind": TIER_INSTANT, "path": str(tier["path"]),
+                                     "base": tier["base"]})
             self.source.addItem("Zero-shot preview (base model + a reference clip)",
                                 {"kind": "zero_shot"})
             if current is not None:
@@ -334,6 +351,10 @@ class ListenPage(Page):
         """What the speech worker loads for the chosen source (a `load` request)."""
         assert self.voice is not None
         src = self.source.currentData() or {"kind": "zero_shot"}
+        if src["kind"] == TIER_INSTANT and not src.get("base"):
+            # an instant voice that knows no base speaks on the one the Base field names
+            # (the engine records it: the voice then speaks on it everywhere)
+            return {"voice": src["path"], "base": self.base.currentText().strip() or None}
         if src["kind"] in ("export", "checkpoint", TIER_ADAPTER, TIER_INSTANT):
             # a checkpoint, adapter or instant folder speaks directly; the engine finds
             # its base model

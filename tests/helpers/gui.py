@@ -132,3 +132,17 @@ def pick_source(qtbot: Any, listen: Any, label: str) -> None:
     qtbot.keyClick(view, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not view.isVisible(), timeout=5000)
     assert listen.source.currentIndex() == index
+
+
+def speak_and_wait(qtbot: Any, listen: Any, timeout: int = 240000) -> list[tuple[Any, ...]]:
+    """Click Listen's Speak, as a person does, and wait for the render to end; the failures
+    the speech engine reported on the way. The engine is let go of after."""
+    failures: list[tuple[Any, ...]] = []
+    listen.speech.failed.connect(lambda *a: failures.append(a))
+    try:
+        qtbot.mouseClick(listen.speak_btn, Qt.MouseButton.LeftButton)
+        assert listen.request is not None
+        qtbot.waitUntil(lambda: listen.request is None, timeout=timeout)
+    finally:
+        listen.speech.unload()
+    return failures
