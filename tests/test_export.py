@@ -14,9 +14,9 @@ from engine.core.errors import InputError, ModelError
 from engine.model.export import CODEC_EMBEDDING, SPEAKER_ROW, export_custom_voice
 from engine.train.objective import build_objective, full_state_dict, load_base_weights
 
-# numeric parity: the export against the trained weights and the official loader.
-# packaging/run_tests.sh runs these again under other CPU kernel dispatches.
-pytestmark = pytest.mark.parity
+# numeric parity (marked one by one: only the tests that compare two computations): the
+# export against the official loader; packaging/run_tests.sh runs them again under other
+# CPU kernel dispatches, the files and messages here once.
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,7 @@ def _load(path: Path) -> Any:
                                             attn_implementation="sdpa")
 
 
+@pytest.mark.parity
 def test_official_loader_speaks_the_export(exported: Path, trained: dict[str, Any]) -> None:
     tts = _load(exported)
     model = tts.model
@@ -80,6 +81,7 @@ def test_official_loader_speaks_the_export(exported: Path, trained: dict[str, An
     assert cfg["talker_config"]["spk_is_dialect"] == {"joe": False}
 
 
+@pytest.mark.parity
 def test_custom_voice_prefill_equals_training_speaker_slot(
         exported: Path, trained: dict[str, Any], tiny_model_dir: Path) -> None:
     """The exported speaker speaks exactly as the base model with that x-vector in its slot."""

@@ -21,9 +21,9 @@ import torch
 from engine.cli.settings import cli_words
 from engine.core.errors import InputError
 
-# numeric parity: LoRA, precision and offload paths against the plain computation.
-# packaging/run_tests.sh runs these again under other CPU kernel dispatches.
-pytestmark = pytest.mark.parity
+# numeric parity (marked one by one: only the tests that compare two computations): LoRA
+# against the plain computation; packaging/run_tests.sh runs them again under other CPU
+# kernel dispatches, the decisions and messages here once.
 
 # -- precision ---------------------------------------------------------------------------------
 
@@ -276,6 +276,7 @@ def _batch(model_dir: Path) -> dict[str, torch.Tensor]:
     return layout_batch(seqs, ids, xv, [0, 1, 2, 3], 1)
 
 
+@pytest.mark.parity
 def test_lora_trains_adapters_only_and_export_merges_them(tiny_model_dir: Path,
                                                           tmp_path: Path) -> None:
     from engine.config.train import ModelConfig
@@ -430,6 +431,7 @@ def test_resume_refuses_changed_data_and_says_what_changed_settings_do(
                                  "transcripts), so it cannot be resumed.")
 
 
+@pytest.mark.parity
 def test_export_of_a_lora_run_merges_its_checkpoint_and_uses_the_runs_x_vector(
         tmp_path: Path, tiny_model_dir: Path) -> None:
     """api.export from a real DCP checkpoint of a LoRA run: a plain folder, the run's speaker."""

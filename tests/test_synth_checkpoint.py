@@ -23,9 +23,9 @@ from engine.synth.voice import resolve_source
 from tests.helpers.parity import assert_same_codes, record_choices
 from tests.helpers.voices import copy_voice
 
-# numeric parity: a run folder against its export and the official loader.
-# packaging/run_tests.sh runs these again under other CPU kernel dispatches.
-pytestmark = pytest.mark.parity
+# numeric parity (marked one by one: only the tests that compare two computations): a run
+# folder against its export and the official loader; packaging/run_tests.sh runs them
+# again under other CPU kernel dispatches, the folders and messages here once.
 
 GREEDY = SpeakOptions(do_sample=False, subtalker_do_sample=False, max_frames=20,
                       loudness_lufs=None, seed=0)
@@ -46,6 +46,7 @@ def run_synth(trained: dict[str, Any]) -> Synthesizer:
     return Synthesizer.load(resolve_source(trained["run"]), device="cpu")
 
 
+@pytest.mark.parity
 def test_run_folder_speaks_its_latest_checkpoint_like_the_export(
         trained: dict[str, Any], run_synth: Synthesizer) -> None:
     source = run_synth.source
@@ -60,6 +61,7 @@ def test_run_folder_speaks_its_latest_checkpoint_like_the_export(
     assert resolve_source(trained["voice"]).kind == "custom_voice"
 
 
+@pytest.mark.parity
 def test_export_decodes_exactly_like_official_generate_custom_voice(
         trained: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     synth = Synthesizer.load(resolve_source(trained["export"]), device="cpu")
@@ -83,6 +85,7 @@ def test_export_decodes_exactly_like_official_generate_custom_voice(
         np.testing.assert_array_equal(wavs[0], mine[0])
 
 
+@pytest.mark.parity
 def test_checkpoints_differ_and_switching_back_to_zero_shot_restores_the_base(
         trained: dict[str, Any], run_synth: Synthesizer, piper_sentences: list[dict[str, Any]],
         tiny_model_dir: Path) -> None:
