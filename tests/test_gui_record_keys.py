@@ -212,3 +212,26 @@ def test_help_names_every_key_the_page_answers(qtbot, ctx) -> None:
     enter = next(what for where, keys, what in SHORTCUTS if (where, keys) == ("Record", "Enter"))
     assert "cannot train asks" in enter
     page.shutdown()
+
+
+def test_voices_and_record_say_the_same_minutes(qtbot, window: MainWindow,
+                                                workspace: Path) -> None:
+    """One count of usable speech (the engine's SpeechCount): the Voices page said "—"
+    where Record counted minutes."""
+    from gui.pages.voices import VoicesPage
+
+    v = create_voice(workspace / "counted", "Counted", "english")
+    rate = 24000
+    tone = (0.3 * np.sin(2 * np.pi * 220 * np.arange(30 * rate) / rate)).astype(np.float32)
+    v.add_take(tone, "Thirty seconds of sound.", sample_rate=rate, prompt_id="p1")
+    v.add_take(np.zeros(30 * rate, dtype=np.float32), "Thirty seconds of nothing.",
+               sample_rate=rate, prompt_id="p2", extra={"verdict": "unusable"})
+    window.ctx.set_voice(v.path)
+    record = window.show_page(RecordPage)
+    assert isinstance(record, RecordPage)
+    qtbot.waitUntil(lambda: "usable speech" in record.progress_label.text(), timeout=20000)
+    said = record.progress_label.text().split(" minutes")[0]
+    voices = window.show_page(VoicesPage)
+    assert isinstance(voices, VoicesPage)
+    qtbot.waitUntil(lambda: voices.cards["usable"].value.text() != "—", timeout=20000)
+    assert voices.cards["usable"].value.text() == said == "0.5"

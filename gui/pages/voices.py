@@ -298,7 +298,9 @@ class VoicesPage(Page):
             self.tiers.setText("")
             return
         s = snap.summary
-        usable = snap.usable_minutes
+        # the engine's one count of speech (SpeechCount): what Record's progress and
+        # Prepare say; before a prepare, a take counts its length ("—" said nothing)
+        usable = snap.minutes_in_use
         self.voice_title.setText(snap.speaker)
         # a long folder path wraps at its separators (a zero-width space after each)
         # instead of running past the page on a laptop
@@ -307,7 +309,7 @@ class VoicesPage(Page):
         self.voice_sub.setToolTip(str(voice))
         self.cards["takes"].set(str(s["takes"]))
         self.cards["recorded"].set(f"{s['minutes_recorded']:.1f}")
-        self.cards["usable"].set("—" if usable is None else f"{usable:.1f}")
+        self.cards["usable"].set(f"{usable:.1f}")
         self.cards["runs"].set(str(len(snap.runs)))
         self.cards["exports"].set(str(len(snap.exports)))
         self.cards["renders"].set(str(len(snap.renders)))
