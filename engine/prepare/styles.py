@@ -40,6 +40,7 @@ import numpy as np
 from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError
 from engine.layout.manifest import prepared_folder, read_manifest, write_manifest
+from engine.layout.voice import open_voice
 
 FRAME_S, HOP_S = 0.04, 0.01
 F0_MIN, F0_MAX = 60.0, 420.0
@@ -311,7 +312,5 @@ def set_clip_style(voice_dir: str | os.PathLike[str], clip_id: str, style: str |
         row["style"], row["style_source"] = style.strip(), BY_YOU
     write_json(prepared_folder(voice_dir).styles, user)
     write_manifest(voice_dir, rows)
-    from engine.layout.voice import open_voice
-
     open_voice(voice_dir).set_styles(voice_styles(rows))
     return str(row["style"])

@@ -1,0 +1,115 @@
+"""A voice trained with style descriptions, from its data to speaking with an instruction.
+
+- One real run of the tiny model on Ray with two CPU workers, LoRA on the talker and the
+  code predictor, half of the clips described: it trains, records the styles it trained
+  with, and resumes (the fingerprint covers the descriptions, so an edited one refuses).
+- Speaking (on runs made in one process, with the run's data recorded as training
+  records it): a checkpoint and an export of a voice trained with styles take
+  `--instruct` without the "little or no effect" warning; one trained without still warns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.core.errors import InputError
+from engine.layout.exports import EXPORT_INFO
+from engine.layout.manifest import read_manifest, write_manifest
+from engine.layout.run import Run
+from engine.train.driver import export, train
+from engine.train.rundata import record_data
+from tests.helpers.ray_cluster import SharedCluster
+from tests.helpers.runs import make_perturbed_run
+from tests.helpers.voices import copy_voice
+
+STYLES = ("Whisper, slowly and calmly.", "Fast and excited.")
+WARNING = "little or no effect"
+
+
+def describe(voice: Path) -> None:
+    """Every other clip gets one of STYLES (the rest stay plain)."""
+    rows = read_manifest(voice, usable_only=False)
+    for i, r in enumerate(rows):
+        if i % 2 == 0:
+            r["style"] = STYLES[(i // 2) % 2]
+    write_manifest(voice, rows)
+
+
+@pytest.fixture(scope="module")
+def styled(prepared_voice: Path, tiny_model_dir: Path, shared_cluster: SharedCluster,
+           tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    voice = copy_voice(prepared_voice, tmp_path_factory.mktemp("styled") / "joe")
+    describe(voice)
+    shared_cluster.up()
+    options = {"use_gpu": False, "run": "s1", "workers": 2, "checkpoint_every": 1,
+               "val_every": 0, "lr": 5e-2, "trainable": "lora", "lora_predictor": True,
+               "batch_size": 4}
+    first = train(voice, str(tiny_model_dir), steps=2, **options)
+    resumed = train(voice, str(tiny_model_dir), steps=3, resume=True, **options)
+    return {"voice": voice, "first": first, "resumed": resumed, "options": options}
+
+
+def _speak(target: Path, out: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    from engine.cli.main import main
+
+    code = main(["speak", str(target), "Hello there.", "-o", str(out), "--device", "cpu",
+                 "--max-frames", "6", "--seed", "1", "--instruct", STYLES[0], *extra])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out + captured.err
+
+
+@pytest.mark.timeout(1800)  # two Ray starts; on a loaded two-core machine, slow
+def test_a_styled_run_trains_on_ray_records_its_styles_and_resumes(
+        styled: dict[str, Any], tiny_model_dir: Path) -> None:
+    assert styled["first"]["steps"] == 2 and not styled["first"]["stopped"]
+    assert styled["resumed"]["steps"] == 3 and not styled["resumed"]["stopped"]
+    run = Run(styled["voice"] / "runs" / "s1")
+    assert set(run.trained_styles()) == set(STYLES)
+    # another description is other data: the run's positions index the old layout
+    voice = styled["voice"]
+    rows = read_manifest(voice, usable_only=False)
+    rows[0]["style"] = "Angry."
+    write_manifest(voice, rows)
+    try:
+        with pytest.raises(InputError, match="changed"):
+            train(voice, str(tiny_model_dir), steps=4, resume=True, **styled["options"])
+    finally:
+        describe(voice)
+
+
+@pytest.fixture(scope="module")
+def described_run(prepared_voice: Path, tiny_model_dir: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> Path:
+    voice = copy_voice(prepared_voice, tmp_path_factory.mktemp("described") / "joe")
+    describe(voice)
+    run_dir = make_perturbed_run(voice, tiny_model_dir, steps=(1,), export=None)
+    record_data(run_dir, voice)  # what a starting run writes: the styles among its data
+    return voice
+
+
+def test_a_voice_trained_with_styles_takes_an_instruction_without_the_warning(
+        described_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    voice = described_run
+    assert set(Run(voice / "runs" / "r1").trained_styles()) == set(STYLES)
+    said = _speak(voice / "runs" / "r1", tmp_path / "run.wav", capsys)
+    assert WARNING not in said
+    out = export(voice, tmp_path / "export", run="r1")
+    info = json.loads((Path(out["out_dir"]) / EXPORT_INFO).read_text())
+    assert set(info["styles"]) == set(STYLES)
+    assert WARNING not in _speak(Path(out["out_dir"]), tmp_path / "export.wav", capsys)
+
+
+def test_a_voice_trained_without_styles_still_warns(prepared_voice: Path, tiny_model_dir: Path,
+                                                   tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    voice = copy_voice(prepared_voice, tmp_path / "joe")
+    run_dir = make_perturbed_run(voice, tiny_model_dir, steps=(1,), export=None)
+    record_data(run_dir, voice)
+    assert WARNING in _speak(voice / "runs" / "r1", tmp_path / "run.wav", capsys)
+    out = export(voice, tmp_path / "export", run="r1")
+    assert WARNING in _speak(Path(out["out_dir"]), tmp_path / "plain.wav", capsys)
