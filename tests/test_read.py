@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import mutagen.id3
 import mutagen.mp4
 import pytest
 
@@ -142,6 +143,17 @@ def test_book_in_two_voices_with_a_style_a_pronunciation_and_chapters(
                                            f"{round(seconds * 1000) % 1000:03d}")
     assert sorted(p.name for p in (out.parent / "book-tracks").iterdir()) == ["ada.wav",
                                                                             "bob.wav"]
+
+    # the same takes as an MP3: its chapters are ID3 CHAP frames; nothing is rendered again
+    mp3 = out.with_suffix(".mp3")
+    again, _ = _read(request.replace(out=str(mp3), subtitles=False, tracks=False))
+    assert again["rendered"] == 0
+    frames = mutagen.id3.ID3(mp3).getall("CHAP")
+    assert [f.sub_frames["TIT2"].text[0] for f in frames] == ["The Lighthouse", "The Storm",
+                                                             "The Morning"]
+    assert frames[1].start_time == pytest.approx(exported["The Storm"] * 1000, abs=10)
+    loudness = again["export"]["loudness_lufs"]
+    assert loudness is not None and -19.0 < loudness < -17.0  # -18 LUFS asked
 
     # an edit re-renders only its line; the other takes are the same files
     project = Path(result["project"])
