@@ -45,7 +45,8 @@ class DataConfig:
     #: share of the clips with a style description that train without it, so
     #: speech without an instruction stays the voice's plain default (chosen
     #: per clip by the seed: the same on every worker and after a resume)
-    plain_share: float = 0.2
+    plain_share: float = setting(0.2, label="Styled clips trained plain", at_least=0,
+                                 at_most=1)
 
     def __post_init__(self) -> None:
         check(self)
@@ -53,4 +54,3 @@ class DataConfig:
         _check(0.0 <= self.val_fraction < 1.0, "data.val_fraction", "must be in [0, 1)")
         _check(self.val_min >= 0, "data.val_min", "must be >= 0")
         _check(self.max_seq_len >= 32, "data.max_seq_len", "must be >= 32")
-        _check(0.0 <= self.plain_share <= 1.0, "data.plain_share", "must be in [0, 1]")

@@ -247,7 +247,7 @@ REQUEST_SETTINGS: tuple[str, ...] = (
     "parallel.compile_layers", "parallel.precision", "model.trainable", "model.lora_rank",
     "model.lora_alpha", "model.lora_predictor", "model.predictor_frames",
     "run.steps", "run.epochs", "optim.lr", "run.checkpoint_every", "run.val_every",
-    "run.keep_checkpoints",
+    "run.keep_checkpoints", "data.plain_share",
 )
 #: sections whose settings change what a run costs, not its memory: `plan` takes no others
 LENGTH_SECTIONS: tuple[str, ...] = ("run", "optim")
