@@ -187,7 +187,8 @@ def _digest(data: bytes) -> str:
 
 
 def pack_voice_data(voice_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The files a worker reads from a voice (codes index, codes, x-vector) as bytes."""
+    """The files a worker reads from a voice (codes index, codes, x-vector, and the
+    manifest, whose rows carry the clips' style descriptions) as bytes."""
     codes = prepared_folder(voice_dir).codes_dir
     index_bytes = (codes / CODES_INDEX).read_bytes()
     index = json.loads(index_bytes)
@@ -196,11 +197,14 @@ def pack_voice_data(voice_dir: str | os.PathLike[str]) -> dict[str, Any]:
     files = {CODES_INDEX: index_bytes}
     for name in names:
         files[name] = (codes / name).read_bytes()
-    h = hashlib.sha256()
+    manifest = prepared_folder(voice_dir).manifest
+    rows = manifest.read_bytes() if manifest.is_file() else b""
+    h = hashlib.sha256(hashlib.sha256(rows).digest())
     for name in sorted(files):
         h.update(name.encode())
         h.update(hashlib.sha256(files[name]).digest())
-    return {"digest": h.hexdigest()[:24], "name": Path(voice_dir).name, "files": files}
+    return {"digest": h.hexdigest()[:24], "name": Path(voice_dir).name, "files": files,
+            "manifest": rows}
 
 
 def unpack_voice_data(bundle: dict[str, Any], root: str | None = None) -> Path:
@@ -215,6 +219,7 @@ def unpack_voice_data(bundle: dict[str, Any], root: str | None = None) -> Path:
     tmp_codes.mkdir(parents=True)
     for name, data in bundle["files"].items():
         (tmp_codes / name).write_bytes(data)
+    prepared_folder(tmp).manifest.write_bytes(bundle.get("manifest", b""))
     try:
         os.rename(tmp, dest)  # atomic; another worker of this node may have won the race
     except OSError:
