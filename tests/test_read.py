@@ -223,6 +223,14 @@ def test_a_stopped_render_keeps_its_takes_and_goes_on(workspace: Path, tmp_path:
     assert (result["rendered"], result["reused"]) == (6 - kept, kept)
 
 
+def test_a_line_is_said_in_words_and_its_text_kept(workspace: Path, tmp_path: Path) -> None:
+    script = tmp_path / "n.md"
+    script.write_text("Bob: We sailed **3** miles \U0001F600.\n", encoding="utf-8")
+    line = make_plan(ReadRequest(script=str(script), workspace=str(workspace))).line(1)
+    assert (line.line.text, line.spoken) == ("We sailed 3 miles \U0001F600.",
+                                             "We sailed three miles.")
+
+
 def test_bad_requests_say_what_to_do(workspace: Path, tmp_path: Path) -> None:
     script = tmp_path / "s.txt"
     script.write_text("Carol: Hello.\n", encoding="utf-8")

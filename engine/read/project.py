@@ -17,6 +17,7 @@ from engine.layout import reading
 from engine.read.pronounce import Dictionary
 from engine.read.script import Line, Script, read_script
 from engine.serve.voices import ServedVoice, discover
+from engine.text import spoken_text
 
 
 @dataclass
@@ -101,6 +102,10 @@ def voice_folder(voice: ServedVoice, workspace: Path) -> Path:
     return workspace / voice.name.split("/", 1)[0]
 
 
+def _language(language: str) -> str | None:
+    return None if language == "auto" else language
+
+
 def project_dir(request: ReadRequest) -> Path:
     return Path(request.project) if request.project else reading.default_project_dir(
         request.script)
@@ -119,8 +124,11 @@ def make_plan(request: ReadRequest) -> Plan:
     lines = []
     for line in script.lines:
         voice = chosen_voices[line.speaker]
-        spoken = dictionary.apply(line.text, voice_folder(voice, workspace).name,
-                                  request.language)
+        respelled = dictionary.apply(line.text, voice_folder(voice, workspace).name,
+                                     request.language)
+        # numbers, amounts and units in words, emoji and stray marks out (the one normal
+        # form of text written to be read)
+        spoken = spoken_text(respelled, _language(request.language)) or respelled
         key = line_key(line, voice.name, spoken, request.language, request.chunk_chars,
                        request.max_frames)
         seeds = reading.take_seeds(project, key)
