@@ -1,0 +1,144 @@
+"""Issue 45: the Record page has its keys back after each of its dialogs, through a real
+X server (Xvfb, Qt's xcb platform, no window manager): real key presses and clicks from
+xdotool, the window in its own process recording from the test's PulseAudio null sink.
+Once, Space pressed after a dialog went to another button (About) while a take ran on.
+
+Run as a script, this file is the window's side."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QEventLoop, QPoint, QRect, QSettings
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from gui.app import MainWindow
+from gui.context import AppContext
+from gui.pages.record import RecordPage
+from tests.helpers.voices import make_voice
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_space_works_after_every_dialog_on_a_real_x_server(
+        laptop_xvfb: str, sink: str, tmp_path: Path) -> None:
+    if not shutil.which("xdotool"):
+        pytest.skip("xdotool is missing (apt-get install xdotool)")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    make_voice(workspace)
+    out = tmp_path / "seen.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
+    env.update(DISPLAY=laptop_xvfb, QT_QPA_PLATFORM="xcb", HOME=str(tmp_path),
+               XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
+    # the sound server as this process reaches it (its address and cookie live under the
+    # real home, which the window's process does not have)
+    info = subprocess.run(["pactl", "info"], capture_output=True, text=True, timeout=10).stdout
+    server = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                   if line.startswith("Server String:")), "")
+    if server and "PULSE_SERVER" not in env:
+        env["PULSE_SERVER"] = server
+    cookie = Path.home() / ".config" / "pulse" / "cookie"
+    if cookie.is_file() and "PULSE_COOKIE" not in env:
+        env["PULSE_COOKIE"] = str(cookie)
+    child = subprocess.run([sys.executable, __file__, str(workspace), str(out)], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    seen = json.loads(out.read_text())
+    assert seen == {"stopped_as_quit_asks": True, "space_after_quit": True,
+                    "space_after_retake": True, "space_after_keep": True,
+                    "about_opened": False}, seen
+
+
+# -- the window's side (run as a script under Xvfb) -------------------------------------
+
+def _drive(workspace: Path, out: Path) -> int:
+    app = QApplication([sys.argv[0]])
+    settings = QSettings(str(out.with_suffix(".ini")), QSettings.Format.IniFormat)
+    settings.setValue("workspace", str(workspace))
+    settings.setValue(f"last_voice/{workspace}", "ada")
+    window = MainWindow(AppContext(settings))
+    window.setGeometry(QRect(0, 0, 1100, 760))
+    window.show()
+
+    def wait(cond: Callable[[], object], seconds: float = 15.0) -> bool:
+        deadline = time.monotonic() + seconds
+        while not cond():
+            if time.monotonic() > deadline:
+                return False
+            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+            time.sleep(0.01)
+        return True
+
+    def xdotool(*args: object) -> None:
+        subprocess.run(["xdotool", *map(str, args)], check=True, timeout=30)
+
+    def key(name: str) -> None:
+        xdotool("key", name)
+        wait(lambda: False, 0.3)  # what the key set off
+
+    def box(text: str) -> QMessageBox | None:
+        found: list[QMessageBox] = []
+        wait(lambda: found.extend(b for b in window.findChildren(QMessageBox)
+                                  if b.isVisible() and text in b.text()) or found, 10)
+        return found[0] if found else None
+
+    def click(dialog: QMessageBox | None, label: str) -> None:
+        if dialog is None:
+            raise SystemExit(f"no dialog for {label!r}")
+        button = next(b for b in dialog.buttons() if b.text() == label)
+        spot = button.mapToGlobal(QPoint(button.width() // 2, button.height() // 2))
+        xdotool("mousemove", "--sync", spot.x(), spot.y())
+        xdotool("click", 1)
+        wait(lambda: not dialog.isVisible(), 10)
+        wait(lambda: False, 0.3)
+
+    page = window.show_page(RecordPage)
+    assert isinstance(page, RecordPage)
+    if not wait(lambda: window.isVisible() and page.prompt is not None, 60):
+        raise SystemExit("the Record page did not open its voice")
+    window.activateWindow()
+    wait(lambda: app.focusWindow() is not None, 30)
+    seen: dict[str, bool] = {}
+    key("space")
+    if not wait(lambda: "speak now" in page.rec_state.text()):
+        raise SystemExit(f"Space did not start a take: {page.rec_state.text()!r}")
+    key("ctrl+q")  # Quit, during the take
+    quit_box = box("was being recorded")
+    seen["stopped_as_quit_asks"] = wait(lambda: page.take_audio is not None, 10) \
+        and quit_box is not None and quit_box.isVisible()
+    click(quit_box, "Review it")
+    key("space")  # a new take of the same prompt
+    seen["space_after_quit"] = wait(lambda: "speak now" in page.rec_state.text(), 10)
+    key("space")
+    wait(lambda: page.take_audio is not None, 10)
+    key("Return")  # silent: it cannot train, Enter asks
+    click(box("This take cannot train"), "Re-take")
+    wait(lambda: "speak now" in page.rec_state.text(), 10)
+    key("space")
+    seen["space_after_retake"] = wait(lambda: page.take_audio is not None
+                                      and not page.recorder.active, 10)
+    key("Return")
+    click(box("This take cannot train"), "Keep anyway")
+    key("space")
+    seen["space_after_keep"] = wait(lambda: "speak now" in page.rec_state.text(), 10)
+    key("space")
+    wait(lambda: not page.recorder.active, 10)
+    seen["about_opened"] = window._about is not None
+    out.write_text(json.dumps(seen))
+    page.discard()
+    window.shutdown()
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_drive(Path(sys.argv[1]), Path(sys.argv[2])))
