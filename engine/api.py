@@ -132,14 +132,13 @@ def plan(voice: PathLike, base: str, on_event: EventCallback | Emitter | None = 
 
 def train(voice: PathLike, base: str, on_event: EventCallback | Emitter | None = None,
           **options: Any) -> dict[str, Any]:
-    """Fine-tune `base` on a prepared voice with Ray Train + FSDP2 (see `train.api.train`).
+    """Fine-tune `base` on a prepared voice with Ray Train + FSDP2 (`engine.train.driver`).
 
-    Options include workers, steps, epochs, lr, batch_size, grad_accum,
-    precision ("auto", "bf16", "fp16", "fp32"), trainable ("talker",
-    "talker+text", "code_predictor", "talker_layers", "lora"), lora_rank,
-    lora_alpha, lora_predictor (LoRA adapters on the code predictor too),
-    predictor_frames (the code predictor's share of each step's frames,
-    0 < F <= 1), activation_checkpointing, cpu_offload, resume, run, address.
+    Options are the training settings by field name (workers, steps, epochs, lr,
+    batch_size, trainable, lora_rank, predictor_frames, ...: every field of
+    `engine.config.train.REQUEST_SETTINGS`, each documented and bounded in its config
+    section) and the request's own (resume, run, address, storage, use_gpu, ...:
+    `engine.train.request.TrainRequest`).
     """
     from engine.train.driver import train as _train
 

@@ -33,6 +33,8 @@ class SettingField:
         self.widget = widget if widget is not None else self._make(words or {}, decimals)
         if isinstance(self.widget, QDoubleSpinBox | QSpinBox):
             self._bound(self.widget, given=widget is not None)
+            if self.rule.unit and widget is None:
+                self.widget.setSuffix(f" {self.rule.unit}")
         if not self.widget.toolTip():
             self.widget.setToolTip(field_help(cls).get(name, ""))
         if self.default is not None:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.cli.main import build_parser
 from engine.cli.settings import FLAGS, cli_words
 from engine.config.schema import label_of, lookup
@@ -78,3 +80,16 @@ def test_the_window_shows_a_refusal_of_the_engine_in_its_fields_labels() -> None
     # an event without settings is shown as the engine wrote it
     assert settings_worded({"message": "Disk full.", "hint": "Free space."}) == (
         "Disk full.", "Free space.")
+
+
+def test_a_refused_prepare_setting_is_named_as_data(tmp_path: Path) -> None:
+    from engine.layout.voice import create_voice
+
+    voice = create_voice(tmp_path / "v", "Ada")
+    with pytest.raises(InputError) as info:
+        voice.update_settings(target_lufs=5.0)
+    err = info.value
+    assert err.settings == ["prepare.target_lufs"]
+    assert err.message == "target_lufs must be at least -40 and at most -10, not 5."
+    message, _ = settings_worded({"template": err.template, "hint_template": None})
+    assert message == "Loudness must be at least -40 and at most -10, not 5."

@@ -86,3 +86,14 @@ def test_a_run_s_settings_come_back_into_the_fields_the_config_made(qtbot) -> No
     for path in FORM_SETTINGS:
         section, _, name = path.partition(".")
         assert form.fields[name].value() == cfg.to_dict()[section][name], path
+
+
+def test_prepare_says_the_voice_s_own_recommended_minutes(qtbot, window: MainWindow,
+                                                         voice: Path) -> None:
+    from gui.pages.prepare import PreparePage
+
+    window.ctx.set_voice(voice)
+    page: PreparePage = window.show_page(PreparePage)  # type: ignore[assignment]
+    page.show_report({"totals": {"minutes_usable": 6.0, "recommended_minutes": 20.0,
+                                 "percent_of_recommendation": 30.0}, "takes": []})
+    assert page.cards["percent"].label.text() == "of the recommended 20 min"

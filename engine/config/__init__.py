@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config.reinforce import ReinforceConfig
-from engine.config.schema import section
+from engine.config.schema import check, section, setting
 from engine.config.speak import SpeakOptions
 from engine.config.train import TrainConfig
 
@@ -32,24 +32,27 @@ class PrepareConfig:
     """How `prepare` turns takes into training clips."""
 
     #: integrated loudness of every clip (ITU-R BS.1770), LUFS
-    target_lufs: float = -23.0
+    target_lufs: float = setting(-23.0, label="Loudness", unit="LUFS", at_least=-40,
+                                 at_most=-10)
     #: sample peak ceiling after gain, dBFS; quieter clips keep their gain lower
-    peak_dbfs: float = -1.0
+    peak_dbfs: float = setting(-1.0, label="Peak ceiling", unit="dBFS", at_least=-12,
+                               at_most=0)
     #: clips shorter than this are unusable (seconds)
-    min_clip_s: float = 1.0
-    #: long recordings are sliced at pauses into clips no longer than this (seconds)
-    max_clip_s: float = 15.0
+    min_clip_s: float = setting(1.0, label="Shortest clip", unit="s", at_least=0.2)
+    #: long recordings are sliced at pauses into clips no longer than this (seconds;
+    #: longer clips train badly)
+    max_clip_s: float = setting(15.0, label="Longest clip", unit="s", at_most=30)
     #: clips with a lower signal-to-noise estimate are unusable (dB)
-    min_snr_db: float = 15.0
+    min_snr_db: float = setting(15.0, label="Lowest signal-to-noise", unit="dB", at_least=0)
     #: files longer than this are refused from their header, never decoded (minutes)
-    max_file_minutes: float = 60.0
+    max_file_minutes: float = setting(60.0, label="Longest file", unit="min", above=0)
     #: usable minutes the quality report measures a voice against
-    recommended_minutes: float = 10.0
+    recommended_minutes: float = setting(10.0, label="Recommended audio", unit="min", above=0)
     #: voice activity detector: "silero" (a neural model in its wheel) or the "energy" fallback
-    vad: str = "silero"
+    vad: str = setting("silero", label="Speech detector", choices=VAD_CHOICES)
     #: denoise noisy slices, each kept only where SNR, speaker similarity and the
     #: recognised words do not get worse
-    denoise: bool = False
+    denoise: bool = setting(False, label="Denoise")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -59,23 +62,11 @@ class PrepareConfig:
             if (not isinstance(value, int | float) or isinstance(value, bool)
                     or not math.isfinite(value)):
                 raise ValueError(f"prepare.{f.name}: must be a finite number, got {value!r}")
-        if self.vad not in VAD_CHOICES:
-            raise ValueError(f"prepare.vad: must be one of {', '.join(VAD_CHOICES)}, "
-                             f"not {self.vad!r}")
         if not isinstance(self.denoise, bool):
             raise ValueError(f"prepare.denoise: must be true or false, got {self.denoise!r}")
-        if not -40.0 <= self.target_lufs <= -10.0:
-            raise ValueError("prepare.target_lufs: must be between -40 and -10 LUFS")
-        if not -12.0 <= self.peak_dbfs <= 0.0:
-            raise ValueError("prepare.peak_dbfs: must be between -12 and 0 dBFS")
-        if not 0.2 <= self.min_clip_s < self.max_clip_s:
-            raise ValueError("prepare.min_clip_s: must be at least 0.2 s and below max_clip_s")
-        if self.max_clip_s > 30.0:
-            raise ValueError("prepare.max_clip_s: must be at most 30 s (longer clips train badly)")
-        if self.min_snr_db < 0:
-            raise ValueError("prepare.min_snr_db: must not be negative")
-        if self.max_file_minutes <= 0 or self.recommended_minutes <= 0:
-            raise ValueError("prepare.max_file_minutes/recommended_minutes: must be positive")
+        check(self)
+        if self.min_clip_s >= self.max_clip_s:
+            raise ValueError("prepare.min_clip_s: must be below max_clip_s")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

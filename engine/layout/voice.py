@@ -36,7 +36,7 @@ import numpy as np
 
 from engine.config import PrepareConfig
 from engine.config.reinforce import ReinforceConfig
-from engine.config.schema import value_problem
+from engine.config.schema import SettingError, value_problem
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import AudioError, InputError, WorkspaceError
 from engine.core.storage import storage_arg, user_path
@@ -379,6 +379,8 @@ class Voice:
             raise InputError(f"Unknown prepare setting(s): {', '.join(sorted(unknown))}.")
         try:
             PrepareConfig.from_dict({**self.prepare_settings, **values})
+        except SettingError as exc:  # the setting as data: each surface names it its way
+            raise InputError(f"{{{exc.path}}} {exc.why}.") from exc
         except ValueError as exc:
             raise InputError(f"Invalid prepare setting: {exc}.") from exc
         self.config.setdefault("prepare", {}).update(values)

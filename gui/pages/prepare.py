@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceSnapshot
+from engine.config import PrepareConfig
 from engine.layout.manifest import prepared_folder
 from gui.context import AppContext
 from gui.jobs import EngineJob
@@ -124,7 +125,7 @@ class PreparePage(Page):
         grid.setSpacing(12)
         self.cards = {
             "usable": StatCard("usable minutes"),
-            "percent": StatCard("of the recommended 10 min"),
+            "percent": StatCard(f"of the recommended {PrepareConfig().recommended_minutes:g} min"),
             "clips": StatCard("clips (usable / all)"),
             "rejected": StatCard("takes rejected"),
         }
@@ -253,6 +254,9 @@ class PreparePage(Page):
         t = report.get("totals", {})
         self.cards["usable"].set(f"{float(t.get('minutes_usable', 0)):.1f}")
         self.cards["percent"].set(f"{float(t.get('percent_of_recommendation', 0)):.0f}%")
+        if isinstance(t.get("recommended_minutes"), int | float):  # the voice's own setting
+            self.cards["percent"].label.setText(
+                f"of the recommended {float(t['recommended_minutes']):g} min")
         self.cards["clips"].set(f"{t.get('usable_clips', 0)} / {t.get('clips', 0)}")
         self.cards["rejected"].set(str(t.get("rejected_takes", 0)))
         if t.get("enough"):
