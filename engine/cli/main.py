@@ -105,7 +105,7 @@ def _private_stdout() -> TextIO:
 #: current folder here, once, so nothing downstream (Ray, its workers) sees a relative path
 PATH_ARGS = frozenset({"path", "voice", "paths", "transcripts", "out_dir", "output",
                        "text_file", "sentences_file", "reference", "storage", "voices",
-                       "workspace", "api_key_file"})
+                       "workspace", "api_key_file", "script", "project"})
 #: arguments that are a path *or* a hub id / URI: only a leading `~` is expanded, and
 #: a relative path that exists is made absolute; a hub id passes unchanged
 PATH_OR_ID_ARGS = frozenset({"model", "base", "target"})
