@@ -223,7 +223,9 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
     is slower than training (each time it starts measuring, training moves on). It
     measures the baseline before any checkpoint exists, never fails, measures the
     checkpoint it started on even when training deletes it meanwhile (it holds a copy:
-    issue 28 §3), and notes the ones deleted before it got to them.
+    issue 28 §3), holds the ones written while it measures, and names every one training
+    wrote: measured, or skipped with why (issue 45: one written and pruned between two
+    looks included, from training's record of what it wrote).
 
     The "training" is the training area's own Checkpointer pruning (keep=2, its minimum)
     over checkpoint folders copied from the fixture's real DCP checkpoint: a Ray run
@@ -231,6 +233,7 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
     import shutil
 
     from engine.layout.checkpoints import checkpoint_name, list_checkpoints
+    from engine.layout.run import Run
     from engine.quality.evaluate import EvaluateRequest, watch
     from engine.train.checkpoint import Checkpointer
 
@@ -245,6 +248,7 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
         while (written[-1] if written else 0) < step:
             n = (written[-1] if written else 0) + 1
             shutil.copytree(source, run / checkpoint_name(n))
+            Run(run).record_written(checkpoint_name(n))  # what the driver records
             written.append(n)
             trainer.prune()
 
@@ -277,14 +281,20 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
     data = json.loads((run / "evaluation" / "evaluation.json").read_text())
     # 1 was deleted by training while it was measured, and measured all the same
     assert gone_while_measured == [True]
-    assert [e["step"] for e in data["entries"] if e["kind"] == "checkpoint"] == [1, 4, 5]
-    # 3 was deleted while the watcher measured 4, before it was held; 2 came and went
-    # while the watcher was busy, so it never saw it (and cannot name it)
-    assert [n["step"] for n in data["skipped"]] == [3]
-    assert [n["step"] for n in result["skipped"]] == [3]
-    assert "not measured (deleted by training first): step 3" in result["summary"]
+    measured = [e["step"] for e in data["entries"] if e["kind"] == "checkpoint"]
+    assert {1, 4, 5} <= set(measured)
+    # 2 came and went within one look (written and pruned at once, while 1 was being
+    # measured): training's record names it, so it is skipped with why, unless the
+    # holding thread caught it; 3 was held while 1 was measured, or skipped the same way
+    skipped = {n["step"]: n["reason"] for n in data["skipped"]}
+    assert set(measured) | set(skipped) == {1, 2, 3, 4, 5} and not set(measured) & set(skipped)
+    assert all("deleted" in why for why in skipped.values())
+    assert [n["step"] for n in result["skipped"]] == sorted(skipped)
+    assert data["count"] == {"measured": len(measured), "written": 5,
+                             "skipped": len(skipped)}
+    assert f"not measured: step {', '.join(map(str, sorted(skipped)))}." in result["summary"]
     page = (run / "evaluation" / "report.html").read_text(encoding="utf-8")
-    assert "deleted by training" in page
+    assert "training deleted it" in page and f"{len(measured)} of 5 checkpoints" in page
     assert not any(e.kind == "error" for e in events)
     assert not any("does not exist" in str(e.data.get("message", "")) for e in events)
     assert not (run / "held").exists() or not any((run / "held").iterdir())  # let go

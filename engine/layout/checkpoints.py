@@ -13,10 +13,11 @@ through its link, so a checkpoint's parent is still `<voice>/runs/<run>`.
 The evaluation may judge an older checkpoint best than training keeps (it prunes
 to the newest k): `keep_best` hard-links its files into `<run>/best/<name>/`
 (copied where links cannot be made), so pruning the original leaves them in place
-and one filesystem pays no extra space. The evaluator beside training holds the
-checkpoint it is about to measure the same way (`hold`, in `<run>/held/<name>/`),
-so training's pruning never takes it from under the measurement; it lets go once
-the figures are written. Light: no torch (the GUI reads this).
+and one filesystem pays no extra space. The evaluator beside training holds each
+checkpoint waiting to be measured the same way (`hold`, in `<run>/held/<name>/`, a
+bounded few: `engine.quality.evaluate`), so training's pruning never takes it from
+under the measurement; it lets go once the figures are written. Light: no torch (the
+GUI reads this).
 
 Which checkpoint a step means (`checkpoint_at`), for every command and the window:
 the one training keeps in the run folder, else the kept best's copy. A copy under

@@ -67,7 +67,7 @@ from engine.core.errors import InputError, VoxshardError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.data.dataset import split_ids
 from engine.layout import run as run_layout
-from engine.layout.checkpoints import COMPLETE, run_of, step_of
+from engine.layout.checkpoints import COMPLETE, HELD_DIR, kept_best, run_of, step_of
 from engine.layout.exports import latest_export
 from engine.layout.manifest import read_manifest, reference_clip
 from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
@@ -241,10 +241,13 @@ def pick_checkpoints(run_dir: Path, which: str | list[str] | None, out_dir: Path
     return sorted(dict.fromkeys(picked), key=lambda p: step_of(p) or 0)
 
 
-def _skip_note(step: int | None, name: str) -> dict[str, Any]:
-    return {"step": step, "checkpoint": name,
-            "reason": "training deleted it (keeping only its newest checkpoints) before "
-                      "it was measured"}
+#: why a checkpoint was not measured: training pruned it first (the usual case)
+PRUNED = ("training deleted it (keeping only its newest checkpoints) before it was "
+          "measured")
+
+
+def _skip_note(step: int | None, name: str, reason: str = PRUNED) -> dict[str, Any]:
+    return {"step": step, "checkpoint": name, "reason": reason}
 
 
 # -- measuring ------------------------------------------------------------------------------------
@@ -534,7 +537,9 @@ class _Measuring:
         entry = {
             "key": self.key(done.index, source), "label": source.label, "kind": source.kind,
             "step": step_of(source.checkpoint) if source.checkpoint else None,
-            "checkpoint": str(source.checkpoint) if source.checkpoint else None,
+            # the checkpoint as training named it (a held copy is let go once measured)
+            "checkpoint": (str(run_of(source.checkpoint) / Path(source.checkpoint).name)
+                           if source.checkpoint else None),
             "model": str(source.model_dir),
             "mode": zero_shot_mode(source) if source.kind == "zero_shot" else None,
             "reference": str(source.reference) if source.reference else None,
@@ -689,6 +694,7 @@ class _Book:
             result["asr"]["key"] = self.asr_model
             result["evaluated"] = [e["label"] for e in fresh]
             result["skipped"] = _skipped(current.get("skipped") or [], notes, entries)
+            result["count"] = _count(Run(self.run_dir), entries, result["skipped"])
             result["elapsed_s"] = round(time.perf_counter() - self.started, 3)
             _write(result, self.run_dir, self.out, em)
         em.artifact(str(path), role="evaluation")
@@ -703,10 +709,16 @@ def _write(result: dict[str, Any], run_dir: Path, out: Path, em: Emitter) -> Non
     out.mkdir(parents=True, exist_ok=True)
     best = result.get("best") or {}
     if best.get("checkpoint"):
-        # training prunes old checkpoints; the best one stays (hard links, no extra space)
-        if Run(run_dir).keep_best(best["checkpoint"]) is not None:
-            em.log(f"Kept {Path(best['checkpoint']).name} (the best so far) from pruning.",
-                   level="debug")
+        # training prunes old checkpoints; the best one stays (hard links, no extra space),
+        # and the file names that copy: the live folder and a held one both go away
+        name = Path(best["checkpoint"]).name
+        found = [c for c in (run_dir / name, run_dir / HELD_DIR / name)
+                 if (c / COMPLETE).is_file()]
+        kept = kept_best(run_dir, name) or \
+            (Run(run_dir).keep_best(found[0]) if found else None)
+        if kept is not None:
+            best["checkpoint"] = str(kept)
+            em.log(f"Kept {name} (the best so far) from pruning.", level="debug")
     write_json(out / EVALUATION_FILE, result)
     write_text(out / REPORT_FILE, render_html(result))
 
@@ -719,6 +731,16 @@ def _skipped(before: list[dict[str, Any]], now: list[dict[str, Any]],
     notes = {(n.get("step"), n.get("checkpoint")): n for n in [*before, *now]
              if isinstance(n, dict) and n.get("step") not in measured}
     return sorted(notes.values(), key=lambda n: n.get("step") or 0)
+
+
+def _count(run: Run, entries: list[dict[str, Any]], skipped: list[dict[str, Any]]
+           ) -> dict[str, int]:
+    """How many checkpoints were measured of how many there were: every one training
+    recorded as written (`Run.written`), and any other measured or noted."""
+    measured = {e.get("step") for e in entries if e["kind"] == "checkpoint"}
+    written = set(run.written().values()) | measured \
+        | {n.get("step") for n in skipped if n.get("step") is not None}
+    return {"measured": len(measured), "written": len(written), "skipped": len(skipped)}
 
 
 def _merge(history: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -840,9 +862,12 @@ def format_summary(result: dict[str, Any], out: Path) -> str:
         return "-" if x is None else format(x, spec)
 
     fresh = len(result.get("evaluated") or result["entries"])
+    count = result.get("count") or {}
+    of = (f" {count.get('measured', 0)} of {count['written']} checkpoints measured."
+          if count.get("written") else "")
     lines = [f"Evaluated {fresh} voice(s) of run {result['run']} ({len(result['entries'])} "
              f"in the report) on {len(result['sentences'])} held-out sentence(s) "
-             f"(seed {result['seed']}, ASR {result['asr']['backend']}).",
+             f"(seed {result['seed']}, ASR {result['asr']['backend']}).{of}",
              f"  {'voice':<14}{'similarity':>11}{'(model)':>9}{'WER':>7}{'rate':>7}"
              f"{'LUFS':>8}{'clip %':>8}"]
     for e in result["entries"]:
@@ -864,8 +889,9 @@ def format_summary(result: dict[str, Any], out: Path) -> str:
         lines.append(f"  warning: {w['message']}")
     gone = [n for n in result.get("skipped") or [] if n.get("step") is not None]
     if gone:
-        lines.append(f"  not measured (deleted by training first): step "
-                     f"{', '.join(str(n['step']) for n in gone)}.")
+        lines.append(f"  not measured: step {', '.join(str(n['step']) for n in gone)}.")
+        reasons = dict.fromkeys(str(n.get("reason") or "") for n in gone)
+        lines += [f"    ({reason})" for reason in reasons if reason]
     lines.append(f"Report: {display_path(out / REPORT_FILE)}")
     return "\n".join(lines)
 
@@ -881,17 +907,22 @@ def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float |
     run is polled every `interval_s`: the newest unmeasured checkpoint is rendered and
     measured, one per pass, so a watcher slower than training falls behind gracefully
     (it always measures the newest; older ones it measures while they last). Training
-    keeps only its newest checkpoints, so the watcher holds the one it is about to
-    measure (`Run.hold`: hard links pruning cannot take away): a thread holds each new
-    newest checkpoint as it appears, also while a long measurement runs, and lets go of
-    the one it held before unless that one is being measured; at most two are held. A
-    checkpoint training deleted before it was held is skipped and noted in the report;
-    the watcher never stops for it. `evaluation.json` and the report grow with every
+    keeps only its newest checkpoints, so the watcher holds each one until it is measured
+    (`Run.hold`: hard links pruning cannot take away; `_Holds`): a thread holds every new
+    checkpoint as it appears, also while a long render runs (the baseline), at most
+    `HELD_MAX` waiting (the oldest waiting is let go for a new one). Every checkpoint
+    training wrote (`Run.written`, and what the thread saw) is measured, or skipped and
+    noted in the report with why (pruned before it was held, or let go while the
+    evaluation was behind); the watcher never stops for one. Training never waits for
+    the watcher and keeps no checkpoint for it: the held copies are the watcher's, and
+    cost disk only once training has deleted their originals (at most `HELD_MAX`
+    checkpoints). `evaluation.json` and the report grow with every
     measured voice, and a `state` event `evaluation_updated` carries the best checkpoint
     so far. With `patience`, a `state` event `early_stop_suggested` (and a warning) says
     when the best has not improved for that many evaluated checkpoints; stopping
     training stays the caller's decision. Returns the last evaluation when `stop` is
-    set, after `idle_s` seconds without a new checkpoint, or on Ctrl-C (SIGTERM).
+    set, after `idle_s` seconds without a new checkpoint while training logs no step, or on
+    Ctrl-C (SIGTERM).
     `request.checkpoints` is the watcher's.
     """
     watcher = _Watcher(request, as_emitter(on_event), patience)
@@ -900,7 +931,7 @@ def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float |
         while stop is None or not stop.is_set():
             if watcher.one_pass():
                 continue  # the next newest at once: training may be ahead
-            if idle_s is not None and time.monotonic() - watcher.last_new > idle_s:
+            if idle_s is not None and watcher.idle_for() > idle_s:
                 break
             if stop is not None:
                 stop.wait(interval_s)
@@ -917,9 +948,22 @@ def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float |
     return watcher.result
 
 
+#: checkpoints a watcher holds at most while they wait to be measured (each a checkpoint's
+#: disk once training has pruned its original; while training keeps it, no extra space)
+HELD_MAX = 4
+
+
+def _behind(n: int) -> str:
+    return (f"the evaluation fell {n} checkpoints behind training, and holds at most "
+            f"{HELD_MAX} waiting; training deleted this one before it was measured")
+
+
 class _Holds:
-    """The checkpoints a watcher holds from training's pruning (`Run.hold`): the one it
-    measures and the newest it has not measured yet. A thread looks every `poll_s`."""
+    """The checkpoints a watcher holds from training's pruning (`Run.hold`): each new one as
+    it appears, until it is measured, at most `HELD_MAX` of them (the oldest waiting one
+    is let go for a new one; the newest are measured first). A thread looks every `poll_s`,
+    also while a long render runs (the zero-shot baseline), and remembers every checkpoint
+    it saw, so one written and pruned meanwhile is still named."""
 
     POLL_S = 0.2
 
@@ -928,6 +972,8 @@ class _Holds:
         self.copies: dict[str, Path] = {}  # checkpoint name -> its held copy
         self.busy: str | None = None  # being measured: never let go of before it is done
         self.done: set[str] = set()  # measured or noted: not worth holding
+        self.seen: dict[str, int | None] = {}  # every checkpoint listed, by name
+        self.dropped: dict[str, str] = {}  # let go before it was measured -> why
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="evaluate-holds", daemon=True)
@@ -947,7 +993,7 @@ class _Holds:
     def _loop(self) -> None:
         while not self._stop.wait(self.POLL_S):
             try:
-                self.hold_newest()
+                self.hold_new()
             except OSError:  # a folder pruned while it was listed: the next look sees it
                 continue
 
@@ -955,19 +1001,29 @@ class _Holds:
         with self._lock:
             return set(self.copies)
 
-    def hold_newest(self) -> None:
-        """Hold the newest checkpoint not yet measured; let go of an older one held
-        before (not the one being measured)."""
+    def sightings(self) -> dict[str, int | None]:
         with self._lock:
-            found = [c for c in self.run.checkpoints() if c.name not in self.done]
-            if not found or found[-1].name in self.copies:
-                return
-            copy = self.run.hold(found[-1])
-            if copy is None:
-                return
-            for name in [n for n in self.copies if n != self.busy]:
+            return dict(self.seen)
+
+    def hold_new(self) -> None:
+        """Hold every checkpoint not measured yet and not held; past `HELD_MAX`, let go of
+        the oldest waiting ones (not the one being measured)."""
+        with self._lock:
+            found = self.run.checkpoints()
+            for c in found:
+                self.seen.setdefault(c.name, step_of(c.name))
+            for c in found:
+                if c.name in self.done or c.name in self.copies or c.name in self.dropped:
+                    continue
+                copy = self.run.hold(c)
+                if copy is not None:
+                    self.copies[c.name] = copy
+            waiting = sorted((n for n in self.copies if n != self.busy),
+                             key=lambda n: self.seen.get(n) or 0)
+            behind = len(waiting) + (self.busy is not None)
+            for name in waiting[:max(0, len(self.copies) - HELD_MAX)]:
                 self.run.release(self.copies.pop(name).name)
-            self.copies[found[-1].name] = copy
+                self.dropped[name] = _behind(behind)
 
     def take(self, name: str) -> Path | None:
         """The held copy of `name`, held now if the thread has not yet (None: it cannot be
@@ -1018,6 +1074,15 @@ class _Watcher:
         self.last_new = time.monotonic()
         em.state("watching", detail=str(self.run.path))
 
+    def idle_for(self) -> float:
+        """Seconds since anything new: a checkpoint measured or noted, or a step training
+        logged (a run still training is not idle, however long its next save takes)."""
+        try:
+            logged = time.time() - self.run.metrics_file.stat().st_mtime
+        except OSError:
+            logged = math.inf
+        return min(time.monotonic() - self.last_new, logged)
+
     def _available(self) -> set[str]:
         """Checkpoints that can still be measured: on disk, or held."""
         present = {c.name for c in self.run.checkpoints()}
@@ -1026,8 +1091,11 @@ class _Watcher:
     def one_pass(self) -> bool:
         """Measure what is new; True when the next pass should follow at once."""
         available = self._available()
-        for name in available:
-            self.listed.setdefault(name, step_of(name))
+        # what training wrote: what the listing and the holding thread saw, and what
+        # training recorded (one written and pruned between two looks included)
+        for name, step in [*((n, step_of(n)) for n in available),
+                           *self.holds.sightings().items(), *self.run.written().items()]:
+            self.listed.setdefault(name, step)
         new = sorted((n for n in self.listed if n not in self.measured and n not in self.noted),
                      key=lambda n: self.listed[n] or 0)
         todo = [n for n in new if n in available]
@@ -1085,7 +1153,8 @@ class _Watcher:
         for name in gone:
             self.em.log(f"{name} was deleted by training before it was measured; skipped "
                         "(noted in the report).", level="warning")
-        return [_skip_note(self.listed[n], n) for n in gone]
+        return [_skip_note(self.listed[n], n, self.holds.dropped.get(n, PRUNED))
+                for n in gone]
 
     def _evaluate(self, checkpoints: list[str], notes: list[dict[str, Any]]) -> dict[str, Any]:
         first = not self.baseline

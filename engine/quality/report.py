@@ -217,12 +217,15 @@ def render_html(result: dict[str, Any]) -> str:
     if result["warnings"]:
         parts.append("<ul>" + "".join(f"<li class=\"warn\">{_esc(w['message'])}</li>"
                                       for w in result["warnings"]) + "</ul>")
+    count = result.get("count") or {}
+    if count.get("written"):
+        parts.append(f"<p>{count.get('measured', 0)} of {count['written']} checkpoints "
+                     "measured.</p>")
     gone = [n for n in result.get("skipped") or [] if n.get("step") is not None]
     if gone:
-        steps = ", ".join(str(n["step"]) for n in gone)
-        parts.append(f"<p class=\"muted\">Not measured: step {_esc(steps)} (deleted by training, "
-                     "which keeps only its newest checkpoints, before the evaluation reached "
-                     "them).</p>")
+        parts.append("<p class=\"muted\">Not measured:</p><ul>" + "".join(
+            f"<li class=\"muted\">step {n['step']}: {_esc(str(n.get('reason') or ''))}</li>"
+            for n in gone) + "</ul>")
     parts.append("<h2>Per checkpoint</h2><div class=\"plots\">" + "".join(_plots(result))
                  + "</div>")
     head = ("<tr><th>voice</th><th>similarity</th><th>similarity (model's encoder)</th>"

@@ -136,6 +136,10 @@ class Launch:
         self.worker_pids: dict[int, int] = {}
 
     def _on_state(self, state: str, values: dict[str, Any]) -> None:
+        if state == "checkpoint" and values.get("detail"):
+            # rank 0 completed one: recorded for good, so an evaluation can account for
+            # every checkpoint written, including those pruning took before it saw them
+            Run(self.spec.run_dir).record_written(str(values["detail"]))
         if state == "worker_started":
             self._worker_starts += 1
             rank = int(values["rank"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engine.layout.checkpoints import step_of
 from engine.layout.run import Run
 from gui.metrics import MetricsStore, Series
 
@@ -36,7 +37,10 @@ def evaluation_summary(data: dict[str, Any]) -> str:
     """One line: what was measured, the best checkpoint, the baseline, what was skipped."""
     entries = data.get("entries") or []
     ckpts = [e for e in entries if e.get("kind") == "checkpoint"]
-    parts = [f"Evaluation: {len(ckpts)} checkpoint(s) measured"]
+    count = data.get("count") or {}
+    written = count.get("written") if isinstance(count.get("written"), int) else None
+    parts = [f"Evaluation: {len(ckpts)} of {max(written, len(ckpts))} checkpoints measured"
+             if written else f"Evaluation: {len(ckpts)} checkpoint(s) measured"]
     best = data.get("best") or {}
     if best.get("label"):
         sim, wer = best.get("similarity"), best.get("wer")
@@ -50,9 +54,23 @@ def evaluation_summary(data: dict[str, Any]) -> str:
         parts.append(f"zero-shot clone {zsim:.3f}")
     skipped = [n.get("step") for n in data.get("skipped") or [] if isinstance(n, dict)]
     if skipped:
-        parts.append("not measured (deleted by training first): step "
+        parts.append("not measured (deleted by training first, the report says why): step "
                      + ", ".join(str(s) for s in skipped))
     return " · ".join(parts) + ". Open report for the players and plots."
+
+
+def unaccounted_steps(run_dir: Path, data: dict[str, Any] | None) -> list[int]:
+    """The checkpoints training wrote (recorded, or still on disk) that the evaluation has
+    neither measured nor noted as skipped: while there are some, its watcher has work."""
+    run = Run(Path(run_dir))
+    try:
+        on_disk = {step_of(c) for c in run.checkpoints()}
+    except OSError:  # remote storage unreachable: what training recorded is all there is
+        on_disk = set()
+    wrote = (set(run.written().values()) | on_disk) - {None}
+    done = set(measured_steps(data or {})) | {n.get("step") for n in (data or {}).get(
+        "skipped") or [] if isinstance(n, dict)}
+    return sorted(s for s in wrote if s not in done)
 
 
 def measured_steps(data: dict[str, Any]) -> list[int]:

@@ -42,6 +42,7 @@ from gui.pages.train.evaluation import (
     evaluation_summary,
     measured_steps,
     put_quality,
+    unaccounted_steps,
 )
 from gui.pages.train.gpus import Gpu, GpuProbe
 from gui.pages.train.planwords import plan_words
@@ -366,7 +367,9 @@ class TrainPage(Page):
             note = ("A new run is starting…" if running
                     else "No run yet: Start training begins one.")
         elif finished and not running:
-            note = (f"{run.name} has trained all its {self.steps.value()} steps: raise Steps "
+            # the run's own step count (its latest checkpoint's, at least), not the form's
+            trained = max(run.total_steps or 0, max(run.checkpoint_steps, default=0))
+            note = (f"{run.name} has trained all its {trained} steps: raise Steps "
                     "to resume it. Export, Evaluate and Reinforce act on it.")
         else:
             note = f"Resume, Export, Evaluate and Reinforce act on the run {run.name}."
@@ -561,6 +564,10 @@ class TrainPage(Page):
         # a new run is not the one shown before: until the engine names its folder, the
         # cards and the picker say it is starting
         self._shown_run = resumed.path if resumed is not None else None
+        # nor is its evaluation: the line and Open report come back with the run's own
+        self.eval_note.clear()
+        self.eval_note.hide()
+        self.report_btn.setEnabled(False)
         if resumed is not None:
             self._append_log("info", f"Resuming {resumed.name} with its saved settings.")
         if self.gpus and self.selected_gpus():
@@ -606,14 +613,15 @@ class TrainPage(Page):
             self.stop()
 
     def _finish_evaluator(self) -> None:
-        """After training: let the evaluator measure the last checkpoint, then end it."""
+        """After training: let the evaluator measure or note every checkpoint, then end it."""
         ev = self.run.evaluator
         if ev is None or not ev.is_running():
             self._eval_finish.stop()
             return
-        latest = Run(Path(self.run.run_dir)).latest() if self.run.run_dir else None
-        last = step_of(latest) if latest is not None else -1
-        if last is None or self.run.evaluated_step >= last:
+        # every checkpoint training wrote measured or noted, older kept ones included
+        run_dir = self.run.run_dir
+        if run_dir is None or not unaccounted_steps(Path(run_dir),
+                                                    catalog_evaluation(Path(run_dir))):
             ev.cancel()
             self._eval_finish.stop()
 
