@@ -139,3 +139,16 @@ def test_a_take_file_keeps_its_style(tmp_path: Path, say: Any) -> None:
     again = next(t for t in open_voice(voice.path).list_takes() if t.id == take.id)
     assert again.extra["style"] == "Whisper."
     sf.info(again.audio_path)  # a real take on disk
+
+
+def test_style_prompts_carry_their_description_in_every_language() -> None:
+    from engine.layout.prompts import list_prompt_sets, parse_prompt_set
+
+    for ps in list_prompt_sets():
+        styled = [p for p in ps.prompts if p.style]
+        assert len({p.style for p in styled}) == 5, ps.name  # slow, fast, whisper, loud, happy
+        assert all(not p.style for p in ps.prompts if not p.id.startswith("st-"))
+    made = parse_prompt_set("[calm | Speak  calmly.]\na | One.\n[plain]\nb | Two.\n", "x")
+    assert [(p.id, p.group, p.style) for p in made.prompts] == [
+        ("a", "calm", "Speak calmly."), ("b", "plain", "")]
+    assert made.prompts[0].to_dict()["style"] == "Speak calmly."

@@ -40,9 +40,12 @@ class Prompt:
     text: str
     group: str
     set_name: str
+    #: how to read it (its group's style: "Whisper."); "" plain. A take keeps it.
+    style: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        return {"id": self.id, "text": self.text, "group": self.group, "set": self.set_name}
+        return {"id": self.id, "text": self.text, "group": self.group, "set": self.set_name,
+                "style": self.style}
 
 
 @dataclass
@@ -72,7 +75,7 @@ class PromptSet:
 def parse_prompt_set(text: str, default_name: str, source: str = "<text>") -> PromptSet:
     """Parse the prompt-set format; raises InputError naming the bad line."""
     ps = PromptSet(name=default_name)
-    group = "default"
+    group, style = "default", ""
     ids: set[str] = set()
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -84,7 +87,9 @@ def parse_prompt_set(text: str, default_name: str, source: str = "<text>") -> Pr
                 setattr(ps, key, value.strip())
             continue
         if line.startswith("[") and line.endswith("]"):
-            group = line[1:-1].strip() or "default"
+            # "[group | style]": every prompt of the group is read in that style
+            name, _, said = line[1:-1].partition("|")
+            group, style = name.strip() or "default", tidy_text(said)
             continue
         pid, sep, sentence = line.partition("|")
         pid, sentence = pid.strip(), tidy_text(sentence)
@@ -93,9 +98,9 @@ def parse_prompt_set(text: str, default_name: str, source: str = "<text>") -> Pr
         if pid in ids:
             raise InputError(f"{source} line {n} repeats the prompt id {pid!r}.")
         ids.add(pid)
-        ps.prompts.append(Prompt(pid, sentence, group, ps.name))
+        ps.prompts.append(Prompt(pid, sentence, group, ps.name, style))
     # the set name may be declared after the first prompt is read
-    ps.prompts = [Prompt(p.id, p.text, p.group, ps.name) for p in ps.prompts]
+    ps.prompts = [Prompt(p.id, p.text, p.group, ps.name, p.style) for p in ps.prompts]
     return ps
 
 

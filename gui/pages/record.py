@@ -464,8 +464,9 @@ class RecordPage(Page):
         self.prompt_label.setText(self.prompt.text)
         again = ("  ·  recorded already: a new take replaces it"
                  if self.prompts.is_done(self.prompt) else "")
+        style = f"  ·  read it this way: {self.prompt.style}" if self.prompt.style else ""
         self.prompt_meta.setText(f"Prompt {self.prompt.id}  ·  {self.prompt.group}  ·  "
-                                 f"{done} of {total} recorded{again}")
+                                 f"{done} of {total} recorded{again}{style}")
 
     def _fill_prompt_choice(self, snap: VoiceSnapshot | None) -> None:
         """The set and group pickers show what the voice reads."""
@@ -761,6 +762,8 @@ class RecordPage(Page):
                  else j.verdict}
         if j.warnings:
             extra["warnings"] = list(j.warnings)
+        if self.prompt.style:  # a style prompt's take trains with its description
+            extra["style"] = self.prompt.style
         try:
             take = voice.add_take(self.take_audio, self.prompt.text, sample_rate=self.take_sr,
                                   prompt_id=self.prompt.id, extra=extra)
