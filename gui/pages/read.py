@@ -36,6 +36,7 @@ from engine.serve.voices import discover
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
+from gui.theme import icon
 from gui.widgets import button, fmt_duration, hbox
 
 COLUMNS = ["#", "Chapter", "Voice", "Style", "Line", "Takes"]
@@ -202,6 +203,10 @@ class ReadPage(Page):
                 if column == 4:  # the whole line (the column may cut it), and how it is said
                     item.setToolTip(line.text if planned.spoken == line.text
                                     else f"Said as: {planned.spoken}")
+                if column == 5 and text.endswith("check it"):
+                    item.setIcon(icon("warning"))
+                    item.setToolTip("Every take of this line looped, stayed silent or ran to "
+                                    "its length cap: listen to it, or make a new take.")
                 self.table.setItem(row, column, item)
         done = sum(1 for p in plan.lines if p.seeds)
         if self.job is None:
