@@ -26,7 +26,7 @@ Wyoming requests carry no options, so each sentence makes as many frames as
 the server's own limit for its text. Then the rooms table: the first audio of a
 three-sentence reply (what an ESPHome satellite waits for: it gives up after 2 s),
 one-shot and streamed, for one room and for two rooms speaking at once (median of
-`--repeats`; with two rooms, the later room's).
+`--repeats`; with two rooms, the later room's; `--rooms-only`: this table alone).
 
 With `--voices N` it measures many voices on one base instead, in this process, on the
 warm worker the server runs (`engine.synth.worker.SpeechWorker`), at the real 0.6B
@@ -249,27 +249,64 @@ def bench_wyoming(server: Served, text: str, rows: dict[str, Any]) -> None:
                   f"slowest first chunk {rows[key]['first_chunk_s']:.3f} s")
 
 
+async def first_audio(server: Served, text: str, stream: bool, all_heard: Any) -> float:
+    """Seconds to the first audio-chunk of one request (a room); it keeps the request going
+    until `all_heard` is set (every room has its first audio), then leaves (the server
+    cancels the rest: the rooms table needs no whole renders)."""
+    import asyncio
+
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+    host, port = str(server.wyoming).removeprefix("tcp://").rsplit(":", 1)
+    async with AsyncTcpClient(host, int(port)) as client:
+        started = time.perf_counter()
+        if stream:
+            await client.write_event(SynthesizeStart().event())
+            for word in text.split(" "):  # as a language model's words arrive
+                await client.write_event(SynthesizeChunk(text=word + " ").event())
+            await client.write_event(SynthesizeStop().event())
+        else:
+            await client.write_event(Synthesize(text=text).event())
+        while (event := await client.read_event()) is not None:
+            if event.type == "error":
+                raise SystemExit(f"the server answered an error: {event.data}")
+            if event.type == "audio-chunk":
+                first = time.perf_counter() - started
+                break
+        else:
+            raise SystemExit("the server hung up before any audio")
+        all_heard.count += 1
+        while all_heard.count < all_heard.rooms:
+            await asyncio.sleep(0.005)
+        return first
+
+
 def bench_rooms(server: Served, repeats: int, rows: dict[str, Any]) -> None:
     """First audio of a three-sentence reply, one room and two at once (see the module doc)."""
     import asyncio
+    from types import SimpleNamespace
 
     reply = " ".join(SENTENCES[2:5])
 
     async def rooms(count: int, stream: bool) -> float:
-        answers = await asyncio.gather(*(wyoming_request(server, reply, stream)
-                                         for _ in range(count)))
-        return max(first for first, _ in answers)
+        heard = SimpleNamespace(count=0, rooms=count)
+        firsts = await asyncio.gather(*(first_audio(server, reply, stream, heard)
+                                        for _ in range(count)))
+        await asyncio.sleep(0.5)  # the server cancels what the rooms left
+        return max(firsts)
 
+    asyncio.run(rooms(1, False))  # warm-up
     table = {}
     print(f"\nfirst audio of a three-sentence reply ({len(reply)} characters), median of "
-          f"{repeats}:\n{'path':<12}{'1 room':>10}{'2 rooms':>10}")
+          f"{repeats} (two rooms: the later room's):\n{'path':<12}{'1 room':>10}{'2 rooms':>10}")
     for stream in (False, True):
         path = "streamed" if stream else "one-shot"
         cells = {}
         for count in (1, 2):
             firsts = sorted(asyncio.run(rooms(count, stream)) for _ in range(repeats))
             cells[count] = firsts[len(firsts) // 2]
-        table[path] = {f"{k}_room{'s' if k > 1 else ''}_s": round(v, 3) for k, v in cells.items()}
+        table[path] = {"1_room_s": round(cells[1], 3), "2_rooms_s": round(cells[2], 3)}
         print(f"{path:<12}{cells[1]:>9.3f}s{cells[2]:>9.3f}s")
     rows["wyoming_rooms_first_audio"] = table
 
@@ -440,6 +477,8 @@ def main() -> None:
                         help="measure the Wyoming protocol (Home Assistant) instead")
     parser.add_argument("--repeats", type=int, default=5,
                         help="repeats of each cell of the rooms table (--wyoming)")
+    parser.add_argument("--rooms-only", action="store_true",
+                        help="with --wyoming: only the rooms table")
     parser.add_argument("--voices", type=int, default=0,
                         help="measure N adapter voices on one 0.6B-width base instead")
     parser.add_argument("--layers", type=int, default=28, help="talker layers (--voices)")
@@ -473,7 +512,8 @@ def main() -> None:
     if args.wyoming:
         server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0")
         try:
-            bench_wyoming(server, text, rows)
+            if not args.rooms_only:
+                bench_wyoming(server, text, rows)
             bench_rooms(server, args.repeats, rows)
         finally:
             server.stop()
