@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -75,10 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="bench-read-"))
+    try:
+        return _bench(args, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)  # takes of every line, several times over
 
+
+def _bench(args: argparse.Namespace, root: Path) -> int:
     from engine.model.tiny import make_tiny_model
 
-    root = Path(tempfile.mkdtemp(prefix="bench-read-"))
     model = args.model or make_tiny_model(root / "tiny", seed=0)
     speakers = _workspace(root, model, args.voices)
     many, one = root / "many.md", root / "one.md"
