@@ -271,7 +271,7 @@ def test_cancel_keeps_finished_takes_for_next_time(
 
 def test_check_recording_judges_a_take_in_memory(piper_sentences: list[dict[str, Any]]
                                                  ) -> None:
-    from engine.prepare.pipeline import check_recording
+    from engine.prepare.check import check_recording
 
     audio, sr = _speech(piper_sentences[0])
     good = check_recording(audio, sr, piper_sentences[0]["text"])

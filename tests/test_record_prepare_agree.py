@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.prepare.pipeline import check_recording
+from engine.prepare.check import check_recording
 from gui.pages.record import judge_take
 
 TEXT = "The neighbours painted their fence a bright shade of yellow on Sunday."

@@ -127,7 +127,8 @@ def _import(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
 
 
 def _prepare(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from engine.prepare.pipeline import format_report, prepare
+    from engine.prepare.pipeline import prepare
+    from engine.prepare.report import format_report
 
     voice = open_voice(args.voice)
     if not voice.list_takes() and not voice.problems():
