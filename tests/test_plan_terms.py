@@ -255,3 +255,75 @@ def test_compiled_layers_only_on_a_gpu(tiny_model_dir: Path) -> None:
     assert grads[0].keys() == grads[1].keys()
     for name, g in grads[0].items():
         torch.testing.assert_close(grads[1][name], g, msg=name)
+
+
+def test_the_plan_counts_the_runs_other_processes_on_the_host(tiny_model_dir: Path) -> None:
+    """Issue 45: CPU workers share the machine with the driver, Ray Train's controller and
+    Ray's own processes; the plan names each, adds them to the whole run's figure, and its
+    fit check (and advice) uses that figure, not the workers' alone."""
+    from engine.train.plan import (
+        DRIVER,
+        DRIVER_BYTES,
+        RAY_FIXED_PROCESSES,
+        RAY_PROCESS_BYTES,
+        RAY_PROCESSES,
+        TRAIN_CONTROLLER,
+        TRAIN_CONTROLLER_BYTES,
+        local_cpus,
+        make_plan,
+    )
+
+    cfg = _cfg().replace(data={"grad_accum": 1})  # no "auto" choice to trade for room
+
+    def plan(free: int, c: Any = cfg) -> Any:
+        return make_plan(tiny_model_dir, c, device="cpu", free=[free], seq_len=100,
+                         frames=60, choices=False)
+
+    roomy = plan(1 << 40)
+    assert roomy.host_terms == {
+        DRIVER: DRIVER_BYTES, TRAIN_CONTROLLER: TRAIN_CONTROLLER_BYTES,
+        RAY_PROCESSES: (RAY_FIXED_PROCESSES + local_cpus(cfg)) * RAY_PROCESS_BYTES}
+    assert roomy.ray_processes == RAY_FIXED_PROCESSES + local_cpus(cfg)
+    others = sum(roomy.host_terms.values())
+    assert others > 2 << 30  # about 2-2.4 GiB on a 2-core machine: a third of a real worker
+    assert roomy.host_total == 2 * roomy.total + others
+    assert roomy.to_dict()["host_total"] == roomy.host_total
+    table = roomy.table()
+    for name in (DRIVER, TRAIN_CONTROLLER, f"{RAY_PROCESSES} ({roomy.ray_processes})",
+                 "the whole run"):
+        assert name in table, table
+    # room for the workers but not for the rest: does not fit, short by the rest
+    workers_only = plan(2 * roomy.total)
+    assert not workers_only.fits and "DOES NOT FIT" in workers_only.table()
+    assert workers_only.advice[0] == f"Short by {others / (1 << 30):.1f} GiB per machine."
+    assert plan(roomy.host_total).fits and not plan(roomy.host_total - 1).fits
+    # where one worker fits with the rest and two do not, the advice says fewer workers,
+    # with the whole run's figure
+    one = plan(1 << 40, cfg.replace(parallel={"workers": 1}))
+    short = plan(one.host_total)
+    assert not short.fits
+    assert any(a.startswith("Use fewer workers (--workers 1): about "
+                            f"{one.host_total / (1 << 30):.1f} GiB for the whole run")
+               for a in short.advice), short.advice
+    # an existing cluster runs Ray on its own nodes: nothing of that is planned here
+    remote = plan(1 << 40, cfg.replace(parallel={"address": "10.0.0.2:6379"}))
+    assert remote.host_terms == {} and remote.host_total == 2 * remote.total
+
+
+def test_a_dry_run_refuses_a_machine_with_room_for_the_workers_only(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's check is the plan's whole-run figure: with memory for the workers'
+    total but not for the driver and Ray beside them, `train` refuses before any cluster
+    starts."""
+    from engine.core.errors import InputError
+    from engine.train import driver, plan
+    from tests.helpers.voices import voice_with_clips
+
+    voice = voice_with_clips(tmp_path, 8, 4.0)
+    dry = driver.train(voice, str(tiny_model_dir), workers=2, use_gpu=False, dry_run=True)
+    workers = dry["plan"]["total"] * 2
+    assert dry["plan"]["host_total"] > workers
+    monkeypatch.setattr(plan, "host_available_memory", lambda: workers + (64 << 20))
+    with pytest.raises(InputError) as err:
+        driver.train(voice, str(tiny_model_dir), workers=2, use_gpu=False)
+    assert err.value.message.startswith("Training will not fit")

@@ -53,7 +53,7 @@ from engine.model.loading import check_base_model, resolve_model
 from engine.train.checkpoint import free_bytes
 from engine.train.gpus import visible_gpus
 from engine.train.launch import Launch, LaunchSpec
-from engine.train.plan import make_plan, relief
+from engine.train.plan import local_cpus, make_plan, relief
 from engine.train.precision import PrecisionError
 from engine.train.preflight import run_preflight
 from engine.train.presets import (
@@ -217,7 +217,7 @@ class TrainRun:
             assert self.cfg is not None
             self.t0 = time.time()
             cluster = connect(self.cfg.parallel.address,
-                              num_cpus=(_local_cpus(self.cfg) if self.cfg.parallel.address
+                              num_cpus=(local_cpus(self.cfg) if self.cfg.parallel.address
                                         is None else None),
                               verbose=self.request.verbose, on_event=self.emitter)
             try:
@@ -347,16 +347,18 @@ class TrainRun:
         if req.dry_run:
             return plan
         if not plan.fits:
-            raise InputError(f"Training will not fit: it needs about "
-                             f"{plan.total / (1 << 30):.1f} GiB per "
-                             f"{'GPU' if self.use_gpu else 'worker'}. {plan.advice[0]}",
-                             " ".join(plan.advice[1:]) or None)
+            # on CPU the workers share the machine with the driver and Ray: the whole run
+            need = (f"{plan.total / (1 << 30):.1f} GiB per GPU" if self.use_gpu else
+                    f"{plan.host_total / (1 << 30):.1f} GiB for the whole run")
+            raise InputError(f"Training will not fit: it needs about {need}. "
+                             f"{plan.advice[0]}", " ".join(plan.advice[1:]) or None)
         _check_disk(self.run_dir, plan.checkpoint_bytes, cfg.run.keep_checkpoints,
                     self.emitter)
         # what a worker says when CUDA runs out of memory anyway, and the figure it is
         # measured against
         self.run_extra = {"oom_advice": relief(plan, self.model_dir, cfg, device),
-                          "plan_bytes": plan.total, "model_spec": self.base}
+                          "plan_bytes": plan.total, "plan_host_bytes": plan.host_total,
+                          "model_spec": self.base}
         return plan
 
     # -- launch -------------------------------------------------------------------------------
@@ -633,12 +635,6 @@ def _watch_stop(stop: threading.Event, launch: Any) -> None:
         if stop.wait(0.2):
             launch.request_stop()
             return
-
-
-def _local_cpus(cfg: TrainConfig) -> int:
-    # enough logical CPUs for every worker even on a small machine: Ray would
-    # otherwise wait forever for resources; the OS shares the real cores
-    return max(os.cpu_count() or 1, cfg.parallel.workers * cfg.parallel.cpu_threads_per_worker)
 
 
 def steps_per_epoch(cfg: TrainConfig, voice_dir: Path, model_dir: Path,

@@ -14,11 +14,28 @@ This module imports neither torch nor ray at import time.
 
 from __future__ import annotations
 
+import os
+import re
+import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 #: seconds one poll of the stop flag may wait for the flag actor's answer
 STOP_POLL_TIMEOUT_S = 2.0
+GIB = float(1 << 30)
+#: what Ray's memory monitor says of each process it kills (ray.exceptions.OutOfMemoryError)
+RAY_OOM_TEXT = "killed due to the node running low on memory"
+#: the process Ray's memory monitor chose, in its message
+_RAY_OOM_VICTIM = re.compile(r"Selected to kill:.*?task name=([^,]*),.*?pid=(\d+)"
+                             r"(?:, actual memory used=([\d.]+)GB)?", re.S)
+_RAY_OOM_NODE = re.compile(r"was ([\d.]+)GB used / ([\d.]+)GB limit")
+#: Ray's names for the run's processes (task name up to the first dot) -> the app's words
+PROCESS_NAMES = {"RayTrainWorker": "a training worker",
+                 "TrainController": "Ray Train's controller",
+                 "_QueueActor": "the run's metrics queue",
+                 "_StopFlag": "the run's stop flag",
+                 "_encode_many": "a code-extraction task"}
 
 
 class FatalTrainingError(RuntimeError):
@@ -46,6 +63,20 @@ def _chain(exc: BaseException | None) -> Iterator[BaseException]:
         exc = base if isinstance(base, BaseException) else (exc.__cause__ or exc.__context__)
 
 
+def _every_failure(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc`'s chain and, inside Ray Train's errors, each worker's failure (a health check's
+    own cause included) and the controller's."""
+    for e in _chain(exc):
+        yield e
+        failures = getattr(e, "worker_failures", None)
+        inner = list(failures.values()) if isinstance(failures, dict) else []
+        inner += [getattr(e, name, None) for name in ("health_check_failure",
+                                                      "controller_failure")]
+        for sub in inner:
+            if isinstance(sub, BaseException) and sub is not e:
+                yield from _every_failure(sub)
+
+
 def last_line(exc: BaseException) -> str:
     """The actual error of a Ray-wrapped exception: its message carries the remote
     traceback, whose last line is the error itself."""
@@ -58,8 +89,8 @@ def is_out_of_memory(exc: BaseException | None) -> bool:
     for e in _chain(exc):
         if isinstance(e, FatalTrainingError):
             return e.kind == "out_of_memory"
-        if type(e).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError, no torch import
-            return True
+        if type(e).__name__ == "OutOfMemoryError" and RAY_OOM_TEXT not in str(e):
+            return True  # torch.OutOfMemoryError (no torch import); Ray's is the host's
         text = str(e)
         if "CUDA out of memory" in text or "CUDA error: out of memory" in text:
             return True
@@ -99,6 +130,126 @@ def out_of_memory_error(exc: BaseException, rank: int, step: int, device: Any,
                                       "GPUs.")
     return FatalTrainingError("out_of_memory", f"Training ran out of GPU memory {where}{used}.",
                               hint)
+
+
+@dataclass
+class HostOutOfMemory:
+    """A process of a run killed because this machine ran out of memory."""
+
+    #: who killed it: "ray" (Ray's memory monitor) or "kernel" (the kernel's OOM killer)
+    by: str
+    pid: int | None = None
+    #: Ray's name for what the process ran (e.g. "RayTrainWorker.__init__"); "" unknown
+    task: str = ""
+    #: what the process held when it was killed, and the machine's use and limit (bytes)
+    held: int | None = None
+    node_used: int | None = None
+    node_limit: int | None = None
+
+
+def kernel_oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has ended since boot (None: unknown)."""
+    try:
+        with open("/proc/vmstat", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+_KERNEL_VICTIM = re.compile(rb"oom-kill:.*?\bpid=(\d+)|Killed process (\d+)")
+
+
+def kernel_oom_victims() -> set[int] | None:
+    """The pids the kernel's log says its OOM killer ended (None: the log cannot be read,
+    as for most users; `kernel_oom_kills` then stands alone)."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    found: set[int] = set()
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError:  # a record overwritten while reading: go on with the next
+                continue
+            for m in _KERNEL_VICTIM.finditer(record):
+                found.add(int(m.group(1) or m.group(2)))
+    finally:
+        os.close(fd)
+    return found
+
+
+def host_out_of_memory(exc: BaseException | None,
+                       kernel_kills_before: int | None = None) -> HostOutOfMemory | None:
+    """The host out-of-memory kill that ended a run, from its failure: Ray's memory monitor
+    names the process it killed; a process that died abruptly while the kernel's OOM
+    kill count rose past `kernel_kills_before` (read on this machine when the run
+    started) was the kernel's."""
+    died: BaseException | None = None
+    for e in _every_failure(exc):
+        text = str(e)
+        if RAY_OOM_TEXT in text:
+            oom = HostOutOfMemory("ray")
+            victim = _RAY_OOM_VICTIM.search(text)
+            if victim:
+                oom.task, oom.pid = victim.group(1).strip(), int(victim.group(2))
+                if victim.group(3):
+                    oom.held = int(float(victim.group(3)) * 1e9)
+            node = _RAY_OOM_NODE.search(text)
+            if node:
+                oom.node_used, oom.node_limit = (int(float(x) * 1e9) for x in node.groups())
+            return oom
+        if died is None and type(e).__name__ == "ActorDiedError":
+            died = e
+    now = kernel_oom_kills()
+    if died is None or kernel_kills_before is None or now is None or now <= kernel_kills_before:
+        return None
+    pid_text = re.search(r"\bpid: (\d+)", str(died))
+    pid = int(pid_text.group(1)) if pid_text else None
+    victims = kernel_oom_victims()
+    if victims is not None and pid not in victims:
+        return None  # the kernel killed another process, elsewhere on this machine
+    name = re.search(r"\bclass_name: (\S+)", str(died))
+    return HostOutOfMemory("kernel", pid, name.group(1) if name else "")
+
+
+def process_words(oom: HostOutOfMemory, rank_pids: dict[int, int]) -> str:
+    """The killed process in the app's words: a rank, or what the process was for."""
+    for rank, pid in rank_pids.items():
+        if oom.pid is not None and pid == oom.pid:
+            return f"rank {rank}'s worker"
+    kind = oom.task.split(".")[0]
+    return PROCESS_NAMES.get(kind, f"a process of the run ({kind})" if kind
+                             else "a process of the run")
+
+
+def host_oom_words(oom: HostOutOfMemory, rank_pids: dict[int, int], plan: dict[str, Any],
+                   checkpoint: str | None) -> str:
+    """One sentence: which process ran out, the machine's state, what the plan expected,
+    what to change, and the checkpoint that is kept."""
+    who = process_words(oom, rank_pids)
+    held = f", {oom.held / GIB:.1f} GiB" if oom.held else ""
+    pid = f"pid {oom.pid}{held}" if oom.pid else ""
+    by = "Ray's memory monitor" if oom.by == "ray" else "the system's out-of-memory killer"
+    state = (f" with {oom.node_used / GIB:.1f} of {oom.node_limit / GIB:.1f} GiB in use"
+             if oom.node_used and oom.node_limit else "")
+    expected = ""
+    if plan.get("per_worker"):
+        expected = f", where the plan expected {plan['per_worker'] / GIB:.1f} GiB per worker"
+        if plan.get("whole_run"):
+            expected += f" and {plan['whole_run'] / GIB:.1f} GiB for the whole run"
+    saved = (f" and resume from {checkpoint}, which is kept" if checkpoint
+             else " and start again (no checkpoint had been saved)")
+    return (f"Training ran out of memory on this machine: {by} stopped {who}"
+            f"{f' ({pid})' if pid else ''}{state}{expected}; use fewer workers, a smaller "
+            f"batch or LoRA adapters{' (or CPU offload on GPUs)' if plan.get('gpu') else ''}"
+            f"{saved}.")
 
 
 class StopPoller:
@@ -144,8 +295,19 @@ def no_retry_policy_class() -> type:
     )
 
     class NoRetryOnFatal(DefaultFailurePolicy):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # read where the run starts (the policy then travels to the controller, which
+            # compares on the same machine only)
+            self.kernel_kills = kernel_oom_kills()
+            self.host = socket.gethostname()
+
         def make_decision(self, training_failed_error: Any) -> Any:
-            if fatal_of(training_failed_error) is not None:
+            # a host out-of-memory meets the same wall again after a restart, each one
+            # loading the model first
+            before = self.kernel_kills if socket.gethostname() == self.host else None
+            if fatal_of(training_failed_error) is not None or host_out_of_memory(
+                    training_failed_error, before) is not None:
                 return FailureDecision.RAISE
             return super().make_decision(training_failed_error)
 

@@ -37,7 +37,14 @@ from engine.layout.checkpoints import latest_checkpoint, list_checkpoints
 from engine.layout.manifest import prepared_folder
 from engine.layout.run import Run
 from engine.train.entry import node_train_loop
-from engine.train.failures import fatal_of, last_line, no_retry_policy_class
+from engine.train.failures import (
+    fatal_of,
+    host_oom_words,
+    host_out_of_memory,
+    kernel_oom_kills,
+    last_line,
+    no_retry_policy_class,
+)
 from engine.train.metrics import MetricsPump, make_queue
 from engine.train.pgroup import local_torch_config
 from engine.train.preflight import pack_voice_data
@@ -219,6 +226,9 @@ class Launch:
             ),
         )
         self._t_start = time.time()
+        # the kernel's OOM kills so far: one more by the end, with a process of the run
+        # gone, is how a kernel kill is told from another crash
+        self._kernel_kills = kernel_oom_kills()
 
         def run() -> None:
             try:
@@ -281,8 +291,26 @@ class Launch:
             restarts=max(0, self._worker_starts // max(1, self.spec.workers) - 1),
         )
         if self._error is not None:
-            raise _as_training_error(self._error) from self._error
+            raise (self._host_oom(self._error, result.checkpoint)
+                   or _as_training_error(self._error)) from self._error
         return result
+
+    def _host_oom(self, exc: BaseException, checkpoint: Path | None) -> TrainingError | None:
+        """A run ended by this machine running out of memory, in the app's words: which
+        process, what the plan expected, what to change, the checkpoint that is kept."""
+        oom = host_out_of_memory(exc, getattr(self, "_kernel_kills", None))
+        if oom is None:
+            return None
+        extra, name = self.spec.extra, checkpoint.name if checkpoint else None
+        plan = {"per_worker": extra.get("plan_bytes"), "whole_run": extra.get("plan_host_bytes"),
+                "gpu": self.spec.use_gpu}
+        hint = " ".join([*(extra.get("oom_advice") or []),
+                         "Continue with --resume." if name else ""]).strip()
+        return TrainingError(
+            host_oom_words(oom, self.worker_pids, plan, name), hint or None,
+            window_hint="Lower Workers or the batch size, or choose \u201cLoRA adapters\u201d "
+                        "under What trains, then press " + ("Resume." if name else
+                                                            "Start training."))
 
 
 class _StatePump(MetricsPump):

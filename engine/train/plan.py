@@ -61,6 +61,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,23 @@ GPU_MARGIN = 0.05
 ALLOC_CONF = "expandable_segments:True"
 #: a Ray Train CPU worker with torch imported, before the model (measured ~0.45 GiB RSS)
 CPU_RUNTIME_BYTES = int(0.5 * GIB)
+# The rest of a run on this machine, besides its workers (issue 45): measured with
+# bench/bench_plan_peak.py, the PSS (shared pages split between the processes mapping them,
+# so the figures add up) of every process of real local CPU runs sampled every 0.2 s: the
+# tiny model, and the 0.6B widths at 2 talker layers, 2 workers, batch 2. Each constant is
+# the largest peak seen, rounded up.
+#: the driver: the CLI's (or the window's engine) process, with Ray's driver, torch, the
+#: plan's meta model and the data index
+DRIVER_BYTES = int(0.65 * GIB)
+#: Ray Train's controller actor
+TRAIN_CONTROLLER_BYTES = int(0.4 * GIB)
+#: each other process a local Ray cluster runs for a run: GCS, raylet, its agents, the log
+#: monitor, the run's metrics queue and stop flag actors, and idle workers
+RAY_PROCESS_BYTES = int(0.17 * GIB)
+#: how many of those besides the idle workers (Ray keeps one per CPU it was given)
+RAY_FIXED_PROCESSES = 7
+#: the plan's names for those processes (`Plan.host_terms`)
+DRIVER, TRAIN_CONTROLLER, RAY_PROCESSES = "driver", "Ray Train controller", "Ray's processes"
 #: frames per second of the 12 Hz codec
 FRAME_RATE = 12.5
 #: specials around text and audio in one training sequence (layout facts)
@@ -138,6 +156,11 @@ class Plan:
     step_work: float = 1.0
     #: activations of the same micro-batch with the code predictor on every frame
     activations_all_frames: int = 0
+    #: the run's other processes on this machine, bytes by kind (`host_processes`): the
+    #: driver, Ray Train's controller, Ray's own processes; empty on an existing cluster
+    host_terms: dict[str, int] = field(default_factory=dict)
+    #: how many processes "Ray's processes" counts
+    ray_processes: int = 0
 
     @property
     def model_state(self) -> int:
@@ -149,19 +172,27 @@ class Plan:
                 + self.runtime)
 
     @property
+    def host_total(self) -> int:
+        """Bytes the whole run holds in this machine's memory: every CPU worker (or, with
+        CPU offload, the offloaded state) and the run's other processes."""
+        workers = self.total * self.workers if self.device == "cpu" else self.host_bytes
+        return workers + sum(self.host_terms.values())
+
+    @property
     def fits(self) -> bool:
         if not self.free:
             return True
         if self.device == "cpu":
-            # CPU workers share host memory
-            return self.total * self.workers <= self.free[0]
-        if self.host_bytes and self.host_free and self.host_bytes > self.host_free:
+            # CPU workers share host memory with each other and the run's other processes
+            return self.host_total <= self.free[0]
+        if self.host_bytes and self.host_free and self.host_total > self.host_free:
             return False  # offloaded state must fit in host memory too
         return all(self.total <= f for f in self.free[: self.workers])
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(model_state=self.model_state, total=self.total, fits=self.fits)
+        d.update(model_state=self.model_state, total=self.total, fits=self.fits,
+                 host_total=self.host_total)
         return d
 
     def table(self) -> str:
@@ -176,17 +207,25 @@ class Plan:
                  f"{_millions(self.trainable_params)} of {_millions(self.total_params)} "
                  "parameters train):"]
         lines += [f"  {name:<26}{size / GIB:8.2f} GiB" for name, size in rows]
+        if self.host_terms:
+            lines.append("  the run's other processes on this machine:")
+            lines += [f"    {self._term_name(name):<24}{size / GIB:8.2f} GiB"
+                      for name, size in self.host_terms.items()]
+        if self.device == "cpu":
+            lines.append(f"  {'the whole run':<26}{self.host_total / GIB:8.2f} GiB "
+                         f"({self.workers} worker(s) and the processes above)")
         if self.free:
             if self.device == "cpu":
-                lines.append(f"  {'host memory available':<26}{self.free[0] / GIB:8.2f} GiB "
-                             f"(needs {self.total * self.workers / GIB:.2f} GiB for all workers)")
+                lines.append(f"  {'host memory available':<26}{self.free[0] / GIB:8.2f} GiB")
             else:
                 frees = ", ".join(f"{f / GIB:.1f}" for f in self.free)
                 lines.append(f"  {'free per GPU':<26}{frees} GiB")
         if self.host_bytes:
             lines.append(f"  {'offloaded to host memory':<26}{self.host_bytes / GIB:8.2f} GiB "
-                         "(all workers)" + (f", {self.host_free / GIB:.1f} GiB available"
-                                            if self.host_free else ""))
+                         "(all workers)" + (f", {self.host_total / GIB:.1f} GiB with the run's "
+                                            "other processes" if self.host_terms else "")
+                         + (f", {self.host_free / GIB:.1f} GiB available"
+                            if self.host_free else ""))
         lines.append("  fits" if self.fits else "  DOES NOT FIT")
         if self.accum_reduce != "none":
             lines.append("  gradient accumulation: " + (
@@ -209,6 +248,11 @@ class Plan:
                 for k, v in self.by_trainable.items()) + " GiB per worker")
         lines += [f"  - {a}" for a in self.advice]
         return "\n".join(lines)
+
+    def _term_name(self, name: str) -> str:
+        if name == RAY_PROCESSES and self.ray_processes:
+            return f"{name} ({self.ray_processes})"
+        return name
 
 
 def _millions(n: int) -> str:
@@ -389,6 +433,24 @@ def head_logit_bytes(cfg: dict[str, Any], clips: int, frames: int,
     return 4 * (codec + sub), 2 * 4 * max(codec, sub)
 
 
+def local_cpus(config: Any) -> int:
+    """CPUs a local Ray cluster starts with: enough for every worker even on a small
+    machine (Ray would otherwise wait forever for resources); the OS shares the cores."""
+    return max(os.cpu_count() or 1,
+               config.parallel.workers * config.parallel.cpu_threads_per_worker)
+
+
+def host_processes(config: Any) -> tuple[dict[str, int], int]:
+    """The run's processes on this machine besides its workers, bytes by kind, and how
+    many of Ray's own (fixed ones and an idle worker per CPU); none on an existing
+    cluster, whose nodes run their own."""
+    if config.parallel.address is not None:
+        return {}, 0
+    ray = RAY_FIXED_PROCESSES + local_cpus(config)
+    return {DRIVER: DRIVER_BYTES, TRAIN_CONTROLLER: TRAIN_CONTROLLER_BYTES,
+            RAY_PROCESSES: ray * RAY_PROCESS_BYTES}, ray
+
+
 def typical_lengths(voice_dir: Path, max_seq_len: int) -> tuple[int, int]:
     """(sequence tokens, audio frames) of the longest usable clip, from the manifest.
 
@@ -465,6 +527,7 @@ def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: in
         micro_batch_clips=clips, seq_len=seq_len, frames=frames, free=list(free),
         accum_reduce=accum, checkpoint_bytes=12 * trainable_full,
         trainable=config.model.trainable)
+    plan.host_terms, plan.ray_processes = host_processes(config)
     if offload:
         # sharded state lives in host memory (AdamW steps there); the GPU keeps
         # buffers, activations and, with "last", the unreduced whole gradients
@@ -559,18 +622,24 @@ def _best_accum(model_dir: Path, config: Any, device: str, seq_len: int, frames:
 
 def relief(plan: Plan, model_dir: Path, config: Any, device: str,  # noqa: C901
            capability: tuple[int, int] | None = None, have: int | None = None) -> list[str]:
-    """Every change that lowers memory per worker, cheapest first, each with its figure.
+    """Every change that lowers the memory a run needs, cheapest first, each with its figure.
 
-    have: the memory one worker may use; a change whose own total exceeds it
-    is left out (advice never recommends a setting that does not fit). None
-    keeps them all (out-of-memory hints, where the real limit was just met).
+    have: the memory one GPU may use, or on CPU the machine's for the whole run (workers
+    and the run's other processes); a change whose own figure exceeds it is left out
+    (advice never recommends a setting that does not fit). None keeps them all
+    (out-of-memory hints, where the real limit was just met).
     """
     def variant(section: str = "parallel", **changes: Any) -> Plan:
         return _best_accum(model_dir, config.replace(**{section: changes}), device,
                            plan.seq_len, plan.frames, plan.free, capability)
 
     def ok(p: Plan) -> bool:
-        return have is None or p.total <= have
+        return have is None or (p.host_total if device == "cpu" else p.total) <= have
+
+    def about(p: Plan) -> str:
+        # CPU workers share the machine with the run's other processes: the whole figure
+        return (f"about {p.host_total / GIB:.1f} GiB for the whole run" if device == "cpu"
+                else f"about {p.total / GIB:.1f} GiB per worker")
 
     gib = GIB
     out: list[str] = []
@@ -578,12 +647,19 @@ def relief(plan: Plan, model_dir: Path, config: Any, device: str,  # noqa: C901
         v = variant(keep_gathered="off")
         if ok(v):
             out.append("Gather parameters again in every micro-step (--keep-gathered off): "
-                       f"about {v.total / gib:.1f} GiB per worker, more communication.")
+                       f"{about(v)}, more communication.")
     if not config.parallel.activation_checkpointing and plan.activations > 0.1 * plan.total:
         v = variant(activation_checkpointing=True)
         if ok(v):
-            out.append("Turn on activation checkpointing (--activation-checkpointing): about "
-                       f"{v.total / gib:.1f} GiB per worker, ~30% more compute.")
+            out.append("Turn on activation checkpointing (--activation-checkpointing): "
+                       f"{about(v)}, ~30% more compute.")
+    if device == "cpu":
+        for n in range(plan.workers - 1, 0, -1):
+            v = variant(workers=n)
+            if ok(v):
+                out.append(f"Use fewer workers (--workers {n}): {about(v)}, each with more "
+                           "of the machine's cores.")
+                break
     if plan.micro_batch_clips > 1:
         half = max(plan.workers, config.data.batch_size // 2)
         accum = config.data.grad_accum * max(1, config.data.batch_size // half)
@@ -592,16 +668,15 @@ def relief(plan: Plan, model_dir: Path, config: Any, device: str,  # noqa: C901
                         device, plan.seq_len, plan.frames, plan.free, capability)
         if ok(v):
             out.append(f"Lower the batch size (--batch-size {half} --grad-accum {accum} keeps "
-                       f"the effective batch): about {v.total / gib:.1f} GiB per worker.")
+                       f"the effective batch): {about(v)}.")
     if config.model.trainable != "lora":
         v = variant("model", trainable="lora")
         if ok(v):
-            out.append(f"Train LoRA adapters only (--trainable lora): about "
-                       f"{v.total / gib:.1f} GiB per worker.")
+            out.append(f"Train LoRA adapters only (--trainable lora): {about(v)}.")
     if device == "cuda":
         if not config.parallel.cpu_offload:
             v = variant(cpu_offload=True)
-            if ok(v) and v.host_bytes <= host_available_memory():
+            if ok(v) and v.host_total <= host_available_memory():
                 out.append("Keep sharded weights and optimizer state in host memory "
                            f"(--cpu-offload): about {v.total / gib:.1f} GiB per GPU, slower "
                            "steps.")
@@ -623,12 +698,13 @@ def advise(plan: Plan, model_dir: Path, config: Any, device: str,
     """Concrete changes that make the run fit, cheapest first (empty when it fits)."""
     if plan.fits:
         return []
-    need = plan.total * (plan.workers if device == "cpu" else 1)
-    have = plan.free[0] if device == "cpu" else min(plan.free[: plan.workers] or [0])
-    per_worker = have // plan.workers if device == "cpu" else have
+    if device == "cpu":  # the workers and the run's other processes share the machine
+        need, have = plan.host_total, plan.free[0]
+    else:
+        need, have = plan.total, min(plan.free[: plan.workers] or [0])
     out = [f"Short by {(need - have) / GIB:.1f} GiB per "
            f"{'machine' if device == 'cpu' else 'GPU'}."]
-    out += relief(plan, model_dir, config, device, capability, have=per_worker)
+    out += relief(plan, model_dir, config, device, capability, have=have)
     if len(out) == 1:
         out.append("No single change fits; combine them (e.g. --activation-checkpointing with "
                    "--trainable lora and a smaller --batch-size), or use more GPUs.")

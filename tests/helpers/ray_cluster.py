@@ -47,7 +47,7 @@ class SharedCluster:
         if self.handle is None:
             # every Ray process inherits OMP_NUM_THREADS (1, set in tests/conftest.py
             # before anything imports torch or the engine)
-            # CPUs as a training run asks for them (engine.train.driver._local_cpus): at
+            # CPUs as a training run asks for them (engine.train.plan.local_cpus): at
             # least the 2 workers of a 2-worker run; the OS shares the real cores
             self.handle = connect(None, num_cpus=max(os.cpu_count() or 1, 2))
             self.starts += 1

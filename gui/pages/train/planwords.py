@@ -38,7 +38,10 @@ def plan_words(plan: dict[str, Any]) -> str:
     words = [f"Each {device} needs about {total:.1f} GiB"]
     free = [float(f) / GIB for f in plan.get("free") or []]
     if device == "CPU worker":
-        words[0] += f" ({total * workers:.1f} GiB for the {workers} workers together)"
+        # the workers share the machine with the driver and Ray's processes: the whole run
+        whole = float(plan.get("host_total") or 0) / GIB or total * workers
+        words[0] += (f" ({whole:.1f} GiB for the whole run: the {workers} workers, the "
+                     "driver and Ray's processes)")
         if free:
             words.append(f"{free[0]:.1f} GiB of memory is available")
     elif free:
