@@ -20,6 +20,8 @@ from engine.core.errors import InputError
 from engine.layout.exports import EXPORT_INFO
 from engine.layout.manifest import read_manifest, write_manifest
 from engine.layout.run import Run
+from engine.serve.voices import ServedVoice
+from engine.serve.wyoming import style_for
 from engine.train.driver import export, train
 from engine.train.rundata import record_data
 from tests.helpers.ray_cluster import SharedCluster
@@ -113,3 +115,41 @@ def test_a_voice_trained_without_styles_still_warns(prepared_voice: Path, tiny_m
     assert WARNING in _speak(voice / "runs" / "r1", tmp_path / "run.wav", capsys)
     out = export(voice, tmp_path / "export", run="r1")
     assert WARNING in _speak(Path(out["out_dir"]), tmp_path / "plain.wav", capsys)
+
+
+def test_wyoming_lists_a_voices_trained_styles_as_its_speakers(described_run: Path,
+                                                              tmp_path: Path) -> None:
+    """What Home Assistant sees: the run's and its export's styles as speakers; a request's
+    speaker is the instruction its sentences are spoken with."""
+    out = export(described_run, tmp_path / "export", run="r1")
+    for target, kind in ((described_run / "runs" / "r1", "run"),
+                         (Path(out["out_dir"]), "export")):
+        served = ServedVoice("joe", target, kind, "english")
+        assert set(served.styles) == set(STYLES)
+        assert served.to_dict()["styles"] == served.styles
+    assert ServedVoice("base", described_run / "nowhere", "export", "english").styles == []
+    asked = {"text": "Hi.", "voice": {"name": "joe", "speaker": STYLES[0]}}
+    assert style_for(asked) == STYLES[0]
+    assert style_for({"text": "Hi.", "voice": {"name": "joe"}}) == ""
+
+
+def test_style_obedience_renders_each_trained_style_against_the_plain_render(
+        described_run: Path) -> None:
+    """Mechanics on the tiny model (it speaks noise): every trained style is rendered
+    beside the plain render and each word it names is checked; a voice without styles
+    has nothing to check."""
+    from engine.config.speak import SpeakOptions
+    from engine.quality.styles import style_obedience
+    from engine.synth.synthesizer import Synthesizer
+    from engine.synth.voice import resolve_source
+
+    synth = Synthesizer.load(resolve_source(described_run / "runs" / "r1"), device="cpu")
+    found = style_obedience(synth, ["Hello there, how are you?"],
+                            options=SpeakOptions(max_frames=12, seed=3))
+    assert set(found["styles"]) == set(STYLES) and found["sentences"] == 1
+    whisper, fast = found["styles"][STYLES[0]], found["styles"][STYLES[1]]
+    assert set(whisper["moves"]) <= {"whisper", "slow"} and set(fast["moves"]) <= {"fast"}
+    assert whisper["checked"] == len(whisper["moves"]) and fast["checked"] == len(fast["moves"])
+    assert whisper["checked"] + fast["checked"] >= 1
+    with pytest.raises(InputError, match="without styles"):
+        style_obedience(synth, ["Hi."], styles=[])

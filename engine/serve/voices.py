@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import catalog
-from engine.core.errors import InputError
+from engine.core.errors import InputError, VoxshardError
 from engine.layout.exports import EXPORTS_DIR, exports_dir
 from engine.layout.run import Run, runs_dir
 from engine.layout.tiers import (
@@ -34,6 +34,7 @@ from engine.layout.tiers import (
     is_adapter,
     read_adapter_info,
 )
+from engine.synth.voice import resolve_source, trained_styles
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,16 @@ class ServedVoice:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.name, "name": self.name, "object": "voice", "kind": self.kind,
-                "language": self.language or "auto", "tier": self.tier, "base": self.base}
+                "language": self.language or "auto", "tier": self.tier, "base": self.base,
+                "styles": self.styles}
+
+    @property
+    def styles(self) -> list[str]:
+        """The style descriptions what it speaks with was trained on ([] for none)."""
+        try:
+            return trained_styles(resolve_source(self.target))
+        except VoxshardError:
+            return []
 
 
 def _language(voice_dir: Path | None) -> str:

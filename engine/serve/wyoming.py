@@ -45,7 +45,7 @@ from urllib.parse import urlparse
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event
-from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
+from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice, TtsVoiceSpeaker
 from wyoming.server import AsyncEventHandler
 from wyoming.tts import (
     Synthesize,
@@ -134,6 +134,13 @@ def description_of(voice: ServedVoice) -> str:
     return f"{voice.name} ({what})"
 
 
+def style_for(data: dict[str, Any]) -> str:
+    """The style a request asks for: its voice's speaker (a trained style), or none."""
+    voice = data.get("voice")
+    speaker = voice.get("speaker") if isinstance(voice, dict) else None
+    return str(speaker).strip()[:500] if speaker else ""
+
+
 def home_assistant_order(voices: Iterable[ServedVoice]) -> list[ServedVoice]:
     """The voices in the order Home Assistant lists them (its Wyoming integration sorts
     a language's voices by description); the first is the one a new assistant picks."""
@@ -180,6 +187,8 @@ class _Reply:
     pending: str = ""
     sentences: asyncio.Queue[_Sentence] = field(default_factory=asyncio.Queue)
     ended: bool = False
+    #: the style asked for: a speaker of the voice, which is one of its trained styles
+    style: str = ""
 
     def add(self, text: str) -> None:
         """Sentences of `text` in the spoken form; those with nothing to say are left out."""
@@ -228,8 +237,10 @@ class WyomingService:
             pass  # a folder given on the command line went away: the voices known stay
         else:
             await self.pool.sync(found)
+        # a voice's trained styles are its speakers: Home Assistant lets a user pick one
         voices = [TtsVoice(name=v.name, description=description_of(v), attribution=ATTRIBUTION,
-                           installed=True, version=None, languages=languages_of(v))
+                           installed=True, version=None, languages=languages_of(v),
+                           speakers=[TtsVoiceSpeaker(name=s) for s in v.styles] or None)
                   for v in home_assistant_order(self.pool.voices.values())]
         program = TtsProgram(name="voxshard", description="Voxshard: your own cloned voices",
                              attribution=ATTRIBUTION, installed=True, version=__version__,
@@ -297,7 +308,7 @@ class _Connection(AsyncEventHandler):
                 if self.stream is None:  # inside a stream it repeats the text: ignored
                     self._one_shot(event.data)
             elif SynthesizeStart.is_type(event.type):
-                self._open(self.service.voice_for(event.data))
+                self._open(self.service.voice_for(event.data)).style = style_for(event.data)
             elif SynthesizeChunk.is_type(event.type):
                 self._chunk(event.data)
             elif SynthesizeStop.is_type(event.type):
@@ -335,7 +346,8 @@ class _Connection(AsyncEventHandler):
                            f"{self.service.max_input}.", "input_too_long")
         if not text.strip():
             raise _Refused("The text to speak is empty.", "empty_input")
-        reply = _Reply(voice, "synthesize", self._language(voice), chars=len(text))
+        reply = _Reply(voice, "synthesize", self._language(voice), chars=len(text),
+                       style=style_for(data))
         reply.add(text)
         reply.end()
         self.items.put_nowait(reply)
@@ -464,7 +476,9 @@ class _Connection(AsyncEventHandler):
             raise _Refused(f"The voice '{reply.voice}' is no longer served here.",
                            "voice_not_found") from None
         stream = self.service.may_stream(worker)
-        ticket = self.pool.speak(worker, sentence, {}, "wav", stream=stream, voice=reply.voice)
+        options = {"instruct": reply.style} if reply.style else {}
+        ticket = self.pool.speak(worker, sentence, options, "wav", stream=stream,
+                                 voice=reply.voice)
         job = _Job(worker, ticket, time.monotonic() + self.service.timeout_s)
         if stream:
             self.service.streaming.append(job)
