@@ -17,7 +17,7 @@ from gui.pages.prepare import PreparePage
 from tests.helpers.gui import pick_source, speak_and_wait
 from tests.helpers.voices import copy_voice
 
-INSTANT = "Instant voice (its reference clip, no training), on the Base model"
+INSTANT = "Instant voice on the Base model (no training)"
 
 
 def test_prepare_then_listen_speaks_the_instant_voice_on_the_base_field(

@@ -286,7 +286,8 @@ class ListenPage(Page):
             for tier in (t for t in tiers if t["tier"] == TIER_INSTANT):
                 # no base known yet (none recorded, no run): it speaks on the Base field's
                 self.source.addItem("Instant voice (its reference clip, no training)"
-                                    + ("" if tier["base"] else ", on the Base model"),
+                                    if tier["base"] else
+                                    "Instant voice on the Base model (no training)",
                                     {"kind": TIER_INSTANT, "path": str(tier["path"]),
                                      "base": tier["base"]})
             self.source.addItem("Zero-shot preview (base model + a reference clip)",
