@@ -79,6 +79,7 @@ from bench.proof_model import SIZES, make_model_dir  # noqa: E402
 from bench.proof_reinforce import reinforce_row  # noqa: E402
 from bench.proof_rows import Budget, RowLog  # noqa: E402
 from bench.proof_run import run_config, run_ray  # noqa: E402
+from engine.audio.timebase import FRAME_RATE  # noqa: E402
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "plain": {},
@@ -108,7 +109,7 @@ def _sweep(model_dir: Path, base: Any, batches: list[int], world: int,
     """Plain configurations at larger micro-batches, each only if the plan says it fits."""
     from engine.train.plan import gpu_free_memory, make_plan
 
-    frames = max(2, int(args.seconds * 12.5))
+    frames = max(2, int(args.seconds * FRAME_RATE))
     seq = frames + max(2, int(args.seconds * 3)) + 14
     free = gpu_free_memory()
     out: dict[str, dict[str, Any]] = {}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.proof_run import resume_step
+from engine.audio.timebase import FRAME_RATE
 
 GIB = float(1 << 30)
 #: resumed vs uninterrupted loss on a GPU (non-deterministic attention backward, bf16)
@@ -44,7 +45,7 @@ def model_flops(model_dir: Path, clips: int, seconds: float, trainable: str,
             c["num_attention_heads"]))
         return h * q + 2 * h * kv + q * h + 3 * h * i
 
-    frames = max(2, int(seconds * 12.5))
+    frames = max(2, int(seconds * FRAME_RATE))
     seq = frames + max(2, int(seconds * 3)) + 14
     tok, cp_tok = clips * seq, clips * frames * 16 * predictor_frames
     lt = int(t["num_hidden_layers"]) * layer_weights(t)
@@ -118,7 +119,7 @@ def plan_bytes(model_dir: Path, cfg: Any, world: int, job: dict[str, Any]) -> in
     from engine.train.plan import make_plan
 
     try:
-        frames = max(2, int(job["seconds"] * 12.5))
+        frames = max(2, int(job["seconds"] * FRAME_RATE))
         seq = frames + max(2, int(job["seconds"] * 3)) + 14
         plan = make_plan(model_dir, cfg.replace(parallel={"workers": world}),
                          device="cuda" if job["use_gpu"] else "cpu", free=[],

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engine.audio.timebase import FRAME_RATE
+
 #: the loop's builder, as a Ray worker or a proof process imports it
 PROOF_BUILDER = "bench.proof_model:proof_builder"
 #: real talker / code-predictor widths (qwen3-tts-facts.md)
@@ -76,7 +78,7 @@ def _global_batch(model_dir: Path, clips: int, seconds: float, key: tuple[int, .
     cfg = json.loads((model_dir / "config.json").read_text())
     ids = LayoutIds.from_config(cfg)
     rng = np.random.default_rng(list(key))
-    frames = max(2, int(seconds * 12.5))
+    frames = max(2, int(seconds * FRAME_RATE))
     vocab = int(cfg["talker_config"]["text_vocab_size"])
     return [build_sequence(ids, [1, 2, 3], rng.integers(10, min(vocab, 1000),
                                                         size=max(2, int(seconds * 3))).tolist(),

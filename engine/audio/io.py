@@ -21,10 +21,12 @@ import numpy as np
 import soundfile as sf
 
 from engine.audio.resample import resample
+from engine.audio.timebase import SAMPLE_RATE
 from engine.core.atomic import atomic_path
 from engine.core.errors import AudioError, DiskFullError, WorkspaceError
 
-TARGET_SR = 24000
+#: the rate prepared clips are written at: the codec's
+TARGET_SR = SAMPLE_RATE
 AUDIO_EXTENSIONS = frozenset({".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".mp3"})
 #: 10 ms frames at the source rate count full-scale samples (for per-clip clipping)
 CLIP_FRAME_S = 0.01

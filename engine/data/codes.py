@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.audio.timebase import SAMPLE_RATE
 from engine.core.atomic import atomic_path, write_json
 from engine.core.errors import AudioError, Cancelled, TrainingError
 from engine.core.events import Emitter, EventCallback, as_emitter
@@ -43,8 +44,6 @@ from engine.model.speaker_encoder import (
     x_vector,
 )
 
-SAMPLE_RATE = 24000
-SAMPLES_PER_FRAME = 1920
 #: bump when the way codes are computed changes, so old caches are not reused
 CODES_VERSION = 1
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.audio.timebase import FRAME_RATE
 from engine.config.data import DataConfig
 from engine.core.errors import TrainingError
 from engine.data.codes import CodesIndex, load_codes_index
@@ -322,7 +323,7 @@ class VoiceData:
         return {
             "train_clips": len(self.train), "val_clips": len(self.val),
             "skipped_clips": len(self.skipped), "train_frames": frames,
-            "train_minutes": round(frames / 12.5 / 60.0, 3),
+            "train_minutes": round(frames / FRAME_RATE / 60.0, 3),
             "max_seq_len": max((c.length for c in self.train), default=0),
             "mean_seq_len": round(float(np.mean([c.length for c in self.train])), 1)
             if self.train else 0.0,

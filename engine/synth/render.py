@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.audio.timebase import SAMPLE_RATE
 from engine.config.speak import available_formats
 from engine.core.atomic import atomic_path
 from engine.core.errors import InputError
 
-SAMPLE_RATE = 24000
 _FADE_S = 0.005
 _TRIM_FLOOR_DB = -45.0
 _TRIM_KEEP_S = 0.04

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.audio.timebase import FRAME_RATE
 from engine.config.speak import RUNAWAY_MAX_S
 
 #: longest repeated stretch caught as a loop, in frames (2 s at 12.5 frames per second)
@@ -39,8 +40,6 @@ LOOP_SHARE = 0.8
 SILENCE_SHARE = 0.9
 #: the first frame watched (frame 0's code is chosen after the prefill, never copied back)
 FIRST_WATCHED = 1
-#: frames per second of the 12 Hz codec
-FRAME_RATE = 12.5
 #: codes looked up as silent or not (the talker's vocabulary is 3072; the last entry,
 #: never silent, takes anything beyond)
 CODES = 4096

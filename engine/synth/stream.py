@@ -29,13 +29,11 @@ from typing import Any, BinaryIO, Protocol
 import numpy as np
 
 from engine.audio import sound
+from engine.audio.timebase import SAMPLES_PER_FRAME
 from engine.core.errors import DeviceError, InputError, SynthesisError
 from engine.synth.jitter import PrebufferPolicy
 from engine.synth.render import _SUBTYPES
 from engine.text import spoken_weight
-
-#: frames per second of the 12 Hz codec, samples per frame at 24 kHz
-SAMPLES_PER_FRAME = 1920
 
 
 class StreamDecoder:
