@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from engine.audio import sound
 from engine.catalog import VoiceSnapshot, speaker_name
 from engine.core import syslibs
+from engine.layout.voice import VOICE_FILE, is_voice_folder
 from gui import __version__, placement
 from gui.context import APP_NAME, ORG_NAME, AppContext, default_workspace
 from gui.jobs import EngineJob
@@ -292,8 +293,8 @@ class MainWindow(QMainWindow):
 
     def open_path(self, path: Path) -> bool:
         """Open a voice folder given on the command line (or by the desktop entry's %F)."""
-        folder = path.parent if path.name == "voice.toml" else path
-        if not (folder / "voice.toml").is_file():
+        folder = path.parent if path.name == VOICE_FILE else path
+        if not is_voice_folder(folder):
             self.statusBar().showMessage(
                 f"{path} is not a voice folder; open a folder that holds a voice.toml.", 15000)
             return False

@@ -7,6 +7,7 @@ from pathlib import Path
 import platformdirs
 from PySide6.QtCore import QObject, QSettings, Signal
 
+from engine.layout.voice import is_voice_folder
 from gui.audio import Player
 from gui.jobs import JobManager
 from gui.speech import SpeechService
@@ -64,7 +65,7 @@ class AppContext(QObject):
         self.workspace_changed.emit(path)
         last = self.settings.value(f"last_voice/{path}")
         candidate = path / str(last) if last else None
-        self.set_voice(candidate if candidate and (candidate / "voice.toml").exists() else None)
+        self.set_voice(candidate if candidate and is_voice_folder(candidate) else None)
 
     def set_voice(self, voice: Path | None) -> None:
         if voice == self.voice:

@@ -16,7 +16,7 @@ from engine import __version__, catalog
 from engine.cli.main import add_command
 from engine.core.errors import InputError
 from engine.core.events import Emitter
-from engine.layout.voice import VOICE_FILE
+from engine.layout.voice import is_voice_folder
 
 
 def _voice_lines(snap: catalog.VoiceSnapshot) -> list[str]:
@@ -40,7 +40,7 @@ def _voice_lines(snap: catalog.VoiceSnapshot) -> list[str]:
 
 def _status(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     path = Path(args.path)
-    if (path / VOICE_FILE).is_file():
+    if is_voice_folder(path):
         snap = catalog.snapshot(path)
         return {"kind": "voice", "voice": snap.to_dict(),
                 "summary": "\n".join(_voice_lines(snap))}

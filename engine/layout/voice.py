@@ -706,7 +706,7 @@ def create_voice(path: str | os.PathLike[str], speaker: str, language: str = "en
         prompt_set = prompt_set_for_language(language) or "english"
     root = voice_root(path)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        if (root / VOICE_FILE).exists():
+        if is_voice_folder(root):
             raise WorkspaceError(f"{display_path(root)} is already a voice.",
                                  "Open it instead, or choose another folder.")
         raise WorkspaceError(f"{display_path(root)} exists and is not empty.",
@@ -775,12 +775,18 @@ def open_voice(path: str | os.PathLike[str]) -> Voice:
     return voice
 
 
+def is_voice_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a voice folder: it holds a voice.toml (the last file a new voice
+    gets, so a half-made one is not a voice)."""
+    return (Path(path) / VOICE_FILE).is_file()
+
+
 def list_voices(workspace: str | os.PathLike[str]) -> list[Path]:
     """Voice folders directly inside a workspace folder, by name."""
     root = voice_root(workspace)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if (p / VOICE_FILE).is_file())
+    return sorted(p for p in root.iterdir() if is_voice_folder(p))
 
 
 def delete_voice(path: str | os.PathLike[str]) -> None:

@@ -48,6 +48,7 @@ from engine.layout.tiers import (
     read_instant,
     record_instant_base,
 )
+from engine.layout.voice import is_voice_folder
 from engine.model.adapter import load_adapter
 from engine.model.checkpoint_weights import trained_weights
 from engine.model.loading import inspect_model, resolve_model
@@ -226,7 +227,7 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
                              "folder.", "Pass the run folder (<voice>/runs/<run>) instead.")
         info = _model_info(path)
         return _custom_voice_source(path, info, speaker)
-    if path.is_dir() and ((path / "voice.toml").is_file() or runs_dir(path).is_dir()
+    if path.is_dir() and (is_voice_folder(path) or runs_dir(path).is_dir()
                           or exports_dir(path).is_dir()):
         if checkpoint:
             ckpt_path = Path(checkpoint).expanduser()
