@@ -24,6 +24,7 @@ import torch
 
 from engine.config.data import DataConfig
 from engine.data import layout
+from engine.data.codes import extract_codes
 from engine.data.dataset import VoiceData, trains_plain
 from engine.layout.manifest import read_manifest, write_manifest
 from engine.train.objective import (
@@ -162,6 +163,8 @@ def test_manifest_styles_reach_the_loader_with_a_plain_share(coded_voice: Path,
     for r in rows:
         r["style"] = STYLE
     write_manifest(voice, rows)
+    # what every training start does first: the index (what workers read) takes the styles
+    extract_codes(voice, tiny_model_dir)
     cfg = DataConfig(batch_size=2, val_fraction=0.0, plain_share=0.3, seed=5)
     data = VoiceData.open(voice, tiny_model_dir, cfg)
     described = {c.id for c in data.train if c.instruct_ids}

@@ -96,7 +96,7 @@ class CodesIndex:
     voice_dir: Path
     codec: str
     speaker_encoder: str
-    #: clip id -> {"file", "frames", "text", "duration_s", "sha"}
+    #: clip id -> {"file", "frames", "text", "duration_s", "sha", "style"}
     clips: dict[str, dict[str, Any]] = field(default_factory=dict)
     reference_clip: str | None = None
     x_vector_file: str | None = None
@@ -205,7 +205,10 @@ def _finish(plan: _Plan, model_dir: Path, reference_clip: str | None, em: Emitte
         frames = int(np.load(out_dir / name, mmap_mode="r").shape[0])
         c = by_id[cid]
         index.clips[cid] = {"file": name, "frames": frames, "text": c["text"],
-                            "duration_s": float(c.get("duration_s", 0.0)), "sha": sha}
+                            "duration_s": float(c.get("duration_s", 0.0)), "sha": sha,
+                            # rewritten at every start: an edited description travels to
+                            # every worker with the codes (workers have no manifest)
+                            "style": str(c.get("style") or "").strip()}
     ref = choose_reference(plan.voice_dir, plan.clips, reference_clip)
     xname = "xvec-" + _key(plan.files[ref][1], plan.speaker_encoder) + ".npy"
     if not (out_dir / xname).is_file():

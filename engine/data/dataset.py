@@ -49,7 +49,6 @@ from engine.data.layout import (
     tokenize,
     tokenize_instruct,
 )
-from engine.layout.manifest import read_manifest
 from engine.model.official import import_qwen_tts
 from engine.text import training_text
 
@@ -90,12 +89,6 @@ def trains_plain(clip_id: str, seed: int, plain_share: float) -> bool:
     (seed, clip), so every rank and a resumed run lay it out the same way."""
     digest = hashlib.sha256(f"{seed}\n{clip_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64 < plain_share
-
-
-def clip_styles(voice_dir: str | Path) -> dict[str, str]:
-    """clip id -> style description, for the prepared clips that have one."""
-    return {str(r["id"]): str(r["style"]).strip() for r in read_manifest(voice_dir)
-            if str(r.get("style") or "").strip()}
 
 
 def split_ids(ids: Sequence[str], val_fraction: float, val_min: int, seed: int
@@ -220,11 +213,11 @@ class VoiceData:
         config = json.loads((Path(model_dir) / "config.json").read_text())
         ids = LayoutIds.from_config(config)
         tok = tokenizer or load_text_tokenizer(model_dir)
-        styles = clip_styles(voice_dir)  # the manifest's, so an edited description counts
         clips, skipped = [], []
         for cid, entry in index.clips.items():
             role, text = tokenize(tok, training_text(entry["text"]))
-            style = styles.get(cid, "")
+            # the manifest's description, copied into the index at every start
+            style = str(entry.get("style") or "").strip()
             if style and trains_plain(cid, cfg.seed, cfg.plain_share):
                 style = ""
             clip = Clip(cid, tuple(role), tuple(text), int(entry["frames"]),
