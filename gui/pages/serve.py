@@ -147,7 +147,7 @@ def serving_text(voices: int, names: list[str]) -> str:
 
 #: the first line of the curl example while the server is stopped (one line for both
 #: examples: the Python box has no room for another at 1100x760)
-START_FIRST = "# Start the server first (Start, above); then run this, or the Python below:\n"
+START_FIRST = "# Start the server first (Start, above); then run this, or the Python beside it:\n"
 
 
 class ServePage(Page):
