@@ -17,7 +17,7 @@ from typing import Any
 import httpx2 as httpx
 import openai
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENGINE = [sys.executable, "-m", "engine.cli.main"]
 KEY = "test-key-0123456789abcdef"
 
