@@ -168,8 +168,8 @@ def trim_take(audio: np.ndarray, sr: int) -> tuple[np.ndarray, float]:
 class RecordPage(Page):
     title = "Record"
     subtitle = ("Read each sentence naturally, in a quiet room. Space: record/stop · "
-                "Enter: accept (asks first for a take that cannot train) · R: re-take · "
-                "Delete: discard · P: play · S: skip · B: back")
+                "Enter: accept · R: re-take · Delete: discard · P: play · S: skip · "
+                "B: back")
     icon_name = "record"
 
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
@@ -408,6 +408,8 @@ class RecordPage(Page):
         self._pending_choice = None
         self._set_state("Ready: Space to record" if self.has_mic
                         else (unavailable() or au.NO_MICROPHONE), warn=not self.has_mic)
+        if self.isVisible():  # the page's own refresh may have come first, with the old prompt
+            self._show_snapshot(self.ctx.reader.cached(self.voice) if self.voice else None)
 
     # -- prompt ------------------------------------------------------------------
     def refresh(self) -> None:
