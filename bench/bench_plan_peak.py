@@ -42,6 +42,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 GIB = float(1 << 30)
 
+from engine.train.plan import DRIVER, RAY_PROCESSES, TRAIN_CONTROLLER  # noqa: E402
 
 # -- the model and the voice ----------------------------------------------------------------
 
@@ -116,7 +117,7 @@ def synthetic_voice(out: Path, clips: int, seconds: float) -> Path:
 def process_kind(proc: Any, root: int, ranks: dict[int, int]) -> str:
     """What a process of the run is, from its pid and command line."""
     if proc.pid == root:
-        return "driver"
+        return DRIVER
     if proc.pid in ranks:
         return f"rank {ranks[proc.pid]}"
     try:
@@ -127,7 +128,7 @@ def process_kind(proc: Any, root: int, ranks: dict[int, int]) -> str:
     if cmd.startswith("ray::RayTrainWorker"):
         return "rank ?"
     if cmd.startswith("ray::TrainController"):
-        return "train controller"
+        return TRAIN_CONTROLLER
     if cmd.startswith("ray::IDLE"):
         return "Ray: idle worker"
     if cmd.startswith("ray::"):
@@ -173,8 +174,11 @@ class Tree:
             total += mem.pss
             kinds[kind] = kinds.get(kind, 0) + mem.pss
             was = self.per_process.get(p.pid, (kind, 0, 0))
-            self.per_process[p.pid] = (kind if not kind.startswith("rank ?") else was[0],
-                                       max(was[1], mem.pss), max(was[2], mem.rss))
+            # a rank is named once the driver has said its pid; a process that ended
+            # keeps the kind it was seen with
+            known = was[0] if kind == "gone" or (kind == "rank ?" and was[0] != "gone") \
+                else kind
+            self.per_process[p.pid] = (known, max(was[1], mem.pss), max(was[2], mem.rss))
         self.samples += 1
         self.min_available = min(self.min_available, psutil.virtual_memory().available)
         if total > self.peak:
@@ -248,7 +252,7 @@ def group_of(kind: str, terms: dict[str, int]) -> str:
     if kind in terms:
         return kind
     if kind.startswith("Ray: ") or kind.startswith("other: "):
-        return next((k for k in terms if k.startswith("Ray's processes")), "Ray's processes")
+        return RAY_PROCESSES
     return kind
 
 
