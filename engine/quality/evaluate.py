@@ -921,8 +921,8 @@ def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float |
     so far. With `patience`, a `state` event `early_stop_suggested` (and a warning) says
     when the best has not improved for that many evaluated checkpoints; stopping
     training stays the caller's decision. Returns the last evaluation when `stop` is
-    set, after `idle_s` seconds without a new checkpoint while training logs no step, or on
-    Ctrl-C (SIGTERM).
+    set, after `idle_s` seconds without a new checkpoint while training logs no step (not
+    before the run's first step or checkpoint), or on Ctrl-C (SIGTERM).
     `request.checkpoints` is the watcher's.
     """
     watcher = _Watcher(request, as_emitter(on_event), patience)
@@ -1076,12 +1076,17 @@ class _Watcher:
 
     def idle_for(self) -> float:
         """Seconds since anything new: a checkpoint measured or noted, or a step training
-        logged (a run still training is not idle, however long its next save takes)."""
+        logged (a run still training is not idle, however long its next save takes). A
+        run that has logged no step and written no checkpoint yet is starting (its
+        workers may take minutes), not idle."""
         try:
-            logged = time.time() - self.run.metrics_file.stat().st_mtime
+            stat = self.run.metrics_file.stat()
+            logged = time.time() - stat.st_mtime if stat.st_size else None
         except OSError:
-            logged = math.inf
-        return min(time.monotonic() - self.last_new, logged)
+            logged = None
+        if logged is None and not self.listed:
+            return 0.0
+        return min(time.monotonic() - self.last_new, math.inf if logged is None else logged)
 
     def _available(self) -> set[str]:
         """Checkpoints that can still be measured: on disk, or held."""
