@@ -15,14 +15,18 @@ class Prompt:
     id: str
     text: str
     group: str = ""
+    #: how to read it (the engine prompt's style, e.g. "Whisper."); "" reads it plainly
+    style: str = ""
 
 
 def _as_prompt(obj: Any) -> Prompt:
     if isinstance(obj, Prompt):
         return obj
     if isinstance(obj, dict):
-        return Prompt(str(obj["id"]), str(obj["text"]), str(obj.get("group", "")))
-    return Prompt(str(obj.id), str(obj.text), str(getattr(obj, "group", "") or ""))
+        return Prompt(str(obj["id"]), str(obj["text"]), str(obj.get("group", "")),
+                      str(obj.get("style", "") or ""))
+    return Prompt(str(obj.id), str(obj.text), str(getattr(obj, "group", "") or ""),
+                  str(getattr(obj, "style", "") or ""))
 
 
 class PromptSource:
