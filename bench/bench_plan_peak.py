@@ -323,8 +323,9 @@ def main() -> None:
     vocab = f"-v{args.text_vocab}" if args.text_vocab else ""
     model = tiny if args.tiny else real_width_model(
         args.work / f"w06b-{args.layers}l{vocab}", tiny, args.layers, args.text_vocab)
-    voice = synthetic_voice(args.work / f"voice-{args.clips}x{args.seconds:g}", args.clips,
-                            args.seconds)
+    # a voice per model: its codes and x-vector are the model's
+    voice = synthetic_voice(args.work / f"voice-{model.name}-{args.clips}x{args.seconds:g}",
+                            args.clips, args.seconds)
     dry = train(voice, str(model), workers=args.workers, batch_size=args.batch,
                 steps=args.steps, use_gpu=False, dry_run=True,
                 trainable="lora" if args.lora else None)
