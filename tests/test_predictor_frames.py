@@ -295,7 +295,7 @@ def test_the_gpu_proof_carries_f_as_a_configuration(tmp_path: Path,
     sender = ListSender()
     run_worker({"config": cfg.to_dict(), "run_dir": str(tmp_path / "run"), "total_steps": 2,
                 "model_dir": str(tiny_model_dir), "seconds": 2.0, "save_final": False,
-                "builder": "bench.gpu_proof:proof_builder"},
+                "builder": "bench.proof_model:proof_builder"},
                WorkerEnv(rank=0, world=1, sender=sender))
     train = sender.of("train")
     assert len(train) == 2 and all(math.isfinite(v["loss/subtalker"]) for v in train)

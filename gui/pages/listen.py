@@ -40,7 +40,6 @@ from PySide6.QtWidgets import (
 
 from engine.catalog import VoiceSnapshot, latest_run
 from engine.layout.exports import new_comparison_dir, new_render_path
-
 from engine.layout.manifest import row_is_usable
 from engine.layout.tiers import TIER_ADAPTER, TIER_INSTANT
 from gui.context import AppContext
@@ -382,7 +381,6 @@ class ListenPage(Page):
                        "Record or import some audio and run Prepare first.")
             return None
         out = new_render_path(self.voice)
-
         self.ctx.player.stop()
         loading = self.speech.needs_load(self.voice_spec())
         # a warm worker holding another voice: the engine swaps a voice of the same base
