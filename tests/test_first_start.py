@@ -58,7 +58,7 @@ def test_the_window_opens_without_portaudio_and_says_why(tmp_path: Path) -> None
                         tmp_path, _desktop_env(tmp_path))
     assert smoke.returncode == 0, smoke.stderr[-3000:]
     assert "Traceback" not in smoke.stderr, smoke.stderr[-3000:]
-    assert "Voxshard started: 8 pages" in smoke.stdout, smoke.stdout
+    assert "Voxshard started: 9 pages" in smoke.stdout, smoke.stdout
     assert f"Sound: {sentence}" in smoke.stdout.splitlines(), smoke.stdout
 
     # the window itself, driven inside the same kind of namespace (this file as a script)

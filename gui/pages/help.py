@@ -25,8 +25,7 @@ SHORTCUTS = [
     ("Record", "B", "Back to the previous prompt (P plays its take; a new one replaces it)"),
     ("Import", "Space", "Play the selected clip / stop it"),
     ("Import", "F2 or double-click", "Edit the transcript (F2 from any cell of the row)"),
-    ("Listen", "Ctrl+Enter", "Speak the text"),
-    ("Listen", "Esc", "Stop speaking / playing"),
+    ("Listen", "Ctrl+Enter / Esc", "Speak the text / stop speaking or playing"),
 ]
 
 STEPS = """
@@ -38,6 +37,8 @@ you already have, with their transcripts.</li>
 <li><b>Train</b>: fine-tune the base model on every GPU (or CPU workers) and watch the
 loss fall. Stop and resume at any time.</li>
 <li><b>Listen</b>: type text and hear the cloned voice; compare checkpoints side by side.</li>
+<li><b>Read</b> (optional): a script or a book in your voices, line by line, exported with
+chapters.</li>
 <li><b>Serve</b> (optional): let other programs (chat apps, home automation, scripts) speak
 in the voice through OpenAI's speech endpoint on this computer.</li>
 </ol>
@@ -81,6 +82,8 @@ class HelpPage(Page):
     def fit_rows(self, *_resized: int) -> None:
         """Each row as tall as its wrapped text; one-line rows keep their height (the
         header's ResizeToContents made every row taller: the table scrolled at 1100x760)."""
-        one_line = self.table.verticalHeader().defaultSectionSize()
+        # a one-line row as tall as its text and a little air, not the style's roomier
+        # default: the list grew with the Record and Read keys and scrolled at 1100x760
+        one_line = self.table.fontMetrics().height() + 10
         for row in range(self.table.rowCount()):
             self.table.setRowHeight(row, max(one_line, self.table.sizeHintForRow(row) + 8))
