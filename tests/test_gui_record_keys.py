@@ -23,6 +23,7 @@ from engine.layout.voice import create_voice, open_voice
 from gui.app import MainWindow
 from gui.pages.help import SHORTCUTS
 from gui.pages.record import TRIM_KEEP_S, RecordPage, trim_take
+from tests.helpers.recording import message_box as _box
 
 SR = 48000
 
@@ -42,16 +43,6 @@ def _press(qtbot, window: MainWindow, key: Qt.Key) -> None:
     if target is None:
         return
     qtbot.keyClick(target, key)
-
-
-def _box(qtbot, window: MainWindow, text: str) -> QMessageBox:
-    def find() -> QMessageBox | None:
-        return next((b for b in window.findChildren(QMessageBox)
-                     if b.isVisible() and text in b.text()), None)
-    qtbot.waitUntil(lambda: find() is not None, timeout=10000)
-    box = find()
-    assert box is not None
-    return box
 
 
 def _answer(qtbot, box: QMessageBox, label: str) -> None:

@@ -24,6 +24,7 @@ from gui.app import MainWindow
 from gui.audio import NO_MICROPHONE
 from gui.pages.importer import ImportPage
 from gui.pages.record import SILENT, RecordPage
+from tests.helpers.recording import message_box as _box
 
 SR = 48000
 
@@ -57,16 +58,6 @@ def _record(qtbot, page: RecordPage, during=None) -> np.ndarray:
     with qtbot.waitSignal(page.recorder.stopped, timeout=20000) as blocker:
         qtbot.keyClick(page, Qt.Key.Key_Space)
     return blocker.args[0]
-
-
-def _box(qtbot, window: MainWindow, text: str) -> QMessageBox:
-    def find() -> QMessageBox | None:
-        return next((b for b in window.findChildren(QMessageBox)
-                     if b.isVisible() and text in b.text()), None)
-    qtbot.waitUntil(lambda: find() is not None, timeout=10000)
-    box = find()
-    assert box is not None
-    return box
 
 
 def _click(qtbot, box: QMessageBox, label: str) -> None:

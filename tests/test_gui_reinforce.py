@@ -276,8 +276,10 @@ def test_the_tab_is_readable_at_the_smallest_window(
     assert window.grab().save(str(shots / "train-reinforce-1100.png"))
     # the settings, open: every row shows, and the charts keep a readable height
     _click(qtbot, panel.more_btn)
-    qtbot.wait(300)
     inner = panel.form.widget()
+    # the layout settles over turns of the event loop (a loaded machine takes longer)
+    qtbot.waitUntil(lambda: panel.form.viewport().height() >= inner.sizeHint().height() - 2,
+                    timeout=10000)
     assert panel.form.viewport().height() >= inner.sizeHint().height() - 2, \
         (panel.form.viewport().height(), inner.sizeHint().height())
     assert _plot_height(charts.reward_plot) >= 90

@@ -155,9 +155,14 @@ def test_listen_speaks_from_a_lora_checkpoint(qtbot, ctx, workspace: Path,
     listen.show()
     ctx.set_voice(voice)
     listen.refresh()
-    label = f"Checkpoint: lora · step {LORA_STEPS}"
-    qtbot.waitUntil(lambda: listen.source.itemText(0) == label, timeout=10000)
-    listen.source.setCurrentIndex(0)
+    # the run's last checkpoint, wherever the list puts it (an adapter voice is listed first)
+    def checkpoint_row() -> int:
+        return next((i for i in range(listen.source.count())
+                     if (listen.source.itemData(i) or {}).get("kind") == "checkpoint"
+                     and f"lora · step {LORA_STEPS}" in listen.source.itemText(i)), -1)
+
+    qtbot.waitUntil(lambda: checkpoint_row() >= 0, timeout=10000)
+    listen.source.setCurrentIndex(checkpoint_row())
     failures: list[tuple[Any, ...]] = []
     listen.speech.failed.connect(lambda *a: failures.append(a))
     assert listen.speak("Hello from the adapters.") is not None

@@ -52,7 +52,9 @@ def test_the_requests_table_has_rows_to_show_at_1100x760(
     for _ in range(4):
         page._add_request({"status": 200, "voice": "ada/ada-v1", "format": "wav",
                            "audio_s": 1.5, "seconds": 0.4})
-    qtbot.wait(200)
+    # the layout settles over turns of the event loop (a loaded machine takes longer)
+    qtbot.waitUntil(lambda: page.log.viewport().height() >= 3 * page.log.rowHeight(0),
+                    timeout=10000)
     rows = page.log.viewport().height() / page.log.rowHeight(0)
     assert rows >= 3, rows
     assert window.height() <= 760

@@ -2,6 +2,7 @@
 
 - `record_prompt`: read the page's prompt aloud (piper speech played into the sink the
   page records from) and keep the take by keyboard.
+- `message_box`: the page's question or message that is showing with the given text.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox, QWidget
 
 from engine.layout.voice import VERDICT_UNUSABLE
 
@@ -52,3 +54,14 @@ def record_prompt(qtbot: Any, page: Any, sink: str, folder: Path,
     assert page.judgement.verdict != VERDICT_UNUSABLE, page.judgement.warnings
     qtbot.keyClick(page, Qt.Key.Key_Return)
     assert page.take_audio is None  # accepted and saved
+
+
+def message_box(qtbot: Any, window: QWidget, text: str) -> QMessageBox:
+    """The visible question or message of `window` whose text holds `text` (waited for)."""
+    def find() -> QMessageBox | None:
+        return next((b for b in window.findChildren(QMessageBox)
+                     if b.isVisible() and text in b.text()), None)
+    qtbot.waitUntil(lambda: find() is not None, timeout=10000)
+    box = find()
+    assert box is not None
+    return box

@@ -620,8 +620,12 @@ class TrainPage(Page):
             return
         # every checkpoint training wrote measured or noted, older kept ones included
         run_dir = self.run.run_dir
-        if run_dir is None or not unaccounted_steps(Path(run_dir),
-                                                    catalog_evaluation(Path(run_dir))):
+        # what its file does not account for yet, past the last step it reported measured
+        # (it measures in step order and notes in the file what it passes over)
+        pending = [] if run_dir is None else [
+            s for s in unaccounted_steps(Path(run_dir), catalog_evaluation(Path(run_dir)))
+            if s > self.run.evaluated_step]
+        if not pending:
             ev.cancel()
             self._eval_finish.stop()
 
