@@ -69,9 +69,11 @@ def test_a_lora_checkpoint_speaks_like_the_merged_export_of_its_step(
     ours, theirs = _adapted(synth), _adapted(exported)
     base = _base(tiny_model_dir, set(ours))
     assert len(ours) == 14 and set(base) == set(ours)  # 2 layers x 7 projections
-    # W + (alpha / rank) B A, merged in fp32 from the same base by the same function: exact
+    # W + (alpha / rank) B A, merged in fp32 from the same base by the same function; the
+    # export was merged when it was written, maybe under other kernels (the parity passes
+    # load the main pass's export), so B A's sums may round apart: to fp32 rounding
     for name, weight in ours.items():
-        torch.testing.assert_close(weight, theirs[name], rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(weight, theirs[name], rtol=1e-6, atol=1e-7, msg=name)
     # the adapters moved every weight they sit on (B started at zero)
     assert all(not torch.equal(w, base[n].float()) for n, w in ours.items())
     # so the speech is the export's: greedy codes equal
