@@ -267,6 +267,17 @@ def hbox(*widgets: QWidget | None, stretch_at: int | None = None, spacing: int =
     return w
 
 
+def vbox(*widgets: QWidget, spacing: int = 4) -> QWidget:
+    """Widgets one above the other, with no margins of its own (as `hbox`)."""
+    w = QWidget()
+    lay = QVBoxLayout(w)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.setSpacing(spacing)
+    for child in widgets:
+        lay.addWidget(child)
+    return w
+
+
 #: inputs a wheel would change: they take it only once clicked or tabbed into
 WHEEL_INPUTS = (QAbstractSpinBox, QComboBox, QSlider)
 

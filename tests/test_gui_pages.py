@@ -346,11 +346,9 @@ def test_speech_worker_error_is_a_clear_message(qtbot, window: MainWindow, voice
     assert worker is not None and worker.is_running()  # stays warm for the next request
 
 
-def test_themes_switch(qtbot, window: MainWindow) -> None:
-    from gui.theme import ThemeManager
-
+def test_themes_switch(qtbot, window: MainWindow, themed) -> None:
     app = QApplication.instance()
-    tm = ThemeManager(app, "dark")
+    tm = themed("dark")
     window.theme = tm
     tm.changed.connect(lambda _t: window._retint())
     assert tm.apply().name == "dark"

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from PySide6.QtGui import QTextLayout, QTextOption
 
 from gui.app import MainWindow
@@ -32,8 +33,11 @@ def _breaks(text: str, label, width: int) -> list[int]:
     return starts[1:]
 
 
+@pytest.mark.parametrize("theme", ["light", "dark"])
 def test_the_requests_table_has_rows_to_show_at_1100x760(
-        qtbot, window: MainWindow, workspace: Path, tmp_path: Path) -> None:
+        qtbot, window: MainWindow, workspace: Path, tmp_path: Path, themed, theme: str) -> None:
+    # in the app's own theme: its padding made the rows taller, and the table showed one
+    window.theme = themed(theme)
     voice = make_voice(workspace)
     export = voice / "exports" / "ada-v1"
     export.mkdir(parents=True)
@@ -59,7 +63,7 @@ def test_the_requests_table_has_rows_to_show_at_1100x760(
     assert rows >= 3, rows
     assert window.height() <= 760
     shots = Path(os.environ.get("VOXSHARD_SHOTS", tmp_path))
-    assert window.grab().save(str(shots / "serve-1100.png"))
+    assert window.grab().save(str(shots / f"serve-1100-{theme}.png"))
     page._rate_timer.stop()
     page.job = None
 

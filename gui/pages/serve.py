@@ -48,7 +48,7 @@ from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
 from gui.served_speech import ServedEndpoint
-from gui.widgets import button, hbox
+from gui.widgets import button, hbox, vbox
 from gui.words import count
 
 HOSTS = [("Only this computer (127.0.0.1)", "127.0.0.1"),
@@ -168,8 +168,8 @@ class ServePage(Page):
         form = QGridLayout()
         form.addWidget(QLabel("Voices to serve"), 0, 0, Qt.AlignmentFlag.AlignTop)
         self.voices = QListWidget()
-        # three voices' rows, then it scrolls: the Requests table below needs the height
-        self.voices.setMaximumHeight(3 * self.voices.fontMetrics().height() + 16)
+        # as tall as its voices up to three, then it scrolls: the Requests table below
+        # needs the height (`_fit_voices`)
         self.voices.setToolTip("Each checked voice is served with its exports and trained runs.")
         form.addWidget(self.voices, 0, 1)
         form.addWidget(QLabel("Listen on"), 1, 0)
@@ -237,16 +237,17 @@ class ServePage(Page):
                                    slot=self._copy_wyoming)
         self.copy_wyoming.setEnabled(False)
         self.ha_voices = QListWidget()
-        self.ha_voices.setMaximumHeight(64)
+        self.ha_voices.setMaximumHeight(2 * self.ha_voices.fontMetrics().height() + 16)
         self.ha_voices.setToolTip("The voices Home Assistant will list, in its order: the "
                                   "first is the one a new assistant picks.")
         self.ha_note = QLabel(RELOAD_NOTE)
         self.ha_note.setWordWrap(True)
-        self.ha_panel = hbox(QLabel("Wyoming"), self.wyoming_field, self.copy_wyoming,
-                             QLabel("Home Assistant lists"), self.ha_voices, self.ha_note)
+        # the note under the row at full width: beside the list it wrapped to seven lines,
+        # which left the Requests table one row at 1100x760
+        self.ha_panel = vbox(hbox(QLabel("Wyoming"), self.wyoming_field, self.copy_wyoming,
+                                  QLabel("Home Assistant lists"), self.ha_voices),
+                             self.ha_note)
         self.wyoming_field.setMaximumWidth(180)
-        self.ha_voices.setMaximumWidth(240)
-        self.ha_panel.layout().setStretchFactor(self.ha_note, 1)
         self.ha_panel.setVisible(False)
         self.outer.addWidget(self.ha_panel)
         self.curl = QPlainTextEdit()
@@ -255,7 +256,7 @@ class ServePage(Page):
         self.python.setReadOnly(True)
         # side by side: one above the other left the Requests table one row at 1100x760
         for box in (self.curl, self.python):
-            box.setMaximumHeight(100)
+            box.setMaximumHeight(88)
             box.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.outer.addWidget(QLabel("<b>Try it</b> (curl, left; Python with the "
                                     "<code>openai</code> package, right)"))
@@ -289,9 +290,16 @@ class ServePage(Page):
             item.setCheckState(Qt.CheckState.Unchecked if str(path) in unchecked
                                else Qt.CheckState.Checked)
             self.voices.addItem(item)
+        self._fit_voices()
         if not self.voices.count() and not self.running:
             self.state.setText("No voice has an export or a trained run yet: train one first.")
         self._show_example()
+
+    def _fit_voices(self) -> None:
+        rows = min(max(self.voices.count(), 1), 3)
+        row = self.voices.sizeHintForRow(0) if self.voices.count() else \
+            self.voices.fontMetrics().height() + 4
+        self.voices.setFixedHeight(rows * row + 2 * self.voices.frameWidth() + 4)
 
     def _host_changed(self) -> None:
         remote = self.host.currentData() != "127.0.0.1"

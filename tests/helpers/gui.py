@@ -5,6 +5,9 @@
 - `ctx`, `window`: an AppContext / MainWindow on a temporary workspace; the
   window is shut down after the test (jobs, streams, timers).
 - `voice`: a new empty voice `ada` in `workspace`.
+- `themed`: applies a theme as the app does at start (its style sheet sets every
+  widget's padding, so layouts are measured as the user sees them), and puts the
+  application's style, palette and style sheet back afterwards.
 - `pulse`: a running PulseAudio daemon with a null sink as the default sink
   and its monitor as the default source (started here when not running).
 - `sink`: a null sink of the test's own, its monitor the source of the app's streams:
@@ -18,7 +21,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,27 @@ def window(qtbot: object, ctx: object) -> Iterator[object]:
     w.show()
     yield w
     w.shutdown()
+
+
+@pytest.fixture
+def themed(qapp: Any) -> Iterator[Callable[[str], object]]:
+    from gui.theme import ThemeManager  # start-up cost, as above
+
+    style, palette, sheet = qapp.style().name(), qapp.palette(), qapp.styleSheet()
+    managers: list[object] = []
+
+    def apply(mode: str) -> object:
+        manager = ThemeManager(qapp, mode)
+        manager.apply()
+        managers.append(manager)
+        return manager
+
+    yield apply
+    qapp.setStyle(style)
+    qapp.setPalette(palette)
+    qapp.setStyleSheet(sheet)
+    for manager in managers:
+        manager.deleteLater()  # type: ignore[attr-defined]
 
 
 @pytest.fixture
