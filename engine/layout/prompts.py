@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.core.errors import InputError, VoxshardError
 from engine.layout.manifest import read_manifest
@@ -176,7 +176,57 @@ def prompt_progress(voice: Voice, set_name: str | None = None) -> dict[str, Any]
     done = recorded_prompt_ids(voice)
     recorded = sum(1 for p in prompts if p.id in done)
     return {"set": ps.name, "total": len(prompts), "recorded": recorded,
-            "remaining": len(prompts) - recorded}
+            "remaining": len(prompts) - recorded,
+            "styles": [s.to_dict() for s in style_counts(prompts, done)]}
+
+
+class StyledPrompt(Protocol):
+    """What `style_counts` reads of a prompt (the window keeps prompts of its own)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def style(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class StyleCount:
+    """How many of a style's prompts have a take that can train."""
+
+    style: str  # how its prompts are read ("Whisper.")
+    group: str  # its group's name in the set ("whisper"): the short name to show
+    recorded: int
+    total: int
+    #: its first prompt without such a take, in set order (None: every one is recorded)
+    next_id: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"style": self.style, "group": self.group, "recorded": self.recorded,
+                "total": self.total, "next": self.next_id}
+
+
+def style_counts(prompts: Iterable[StyledPrompt], done: Container[str]) -> list[StyleCount]:
+    """Per style the prompts offer, in set order: its prompts with a take (`done`: the
+    prompt ids whose takes can train, as `recorded_prompt_ids`) of how many. Plain
+    prompts count nowhere."""
+    by_style: dict[str, list[StyledPrompt]] = {}
+    for p in prompts:
+        if p.style:
+            by_style.setdefault(p.style, []).append(p)
+    out = []
+    for style, mine in by_style.items():
+        left = [p.id for p in mine if p.id not in done]
+        out.append(StyleCount(style, mine[0].group, len(mine) - len(left), len(mine),
+                              left[0] if left else None))
+    return out
+
+
+def style_progress(voice: Voice, set_name: str | None = None) -> list[StyleCount]:
+    """The takes a voice has per style against what its prompts offer (its chosen groups)."""
+    _ps, prompts = voice_prompts(voice, set_name)
+    return style_counts(prompts, recorded_prompt_ids(voice))
 
 
 def unsaid_sentences(voice: Voice, exclude: Iterable[str] = (), folder: Path | None = None

@@ -40,7 +40,7 @@ from engine.audio.sound import unavailable
 from engine.audio.vad import speech_regions
 from engine.catalog import VoiceSnapshot
 from engine.core.errors import VoxshardError
-from engine.layout.prompts import get_prompt_set, list_prompt_sets
+from engine.layout.prompts import StyleCount, get_prompt_set, list_prompt_sets, style_counts
 from engine.layout.voice import (
     VERDICT_FLAGGED,
     VERDICT_GOOD,
@@ -271,13 +271,16 @@ class RecordPage(Page):
         self.groups_btn.setText("Groups: all")
         self.prompt_meta = QLabel("")
         self.prompt_meta.setObjectName("PromptMeta")
+        # a style prompt's line is long: it wraps rather than squeeze the set's name
+        self.prompt_meta.setWordWrap(True)
         self.prompt_label = QLabel("Open a voice to start recording.")
         self.prompt_label.setObjectName("Prompt")
         self.prompt_label.setWordWrap(True)
         self.prompt_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.prompt_label.setMinimumHeight(150)
-        card.layout_.addWidget(hbox(self.prompt_meta, self.set_combo, self.groups_btn,
-                                    stretch_at=1))
+        meta_row = hbox(self.prompt_meta, self.set_combo, self.groups_btn)
+        meta_row.layout().setStretch(0, 1)  # the line takes the room left, wrapping past it
+        card.layout_.addWidget(meta_row)
         card.layout_.addWidget(self.prompt_label, 1)
         self.outer.addWidget(card, 2)
 
@@ -312,9 +315,11 @@ class RecordPage(Page):
         self.skip_btn = button("Skip", "skip", slot=self.skip, tip="S")
         self.back_btn = button("Back", "resume", slot=self.back,
                                tip="B: the previous prompt; recording it again replaces its take")
+        self.style_btn = button("Next style", "skip", slot=self.next_style,
+                                tip="The next prompt of a style that still needs takes")
         self.outer.addWidget(hbox(self.rec_btn, self.accept_btn, self.retake_btn,
                                   self.discard_btn, self.play_btn, self.back_btn,
-                                  self.skip_btn, stretch_at=7))
+                                  self.skip_btn, self.style_btn, stretch_at=8))
 
     def _build_progress(self) -> None:
         prog = QVBoxLayout()
@@ -322,7 +327,11 @@ class RecordPage(Page):
         self.progress.setRange(0, 1000)
         self.progress_label = QLabel("")
         self.progress_label.setObjectName("Muted")
+        # which styles still need takes (the set's style prompts, engine.layout.prompts)
+        self.style_label = QLabel("")
+        self.style_label.setObjectName("Muted")
         prog.addWidget(self.progress_label)
+        prog.addWidget(self.style_label)
         prog.addWidget(self.progress)
         self.outer.addLayout(prog)
 
@@ -445,6 +454,7 @@ class RecordPage(Page):
             self._show_prompt()
         self._fill_prompt_choice(snap)
         self._update_progress(snap)
+        self._show_styles()
         self._update_buttons()
 
     def _prompt_choice(self, snap: VoiceSnapshot) -> tuple[str, tuple[str, ...]]:
@@ -794,6 +804,7 @@ class RecordPage(Page):
             self.accepted.get(self.voice, set()).discard(saved.id)
         self.prompt = self.prompts.next(after=saved)
         self._show_prompt()
+        self._show_styles()
         self._set_state("Saved. Space to record the next one" if take.fills_prompt else
                         f"Kept, but it cannot train: prompt {saved.id} is offered again. "
                         "Space to record the next one", warn=not take.fills_prompt)
@@ -864,6 +875,38 @@ class RecordPage(Page):
         self._set_state("Ready: Space to record")
         self._update_buttons()
 
+    def styles(self) -> list[StyleCount]:
+        """The takes per style of the prompts read (the engine's count, with the takes
+        accepted here that the snapshot may not show yet)."""
+        return style_counts(self.prompts.prompts, self.prompts.done) if self.voice else []
+
+    def _show_styles(self) -> None:
+        counts = self.styles()
+        self.style_label.setText("Styles: " + " · ".join(
+            f"{c.group} {c.recorded}/{c.total}" for c in counts) if counts else "")
+        self.style_label.setToolTip("\n".join(
+            f"{c.group}: {c.style} {c.recorded} of {c.total} recorded" for c in counts))
+
+    def next_style(self) -> None:
+        """The first unrecorded prompt of the next style still needing takes (after the
+        shown prompt's style, in set order, wrapping around)."""
+        if self.recorder.active:
+            return
+        needing = [c for c in self.styles() if c.next_id]
+        if not needing:
+            return
+        styles = [c.style for c in self.styles()]
+        at = styles.index(self.prompt.style) if self.prompt and self.prompt.style in styles \
+            else -1
+        after = [c for c in needing if styles.index(c.style) > at]
+        target = (after or needing)[0].next_id
+        self._reset_take()
+        self.revisiting = False
+        self.prompt = next((p for p in self.prompts.prompts if p.id == target), self.prompt)
+        self._show_prompt()
+        self._set_state("Ready: Space to record")
+        self._update_buttons()
+
     def back(self) -> None:
         """The previous prompt, recorded or not: hear its take with P, record it with Space."""
         if self.recorder.active or self.voice is None or not self.prompts.prompts:
@@ -912,6 +955,7 @@ class RecordPage(Page):
         self.discard_btn.setEnabled(has_take)
         self.play_btn.setEnabled((has_take or self.existing is not None) and not rec)
         self.skip_btn.setEnabled(can_record and not rec)
+        self.style_btn.setEnabled(not rec and any(c.next_id for c in self.styles()))
         self.back_btn.setEnabled(self.voice is not None and bool(self.prompts.prompts)
                                  and not rec)
         self.test_btn.setEnabled(not rec and self.has_mic)
