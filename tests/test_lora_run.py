@@ -80,13 +80,14 @@ def test_a_lora_checkpoint_speaks_like_the_merged_export_of_its_step(
     from_run, from_export = synth.speak(TEXT, GREEDY), exported.speak(TEXT, GREEDY)
     assert len(from_run.codes[0]) >= 5
     assert torch.equal(from_run.codes[0], from_export.codes[0])
-    # switching checkpoints merges into the base again, never on top of the last merge
-    first = _adapted(synth)
+    # switching checkpoints merges into the base again, never on top of the last merge: the
+    # same bits as this process's first merge (the export's were merged under the main
+    # pass's kernels, equal only to fp32 rounding, as above)
     synth.use_source(resolve_source(lora["run"], checkpoint="1"))
-    assert any(not torch.equal(w, first[n]) for n, w in _adapted(synth).items())
+    assert any(not torch.equal(w, ours[n]) for n, w in _adapted(synth).items())
     synth.use_source(resolve_source(lora["run"], checkpoint=str(LORA_STEPS)))
     for name, weight in _adapted(synth).items():
-        torch.testing.assert_close(weight, theirs[name], rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(weight, ours[name], rtol=0, atol=0, msg=name)
 
 
 def test_speak_voice_from_the_command_line(lora: dict[str, Any], tmp_path: Path,
