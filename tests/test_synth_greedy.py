@@ -267,7 +267,8 @@ def test_in_context_batch_and_speech_equal_the_official_voice_clone(
         tiny_model_dir: Path, official: Any, reference_clip: dict[str, Any],
         piper_sentences: list[dict[str, Any]]) -> None:
     """End to end through the Synthesizer: the prompt from the clip, our loop, and the
-    decode with the reference in front, against `generate_voice_clone` itself."""
+    decode with the reference in front, against `generate_voice_clone` itself in the
+    whole-text layout every voice speaks with."""
     import numpy as np
 
     from engine.config.speak import SpeakOptions
@@ -292,7 +293,7 @@ def test_in_context_batch_and_speech_equal_the_official_voice_clone(
     expected, sr = official.generate_voice_clone(
         [c.text for c in chunks], ref_audio=(reference_clip["audio"], 24000),
         ref_text=reference_clip["text"], do_sample=False, subtalker_dosample=False,
-        max_new_tokens=FRAMES + 1)
+        non_streaming_mode=True, max_new_tokens=FRAMES + 1)
     assert sr == 24000
     for ours, theirs, c in zip(wavs, expected, codes, strict=True):
         assert len(c) >= 5

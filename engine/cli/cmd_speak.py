@@ -179,7 +179,7 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
 #: speech controls that are plain SpeakOptions fields: flag, type and help from the field
 _CONTROLS = ("seed", "temperature", "top_k", "top_p", "repetition_penalty", "language",
              "chunk_chars", "max_frames", "runaway_loop_s", "runaway_silence_s", "batch_size",
-             "loudness_lufs")
+             "loudness_lufs", "non_streaming")
 
 
 def _add_controls(p: argparse.ArgumentParser) -> None:

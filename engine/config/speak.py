@@ -72,9 +72,11 @@ class SpeakOptions:
     #: chunks generated together (each weight read serves all of them; on a CPU
     #: eight cost about twice one, on a GPU about the same)
     batch_size: int = 8
-    #: whole text in the prompt (True) or fed as speech goes (False); None:
-    #: the official default for the voice kind
-    non_streaming: bool | None = None
+    #: the whole text in the prompt before speech starts (every voice's default), or
+    #: off: one text token fed per frame as speech goes (the official voice clone's
+    #: default), which hurries speech toward about 195 words a minute whatever the
+    #: reference's own pace (QwenLM/Qwen3-TTS #239)
+    non_streaming: bool = True
     #: style instruction for models that take one (released 1.7B CustomVoice);
     #: ignored, with a warning, where it has no effect
     instruct: str | None = None

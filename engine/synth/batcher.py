@@ -336,7 +336,7 @@ class ContinuousBatcher:
             unit.prefill = build_prefill(
                 synth.model, synth.processor, [unit.chunk.text], voice.speaker_vector,
                 synth._language_id(request.options.language),
-                synth._non_streaming(request.options, voice.source), icl=voice.icl,
+                synth._non_streaming(request.options), icl=voice.icl,
                 instruct=synth.instruct_ids(request.options, Emitter(None), voice.source))
         prefill = unit.prefill
         t0 = prefill.embeds.shape[1]

@@ -500,12 +500,12 @@ class Synthesizer:
 
         return instruct_ids(self.processor, options.instruct, self.fast.device)
 
-    def _non_streaming(self, options: SpeakOptions, source: VoiceSource | None = None) -> bool:
-        if options.non_streaming is not None:
-            return options.non_streaming
-        # official defaults: custom voice True (and it is the layout training
-        # uses, hence checkpoints too); voice clone False
-        return (source or self.source).kind != "zero_shot"
+    @staticmethod
+    def _non_streaming(options: SpeakOptions) -> bool:
+        # every voice: the layout training uses, and the one that keeps a clone's pace
+        # (the official voice clone streams, QwenLM/Qwen3-TTS #239); None, from settings
+        # saved when None meant "the official default", reads as the default
+        return options.non_streaming is not False
 
     # -- speaking ---------------------------------------------------------------------------
     def generate_codes(self, chunks: list[Chunk], seeds: list[int], options: SpeakOptions,

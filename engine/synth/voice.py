@@ -52,6 +52,7 @@ from engine.layout.voice import is_voice_folder
 from engine.model.adapter import load_adapter
 from engine.model.checkpoint_weights import trained_weights
 from engine.model.loading import inspect_model, resolve_model
+from engine.synth.reference import with_silent_tail
 
 
 @dataclass(frozen=True)
@@ -371,7 +372,8 @@ def load_checkpoint_weights(model: Any, source: VoiceSource) -> list[str]:
 
 
 def reference_audio(clip: Path) -> Any:
-    """The reference clip as 24 kHz mono float32, checked long enough."""
+    """The reference clip as 24 kHz mono float32, checked long enough, ending with
+    half a second of silence (`engine.synth.reference`)."""
     import numpy as np
 
     audio = read_mono(clip, 24000)
@@ -381,7 +383,7 @@ def reference_audio(clip: Path) -> Any:
     if audio.size > 24000 * 60:
         raise InputError(f"The reference clip {clip.name} is longer than a minute.",
                          "Use 5-15 seconds of the speaker talking.")
-    return np.ascontiguousarray(audio, dtype=np.float32)
+    return with_silent_tail(np.ascontiguousarray(audio, dtype=np.float32), 24000)
 
 
 def reference_x_vector(model: Any, clip: Path, audio: Any = None) -> Any:
