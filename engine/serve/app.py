@@ -45,6 +45,23 @@ POLL_S = 0.25
 #: the header of an answer whose speech the runaway guard cut short (the audio up to the
 #: cut is sent): why, "loop" and/or "silence" (`engine.synth.runaway`)
 CUT_HEADER = "X-Voxshard-Cut"
+#: the header of an answer to a request with `instructions`: "applied" (the voice was
+#: trained with that style), "applied; WHY" (it may do little: the voice was trained
+#: without styles, or with others) or "ignored; WHY" (the model takes none)
+INSTRUCTIONS_HEADER = "X-Voxshard-Instructions"
+
+
+def _headers(ticket: Ticket, cut: list[str]) -> dict[str, str]:
+    """The answer's own headers: the runaway cut, what became of the instruction."""
+    headers = {CUT_HEADER: ", ".join(cut)} if cut else {}
+    if ticket.instruct:
+        notes = " ".join(ticket.instruct.get("notes") or [])
+        value = ("applied" if ticket.instruct.get("applied") else "ignored") + (
+            f"; {notes}" if notes else "")
+        # a header is one line of Latin-1: a style's other characters become "?"
+        headers[INSTRUCTIONS_HEADER] = " ".join(value.encode("ascii", "replace").decode()
+                                                .split())
+    return headers
 
 
 def _cut(result: dict[str, Any] | None) -> list[str]:
@@ -344,9 +361,10 @@ class SpeechApp:
                 None, self._encode_file, ticket.result["path"], req)
         finally:
             self.pool.finish(worker, ticket)
-        self._done(req, 200, seconds, began, **({"runaway": cut} if cut else {}))
+        self._done(req, 200, seconds, began, **({"runaway": cut} if cut else {}),
+                   **ticket.said())
         return Response(body, media_type=formats.MEDIA_TYPES[req.response_format],
-                        headers={CUT_HEADER: ", ".join(cut)} if cut else None)
+                        headers=_headers(ticket, cut) or None)
 
     @staticmethod
     def _encode_file(path: str, req: SpeechRequest) -> tuple[bytes, float]:
@@ -388,7 +406,8 @@ class SpeechApp:
                 lag = round((sent["first_byte_at"] - ticket.first_audio_at) * 1000, 1)
             cut = _cut(ticket.result)  # streamed: the log says what the headers could not
             self._done(req, status, sent["samples"] / formats.SAMPLE_RATE, began,
-                       first_byte_after_audio_ms=lag, **({"runaway": cut} if cut else {}))
+                       first_byte_after_audio_ms=lag, **({"runaway": cut} if cut else {}),
+                       **ticket.said())
 
         async def pieces() -> AsyncIterator[bytes]:
             if req.response_format in formats.INCREMENTAL:
@@ -430,10 +449,12 @@ class SpeechApp:
                 done["runaway"] = cut
             yield f"data: {json.dumps(done)}\n\n".encode()
 
+        said = _headers(ticket, [])  # the instruction was settled before the first audio
         if sse:
             return _Stream(events(), cleanup, media_type="text/event-stream",
-                           headers={"Cache-Control": "no-cache"})
-        return _Stream(pieces(), cleanup, media_type=formats.MEDIA_TYPES[req.response_format])
+                           headers={"Cache-Control": "no-cache", **said})
+        return _Stream(pieces(), cleanup, media_type=formats.MEDIA_TYPES[req.response_format],
+                       headers=said or None)
 
     def _done(self, req: SpeechRequest | None, status: int, seconds: float,
               began: float, **extra: Any) -> None:

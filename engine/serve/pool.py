@@ -84,6 +84,9 @@ class Ticket:
     first_audio_at: float | None = None
     #: other files of this request (a client's reference clip), removed with it
     extra: list[Path] = field(default_factory=list)
+    #: what the worker made of the request's instruction: {"text", "applied", "notes"}
+    #: (`SpeechWorker._say_instruction`); None when it had none
+    instruct: dict[str, Any] | None = None
 
     def _set(self, flag: asyncio.Event) -> None:
         try:
@@ -104,6 +107,8 @@ class Ticket:
         elif event.kind == "metric" and "synth/first_audio_s" in (event.data.get("values")
                                                                   or {}):
             self.first_audio_at = event.time
+        elif event.kind == "log" and isinstance(event.data.get("instruct"), dict):
+            self.instruct = dict(event.data["instruct"])
         elif event.kind == "progress":
             self.chunks_done = int(event.data.get("current") or self.chunks_done)
         elif event.kind == "result":
@@ -114,6 +119,10 @@ class Ticket:
             self.error = dict(event.data)
             self._set(self.started)
             self._set(self.ended)
+
+    def said(self) -> dict[str, Any]:
+        """The request log's record of the instruction (empty: the request gave none)."""
+        return {"instructions": self.instruct} if self.instruct else {}
 
     def close(self) -> None:
         if self.partial is not None:

@@ -167,6 +167,22 @@ def url_of(host: str, port: int) -> str:
     return f"http://{shown}:{port}/v1"
 
 
+def request_line(record: dict[str, Any]) -> tuple[str, str]:
+    """A request log record as the log's line and level: an instruction the voice was not
+    trained for (ignored, or with a note) makes it a warning, never a silent ignore."""
+    line = (f"{record['method']} {record['path']} {record['status']} "
+            f"{record['voice']} {record['format']} {record['audio_s']:.2f} s audio "
+            f"in {record['seconds']:.2f} s")
+    said = record.get("instructions") or {}
+    if not said:
+        return line, "info"
+    notes = " ".join(said.get("notes") or [])
+    line += (f"; instructions {said.get('text')!r} "
+             + ("applied" if said.get("applied") else "ignored")
+             + (f": {notes}" if notes else ""))
+    return line, "warning" if not said.get("applied") or notes else "info"
+
+
 def serve(settings: ServeSettings,
           on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
     """Serve until SIGINT/SIGTERM; returns what was served."""
@@ -184,9 +200,8 @@ def serve(settings: ServeSettings,
     config = make_config(settings, key)
 
     def log(record: dict[str, Any]) -> None:
-        emitter.log(f"{record['method']} {record['path']} {record['status']} "
-                    f"{record['voice']} {record['format']} {record['audio_s']:.2f} s audio "
-                    f"in {record['seconds']:.2f} s", request_log=record)
+        line, level = request_line(record)
+        emitter.log(line, level=level, request_log=record)
 
     def close_sockets() -> None:
         for opened in (sock, wyoming_sock):

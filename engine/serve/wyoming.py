@@ -412,6 +412,7 @@ class _Connection(AsyncEventHandler):
         """Speak `reply` sentence by sentence as one audio group; the refusal that cut it."""
         status, sent, refused, lag = 499, 0, None, None
         started = False
+        said: dict[str, Any] = {}  # what the worker made of the style (its first sentence)
         try:
             while (sentence := await reply.sentences.get()) is not None:
                 if isinstance(sentence, _Refused):
@@ -421,6 +422,7 @@ class _Connection(AsyncEventHandler):
                     await self._audio(bytes(PAUSE_BYTES))
                 job = self.job = await self._submit(reply, sentence)
                 refused = await self._started(job)
+                said = said or job.ticket.said()
                 if refused is not None:
                     break
                 if not started:
@@ -450,7 +452,7 @@ class _Connection(AsyncEventHandler):
             if self.job is not None:
                 self._finish(self.job)
             self.service.record(reply, status, sent / (WIDTH * RATE),
-                                first_byte_after_audio_ms=lag,
+                                first_byte_after_audio_ms=lag, **said,
                                 **({"error": refused.code} if refused else {}))
         return refused
 

@@ -40,7 +40,8 @@ finished chunks. A load that fails leaves no voice loaded: later speak
 requests fail until a load succeeds, never speaking with the previous voice.
 Loads wait for the speech already asked of the previous voice. When the
 client goes away (stdin closes, or stdout breaks) the worker cancels
-everything and exits.
+everything and exits. A speak request with an instruction ("instruct") first logs one
+event whose "instruct" says whether the voice takes it and why it may do little.
 """
 
 from __future__ import annotations
@@ -322,6 +323,7 @@ class SpeechWorker:
         fmt = audio_format(str(out), req.get("format"))
         named = req.get("voice")
         voice = self._synth.voice(str(named)) if named else None
+        self._say_instruction(options, voice, emitter)
         if req.get("stream"):
             self._hold(job, voice)
             self._stream(job, emitter, text, str(out), options, fmt, voice)
@@ -338,6 +340,21 @@ class SpeechWorker:
         if job.cancel.is_set():
             self._batcher.cancel(str(req.get("id", "")))
         return True
+
+    def _say_instruction(self, options: SpeakOptions, voice: Any, emitter: Emitter) -> None:
+        """What becomes of the request's instruction, said once per request in one log event
+        whose "instruct" is {"text", "applied", "notes"}: the batch builds each row's prompt
+        silently, and a server answers its client from this (a header, its request log)."""
+        if not options.instruct:
+            return
+        notes: list[Event] = []
+        source = (voice or self._synth.current_voice).source
+        applied = self._synth.instruct_ids(options, Emitter(notes.append), source) is not None
+        said = [str(n.data.get("message", "")) for n in notes]
+        warned = not applied or any(n.data.get("level") == "warning" for n in notes)
+        emitter.log(" ".join(said) or f"Spoken with the instruction {options.instruct!r}.",
+                    level="warning" if warned else "info",
+                    instruct={"text": options.instruct, "applied": applied, "notes": said})
 
     def _add_voice(self, req: dict[str, Any], emitter: Emitter) -> None:
         """A voice of the loaded base beside the others (see the module doc)."""
