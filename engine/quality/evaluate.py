@@ -74,6 +74,7 @@ from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
 from engine.layout.tiers import is_adapter, read_adapter_info, run_adapter_dir
 from engine.layout.voice import Voice, display_path, now_iso, open_voice
 from engine.model.loading import resolve_model
+from engine.quality.rate_thirds import RATE_THIRDS, rate_thirds
 from engine.quality.render_set import (
     Loading,
     Rendered,
@@ -357,6 +358,7 @@ class Meter:
             "duration_s": _r(len(audio) / sample_rate, 3), "speech_s": _r(span, 3),
             "words_per_s": _r(wps, 3),
             "rate_ratio": _r(wps / ref.words_per_s, 3) if ref.words_per_s else None,
+            **rate_thirds(heard.words),
             **level_figures(audio, sample_rate),
         }
         return out
@@ -365,7 +367,7 @@ class Meter:
 # -- the evaluation ----------------------------------------------------------------------------
 
 METRICS = ("similarity", "similarity_model", "wer", "words_per_s", "rate_ratio",
-           "loudness_lufs", "peak_dbfs", "clipped_fraction")
+           "loudness_lufs", "peak_dbfs", "clipped_fraction", *RATE_THIRDS)
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -381,7 +383,7 @@ def _means(renders: list[dict[str, Any]]) -> dict[str, Any]:
     sentences the guard cut (a loop or silence)."""
     ended = [r for r in renders if not r["capped"] and not r.get("runaway")]
     out: dict[str, Any] = {m: _mean(renders, m) for m in METRICS}
-    for m in ("words_per_s", "rate_ratio"):
+    for m in ("words_per_s", "rate_ratio", *RATE_THIRDS):
         out[m] = _mean(ended or renders, m)
     out["rate_from_capped"] = not ended
     out["capped"] = sum(1 for r in renders if r["capped"])
