@@ -15,7 +15,7 @@ from engine.layout.voice import create_voice, open_voice
 def test_tree_round_trips_exactly() -> None:
     cfg = VoxshardConfig()
     d = cfg.to_dict()
-    assert set(d) == {"prepare", "train", "speak", "reinforce"}
+    assert set(d) == {"prepare", "train", "speak", "reinforce", "evaluate"}
     assert VoxshardConfig.from_dict(d).to_dict() == d
 
 

@@ -82,6 +82,7 @@ def test_evaluation_has_every_voice_and_every_figure_finite(
         for key in ("similarity", "similarity_model", "wer", "rate_ratio", "loudness_lufs"):
             assert _finite(entry["mean"][key]), (entry["label"], key)
         assert _finite(entry["render_s"]) and _finite(entry["measure_s"])
+        assert "styles" not in entry  # a run trained without styles: nothing more
     assert data["best"]["label"] in ("step 10", "step 20")
     assert result["html"].endswith("report.html")
     assert "best checkpoint: step" in result["summary"]
@@ -365,6 +366,30 @@ def test_best_checkpoint_is_the_most_similar_that_still_says_the_words() -> None
     entries[1]["mean"]["similarity"] = 0.80
     assert choose_best(entries)["step"] == 10
     assert choose_best(entries[:1]) is None
+
+
+def test_style_obedience_weighs_in_the_best_rule_only_when_asked() -> None:
+    from engine.config.evaluate import EvaluateConfig
+    from engine.quality.evaluate import choose_best
+
+    # step 20 is a little less like the speaker but obeys its styles; step 30 mumbles
+    entries = [_entry("step 10", "checkpoint", 10, similarity=0.80),
+               _entry("step 20", "checkpoint", 20, similarity=0.78),
+               _entry("step 30", "checkpoint", 30, similarity=0.70, wer=0.9)]
+    for e, share in zip(entries, (0.0, 1.0, 1.0), strict=True):
+        e["styles"] = {"share": share}
+    assert choose_best(entries)["step"] == 10  # the default weight 0: similarity alone
+    assert choose_best(entries, style_weight=0.01)["step"] == 10  # 0.80 > 0.78 + 0.01
+    best = choose_best(entries, style_weight=0.5)
+    assert best["step"] == 20 and best["style_share"] == 1.0  # never the one that mumbles
+    # a checkpoint without style figures (measured before, or none to check) scores 0
+    del entries[1]["styles"]
+    assert choose_best(entries, style_weight=0.5)["step"] == 10
+    assert EvaluateConfig().style_weight == 0
+    with pytest.raises(ValueError, match=r"evaluate\.style_weight"):
+        EvaluateConfig(style_weight=1.5)
+    with pytest.raises(ValueError, match=r"evaluate\.style_sentences"):
+        EvaluateConfig(style_sentences=-1)
 
 
 def test_a_checkpoint_that_does_not_end_its_sentences_is_not_best() -> None:

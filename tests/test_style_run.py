@@ -153,3 +153,60 @@ def test_style_obedience_renders_each_trained_style_against_the_plain_render(
     assert whisper["checked"] + fast["checked"] >= 1
     with pytest.raises(InputError, match="without styles"):
         style_obedience(synth, ["Hi."], styles=[])
+
+
+@pytest.fixture(scope="module")
+def style_evaluated(described_run: Path, tmp_path_factory: pytest.TempPathFactory
+                    ) -> dict[str, Any]:
+    """A copy of the styled run evaluated for real: one sentence, its checkpoint only."""
+    from engine.config.speak import SpeakOptions
+    from engine.quality.evaluate import EvaluateRequest, evaluate
+
+    voice = copy_voice(described_run, tmp_path_factory.mktemp("style_eval") / "joe")
+    result = evaluate(EvaluateRequest(voice, "r1", checkpoints="all", asr="pocketsphinx",
+                                      sentences=["Please call me back this afternoon."],
+                                      options=SpeakOptions(max_frames=12, batch_size=8),
+                                      device="cpu", export=False, zero_shot=False))
+    return {"voice": voice, "result": result}
+
+
+def test_the_evaluation_reports_each_trained_style_per_checkpoint(
+        style_evaluated: dict[str, Any]) -> None:
+    """Per checkpoint and style: its checks (obeyed or not, by how much) beside the styled
+    renders' similarity and word errors against the plain ones, in the file and report."""
+    out = style_evaluated["voice"] / "runs" / "r1" / "evaluation"
+    data = json.loads((out / "evaluation.json").read_text(encoding="utf-8"))
+    (entry,) = data["entries"]
+    styles = entry["styles"]
+    assert styles["sentences"] == 1 and set(styles["per_style"]) == set(STYLES)
+    assert set(styles["plain"]) >= {"similarity", "wer"}
+    for style in STYLES:
+        s = styles["per_style"][style]
+        assert s["checked"] == len(s["moves"]) and 0 <= s["obeyed"] <= s["checked"]
+        assert s["followed"] in (True, False, None)
+        assert s["similarity_change"] == pytest.approx(
+            s["similarity"] - styles["plain"]["similarity"], abs=2e-3)
+        assert isinstance(s["costs_similarity"], bool) and "wer_change" in s
+    followed = sum(1 for s in styles["per_style"].values() if s["followed"])
+    assert styles["followed"] == followed and styles["measurable"] <= 2
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "Styles per checkpoint" in page and all(s in page for s in ("Whisper", "Fast"))
+    assert "styles obeyed" in style_evaluated["result"]["summary"]
+    # a style that cost similarity is a warning of its own
+    costly = [st for st, s in styles["per_style"].items() if s["costs_similarity"]]
+    warned = [w for w in data["warnings"] if w["code"] == "style_costs_similarity"]
+    assert len(warned) == len(costly)
+
+
+def test_the_train_page_shows_how_many_styles_each_checkpoint_obeyed(
+        qtbot, window: Any, workspace: Path, style_evaluated: dict[str, Any]) -> None:
+    from gui.pages.train import TrainPage
+
+    window.ctx.set_voice(copy_voice(style_evaluated["voice"], workspace / "joe"))
+    page = window.show_page(TrainPage)
+    qtbot.waitUntil(lambda: not page.eval_note.isHidden(), timeout=30000)
+    styles = json.loads((style_evaluated["voice"] / "runs" / "r1" / "evaluation"
+                         / "evaluation.json").read_text(encoding="utf-8"))["entries"][0]["styles"]
+    figure = f"styles obeyed {styles['followed']} of {styles['measurable']}"
+    assert figure in page.eval_note.text()
+    assert f"step 1: {figure}" in page.eval_note.toolTip()

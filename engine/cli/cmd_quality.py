@@ -14,11 +14,13 @@ hub id such as Systran/faster-whisper-small, or a model folder.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 from engine.cli.main import add_command
+from engine.cli.settings import FIELD, add_field
+from engine.config.evaluate import EvaluateConfig
 from engine.core.errors import InputError
 from engine.core.events import Emitter
 
@@ -66,10 +68,11 @@ def _evaluate(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     from engine.quality.evaluate import EvaluateRequest, evaluate, watch
 
     options = SpeakOptions(max_frames=args.max_frames, batch_size=args.batch_size)
+    config = EvaluateConfig(**{f.name: getattr(args, f.name) for f in fields(EvaluateConfig)})
     request = EvaluateRequest(args.voice, args.run, args.checkpoints,
                               sentences=_read_sentences(args), seed=args.seed, asr=args.asr,
                               options=options, device=args.device, base=args.base,
-                              out_dir=args.out_dir)
+                              out_dir=args.out_dir, config=config)
     if args.watch:
         return watch(request, interval_s=args.interval, idle_s=args.idle,
                      patience=args.patience, on_event=em)
@@ -157,6 +160,8 @@ def register(sub: Any) -> None:
                    help="output folder (default: <run>/evaluation)")
     p.add_argument("--force", action="store_true", help="measure again what was measured")
     p.add_argument("--device", default=None, help="cpu or cuda:N")
+    for f in fields(EvaluateConfig):  # the style renders and the best rule's style weight
+        add_field(p, EvaluateConfig, f.name, default=FIELD)
     p.add_argument("--watch", action="store_true",
                    help="keep running beside training: evaluate each new checkpoint as it "
                         "is written (until Ctrl-C, or --idle)")

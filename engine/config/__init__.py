@@ -4,7 +4,8 @@
     ├── prepare: PrepareConfig   (stored per voice in voice.toml [prepare])
     ├── train:   TrainConfig     (engine.config.train; saved resolved with every run)
     ├── speak:   SpeakOptions    (engine.config.speak; defaults for rendering)
-    └── reinforce: ReinforceConfig (engine.config.reinforce; voice.toml [reinforce])
+    ├── reinforce: ReinforceConfig (engine.config.reinforce; voice.toml [reinforce])
+    └── evaluate: EvaluateConfig (engine.config.evaluate; `evaluate` flags)
 
 Each class validates itself in `__post_init__` and raises `ValueError` with
 the field name. Importing this module is cheap (no torch).
@@ -17,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.config.evaluate import EvaluateConfig
 from engine.config.reinforce import ReinforceConfig
 from engine.config.schema import check, section, setting
 from engine.config.speak import SpeakOptions
@@ -87,17 +89,20 @@ class VoxshardConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     speak: SpeakOptions = field(default_factory=SpeakOptions)
     reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return {"prepare": self.prepare.to_dict(), "train": self.train.to_dict(),
-                "speak": dataclasses.asdict(self.speak), "reinforce": self.reinforce.to_dict()}
+                "speak": dataclasses.asdict(self.speak), "reinforce": self.reinforce.to_dict(),
+                "evaluate": self.evaluate.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VoxshardConfig:
-        unknown = set(d) - {"prepare", "train", "speak", "reinforce"}
+        unknown = set(d) - {"prepare", "train", "speak", "reinforce", "evaluate"}
         if unknown:
             raise ValueError(f"unknown section(s) {', '.join(sorted(unknown))}")
         return cls(prepare=PrepareConfig.from_dict(d.get("prepare", {})),
                    train=TrainConfig.from_dict(d.get("train", {})),
                    speak=SpeakOptions(**d.get("speak", {})),
-                   reinforce=ReinforceConfig.from_dict(d.get("reinforce", {})))
+                   reinforce=ReinforceConfig.from_dict(d.get("reinforce", {})),
+                   evaluate=EvaluateConfig.from_dict(d.get("evaluate", {})))

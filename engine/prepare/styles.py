@@ -243,6 +243,16 @@ def obedience(asked: str, plain: StyleMeasures, styled: StyleMeasures) -> dict[s
     return {"checked": len(moves), "obeyed": obeyed, "moves": moves}
 
 
+def styles_obeyed(styles: dict[str, Any]) -> str:
+    """A checkpoint's styles as the evaluation measured them (its entry's "styles"), in
+    words: "styles obeyed 1 of 2 (1 not measurable)"; the report and the window say it."""
+    count, measurable = int(styles.get("count") or 0), int(styles.get("measurable") or 0)
+    if not measurable:
+        return f"no measurable word in its {count} style(s)"
+    rest = f" ({count - measurable} not measurable)" if count > measurable else ""
+    return f"styles obeyed {styles.get('followed', 0)} of {measurable}{rest}"
+
+
 # -- a voice's clips: measured in prepare, described, edited by the user ----------------------
 
 #: where a clip's style description came from

@@ -32,7 +32,19 @@ whose word error rate is within `WER_SLACK` of the lowest checkpoint WER
 sentences unended than the fewest of those did: hit the length cap or cut by the
 runaway guard (`engine.synth.runaway`: a loop or silence), counted per checkpoint
 (`runaway` beside `capped`); a voice that does not end its sentences is not the best
-either. Training's and the reinforce stage's checkpoints alike.
+either. Training's and the reinforce stage's checkpoints alike. Among those, with
+`EvaluateConfig.style_weight` above 0, a checkpoint scores its similarity plus the weight
+times the share of its style checks that went the right way (0 by default: similarity
+alone).
+
+Styles: for a run trained with style descriptions, each checkpoint also renders the
+first `EvaluateConfig.style_sentences` sentences plainly and with each trained style
+(`engine.quality.styles.style_obedience`, the model still loaded), and its entry's
+"styles" says per style whether it was obeyed (more than half of the checks of its
+measurable words went the right way), by how much each measure moved, and the styled
+renders' similarity and word errors beside the plain ones; a style whose renders lose
+more than `SIMILARITY_DROP` similarity is flagged (`costs_similarity`) and warned of. A
+run trained without styles gets none of it: its file is as before.
 
 A LoRA run's adapter voice (`exports/<run>-adapter`, written when the run finished from
 its best checkpoint then) follows the best: when an evaluation picks another, the voice
@@ -61,6 +73,7 @@ from engine.asr.wer import word_count, word_errors
 from engine.audio.io import read_mono
 from engine.audio.loudness import integrated_loudness
 from engine.audio.vad import speech_regions
+from engine.config.evaluate import EvaluateConfig
 from engine.config.speak import SpeakOptions
 from engine.core.atomic import locked, read_json, write_json, write_text
 from engine.core.errors import InputError, VoxshardError, WorkspaceError
@@ -74,6 +87,7 @@ from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
 from engine.layout.tiers import is_adapter, read_adapter_info, run_adapter_dir
 from engine.layout.voice import Voice, display_path, now_iso, open_voice
 from engine.model.loading import resolve_model
+from engine.prepare.styles import styles_obeyed
 from engine.quality.rate_thirds import RATE_THIRDS, rate_thirds
 from engine.quality.render_set import (
     Loading,
@@ -92,8 +106,10 @@ from engine.quality.similarity import (
     cosine,
     self_similarity,
 )
+from engine.quality.styles import style_obedience
 from engine.synth.runaway import cut_reasons
-from engine.synth.voice import VoiceSource
+from engine.synth.synthesizer import Synthesizer
+from engine.synth.voice import VoiceSource, trained_styles
 
 #: sentences no prompt set or test clip contains (held out from any training data)
 HELD_OUT_SENTENCES = [
@@ -434,6 +450,7 @@ class EvaluateRequest:
     measure again what was measured before. out_dir: default `<run>/evaluation/`.
     skipped: notes of checkpoints training deleted first (`watch` passes them); given, a
     checkpoint deleted before or while it is measured is noted instead of failing.
+    config: the style renders and the best rule's style weight (`EvaluateConfig`).
     """
 
     voice: Voice | str | os.PathLike[str]
@@ -452,6 +469,7 @@ class EvaluateRequest:
     force: bool = False
     out_dir: str | os.PathLike[str] | None = None
     skipped: Sequence[dict[str, Any]] | None = None
+    config: EvaluateConfig | None = None
 
     def validated(self) -> EvaluateRequest:
         """This request with its defaults filled in (`options` a `SpeakOptions` with the
@@ -462,7 +480,8 @@ class EvaluateRequest:
             raise InputError("No sentences to evaluate with.", "Give at least one sentence.")
         # one seed for every voice, and the raw level (loudness is one of the figures)
         opts = _speak_options(self.options).replace(seed=self.seed, loudness_lufs=None)
-        return replace(self, sentences=sentences, options=opts)
+        return replace(self, sentences=sentences, options=opts,
+                       config=self.config or EvaluateConfig())
 
 
 def _speak_options(options: SpeakOptions | dict[str, Any] | None) -> SpeakOptions:
@@ -509,10 +528,44 @@ class _Measuring:
 
     def key(self, n: int, source: VoiceSource) -> str:
         if n not in self.keys:
+            # a voice with style renders measures more: a key of its own (others keep theirs)
+            styles = self.styles_of(source)
+            options = {**self.options, "styles": styles,
+                       "style_sentences": self.style_sentences} if styles else self.options
             self.keys[n] = _key(source, list(self.request.sentences or ()),
-                                self.options, self.asr_model,
+                                options, self.asr_model,
                                 [c["id"] for c in self.ref.clips], sorted(self.meter.encoders))
         return self.keys[n]
+
+    @property
+    def style_sentences(self) -> int:
+        return (self.request.config or EvaluateConfig()).style_sentences
+
+    def styles_of(self, source: VoiceSource) -> list[str]:
+        """The styles a checkpoint is checked for: those its run trained with."""
+        if source.kind != "checkpoint" or not self.style_sentences:
+            return []
+        return trained_styles(source)
+
+    def styles(self, synth: Synthesizer, em: Emitter) -> dict[str, Any] | None:
+        """The loaded checkpoint's style renders measured (the module doc), or None."""
+        styles = self.styles_of(synth.source)
+        if not styles:
+            return None
+        started = time.perf_counter()
+        sentences = list(self.request.sentences or ())[:self.style_sentences]
+        keep = ("similarity", "similarity_model", "wer", "words_per_s", "loudness_lufs")
+
+        def figures(audio: np.ndarray, sample_rate: int, text: str) -> dict[str, Any]:
+            found = self.meter.measure(audio, sample_rate, text, self.ref, self.voice.language)
+            return {k: found.get(k) for k in keep}
+
+        em.log(f"{synth.source.label}: {len(styles)} style(s) on {len(sentences)} "
+               "sentence(s), each against the plain render.")
+        found = style_obedience(synth, sentences, styles,
+                                options=_speak_options(self.request.options), on_event=em,
+                                measure=figures)
+        return style_summary(found, time.perf_counter() - started)
 
     def reusable(self, n: int, source: VoiceSource) -> bool:
         entry = self.previous.get(self.key(n, source))
@@ -545,11 +598,37 @@ class _Measuring:
             "model": str(source.model_dir),
             "mode": zero_shot_mode(source) if source.kind == "zero_shot" else None,
             "reference": str(source.reference) if source.reference else None,
-            "renders": renders, "render_s": round(done.render_s, 3),
+            # the plain renders' time (the style renders report their own)
+            "renders": renders, "render_s": round(done.render_s - (done.extra or {}).get(
+                "render_s", 0.0), 3),
             "measure_s": round(time.perf_counter() - started, 3), "created": now_iso(),
         }
         entry["mean"] = _means(renders)
+        if done.extra is not None:
+            entry["styles"] = done.extra
         return entry
+
+
+def style_summary(found: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
+    """`style_obedience`'s answer as an entry's "styles" (see the module doc)."""
+    plain = found.get("plain") or {}
+    per: dict[str, Any] = {}
+    for style, s in found["styles"].items():
+        change = {k: _r(s[k] - plain[k]) if isinstance(s.get(k), int | float)
+                  and isinstance(plain.get(k), int | float) else None
+                  for k in ("similarity", "wer")}
+        per[style] = {
+            **s, "followed": s["obeyed"] * 2 > s["checked"] if s["checked"] else None,
+            "similarity_change": change["similarity"], "wer_change": change["wer"],
+            "costs_similarity": change["similarity"] is not None
+            and change["similarity"] < -SIMILARITY_DROP}
+    checked = sum(p["checked"] for p in per.values())
+    return {"sentences": found["sentences"], "plain": plain, "per_style": per,
+            "count": len(per), "measurable": sum(1 for p in per.values() if p["checked"]),
+            "followed": sum(1 for p in per.values() if p["followed"]),
+            "share": _r(sum(p["obeyed"] for p in per.values()) / checked) if checked else None,
+            "render_s": round(elapsed_s, 3)}
+
 
 
 def _base_dir(run_dir: Path, base: str | None) -> Path:
@@ -592,7 +671,8 @@ def evaluate(request: EvaluateRequest, on_event: EventCallback | Emitter | None 
     for done in renders.render(em, cancel, stage="evaluating",
                                cancelled="Evaluation was cancelled; what it measured before "
                                          "is kept.",
-                               skip=measuring.reusable):
+                               skip=measuring.reusable,
+                               then=lambda synth: measuring.styles(synth, em)):
         source = done.source
         if done.gone:
             name = Path(str(source.checkpoint)).name
@@ -779,8 +859,11 @@ def _unended(entry: dict[str, Any]) -> int:
     return int(entry["mean"].get("capped") or 0) + int(entry["mean"].get("runaway") or 0)
 
 
-def choose_best(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The best checkpoint (see the module doc), or None without checkpoints."""
+def choose_best(entries: list[dict[str, Any]], style_weight: float = 0.0
+                ) -> dict[str, Any] | None:
+    """The best checkpoint (see the module doc), or None without checkpoints.
+    style_weight: `EvaluateConfig.style_weight` (a checkpoint without style figures
+    scores none)."""
     ckpts = [e for e in entries if e["kind"] == "checkpoint"
              and e["mean"].get("similarity") is not None]
     if not ckpts:
@@ -794,9 +877,18 @@ def choose_best(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     # with the fewest such sentences may be best
     fewest = min(_unended(e) for e in fit)
     fit = [e for e in fit if _unended(e) == fewest]
-    best = max(fit, key=lambda e: (e["mean"]["similarity"], -(e["step"] or 0)))
-    return {"label": best["label"], "step": best["step"], "checkpoint": best["checkpoint"],
-            "similarity": best["mean"]["similarity"], "wer": best["mean"].get("wer")}
+
+    def score(e: dict[str, Any]) -> float:
+        share = (e.get("styles") or {}).get("share")
+        return e["mean"]["similarity"] + (style_weight * share if style_weight and
+                                          isinstance(share, int | float) else 0.0)
+
+    best = max(fit, key=lambda e: (score(e), -(e["step"] or 0)))
+    found = {"label": best["label"], "step": best["step"], "checkpoint": best["checkpoint"],
+             "similarity": best["mean"]["similarity"], "wer": best["mean"].get("wer")}
+    if "styles" in best:
+        found["style_share"] = best["styles"].get("share")
+    return found
 
 
 def _warnings(entries: list[dict[str, Any]], ref: Reference) -> list[dict[str, Any]]:
@@ -835,6 +927,13 @@ def _warnings(entries: list[dict[str, Any]], ref: Reference) -> list[dict[str, A
             out.append({"label": label, "code": "runaway",
                         "message": f"{label} ran away in {m['runaway']} sentence(s): it "
                                    "looped or stayed silent until the guard cut it."})
+        for style, s in ((e.get("styles") or {}).get("per_style") or {}).items():
+            if s.get("costs_similarity"):
+                out.append({"label": label, "code": "style_costs_similarity",
+                            "message": f"{label} sounds less like the speaker when asked "
+                                       f"\"{style}\" (similarity {s['similarity']:.3f}, "
+                                       f"{s['similarity_change']:+.3f} against its plain "
+                                       "renders)."})
     return out
 
 
@@ -844,6 +943,7 @@ def _assemble(request: EvaluateRequest, voice: Voice, run_dir: Path, base_dir: P
     asr = request.asr
     asr_spec = describe(asr) if not hasattr(asr, "transcribe") else None
     zero = next((e for e in entries if e["kind"] == "zero_shot"), None)
+    weight = (request.config or EvaluateConfig()).style_weight
     return {
         "format": FORMAT, "created": now_iso(), "voice": str(voice.path),
         "speaker": voice.display_name, "language": voice.language, "run": run_dir.name,
@@ -854,8 +954,10 @@ def _assemble(request: EvaluateRequest, voice: Voice, run_dir: Path, base_dir: P
         "encoders": {"similarity": "resemblyzer",
                      "similarity_model": "model" if "model" in meter.encoders else None},
         "baseline": {"label": zero["label"], "mode": zero["mode"]} if zero else None,
-        "reference": ref.to_dict(out), "entries": entries, "best": choose_best(entries),
-        "warnings": _warnings(entries, ref),
+        "reference": ref.to_dict(out), "entries": entries,
+        "best": choose_best(entries, weight), "warnings": _warnings(entries, ref),
+        # the rule's style weight, where there are styles to weigh
+        **({"style_weight": weight} if any("styles" in e for e in entries) else {}),
     }
 
 
@@ -885,6 +987,9 @@ def format_summary(result: dict[str, Any], out: Path) -> str:
     if result.get("baseline"):
         lines.append(f"  zero-shot baseline: {result['baseline']['mode'].replace('_', '-')} "
                      "cloning.")
+    for e in result["entries"]:
+        if e.get("styles"):
+            lines.append(f"  {e['label']}: {styles_obeyed(e['styles'])}.")
     if result.get("best"):
         lines.append(f"  best checkpoint: {result['best']['label']} (*).")
     for w in result["warnings"]:

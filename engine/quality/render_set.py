@@ -113,6 +113,8 @@ class Rendered:
     render_s: float = 0.0
     gone: bool = False
     error: BaseException | None = field(default=None, repr=False)
+    #: what `then` found with the voice still loaded (None: no `then`, or it found nothing)
+    extra: Any = None
 
 
 @dataclass(frozen=True)
@@ -128,10 +130,13 @@ class RenderSet:
 
     def render(self, emitter: Emitter, cancel: threading.Event | None = None, *,
                stage: str, cancelled: str = "Cancelled.",
-               skip: Callable[[int, VoiceSource], bool] | None = None) -> Iterator[Rendered]:
+               skip: Callable[[int, VoiceSource], bool] | None = None,
+               then: Callable[[Synthesizer], Any] | None = None) -> Iterator[Rendered]:
         """Each voice in order, rendered (or passed over when `skip(index, source)` says
         so: measured before). A `state` event `stage` (detail: the voice's label) starts
-        each render; `Cancelled(cancelled)` when `cancel` is set before a voice."""
+        each render; `Cancelled(cancelled)` when `cancel` is set before a voice.
+        `then(synth)`: more work with each rendered voice while it is loaded (the
+        evaluation's style renders); its answer is the `Rendered.extra`."""
         synth: Synthesizer | None = None
         try:
             for n, source in enumerate(self.sources):
@@ -153,6 +158,7 @@ class RenderSet:
                     else:
                         synth.use_source(source, on_event=emitter)
                     speeches = synth.speak_many(self.sentences, self.options, emitter, cancel)
+                    extra = then(synth) if then is not None else None
                 except Exception as exc:
                     # a checkpoint pruned under us fails in many ways (a missing shard, a
                     # torn read); only that case is passed on, anything else is a failure
@@ -163,7 +169,7 @@ class RenderSet:
                     yield Rendered(n, source, gone=True, error=exc)
                     continue
                 yield Rendered(n, source, speeches, synth.source,
-                               time.perf_counter() - started)
+                               time.perf_counter() - started, extra=extra)
         finally:
             synth = None
             gc.collect()

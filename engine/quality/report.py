@@ -184,6 +184,41 @@ def _plots(result: dict[str, Any]) -> list[str]:
     return [sim, wer, rate]
 
 
+def _styles_table(entries: list[dict[str, Any]]) -> list[str]:
+    """Per checkpoint and trained style: obeyed or not, each measure's move, and what the
+    style cost in similarity and word errors against the plain renders (none: no styles)."""
+    styled = [e for e in entries if e.get("styles")]
+    if not styled:
+        return []
+    head = ("<tr><th>checkpoint</th><th>style</th><th>obeyed</th><th>checks right</th>"
+            "<th>moves (styled − plain)</th><th>similarity</th><th>Δ similarity</th>"
+            "<th>WER</th><th>Δ WER</th></tr>")
+    rows = []
+    for e in styled:
+        plain = e["styles"].get("plain") or {}
+        rows.append(f"<tr><td>{_esc(e['label'])}</td><td class=\"muted\">plain</td><td></td>"
+                    f"<td></td><td></td><td>{_fmt(plain.get('similarity'), '.3f')}</td><td></td>"
+                    f"<td>{_fmt(plain.get('wer'), '.2f')}</td><td></td></tr>")
+        for style, s in e["styles"]["per_style"].items():
+            verdict = {True: "yes", False: "no", None: "not measurable"}[s.get("followed")]
+            moves = ", ".join(f"{w} {v:+.2f}" for w, v in (s.get("moves") or {}).items())
+            cost = " class=\"warn\"" if s.get("costs_similarity") else ""
+            rows.append(
+                f"<tr><td></td><td>{_esc(style)}</td><td>{verdict}</td>"
+                f"<td>{s['obeyed']} of {s['checked']}</td><td>{_esc(moves or '–')}</td>"
+                f"<td>{_fmt(s.get('similarity'), '.3f')}</td>"
+                f"<td{cost}>{_fmt(s.get('similarity_change'), '+.3f')}"
+                f"{' (costs similarity)' if cost else ''}</td>"
+                f"<td>{_fmt(s.get('wer'), '.2f')}</td>"
+                f"<td>{_fmt(s.get('wer_change'), '+.2f')}</td></tr>")
+    n = styled[0]["styles"].get("sentences")
+    return [f"<h2>Styles per checkpoint</h2><p class=\"muted\">Each trained style on {n} "
+            "held-out sentence(s), one seed, against the plain render of the same sentence: a "
+            "style is obeyed when more than half of the checks of its measurable words "
+            "(slowly, loudly, whisper, ...) went the right way.</p><table>" + head
+            + "".join(rows) + "</table>"]
+
+
 def render_html(result: dict[str, Any]) -> str:
     entries = result["entries"]
     best = (result.get("best") or {}).get("label")
@@ -212,8 +247,11 @@ def render_html(result: dict[str, Any]) -> str:
     parts.append("<p class=\"muted\">" + " · ".join(facts) + f" · {_esc(result['created'])}"
                  "</p>")
     if best:
-        parts.append(f"<p><b>Best checkpoint: {_esc(best)}</b> (highest independent "
-                     "similarity among checkpoints that still say the words).</p>")
+        weight = result.get("style_weight") or 0
+        rule = (f"highest independent similarity plus {weight:g} × the share of style checks "
+                "obeyed" if weight else "highest independent similarity")
+        parts.append(f"<p><b>Best checkpoint: {_esc(best)}</b> ({rule} among checkpoints "
+                     "that still say the words).</p>")
     if result["warnings"]:
         parts.append("<ul>" + "".join(f"<li class=\"warn\">{_esc(w['message'])}</li>"
                                       for w in result["warnings"]) + "</ul>")
@@ -249,6 +287,7 @@ def render_html(result: dict[str, Any]) -> str:
             f"<td>{_fmt(e.get('render_s'), '.1f')}</td></tr>")
     parts.append("<h2>Figures (means over the sentences)</h2><table>" + head + "".join(rows)
                  + "</table>")
+    parts += _styles_table(entries)
     # players: one row per sentence, one column per voice
     cols = "".join(f"<th>{_esc(e['label'])}</th>" for e in entries)
     rows = []

@@ -7,7 +7,9 @@ would hide "quietly" and "loudly"); each render is measured as prepare measures 
 direction ("slowly", "whisper", ...) are checked against the plain render of the same
 sentence (`obedience`). Per style: how many checks were made, how many went the right
 way, and the mean change of each measure it names. A style with no measurable word
-(e.g. "as if you just heard great news") checks nothing and says so.
+(e.g. "as if you just heard great news") checks nothing and says so. With `measure`
+(the evaluation's figures of one render: similarity, word errors), each style also
+carries the mean of those figures over its renders, and "plain" those of the plain ones.
 
 The tiny test model speaks noise, so on it this proves the mechanics only; on real
 weights it is the measure of whether a style moves the voice.
@@ -16,7 +18,7 @@ weights it is the measure of whether a style moves the voice.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,10 +33,14 @@ from engine.synth.voice import VoiceSource, trained_styles
 
 def style_obedience(synth: Synthesizer, sentences: Sequence[str],
                     styles: Sequence[str] | None = None, options: SpeakOptions | None = None,
-                    on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
+                    on_event: EventCallback | Emitter | None = None,
+                    measure: Callable[[np.ndarray, int, str], dict[str, Any]] | None = None
+                    ) -> dict[str, Any]:
     """{"styles": {style: {"checked", "obeyed", "share", "moves"}}, "sentences": n}.
 
     styles: default, those the loaded voice was trained with (refused when it has none).
+    measure(audio, sample_rate, text): figures of one render; their means over a style's
+    renders join its entry, and over the plain renders make "plain".
     """
     em = as_emitter(on_event)
     source: VoiceSource = synth.source
@@ -48,8 +54,13 @@ def style_obedience(synth: Synthesizer, sentences: Sequence[str],
                                seed=(options.seed if options and options.seed is not None
                                      else 0))
 
+    figures: dict[str | None, list[dict[str, Any]]] = {}
+
     def measured(text: str, style: str | None) -> Any:
         speech = synth.speak(text, dataclasses.replace(base, instruct=style), em)
+        if measure is not None:
+            figures.setdefault(style, []).append(measure(speech.audio, speech.sample_rate,
+                                                         text))
         return measure_clip(speech.audio, speech.sample_rate, text)
 
     plain = [measured(s, None) for s in sentences]
@@ -65,6 +76,23 @@ def style_obedience(synth: Synthesizer, sentences: Sequence[str],
             "checked": checked, "obeyed": obeyed,
             "share": round(obeyed / checked, 3) if checked else None,
             "moves": {w: round(float(np.mean([c["moves"][w] for c in checks
-                                              if w in c["moves"]])), 3) for w in words}}
+                                              if w in c["moves"]])), 3) for w in words},
+            **_means(figures.get(style, []))}
     em.progress("styles", len(styles), len(styles))
-    return {"styles": out, "sentences": len(sentences)}
+    found: dict[str, Any] = {"styles": out, "sentences": len(sentences)}
+    if measure is not None:
+        found["plain"] = _means(figures.get(None, []))
+    return found
+
+
+def _means(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The mean of each number `measure` gave, over the renders that have it."""
+    keys = dict.fromkeys(k for r in rows for k, v in r.items()
+                         if isinstance(v, int | float) and not isinstance(v, bool))
+    out: dict[str, float | None] = {}
+    for key in keys:
+        vals = [float(r[key]) for r in rows if isinstance(r.get(key), int | float)
+                and np.isfinite(r[key])]
+        out[key] = round(float(np.mean(vals)), 4) if vals else None
+    return out
+

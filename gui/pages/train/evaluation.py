@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.layout.checkpoints import step_of
 from engine.layout.run import Run
+from engine.prepare.styles import styles_obeyed
 from gui.metrics import MetricsStore, Series
 
 #: the quality chart's series and the evaluation figure each one draws
@@ -52,11 +53,25 @@ def evaluation_summary(data: dict[str, Any]) -> str:
     zsim = ((zero or {}).get("mean") or {}).get("similarity")
     if isinstance(zsim, int | float):
         parts.append(f"zero-shot clone {zsim:.3f}")
+    styled = style_lines(data)
+    if styled:  # the best checkpoint's, else the newest measured (all in the tooltip)
+        chosen = next((line for step, line in styled if step == best.get("step")),
+                      styled[-1][1])
+        parts.append(chosen)
     skipped = [n.get("step") for n in data.get("skipped") or [] if isinstance(n, dict)]
     if skipped:
         parts.append("not measured (deleted by training first, the report says why): step "
                      + ", ".join(str(s) for s in skipped))
     return " · ".join(parts) + ". Open report for the players and plots."
+
+
+def style_lines(data: dict[str, Any]) -> list[tuple[int, str]]:
+    """(step, "step 20: styles obeyed 1 of 2") of each measured checkpoint of a run
+    trained with styles, by step; none for a run without."""
+    return [(e["step"], f"step {e['step']}: {styles_obeyed(e['styles'])}")
+            for e in sorted((e for e in data.get("entries") or []
+                             if e.get("kind") == "checkpoint" and isinstance(e.get("step"), int)
+                             and isinstance(e.get("styles"), dict)), key=lambda e: e["step"])]
 
 
 def unaccounted_steps(run_dir: Path, data: dict[str, Any] | None) -> list[int]:

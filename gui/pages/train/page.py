@@ -42,6 +42,7 @@ from gui.pages.train.evaluation import (
     evaluation_summary,
     measured_steps,
     put_quality,
+    style_lines,
     unaccounted_steps,
 )
 from gui.pages.train.gpus import Gpu, GpuProbe
@@ -471,7 +472,9 @@ class TrainPage(Page):
             self.run.best_step = best["step"]
             self.charts.mark_best(best["step"])
         self.eval_note.setText(evaluation_summary(data))
-        self.eval_note.setToolTip(self.eval_note.text())
+        # every checkpoint's styles where the line has room for one
+        self.eval_note.setToolTip("\n".join([self.eval_note.text(),
+                                             *(line for _, line in style_lines(data))]))
         self.eval_note.show()
         self.redraw()
         self._update_run_buttons()
