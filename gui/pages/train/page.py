@@ -471,6 +471,10 @@ class TrainPage(Page):
         if isinstance(best.get("step"), int):
             self.run.best_step = best["step"]
             self.charts.mark_best(best["step"])
+        # a run trained with styles has a third line, for its "styles obeyed" figure (from
+        # the run's data, so the tabs do not move when its first checkpoint is measured)
+        lines = 3 if Run(run_dir).trained_styles() else 2
+        self.eval_note.setFixedHeight(lines * self.eval_note.fontMetrics().lineSpacing() + 4)
         self.eval_note.setText(evaluation_summary(data))
         # every checkpoint's styles where the line has room for one
         self.eval_note.setToolTip("\n".join([self.eval_note.text(),
