@@ -39,12 +39,13 @@ from engine.layout.tiers import voice_tiers
 from engine.layout.voice import VERDICT_UNUSABLE, VOICE_FILE, TakeCache, open_voice
 from engine.layout.voice import list_voices as _voice_folders
 from engine.model.loading import check_base_model, local_model_path
+from engine.synth.voice import folder_instruct_note, styles_at
 
-__all__ = ["ExportInfo", "RunInfo", "TakeInfo", "VoiceEntry", "VoiceSnapshot",
+__all__ = ["ExportInfo", "RunInfo", "SourceStyles", "TakeInfo", "VoiceEntry", "VoiceSnapshot",
            "base_model_problem", "change_signature", "comparisons", "is_current",
            "latest_run", "list_exports", "list_renders", "list_runs", "list_takes", "list_tiers",
            "list_voices", "prepared_clips", "quality_report", "run_progress", "snapshot",
-           "speaker_name", "voice_summary", "workspace_status"]
+           "source_styles", "speaker_name", "voice_summary", "workspace_status"]
 
 #: a snapshot taken this soon after a change it read may have missed a second one
 RACY_NS = 2_000_000_000
@@ -224,6 +225,28 @@ def run_progress(run_dir: str | os.PathLike[str]) -> tuple[int | None, int | Non
     (the total: `run.steps` of the saved config, else what its metrics carry)."""
     progress = Run(Path(run_dir)).progress(elapsed=False)
     return progress.total, progress.step
+
+
+@dataclass(frozen=True)
+class SourceStyles:
+    """What a source speaks with an instruction: the styles it was trained with, and the
+    engine's warning for one given to it (None: it takes one)."""
+
+    styles: list[str]
+    warning: str | None
+
+
+def source_styles(folder: str | os.PathLike[str] | None) -> SourceStyles:
+    """`SourceStyles` of a checkpoint, adapter voice or export folder (None: a zero-shot or
+    instant voice), read from its records without loading a model; a folder gone or
+    unreadable has none."""
+    path = Path(folder) if folder is not None else None
+    try:
+        note = folder_instruct_note(path)
+        return SourceStyles(styles_at(path) if path is not None else [],
+                            note.message if note is not None else None)
+    except (VoxshardError, OSError):
+        return SourceStyles([], None)
 
 
 def base_model_problem(base: str) -> tuple[str, str] | None:

@@ -144,8 +144,12 @@ class ServedRequest:
 
     def _render(self) -> dict[str, Any]:
         host, port, base = self.endpoint.address()
+        options = dict(self.options)
+        instruct = options.pop("instruct", None)
         body = {"model": "voxshard", "voice": self.name, "input": self.text,
-                "response_format": "wav", **self.options}
+                "response_format": "wav", **options}
+        if instruct:
+            body["instructions"] = instruct  # OpenAI's name for the worker's "instruct"
         if self.stream:
             body["stream_format"] = "audio"
         headers = {"Content-Type": "application/json"}

@@ -38,8 +38,10 @@ from engine.synth.runaway import (
 )
 from engine.synth.stream import GrowingFile, StreamDecoder, expected_speech_s
 from engine.synth.voice import (
+    InstructNote,
     VoiceSource,
     adapter_of,
+    instruct_note,
     load_checkpoint_weights,
     reference_audio,
     reference_codes,
@@ -459,19 +461,13 @@ class Synthesizer:
                               guard=RunawayGuard.of(options.runaway_loop_s,
                                                     options.runaway_silence_s, self.silence))
 
-    def instruct_effect(self, source: VoiceSource | None = None) -> str | None:
-        """Why an instruction would do nothing with this voice (None: the model takes it)."""
+    def instruct_note(self, source: VoiceSource | None = None) -> InstructNote | None:
+        """What an instruction comes to with this voice (None: the model takes it)."""
         source = source or self.source
-        size = str(getattr(self.model, "tts_model_size", "") or "")
-        if source.kind == "zero_shot":
-            return ("Base models take no instruction (the official voice clone has none), "
-                    "so it was ignored.")
-        if trained_styles(source):
-            return None  # fine-tuned with style descriptions: any size learnt to take them
-        if "0b6" in size:
-            return ("0.6B models take no instruction (the official code drops it), "
-                    "so it was ignored.")
-        return None
+        spk_ids = self.model.config.talker_config.spk_id or {}
+        return instruct_note(source.kind, trained_styles(source),
+                             str(getattr(self.model, "tts_model_size", "") or ""),
+                             [int(i) for i in spk_ids.values()])
 
     def instruct_ids(self, options: SpeakOptions, emitter: Emitter,
                      source: VoiceSource | None = None) -> Any:
@@ -479,22 +475,17 @@ class Synthesizer:
         source = source or self.source
         if not options.instruct:
             return None
-        reason = self.instruct_effect(source)
-        if reason is not None:
-            emitter.log(reason, level="warning")
-            return None
-        spk_ids = self.model.config.talker_config.spk_id or {}
-        fine_tuned = source.kind in ("checkpoint", "adapter") or list(spk_ids.values()) == [3000]
+        note = self.instruct_note(source)
+        if note is not None:
+            emitter.log(note.message, level="warning")
+            if note.ignored:
+                return None
         styles = trained_styles(source)
         if styles and options.instruct.strip() not in styles:
             emitter.log("This voice was trained with the styles "
                         + ", ".join(repr(s) for s in styles)
                         + "; another instruction works only as far as it resembles them.",
                         level="info")
-        if fine_tuned and not styles:
-            # Voxshard voices (runs and their exports) fill speaker slot 3000 of a Base model
-            emitter.log("This voice was fine-tuned from a Base model, which was never trained "
-                        "on instructions: expect little or no effect.", level="warning")
         # torch loads here, not when this module is imported (start-up cost)
         from engine.synth.prompt import instruct_ids
 

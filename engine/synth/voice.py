@@ -51,7 +51,7 @@ from engine.layout.tiers import (
 from engine.layout.voice import is_voice_folder
 from engine.model.adapter import load_adapter
 from engine.model.checkpoint_weights import trained_weights
-from engine.model.loading import inspect_model, resolve_model
+from engine.model.loading import inspect_model, local_model_path, resolve_model
 from engine.synth.reference import with_silent_tail
 
 
@@ -282,15 +282,88 @@ def trained_styles(source: VoiceSource) -> list[str]:
     """The style descriptions the voice was fine-tuned with ([]: none, or not a fine-tune):
     a run's data.json for a checkpoint, the export's or adapter voice's own record."""
     if source.kind == "checkpoint" and source.run_dir is not None:
-        return Run(source.run_dir).trained_styles()
+        return styles_at(source.run_dir)
     if source.kind == "adapter":
-        info = read_adapter_info(Path(source.extra["adapter"]))
-    elif source.kind == "custom_voice":
-        info = read_json(source.model_dir / EXPORT_INFO)
-    else:
-        return []
+        return styles_at(Path(source.extra["adapter"]))
+    if source.kind == "custom_voice":
+        return styles_at(source.model_dir)
+    return []
+
+
+def styles_at(folder: Path) -> list[str]:
+    """`trained_styles` of a run, checkpoint, adapter voice or export folder, read from its
+    records alone (no model is resolved: a hub id is never looked up)."""
+    if step_of(folder) is not None:
+        folder = run_of(folder)  # a checkpoint (best/ and held/ too): its run's data
+    if not (folder / EXPORT_INFO).is_file() and not is_adapter(folder):
+        return Run(folder).trained_styles()
+    info = read_adapter_info(folder) if is_adapter(folder) else read_json(folder / EXPORT_INFO)
     styles = info.get("styles") if isinstance(info, dict) else None
     return [str(s) for s in styles] if isinstance(styles, list) else []
+
+
+#: the speaker slot Voxshard's fine-tunes fill in a Base model's codec embedding
+FINE_TUNE_SPEAKER_ID = 3000
+
+
+@dataclass(frozen=True)
+class InstructNote:
+    """Why an instruction given to a voice does little or nothing."""
+
+    message: str
+    #: dropped before speaking (else spoken with, to little effect)
+    ignored: bool
+
+
+def instruct_note(kind: str, styles: list[str], size: str | None,
+                  speaker_ids: list[int]) -> InstructNote | None:
+    """What an instruction comes to with a voice of `kind` (a `VoiceSource` kind) trained
+    with `styles`, on a model of `size` (`tts_model_size`) whose speaker slots are
+    `speaker_ids`; None: the model takes it. The engine warns with it when it speaks, the
+    window as soon as one is typed."""
+    if kind == "zero_shot":
+        return InstructNote("Base models take no instruction (the official voice clone has "
+                            "none), so it is ignored.", ignored=True)
+    if styles:
+        return None  # fine-tuned with style descriptions: any size learnt to take them
+    if "0b6" in str(size or ""):
+        return InstructNote("0.6B models take no instruction (the official code drops it), "
+                            "so it is ignored.", ignored=True)
+    if kind in ("checkpoint", "adapter") or speaker_ids == [FINE_TUNE_SPEAKER_ID]:
+        return InstructNote("This voice was fine-tuned from a Base model, which was never "
+                            "trained on instructions: expect little or no effect.",
+                            ignored=False)
+    return None
+
+
+def _config_at(name: str | None) -> dict[str, Any]:
+    """config.json of a model named by a folder, {} for a hub id (not looked up)."""
+    path = local_model_path(name) if name else None
+    config = read_json(path / "config.json") if path is not None else None
+    return config if isinstance(config, dict) else {}
+
+
+def folder_instruct_note(folder: Path | None) -> InstructNote | None:
+    """`instruct_note` of a checkpoint, run, adapter voice or export folder read from its
+    records (None: a zero-shot or instant voice, which clones on a Base model)."""
+    if folder is None:
+        return instruct_note("zero_shot", [], None, [])
+    styles = styles_at(folder)
+    base = ""
+    if is_adapter(folder):
+        base = str(read_adapter_info(folder).get("base") or "")
+        kind, config = "adapter", _config_at(base)
+    elif (folder / EXPORT_INFO).is_file() or (folder / "config.json").is_file():
+        kind, config = "custom_voice", _config_at(str(folder))
+    else:
+        run = Run(run_of(folder) if step_of(folder) is not None else folder)
+        base = run.base_model() or ""
+        kind, config = "checkpoint", _config_at(base)
+    size = config.get("tts_model_size")
+    if size is None and "0.6B" in base:
+        size = "0b6"  # a hub id, not looked up: its name says the size
+    ids = (config.get("talker_config") or {}).get("spk_id") or {}
+    return instruct_note(kind, styles, size, [int(i) for i in ids.values()])
 
 
 def adapter_of(source: VoiceSource) -> Any:

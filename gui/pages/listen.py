@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.catalog import VoiceSnapshot, latest_run
+from engine.catalog import VoiceSnapshot, latest_run, source_styles
 from engine.layout.exports import new_comparison_dir, new_render_path
 from engine.layout.manifest import row_is_usable
 from engine.layout.tiers import TIER_ADAPTER, TIER_INSTANT
@@ -102,6 +102,16 @@ class ShortTextComboBox(QComboBox):
             field.width() - 2)
 
 
+def note_label(text: str) -> QLabel:
+    """A muted note that takes the rest of its row and wraps (beside a stretch one was
+    squeezed onto two short lines at 1100 px)."""
+    label = QLabel(text)
+    label.setObjectName("Muted")
+    label.setWordWrap(True)
+    label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+    return label
+
+
 class ListenPage(Page):
     title = "Listen"
     subtitle = "Hear the voice speak any text. Compare checkpoints to pick the best one."
@@ -111,7 +121,8 @@ class ListenPage(Page):
         super().__init__(ctx, parent)
         self.speech = ctx.speech
         self.request: str | None = None
-        self._pending: tuple[Path, str, dict[str, Any]] | None = None
+        self._pending: tuple[Path, str, dict[str, Any], str] | None = None
+        self._style_warning: str | None = None  # the engine's, for the chosen source
         self._load_error = False
         self._base_voice: Path | None = None  # the voice whose own base fills "Base"
         self.speech.progress.connect(self._req_progress)
@@ -147,6 +158,23 @@ class ListenPage(Page):
         self.save_btn = button("Save as…", "save", slot=self.save_as)
         self.outer.addWidget(hbox(QLabel("Speak with"), self.source, QLabel("Base"), self.base,
                                   stretch_at=4))
+        # the instruction the voice speaks with: a style it was trained with, or free text
+        self.style = QComboBox()
+        self.style.setEditable(True)
+        self.style.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.style.setMinimumContentsLength(24)
+        self.style.lineEdit().setPlaceholderText("Plain speech (or pick a trained style, or "
+                                                 "describe one)")
+        self.style.setToolTip("How the voice speaks: the list holds the styles this source was "
+                              "trained with; empty is its plain speech")
+        self.style_note = note_label("")
+        self.style_note.hide()
+        style_row = hbox(QLabel("Style"), self.style, self.style_note)
+        style_row.layout().setStretchFactor(self.style, 1)
+        style_row.layout().setStretchFactor(self.style_note, 1)
+        self.outer.addWidget(style_row)
+        self.style.editTextChanged.connect(self._style_edited)
+        self.source.currentIndexChanged.connect(lambda _i: self._fill_styles())
         # the zero-shot preview's reference clip, and the sampling the engine offers
         self.reference = ShortTextComboBox()
         self.reference.setToolTip("The prepared clip the zero-shot preview imitates "
@@ -215,13 +243,7 @@ class ListenPage(Page):
         self.compare_btn = button("Compare checkpoints", "compare", slot=lambda: self.compare(),
                                   tip="Render the text from every checkpoint of the latest "
                                       "run and the zero-shot preview, same seed")
-        self.compare_note = QLabel("Each row is one sentence; click a cell to hear it.")
-        self.compare_note.setObjectName("Muted")
-        self.compare_note.setWordWrap(True)
-        # the note takes the rest of the row (beside a stretch it was squeezed onto two
-        # short lines at 1100 px)
-        self.compare_note.setSizePolicy(QSizePolicy.Policy.Expanding,
-                                        QSizePolicy.Policy.Preferred)
+        self.compare_note = note_label("Each row is one sentence; click a cell to hear it.")
         cl.addWidget(hbox(self.compare_btn, self.compare_note))
         # which checkpoints of the latest run to compare (all, unless the user unticks some)
         self.compare_pick = QListWidget()
@@ -316,8 +338,10 @@ class ListenPage(Page):
         self.save_btn.setEnabled(self.last_render is not None)
 
     def sampling(self) -> dict[str, Any]:
-        """The speak options the user set (left out: the model's own)."""
+        """The speak options the user set (left out: the model's own; no style: plain)."""
         out: dict[str, Any] = {}
+        if self.style_text():
+            out["instruct"] = self.style_text()
         if self.temperature.value() > 0:
             out["temperature"] = round(self.temperature.value(), 3)
         if self.top_k.value() > 0:
@@ -325,6 +349,33 @@ class ListenPage(Page):
         if self.seed.value() >= 0:
             out["seed"] = self.seed.value()
         return out
+
+    # -- style ----------------------------------------------------------------------------
+    def style_text(self) -> str:
+        return self.style.currentText().strip()
+
+    def _fill_styles(self) -> None:
+        """The chosen source's trained styles in the list (the engine reads them from its
+        records), what was typed kept."""
+        src = self.source.currentData() or {"kind": "zero_shot"}
+        # a zero-shot or instant voice clones on a Base model: no folder of its own trained
+        folder = src.get("path") if src["kind"] not in ("zero_shot", TIER_INSTANT) else None
+        found = source_styles(folder)
+        typed = self.style.currentText()
+        self.style.blockSignals(True)
+        self.style.clear()
+        self.style.addItems(["", *sorted(found.styles)])
+        self.style.setEditText(typed)
+        self.style.blockSignals(False)
+        self._style_warning = found.warning
+        self._style_edited(typed)
+
+    def _style_edited(self, text: str) -> None:
+        """Say the engine's warning as soon as an instruction is given to a source that
+        does little or nothing with one."""
+        warn = self._style_warning if text.strip() else None
+        self.style_note.setText(warn or "")
+        self.style_note.setVisible(bool(warn))
 
     def _fill_references(self, snap: VoiceSnapshot | None) -> None:
         current = self.reference.currentData()
@@ -391,7 +442,7 @@ class ListenPage(Page):
         self.request = self.speech.speak(self.voice_spec(), text, str(out),
                                          options=self.sampling(), stream=True)
         self._streaming = False
-        self._pending = (out, text, src)
+        self._pending = (out, text, src, self.style_text())
         self._load_error = False
         self.progress.setRange(0, 0)
         self.progress.show()
@@ -429,10 +480,10 @@ class ListenPage(Page):
 
     def _req_finished(self, rid: str, result: dict) -> None:
         if rid == self.request and self._pending is not None:
-            out, text, src = self._pending
+            out, text, src, style = self._pending
             streamed = self._streaming  # already playing: it ends by itself
             self._end_request()
-            self._spoken(out, text, src, result, streamed)
+            self._spoken(out, text, src, result, streamed, style)
 
     def _req_failed(self, rid: str, code: str, message: str, hint: str) -> None:
         if self.request is None:
@@ -467,14 +518,14 @@ class ListenPage(Page):
             self.progress.setValue(int(done))
 
     def _spoken(self, out: Path, text: str, src: dict[str, Any], result: dict,
-                streamed: bool = False) -> None:
+                streamed: bool = False, style: str = "") -> None:
         self.last_render = out
         meta = out.with_suffix(".json")
         if not meta.exists():
             from engine.core.atomic import write_json
 
             label = self.source.currentText() if src["kind"] != "zero_shot" else "Zero-shot"
-            write_json(meta, {"text": text, "model": label, "source": src,
+            write_json(meta, {"text": text, "model": label, "source": src, "style": style,
                               "duration_s": result.get("duration_s"),
                               "created": time.strftime("%Y-%m-%d %H:%M:%S")})
         summary = str(result.get("summary") or f"Saved {out.name}")
@@ -536,7 +587,10 @@ class ListenPage(Page):
         for row, e in enumerate(items):
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(e["mtime"])))
             dur = e.get("duration_s")
-            cells = [when, str(e.get("model", "")), str(e.get("text", e["path"].name)),
+            model = str(e.get("model", ""))
+            if e.get("style"):
+                model += f" · style: {e['style']}"
+            cells = [when, model, str(e.get("text", e["path"].name)),
                      f"{float(dur):.1f} s" if isinstance(dur, int | float) else ""]
             for col, value in enumerate(cells):
                 item = QTableWidgetItem(value)
