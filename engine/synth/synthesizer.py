@@ -6,8 +6,6 @@ any number of times (the worker and the comparison reuse one instance).
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import random
 import threading
 import time
@@ -19,24 +17,23 @@ from typing import Any
 
 import numpy as np
 
-from engine.asr.recognizer import ENV_VAR, find_whisper, transcribe_file
 from engine.config.speak import SpeakOptions, audio_format
-from engine.core.errors import Cancelled, InputError, ModelError, SynthesisError, VoxshardError
+from engine.core.errors import Cancelled, InputError, ModelError, SynthesisError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.model.checkpoint_weights import base_tensors
 from engine.model.dtypes import gpu_half
 from engine.model.loading import load_model
+from engine.synth.reference_text import transcribed
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
 from engine.synth.runaway import (
-    FIRST_WATCHED,
     RunawayGuard,
-    RunawayWatch,
     cut_reasons,
     runaway_message,
     silence_codes,
     stop_reason,
 )
 from engine.synth.stream import GrowingFile, StreamDecoder, expected_speech_s
+from engine.synth.stream_render import StreamedRender
 from engine.synth.voice import (
     InstructNote,
     VoiceSource,
@@ -212,6 +209,8 @@ class Synthesizer:
         #: codebook-0 codes this model's codec gives silence (the runaway guard's), found
         #: at load: never on a request's thread beside the batch's GPU work
         self.silence = silence_codes(self.model)
+        #: (reference codes, the codec's state after them): streaming's cache per voice
+        self._primed_codec: tuple[Any, Any] | None = None
 
     # -- loading ----------------------------------------------------------------------------
     @classmethod
@@ -286,7 +285,7 @@ class Synthesizer:
             assert source.reference is not None
             audio = reference_audio(source.reference)  # bad clips fail before any change
             if source.extra.get("transcribe"):
-                source = self._transcribed(source, emitter)
+                source = transcribed(source, emitter)
             icl = None
             if source.reference_text:
                 icl = IclPrompt(ref_text_ids(self.processor, source.reference_text,
@@ -365,30 +364,6 @@ class Synthesizer:
         finally:
             self.source, self.speaker_vector = before.source, before.speaker_vector
             self.icl, self.adapter = before.icl, before.adapter
-
-    def _transcribed(self, source: VoiceSource, emitter: Emitter) -> VoiceSource:
-        """`source` with its reference clip's transcript from the recogniser (a Whisper
-        model in the local cache, or the one VOXSHARD_ASR names); unchanged, with
-        the reason logged, when there is none or it hears nothing."""
-
-        extra = {k: v for k, v in source.extra.items() if k != "transcribe"}
-        spec = os.environ.get(ENV_VAR) or find_whisper()
-        if spec:
-            assert source.reference is not None
-            try:
-                heard = transcribe_file(source.reference, spec).text.strip()
-            except VoxshardError as exc:
-                emitter.log(f"The reference clip could not be transcribed: {exc.message}",
-                            level="warning")
-                heard = ""
-            if heard:
-                emitter.log(f"Transcribed the reference clip ({spec}): {heard!r}; give "
-                            "--reference-text if that is not what it says.", level="info")
-                extra.pop("note", None)
-                return dataclasses.replace(source, reference_text=heard, extra=extra)
-        if extra.get("note"):
-            emitter.log(str(extra.pop("note")), level="warning")
-        return dataclasses.replace(source, extra=extra)
 
     def _restore_base(self) -> None:
         """Put back the base values of every tensor a checkpoint overwrote (read from
@@ -689,7 +664,7 @@ class Synthesizer:
         _emit_speed(emitter, audio_s, compute)
         return results
 
-    def speak_stream(self, text: str, sink: Any, options: SpeakOptions | None = None,  # noqa: C901
+    def speak_stream(self, text: str, sink: Any, options: SpeakOptions | None = None,
                      on_event: EventCallback | Emitter | None = None,
                      cancel: threading.Event | None = None) -> Speech:
         """Speak `text` into `sink` (`stream.AudioSink`) while it is generated.
@@ -711,117 +686,25 @@ class Synthesizer:
         primed = None
         if self.icl is not None:
             # the reference is decoded once per voice; every chunk continues from it
-            cached = getattr(self, "_primed_codec", None)
+            cached = self._primed_codec
             if cached is None or cached[0] is not self.icl.ref_codes:
                 cached = (self.icl.ref_codes, StreamDecoder.prime(decoder, self.icl.ref_codes))
                 self._primed_codec = cached
             primed = cached[1]
-        decoders: dict[int, StreamDecoder] = {}
-        ended: set[int] = set()
-        streamed: list[list[np.ndarray]] = [[] for _ in chunks]
-        state = {"cursor": 0, "first": None}
-
-        def emit(index: int, audio: np.ndarray) -> None:
-            if not audio.size:
-                return
-            streamed[index].append(audio)
-            if state["first"] is None:
-                state["first"] = time.perf_counter() - started
-                emitter.metric({"synth/first_audio_s": round(state["first"], 3)})
-            sink.write(audio)
-
-        def flush() -> None:
-            while state["cursor"] < len(chunks) and state["cursor"] in decoders:
-                i = state["cursor"]
-                dec = decoders[i]
-                while (block := dec.pull()).size:
-                    emit(i, block)
-                if i not in ended:
-                    return
-                emit(i, dec.finish())
-                pause = chunks[i].pause_after_s
-                if pause > 0 and streamed[i]:
-                    sink.write(np.zeros(round(pause * SAMPLE_RATE), dtype=np.float32))
-                state["cursor"] = i + 1
-
-        pushed: dict[int, int] = {}  # frames given to each chunk's decoder
-        cuda = self.fast.device.type == "cuda"
-        # the previous frame: (picked, frame, host codes, device codes, copy event)
-        late: list[Any] = []
         guard = self.decode_settings(options).guard
-        # the runaway guard over each chunk's frames as they arrive: a chunk it cuts ends
-        # here at the frame generation cuts it (the same rule over the same codes)
-        watch = RunawayWatch.of(guard, len(chunks))
-
-        def decoder_for(i: int) -> StreamDecoder:
-            if i not in decoders:
-                decoders[i] = StreamDecoder(decoder, primed=primed)
-            return decoders[i]
-
-        def take(picked: list[int], frame: int, host: Any, device: Any) -> None:
-            for row, i in enumerate(picked):
-                if i in ended:
-                    continue
-                dec = decoder_for(i)
-                if int(host[row, 0]) == self.fast.eos:  # the pinned copy: no wait
-                    ended.add(i)
-                    continue
-                # the decoder gets the device copy: a pinned host slice would go back
-                # to the GPU by a blocking copy every frame
-                dec.push(device[row:row + 1])
-                pushed[i] = pushed.get(i, 0) + 1
-                if frame + 1 >= chunks[i].max_frames or (
-                        watch is not None and frame >= FIRST_WATCHED
-                        and watch.push([i], [int(host[row, 0])])):
-                    ended.add(i)  # its cap, or the runaway guard cut it on this frame
-            flush()
-
-        def take_late() -> None:
-            if late:
-                picked, frame, host, device, event = late.pop()
-                if event is not None:
-                    event.synchronize()
-                take(picked, frame, host, device)
-
-        def on_codes(picked: list[int], frame: int, codes: Any) -> None:
-            # read one frame late: this frame's codes are copied to pinned memory
-            # asynchronously, the previous frame's (copied long ago) are decoded now,
-            # so generation never waits for the host
-            import torch
-
-            host = torch.empty(codes.shape, dtype=codes.dtype, pin_memory=cuda)
-            host.copy_(codes, non_blocking=cuda)
-            # the frame's buffer is reused by the next frame: a device-side copy (no sync)
-            device = codes.clone() if cuda else host
-            event = None
-            if cuda:
-                event = torch.cuda.Event()
-                event.record()
-            take_late()
-            late.append((picked, frame, host, device, event))
-
-        def on_batch(picked: list[int], codes: list[Any]) -> None:
-            take_late()
-            for i, final in zip(picked, codes, strict=True):
-                rest = final[pushed.get(i, 0):]
-                if i not in ended and len(rest):
-                    decoder_for(i).push(rest)  # what on_codes did not see
-                decoder_for(i)
-                ended.add(i)
-            flush()
-
+        render = StreamedRender(chunks, sink, decoder, primed, self.fast, guard, emitter,
+                                started)
         with self._lock:
             emitter.state("speaking", detail=f"{len(chunks)} chunk(s)", chunks=len(chunks),
                           streaming=True)
             codes, cancelled = self._generate(
                 chunks, [seed + c.index for c in chunks], options, emitter, cancel,
-                on_batch=on_batch, in_order=True, on_codes=on_codes)
-        speech = _speech([(ch, c, np.concatenate(streamed[ch.index]) if streamed[ch.index]
-                           else np.zeros(0, dtype=np.float32))
+                on_batch=render.on_batch, in_order=True, on_codes=render.on_codes)
+        speech = _speech([(ch, c, render.audio(ch.index))
                           for ch, c in zip(chunks, codes, strict=True) if c is not None],
                          seed, options, cancelled, guard)
         speech.compute_s = time.perf_counter() - started
-        speech.first_audio_s = state["first"]
+        speech.first_audio_s = render.first_audio_s
         _emit_speed(emitter, speech.duration_s, speech.compute_s)
         return speech
 
