@@ -47,6 +47,10 @@ from PySide6.QtWidgets import (
 
 from engine.catalog import TakeInfo, VoiceSnapshot, minutes_in_use
 from engine.layout.voice import VERDICT_GOOD, take_verdict
+from engine.prepare.styles import BY_YOU as STYLE_BY_YOU
+from engine.prepare.styles import MEASURED as STYLE_MEASURED
+from engine.prepare.styles import RECORDED as STYLE_RECORDED
+from engine.prepare.styles import set_clip_style
 from engine.prepare.transcribe import asr_info, is_machine_made
 from gui.context import AppContext
 from gui.jobs import EngineJob
@@ -83,7 +87,7 @@ def set_take_excluded(voice: Path, take_id: str, excluded: bool) -> None:
 class TakesModel(QAbstractTableModel):
     """The takes of a voice; an edit is kept only when `save_text`/`save_use` saved it."""
 
-    COLUMNS = ("Use", "Take", "Source", "Length", "Transcript", "Quality")
+    COLUMNS = ("Use", "Take", "Source", "Length", "Transcript", "Quality", "Style")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -91,6 +95,10 @@ class TakesModel(QAbstractTableModel):
         # (take id, value) -> saved?  A refused save leaves the cell as it was.
         self.save_text: Callable[[str, str], bool] = lambda _id, _text: True
         self.save_use: Callable[[str, bool], bool] = lambda _id, _used: True
+        # (take id, description; None: the measured one) -> saved?
+        self.save_style: Callable[[str, str | None], bool] = lambda _id, _style: True
+        #: each take's prepared clips (manifest rows), which carry the style descriptions
+        self.clips: dict[str, list[dict[str, Any]]] = {}
         self.sort_by: tuple[int, Qt.SortOrder] = (-1, Qt.SortOrder.AscendingOrder)
 
     def set_takes(self, takes: list[TakeInfo]) -> None:
@@ -116,6 +124,7 @@ class TakesModel(QAbstractTableModel):
             0: lambda t: t.excluded, 1: lambda t: t.id,
             2: lambda t: str(self.data_of(t, 2)).lower(), 3: lambda t: t.duration_s,
             4: lambda t: t.text.lower(), 5: self.quality_text,
+            6: lambda t: self.style_text(t).lower(),
         }
         return keys.get(column, keys[1])
 
@@ -166,6 +175,35 @@ class TakesModel(QAbstractTableModel):
             return "not prepared"
         return "ok" if t.usable else "rejected"
 
+    def set_clips(self, clips: list[dict[str, Any]]) -> None:
+        """The prepared clips (a snapshot's manifest rows), by the take they came from."""
+        self.clips = {}
+        for c in clips:
+            self.clips.setdefault(str(c.get("source_take") or ""), []).append(c)
+
+    def style_text(self, t: TakeInfo) -> str:
+        """What the take's clips are told to sound like in training: the user's own
+        description, else the take's recorded style, else the measured words."""
+        said = dict.fromkeys(str(c.get("style") or "") for c in self.clips.get(t.id, []))
+        return " / ".join(s for s in said if s)
+
+    def style_measured_only(self, t: TakeInfo) -> bool:
+        """Every clip of the take has the description measured by prepare (none is yours)."""
+        mine = self.clips.get(t.id, [])
+        return bool(mine) and all(c.get("style_source") == STYLE_MEASURED for c in mine)
+
+    def style_tip(self, t: TakeInfo) -> str:
+        mine = self.clips.get(t.id, [])
+        if not mine:
+            return "Prepare the voice: its clips are then described, and can be described here."
+        where = {STYLE_BY_YOU: "yours", STYLE_RECORDED: "recorded with the take",
+                 STYLE_MEASURED: "measured"}
+        lines = [f"{c.get('id')}: {c.get('style') or '(plain)'} "
+                 f"({where.get(str(c.get('style_source')), '?')}; measured: "
+                 f"{c.get('style_measured') or '(plain)'})" for c in mine]
+        return "\n".join([*lines, "Edit to describe how it is spoken (empty: plain); "
+                                  "'Measured style' gives back the measured words."])
+
     @staticmethod
     def data_of(t: TakeInfo, column: int) -> str:
         src = t.source or ""
@@ -190,6 +228,16 @@ class TakesModel(QAbstractTableModel):
                 return t.text
             if col == 5:
                 return self.quality_text(t)
+            if col == 6:
+                # a prepared clip without a description trains plain: said, not left blank
+                plain = role == Qt.ItemDataRole.DisplayRole and t.id in self.clips
+                return self.style_text(t) or ("(plain)" if plain else "")
+        if role == Qt.ItemDataRole.ToolTipRole and col == 6:
+            return self.style_tip(t)
+        if role == Qt.ItemDataRole.FontRole and col == 6 and self.style_measured_only(t):
+            font = QFont()
+            font.setItalic(True)  # measured by prepare, not said by a person
+            return font
         if role == Qt.ItemDataRole.ToolTipRole and col == 5 and t.issues:
             return "\n".join(f"{i.get('code')}: {i.get('message')}" for i in t.issues)
         if role == Qt.ItemDataRole.ToolTipRole and col == 4:
@@ -223,7 +271,8 @@ class TakesModel(QAbstractTableModel):
         base = super().flags(index)
         if index.column() == 0:
             return base | Qt.ItemFlag.ItemIsUserCheckable
-        if index.column() == 4:
+        if index.column() == 4 or (index.column() == 6 and index.row() < len(self.takes)
+                                   and self.takes[index.row()].id in self.clips):
             return base | Qt.ItemFlag.ItemIsEditable
         return base
 
@@ -252,7 +301,26 @@ class TakesModel(QAbstractTableModel):
             t.text = text
             self.dataChanged.emit(index, index)
             return True
+        if index.column() == 6 and role == Qt.ItemDataRole.EditRole:
+            return self.set_style(t, str(value).strip())
         return False
+
+    def set_style(self, t: TakeInfo, style: str | None) -> bool:
+        """Describe every clip of a take (None: give each its measured words back)."""
+        mine = self.clips.get(t.id, [])
+        if not mine or (style is not None and all(c.get("style") == style for c in mine)) \
+                or (style is None and self.style_measured_only(t)):
+            return False  # unchanged (an editor closed as it opened)
+        if not self.save_style(t.id, style):
+            return False
+        for c in mine:  # what the engine wrote (engine.prepare.styles.set_clip_style)
+            if style is None:
+                c["style"], c["style_source"] = c.get("style_measured") or "", STYLE_MEASURED
+            else:
+                c["style"], c["style_source"] = style, STYLE_BY_YOU
+        row = self.takes.index(t)
+        self.dataChanged.emit(self.index(row, 6), self.index(row, 6))
+        return True
 
 
 class TakesFilter(QSortFilterProxyModel):
@@ -290,7 +358,8 @@ class TakesFilter(QSortFilterProxyModel):
             return False
         if self.mode == "Without transcript" and t.text.strip():
             return False
-        if self.needle and self.needle not in f"{t.id} {t.text} {t.source}".lower():
+        if self.needle and self.needle not in \
+                f"{t.id} {t.text} {t.source} {model.style_text(t)}".lower():
             return False
         return True
 
@@ -380,7 +449,11 @@ class ImportPage(Page):
         # even at 1320 px wide)
         self.outer.addWidget(hbox(self.files_btn, self.folder_btn, self.tr_btn,
                                   self.transcripts_label, stretch_at=4))
-        self.outer.addWidget(hbox(self.transcribe_box, self.transcribe_btn, stretch_at=2))
+        self.measured_btn = button("Measured style", "retake", slot=self.use_measured_style,
+                                   tip="The selected takes' clips get back the style that "
+                                       "prepare measured (your own description is dropped)")
+        self.outer.addWidget(hbox(self.transcribe_box, self.transcribe_btn, self.measured_btn,
+                                  stretch_at=2))
         self.outer.addWidget(hbox(self.ref_btn, self.ref_label, self.ref_clear, stretch_at=3))
         self.progress = QProgressBar()
         self.progress.hide()
@@ -400,6 +473,7 @@ class ImportPage(Page):
         self.model = TakesModel(self)
         self.model.save_text = self.save_text
         self.model.save_use = self.save_use
+        self.model.save_style = self.save_style
         self.model.dataChanged.connect(lambda *_: self._update_count())
         self.proxy = TakesFilter(self)
         self.proxy.setSourceModel(self.model)
@@ -421,8 +495,8 @@ class ImportPage(Page):
         hh.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
         # the transcript is what the user reads and fixes: it gets what is left, and the
         # others stay narrow enough that it is the widest column on a laptop (1100 px);
-        # a long verdict is elided, its tooltip has it whole
-        for col, width in ((0, 48), (1, 140), (2, 130), (3, 70), (5, 150)):
+        # a long verdict or style is elided, its tooltip has it whole
+        for col, width in ((0, 48), (1, 130), (2, 125), (3, 60), (5, 110), (6, 120)):
             self.table.setColumnWidth(col, width)
         self.table.doubleClicked.connect(self._double_clicked)
         play_key = QShortcut(QKeySequence(Qt.Key.Key_Space), self.table)
@@ -549,6 +623,7 @@ class ImportPage(Page):
             self._show_snapshot(snap)
 
     def _show_snapshot(self, snap: VoiceSnapshot | None) -> None:
+        self.model.set_clips(list(snap.clips) if snap is not None else [])
         self.model.set_takes(list(snap.takes) if snap is not None else [])
         self._update_count()
         busy = self.job is not None
@@ -604,6 +679,33 @@ class ImportPage(Page):
         self.ctx.status.emit(f"{take_id} {'included in' if used else 'left out of'} training")
         return True
 
+    def save_style(self, take_id: str, style: str | None) -> bool:
+        """Describe the take's prepared clips (None: their measured words) through the
+        engine (`voice style`'s own function): the prepared set, what training reads."""
+        from engine.core.errors import VoxshardError
+
+        if self.voice is None:
+            return False
+        try:
+            for clip in self.model.clips.get(take_id, []):
+                set_clip_style(self.voice, str(clip["id"]), style)
+        except VoxshardError as exc:
+            show_error(self, "Style not saved", f"{exc.message} The table shows the saved "
+                       "style again.", exc.hint or "")
+            self.ctx.notify_changed()  # a clip may have been saved before the failure
+            return False
+        self.ctx.status.emit(f"Style of {take_id}: " + ("measured" if style is None
+                                                         else style or "plain"))
+        self.ctx.notify_changed()  # the voice's styles (voice.toml) changed with it
+        return True
+
+    def use_measured_style(self) -> None:
+        """The selected takes' clips: back to the measured description."""
+        for row in self.table.selectionModel().selectedRows():
+            t = self.proxy.data(row, Qt.ItemDataRole.UserRole)
+            if t is not None:
+                self.model.set_style(t, None)
+
     def selected_take(self) -> TakeInfo | None:
         rows = self.table.selectionModel().selectedRows()
         if not rows:
@@ -639,5 +741,5 @@ class ImportPage(Page):
         self.table.edit(cell)
 
     def _double_clicked(self, index: QModelIndex) -> None:
-        if index.column() != 4:
+        if index.column() not in (4, 6):  # the editable cells open their editor instead
             self.play_selected()
