@@ -233,7 +233,8 @@ class WaveformView(pg.PlotWidget):
         fill_color.setAlpha(110)
         self._fill = pg.FillBetweenItem(self._hi, self._lo, brush=pg.mkBrush(fill_color))
         self.addItem(self._fill)
-        self.setMinimumHeight(110)
+        # the Record page at the window's minimum size, in the theme, has 90 px for it
+        self.setMinimumHeight(90)
 
     def show_audio(self, audio: np.ndarray, samplerate: int) -> None:
         t, lo, hi = envelope(np.asarray(audio, dtype=np.float32), samplerate)

@@ -33,11 +33,11 @@ def _breaks(text: str, label, width: int) -> list[int]:
     return starts[1:]
 
 
-@pytest.mark.parametrize("theme", ["light", "dark"])
+@pytest.mark.parametrize("window", ["light", "dark"], indirect=True)
 def test_the_requests_table_has_rows_to_show_at_1100x760(
-        qtbot, window: MainWindow, workspace: Path, tmp_path: Path, themed, theme: str) -> None:
+        qtbot, window: MainWindow, workspace: Path, tmp_path: Path) -> None:
     # in the app's own theme: its padding made the rows taller, and the table showed one
-    window.theme = themed(theme)
+    theme = window.theme.theme.name
     voice = make_voice(workspace)
     export = voice / "exports" / "ada-v1"
     export.mkdir(parents=True)

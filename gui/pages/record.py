@@ -277,7 +277,9 @@ class RecordPage(Page):
         self.prompt_label.setObjectName("Prompt")
         self.prompt_label.setWordWrap(True)
         self.prompt_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.prompt_label.setMinimumHeight(150)
+        # two lines of the theme's 22pt prompt and its 18 px padding: 150 px left the page
+        # taller than the window at its minimum size, and the card cut the prompt off
+        self.prompt_label.setMinimumHeight(110)
         meta_row = hbox(self.prompt_meta, self.set_combo, self.groups_btn)
         meta_row.layout().setStretch(0, 1)  # the line takes the room left, wrapping past it
         card.layout_.addWidget(meta_row)
@@ -317,9 +319,11 @@ class RecordPage(Page):
                                tip="B: the previous prompt; recording it again replaces its take")
         self.style_btn = button("Next style", "skip", slot=self.next_style,
                                 tip="The next prompt of a style that still needs takes")
+        # Next style sits by the styles it counts (_build_progress): eight buttons in one
+        # row were wider than the page at the window's minimum size in the app's theme
         self.outer.addWidget(hbox(self.rec_btn, self.accept_btn, self.retake_btn,
                                   self.discard_btn, self.play_btn, self.back_btn,
-                                  self.skip_btn, self.style_btn, stretch_at=8))
+                                  self.skip_btn, stretch_at=7))
 
     def _build_progress(self) -> None:
         prog = QVBoxLayout()
@@ -331,7 +335,7 @@ class RecordPage(Page):
         self.style_label = QLabel("")
         self.style_label.setObjectName("Muted")
         prog.addWidget(self.progress_label)
-        prog.addWidget(self.style_label)
+        prog.addWidget(hbox(self.style_label, self.style_btn, stretch_at=2))
         prog.addWidget(self.progress)
         self.outer.addLayout(prog)
 
@@ -884,6 +888,7 @@ class RecordPage(Page):
         counts = self.styles()
         self.style_label.setText("Styles: " + " · ".join(
             f"{c.group} {c.recorded}/{c.total}" for c in counts) if counts else "")
+        self.style_btn.setVisible(bool(counts))  # a set without styles: nothing to go to
         self.style_label.setToolTip("\n".join(
             f"{c.group}: {c.style} {c.recorded} of {c.total} recorded" for c in counts))
 

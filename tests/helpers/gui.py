@@ -3,7 +3,9 @@
 - `settings`: a QSettings in a temporary INI file, so tests never touch the
   user's configuration.
 - `ctx`, `window`: an AppContext / MainWindow on a temporary workspace; the
-  window is shut down after the test (jobs, streams, timers).
+  window is shut down after the test (jobs, streams, timers). The window has the
+  app's theme (light unless the test parametrizes `window` indirectly with "dark"),
+  so every test measures what users see.
 - `voice`: a new empty voice `ada` in `workspace`.
 - `themed`: applies a theme as the app does at start (its style sheet sets every
   widget's padding, so layouts are measured as the user sees them), and puts the
@@ -58,10 +60,15 @@ def ctx(qapp: object, settings: QSettings, workspace: Path) -> Iterator[object]:
 
 
 @pytest.fixture
-def window(qtbot: object, ctx: object) -> Iterator[object]:
+def window(request: pytest.FixtureRequest, qtbot: object, ctx: object,
+           themed: Callable[[str], object]) -> Iterator[object]:
+    """The main window in the app's theme, applied before the window is built as at start:
+    light unless a test asks for another with `@pytest.mark.parametrize("window", ["dark"],
+    indirect=True)`."""
     from gui.app import MainWindow  # start-up cost, as above
 
-    w = MainWindow(ctx)  # type: ignore[arg-type]
+    mode = getattr(request, "param", "light")
+    w = MainWindow(ctx, theme=themed(mode))  # type: ignore[arg-type]
     qtbot.addWidget(w)  # type: ignore[attr-defined]
     w.show()
     yield w
