@@ -7,6 +7,7 @@ styles says, as the window's words, that an instruction typed for it does little
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,13 @@ import soundfile as sf
 from PySide6.QtCore import Qt
 
 from engine.layout.manifest import read_manifest, write_manifest
+from engine.train.driver import export
 from engine.train.rundata import record_data
 from gui.pages.listen import ListenPage
+from gui.served_speech import ServedEndpoint
 from tests.helpers.gui import pick_source
 from tests.helpers.runs import make_perturbed_run
+from tests.helpers.serving import start_server
 from tests.helpers.voices import copy_voice
 
 TRAINED = ("Slowly, in a low whisper.", "Loud and cheerful.")
@@ -153,3 +157,33 @@ def test_a_source_trained_without_styles_warns_when_an_instruction_is_typed(
     pick_source(qtbot, listen, "Zero-shot preview (base model + a reference clip)")
     qtbot.keyClicks(listen.style.lineEdit(), "Whisper.")
     assert note.isVisible() and "take no instruction" in note.text()
+
+
+def test_a_style_travels_to_the_running_server_as_its_instructions(
+        qtbot, ctx, workspace: Path, styled_voice: Path, tmp_path: Path) -> None:
+    """Listen's source served by the Serve page's server (here the engine's real `serve`,
+    its `serving` event given to the window as the Serve page gives it): the style picked
+    is the request's `instructions`, which the server's log records as applied."""
+    voice = copy_voice(styled_voice, workspace / "joe")
+    export(voice, voice / "exports" / "styled", run="r1")
+    server = start_server(["--workspace", str(workspace), "--port", "0", "--device", "cpu",
+                           "--dtype", "float32", "--timeout", "120"], tmp_path)
+    try:
+        ctx.speech.set_endpoint(ServedEndpoint(server.url or "", None, {
+            str(k): str(v) for k, v in (server.serving.get("loads") or {}).items()}))
+        listen = _page(qtbot, ctx, voice, kind="export")
+        assert _offered(listen) == ["", *sorted(TRAINED)]  # an export keeps its run's styles
+        assert ctx.speech.served_name(listen.voice_spec()) is not None
+        _pick_style(qtbot, listen, TRAINED[1])
+        listen.text.setPlainText("Hello there.")
+        before = len(server.logged())
+        _speak(qtbot, listen)
+        assert "Serve page's server" in listen.state.text()
+        [logged] = server.logged_since(before)
+        assert logged["instructions"]["text"] == TRAINED[1]
+        assert logged["instructions"]["applied"] is True
+        assert ctx.speech.job is None  # the window's own worker never started
+    finally:
+        ctx.speech.set_endpoint(None)
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=60) in (0, 130)
