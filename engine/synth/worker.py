@@ -323,7 +323,7 @@ class SpeechWorker:
         fmt = audio_format(str(out), req.get("format"))
         named = req.get("voice")
         voice = self._synth.voice(str(named)) if named else None
-        self._say_instruction(options, voice, emitter)
+        self._say_instruction(options, voice, emitter, bool(req.get("stream")))
         if req.get("stream"):
             self._hold(job, voice)
             self._stream(job, emitter, text, str(out), options, fmt, voice)
@@ -341,10 +341,12 @@ class SpeechWorker:
             self._batcher.cancel(str(req.get("id", "")))
         return True
 
-    def _say_instruction(self, options: SpeakOptions, voice: Any, emitter: Emitter) -> None:
+    def _say_instruction(self, options: SpeakOptions, voice: Any, emitter: Emitter,
+                         stream: bool) -> None:
         """What becomes of the request's instruction, said once per request in one log event
         whose "instruct" is {"text", "applied", "notes"}: the batch builds each row's prompt
-        silently, and a server answers its client from this (a header, its request log)."""
+        silently, and a server answers its client from this (a header, its request log).
+        A stream's synthesizer says its notes itself as it speaks: here they are debug."""
         if not options.instruct:
             return
         notes: list[Event] = []
@@ -352,8 +354,9 @@ class SpeechWorker:
         applied = self._synth.instruct_ids(options, Emitter(notes.append), source) is not None
         said = [str(n.data.get("message", "")) for n in notes]
         warned = not applied or any(n.data.get("level") == "warning" for n in notes)
+        level = "debug" if stream or not said else "warning" if warned else "info"
         emitter.log(" ".join(said) or f"Spoken with the instruction {options.instruct!r}.",
-                    level="warning" if warned else "info",
+                    level=level,
                     instruct={"text": options.instruct, "applied": applied, "notes": said})
 
     def _add_voice(self, req: dict[str, Any], emitter: Emitter) -> None:
