@@ -54,6 +54,7 @@ from engine.serve.server import (
     make_config,
     make_pool,
     preload,
+    request_line,
     served_voices,
     url_of,
 )
@@ -73,10 +74,10 @@ log = logging.getLogger("ray.serve")
 
 
 def _replica_log(record: dict[str, Any]) -> None:
-    # a replica's request log goes to its Ray Serve log file on its node
-    log.info("%s %s %s %s %s %.2f s audio in %.2f s", record["method"], record["path"],
-             record["status"], record["voice"], record["format"], record["audio_s"],
-             record["seconds"])
+    # a replica's request log goes to its Ray Serve log file on its node (an instruction the
+    # voice was not trained for as a warning, as `serve` logs it)
+    line, level = request_line(record)
+    log.log(logging.WARNING if level == "warning" else logging.INFO, "%s", line)
 
 
 class _Replica:
