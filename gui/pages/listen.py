@@ -2,7 +2,10 @@
 voice, or zero-shot. Voices of one base switch in the warm worker without a model load.
 
 Each render is a job of the engine's `speak` command writing into the
-voice's renders/ folder, with a small JSON beside it saying what made it.
+voice's renders/ folder, with a small JSON beside it saying what made it (the
+style it was spoken in among it). The Style field offers the styles the chosen
+source was trained with (the engine reads them from its records) or free text:
+the instruction the voice speaks with; empty is its plain speech.
 The comparison renders the same sentences from several checkpoints (engine
 `compare`) into a table: one click per cell plays it.
 """
