@@ -49,7 +49,7 @@ from gui.pages.train.gpus import Gpu, GpuProbe
 from gui.pages.train.planwords import plan_words
 from gui.pages.train.reinforce import ReinforcePanel
 from gui.pages.train.settings import PRESETS, TrainSettings, preset_for
-from gui.pages.train.stats import StatsBar
+from gui.pages.train.stats import FewLinesLabel, StatsBar
 from gui.widgets import HowToDialog, LogView, fmt_duration, hbox, open_in_desktop
 
 ENDED_LABELS = {"succeeded": "Finished", "cancelled": "Stopped", "failed": "Failed"}
@@ -192,15 +192,13 @@ class TrainPage(Page):
         lay.addWidget(hbox(QLabel("<b>State</b>"), self.state_label))
         self.stat_labels = self.stats.labels
         lay.addWidget(self.stats)
-        self.eval_note = QLabel("")
-        self.eval_note.setObjectName("Muted")
-        self.eval_note.setWordWrap(True)
         # its room is kept while it is hidden, two lines of it (the whole line is its
         # tooltip): showing, hiding or lengthening it moved the tabs by 30-70 px
+        self.eval_note = FewLinesLabel(2)
+        self.eval_note.setObjectName("Muted")
         keep = self.eval_note.sizePolicy()
         keep.setRetainSizeWhenHidden(True)
         self.eval_note.setSizePolicy(keep)
-        self.eval_note.setFixedHeight(2 * self.eval_note.fontMetrics().lineSpacing() + 4)
         self.eval_note.hide()
         lay.addWidget(self.eval_note)
         self.plan_note = QLabel("")  # the memory plan, in the form's words
@@ -474,7 +472,7 @@ class TrainPage(Page):
         # a run trained with styles has a third line, for its "styles obeyed" figure (from
         # the run's data, so the tabs do not move when its first checkpoint is measured)
         lines = 3 if Run(run_dir).trained_styles() else 2
-        self.eval_note.setFixedHeight(lines * self.eval_note.fontMetrics().lineSpacing() + 4)
+        self.eval_note.set_lines(lines)
         self.eval_note.setText(evaluation_summary(data))
         # every checkpoint's styles where the line has room for one
         self.eval_note.setToolTip("\n".join([self.eval_note.text(),

@@ -235,6 +235,11 @@ class TrainSettings(QWidget):
         for p in PRESETS:
             self.preset.addItem(p.name)
         self.preset.addItem(CUSTOM)
+        # as narrow as the form's other choices (gui/settings_form.py): its longest name
+        # made the form wider than its column, and the column cut every box's right side
+        self.preset.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.preset.setMinimumContentsLength(14)
         self.preset.setToolTip("Steps and learning rate for the amount of audio the voice "
                                "has; \"Custom\" once you change them")
         self.preset.currentIndexChanged.connect(self.apply_preset)
@@ -284,7 +289,10 @@ class TrainSettings(QWidget):
             if isinstance(field.widget, QCheckBox):
                 form.addRow(field.widget)
             else:
-                form.addRow(field.label, field.widget)
+                # a long name (Code predictor frames) wraps rather than widen the form
+                label = QLabel(field.label)
+                label.setWordWrap(True)
+                form.addRow(label, field.widget)
         self._trainable_changed()
         self.evaluate = QCheckBox("Evaluate each checkpoint")
         self.evaluate.setToolTip("Beside training, render held-out sentences from each new "

@@ -8,8 +8,8 @@ squeezing (8, 4, 3 or 2 per row, as the width allows).
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtGui import QResizeEvent, QTextLayout, QTextOption
 from PySide6.QtWidgets import (
     QGridLayout,
     QLabel,
@@ -64,6 +64,55 @@ class OneLineLabel(QLabel):
 
     def sizeHint(self) -> QSize:
         return QSize(0, super().sizeHint().height())
+
+
+class FewLinesLabel(OneLineLabel):
+    """A word-wrapped label `lines` lines tall whatever its text: a longer text ends in "…"
+    on its last line (`text()` keeps it whole). The evaluation line wrapped to three lines
+    in a room of two at 1100 px, and the room cut its first and last lines in half."""
+
+    def __init__(self, lines: int = 2, parent: QWidget | None = None) -> None:
+        self._lines = lines  # before the base class's first fit
+        super().__init__("", parent)
+        self.setWordWrap(True)
+
+    def set_lines(self, lines: int) -> None:
+        self._lines = lines
+        self._fit()
+
+    def clear(self) -> None:
+        self.setText("")
+
+    def _line_starts(self, width: int) -> list[int]:
+        """Where each line of the whole text starts, wrapped at `width` as QLabel wraps."""
+        layout = QTextLayout(self._full, self.font())
+        option = QTextOption()
+        option.setWrapMode(QTextOption.WrapMode.WordWrap)
+        layout.setTextOption(option)
+        layout.beginLayout()
+        starts = []
+        while (line := layout.createLine()).isValid():
+            line.setLineWidth(width)
+            starts.append(line.textStart())
+        layout.endLayout()
+        return starts
+
+    def _fit(self) -> None:
+        metrics = self.fontMetrics()
+        self.setFixedHeight(self._lines * metrics.lineSpacing() + 4)
+        width = self.contentsRect().width()
+        shown = self._full
+        starts = self._line_starts(width) if width > 0 and shown else []
+        if len(starts) > self._lines:
+            cut = starts[self._lines - 1]
+            shown = shown[:cut] + metrics.elidedText(shown[cut:], Qt.TextElideMode.ElideRight,
+                                                     width)
+        QLabel.setText(self, shown)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self._fit()  # the theme's font: other line heights and breaks
 
 
 class StatsBar(QWidget):
