@@ -455,15 +455,15 @@ def test_no_display_is_a_clear_message_not_a_qt_abort() -> None:
     assert out.stderr.strip().startswith("error: No display was found")
 
 
-def test_disabled_danger_buttons_look_disabled_and_spin_boxes_have_arrows(qtbot) -> None:
+def test_disabled_danger_buttons_look_disabled_and_spin_boxes_have_arrows(qtbot,
+                                                                         themed) -> None:
     from PySide6.QtGui import QColor
     from PySide6.QtWidgets import QSpinBox
 
-    from gui.theme import DARK, ThemeManager
+    from gui.theme import DARK
     from gui.widgets import button
 
-    app = QApplication.instance()
-    ThemeManager(app, "dark").apply()
+    themed("dark")  # the application is put back after: later tests get their own theme
 
     def pixels_near(what, color: str, tol: int = 40) -> int:
         img = (what.grab() if hasattr(what, "grab") else what).toImage()
