@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QEvent, QSettings, Qt
+from PySide6.QtWidgets import QApplication
 
 from tests.helpers.voices import make_voice
 
@@ -69,10 +70,15 @@ def window(request: pytest.FixtureRequest, qtbot: object, ctx: object,
 
     mode = getattr(request, "param", "light")
     w = MainWindow(ctx, theme=themed(mode))  # type: ignore[arg-type]
-    qtbot.addWidget(w)  # type: ignore[attr-defined]
     w.show()
     yield w
     w.shutdown()
+    # closed and deleted here, not by qtbot after `themed` is undone: putting the
+    # application's style sheet back re-styles every live widget, and re-styling this
+    # shut-down window (its pages, plots, dialogs) crashed the process once in a long run
+    w.close()
+    w.deleteLater()
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 @pytest.fixture
