@@ -51,6 +51,10 @@ its best checkpoint then) follows the best: when an evaluation picks another, th
 is written again from it (atomically: a failure leaves the old one speaking and says
 why), and the result's "adapter_voice" and summary say so; a server serving it sees its
 folder change and loads it again.
+
+Where the parts live: measuring a render in `engine.quality.measure`, the watcher beside
+training in `engine.quality.watch`, the report (the HTML page and the summary in words) in
+`engine.quality.report`; their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -68,27 +72,23 @@ from typing import Any
 
 import numpy as np
 
-from engine.asr.recognizer import describe, load_recognizer, to_16k
-from engine.asr.wer import word_count, word_errors
-from engine.audio.io import read_mono
-from engine.audio.loudness import integrated_loudness
-from engine.audio.vad import speech_regions
+from engine.asr.recognizer import describe
 from engine.config.evaluate import EvaluateConfig
 from engine.config.speak import SpeakOptions
 from engine.core.atomic import locked, read_json, write_json, write_text
 from engine.core.errors import InputError, VoxshardError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
-from engine.data.dataset import split_ids
 from engine.layout import run as run_layout
 from engine.layout.checkpoints import COMPLETE, HELD_DIR, kept_best, run_of, step_of
 from engine.layout.exports import latest_export
-from engine.layout.manifest import read_manifest, reference_clip
+from engine.layout.manifest import reference_clip
 from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
 from engine.layout.tiers import is_adapter, read_adapter_info, run_adapter_dir
-from engine.layout.voice import Voice, display_path, now_iso, open_voice
+from engine.layout.voice import Voice, now_iso, open_voice
 from engine.model.loading import resolve_model
-from engine.prepare.styles import styles_obeyed
-from engine.quality.rate_thirds import RATE_THIRDS, rate_thirds
+from engine.quality.measure import METRICS, Meter, Reference, _means, _r, _rel
+from engine.quality.measure import level_figures as level_figures  # importable from here too
+from engine.quality.measure import speech_span_s as speech_span_s
 from engine.quality.render_set import (
     Loading,
     Rendered,
@@ -98,14 +98,7 @@ from engine.quality.render_set import (
     render_folder,
     write_renders,
 )
-from engine.quality.report import render_html
-from engine.quality.similarity import (
-    ModelSpeakerEncoder,
-    ResemblyzerEncoder,
-    centroid,
-    cosine,
-    self_similarity,
-)
+from engine.quality.report import format_summary, render_html
 from engine.quality.styles import style_obedience
 from engine.synth.runaway import cut_reasons
 from engine.synth.synthesizer import Synthesizer
@@ -131,39 +124,6 @@ WER_SLACK = 0.10
 RATE_BAND = (0.8, 1.25)
 #: a similarity this much below the zero-shot clone is reported
 SIMILARITY_DROP = 0.02
-#: loudness floor reported for silence (integrated loudness of silence is -inf)
-LOUDNESS_FLOOR = -70.0
-PEAK_FLOOR = -100.0
-CLIP_LEVEL = 0.999
-
-
-@dataclass
-class Reference:
-    """The speaker's held-out clips and what they measure."""
-
-    clips: list[dict[str, Any]]
-    held_out: bool
-    words_per_s: float | None
-    centroid: dict[str, np.ndarray]
-    self_similarity: dict[str, float | None]
-
-    def to_dict(self, out_dir: Path) -> dict[str, Any]:
-        return {"clips": [{"id": c["id"], "text": c.get("text", ""),
-                           "path": _rel(Path(c["abs"]), out_dir)} for c in self.clips],
-                "held_out": self.held_out,
-                "words_per_s": _r(self.words_per_s),
-                "self_similarity": {k: _r(v) for k, v in self.self_similarity.items()}}
-
-
-def _r(x: float | None, nd: int = 4) -> float | None:
-    return None if x is None or not math.isfinite(x) else round(float(x), nd)
-
-
-def _rel(path: Path, base: Path) -> str:
-    try:
-        return os.path.relpath(path, base)
-    except ValueError:  # another drive (Windows)
-        return str(path)
 
 
 # -- what to evaluate --------------------------------------------------------------------------
@@ -267,145 +227,7 @@ def _skip_note(step: int | None, name: str, reason: str = PRUNED) -> dict[str, A
     return {"step": step, "checkpoint": name, "reason": reason}
 
 
-# -- measuring ------------------------------------------------------------------------------------
-
-def speech_span_s(audio: np.ndarray, sample_rate: int) -> float:
-    """Seconds from the first to the last speech region (pauses inside count, silence around
-    does not); the whole length when no region is found."""
-    if audio.size == 0:
-        return 0.0
-    try:
-        regions = speech_regions(np.asarray(audio, dtype=np.float32), sample_rate)
-    except (ValueError, IndexError):
-        regions = []
-    if not regions:
-        return len(audio) / sample_rate
-    return (regions[-1][1] - regions[0][0]) / sample_rate
-
-
-def level_figures(audio: np.ndarray, sample_rate: int) -> dict[str, float]:
-    """Integrated loudness (LUFS, floored), peak (dBFS, floored), clipped sample fraction."""
-    audio = np.nan_to_num(np.asarray(audio, dtype=np.float32))
-    try:
-        lufs = float(integrated_loudness(audio, sample_rate)) if audio.size else -math.inf
-    except (ValueError, ZeroDivisionError):
-        lufs = -math.inf
-    peak = float(np.abs(audio).max()) if audio.size else 0.0
-    return {
-        "loudness_lufs": round(max(LOUDNESS_FLOOR, lufs) if math.isfinite(lufs)
-                               else LOUDNESS_FLOOR, 2),
-        "peak_dbfs": round(max(PEAK_FLOOR, 20 * math.log10(peak)) if peak > 0 else PEAK_FLOOR,
-                           2),
-        "clipped_fraction": round(float(np.mean(np.abs(audio) >= CLIP_LEVEL)) if audio.size
-                                  else 0.0, 6),
-    }
-
-
-class Meter:
-    """The recogniser and both speaker encoders, loaded once, measuring renders."""
-
-    def __init__(self, asr: Any, base_model: Path | None, device: str | None,
-                 emitter: Emitter) -> None:
-
-        self.asr = asr if hasattr(asr, "transcribe") else load_recognizer(asr, device)
-        self.encoders: dict[str, Any] = {"resemblyzer": ResemblyzerEncoder(
-            "cuda" if (device or "").startswith("cuda") else "cpu")}
-        if base_model is not None:
-            try:
-                self.encoders["model"] = ModelSpeakerEncoder(base_model, device or "cpu")
-            except VoxshardError as exc:
-                emitter.log(f"The model's own speaker encoder is not available: {exc.message}",
-                            level="warning")
-
-    def embed(self, audio: np.ndarray, sample_rate: int) -> dict[str, np.ndarray]:
-        return {k: enc.embed(audio, sample_rate) for k, enc in self.encoders.items()}
-
-    def reference(self, voice: Voice, run_dir: Path, limit: int) -> Reference:
-
-        try:
-            clips = read_manifest(voice.path)
-        except (VoxshardError, OSError) as exc:
-            raise WorkspaceError(f"The voice {voice.path.name} has no prepared clips to compare "
-                                 "renders with.", "Run `voxshard-engine prepare` first.") from exc
-        if not clips:
-            raise WorkspaceError(f"The voice {voice.path.name} has no usable prepared clips to "
-                                 "compare renders with.", "Run `voxshard-engine prepare` first.")
-        data = Run(run_dir).config().get("data") or {}
-        try:
-            _, val = split_ids([c["id"] for c in clips], float(data.get("val_fraction", 0.05)),
-                               int(data.get("val_min", 2)), int(data.get("seed", 0)))
-        except (TypeError, ValueError):
-            val = []
-        held_out = len(val) >= 1
-        chosen = [c for c in clips if c["id"] in set(val)] if held_out else clips
-        chosen = chosen[:limit]
-        embeds: dict[str, list[np.ndarray]] = {k: [] for k in self.encoders}
-        words = 0
-        speech_s = 0.0
-        out: list[dict[str, Any]] = []
-        for c in chosen:
-            path = voice.path / c["path"]
-            audio = read_mono(path, 24000)
-            for k, v in self.embed(audio, 24000).items():
-                embeds[k].append(v)
-            if c.get("text"):
-                words += word_count(c["text"])
-                speech_s += speech_span_s(audio, 24000)
-            out.append({**c, "abs": str(path)})
-        return Reference(
-            clips=out, held_out=held_out,
-            words_per_s=(words / speech_s) if speech_s > 0 and words else None,
-            centroid={k: centroid(v) for k, v in embeds.items()},
-            self_similarity={k: self_similarity(v) for k, v in embeds.items()})
-
-    def measure(self, audio: np.ndarray, sample_rate: int, text: str, ref: Reference,
-                language: str | None) -> dict[str, Any]:
-
-        emb = self.embed(audio, sample_rate)
-        heard = self.asr.transcribe(to_16k(audio, sample_rate), language)
-        errors = word_errors(text, heard.text)
-        span = speech_span_s(audio, sample_rate)
-        wps = word_count(text) / span if span > 0 else 0.0
-        out: dict[str, Any] = {
-            "similarity": _r(cosine(emb["resemblyzer"], ref.centroid["resemblyzer"])),
-            "similarity_model": (_r(cosine(emb["model"], ref.centroid["model"]))
-                                 if "model" in emb else None),
-            "heard": heard.text, "wer": _r(errors.wer),
-            "duration_s": _r(len(audio) / sample_rate, 3), "speech_s": _r(span, 3),
-            "words_per_s": _r(wps, 3),
-            "rate_ratio": _r(wps / ref.words_per_s, 3) if ref.words_per_s else None,
-            **rate_thirds(heard.words),
-            **level_figures(audio, sample_rate),
-        }
-        return out
-
-
 # -- the evaluation ----------------------------------------------------------------------------
-
-METRICS = ("similarity", "similarity_model", "wer", "words_per_s", "rate_ratio",
-           "loudness_lufs", "peak_dbfs", "clipped_fraction", *RATE_THIRDS)
-
-
-def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
-    vals = [r[key] for r in rows if isinstance(r.get(key), int | float)
-            and math.isfinite(r[key])]
-    return _r(float(np.mean(vals))) if vals else None
-
-
-def _means(renders: list[dict[str, Any]]) -> dict[str, Any]:
-    """Means over the sentences. The speaking rate of a sentence cut at its length cap
-    or by the runaway guard says nothing, so the rate is averaged over the sentences
-    that ended when any did (else over all, marked `rate_from_capped`). `runaway`: the
-    sentences the guard cut (a loop or silence)."""
-    ended = [r for r in renders if not r["capped"] and not r.get("runaway")]
-    out: dict[str, Any] = {m: _mean(renders, m) for m in METRICS}
-    for m in ("words_per_s", "rate_ratio", *RATE_THIRDS):
-        out[m] = _mean(ended or renders, m)
-    out["rate_from_capped"] = not ended
-    out["capped"] = sum(1 for r in renders if r["capped"])
-    out["runaway"] = sum(1 for r in renders if r.get("runaway"))
-    return out
-
 
 def _key(source: Any, sentences: list[str], options: dict[str, Any], asr_model: str,
          ref_ids: list[str], encoders: list[str]) -> str:
@@ -961,320 +783,11 @@ def _assemble(request: EvaluateRequest, voice: Voice, run_dir: Path, base_dir: P
     }
 
 
-def format_summary(result: dict[str, Any], out: Path) -> str:
-    def f(x: Any, spec: str) -> str:
-        return "-" if x is None else format(x, spec)
+def __getattr__(name: str) -> Any:
+    """`watch` (and `HELD_MAX`) from `engine.quality.watch`, where they live now; loaded
+    when asked for, as that module builds on this one."""
+    if name in ("watch", "HELD_MAX"):
+        from engine.quality import watch as watching  # it imports this module: not at the top
 
-    fresh = len(result.get("evaluated") or result["entries"])
-    count = result.get("count") or {}
-    of = (f" {count.get('measured', 0)} of {count['written']} checkpoints measured."
-          if count.get("written") else "")
-    lines = [f"Evaluated {fresh} voice(s) of run {result['run']} ({len(result['entries'])} "
-             f"in the report) on {len(result['sentences'])} held-out sentence(s) "
-             f"(seed {result['seed']}, ASR {result['asr']['backend']}).{of}",
-             f"  {'voice':<14}{'similarity':>11}{'(model)':>9}{'WER':>7}{'rate':>7}"
-             f"{'LUFS':>8}{'clip %':>8}"]
-    for e in result["entries"]:
-        m = e["mean"]
-        mark = " *" if result.get("best") and e["label"] == result["best"]["label"] else ""
-        lines.append(f"  {e['label'][:14]:<14}{f(m.get('similarity'), '.3f'):>11}"
-                     f"{f(m.get('similarity_model'), '.3f'):>9}{f(m.get('wer'), '.2f'):>7}"
-                     f"{f(m.get('rate_ratio'), '.2f'):>7}{f(m.get('loudness_lufs'), '.1f'):>8}"
-                     f"{f(100 * m['clipped_fraction'] if m.get('clipped_fraction') is not None else None, '.2f'):>8}{mark}")  # noqa: E501
-    ceiling = result["reference"]["self_similarity"].get("resemblyzer")
-    if ceiling is not None:
-        lines.append(f"  real clips of the speaker score {ceiling:.3f} (the ceiling).")
-    if result.get("baseline"):
-        lines.append(f"  zero-shot baseline: {result['baseline']['mode'].replace('_', '-')} "
-                     "cloning.")
-    for e in result["entries"]:
-        if e.get("styles"):
-            lines.append(f"  {e['label']}: {styles_obeyed(e['styles'])}.")
-    if result.get("best"):
-        lines.append(f"  best checkpoint: {result['best']['label']} (*).")
-    for w in result["warnings"]:
-        lines.append(f"  warning: {w['message']}")
-    gone = [n for n in result.get("skipped") or [] if n.get("step") is not None]
-    if gone:
-        lines.append(f"  not measured: step {', '.join(str(n['step']) for n in gone)}.")
-        reasons = dict.fromkeys(str(n.get("reason") or "") for n in gone)
-        lines += [f"    ({reason})" for reason in reasons if reason]
-    lines.append(f"Report: {display_path(out / REPORT_FILE)}")
-    return "\n".join(lines)
-
-
-def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float | None = None,
-          patience: int | None = None, stop: threading.Event | None = None,
-          on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
-    """Evaluate each checkpoint of a run as training writes it, in this process (start it
-    as a second engine process beside training, which then never waits for it).
-
-    The zero-shot clone (and the voice's export) is measured first, as soon as the run
-    says its base model, so the baseline is there before the first checkpoint. Then the
-    run is polled every `interval_s`: the newest unmeasured checkpoint is rendered and
-    measured, one per pass, so a watcher slower than training falls behind gracefully
-    (it always measures the newest; older ones it measures while they last). Training
-    keeps only its newest checkpoints, so the watcher holds each one until it is measured
-    (`Run.hold`: hard links pruning cannot take away; `_Holds`): a thread holds every new
-    checkpoint as it appears, also while a long render runs (the baseline), at most
-    `HELD_MAX` waiting (the oldest waiting is let go for a new one). Every checkpoint
-    training wrote (`Run.written`, and what the thread saw) is measured, or skipped and
-    noted in the report with why (pruned before it was held, or let go while the
-    evaluation was behind); the watcher never stops for one. Training never waits for
-    the watcher and keeps no checkpoint for it: the held copies are the watcher's, and
-    cost disk only once training has deleted their originals (at most `HELD_MAX`
-    checkpoints). `evaluation.json` and the report grow with every
-    measured voice, and a `state` event `evaluation_updated` carries the best checkpoint
-    so far. With `patience`, a `state` event `early_stop_suggested` (and a warning) says
-    when the best has not improved for that many evaluated checkpoints; stopping
-    training stays the caller's decision. Returns the last evaluation when `stop` is
-    set, after `idle_s` seconds without a new checkpoint while training logs no step (not
-    before the run's first step or checkpoint), or on Ctrl-C (SIGTERM).
-    `request.checkpoints` is the watcher's.
-    """
-    watcher = _Watcher(request, as_emitter(on_event), patience)
-    watcher.holds.start()
-    try:
-        while stop is None or not stop.is_set():
-            if watcher.one_pass():
-                continue  # the next newest at once: training may be ahead
-            if idle_s is not None and watcher.idle_for() > idle_s:
-                break
-            if stop is not None:
-                stop.wait(interval_s)
-            else:
-                time.sleep(interval_s)
-    except KeyboardInterrupt:
-        watcher.em.log("Stopped watching.")
-    finally:
-        watcher.holds.close()
-    if not watcher.result:
-        name = watcher.run.name
-        return {"run": name, "entries": [], "best": None,
-                "summary": f"No checkpoint of {name} appeared while watching."}
-    return watcher.result
-
-
-#: checkpoints a watcher holds at most while they wait to be measured (each a checkpoint's
-#: disk once training has pruned its original; while training keeps it, no extra space)
-HELD_MAX = 4
-
-
-def _behind(n: int) -> str:
-    return (f"the evaluation fell {n} checkpoints behind training, and holds at most "
-            f"{HELD_MAX} waiting; training deleted this one before it was measured")
-
-
-class _Holds:
-    """The checkpoints a watcher holds from training's pruning (`Run.hold`): each new one as
-    it appears, until it is measured, at most `HELD_MAX` of them (the oldest waiting one
-    is let go for a new one; the newest are measured first). A thread looks every `poll_s`,
-    also while a long render runs (the zero-shot baseline), and remembers every checkpoint
-    it saw, so one written and pruned meanwhile is still named."""
-
-    POLL_S = 0.2
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.copies: dict[str, Path] = {}  # checkpoint name -> its held copy
-        self.busy: str | None = None  # being measured: never let go of before it is done
-        self.done: set[str] = set()  # measured or noted: not worth holding
-        self.seen: dict[str, int | None] = {}  # every checkpoint listed, by name
-        self.dropped: dict[str, str] = {}  # let go before it was measured -> why
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="evaluate-holds", daemon=True)
-
-    def start(self) -> None:
-        self.run.release()  # what a watcher killed before left behind
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        with self._lock:
-            self.copies.clear()
-            self.run.release()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.POLL_S):
-            try:
-                self.hold_new()
-            except OSError:  # a folder pruned while it was listed: the next look sees it
-                continue
-
-    def names(self) -> set[str]:
-        with self._lock:
-            return set(self.copies)
-
-    def sightings(self) -> dict[str, int | None]:
-        with self._lock:
-            return dict(self.seen)
-
-    def hold_new(self) -> None:
-        """Hold every checkpoint not measured yet and not held; past `HELD_MAX`, let go of
-        the oldest waiting ones (not the one being measured)."""
-        with self._lock:
-            found = self.run.checkpoints()
-            for c in found:
-                self.seen.setdefault(c.name, step_of(c.name))
-            for c in found:
-                if c.name in self.done or c.name in self.copies or c.name in self.dropped:
-                    continue
-                copy = self.run.hold(c)
-                if copy is not None:
-                    self.copies[c.name] = copy
-            waiting = sorted((n for n in self.copies if n != self.busy),
-                             key=lambda n: self.seen.get(n) or 0)
-            behind = len(waiting) + (self.busy is not None)
-            for name in waiting[:max(0, len(self.copies) - HELD_MAX)]:
-                self.run.release(self.copies.pop(name).name)
-                self.dropped[name] = _behind(behind)
-
-    def take(self, name: str) -> Path | None:
-        """The held copy of `name`, held now if the thread has not yet (None: it cannot be
-        held: gone already, or in an object store); kept until `finish(name)`."""
-        with self._lock:
-            self.busy = name
-            copy = self.copies.get(name)
-            if copy is None:
-                live = self.run.path / name
-                copy = self.run.hold(live) if live.is_dir() else None
-                if copy is not None:
-                    self.copies[name] = copy
-            return copy
-
-    def finish(self, names: set[str]) -> None:
-        """`names` are measured or noted: let go of their copies."""
-        with self._lock:
-            self.done |= names
-            if self.busy in names:
-                self.busy = None
-            for name in names & set(self.copies):
-                self.run.release(self.copies.pop(name).name)
-
-
-class _Watcher:
-    """What `watch` knows between its passes over the run."""
-
-    def __init__(self, request: EvaluateRequest, em: Emitter, patience: int | None) -> None:
-        v = request.voice if isinstance(request.voice, Voice) else open_voice(request.voice)
-        found = run_layout.pick_run(v.path, request.run)
-        if found is None and not request.run:
-            raise WorkspaceError(f"The voice {v.path.name} has no training run to watch.",
-                                 "Start training first, or give --run.",
-                                 window_hint="Press Start training first.")
-        # a named run not there yet: the training just started creates it
-        self.run = found if found is not None else v.run(str(request.run))
-        self.request = replace(request, voice=v, run=str(self.run.path))
-        self.em, self.patience = em, patience
-        self.holds = _Holds(self.run)
-        self.measured: set[str] = set()
-        self.listed: dict[str, int | None] = {}  # every checkpoint seen, by name
-        self.noted: set[str] = set()
-        self.baseline = False
-        self.result: dict[str, Any] = {}
-        self.best_step: int | None = None
-        self.since_best = 0
-        self.suggested = False
-        self.last_new = time.monotonic()
-        em.state("watching", detail=str(self.run.path))
-
-    def idle_for(self) -> float:
-        """Seconds since anything new: a checkpoint measured or noted, or a step training
-        logged (a run still training is not idle, however long its next save takes). A
-        run that has logged no step and written no checkpoint yet is starting (its
-        workers may take minutes), not idle."""
-        try:
-            stat = self.run.metrics_file.stat()
-            logged = time.time() - stat.st_mtime if stat.st_size else None
-        except OSError:
-            logged = None
-        if logged is None and not self.listed:
-            return 0.0
-        return min(time.monotonic() - self.last_new, math.inf if logged is None else logged)
-
-    def _available(self) -> set[str]:
-        """Checkpoints that can still be measured: on disk, or held."""
-        present = {c.name for c in self.run.checkpoints()}
-        return present | self.holds.names()
-
-    def one_pass(self) -> bool:
-        """Measure what is new; True when the next pass should follow at once."""
-        available = self._available()
-        # what training wrote: what the listing and the holding thread saw, and what
-        # training recorded (one written and pruned between two looks included)
-        for name, step in [*((n, step_of(n)) for n in available),
-                           *self.holds.sightings().items(), *self.run.written().items()]:
-            self.listed.setdefault(name, step)
-        new = sorted((n for n in self.listed if n not in self.measured and n not in self.noted),
-                     key=lambda n: self.listed[n] or 0)
-        todo = [n for n in new if n in available]
-        if todo:
-            self._measure_newest(todo)
-            return True
-        if not self.baseline and self.run.base_model():
-            # the zero-shot baseline before the first checkpoint exists
-            self.result = self._evaluate([], self._pruned())
-            self.em.state("evaluation_updated", detail="baseline", best_step=None,
-                          checkpoints=0, path=self.result["path"], skipped=len(self.noted))
-            return True
-        if new:
-            notes = self._pruned()
-            if notes and self.baseline:
-                self.result = self._evaluate([], notes)  # the note lands in the report
-        return False
-
-    def _measure_newest(self, todo: list[str]) -> None:
-        em = self.em
-        self.last_new = time.monotonic()
-        newest = todo[-1]
-        if len(todo) > 1:
-            em.log(f"Training is ahead of the evaluation: measuring {newest} first "
-                   f"({len(todo) - 1} older checkpoint(s) wait while they last).")
-        # the held copy: training may delete the original while it is measured
-        source = self.holds.take(newest) or newest
-        try:
-            self.result = self._evaluate([str(source)], self._pruned())
-        finally:
-            self.holds.finish({newest} | self.noted)
-        if newest not in self.noted:
-            self.measured.add(newest)
-        best = self.result.get("best") or {}
-        if best.get("step") == self.best_step:
-            self.since_best += 1
-        else:
-            self.best_step, self.since_best = best.get("step"), 0
-        em.state("evaluation_updated", detail=f"best: {best.get('label')}",
-                 best_step=self.best_step, checkpoints=len(self.measured),
-                 path=self.result["path"], skipped=len(self.noted))
-        if self.patience and self.since_best >= self.patience and not self.suggested:
-            self.suggested = True
-            em.log(f"The best checkpoint (step {self.best_step}) has not improved for "
-                   f"{self.since_best} evaluated checkpoints: training longer is unlikely "
-                   "to help.", level="warning")
-            em.state("early_stop_suggested", best_step=self.best_step,
-                     detail=f"no improvement for {self.since_best} checkpoints")
-
-    def _pruned(self) -> list[dict[str, Any]]:
-        """Checkpoints seen but deleted by training before this watcher held them."""
-        available = self._available()
-        gone = [n for n in self.listed
-                if n not in self.measured and n not in available and n not in self.noted]
-        for name in gone:
-            self.em.log(f"{name} was deleted by training before it was measured; skipped "
-                        "(noted in the report).", level="warning")
-        return [_skip_note(self.listed[n], n, self.holds.dropped.get(n, PRUNED))
-                for n in gone]
-
-    def _evaluate(self, checkpoints: list[str], notes: list[dict[str, Any]]) -> dict[str, Any]:
-        first = not self.baseline
-        out = evaluate(replace(self.request, checkpoints=checkpoints,
-                               zero_shot=self.request.zero_shot and first,
-                               export=self.request.export if first else False, skipped=notes),
-                       on_event=self.em)
-        self.baseline = True
-        self.noted.update(n["checkpoint"] for n in out.get("skipped") or [])
-        self.last_new = time.monotonic()  # idle means no new checkpoint, not a long evaluation
-        return out
+        return getattr(watching, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,5 @@
-"""The evaluation as one self-contained HTML page: summary, plots, table, players.
+"""The evaluation as one self-contained HTML page: summary, plots, table, players; and
+as words (`format_summary`: the CLI's and the API's summary).
 
 Plots are inline SVG drawn here (no JavaScript, no network): speaker
 similarity per checkpoint (both encoders, the zero-shot clone and the
@@ -10,7 +11,12 @@ from __future__ import annotations
 
 import html
 import math
+from pathlib import Path
 from typing import Any
+
+from engine.layout.run import REPORT_FILE
+from engine.layout.voice import display_path
+from engine.prepare.styles import styles_obeyed
 
 COLORS = ("#2463eb", "#d9480f", "#2b8a3e", "#862e9c")
 ZERO_SHOT_COLOR = "#c2255c"  # apart from every series colour
@@ -314,3 +320,46 @@ def render_html(result: dict[str, Any]) -> str:
                  f"<th></th></tr>{refs}</table>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def format_summary(result: dict[str, Any], out: Path) -> str:
+    """The evaluation in words: a table of each voice's means, the best, the warnings."""
+    def f(x: Any, spec: str) -> str:
+        return "-" if x is None else format(x, spec)
+
+    fresh = len(result.get("evaluated") or result["entries"])
+    count = result.get("count") or {}
+    of = (f" {count.get('measured', 0)} of {count['written']} checkpoints measured."
+          if count.get("written") else "")
+    lines = [f"Evaluated {fresh} voice(s) of run {result['run']} ({len(result['entries'])} "
+             f"in the report) on {len(result['sentences'])} held-out sentence(s) "
+             f"(seed {result['seed']}, ASR {result['asr']['backend']}).{of}",
+             f"  {'voice':<14}{'similarity':>11}{'(model)':>9}{'WER':>7}{'rate':>7}"
+             f"{'LUFS':>8}{'clip %':>8}"]
+    for e in result["entries"]:
+        m = e["mean"]
+        mark = " *" if result.get("best") and e["label"] == result["best"]["label"] else ""
+        lines.append(f"  {e['label'][:14]:<14}{f(m.get('similarity'), '.3f'):>11}"
+                     f"{f(m.get('similarity_model'), '.3f'):>9}{f(m.get('wer'), '.2f'):>7}"
+                     f"{f(m.get('rate_ratio'), '.2f'):>7}{f(m.get('loudness_lufs'), '.1f'):>8}"
+                     f"{f(100 * m['clipped_fraction'] if m.get('clipped_fraction') is not None else None, '.2f'):>8}{mark}")  # noqa: E501
+    ceiling = result["reference"]["self_similarity"].get("resemblyzer")
+    if ceiling is not None:
+        lines.append(f"  real clips of the speaker score {ceiling:.3f} (the ceiling).")
+    if result.get("baseline"):
+        lines.append(f"  zero-shot baseline: {result['baseline']['mode'].replace('_', '-')} "
+                     "cloning.")
+    for e in result["entries"]:
+        if e.get("styles"):
+            lines.append(f"  {e['label']}: {styles_obeyed(e['styles'])}.")
+    if result.get("best"):
+        lines.append(f"  best checkpoint: {result['best']['label']} (*).")
+    for w in result["warnings"]:
+        lines.append(f"  warning: {w['message']}")
+    gone = [n for n in result.get("skipped") or [] if n.get("step") is not None]
+    if gone:
+        lines.append(f"  not measured: step {', '.join(str(n['step']) for n in gone)}.")
+        reasons = dict.fromkeys(str(n.get("reason") or "") for n in gone)
+        lines += [f"    ({reason})" for reason in reasons if reason]
+    lines.append(f"Report: {display_path(out / REPORT_FILE)}")
+    return "\n".join(lines)
