@@ -496,7 +496,7 @@ class ImportPage(Page):
         # the transcript is what the user reads and fixes: it gets what is left, and the
         # others stay narrow enough that it is the widest column on a laptop (1100 px);
         # a long verdict or style is elided, its tooltip has it whole
-        for col, width in ((0, 48), (1, 130), (2, 115), (3, 60), (5, 100), (6, 105)):
+        for col, width in ((0, 48), (1, 130), (2, 125), (3, 60), (5, 95), (6, 100)):
             self.table.setColumnWidth(col, width)
         self.table.doubleClicked.connect(self._double_clicked)
         play_key = QShortcut(QKeySequence(Qt.Key.Key_Space), self.table)
