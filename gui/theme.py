@@ -156,12 +156,16 @@ def style_sheet(theme: Theme) -> str:
 
 
 def apply_theme(app: QApplication, theme: Theme) -> None:
-    if app.style().name().lower() != "fusion":
-        app.setStyle("Fusion")  # re-polishes every widget: only once
-    app.setPalette(_palette(theme))
-    app.setStyleSheet(style_sheet(theme))
     # antialiasing costs ~3x the paint time of the live charts; lines stay crisp without it
     pg.setConfigOptions(antialias=False, background=theme.surface, foreground=theme.text_muted)
+    if app.style().name().lower() != "fusion":
+        app.setStyle("Fusion")  # re-polishes every widget: only once
+    palette, sheet = _palette(theme), style_sheet(theme)
+    if app.styleSheet() == sheet and app.palette() == palette:
+        return  # the same theme again (a system change that keeps it): re-polishing every
+        # live widget for nothing costs more the more widgets live
+    app.setPalette(palette)
+    app.setStyleSheet(sheet)
 
 
 @lru_cache(maxsize=256)
