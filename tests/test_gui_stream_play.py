@@ -85,7 +85,7 @@ def test_listen_says_when_playback_had_to_wait_for_the_speech(
         writer = GrowingFile(out, "wav")
         blocks = _blocks(n=10)
         writer.write(blocks[0])
-        page.request, page._pending = rid, (out, "Hello.", {"kind": "zero_shot"})
+        page.request, page._pending = rid, (out, "Hello.", {"kind": "zero_shot"}, "")
         with qtbot.waitSignal(player.started, timeout=10000):
             page.speech.partial.emit(rid, str(out))
         if delay:
