@@ -44,6 +44,7 @@ def synth(tiny_model_dir: Path, clip: Path) -> Synthesizer:
                             dtype="float32")
 
 
+@pytest.mark.parity
 @pytest.mark.parametrize("in_context", [True, False])
 def test_non_streaming_talker_inputs_equal_the_official_inputs(synth: Synthesizer,
                                                                in_context: bool) -> None:
@@ -72,6 +73,7 @@ def test_non_streaming_talker_inputs_equal_the_official_inputs(synth: Synthesize
         assert torch.equal(step, frame + text), f"input {n + k} (frame {k}) differs"
 
 
+@pytest.mark.parity
 def test_every_voice_speaks_the_whole_text_layout_by_default(synth: Synthesizer) -> None:
     """A zero-shot (in-context) voice with default options gives the official codes of the
     non-streaming layout, greedy; the other layout stays an option."""
