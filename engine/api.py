@@ -162,7 +162,7 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,  # noqa: PLR091
     model with a reference clip (zero-shot preview: in-context cloning when
     `reference_text`, or the workspace's transcript of the clip, is known).
     `stream`: write the file as it grows. `quantize="int8"`: faster CPU decoding,
-    not bit-exact. `options` are `SpeakOptions` fields."""
+    not bit-exact. `options`: the `SpeakOptions` fields by name (an unknown one is refused)."""
     from engine.config.speak import SpeakOptions, audio_format
     from engine.synth.synthesizer import Synthesizer
     from engine.synth.voice import resolve_source
@@ -174,7 +174,8 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,  # noqa: PLR091
                             reference=None if reference is None else str(reference),
                             reference_text=reference_text)
     synth = Synthesizer.load(source, device=device, on_event=emitter, quantize=quantize)
-    return synth.speak_to_file(text, out, SpeakOptions(**options), fmt, emitter, stream=stream)
+    return synth.speak_to_file(text, out, SpeakOptions.from_dict(options), fmt, emitter,
+                               stream=stream)
 
 
 def read(request: Any, on_event: EventCallback | Emitter | None = None,

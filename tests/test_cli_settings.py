@@ -59,10 +59,10 @@ def _help_of(parser: argparse.ArgumentParser, command: str, flag: str) -> str:
 def test_speak_and_train_help_show_the_config_defaults() -> None:
     parser = build_parser()
     chunk = _help_of(parser, "speak", "--chunk-chars")
-    assert chunk.endswith(f"(default {SpeakOptions().chunk_chars})")
+    assert chunk.endswith(f"(at least 20 and at most 400; default {SpeakOptions().chunk_chars})")
     assert chunk.startswith(field_help(SpeakOptions)["chunk_chars"])
     assert _help_of(parser, "compare", "--batch-size").endswith(
-        f"(default {SpeakOptions().batch_size})")
+        f"(at least 1 and at most 64; default {SpeakOptions().batch_size})")
     # a bounded setting says its bounds before its default, both from the field
     assert _help_of(parser, "train", "--lora-rank").endswith(
         f"(at least 1; default {ModelConfig().lora_rank})")
@@ -83,12 +83,20 @@ def test_speak_flags_not_given_leave_the_options_defaults() -> None:
 
 
 def test_serve_flags_default_to_the_serve_settings() -> None:
+    from engine.cli.cmd_serve import serve_settings
     from engine.config.serve import ServeSettings
 
     args = build_parser().parse_args(["serve"])
     want = ServeSettings()
-    assert (args.host, args.port, args.rows, args.queue, args.timeout, args.max_input,
+    assert (args.host, args.port, args.rows, args.queue, args.timeout_s, args.max_input,
             args.max_body, args.max_loaded, args.dtype) == (
         want.host, want.port, want.rows, want.queue, want.timeout_s, want.max_input,
         want.max_body, want.max_loaded, want.dtype)
-    assert _help_of(build_parser(), "serve", "--port").endswith(f"(default {want.port})")
+    assert _help_of(build_parser(), "serve", "--port").endswith(
+        f"(at least 0 and at most 65535; default {want.port})")
+    assert serve_settings(args) == want
+    # a number outside its setting's bounds is refused by the parser, in the field's words
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--port", "70000"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["speak", "v", "hi", "--temperature", "0"])

@@ -122,7 +122,7 @@ def test_the_rule_catches_loops_of_every_period_and_silence_never_speech() -> No
 
 
 def test_limits_are_checked_in_the_speak_options() -> None:
-    with pytest.raises(InputError, match="runaway_loop_s must be between 0"):
+    with pytest.raises(InputError, match="runaway_loop_s must be at least 0 and at most 60"):
         SpeakOptions(runaway_loop_s=61)
     with pytest.raises(InputError, match="runaway_silence_s"):
         SpeakOptions(runaway_silence_s=-1)

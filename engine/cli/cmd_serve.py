@@ -7,25 +7,35 @@ from typing import Any
 
 from engine.cli.main import add_command
 from engine.cli.settings import FIELD, add_field, field_help
-from engine.config.serve import ClusterServeSettings, ServeSettings
-from engine.config.speak import QUANT_MODES
+from engine.config.schema import lookup
+from engine.config.serve import SERVE_SETTINGS, ClusterServeSettings, ServeSettings
 from engine.core.errors import InputError
 from engine.core.events import Emitter
 
+#: the serve settings taken as flags, by field name
+_SETTINGS = tuple(path.rpartition(".")[2] for path in SERVE_SETTINGS)
+#: a flag's words where the command line says more than the field's comment
+_HELP = {"reference_base": "allow requests to clone from their own reference_audio (base64) "
+                           "on this Base model (off by default)"}
+_METAVARS = {"timeout_s": "SECONDS", "reference_base": "BASE_MODEL",
+             "wyoming": "tcp://HOST:PORT"}
+
+
+def serve_settings(args: argparse.Namespace) -> ServeSettings:
+    """The `ServeSettings` parsed `serve` flags give (the window's Serve page sends the same
+    settings by the same flags)."""
+    from engine.core.storage import expand_arg
+
+    values = {name: getattr(args, name) for name in _SETTINGS}
+    if values["reference_base"]:
+        values["reference_base"] = expand_arg(values["reference_base"])
+    return ServeSettings(targets=list(args.voices or []), **values)
+
 
 def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from engine.core.storage import expand_arg
     from engine.serve.server import serve
 
-    settings = ServeSettings(
-        targets=list(args.voices or []), workspace=args.workspace, host=args.host,
-        port=args.port, api_key_file=args.api_key_file, rows=args.rows, device=args.device,
-        dtype=args.dtype, quantize=args.quantize, fuse=args.fuse, max_loaded=args.max_loaded,
-        queue=args.queue, timeout_s=args.timeout, max_input=args.max_input,
-        max_body=args.max_body, preload=not args.no_preload,
-        reference_base=expand_arg(args.reference_base) if args.reference_base else None,
-        wyoming=args.wyoming, wyoming_allow_lan=args.wyoming_allow_lan, zeroconf=args.zeroconf,
-        http=args.http)
+    settings = serve_settings(args)
     if args.address and (args.wyoming or not args.http):
         raise InputError("--wyoming and --no-http serve from this computer, not through "
                          "--address.", "Leave out --address to serve Home Assistant.")
@@ -45,21 +55,10 @@ def register(sub: Any) -> None:
     p.add_argument("voices", nargs="*", metavar="VOICE_OR_EXPORT",
                    help="exported voices, voice folders or run folders to serve")
     # flag, type, default and help from the settings' fields (engine/config/serve.py)
-    add_field(p, ServeSettings, "workspace", show_default=False)
-    for name in ("host", "port", "api_key_file", "rows", "queue"):
-        add_field(p, ServeSettings, name, default=FIELD)
-    add_field(p, ServeSettings, "timeout_s", flag="--timeout", metavar="SECONDS",
-              default=FIELD, dest="timeout")
-    for name in ("max_input", "max_body", "max_loaded"):
-        add_field(p, ServeSettings, name, default=FIELD)
-    p.add_argument("--no-preload", action="store_true",
-                   help="load the first voice on its first request, not at start")
-    add_field(p, ServeSettings, "reference_base", metavar="BASE_MODEL",
-              help="allow requests to clone from their own reference_audio (base64) on "
-                   "this Base model (off by default)")
-    add_field(p, ServeSettings, "wyoming", metavar="tcp://HOST:PORT")
-    for name in ("wyoming_allow_lan", "zeroconf", "http"):
-        add_field(p, ServeSettings, name, default=FIELD)
+    for path in SERVE_SETTINGS:
+        cls, name = lookup(path)
+        add_field(p, cls, name, default=FIELD, help=_HELP.get(name),
+                  metavar=_METAVARS.get(name))
     p.add_argument("--address", metavar="HOST:PORT",
                    help="serve on this existing Ray cluster through Ray Serve (what `ray start "
                    "--head` printed, or 'auto'); the voice folders must be visible at the same "
@@ -70,8 +69,3 @@ def register(sub: Any) -> None:
     add_field(p, ClusterServeSettings, "replica_cpus",
               default=FIELD,
               help="with --address: CPUs each replica asks for")
-    add_field(p, ServeSettings, "device")
-    add_field(p, ServeSettings, "dtype", choices=("auto", "float32", "bfloat16"),
-              default=FIELD)
-    add_field(p, ServeSettings, "quantize", choices=QUANT_MODES)
-    p.add_argument("--fuse", action="store_true", help=field_help(ServeSettings)["fuse"])

@@ -9,7 +9,8 @@ from typing import Any
 
 from engine.cli.main import add_command
 from engine.cli.settings import add_field
-from engine.config.speak import FORMATS, QUANT_MODES
+from engine.config.schema import lookup
+from engine.config.speak import DTYPES, FORMATS, QUANT_MODES, SPEAK_SETTINGS
 from engine.core.errors import InputError
 from engine.core.events import Emitter
 
@@ -36,14 +37,14 @@ def _read_text(args: argparse.Namespace) -> str:
 
 
 def _options(args: argparse.Namespace) -> Any:
+    """The `SpeakOptions` parsed `speak` or `compare` flags give (the window's Listen page
+    sends the same settings by the same flags)."""
     from engine.config.speak import SpeakOptions
 
-    # a control not given stays the option's own default (SpeakOptions holds them)
+    # a setting not given stays the option's own default (SpeakOptions holds them)
     values = {name: getattr(args, name) for name in _CONTROLS if getattr(args, name) is not None}
     if args.no_loudness:
         values["loudness_lufs"] = None
-    if getattr(args, "instruct", None) is not None:
-        values["instruct"] = args.instruct
     if args.greedy:
         values["do_sample"] = False
         values["subtalker_do_sample"] = False
@@ -176,26 +177,19 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     return {"served": served, "summary": f"Served {served} request(s)."}
 
 
-#: speech controls that are plain SpeakOptions fields: flag, type and help from the field
-_CONTROLS = ("seed", "temperature", "top_k", "top_p", "repetition_penalty", "language",
-             "chunk_chars", "max_frames", "runaway_loop_s", "runaway_silence_s", "batch_size",
-             "loudness_lufs", "non_streaming")
+#: the speaking settings taken as flags, by field name (`SPEAK_SETTINGS`)
+_CONTROLS = tuple(path.rpartition(".")[2] for path in SPEAK_SETTINGS)
 
 
 def _add_controls(p: argparse.ArgumentParser) -> None:
-    from engine.config.speak import SpeakOptions
-
     g = p.add_argument_group("speech controls (default: the model's own settings)")
-    for name in _CONTROLS:
-        if name == "loudness_lufs":
-            add_field(g, SpeakOptions, name, flag="--loudness", metavar="LUFS")
-        else:
-            add_field(g, SpeakOptions, name)
+    for path in SPEAK_SETTINGS:
+        add_field(g, *lookup(path))
     g.add_argument("--greedy", action="store_true",
                    help="no sampling: always the most likely code (deterministic)")
     g.add_argument("--no-loudness", action="store_true", help="leave the level as generated")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: GPU if present)")
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="weight precision (auto: bf16 on GPUs and bf16-capable CPUs)")
     p.add_argument("--base", help="base model for a run checkpoint (default: the run's own)")
     _add_speed(p)
@@ -224,8 +218,6 @@ def register(sub: Any) -> None:
                    "cloning (default: the voice's own transcript of that clip, if any)")
     p.add_argument("--x-vector-only", action="store_true",
                    help="clone from the reference clip's speaker vector alone")
-    p.add_argument("--instruct", help="style instruction, for models that take one "
-                   "(1.7B CustomVoice); says so when it has no effect")
     p.add_argument("--checkpoint", help="checkpoint of the run: name, step or 'latest'")
     p.add_argument("--speaker", help="speaker name when the model has several")
     p.add_argument("--format", choices=FORMATS,
@@ -258,7 +250,7 @@ def register(sub: Any) -> None:
     p.add_argument("--reference-text")
     p.add_argument("--speaker")
     p.add_argument("--device")
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
+    p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--base")
     p.add_argument("--rows", type=int, default=8,
                    help="chunks generated together across requests (default 8)")

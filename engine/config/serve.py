@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.config.schema import section
+from engine.config.schema import SettingError, check, section, setting
+from engine.config.speak import DTYPES, QUANT_MODES
+from engine.core.errors import InputError
 
 
 @section("serve")
@@ -21,31 +23,31 @@ class ServeSettings:
     #: also serve every voice of this folder (each voice, its exports and its trained runs)
     workspace: str | None = None
     #: address to listen on; any but loopback needs an API key
-    host: str = "127.0.0.1"
+    host: str = setting("127.0.0.1", label="Listen on")
     #: TCP port (0: any free one)
-    port: int = 8000
+    port: int = setting(8000, label="Port", at_least=0, at_most=65535)
     #: file holding the key clients send as 'Authorization: Bearer KEY' (required off loopback)
     api_key_file: str | None = None
     #: chunks generated together across requests
-    rows: int = 8
+    rows: int = setting(8, at_least=1)
     #: cpu, cuda, cuda:1 ... (None: a GPU if there is one)
     device: str | None = None
     #: weight precision of the loaded voices
-    dtype: str = "auto"
+    dtype: str = setting("auto", choices=DTYPES)
     #: faster CPU option that changes the numbers: int8 or fp16 weights
-    quantize: str | None = None
+    quantize: str | None = setting(None, choices=QUANT_MODES)
     #: faster CPU option: fused q/k/v and gate/up projections
     fuse: bool = False
     #: voices kept loaded at once
-    max_loaded: int = 2
+    max_loaded: int = setting(2, at_least=1)
     #: requests admitted at once; more get 429 with Retry-After
-    queue: int = 32
+    queue: int = setting(32, at_least=1)
     #: seconds a request may take before it is cancelled
-    timeout_s: float = 300.0
+    timeout_s: float = setting(300.0, unit="s", flag="--timeout", above=0)
     #: longest input text in characters (as OpenAI's endpoint)
-    max_input: int = 4096
+    max_input: int = setting(4096, at_least=1)
     #: largest request body in bytes
-    max_body: int = 1 << 20
+    max_body: int = setting(1 << 20, at_least=1024)
     #: load the first voice at start (not on its first request)
     preload: bool = True
     #: a Base model: requests may then clone from their own `reference_audio` on it
@@ -58,9 +60,15 @@ class ServeSettings:
     wyoming_allow_lan: bool = False
     #: announce the Wyoming service on the local network (mDNS, _wyoming._tcp.local.) so
     #: Home Assistant offers it by itself
-    zeroconf: bool = False
+    zeroconf: bool = setting(False, label="Announce it on the network")
     #: serve OpenAI's HTTP endpoint (--no-http with --wyoming: Wyoming alone)
     http: bool = True
+
+    def __post_init__(self) -> None:
+        try:
+            check(self)  # each field's bounds, from its `setting`
+        except SettingError as exc:  # the setting as data: each surface names it its way
+            raise InputError(f"{{{exc.path}}} {exc.why}.") from exc
 
 
 @section("cluster_serve")
@@ -78,3 +86,14 @@ class ClusterServeSettings:
     max_replicas: int | None = None
     #: CPUs each replica asks for
     replica_cpus: float = 1.0
+
+
+#: the settings `serve` takes as flags besides its voices (their words, type, bounds and
+#: default from the field), and those of them the window's Serve page shows as fields
+SERVE_SETTINGS: tuple[str, ...] = (
+    "serve.workspace", "serve.host", "serve.port", "serve.api_key_file", "serve.rows",
+    "serve.queue", "serve.timeout_s", "serve.max_input", "serve.max_body", "serve.max_loaded",
+    "serve.preload", "serve.reference_base", "serve.wyoming", "serve.wyoming_allow_lan",
+    "serve.zeroconf", "serve.http", "serve.device", "serve.dtype", "serve.quantize",
+    "serve.fuse",
+)

@@ -6,13 +6,20 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.schema import section
+from engine.config.schema import SettingError, check, section, setting
 from engine.core.errors import InputError
 from engine.text import DEFAULT_CHUNK_CHARS, MAX_CHUNK_CHARS
 
 #: `--quantize` choices, faster CPU decoding that changes the numbers (quant.py): int8
 #: weights with per-row int8 activations, or fp16 weights with fp32 activations
 QUANT_MODES: tuple[str, ...] = ("int8", "fp16")
+
+#: `--dtype` choices, the weight precision a voice speaks in (auto: bf16 on GPUs and
+#: bf16-capable CPUs)
+DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
+
+#: the longest style instruction, in characters
+MAX_INSTRUCT = 2000
 
 #: the longest runaway limit (the guard keeps this much of a row's recent codes)
 RUNAWAY_MAX_S = 60.0
@@ -36,42 +43,43 @@ class SpeakOptions:
     """How to speak. `None` means "the model's own default" (its generation_config.json)."""
 
     #: randomness of codebook 0 (rhythm, intonation); lower is steadier
-    temperature: float | None = None
+    temperature: float | None = setting(None, label="Temperature", above=0, at_most=5)
     #: sample only among the k most likely codes (0 = no limit)
-    top_k: int | None = None
+    top_k: int | None = setting(None, label="Top-k", at_least=0, at_most=4096)
     #: sample only within this cumulative probability (1 = no limit)
-    top_p: float | None = None
+    top_p: float | None = setting(None, label="Top-p", above=0, at_most=1)
     #: > 1 discourages repeating codes (stops stuck, droning output)
-    repetition_penalty: float | None = None
+    repetition_penalty: float | None = setting(None, at_least=0.5, at_most=3)
     #: False: always take the most likely code (deterministic, flatter)
     do_sample: bool | None = None
     #: the same controls for codebooks 1..15 (timbre detail)
-    subtalker_temperature: float | None = None
-    subtalker_top_k: int | None = None
-    subtalker_top_p: float | None = None
+    subtalker_temperature: float | None = setting(None, above=0, at_most=5)
+    subtalker_top_k: int | None = setting(None, at_least=0, at_most=4096)
+    subtalker_top_p: float | None = setting(None, above=0, at_most=1)
     subtalker_do_sample: bool | None = None
     #: base seed; chunk i uses seed + i, so any chunk can be re-rendered alone.
     #: None picks one at random and reports it.
-    seed: int | None = None
+    seed: int | None = setting(None, label="Seed", at_least=0, below=2**63)
     #: "auto" or one of the model's languages (fine-tuned voices: keep "auto")
     language: str = "auto"
     #: soft limit of characters per chunk of long text
-    chunk_chars: int = DEFAULT_CHUNK_CHARS
+    chunk_chars: int = setting(DEFAULT_CHUNK_CHARS, at_least=20, at_most=MAX_CHUNK_CHARS)
     #: hard cap on codec frames per chunk (12.5 per second); None: from text length
-    max_frames: int | None = None
+    max_frames: int | None = setting(None, at_least=2, at_most=8192)
     #: a chunk whose codes repeat in a loop (a drone, a word said again and again) for
     #: this many seconds ends there, reported as cut (0: never)
-    runaway_loop_s: float = 4.0
+    runaway_loop_s: float = setting(4.0, unit="s", at_least=0, at_most=RUNAWAY_MAX_S)
     #: a chunk that stays silent for this many seconds ends there, reported as cut (0: never)
-    runaway_silence_s: float = 5.0
+    runaway_silence_s: float = setting(5.0, unit="s", at_least=0, at_most=RUNAWAY_MAX_S)
     #: silence between sentences / paragraphs, seconds
-    sentence_pause_s: float = 0.3
-    paragraph_pause_s: float = 0.6
+    sentence_pause_s: float = setting(0.3, unit="s", at_least=0, at_most=5)
+    paragraph_pause_s: float = setting(0.6, unit="s", at_least=0, at_most=5)
     #: integrated loudness of the output in LUFS; None leaves the level alone
-    loudness_lufs: float | None = -20.0
+    loudness_lufs: float | None = setting(-20.0, unit="LUFS", flag="--loudness", above=-70,
+                                          below=0)
     #: chunks generated together (each weight read serves all of them; on a CPU
     #: eight cost about twice one, on a GPU about the same)
-    batch_size: int = 8
+    batch_size: int = setting(8, at_least=1, at_most=64)
     #: the whole text in the prompt before speech starts (every voice's default), or
     #: off: one text token fed per frame as speech goes (the official voice clone's
     #: default), which hurries speech toward about 195 words a minute whatever the
@@ -79,40 +87,17 @@ class SpeakOptions:
     non_streaming: bool = True
     #: style instruction for models that take one (released 1.7B CustomVoice);
     #: ignored, with a warning, where it has no effect
-    instruct: str | None = None
+    instruct: str | None = setting(None, label="Style")
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "subtalker_temperature"):
-            v = getattr(self, name)
-            _check(v is None or 0 < v <= 5, f"{name} must be between 0 and 5 (got {v}).")
-        for name in ("top_k", "subtalker_top_k"):
-            v = getattr(self, name)
-            _check(v is None or 0 <= v <= 4096, f"{name} must be between 0 and 4096 (got {v}).")
-        for name in ("top_p", "subtalker_top_p"):
-            v = getattr(self, name)
-            _check(v is None or 0 < v <= 1, f"{name} must be in (0, 1] (got {v}).")
-        rp = self.repetition_penalty
-        _check(rp is None or 0.5 <= rp <= 3, f"repetition_penalty must be between 0.5 and 3 "
-               f"(got {rp}).")
-        _check(self.seed is None or 0 <= self.seed < 2**63, "seed must be a non-negative integer.")
-        _check(20 <= self.chunk_chars <= MAX_CHUNK_CHARS,
-               f"chunk_chars must be between 20 and {MAX_CHUNK_CHARS} (got {self.chunk_chars}).")
-        _check(self.max_frames is None or 2 <= self.max_frames <= 8192,
-               f"max_frames must be between 2 and 8192 (got {self.max_frames}).")
-        for name in ("runaway_loop_s", "runaway_silence_s"):
-            v = getattr(self, name)
-            _check(0 <= v <= RUNAWAY_MAX_S, f"{name} must be between 0 (off) and "
-                   f"{RUNAWAY_MAX_S:g} seconds (got {v}).")
-        _check(0 <= self.sentence_pause_s <= 5 and 0 <= self.paragraph_pause_s <= 5,
-               "pauses must be between 0 and 5 seconds.")
-        _check(self.loudness_lufs is None or -70 < self.loudness_lufs < 0,
-               f"loudness_lufs must be between -70 and 0 (got {self.loudness_lufs}).")
-        _check(1 <= self.batch_size <= 64, f"batch_size must be between 1 and 64 "
-               f"(got {self.batch_size}).")
+        try:
+            check(self)  # each field's bounds, from its `setting`
+        except SettingError as exc:  # the setting as data: each surface names it its way
+            raise InputError(f"{{{exc.path}}} {exc.why}.") from exc
         _check(bool(self.language and self.language.strip()), "language must not be empty.",
                "Use 'auto' to let the model decide.")
-        _check(self.instruct is None or len(self.instruct) <= 2000,
-               "instruct must be at most 2000 characters.")
+        _check(self.instruct is None or len(self.instruct) <= MAX_INSTRUCT,
+               f"instruct must be at most {MAX_INSTRUCT} characters.")
 
     def replace(self, **changes: Any) -> SpeakOptions:
         return dataclasses.replace(self, **changes)
@@ -130,6 +115,17 @@ class SpeakOptions:
             return cls(**data)
         except TypeError as exc:
             raise InputError(f"Bad speech options: {exc}.") from exc
+
+
+#: the speaking settings `speak` and `compare` take as flags (their words, type and bounds
+#: from the field), the API's `speak` keywords among them; a setting not given is the
+#: field's default, or the model's own where that is None
+SPEAK_SETTINGS: tuple[str, ...] = (
+    "speak.seed", "speak.temperature", "speak.top_k", "speak.top_p",
+    "speak.repetition_penalty", "speak.language", "speak.chunk_chars", "speak.max_frames",
+    "speak.runaway_loop_s", "speak.runaway_silence_s", "speak.batch_size",
+    "speak.loudness_lufs", "speak.non_streaming", "speak.instruct",
+)
 
 
 def available_formats() -> tuple[str, ...]:

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.config.speak import MAX_INSTRUCT
+
 #: the model names a client may send; OpenAI's own names are accepted so that
 #: programs with a fixed model list work unchanged
 MODELS = ("voxshard", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
@@ -139,8 +141,8 @@ def parse_speech(raw: bytes, *, voices: set[str] | dict[str, Any], formats: tupl
                        "leave out stream_format or the speed.", param="speed",
                        code="invalid_value")
     instructions = _string(body, "instructions")
-    if instructions is not None and len(instructions) > 2000:
-        raise ApiError(400, "instructions must be at most 2000 characters.",
+    if instructions is not None and len(instructions) > MAX_INSTRUCT:
+        raise ApiError(400, f"instructions must be at most {MAX_INSTRUCT} characters.",
                        param="instructions", code="invalid_value")
     options: dict[str, Any] = {}
     for name in EXTENSION_OPTIONS:
