@@ -211,6 +211,7 @@ def test_evaluation_beside_training_plots_quality_and_stops_early(
     assert isinstance(page, TrainPage)
     page.settings.evaluate.setChecked(True)
     page.settings.patience.setValue(2)
+    page.settings.style_weight.setValue(0.35)  # the best rule's weight the form shows
     # the engine's `evaluate --watch` speaks this event stream (engine/quality/evaluate.py)
     page.evaluator_program = [sys.executable, "-c", EVALUATOR]
     job = page.start(program=flood_program(0, forever=True, run=str(run), stop_s=0.5))
@@ -219,6 +220,8 @@ def test_evaluation_beside_training_plots_quality_and_stops_early(
     evaluator = page.run.evaluator
     assert evaluator.args[:5] == ["evaluate", str(voice), "--run", run.name, "--watch"]
     assert evaluator.args[-2:] == ["--patience", "2"]
+    at = evaluator.args.index("--style-weight")
+    assert evaluator.args[at + 1] == "0.35"
     # no improvement for 2 evaluations: training is stopped (with its checkpoint)
     with qtbot.waitSignal(job.finished, timeout=60000):
         pass
@@ -305,5 +308,7 @@ def test_every_form_choice_is_a_real_engine_option(qtbot, window: MainWindow,
     parser.parse_args(s.preflight_args(str(voice)))
     s.evaluate.setChecked(True)
     s.patience.setValue(3)
+    assert not s.style_weight.isEnabled() or s.evaluate.isChecked()
+    s.style_weight.setValue(0.5)
     watch = parser.parse_args(s.evaluate_args(str(voice), "run-1"))
-    assert watch.watch and watch.patience == 3
+    assert watch.watch and watch.patience == 3 and watch.style_weight == 0.5

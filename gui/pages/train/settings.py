@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import catalog
+from engine.config.evaluate import EvaluateConfig
 from engine.config.schema import lookup
 from engine.config.train import LENGTH_SECTIONS
 from engine.train.presets import VOLUMES, base_optim_preset, volume_index
@@ -303,8 +304,15 @@ class TrainSettings(QWidget):
         self.patience.setSpecialValueText("never")
         self.patience.setToolTip("Stop training (saving a checkpoint) when the best checkpoint "
                                  "has not improved for this many evaluations")
+        # the best-checkpoint rule's weight of style obedience: the watcher's own setting
+        self.style_weight_field = SettingField(EvaluateConfig, "style_weight", decimals=2)
+        self.style_weight = self.style_weight_field.widget
+        self.style_weight.setSingleStep(0.1)
+        self.style_weight.setEnabled(False)
+        self.evaluate.toggled.connect(self.style_weight.setEnabled)
         form.addRow(self.evaluate)
         form.addRow("Early stop after", self.patience)
+        form.addRow(self.style_weight_field.label, self.style_weight)
         return box
 
     def _cluster_box(self) -> QGroupBox:
@@ -499,7 +507,8 @@ class TrainSettings(QWidget):
         """`evaluate --watch` beside the run, when asked for."""
         if not self.evaluate.isChecked():
             return None
-        args = ["evaluate", voice, "--run", run, "--watch", "--interval", "10"]
+        args = ["evaluate", voice, "--run", run, "--watch", "--interval", "10",
+                *self.style_weight_field.args(always=True)]
         if self.patience.value():
             args += ["--patience", str(self.patience.value())]
         return args
