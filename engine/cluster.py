@@ -44,6 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+import ray
+from ray._private import ray_constants
+
 from engine.core.errors import ClusterError
 from engine.core.events import Emitter, EventCallback, as_emitter
 
@@ -89,8 +93,6 @@ class ClusterHandle:
         if self.borrowed:
             # ray.shutdown() would end a local cluster its owner started in this process
             return
-        import ray
-
         if self.started_here:
             # Ray's own children (gcs, raylet, workers) plus anything they spawned:
             # collected before shutdown, because after it the tree is gone.
@@ -111,8 +113,6 @@ class ClusterHandle:
 
 
 def _descendants(pid: int) -> set[int]:
-    import psutil
-
     try:
         return {p.pid for p in psutil.Process(pid).children(recursive=True)}
     except psutil.Error:
@@ -121,8 +121,6 @@ def _descendants(pid: int) -> set[int]:
 
 def _reap(pids: set[int], timeout: float) -> None:
     """Wait for `pids` to exit after ray.shutdown(); SIGKILL what lingers."""
-    import psutil
-
     procs = []
     for pid in pids:
         try:
@@ -142,8 +140,6 @@ def _reap(pids: set[int], timeout: float) -> None:
 
 def ray_processes_of(pids: set[int]) -> list[int]:
     """The ones of `pids` still running (for tests and the cancel check)."""
-    import psutil
-
     alive = []
     for pid in pids:
         try:
@@ -171,8 +167,6 @@ def connect(
     emitter = as_emitter(on_event)
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)
-
-    import ray
 
     if ray.is_initialized():
         # e.g. a test or a notebook that already connected: use it as is, and
@@ -270,9 +264,7 @@ def _loopback_only() -> None:
     if "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ:
         _LOCAL_ONLY_SET.add("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    # this process may have imported ray already; the flag is read at call time
-    from ray._private import ray_constants
-
+    # ray read the variable when it was imported; its constant is read at call time
     if not _SAVED_CLUSTER_FLAG:
         _SAVED_CLUSTER_FLAG.append(bool(ray_constants.ENABLE_RAY_CLUSTER))
     ray_constants.ENABLE_RAY_CLUSTER = False
@@ -284,14 +276,10 @@ def _undo_loopback_only() -> None:
         os.environ.pop(key, None)
     _LOCAL_ONLY_SET.clear()
     if _SAVED_CLUSTER_FLAG:
-        from ray._private import ray_constants
-
         ray_constants.ENABLE_RAY_CLUSTER = _SAVED_CLUSTER_FLAG.pop()
 
 
 def _gcs_address() -> str:
-    import ray
-
     try:
         return str(ray.get_runtime_context().gcs_address)
     except Exception:  # older/newer runtime context without the attribute

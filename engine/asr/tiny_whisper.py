@@ -16,6 +16,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ctranslate2
+import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
+    GenerationConfig,
+    WhisperConfig,
+    WhisperFeatureExtractor,
+    WhisperForConditionalGeneration,
+    WhisperTokenizerFast,
+)
+
 #: Whisper's language tokens, in its order (the first 99 of the multilingual models, then
 #: Cantonese as in large-v3): tools find languages by these names and positions
 LANGUAGES = tuple("en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs "
@@ -47,9 +58,6 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 def _tokenizer(folder: Path) -> dict[str, int]:
     """Byte-level BPE (no merges) plus Whisper's special tokens; saves tokenizer files."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import WhisperTokenizerFast
-
     vocab = {ch: i for i, ch in enumerate(_bytes_to_unicode().values())}
     specials_count = len(SPECIALS_BEFORE_TIMESTAMPS) + 1501
     # unused filler tokens bring the vocabulary to a real multilingual Whisper's size,
@@ -73,14 +81,6 @@ def _tokenizer(folder: Path) -> dict[str, int]:
 
 def make_tiny_whisper(folder: str | Path, seed: int = 0) -> Path:
     """Build and save a tiny random Whisper (about 1.8 M parameters, 7 MB) in `folder`."""
-    import torch
-    from transformers import (
-        GenerationConfig,
-        WhisperConfig,
-        WhisperFeatureExtractor,
-        WhisperForConditionalGeneration,
-    )
-
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     ids = _tokenizer(out)
@@ -118,8 +118,6 @@ def make_tiny_whisper(folder: str | Path, seed: int = 0) -> Path:
 
 def convert_to_ctranslate2(folder: str | Path, out_dir: str | Path) -> Path:
     """The CTranslate2 form of a transformers Whisper folder (what faster-whisper loads)."""
-    import ctranslate2
-
     out = Path(out_dir)
     converter = ctranslate2.converters.TransformersConverter(
         str(folder), copy_files=["tokenizer.json", "preprocessor_config.json"])

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from engine.model.official import codec_modules
 
 #: published 12 Hz decoder: 1,920 samples per frame, 114.3M parameters
@@ -45,8 +47,6 @@ def build_decoder(config: dict[str, Any] | None = None, seed: int = 0,
     peak near `peak` instead of clipping or vanishing: the output stays in the
     range where comparisons of two decodes mean something.
     """
-    import torch
-
     cfg_mod, model_mod = codec_modules()
     torch.manual_seed(seed)
     cfg = cfg_mod.Qwen3TTSTokenizerV2DecoderConfig(**(config or REAL_DECODER_CONFIG))

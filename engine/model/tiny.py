@@ -17,6 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import EncodecFeatureExtractor, Qwen2TokenizerFast
+
 from engine.core.errors import InputError
 from engine.model.official import codec_modules, configuration, import_qwen_tts, modeling
 
@@ -50,9 +54,6 @@ _CORPUS = (
 
 def _text_tokenizer(out: Path) -> dict[str, int]:
     """Train a small byte-level BPE, save it as a Qwen2 fast tokenizer, return special ids."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import Qwen2TokenizerFast
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -212,8 +213,6 @@ GENERATE_CONFIG = {
 
 def _randomise_codebooks(model: Any, generator: Any) -> None:
     """Codebooks start at zero, which maps every frame to code 0: spread them out."""
-    import torch
-
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("embedding_sum") or name.endswith("embed_sum"):
@@ -228,8 +227,6 @@ def _randomise_codebooks(model: Any, generator: Any) -> None:
 def _make_audible(codec: Any, generator: Any) -> None:
     """Random decoder weights give a waveform around 1e-8; scale the last
     convolution so decoded noise peaks near 0.3, like speech would."""
-    import torch
-
     codes = torch.randint(0, 2048, (1, 25, 16), generator=generator)
     with torch.no_grad():
         peak = float(codec.decode(codes).audio_values[0].abs().max())
@@ -241,9 +238,6 @@ def _make_audible(codec: Any, generator: Any) -> None:
 
 
 def _build_codec(out: Path, seed: int) -> None:
-    import torch
-    from transformers import EncodecFeatureExtractor
-
     cfg_mod, model_mod = codec_modules()
     torch.manual_seed(seed + 1)
     config = cfg_mod.Qwen3TTSTokenizerV2Config(**tiny_codec_config_dict())
@@ -257,8 +251,6 @@ def _build_codec(out: Path, seed: int) -> None:
 
 def make_tiny_model(out_dir: str | Path, seed: int = 0, overwrite: bool = False) -> Path:
     """Write a tiny random Qwen3-TTS Base model folder at `out_dir` and return it."""
-    import torch
-
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise InputError(f"{out} already exists and is not empty.",

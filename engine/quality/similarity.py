@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from resemblyzer.audio import normalize_volume, trim_long_silences
+from resemblyzer.hparams import audio_norm_target_dBFS
 
 from engine.audio.resample import resample
 from engine.core.errors import ModelError
@@ -78,9 +80,6 @@ class ResemblyzerEncoder:
         self._lock = threading.Lock()
 
     def embed(self, audio: np.ndarray, sample_rate: int) -> np.ndarray:
-        from resemblyzer.audio import normalize_volume, trim_long_silences
-        from resemblyzer.hparams import audio_norm_target_dBFS
-
         audio = np.nan_to_num(np.asarray(audio, dtype=np.float32).reshape(-1))
         if audio.size == 0 or float(np.abs(audio).max()) < 1e-6:
             return np.zeros(256)  # silence has no voice: similarity 0

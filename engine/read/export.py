@@ -16,6 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import av
 import numpy as np
 
 from engine.audio.io import read_mono
@@ -93,8 +94,6 @@ def assemble(plan: Plan) -> Program:
 def _encode(path: Path, audio: np.ndarray, fmt: str, chapters: list[tuple[str, int]],
             title: str) -> None:
     """MP3 or M4B through PyAV, with chapter marks."""
-    import av  # FFmpeg's libraries: loaded for the compressed exports only
-
     container_format, codec = _CONTAINERS[fmt]
     with atomic_path(path, suffix=f".{fmt}") as tmp:
         with av.open(str(tmp), "w", format=container_format) as out:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from engine.audio.io import read_mono
 from engine.core.atomic import write_json
@@ -212,8 +213,6 @@ class _Progress:
 def _dtype(name: str) -> Any:
     if name in (None, "", "auto"):
         return None
-    import torch  # the worker loads it anyway; only a named dtype needs it here
-
     return getattr(torch, name)
 
 

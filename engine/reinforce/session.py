@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from engine.cluster import connect
 from engine.config.reinforce import ReinforceConfig
@@ -69,6 +71,7 @@ from engine.reinforce.reward import TERMS, RewardContext, load_reward, reward_fa
 from engine.reinforce.stage import Grpo, iteration_texts
 from engine.reinforce.workers import Rollouts, reinforce_loop
 from engine.train.checkpoint import Checkpointer
+from engine.train.driver import write_adapter_voice
 from engine.train.launch import Launch, LaunchSpec
 
 
@@ -250,10 +253,6 @@ def _on_ray(voice: Voice, run: Run, plan: _Plan, cfg: ReinforceConfig,
     """The stage on Ray (`engine.reinforce.workers`): the update in `request.workers` Ray
     Train workers, rollouts and scoring in one actor on this node; (last saved checkpoint,
     stopped, iterations done)."""
-    # ray loads here: the one-process stage never needs it
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     workers = int(request.workers or 1)
     if (cfg.prompts * cfg.group) % workers:
         raise InputError(f"{cfg.prompts} x {cfg.group} renders per iteration do not split "
@@ -356,9 +355,6 @@ def _adapter_voice(voice: Voice, run: Run, em: Emitter) -> dict[str, Any] | None
     """A finished LoRA stage rewrites the run's adapter voice as a finished LoRA run
     writes it (the evaluation's best, else the newest checkpoint: now the stage's), so
     `speak VOICE` and `serve` take the reinforced voice."""
-    # the driver (training's whole command, for its export) loads only for a LoRA stage
-    from engine.train.driver import write_adapter_voice
-
     return write_adapter_voice(voice.path, run.name, em, "stage")
 
 

@@ -9,6 +9,7 @@ audio with the evaluation's own measures. The settings are `ReinforceConfig`.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -144,8 +145,6 @@ def run_iterations(policy: torch.nn.Module, reference: torch.nn.Module, roller: 
 
 def frozen_copy(policy: torch.nn.Module) -> Any:
     """The reference: the policy as it starts, with no gradient."""
-    import copy
-
     ref = copy.deepcopy(policy)
     ref.requires_grad_(False)
     return ref.eval()

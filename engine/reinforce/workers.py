@@ -29,7 +29,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import ray
+import ray.train
 import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from engine.config.reinforce import ReinforceConfig
 from engine.config.train import TrainConfig
@@ -114,8 +118,6 @@ def _policy(cfg: TrainConfig, loop_config: dict[str, Any]) -> tuple[Any, Any]:
 def _full_weights(policy: Any) -> dict[str, torch.Tensor]:
     """The trainable weights, whole, on rank 0's host (every rank calls it: a collective;
     the other ranks get an empty dict)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
     trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
     full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True,
                                                                  cpu_offload=True))
@@ -123,8 +125,6 @@ def _full_weights(policy: Any) -> dict[str, torch.Tensor]:
 
 
 def _broadcast(value: Any, group: Any) -> Any:
-    import torch.distributed as dist
-
     box = [value]
     if dist.is_available() and dist.is_initialized():
         dist.broadcast_object_list(box, src=0, group=group)
@@ -132,8 +132,6 @@ def _broadcast(value: Any, group: Any) -> Any:
 
 
 def _mean(value: float, device: Any) -> float:
-    import torch.distributed as dist
-
     t = torch.tensor([value], dtype=torch.float64, device=device)
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(t)
@@ -143,8 +141,6 @@ def _mean(value: float, device: Any) -> float:
 
 def actor_result(call: Any) -> Any:
     """`ray.get` of a call to the rollout actor; its failure is fatal (module doc)."""
-    import ray  # a Ray worker's module: the driver imports it before Ray is needed
-
     try:
         return ray.get(call)
     except Exception as exc:
@@ -162,9 +158,6 @@ def _stage_resume(run_dir: Any, base: int) -> Any:
 
 def reinforce_loop(loop_config: dict[str, Any]) -> None:
     """Every worker's entry point (given to training's launcher as its loop)."""
-    import ray  # a Ray worker's module: the driver imports it before Ray is needed
-    import ray.train
-
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     cfg = TrainConfig.from_dict(loop_config["config"])

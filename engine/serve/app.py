@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import soundfile as sf
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -368,8 +369,6 @@ class SpeechApp:
 
     @staticmethod
     def _encode_file(path: str, req: SpeechRequest) -> tuple[bytes, float]:
-        import soundfile as sf
-
         if req.speed == 1.0 and path.endswith("." + req.response_format):
             info = sf.info(path)
             with open(path, "rb") as fh:  # the worker already wrote this format

@@ -44,6 +44,12 @@ import threading
 import time
 from typing import Any
 
+import ray
+from ray import serve
+from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+from ray.serve.api import RunTarget
+from ray.serve.exceptions import RayServeException
+
 from engine.cluster import connect
 from engine.config.serve import ClusterServeSettings, ServeSettings
 from engine.core.errors import ClusterError, InputError
@@ -85,8 +91,6 @@ class _Replica:
 
     def __init__(self, settings: ServeSettings, voices: dict[str, Any],
                  key: str | None) -> None:
-        import ray
-
         missing = [v.name for v in voices.values() if not v.target.exists()]
         if missing:
             raise InputError(f"This node ({socket.gethostname()}) cannot see the folder of "
@@ -109,8 +113,6 @@ class _Replica:
 
 
 def _deployment() -> Any:
-    from ray import serve
-
     return serve.deployment(serve.ingress()(_Replica))
 
 
@@ -158,8 +160,6 @@ def serve_on_ray(settings: ServeSettings, cluster: ClusterServeSettings,
     previous = _stop_on_signals(stop)
     started_serve = False
     try:
-        import ray
-
         options = plan_replicas(cluster, handle.num_gpus, settings.device)
         options.update(
             name="speech",
@@ -206,9 +206,6 @@ def serve_on_ray(settings: ServeSettings, cluster: ClusterServeSettings,
 
 def _run(serve: Any, app: Any, stop: threading.Event) -> None:
     """Deploy and wait for RUNNING (or `stop`); a failed deployment says why."""
-    from ray.serve.api import RunTarget
-    from ray.serve.exceptions import RayServeException
-
     # not `serve.run`: it would wait for RUNNING without end when a replica cannot be
     # placed, deaf to Ctrl-C (our handler only sets `stop`)
     serve.run_many([RunTarget(app, name=APP_NAME, route_prefix="/")],
@@ -234,9 +231,6 @@ def _run(serve: Any, app: Any, stop: threading.Event) -> None:
 
 
 def _serve_running() -> bool:
-    import ray
-    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
-
     try:
         ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
     except ValueError:
@@ -246,8 +240,6 @@ def _serve_running() -> bool:
 
 def replica_states() -> dict[str, int]:
     """Replica count by state (RUNNING, STARTING, ...) of the speech deployment."""
-    from ray import serve
-
     app = serve.status().applications.get(APP_NAME)
     if app is None:
         return {}

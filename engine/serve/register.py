@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import soundfile as sf
 
+from engine.audio.resample import resample
 from engine.core.atomic import read_json
 from engine.core.errors import VoxshardError
 from engine.layout.tiers import INSTANT_INFO, TIER_INSTANT, instant_dir, write_instant
@@ -74,8 +76,6 @@ def read_clip(data: bytes, param: str, seconds: tuple[float, float], unreadable:
     """A client's clip as mono float32 and its rate, or a 400: `unreadable` when it is not
     audio, else `label` is N s long when outside `seconds` (a registered voice's sample
     here, a request's reference clip in engine.serve.app)."""
-    import soundfile as sf  # libsndfile only when a clip arrives
-
     try:
         audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except Exception:  # libsndfile's own error types: the bytes are not audio it reads
@@ -96,11 +96,6 @@ def voice_object(name: str, created: float) -> dict[str, Any]:
 
 def register_instant(workspace: Path, base: str, form: VoiceForm) -> ServedVoice:
     """Make the voice folder and its instant voice; a taken name is a 409."""
-    # start-up cost: libsndfile and scipy load only when a voice is registered
-    import soundfile as sf
-
-    from engine.audio.resample import resample  # scipy: start-up cost, as above
-
     folder = workspace / form.name
     if folder.exists():
         raise ApiError(409, f"There is already a voice named {form.name!r}.", param="name",

@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 
 import numpy as np
+import soundfile as sf
 
+from engine.audio.loudness import normalize_loudness
 from engine.audio.timebase import SAMPLE_RATE
 from engine.config.speak import available_formats
 from engine.core.atomic import atomic_path
@@ -70,8 +72,6 @@ def match_loudness(audio: np.ndarray, target_lufs: float | None,
         return audio, None
     # pyloudnorm and scipy load here: the window saves renders through this module, and
     # its bundle has neither
-    from engine.audio.loudness import normalize_loudness
-
     result = normalize_loudness(audio, sample_rate, target_lufs=target_lufs)
     after = result.loudness_after
     return result.audio, (after if np.isfinite(after) else None)
@@ -95,8 +95,6 @@ def write_audio(path: str | os.PathLike[str], audio: np.ndarray, fmt: str = "wav
                 sample_rate: int = SAMPLE_RATE) -> Path:
     """Write mono audio atomically: 16-bit WAV/FLAC, Ogg Vorbis, Ogg Opus or MP3
     (the last two where libsndfile writes them), with the user's normal permissions."""
-    import soundfile as sf
-
     if fmt not in _SUBTYPES:
         raise InputError(f"Audio format {fmt!r} is not supported.",
                          f"Use one of: {', '.join(_SUBTYPES)}.")

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from engine.audio.timebase import FRAME_RATE
 from engine.config.speak import RUNAWAY_MAX_S
@@ -220,9 +221,6 @@ def silence_codes(model: object) -> tuple[int, ...]:
     """The codebook-0 codes `model`'s codec (an official Qwen3-TTS model) gives silence:
     what it encodes two seconds of digital silence and of faint noise (-60 dBFS) as,
     after its first frames. One short encode, at load."""
-    # torch loads here, not when this module is imported (start-up cost of the CLI)
-    import torch
-
     rng = np.random.default_rng(0)
     found: set[int] = set()
     tokenizer = model.speech_tokenizer  # type: ignore[attr-defined]

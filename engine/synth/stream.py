@@ -27,10 +27,13 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 import numpy as np
+import soundfile as sf
+import torch
 
 from engine.audio import sound
 from engine.audio.timebase import SAMPLES_PER_FRAME
 from engine.core.errors import DeviceError, InputError, SynthesisError
+from engine.synth.codec_state import CodecState
 from engine.synth.jitter import PrebufferPolicy
 from engine.synth.render import _SUBTYPES
 from engine.text import spoken_weight
@@ -49,11 +52,6 @@ class StreamDecoder:
 
     def __init__(self, decoder: Any, prefix: Any = None, first_piece: int = 4,
                  max_piece: int = 48, primed: Any = None) -> None:
-        import torch
-
-        # torch loads here, not when this module is imported (start-up cost)
-        from engine.synth.codec_state import CodecState
-
         if first_piece < 1 or max_piece < first_piece:
             raise ValueError("bad streaming piece sizes")
         if primed is not None:
@@ -76,9 +74,6 @@ class StreamDecoder:
         """The codec state after `prefix` (an in-context reference): decoded once per
         voice, then each chunk's `StreamDecoder(decoder, primed=...)` continues
         from a copy, so a chunk's first audio never waits for the reference."""
-        # torch loads here, not when this module is imported (start-up cost)
-        from engine.synth.codec_state import CodecState
-
         state = CodecState(decoder)
         codes = prefix.to(next(decoder.parameters()).device).clamp(min=0).T[None]
         for start in range(0, codes.shape[-1], 48):
@@ -112,8 +107,6 @@ class StreamDecoder:
         return self._decode(self.count)
 
     def _decode(self, end: int) -> np.ndarray:
-        import torch
-
         codes = torch.cat(self.frames) if len(self.frames) > 1 else self.frames[0]
         self.frames = [codes]
         wav = self.state.decode(codes[self.done:end].clamp(min=0).T[None])[0]
@@ -142,8 +135,6 @@ class GrowingFile:
     rewritten after each block, so players and `soundfile` can read it early)."""
 
     def __init__(self, path: str | os.PathLike[str], fmt: str, sample_rate: int = 24000) -> None:
-        import soundfile as sf
-
         self.path = Path(path)
         if self.path.is_dir():
             raise InputError(f"The output {self.path} is a folder.",

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
 
 from engine.audio.timebase import SAMPLE_RATE
 from engine.core.events import Emitter
@@ -115,9 +116,6 @@ class StreamedRender:
 
     def on_codes(self, picked: list[int], frame: int, codes: Any) -> None:
         """Frame `frame`'s codes [B, 16] of the chunks `picked` (generation's callback)."""
-        # torch loads here, not when the synthesizer is imported (start-up cost)
-        import torch
-
         host = torch.empty(codes.shape, dtype=codes.dtype, pin_memory=self.cuda)
         host.copy_(codes, non_blocking=self.cuda)
         # the frame's buffer is reused by the next frame: a device-side copy (no sync)

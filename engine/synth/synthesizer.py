@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import Cancelled, InputError, ModelError, SynthesisError
@@ -23,6 +24,8 @@ from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.model.checkpoint_weights import base_tensors
 from engine.model.dtypes import gpu_half
 from engine.model.loading import load_model
+from engine.synth.decoding import DecodeSettings, FastTalker
+from engine.synth.prompt import IclPrompt, build_prefill, instruct_ids, ref_text_ids
 from engine.synth.reference_text import transcribed
 from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
 from engine.synth.runaway import (
@@ -32,6 +35,7 @@ from engine.synth.runaway import (
     silence_codes,
     stop_reason,
 )
+from engine.synth.sampling import SamplerSettings
 from engine.synth.stream import GrowingFile, StreamDecoder, expected_speech_s
 from engine.synth.stream_render import StreamedRender
 from engine.synth.voice import (
@@ -109,8 +113,6 @@ def cpu_has_bf16() -> bool:
     its AVX-512 kernels: with ATEN_CPU_CAPABILITY=default or avx2 on such a CPU, bf16
     is emulated (slow), and CPU attention in bf16 fails outright in torch 2.13
     ("pack_vnni2 is only supported when avx512 is supported")."""
-    import torch
-
     if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
         return False
     try:
@@ -132,8 +134,6 @@ def resolve_dtype(dtype: Any, device: str | None,
     there; elsewhere fp32, because emulated bf16 is slow. On a GPU: bf16, or fp16
     below compute capability 8.0 (`capability`, default: the device's own).
     """
-    import torch
-
     if isinstance(dtype, torch.dtype):
         return dtype
     name = (dtype or "auto").lower()
@@ -186,9 +186,6 @@ class Synthesizer:
 
     def __init__(self, wrapper: Any, source: VoiceSource, speaker_vector: Any,
                  quantize: str | None = None, fuse: bool = False) -> None:
-        # torch loads here, not when this module is imported (start-up cost)
-        from engine.synth.decoding import FastTalker
-
         self.wrapper = wrapper
         self.model = wrapper.model
         # frozen: nothing derived from the weights (packed layers, prepared buffers,
@@ -279,9 +276,6 @@ class Synthesizer:
             embedding = self.model.talker.get_input_embeddings().weight
             return RowVoice(source, embedding[spk_id].detach().clone())
         if source.kind == "zero_shot":
-            # torch loads here, not when this module is imported (start-up cost)
-            from engine.synth.prompt import IclPrompt, ref_text_ids
-
             assert source.reference is not None
             audio = reference_audio(source.reference)  # bad clips fail before any change
             if source.extra.get("transcribe"):
@@ -368,8 +362,6 @@ class Synthesizer:
     def _restore_base(self) -> None:
         """Put back the base values of every tensor a checkpoint overwrote (read from
         the base model's safetensors, so no second copy of the model sits in memory)."""
-        import torch
-
         if not self._overwritten:
             return
         params = dict(self.model.named_parameters())
@@ -407,10 +399,6 @@ class Synthesizer:
         return int(ids[lang])
 
     def decode_settings(self, options: SpeakOptions) -> Any:
-        # torch loads here, not when this module is imported (start-up cost)
-        from engine.synth.decoding import DecodeSettings
-        from engine.synth.sampling import SamplerSettings
-
         defaults = dict(_HARD_DEFAULTS)
         defaults.update({k: v for k, v in (self.wrapper.generate_defaults or {}).items()
                          if k in _HARD_DEFAULTS})
@@ -461,9 +449,6 @@ class Synthesizer:
                         + ", ".join(repr(s) for s in styles)
                         + "; another instruction works only as far as it resembles them.",
                         level="info")
-        # torch loads here, not when this module is imported (start-up cost)
-        from engine.synth.prompt import instruct_ids
-
         return instruct_ids(self.processor, options.instruct, self.fast.device)
 
     @staticmethod
@@ -487,9 +472,6 @@ class Synthesizer:
         A batch interrupted by `cancel` is dropped whole: only finished chunks
         come back. `on_batch(indices, codes)` sees each finished batch.
         """
-        # torch loads here, not when this module is imported (start-up cost)
-        from engine.synth.prompt import build_prefill
-
         settings = self.decode_settings(options)
         language_id = self._language_id(options.language)
         non_streaming = self._non_streaming(options)
@@ -572,8 +554,6 @@ class Synthesizer:
         """Codec frames -> 24 kHz waveforms with the official decoder, `group` chunks
         per call (the decoder is causal, so padding a shorter chunk at its end does
         not change its samples beyond float rounding; batching halves the cost)."""
-        import torch
-
         tokenizer = self.model.speech_tokenizer
         waves: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in codes]
         todo = [i for i, c in enumerate(codes) if c is not None and len(c) > 0]

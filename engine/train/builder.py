@@ -14,9 +14,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from engine.data.dataset import VoiceData
 from engine.data.frames import PredictorSample
 from engine.train.failures import FatalTrainingError
+from engine.train.objective import (
+    batch_to_device,
+    build_objective,
+    load_base_weights,
+    trainable_groups,
+)
+from engine.train.parallelize import (
+    make_mesh,
+    parallelize,
+    resolve_precision,
+    set_gradient_sync,
+    set_keep_gathered,
+)
 from engine.train.plan import ALLOC_CONF
 from engine.train.precision import PrecisionError, describe, device_capability
 
@@ -74,10 +89,6 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
     The objective is built on the meta device, sharded, and only then filled
     with the base weights, so no rank ever holds the whole model.
     """
-    # torch loads here, not when this module is imported (start-up cost)
-    from engine.train.objective import batch_to_device, trainable_groups
-    from engine.train.parallelize import set_gradient_sync, set_keep_gathered
-
     model_dir = Path(loop_config["model_dir"])
     voice_dir = Path(loop_config["voice_dir"])
     objective, device, precision, detail = sharded_objective(cfg, loop_config, model_dir)
@@ -121,10 +132,6 @@ def build_parts(cfg: Any, loop_config: dict[str, Any], rank: int, world: int) ->
 def sharded_objective(cfg: Any, loop_config: dict[str, Any],
                       model_dir: Path) -> tuple[Any, Any, str, str]:
     """(objective, device, precision, precision line): built on meta, sharded, then loaded."""
-    # torch loads here, not when this module is imported (start-up cost)
-    from engine.train.objective import build_objective, load_base_weights
-    from engine.train.parallelize import make_mesh, parallelize
-
     device = worker_device(cfg, loop_config)
     precision, detail = worker_precision(cfg, device)
     objective = build_objective(model_dir, cfg.model, device="meta")
@@ -135,8 +142,6 @@ def sharded_objective(cfg: Any, loop_config: dict[str, Any],
 
 def worker_device(cfg: Any, loop_config: dict[str, Any]) -> Any:
     """This rank's device: its GPU (Ray's choice, else LOCAL_RANK) or the CPU."""
-    import torch
-
     if not (cfg.parallel.use_gpu and torch.cuda.is_available()):
         return torch.device("cpu")
 
@@ -156,9 +161,6 @@ def worker_device(cfg: Any, loop_config: dict[str, Any]) -> Any:
 def worker_precision(cfg: Any, device: Any) -> tuple[str, str]:
     """(precision, one line saying which and why) for this rank's device; a clear error for
     bf16 on a GPU older than compute capability 8.0."""
-    # torch loads here, not when this module is imported (start-up cost)
-    from engine.train.parallelize import resolve_precision
-
     capability = device_capability(device)
     try:
         precision = resolve_precision(cfg.parallel, device, capability)

@@ -56,6 +56,15 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint.staging import BlockingAsyncStager
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
 from engine.core.storage import Location, as_location, checkpoint_root, rmtree
 from engine.layout.checkpoints import (
     COMPLETE,
@@ -79,21 +88,15 @@ WRITER_THREADS = 4
 def dcp_args(path: Path | Location, write: bool, threads: int = 1) -> dict[str, Any]:
     """Keyword arguments of `dcp.save`/`dcp.load` for a checkpoint folder or URI."""
     if isinstance(path, Location):
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
-
         if write:
             return {"storage_writer": FsspecWriter(path.url, thread_count=threads)}
         return {"storage_reader": FsspecReader(path.url)}
     if write:
-        from torch.distributed.checkpoint import FileSystemWriter
-
         return {"storage_writer": FileSystemWriter(str(path), thread_count=threads)}
     return {"checkpoint_id": str(path)}
 
 
 def _torch_save(obj: Any, path: Path | Location) -> None:
-    import torch
-
     if isinstance(path, Location):
         buf = io.BytesIO()
         torch.save(obj, buf)
@@ -103,8 +106,6 @@ def _torch_save(obj: Any, path: Path | Location) -> None:
 
 
 def _torch_load(path: Path | Location) -> Any:
-    import torch
-
     if isinstance(path, Location):
         return torch.load(io.BytesIO(path.read_bytes()), weights_only=False)
     return torch.load(path, weights_only=False)
@@ -170,9 +171,6 @@ def _is_disk_full(exc: BaseException) -> bool:
 
 
 def _rng_state() -> dict[str, Any]:
-    import numpy as np
-    import torch
-
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": np.random.get_state(),
@@ -184,9 +182,6 @@ def _rng_state() -> dict[str, Any]:
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
-    import numpy as np
-    import torch
-
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
@@ -203,8 +198,6 @@ def _own_group(world_size: int) -> Any:
     another's all-reduce, a hang. Every rank makes it at the same point (the
     Checkpointer is built once per run, on every rank), as `new_group` requires.
     """
-    import torch.distributed as dist
-
     if world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
         return None  # one rank: nothing to pair up, and no barrier to wait at
     return dist.new_group(backend="gloo")
@@ -236,14 +229,10 @@ class Checkpointer:
 
     # -- helpers -------------------------------------------------------------------------
     def _barrier(self) -> None:
-        import torch.distributed as dist
-
         if self.group is not None:
             dist.barrier(group=self.group)
 
     def _state_dicts(self, model: Any, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
         model_sd, optim_sd = get_state_dict(model, optimizer)
         return _trainable_filter(model, model_sd), optim_sd
 
@@ -257,8 +246,6 @@ class Checkpointer:
         finished and COMPLETE is written. wait=False with `background`: once
         the state is staged in host memory; `finish()` completes it.
         """
-        import torch.distributed.checkpoint as dcp
-
         self.finish()  # never two saves at once
         path = self.run_dir / checkpoint_name(step)
         if self.rank == 0 and path.exists():
@@ -330,11 +317,7 @@ class Checkpointer:
         return self._pending is None or self._pending[0].done()
 
     def _staging(self) -> Any:
-        import torch
-
         if self._stager is None and torch.cuda.is_available():
-            from torch.distributed.checkpoint.staging import BlockingAsyncStager
-
             self._stager = BlockingAsyncStager(cache_staged_state_dict=True)
         return self._stager  # None off CUDA: pinned memory needs a GPU; DCP stages itself
 
@@ -353,8 +336,6 @@ class Checkpointer:
 
     def _check_space(self, step: int, need: int) -> None:
         """Refuse the save on every rank when any rank's disk cannot hold what goes on it."""
-        import torch.distributed as dist
-
         if isinstance(self.run_dir, Location):
             return  # an object store does not fill up; its errors say why a PUT failed
         where = self.run_dir
@@ -406,9 +387,6 @@ class Checkpointer:
     def load(self, path: str | os.PathLike[str] | Location, model: Any, optimizer: Any,
              scheduler: Any) -> dict[str, Any]:
         """Restore everything saved in `path`; returns trainer.json (step, data position...)."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import set_state_dict
-
         path = self._in_run(path)
         if not (path / COMPLETE).exists():
             raise FileNotFoundError(f"{path} is not a complete checkpoint")
@@ -416,8 +394,6 @@ class Checkpointer:
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, **dcp_args(path, write=False), process_group=self.group)
         # strict=False: the frozen weights are deliberately not in the checkpoint
-        from torch.distributed.checkpoint.state_dict import StateDictOptions
-
         set_state_dict(model, optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"],
                        options=StateDictOptions(strict=False))

@@ -7,6 +7,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import ray
+import ray.train
+
 from engine.train.failures import StopPoller
 from engine.train.metrics import MetricsSender
 from engine.train.preflight import node_model_dir, unpack_voice_data
@@ -19,8 +22,6 @@ from engine.train.trainer import (
 
 def train_loop(loop_config: dict[str, Any]) -> None:
     """Entry point given to `TorchTrainer(train_loop_per_worker=...)`."""
-    import ray.train
-
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     ray_ckpt = ray.train.get_checkpoint()
@@ -49,13 +50,9 @@ def node_train_loop(loop_config: dict[str, Any]) -> None:
     announce_node(cfg)
     data = cfg.pop("voice_data", None)
     if data is not None:
-        import ray
-
         bundle = ray.get(data) if isinstance(data, ray.ObjectRef) else data
         cfg["voice_dir"] = str(unpack_voice_data(bundle))
     if cfg.get("model_dir"):
-        import ray.train
-
         # a download on this node is said in the driver's log (once per node: a lock)
         say = MetricsSender(cfg.get("queue"), ray.train.get_context().get_world_rank()).log
         cfg["model_dir"] = str(node_model_dir(str(cfg["model_dir"]), cfg.get("model_spec"),
@@ -66,9 +63,6 @@ def node_train_loop(loop_config: dict[str, Any]) -> None:
 def announce_node(loop_config: dict[str, Any]) -> None:
     """Tell the driver where this rank runs: a `worker_node` state event (rank,
     node name, address, Ray node id, the GPUs Ray gave it), for per-node labels."""
-    import ray
-    import ray.train
-
     try:
         rank = ray.train.get_context().get_world_rank()
         ctx = ray.get_runtime_context()

@@ -21,6 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import ray
+from ray.exceptions import ActorUnavailableError, GetTimeoutError
+from ray.train.v2._internal.execution.failure_handling import DefaultFailurePolicy, FailureDecision
+
 #: seconds one poll of the stop flag may wait for the flag actor's answer
 STOP_POLL_TIMEOUT_S = 2.0
 GIB = float(1 << 30)
@@ -269,9 +273,6 @@ class StopPoller:
     def __call__(self) -> bool:
         if self.flag is None:
             return False
-        import ray
-        from ray.exceptions import ActorUnavailableError, GetTimeoutError
-
         try:
             if self._pending is None:
                 self._pending = self.flag.is_set.remote()
@@ -289,11 +290,6 @@ class StopPoller:
 
 def no_retry_policy_class() -> type:
     """Ray's default failure policy, except that a FatalTrainingError is raised at once."""
-    from ray.train.v2._internal.execution.failure_handling import (
-        DefaultFailurePolicy,
-        FailureDecision,
-    )
-
     class NoRetryOnFatal(DefaultFailurePolicy):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)

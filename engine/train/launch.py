@@ -30,6 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ray
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from engine.core.errors import Cancelled, TrainingError
 from engine.core.events import Emitter
 from engine.core.storage import ray_storage, rmtree
@@ -46,6 +51,7 @@ from engine.train.failures import (
     no_retry_policy_class,
 )
 from engine.train.metrics import MetricsPump, make_queue
+from engine.train.parallelize import process_group_backend
 from engine.train.pgroup import local_torch_config
 from engine.train.preflight import pack_voice_data
 
@@ -158,19 +164,10 @@ class Launch:
             self.worker_pids[rank] = int(values["pid"])
 
     def start(self) -> Launch:
-        import ray
-        from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-        from ray.train.torch import TorchConfig
-
-        # torch loads here, not when this module is imported (start-up cost)
-        from engine.train.parallelize import process_group_backend
-
         spec = self.spec
         spec.run_dir.mkdir(parents=True, exist_ok=True)
         # the driver's helpers live on the driver's node: on a cluster, a node that
         # dies must not take the metrics queue or the stop flag with it
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         here = {"scheduling_strategy": NodeAffinitySchedulingStrategy(
             node_id=ray.get_runtime_context().get_node_id(), soft=False)}
         self.queue = make_queue(**here)
@@ -338,8 +335,6 @@ def _trainer_class() -> type:
     one; the controller is started by `_initialize_and_run_controller`, which
     takes the policy as a keyword, so that is where ours goes in (Ray is pinned).
     """
-    from ray.train.torch import TorchTrainer
-
     class VoxshardTrainer(TorchTrainer):
         def _initialize_and_run_controller(self, **kwargs: Any) -> Any:
             if "failure_policy" in kwargs:

@@ -20,11 +20,16 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+import psutil
+import torch
+from ray.util.queue import Empty, Queue
 
 from engine.core.events import Emitter
 
@@ -41,8 +46,6 @@ def make_queue(**actor_options: Any) -> Any:
     the queue on the driver's node (launch does: on a cluster, a queue on a
     node that dies would silently swallow every metric after the restart).
     """
-    from ray.util.queue import Queue
-
     return Queue(maxsize=QUEUE_SIZE,
                  actor_options={"num_cpus": 0, "max_concurrency": 64, **actor_options})
 
@@ -98,8 +101,6 @@ class MetricsPump:
         return self
 
     def _run(self) -> None:
-        from ray.util.queue import Empty
-
         while not self._stop.is_set():
             try:
                 first = self.queue.get(block=True, timeout=self.poll_s)
@@ -165,8 +166,6 @@ class MetricsPump:
 
 def memory_values(device: Any) -> dict[str, float]:
     """Device memory of this rank: CUDA allocator figures on GPU, process RSS on CPU."""
-    import torch
-
     if device is not None and getattr(device, "type", "cpu") == "cuda":
         # the allocator's view, plus the device's own (what nvidia-smi shows:
         # CUDA context, NCCL buffers and any other process on the same GPU)
@@ -183,13 +182,9 @@ def memory_values(device: Any) -> dict[str, float]:
             # the name the GUI draws as the device limit line
             "memory/total_gib": total / GIB,
         }
-    import psutil
-
     proc = psutil.Process(os.getpid())
     rss = proc.memory_info().rss
     # ru_maxrss is the process's peak RSS in KiB on Linux
-    import resource
-
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"memory/rss_gib": rss / GIB, "memory/peak_gib": peak / GIB}
 

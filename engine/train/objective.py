@@ -71,7 +71,11 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from safetensors import safe_open
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from engine.config.train import ModelConfig
 from engine.core.errors import ModelError
@@ -270,8 +274,6 @@ class TalkerWeights(Mapping[str, torch.Tensor]):
     """
 
     def __init__(self, model_dir: str | Path) -> None:
-        from safetensors import safe_open
-
         self._files: dict[str, str] = {}
         for f in weight_files(model_dir):
             with safe_open(str(f), framework="pt") as fh:
@@ -280,8 +282,6 @@ class TalkerWeights(Mapping[str, torch.Tensor]):
                         self._files[key] = str(f)
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        from safetensors import safe_open
-
         with safe_open(self._files[key], framework="pt") as fh:
             return fh.get_tensor(key)
 
@@ -319,8 +319,6 @@ def load_base_weights(objective: VoiceObjective, model_dir: str | Path,
     rank reads the same files, one tensor at a time). fp32 master weights
     whatever the file's dtype.
     """
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
     device = torch.device(device)
     # With CPU offload (parallelize sets this) the shards live in host memory.
     param_device = torch.device(getattr(objective, "_voxshard_param_device", None) or device)
@@ -356,8 +354,6 @@ def full_state_dict(objective: nn.Module) -> dict[str, torch.Tensor]:
     A collective when the objective is sharded: every rank must call it.
     Non-zero ranks get {}.
     """
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
     sd = get_model_state_dict(objective, options=StateDictOptions(full_state_dict=True,
                                                                   cpu_offload=True))
     return {k: v.detach().to("cpu", torch.float32) for k, v in sd.items()}
@@ -461,8 +457,6 @@ def setup_worker(model_dir: str | Path, voice_dir: str | Path, cfg: Any,
     Call inside the worker after the process group exists (Ray Train does it);
     without one it builds an unsharded objective (single process).
     """
-    import torch.distributed as dist
-
     device = torch.device(device)
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()

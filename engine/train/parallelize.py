@@ -28,7 +28,17 @@ from functools import partial
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
+from torch.utils.checkpoint import checkpoint
 
 from engine.config.train import ParallelConfig
 from engine.train.precision import device_capability
@@ -37,9 +47,6 @@ from engine.train.precision import resolve_precision as _resolve
 
 def make_mesh(device: torch.device) -> Any:
     """A 1-D data-parallel mesh over all ranks, or None outside torch.distributed."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
     if not (dist.is_available() and dist.is_initialized()):
         return None
     return init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("dp",))
@@ -83,8 +90,6 @@ def enable_activation_checkpointing(objective: nn.Module) -> None:
     state-dict keys stay the official ones. Non-reentrant checkpointing is
     the variant that composes with FSDP2's hooks.
     """
-    from torch.utils.checkpoint import checkpoint
-
     for layer in decoder_layers(objective):
         layer.gradient_checkpointing = True
         layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
@@ -121,13 +126,6 @@ def parallelize(objective: nn.Module, mesh: Any, cfg: ParallelConfig,
     still go through Ray Train (which always creates one, even for 1 worker).
     Parameters may still be on the meta device: call `load_base_weights` after.
     """
-    from torch.distributed.fsdp import (
-        CPUOffloadPolicy,
-        MixedPrecisionPolicy,
-        OffloadPolicy,
-        fully_shard,
-    )
-
     device = torch.device(device)
     if cfg.activation_checkpointing:
         enable_activation_checkpointing(objective)
@@ -217,8 +215,6 @@ class OneRankReduce:
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any,
                  op: Any, async_op: bool = False) -> Any:
-        import torch.distributed as dist
-
         # FSDP calls the comm only with more than one rank; reduce as its default does
         return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group,
                                           async_op=async_op)
@@ -263,8 +259,6 @@ def set_gradient_sync(objective: nn.Module, enabled: bool) -> None:
 
 def fsdp_units(objective: nn.Module) -> list[Any]:
     """Every FSDP module of the objective, the root last (empty when not sharded)."""
-    from torch.distributed.fsdp import FSDPModule
-
     units = [m for m in objective.modules() if isinstance(m, FSDPModule) and m is not objective]
     return units + ([objective] if isinstance(objective, FSDPModule) else [])
 

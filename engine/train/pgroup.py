@@ -28,6 +28,14 @@ import tempfile
 import uuid
 from typing import Any
 
+import ray
+from ray.train.torch import TorchConfig
+from ray.train.torch.config import (
+    _set_torch_distributed_env_vars,
+    _setup_torch_process_group,
+    _TorchBackend,
+)
+
 
 def store_prefix(run: str) -> str:
     """The path prefix of a run's rendezvous files (`run`: its folder or storage URI)."""
@@ -38,13 +46,6 @@ def store_prefix(run: str) -> str:
 def local_torch_config(backend: str, run: str) -> Any:
     """A TorchConfig whose process group is set up through a FileStore (one machine only);
     `run` names the files (`store_prefix`)."""
-    from ray.train.torch import TorchConfig
-    from ray.train.torch.config import (
-        _set_torch_distributed_env_vars,
-        _setup_torch_process_group,
-        _TorchBackend,
-    )
-
     class _FileStoreBackend(_TorchBackend):
         store: str | None = None
 
@@ -58,8 +59,6 @@ def local_torch_config(backend: str, run: str) -> Any:
                 i, _setup_torch_process_group, backend=backend_config.backend, world_rank=i,
                 world_size=len(worker_group), init_method=f"file://{path}",
                 timeout_s=backend_config.timeout_s) for i in range(len(worker_group))]
-            import ray
-
             ray.get(futures)
 
         def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:

@@ -71,9 +71,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from engine.config.train import TRAINABLE_CHOICES, ModelConfig
 from engine.layout.manifest import read_manifest
 from engine.train.gpus import min_capability, visible_gpus
+from engine.train.objective import build_objective
+from engine.train.parallelize import decoder_layers
 from engine.train.precision import compute_bytes, resolve_precision
 
 GIB = float(1 << 30)
@@ -306,10 +310,6 @@ def _param_table(model_dir: str, trainable: str, lora_rank: int,
                  ) -> tuple[tuple[str, tuple[int, ...], bool], ...]:
     """(FSDP unit, shape, trains) of every parameter; one meta build per choice, cached
     (a plan compares several choices and variants of the same model)."""
-    # torch loads here, not when this module is imported (start-up cost)
-    from engine.train.objective import build_objective
-    from engine.train.parallelize import decoder_layers
-
     objective = build_objective(model_dir, ModelConfig(
         trainable=trainable, lora_rank=lora_rank, lora_predictor=lora_predictor), device="meta")
     owner: dict[int, str] = {}
@@ -486,8 +486,6 @@ def gpu_free_memory() -> list[int]:
 
 
 def host_available_memory() -> int:
-    import psutil
-
     return int(psutil.virtual_memory().available)
 
 

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
 from engine.model.dtypes import BF16_CAPABILITY, gpu_half
 
 CHOICES: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
@@ -66,8 +69,6 @@ def compute_bytes(precision: str) -> int:
 
 def device_capability(device: Any) -> tuple[int, int] | None:
     """(major, minor) of a CUDA device, None for anything else."""
-    import torch
-
     if getattr(device, "type", str(device)) != "cuda" or not torch.cuda.is_available():
         return None
     return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
@@ -101,9 +102,6 @@ class LossScaler:
 
     def unscale_(self, params: list[Any]) -> bool:
         """Divide every gradient by the scale; True when all are finite on every rank."""
-        import torch
-        import torch.distributed as dist
-
         groups: dict[tuple[Any, Any], list[Any]] = {}
         for p in params:
             if p.grad is not None:

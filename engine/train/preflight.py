@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import socket
 import sys
 import tempfile
@@ -39,6 +40,9 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from engine.cluster import connect
 from engine.core.errors import ClusterError, ModelError
@@ -223,8 +227,6 @@ def unpack_voice_data(bundle: dict[str, Any], root: str | None = None) -> Path:
     try:
         os.rename(tmp, dest)  # atomic; another worker of this node may have won the race
     except OSError:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
@@ -322,8 +324,6 @@ def _storage_check(storage: str, token: str, node_key: str) -> tuple[list[str], 
 def check_node(storage: str | None, model_dir: str | None, model_spec: str | None,
                token: str, driver: dict[str, Any]) -> dict[str, Any]:
     """The body of one preflight task (runs on the node it is pinned to)."""
-    import ray
-
     facts = node_facts()
     node_key = ray.get_runtime_context().get_node_id()
     problems = version_problems(facts, driver)
@@ -350,9 +350,6 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
                   *, timeout_s: float = DEFAULT_TIMEOUT_S,
                   on_event: EventCallback | None = None) -> PreflightReport:
     """One task per alive node of the connected cluster; every node's answer, or why none."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     emitter = as_emitter(on_event)
     t0 = time.monotonic()
     token = uuid.uuid4().hex

@@ -23,6 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ray.train
+import torch
+import torch.distributed as dist
+from ray.train import Checkpoint, CheckpointUploadMode
+
 from engine.config.train import TrainConfig
 from engine.core.storage import as_location
 from engine.layout.checkpoints import latest_checkpoint, step_of
@@ -108,8 +113,6 @@ def run_worker(loop_config: dict[str, Any], env: WorkerEnv) -> dict[str, Any]:
     with one sentence and the plan's advice (`FatalTrainingError`, never
     retried), instead of Ray replaying the same step into the same wall.
     """
-    import torch
-
     run = Trainer(loop_config, env)
     try:
         return run.run()
@@ -150,8 +153,6 @@ class Trainer:
 
     # -- stages ---------------------------------------------------------------------------
     def build(self) -> None:
-        import torch
-
         cfg = self.cfg
         torch.set_num_threads(cfg.parallel.cpu_threads_per_worker)
         self.sender.send("state", {"state": "worker_started", "detail": f"rank {self.rank}",
@@ -219,9 +220,6 @@ class Trainer:
 
     def all_sum(self, values: Any) -> list[float]:
         """Sum over ranks; `values` a list or a tensor already on the device (one read back)."""
-        import torch
-        import torch.distributed as dist
-
         t = torch.as_tensor(values, dtype=torch.float64).to(self.device)
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
@@ -262,8 +260,6 @@ class Trainer:
         device (read once per step with the all-reduce), the loss gathers with
         host-built rows, batches arrive prepared by the prefetch thread.
         """
-        import torch
-
         cfg, parts = self.cfg, self.parts
         self.model.train()
         # local sums: talker CE, talker targets, sub-talker CE, sub-talker targets
@@ -438,8 +434,6 @@ def make_optimizer(params: list[Any], cfg: Any, device: Any) -> Any:
     CPU offload: torch's fused CPU kernel): one kernel, in place, no fp32 temporary the
     size of every shard, which foreach allocates (`optimizer_kind`). The plan counts
     what it leaves."""
-    import torch
-
     offload = bool(cfg.parallel.cpu_offload)
     kind = optimizer_kind("cpu" if offload else getattr(device, "type", str(device)), offload)
     return torch.optim.AdamW(params, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
@@ -450,8 +444,6 @@ def make_optimizer(params: list[Any], cfg: Any, device: Any) -> Any:
 def add_sums(sums: Any, out: dict[str, Any]) -> Any:
     """Running (talker CE, talker targets, sub-talker CE, sub-talker targets), on the
     device of the loss: nothing is read back to the host."""
-    import torch
-
     step = torch.stack([out[k].detach().to(torch.float64) for k in
                         ("talker_sum", "talker_tokens", "subtalker_sum", "subtalker_tokens")])
     return step if sums is None else sums + step
@@ -459,8 +451,6 @@ def add_sums(sums: Any, out: dict[str, Any]) -> Any:
 
 def _with_flags(sums: Any, *flags: float, probed: Any = None) -> Any:
     """The step's one all-reduce: loss sums, flags, then the update probe's values."""
-    import torch
-
     if sums is None:
         head: Any = [0.0, 0.0, 0.0, 0.0, *flags]
         return head if probed is None else head + probed.tolist()
@@ -472,8 +462,6 @@ def _with_flags(sums: Any, *flags: float, probed: Any = None) -> Any:
 
 def _validate(parts: TrainParts, model: Any, step: int, sender: MetricsSender,
               all_sum: Callable[[list[float]], list[float]]) -> None:
-    import torch
-
     assert parts.val_batches is not None
     model.eval()
     sums: Any = None
@@ -497,9 +485,6 @@ def report_checkpoint(path: Path, metrics: dict[str, Any]) -> None:
     (`CheckpointConfig.num_to_keep`). Every rank must call this (a barrier);
     only rank 0 passes the checkpoint.
     """
-    import ray.train
-    from ray.train import Checkpoint, CheckpointUploadMode
-
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
     checkpoint = None

@@ -26,6 +26,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from engine.config.train import trained_groups
 from engine.train.failures import FatalTrainingError
 from engine.train.presets import KNOWN_TALKER_HIDDEN, optim_preset
@@ -73,8 +75,6 @@ class UpdateProbe:
 
     def before_step(self, check: bool) -> None:
         """Sample the weights (and, if `check`, gather gradient statistics) before the step."""
-        import torch
-
         self._before = {}
         grad_stats = []
         for g in GROUPS:
@@ -98,8 +98,6 @@ class UpdateProbe:
 
     def after_step(self, device: Any) -> Any:
         """(VALUES_PER_GROUP x groups) float64 values on `device`, for the step's all-reduce."""
-        import torch
-
         out = []
         for i, g in enumerate(GROUPS):
             zero = torch.zeros((), dtype=torch.float64, device=device)
