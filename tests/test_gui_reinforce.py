@@ -162,6 +162,14 @@ def test_a_reinforced_run_shows_its_stage_read_back(
     # the stage's rows are not training steps: the run trained 10 of its 10
     assert "(step 10/10, 3 checkpoints)" in page.run_picker.currentText()
     assert page.stat_labels["step"].text() == "10 / 10"
+    # the style settings are for a run trained with styles: shown for one, and sent
+    assert all(panel.fields[n].isHidden() for n in ("style_weight", "style_share"))
+    write_json(run / "data.json", {"styles": ["Speak slowly."]})
+    panel.show_run(run)
+    assert not any(panel.fields[n].isHidden() for n in ("style_weight", "style_share"))
+    panel.fields["style_weight"].setText("0.4")
+    args = panel.settings_args()
+    assert args[args.index("--style-weight") + 1] == "0.4"
     qtbot.wait(200)
     shots = Path(os.environ.get("VOXSHARD_SHOTS", tmp_path))
     assert window.grab().save(str(shots / "train-reinforce-read-back.png"))

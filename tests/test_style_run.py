@@ -6,6 +6,10 @@
 - Speaking (on runs made in one process, with the run's data recorded as training
   records it): a checkpoint and an export of a voice trained with styles take
   `--instruct` without the "little or no effect" warning; one trained without still warns.
+- The reinforce stage of a run trained with styles (its style weight above 0): a share of
+  its prompts carry a trained style, sampled and laid out with the official instruction
+  tokens, and the reward's style term is 1 for a render that moved the way its style says
+  against the speaker's plain delivery and 0 for one that moved the other way (real audio).
 """
 
 from __future__ import annotations
@@ -14,15 +18,28 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
 
+from engine.audio.io import read_mono
+from engine.config.reinforce import ReinforceConfig
 from engine.core.errors import InputError
+from engine.data.layout import LayoutIds
 from engine.layout.exports import EXPORT_INFO
 from engine.layout.manifest import read_manifest, write_manifest
 from engine.layout.run import Run
+from engine.layout.voice import open_voice
+from engine.model.loading import load_model
+from engine.reinforce.reward import StyleTerm, reward
+from engine.reinforce.rollout import Roller
+from engine.reinforce.stage import iteration_styles
 from engine.serve.voices import ServedVoice
 from engine.serve.wyoming import style_for
+from engine.synth.prompt import build_prefill
 from engine.train.driver import export, train
+from engine.train.grpo import code_logprobs
+from engine.train.objective import VoiceObjective
 from engine.train.rundata import record_data
 from tests.helpers.ray_cluster import SharedCluster
 from tests.helpers.runs import make_perturbed_run
@@ -210,3 +227,88 @@ def test_the_train_page_shows_how_many_styles_each_checkpoint_obeyed(
     figure = f"styles obeyed {styles['followed']} of {styles['measurable']}"
     assert figure in page.eval_note.text()
     assert f"step 1: {figure}" in page.eval_note.toolTip()
+
+
+def _played_at(audio: np.ndarray, speed: float) -> np.ndarray:
+    """`audio` played `speed` times as fast (fewer samples at the same rate)."""
+    n = int(len(audio) / speed)
+    return np.interp(np.linspace(0, len(audio) - 1, n), np.arange(len(audio)),
+                     audio).astype(np.float32)
+
+
+def test_the_reinforce_style_term_rewards_a_render_that_moved_the_way_its_style_says(
+        described_run: Path, tmp_path: Path) -> None:
+    """Real speech (a plain clip of the voice) played faster and slower: "fast" is obeyed
+    by the one and not the other against the speaker's plain delivery, "slowly" the other
+    way round; the reward adds the weight times the term."""
+    voice, run_dir = open_voice(described_run), described_run / "runs" / "r1"
+    assert StyleTerm.load(voice, run_dir, ReinforceConfig()) is None  # off by default
+    assert StyleTerm.load(voice, tmp_path, ReinforceConfig(style_weight=0.5)) is None  # no styles
+    term = StyleTerm.load(voice, run_dir, ReinforceConfig(style_weight=0.5))
+    assert term is not None and term.plain.rate is not None
+    clip = next(r for r in read_manifest(described_run) if not r.get("style"))
+    audio = read_mono(described_run / clip["path"], 24000)
+    fast, slow = _played_at(audio, 1.4), _played_at(audio, 1 / 1.4)
+    whisper_slowly, quick = STYLES
+    assert term(quick, fast, 24000, clip["text"], False) == 1.0
+    assert term(quick, slow, 24000, clip["text"], False) == 0.0
+    assert (term(whisper_slowly, slow, 24000, clip["text"], False)
+            > term(whisper_slowly, fast, 24000, clip["text"], False))
+    # a plain render, and one that never ended, are not judged
+    assert term(None, fast, 24000, clip["text"], False) == 0.0
+    assert term(quick, fast, 24000, clip["text"], True) == 0.0
+    terms = {"similarity": 0.5, "wer": 0.2, "capped": 0.0, "rate_off": 0.0}
+    cfg = ReinforceConfig(style_weight=0.5)
+    assert reward({**terms, "style": 1.0}, cfg) - reward({**terms, "style": 0.0}, cfg) == \
+        pytest.approx(0.5)
+    assert reward({**terms, "style": 1.0}, ReinforceConfig()) == reward(terms, ReinforceConfig())
+    with pytest.raises(ValueError, match="style_weight"):
+        ReinforceConfig(style_weight=-1.0)
+
+
+def test_reinforce_rollouts_carry_a_trained_style_with_the_official_instruction_tokens(
+        described_run: Path, tiny_model_dir: Path) -> None:
+    """A share of the prompts carry the run's styles in turn; their renders are sampled
+    after the official instruction tokens (the official prompt builder's) and laid out
+    with them as context only, and a plain prompt renders as it did without styles."""
+    styles = Run(described_run / "runs" / "r1").trained_styles()
+    assert [iteration_styles(styles, ReinforceConfig(prompts=2), it) for it in (0, 1)] == \
+        [[None, None], [None, None]]  # off by default
+    cfg = ReinforceConfig(prompts=2, style_weight=0.5, style_share=0.5)
+    asked = [iteration_styles(styles, cfg, it) for it in (0, 1)]
+    assert asked == [[None, styles[0]], [None, styles[1]]]
+    assert iteration_styles(styles, cfg.replace(style_share=1.0), 1) == [styles[0], styles[1]]
+
+    torch.manual_seed(0)
+    wrapper = load_model(tiny_model_dir, device="cpu", dtype=torch.float32)
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    speaker = torch.randn(int(config["talker_config"]["hidden_size"]),
+                          generator=torch.Generator().manual_seed(1)) * 0.1
+    roller = Roller(wrapper.model, wrapper.processor, wrapper.processor.tokenizer, speaker,
+                    LayoutIds.from_config(config), styles=styles)
+    texts = ["A short sentence to say.", "Another one, a little longer."]
+    styled = roller.sample(texts, group=2, max_frames=6, seed=0, styles=asked[0])
+    plain = roller.sample(texts, group=2, max_frames=6, seed=0)
+    assert [r.style for r in styled] == [None, None, styles[0], styles[0]]
+    assert all(np.array_equal(a.codes, b.codes) for a, b in zip(styled[:2], plain[:2],
+                                                                 strict=True))
+    assert any(not np.array_equal(a.codes, b.codes) for a, b in zip(styled[2:], plain[2:],
+                                                                     strict=True))
+    official = wrapper._tokenize_texts([wrapper._build_instruct_text(styles[0])])[0]
+    # the styled renders are what the decoder samples after the official tokens
+    prefill = build_prefill(wrapper.model, wrapper.processor, [texts[1]] * 2, speaker, None,
+                            non_streaming=True, instruct=official.reshape(1, -1))
+    again = roller.fast.generate(prefill, [6, 6], roller.settings, seeds=[2, 3])
+    assert all(np.array_equal(r.codes, c.cpu().numpy()) for r, c in zip(styled[2:], again,
+                                                                        strict=True))
+    # laid out for the update with the same tokens in front, never a target
+    batch = roller.batch(texts, styled, "cpu")
+    want = official.reshape(-1).tolist()
+    k = len(want)
+    for i in (2, 3):
+        assert batch["text_ids"][i, :k].tolist() == want
+        assert not batch["target_mask"][i, :k].any()
+    with torch.no_grad():
+        lp = code_logprobs(VoiceObjective(wrapper.model.talker), batch)
+    for i, r in enumerate(styled):
+        assert int((lp.render == i).sum()) == 16 * len(r.codes) + (0 if r.unended else 1)

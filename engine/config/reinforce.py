@@ -6,10 +6,15 @@ The reward of one render is
 
     similarity_weight * similarity - wer_weight * min(WER, 1)
     - capped_weight * (hit the length cap) - rate_weight * rate_off
+    + style_weight * style
 
 where `similarity` is the independent encoder's cosine to the speaker's held-out clips,
-and `rate_off` is how far (log ratio) the speaking rate lies outside
-[rate_low, rate_high] x the speaker's own rate (0 inside). That is the "voice" reward;
+`rate_off` is how far (log ratio) the speaking rate lies outside
+[rate_low, rate_high] x the speaker's own rate (0 inside), and `style` (a run trained with
+style descriptions, `style_weight` above 0) is, for a render of a prompt that carried a
+trained style's instruction (`style_share` of the prompts), the share of the style's
+measurable words ("slowly", "whisper", ...) whose measure moved the right way against the
+speaker's plain baseline (0 for a plain prompt). That is the "voice" reward;
 `reward` may name another, "package.module:factory" (`engine.reinforce.reward`), which
 the weights above do not enter unless it reads them.
 """
@@ -22,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.schema import section
+from engine.config.schema import check, section, setting
 
 #: the stage's own reward (speaker similarity, word errors, length cap, speaking rate)
 VOICE_REWARD = "voice"
@@ -74,6 +79,14 @@ class ReinforceConfig:
     #: seed of the renders (iteration i draws seed * 1000003 + i: a resumed stage draws
     #: the same renders)
     seed: int = 0
+    #: reward weight of style obedience, for a run trained with style descriptions: a
+    #: render of a prompt given a trained style's instruction earns this times the share of
+    #: the style's measured words that moved the right way against the speaker's plain
+    #: delivery (0: off, and no prompt carries an instruction)
+    style_weight: float = setting(0.0, label="Style obedience weight", at_least=0)
+    #: with a style weight: the share of the prompts that carry one of the run's trained
+    #: styles (taken in turn); the rest stay plain
+    style_share: float = setting(0.5, label="Styled prompts", at_least=0, at_most=1)
 
     def __post_init__(self) -> None:
         if not isinstance(self.reward, str) or not (
@@ -102,6 +115,7 @@ class ReinforceConfig:
                 raise ValueError(f"reinforce.{name}: must be >= 0")
         if not 0 < self.rate_low < 1 < self.rate_high:
             raise ValueError("reinforce.rate_low/rate_high: must be 0 < low < 1 < high")
+        check(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

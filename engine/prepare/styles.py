@@ -33,10 +33,13 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engine.audio.io import read_mono
+from engine.audio.timebase import SAMPLE_RATE as CLIP_RATE
 from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError
 from engine.layout.manifest import prepared_folder, read_manifest, write_manifest
@@ -243,6 +246,13 @@ def obedience(asked: str, plain: StyleMeasures, styled: StyleMeasures) -> dict[s
     return {"checked": len(moves), "obeyed": obeyed, "moves": moves}
 
 
+def obeyed_share(asked: str, plain: StyleMeasures, styled: StyleMeasures) -> float:
+    """The share of `asked`'s measurable words that moved the right way from `plain` to
+    `styled` (`obedience`); 0 when it names none that could be measured."""
+    found = obedience(asked, plain, styled)
+    return found["obeyed"] / found["checked"] if found["checked"] else 0.0
+
+
 def styles_obeyed(styles: dict[str, Any]) -> str:
     """A checkpoint's styles as the evaluation measured them (its entry's "styles"), in
     words: "styles obeyed 1 of 2 (1 not measurable)"; the report and the window say it."""
@@ -287,6 +297,27 @@ def describe_entries(entries: list[dict[str, Any]], measures: Mapping[str, Mappi
         else:
             e["style"], e["style_source"] = measured, MEASURED
     return base
+
+
+#: at most this many clips measured for a speaker's plain delivery (spread over the set)
+PLAIN_CLIPS = 24
+
+
+def plain_baseline(voice_dir: str | os.PathLike[str], limit: int = PLAIN_CLIPS
+                   ) -> StyleMeasures:
+    """The speaker's plain delivery as training heard it: the median measures of their
+    prepared clips with no style description (every usable clip when none is plain), at
+    most `limit` spread over the set. Measured on the prepared audio, levelled as the
+    training targets were, so a render's loudness compares with it."""
+    rows = read_manifest(voice_dir)
+    plain = [r for r in rows if not str(r.get("style") or "").strip()] or rows
+    if not plain:
+        raise InputError(f"The voice {Path(voice_dir).name} has no usable prepared clips to "
+                         "measure its plain delivery on.", "Run `voxshard-engine prepare`.")
+    picked = [plain[i * len(plain) // min(limit, len(plain))]
+              for i in range(min(limit, len(plain)))]
+    return baseline(measure_clip(read_mono(Path(voice_dir) / r["path"], CLIP_RATE), CLIP_RATE,
+                                 str(r.get("text") or "")) for r in picked)
 
 
 def voice_styles(entries: Iterable[Mapping[str, Any]]) -> list[str]:

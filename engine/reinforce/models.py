@@ -42,7 +42,7 @@ class StageModels:
         """The renders decoded by the model's codec and scored (reward and its terms); a
         render the runaway guard cut is penalised as a capped one (it never ended)."""
         waves = self.roller.audio(renders)
-        return [scorer.score(w, SAMPLE_RATE, texts[r.prompt], r.unended)
+        return [scorer.score(w, SAMPLE_RATE, texts[r.prompt], r.unended, r.style)
                 for r, w in zip(renders, waves, strict=True)]
 
 
@@ -89,5 +89,6 @@ def load_stage_models(voice: Voice, run: Run, start: Any, trainable: str, device
     config = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))
     speaker = torch.as_tensor(voice_x_vector(model, voice.path)).float().reshape(-1)
     roller = Roller(model, wrapper.processor, wrapper.processor.tokenizer, speaker,
-                    LayoutIds.from_config(config), lora_scaling=scaling)
+                    LayoutIds.from_config(config), lora_scaling=scaling,
+                    styles=run.trained_styles())
     return StageModels(model, policy, reference, roller)

@@ -12,7 +12,9 @@ A `Scorer` holds the recogniser and the independent speaker encoder (the evaluat
 `Meter`, loaded once per scorer, never per render) and the speaker's held-out clips
 (`Reference`: their centroid and the speaker's own speaking rate). `terms` measures one
 render; `reward` weighs the terms with the voice's [reinforce] settings
-(`engine.config.reinforce`, where the formula is written out).
+(`engine.config.reinforce`, where the formula is written out). A render carries the
+instruction its prompt had (`Render.style`, a trained style, or None); the style term
+(`StyleTerm`) checks it, for a run trained with styles whose settings weigh it.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ import numpy as np
 from engine.config.reinforce import VOICE_REWARD, ReinforceConfig
 from engine.core.errors import InputError
 from engine.core.events import Emitter, as_emitter
+from engine.layout.run import Run
 from engine.layout.voice import Voice
+from engine.prepare.styles import StyleMeasures, measure_clip, obeyed_share, plain_baseline
 from engine.quality.evaluate import MAX_REFERENCES, Meter, Reference
 from engine.reinforce.stage import Reward
 
 #: the terms each render is scored on, logged per iteration as `reinforce/<term>`
-TERMS = ("similarity", "wer", "capped", "rate_off")
+TERMS = ("similarity", "wer", "capped", "rate_off", "style")
 
 
 def rate_off(ratio: float | None, low: float, high: float) -> float:
@@ -48,7 +52,31 @@ def rate_off(ratio: float | None, low: float, high: float) -> float:
 def reward(terms: dict[str, float], cfg: ReinforceConfig) -> float:
     """One render's reward from its terms (see `engine.config.reinforce`)."""
     return (cfg.similarity_weight * terms["similarity"] - cfg.wer_weight * min(terms["wer"], 1.0)
-            - cfg.capped_weight * terms["capped"] - cfg.rate_weight * terms["rate_off"])
+            - cfg.capped_weight * terms["capped"] - cfg.rate_weight * terms["rate_off"]
+            + cfg.style_weight * terms.get("style", 0.0))
+
+
+@dataclass(frozen=True)
+class StyleTerm:
+    """Style obedience of one render: the speaker's plain delivery (`plain_baseline`),
+    measured once, against which a styled render's measures must move the way its style's
+    words say (`obeyed_share`)."""
+
+    plain: StyleMeasures
+
+    @classmethod
+    def load(cls, voice: Voice, run_dir: Path, cfg: ReinforceConfig) -> StyleTerm | None:
+        """The term of a run trained with styles whose settings weigh it; else None."""
+        if cfg.style_weight <= 0 or not Run(run_dir).trained_styles():
+            return None
+        return cls(plain_baseline(voice.path))
+
+    def __call__(self, style: str | None, audio: np.ndarray, sample_rate: int, text: str,
+                 unended: bool) -> float:
+        """0 for a plain render and for one that never ended (its measures say nothing)."""
+        if not style or unended:
+            return 0.0
+        return obeyed_share(style, self.plain, measure_clip(audio, sample_rate, text))
 
 
 @dataclass
@@ -59,6 +87,8 @@ class Scorer:
     reference: Reference
     language: str | None
     cfg: ReinforceConfig
+    #: style obedience (None: the settings do not weigh it, or the run has no styles)
+    style: StyleTerm | None = None
 
     @classmethod
     def load(cls, voice: Voice, run_dir: Path, cfg: ReinforceConfig, asr: Any = None,
@@ -66,23 +96,27 @@ class Scorer:
         em = emitter or as_emitter(None)
         # no base model: the model's own encoder is never a reward (it is not independent)
         meter = Meter(asr, None, device, em)
-        return cls(meter, meter.reference(voice, run_dir, MAX_REFERENCES), voice.language, cfg)
+        return cls(meter, meter.reference(voice, run_dir, MAX_REFERENCES), voice.language, cfg,
+                   StyleTerm.load(voice, run_dir, cfg))
 
-    def terms(self, audio: np.ndarray, sample_rate: int, text: str, capped: bool
-              ) -> dict[str, float]:
-        """The terms of one render (`TERMS`); a capped render's rate says nothing (0)."""
+    def terms(self, audio: np.ndarray, sample_rate: int, text: str, capped: bool,
+              style: str | None = None) -> dict[str, float]:
+        """The terms of one render (`TERMS`); a capped render's rate says nothing (0).
+        `style`: the instruction its prompt carried."""
         m = self.meter.measure(audio, sample_rate, text, self.reference, self.language)
         wer = m.get("wer")
         return {"similarity": float(m.get("similarity") or 0.0),
                 "wer": 1.0 if wer is None else float(wer),
                 "capped": 1.0 if capped else 0.0,
                 "rate_off": 0.0 if capped else rate_off(m.get("rate_ratio"), self.cfg.rate_low,
-                                                        self.cfg.rate_high)}
+                                                        self.cfg.rate_high),
+                "style": (self.style(style, audio, sample_rate, text, capped)
+                          if self.style is not None else 0.0)}
 
-    def score(self, audio: np.ndarray, sample_rate: int, text: str, capped: bool
-              ) -> dict[str, float]:
+    def score(self, audio: np.ndarray, sample_rate: int, text: str, capped: bool,
+              style: str | None = None) -> dict[str, float]:
         """The terms of one render and its `reward`."""
-        t = self.terms(audio, sample_rate, text, capped)
+        t = self.terms(audio, sample_rate, text, capped, style)
         return {"reward": reward(t, self.cfg), **t}
 
 

@@ -15,6 +15,10 @@ every render (`engine.synth.runaway`, `SpeakOptions`' default limits): a row tha
 stays silent ends there with its reason (`Render.runaway`); it never chose to end either,
 so it is laid out and penalised as a capped one.
 
+A prompt may carry an instruction (one of the run's trained styles,
+`stage.iteration_styles`): its renders are sampled with the instruction where speaking
+puts one, and laid out with it where training puts it (the same tokens), as context only.
+
 A LoRA policy (`lora_scaling` given) keeps its adapters unmerged on the frozen base: before
 each rollout they are written, as they are now, into one slot of the decoder's adapter pool
 (`engine.synth.adapters`), and every row renders with that slot.
@@ -22,6 +26,7 @@ each rollout they are written, as they are now, into one slot of the decoder's a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,9 +34,9 @@ import numpy as np
 import torch
 
 from engine.config.speak import SpeakOptions
-from engine.data.layout import LayoutIds, build_sequence, collate, tokenize
+from engine.data.layout import LayoutIds, build_sequence, collate, tokenize, tokenize_instruct
 from engine.synth.decoding import DecodeSettings, FastTalker
-from engine.synth.prompt import build_prefill
+from engine.synth.prompt import build_prefill, instruct_ids
 from engine.synth.runaway import RunawayGuard, silence_codes, stop_reason
 from engine.synth.sampling import SamplerSettings
 from engine.train.lora import is_lora_name
@@ -48,6 +53,7 @@ class Render:
     codes: np.ndarray  # (frames, 16) int64
     capped: bool = False  # cut at the length cap (the policy never ended it)
     runaway: str | None = None  # cut by the runaway guard: "loop" or "silence"
+    style: str | None = None  # the instruction its prompt carried (a trained style)
 
     @property
     def unended(self) -> bool:
@@ -67,8 +73,11 @@ class Roller:
     talker the policy shares."""
 
     def __init__(self, model: Any, processor: Any, tokenizer: Any, speaker: torch.Tensor,
-                 ids: LayoutIds, lora_scaling: float | None = None) -> None:
+                 ids: LayoutIds, lora_scaling: float | None = None,
+                 styles: Sequence[str] = ()) -> None:
         self.model, self.processor, self.tokenizer = model, processor, tokenizer
+        #: the styles the run trained with (what a prompt's instruction may be)
+        self.styles = list(styles)
         self.speaker = speaker
         self.ids = ids
         self.fast = FastTalker(model)
@@ -89,16 +98,20 @@ class Roller:
                                             "the policy")
         return [self._slot] * rows
 
-    def sample(self, texts: list[str], group: int, max_frames: int, seed: int
-               ) -> list[Render]:
+    def sample(self, texts: list[str], group: int, max_frames: int, seed: int,
+               styles: Sequence[str | None] | None = None) -> list[Render]:
         """`group` renders of each text, prompt by prompt (seeded: a resumed stage draws
-        the same renders)."""
+        the same renders); `styles[p]`: the instruction of prompt p (None: plain), put
+        where speaking puts one (`speak --instruct`)."""
         renders: list[Render] = []
         slots = self._adapter_rows(group)
         guard = self.settings.guard
         for p, text in enumerate(texts):
+            style = styles[p] if styles is not None else None
+            instruct = (instruct_ids(self.processor, style, self.fast.device) if style
+                        else None)
             prefill = build_prefill(self.model, self.processor, [text] * group, self.speaker,
-                                    None, non_streaming=True)
+                                    None, non_streaming=True, instruct=instruct)
             seeds = [seed * 1000 + p * group + g for g in range(group)]
             codes = self.fast.generate(prefill, [max_frames] * group, self.settings,
                                        seeds=seeds, adapters=slots)
@@ -106,7 +119,7 @@ class Roller:
                 kept = c.cpu().numpy().astype(np.int64)
                 runaway = stop_reason(kept[:, 0].tolist(), guard)
                 renders.append(Render(p, kept, runaway is None and len(kept) >= max_frames,
-                                      runaway))
+                                      runaway, style or None))
         return renders
 
     def audio(self, renders: list[Render], group: int = 8) -> list[np.ndarray]:
@@ -128,7 +141,9 @@ class Roller:
         seqs = []
         for r in renders:
             role, text = tokenize(self.tokenizer, texts[r.prompt])
-            seq = build_sequence(self.ids, role, text, r.codes)
+            # its instruction is context, as in training: the layout never targets it
+            instruct = tokenize_instruct(self.tokenizer, r.style) if r.style else ()
+            seq = build_sequence(self.ids, role, text, r.codes, instruct)
             if r.unended:  # the end of speech after its last frame was never sampled
                 seq.target_mask[int(np.flatnonzero(seq.frame_mask)[-1]) + 1] = False
             seqs.append(seq)

@@ -1,6 +1,9 @@
 """GRPO iterations in one process: rollouts from the policy, rewards, the group advantage,
 then the clipped update against the old policy with a KL penalty to a frozen reference.
 
+A prompt may carry one of the run's trained styles as its instruction
+(`iteration_styles`: off unless the settings weigh style obedience); its renders carry it.
+
 `Grpo.iteration` is one iteration of the stage (`engine.reinforce.session` runs them with
 checkpoints, prompts and metrics); `run_iterations` repeats it on fixed texts. A reward
 scores a list of renders; the stage's (`engine.reinforce.reward`) measures the renders'
@@ -10,6 +13,7 @@ audio with the evaluation's own measures. The settings are `ReinforceConfig`.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +38,23 @@ def iteration_seed(cfg: ReinforceConfig, iteration: int) -> int:
 def iteration_texts(pool: list[str], cfg: ReinforceConfig, it: int) -> list[str]:
     """Iteration `it`'s prompts: the next `cfg.prompts` of the pool, round and round."""
     return [pool[(it * cfg.prompts + k) % len(pool)] for k in range(int(cfg.prompts))]
+
+
+def iteration_styles(styles: Sequence[str], cfg: ReinforceConfig, it: int
+                     ) -> list[str | None]:
+    """Iteration `it`'s instruction per prompt: with a style weight and a run trained with
+    styles, `style_share` of the stage's prompts (spread evenly by their number) carry its
+    styles in turn; the rest, and every prompt by default, none."""
+    prompts = int(cfg.prompts)
+    if not styles or cfg.style_weight <= 0 or cfg.style_share <= 0:
+        return [None] * prompts
+    out: list[str | None] = []
+    for k in range(prompts):
+        n = it * prompts + k  # the prompt's number in the stage: the same after a resume
+        before = math.floor(n * cfg.style_share + 1e-9)
+        styled = math.floor((n + 1) * cfg.style_share + 1e-9) > before
+        out.append(styles[before % len(styles)] if styled else None)
+    return out
 
 
 @dataclass
@@ -64,7 +85,8 @@ def roll_out(roller: Roller, reward: Reward, cfg: ReinforceConfig, it: int,
              texts: list[str]) -> Rollout:
     """Iteration `it`'s renders (seeded by `it`) from the roller's current weights, scored,
     with their group advantages."""
-    renders = roller.sample(texts, cfg.group, cfg.max_frames, seed=iteration_seed(cfg, it))
+    renders = roller.sample(texts, cfg.group, cfg.max_frames, seed=iteration_seed(cfg, it),
+                            styles=iteration_styles(roller.styles, cfg, it))
     scored = [s if isinstance(s, dict) else {"reward": float(s)} for s in reward(renders, texts)]
     scores = torch.tensor([s["reward"] for s in scored], dtype=torch.float32)
     adv = group_advantages(scores.view(len(texts), cfg.group)).reshape(-1)

@@ -55,6 +55,8 @@ REWARD_KEYS = {"reward": ("reward", SERIES[0]), "similarity": ("similarity", SER
                "runaway": ("cut short", SERIES[1])}
 #: the settings the form shows beside Iterations (the rest of ReinforceConfig)
 OTHER_FIELDS = [f.name for f in dataclasses.fields(ReinforceConfig) if f.name != "iterations"]
+#: the settings shown only for a run trained with styles (they change nothing for another)
+STYLE_FIELDS = ("style_weight", "style_share")
 
 
 def stage_steps(run_dir: Path | None) -> list[int]:
@@ -232,6 +234,7 @@ class ReinforcePanel(QWidget):
         # at the smallest window and the spin box's text was cut
         lay.addWidget(hbox(self.iterations, self.start_btn, self.resume_btn, self.stop_btn))
         self.fields: dict[str, QLineEdit] = {}
+        self.labels: dict[str, QLabel] = {}
         inner = QWidget()
         grid = QGridLayout(inner)
         grid.setContentsMargins(0, 0, 0, 0)
@@ -243,6 +246,7 @@ class ReinforcePanel(QWidget):
             self.fields[name] = edit
             label = QLabel(name.replace("_", " "))
             label.setToolTip(helps.get(name, ""))
+            self.labels[name] = label
             grid.addWidget(label, i // 2, 2 * (i % 2))
             grid.addWidget(edit, i // 2, 2 * (i % 2) + 1)
         # a bounded box that scrolls: open, the charts keep most of the tab
@@ -370,6 +374,10 @@ class ReinforcePanel(QWidget):
     def show_run(self, run_dir: Path | None) -> None:
         """The picked run's stage so far, read from its folder."""
         self.store.clear()
+        styled = run_dir is not None and bool(Run(run_dir).trained_styles())
+        for name in STYLE_FIELDS:
+            self.fields[name].setVisible(styled)
+            self.labels[name].setVisible(styled)
         rows = stage_history(run_dir) if run_dir is not None else []
         for row in rows:
             self._add(row)
