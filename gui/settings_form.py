@@ -23,8 +23,11 @@ class SettingField:
     """One config setting (field `name` of section `cls`) as a form widget."""
 
     def __init__(self, cls: type, name: str, *, words: dict[str, tuple[str, str]] | None = None,
-                 widget: QWidget | None = None, decimals: int = 3) -> None:
+                 widget: QWidget | None = None, decimals: int = 3, unset: str = "") -> None:
+        """`unset`: a number's words for "not given" (None: the engine's, or the model's,
+        own), shown one step below its range."""
         self.cls, self.name = cls, name
+        self.unset = unset
         self.rule = rules(cls)[name]
         self.kind = value_type(cls, name)
         self.label = label_of(cls, name)
@@ -35,6 +38,12 @@ class SettingField:
             self._bound(self.widget, given=widget is not None)
             if self.rule.unit and widget is None:
                 self.widget.setSuffix(f" {self.rule.unit}")
+            if unset:
+                spin = self.widget
+                spin.setMinimum(spin.minimum() - spin.singleStep() if isinstance(spin, QSpinBox)
+                                else spin.minimum() - 10.0 ** -spin.decimals())
+                spin.setSpecialValueText(unset)
+                spin.setValue(spin.minimum())
         if not self.widget.toolTip():
             self.widget.setToolTip(field_help(cls).get(name, ""))
         if self.default is not None:
@@ -81,6 +90,8 @@ class SettingField:
             return w.isChecked()
         if isinstance(w, QComboBox):
             return w.currentData()
+        if self.unset and w.value() == w.minimum():  # type: ignore[attr-defined]
+            return None
         if isinstance(w, QSpinBox):
             return int(w.value())
         assert isinstance(w, QDoubleSpinBox)
@@ -97,6 +108,8 @@ class SettingField:
                 w.setCurrentIndex(i)
         elif isinstance(value, int | float) and not isinstance(value, bool):
             w.setValue(value)  # type: ignore[attr-defined]
+        elif value is None and self.unset:
+            w.setValue(w.minimum())  # type: ignore[attr-defined]
 
     def text(self, value: Any) -> str:
         return f"{value:.6g}" if isinstance(value, float) else str(value)

@@ -12,6 +12,9 @@ from engine.config.schema import SettingError, check, section, setting
 from engine.config.speak import DTYPES, QUANT_MODES
 from engine.core.errors import InputError
 
+#: Home Assistant's usual port for a Wyoming text-to-speech service (Piper's)
+WYOMING_PORT = 10200
+
 
 @section("serve")
 @dataclass

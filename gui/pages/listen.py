@@ -21,7 +21,6 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QHeaderView,
     QLabel,
@@ -30,7 +29,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QSizePolicy,
-    QSpinBox,
     QSplitter,
     QStyle,
     QStyleOptionComboBox,
@@ -42,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import VoiceSnapshot, latest_run, source_styles
+from engine.config.schema import flag_of, lookup
 from engine.layout.exports import new_comparison_dir, new_render_path
 from engine.layout.manifest import row_is_usable
 from engine.layout.tiers import TIER_ADAPTER, TIER_INSTANT
@@ -49,6 +48,7 @@ from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
 from gui.pages.train import BASE_MODELS
+from gui.settings_form import SettingField
 from gui.widgets import button, hbox, show_error
 from gui.words import count
 
@@ -64,6 +64,11 @@ SAVE_SUFFIX = {"wav": ".wav", "flac": ".flac", "opus": ".opus", "mp3": ".mp3"}
 PLAYBACK_GAPS = ("Playback paused while it waited for the speech (this machine makes it "
                  "slower than real time); the saved render has no gaps: play it from History.")
 
+
+#: the speaking settings the page shows as fields (`engine.config.speak.SpeakOptions`), and
+#: each one's words for "not given"
+LISTEN_SETTINGS = ("speak.temperature", "speak.top_k", "speak.seed")
+UNSET_WORDS = {"speak.temperature": "model's", "speak.top_k": "model's", "speak.seed": "random"}
 
 #: the state while the speech worker loads a model (a voice of the same base only switches)
 LOADING = "Loading the model…"
@@ -185,27 +190,22 @@ class ListenPage(Page):
         self.reference.setMinimumContentsLength(18)
         self.reference.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.temperature = QDoubleSpinBox()
-        self.temperature.setRange(0.0, 2.0)
+        # the speaking settings the page offers, each a field of the engine's SpeakOptions
+        self.fields = {lookup(path)[1]: SettingField(*lookup(path), decimals=2,
+                                                     unset=UNSET_WORDS[path])
+                       for path in LISTEN_SETTINGS}
+        self.temperature, self.top_k, self.seed = (self.fields[n].widget for n in
+                                                   ("temperature", "top_k", "seed"))
         self.temperature.setSingleStep(0.05)
-        self.temperature.setSpecialValueText("model's")
-        self.temperature.setValue(0.0)
         self.temperature.setToolTip("Randomness of rhythm and intonation: lower is steadier, "
                                     "higher livelier (\"model's\": the model's own setting)")
-        self.top_k = QSpinBox()
-        self.top_k.setRange(0, 1000)
-        self.top_k.setSpecialValueText("model's")
-        self.top_k.setToolTip("Sample only among the k most likely sounds (\"model's\": the "
-                              "model's own setting)")
-        self.seed = QSpinBox()
-        self.seed.setRange(-1, 2_147_483_647)
-        self.seed.setValue(-1)
-        self.seed.setSpecialValueText("random")
+        self.top_k.setToolTip("Sample only among the k most likely sounds (0: no limit; "
+                              "\"model's\": the model's own setting)")
         self.seed.setToolTip("The same seed and text give the same audio; \"random\" picks "
                              "one each time")
-        sampling = hbox(QLabel("Reference"), self.reference, QLabel("Temperature"),
-                        self.temperature, QLabel("Top-k"), self.top_k,
-                        QLabel("Seed"), self.seed, stretch_at=8)
+        labelled = [w for f in self.fields.values() for w in (QLabel(f.label), f.widget)]
+        sampling = hbox(QLabel("Reference"), self.reference, *labelled,
+                        stretch_at=2 + len(labelled))
         # the clip's name takes half of a wide window's spare room (the stretch the rest)
         sampling.layout().setStretchFactor(self.reference, 1)
         self.outer.addWidget(sampling)
@@ -341,17 +341,18 @@ class ListenPage(Page):
         self.save_btn.setEnabled(self.last_render is not None)
 
     def sampling(self) -> dict[str, Any]:
-        """The speak options the user set (left out: the model's own; no style: plain)."""
-        out: dict[str, Any] = {}
+        """The speak options the user set, by field (left out: the model's own; no style:
+        plain): what the speech worker is sent."""
+        out = {name: f.value() for name, f in self.fields.items() if f.value() is not None}
         if self.style_text():
             out["instruct"] = self.style_text()
-        if self.temperature.value() > 0:
-            out["temperature"] = round(self.temperature.value(), 3)
-        if self.top_k.value() > 0:
-            out["top_k"] = self.top_k.value()
-        if self.seed.value() >= 0:
-            out["seed"] = self.seed.value()
         return out
+
+    def speak_args(self) -> list[str]:
+        """The same settings as `speak` and `compare` flags (the CLI's own for each field)."""
+        args = [a for f in self.fields.values() for a in f.args()]
+        style = self.style_text()
+        return args + ([flag_of(*lookup("speak.instruct")), style] if style else [])
 
     # -- style ----------------------------------------------------------------------------
     def style_text(self) -> str:
@@ -650,6 +651,7 @@ class ListenPage(Page):
             args += ["--reference", str(ref)]
         else:
             args.append("--no-zero-shot")
+        args += self.speak_args()  # the same seed, sampling and style as Speak
         # the comparison loads every checkpoint on the GPU: the warm speech model leaves first
         unloaded = shutil.which("nvidia-smi") is not None and self.ctx.speech.unload()
         job = self.start_job(args + list(extra_args or []), "Compare", voice=self.voice)

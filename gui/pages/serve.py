@@ -40,6 +40,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine import catalog
+from engine.config.schema import flag_of
+from engine.config.serve import WYOMING_PORT, ServeSettings
 from engine.core.errors import InputError
 from engine.serve.server import url_of
 from engine.serve.voices import discover
@@ -48,6 +50,7 @@ from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
 from gui.served_speech import ServedEndpoint
+from gui.settings_form import SettingField
 from gui.widgets import button, hbox, vbox
 from gui.words import count
 
@@ -57,8 +60,6 @@ HOSTS = [("Only this computer (127.0.0.1)", "127.0.0.1"),
 LOG_ROWS = 500
 #: the audio-seconds-per-second figure averages this many seconds
 RATE_WINDOW_S = 60.0
-#: Home Assistant's usual port for a Wyoming text-to-speech service (Piper's)
-WYOMING_PORT = 10200
 
 
 #: Home Assistant reads the voice list once, when the integration is set up or reloaded
@@ -176,10 +177,12 @@ class ServePage(Page):
         self.host = QComboBox()
         for text, host in HOSTS:
             self.host.addItem(text, host)
+        # the server's settings the form shows, each a field of the engine's ServeSettings
+        self.fields = {"host": SettingField(ServeSettings, "host", widget=self.host),
+                       "port": SettingField(ServeSettings, "port"),
+                       "zeroconf": SettingField(ServeSettings, "zeroconf")}
         self.host.currentIndexChanged.connect(self._host_changed)
-        self.port = QSpinBox()
-        self.port.setRange(0, 65535)
-        self.port.setValue(8000)
+        self.port = self.fields["port"].widget
         self.port.setToolTip("TCP port; 0 picks a free one.")
         self.port.valueChanged.connect(self._show_example)
         self.use_key = QCheckBox("Require a key")
@@ -199,7 +202,7 @@ class ServePage(Page):
         self.wyoming_port.setRange(0, 65535)
         self.wyoming_port.setValue(WYOMING_PORT)
         self.wyoming_port.setToolTip("TCP port of the Wyoming service; 0 picks a free one.")
-        self.zeroconf = QCheckBox("Announce it on the network")
+        self.zeroconf = self.fields["zeroconf"].widget
         self.zeroconf.setToolTip(
             "Zeroconf (mDNS): Home Assistant finds the service by itself and offers it under "
             "Settings > Devices & services as discovered.")
@@ -338,8 +341,6 @@ class ServePage(Page):
             if not voices:
                 self.state.setText("Check at least one voice to serve.")
             return
-        args = ["serve", *voices, "--host", str(self.host.currentData()),
-                "--port", str(self.port.value())]
         self.key = None
         if self.use_key.isChecked():
             self.key = secrets.token_urlsafe(32)
@@ -347,14 +348,7 @@ class ServePage(Page):
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(self.key + "\n")
             self._key_file = Path(name)
-            args += ["--api-key-file", name]
-        if self.home_assistant.isChecked():
-            host = str(self.host.currentData())
-            args += ["--wyoming", f"tcp://{host}:{self.wyoming_port.value()}"]
-            if host != "127.0.0.1":  # the user chose other computers: say so to the engine
-                args.append("--wyoming-allow-lan")
-            if self.zeroconf.isChecked():
-                args.append("--zeroconf")
+        args = self.serve_args(str(self._key_file) if self.key else None)
         self.log.setRowCount(0)
         self.served.clear()
         self._started_with = len(voices)
@@ -364,6 +358,23 @@ class ServePage(Page):
         self.state.setText("Starting: loading the first voice...")
         self.start_button.setEnabled(False)
         self.stop_button.setEnabled(True)
+
+    def serve_args(self, key_file: str | None) -> list[str]:
+        """The `serve` command line of the form's choice: each setting by the CLI's own
+        flag for it (`engine.config.serve.SERVE_SETTINGS`)."""
+        f = self.fields
+        args = ["serve", *self.chosen(), *f["host"].args(always=True),
+                *f["port"].args(always=True)]
+        if key_file:
+            args += [flag_of(ServeSettings, "api_key_file"), key_file]
+        if self.home_assistant.isChecked():
+            host = str(f["host"].value())
+            args += [flag_of(ServeSettings, "wyoming"),
+                     f"tcp://{host}:{self.wyoming_port.value()}"]
+            if host != ServeSettings.host:  # the user chose other computers: say so
+                args.append(flag_of(ServeSettings, "wyoming_allow_lan"))
+            args += f["zeroconf"].args()
+        return args
 
     def stop(self) -> None:
         if self.running and self.job is not None:
