@@ -13,6 +13,7 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 
+from engine.cli.main import build_parser
 from engine.core.atomic import write_json
 from gui.app import MainWindow
 from gui.pages.train import TrainPage
@@ -170,6 +171,7 @@ def test_a_reinforced_run_shows_its_stage_read_back(
     panel.fields["style_weight"].setText("0.4")
     args = panel.settings_args()
     assert args[args.index("--style-weight") + 1] == "0.4"
+    assert build_parser().parse_args(["reinforce", str(voice), *args]).style_weight == 0.4
     qtbot.wait(200)
     shots = Path(os.environ.get("VOXSHARD_SHOTS", tmp_path))
     assert window.grab().save(str(shots / "train-reinforce-read-back.png"))
