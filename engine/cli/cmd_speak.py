@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli.main import add_command
-from engine.cli.settings import add_field
+from engine.cli.settings import FIELD, add_field
 from engine.config.schema import lookup
+from engine.config.serve import ServeSettings
 from engine.config.speak import DTYPES, FORMATS, QUANT_MODES, SPEAK_SETTINGS
 from engine.core.errors import InputError
 from engine.core.events import Emitter
@@ -252,6 +253,5 @@ def register(sub: Any) -> None:
     p.add_argument("--device")
     p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--base")
-    p.add_argument("--rows", type=int, default=8,
-                   help="chunks generated together across requests (default 8)")
+    add_field(p, ServeSettings, "rows", default=FIELD)
     _add_speed(p)
