@@ -58,9 +58,9 @@ class Setting:
             return "one of " + ", ".join(self.choices)
         parts = []
         if self.low is not None:
-            parts.append(f"{'above' if self.low_open else 'at least'} {self.low:g}")
+            parts.append(f"{'above' if self.low_open else 'at least'} {_number(self.low)}")
         if self.high is not None:
-            parts.append(f"{'below' if self.high_open else 'at most'} {self.high:g}")
+            parts.append(f"{'below' if self.high_open else 'at most'} {_number(self.high)}")
         return " and ".join(parts)
 
     def problem(self, value: Any) -> str | None:
@@ -76,7 +76,17 @@ class Setting:
             inside = value > self.low if self.low_open else value >= self.low
         if inside and self.high is not None:
             inside = value < self.high if self.high_open else value <= self.high
-        return None if inside else f"must be {self.rule() or 'a finite number'}, not {value:g}"
+        return None if inside else (f"must be {self.rule() or 'a finite number'}, "
+                                    f"not {_number(value)}")
+
+
+def _number(value: float) -> str:
+    """A bound or value as people write it: a whole number in full (2**63 is not 9.22337e+18),
+    a fraction in its shortest form."""
+    if isinstance(value, int) or (math.isfinite(value) and value == int(value)
+                                  and abs(value) < 1e21):
+        return f"{int(value):,}" if abs(value) >= 100_000 else str(int(value))
+    return f"{value:g}"
 
 
 def setting(default: Any = dataclasses.MISSING, *, label: str = "", unit: str = "",
