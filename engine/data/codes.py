@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import soundfile as sf
 
 from engine.audio.timebase import SAMPLE_RATE
 from engine.core.atomic import atomic_path, write_json
@@ -73,8 +74,6 @@ def _key(*parts: str) -> str:
 
 def read_clip(voice_dir: Path, entry: dict[str, Any]) -> np.ndarray:
     """The clip as float32 mono at 24 kHz (the codec and speaker encoder need exactly that)."""
-    import soundfile as sf
-
     path = voice_dir / entry["path"]
     try:
         audio, sr = sf.read(str(path), dtype="float32", always_2d=True)

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.audio.io import copy_and_hash, probe, write_take_array
 from engine.config import PrepareConfig
 from engine.config.reinforce import ReinforceConfig
 from engine.config.schema import SettingError, value_problem
@@ -424,9 +425,6 @@ class Voice:
 
         Arrays are (samples,) or (samples, channels) float in [-1, 1] or int16.
         """
-        # imported lazily so the workspace stays importable without libsndfile
-        from engine.audio.io import copy_and_hash, probe, write_take_array
-
         if isinstance(audio, np.ndarray):
             if not sample_rate or sample_rate <= 0:
                 raise InputError("A recorded take needs its sample rate.")
@@ -532,8 +530,6 @@ class Voice:
         older than `stale_after_s` are touched, and not an audio file with a
         fresh temporary beside it: a write in progress elsewhere is left alone.
         """
-        from engine.audio.io import probe  # lazily: libsndfile only when needed
-
         done: dict[str, list[str]] = {"recovered": [], "removed": []}
         if not self.takes_dir.is_dir():
             return done

@@ -13,6 +13,7 @@ import io
 import struct
 
 import numpy as np
+import soundfile as sf
 
 SAMPLE_RATE = 24000
 #: OpenAI's formats -> (worker format written to disk, media type)
@@ -29,8 +30,6 @@ _SF = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPE
 
 def available() -> tuple[str, ...]:
     """The response formats this machine can encode (asks libsndfile for MP3 and Opus)."""
-    import soundfile as sf
-
     out = ["wav", "pcm", "flac"]
     if "MPEG_LAYER_III" in sf.available_subtypes("MP3"):
         out.insert(1, "mp3")
@@ -66,8 +65,6 @@ def to_pcm16(audio: np.ndarray) -> bytes:
 
 def encode(audio: np.ndarray, fmt: str, sample_rate: int = SAMPLE_RATE) -> bytes:
     """A whole render in `fmt` (see `available`)."""
-    import soundfile as sf
-
     if fmt == "pcm":
         return to_pcm16(audio)
     container, subtype = _SF[fmt]
@@ -122,8 +119,6 @@ class OggOpusStream:
     libsndfile never seeks back in an Ogg Opus file), so each page can be sent at once."""
 
     def __init__(self, sample_rate: int = SAMPLE_RATE) -> None:
-        import soundfile as sf
-
         self._sink = _Appended()
         self._file = sf.SoundFile(self._sink, "w", sample_rate, 1, "OPUS", format="OGG")
 

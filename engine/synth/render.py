@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from engine.audio.loudness import normalize_loudness
 from engine.audio.timebase import SAMPLE_RATE
 from engine.config.speak import available_formats
 from engine.core.atomic import atomic_path
@@ -72,6 +71,8 @@ def match_loudness(audio: np.ndarray, target_lufs: float | None,
         return audio, None
     # pyloudnorm and scipy load here: the window saves renders through this module, and
     # its bundle has neither
+    from engine.audio.loudness import normalize_loudness
+
     result = normalize_loudness(audio, sample_rate, target_lufs=target_lufs)
     after = result.loudness_after
     return result.audio, (after if np.isfinite(after) else None)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from engine.audio.io import read_mono
 from engine.config.train import ModelConfig
 from engine.core.atomic import read_json
@@ -447,8 +449,6 @@ def load_checkpoint_weights(model: Any, source: VoiceSource) -> list[str]:
 def reference_audio(clip: Path) -> Any:
     """The reference clip as 24 kHz mono float32, checked long enough, ending with
     half a second of silence (`engine.synth.reference`)."""
-    import numpy as np
-
     audio = read_mono(clip, 24000)
     if audio.size < 24000 // 2:
         raise InputError(f"The reference clip {clip.name} is shorter than half a second.",
