@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engine.core.errors import VoxshardError
+from engine.layout import prompts as engine_prompts
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -41,9 +44,6 @@ class PromptSource:
     def load(self, set_name: str, groups: tuple[str, ...], done: set[str]) -> None:
         """The voice's prompt set and chosen groups, and the prompt ids its takes already
         hold (a snapshot's)."""
-        from engine.core.errors import VoxshardError
-        from engine.layout import prompts as engine_prompts
-
         try:
             if set_name != self.set_name or groups != self.groups or not self.prompts:
                 prompt_set = engine_prompts.get_prompt_set(set_name)

@@ -13,6 +13,18 @@ import sys
 import time
 from pathlib import Path
 
+import soundfile as sf
+from PySide6.QtCore import QDeadlineTimer, QSettings, QTemporaryDir
+from PySide6.QtWidgets import QApplication
+
+from engine.catalog import list_takes
+from gui.app import MainWindow
+from gui.context import AppContext
+from gui.pages.listen import ListenPage
+from gui.pages.record import RecordPage
+from gui.pages.train import TrainPage
+from gui.theme import ThemeManager
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -25,18 +37,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="window size WIDTHxHEIGHT (1100x760: a laptop's, issue 19)")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-    import soundfile as sf
-    from PySide6.QtCore import QSettings, QTemporaryDir
-    from PySide6.QtWidgets import QApplication
-
-    from engine.catalog import list_takes
-    from gui.app import MainWindow
-    from gui.context import AppContext
-    from gui.pages.listen import ListenPage
-    from gui.pages.record import RecordPage
-    from gui.pages.train import TrainPage
-    from gui.theme import ThemeManager
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     theme = ThemeManager(app, args.theme)  # type: ignore[arg-type]
@@ -85,8 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     box = window.show_about()
     # the engine's versions come from a background `voxshard-engine version`: wait for
     # its answer (or its error) so the box does not show "Asking the engine…"
-    from PySide6.QtCore import QDeadlineTimer
-
     deadline = QDeadlineTimer(60_000)
     while window.engine_versions is None and not window._engine_error \
             and not deadline.hasExpired():

@@ -46,7 +46,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import TakeInfo, VoiceSnapshot, minutes_in_use
-from engine.layout.voice import VERDICT_GOOD, take_verdict
+from engine.core.errors import VoxshardError
+from engine.layout.voice import VERDICT_GOOD, open_voice, take_verdict
 from engine.prepare.styles import BY_YOU as STYLE_BY_YOU
 from engine.prepare.styles import MEASURED as STYLE_MEASURED
 from engine.prepare.styles import RECORDED as STYLE_RECORDED
@@ -79,8 +80,6 @@ _Index = QModelIndex | QPersistentModelIndex
 
 def set_take_excluded(voice: Path, take_id: str, excluded: bool) -> None:
     """Mark a take as left out of (or back into) training; its audio is untouched."""
-    from engine.layout.voice import open_voice
-
     open_voice(voice).set_take_excluded(take_id, excluded)
 
 
@@ -650,9 +649,6 @@ class ImportPage(Page):
 
     def save_text(self, take_id: str, text: str) -> bool:
         """Save a corrected transcript; on failure the cell keeps the saved text and says why."""
-        from engine.core.errors import VoxshardError
-        from engine.layout.voice import open_voice
-
         if self.voice is None:
             return False
         try:
@@ -666,8 +662,6 @@ class ImportPage(Page):
         return True
 
     def save_use(self, take_id: str, used: bool) -> bool:
-        from engine.core.errors import VoxshardError
-
         if self.voice is None:
             return False
         try:
@@ -682,8 +676,6 @@ class ImportPage(Page):
     def save_style(self, take_id: str, style: str | None) -> bool:
         """Describe the take's prepared clips (None: their measured words) through the
         engine (`voice style`'s own function): the prepared set, what training reads."""
-        from engine.core.errors import VoxshardError
-
         if self.voice is None:
             return False
         try:

@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
 from engine.catalog import VoiceSnapshot
 from engine.config import PrepareConfig
 from engine.layout.manifest import prepared_folder
+from engine.layout.voice import open_voice
+from engine.prepare.target import write_decision
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
@@ -366,9 +368,6 @@ class PreparePage(Page):
         chosen = self._selected_slice()
         if chosen is None or self.voice is None or self.job is not None:
             return
-        from engine.layout.voice import open_voice
-        from engine.prepare.target import write_decision
-
         item = self.slices.selectedItems()[0]
         who = next(k for k, v in HEARD.items() if v == item.text(1)) if item.text(1) in \
             HEARD.values() else item.text(1)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from engine.catalog import VoiceEntry, VoiceSnapshot
 from engine.core.errors import VoxshardError
+from engine.layout.prompts import languages_with_prompts
 from engine.layout.tiers import TIER_ADAPTER, TIER_FULL, TIER_INSTANT
 from engine.layout.voice import open_voice
 from gui.context import AppContext
@@ -48,8 +49,6 @@ def offered_languages() -> list[str]:
     to show (imported audio works in any language: the language list grows
     with the prompt sets in assets/prompts/).
     """
-    from engine.layout.prompts import languages_with_prompts
-
     try:
         found = languages_with_prompts()
     except VoxshardError:
