@@ -288,7 +288,7 @@ def _gcs_address() -> str:
 
 def _log_dir() -> str | None:
     try:
-        import ray._private.worker as ray_worker
+        import ray._private.worker as ray_worker  # noqa: PLC0415
 
         node = ray_worker.global_worker.node
         return str(node.get_logs_dir_path()) if node is not None else None

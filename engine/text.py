@@ -286,7 +286,7 @@ def _number_pattern(code: str) -> str:
 def _say_number(raw: str, code: str) -> str | None:
     """A written number in words (None: the language has no speller here, keep it)."""
     # start-up cost: num2words loads every language's module (0.1 s); only text to speak needs it
-    from num2words import num2words
+    from num2words import num2words  # noqa: PLC0415
 
     point, group = (",", ".") if code in _DECIMAL_COMMA else (".", ",")
     negative, raw = raw.startswith("-"), raw.lstrip("-")
@@ -344,7 +344,7 @@ def _say_numbers(text: str, code: str) -> str:
         text = re.sub(rf"({number})\s?({symbols})(?![\w/])", unit, text)
     if code == "en":
         def ordinal(m: re.Match[str]) -> str:
-            from num2words import num2words  # start-up cost, as in `_say_number`
+            from num2words import num2words  # start-up cost, as in `_say_number`  # noqa: PLC0415
 
             return str(num2words(int(m.group(1)), lang="en", to="ordinal"))
 

@@ -24,7 +24,7 @@ def _pin_bool_singletons() -> None:
     """
     if sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
         return
-    from PySide6 import __version__ as pyside_version  # the package only, not Qt
+    from PySide6 import __version__ as pyside_version  # the package only, not Qt  # noqa: PLC0415
 
     if pyside_version not in AFFECTED_PYSIDE:
         return

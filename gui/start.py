@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"error: {reason}", file=sys.stderr)
         return 1
-    from gui.app import main as run_app  # Qt loads here, once its libraries are known
+    from gui.app import main as run_app  # Qt loads here, once its libraries are known  # noqa: PLC0415
 
     return run_app(argv)
 

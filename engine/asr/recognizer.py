@@ -145,7 +145,7 @@ class PocketsphinxRecognizer:
 
     def __init__(self) -> None:
         try:
-            from pocketsphinx import Decoder
+            from pocketsphinx import Decoder  # noqa: PLC0415
         except ImportError as exc:
             raise ModelError("The offline speech recogniser needs the pocketsphinx package.",
                              "Install it with `pip install pocketsphinx`.") from exc
@@ -190,7 +190,7 @@ class FasterWhisperRecognizer:
 
     def __init__(self, folder: Path, model: str, device: str | None = None) -> None:
         try:
-            from faster_whisper import WhisperModel
+            from faster_whisper import WhisperModel  # noqa: PLC0415
         except ImportError as exc:
             raise ModelError(f"{model} is a CTranslate2 Whisper model, which needs the "
                              "faster-whisper package.",
@@ -236,8 +236,8 @@ class TransformersWhisperRecognizer:
     WINDOW_S = 30.0
 
     def __init__(self, folder: Path, model: str, device: str | None = None) -> None:
-        import torch
-        from transformers import WhisperForConditionalGeneration, WhisperProcessor
+        import torch  # noqa: PLC0415
+        from transformers import WhisperForConditionalGeneration, WhisperProcessor  # noqa: PLC0415
 
         self.model = model
         self.device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
@@ -259,7 +259,7 @@ class TransformersWhisperRecognizer:
         return [(s, audio[s:s + step]) for s in range(0, len(audio), step)]
 
     def transcribe(self, audio: np.ndarray, language: str | None = None) -> Transcript:
-        import torch
+        import torch  # noqa: PLC0415
 
         def run() -> Transcript:
             texts: list[str] = []
@@ -326,7 +326,7 @@ class TransformersWhisperRecognizer:
 
 def _cuda_available() -> bool:
     try:
-        import ctranslate2
+        import ctranslate2  # noqa: PLC0415
 
         return ctranslate2.get_cuda_device_count() > 0
     except (ImportError, RuntimeError):
@@ -350,7 +350,7 @@ def model_kind(folder: Path) -> str | None:
 
 def _cached(repo_id: str) -> Path | None:
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # noqa: PLC0415
 
         return Path(snapshot_download(repo_id, local_files_only=True))
     except Exception:  # not cached, or the cache is unreadable: both mean "not here"

@@ -24,7 +24,7 @@ PROP_DECREASE = 0.9
 
 def _reduce(audio: np.ndarray, sample_rate: int, noise: np.ndarray | None) -> np.ndarray:
     try:
-        import noisereduce
+        import noisereduce  # noqa: PLC0415
     except ImportError as exc:
         raise InputError("{prepare.denoise} needs the noisereduce package.",
                          "Install it with `pip install noisereduce==3.0.3`.") from exc

@@ -158,7 +158,7 @@ class _Resampler:
         self._pending: list[np.ndarray] = []
         if in_rate != out_rate:
             try:
-                import soxr
+                import soxr  # noqa: PLC0415
                 self._stream = soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32",
                                                    quality="HQ")
             except ImportError:

@@ -82,7 +82,7 @@ _meters: dict[int, Any] = {}
 
 
 def _meter(sample_rate: int) -> Any:
-    import pyloudnorm
+    import pyloudnorm  # noqa: PLC0415
 
     if sample_rate not in _meters:
         _meters[sample_rate] = pyloudnorm.Meter(sample_rate, filter_class="DeMan",

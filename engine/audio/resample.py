@@ -17,7 +17,7 @@ def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     if from_rate == to_rate or x.shape[0] == 0:
         return x
     # scipy.signal takes about half a second to import: only when a rate changes
-    from scipy.signal import resample_poly
+    from scipy.signal import resample_poly  # noqa: PLC0415
 
     g = gcd(int(from_rate), int(to_rate))
     return resample_poly(x, to_rate // g, from_rate // g, axis=0).astype(np.float32)

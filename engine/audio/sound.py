@@ -23,7 +23,7 @@ from engine.core.errors import DeviceError
 def _load() -> tuple[ModuleType | None, str | None]:
     # a function-level import: PortAudio may be missing, and that must not stop an import
     try:
-        import sounddevice
+        import sounddevice  # noqa: PLC0415
     except ImportError:  # a bundle or venv made without it
         return None, ("Recording and playback are off because the Python package sounddevice "
                       "is not installed; run: bash packaging/setup_venv.sh.")

@@ -106,10 +106,10 @@ def _silero() -> Any:
     global _silero_model
     with _silero_lock:
         if _silero_model is None:
-            from silero_vad import load_silero_vad
+            from silero_vad import load_silero_vad  # noqa: PLC0415
 
             try:
-                import onnxruntime  # noqa: F401
+                import onnxruntime  # noqa: F401, PLC0415
                 onnx = True
             except ImportError:
                 onnx = False
@@ -119,8 +119,8 @@ def _silero() -> Any:
 
 def silero_regions(audio: np.ndarray, sample_rate: int) -> list[tuple[int, int]]:
     """Speech as [start, end) sample ranges by Silero VAD, on the same gap/burst rules."""
-    import torch
-    from silero_vad import get_speech_timestamps
+    import torch  # noqa: PLC0415
+    from silero_vad import get_speech_timestamps  # noqa: PLC0415
 
     if not len(audio):
         return []

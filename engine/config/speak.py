@@ -131,7 +131,7 @@ SPEAK_SETTINGS: tuple[str, ...] = (
 def available_formats() -> tuple[str, ...]:
     """The formats this machine can write (asks libsndfile; WAV/FLAC/OGG always)."""
     try:
-        import soundfile as sf
+        import soundfile as sf  # noqa: PLC0415
     except (ImportError, OSError):
         return FORMATS[:3]
     found = []

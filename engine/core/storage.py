@@ -135,7 +135,7 @@ class Location:
     @property
     def fs(self) -> Any:
         if self._fs is None:
-            import fsspec
+            import fsspec  # noqa: PLC0415
 
             self._fs, _ = fsspec.core.url_to_fs(self.url)
         return self._fs
@@ -218,7 +218,7 @@ def ray_storage(place: str) -> tuple[str, Any]:
     pyarrow's FSSpecHandler, which also honours AWS_ENDPOINT_URL and the
     like) makes the path a plain path inside it, never parsed.
     """
-    import pyarrow.fs as pafs
+    import pyarrow.fs as pafs  # noqa: PLC0415
 
     if is_uri(place):
         loc = Location(place)

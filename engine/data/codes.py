@@ -134,7 +134,7 @@ def load_codes_index(voice_dir: str | Path) -> CodesIndex:
 
 def load_codec(model_dir: str | Path, device: str = "cpu") -> Any:
     """The official 12 Hz tokenizer wrapper (fp32) on `device`."""
-    import torch
+    import torch  # noqa: PLC0415
 
     qt = import_qwen_tts()
     return qt.Qwen3TTSTokenizer.from_pretrained(str(Path(model_dir) / "speech_tokenizer"),
@@ -153,7 +153,7 @@ def encode_clip(codec: Any, audio: np.ndarray) -> np.ndarray:
 def _encode_many(model_dir: str, device: str, items: list[tuple[str, np.ndarray]],
                  threads: int = 1) -> list[tuple[str, np.ndarray]]:
     """Runs in a Ray task or in-process: load the codec once, encode each clip alone."""
-    import torch
+    import torch  # noqa: PLC0415
 
     if device == "cpu":
         torch.set_num_threads(threads)
@@ -268,7 +268,7 @@ def extract_codes_ray(voice_dir: str | Path, model_dir: str | Path, *,
     Audio travels to the tasks through the object store and codes come back
     to this process, which writes the cache: tasks need only the model folder.
     """
-    import ray
+    import ray  # noqa: PLC0415
 
     if not ray.is_initialized():
         raise TrainingError("Code extraction with Ray needs a running cluster.")

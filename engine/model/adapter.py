@@ -93,7 +93,7 @@ def adapted_shapes(tensors: Mapping[str, Any]) -> dict[str, list[int]]:
 
 def _peft_files(req: AdapterRequest, folder: Path) -> None:
     """The adapters under PEFT's names (`base_model.model.<module>.lora_A.weight`)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # noqa: PLC0415
 
     peft_tensors, modules = {}, []
     for key, value in req.tensors.items():
@@ -115,8 +115,8 @@ def _peft_files(req: AdapterRequest, folder: Path) -> None:
 
 def export_adapter(req: AdapterRequest, out_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the adapter folder at `out_dir` (atomically: complete or absent)."""
-    import torch
-    from safetensors.torch import save_file
+    import torch  # noqa: PLC0415
+    from safetensors.torch import save_file  # noqa: PLC0415
 
     out = Path(out_dir)
     if out.exists() and not overwrite:
@@ -177,7 +177,7 @@ class AdapterVoice:
 
 def load_adapter(folder: str | Path) -> AdapterVoice:
     """Read an adapter folder (a damaged or foreign one says so in one sentence)."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # noqa: PLC0415
 
     path = Path(folder)
     info = read_adapter_info(path)

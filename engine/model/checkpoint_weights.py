@@ -35,7 +35,7 @@ def merge_lora(state_dict: Mapping[str, Any], scaling: float) -> dict[str, Any]:
     ``<linear>.lora_B`` next to ``<linear>.weight``. The result has official keys
     only; without adapters it is the same dict.
     """
-    import torch
+    import torch  # noqa: PLC0415
 
     out = {k: v for k, v in state_dict.items() if not k.endswith((LORA_A, LORA_B))}
     for key, a in state_dict.items():
@@ -54,7 +54,7 @@ def merge_lora(state_dict: Mapping[str, Any], scaling: float) -> dict[str, Any]:
 
 def base_tensors(model_dir: str | Path, names: Iterable[str]) -> dict[str, Any]:
     """The base model's own values of `names` (those it has), read from its safetensors."""
-    from safetensors import safe_open
+    from safetensors import safe_open  # noqa: PLC0415
 
     wanted, found = set(names), {}
     for file in weight_files(model_dir):
@@ -66,10 +66,10 @@ def base_tensors(model_dir: str | Path, names: Iterable[str]) -> dict[str, Any]:
 
 def _reader(checkpoint: Path | Location) -> Any:
     if isinstance(checkpoint, Location):
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader  # noqa: PLC0415
 
         return FsspecReader(checkpoint.url)
-    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint import FileSystemReader  # noqa: PLC0415
 
     return FileSystemReader(str(checkpoint))
 
@@ -137,8 +137,8 @@ def checkpoint_tensors(checkpoint: Path | Location,
                        shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
     """The tensors of `checkpoint` as saved, under official names, adapters unmerged
     (`<linear>.lora_A/B`): what an adapter voice keeps. `shapes` as `trained_weights`'."""
-    import torch
-    import torch.distributed.checkpoint as dcp
+    import torch  # noqa: PLC0415
+    import torch.distributed.checkpoint as dcp  # noqa: PLC0415
 
     label = checkpoint.name
     reader = _reader(checkpoint)

@@ -49,8 +49,8 @@ def _custom_voice_tensors(base: Path, state_dict: Mapping[str, Any], vec: Any,
                           keep_dtype: bool) -> dict[str, Any]:
     """The base's tensors (less the speaker encoder), the trained ones put in, and the
     x-vector written into the speaker row of the codec embedding."""
-    import torch
-    from safetensors import safe_open
+    import torch  # noqa: PLC0415
+    from safetensors import safe_open  # noqa: PLC0415
 
     tensors: dict[str, torch.Tensor] = {}
     for f in weight_files(base):
@@ -90,8 +90,8 @@ def export_custom_voice(base_model_dir: str | Path, state_dict: Mapping[str, Any
     keep_dtype: store each tensor in the base file's dtype (bf16 for the
     released models, half the size); False keeps fp32.
     """
-    import torch
-    from safetensors.torch import save_file
+    import torch  # noqa: PLC0415
+    from safetensors.torch import save_file  # noqa: PLC0415
 
     em = as_emitter(on_event)
     base, out = Path(base_model_dir), Path(out_dir)

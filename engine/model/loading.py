@@ -131,8 +131,8 @@ def local_model_path(name_or_path: str | os.PathLike[str]) -> Path | None:
 def download_model(repo_id: str, *, download: bool = True,
                    on_event: EventCallback | Emitter | None = None) -> Path:
     """Fetch `repo_id` from the Hugging Face hub (or its local cache)."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
+    from huggingface_hub import snapshot_download  # noqa: PLC0415
+    from huggingface_hub.errors import (  # noqa: PLC0415
         GatedRepoError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
@@ -173,7 +173,7 @@ def download_model(repo_id: str, *, download: bool = True,
 
 
 def default_device() -> str:
-    import torch
+    import torch  # noqa: PLC0415
 
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
@@ -181,7 +181,7 @@ def default_device() -> str:
 def load_model(path: str | os.PathLike[str], device: str | None = None,
                dtype: Any = None) -> Any:
     """Load a model folder with the official `Qwen3TTSModel` (returns the wrapper)."""
-    import torch
+    import torch  # noqa: PLC0415
 
     folder = Path(path)
     inspect_model(folder)

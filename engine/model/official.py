@@ -54,7 +54,7 @@ def _bare_package(name: str, path: Path) -> types.ModuleType:
 
 
 def _unsupported_25hz(config_class: type) -> type:
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel  # noqa: PLC0415
 
     class Qwen3TTSTokenizerV1Model(PreTrainedModel):
         """Stands in for the 25 Hz tokenizer, which Voxshard does not support."""
@@ -108,7 +108,7 @@ def import_qwen_tts() -> types.ModuleType:
         # `--json` output; keep it out.
         with contextlib.redirect_stdout(io.StringIO()):
             try:
-                import qwen_tts
+                import qwen_tts  # noqa: PLC0415
 
                 _module = qwen_tts
             except (ImportError, OSError) as exc:

@@ -44,8 +44,8 @@ def speaker_encoder_fingerprint(model_dir: str | Path) -> str:
     files = weight_files(model_dir)
 
     def compute() -> str:
-        import torch
-        from safetensors import safe_open
+        import torch  # noqa: PLC0415
+        from safetensors import safe_open  # noqa: PLC0415
 
         h = hashlib.sha256(b"xvec-v1")
         for f in files:
@@ -62,8 +62,8 @@ def speaker_encoder_fingerprint(model_dir: str | Path) -> str:
 
 def load_speaker_encoder(model_dir: str | Path, device: str = "cpu") -> Any:
     """The base model's speaker encoder alone (not the 1.7B talker), fp32, eval."""
-    import torch
-    from safetensors import safe_open
+    import torch  # noqa: PLC0415
+    from safetensors import safe_open  # noqa: PLC0415
 
     cfg = configuration().Qwen3TTSConfig.from_pretrained(str(model_dir))
     if cfg.tts_model_type != "base":
@@ -87,7 +87,7 @@ def at_model_rate(audio: np.ndarray, sample_rate: int) -> np.ndarray:
 
 def log_mel(batch: np.ndarray) -> Any:
     """(B, frames, 128) log-mel tensor of (B, samples) 24 kHz audio: the encoder's input."""
-    import torch
+    import torch  # noqa: PLC0415
 
     y = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32))
     return modeling().mel_spectrogram(
@@ -97,7 +97,7 @@ def log_mel(batch: np.ndarray) -> Any:
 
 def x_vectors(encoder: Any, batch: np.ndarray) -> np.ndarray:
     """(B, dim) float32 x-vectors of equal-length 24 kHz clips, (B, samples)."""
-    import torch
+    import torch  # noqa: PLC0415
 
     with torch.inference_mode():
         device = next(encoder.parameters()).device

@@ -75,7 +75,7 @@ def _voice_encoder() -> Any:
     global _encoder
     with _lock:
         if _encoder is None:
-            from resemblyzer import VoiceEncoder
+            from resemblyzer import VoiceEncoder  # noqa: PLC0415
 
             _encoder = VoiceEncoder(device="cpu", verbose=False)
         return _encoder
@@ -91,8 +91,8 @@ def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
 
 
 def _mels(audio16: np.ndarray) -> np.ndarray:
-    from resemblyzer.audio import normalize_volume, wav_to_mel_spectrogram
-    from resemblyzer.hparams import audio_norm_target_dBFS
+    from resemblyzer.audio import normalize_volume, wav_to_mel_spectrogram  # noqa: PLC0415
+    from resemblyzer.hparams import audio_norm_target_dBFS  # noqa: PLC0415
 
     if _silent(audio16):
         # resemblyzer's volume rule divides by the level: silence would become NaN
@@ -121,7 +121,7 @@ class Resemblyzer:
         return mels, len(mels)
 
     def embed(self, feats: np.ndarray, starts: list[int]) -> np.ndarray:
-        import torch
+        import torch  # noqa: PLC0415
 
         enc = _voice_encoder()
         if len(feats) < WINDOW_FRAMES:

@@ -120,7 +120,7 @@ def _pitch(frames: np.ndarray, rate: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _to_pitch_rate(audio: np.ndarray, rate: int) -> np.ndarray:
-    from scipy.signal import resample_poly
+    from scipy.signal import resample_poly  # noqa: PLC0415
 
     g = math.gcd(PITCH_RATE, rate)
     return resample_poly(audio, PITCH_RATE // g, rate // g) if rate != PITCH_RATE else audio

@@ -536,7 +536,7 @@ def _follow_best(result: dict[str, Any], voice: Voice, run_dir: Path,
         return result
     # the export lives with training (which writes the same voice when a run ends); torch
     # and the model code load with it, not when the window imports this module
-    from engine.train.driver import export
+    from engine.train.driver import export  # noqa: PLC0415
 
     try:
         made = export(voice.path, folder, run=run_dir.name, step=best["step"], adapter=True,
@@ -787,7 +787,7 @@ def __getattr__(name: str) -> Any:
     """`watch` (and `HELD_MAX`) from `engine.quality.watch`, where they live now; loaded
     when asked for, as that module builds on this one."""
     if name in ("watch", "HELD_MAX"):
-        from engine.quality import watch as watching  # it imports this module: not at the top
+        from engine.quality import watch as watching  # it imports this module: not at the top  # noqa: PLC0415
 
         return getattr(watching, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -71,7 +71,7 @@ class ResemblyzerEncoder:
 
     def __init__(self, device: str = "cpu") -> None:
         try:
-            from resemblyzer import VoiceEncoder
+            from resemblyzer import VoiceEncoder  # noqa: PLC0415
         except ImportError as exc:
             raise ModelError("Speaker similarity needs the resemblyzer package.",
                              "Install it with `pip install --no-deps resemblyzer "

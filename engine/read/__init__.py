@@ -20,8 +20,8 @@ def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None 
          ) -> dict[str, Any]:
     """Render what is missing of `request.script`'s lines, then export (`request.out`)."""
     # torch loads with these (start-up cost: the window imports this package's project)
-    from engine.read.export import export
-    from engine.read.render import render_missing
+    from engine.read.export import export  # noqa: PLC0415
+    from engine.read.render import render_missing  # noqa: PLC0415
 
     plan = make_plan(request)
     save_request(plan)

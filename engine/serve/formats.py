@@ -78,7 +78,7 @@ def time_stretch(audio: np.ndarray, speed: float) -> np.ndarray:
     """`speed` x faster speech at the same pitch (phase vocoder); 1.0 returns it unchanged."""
     if speed == 1.0 or audio.size < 2048:
         return audio
-    import librosa
+    import librosa  # noqa: PLC0415
 
     return librosa.effects.time_stretch(audio.astype(np.float32), rate=speed).astype(np.float32)
 

@@ -278,7 +278,7 @@ class Pool:
     # -- voices ----------------------------------------------------------------------------
     def _make_worker(self, sink: Callable[[Event], None]) -> Any:
         # torch loads here, not when this module is imported (start-up cost)
-        from engine.synth.worker import SpeechWorker
+        from engine.synth.worker import SpeechWorker  # noqa: PLC0415
 
         return SpeechWorker(sink, device=self.device, dtype=self.dtype, rows=self.rows,
                             quantize=self.quantize, fuse=self.fuse).start()

@@ -150,7 +150,7 @@ def serve_on_ray(settings: ServeSettings, cluster: ClusterServeSettings,
     key = check_settings(settings)
     voices = served_voices(settings)
     try:
-        from ray import serve
+        from ray import serve  # noqa: PLC0415
     except ImportError:
         raise InputError("Serving on a Ray cluster needs Ray Serve, which is not installed.",
                          "pip install 'voxshard[ray-serve]' (ray[serve] of the same "

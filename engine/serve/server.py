@@ -115,7 +115,7 @@ def _bind(host: str, port: int) -> socket.socket:
 def _device(device: str | None) -> str:
     if device:
         return device
-    import torch
+    import torch  # noqa: PLC0415
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -139,7 +139,7 @@ def make_pool(settings: ServeSettings, voices: dict[str, Any]) -> Any:
 def make_config(settings: ServeSettings, key: str | None, **instance: Any) -> Any:
     """The app's settings; `instance` adds where it runs to /health (a replica's node)."""
     # starlette loads with the app, not here: the window's Serve page imports this module
-    from engine.serve.app import ServeConfig
+    from engine.serve.app import ServeConfig  # noqa: PLC0415
 
     return ServeConfig(api_key=key, max_body=settings.max_body, max_input=settings.max_input,
                        timeout_s=settings.timeout_s, device=_device(settings.device),
@@ -181,9 +181,9 @@ def request_line(record: dict[str, Any]) -> tuple[str, str]:
 def serve(settings: ServeSettings,
           on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
     """Serve until SIGINT/SIGTERM; returns what was served."""
-    import uvicorn
+    import uvicorn  # noqa: PLC0415
 
-    from engine.serve.app import create_app  # starlette: see make_config
+    from engine.serve.app import create_app  # starlette: see make_config  # noqa: PLC0415
 
     emitter = as_emitter(on_event)
     key = check_settings(settings)

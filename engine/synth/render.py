@@ -71,7 +71,7 @@ def match_loudness(audio: np.ndarray, target_lufs: float | None,
         return audio, None
     # pyloudnorm and scipy load here: the window saves renders through this module, and
     # its bundle has neither
-    from engine.audio.loudness import normalize_loudness
+    from engine.audio.loudness import normalize_loudness  # noqa: PLC0415
 
     result = normalize_loudness(audio, sample_rate, target_lufs=target_lufs)
     after = result.loudness_after

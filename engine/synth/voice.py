@@ -434,7 +434,7 @@ def load_checkpoint_weights(model: Any, source: VoiceSource) -> list[str]:
     model's weights with the run's own scale, as export merges them); frozen weights
     are not in a checkpoint and stay as loaded. Returns the names it replaced.
     """
-    import torch
+    import torch  # noqa: PLC0415
 
     assert source.checkpoint is not None
     params = dict(model.named_parameters())
@@ -467,7 +467,7 @@ def reference_x_vector(model: Any, clip: Path, audio: Any = None) -> Any:
 
 def reference_codes(model: Any, audio: Any) -> Any:
     """The codec frames [T, 16] of 24 kHz reference audio (what in-context cloning continues)."""
-    import torch
+    import torch  # noqa: PLC0415
 
     with torch.inference_mode():
         return model.speech_tokenizer.encode(audio, sr=24000).audio_codes[0]
@@ -481,7 +481,7 @@ def voice_x_vector(model: Any, voice_dir: Path) -> Any:
     were never extracted gets it computed the same way, from the same choice
     of reference clip, with this model's speaker encoder.
     """
-    import torch
+    import torch  # noqa: PLC0415
 
     try:
         index = load_codes_index(voice_dir)

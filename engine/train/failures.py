@@ -122,7 +122,7 @@ def out_of_memory_error(exc: BaseException, rank: int, step: int, device: Any,
         f"on rank {rank} at step {step}"
     used = ""
     try:
-        import torch
+        import torch  # noqa: PLC0415
 
         if device is not None and getattr(device, "type", "") == "cuda":
             free, total = torch.cuda.mem_get_info(device)

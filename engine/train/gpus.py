@@ -63,7 +63,7 @@ def filter_visible(devices: list[GpuInfo], spec: str | None) -> list[GpuInfo]:
 def _nvml_devices() -> list[GpuInfo] | None:
     """Every GPU the driver knows, via NVML; None when NVML is not available."""
     try:
-        import pynvml
+        import pynvml  # noqa: PLC0415
     except ImportError:
         return None
     try:

@@ -71,7 +71,7 @@ def node_facts() -> dict[str, Any]:
         "torch": None, "cuda": None, "nccl": None, "ray": None,
     }
     try:
-        import torch
+        import torch  # noqa: PLC0415
 
         facts["torch"] = torch.__version__
         facts["cuda"] = torch.version.cuda
@@ -84,7 +84,7 @@ def node_facts() -> dict[str, Any]:
     except ImportError:
         pass
     try:
-        import ray
+        import ray  # noqa: PLC0415
 
         facts["ray"] = ray.__version__
         facts["node_ip"] = ray.util.get_node_ip_address()
@@ -145,7 +145,7 @@ def find_model(model_dir: str, spec: str | None, *, download: bool,
     if hub is None:
         return None, f"the model folder {model_dir} does not exist on this node"
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # noqa: PLC0415
 
         return Path(snapshot_download(hub, local_files_only=True)), "Hugging Face cache"
     except Exception:

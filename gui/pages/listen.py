@@ -526,7 +526,7 @@ class ListenPage(Page):
         self.last_render = out
         meta = out.with_suffix(".json")
         if not meta.exists():
-            from engine.core.atomic import write_json
+            from engine.core.atomic import write_json  # noqa: PLC0415
 
             label = self.source.currentText() if src["kind"] != "zero_shot" else "Zero-shot"
             write_json(meta, {"text": text, "model": label, "source": src, "style": style,
@@ -547,7 +547,7 @@ class ListenPage(Page):
     def save_as(self) -> None:
         if self.last_render is None:
             return
-        from engine.config.speak import available_formats
+        from engine.config.speak import available_formats  # noqa: PLC0415
 
         src = self.last_render
         filters = [f for fmt, f in SAVE_FILTERS.items() if fmt in available_formats()]
@@ -563,10 +563,10 @@ class ListenPage(Page):
     def save_render_as(self, src: Path, target: Path, name_filter: str) -> Path | None:
         """Write the render in the chosen filter's format, through the engine's writer,
         with that format's suffix (a file called hello.mp3 is an MP3, not WAV bytes)."""
-        import soundfile as sf
+        import soundfile as sf  # noqa: PLC0415
 
-        from engine.core.errors import VoxshardError
-        from engine.synth.render import write_audio
+        from engine.core.errors import VoxshardError  # noqa: PLC0415
+        from engine.synth.render import write_audio  # noqa: PLC0415
 
         fmt = next((k for k, f in SAVE_FILTERS.items() if f == name_filter), "wav")
         if target.suffix.lower() != SAVE_SUFFIX[fmt]:
