@@ -37,8 +37,20 @@ def record_prompt(qtbot: Any, page: Any, sink: str, folder: Path,
     pad = np.zeros(int(0.3 * sr), dtype=np.float32)
     wav = folder / f"spoken-{prompt.id}.wav"
     sf.write(str(wav), np.concatenate([pad, 0.6 * audio, pad]).astype(np.float32), sr)
-    qtbot.keyClick(page, Qt.Key.Key_Space)
-    assert page.recorder.active
+    # as a person waits for the last take's "Finishing…" to end before the next one
+    qtbot.waitUntil(lambda: not page.recorder.stopping and page.rec_btn.isEnabled(),
+                    timeout=30000)
+    failures: list[str] = []
+
+    def failed(why: str) -> None:
+        failures.append(why)
+
+    page.recorder.failed.connect(failed)
+    try:
+        qtbot.keyClick(page, Qt.Key.Key_Space)
+    finally:
+        page.recorder.failed.disconnect(failed)
+    assert page.recorder.active, (failures, page.rec_state.text(), page.has_mic)
     qtbot.waitUntil(lambda: "speak now" in page.rec_state.text(), timeout=30000)
     mouth = subprocess.Popen(["paplay", f"--device={sink}", "--latency-msec=1500", str(wav)])
     try:
