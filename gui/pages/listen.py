@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import soundfile as sf
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
@@ -41,9 +42,13 @@ from PySide6.QtWidgets import (
 
 from engine.catalog import VoiceSnapshot, latest_run, source_styles
 from engine.config.schema import flag_of, lookup
+from engine.config.speak import available_formats
+from engine.core.atomic import write_json
+from engine.core.errors import VoxshardError
 from engine.layout.exports import new_comparison_dir, new_render_path
 from engine.layout.manifest import row_is_usable
 from engine.layout.tiers import TIER_ADAPTER, TIER_INSTANT
+from engine.synth.render import write_audio
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
@@ -526,8 +531,6 @@ class ListenPage(Page):
         self.last_render = out
         meta = out.with_suffix(".json")
         if not meta.exists():
-            from engine.core.atomic import write_json  # noqa: PLC0415
-
             label = self.source.currentText() if src["kind"] != "zero_shot" else "Zero-shot"
             write_json(meta, {"text": text, "model": label, "source": src, "style": style,
                               "duration_s": result.get("duration_s"),
@@ -547,8 +550,6 @@ class ListenPage(Page):
     def save_as(self) -> None:
         if self.last_render is None:
             return
-        from engine.config.speak import available_formats  # noqa: PLC0415
-
         src = self.last_render
         filters = [f for fmt, f in SAVE_FILTERS.items() if fmt in available_formats()]
         dlg = QFileDialog(self, "Save the render as", str(Path.home() / src.name))
@@ -563,11 +564,6 @@ class ListenPage(Page):
     def save_render_as(self, src: Path, target: Path, name_filter: str) -> Path | None:
         """Write the render in the chosen filter's format, through the engine's writer,
         with that format's suffix (a file called hello.mp3 is an MP3, not WAV bytes)."""
-        import soundfile as sf  # noqa: PLC0415
-
-        from engine.core.errors import VoxshardError  # noqa: PLC0415
-        from engine.synth.render import write_audio  # noqa: PLC0415
-
         fmt = next((k for k, f in SAVE_FILTERS.items() if f == name_filter), "wav")
         if target.suffix.lower() != SAVE_SUFFIX[fmt]:
             target = target.with_name(target.name + SAVE_SUFFIX[fmt]) \
