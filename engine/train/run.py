@@ -118,7 +118,6 @@ class TrainRun:
 
     # -- resolve ------------------------------------------------------------------------------
     def resolve(self) -> TrainConfig:
-
         req, emitter = self.request, self.emitter
         v = self.voice = open_voice(req.voice)
         self.base = expand_arg(str(req.base))
@@ -223,7 +222,6 @@ class TrainRun:
 
     # -- plan ---------------------------------------------------------------------------------
     def plan(self) -> Any:
-
         assert self.cfg is not None and self.voice is not None
         cfg, req = self.cfg, self.request
         device = "cuda" if self.use_gpu else "cpu"  # an unknown remote cluster: planned as CPU
