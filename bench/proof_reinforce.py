@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +59,10 @@ def reinforce_figures(folder: Path, device: str, plan: dict[str, int]) -> dict[s
     spent = {"sample": 0.0, "frames": 0.0}
 
     class TimedRoller(Roller):
-        def sample(self, texts: list[str], group: int, max_frames: int, seed: int
-                   ) -> list[Render]:
+        def sample(self, texts: list[str], group: int, max_frames: int, seed: int,
+                   styles: Sequence[str | None] | None = None) -> list[Render]:
             began = now()
-            renders = super().sample(texts, group, max_frames, seed)
+            renders = super().sample(texts, group, max_frames, seed, styles)
             spent["sample"] += now() - began
             spent["frames"] += sum(len(r.codes) for r in renders)
             return renders
