@@ -78,8 +78,8 @@ def test_a_row_without_usable_is_training_data_for_every_reader(
         tmp_path: Path, tiny_model_dir: Path) -> None:
     from engine import catalog
     from engine.data.codes import _plan
-    from engine.train.driver import data_summary
     from engine.train.plan import FRAME_RATE, typical_lengths
+    from engine.train.resolve import data_summary
     from engine.train.rundata import data_fingerprint
 
     voice = _voice(tmp_path)

@@ -217,7 +217,7 @@ def test_a_long_paragraph_without_punctuation_is_fed_to_its_end_of_text(
     while len(" ".join(words)) < 1500:
         words.append("".join(rng.choice(letters, rng.integers(2, 8))))
     text = " ".join(words)[:1500].strip()
-    with pytest.raises(InputError, match="between 20 and 400"):
+    with pytest.raises(InputError, match="chunk_chars must be at least 20 and at most 400"):
         SpeakOptions(chunk_chars=1500)
     # the text fed as speech goes (the other layout, still an option): a long trail
     options = {"seed": 1, "chunk_chars": MAX_CHUNK_CHARS, "loudness_lufs": None,

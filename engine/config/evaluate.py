@@ -29,7 +29,7 @@ class EvaluateConfig:
     #: weight of style obedience in the best-checkpoint rule: a checkpoint scores its
     #: similarity plus this times the share of its style checks that moved the right way
     #: (0: similarity alone, as for a run without styles)
-    style_weight: float = setting(0.0, label="Style obedience weight", at_least=0, at_most=1)
+    style_weight: float = setting(0.0, label="Style weight", at_least=0, at_most=1)
     #: held-out sentences rendered with each trained style per checkpoint (0: styles are
     #: not measured); each costs one render per style and one plain
     style_sentences: int = setting(2, label="Sentences per style", at_least=0, at_most=8)
