@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from engine.core.errors import InputError
+
 #: section name -> config class, filled by `section`
 SECTIONS: dict[str, type] = {}
 
@@ -119,6 +121,11 @@ class SettingError(ValueError):
         super().__init__(f"{path}: {why}")
         self.path = path
         self.why = why
+
+    def as_input(self) -> InputError:
+        """The refusal as users get it: the setting as data (`{section.field}`), which each
+        surface words its way (the CLI as the flag, the window as the field's label)."""
+        return InputError(f"{{{self.path}}} {self.why}.")
 
 
 def rules(cls: type) -> dict[str, Setting]:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from engine.config.schema import SettingError, check, section, setting
 from engine.config.speak import DTYPES, QUANT_MODES
-from engine.core.errors import InputError
 
 #: Home Assistant's usual port for a Wyoming text-to-speech service (Piper's)
 WYOMING_PORT = 10200
@@ -71,7 +70,7 @@ class ServeSettings:
         try:
             check(self)  # each field's bounds, from its `setting`
         except SettingError as exc:  # the setting as data: each surface names it its way
-            raise InputError(f"{{{exc.path}}} {exc.why}.") from exc
+            raise exc.as_input() from exc
 
 
 @section("cluster_serve")

@@ -93,7 +93,7 @@ class SpeakOptions:
         try:
             check(self)  # each field's bounds, from its `setting`
         except SettingError as exc:  # the setting as data: each surface names it its way
-            raise InputError(f"{{{exc.path}}} {exc.why}.") from exc
+            raise exc.as_input() from exc
         _check(bool(self.language and self.language.strip()), "language must not be empty.",
                "Use 'auto' to let the model decide.")
         _check(self.instruct is None or len(self.instruct) <= MAX_INSTRUCT,

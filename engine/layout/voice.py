@@ -381,7 +381,7 @@ class Voice:
         try:
             PrepareConfig.from_dict({**self.prepare_settings, **values})
         except SettingError as exc:  # the setting as data: each surface names it its way
-            raise InputError(f"{{{exc.path}}} {exc.why}.") from exc
+            raise exc.as_input() from exc
         except ValueError as exc:
             raise InputError(f"Invalid prepare setting: {exc}.") from exc
         self.config.setdefault("prepare", {}).update(values)
