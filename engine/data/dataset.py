@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from engine.data.layout import (
     tokenize,
     tokenize_instruct,
 )
+from engine.model.loading import read_model_config
 from engine.model.official import import_qwen_tts
 from engine.text import training_text
 
@@ -210,7 +210,7 @@ class VoiceData:
         """From extracted codes (`engine.data.codes`) and the model's tokenizer."""
         cfg = cfg or DataConfig()
         index = load_codes_index(voice_dir)
-        config = json.loads((Path(model_dir) / "config.json").read_text())
+        config = read_model_config(model_dir)
         ids = LayoutIds.from_config(config)
         tok = tokenizer or load_text_tokenizer(model_dir)
         clips, skipped = [], []

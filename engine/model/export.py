@@ -31,6 +31,7 @@ from engine.core.errors import DiskFullError, InputError, ModelError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.layout.exports import EXPORT_INFO
 from engine.model.files import weight_files
+from engine.model.loading import read_model_config
 
 #: the codec-embedding row the exported speaker takes (free in every 12 Hz model)
 SPEAKER_ROW = 3000
@@ -96,7 +97,7 @@ def export_custom_voice(base_model_dir: str | Path, state_dict: Mapping[str, Any
     em = as_emitter(on_event)
     base, out = Path(base_model_dir), Path(out_dir)
     name = speaker_key(speaker_name)
-    cfg = json.loads((base / "config.json").read_text(encoding="utf-8"))
+    cfg = read_model_config(base)
     if cfg.get("model_type") != "qwen3_tts" or cfg.get("tts_model_type") != "base":
         raise ModelError(f"{base} is not a Qwen3-TTS Base model.",
                          "Export from the Base model the voice was trained on.")

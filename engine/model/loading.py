@@ -46,8 +46,9 @@ class ModelInfo:
                 "tiny": self.tiny}
 
 
-def inspect_model(path: str | Path) -> ModelInfo:
-    """Check that `path` is a Qwen3-TTS 12 Hz model folder and describe it."""
+def read_model_config(path: str | Path) -> dict[str, Any]:
+    """A model folder's `config.json`, read in one place for every reader of a model's
+    widths, ids and kind."""
     folder = Path(path)
     cfg_path = folder / "config.json"
     if not folder.is_dir():
@@ -57,10 +58,16 @@ def inspect_model(path: str | Path) -> ModelInfo:
         raise ModelError(f"{folder} is not a model folder (it has no config.json).",
                          "Point to the folder that holds config.json and model.safetensors.")
     try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        return json.loads(cfg_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ModelError(f"{cfg_path} cannot be read: {exc}.",
                          "The download may be incomplete; download the model again.") from exc
+
+
+def inspect_model(path: str | Path) -> ModelInfo:
+    """Check that `path` is a Qwen3-TTS 12 Hz model folder and describe it."""
+    folder = Path(path)
+    cfg = read_model_config(folder)
     if cfg.get("model_type") != "qwen3_tts":
         raise ModelError(
             f"{folder} holds a {cfg.get('model_type') or 'unknown'!s} model, not Qwen3-TTS.",

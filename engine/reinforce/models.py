@@ -8,7 +8,6 @@ the start checkpoint's, and only they train; the reference is a frozen copy of t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +19,7 @@ from engine.data.layout import LayoutIds
 from engine.layout.run import Run
 from engine.layout.voice import Voice
 from engine.model.checkpoint_weights import checkpoint_tensors
-from engine.model.loading import load_model, resolve_model
+from engine.model.loading import load_model, read_model_config, resolve_model
 from engine.reinforce.reward import Scorer
 from engine.reinforce.rollout import Render, Roller
 from engine.reinforce.stage import frozen_copy
@@ -86,7 +85,7 @@ def load_stage_models(voice: Voice, run: Run, start: Any, trainable: str, device
     set_trainable(policy, trainable)
     policy.train()
     reference = frozen_copy(policy)
-    config = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))
+    config = read_model_config(base_dir)
     speaker = torch.as_tensor(voice_x_vector(model, voice.path)).float().reshape(-1)
     roller = Roller(model, wrapper.processor, wrapper.processor.tokenizer, speaker,
                     LayoutIds.from_config(config), lora_scaling=scaling,

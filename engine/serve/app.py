@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from engine.audio.timebase import SAMPLES_PER_FRAME
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError
 from engine.serve import formats, register
@@ -440,7 +441,7 @@ class SpeechApp:
             if ticket.error is not None:
                 yield f"data: {json.dumps({'type': 'error', **_worker_error(ticket.error).body()})}\n\n".encode()  # noqa: E501
                 return
-            frames = sent["samples"] // 1920
+            frames = sent["samples"] // SAMPLES_PER_FRAME
             usage = {"input_tokens": len(req.text), "output_tokens": frames,
                      "total_tokens": len(req.text) + frames}
             done: dict[str, Any] = {"type": "speech.audio.done", "usage": usage}

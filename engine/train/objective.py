@@ -63,7 +63,6 @@ its target tokens of the whole global batch (see `loss` normalisers).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,18 +193,6 @@ class VoiceObjective(nn.Module):
 
 
 # -- building, loading, parameters, export ----------------------------------------
-
-def read_config(model_dir: str | Path) -> dict[str, Any]:
-    path = Path(model_dir) / "config.json"
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise ModelError(f"{model_dir} has no config.json; it is not a model folder.") from exc
-    if cfg.get("model_type") != "qwen3_tts" or "talker_config" not in cfg:
-        raise ModelError(f"{model_dir} is not a Qwen3-TTS model.",
-                         "Use a Qwen3-TTS-12Hz Base model folder or Hub id.")
-    return cfg
-
 
 def build_talker(model_dir: str | Path, device: str | torch.device = "cpu") -> nn.Module:
     """The official talker module (randomly initialised; `load_base_weights` fills it).

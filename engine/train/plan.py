@@ -64,7 +64,6 @@ per-worker total of every choice of what trains (`by_trainable`).
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -73,8 +72,10 @@ from typing import Any
 
 import psutil
 
+from engine.audio.timebase import FRAME_RATE
 from engine.config.train import TRAINABLE_CHOICES, ModelConfig
 from engine.layout.manifest import read_manifest
+from engine.model.loading import read_model_config
 from engine.train.gpus import min_capability, visible_gpus
 from engine.train.objective import build_objective
 from engine.train.parallelize import decoder_layers
@@ -112,8 +113,6 @@ RAY_PROCESS_BYTES = int(0.12 * GIB)
 RAY_FIXED_PROCESSES = 13
 #: the plan's names for those processes (`Plan.host_terms`)
 DRIVER, TRAIN_CONTROLLER, RAY_PROCESSES = "driver", "Ray Train controller", "Ray's processes"
-#: frames per second of the 12 Hz codec
-FRAME_RATE = 12.5
 #: specials around text and audio in one training sequence (layout facts)
 SEQ_SPECIALS = 11
 
@@ -492,7 +491,7 @@ def host_available_memory() -> int:
 def _compute(model_dir: Path, config: Any, device: str, seq_len: int, frames: int,  # noqa: PLR0913
              free: list[int], capability: tuple[int, int] | None = None,
              accum_reduce: str | None = None, keep: bool = True) -> Plan:
-    cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    cfg = read_model_config(model_dir)
     n = config.parallel.workers
     units = count_units(model_dir, config.model, n, config.parallel.separate_text_embedding)
     precision = resolve_precision(config.parallel.precision, device, capability)
