@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from engine.core.errors import DiskFullError, WorkspaceError
+from engine.core.errors import DiskFullError, WorkspaceError, is_disk_full
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -48,7 +48,7 @@ def _user_mode() -> int:
 
 
 def _raise_for_os_error(exc: OSError, path: Path) -> None:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if is_disk_full(exc):
         raise DiskFullError(
             f"The disk holding {path.parent} is full; nothing was overwritten.",
             "Free some space and try again.",

@@ -14,6 +14,7 @@ carries both, and the window shows `window_hint` when there is one.
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Callable
 
@@ -112,6 +113,31 @@ class DiskFullError(VoxshardError):
     """Not enough free disk space to write the result."""
 
     code = "disk_full"
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an error behind it, is the disk or the user's quota running out:
+    an `OSError`'s errno, the text a library put in its own error, and the per-rank
+    failures of a distributed checkpoint's `CheckpointException`."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc] if exc is not None else []
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):
+            return True
+        stack += [x for x in (e.__cause__, e.__context__) if x is not None]
+        failures = getattr(e, "failures", None)  # {rank: exception or (exception, trace)}
+        if isinstance(failures, dict):
+            for x in failures.values():
+                x = x[0] if isinstance(x, tuple) and x else x
+                if isinstance(x, BaseException):
+                    stack.append(x)
+    return False
 
 
 class Cancelled(VoxshardError):

@@ -17,7 +17,6 @@ Written atomically: everything goes to a hidden temporary folder next to
 
 from __future__ import annotations
 
-import errno
 import json
 import shutil
 import tempfile
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.core.errors import DiskFullError, InputError, ModelError
+from engine.core.errors import DiskFullError, InputError, ModelError, is_disk_full
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.layout.exports import EXPORT_INFO
 from engine.model.files import weight_files
@@ -143,7 +142,7 @@ def export_custom_voice(base_model_dir: str | Path, state_dict: Mapping[str, Any
             tmp.rename(out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if is_disk_full(exc):
             raise DiskFullError(f"The disk holding {out.parent} is full; nothing was exported.",
                                 "Free some space and export again.") from exc
         raise

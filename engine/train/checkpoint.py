@@ -46,7 +46,6 @@ so COMPLETE needs no rename there (and there is no free-space check).
 
 from __future__ import annotations
 
-import errno
 import io
 import json
 import os
@@ -65,6 +64,7 @@ from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, Fsspec
 from torch.distributed.checkpoint.staging import BlockingAsyncStager
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
+from engine.core.errors import is_disk_full
 from engine.core.storage import Location, as_location, checkpoint_root, rmtree
 from engine.layout.checkpoints import (
     COMPLETE,
@@ -149,25 +149,6 @@ def state_bytes(state: Any) -> int:
     if hasattr(local, "numel") and hasattr(local, "element_size"):
         return int(local.numel() * local.element_size())
     return 0
-
-
-def _is_disk_full(exc: BaseException) -> bool:
-    seen: set[int] = set()
-    stack: list[BaseException] = [exc]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):
-            return True
-        stack += [x for x in (e.__cause__, e.__context__) if x is not None]
-        failures = getattr(e, "failures", None)  # DCP's CheckpointException: {rank: exc}
-        if isinstance(failures, dict):
-            stack += [x for x in failures.values() if isinstance(x, BaseException)]
-    return False
 
 
 def _rng_state() -> dict[str, Any]:
@@ -276,7 +257,7 @@ class Checkpointer:
                 (path / TRAINER_STATE).write_text(json.dumps(state, indent=1), encoding="utf-8")
         except Exception as exc:
             self._pending = None
-            if not _is_disk_full(exc):
+            if not is_disk_full(exc):
                 raise
             if self.rank == 0:
                 rmtree(path)
@@ -298,7 +279,7 @@ class Checkpointer:
         try:
             future.result()
         except Exception as exc:
-            if not _is_disk_full(exc):
+            if not is_disk_full(exc):
                 raise
             self._barrier()
             if self.rank == 0:
