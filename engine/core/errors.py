@@ -115,6 +115,30 @@ class DiskFullError(VoxshardError):
     code = "disk_full"
 
 
+#: what Ray's memory monitor says of each process it kills for the host's memory (its
+#: `ray.exceptions.OutOfMemoryError`)
+RAY_OOM_TEXT = "killed due to the node running low on memory"
+
+
+def is_device_out_of_memory(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an error behind it, is a GPU (or other accelerator) running out
+    of memory: torch's `OutOfMemoryError` (by name: no torch import here) or the text
+    the device's runtime writes. Ray's own "OutOfMemoryError" is the host's memory
+    monitor killing a process, not a device: it is left out."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc)
+        if type(exc).__name__ == "OutOfMemoryError" and RAY_OOM_TEXT not in text:
+            return True
+        if any(m in text for m in ("CUDA out of memory", "CUDA error: out of memory",
+                                   "MPS backend out of memory", "XPU out of memory")):
+            return True
+        base = getattr(exc, "_base_exc", None)  # a Ray task's error keeps the original here
+        exc = base if isinstance(base, BaseException) else (exc.__cause__ or exc.__context__)
+    return False
+
+
 def is_disk_full(exc: BaseException | None) -> bool:
     """Whether `exc`, or an error behind it, is the disk or the user's quota running out:
     an `OSError`'s errno, the text a library put in its own error, and the per-rank

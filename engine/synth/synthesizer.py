@@ -19,7 +19,13 @@ import numpy as np
 import torch
 
 from engine.config.speak import SpeakOptions, audio_format
-from engine.core.errors import Cancelled, InputError, ModelError, SynthesisError
+from engine.core.errors import (
+    Cancelled,
+    InputError,
+    ModelError,
+    SynthesisError,
+    is_device_out_of_memory,
+)
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.model.checkpoint_weights import base_tensors
 from engine.model.dtypes import gpu_half
@@ -540,7 +546,7 @@ class Synthesizer:
             codes, cancelled = self.generate_codes(chunks, seeds, options, emitter, cancel,
                                                    **hooks)
         except RuntimeError as exc:  # torch.OutOfMemoryError is one
-            if "out of memory" in str(exc).lower():
+            if is_device_out_of_memory(exc):
                 raise SynthesisError("The device ran out of memory while speaking.",
                                      "Lower the batch size or use a smaller model.") from exc
             raise

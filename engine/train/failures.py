@@ -25,11 +25,11 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError
 from ray.train.v2._internal.execution.failure_handling import DefaultFailurePolicy, FailureDecision
 
+from engine.core.errors import RAY_OOM_TEXT, is_device_out_of_memory
+
 #: seconds one poll of the stop flag may wait for the flag actor's answer
 STOP_POLL_TIMEOUT_S = 2.0
 GIB = float(1 << 30)
-#: what Ray's memory monitor says of each process it kills (ray.exceptions.OutOfMemoryError)
-RAY_OOM_TEXT = "killed due to the node running low on memory"
 #: the process Ray's memory monitor chose, in its message
 _RAY_OOM_VICTIM = re.compile(r"Selected to kill:.*?task name=([^,]*),.*?pid=(\d+)"
                              r"(?:, actual memory used=([\d.]+)GB)?", re.S)
@@ -93,10 +93,7 @@ def is_out_of_memory(exc: BaseException | None) -> bool:
     for e in _chain(exc):
         if isinstance(e, FatalTrainingError):
             return e.kind == "out_of_memory"
-        if type(e).__name__ == "OutOfMemoryError" and RAY_OOM_TEXT not in str(e):
-            return True  # torch.OutOfMemoryError (no torch import); Ray's is the host's
-        text = str(e)
-        if "CUDA out of memory" in text or "CUDA error: out of memory" in text:
+        if is_device_out_of_memory(e):
             return True
     return False
 
