@@ -27,18 +27,22 @@ def _real_enospc() -> OSError:
     raise AssertionError("a write to /dev/full succeeded")
 
 
+def _behind(exc: BaseException) -> RuntimeError:
+    """`exc` re-raised by a library as the cause of its own error."""
+    try:
+        try:
+            raise exc
+        except BaseException as inner:
+            raise RuntimeError("the library failed") from inner
+    except RuntimeError as outer:
+        return outer
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="this system has no /dev/full")
 def test_every_shape_of_a_full_disk_is_recognised_and_nothing_else() -> None:
     full = _real_enospc()
     assert full.errno == errno.ENOSPC and is_disk_full(full)
-    # behind another error, as a library re-raises it
-    try:
-        try:
-            raise full
-        except OSError as inner:
-            raise RuntimeError("the writer failed") from inner
-    except RuntimeError as outer:
-        assert is_disk_full(outer)
+    assert is_disk_full(_behind(full))  # as a library re-raises it
     # a distributed checkpoint's failure on one rank: torch keeps (exception, trace) pairs
     assert is_disk_full(CheckpointException("save failed", {1: (full, None)}))
     assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
@@ -51,14 +55,7 @@ def test_every_shape_of_a_full_disk_is_recognised_and_nothing_else() -> None:
 def test_a_device_out_of_memory_is_told_from_the_hosts() -> None:
     cuda = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     assert is_device_out_of_memory(cuda)
-    # as the synthesizer and a Ray task see it: behind another error
-    try:
-        try:
-            raise cuda
-        except RuntimeError as inner:
-            raise RuntimeError("generation failed") from inner
-    except RuntimeError as outer:
-        assert is_device_out_of_memory(outer)
+    assert is_device_out_of_memory(_behind(cuda))  # as the synthesizer sees it
     assert is_device_out_of_memory(RuntimeError("CUDA error: out of memory"))
     # the host's memory monitor killing a worker is not the device's memory
     host = RayOutOfMemoryError(f"Task was {RAY_OOM_TEXT}. Memory on the node was 23GB")
