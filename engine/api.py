@@ -30,7 +30,8 @@ from engine.core.events import Emitter, EventCallback, as_emitter
 __all__ = [
     "compare", "create_voice", "delete_voice", "download_model", "evaluate", "export",
     "import_files", "inspect_model", "list_voices", "make_tiny_model", "next_prompt",
-    "open_voice", "plan", "prepare", "read", "recognize", "speak", "train", "transcribe",
+    "open_voice", "plan", "prepare", "read", "recognize", "serve", "speak", "train",
+    "transcribe",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -176,6 +177,40 @@ def speak(model_or_voice: PathLike, text: str, out: PathLike, *,  # noqa: PLR091
     synth = Synthesizer.load(source, device=device, on_event=emitter, quantize=quantize)
     return synth.speak_to_file(text, out, SpeakOptions.from_dict(options), fmt, emitter,
                                stream=stream)
+
+
+def serve(settings: Any = None, *, on_event: EventCallback | Emitter | None = None,
+          **fields: Any) -> Any:
+    """Serve voices through OpenAI's `POST /v1/audio/speech` (and Wyoming) from this process,
+    as `voxshard-engine serve` does: `settings` is an `engine.config.serve.ServeSettings`,
+    `fields` its fields by name (targets, workspace, host, port, api_key_file, ...), each
+    checked against its bounds; both: the fields change the settings. Returns once the
+    server answers: a handle with `url`, `port`, `stop()` (what was served) and `wait()`,
+    also a context manager that stops it."""
+    import dataclasses
+
+    from engine.config.serve import ServeSettings
+    from engine.serve.server import start
+
+    known = {f.name for f in dataclasses.fields(ServeSettings)}
+    if unknown := sorted(set(fields) - known):
+        from engine.core.errors import InputError
+
+        raise InputError(f"Unknown serve setting(s): {', '.join(unknown)}.",
+                         f"Known settings: {', '.join(sorted(known))}.")
+    from engine.core.storage import expand_arg
+
+    # paths as typed (~, relative), as the CLI takes them; a hub id stays one
+    for name in ("workspace", "api_key_file", "reference_base"):
+        if fields.get(name) is not None:
+            fields[name] = expand_arg(os.fspath(fields[name]))
+    if fields.get("targets") is not None:
+        fields["targets"] = [expand_arg(os.fspath(t)) for t in fields["targets"]]
+    if settings is None:
+        settings = ServeSettings(**fields)
+    elif fields:
+        settings = dataclasses.replace(settings, **fields)
+    return start(settings, on_event)
 
 
 def read(request: Any, on_event: EventCallback | Emitter | None = None,

@@ -131,6 +131,33 @@ def test_speed_is_honoured_and_instructions_pass(server: Server) -> None:
     assert length(instructions="Speak softly.") == normal
 
 
+def test_each_speak_setting_of_the_schema_is_a_request_field(server: Server) -> None:
+    """loudness_lufs, which the server names nowhere, reaches the synthesis: a speak
+    setting is a request field by its schema. An unknown field and a value out of bounds
+    are refused in OpenAI's shape, the bound in the schema's words."""
+    from engine.config.schema import rule_of
+
+    def level(**extra: object) -> float:
+        response = server.client().audio.speech.create(
+            model="tts-1", voice="ada", input="Quiet, then quieter.", response_format="wav",
+            extra_body={**SHORT, **extra})
+        audio = sf.read(io.BytesIO(response.content))[0]
+        return float(np.sqrt(np.mean(np.square(audio))))
+
+    # the same seed makes the same speech; 20 LU quieter is a tenth of the amplitude
+    assert level(loudness_lufs=-50) / level(loudness_lufs=-30) == pytest.approx(0.1, rel=0.05)
+    for extra, code, words in (
+            ({"colour": "red"}, "unknown_parameter", "Unknown parameter: 'colour'"),
+            ({"loudness_lufs": 5}, "invalid_value",
+             f"loudness_lufs {rule_of('speak.loudness_lufs').problem(5)}.")):
+        with pytest.raises(openai.BadRequestError) as info:
+            server.client().audio.speech.create(model="tts-1", voice="ada", input="Hi.",
+                                                extra_body={**SHORT, **extra})
+        error = info.value
+        assert (error.code, error.param) == (code, next(iter(extra))), error.body
+        assert words in str(error.body["message"]), error.body  # type: ignore[index]
+
+
 def test_models_voices_and_health(server: Server) -> None:
     for voice in ("ada", "ada/ada-v1"):  # the voice and its latest export: one model
         server.client().audio.speech.create(model="tts-1", voice=voice, input="Hi.",
@@ -189,6 +216,8 @@ BAD = [
     ({"input": "hi", "reference_audio": base64.b64encode(b"RIFF not audio").decode()}, 400,
      "invalid_value"),
     ({"input": "hi", "voice": "ada", "seed": -4}, 400, "invalid_value"),
+    ({"input": "hi", "voice": "ada", "seed": 1.5}, 400, "invalid_type"),
+    ({"input": "hi", "voice": "ada", "batch_size": 4}, 400, "unknown_parameter"),
 ]
 
 
@@ -519,6 +548,36 @@ def test_time_limit_and_keyless_guard(workspace_dir: Path) -> None:
         thread.join(60)
         sock.close()
     assert not thread.is_alive() and not pool.renders_dir.exists()
+
+
+def test_api_serve_speaks_then_frees_its_port(workspace_dir: Path) -> None:
+    """`api.serve` (the CLI's own start) in this process: the settings as keywords, checked
+    by the schema; a real client speaks; stopping it frees the port."""
+    from engine import api
+    from engine.core.errors import InputError
+
+    with pytest.raises(InputError, match="port must be at least 0 and at most 65535"):
+        api.serve(port=70000)
+    with pytest.raises(InputError, match="Unknown serve setting"):
+        api.serve(colour="red")
+    with api.serve(workspace=workspace_dir, port=0, device="cpu", dtype="float32",
+                   rows=2, max_loaded=1) as served:
+        assert served.url == f"http://127.0.0.1:{served.port}/v1"
+        client = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0,
+                               timeout=120)
+        response = client.audio.speech.create(model="tts-1", voice="ada", input="Hello.",
+                                              response_format="wav", extra_body=SHORT)
+        audio, rate = sf.read(io.BytesIO(response.content))
+        assert rate == 24000 and len(audio) > 0
+    assert served.stop()["served"] == 1  # stopped once; a second stop tells the same
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{served.port}/health", timeout=5)
+    again = socket.socket()
+    again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        again.bind(("127.0.0.1", served.port))  # as a server starting next would
+    finally:
+        again.close()
 
 
 def test_each_trained_run_is_a_voice(trained_run: dict[str, Any], tmp_path: Path) -> None:

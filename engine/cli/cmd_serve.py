@@ -33,7 +33,7 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
 
 
 def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
-    from engine.serve.server import serve
+    from engine import api
 
     settings = serve_settings(args)
     if args.address and (args.wyoming or not args.http):
@@ -46,7 +46,8 @@ def _serve(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
             address=args.address, replicas=args.replicas, min_replicas=args.min_replicas,
             max_replicas=args.max_replicas, replica_cpus=args.replica_cpus)
         return serve_on_ray(settings, cluster, emitter)
-    return serve(settings, emitter)
+    # until Ctrl+C or SIGTERM (the CLI makes it KeyboardInterrupt): then a graceful stop
+    return api.serve(settings, on_event=emitter).wait()
 
 
 def register(sub: Any) -> None:

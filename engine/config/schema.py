@@ -53,6 +53,9 @@ class Setting:
     choices: tuple[str, ...] = ()
     #: the CLI's flag when it is not --field-name
     flag: str = ""
+    #: whether a client of the speech server may send it (False: the server's own, such as
+    #: a path on its disk or a resource its operator sizes)
+    http: bool = True
 
     def rule(self) -> str:
         """The bounds in words: "above 0 and at most 1", "at least 1", "one of a, b"."""
@@ -92,7 +95,8 @@ def _number(value: float) -> str:
 
 
 def setting(default: Any = dataclasses.MISSING, *, label: str = "", unit: str = "",
-            flag: str = "", choices: tuple[str, ...] = (), **bounds: float) -> Any:
+            flag: str = "", choices: tuple[str, ...] = (), http: bool = True,
+            **bounds: float) -> Any:
     """A dataclass field with its `Setting`; `bounds`: at_least or above, at_most or below."""
     if unknown := set(bounds) - {"at_least", "above", "at_most", "below"}:
         raise TypeError(f"unknown bound(s) {sorted(unknown)}")
@@ -101,7 +105,7 @@ def setting(default: Any = dataclasses.MISSING, *, label: str = "", unit: str = 
                    low=above if above is not None else bounds.get("at_least"),
                    low_open=above is not None,
                    high=below if below is not None else bounds.get("at_most"),
-                   high_open=below is not None, choices=tuple(choices), flag=flag)
+                   high_open=below is not None, choices=tuple(choices), flag=flag, http=http)
     return dataclasses.field(default=default, metadata={"setting": rule})
 
 

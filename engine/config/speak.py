@@ -79,7 +79,8 @@ class SpeakOptions:
                                           below=0)
     #: chunks generated together (each weight read serves all of them; on a CPU
     #: eight cost about twice one, on a GPU about the same)
-    batch_size: int = setting(8, at_least=1, at_most=64)
+    batch_size: int = setting(8, at_least=1, at_most=64,
+                              http=False)  # the speech server's --rows sizes its batches
     #: the whole text in the prompt before speech starts (every voice's default), or
     #: off: one text token fed per frame as speech goes (the official voice clone's
     #: default), which hurries speech toward about 195 words a minute whatever the

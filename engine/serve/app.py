@@ -328,8 +328,9 @@ class SpeechApp:
     def _check_options(self, req: SpeechRequest) -> None:
         try:
             SpeakOptions.from_dict(dict(req.options))
-        except InputError as exc:
-            raise ApiError(400, exc.message, code="invalid_value") from None
+        except InputError as exc:  # a rule across fields; the setting is the param it names
+            param = next((p.rpartition(".")[2] for p in exc.settings), None)
+            raise ApiError(400, exc.message, param=param, code="invalid_value") from None
 
     async def _wait(self, request: Request | None, worker: VoiceWorker, ticket: Ticket,
                     flag: asyncio.Event, deadline: float) -> None:

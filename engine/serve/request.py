@@ -13,14 +13,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.config.speak import MAX_INSTRUCT
+from engine.config.schema import SettingError, path_of, rules, value_problem, value_type
+from engine.config.speak import MAX_INSTRUCT, SpeakOptions
 
 #: the model names a client may send; OpenAI's own names are accepted so that
 #: programs with a fixed model list work unchanged
 MODELS = ("voxshard", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 STREAM_FORMATS = ("audio", "sse")
-#: optional fields beyond OpenAI's, passed to the speech options (checked there)
-EXTENSION_OPTIONS = ("seed", "language", "temperature", "top_k", "top_p", "max_frames")
+#: speak settings that OpenAI's own fields carry, by OpenAI's name
+OPENAI_CARRIES = {"instructions": "instruct"}
+#: optional fields beyond OpenAI's: every speak setting its schema lets clients send
+#: (`setting(..., http=False)` keeps one on the server), by its field name
+EXTENSION_OPTIONS = tuple(name for name, rule in rules(SpeakOptions).items()
+                          if rule.http and name not in OPENAI_CARRIES.values())
+#: every field a request may hold; any other is refused by name
+KNOWN_FIELDS = ("model", "input", "voice", "response_format", "speed", "instructions",
+                "stream_format", "reference_audio", "reference_text", *EXTENSION_OPTIONS)
 
 
 class ApiError(Exception):
@@ -96,9 +104,37 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_speech(raw: bytes, *, voices: set[str] | dict[str, Any], formats: tuple[str, ...],  # noqa: C901
+def _extension(body: dict[str, Any], name: str) -> Any:
+    """Speak setting `name` as sent, checked against its schema: a wrong kind of value is
+    `invalid_type`, one out of its bounds `invalid_value` in the schema's words."""
+    value = body[name]
+    if value_type(SpeakOptions, name) is str:
+        return _string(body, name)
+    path, rule = path_of(SpeakOptions, name), rules(SpeakOptions)[name]
+    if isinstance(value, float) and not math.isfinite(value):  # JSON's NaN and Infinity
+        why = rule.problem(value)
+    else:
+        why = value_problem(path, value)
+    if why is None:
+        return value
+    message = SettingError(path, why).as_input().message  # "top_p must be ..., not 2."
+    if len(message) > 240:  # a huge value sent: not echoed whole
+        message = message[:236] + "..."
+    raise ApiError(400, message, param=name,
+                   code="invalid_value" if rule.problem(value) else "invalid_type")
+
+
+def parse_speech(raw: bytes, *, voices: set[str] | dict[str, Any], formats: tuple[str, ...],
                  max_input: int, allow_reference: bool) -> SpeechRequest:
     body = parse_json(raw)
+    unknown = next((name[:80] for name in body if name not in KNOWN_FIELDS), None)
+    if unknown is not None:
+        carrier = next((k for k, v in OPENAI_CARRIES.items() if v == unknown), None)
+        why = (f"send it as '{carrier}'" if carrier else "it is this server's own setting"
+               if unknown in rules(SpeakOptions) else f"this endpoint takes "
+               f"{', '.join(KNOWN_FIELDS)}")
+        raise ApiError(400, f"Unknown parameter: '{unknown}'; {why}.", param=unknown,
+                       code="unknown_parameter")
     model = _string(body, "model", "voxshard") or "voxshard"
     if model not in MODELS:
         raise ApiError(404, f"The model '{model[:80]}' does not exist here; use one of: "
@@ -144,20 +180,8 @@ def parse_speech(raw: bytes, *, voices: set[str] | dict[str, Any], formats: tupl
     if instructions is not None and len(instructions) > MAX_INSTRUCT:
         raise ApiError(400, f"instructions must be at most {MAX_INSTRUCT} characters.",
                        param="instructions", code="invalid_value")
-    options: dict[str, Any] = {}
-    for name in EXTENSION_OPTIONS:
-        if name in body and body[name] is not None:
-            value = body[name]
-            if name == "language":
-                options[name] = _string(body, name)
-                continue
-            whole = name in ("seed", "top_k", "max_frames")
-            if isinstance(value, bool) or not isinstance(value, int if whole else int | float) or (
-                    isinstance(value, float) and not math.isfinite(value)):
-                kind = "an integer" if whole else "a number"
-                raise ApiError(400, f"The field '{name}' must be {kind}.", param=name,
-                               code="invalid_type")
-            options[name] = value
+    options = {name: _extension(body, name) for name in EXTENSION_OPTIONS
+               if body.get(name) is not None}  # null: the setting's default
     if instructions:
         options["instruct"] = instructions
     if reference_audio:

@@ -6,8 +6,8 @@ import asyncio
 import ipaddress
 import json
 import os
-import signal
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -178,108 +178,153 @@ def request_line(record: dict[str, Any]) -> tuple[str, str]:
     return line, "warning" if not said.get("applied") or notes else "info"
 
 
-def serve(settings: ServeSettings,
-          on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
-    """Serve until SIGINT/SIGTERM; returns what was served."""
-    import uvicorn  # noqa: PLC0415
+class Serving:
+    """A started server, serving on its own thread until `stop` (or the end of a `with`).
 
-    from engine.serve.app import create_app  # starlette: see make_config  # noqa: PLC0415
+    `url` is the HTTP endpoint ("http://127.0.0.1:8000/v1", None with `http` off), `port`
+    its port (the one picked when the settings ask for 0), `wyoming` the Wyoming address.
+    """
 
-    emitter = as_emitter(on_event)
-    key = check_settings(settings)
-    wyoming_at = check_wyoming(settings)
-    voices = served_voices(settings)
-    pool = make_pool(settings, voices)
-    sock = _bind(settings.host, settings.port) if settings.http else None
-    wyoming_sock = _bind(*wyoming_at) if wyoming_at else None
-    config = make_config(settings, key)
+    def __init__(self, settings: ServeSettings, emitter: Emitter) -> None:
+        import uvicorn  # noqa: PLC0415
 
-    def log(record: dict[str, Any]) -> None:
+        from engine.serve.app import create_app  # starlette: see make_config  # noqa: PLC0415
+
+        self.settings, self._emitter = settings, emitter
+        key = check_settings(settings)
+        wyoming_at = check_wyoming(settings)
+        self.voices = voices = served_voices(settings)
+        self._pool = pool = make_pool(settings, voices)
+        self._socks = [_bind(settings.host, settings.port) if settings.http else None]
+        self._socks.append(_bind(*wyoming_at) if wyoming_at else None)
+        self._app = create_app(pool, make_config(settings, key), self._log,
+                               lambda: served_voices(settings))
+        if settings.preload and voices:
+            first = next(iter(voices))
+            emitter.state("loading_model", detail=first)
+            try:
+                preload(pool, first)
+            except InputError:
+                self._close_sockets()
+                raise
+        sock, wyoming_sock = self._socks
+        self.port: int | None = sock.getsockname()[1] if sock is not None else None
+        self.url = url_of(settings.host, self.port) if self.port is not None else None
+        self._service = WyomingService(pool, lambda: served_voices(settings),
+                                       max_input=settings.max_input,
+                                       timeout_s=settings.timeout_s, log=self._log)
+        self._wyoming = (WyomingServer(self._service, wyoming_sock)
+                         if wyoming_sock is not None else None)
+        self.wyoming = (f"tcp://{wyoming_at[0]}:{self._wyoming.port}"
+                        if self._wyoming is not None and wyoming_at else None)
+        self._key, self._wyoming_at = key, wyoming_at
+        self._server = uvicorn.Server(uvicorn.Config(
+            self._app, log_level="warning", access_log=False, lifespan="on",
+            timeout_graceful_shutdown=5))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._ended = threading.Event()  # not `Thread.is_alive`: see `wait`
+        self._failed: BaseException | None = None
+        self._summary: dict[str, Any] | None = None
+        self._thread = threading.Thread(target=self._run, name="voxshard-serve", daemon=True)
+        self._thread.start()
+        while not self._ready.wait(0.1) and not self._ended.is_set():
+            pass  # until it serves, or fails on its way there
+        if self._failed is not None:
+            raise self._failed
+
+    def _log(self, record: dict[str, Any]) -> None:
         line, level = request_line(record)
-        emitter.log(line, level=level, request_log=record)
+        self._emitter.log(line, level=level, request_log=record)
 
-    def close_sockets() -> None:
-        for opened in (sock, wyoming_sock):
+    def _close_sockets(self) -> None:
+        for opened in self._socks:
             if opened is not None:
                 opened.close()
 
-    app = create_app(pool, config, log, lambda: served_voices(settings))
-    if settings.preload and voices:
-        first = next(iter(voices))
-        emitter.state("loading_model", detail=first)
+    def _run(self) -> None:
         try:
-            preload(pool, first)
-        except InputError:
-            close_sockets()
-            raise
-    port = sock.getsockname()[1] if sock is not None else None
-    url = url_of(settings.host, port) if port is not None else None
-    service = WyomingService(pool, lambda: served_voices(settings),
-                             max_input=settings.max_input, timeout_s=settings.timeout_s,
-                             log=log)
-    wyoming = WyomingServer(service, wyoming_sock) if wyoming_sock is not None else None
-    wyoming_url = (f"tcp://{wyoming_at[0]}:{wyoming.port}"
-                   if wyoming is not None and wyoming_at else None)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
-                                           lifespan="on", timeout_graceful_shutdown=5))
-
-    async def run() -> None:
-        announced = None
-        if wyoming is not None:
-            await wyoming.start()
-            if settings.zeroconf and wyoming_at:
-                announced = await wyoming.announce(wyoming_at[0])
-        # what each name loads, for the app: its Listen page sends a source this server
-        # already serves here, so the two share one warm worker (never sent to clients)
-        loads = {name: pool.identity(name) for name in sorted(voices)}
-        # both addresses, each said for what it serves: a person reads this line
-        where = [f"HTTP {url}"] if url else []
-        if wyoming_url:
-            where.append(f"Home Assistant (Wyoming) {wyoming_url}"
-                         + (f", announced on {announced}" if announced else ""))
-        emitter.state("serving", detail="; ".join(where), url=url, port=port,
-                      voices=sorted(voices), loads=loads, auth=key is not None,
-                      renders=str(pool.renders_dir),
-                      reference_cloning=bool(settings.reference_base),
-                      wyoming=wyoming_url, zeroconf=announced,
-                      # what Home Assistant lists, in its order (the Serve page shows it)
-                      wyoming_voices=[[v.name, description_of(v)] for v in
-                                      home_assistant_order(voices.values())]
-                      if wyoming_url else [])
-        try:
-            if sock is not None:
-                await server.serve(sockets=[sock])  # its lifespan closes the pool
-            else:
-                await _until_stopped()
+            asyncio.run(self._serve())
+        except BaseException as exc:  # handed to the thread that started it (or stops it)
+            self._failed = exc
         finally:
-            if wyoming is not None:
-                await wyoming.stop()
+            self._close_sockets()
+            self._ended.set()
+
+    async def _serve(self) -> None:
+        settings, pool, voices = self.settings, self._pool, self.voices
+        self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
+        sock = self._socks[0]
+        announced = None
+        try:
+            if self._wyoming is not None:
+                await self._wyoming.start()
+                if settings.zeroconf and self._wyoming_at:
+                    announced = await self._wyoming.announce(self._wyoming_at[0])
+            # what each name loads, for the app: its Listen page sends a source this server
+            # already serves here, so the two share one warm worker (never sent to clients)
+            loads = {name: pool.identity(name) for name in sorted(voices)}
+            # both addresses, each said for what it serves: a person reads this line
+            where = [f"HTTP {self.url}"] if self.url else []
+            if self.wyoming:
+                where.append(f"Home Assistant (Wyoming) {self.wyoming}"
+                             + (f", announced on {announced}" if announced else ""))
+            self._emitter.state(
+                "serving", detail="; ".join(where), url=self.url, port=self.port,
+                voices=sorted(voices), loads=loads, auth=self._key is not None,
+                renders=str(pool.renders_dir), reference_cloning=bool(settings.reference_base),
+                wyoming=self.wyoming, zeroconf=announced,
+                # what Home Assistant lists, in its order (the Serve page shows it)
+                wyoming_voices=[[v.name, description_of(v)] for v in
+                                home_assistant_order(voices.values())] if self.wyoming else [])
+            self._ready.set()
+            if sock is not None:
+                await self._server.serve(sockets=[sock])  # its lifespan closes the pool
+            else:
+                await self._stopping.wait()
+        finally:
+            if self._wyoming is not None:
+                await self._wyoming.stop()
             if sock is None:
                 await pool.close()
 
-    try:
-        asyncio.run(run())
-    except KeyboardInterrupt:
-        pass  # uvicorn stopped gracefully on SIGINT/SIGTERM, then raised it again: a normal end
-    finally:
-        close_sockets()
-    api = app.app.state.api  # type: ignore[attr-defined]
-    served, audio_s = api.served + service.served, api.audio_s + service.audio_s
-    return {"served": served, "audio_seconds": round(audio_s, 3), "url": url,
-            "wyoming": wyoming_url,
-            "summary": f"Served {served} request(s), {audio_s:.1f} s of audio."}
+    def stop(self) -> dict[str, Any]:
+        """End the server (requests under way get a few seconds to finish); what it served."""
+        self._server.should_exit = True
+        if self._loop is not None and self._stopping is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._stopping.set)
+            except RuntimeError:
+                pass  # its loop has ended already
+        self._ended.wait()
+        return self.summary()
+
+    def wait(self) -> dict[str, Any]:
+        """Serve until stopped elsewhere, or until Ctrl+C (and SIGTERM where the caller turns
+        it into KeyboardInterrupt, as the CLI does); what was served."""
+        try:  # an Event, never Thread.join: Python 3.11's join, interrupted by Ctrl+C,
+            self._ended.wait()  # marks a thread still running as ended
+        except KeyboardInterrupt:
+            pass  # a normal end
+        return self.stop()
+
+    def summary(self) -> dict[str, Any]:
+        api = self._app.app.state.api  # type: ignore[attr-defined]
+        served = api.served + self._service.served
+        audio_s = api.audio_s + self._service.audio_s
+        return {"served": served, "audio_seconds": round(audio_s, 3), "url": self.url,
+                "wyoming": self.wyoming,
+                "summary": f"Served {served} request(s), {audio_s:.1f} s of audio."}
+
+    def __enter__(self) -> Serving:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
-async def _until_stopped() -> None:
-    """Until SIGINT or SIGTERM (the Wyoming service alone: no uvicorn to catch them)."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in previous:
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig, handler in previous.items():
-            loop.remove_signal_handler(sig)  # it leaves the default (a second TERM kills)
-            signal.signal(sig, handler)
+def start(settings: ServeSettings, on_event: EventCallback | Emitter | None = None) -> Serving:
+    """Check `settings`, load the first voice and serve on a thread of this process; returns
+    once it serves (`engine.api.serve`, and the CLI's `serve` through it)."""
+    return Serving(settings, as_emitter(on_event))
