@@ -24,9 +24,14 @@ MAX_INSTRUCT = 2000
 #: the longest runaway limit (the guard keeps this much of a row's recent codes)
 RUNAWAY_MAX_S = 60.0
 
-#: output formats by name; mp3 and opus only where the installed libsndfile
-#: writes them (1.1+ for MP3, 1.0.29+ for Opus), see `available_formats`
-FORMATS = ("wav", "flac", "ogg", "opus", "mp3")
+#: the audio files Voxshard writes, by name: libsndfile's container and subtype for each
+#: (renders, streams, the speech server's responses, a book's WAV and FLAC); mp3 and opus
+#: only where the installed libsndfile writes them (1.1+ for MP3, 1.0.29+ for Opus), see
+#: `available_formats`
+SOUNDFILE_FORMATS = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"),
+                     "ogg": ("OGG", "VORBIS"), "opus": ("OGG", "OPUS"),
+                     "mp3": ("MP3", "MPEG_LAYER_III")}
+FORMATS = tuple(SOUNDFILE_FORMATS)
 #: file extensions that name a format
 EXTENSIONS = {"wav": "wav", "wave": "wav", "flac": "flac", "ogg": "ogg", "oga": "ogg",
               "opus": "opus", "mp3": "mp3"}
@@ -135,13 +140,8 @@ def available_formats() -> tuple[str, ...]:
         import soundfile as sf  # noqa: PLC0415
     except (ImportError, OSError):
         return FORMATS[:3]
-    found = []
-    for fmt in FORMATS:
-        container, subtype = {"opus": ("OGG", "OPUS"), "mp3": ("MP3", "MPEG_LAYER_III")}.get(
-            fmt, (fmt.upper(), None))
-        if subtype is None or subtype in sf.available_subtypes(container):
-            found.append(fmt)
-    return tuple(found)
+    return tuple(fmt for fmt, (container, subtype) in SOUNDFILE_FORMATS.items()
+                 if subtype in sf.available_subtypes(container))
 
 
 def audio_format(path: str, requested: str | None) -> str:

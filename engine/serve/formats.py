@@ -15,6 +15,8 @@ import struct
 import numpy as np
 import soundfile as sf
 
+from engine.config.speak import SOUNDFILE_FORMATS, available_formats
+
 SAMPLE_RATE = 24000
 #: OpenAI's formats -> (worker format written to disk, media type)
 MEDIA_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "opus": "audio/ogg",
@@ -24,18 +26,12 @@ MEDIA_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "opus": "audio/ogg",
 #: start of an MP3 or FLAC file at its end to fill in the length, which a stream
 #: already sent cannot take)
 INCREMENTAL = ("wav", "pcm", "opus")
-_SF = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"),
-       "opus": ("OGG", "OPUS")}
 
 
 def available() -> tuple[str, ...]:
     """The response formats this machine can encode (asks libsndfile for MP3 and Opus)."""
-    out = ["wav", "pcm", "flac"]
-    if "MPEG_LAYER_III" in sf.available_subtypes("MP3"):
-        out.insert(1, "mp3")
-    if "OPUS" in sf.available_subtypes("OGG"):
-        out.insert(1, "opus")
-    return tuple(out)
+    writable = available_formats()
+    return ("wav", *(f for f in ("opus", "mp3") if f in writable), "pcm", "flac")
 
 
 def streaming_wav_header(sample_rate: int = SAMPLE_RATE) -> bytes:
@@ -67,7 +63,7 @@ def encode(audio: np.ndarray, fmt: str, sample_rate: int = SAMPLE_RATE) -> bytes
     """A whole render in `fmt` (see `available`)."""
     if fmt == "pcm":
         return to_pcm16(audio)
-    container, subtype = _SF[fmt]
+    container, subtype = SOUNDFILE_FORMATS[fmt]
     buffer = io.BytesIO()
     sf.write(buffer, np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0), sample_rate,
              format=container, subtype=subtype)

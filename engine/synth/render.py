@@ -9,7 +9,7 @@ import numpy as np
 import soundfile as sf
 
 from engine.audio.timebase import SAMPLE_RATE
-from engine.config.speak import available_formats
+from engine.config.speak import SOUNDFILE_FORMATS, available_formats
 from engine.core.atomic import atomic_path
 from engine.core.errors import InputError
 
@@ -78,10 +78,6 @@ def match_loudness(audio: np.ndarray, target_lufs: float | None,
     return result.audio, (after if np.isfinite(after) else None)
 
 
-_SUBTYPES = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "ogg": ("OGG", "VORBIS"),
-             "opus": ("OGG", "OPUS"), "mp3": ("MP3", "MPEG_LAYER_III")}
-
-
 def user_file_mode() -> int:
     """The mode a plain new file gets from this process (0o666 less the umask).
 
@@ -96,13 +92,13 @@ def write_audio(path: str | os.PathLike[str], audio: np.ndarray, fmt: str = "wav
                 sample_rate: int = SAMPLE_RATE) -> Path:
     """Write mono audio atomically: 16-bit WAV/FLAC, Ogg Vorbis, Ogg Opus or MP3
     (the last two where libsndfile writes them), with the user's normal permissions."""
-    if fmt not in _SUBTYPES:
+    if fmt not in SOUNDFILE_FORMATS:
         raise InputError(f"Audio format {fmt!r} is not supported.",
-                         f"Use one of: {', '.join(_SUBTYPES)}.")
+                         f"Use one of: {', '.join(SOUNDFILE_FORMATS)}.")
     if fmt not in available_formats():
         raise InputError(f"This machine's libsndfile cannot write {fmt}.",
                          f"Use one of: {', '.join(available_formats())}.")
-    container, subtype = _SUBTYPES[fmt]
+    container, subtype = SOUNDFILE_FORMATS[fmt]
     target = Path(path)
     if target.is_dir():
         raise InputError(f"The output {target} is a folder.", "Give a file name such as out.wav.")

@@ -32,10 +32,10 @@ import torch
 
 from engine.audio import sound
 from engine.audio.timebase import SAMPLES_PER_FRAME
+from engine.config.speak import SOUNDFILE_FORMATS
 from engine.core.errors import DeviceError, InputError, SynthesisError
 from engine.synth.codec_state import CodecState
 from engine.synth.jitter import PrebufferPolicy
-from engine.synth.render import _SUBTYPES
 from engine.text import spoken_weight
 
 
@@ -140,7 +140,7 @@ class GrowingFile:
             raise InputError(f"The output {self.path} is a folder.",
                              "Give a file name such as out.wav.")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        container, subtype = _SUBTYPES[fmt]
+        container, subtype = SOUNDFILE_FORMATS[fmt]
         # a plain open(): the file gets the user's normal permissions
         self._file = sf.SoundFile(str(self.path), "w", sample_rate, 1, subtype, format=container)
         self.samples = 0
