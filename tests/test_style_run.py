@@ -1,8 +1,9 @@
 """A voice trained with style descriptions, from its data to speaking with an instruction.
 
 - One real run of the tiny model on Ray with two CPU workers, LoRA on the talker and the
-  code predictor, half of the clips described: it trains, records the styles it trained
-  with, and resumes (the fingerprint covers the descriptions, so an edited one refuses).
+  code predictor, half of the clips described (the session's `lora_predictor_run`): it
+  trains, records the styles it trained with, and resumes in a copy (the fingerprint
+  covers the descriptions, so an edited one refuses).
 - Speaking (on runs made in one process, with the run's data recorded as training
   records it): a checkpoint and an export of a voice trained with styles take
   `--instruct` without the "little or no effect" warning; one trained without still warns.
@@ -42,34 +43,24 @@ from engine.train.grpo import code_logprobs
 from engine.train.objective import VoiceObjective
 from engine.train.rundata import record_data
 from tests.helpers.ray_cluster import SharedCluster
-from tests.helpers.runs import make_perturbed_run
+from tests.helpers.runs import LORA_STEPS, LORAP_OPTIONS, STYLES, describe, make_perturbed_run
 from tests.helpers.voices import copy_voice
 
-STYLES = ("Whisper, slowly and calmly.", "Fast and excited.")
 WARNING = "little or no effect"
 
 
-def describe(voice: Path) -> None:
-    """Every other clip gets one of STYLES (the rest stay plain)."""
-    rows = read_manifest(voice, usable_only=False)
-    for i, r in enumerate(rows):
-        if i % 2 == 0:
-            r["style"] = STYLES[(i // 2) % 2]
-    write_manifest(voice, rows)
-
-
 @pytest.fixture(scope="module")
-def styled(prepared_voice: Path, tiny_model_dir: Path, shared_cluster: SharedCluster,
-           tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    voice = copy_voice(prepared_voice, tmp_path_factory.mktemp("styled") / "joe")
-    describe(voice)
+def styled(lora_predictor_run: dict[str, Any], tiny_model_dir: Path,
+           shared_cluster: SharedCluster, tmp_path_factory: pytest.TempPathFactory
+           ) -> dict[str, Any]:
+    """The session's described run (`lora_predictor_run`: LoRA on the talker and the code
+    predictor, two workers), resumed for one more step in a copy of its voice."""
+    voice = copy_voice(lora_predictor_run["voice"], tmp_path_factory.mktemp("styled") / "joe")
     shared_cluster.up()
-    options = {"use_gpu": False, "run": "s1", "workers": 2, "checkpoint_every": 1,
-               "val_every": 0, "lr": 5e-2, "trainable": "lora", "lora_predictor": True,
-               "batch_size": 4}
-    first = train(voice, str(tiny_model_dir), steps=2, **options)
-    resumed = train(voice, str(tiny_model_dir), steps=3, resume=True, **options)
-    return {"voice": voice, "first": first, "resumed": resumed, "options": options}
+    resumed = train(voice, str(tiny_model_dir), steps=LORA_STEPS + 1, resume=True,
+                    **LORAP_OPTIONS)
+    return {"voice": voice, "first": lora_predictor_run["result"], "resumed": resumed,
+            "options": LORAP_OPTIONS}
 
 
 def _speak(target: Path, out: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
@@ -82,12 +73,12 @@ def _speak(target: Path, out: Path, capsys: pytest.CaptureFixture[str], *extra: 
     return captured.out + captured.err
 
 
-@pytest.mark.timeout(1800)  # two Ray starts; on a loaded two-core machine, slow
+@pytest.mark.timeout(1800)  # Ray starts (the session run's, a resume); a loaded machine: slow
 def test_a_styled_run_trains_on_ray_records_its_styles_and_resumes(
         styled: dict[str, Any], tiny_model_dir: Path) -> None:
-    assert styled["first"]["steps"] == 2 and not styled["first"]["stopped"]
-    assert styled["resumed"]["steps"] == 3 and not styled["resumed"]["stopped"]
-    run = Run(styled["voice"] / "runs" / "s1")
+    assert styled["first"]["steps"] == LORA_STEPS and not styled["first"]["stopped"]
+    assert styled["resumed"]["steps"] == LORA_STEPS + 1 and not styled["resumed"]["stopped"]
+    run = Run(styled["voice"] / "runs" / "lorap")
     assert set(run.trained_styles()) == set(STYLES)
     # another description is other data: the run's positions index the old layout
     voice = styled["voice"]
@@ -96,7 +87,8 @@ def test_a_styled_run_trains_on_ray_records_its_styles_and_resumes(
     write_manifest(voice, rows)
     try:
         with pytest.raises(InputError, match="changed"):
-            train(voice, str(tiny_model_dir), steps=4, resume=True, **styled["options"])
+            train(voice, str(tiny_model_dir), steps=LORA_STEPS + 2, resume=True,
+                  **styled["options"])
     finally:
         describe(voice)
 

@@ -1,7 +1,9 @@
 """Styles from a recorded take to a served request, on the tiny model.
 
 Takes saved as Record saves them (piper speech, a style prompt's take with its style),
-prepared, one short LoRA run on Ray, then `serve` on the workspace: the official
+prepared, a run of one checkpoint with the data record training writes (`make_perturbed_run`
+and `record_data`: training on Ray recording its styles is test_style_run's), then `serve`
+on the workspace: the official
 `openai` client's `instructions` with a trained style changes the audio (same seed) and
 the answer says it was applied; a `wyoming` client asking with the style as its speaker
 gets audio and the request log shows the style applied. An instruction for a voice
@@ -32,8 +34,8 @@ from engine.layout.voice import create_voice
 from engine.prepare.pipeline import prepare
 from engine.prepare.styles import RECORDED
 from engine.serve.app import INSTRUCTIONS_HEADER
-from engine.train.driver import train
-from tests.helpers.ray_cluster import SharedCluster
+from engine.train.rundata import record_data
+from tests.helpers.runs import make_perturbed_run
 from tests.helpers.serving import KEY, Server, start_server
 from tests.helpers.voices import make_workspace
 
@@ -59,8 +61,7 @@ def _record(voice: Any, synth: Callable[[str], tuple[np.ndarray, int]]) -> list[
 
 
 @pytest.fixture(scope="module")
-def served(tiny_model_dir: Path, shared_cluster: SharedCluster,
-           piper_synth: Callable[[str], tuple[np.ndarray, int]],
+def served(tiny_model_dir: Path, piper_synth: Callable[[str], tuple[np.ndarray, int]],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("style_serve")
     ws = make_workspace(root, tiny_model_dir)  # `ada`: an export trained without styles
@@ -69,10 +70,8 @@ def served(tiny_model_dir: Path, shared_cluster: SharedCluster,
     prepare(voice)
     rows = read_manifest(voice.path)
     assert {r["style"] for r in rows if r.get("style_source") == RECORDED} == set(styles)
-    shared_cluster.up()
-    result = train(voice.path, str(tiny_model_dir), steps=1, use_gpu=False, run="s1",
-                   workers=1, checkpoint_every=1, val_every=0, lr=5e-2, trainable="lora")
-    assert result["steps"] == 1 and not result["stopped"], result
+    record_data(make_perturbed_run(voice.path, tiny_model_dir, run="s1", steps=(1,),
+                                   export=None), voice.path)
     (root / "key").write_text(KEY + "\n")
     server = start_server(["--workspace", str(ws), "--port", "0", "--api-key-file",
                            str(root / "key"), "--device", "cpu", "--dtype", "float32",
@@ -129,7 +128,6 @@ async def _speakers(server: Server) -> dict[str, list[str]]:
                 return {v.name: [s.name for s in v.speakers or []] for v in voices}
 
 
-@pytest.mark.timeout(1800)  # a Ray start and a run; on a loaded two-core machine, slow
 def test_a_recorded_style_is_spoken_over_openai_and_wyoming(served: dict[str, Any]) -> None:
     server, style = served["server"], served["styles"][0]
     plain, plain_headers, plain_log = _speak(server, "joe")

@@ -16,7 +16,9 @@ registered in tests/conftest.py).
 - `lora_predictor_run` (session): as `lora_run`, with `--lora-predictor` (adapters on the
   code predictor's layers too), two CPU workers (each decoder layer's FSDP unit sharded,
   its adapters with it), `LORA_STEPS` steps with one checkpoint at the last, in
-  `runs/lorap`; its adapter voice is `exports/lorap-adapter` of its voice.
+  `runs/lorap`, its options `LORAP_OPTIONS`; its adapter voice is `exports/lorap-adapter`
+  of its voice. Every other clip of its voice is described with one of `STYLES`
+  (`describe`), so it is also the styled run that test_style_run resumes (in a copy).
   All three dicts also hold the run's "result" (what `train` returned) and its "events".
 - `make_perturbed_run(voice, model_dir)` (bench/bench_quality.py): what a real run
   leaves behind without Ray, in one process: the resolved config, DCP checkpoints saved
@@ -37,6 +39,7 @@ import pytest
 from engine.config.train import ModelConfig, TrainConfig
 from engine.core.events import Event
 from engine.data.codes import extract_codes
+from engine.layout.manifest import read_manifest, write_manifest
 from engine.model.export import export_custom_voice
 from engine.train.checkpoint import Checkpointer
 from engine.train.driver import export, train
@@ -48,12 +51,32 @@ from tests.helpers.voices import copy_voice
 CHECKPOINT_EVERY, STEPS = 10, 20
 #: the LoRA run: its steps (a checkpoint at each), adapter rank and alpha (scale 4, not 2)
 LORA_STEPS, LORA_RANK, LORA_ALPHA = 2, 4, 16.0
+#: `lora_predictor_run`'s training options (a resume of its run passes them again)
+LORAP_OPTIONS: dict[str, Any] = {
+    "use_gpu": False, "run": "lorap", "workers": 2, "checkpoint_every": LORA_STEPS,
+    "val_every": 0, "lr": 5e-2, "trainable": "lora", "lora_rank": LORA_RANK,
+    "lora_alpha": LORA_ALPHA, "lora_predictor": True, "batch_size": 4}
+#: the style descriptions `describe` gives every other clip
+STYLES = ("Whisper, slowly and calmly.", "Fast and excited.")
+
+
+def describe(voice: Path) -> None:
+    """Every other clip of `voice` gets one of STYLES (the rest stay plain)."""
+    rows = read_manifest(voice, usable_only=False)
+    for i, r in enumerate(rows):
+        if i % 2 == 0:
+            r["style"] = STYLES[(i // 2) % 2]
+    write_manifest(voice, rows)
 
 
 def _train_and_export(root: Path, voice: Path, model_dir: Path, cluster: SharedCluster,
-                      run: str, steps: int, **options: Any) -> dict[str, Any]:
-    """A real run `run` of a copy of `voice` under `root`, its last step exported beside it."""
+                      run: str, steps: int, described: bool = False,
+                      **options: Any) -> dict[str, Any]:
+    """A real run `run` of a copy of `voice` under `root` (`described`: its clips described
+    first), its last step exported beside it."""
     voice = copy_voice(voice, root / "joe")
+    if described:
+        describe(voice)
     cluster.up()
     events: list[Event] = []
     result = train(voice, str(model_dir), steps=steps, use_gpu=False, run=run,
@@ -89,11 +112,10 @@ def lora_run(prepared_voice: Path, tiny_model_dir: Path, shared_cluster: SharedC
 def lora_predictor_run(prepared_voice: Path, tiny_model_dir: Path,
                        shared_cluster: SharedCluster,
                        tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    options = {k: v for k, v in LORAP_OPTIONS.items() if k not in ("run", "use_gpu")}
     return kept("lora_predictor_run", lambda: _train_and_export(
         tmp_path_factory.mktemp("lora_predictor_run"), prepared_voice, tiny_model_dir,
-        shared_cluster, "lorap", LORA_STEPS, workers=2, checkpoint_every=LORA_STEPS,
-        val_every=0, lr=5e-2, trainable="lora", lora_rank=LORA_RANK, lora_alpha=LORA_ALPHA,
-        lora_predictor=True))
+        shared_cluster, "lorap", LORA_STEPS, described=True, **options))
 
 
 def make_perturbed_run(voice: Path, model_dir: Path, run: str = "r1",
