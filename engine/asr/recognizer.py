@@ -38,6 +38,7 @@ from engine.audio.io import BadAudioFile, decode
 from engine.audio.resample import resample
 from engine.core.errors import AudioError, InputError, ModelError
 from engine.layout.voice import display_path
+from engine.model.loading import default_device
 from engine.text import tidy_text
 
 SAMPLE_RATE = 16000
@@ -240,7 +241,7 @@ class TransformersWhisperRecognizer:
         from transformers import WhisperForConditionalGeneration, WhisperProcessor  # noqa: PLC0415
 
         self.model = model
-        self.device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+        self.device = device or default_device()
         dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
         try:
             self._processor = WhisperProcessor.from_pretrained(str(folder))

@@ -180,6 +180,8 @@ def download_model(repo_id: str, *, download: bool = True,
 
 
 def default_device() -> str:
+    """Where a model runs when the user names no device: the first GPU, else the CPU (the
+    one rule for speaking, serving and speech recognition)."""
     import torch  # noqa: PLC0415
 
     return "cuda:0" if torch.cuda.is_available() else "cpu"

@@ -14,6 +14,7 @@ from typing import Any
 from engine.config.serve import ServeSettings
 from engine.core.errors import InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.model.loading import default_device
 from engine.serve.pool import LoadFailed, Pool
 from engine.serve.voices import discover
 from engine.serve.wyoming import (
@@ -113,11 +114,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _device(device: str | None) -> str:
-    if device:
-        return device
-    import torch  # noqa: PLC0415
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return device or default_device()
 
 
 def served_voices(settings: ServeSettings) -> dict[str, Any]:
