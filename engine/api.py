@@ -205,7 +205,10 @@ def serve(settings: Any = None, *, on_event: EventCallback | Emitter | None = No
         if fields.get(name) is not None:
             fields[name] = expand_arg(os.fspath(fields[name]))
     if fields.get("targets") is not None:
-        fields["targets"] = [expand_arg(os.fspath(t)) for t in fields["targets"]]
+        targets = fields["targets"]
+        if isinstance(targets, str | os.PathLike):  # one voice, not its name's letters
+            targets = [targets]
+        fields["targets"] = [expand_arg(os.fspath(t)) for t in targets]
     if settings is None:
         settings = ServeSettings(**fields)
     elif fields:

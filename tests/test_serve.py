@@ -560,12 +560,13 @@ def test_api_serve_speaks_then_frees_its_port(workspace_dir: Path) -> None:
         api.serve(port=70000)
     with pytest.raises(InputError, match="Unknown serve setting"):
         api.serve(colour="red")
-    with api.serve(workspace=workspace_dir, port=0, device="cpu", dtype="float32",
-                   rows=2, max_loaded=1) as served:
+    export = workspace_dir / "ada" / "exports" / "ada-v1"  # one voice: a path, not a list
+    with api.serve(targets=export, port=0, device="cpu", dtype="float32", rows=2,
+                   max_loaded=1) as served:
         assert served.url == f"http://127.0.0.1:{served.port}/v1"
         client = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0,
                                timeout=120)
-        response = client.audio.speech.create(model="tts-1", voice="ada", input="Hello.",
+        response = client.audio.speech.create(model="tts-1", voice="ada-v1", input="Hello.",
                                               response_format="wav", extra_body=SHORT)
         audio, rate = sf.read(io.BytesIO(response.content))
         assert rate == 24000 and len(audio) > 0
