@@ -208,13 +208,27 @@ def _quiet(events: list[Any]) -> Any:
 @pytest.mark.own_cluster  # its workers must inherit the AWS_* variables set here
 def test_train_resume_export_on_s3(s3_server: str, prepared_voice: Path, tiny_model_dir: Path,
                                    tmp_path: Path) -> None:
-    import fsspec
-
-    from engine.train.driver import export, train
+    from engine.cluster import connect
 
     voice = copy_voice(prepared_voice, tmp_path / "voice")
     storage = f"{s3_server}/runs é"
     events: list[Any] = []
+    # one cluster for the run and its resume (started after the AWS_* variables are set, so
+    # every Ray process has them); each train() finds Ray connected and leaves it running
+    cluster = connect(None, num_cpus=2)
+    try:
+        _runs_on_s3(voice, tiny_model_dir, tmp_path, storage, events)
+    finally:
+        cluster.close()
+
+
+def _runs_on_s3(voice: Path, tiny_model_dir: Path, tmp_path: Path, storage: str,
+                events: list[Any]) -> None:
+    """A run to the bucket, its resume and its export, on the cluster Ray is connected to."""
+    import fsspec
+
+    from engine.train.driver import export, train
+
     t0 = time.time()
     r1 = train(voice, str(tiny_model_dir), workers=2, steps=2, checkpoint_every=1,
                val_every=0, use_gpu=False, storage=storage, run="s3 run",

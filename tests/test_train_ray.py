@@ -1,14 +1,17 @@
 """End to end on a real local Ray cluster: 2 CPU workers (gloo), FSDP2, the tiny model,
 real speech (piper), real processes killed with SIGKILL and SIGTERM.
 
-Kept to three `fit()` calls in two tests (each costs ~20-30 s on 2 cores):
+Kept to two `fit()` calls in two tests (each costs ~20-30 s on 2 cores):
 1. API: trains (loss goes down), live metrics from both ranks within a second,
    checkpoints (keeps the last 2), a worker killed with kill -9 mid-run makes
    Ray restart the group from the last checkpoint and the replayed steps give
-   bit-identical losses (exact resume), the run finishes, no Ray process is left,
-   and the exported checkpoint speaks through the official loader.
-2. CLI `--json`: metric events stream on stdout; SIGTERM saves a checkpoint
-   and exits 130 with nothing left running; `--resume` continues that run.
+   bit-identical losses (exact resume), the run finishes, no Ray process is left.
+2. CLI `--json`: metric events stream on stdout; SIGTERM saves a complete
+   checkpoint and exits 130 with nothing left running.
+Covered elsewhere, not run again here: `--resume` of a run stopped with SIGTERM (the
+window journey stops and resumes through the CLI; the README walkthrough resumes from
+the CLI), and an export of a 2-worker run speaking like the official
+`generate_custom_voice` (tests/test_synth_checkpoint.py, on the session's trained run).
 """
 
 from __future__ import annotations
@@ -56,9 +59,9 @@ def _children() -> set[int]:
             if p.status() != psutil.STATUS_ZOMBIE}
 
 
-def test_train_failover_exact_resume_and_export(prepared_voice: Path, tiny_model_dir: Path,
-                                                tmp_path: Path) -> None:
-    from engine.train.driver import export, train
+def test_train_failover_exact_resume(prepared_voice: Path, tiny_model_dir: Path,
+                                     tmp_path: Path) -> None:
+    from engine.train.driver import train
 
     voice = copy_voice(prepared_voice, tmp_path / "voice")
     before = _children()
@@ -147,16 +150,6 @@ def test_train_failover_exact_resume_and_export(prepared_voice: Path, tiny_model
 
     assert not glob.glob(store_prefix(str(checkpoint_root(result["run"]))) + "*")
 
-    # the exported checkpoint speaks through the official loader
-    out = export(voice, tmp_path / "export")
-    from engine.model.official import import_qwen_tts
-
-    qwen_tts = import_qwen_tts()
-    model = qwen_tts.Qwen3TTSModel.from_pretrained(out["out_dir"], device_map="cpu")
-    wavs, sr = model.generate_custom_voice(text="Hello there.", speaker=out["speaker"],
-                                           max_new_tokens=8)
-    assert sr == 24000 and len(wavs) == 1 and len(wavs[0]) > 0
-
 
 def _read_events(proc: subprocess.Popen[str], until: Any, timeout: float) -> list[dict]:
     """JSON events from the CLI's stdout until `until(events)` or the process ends."""
@@ -173,9 +166,8 @@ def _read_events(proc: subprocess.Popen[str], until: Any, timeout: float) -> lis
     return events
 
 
-def test_cli_json_streams_metrics_sigterm_saves_and_resume(prepared_voice: Path,
-                                                           tiny_model_dir: Path,
-                                                           tmp_path: Path) -> None:
+def test_cli_json_streams_metrics_and_sigterm_saves(prepared_voice: Path, tiny_model_dir: Path,
+                                                   tmp_path: Path) -> None:
     voice = copy_voice(prepared_voice, tmp_path / "voice")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "engine.cli.main", "--json", "train", str(voice),
@@ -209,17 +201,6 @@ def test_cli_json_streams_metrics_sigterm_saves_and_resume(prepared_voice: Path,
     assert (run_dir / f"checkpoint_step_{stop_step:07d}" / "COMPLETE").exists()
     time.sleep(1.0)
     assert session_processes(proc.pid) == [], "processes of the cancelled run are left"
-
-    # --resume continues from the saved step to the new end
-    out = subprocess.run([*cmd[:8], "--workers", "2", "--steps", str(stop_step + 2), "--resume",
-                          "--run", "cli"],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    evs = [json.loads(x) for x in out.stdout.splitlines()]
-    steps = [e["values"]["step"] for e in evs if e["event"] == "metric" and e.get("rank") == 0
-             and e.get("split") == "train"]
-    assert steps == [stop_step + 1, stop_step + 2], steps
-    assert evs[-1]["event"] == "result" and evs[-1]["steps"] == stop_step + 2
 
 
 def test_out_of_memory_in_a_ray_worker_ends_the_run_without_retries(tmp_path: Path) -> None:
