@@ -234,8 +234,9 @@ def test_a_line_is_said_in_words_and_its_text_kept(workspace: Path, tmp_path: Pa
 def test_bad_requests_say_what_to_do(workspace: Path, tmp_path: Path) -> None:
     script = tmp_path / "s.txt"
     script.write_text("Carol: Hello.\n", encoding="utf-8")
-    with pytest.raises(InputError, match="--cast Carol=VOICE"):
+    with pytest.raises(InputError, match="cast Carol=VOICE") as info:
         make_plan(ReadRequest(script=str(script), workspace=str(workspace)))
+    assert info.value.settings == ["read.cast"]  # each surface words it (issue 39)
     with pytest.raises(InputError, match=r"book\.m4b"):
         ReadRequest(script=str(script), out=str(tmp_path / "book.ogg"))
     with pytest.raises(InputError, match="NAME=VOICE"):

@@ -450,7 +450,7 @@ def test_lan_needs_the_flag_and_no_http_needs_wyoming(workspace_dir: Path) -> No
     lan = _refused([*ws, "--wyoming", "tcp://0.0.0.0:10200"], workspace_dir.parent)
     assert "Refusing to serve Wyoming on 0.0.0.0" in lan and "--wyoming-allow-lan" in lan
     nothing = _refused([*ws, "--no-http"], workspace_dir.parent)
-    assert "--no-http leaves nothing to serve" in nothing
+    assert "Turning --http off leaves nothing to serve" in nothing
     bad = _refused([*ws, "--wyoming", "udp://127.0.0.1:1"], workspace_dir.parent)
     assert "is not tcp://HOST:PORT" in bad
 

@@ -84,8 +84,8 @@ def register(sub: Any) -> None:
                    "book.wav (none: render the takes only)")
     p.add_argument("--project", help="the project folder keeping every take (default: "
                    "beside the script, NAME.read)")
-    p.add_argument("--cast", action="append", metavar="NAME=VOICE",
-                   help="the voice of a script speaker (repeatable)")
+    add_field(p, ReadRequest, "cast", action="append", metavar="NAME=VOICE",
+              help="the voice of a script speaker (repeatable)", show_default=False)
     p.add_argument("--regenerate", action="append", type=int, metavar="LINE",
                    help="render a new take of this line and choose it (repeatable)")
     p.add_argument("--pick", action="append", metavar="LINE=SEED",

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from engine.config.schema import section, setting
 from engine.core.errors import InputError
 
 #: what `read -o` writes, by extension
@@ -20,6 +21,7 @@ def _check(cond: bool, message: str, hint: str | None = None) -> None:
         raise InputError(message, hint)
 
 
+@section("read")
 @dataclass(frozen=True)
 class ReadRequest:
     """One `read`: render what is missing of a script's lines, then export (when `out`)."""
@@ -31,11 +33,11 @@ class ReadRequest:
     #: the project folder keeping every take (default: beside the script, NAME.read)
     project: str | None = None
     #: the workspace whose voices the script names (serve's names: ada, ada/instant, ...)
-    workspace: str | None = None
+    workspace: str | None = setting(None, label="Workspace")
     #: the voice of lines that name none (the narrator)
-    voice: str | None = None
+    voice: str | None = setting(None, label="Narrator")
     #: a script speaker's voice, as NAME=VOICE (a speaker that is a voice's name needs none)
-    cast: tuple[str, ...] = ()
+    cast: tuple[str, ...] = setting((), label="Cast")
     #: "auto" or one of the model's languages
     language: str = "auto"
     #: the seed of every line's first take (a retry or a new take takes the next unused)

@@ -23,13 +23,13 @@ class ServeSettings:
     #: exported voices, voice folders or run folders to serve
     targets: list[str] = field(default_factory=list)
     #: also serve every voice of this folder (each voice, its exports and its trained runs)
-    workspace: str | None = None
+    workspace: str | None = setting(None, label="Workspace")
     #: address to listen on; any but loopback needs an API key
     host: str = setting("127.0.0.1", label="Listen on")
     #: TCP port (0: any free one)
     port: int = setting(8000, label="Port", at_least=0, at_most=65535)
     #: file holding the key clients send as 'Authorization: Bearer KEY' (required off loopback)
-    api_key_file: str | None = None
+    api_key_file: str | None = setting(None, label="Require a key")
     #: chunks generated together across requests
     rows: int = setting(8, at_least=1)
     #: cpu, cuda, cuda:1 ... (None: a GPU if there is one)
@@ -53,18 +53,18 @@ class ServeSettings:
     #: load the first voice at start (not on its first request)
     preload: bool = True
     #: a Base model: requests may then clone from their own `reference_audio` on it
-    reference_base: str | None = None
+    reference_base: str | None = setting(None, label="Reference base model")
     #: also speak to Home Assistant through the Wyoming protocol at this address, e.g.
     #: tcp://127.0.0.1:10200 (port 0: any free one)
-    wyoming: str | None = None
+    wyoming: str | None = setting(None, label="Home Assistant")
     #: let other computers reach the Wyoming address: the protocol has no keys, so anyone
     #: who can reach it may use every voice served
-    wyoming_allow_lan: bool = False
+    wyoming_allow_lan: bool = setting(False, label="Home Assistant on other computers")
     #: announce the Wyoming service on the local network (mDNS, _wyoming._tcp.local.) so
     #: Home Assistant offers it by itself
     zeroconf: bool = setting(False, label="Announce it on the network")
     #: serve OpenAI's HTTP endpoint (--no-http with --wyoming: Wyoming alone)
-    http: bool = True
+    http: bool = setting(True, label="OpenAI's HTTP endpoint")
 
     def __post_init__(self) -> None:
         try:
@@ -81,11 +81,11 @@ class ClusterServeSettings:
     #: the Ray cluster: what `ray start --head` printed, or "auto"
     address: str
     #: fixed replica count (None: one per GPU, else 1)
-    replicas: int | None = None
+    replicas: int | None = setting(None, label="Replicas")
     #: let Ray Serve scale the replicas, at least this many (None with max_replicas: fixed)
-    min_replicas: int | None = None
+    min_replicas: int | None = setting(None, label="Fewest replicas")
     #: let Ray Serve scale the replicas, at most this many
-    max_replicas: int | None = None
+    max_replicas: int | None = setting(None, label="Most replicas")
     #: CPUs each replica asks for
     replica_cpus: float = 1.0
 

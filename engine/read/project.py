@@ -71,7 +71,7 @@ def line_key(line: Line, voice: str, spoken: str, language: str, chunk_chars: in
 def _voices(request: ReadRequest) -> dict[str, ServedVoice]:
     if request.workspace is None:
         raise InputError("No workspace was given, so the script's voices cannot be found.",
-                         "Give --workspace DIR (the folder of your voices).")
+                         "Give {read.workspace} (the folder of your voices).")
     return discover([], request.workspace)
 
 
@@ -83,12 +83,12 @@ def _voice_for(speaker: str, request: ReadRequest, voices: dict[str, ServedVoice
         name = request.voice or (next(iter(voices)) if len(voices) == 1 else None)
         if name is None:
             raise InputError("Lines without a speaker need a narrator's voice.",
-                             f"Give --voice, one of: {', '.join(sorted(voices))}.")
+                             "Give {read.voice}, one of: " + ", ".join(sorted(voices)) + ".")
     else:
         name = cast.get(speaker.lower()) or by_lower.get(speaker.lower())
         if name is None:
             raise InputError(f"The script's speaker {speaker!r} is not a voice.",
-                             f"Cast it with --cast {speaker}=VOICE, VOICE one of: "
+                             f"Give {{read.cast}} {speaker}=VOICE, VOICE one of: "
                              f"{', '.join(sorted(voices))}.")
     found = voices.get(name) or voices.get(by_lower.get(name.lower(), ""))
     if found is None:

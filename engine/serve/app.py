@@ -217,8 +217,9 @@ class SpeechApp:
     # -- voices a client registers (engine.serve.register) ---------------------------------
     def _workspace(self) -> tuple[Path, str]:
         if not self.config.workspace or not self.pool.reference_base:
-            raise ApiError(400, "This server registers no voices: start it with --workspace "
-                           "DIR and --reference-base MODEL.", code="not_supported")
+            raise ApiError(400, "This server registers no voices: start it with a workspace "
+                           "and a reference base model (workspace, reference_base).",
+                           code="not_supported")
         return Path(self.config.workspace).expanduser(), self.pool.reference_base
 
     async def create_voice(self, request: Request) -> Response:

@@ -63,7 +63,7 @@ class Guard:
             if origin is not None and not _is_loopback_name(
                     _hostname(origin.decode("latin-1"))):
                 return ApiError(403, "Requests from web pages are refused; call the server "
-                                "from a program, or start it with --api-key-file.",
+                                "from a program, or start it with a key (api_key_file).",
                                 code="forbidden_origin")
         length = headers.get(b"content-length")
         if length is not None:

@@ -125,14 +125,14 @@ def plan_replicas(cluster: ClusterServeSettings, gpus: float,
         actor["num_gpus"] = 1
     count = cluster.replicas or (int(gpus) if on_gpu else 1)
     if count < 1:
-        raise InputError("--replicas must be at least 1.")
+        raise InputError("{cluster_serve.replicas} must be at least 1.")
     options: dict[str, Any] = {"ray_actor_options": actor}
     if cluster.min_replicas is not None or cluster.max_replicas is not None:
         low = cluster.min_replicas if cluster.min_replicas is not None else 1
         high = cluster.max_replicas if cluster.max_replicas is not None else max(low, count)
         if not 0 <= low <= high or high < 1:
-            raise InputError("Need 0 <= --min-replicas <= --max-replicas, and at least 1 "
-                             "at most.")
+            raise InputError("Need 0 <= {cluster_serve.min_replicas} <= "
+                             "{cluster_serve.max_replicas}, and at least 1 at most.")
         options["autoscaling_config"] = {
             "min_replicas": low, "max_replicas": high,
             "initial_replicas": min(max(count, low), high)}

@@ -57,7 +57,8 @@ def check_settings(settings: ServeSettings) -> str | None:
     if not is_loopback(settings.host) and not settings.api_key_file:
         raise InputError(f"Refusing to serve on {settings.host} without an API key: anyone who "
                          "can reach that address could use the voice.",
-                         "Add --api-key-file FILE, or keep the default --host 127.0.0.1.")
+                         "Use {serve.api_key_file}, or {serve.host} 127.0.0.1 (this computer "
+                         "only).")
     # the numbers' bounds are the settings' own (`ServeSettings` checks them once)
     if settings.reference_base:
         _check_base(settings.reference_base)
@@ -69,17 +70,20 @@ def check_wyoming(settings: ServeSettings) -> tuple[str, int] | None:
     """The Wyoming (host, port) to listen on (None: none), or a one-sentence refusal."""
     if not settings.wyoming:
         if not settings.http:
-            raise InputError("--no-http leaves nothing to serve.", "Add --wyoming "
-                             "tcp://127.0.0.1:10200, or leave out --no-http.")
+            raise InputError("Turning {serve.http} off leaves nothing to serve.",
+                             "Give {serve.wyoming} an address such as tcp://127.0.0.1:10200, "
+                             "or turn {serve.http} back on.")
         if settings.zeroconf:
-            raise InputError("--zeroconf announces the Wyoming service, which is not on.",
-                             "Add --wyoming tcp://HOST:10200.")
+            raise InputError("Nothing to announce: {serve.zeroconf} needs the Wyoming "
+                             "service, which is not on.",
+                             "Give {serve.wyoming} an address such as tcp://HOST:10200.")
         return None
     host, port = parse_uri(settings.wyoming)
     if not is_loopback(host) and not settings.wyoming_allow_lan:
         raise InputError(f"Refusing to serve Wyoming on {host}: the protocol has no keys, so "
                          "anyone who can reach that address could use every voice.",
-                         "Add --wyoming-allow-lan if every device on that network may, or "
+                         "Turn on {serve.wyoming_allow_lan} if every device on that network "
+                         "may, or "
                          "keep tcp://127.0.0.1:10200.")
     return host, port
 
@@ -96,10 +100,12 @@ def _check_base(model: str) -> None:
         kind = None
     if kind != "base":
         raise InputError(f"{folder} is not a Qwen3-TTS Base model, so it cannot clone from a "
-                         "reference clip.", "Give --reference-base a Base model folder or hub id.")
+                         "reference clip.",
+                         "Give {serve.reference_base} a Base model folder or hub id.")
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, setting: str = "serve.port") -> socket.socket:
+    """A listening socket; a refusal names `setting`, the one that chose the port."""
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -108,7 +114,8 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise InputError(f"Cannot listen on {host}:{port} ({exc.strerror or exc}).",
-                         "Choose another --port, or stop the program using it.") from None
+                         f"Choose another port in {{{setting}}}, or stop the program using "
+                         "it.") from None
     sock.listen(128)  # connections wait in the backlog until the server accepts them
     return sock
 
@@ -193,7 +200,7 @@ class Serving:
         self.voices = voices = served_voices(settings)
         self._pool = pool = make_pool(settings, voices)
         self._socks = [_bind(settings.host, settings.port) if settings.http else None]
-        self._socks.append(_bind(*wyoming_at) if wyoming_at else None)
+        self._socks.append(_bind(*wyoming_at, "serve.wyoming") if wyoming_at else None)
         self._app = create_app(pool, make_config(settings, key), self._log,
                                lambda: served_voices(settings))
         if settings.preload and voices:

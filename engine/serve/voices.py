@@ -149,9 +149,9 @@ def discover(targets: list[str | os.PathLike[str]],
     if not voices and not (registers and workspace is not None):
         if workspace is not None:
             raise InputError(f"There is no voice in {workspace} yet, so there is nothing to "
-                             "serve.", "Add --reference-base BASE_MODEL so that clients can "
-                             "register voices into it (POST /v1/audio/voices), or prepare "
-                             "or train a voice there first.")
+                             "serve.", "Give {serve.reference_base} a Base model so that "
+                             "clients can register voices into it (POST /v1/audio/voices), "
+                             "or prepare or train a voice there first.")
         raise InputError("There is no voice to serve.",
-                         "Give an exported voice, a voice folder, or --workspace DIR.")
+                         "Give an exported voice, a voice folder, or {serve.workspace}.")
     return voices

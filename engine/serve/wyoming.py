@@ -107,7 +107,7 @@ def parse_uri(uri: str) -> tuple[str, int]:
         host = port = None
     if not uri.startswith("tcp://") or not host or port is None:
         raise InputError(f"The Wyoming address {uri!r} is not tcp://HOST:PORT.",
-                         "Use e.g. --wyoming tcp://127.0.0.1:10200.")
+                         "Give {serve.wyoming} an address such as tcp://127.0.0.1:10200.")
     return host, port
 
 
@@ -583,14 +583,15 @@ def announced_address(host: str) -> str:
             return socket.gethostbyname(host)
         except OSError:
             raise InputError(f"The Wyoming host {host} has no IPv4 address to announce.",
-                             "Give --wyoming an IPv4 address, or leave out --zeroconf.") from None
+                             "Give {serve.wyoming} an IPv4 address, or turn "
+                             "{serve.zeroconf} off.") from None
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         probe.connect(("224.0.0.251", 5353))  # no packet is sent: this only picks the route
         return str(probe.getsockname()[0])
     except OSError:
         raise InputError("This computer has no network address to announce the Wyoming "
-                         "service on.", "Connect it to the network, or leave out "
-                         "--zeroconf.") from None
+                         "service on.", "Connect it to the network, or turn "
+                         "{serve.zeroconf} off.") from None
     finally:
         probe.close()

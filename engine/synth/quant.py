@@ -105,10 +105,10 @@ def check_mode(mode: str | None, device: torch.device) -> None:
                          f"Use one of: {', '.join(QUANT_MODES)}.")
     if device.type != "cpu":
         raise InputError(f"{mode} decoding is a CPU option (fbgemm kernels).",
-                         "Leave --quantize out on a GPU: bf16 is faster there.")
+                         "Leave quantization off on a GPU: bf16 is faster there.")
     if "fbgemm" not in torch.backends.quantized.supported_engines:
         raise InputError(f"This PyTorch build has no fbgemm {mode} kernels.",
-                         "Leave --quantize out.")
+                         "Leave quantization off.")
 
 
 def convert_layers(layers: list[Any], mode: str | None, fuse: bool) -> list[Any]:
