@@ -189,16 +189,12 @@ def serve(settings: Any = None, *, on_event: EventCallback | Emitter | None = No
     also a context manager that stops it."""
     import dataclasses
 
+    from engine.config.schema import refuse_unknown
     from engine.config.serve import ServeSettings
+    from engine.core.storage import expand_arg
     from engine.serve.server import start
 
-    known = {f.name for f in dataclasses.fields(ServeSettings)}
-    if unknown := sorted(set(fields) - known):
-        from engine.core.errors import InputError
-
-        raise InputError(f"Unknown serve setting(s): {', '.join(unknown)}.",
-                         f"Known settings: {', '.join(sorted(known))}.")
-    from engine.core.storage import expand_arg
+    refuse_unknown(ServeSettings, fields, "serve setting", "settings")
 
     # paths as typed (~, relative), as the CLI takes them; a hub id stays one
     for name in ("workspace", "api_key_file", "reference_base"):

@@ -132,6 +132,15 @@ class SettingError(ValueError):
         return InputError(f"{{{self.path}}} {self.why}.")
 
 
+def refuse_unknown(cls: type, names: Any, what: str, known_as: str) -> None:
+    """Refuse `names` that are not fields of `cls`, naming them (`what`: "speech option")
+    and the known ones (`known_as`: "options")."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    if unknown := sorted(set(names) - known):
+        raise InputError(f"Unknown {what}(s): {', '.join(unknown)}.",
+                         f"Known {known_as}: {', '.join(sorted(known))}.")
+
+
 def rules(cls: type) -> dict[str, Setting]:
     """The `Setting` of each field of `cls` that has one (or a plain one)."""
     return {f.name: f.metadata.get("setting", Setting()) for f in dataclasses.fields(cls)}

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.schema import SettingError, check, section, setting
+from engine.config.schema import SettingError, check, refuse_unknown, section, setting
 from engine.core.errors import InputError
 from engine.text import DEFAULT_CHUNK_CHARS, MAX_CHUNK_CHARS
 
@@ -113,10 +113,7 @@ class SpeakOptions:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SpeakOptions:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        _check(not unknown, f"Unknown speech option(s): {', '.join(unknown)}.",
-               f"Known options: {', '.join(sorted(known))}.")
+        refuse_unknown(cls, data, "speech option", "options")
         try:
             return cls(**data)
         except TypeError as exc:

@@ -124,17 +124,25 @@ def _extension(body: dict[str, Any], name: str) -> Any:
                    code="invalid_value" if rule.problem(value) else "invalid_type")
 
 
+def _unknown_field(name: str) -> ApiError:
+    """The refusal of a field this endpoint does not take, saying what to send instead."""
+    carrier = next((k for k, v in OPENAI_CARRIES.items() if v == name), None)
+    if carrier:
+        why = f"send it as '{carrier}'"
+    elif name in rules(SpeakOptions):
+        why = "it is this server's own setting"
+    else:
+        why = f"this endpoint takes {', '.join(KNOWN_FIELDS)}"
+    return ApiError(400, f"Unknown parameter: '{name}'; {why}.", param=name,
+                    code="unknown_parameter")
+
+
 def parse_speech(raw: bytes, *, voices: set[str] | dict[str, Any], formats: tuple[str, ...],
                  max_input: int, allow_reference: bool) -> SpeechRequest:
     body = parse_json(raw)
     unknown = next((name[:80] for name in body if name not in KNOWN_FIELDS), None)
     if unknown is not None:
-        carrier = next((k for k, v in OPENAI_CARRIES.items() if v == unknown), None)
-        why = (f"send it as '{carrier}'" if carrier else "it is this server's own setting"
-               if unknown in rules(SpeakOptions) else f"this endpoint takes "
-               f"{', '.join(KNOWN_FIELDS)}")
-        raise ApiError(400, f"Unknown parameter: '{unknown}'; {why}.", param=unknown,
-                       code="unknown_parameter")
+        raise _unknown_field(unknown)
     model = _string(body, "model", "voxshard") or "voxshard"
     if model not in MODELS:
         raise ApiError(404, f"The model '{model[:80]}' does not exist here; use one of: "

@@ -230,7 +230,6 @@ class Serving:
         self._ready = threading.Event()
         self._ended = threading.Event()  # not `Thread.is_alive`: see `wait`
         self._failed: BaseException | None = None
-        self._summary: dict[str, Any] | None = None
         self._thread = threading.Thread(target=self._run, name="voxshard-serve", daemon=True)
         self._thread.start()
         while not self._ready.wait(0.1) and not self._ended.is_set():
