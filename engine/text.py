@@ -21,9 +21,11 @@ Pure Python, no torch, so the GUI can validate and preview without a model.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import Any
 
 from engine.core.errors import InputError
 
@@ -362,16 +364,55 @@ def _say_numbers(text: str, code: str) -> str:
     return re.sub(number, lambda m: said(m.group(0)), text)
 
 
-def spoken_text(text: str, language: str | None = "en") -> str:
-    """Text written to be read (a language model's reply, an article) as it is spoken, in
-    `language` (a name or a BCP-47 tag): markdown's marks taken out and what they mark
-    kept, emoji dropped, numbers, amounts, times and units in words. Empty when nothing
-    is left to say. The result is `clean_text`'s input; numbers stay digits in a language
-    without a speller here (the model reads them)."""
+#: the least confidence (of 1) at which a sentence's detected language is believed: a
+#: few words ("OK.") say too little, and then the fallback's language speaks its numbers
+DETECT_CONFIDENCE = 0.5
+
+
+@functools.cache
+def _identifier() -> Any:
+    """py3langid's identifier (an offline model in its wheel), narrowed to the languages
+    the model speaks: a sentence is one of them, or said in the fallback's."""
+    # start-up cost: the model takes a second to load; only text to speak needs it
+    from py3langid.langid import MODEL_DIR, MODEL_FILE, LanguageIdentifier  # noqa: PLC0415
+
+    identifier = LanguageIdentifier.from_modelpath(MODEL_DIR / MODEL_FILE, norm_probs=True)
+    identifier.set_languages(sorted(set(MODEL_LANGUAGE_NAMES.values())))
+    return identifier
+
+
+def detect_language(text: str) -> str | None:
+    """The language `text` is written in, as an ISO 639-1 code of one the model speaks;
+    None when its words are too few to tell (`DETECT_CONFIDENCE`)."""
+    if not any(c.isalpha() for c in text):
+        return None
+    code, confidence = _identifier().classify(text)
+    return str(code) if confidence >= DETECT_CONFIDENCE else None
+
+
+def spoken_text(text: str, language: str | None = None, fallback: str | None = None) -> str:
+    """Text written to be read (a language model's reply, an article) as it is spoken:
+    markdown's marks taken out and what they mark kept, emoji dropped, numbers, amounts,
+    times and units in words. Empty when nothing is left to say. The result is
+    `clean_text`'s input; numbers stay digits in a language without a speller here (the
+    model reads them).
+
+    Numbers are said in `language` (a name or a BCP-47 tag) when it is given; else each
+    sentence's in the language it is written in (`detect_language`), and where that
+    cannot be told, in `fallback`'s (a voice's own language), else English."""
     text = _unmark(_visible(text or ""))
     text = "".join(" " if _is_emoji_part(ch) else ch for ch in text)
-    code = (language_code(language) or "en").split("-")[0]
-    text = _say_numbers(text, code)
+    given = language_code(language)
+    default = (language_code(fallback) or "en").split("-")[0]
+
+    def said(sentence: str) -> str:
+        if not any(c.isdigit() for c in sentence):
+            return sentence  # no number to say: no language to find
+        code = given.split("-")[0] if given else detect_language(sentence) or default
+        return _say_numbers(sentence, code)
+
+    text = "\n".join(join_sentences([said(s) for s in _paragraph_sentences(line)])
+                     for line in text.split("\n"))
     text = re.sub(r"[ \t]+", " ", text)
     text = re.sub(r" +([,.!?;:])", r"\1", text)
     lines = (line.strip() for line in text.split("\n"))

@@ -11,6 +11,7 @@ from engine.core.errors import InputError
 from engine.text import (
     clean_text,
     comparison_key,
+    detect_language,
     join_sentences,
     language_code,
     max_frames_for,
@@ -315,6 +316,25 @@ def test_a_language_models_reply_in_its_spoken_form() -> None:
 def test_numbers_and_units_in_the_voices_language(language: str, text: str,
                                                   spoken: str) -> None:
     assert spoken_text(text, language) == spoken
+
+
+def test_numbers_in_each_sentences_own_language() -> None:
+    # no language given (Home Assistant sends none, Read's --language auto): each sentence's
+    # numbers in the language it is written in, whichever voice reads it
+    assert spoken_text("Es sind heute 21 Grad.", fallback="English") == \
+        "Es sind heute einundzwanzig Grad."
+    assert spoken_text("Listed voice number 5.", fallback="German") == \
+        "Listed voice number five."
+    assert spoken_text("Es sind 21 Grad. It is 21 degrees.") == \
+        "Es sind einundzwanzig Grad. It is twenty-one degrees."
+    assert spoken_text("Il fait 3,5 degrés.") == "Il fait trois virgule cinq degrés."
+    # too few words to tell: the voice's own language says it
+    assert spoken_text("OK 5.", fallback="German") == "OK fünf."
+    assert spoken_text("OK 5.") == "OK five."
+    # a language given is the language of every sentence
+    assert spoken_text("It is 21.", "de") == "It is einundzwanzig."
+    assert detect_language("Das Licht im Wohnzimmer ist an.") == "de"
+    assert detect_language("42") is None
 
 
 def test_language_codes_are_bcp47() -> None:
