@@ -7,8 +7,10 @@ model, one batch), and `drone`, a full export whose talker always loops. Renders
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +31,7 @@ from engine.read.project import make_plan
 from engine.read.pronounce import add_respelling
 from engine.read.script import parse_epub, parse_text
 from tests.helpers.reading import SCRIPT, read_workspace
+from tests.helpers.voices import DRONE, forced_export
 
 SHORT = 24  # frames per chunk: about two seconds
 
@@ -241,3 +244,90 @@ def test_bad_requests_say_what_to_do(workspace: Path, tmp_path: Path) -> None:
         ReadRequest(script=str(script), out=str(tmp_path / "book.ogg"))
     with pytest.raises(InputError, match="NAME=VOICE"):
         ReadRequest(script=str(script), cast=("carol",))
+
+
+# -- a take is one line's, said by one model (issue 50) ---------------------------------------
+
+def _cli_read(*args: str) -> str:
+    """The real `read` command; its summary (stdout)."""
+    done = subprocess.run([sys.executable, "-m", "engine.cli.main", "read", *args],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def _ada_reads(workspace: Path, script: Path, text: str) -> tuple[ReadRequest, Path]:
+    """`text` read by ada (short takes); the request and its project."""
+    script.write_text(text, encoding="utf-8")
+    request = ReadRequest(script=str(script), workspace=str(workspace), voice="ada",
+                          max_frames=SHORT)
+    result, _ = _read(request)
+    return request, Path(result["project"])
+
+
+def test_alike_lines_have_their_own_takes(workspace: Path, tmp_path: Path) -> None:
+    request, project = _ada_reads(workspace, tmp_path / "yes.txt", "Yes.\n\nNo.\n\nYes.\n")
+    assert len(list((project / reading.TAKES_DIR).iterdir())) == 3
+    # a new take of line 3 is line 3's: line 1 keeps its one take, and uses it
+    _read(request.replace(regenerate=(3,)))
+    plan = make_plan(request)
+    assert (plan.line(1).seeds, plan.line(1).chosen) == ([1], None)
+    assert (plan.line(3).seeds, plan.line(3).chosen) == ([1, 2], 2)
+
+
+def test_a_voice_that_now_speaks_with_another_model_is_read_again(
+        workspace: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`ada` read as its instant voice, then trained (a full export in its folder): the
+    takes say which model made them, so its lines are rendered again, or kept when asked."""
+    ws = tmp_path / "ws"
+    shutil.copytree(workspace, ws)
+    script = tmp_path / "two.txt"
+    script.write_text("Ada: The lamp was lit.\n\nBob: So it was.\n", encoding="utf-8")
+    args = (str(script), "--workspace", str(ws), "--max-frames", str(SHORT))
+    assert "2 rendered, 0 kept" in _cli_read(*args)
+    forced_export(tiny_model_dir, ws / "ada" / "exports" / "ada-v1", DRONE)
+
+    kept = _cli_read(*args, "--keep-other-models")
+    assert "0 rendered, 2 kept" in kept and "1 line now from another model of ada: kept" in kept
+    again = _cli_read(*args)
+    assert "1 rendered, 1 kept" in again and "1 line now from another model of ada" in again
+    records = _records(tmp_path / "two.read")
+    assert len({r["model"] for r in records[1]}) == 2 and len(records[2]) == 1
+    assert "0 rendered, 2 kept" in _cli_read(*args)
+
+
+def test_a_project_made_before_takes_named_their_model_is_read_again(
+        workspace: Path, tmp_path: Path) -> None:
+    request, project = _ada_reads(workspace, tmp_path / "old.txt", "An old line.\n")
+    # the layout of such a project: the key from the line and its voice's name only
+    (folder,) = (project / reading.TAKES_DIR).iterdir()
+    old = hashlib.sha256(json.dumps(["An old line.", "ada", None, "An old line.", "auto", 160,
+                                     SHORT]).encode()).hexdigest()[:20]
+    folder.rename(folder.with_name(old))
+    for record in folder.with_name(old).glob("*.json"):
+        data = json.loads(record.read_text(encoding="utf-8"))
+        record.write_text(json.dumps({k: v for k, v in data.items()
+                                      if k not in ("identity", "model")}), encoding="utf-8")
+    assert make_plan(request.replace(keep_other_models=True)).line(1).seeds == [1]
+    again, _ = _read(request)
+    assert (again["rendered"], again["other_model"]) == (1, [1])
+    assert "1 line now from another model of ada" in again["summary"]
+
+
+def test_a_stopped_render_goes_on_with_its_retries_and_keeps_its_flags(
+        workspace: Path, tmp_path: Path) -> None:
+    """A render stopped after a line's first failed take (as a retries=0 run leaves it):
+    the next run makes the retry; the runs after it still say the line is flagged."""
+    script = tmp_path / "drone.txt"
+    script.write_text("Drone: Hum along with me.\n", encoding="utf-8")
+    request = ReadRequest(script=str(script), workspace=str(workspace), max_frames=64,
+                          retries=0)
+    first, _ = _read(request)
+    assert (first["rendered"], first["flagged"]) == (1, [1])
+    resumed, _ = _read(request.replace(retries=1))
+    assert (resumed["rendered"], resumed.get("retried"), resumed["flagged"]) == (1, [1], [1])
+    assert [t["seed"] for t in _records(Path(first["project"]))[1]] == [1, 2]
+    later, _ = _read(request.replace(retries=1))
+    assert (later["rendered"], later["flagged"]) == (0, [1])
+    assert "lines 1 flagged" in later["summary"]

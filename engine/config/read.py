@@ -66,6 +66,9 @@ class ReadRequest:
     regenerate: tuple[int, ...] = ()
     #: make a line's take the chosen one, as LINE=SEED
     pick: tuple[str, ...] = ()
+    #: keep the takes of lines whose voice now speaks with another model (trained since,
+    #: say) instead of rendering them again with it
+    keep_other_models: bool = False
     device: str | None = None
     dtype: str = "auto"
 

@@ -8,9 +8,11 @@
       takes/<line key>/chosen.json   {"seed": N}: the take the export uses
       export.json             the last export: its file, format and chapters
 
-A line's key is a digest of what changes its sound (its text, voice, style, language, the
-text after pronunciations); the seed names the take, so an edited line gets a new key and
-only it is rendered again. Light: no torch.
+A line's key is a digest of the line (its text, voice, style, language, the text after
+pronunciations, and which of the lines that are all that alike it is) and of the model its
+voice speaks with (`engine.read.project.take_key`); the seed names the take, so an edited
+line, or a voice that now speaks with another model, gets a new key and only its lines are
+rendered again. Light: no torch.
 """
 
 from __future__ import annotations

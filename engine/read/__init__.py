@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.config.read import ReadRequest
 from engine.core.events import Emitter
-from engine.read.project import choose, make_plan, save_request
+from engine.read.project import Plan, choose, make_plan, save_request
 
 
 def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None = None
@@ -25,6 +25,9 @@ def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None 
 
     plan = make_plan(request)
     save_request(plan)
+    moved = other_model_note(plan)
+    if moved:
+        emitter.log(moved, level="warning", lines=plan.other_model)
     for item in request.pick:
         number, _, seed = item.partition("=")
         choose(plan, int(number), int(seed))
@@ -35,8 +38,23 @@ def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None 
         emitter.state("exporting", path=request.out)
         result["export"] = export(plan, request.out)
     flagged = result["flagged"]
+    result["other_model"] = plan.other_model
     result["summary"] = (f"{len(plan.lines)} lines in {len(plan.script.chapters)} chapter(s): "
                          f"{rendered['rendered']} rendered, {rendered['reused']} kept"
+                         + (f"; {moved}" if moved else "")
                          + (f"; lines {', '.join(map(str, flagged))} flagged" if flagged else "")
                          + (f"; wrote {request.out}" if request.out else ""))
     return result
+
+
+def other_model_note(plan: Plan) -> str:
+    """How many lines' takes are from another model of their voice than it speaks with
+    now, and what becomes of them ("" for none)."""
+    if not plan.other_model:
+        return ""
+    count = len(plan.other_model)
+    voices = sorted({plan.line(n).voice.name for n in plan.other_model})
+    what = ("kept, as asked" if plan.request.keep_other_models
+            else "rendered again (ask to keep other models' takes to keep them)")
+    return (f"{count} line{'s' if count != 1 else ''} now from another model of "
+            f"{', '.join(voices)}: {what}")

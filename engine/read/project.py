@@ -12,11 +12,13 @@ from typing import Any
 
 from engine.config.read import ReadRequest
 from engine.core.atomic import read_json, write_json
-from engine.core.errors import InputError
+from engine.core.errors import InputError, VoxshardError
 from engine.layout import reading
 from engine.read.pronounce import Dictionary
 from engine.read.script import Line, Script, read_script
 from engine.serve.voices import ServedVoice, discover
+from engine.synth.fingerprint import sound_fingerprint
+from engine.synth.voice import resolve_source
 from engine.text import spoken_text
 
 
@@ -28,10 +30,20 @@ class PlannedLine:
     voice: ServedVoice
     #: the text with the pronunciations applied (what the model is given)
     spoken: str
+    #: the folder of the takes it uses (`own_key`, or a key of another model of its voice
+    #: when the request keeps those)
     key: str
     #: seeds of its finished takes
     seeds: list[int] = field(default_factory=list)
     chosen: int | None = None
+    #: its takes' key with the model its voice speaks with now (`take_key`)
+    own_key: str = ""
+    #: what it is, whatever model says it (`line_identity`)
+    identity: str = ""
+    #: the model its voice speaks with now (`engine.synth.fingerprint`)
+    model: str = ""
+    #: its takes came from another model of its voice: "kept" (asked) or "" (none)
+    other_model: str = ""
 
     @property
     def number(self) -> int:
@@ -55,17 +67,65 @@ class Plan:
         raise InputError(f"The script has no line {number}.",
                          f"Its lines are numbered 1 to {len(self.lines)}.")
 
+    #: lines whose takes were made by another model of their voice than it speaks with
+    #: now: rendered again, or kept when the request says so (`ReadRequest.keep_other_models`)
+    other_model: list[int] = field(default_factory=list)
+
     def missing(self) -> list[PlannedLine]:
         """Lines with no take yet (an export renders these first)."""
         return [p for p in self.lines if not p.seeds]
 
 
-def line_key(line: Line, voice: str, spoken: str, language: str, chunk_chars: int,
-             max_frames: int | None) -> str:
-    """What changes a line's sound, as a short digest (the seed names the take)."""
-    data = json.dumps([line.text, voice, line.style, spoken, language, chunk_chars, max_frames],
-                      ensure_ascii=False)
-    return hashlib.sha256(data.encode("utf-8")).hexdigest()[:20]
+def _digest(values: list[Any], size: int = 20) -> str:
+    data = json.dumps(values, ensure_ascii=False)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()[:size]
+
+
+def line_identity(line: Line, voice: str, spoken: str, request: ReadRequest,
+                  occurrence: int) -> str:
+    """What a line is, whatever model says it: its words, voice name, style, what the model
+    is told, and how it is cut; `occurrence` tells apart lines that are all that alike (the
+    second "Yes." of a chapter is its own line, with its own takes)."""
+    return _digest([line.text, voice, line.style, spoken, request.language,
+                    request.chunk_chars, request.max_frames, occurrence])
+
+
+def take_key(identity: str, model: str) -> str:
+    """The folder of a line's takes: the line (`line_identity`) as said by one model
+    (`engine.synth.fingerprint.sound_fingerprint`); the seed names the take."""
+    return _digest([identity, model])
+
+
+def _unfingerprinted_key(line: Line, voice: str, spoken: str, request: ReadRequest) -> str:
+    """The key a project made before takes named their model gave a line: by its voice's
+    name only, so which model said it is unknown (another one, as far as a read knows)."""
+    return _digest([line.text, voice, line.style, spoken, request.language,
+                    request.chunk_chars, request.max_frames])
+
+
+def voice_model(voice: ServedVoice) -> str:
+    """The fingerprint of the model `voice` speaks with now (its name when it cannot be
+    resolved; rendering it then says why)."""
+    try:
+        return sound_fingerprint(resolve_source(str(voice.target)))
+    except VoxshardError:
+        return "unresolved:" + voice.name
+
+
+def _earlier_keys(project: Path) -> dict[str, list[str]]:
+    """Line identity -> the keys of its takes by other models, newest first (from the
+    takes' records)."""
+    found: dict[str, dict[str, str]] = {}
+    for record_file in (project / reading.TAKES_DIR).glob("*/*.json"):
+        if record_file.name == reading.CHOSEN_FILE:
+            continue
+        record = read_json(record_file) or {}
+        if record.get("identity"):
+            keys = found.setdefault(str(record["identity"]), {})
+            key = record_file.parent.name
+            keys[key] = max(keys.get(key, ""), str(record.get("created") or ""))
+    return {identity: sorted(keys, key=keys.__getitem__, reverse=True)
+            for identity, keys in found.items()}
 
 
 def _voices(request: ReadRequest) -> dict[str, ServedVoice]:
@@ -121,7 +181,10 @@ def make_plan(request: ReadRequest) -> Plan:
                      for line in script.lines}
     folders = sorted({voice_folder(v, workspace) for v in chosen_voices.values()})
     dictionary = Dictionary.load(reading.pronunciation_files(project, workspace, folders))
-    lines = []
+    models = {v.name: voice_model(v) for v in chosen_voices.values()}
+    earlier = _earlier_keys(project)
+    seen: dict[str, int] = {}
+    plan = Plan(project, request, script, [])
     for line in script.lines:
         voice = chosen_voices[line.speaker]
         respelled = dictionary.apply(line.text, voice_folder(voice, workspace).name,
@@ -129,13 +192,40 @@ def make_plan(request: ReadRequest) -> Plan:
         # numbers, amounts and units in words, emoji and stray marks out (the one normal
         # form of text written to be read)
         spoken = spoken_text(respelled, _language(request.language)) or respelled
-        key = line_key(line, voice.name, spoken, request.language, request.chunk_chars,
-                       request.max_frames)
-        seeds = reading.take_seeds(project, key)
-        chosen = (read_json(reading.chosen_file(project, key)) or {}).get("seed")
-        lines.append(PlannedLine(line, voice, spoken, key, seeds,
-                                 chosen if chosen in seeds else None))
-    return Plan(project, request, script, lines)
+        alike = _digest([line.text, voice.name, line.style, spoken])
+        seen[alike] = seen.get(alike, 0) + 1
+        identity = line_identity(line, voice.name, spoken, request, seen[alike] - 1)
+        own = take_key(identity, models[voice.name])
+        planned = PlannedLine(line, voice, spoken, own, own_key=own, identity=identity,
+                              model=models[voice.name])
+        _use_takes(planned, project)
+        if not planned.seeds:
+            others = [k for k in earlier.get(identity, []) if k != own]
+            if seen[alike] == 1:
+                others.append(_unfingerprinted_key(line, voice.name, spoken, request))
+            other = next((k for k in others if reading.take_seeds(project, k)), None)
+            if other is not None:
+                plan.other_model.append(line.number)
+                if request.keep_other_models:
+                    planned.key, planned.other_model = other, "kept"
+                    _use_takes(planned, project)
+        plan.lines.append(planned)
+    return plan
+
+
+def _use_takes(planned: PlannedLine, project: Path) -> None:
+    """Read the seeds and the chosen one of the takes under `planned.key`."""
+    planned.seeds = reading.take_seeds(project, planned.key)
+    chosen = (read_json(reading.chosen_file(project, planned.key)) or {}).get("seed")
+    planned.chosen = chosen if chosen in planned.seeds else None
+
+
+def own_takes(plan: Plan, planned: PlannedLine) -> None:
+    """Make a line that kept another model's takes use its own (a new take of it is
+    the model's its voice speaks with now)."""
+    if planned.key != planned.own_key:
+        planned.key, planned.other_model = planned.own_key, ""
+        _use_takes(planned, plan.project)
 
 
 def open_project(project: str | Path) -> Plan:
@@ -166,6 +256,25 @@ def choose(plan: Plan, number: int, seed: int) -> None:
 
 def take_flagged(record: dict[str, Any]) -> bool:
     return bool(record.get("problems"))
+
+
+def line_flagged(plan: Plan, planned: PlannedLine) -> bool:
+    """A line is flagged while the take its export uses has a problem: every render of
+    it failed and no good take was picked (a project's flags outlive the run that made
+    them)."""
+    used = best_take(plan, planned)
+    return used is not None and take_flagged(planned.record(plan.project, used))
+
+
+def flagged_lines(plan: Plan) -> list[int]:
+    return [p.number for p in plan.lines if line_flagged(plan, p)]
+
+
+def retry_due(plan: Plan, planned: PlannedLine) -> bool:
+    """A flagged line has renders left (`ReadRequest.retries`) when none of its takes is
+    good and none was picked: a render stopped before its retries goes on with them."""
+    return (planned.chosen is None and 0 < len(planned.seeds) <= plan.request.retries
+            and line_flagged(plan, planned))
 
 
 def best_take(plan: Plan, planned: PlannedLine) -> int | None:

@@ -32,7 +32,7 @@ from engine.core.errors import Cancelled, InputError
 from engine.core.events import Emitter, Event
 from engine.layout import reading
 from engine.layout.voice import now_iso
-from engine.read.project import Plan, PlannedLine
+from engine.read.project import Plan, PlannedLine, flagged_lines, own_takes, retry_due
 from engine.serve.pool import voice_identity
 from engine.synth.render import SAMPLE_RATE
 from engine.synth.worker import SpeechWorker
@@ -86,7 +86,6 @@ class _Group:
         self.shared = voice_identity(attempts[0].planned.voice).startswith("base:")
         self._ids = 0
         self.waiting: dict[str, _Attempt] = {}
-        self.flagged: list[int] = []
         #: the model's and voices' load, seconds
         self.load_s = 0.0
 
@@ -158,7 +157,8 @@ class _Group:
         problems = take_problems(result, audio, self.plan.request.max_frames)
         line = planned.line
         write_json(reading.take_record(project, planned.key, attempt.seed), {
-            "line": line.number, "text": line.text, "spoken": planned.spoken,
+            "identity": planned.identity, "model": planned.model, "line": line.number,
+            "text": line.text, "spoken": planned.spoken,
             "speaker": line.speaker, "voice": planned.voice.name, "style": line.style,
             "language": self.plan.request.language, "seed": attempt.seed,
             "duration_s": round(len(audio) / SAMPLE_RATE, 3), "problems": problems,
@@ -177,7 +177,6 @@ class _Group:
             self._submit(retry)
             return
         if problems:
-            self.flagged.append(line.number)
             self.emitter.log(f"Line {line.number} still has a problem ({', '.join(problems)}) "
                              f"after {attempt.tries + 1} render(s); listen to it, or render "
                              "a new take.", level="warning", line=line.number,
@@ -221,8 +220,15 @@ def render_missing(plan: Plan, emitter: Emitter, cancel: threading.Event | None 
     """Render every line without a take, and a new take of each line in
     `plan.request.regenerate`; returns what was made (see the module doc)."""
     request = plan.request
+    for number in request.regenerate:  # a new take is the model's of the voice now
+        own_takes(plan, plan.line(number))
     missing = plan.missing()
     attempts = [_Attempt(p, _next_seed(p, set(), request.seed)) for p in missing]
+    # a render stopped before its retries: they are still due (the takes say so)
+    retried = [p for p in plan.lines if p.number not in request.regenerate
+               and retry_due(plan, p)]
+    attempts += [_Attempt(p, _next_seed(p, set(), max(p.seeds) + 1), len(p.seeds))
+                 for p in retried]
     for number in request.regenerate:
         planned = plan.line(number)
         if planned.seeds:  # a line without a take is rendered above already
@@ -234,7 +240,6 @@ def render_missing(plan: Plan, emitter: Emitter, cancel: threading.Event | None 
     progress = _Progress(emitter, [a.planned for a in attempts])
     emitter.state("rendering", lines=len(attempts), total_lines=len(plan.lines),
                   models=len(groups))
-    flagged: list[int] = []
     load = 0.0
     started = time.perf_counter()
     for members in groups.values():
@@ -245,7 +250,6 @@ def render_missing(plan: Plan, emitter: Emitter, cancel: threading.Event | None 
             cancelled = False
         finally:
             group.close(cancelled)
-        flagged += group.flagged
         load += group.load_s
     for number in request.regenerate:  # the new take is the one asked for
         planned = plan.line(number)
@@ -254,7 +258,9 @@ def render_missing(plan: Plan, emitter: Emitter, cancel: threading.Event | None 
         planned.chosen = newest
     rendering = time.perf_counter() - started - load
     # audio per second of rendering: the loads (once per model) are counted apart
-    return {"rendered": len(attempts), "reused": len(plan.lines) - len(missing),
-            "flagged": sorted(flagged), "audio_s": round(progress.audio_s, 3),
+    # the project's flags, not this run's: a line stays flagged until a good take is used
+    return {"rendered": len(attempts), "reused": len(plan.lines) - len(missing) - len(retried),
+            "retried": [p.number for p in retried], "flagged": flagged_lines(plan),
+            "audio_s": round(progress.audio_s, 3),
             "load_s": round(load, 3), "render_s": round(rendering, 3),
             "audio_per_s": round(progress.audio_s / rendering, 3) if rendering > 0 else 0.0}

@@ -30,7 +30,7 @@ from engine.config.read import LOUDNESS_PRESETS, ReadRequest
 from engine.core.atomic import read_json
 from engine.core.errors import VoxshardError
 from engine.layout import reading
-from engine.read.project import Plan, best_take, choose, make_plan
+from engine.read.project import Plan, best_take, choose, line_flagged, make_plan
 from engine.read.pronounce import add_respelling
 from engine.serve.voices import discover
 from gui.context import AppContext
@@ -53,9 +53,9 @@ def take_text(plan: Plan, number: int) -> str:
     if not planned.seeds:
         return "not rendered"
     used = best_take(plan, planned)
-    flagged = bool(planned.record(plan.project, used).get("problems")) if used else False
     text = f"{len(planned.seeds)} (seed {used})" if len(planned.seeds) > 1 else "1"
-    return text + (" - check it" if flagged else "")
+    return (text + (" - check it" if line_flagged(plan, planned) else "")
+            + (" (another model)" if planned.other_model else ""))
 
 
 class ReadPage(Page):
