@@ -8,7 +8,8 @@
 - Inline, anywhere in a line: `[style words]` sets the style of the words after it
   (the synth's instruction), `[pause]` or `[pause 1.5s]` a pause there; either cuts the
   line there, so each part is its own line with its own take.
-- EPUB: the spine's documents in order, each heading a chapter, each paragraph a line.
+- EPUB: the spine's linear documents in order (not its table of contents), each heading a
+  chapter, each paragraph a line.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from xml.etree import ElementTree
 
 from engine.core.errors import InputError
 
@@ -238,6 +240,33 @@ class _EpubText(html.parser.HTMLParser):
         self._flush()
 
 
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def epub_reading_order(opf: str, opf_path: str) -> list[str]:
+    """The spine's documents that are read, in order: its linear content, never its
+    navigation (the EPUB 3 `nav` document, which ebooklib puts in the spine, or the NCX)
+    and never what the spine marks `linear="no"` (notes, pop-ups)."""
+    try:
+        package = ElementTree.fromstring(opf)
+    except ElementTree.ParseError as exc:
+        raise InputError(f"The EPUB's package file {opf_path} is not XML ({exc}).",
+                         "Is it a valid EPUB?") from exc
+    items: dict[str, str] = {}
+    for item in package.iter():
+        if _local(item.tag) != "item" or not item.get("id") or not item.get("href"):
+            continue
+        navigation = "nav" in (item.get("properties") or "").split() \
+            or item.get("media-type") == "application/x-dtbncx+xml"
+        if not navigation:
+            items[str(item.get("id"))] = str(item.get("href"))
+    root = posixpath.dirname(opf_path)
+    return [posixpath.normpath(posixpath.join(root, items[ref.get("idref", "")]))
+            for ref in package.iter() if _local(ref.tag) == "itemref"
+            and ref.get("idref") in items and (ref.get("linear") or "yes").lower() != "no"]
+
+
 def _epub_documents(book: zipfile.ZipFile) -> list[str]:
     """The spine's documents in reading order (META-INF/container.xml -> the OPF)."""
     container = book.read("META-INF/container.xml").decode("utf-8", "replace")
@@ -245,13 +274,7 @@ def _epub_documents(book: zipfile.ZipFile) -> list[str]:
     if not found:
         raise InputError("The EPUB names no package file.", "Is it a valid EPUB?")
     opf_path = found.group(1)
-    opf = book.read(opf_path).decode("utf-8", "replace")
-    items = {m.group("id"): m.group("href") for m in re.finditer(
-        r'<(?:\w+:)?item\b(?=[^>]*\bid="(?P<id>[^"]+)")(?=[^>]*\bhref="(?P<href>[^"]+)")[^>]*>',
-        opf)}
-    spine = re.findall(r'<(?:\w+:)?itemref\b[^>]*\bidref="([^"]+)"', opf)
-    root = posixpath.dirname(opf_path)
-    return [posixpath.normpath(posixpath.join(root, items[i])) for i in spine if i in items]
+    return epub_reading_order(book.read(opf_path).decode("utf-8", "replace"), opf_path)
 
 
 def parse_epub(path: Path) -> Script:
