@@ -251,6 +251,8 @@ class Pool:
         self.max_loaded = max(1, max_loaded)
         self.max_queue = max(1, max_queue)
         self.loaded: dict[str, VoiceWorker] = {}
+        #: workers no served name loads any more (`retire`), still finishing a request
+        self.retired: list[VoiceWorker] = []
         #: models loaded since the start (a worker's load; a voice added to one is not)
         self.model_loads = 0
         self.admitted = 0
@@ -286,7 +288,13 @@ class Pool:
     async def worker_for(self, name: str) -> VoiceWorker:
         """The warm worker of voice `name`, loading it now if needed."""
         async with self._loading():
+            await self._close_retired()
             found = self.loaded.get(name)
+            if found is not None and found.identity != self.identity(name):
+                # the name speaks with something else now (its voice trained or exported
+                # since): the next request loads that, the one under way ends on this
+                await self._retire(name, found)
+                found = None
             if found is None:
                 # `ada` and `ada/<its latest export>` are one model: one worker serves both;
                 # the adapter and instant voices of one base, one worker too
@@ -310,6 +318,26 @@ class Pool:
             loaded = await asyncio.get_running_loop().run_in_executor(None, self._load, name)
             self.loaded[name] = loaded
             return loaded
+
+    async def _retire(self, name: str, worker: VoiceWorker) -> None:
+        """`name` no longer speaks on `worker`: let it go there, and close the worker once
+        no name uses it and its requests have ended (`_close_retired`)."""
+        del self.loaded[name]
+        if name in worker.voices and not worker.busy:  # a reply under way ends in it
+            await asyncio.get_running_loop().run_in_executor(None, self._forget_on, worker,
+                                                             name)
+        if all(w is not worker for w in self.loaded.values()):
+            self.retired.append(worker)
+        await self._close_retired()
+
+    async def _close_retired(self) -> None:
+        for worker in [w for w in self.retired if not w.busy]:
+            self.retired.remove(worker)
+            await self.unload(worker)
+
+    def is_open(self, worker: VoiceWorker) -> bool:
+        """`worker` still runs (a name loads it, or it is retired but not yet closed)."""
+        return any(w is worker for w in (*self.loaded.values(), *self.retired))
 
     def identity(self, name: str) -> str:
         """What voice `name` loads (`voice_identity`)."""
@@ -370,10 +398,10 @@ class Pool:
 
     async def sync(self, found: dict[str, ServedVoice]) -> None:
         """Serve the voices `found` on disk now: those gone from it are forgotten (`forget`),
-        new ones added (a name already served keeps its voice)."""
+        the others served as found (a voice's plain name follows its best tier: a model
+        switch at its next request, `worker_for`)."""
         await self.forget([name for name in self.voices if name not in found])
-        for name, voice in found.items():
-            self.voices.setdefault(name, voice)
+        self.voices.update(found)
 
     def _workers(self) -> list[VoiceWorker]:
         """Each loaded worker once (a base's worker serves several names)."""
@@ -501,7 +529,7 @@ class Pool:
                 "voice_pools": [w.pool for w in workers if w.shared]}
 
     async def close(self) -> None:
-        for worker in self._workers():
+        for worker in [*self._workers(), *self.retired]:
             await self.unload(worker)
         if self.cloner is not None:
             cloner, self.cloner = self.cloner, None

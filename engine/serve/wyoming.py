@@ -9,8 +9,8 @@ The events are the `wyoming` package's own:
   is rescanned each time: a voice exported since the start appears, a removed one goes),
   each described so that Home Assistant, which sorts a language's voices by their
   description, shows a voice's best tier (its plain name) before its exports, adapters,
-  instant voice and runs; each voice lists its own language first, then the others
-  the model speaks (in the voice), as BCP-47 codes;
+  instant voice and runs; each voice lists its own language first, then those the model
+  speaks that no voice was recorded in (`languages_of`), as BCP-47 codes;
 - `synthesize` -> one `audio-start`, the `audio-chunk`s, one `audio-stop` for the whole
   reply (Home Assistant's one-shot path reads to the first `audio-stop`);
 - `synthesize-start`, `synthesize-chunk`s, `synthesize-stop`: each sentence is
@@ -19,7 +19,8 @@ The events are the `wyoming` package's own:
   stream (for servers that do not stream) is ignored.
 
 A reply is its text in the spoken form (`engine.text.spoken_text`: markdown, emoji,
-numbers and units, in the voice's language), cut into sentences. Each connection (a room)
+numbers and units, each sentence's in the language it is written in, the voice's own where
+the text does not tell), cut into sentences. Each connection (a room)
 has at most one sentence on a worker at a time, and asks for its next one when that one
 ends: sentences of several rooms take turns on a worker, so a long reply never makes
 another room wait for all of it.
@@ -83,8 +84,8 @@ ATTRIBUTION = Attribution(name="Voxshard (Qwen3-TTS fine-tuned on your own recor
 
 
 
-#: the languages the model speaks, as codes: every voice speaks each of them (in its own
-#: voice), so none greys the engine out for a language that another voice is recorded in
+#: the languages the model speaks, as codes: a voice is offered for those no voice of the
+#: workspace was recorded in too (`languages_of`), so the engine is offered for each
 MODEL_LANGUAGES = sorted(set(MODEL_LANGUAGE_NAMES.values()))
 #: silence between the sentences of one reply (what `speak` puts between sentences)
 PAUSE_BYTES = int(SpeakOptions().sentence_pause_s * RATE) * WIDTH
@@ -111,14 +112,22 @@ def parse_uri(uri: str) -> tuple[str, int]:
     return host, port
 
 
-def languages_of(voice: ServedVoice) -> list[str]:
-    """The voice's own language first (a recorded region adds its base language), then
-    the model's other languages; no language recorded: the model's."""
+def _own_languages(voice: ServedVoice) -> list[str]:
+    """The language a voice was recorded in (a region adds its base language); [] for none."""
     own = language_code(voice.language)
     if own is None:
-        return list(MODEL_LANGUAGES)
-    first = [own, own.split("-")[0]] if "-" in own else [own]
-    return first + [code for code in MODEL_LANGUAGES if code not in first]
+        return []
+    return [own, own.split("-")[0]] if "-" in own else [own]
+
+
+def languages_of(voice: ServedVoice, served: Iterable[ServedVoice] = ()) -> list[str]:
+    """The languages Home Assistant offers `voice` for: its own first, then each language of
+    the model that no voice of `served` was recorded in (the model speaks it in this voice,
+    and no voice speaks it better). So a language's first pick is a voice of its own: a
+    German assistant gets the German voice, not the English one sorted before it."""
+    own = _own_languages(voice)
+    native = {code.split("-")[0] for v in served for code in _own_languages(v)}
+    return own + [code for code in MODEL_LANGUAGES if code not in own and code not in native]
 
 
 def description_of(voice: ServedVoice) -> str:
@@ -139,6 +148,14 @@ def style_for(data: dict[str, Any]) -> str:
     voice = data.get("voice")
     speaker = voice.get("speaker") if isinstance(voice, dict) else None
     return str(speaker).strip()[:500] if speaker else ""
+
+
+def language_for(data: dict[str, Any]) -> str | None:
+    """The language a request gives its text in (its voice's `language`), or None: then
+    each sentence's own language says its numbers."""
+    voice = data.get("voice")
+    language = voice.get("language") if isinstance(voice, dict) else None
+    return str(language)[:35] if language else None
 
 
 def home_assistant_order(voices: Iterable[ServedVoice]) -> list[ServedVoice]:
@@ -180,7 +197,11 @@ class _Reply:
 
     voice: str
     mode: str  # "synthesize" (one-shot) or "synthesize-stream"
-    language: str
+    #: the voice's own language: what says the numbers of a sentence whose language the
+    #: text does not tell (`engine.text.spoken_text`)
+    fallback: str
+    #: the language the request gave (Home Assistant gives none): every sentence's
+    language: str | None = None
     began: float = field(default_factory=time.monotonic)
     chars: int = 0
     #: streamed text that is not yet a complete sentence
@@ -189,10 +210,13 @@ class _Reply:
     ended: bool = False
     #: the style asked for: a speaker of the voice, which is one of its trained styles
     style: str = ""
+    #: the worker of its first sentence: the rest are said on it too, so a voice that
+    #: switches model meanwhile (trained, exported) switches at the next request
+    worker: VoiceWorker | None = None
 
     def add(self, text: str) -> None:
         """Sentences of `text` in the spoken form; those with nothing to say are left out."""
-        spoken = spoken_text(text, self.language)
+        spoken = spoken_text(text, self.language, self.fallback)
         for sentence in split_sentences(spoken):
             if any(c.isalnum() for c in sentence):
                 self.sentences.put_nowait(sentence)
@@ -239,7 +263,8 @@ class WyomingService:
             await self.pool.sync(found)
         # a voice's trained styles are its speakers: Home Assistant lets a user pick one
         voices = [TtsVoice(name=v.name, description=description_of(v), attribution=ATTRIBUTION,
-                           installed=True, version=None, languages=languages_of(v),
+                           installed=True, version=None,
+                           languages=languages_of(v, self.pool.voices.values()),
                            speakers=[TtsVoiceSpeaker(name=s) for s in v.styles] or None)
                   for v in home_assistant_order(self.pool.voices.values())]
         program = TtsProgram(name="voxshard", description="Voxshard: your own cloned voices",
@@ -308,7 +333,8 @@ class _Connection(AsyncEventHandler):
                 if self.stream is None:  # inside a stream it repeats the text: ignored
                     self._one_shot(event.data)
             elif SynthesizeStart.is_type(event.type):
-                self._open(self.service.voice_for(event.data)).style = style_for(event.data)
+                self._open(self.service.voice_for(event.data),
+                           language_for(event.data)).style = style_for(event.data)
             elif SynthesizeChunk.is_type(event.type):
                 self._chunk(event.data)
             elif SynthesizeStop.is_type(event.type):
@@ -336,7 +362,7 @@ class _Connection(AsyncEventHandler):
         return text
 
     def _language(self, voice: str) -> str:
-        return languages_of(self.pool.voices[voice])[0]
+        return self.pool.voices[voice].language
 
     def _one_shot(self, data: dict[str, Any]) -> None:
         text = self._text(data)
@@ -346,17 +372,17 @@ class _Connection(AsyncEventHandler):
                            f"{self.service.max_input}.", "input_too_long")
         if not text.strip():
             raise _Refused("The text to speak is empty.", "empty_input")
-        reply = _Reply(voice, "synthesize", self._language(voice), chars=len(text),
-                       style=style_for(data))
+        reply = _Reply(voice, "synthesize", self._language(voice), language_for(data),
+                       chars=len(text), style=style_for(data))
         reply.add(text)
         reply.end()
         self.items.put_nowait(reply)
 
-    def _open(self, voice: str) -> _Reply:
+    def _open(self, voice: str, language: str | None = None) -> _Reply:
         if self.stream is not None:  # a new stream before the last one's stop: that one ends
             self.stream.add(self.stream.pending)
             self.stream.end()
-        self.stream = _Reply(voice, "synthesize-stream", self._language(voice))
+        self.stream = _Reply(voice, "synthesize-stream", self._language(voice), language)
         self.items.put_nowait(self.stream)
         return self.stream
 
@@ -468,7 +494,9 @@ class _Connection(AsyncEventHandler):
         except Busy as busy:
             raise _Refused(busy.message + " Retry later.", "busy") from None
         try:
-            worker = await self.pool.worker_for(reply.voice)
+            worker = reply.worker if reply.worker is not None and \
+                self.pool.is_open(reply.worker) else await self.pool.worker_for(reply.voice)
+            reply.worker = worker
         except (Busy, LoadFailed) as exc:
             self.pool.release()
             raise _Refused(exc.message, "busy" if isinstance(exc, Busy) else
