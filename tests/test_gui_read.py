@@ -26,8 +26,8 @@ def test_read_page_renders_picks_and_exports(qtbot, window, workspace: Path,
     read_workspace(workspace, tiny_model_dir)
     script = tmp_path / "book.md"
     script.write_text(SCRIPT, encoding="utf-8")
-    read(ReadRequest(script=str(script), workspace=str(workspace), voice="ada", max_frames=24),
-         Emitter())
+    read(ReadRequest(script=str(script), workspace=str(workspace), voice="ada", max_frames=24,
+                     styles=("whispering",)), Emitter())
 
     page = window.show_page(ReadPage)
     index = page.narrator.findData("ada")

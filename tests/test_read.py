@@ -29,7 +29,7 @@ from engine.layout import reading
 from engine.read import read
 from engine.read.project import make_plan
 from engine.read.pronounce import add_respelling
-from engine.read.script import parse_epub, parse_text
+from engine.read.script import ScriptNames, parse_epub, parse_text
 from tests.helpers.reading import SCRIPT, read_workspace
 from tests.helpers.voices import DRONE, forced_export
 
@@ -61,7 +61,7 @@ def _records(project: Path) -> dict[int, list[dict[str, Any]]]:
 # -- the script ------------------------------------------------------------------------------
 
 def test_markdown_chapters_dialogue_styles_and_pauses() -> None:
-    script = parse_text(SCRIPT, "book.md")
+    script = parse_text(SCRIPT, "book.md", names=ScriptNames.of(["ada", "bob"], ["whispering"]))
     assert [c.title for c in script.chapters] == ["The Lighthouse", "The Storm", "The Morning"]
     lines = script.lines
     assert [(ln.speaker, ln.style, ln.text) for ln in lines] == [
@@ -144,7 +144,7 @@ def test_book_in_two_voices_with_a_style_a_pronunciation_and_chapters(
     add_respelling(workspace / reading.PRONUNCIATIONS_FILE, "voxshard", "vox shard")
     out = tmp_path / "out" / "book.m4b"
     request = ReadRequest(script=str(script), out=str(out), workspace=str(workspace),
-                          voice="ada", max_frames=SHORT, tracks=True)
+                          voice="ada", max_frames=SHORT, tracks=True, styles=("whispering",))
     result, events = _read(request)
     assert (result["lines"], result["chapters"], result["rendered"]) == (5, 3, 5)
     assert result["flagged"] == []
@@ -268,9 +268,13 @@ def test_a_line_is_said_in_words_and_its_text_kept(workspace: Path, tmp_path: Pa
 def test_bad_requests_say_what_to_do(workspace: Path, tmp_path: Path) -> None:
     script = tmp_path / "s.txt"
     script.write_text("Carol: Hello.\n", encoding="utf-8")
-    with pytest.raises(InputError, match="cast Carol=VOICE") as info:
+    with pytest.raises(InputError, match="no voice 'carol'"):
+        make_plan(ReadRequest(script=str(script), workspace=str(workspace),
+                              cast=("Carol=carol",)))
+    # not a speaker the read knows: the narrator's words
+    with pytest.raises(InputError, match="narrator") as info:
         make_plan(ReadRequest(script=str(script), workspace=str(workspace)))
-    assert info.value.settings == ["read.cast"]  # each surface words it (issue 39)
+    assert info.value.settings == ["read.voice"]  # each surface words it (issue 39)
     with pytest.raises(InputError, match=r"book\.m4b"):
         ReadRequest(script=str(script), out=str(tmp_path / "book.ogg"))
     with pytest.raises(InputError, match="NAME=VOICE"):
@@ -362,3 +366,40 @@ def test_a_stopped_render_goes_on_with_its_retries_and_keeps_its_flags(
     later, _ = _read(request.replace(retries=1))
     assert (later["rendered"], later["flagged"]) == (0, [1])
     assert "lines 1 flagged" in later["summary"]
+
+
+# -- what a script's marks name (issue 50) -----------------------------------------------------
+
+def test_only_known_speakers_and_styles_are_marks(workspace: Path, tmp_path: Path) -> None:
+    script = tmp_path / "notes.md"
+    script.write_text("Note: the tide turns at six.\n\n* Item one: first thing\n\n"
+                      "Bob: [whispering] He wrote [sic] it twice.[^1] [laughs] Then left."
+                      "\n\n[^1]: A footnote, not to be read.\n\n"
+                      "Ada: Wait. [pause 2 seconds] Go. [500 ms pause] Stop. [beat] Done.\n",
+                      encoding="utf-8")
+    request = ReadRequest(script=str(script), workspace=str(workspace), voice="ada",
+                          styles=("Whispering",))
+    lines = make_plan(request).script.lines
+    assert [(ln.speaker, ln.style, ln.text, ln.pause_s) for ln in lines] == [
+        ("", None, "Note: the tide turns at six.", None),
+        ("", None, "Item one: first thing", None),
+        ("Bob", "whispering", "He wrote [sic] it twice. [laughs] Then left.", None),
+        ("Ada", None, "Wait.", 2.0), ("Ada", None, "Go.", 0.5), ("Ada", None, "Stop.", 1.0),
+        ("Ada", None, "Done.", None)]
+    # undeclared, a style is words
+    plain = make_plan(request.replace(styles=())).script.lines
+    assert plain[2].text == "[whispering] He wrote [sic] it twice. [laughs] Then left."
+
+
+def test_a_pause_whose_length_cannot_be_read_is_refused_with_its_line(
+        workspace: Path, tmp_path: Path) -> None:
+    script = tmp_path / "odd.txt"
+    script.write_text("The first line.\n\nA second one.\n\nThen [pause for effect] go.\n",
+                      encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "engine.cli.main", "read", str(script),
+                           "--workspace", str(workspace), "--voice", "ada"],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert done.returncode != 0
+    assert "odd.txt line 5: [pause for effect] looks like a pause" in done.stderr
+    assert not (tmp_path / "odd.read" / reading.TAKES_DIR).exists()

@@ -66,7 +66,8 @@ def _read(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
     if args.no_loudness:
         values["loudness_lufs"] = None
     request = ReadRequest(script=args.script, out=args.output, project=args.project,
-                          cast=tuple(args.cast or ()), regenerate=tuple(args.regenerate or ()),
+                          cast=tuple(args.cast or ()), styles=tuple(args.styles or ()),
+                          regenerate=tuple(args.regenerate or ()),
                           pick=tuple(args.pick or ()), **values)
     said = _say(args, request)
     result = read(request, emitter)
@@ -79,13 +80,17 @@ def register(sub: Any) -> None:
     p = add_command(sub, "read", _read, "read a script or a book (text, Markdown, dialogue, "
                     "EPUB) in your voices, line by line, into WAV, FLAC, MP3 or M4B")
     p.add_argument("script", help="the script: .txt, .md (headings are chapters; `Name: "
-                   "words` lines are dialogue; [style] and [pause 1.5s] inline) or .epub")
+                   "words` lines of a voice or --cast name are dialogue; [style] of a trained "
+                   "or --styles style and [pause 1.5s] inline) or .epub")
     p.add_argument("-o", "--output", help="the export: book.m4b, book.mp3, book.flac or "
                    "book.wav (none: render the takes only)")
     p.add_argument("--project", help="the project folder keeping every take (default: "
                    "beside the script, NAME.read)")
     add_field(p, ReadRequest, "cast", action="append", metavar="NAME=VOICE",
               help="the voice of a script speaker (repeatable)", show_default=False)
+    add_field(p, ReadRequest, "styles", action="append", metavar="STYLE",
+              help="a style the script's [STYLE] sets, beyond its voices' trained ones "
+              "(repeatable; any other bracket is words to say)", show_default=False)
     p.add_argument("--regenerate", action="append", type=int, metavar="LINE",
                    help="render a new take of this line and choose it (repeatable)")
     p.add_argument("--pick", action="append", metavar="LINE=SEED",

@@ -34,6 +34,9 @@ class ReadRequest:
     project: str | None = None
     #: the workspace whose voices the script names (serve's names: ada, ada/instant, ...)
     workspace: str | None = setting(None, label="Workspace")
+    #: styles a script's [style] may set beyond those trained into its voices (any other
+    #: bracket is words to say)
+    styles: tuple[str, ...] = setting((), label="Styles")
     #: the voice of lines that name none (the narrator)
     voice: str | None = setting(None, label="Narrator")
     #: a script speaker's voice, as NAME=VOICE (a speaker that is a voice's name needs none)

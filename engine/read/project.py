@@ -15,7 +15,7 @@ from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError, VoxshardError
 from engine.layout import reading
 from engine.read.pronounce import Dictionary
-from engine.read.script import Line, Script, read_script
+from engine.read.script import Line, Script, ScriptNames, read_script
 from engine.serve.voices import ServedVoice, discover
 from engine.synth.fingerprint import sound_fingerprint
 from engine.synth.voice import resolve_source
@@ -135,6 +135,14 @@ def _voices(request: ReadRequest) -> dict[str, ServedVoice]:
     return discover([], request.workspace)
 
 
+def script_names(request: ReadRequest, voices: dict[str, ServedVoice]) -> ScriptNames:
+    """What a script read with `request` may name: its cast's speakers and the workspace's
+    voices (as `Name: words`), the declared styles and those trained into a voice."""
+    speakers = [*request.casting(), *voices, *(name.split("/", 1)[0] for name in voices)]
+    return ScriptNames.of(speakers, [*request.styles,
+                                     *(s for v in voices.values() for s in v.styles)])
+
+
 def _voice_for(speaker: str, request: ReadRequest, voices: dict[str, ServedVoice]
                ) -> ServedVoice:
     cast = request.casting()
@@ -173,8 +181,8 @@ def project_dir(request: ReadRequest) -> Path:
 
 def make_plan(request: ReadRequest) -> Plan:
     """The project's lines as `request` renders them (reads the script and the disk)."""
-    script = read_script(request.script)
     voices = _voices(request)
+    script = read_script(request.script, script_names(request, voices))
     project = project_dir(request)
     workspace = Path(str(request.workspace))
     chosen_voices = {line.speaker: _voice_for(line.speaker, request, voices)

@@ -3,11 +3,16 @@
 - Plain text: paragraphs (blank-line separated) are lines, all in one chapter.
 - Markdown: each heading starts a chapter named by it; emphasis and link marks are
   dropped, the words kept.
-- Dialogue (in either): a paragraph line `Name: words` is a line of the voice `Name`;
-  lines without a name are said by the narrator (the default voice).
-- Inline, anywhere in a line: `[style words]` sets the style of the words after it
-  (the synth's instruction), `[pause]` or `[pause 1.5s]` a pause there; either cuts the
-  line there, so each part is its own line with its own take.
+- Dialogue (in either): a paragraph line `Name: words` is a line of the voice `Name` when
+  `Name` is a speaker the read knows (its cast, its workspace's voices: `ScriptNames`);
+  any other `Words: text` (`Note: ...`, a list item) is text, said by the narrator.
+- Inline, anywhere in a line: `[style]` sets the style of the words after it (the synth's
+  instruction) when it is a style the read knows (declared, or trained into a voice);
+  a pause in any common spelling (`[pause]`, `[pause 1.5s]`, `[pause 2 seconds]`,
+  `[500 ms pause]`, `[silence: 2s]`, `[beat]`) is a pause there; either cuts the line
+  there. Any other bracket (`[sic]`) is text; a Markdown footnote mark (`[^1]`) and its
+  definition are not read. A bracket that looks like a pause whose length cannot be read
+  is refused, with its line.
 - EPUB: the spine's linear documents in order (not its table of contents), each heading a
   chapter, each paragraph a line.
 """
@@ -18,6 +23,7 @@ import html.parser
 import posixpath
 import re
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree
@@ -32,9 +38,53 @@ MAX_PAUSE_S = 30.0
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _SPEAKER = re.compile(r"^([A-Za-z][\w .'/-]{0,40}?):\s+(.+)$")
 _TAG = re.compile(r"\[([^\[\]]{1,80})\](?!\()")
-_PAUSE = re.compile(r"^pause(?:\s+(\d+(?:\.\d+)?)\s*(ms|s)?)?$", re.IGNORECASE)
+_PAUSE_WORD = r"(?:pause|silence|break|beat)"
+_UNIT = (r"(?:ms|msecs?|milliseconds?|s|secs?|seconds?|mins?|minutes?)")
+_NUMBER = r"\d+(?:\.\d+)?"
+_PAUSE = re.compile(
+    rf"^(?:{_PAUSE_WORD}(?:\s*[:=]?\s*(?P<n1>{_NUMBER})\s*(?P<u1>{_UNIT})?)?"
+    rf"|(?P<n2>{_NUMBER})\s*-?\s*(?P<u2>{_UNIT})\s+(?:of\s+)?{_PAUSE_WORD})$", re.IGNORECASE)
+#: a bracket that names a pause without a length `_PAUSE` reads
+_PAUSE_LIKE = re.compile(rf"^{_PAUSE_WORD}\b|\b{_PAUSE_WORD}$", re.IGNORECASE)
+#: a Markdown footnote's definition line, `[^1]: words`
+_FOOTNOTE = re.compile(r"^\[\^[^\]]+\]:")
 _LINK = re.compile(r"\[([^\[\]]*)\]\([^)]*\)")
 _EMPHASIS = re.compile(r"(\*{1,3}|_{1,3}|`+|~~)(?=\S)(.+?)(?<=\S)\1")
+
+
+@dataclass(frozen=True)
+class ScriptNames:
+    """Who and what a script's marks may name, any case: the speakers a `Name: words` line
+    may start with (the cast's and the workspace's voices) and the styles a `[style]` may
+    set (declared ones, and those trained into a voice)."""
+
+    speakers: frozenset[str] = frozenset()
+    styles: frozenset[str] = frozenset()
+
+    @staticmethod
+    def of(speakers: Iterable[str], styles: Iterable[str]) -> ScriptNames:
+        return ScriptNames(frozenset(s.strip().lower() for s in speakers),
+                           frozenset(s.strip().lower() for s in styles))
+
+    def is_speaker(self, name: str) -> bool:
+        return name.strip().lower() in self.speakers
+
+    def bracket(self, tag: str, where: str) -> tuple[str, float | str | None]:
+        """What `[tag]` is: ("pause", seconds), ("style", its words), ("note", None) for a
+        footnote mark, or ("text", None); a pause whose length cannot be read is refused."""
+        tag = tag.strip()
+        pause = _PAUSE.match(tag)
+        if pause:
+            return "pause", _pause_seconds(pause, where)
+        if _PAUSE_LIKE.search(tag):
+            raise InputError(f"{where}: [{tag}] looks like a pause, but its length cannot "
+                             "be read.", "Write it as [pause], [pause 2s] or [pause 500 ms], "
+                             "or without brackets if it is words to say.")
+        if tag.lower() in self.styles:
+            return "style", tag
+        if tag.startswith("^"):
+            return "note", None
+        return "text", None
 
 
 @dataclass(frozen=True)
@@ -81,8 +131,11 @@ def _plain_markdown(text: str) -> str:
 
 
 def _pause_seconds(match: re.Match[str], where: str) -> float:
-    number, unit = match.group(1), (match.group(2) or "s").lower()
-    seconds = DEFAULT_PAUSE_S if number is None else float(number) / (1000 if unit == "ms" else 1)
+    number = match.group("n1") or match.group("n2")
+    unit = (match.group("u1") or match.group("u2") or "s").lower()
+    scale = 0.001 if unit.startswith("m") and not unit.startswith("min") \
+        else 60.0 if unit.startswith("min") else 1.0
+    seconds = DEFAULT_PAUSE_S if number is None else float(number) * scale
     if seconds > MAX_PAUSE_S:
         raise InputError(f"The pause of {seconds:g} s in {where} is longer than "
                          f"{MAX_PAUSE_S:g} s.", "Use a shorter [pause N s].")
@@ -90,43 +143,53 @@ def _pause_seconds(match: re.Match[str], where: str) -> float:
 
 
 class _Builder:
-    """Collects lines into chapters, cutting each at its inline tags."""
+    """Collects lines into chapters, cutting each at its pauses and styles."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: ScriptNames) -> None:
+        self.names = names
         self.chapters: list[Chapter] = []
         self.count = 0
 
     def chapter(self, title: str) -> None:
         self.chapters.append(Chapter(title.strip() or f"Chapter {len(self.chapters) + 1}"))
 
-    def paragraph(self, speaker: str, text: str, where: str, style: str | None = None) -> None:
-        """One paragraph line of the script (inline tags cut it into lines)."""
+    def paragraph(self, speaker: str, text: str, where: str) -> None:
+        """One paragraph line of the script (its pauses and styles cut it into lines)."""
         if not self.chapters:
             self.chapter("")
         pieces: list[tuple[str, str | None, float | None]] = []  # text, style, pause after
+        style: str | None = None
+        words: list[str] = []
         position = 0
+
+        def cut() -> None:
+            said = " ".join("".join(words).split())
+            words.clear()
+            if said:
+                pieces.append((said, style, None))
+
         for match in _TAG.finditer(text):
-            before = " ".join(text[position:match.start()].split())
+            words.append(text[position:match.start()])
             position = match.end()
-            tag = match.group(1).strip()
-            pause = _PAUSE.match(tag)
-            if before:
-                pieces.append((before, style, None))
-            if pause:
-                seconds = _pause_seconds(pause, where)
-                if pieces:
-                    last = pieces[-1]
-                    pieces[-1] = (last[0], last[1], (last[2] or 0.0) + seconds)
-                else:  # a pause before any words: after the previous line
-                    self._pause_before(seconds)
-            else:
-                style = tag
-        rest = " ".join(text[position:].split())
-        if rest:
-            pieces.append((rest, style, None))
-        for words, piece_style, pause in pieces:
+            kind, value = self.names.bracket(match.group(1), where)
+            if kind == "text":
+                words.append(match.group(0))
+                continue
+            if kind == "note":  # a footnote mark is not said
+                continue
+            cut()
+            if kind == "style":
+                style = str(value)
+            elif pieces:
+                last = pieces[-1]
+                pieces[-1] = (last[0], last[1], (last[2] or 0.0) + float(value or 0.0))
+            else:  # a pause before any words: after the previous line
+                self._pause_before(float(value or 0.0))
+        words.append(text[position:])
+        cut()
+        for said, piece_style, pause in pieces:
             self.count += 1
-            self.chapters[-1].lines.append(Line(self.count, len(self.chapters) - 1, words,
+            self.chapters[-1].lines.append(Line(self.count, len(self.chapters) - 1, said,
                                                 speaker, piece_style, pause))
 
     def _pause_before(self, seconds: float) -> None:
@@ -157,9 +220,11 @@ class _Builder:
         return Script(out)
 
 
-def parse_text(text: str, name: str = "the script", markdown: bool = True) -> Script:
-    """Chapters and lines of a plain-text or Markdown script (see the module doc)."""
-    builder = _Builder()
+def parse_text(text: str, name: str = "the script", markdown: bool = True,
+               names: ScriptNames | None = None) -> Script:
+    """Chapters and lines of a plain-text or Markdown script (see the module doc); `names`:
+    the speakers and styles it may name (none: every line is the narrator's, plain)."""
+    builder = _Builder(names or ScriptNames())
     pending: list[str] = []  # the paragraph's source lines (wrapped text is one paragraph)
     where = name
 
@@ -179,10 +244,14 @@ def parse_text(text: str, name: str = "the script", markdown: bool = True) -> Sc
             flush()
             builder.chapter(_plain_markdown(heading.group(2)))
             continue
+        if markdown and _FOOTNOTE.match(stripped):
+            flush()  # a footnote's definition is not read where it is written
+            continue
         if markdown:
             stripped = _plain_markdown(re.sub(r"^(?:[-*+]\s+|>\s*|\d+[.)]\s+)", "", stripped))
         spoken = _SPEAKER.match(stripped)
-        if spoken:  # a speaker's line is a paragraph of its own
+        if spoken and builder.names.is_speaker(spoken.group(1)):
+            # a speaker's line is a paragraph of its own
             flush()
             builder.paragraph(spoken.group(1).strip(), spoken.group(2), f"{name} line {number}")
             builder.end_paragraph()
@@ -277,7 +346,7 @@ def _epub_documents(book: zipfile.ZipFile) -> list[str]:
     return epub_reading_order(book.read(opf_path).decode("utf-8", "replace"), opf_path)
 
 
-def parse_epub(path: Path) -> Script:
+def parse_epub(path: Path, names: ScriptNames | None = None) -> Script:
     try:
         with zipfile.ZipFile(path) as book:
             documents = [(doc, book.read(doc).decode("utf-8", "replace"))
@@ -285,7 +354,7 @@ def parse_epub(path: Path) -> Script:
     except (zipfile.BadZipFile, KeyError, OSError) as exc:
         raise InputError(f"Cannot read the EPUB {path.name}: {exc}.",
                          "Is it a valid EPUB (a zip with META-INF/container.xml)?") from exc
-    builder = _Builder()
+    builder = _Builder(names or ScriptNames())
     for doc, xhtml in documents:
         parser = _EpubText()
         parser.feed(xhtml)
@@ -299,17 +368,18 @@ def parse_epub(path: Path) -> Script:
     return builder.script(path.name)
 
 
-def read_script(path: str | Path) -> Script:
-    """The script in `path`: .epub, .md/.markdown (headings are chapters) or plain text."""
+def read_script(path: str | Path, names: ScriptNames | None = None) -> Script:
+    """The script in `path`: .epub, .md/.markdown (headings are chapters) or plain text;
+    `names`: the speakers and styles its marks may name."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"The script {path} does not exist.", "Give a .txt, .md or .epub file.")
     if path.suffix.lower() == ".epub":
-        return parse_epub(path)
+        return parse_epub(path, names)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"The script {path.name} is not UTF-8 text.",
                          "Save it as UTF-8 and try again.") from exc
     markdown = path.suffix.lower() in (".md", ".markdown")
-    return parse_text(text, path.name, markdown=markdown)
+    return parse_text(text, path.name, markdown=markdown, names=names)

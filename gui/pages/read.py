@@ -42,7 +42,7 @@ from gui.widgets import button, fmt_duration, hbox
 COLUMNS = ["#", "Chapter", "Voice", "Style", "Line", "Takes"]
 #: a project's settings the page keeps as the project saved them (the takes' keys use them)
 SAVED = ("language", "seed", "chunk_chars", "max_frames", "retries", "line_pause_s",
-         "paragraph_pause_s", "chapter_pause_s")
+         "paragraph_pause_s", "chapter_pause_s", "styles")
 #: the export's file types, in the order offered
 EXPORTS = "Audiobook (*.m4b);;MP3 (*.mp3);;FLAC (*.flac);;WAV (*.wav)"
 
@@ -150,7 +150,8 @@ class ReadPage(Page):
         if not script or self.ctx.workspace is None:
             return None
         saved = read_json(reading.default_project_dir(script) / reading.PROJECT_FILE)
-        kept = {k: v for k, v in (saved or {}).items() if k in SAVED}
+        kept = {k: tuple(v) if isinstance(v, list) else v for k, v in (saved or {}).items()
+                if k in SAVED}
         cast = tuple(c.strip() for c in self.cast.text().split(",") if c.strip())
         return ReadRequest(script=script, workspace=str(self.ctx.workspace),
                            voice=self.narrator.currentData() or None, cast=cast,
@@ -265,8 +266,8 @@ class ReadPage(Page):
         args += ["--loudness-lufs", f"{request.loudness_lufs:g}"]
         for name in SAVED:
             value = getattr(request, name)
-            if value is not None:
-                args += ["--" + name.replace("_", "-"), str(value)]
+            for one in value if isinstance(value, tuple) else () if value is None else (value,):
+                args += ["--" + name.replace("_", "-"), str(one)]
         return args
 
     def _start(self, extra: list[str], title: str) -> None:
