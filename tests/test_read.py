@@ -28,7 +28,7 @@ from engine.core.events import Emitter, Event
 from engine.layout import reading
 from engine.read import read
 from engine.read.project import make_plan
-from engine.read.pronounce import add_respelling
+from engine.read.pronounce import add_respelling, dictionary_file
 from engine.read.script import ScriptNames, parse_epub, parse_text
 from tests.helpers.reading import SCRIPT, read_workspace
 from tests.helpers.voices import DRONE, forced_export
@@ -403,3 +403,32 @@ def test_a_pause_whose_length_cannot_be_read_is_refused_with_its_line(
     assert done.returncode != 0
     assert "odd.txt line 5: [pause for effect] looks like a pause" in done.stderr
     assert not (tmp_path / "odd.read" / reading.TAKES_DIR).exists()
+
+
+# -- where a pronunciation applies (issue 50) --------------------------------------------------
+
+def test_a_pronunciation_applies_where_its_scope_says(workspace: Path, tmp_path: Path) -> None:
+    """A language entry applies to the lines of voices of that language under the default
+    `--language auto`; `--say-scope` names a voice folder, or is refused unwritten."""
+    ws = tmp_path / "ws"
+    shutil.copytree(workspace, ws)
+    add_respelling(ws / reading.PRONUNCIATIONS_FILE, "tide", "tyde", language="english")
+    script = tmp_path / "tide.txt"
+    script.write_text("Ada: The tide came in.\n\nBob: The tide went out.\n", encoding="utf-8")
+    request = ReadRequest(script=str(script), workspace=str(ws))
+    assert [p.spoken for p in make_plan(request).lines] == ["The tyde came in.",
+                                                           "The tyde went out."]
+    assert make_plan(request.replace(language="german")).lines[0].spoken == \
+        "The tide came in."
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "engine.cli.main", "read", str(script), "--workspace", str(ws),
+         "--say", "came=kame", "--say-scope", "voice:ada/instant"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert refused.returncode != 0 and "voice:ada/instant names no voice folder" in \
+        refused.stderr
+    assert not list(ws.rglob(f"instant/{reading.PRONUNCIATIONS_FILE}"))
+    add_respelling(dictionary_file("voice:ada", tmp_path / "tide.read", ws), "in", "inn")
+    assert [p.spoken for p in make_plan(request).lines] == ["The tyde came inn.",
+                                                           "The tyde went out."]

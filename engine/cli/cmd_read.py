@@ -29,23 +29,13 @@ _FLAGS = ("workspace", "language", "seed", "chunk_chars", "max_frames", "retries
 
 def _say(args: argparse.Namespace, request: ReadRequest) -> dict[str, Any] | None:
     """`--say WORD=RESPELLING`: add it to the scope's dictionary (before the render)."""
-    from engine.layout import reading
     from engine.read.project import project_dir
-    from engine.read.pronounce import add_respelling
+    from engine.read.pronounce import add_respelling, dictionary_file
 
     if not args.say:
         return None
-    scope = args.say_scope
-    if scope == "project":
-        path = project_dir(request) / reading.PRONUNCIATIONS_FILE
-    elif scope == "workspace" or scope.startswith("voice:"):
-        if request.workspace is None:
-            raise InputError(f"--say-scope {scope} needs --workspace.")
-        base = Path(request.workspace)
-        path = (base / reading.PRONUNCIATIONS_FILE if scope == "workspace"
-                else base / scope.split(":", 1)[1] / reading.PRONUNCIATIONS_FILE)
-    else:
-        raise InputError(f"The scope {scope!r} is not project, workspace or voice:NAME.")
+    path = dictionary_file(args.say_scope, project_dir(request),
+                           Path(request.workspace) if request.workspace else None)
     added = []
     for item in args.say:
         word, sep, say = item.partition("=")

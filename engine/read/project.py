@@ -14,7 +14,7 @@ from engine.config.read import ReadRequest
 from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError, VoxshardError
 from engine.layout import reading
-from engine.read.pronounce import Dictionary
+from engine.read.pronounce import Dictionary, line_language
 from engine.read.script import Line, Script, ScriptNames, read_script
 from engine.serve.voices import ServedVoice, discover
 from engine.synth.fingerprint import sound_fingerprint
@@ -196,7 +196,7 @@ def make_plan(request: ReadRequest) -> Plan:
     for line in script.lines:
         voice = chosen_voices[line.speaker]
         respelled = dictionary.apply(line.text, voice_folder(voice, workspace).name,
-                                     request.language)
+                                     line_language(request.language, voice.language))
         # numbers, amounts and units in words, emoji and stray marks out (the one normal
         # form of text written to be read)
         spoken = spoken_text(respelled, _language(request.language)) or respelled

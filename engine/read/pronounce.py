@@ -8,6 +8,10 @@ scope's entry for the same word wins. An entry:
     {"pattern": "\\bQ(\\d)\\b", "say": "quarter \\1"}               a regular expression
     {"word": "live", "say": "lyve", "language": "english"}         only for that language
 
+A line's language is the read's (`--language`), or under "auto" its voice's own. A scope
+is `project`, `workspace` or `voice:NAME` with NAME a voice folder of the workspace
+(`dictionary_file`); any other is refused, never written where no read looks.
+
 The line's stored text never changes: the respelling is what the model is given, and it is
 part of the take's key, so a changed dictionary renders again only the lines it touches.
 """
@@ -21,6 +25,7 @@ from typing import Any
 
 from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError
+from engine.layout import reading
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,30 @@ def add_respelling(path: Path, find: str, say: str, *, pattern: bool = False,
     return kept
 
 
+def dictionary_file(scope: str, project: Path, workspace: Path | None) -> Path:
+    """The file a scope's entries live in, where a read looks for them
+    (`engine.layout.reading.pronunciation_files`); a scope no read looks at is refused."""
+    if scope == "project":
+        return project / reading.PRONUNCIATIONS_FILE
+    if scope != "workspace" and not scope.startswith("voice:"):
+        raise InputError(f"The pronunciation scope {scope!r} is not project, workspace or "
+                         "voice:NAME.", "Give one of those.")
+    if workspace is None:
+        raise InputError(f"The pronunciation scope {scope} needs the workspace.",
+                         "Give {read.workspace}.")
+    if scope == "workspace":
+        return workspace / reading.PRONUNCIATIONS_FILE
+    name = scope.split(":", 1)[1].strip()
+    folders = sorted(p.name for p in workspace.iterdir()
+                     if p.is_dir() and (p / "voice.toml").is_file()) if workspace.is_dir() else []
+    if name not in folders:
+        raise InputError(f"The pronunciation scope {scope} names no voice folder of the "
+                         "workspace (a voice's entries apply to all its tiers).",
+                         "Give voice:NAME with NAME one of: " + (", ".join(folders) or "none")
+                         + ".")
+    return workspace / name / reading.PRONUNCIATIONS_FILE
+
+
 @dataclass(frozen=True)
 class Dictionary:
     """Every scope's entries, widest first: (scope, entries)."""
@@ -98,8 +127,8 @@ class Dictionary:
                                 for scope, path in files.items()))
 
     def entries(self, voice_dir: str | None, language: str) -> list[Respelling]:
-        """The entries that apply to a line of `voice_dir`'s voice in `language`, one per
-        word, the narrowest scope's ("auto" lines take only entries without a language)."""
+        """The entries that apply to a line of `voice_dir`'s voice in `language` (the
+        line's: `line_language`), one per word, the narrowest scope's."""
         chosen: dict[tuple[str, bool], Respelling] = {}
         for scope, entries in self.scopes:
             if scope.startswith("voice:") and scope != f"voice:{voice_dir}":
@@ -116,3 +145,11 @@ class Dictionary:
             text = entry.regex().sub(entry.say.replace("\\", "\\\\") if not entry.pattern
                                      else entry.say, text)
         return text
+
+
+def line_language(language: str, voice_language: str | None) -> str:
+    """The language a line's pronunciations are picked by: the read's, or under "auto"
+    its voice's own (as its voice.toml says; "auto" when it says none)."""
+    if language.lower() != "auto":
+        return language.lower()
+    return (voice_language or "auto").lower()
