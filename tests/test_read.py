@@ -432,3 +432,31 @@ def test_a_pronunciation_applies_where_its_scope_says(workspace: Path, tmp_path:
     add_respelling(dictionary_file("voice:ada", tmp_path / "tide.read", ws), "in", "inn")
     assert [p.spoken for p in make_plan(request).lines] == ["The tyde came inn.",
                                                            "The tyde went out."]
+
+
+# -- what read says before it renders (issue 50) -----------------------------------------------
+
+def test_a_style_its_voice_cannot_take_is_said_once_per_line(workspace: Path,
+                                                             tmp_path: Path) -> None:
+    """`speak`'s rule (`instruct_note`): an instant voice clones on a Base model, which
+    takes no instruction, so read says so for the line, before rendering it."""
+    script = tmp_path / "hush.txt"
+    script.write_text("Bob: [whispering] Hush now.\n\nAda: Fine.\n", encoding="utf-8")
+    _, events = _read(ReadRequest(script=str(script), workspace=str(workspace),
+                                  styles=("whispering",), max_frames=SHORT))
+    said = [e for e in events if e.kind == "log" and "instruction" in str(e.data["message"])]
+    assert [(e.data["line"], e.data["level"]) for e in said] == [(1, "warning")], \
+        [e.data for e in events if e.kind == "log"]
+    assert "whispering" in said[0].data["message"] and "ignored" in said[0].data["message"]
+
+
+def test_a_workspace_that_is_not_there_is_said_as_such(tmp_path: Path) -> None:
+    script = tmp_path / "s.txt"
+    script.write_text("Hello.\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "engine.cli.main", "read", str(script),
+                           "--workspace", str(tmp_path / "nowhere")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert done.returncode != 0
+    assert f"The workspace {tmp_path / 'nowhere'} does not exist" in done.stderr
+    assert "reference-base" not in done.stderr and "serve" not in done.stderr

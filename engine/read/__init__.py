@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.config.read import ReadRequest
 from engine.core.events import Emitter
-from engine.read.project import Plan, choose, make_plan, save_request
+from engine.read.project import Plan, choose, make_plan, save_request, style_notes
 
 
 def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None = None
@@ -28,6 +28,8 @@ def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None 
     moved = other_model_note(plan)
     if moved:
         emitter.log(moved, level="warning", lines=plan.other_model)
+    for number, words in style_notes(plan):
+        emitter.log(words, level="warning", line=number)
     for item in request.pick:
         number, _, seed = item.partition("=")
         choose(plan, int(number), int(seed))

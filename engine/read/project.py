@@ -18,7 +18,7 @@ from engine.read.pronounce import Dictionary, line_language
 from engine.read.script import Line, Script, ScriptNames, read_script
 from engine.serve.voices import ServedVoice, discover
 from engine.synth.fingerprint import sound_fingerprint
-from engine.synth.voice import resolve_source
+from engine.synth.voice import resolve_source, style_note
 from engine.text import spoken_text
 
 
@@ -128,11 +128,42 @@ def _earlier_keys(project: Path) -> dict[str, list[str]]:
             for identity, keys in found.items()}
 
 
-def _voices(request: ReadRequest) -> dict[str, ServedVoice]:
+def read_voices(request: ReadRequest) -> dict[str, ServedVoice]:
+    """The voices a read may cast, by name: those of its workspace (a read has no one to
+    register voices for it, so no voice at all is said as such)."""
     if request.workspace is None:
         raise InputError("No workspace was given, so the script's voices cannot be found.",
                          "Give {read.workspace} (the folder of your voices).")
-    return discover([], request.workspace)
+    workspace = Path(request.workspace).expanduser()
+    if not workspace.is_dir():
+        raise InputError(f"The workspace {workspace} does not exist.",
+                         "Give {read.workspace}: the folder of your voices.")
+    voices = discover([], workspace, registers=True)
+    if not voices:
+        raise InputError(f"There is no voice in {workspace} to read with yet.",
+                         "Prepare a voice there (that makes its instant voice), or train one.")
+    return voices
+
+
+def style_notes(plan: Plan) -> list[tuple[int, str]]:
+    """(line, words) for each line whose style will do little or nothing for its voice, as
+    `speak` says it (`engine.synth.voice.style_note`), before any model loads."""
+    notes: dict[tuple[str, str], str | None] = {}
+    out = []
+    for planned in plan.lines:
+        style = planned.line.style
+        if not style:
+            continue
+        key = (planned.voice.name, style)
+        if key not in notes:
+            try:
+                notes[key] = style_note(resolve_source(str(planned.voice.target)), style)
+            except VoxshardError:
+                notes[key] = None  # rendering it says why it cannot
+        if notes[key]:
+            out.append((planned.number, f"Line {planned.number} ({planned.voice.name}, "
+                                        f"[{style}]): {notes[key]}"))
+    return out
 
 
 def script_names(request: ReadRequest, voices: dict[str, ServedVoice]) -> ScriptNames:
@@ -181,7 +212,7 @@ def project_dir(request: ReadRequest) -> Path:
 
 def make_plan(request: ReadRequest) -> Plan:
     """The project's lines as `request` renders them (reads the script and the disk)."""
-    voices = _voices(request)
+    voices = read_voices(request)
     script = read_script(request.script, script_names(request, voices))
     project = project_dir(request)
     workspace = Path(str(request.workspace))

@@ -124,7 +124,8 @@ class _Group:
             attempt = self.waiting.get(str(event.data.get("request")))
             if attempt is None:
                 continue
-            if event.kind == "log" and event.data.get("level") == "warning":
+            if event.kind == "log" and event.data.get("level") == "warning" \
+                    and "instruct" not in event.data:  # `read` said it of the line already
                 self.emitter.log(f"Line {attempt.planned.number}: {event.data.get('message')}",
                                  level="warning", line=attempt.planned.number)
             elif event.kind == "error":

@@ -54,6 +54,7 @@ from engine.synth.voice import (
     reference_codes,
     reference_x_vector,
     trained_styles,
+    untrained_style_note,
     voice_x_vector,
 )
 from engine.text import Chunk, split_text
@@ -449,12 +450,9 @@ class Synthesizer:
             emitter.log(note.message, level="warning")
             if note.ignored:
                 return None
-        styles = trained_styles(source)
-        if styles and options.instruct.strip() not in styles:
-            emitter.log("This voice was trained with the styles "
-                        + ", ".join(repr(s) for s in styles)
-                        + "; another instruction works only as far as it resembles them.",
-                        level="info")
+        partly = untrained_style_note(trained_styles(source), options.instruct)
+        if partly:
+            emitter.log(partly, level="info")
         return instruct_ids(self.processor, options.instruct, self.fast.device)
 
     @staticmethod

@@ -338,6 +338,27 @@ def instruct_note(kind: str, styles: list[str], size: str | None,
     return None
 
 
+def untrained_style_note(styles: list[str], instruct: str) -> str | None:
+    """Why an instruction a voice trained with `styles` was not trained with works only in
+    part (None: one of them, or a voice trained with none)."""
+    if styles and instruct.strip() not in styles:
+        return ("This voice was trained with the styles " + ", ".join(repr(s) for s in styles)
+                + "; another instruction works only as far as it resembles them.")
+    return None
+
+
+def style_note(source: VoiceSource, instruct: str) -> str | None:
+    """What speaking `source` with the instruction `instruct` comes to, in words, read from
+    its records before any model loads (`instruct_note`, else `untrained_style_note`);
+    None: it takes it."""
+    own = {"checkpoint": source.checkpoint, "custom_voice": source.model_dir,
+           "adapter": Path(str(source.extra.get("adapter") or source.model_dir))}
+    note = folder_instruct_note(own.get(source.kind))
+    if note is not None:
+        return note.message
+    return untrained_style_note(trained_styles(source), instruct)
+
+
 def _config_at(name: str | None) -> dict[str, Any]:
     """config.json of a model named by a folder, {} for a hub id (not looked up)."""
     path = local_model_path(name) if name else None
