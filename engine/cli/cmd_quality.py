@@ -75,6 +75,7 @@ def _evaluate(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
                               out_dir=args.out_dir, config=config)
     if args.watch:
         return watch(request, interval_s=args.interval, idle_s=args.idle,
+                     training_pid=args.training_pid,
                      patience=args.patience, on_event=em)
     return evaluate(replace(request, zero_shot=not args.no_zero_shot,
                             export=args.export or not args.no_export, force=args.force), em)
@@ -169,6 +170,9 @@ def register(sub: Any) -> None:
                    help="with --watch: seconds between looks at the run (default 15)")
     p.add_argument("--idle", type=float, default=None,
                    help="with --watch: stop after this many seconds without a new checkpoint")
+    p.add_argument("--training-pid", type=int, default=None,
+                   help="with --watch: the training process beside it; once it has ended "
+                        "and every checkpoint it wrote is measured or noted, stop")
     p.add_argument("--patience", type=int, default=None,
                    help="with --watch: suggest stopping when the best checkpoint has not "
                         "improved for this many evaluated checkpoints")

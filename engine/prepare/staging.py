@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.config import PrepareConfig
 from engine.core.errors import WorkspaceError
+from engine.core.process import alive
 from engine.layout.manifest import PreparedFolder
 
 
@@ -81,7 +82,7 @@ def prepare_lock(folder: PreparedFolder) -> Iterator[None]:
                 pid = int(lock.read_text().strip() or 0)
             except (OSError, ValueError):
                 pid = 0
-            if pid and pid != os.getpid() and _alive(pid):
+            if pid and pid != os.getpid() and alive(pid):
                 raise WorkspaceError(f"Another prepare (process {pid}) is running on this "
                                      "voice.", "Wait for it to finish.") from None
             lock.unlink(missing_ok=True)  # left by a crashed run
@@ -93,16 +94,6 @@ def prepare_lock(folder: PreparedFolder) -> Iterator[None]:
         yield
     finally:
         lock.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def commit(prepared: PreparedFolder, staged: dict[str, TakeOutcome]) -> None:

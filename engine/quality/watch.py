@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.core.errors import WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.core.process import alive
 from engine.layout import run as run_layout
 from engine.layout.checkpoints import step_of
 from engine.layout.run import Run
@@ -23,7 +24,8 @@ from engine.quality.evaluate import PRUNED, EvaluateRequest, _skip_note, evaluat
 
 
 def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float | None = None,
-          patience: int | None = None, stop: threading.Event | None = None,
+          training_pid: int | None = None, patience: int | None = None,
+          stop: threading.Event | None = None,
           on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
     """Evaluate each checkpoint of a run as training writes it, in this process (start it
     as a second engine process beside training, which then never waits for it).
@@ -47,17 +49,22 @@ def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float |
     so far. With `patience`, a `state` event `early_stop_suggested` (and a warning) says
     when the best has not improved for that many evaluated checkpoints; stopping
     training stays the caller's decision. Returns the last evaluation when `stop` is
-    set, after `idle_s` seconds without a new checkpoint while training logs no step (not
-    before the run's first step or checkpoint), or on Ctrl-C (SIGTERM).
-    `request.checkpoints` is the watcher's.
+    set, when the watch is over (`watch_over`: every checkpoint measured or noted, and
+    training's process `training_pid` gone or `idle_s` seconds idle), or on Ctrl-C
+    (SIGTERM). `request.checkpoints` is the watcher's.
     """
     watcher = _Watcher(request, as_emitter(on_event), patience)
     watcher.holds.start()
     try:
         while stop is None or not stop.is_set():
+            # looked at before the pass: what an ended training wrote, the pass sees
+            ended = training_pid is not None and not alive(training_pid)
             if watcher.one_pass():
                 continue  # the next newest at once: training may be ahead
-            if idle_s is not None and watcher.idle_for() > idle_s:
+            if watch_over(watcher.unaccounted(), ended=ended, idle_for=watcher.idle_for(),
+                          idle_s=idle_s):
+                watcher.em.log("Every checkpoint training wrote is measured or noted; "
+                               "stopped watching.")
                 break
             if stop is not None:
                 stop.wait(interval_s)
@@ -72,6 +79,17 @@ def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float |
         return {"run": name, "entries": [], "best": None,
                 "summary": f"No checkpoint of {name} appeared while watching."}
     return watcher.result
+
+
+def watch_over(unaccounted: list[str], *, ended: bool, idle_for: float,
+               idle_s: float | None) -> bool:
+    """Whether a watcher beside training is done, the one rule of the window's evaluation
+    and `evaluate --watch`: no checkpoint training wrote is left `unaccounted` (neither
+    measured nor noted as skipped), and training has ended (its process is gone: the
+    window's, or --training-pid) or has been idle for longer than `idle_s` (--idle)."""
+    if unaccounted:
+        return False
+    return ended or (idle_s is not None and idle_for > idle_s)
 
 
 #: checkpoints a watcher holds at most while they wait to be measured (each a checkpoint's
@@ -214,6 +232,10 @@ class _Watcher:
             return 0.0
         return min(time.monotonic() - self.last_new, math.inf if logged is None else logged)
 
+    def unaccounted(self) -> list[str]:
+        """Checkpoints training wrote that are neither measured nor noted yet."""
+        return [n for n in self.listed if n not in self.measured and n not in self.noted]
+
     def _available(self) -> set[str]:
         """Checkpoints that can still be measured: on disk, or held."""
         present = {c.name for c in self.run.checkpoints()}
@@ -227,8 +249,7 @@ class _Watcher:
         for name, step in [*((n, step_of(n)) for n in available),
                            *self.holds.sightings().items(), *self.run.written().items()]:
             self.listed.setdefault(name, step)
-        new = sorted((n for n in self.listed if n not in self.measured and n not in self.noted),
-                     key=lambda n: self.listed[n] or 0)
+        new = sorted(self.unaccounted(), key=lambda n: self.listed[n] or 0)
         todo = [n for n in new if n in available]
         if todo:
             self._measure_newest(todo)

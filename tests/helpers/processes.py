@@ -24,6 +24,8 @@ from typing import Any
 
 import psutil
 
+from engine.core.process import alive
+
 
 def flood_program(count: int, forever: bool = False, child: bool = False,  # noqa: PLR0913
                   rate: float = 0.0, ranks: int = 2, stop_s: float = 0.0,
@@ -104,19 +106,7 @@ out.result({{"steps": i, "summary": "done"}})
     return [sys.executable, "-c", code, "flood"]
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie waiting to be reaped is not running
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
+pid_alive = alive  # the engine's: a zombie waiting to be reaped is not running
 
 
 def python_threads() -> set[str]:
