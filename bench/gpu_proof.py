@@ -25,9 +25,9 @@ one starts; a proof killed at its command's time limit keeps every row before.
 when its estimate fits in the time left and stops one still running at the
 limit. The default order measures every configuration at 0.6B, then 1.7B's
 plain, offload and LoRA first. Threads per process are the product's
-(`engine.train.driver.worker_threads`: under CPU offload AdamW runs on the
+(`engine.train.resolve.worker_threads`: under CPU offload AdamW runs on the
 host, on all its cores); the sockets and GPU numbering too
-(`engine.train.launch.process_env`).
+(`engine.train.process_env`).
 
 Checked and printed per configuration: final loss; for plain and LoRA one save
 just past the middle step (the run's only save), resume from it, and the
@@ -188,7 +188,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def _measure_size(label: str, size: str | None, names: list[str], env: dict[str, Any]) -> None:
     """Every configuration of one size, in order, while the budget lasts."""
     from engine.config.train import TrainConfig
-    from engine.train.driver import worker_threads
+    from engine.train.resolve import worker_threads
 
     args, budget, log = env["args"], env["budget"], env["log"]
     configs, use_gpu, worlds = env["configs"], env["use_gpu"], env["worlds"]
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_proof: no NVIDIA GPU visible (torch.cuda.is_available() is False); nothing "
               "to prove here (use --tiny for the CPU run of the same path).")
         return 0
-    from engine.train.launch import process_env
+    from engine.train.process_env import process_env
 
     configs = {**CONFIGS, **_added_configs(args.add_config)}
     names = [k for k in args.configs.split(",") if k]

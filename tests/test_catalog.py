@@ -17,7 +17,7 @@ from engine.core.atomic import write_json
 from engine.core.events import Emitter
 from engine.layout.checkpoints import COMPLETE, checkpoint_name, step_of
 from engine.layout.voice import VERDICT_UNUSABLE, create_voice, open_voice
-from engine.train.metrics import MetricsPump
+from engine.train.metrics_pump import MetricsPump
 from tests.helpers.voices import copy_voice
 
 ROOT = Path(__file__).resolve().parents[1]

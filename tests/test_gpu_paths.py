@@ -124,7 +124,7 @@ def test_a_slow_stop_poll_is_not_a_stop(monkeypatch: pytest.MonkeyPatch) -> None
     import ray
     from ray.exceptions import ActorDiedError, GetTimeoutError
 
-    from engine.train.failures import StopPoller
+    from engine.train.stop import StopPoller
 
     answers: list[Any] = [GetTimeoutError("slow"), GetTimeoutError("slow"), False, True]
     got: list[str] = []
@@ -171,12 +171,8 @@ def test_out_of_memory_in_a_worker_is_fatal_with_the_plans_advice(tmp_path: Path
     from ray.train.v2.api.exceptions import WorkerGroupError
 
     from engine.config.train import TrainConfig
-    from engine.train.failures import (
-        FatalTrainingError,
-        fatal_of,
-        is_out_of_memory,
-        no_retry_policy_class,
-    )
+    from engine.train.failures import FatalTrainingError, fatal_of, is_out_of_memory
+    from engine.train.retry_policy import no_retry_policy_class
     from engine.train.trainer import WorkerEnv, run_worker
 
     loop_config = {"config": TrainConfig().to_dict(), "run_dir": str(tmp_path / "run"),

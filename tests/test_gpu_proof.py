@@ -4,18 +4,22 @@ its time budget, and rows that reach the output folder as each configuration end
 a crashed configuration and a killed proof.
 
 The GPU machine may have no Ray, so the module must import without it; the
-whole `--tiny` run (Ray-free and Ray, several minutes on 2 cores) is a bench
-command, not part of the suite (see the README).
+whole `--tiny` run (every configuration, Ray-free and Ray, several minutes on 2 cores)
+is a bench command (bench/device_rehearsal.sh); the suite runs one configuration of the
+training proof and the speech proof where `ray` cannot be imported.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers.no_ray import without_ray_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -187,7 +191,7 @@ def test_training_processes_keep_sockets_on_loopback_and_number_gpus_as_nvml(
     gloo's and NCCL's sockets on loopback for a local run (NCCL's was left unset: it
     picked an interface of its own), a user's interface kept, and CUDA numbering GPUs by
     PCI bus as NVML and engine.train.gpus do."""
-    from engine.train.launch import process_env
+    from engine.train.process_env import process_env
 
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         monkeypatch.delenv(name, raising=False)
@@ -220,3 +224,39 @@ def test_reinforce_row_times_rollouts_and_the_update_on_the_tiny_model(
     assert len(row["reward"]) == len(row["kl"]) == 2  # the warm-up and the measured one
     line = table_line({"config": "reinforce", "gpus": 1, "size": "tiny", **row})
     assert "renders/s" in line and "update step" in line
+
+
+def _proof_without_ray(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    env = without_ray_env(tmp_path)
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=600)
+
+
+def test_training_proof_reaches_its_table_where_ray_cannot_be_imported(tmp_path: Path) -> None:
+    """The lent GPU machine may have no Ray: the Ray-free path (torch.distributed's own
+    processes, the product's worker loop and checkpointer) must run to its row there, and
+    only the Ray row may say Ray is missing. A module of the worker's path that loads Ray
+    at import fails here, not on the loan."""
+    out = _proof_without_ray(tmp_path, [
+        "bench/gpu_proof.py", "--tiny", "--configs", "plain", "--steps", "4", "--no-reinforce",
+        "--cache", str(tmp_path / "cache"), "--json", str(tmp_path / "proof.json")])
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    rows = {r["config"]: r for r in json.loads((tmp_path / "proof.json").read_text())["rows"]}
+    plain = rows["plain"]
+    assert "error" not in plain, plain
+    assert plain["resume_equal"] is True and plain["resumed_steps"], plain
+    assert plain["final_loss"] > 0 and plain["gpus"] == 2
+    assert rows["plain via Ray"]["error"] == "Ray is not installed (ray)", rows
+
+
+def test_speech_proof_reaches_its_table_where_ray_cannot_be_imported(tmp_path: Path) -> None:
+    out = _proof_without_ray(tmp_path, [
+        "bench/gpu_speech_proof.py", "--tiny", "--frames", "12",
+        "--json", str(tmp_path / "speech.json")])
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "speech.json").read_text())
+    assert "error" not in row, row
+    assert row["first_audio_s"] > 0 and row["worker_8_rows_audio_s_per_s"] > 0, row

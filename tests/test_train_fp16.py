@@ -91,7 +91,7 @@ def test_a_run_that_always_overflows_ends_with_one_sentence(tmp_path: Path) -> N
 
 
 def test_offloaded_gpu_workers_get_their_share_of_the_cores() -> None:
-    from engine.train.driver import worker_threads
+    from engine.train.resolve import worker_threads
 
     assert worker_threads(True, True, 2, 16) == 8  # the host runs their AdamW step
     assert worker_threads(True, False, 2, 16) is None  # GPU steps: the default (1)

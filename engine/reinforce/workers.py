@@ -51,11 +51,12 @@ from engine.reinforce.stage import (
 )
 from engine.train.builder import worker_device
 from engine.train.checkpoint import Checkpointer
-from engine.train.failures import FatalTrainingError, StopPoller, last_line
+from engine.train.failures import FatalTrainingError, last_line
 from engine.train.grpo import CodeLogprobs, PolicyObjective, code_logprobs
 from engine.train.metrics import MetricsSender
 from engine.train.objective import batch_to_device, build_talker, load_base_weights, set_trainable
 from engine.train.parallelize import make_mesh, parallelize
+from engine.train.stop import StopPoller
 
 
 class Rollouts:

@@ -9,15 +9,33 @@ from typing import Any
 
 import ray
 import ray.train
+from ray.train import Checkpoint, CheckpointUploadMode
 
-from engine.train.failures import StopPoller
 from engine.train.metrics import MetricsSender
 from engine.train.preflight import node_model_dir, unpack_voice_data
-from engine.train.trainer import (
-    WorkerEnv,
-    report_checkpoint,
-    run_worker,
-)
+from engine.train.stop import StopPoller
+from engine.train.trainer import WorkerEnv, run_worker
+
+
+def report_checkpoint(path: Path, metrics: dict[str, Any]) -> None:
+    """Tell Ray Train about a checkpoint already written inside its run folder.
+
+    NO_UPLOAD: the shards are where Ray keeps checkpoints, so nothing is
+    copied; Ray registers it for restarts and deletes old ones
+    (`CheckpointConfig.num_to_keep`). Every rank must call this (a barrier);
+    only rank 0 passes the checkpoint.
+    """
+    ctx = ray.train.get_context()
+    rank = ctx.get_world_rank()
+    checkpoint = None
+    if rank == 0:
+        # named inside Ray's own storage filesystem, which is where `path` is (a
+        # folder or a URI): Ray sees it as its own and can delete it later
+        storage = ctx.get_storage()
+        checkpoint = Checkpoint(path=f"{storage.experiment_fs_path.rstrip('/')}/{path.name}",
+                                filesystem=storage.storage_filesystem)
+    ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=path.name,
+                     checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD)
 
 
 def train_loop(loop_config: dict[str, Any]) -> None:

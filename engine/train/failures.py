@@ -1,4 +1,4 @@
-"""Failures that must end a run at once, and the stop-flag poll that must not invent one.
+"""Failures that must end a run at once, recognised the same way by workers and driver.
 
 Ray Train restarts the worker group after any worker error, up to
 `FailureConfig(max_failures)` times, resuming from the last checkpoint. That
@@ -6,29 +6,23 @@ is right for a killed process and wrong for a failure that will happen again
 the same way: a CUDA out-of-memory replays the same step into the same wall
 (each restart reloading the model first), and a full disk fills up again.
 Workers turn those into `FatalTrainingError` (picklable, one sentence and a
-hint), and `NoRetryOnFatal` (used by the launcher) makes Ray raise instead of
-retrying when any worker failed with one.
+hint), and the launcher's failure policy (`engine.train.retry_policy`) makes Ray
+raise instead of retrying when any worker failed with one.
 
-This module imports neither torch nor ray at import time.
+This module imports neither torch nor ray: the Ray-free GPU proof's workers use it
+(the Ray side of stopping and retrying is in `engine.train.stop` and `retry_policy`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError
-from ray.train.v2._internal.execution.failure_handling import DefaultFailurePolicy, FailureDecision
-
 from engine.core.errors import RAY_OOM_TEXT, is_device_out_of_memory
 
-#: seconds one poll of the stop flag may wait for the flag actor's answer
-STOP_POLL_TIMEOUT_S = 2.0
 GIB = float(1 << 30)
 #: the process Ray's memory monitor chose, in its message
 _RAY_OOM_VICTIM = re.compile(r"Selected to kill:.*?task name=([^,]*),.*?pid=(\d+)"
@@ -251,57 +245,3 @@ def host_oom_words(oom: HostOutOfMemory, rank_pids: dict[int, int], plan: dict[s
             f"{f' ({pid})' if pid else ''}{state}{expected}; use fewer workers, a smaller "
             f"batch or LoRA adapters{' (or CPU offload on GPUs)' if plan.get('gpu') else ''}"
             f"{saved}.")
-
-
-class StopPoller:
-    """Worker side: is the user's Stop set? Never blocks a step for long, never guesses.
-
-    The flag is a tiny actor on the driver. A slow answer (the driver busy,
-    the head node loaded) is not a stop: the request stays pending and the
-    next step looks again. Only an actor that is gone for good (the driver
-    died) counts as a stop, since nobody is left to use the rest of the run.
-    """
-
-    def __init__(self, flag: Any, timeout_s: float = STOP_POLL_TIMEOUT_S) -> None:
-        self.flag = flag
-        self.timeout_s = timeout_s
-        self._pending: Any = None
-
-    def __call__(self) -> bool:
-        if self.flag is None:
-            return False
-        try:
-            if self._pending is None:
-                self._pending = self.flag.is_set.remote()
-            value = ray.get(self._pending, timeout=self.timeout_s)
-        except GetTimeoutError:
-            return False  # keep the request; its answer is read next step
-        except ActorUnavailableError:
-            self._pending = None  # transient (restarting, network): ask again next step
-            return False
-        except Exception:  # the flag actor died with the driver: stop
-            return True
-        self._pending = None
-        return bool(value)
-
-
-def no_retry_policy_class() -> type:
-    """Ray's default failure policy, except that a FatalTrainingError is raised at once."""
-    class NoRetryOnFatal(DefaultFailurePolicy):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            # read where the run starts (the policy then travels to the controller, which
-            # compares on the same machine only)
-            self.kernel_kills = kernel_oom_kills()
-            self.host = socket.gethostname()
-
-        def make_decision(self, training_failed_error: Any) -> Any:
-            # a host out-of-memory meets the same wall again after a restart, each one
-            # loading the model first
-            before = self.kernel_kills if socket.gethostname() == self.host else None
-            if fatal_of(training_failed_error) is not None or host_out_of_memory(
-                    training_failed_error, before) is not None:
-                return FailureDecision.RAISE
-            return super().make_decision(training_failed_error)
-
-    return NoRetryOnFatal

@@ -48,33 +48,16 @@ from engine.train.failures import (
     host_out_of_memory,
     kernel_oom_kills,
     last_line,
-    no_retry_policy_class,
 )
-from engine.train.metrics import MetricsPump, make_queue
+from engine.train.metrics_pump import MetricsPump, make_queue
 from engine.train.parallelize import process_group_backend
 from engine.train.pgroup import local_torch_config
 from engine.train.preflight import pack_voice_data
+from engine.train.process_env import process_env
+from engine.train.retry_policy import no_retry_policy_class
 
 #: seconds the workers get to write their final checkpoint after a stop request
 STOP_GRACE_S = 300.0
-#: the socket interfaces of gloo and NCCL (bootstrap and socket transport)
-SOCKET_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-
-
-def process_env(local: bool) -> dict[str, str]:
-    """Environment variables every training process gets (Ray's workers, the GPU proof's).
-
-    CUDA numbers GPUs fastest first unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`, while
-    NVML, nvidia-smi and `engine.train.gpus` number them by PCI bus: with it, a
-    GPU index means the same device everywhere. A run on this machine alone
-    (`local`) keeps gloo's and NCCL's sockets on loopback (see pgroup.py), unless
-    the user named an interface; a cluster's workers must reach each other, so
-    there the interfaces are left to the libraries.
-    """
-    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    if local:
-        env.update({name: os.environ.get(name, "lo") for name in SOCKET_VARS})
-    return env
 
 
 class _StopFlag:

@@ -8,7 +8,7 @@ rendezvous through a `FileStore` in a fresh temporary file instead: nothing
 listens for it at all. gloo's own sockets follow `GLOO_SOCKET_IFNAME=lo`
 (set for local runs by the launcher), so they bind 127.0.0.1, and so do NCCL's
 bootstrap and socket transport on a GPU run (`NCCL_SOCKET_IFNAME=lo`, likewise;
-`launch.process_env`).
+`process_env`).
 
 An existing cluster (`--address`) keeps Ray's TCP rendezvous: its workers
 are on other machines and must reach rank 0 over the network.

@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ray.train
 import torch
 import torch.distributed as dist
-from ray.train import Checkpoint, CheckpointUploadMode
 
 from engine.config.train import TrainConfig
 from engine.core.storage import as_location
@@ -475,24 +473,3 @@ def _validate(parts: TrainParts, model: Any, step: int, sender: MetricsSender,
         sender.send("val", {"step": step,
                             "loss/val": talker + parts.subtalker_weight * subtalker,
                             "loss/val_talker": talker, "loss/val_subtalker": subtalker})
-
-
-def report_checkpoint(path: Path, metrics: dict[str, Any]) -> None:
-    """Tell Ray Train about a checkpoint already written inside its run folder.
-
-    NO_UPLOAD: the shards are where Ray keeps checkpoints, so nothing is
-    copied; Ray registers it for restarts and deletes old ones
-    (`CheckpointConfig.num_to_keep`). Every rank must call this (a barrier);
-    only rank 0 passes the checkpoint.
-    """
-    ctx = ray.train.get_context()
-    rank = ctx.get_world_rank()
-    checkpoint = None
-    if rank == 0:
-        # named inside Ray's own storage filesystem, which is where `path` is (a
-        # folder or a URI): Ray sees it as its own and can delete it later
-        storage = ctx.get_storage()
-        checkpoint = Checkpoint(path=f"{storage.experiment_fs_path.rstrip('/')}/{path.name}",
-                                filesystem=storage.storage_filesystem)
-    ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=path.name,
-                     checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD)
