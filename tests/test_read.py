@@ -30,7 +30,7 @@ from engine.read import read
 from engine.read.project import make_plan
 from engine.read.pronounce import add_respelling, dictionary_file
 from engine.read.script import ScriptNames, parse_epub, parse_text
-from tests.helpers.reading import SCRIPT, read_workspace
+from tests.helpers.reading import SCRIPT, instant_voice, read_workspace
 from tests.helpers.voices import DRONE, forced_export
 
 SHORT = 24  # frames per chunk: about two seconds
@@ -283,11 +283,16 @@ def test_bad_requests_say_what_to_do(workspace: Path, tmp_path: Path) -> None:
 
 # -- a take is one line's, said by one model (issue 50) ---------------------------------------
 
-def _cli_read(*args: str) -> str:
-    """The real `read` command; its summary (stdout)."""
-    done = subprocess.run([sys.executable, "-m", "engine.cli.main", "read", *args],
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real `read` command, run to its end."""
+    return subprocess.run([sys.executable, "-m", "engine.cli.main", "read", *args],
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+
+
+def _cli_read(*args: str) -> str:
+    """The real `read` command; its summary (stdout)."""
+    done = _cli(*args)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -330,6 +335,31 @@ def test_a_voice_that_now_speaks_with_another_model_is_read_again(
     records = _records(tmp_path / "two.read")
     assert len({r["model"] for r in records[1]}) == 2 and len(records[2]) == 1
     assert "0 rendered, 2 kept" in _cli_read(*args)
+
+
+def test_a_voice_model_is_named_by_its_content_not_its_place(
+        workspace: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The same voice copied elsewhere is the same model (its takes stay good); its
+    instant voice made again from another clip is another."""
+    moved = tmp_path / "moved"
+    shutil.copytree(workspace, moved)
+    here = make_plan(ReadRequest(script=str(_script(tmp_path)), workspace=str(workspace),
+                                 voice="ada"))
+    there = make_plan(ReadRequest(script=str(_script(tmp_path)), workspace=str(moved),
+                                  voice="ada"))
+    assert here.lines[0].model == there.lines[0].model
+    assert here.lines[0].key == there.lines[0].key
+    shutil.rmtree(moved / "ada")
+    instant_voice(moved, "Ada", tiny_model_dir, 300.0)
+    again = make_plan(ReadRequest(script=str(_script(tmp_path)), workspace=str(moved),
+                                  voice="ada"))
+    assert again.lines[0].model != here.lines[0].model
+
+
+def _script(folder: Path) -> Path:
+    script = folder / "one.txt"
+    script.write_text("One line.\n", encoding="utf-8")
+    return script
 
 
 def test_a_project_made_before_takes_named_their_model_is_read_again(
@@ -396,10 +426,7 @@ def test_a_pause_whose_length_cannot_be_read_is_refused_with_its_line(
     script = tmp_path / "odd.txt"
     script.write_text("The first line.\n\nA second one.\n\nThen [pause for effect] go.\n",
                       encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "engine.cli.main", "read", str(script),
-                           "--workspace", str(workspace), "--voice", "ada"],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    done = _cli(str(script), "--workspace", str(workspace), "--voice", "ada")
     assert done.returncode != 0
     assert "odd.txt line 5: [pause for effect] looks like a pause" in done.stderr
     assert not (tmp_path / "odd.read" / reading.TAKES_DIR).exists()
@@ -421,11 +448,8 @@ def test_a_pronunciation_applies_where_its_scope_says(workspace: Path, tmp_path:
     assert make_plan(request.replace(language="german")).lines[0].spoken == \
         "The tide came in."
 
-    refused = subprocess.run(
-        [sys.executable, "-m", "engine.cli.main", "read", str(script), "--workspace", str(ws),
-         "--say", "came=kame", "--say-scope", "voice:ada/instant"],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    refused = _cli(str(script), "--workspace", str(ws), "--say", "came=kame",
+                   "--say-scope", "voice:ada/instant")
     assert refused.returncode != 0 and "voice:ada/instant names no voice folder" in \
         refused.stderr
     assert not list(ws.rglob(f"instant/{reading.PRONUNCIATIONS_FILE}"))
@@ -453,10 +477,7 @@ def test_a_style_its_voice_cannot_take_is_said_once_per_line(workspace: Path,
 def test_a_workspace_that_is_not_there_is_said_as_such(tmp_path: Path) -> None:
     script = tmp_path / "s.txt"
     script.write_text("Hello.\n", encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "engine.cli.main", "read", str(script),
-                           "--workspace", str(tmp_path / "nowhere")],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    done = _cli(str(script), "--workspace", str(tmp_path / "nowhere"))
     assert done.returncode != 0
     assert f"The workspace {tmp_path / 'nowhere'} does not exist" in done.stderr
     assert "reference-base" not in done.stderr and "serve" not in done.stderr
