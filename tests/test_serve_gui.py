@@ -64,7 +64,11 @@ def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Pat
     # Home Assistant: the address to type in, reached as the text says, in the same log
     found = re.search(r"Wyoming Protocol, host (\S+), port (\d+)\.$", page.wyoming_info.text())
     assert found, page.wyoming_info.text()
-    assert page.ha_note.text().startswith("Announced at 127.0.0.1: Home Assistant finds it")
+    # announced at loopback: only a Home Assistant on this computer can connect, and the
+    # page says what lets one on another machine in
+    assert page.ha_note.text().startswith(
+        "Announced at 127.0.0.1: only a Home Assistant on this computer can connect. For one "
+        "on another machine, set Listen on to 'Other computers too"), page.ha_note.text()
     # the address to type in, copied with one click, and the voices as Home Assistant lists
     assert page.wyoming_field.text() == f"{found.group(1)}:{found.group(2)}"
     qtbot.mouseClick(page.copy_wyoming, Qt.MouseButton.LeftButton)

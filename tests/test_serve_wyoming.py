@@ -42,7 +42,7 @@ from engine.serve.wyoming import (
     languages_of,
 )
 from engine.text import complete_sentences
-from tests.helpers.serving import ENGINE, KEY, ROOT, Server, start_server
+from tests.helpers.serving import ENGINE, ROOT, Server, serve_workspace, start_server
 from tests.helpers.voices import make_voice, make_workspace
 
 LONG = " ".join(f"A long sentence number {i} to keep the rows busy." for i in range(4))
@@ -61,12 +61,8 @@ def _stop(server: Server) -> None:
 
 @pytest.fixture(scope="module")
 def server(workspace_dir: Path) -> Iterator[Server]:
-    root = workspace_dir.parent
-    (root / "key").write_text(KEY + "\n")
-    srv = start_server(["--workspace", str(workspace_dir), "--port", "0", "--api-key-file",
-                        str(root / "key"), "--device", "cpu", "--dtype", "float32",
-                        "--queue", "12", "--timeout", "120", "--max-input", "400",
-                        "--wyoming", "tcp://127.0.0.1:0"], root)
+    srv = serve_workspace(workspace_dir, "--queue", "12", "--timeout", "120", "--max-input",
+                          "400")
     yield srv
     _stop(srv)
 
@@ -205,14 +201,18 @@ def test_one_shot_synthesize_sends_audio_as_it_is_generated(server: Server) -> N
             rest = await _until(client, "audio-stop", "error")
             return first + rest, during
 
+    before = len(server.logged())
     events, during = asyncio.run(speak())
     assert during["queue_depth"] >= 1
     groups = _groups(events)
     assert len(groups) == 1 and len(groups[0]) > 24000 * 2  # over a second of audio
     assert sum(AudioChunk.is_type(e.type) for e in events) > 1
-    # the request log the window shows, shared with the HTTP requests
+    # the request log the window shows, shared with the HTTP requests: the audio it logs is
+    # all the client got, the pauses between the sentences too
     assert _wait_for(lambda: any(r["method"] == "WYOMING" and r["voice"] == "ada/ada-v2"
-                                 and r["status"] == 200 for r in server.logged()))
+                                 and r["status"] == 200 for r in server.logged()[before:]))
+    line = next(r for r in server.logged()[before:] if r["voice"] == "ada/ada-v2")
+    assert line["audio_s"] == pytest.approx(len(groups[0]) / (2 * 24000), abs=0.002)
 
 
 def test_stream_is_spoken_sentence_by_sentence_in_one_group(server: Server) -> None:
@@ -280,8 +280,13 @@ STREAM_OVER = [SynthesizeStart().event(), SynthesizeChunk(text="Not me. " * 60).
       SynthesizeChunk(text="Not me. Nor me.").event(), SynthesizeStop().event()],
      "voice_not_found", 404),
     (STREAM_OVER, "input_too_long", 413),
+    # a stream with no text is refused as a one-shot request is (Home Assistant 2026.2
+    # streams every request): not a success of no audio
+    ([SynthesizeStart(voice=SynthesizeVoice(name="ada")).event(),
+      SynthesizeChunk(text="  ").event(), SynthesizeStop().event()], "empty_input", 400),
+    ([SynthesizeStart().event(), SynthesizeStop().event()], "empty_input", 400),
 ], ids=["empty", "unknown-voice", "too-long", "malformed", "stream-unknown-voice",
-        "stream-too-long"])
+        "stream-too-long", "stream-empty", "stream-nothing"])
 def test_a_refusal_is_an_error_then_the_end(server: Server, events: list[Event], code: str,
                                              status: int) -> None:
     before = len(server.logged())
@@ -299,9 +304,12 @@ def test_a_refusal_is_an_error_then_the_end(server: Server, events: list[Event],
     assert error.code == code
     if code == "voice_not_found" and not events[0].type.endswith("start"):
         assert "ada/ada-v1" in error.text  # what to ask for instead
-    # one line of the request log says so
+    # one line of the request log says so, naming the voice asked for and the code
     lines = server.logged_since(before)
     assert [(r["status"], r.get("error")) for r in lines] == [(status, code)], lines
+    assert lines[0]["voice"] and lines[0]["path"].startswith("synthesize"), lines
+    said = next(e["message"] for e in list(server.events) if e.get("request_log") is lines[0])
+    assert lines[0]["voice"] in said and code in said, said
 
 
 def test_a_voice_that_fails_to_load_is_refused_then_the_end(server: Server,

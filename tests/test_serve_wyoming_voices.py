@@ -5,6 +5,7 @@ changes while the server runs, and each language's first pick is a voice recorde
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import signal
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 from wyoming.audio import AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
@@ -21,7 +23,7 @@ from wyoming.tts import Synthesize, SynthesizeVoice
 from engine.layout.voice import create_voice
 from engine.model.export import export_custom_voice
 from engine.prepare.instant import make_instant_voice
-from tests.helpers.serving import KEY, Server, start_server
+from tests.helpers.serving import Server, serve_workspace
 from tests.helpers.voices import copy_voice
 
 
@@ -40,6 +42,9 @@ def workspace(tiny_model_dir: Path, prepared_voice: Path,
     # ada: English, prepared, its instant voice only (no training yet)
     ada = copy_voice(prepared_voice, ws / "ada")
     make_instant_voice(ada, str(tiny_model_dir))
+    # bob: prepared with no base chosen, so his instant voice records none; the window's
+    # Listen page speaks him on its Base field, the server on its --reference-base
+    make_instant_voice(copy_voice(prepared_voice, ws / "bob"))
     # bert: German, fine-tuned
     bert = create_voice(ws / "bert", "Bert", "german").path
     _export(tiny_model_dir, bert, "bert-v1", "Bert")
@@ -47,12 +52,9 @@ def workspace(tiny_model_dir: Path, prepared_voice: Path,
 
 
 @pytest.fixture(scope="module")
-def server(workspace: Path) -> Iterator[Server]:
-    root = workspace.parent
-    (root / "key").write_text(KEY + "\n")
-    srv = start_server(["--workspace", str(workspace), "--port", "0", "--api-key-file",
-                        str(root / "key"), "--device", "cpu", "--dtype", "float32",
-                        "--timeout", "120", "--wyoming", "tcp://127.0.0.1:0"], root)
+def server(workspace: Path, tiny_model_dir: Path) -> Iterator[Server]:
+    srv = serve_workspace(workspace, "--timeout", "120", "--reference-base",
+                          str(tiny_model_dir))
     yield srv
     srv.proc.send_signal(signal.SIGTERM)
     assert srv.proc.wait(timeout=60) in (0, 130)
@@ -124,3 +126,22 @@ def test_the_plain_name_follows_the_best_tier(server: Server, workspace: Path,
     _speak(server, "ada")
     assert server.health()["models_loaded"] == loads + 1  # the export, loaded for ada
     _speak(server, "ada/instant")  # the instant voice still speaks, on its base
+
+
+def test_an_instant_voice_with_no_base_of_its_own_is_served(server: Server) -> None:
+    assert "bob" in {v.name for v in _describe(server).tts[0].voices}
+    speech = server.client().audio.speech.create(model="tts-1", voice="bob", input="Hi there.",
+                                                 response_format="wav",
+                                                 extra_body={"max_frames": 8})
+    assert sf.read(io.BytesIO(speech.content))[1] == 24000
+    _speak(server, "bob")
+
+
+def test_the_serve_page_offers_an_instant_voice(tmp_path: Path, tiny_model_dir: Path,
+                                                prepared_voice: Path) -> None:
+    from gui.pages.serve import servable_voices
+
+    # an instant voice Listen and Read speak (its base known), not yet trained: the Serve
+    # page offers it as the server serves it
+    make_instant_voice(copy_voice(prepared_voice, tmp_path / "cleo"), str(tiny_model_dir))
+    assert [name for name, _ in servable_voices(tmp_path)] == ["cleo"]

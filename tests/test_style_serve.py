@@ -92,7 +92,7 @@ def _speak(server: Server, voice: str, **extra: Any) -> tuple[bytes, dict[str, s
     return raw.content, dict(raw.headers), logged
 
 
-def _wyoming(server: Server, voice: str, speaker: str) -> tuple[bytes, dict[str, Any]]:
+def _wyoming(server: Server, voice: str, speaker: str | None) -> tuple[bytes, dict[str, Any]]:
     """The audio and request-log record of a one-shot `synthesize` with a speaker."""
     host, port = str(server.serving["wyoming"]).removeprefix("tcp://").rsplit(":", 1)
     before = len(server.logged())
@@ -158,3 +158,15 @@ def test_an_instruction_for_a_voice_without_styles_warns_alike_over_http_and_wyo
     assert warned and warned[0]["level"] == "warning" and WARNING in warned[0]["message"]
     audio, heard = _wyoming(server, "ada", style)
     assert len(audio) > 0 and heard["instructions"] == logged["instructions"]
+
+
+def test_each_trained_style_is_a_voice_home_assistant_can_pick(served: dict[str, Any]) -> None:
+    # no Home Assistant offers a picker for a voice's speakers: each style is a voice too,
+    # which a pipeline can pick, listed after the voice's plain name (its default)
+    server, style = served["server"], served["styles"][0]
+    listed = [name for name, _ in server.serving["wyoming_voices"]]
+    assert f"joe ({style})" in asyncio.run(_speakers(server))
+    assert f"joe ({style})" in listed and listed.index("joe") < listed.index(f"joe ({style})")
+    audio, heard = _wyoming(server, f"joe ({style})", None)
+    assert len(audio) > 0 and heard["status"] == 200 and heard["voice"] == "joe"
+    assert heard["instructions"] == {"text": style, "applied": True, "notes": []}

@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 from engine.core.errors import VoxshardError
 from engine.core.events import Event
 from engine.layout.exports import exports_dir
+from engine.layout.tiers import TIER_INSTANT
 from engine.serve import formats
 from engine.serve.voices import ServedVoice
 from engine.synth.voice import resolve_source
@@ -154,11 +155,17 @@ def voice_stamp(voice: ServedVoice) -> tuple[Any, ...]:
     return stamp
 
 
+def load_options(voice: ServedVoice) -> dict[str, Any]:
+    """What a worker's load of `voice` names besides its folder: an instant voice's base
+    (its own, or the one it is served on: `engine.serve.voices.speaking_tiers`)."""
+    return {"base": voice.base} if voice.tier == TIER_INSTANT and voice.base else {}
+
+
 def voice_identity(voice: ServedVoice) -> str:
     """What a served voice loads (the export folder or checkpoint `speak` would use); the
     adapter and instant voices of one base share their base's (`BASE_IDENTITY`)."""
     try:
-        source = resolve_source(str(voice.target))
+        source = resolve_source(str(voice.target), **load_options(voice))
     except VoxshardError:
         return voice.name
     if source.kind in ("adapter", "zero_shot"):
@@ -347,7 +354,8 @@ class Pool:
         voice = self.voices[name]
         worker = VoiceWorker(voice, self._make_worker)
         worker.identity = self.identity(name)
-        answer = worker.ask({"op": "load", "id": "load", "voice": str(voice.target)})
+        answer = worker.ask({"op": "load", "id": "load", "voice": str(voice.target),
+                             **load_options(voice)})
         if answer.get("kind") != "result":
             worker.worker.close(timeout=30)
             raise LoadFailed(f"The voice {name!r} could not be loaded: "
@@ -366,7 +374,8 @@ class Pool:
         """Load voice `name` onto its base's worker, by name (no model load); again when its
         folder was made anew since (a registered voice deleted and registered again)."""
         answer = worker.ask({"op": "voice", "id": f"voice-{next(self._ids)}", "name": name,
-                             "voice": str(self.voices[name].target)})
+                             "voice": str(self.voices[name].target),
+                             **load_options(self.voices[name])})
         if answer.get("kind") != "result":
             raise LoadFailed(f"The voice {name!r} could not be loaded: "
                              f"{answer.get('message') or 'unknown error'}")

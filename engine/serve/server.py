@@ -16,12 +16,11 @@ from engine.core.errors import InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.model.loading import default_device
 from engine.serve.pool import LoadFailed, Pool
-from engine.serve.voices import discover
+from engine.serve.voices import discover, serving_base
 from engine.serve.wyoming import (
     WyomingServer,
     WyomingService,
-    description_of,
-    home_assistant_order,
+    home_assistant_list,
     parse_uri,
 )
 
@@ -127,9 +126,11 @@ def _device(device: str | None) -> str:
 def served_voices(settings: ServeSettings) -> dict[str, Any]:
     """The voices `settings` serve, read from disk now (at start, and again by the app and
     the Wyoming service when the workspace changes); an empty workspace is served when
-    clients can register into it (`--reference-base`)."""
+    clients can register into it (`--reference-base`). An instant voice that knows no base
+    speaks on --reference-base, else on the default base model where it is here."""
     return discover(settings.targets, settings.workspace,
-                    registers=bool(settings.reference_base))
+                    registers=bool(settings.reference_base),
+                    base=serving_base(settings.reference_base))
 
 
 def make_pool(settings: ServeSettings, voices: dict[str, Any]) -> Any:
@@ -172,6 +173,8 @@ def request_line(record: dict[str, Any]) -> tuple[str, str]:
     line = (f"{record['method']} {record['path']} {record['status']} "
             f"{record['voice']} {record['format']} {record['audio_s']:.2f} s audio "
             f"in {record['seconds']:.2f} s")
+    if record.get("error"):
+        line += f" ({record['error']})"  # the refusal's code, as its client got it
     said = record.get("instructions") or {}
     if not said:
         return line, "info"
@@ -279,8 +282,8 @@ class Serving:
                 renders=str(pool.renders_dir), reference_cloning=bool(settings.reference_base),
                 wyoming=self.wyoming, zeroconf=announced,
                 # what Home Assistant lists, in its order (the Serve page shows it)
-                wyoming_voices=[[v.name, description_of(v)] for v in
-                                home_assistant_order(voices.values())] if self.wyoming else [])
+                wyoming_voices=[list(entry) for entry in home_assistant_list(voices.values())]
+                if self.wyoming else [])
             self._ready.set()
             if sock is not None:
                 await self._server.serve(sockets=[sock])  # its lifespan closes the pool

@@ -17,6 +17,7 @@ so no client-supplied path is ever opened. Light: no torch.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from engine.layout.tiers import (
     is_adapter,
     read_adapter_info,
 )
+from engine.model.loading import DEFAULT_BASE_MODEL, download_model
 from engine.synth.voice import resolve_source, trained_styles
 
 
@@ -79,13 +81,44 @@ def _is_run(path: Path) -> bool:
     return run.config_file.is_file() and run.voice_dir is not None and bool(run.checkpoints())
 
 
-def _of_voice(voice_dir: Path) -> list[ServedVoice]:
+@functools.cache
+def _local_default_base() -> str | None:
+    # looked up once: the hub's cache is read, and the base is rarely fetched meanwhile
+    try:
+        download_model(DEFAULT_BASE_MODEL, download=False)
+    except VoxshardError:
+        return None
+    return DEFAULT_BASE_MODEL
+
+
+def serving_base(reference_base: str | None = None) -> str | None:
+    """What a served instant voice that knows no base of its own speaks on: the server's
+    --reference-base, else the default base model when it is on this computer (what the
+    Listen page's Base field offers first); None: such a voice cannot speak."""
+    return reference_base or _local_default_base()
+
+
+def servable(voice_dir: Path, base: str | None = None) -> bool:
+    """Whether a voice folder has anything to speak with (`speaking_tiers`, or a trained
+    run): the one rule of what a server, the Serve page and Read offer."""
+    return bool(_of_voice(voice_dir, base))
+
+
+def speaking_tiers(voice_dir: Path, base: str | None = None) -> list[dict[str, Any]]:
+    """What a voice can speak with now (`catalog.list_tiers`): an instant voice speaks on
+    its own base (recorded, or its runs'), else on `base`, the one the app speaks it on
+    (the Listen page's Base field; a server's --reference-base or the default base model
+    on this machine); with neither it cannot speak, and is left out."""
+    tiers = [dict(t, base=t["base"] or base) if t["tier"] == TIER_INSTANT else t
+             for t in catalog.list_tiers(voice_dir)]
+    return [t for t in tiers if t["tier"] != TIER_INSTANT or t["base"]]
+
+
+def _of_voice(voice_dir: Path, base: str | None = None) -> list[ServedVoice]:
     """The voice itself (when it has something to speak with), its exports, its adapter
     and instant voices, and its runs."""
     language = _language(voice_dir)
-    # an instant voice with no base known (none recorded, no run) cannot speak: not offered
-    tiers = [t for t in catalog.list_tiers(voice_dir)
-             if t["tier"] != TIER_INSTANT or t["base"]]
+    tiers = speaking_tiers(voice_dir, base)
     runs = [r for r in catalog.list_runs(voice_dir) if r.checkpoints]
     out: list[ServedVoice] = []
     if tiers or runs:
@@ -105,10 +138,11 @@ def _of_voice(voice_dir: Path) -> list[ServedVoice]:
 
 def discover(targets: list[str | os.PathLike[str]],
              workspace: str | os.PathLike[str] | None = None,
-             registers: bool = False) -> dict[str, ServedVoice]:
+             registers: bool = False, base: str | None = None) -> dict[str, ServedVoice]:
     """Every voice to serve, by name; a bad target or an empty result says what to do.
     `registers`: clients may register voices into `workspace` (`--reference-base`), so
-    an empty workspace is a server waiting for its first voice, not a mistake."""
+    an empty workspace is a server waiting for its first voice, not a mistake. `base`:
+    what an instant voice that knows no base of its own speaks on (`speaking_tiers`)."""
     found: list[ServedVoice] = []
     for raw in targets:
         path = Path(raw).expanduser().absolute()
@@ -117,7 +151,7 @@ def discover(targets: list[str | os.PathLike[str]],
                              "Give exported voices, voice folders or run folders.")
         if (path / "voice.toml").is_file() or exports_dir(path).is_dir() \
                 or runs_dir(path).is_dir():
-            mine = _of_voice(path)
+            mine = _of_voice(path, base)
             if not mine and any(t["tier"] == TIER_INSTANT for t in catalog.list_tiers(path)):
                 raise InputError(f"The instant voice of {path.name} does not know its base "
                                  "model yet, so it cannot speak.",
@@ -142,7 +176,7 @@ def discover(targets: list[str | os.PathLike[str]],
                              "Give the folder that holds config.json, or a voice folder.")
     if workspace is not None:
         for entry in catalog.list_voices(Path(workspace).expanduser()):
-            found += _of_voice(entry.path.absolute())
+            found += _of_voice(entry.path.absolute(), base)
     voices: dict[str, ServedVoice] = {}
     for v in found:
         voices.setdefault(v.name, v)  # the same folder given twice is served once

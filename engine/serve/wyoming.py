@@ -92,6 +92,8 @@ PAUSE_BYTES = int(SpeakOptions().sentence_pause_s * RATE) * WIDTH
 #: what each served name is, after its name in its description
 TIER_WORDS = {TIER_FULL: "fine-tuned", TIER_ADAPTER: "adapter",
               TIER_INSTANT: "instant, from a reference clip"}
+#: the refusal of a request with no text (one-shot or streamed)
+EMPTY = "The text to speak is empty."
 #: how long a refused client may go on sending after the end (`_Connection._end`)
 LINGER_S = 5.0
 #: HTTP statuses of the refusals in the request log
@@ -150,6 +152,29 @@ def style_for(data: dict[str, Any]) -> str:
     return str(speaker).strip()[:500] if speaker else ""
 
 
+def style_voices(voices: Iterable[ServedVoice]) -> dict[str, tuple[ServedVoice, str]]:
+    """Each trained style of each voice as a voice of its own, `NAME (STYLE)` -> (the
+    voice, the style): no Home Assistant offers a picker for a voice's speakers, but every
+    one lets a pipeline pick a voice."""
+    return {f"{v.name} ({style})": (v, style) for v in voices for style in v.styles}
+
+
+def style_description(voice: ServedVoice, style: str) -> str:
+    """A style voice's description: its voice's, then the style, so Home Assistant lists it
+    after its voice's plain name (a prefix sorts first), never as a language's first pick."""
+    return f"{description_of(voice)}, style: {style}"
+
+
+def home_assistant_list(voices: Iterable[ServedVoice]) -> list[tuple[str, str]]:
+    """(name, description) of every voice Home Assistant lists, style voices among them, in
+    its order (by description): what the start line and the Serve page show."""
+    voices = list(voices)
+    listed = [(v.name, description_of(v)) for v in voices]
+    listed += [(name, style_description(v, style))
+               for name, (v, style) in style_voices(voices).items()]
+    return sorted(listed, key=lambda entry: entry[1])
+
+
 def language_for(data: dict[str, Any]) -> str | None:
     """The language a request gives its text in (its voice's `language`), or None: then
     each sentence's own language says its numbers."""
@@ -168,9 +193,10 @@ class _Refused(Exception):
     """One request cannot be served: its client gets one error event, then the
     connection closes."""
 
-    def __init__(self, text: str, code: str) -> None:
+    def __init__(self, text: str, code: str, voice: str = "") -> None:
         super().__init__(text)
-        self.text, self.code = text, code
+        #: the voice asked for, when known (the request log names it)
+        self.text, self.code, self.voice = text, code, voice
 
     @property
     def status(self) -> int:
@@ -210,6 +236,8 @@ class _Reply:
     ended: bool = False
     #: the style asked for: a speaker of the voice, which is one of its trained styles
     style: str = ""
+    #: no text but whitespace came yet (a stream that stops so is refused as empty)
+    blank: bool = True
     #: the worker of its first sentence: the rest are said on it too, so a voice that
     #: switches model meanwhile (trained, exported) switches at the next request
     worker: VoiceWorker | None = None
@@ -261,16 +289,35 @@ class WyomingService:
             pass  # a folder given on the command line went away: the voices known stay
         else:
             await self.pool.sync(found)
-        # a voice's trained styles are its speakers: Home Assistant lets a user pick one
-        voices = [TtsVoice(name=v.name, description=description_of(v), attribution=ATTRIBUTION,
-                           installed=True, version=None,
-                           languages=languages_of(v, self.pool.voices.values()),
-                           speakers=[TtsVoiceSpeaker(name=s) for s in v.styles] or None)
-                  for v in home_assistant_order(self.pool.voices.values())]
+        voices: list[TtsVoice] = []
+        for v in home_assistant_order(self.pool.voices.values()):
+            styles, languages = v.styles, languages_of(v, self.pool.voices.values())
+            # a trained style is a speaker too, for a `tts.speak` action that types its
+            # text (no Home Assistant offers a picker for speakers) ...
+            voices.append(TtsVoice(name=v.name, description=description_of(v),
+                                   attribution=ATTRIBUTION, installed=True, version=None,
+                                   languages=languages,
+                                   speakers=[TtsVoiceSpeaker(name=s) for s in styles] or None))
+            # ... and a voice of its own, which every Home Assistant lets a pipeline pick
+            voices += [TtsVoice(name=name, description=style_description(v, style),
+                                attribution=ATTRIBUTION, installed=True, version=None,
+                                languages=languages)
+                       for name, (_, style) in style_voices([v]).items()]
         program = TtsProgram(name="voxshard", description="Voxshard: your own cloned voices",
                              attribution=ATTRIBUTION, installed=True, version=__version__,
                              voices=voices, supports_synthesize_streaming=True)
         return Info(tts=[program])
+
+    def asked(self, data: dict[str, Any]) -> tuple[str, str]:
+        """The served name and the style (or "") a request's `voice` means: a style voice
+        (`style_voices`) is its voice in its style; a speaker given says the style."""
+        voice = data.get("voice")
+        name = voice.get("name") if isinstance(voice, dict) else None
+        if isinstance(name, str) and name not in self.pool.voices:
+            styled = style_voices(self.pool.voices.values()).get(name)
+            if styled is not None:
+                return styled[0].name, style_for(data) or styled[1]
+        return self.voice_for(data), style_for(data)
 
     def voice_for(self, data: dict[str, Any]) -> str:
         """The served name a request's `voice` means (by name, else by language)."""
@@ -282,7 +329,7 @@ class WyomingService:
             if name not in self.pool.voices:
                 known = ", ".join(sorted(self.pool.voices)[:20])
                 raise _Refused(f"The voice '{str(name)[:80]}' is not served here; available: "
-                               f"{known}.", "voice_not_found")
+                               f"{known}.", "voice_not_found", str(name)[:80])
             return str(name)
         wanted = language_code(str(voice.get("language") or ""))
         if wanted:  # a voice recorded in that language, the first as Home Assistant lists
@@ -333,18 +380,19 @@ class _Connection(AsyncEventHandler):
                 if self.stream is None:  # inside a stream it repeats the text: ignored
                     self._one_shot(event.data)
             elif SynthesizeStart.is_type(event.type):
-                self._open(self.service.voice_for(event.data),
-                           language_for(event.data)).style = style_for(event.data)
+                voice, style = self.service.asked(event.data)
+                self._open(voice, language_for(event.data)).style = style
             elif SynthesizeChunk.is_type(event.type):
                 self._chunk(event.data)
             elif SynthesizeStop.is_type(event.type):
                 self._stop()
             # other events are not for a speech service: ignored, as Wyoming services do
         except _Refused as refused:
-            self._refuse(refused)
+            self._refuse(refused, "synthesize" if Synthesize.is_type(event.type)
+                         else "synthesize-stream")
         return True
 
-    def _refuse(self, refused: _Refused) -> None:
+    def _refuse(self, refused: _Refused, mode: str) -> None:
         """End the open stream with `refused`, or queue it: either way the client gets it
         after what it asked before, then the connection closes."""
         self.closing = True
@@ -352,28 +400,29 @@ class _Connection(AsyncEventHandler):
             self.stream.end(refused)  # logged with its reply
             self.stream = None
             return
-        self.service.record(None, refused.status, 0.0, error=refused.code)
+        self.service.record(None, refused.status, 0.0, error=refused.code, path=mode,
+                            voice=refused.voice)
         self.items.put_nowait(refused)
 
-    def _text(self, data: dict[str, Any]) -> str:
+    def _text(self, data: dict[str, Any], voice: str = "") -> str:
         text = data.get("text")
         if not isinstance(text, str):
-            raise _Refused("The event needs its text as a string.", "malformed_event")
+            raise _Refused("The event needs its text as a string.", "malformed_event", voice)
         return text
 
     def _language(self, voice: str) -> str:
         return self.pool.voices[voice].language
 
     def _one_shot(self, data: dict[str, Any]) -> None:
-        text = self._text(data)
-        voice = self.service.voice_for(data)
+        voice, style = self.service.asked(data)
+        text = self._text(data, voice)
         if len(text) > self.service.max_input:
             raise _Refused(f"The text is {len(text)} characters; the limit is "
-                           f"{self.service.max_input}.", "input_too_long")
+                           f"{self.service.max_input}.", "input_too_long", voice)
         if not text.strip():
-            raise _Refused("The text to speak is empty.", "empty_input")
+            raise _Refused(EMPTY, "empty_input", voice)
         reply = _Reply(voice, "synthesize", self._language(voice), language_for(data),
-                       chars=len(text), style=style_for(data))
+                       chars=len(text), style=style)
         reply.add(text)
         reply.end()
         self.items.put_nowait(reply)
@@ -391,6 +440,7 @@ class _Connection(AsyncEventHandler):
         # a client that skipped synthesize-start: a stream in the default voice anyway
         stream = self.stream or self._open(self.service.default_voice)
         stream.chars += len(text)
+        stream.blank = stream.blank and not text.strip()
         if stream.chars > self.service.max_input:
             raise _Refused(f"The streamed text is over the limit of {self.service.max_input} "
                            "characters.", "input_too_long")
@@ -399,6 +449,8 @@ class _Connection(AsyncEventHandler):
             stream.add(sentence)
 
     def _stop(self) -> None:
+        if self.stream is not None and self.stream.blank:
+            raise _Refused(EMPTY, "empty_input")  # as a one-shot request's: one refusal
         stream, self.stream = self.stream, None
         if stream is not None:
             stream.add(stream.pending)
@@ -445,7 +497,7 @@ class _Connection(AsyncEventHandler):
                     refused = sentence
                     break
                 if started:  # the pause between two sentences, sent while the next renders
-                    await self._audio(bytes(PAUSE_BYTES))
+                    sent += await self._audio(bytes(PAUSE_BYTES))
                 job = self.job = await self._submit(reply, sentence)
                 refused = await self._started(job)
                 said = said or job.ticket.said()

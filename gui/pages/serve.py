@@ -10,6 +10,7 @@ removed when the server stops.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -44,8 +45,8 @@ from engine.config.schema import flag_of
 from engine.config.serve import WYOMING_PORT, ServeSettings
 from engine.core.errors import InputError
 from engine.serve.server import url_of
-from engine.serve.voices import discover
-from engine.serve.wyoming import announced_address, description_of, home_assistant_order
+from engine.serve.voices import discover, servable, serving_base
+from engine.serve.wyoming import announced_address, home_assistant_list
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
@@ -79,11 +80,26 @@ def wyoming_host_port(wyoming: str) -> tuple[str, str]:
     return host, port
 
 
+def announced_text(address: str) -> str:
+    """What the mDNS announcement at `address` means for Home Assistant: one on another
+    machine cannot connect to a loopback address, so say what to change."""
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return (f"Announced at {address}: only a Home Assistant on this computer can "
+                f"connect. For one on another machine, set Listen on to '{HOSTS[1][0]}' "
+                "and start again.")
+    return f"Announced at {address}: Home Assistant on your network finds it."
+
+
 def home_assistant_voices(folders: list[str]) -> list[str]:
     """What Home Assistant will list for these voice folders, in its order (the first is
     the voice a new assistant picks); none when a folder cannot be served as it is."""
     try:
-        return [description_of(v) for v in home_assistant_order(discover(folders).values())]
+        return [description for _, description in home_assistant_list(
+            discover(folders, base=serving_base()).values())]
     except InputError:
         return []
 
@@ -97,15 +113,13 @@ def home_assistant_text(wyoming: str) -> str:
 
 
 def servable_voices(workspace: Path | None) -> list[tuple[str, Path]]:
-    """The workspace's voices that have an export or a trained run (name, folder)."""
+    """The workspace's voices that can speak (name, folder): the server's own rule
+    (`engine.serve.voices.servable`), so a voice Listen and Read speak is offered here."""
     if workspace is None:
         return []
-    out = []
-    for entry in catalog.list_voices(workspace):
-        if catalog.list_exports(entry.path) or any(r.checkpoints
-                                                   for r in catalog.list_runs(entry.path)):
-            out.append((entry.path.name, entry.path))
-    return out
+    base = serving_base()
+    return [(entry.path.name, entry.path) for entry in catalog.list_voices(workspace)
+            if servable(entry.path, base)]
 
 
 def curl_line(url: str, voice: str, key: str | None) -> str:
@@ -403,8 +417,8 @@ class ServePage(Page):
             if event.get("wyoming"):
                 self.wyoming_info.setText(home_assistant_text(str(event["wyoming"])))
                 if event.get("zeroconf"):
-                    self.ha_note.setText(f"Announced at {event['zeroconf']}: Home Assistant "
-                                         f"finds it. {RELOAD_NOTE}")
+                    self.ha_note.setText(f"{announced_text(str(event['zeroconf']))} "
+                                         f"{RELOAD_NOTE}")
                 self.wyoming_field.setText(":".join(wyoming_host_port(str(event["wyoming"]))))
                 self.copy_wyoming.setEnabled(True)
                 # the server's own list, as it serves it (a voice added later: RELOAD_NOTE)
@@ -438,7 +452,9 @@ class ServePage(Page):
             self.log.removeRow(0)
         row = self.log.rowCount()
         self.log.insertRow(row)
-        cells = [time.strftime("%H:%M:%S"), str(record.get("status", "")),
+        # a refusal's code beside its status: what its client was told
+        status = f"{record.get('status', '')} {record.get('error') or ''}".strip()
+        cells = [time.strftime("%H:%M:%S"), status,
                  str(record.get("voice", "")),
                  f"{record.get('format', '')} {record.get('stream', '')}".strip(),
                  f"{float(record.get('audio_s') or 0):.2f}",

@@ -79,3 +79,13 @@ def start_server(args: list[str], cwd: Path) -> Server:
 
     threading.Thread(target=collect, daemon=True).start()
     return server
+
+
+def serve_workspace(workspace: Path, *extra: str) -> Server:
+    """`serve --workspace` on the CPU: HTTP with the test key (a file beside the workspace)
+    and Wyoming, each on a free port of loopback; `extra`: more of the CLI's flags."""
+    root = workspace.parent
+    (root / "key").write_text(KEY + "\n")
+    return start_server(["--workspace", str(workspace), "--port", "0", "--api-key-file",
+                         str(root / "key"), "--device", "cpu", "--dtype", "float32",
+                         "--wyoming", "tcp://127.0.0.1:0", *extra], root)
