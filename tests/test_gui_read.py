@@ -79,3 +79,22 @@ def test_read_page_renders_picks_and_exports(qtbot, window, workspace: Path,
     assert table.item(0, 5).text() == "not rendered"
     assert table.item(0, 4).toolTip() == "Said as: The lamp was lit at duhsk."
     assert table.item(1, 5).text().startswith("2")
+
+
+def test_read_page_shows_the_projects_flags(window, workspace: Path, tiny_model_dir: Path,
+                                            tmp_path: Path) -> None:
+    """A line flagged by an earlier render (every take of the drone voice loops) is shown
+    flagged by the page, whatever run made its takes."""
+    read_workspace(workspace, tiny_model_dir)
+    script = tmp_path / "drone.txt"
+    script.write_text("Drone: Hum along with me.\n", encoding="utf-8")
+    request = ReadRequest(script=str(script), workspace=str(workspace), max_frames=64,
+                          retries=0)
+    read(request, Emitter())
+    read(request, Emitter())  # a later run, with nothing to render
+
+    page = window.show_page(ReadPage)
+    page.script.setText(str(script))
+    page.refresh()
+    assert page.table.item(0, 5).text() == "1 - check it"
+    assert page.status.text().endswith("; lines 1 flagged")

@@ -30,7 +30,14 @@ from engine.config.read import LOUDNESS_PRESETS, ReadRequest
 from engine.core.atomic import read_json
 from engine.core.errors import VoxshardError
 from engine.layout import reading
-from engine.read.project import Plan, best_take, choose, line_flagged, make_plan
+from engine.read.project import (
+    Plan,
+    best_take,
+    choose,
+    flagged_lines,
+    line_flagged,
+    make_plan,
+)
 from engine.read.pronounce import add_respelling
 from engine.serve.voices import discover
 from gui.context import AppContext
@@ -204,15 +211,18 @@ class ReadPage(Page):
                 if column == 4:  # the whole line (the column may cut it), and how it is said
                     item.setToolTip(line.text if planned.spoken == line.text
                                     else f"Said as: {planned.spoken}")
-                if column == 5 and text.endswith("check it"):
+                if column == 5 and line_flagged(plan, planned):
                     item.setIcon(icon("warning"))
                     item.setToolTip("Every take of this line looped, stayed silent or ran to "
                                     "its length cap: listen to it, or make a new take.")
                 self.table.setItem(row, column, item)
         done = sum(1 for p in plan.lines if p.seeds)
+        flagged = flagged_lines(plan)  # the project's, until a good take is used
         if self.job is None:
             self.status.setText(f"{len(plan.lines)} lines in {len(plan.script.chapters)} "
-                                f"chapters, {done} rendered")
+                                f"chapters, {done} rendered"
+                                + (f"; lines {', '.join(map(str, flagged))} flagged"
+                                   if flagged else ""))
         if selected is not None:
             self.table.selectRow(selected - 1)
         self._selected()  # the same row kept selected signals nothing: its takes may be new
