@@ -49,7 +49,7 @@ from gui.widgets import button, fmt_duration, hbox
 COLUMNS = ["#", "Chapter", "Voice", "Style", "Line", "Takes"]
 #: a project's settings the page keeps as the project saved them (the takes' keys use them)
 SAVED = ("language", "seed", "chunk_chars", "max_frames", "retries", "line_pause_s",
-         "paragraph_pause_s", "chapter_pause_s", "styles")
+         "paragraph_pause_s", "chapter_pause_s", "styles", "keep_other_models")
 #: the export's file types, in the order offered
 EXPORTS = "Audiobook (*.m4b);;MP3 (*.mp3);;FLAC (*.flac);;WAV (*.wav)"
 
@@ -276,8 +276,12 @@ class ReadPage(Page):
         args += ["--loudness-lufs", f"{request.loudness_lufs:g}"]
         for name in SAVED:
             value = getattr(request, name)
+            flag = "--" + name.replace("_", "-")
+            if isinstance(value, bool):  # a switch
+                args += [flag] if value else []
+                continue
             for one in value if isinstance(value, tuple) else () if value is None else (value,):
-                args += ["--" + name.replace("_", "-"), str(one)]
+                args += [flag, str(one)]
         return args
 
     def _start(self, extra: list[str], title: str) -> None:
