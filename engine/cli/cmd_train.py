@@ -78,8 +78,9 @@ def _add_settings(p: argparse.ArgumentParser, paths: list[str]) -> None:
 def _add_shape_options(p: argparse.ArgumentParser) -> None:
     """Options that change the memory plan; shared by train and plan."""
     p.add_argument("voice", help="voice folder (prepared)")
-    p.add_argument("--base", required=True,
-                   help="base model: a folder or a hub id such as Qwen/Qwen3-TTS-12Hz-1.7B-Base")
+    p.add_argument("--base", default=None,
+                   help="base model: a folder or a hub id such as Qwen/Qwen3-TTS-12Hz-1.7B-Base "
+                        "(with --resume: the run's own)")
     # None means "not given": the driver picks by data volume and GPUs, or keeps what a
     # resumed run used
     _add_settings(p, _settings(length=False))

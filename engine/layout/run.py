@@ -428,6 +428,22 @@ class Run:
         trained = [c for c in self.checkpoints() if checkpoint_stage(c) != REINFORCE_STAGE]
         return (trained[-1], False) if trained else None
 
+    def resume_refusal(self) -> InputError | None:
+        """Why training cannot resume this run, or None: it went on into the reinforce stage.
+        Both stages share one step numbering (the stage's checkpoints come after training's
+        highest step), so from its newest checkpoint training would take the stage's weights
+        and AdamW state for its own, and from its newest training one its steps would land
+        on the stage's numbers."""
+        stage = [c for c in self.checkpoints() if checkpoint_stage(c) == REINFORCE_STAGE]
+        if not stage:
+            return None
+        return InputError(f"The run {self.name} went on into the reinforce stage (up to "
+                          f"{stage[-1].name}), so its training cannot be resumed.",
+                          "Start a new run to train more, or continue the stage with "
+                          "`voxshard-engine reinforce --resume`.",
+                          window_hint="Start a new run to train more, or press Resume on "
+                                      "the Reinforce tab.")
+
     def keep_best(self, checkpoint: str | os.PathLike[str]) -> Path | None:
         return keep_best(self.path, checkpoint)
 

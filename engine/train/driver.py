@@ -29,7 +29,7 @@ __all__ = ["DataSummary", "TrainRequest", "TrainRun", "cancelled_error", "cluste
            "write_adapter_voice"]
 
 
-def train(voice: str | Path, base: str, *, on_event: EventCallback | Emitter | None = None,
+def train(voice: str | Path, base: str | None, *, on_event: EventCallback | Emitter | None = None,
           stop: threading.Event | None = None, **options: Any) -> dict[str, Any]:
     """Fine-tune `base` on a prepared voice; returns a summary dict (the CLI's result).
 

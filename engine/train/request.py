@@ -40,7 +40,7 @@ class TrainRequest:
     """
 
     voice: str | Path
-    base: str
+    base: str | None
     settings: dict[str, Any] = field(default_factory=dict)
     use_gpu: bool | None = None
     address: str | None = None
@@ -55,7 +55,7 @@ class TrainRequest:
     preflight: bool | None = None
 
     @classmethod
-    def of(cls, voice: str | Path, base: str, **options: Any) -> TrainRequest:
+    def of(cls, voice: str | Path, base: str | None, **options: Any) -> TrainRequest:
         """A request from keywords: settings by field name, the rest as the fields above."""
         settings = {k: options.pop(k) for k in list(options) if k in SETTINGS}
         return cls(voice, base, {k: v for k, v in settings.items() if v is not None},
@@ -90,7 +90,7 @@ class TrainRequest:
                              "so it needs {model.trainable} set to lora.",
                              "Choose lora for {model.trainable}, or turn off "
                              "{model.lora_predictor}.")
-        if not str(self.base).strip():
+        if not str(self.base or "").strip() and not self.resume:  # a resume: the run's own
             raise InputError("No base model given.",
                              "Name one for {model.base}: Qwen/Qwen3-TTS-12Hz-0.6B-Base or a "
                              "model folder.")

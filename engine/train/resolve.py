@@ -13,7 +13,6 @@ from engine.config.train import TrainConfig
 from engine.core.errors import InputError, TrainingError
 from engine.core.events import Emitter
 from engine.data.dataset import VoiceData, split_ids
-from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_stage
 from engine.layout.manifest import prepared_folder, read_manifest
 from engine.layout.run import Run
 from engine.train.gpus import visible_gpus
@@ -103,19 +102,26 @@ def refuse_finished(run: Run, steps: int | None) -> None:
                          "Ask for more steps to continue it, or start a new run.")
 
 
+def resume_base(run: Run, given: str | None) -> str:
+    """The base model a resumed run trains on: the one it started from (its saved config,
+    else its newest checkpoint's), whatever base the caller names now (the window's form
+    may show another); `given` only for a run that records none. A different `given` is
+    not an error: the run's own checkpoints fit its own base alone."""
+    own = run.base_model()
+    if own:
+        return own
+    if not str(given or "").strip():
+        raise InputError(f"The run {run.name} does not record its base model.",
+                         "Name it for {model.base}: the model the run started from.")
+    return str(given)
+
+
 def refuse_reinforced(run: Run) -> None:
-    """A run the reinforce stage went on from has one step numbering for both stages (the
-    stage's checkpoints come after training's highest step), so training cannot go on in it:
-    from its newest checkpoint it would take the stage's weights and AdamW state for its
-    own, and from its newest training one its steps would land on the stage's numbers."""
-    stage = [c for c in run.checkpoints() if checkpoint_stage(c) == REINFORCE_STAGE]
-    if stage:
-        raise InputError(f"The run {run.name} went on into the reinforce stage (up to "
-                         f"{stage[-1].name}), so its training cannot be resumed.",
-                         "Start a new run to train more, or continue the stage with "
-                         "`voxshard-engine reinforce --resume`.",
-                         window_hint="Start a new run to train more, or press Resume on "
-                                     "the Reinforce tab.")
+    """A run the reinforce stage went on from cannot resume training (`Run.resume_refusal`,
+    which the window asks before offering Resume)."""
+    refusal = run.resume_refusal()
+    if refusal is not None:
+        raise refusal
 
 
 def steps_per_epoch(cfg: TrainConfig, voice_dir: Path, model_dir: Path,

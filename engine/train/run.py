@@ -43,6 +43,7 @@ from engine.train.resolve import (
     refuse_finished,
     refuse_reinforced,
     resolve_config,
+    resume_base,
     steps_per_epoch,
     worker_threads,
 )
@@ -120,7 +121,13 @@ class TrainRun:
     def resolve(self) -> TrainConfig:
         req, emitter = self.request, self.emitter
         v = self.voice = open_voice(req.voice)
-        self.base = expand_arg(str(req.base))
+        resumed = self._resumed_run(v) if req.resume else None
+        # a resumed run trains on its own base, whatever the caller's form shows now
+        self.base = expand_arg(resume_base(resumed, req.base) if resumed is not None
+                               else str(req.base))
+        if resumed is not None and req.base and expand_arg(str(req.base)) != self.base:
+            emitter.log(f"A resumed run trains on its own base model: {self.base}.",
+                        level="warning")
         # absolute: workers (on other nodes, in other folders) get this path
         model_dir = self.model_dir = Path(os.path.abspath(resolve_model(self.base,
                                                                         on_event=emitter)))
@@ -184,15 +191,20 @@ class TrainRun:
                              "instead.")
         return use_gpu, workers
 
+    def _resumed_run(self, v: Voice) -> Run:
+        """The run to resume (the one named, else the latest), or an InputError."""
+        found = pick_run(v.path, self.request.run)
+        if found is None:
+            raise InputError(f"There is no run {self.request.run or ''} to resume in "
+                             f"{v.runs_dir}.".replace("run  to", "run to"),
+                             "Start a new run without --resume.")
+        return found
+
     def _resumed_config(self, v: Voice, overrides: dict[str, dict[str, Any]]
                         ) -> tuple[Path, TrainConfig]:
         """The run to resume and its saved config with what the caller changed now."""
         req, emitter = self.request, self.emitter
-        found = pick_run(v.path, req.run)
-        if found is None:
-            raise InputError(f"There is no run {req.run or ''} to resume in "
-                             f"{v.runs_dir}.".replace("run  to", "run to"),
-                             "Start a new run without --resume.")
+        found = self._resumed_run(v)
         run_dir = found.path
         refuse_reinforced(found)
 
