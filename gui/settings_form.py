@@ -11,9 +11,23 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QSpinBox,
+    QToolTip,
+    QWidget,
+)
 
-from engine.config.schema import default_of, field_help, flag_of, label_of, rules, value_type
+from engine.config.schema import (
+    default_of,
+    field_help,
+    flag_of,
+    label_of,
+    rules,
+    value_type,
+)
 
 #: the top of a number's range where its setting has no upper bound
 _NO_TOP = 10_000_000
@@ -44,6 +58,11 @@ class SettingField:
                                 else spin.minimum() - 10.0 ** -spin.decimals())
                 spin.setSpecialValueText(unset)
                 spin.setValue(spin.minimum())
+        #: what the field said of the last value typed out of its range ("" once in it):
+        #: a spin box puts its last good value back without a word
+        self.problem = ""
+        if isinstance(self.widget, QDoubleSpinBox | QSpinBox):
+            self.widget.lineEdit().textEdited.connect(self._typed)
         if not self.widget.toolTip():
             self.widget.setToolTip(field_help(cls).get(name, ""))
         if self.default is not None:
@@ -83,6 +102,26 @@ class SettingField:
             spin.setRange(int(low), int(min(high, 2**31 - 1)))
         else:
             spin.setRange(low, high)
+
+    def _typed(self, _text: str) -> None:
+        """A number typed out of the setting's range is said at the field, in the engine's
+        words for its rule (`Setting.problem`), with the value the box keeps."""
+        spin = self.widget
+        assert isinstance(spin, QDoubleSpinBox | QSpinBox)
+        try:
+            typed = float(spin.cleanText().replace(",", "."))
+        except ValueError:
+            return  # half typed ("-", "1e"): the box says nothing until it is a number
+        value: Any = int(typed) if self.kind is int and typed.is_integer() else typed
+        why = self.rule.problem(value)
+        if why is None and not spin.minimum() <= typed <= spin.maximum():
+            why = f"must be from {self.text(spin.minimum())} to {self.text(spin.maximum())}"
+        self.problem = "" if why is None else (
+            f"{self.label} {why}; it stays {self.text(self.value())}.")
+        if self.problem:
+            QToolTip.showText(spin.mapToGlobal(spin.rect().bottomLeft()), self.problem, spin)
+        else:
+            QToolTip.hideText()
 
     def value(self) -> Any:
         w = self.widget

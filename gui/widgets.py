@@ -35,6 +35,8 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSizePolicy,
     QSlider,
+    QStyle,
+    QStyleOptionComboBox,
     QVBoxLayout,
     QWidget,
 )
@@ -324,6 +326,18 @@ def install_wheel_guard(app: QObject) -> WheelGuard:
         guard = WheelGuard(app)
         app.installEventFilter(guard)
     return guard
+
+
+class ElidedComboBox(QComboBox):
+    """A combo box whose label, wider than the box, ends in "…" (the open list says it
+    whole): clipped, it was cut mid-word ("(step 200/200, 2 che")."""
+
+    def initStyleOption(self, option: QStyleOptionComboBox) -> None:
+        super().initStyleOption(option)
+        room = self.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, option,
+                                           QStyle.SubControl.SC_ComboBoxEditField, self)
+        option.currentText = self.fontMetrics().elidedText(
+            option.currentText, Qt.TextElideMode.ElideRight, room.width() - 2)
 
 
 class SciSpinBox(QDoubleSpinBox):

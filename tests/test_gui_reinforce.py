@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from PySide6.QtCore import Qt
 
 from engine.cli.main import build_parser
 from engine.core.atomic import write_json
+from engine.layout.run import Run
 from gui.app import MainWindow
 from gui.pages.train import TrainPage
 from gui.pages.train.reinforce import stage_steps
@@ -262,6 +264,10 @@ def test_the_tab_is_readable_at_the_smallest_window(
     for plot in charts.plots:
         assert _plot_height(plot) >= 65, (plot.titleLabel.text, _plot_height(plot))
     assert _plot_height(charts.reward_plot) >= 100
+    # issue 50: in the tab, not past its bottom (a 240 px minimum in 120-150 px of room
+    # left the lowest reward on the edge and the spread chart out of view)
+    bottom = charts.mapTo(panel, charts.rect().bottomLeft()).y()
+    assert bottom <= panel.contentsRect().bottom() + 1, (bottom, panel.contentsRect())
     for plot in charts.plots:  # and whole: none cut off at the tab's right edge
         assert plot.sceneBoundingRect().right() <= charts.width() + 1, plot.titleLabel.text
     # each y range holds its data, and spans it (not a fixed 0..1)
@@ -306,3 +312,69 @@ def test_the_note_names_the_evaluations_best(qtbot, window: MainWindow, voice: P
     write_json(run / "evaluation" / "evaluation.json", {"best": {"step": 8}})
     page = _open(qtbot, window, voice)
     assert page.reinforce.note.text() == "Starts from step 8, the evaluation's best."
+
+
+def test_the_page_says_the_stage_and_what_a_reinforced_run_allows(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    """Issue 50: a reinforced run's training is not offered for Resume (the engine refuses
+    it: `Run.resume_refusal`) and its note counts training's steps, not the stage's; while
+    a stage runs the page says so and Export and Evaluate wait; a new run's Reinforce tab
+    is its own (empty), not the last run's."""
+    run = _reinforced_run(voice, [-1.5, -1.4, -1.3, -1.2])
+    for step in (12, 14):  # the stage's checkpoints, after training's 10
+        ckpt = run / f"checkpoint_step_{step:07d}"
+        ckpt.mkdir()
+        (ckpt / "COMPLETE").write_text("")
+        write_json(ckpt / "trainer.json", {"stage": "reinforce"})
+    page = _open(qtbot, window, voice)
+    panel = page.reinforce
+    assert page.selected_run() is not None and page.selected_run().path == run
+    page.steps.setValue(10)
+    assert not page.resume_btn.isEnabled()
+    note = page.settings.run_note.text()
+    assert "went on into the reinforce stage" in note and "14 steps" not in note
+    assert "Resume on the Reinforce tab" in note and "--" not in note
+    page.steps.setValue(30)  # more steps would not resume it either
+    assert not page.resume_btn.isEnabled()
+    assert page.export_btn.isEnabled() and page.evaluate_btn.isEnabled()
+    # the stage (the real engine: this run has no model to load, so it fails soon)
+    panel.extra_args = ASR
+    job = panel.start(resume=True)
+    assert job is not None
+    assert page.state_label.text().startswith("Reinforce stage running")
+    assert not page.export_btn.isEnabled() and not page.evaluate_btn.isEnabled()
+    assert not page.resume_btn.isEnabled() and not page.start_btn.isEnabled()
+    with qtbot.waitSignal(job.finished, timeout=120000):
+        pass
+    assert page.state_label.text() == "Reinforce stage: failed"
+    assert page.export_btn.isEnabled() and page.evaluate_btn.isEnabled()
+    # a new run: its Reinforce tab starts empty
+    assert panel.charts.points("reinforce/reward") == 4
+    new = page.start(program=[sys.executable, "-c", "import time; time.sleep(1)"])
+    assert new is not None
+    assert panel.charts.points("reinforce/reward") == 0
+    assert panel.state.text() == "Not reinforced yet."
+    with qtbot.waitSignal(new.finished, timeout=60000):
+        pass
+
+
+def test_a_stage_keeps_its_iterations_after_a_restart(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    """Issue 50: a run's stage was asked for 40 iterations; after a restart the box said the
+    voice's 100 again (a Resume would have gone on to 100). A run without a stage shows the
+    voice's."""
+    run = _reinforced_run(voice, [-1.5, -1.4])
+    report = Run(run).reinforce_report
+    report.parent.mkdir(parents=True)
+    write_json(report, {"iterations": 2, "stopped": True, "config": {"iterations": 40}})
+    page = _open(qtbot, window, voice)
+    assert Path(page.selected_run().path) == run
+    assert page.reinforce.iterations.value() == 40
+    other = voice / "runs" / "2026-01-02_b"
+    other.mkdir()
+    write_json(other / "config.json", {"run": {"steps": 10}})
+    page.refresh()
+    i = page.run_picker.findData(str(other))
+    page.run_picker.setCurrentIndex(i)
+    page.run_picker.activated.emit(i)
+    assert page.reinforce.iterations.value() == 100

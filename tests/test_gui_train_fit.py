@@ -70,3 +70,46 @@ def test_the_form_and_the_evaluation_line_fit_at_1100x760(
     assert _lines(note, shown) <= room, (shown, room)
     assert whole in note.toolTip()  # read in full there
     assert window.grab().save(str(tmp_path / f"train-1100-{window.theme.theme.name}.png"))
+
+
+def test_a_run_with_styles_keeps_the_evaluation_line_to_two_lines(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    """Issue 50: the evaluation line of a run trained with styles ("styles obeyed") had a
+    third line of room, so the chart tabs dropped 15 px at 1100x760 between two runs."""
+    evaluation = {"format": 1, "entries": [
+        {"kind": "zero_shot", "mean": {"similarity": 0.462}},
+        {"kind": "checkpoint", "step": 12, "label": "step 12",
+         "mean": {"similarity": 0.461, "wer": 1.0},
+         "styles": {"followed": 1, "measurable": 2, "per_style": {}}}],
+        "best": {"step": 12, "label": "step 12", "similarity": 0.461, "wer": 1.0},
+        "count": {"written": 3}, "skipped": [{"step": 4}, {"step": 8}]}
+    for name, styles in (("2026-01-01_plain", None), ("2026-01-02_styled", ["Whisper."])):
+        run = voice / "runs" / name
+        run.mkdir(parents=True)
+        write_json(run / "config.json", {"run": {"steps": 12}})
+        (run / "metrics.jsonl").write_text(json.dumps(
+            {"kind": "train", "step": 12, "loss/train": 8.0}) + "\n")
+        if styles:
+            write_json(run / "data.json", {"styles": styles})
+        write_json(run / "evaluation" / "evaluation.json", evaluation)
+    window.resize(1100, 760)
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    qtbot.waitUntil(lambda: page._history is None and page.eval_note.isVisible(),
+                    timeout=20000)
+
+    def tabs_top(name: str) -> int:
+        i = page.run_picker.findData(str(voice / "runs" / name))
+        page.run_picker.setCurrentIndex(i)
+        page.run_picker.activated.emit(i)  # as a pick by hand
+        qtbot.waitUntil(lambda: page._history is None, timeout=20000)
+        assert page.selected_run() is not None and page.selected_run().name == name
+        qtbot.wait(50)  # the layout settles
+        return page.charts.mapTo(window, page.charts.rect().topLeft()).y()
+
+    styled = tabs_top("2026-01-02_styled")
+    assert "styles obeyed 1 of 2" in page.eval_note.toolTip()
+    assert tabs_top("2026-01-01_plain") == styled
+    note = page.eval_note
+    assert note.height() == 2 * note.fontMetrics().lineSpacing() + 4

@@ -97,3 +97,25 @@ def test_prepare_says_the_voice_s_own_recommended_minutes(qtbot, window: MainWin
     page.show_report({"totals": {"minutes_usable": 6.0, "recommended_minutes": 20.0,
                                  "percent_of_recommendation": 30.0}, "takes": []})
     assert page.cards["percent"].label.text() == "of the recommended 20 min"
+
+
+def test_a_value_typed_out_of_range_is_said_not_silently_put_back(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    """Issue 50: LoRA rank 0 typed in the form went back to the last value without a word;
+    the field says the engine's rule for it and the value it keeps."""
+    window.ctx.set_voice(voice)
+    page = window.show_page(TrainPage)
+    assert isinstance(page, TrainPage)
+    settings = page.settings
+    settings.trainable.setCurrentIndex(settings.trainable.findData("lora"))
+    field = settings.fields["lora_rank"]
+    spin = field.widget
+    kept = field.value()
+    spin.setFocus()
+    spin.lineEdit().selectAll()
+    qtbot.keyClicks(spin.lineEdit(), "0")
+    assert field.problem.startswith("LoRA rank must be"), field.problem
+    assert "not 0" in field.problem and f"it stays {kept}" in field.problem
+    spin.lineEdit().selectAll()
+    qtbot.keyClicks(spin.lineEdit(), "8")
+    assert field.problem == "" and field.value() == 8

@@ -54,7 +54,7 @@ from gui.jobs import EngineJob
 from gui.pages.base import Page
 from gui.pages.train import BASE_MODELS
 from gui.settings_form import SettingField
-from gui.widgets import button, hbox, show_error
+from gui.widgets import ElidedComboBox, button, hbox, show_error
 from gui.words import count
 
 SAMPLE_TEXT = ("The quick brown fox jumps over the lazy dog. "
@@ -156,7 +156,7 @@ class ListenPage(Page):
         self.text.setMaximumHeight(130)
         self.outer.addWidget(self.text)
 
-        self.source = QComboBox()
+        self.source = ElidedComboBox()  # a long label ends in "…", not mid-word
         self.source.setMinimumWidth(360)
         self.source.setToolTip("Which model speaks: an exported model, an adapter or "
                                "instant voice, a training checkpoint, or the base model "

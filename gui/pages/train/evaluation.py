@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.layout.checkpoints import step_of
 from engine.layout.run import Run
 from engine.prepare.styles import styles_obeyed
 from gui.metrics import MetricsStore, Series
@@ -72,20 +71,6 @@ def style_lines(data: dict[str, Any]) -> list[tuple[int, str]]:
             for e in sorted((e for e in data.get("entries") or []
                              if e.get("kind") == "checkpoint" and isinstance(e.get("step"), int)
                              and isinstance(e.get("styles"), dict)), key=lambda e: e["step"])]
-
-
-def unaccounted_steps(run_dir: Path, data: dict[str, Any] | None) -> list[int]:
-    """The checkpoints training wrote (recorded, or still on disk) that the evaluation has
-    neither measured nor noted as skipped: while there are some, its watcher has work."""
-    run = Run(Path(run_dir))
-    try:
-        on_disk = {step_of(c) for c in run.checkpoints()}
-    except OSError:  # remote storage unreachable: what training recorded is all there is
-        on_disk = set()
-    wrote = (set(run.written().values()) | on_disk) - {None}
-    done = set(measured_steps(data or {})) | {n.get("step") for n in (data or {}).get(
-        "skipped") or [] if isinstance(n, dict)}
-    return sorted(s for s in wrote if s not in done)
 
 
 def measured_steps(data: dict[str, Any]) -> list[int]:

@@ -18,8 +18,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QSizePolicy,
     QSplitter,
-    QStyle,
-    QStyleOptionComboBox,
     QVBoxLayout,
     QWidget,
 )
@@ -43,32 +41,26 @@ from gui.pages.train.evaluation import (
     measured_steps,
     put_quality,
     style_lines,
-    unaccounted_steps,
 )
 from gui.pages.train.gpus import Gpu, GpuProbe
 from gui.pages.train.planwords import plan_words
 from gui.pages.train.reinforce import ReinforcePanel
 from gui.pages.train.settings import PRESETS, TrainSettings, preset_for
 from gui.pages.train.stats import FewLinesLabel, StatsBar
-from gui.widgets import HowToDialog, LogView, fmt_duration, hbox, open_in_desktop
+from gui.widgets import (
+    ElidedComboBox,
+    HowToDialog,
+    LogView,
+    fmt_duration,
+    hbox,
+    open_in_desktop,
+)
 
 ENDED_LABELS = {"succeeded": "Finished", "cancelled": "Stopped", "failed": "Failed"}
 #: the picker's entry for a run the engine has not named yet
 NEW_RUN = "New run (starting…)"
 #: metrics.jsonl read per redraw at most: a long run's history loads over a few turns
 PROGRESS_BYTES_PER_TICK = 4 << 20
-
-
-class RunPicker(QComboBox):
-    """The run selector: a label wider than the box ends in "…" (the open list and the
-    tooltip say it whole); clipped, it read "(step 200/200, 2 che" at the smallest window."""
-
-    def initStyleOption(self, option: QStyleOptionComboBox) -> None:
-        super().initStyleOption(option)
-        room = self.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, option,
-                                           QStyle.SubControl.SC_ComboBoxEditField, self)
-        option.currentText = self.fontMetrics().elidedText(
-            option.currentText, Qt.TextElideMode.ElideRight, room.width() - 2)
 
 
 def run_label(name: str, step: int | None, total: int | None, checkpoints: int) -> str:
@@ -160,9 +152,6 @@ class TrainPage(Page):
         self.run.stopping.connect(self._show_stopping)
         self.steps.valueChanged.connect(lambda _v: self._update_run_buttons())
         s.base_rejected.connect(lambda text: self._append_log("error", text))
-        self._eval_finish = QTimer(self)
-        self._eval_finish.setInterval(2000)
-        self._eval_finish.timeout.connect(self._finish_evaluator)
 
         self.redraw_timer = QTimer(self)
         self.redraw_timer.setInterval(self.REDRAW_MS)
@@ -177,7 +166,7 @@ class TrainPage(Page):
         mon = QWidget()
         lay = QVBoxLayout(mon)
         lay.setContentsMargins(8, 0, 0, 0)
-        self.run_picker = RunPicker()
+        self.run_picker = ElidedComboBox()  # "(step 200/200, 2 che" was cut
         self.run_picker.setToolTip("Show a run's curves and load its settings into the form")
         self.run_picker.activated.connect(self._pick_run)
         self.run_picker.setSizeAdjustPolicy(
@@ -211,7 +200,7 @@ class TrainPage(Page):
         self._curves = self.charts.curves
         self.reinforce = ReinforcePanel(self)  # GRPO after a run (issue 33)
         self.reinforce.log.connect(self._append_log)
-        self.reinforce.ended.connect(lambda _outcome: self._reinforce_ended())
+        self.reinforce.ended.connect(self._reinforce_ended)
         self.charts.addTab(self.reinforce, "Reinforce")
         self.log = LogView(3000)  # bounded, however long the run; follows new lines
         self.log.setPlaceholderText("Engine log")
@@ -349,22 +338,33 @@ class TrainPage(Page):
         return next((r for r in self._runs if str(r.path) == path), None)
 
     def _update_run_buttons(self) -> None:
-        running = self.run.job is not None
+        # the reinforce stage writes checkpoints into the run: nothing else acts on it then
+        staging = self.reinforce.job is not None
+        running = self.run.job is not None or staging
         run = self.selected_run()
         ckpts = bool(run is not None and run.checkpoints)
+        # the engine refuses to resume a run that went on into the reinforce stage
+        refusal = Run(run.path).resume_refusal() if run is not None and ckpts else None
         # trained to the form's step count (its own, unless raised): a resume does nothing
         finished = ckpts and run is not None and Run(run.path).finished(self.steps.value())
         self.resume_btn.setEnabled(self.voice is not None and not running and ckpts
-                                   and not finished)
-        self.export_btn.setEnabled(self.voice is not None and ckpts
+                                   and not finished and refusal is None)
+        self.export_btn.setEnabled(self.voice is not None and ckpts and not staging
                                    and self.export_job is None)
-        self.evaluate_btn.setEnabled(self.voice is not None and ckpts
+        self.evaluate_btn.setEnabled(self.voice is not None and ckpts and not staging
                                      and self.evaluate_job is None)
         report = Run(run.path).report_file if run is not None else None
         self.report_btn.setEnabled(report is not None and report.is_file())
+        if staging:
+            self.state_label.setText("Reinforce stage running: see the Reinforce tab")
         if run is None:
             note = ("A new run is starting…" if running
                     else "No run yet: Start training begins one.")
+        elif staging:
+            note = (f"The reinforce stage adds checkpoints to {run.name}: Resume, Export and "
+                    "Evaluate wait for it to end.")
+        elif refusal is not None and not running:
+            note = f"{refusal.message} {refusal.window_hint or ''} Export and Evaluate act on it."
         elif finished and not running:
             # the run's own step count (its latest checkpoint's, at least), not the form's
             trained = max(run.total_steps or 0, max(run.checkpoint_steps, default=0))
@@ -382,9 +382,10 @@ class TrainPage(Page):
         except WorkspaceError as exc:
             self.reinforce.state.setText(exc.message)
 
-    def _reinforce_ended(self) -> None:
+    def _reinforce_ended(self, outcome: str) -> None:
         """The stage wrote checkpoints into the run: the picker, the cards and the
         evaluation say what the run holds now."""
+        self.state_label.setText(f"Reinforce stage: {ENDED_LABELS.get(outcome, outcome).lower()}")
         self.ctx.notify_changed()
         self.refresh()
         self.show_evaluation()
@@ -469,10 +470,8 @@ class TrainPage(Page):
         if isinstance(best.get("step"), int):
             self.run.best_step = best["step"]
             self.charts.mark_best(best["step"])
-        # a run trained with styles has a third line, for its "styles obeyed" figure (from
-        # the run's data, so the tabs do not move when its first checkpoint is measured)
-        lines = 3 if Run(run_dir).trained_styles() else 2
-        self.eval_note.set_lines(lines)
+        # two lines for every run (a third for a run with styles moved the tabs down at
+        # 1100x760): what does not fit ends in "…" and is in the tooltip in full
         self.eval_note.setText(evaluation_summary(data))
         # every checkpoint's styles where the line has room for one
         self.eval_note.setToolTip("\n".join([self.eval_note.text(),
@@ -557,7 +556,7 @@ class TrainPage(Page):
               program: list[str] | None = None) -> EngineJob | None:
         if self.voice is None or self.run.job is not None or self.reinforce.job is not None:
             return None
-        if program is None and not self.settings.check_base():
+        if program is None and not resume and not self.settings.check_base():
             # training would refuse it after starting: say so now, the run on screen stays
             self.state_label.setText("Not started: " + self.settings.model_note.text())
             return None
@@ -565,6 +564,8 @@ class TrainPage(Page):
         self._before_start = self.selected_run()
         resumed = self._before_start if resume else None
         self._reset_charts()
+        # the Reinforce tab too: a new run has no stage (not the run shown before's)
+        self.reinforce.show_run(resumed.path if resumed is not None else None)
         self.log.clear()  # the log is this run's: the last one's lines are in its folder
         # a new run is not the one shown before: until the engine names its folder, the
         # cards and the picker say it is starting
@@ -596,7 +597,8 @@ class TrainPage(Page):
     def _start_evaluator(self, run_dir: Path) -> None:
         if self.voice is None or self.run.job is None or self.run.evaluator is not None:
             return
-        args = self.settings.evaluate_args(str(self.voice), run_dir.name)
+        args = self.settings.evaluate_args(str(self.voice), run_dir.name,
+                                           training_pid=self.run.job.pid())
         if args is None:
             return
         job = self.start_job(args, "Evaluation", voice=self.voice,
@@ -616,23 +618,6 @@ class TrainPage(Page):
                 and not self.run.job.stopping:
             self._append_log("info", f"Early stop: step {best} stays the best checkpoint.")
             self.stop()
-
-    def _finish_evaluator(self) -> None:
-        """After training: let the evaluator measure or note every checkpoint, then end it."""
-        ev = self.run.evaluator
-        if ev is None or not ev.is_running():
-            self._eval_finish.stop()
-            return
-        # every checkpoint training wrote measured or noted, older kept ones included
-        run_dir = self.run.run_dir
-        # what its file does not account for yet, past the last step it reported measured
-        # (it measures in step order and notes in the file what it passes over)
-        pending = [] if run_dir is None else [
-            s for s in unaccounted_steps(Path(run_dir), catalog_evaluation(Path(run_dir)))
-            if s > self.run.evaluated_step]
-        if not pending:
-            ev.cancel()
-            self._eval_finish.stop()
 
     def _make_room_on_gpus(self) -> None:
         """The warm speech worker may hold a model on these GPUs: end it first."""
@@ -670,11 +655,14 @@ class TrainPage(Page):
         self._fill_run_picker()
         if run is not None:
             self.run_picker.setCurrentIndex(max(0, self.run_picker.findData(str(run.path))))
+            # drawn from its file once: a resume had read its history in already
+            self._reset_charts()
             self.show_run(run, load_settings=False)
 
     def _on_finished(self) -> None:
-        if self.run.evaluator is not None:
-            self._eval_finish.start()
+        if self.run.evaluator is not None:  # it ends itself once each is accounted for
+            self._append_log("info", "Training ended; the evaluation measures or notes the "
+                                     "checkpoints it has not yet, then ends.")
         self.stop_btn.setText("Stop")
         self.stop_btn.setToolTip("Saves a checkpoint, then stops; press again to force")
         # the last values reach the charts through the staggered timer too

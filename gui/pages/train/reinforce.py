@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 
 from engine.config.reinforce import ReinforceConfig
 from engine.config.schema import field_help, flag_of
+from engine.core.atomic import read_json
 from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_stage, step_of
 from engine.layout.run import Run
 from gui.jobs import EngineJob
@@ -73,6 +74,15 @@ def stage_history(run_dir: Path) -> list[dict[str, Any]]:
     rows = {int(r["iteration"]): r for r in Run(run_dir).metrics()
             if r.get("kind") == "reinforce" and isinstance(r.get("iteration"), int)}
     return [rows[i] for i in sorted(rows)]
+
+
+def stage_iterations(run_dir: Path) -> int | None:
+    """The iterations the run's last stage was asked for (its report's settings), or None:
+    no stage reported yet."""
+    report = read_json(Run(run_dir).reinforce_report)
+    asked = ((report or {}).get("config") or {}).get("iterations") \
+        if isinstance(report, dict) else None
+    return asked if isinstance(asked, int) and asked > 0 else None
 
 
 def start_words(run_dir: Path, name: str) -> str:
@@ -383,6 +393,11 @@ class ReinforcePanel(QWidget):
             self._add(row)
         self.charts.redraw()
         if self.job is None:
+            # a run's stage: the iterations it was asked for (Resume goes on to them), not
+            # the voice's default again after a restart
+            asked = stage_iterations(run_dir) if run_dir is not None else None
+            voice_cfg: ReinforceConfig = getattr(self, "_voice_cfg", ReinforceConfig())
+            self.iterations.setValue(asked or int(voice_cfg.iterations))
             self.state.setText(f"Reinforced: {len(rows)} iteration(s) so far." if rows
                                else "Not reinforced yet.")
         self.update_buttons()

@@ -486,8 +486,8 @@ class TrainSettings(QWidget):
             args += field.args(always=length)
         return args
 
-    def common_args(self, voice: str) -> list[str]:
-        args = [voice, "--base", self.base.currentText().strip(),
+    def common_args(self, voice: str, base: bool = True) -> list[str]:
+        args = [voice, *(("--base", self.base.currentText().strip()) if base else ()),
                 "--workers", str(self.workers.value())]
         if self.remote_radio.isChecked() and self.address.text().strip():
             args += ["--address", self.address.text().strip()]
@@ -503,11 +503,13 @@ class TrainSettings(QWidget):
             args += ["--storage", self.storage.text().strip()]
         return args
 
-    def evaluate_args(self, voice: str, run: str) -> list[str] | None:
-        """`evaluate --watch` beside the run, when asked for."""
+    def evaluate_args(self, voice: str, run: str, training_pid: int) -> list[str] | None:
+        """`evaluate --watch` beside the run, when asked for: it ends itself once training's
+        process has ended and each checkpoint is measured or noted (the engine's rule)."""
         if not self.evaluate.isChecked():
             return None
         args = ["evaluate", voice, "--run", run, "--watch", "--interval", "10",
+                "--training-pid", str(training_pid),
                 *self.style_weight_field.args(always=True)]
         if self.patience.value():
             args += ["--patience", str(self.patience.value())]
@@ -515,7 +517,10 @@ class TrainSettings(QWidget):
 
     def train_args(self, voice: str, resume: bool = False, run: str | None = None
                    ) -> list[str]:
-        args = ["train", *self.common_args(voice), *self.setting_args(length=True)]
+        """`train` with the form's settings; a resume sends no base model: the run trains on
+        its own (`engine.train.resolve.resume_base`), whatever the form shows."""
+        args = ["train", *self.common_args(voice, base=not resume),
+                *self.setting_args(length=True)]
         if "--address" in args and self.storage.text().strip():
             args += ["--storage", self.storage.text().strip()]  # `plan` takes no storage
         if resume:

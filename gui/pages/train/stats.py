@@ -76,10 +76,6 @@ class FewLinesLabel(OneLineLabel):
         super().__init__("", parent)
         self.setWordWrap(True)
 
-    def set_lines(self, lines: int) -> None:
-        self._lines = lines
-        self._fit()
-
     def clear(self) -> None:
         self.setText("")
 
