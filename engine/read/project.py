@@ -59,6 +59,9 @@ class Plan:
     request: ReadRequest
     script: Script
     lines: list[PlannedLine]
+    #: lines whose takes were made by another model of their voice than it speaks with
+    #: now: rendered again, or kept when the request says so (`ReadRequest.keep_other_models`)
+    other_model: list[int] = field(default_factory=list)
 
     def line(self, number: int) -> PlannedLine:
         for planned in self.lines:
@@ -66,10 +69,6 @@ class Plan:
                 return planned
         raise InputError(f"The script has no line {number}.",
                          f"Its lines are numbered 1 to {len(self.lines)}.")
-
-    #: lines whose takes were made by another model of their voice than it speaks with
-    #: now: rendered again, or kept when the request says so (`ReadRequest.keep_other_models`)
-    other_model: list[int] = field(default_factory=list)
 
     def missing(self) -> list[PlannedLine]:
         """Lines with no take yet (an export renders these first)."""
@@ -221,7 +220,7 @@ def make_plan(request: ReadRequest) -> Plan:
     folders = sorted({voice_folder(v, workspace) for v in chosen_voices.values()})
     dictionary = Dictionary.load(reading.pronunciation_files(project, workspace, folders))
     models = {v.name: voice_model(v) for v in chosen_voices.values()}
-    earlier = _earlier_keys(project)
+    earlier: dict[str, list[str]] | None = None  # read once a line has no take of its own
     seen: dict[str, int] = {}
     plan = Plan(project, request, script, [])
     for line in script.lines:
@@ -239,6 +238,7 @@ def make_plan(request: ReadRequest) -> Plan:
                               model=models[voice.name])
         _use_takes(planned, project)
         if not planned.seeds:
+            earlier = _earlier_keys(project) if earlier is None else earlier
             others = [k for k in earlier.get(identity, []) if k != own]
             if seen[alike] == 1:
                 others.append(_unfingerprinted_key(line, voice.name, spoken, request))
@@ -311,9 +311,10 @@ def flagged_lines(plan: Plan) -> list[int]:
 
 def retry_due(plan: Plan, planned: PlannedLine) -> bool:
     """A flagged line has renders left (`ReadRequest.retries`) when none of its takes is
-    good and none was picked: a render stopped before its retries goes on with them."""
-    return (planned.chosen is None and 0 < len(planned.seeds) <= plan.request.retries
-            and line_flagged(plan, planned))
+    good and none was picked: a render stopped before its retries goes on with them (not
+    for takes of another model kept as they are)."""
+    return (planned.chosen is None and not planned.other_model
+            and 0 < len(planned.seeds) <= plan.request.retries and line_flagged(plan, planned))
 
 
 def best_take(plan: Plan, planned: PlannedLine) -> int | None:
