@@ -153,6 +153,7 @@ def test_a_forced_render_ends_early_with_its_reason_on_every_path(
     assert sf.info(tmp_path / "cut.wav").frames > 0  # the audio up to the cut is there
     warned = [e for e in events if e.kind == "log" and e.data.get("runaway") == kind]
     assert len(warned) == 1 and "cut there" in warned[0].data["message"]
+    assert "--" not in warned[0].data["message"]  # the log reads in any surface (issue 50)
     eager = synth.speak(TEXT, opts).codes[0]
     assert len(eager) == chunk["frames"]
     # what the evaluation renders through (every sentence of a set at once)

@@ -135,6 +135,11 @@ def local_model_path(name_or_path: str | os.PathLike[str]) -> Path | None:
     return None
 
 
+#: a failed download's remedy in the window's words (the command line's says to run it again)
+WINDOW_RETRY = ("Check the internet connection and disk space, then press the same button "
+                "again (the download resumes), or choose a local copy of the model folder.")
+
+
 def download_model(repo_id: str, *, download: bool = True,
                    on_event: EventCallback | Emitter | None = None) -> Path:
     """Fetch `repo_id` from the Hugging Face hub (or its local cache)."""
@@ -168,12 +173,14 @@ def download_model(repo_id: str, *, download: bool = True,
         raise ModelError(
             f"Could not download {repo_id}: {exc}.",
             "Check the internet connection and disk space, then run the same command again "
-            "(it resumes), or give the path of a local copy of the model folder.") from exc
+            "(it resumes), or give the path of a local copy of the model folder.",
+            window_hint=WINDOW_RETRY) from exc
     except Exception as exc:  # hub client raises many HTTP error types
         raise ModelError(
             f"Could not download {repo_id} ({type(exc).__name__}).",
             "Check the internet connection, then run the same command again (it resumes), "
-            "or give the path of a local copy of the model folder.") from exc
+            "or give the path of a local copy of the model folder.",
+            window_hint=WINDOW_RETRY) from exc
     inspect_model(folder)
     emitter.artifact(str(folder), role="model")
     return folder

@@ -200,7 +200,7 @@ def runaway_message(chunk_number: int, reason: str, frames: int) -> str:
     """The warning a render logs for a chunk the guard cut."""
     what = "repeated itself in a loop" if reason == LOOP else "stayed silent"
     return (f"Chunk {chunk_number} {what}; it was cut there, after {frames / FRAME_RATE:.1f} s "
-            "(the runaway guard: --runaway-loop-s, --runaway-silence-s).")
+            "by the runaway guard (its loop and silence limits).")
 
 
 def cut_reasons(chunks: Sequence[dict[str, object]]) -> list[str]:

@@ -256,7 +256,7 @@ class Plan:
                          f"{100 * self.step_work:.0f} % of the compute (and time) of one on "
                          "every frame")
         if self.by_trainable:
-            lines.append("  by what trains (--trainable): " + ", ".join(
+            lines.append("  by what trains: " + ", ".join(
                 f"{k} {v / GIB:.2f}" + (" *" if k == self.trainable else "")
                 for k, v in self.by_trainable.items()) + " GiB per worker")
         lines += [f"  - {a}" for a in self.advice]
