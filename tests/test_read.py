@@ -337,6 +337,24 @@ def test_a_voice_that_now_speaks_with_another_model_is_read_again(
     assert "0 rendered, 2 kept" in _cli_read(*args)
 
 
+def test_a_new_take_of_a_line_kept_from_another_model_is_the_new_models(
+        workspace: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    shutil.copytree(workspace, ws)
+    request, project = _ada_reads(ws, tmp_path / "kept.txt", "Kept as it was.\n")
+    forced_export(tiny_model_dir, ws / "ada" / "exports" / "ada-v1", DRONE)
+    kept = request.replace(keep_other_models=True)
+    old = make_plan(kept).line(1)
+    assert (old.other_model, old.seeds) == ("kept", [1]) and old.key != old.own_key
+    result, _ = _read(kept.replace(regenerate=(1,)))
+    assert result["rendered"] == 1
+    line = make_plan(kept).line(1)
+    assert (line.key, line.seeds, line.chosen, line.other_model) == (old.own_key, [1], 1, "")
+    # the first take is the instant voice's, the new one the export's
+    assert [r["model"] for r in _records(project)[1]].count(line.model) == 1
+    assert len({r["model"] for r in _records(project)[1]}) == 2
+
+
 def test_a_voice_model_is_named_by_its_content_not_its_place(
         workspace: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
     """The same voice copied elsewhere is the same model (its takes stay good); its
