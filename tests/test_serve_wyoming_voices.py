@@ -23,6 +23,7 @@ from wyoming.tts import Synthesize, SynthesizeVoice
 from engine.layout.voice import create_voice
 from engine.model.export import export_custom_voice
 from engine.prepare.instant import make_instant_voice
+from engine.serve.wyoming import reply_sentences
 from tests.helpers.serving import Server, serve_workspace
 from tests.helpers.voices import copy_voice
 
@@ -145,3 +146,14 @@ def test_the_serve_page_offers_an_instant_voice(tmp_path: Path, tiny_model_dir: 
     # page offers it as the server serves it
     make_instant_voice(copy_voice(prepared_voice, tmp_path / "cleo"), str(tiny_model_dir))
     assert [name for name, _ in servable_voices(tmp_path)] == ["cleo"]
+
+
+def test_a_reply_says_numbers_in_each_sentences_language() -> None:
+    # Home Assistant sends no language: an English voice reading German says German
+    # numbers, a German voice reading English English ones; the voice's language says
+    # only what the words cannot tell
+    assert reply_sentences("Es sind 21 Grad. Listed voice number 5.", None, "English") == [
+        "Es sind einundzwanzig Grad.", "Listed voice number five."]
+    assert reply_sentences("Listed voice number 5.", None, "German") == [
+        "Listed voice number five."]
+    assert reply_sentences("OK 5.", None, "German") == ["OK fünf."]

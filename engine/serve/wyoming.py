@@ -13,6 +13,9 @@ The events are the `wyoming` package's own:
   speaks that no voice was recorded in (`languages_of`), as BCP-47 codes;
 - `synthesize` -> one `audio-start`, the `audio-chunk`s, one `audio-stop` for the whole
   reply (Home Assistant's one-shot path reads to the first `audio-stop`);
+- a voice's trained styles: each is a speaker of the voice (for a `tts.speak` action
+  that types it) and a voice of its own, `NAME (STYLE)` (`style_voices`), which every
+  Home Assistant lets a pipeline pick;
 - `synthesize-start`, `synthesize-chunk`s, `synthesize-stop`: each sentence is
   spoken the moment it is complete (`engine.text.complete_sentences`), all of them in
   one audio group, then `synthesize-stopped`. The `synthesize` a client sends inside a
@@ -183,6 +186,14 @@ def language_for(data: dict[str, Any]) -> str | None:
     return str(language)[:35] if language else None
 
 
+def reply_sentences(text: str, language: str | None, fallback: str) -> list[str]:
+    """The sentences a reply speaks for `text`, in the spoken form (numbers in `language`
+    when the request gave one, else in each sentence's own, `fallback` the voice's
+    language: `engine.text.spoken_text`); those with nothing to say are left out."""
+    return [sentence for sentence in split_sentences(spoken_text(text, language, fallback))
+            if any(c.isalnum() for c in sentence)]
+
+
 def home_assistant_order(voices: Iterable[ServedVoice]) -> list[ServedVoice]:
     """The voices in the order Home Assistant lists them (its Wyoming integration sorts
     a language's voices by description); the first is the one a new assistant picks."""
@@ -243,11 +254,8 @@ class _Reply:
     worker: VoiceWorker | None = None
 
     def add(self, text: str) -> None:
-        """Sentences of `text` in the spoken form; those with nothing to say are left out."""
-        spoken = spoken_text(text, self.language, self.fallback)
-        for sentence in split_sentences(spoken):
-            if any(c.isalnum() for c in sentence):
-                self.sentences.put_nowait(sentence)
+        for sentence in reply_sentences(text, self.language, self.fallback):
+            self.sentences.put_nowait(sentence)
 
     def end(self, refused: _Refused | None = None) -> None:
         if not self.ended:
