@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
@@ -24,6 +25,7 @@ def default_workspace() -> Path:
 class AppContext(QObject):
     workspace_changed = Signal(object)  # Path | None
     voice_changed = Signal(object)  # Path | None
+    voice_kept = Signal(object)  # Path: a switch waits for a question (lists show it again)
     data_changed = Signal()  # something in the current voice changed on disk
     status = Signal(str)  # a line for the status bar
 
@@ -40,6 +42,9 @@ class AppContext(QObject):
         self.player.device = int(out_dev) if out_dev not in (None, "", "None") else None
         self.workspace: Path | None = None
         self.voice: Path | None = None
+        #: asked before the current voice is left: `guard(then)` is True when nothing
+        #: would be lost; else it asks, and calls `then` (the switch, again) once answered
+        self.leave_voice_guards: list[Callable[[Callable[[], None]], bool]] = []
         saved = self.settings.value("workspace")
         if saved:
             self.workspace = Path(str(saved))
@@ -58,7 +63,15 @@ class AppContext(QObject):
         if self.workspace is not None:
             self.reader.load_voices(self.workspace)
 
+    def may_leave_voice(self, then: Callable[[], None]) -> bool:
+        """True when the current voice can be left now; else a page asks first (a take
+        recording or under review belongs to the voice it was started for)."""
+        return all(guard(then) for guard in self.leave_voice_guards)
+
     def set_workspace(self, path: Path) -> None:
+        if self.voice is not None and self.voice.parent != path \
+                and not self.may_leave_voice(lambda: self.set_workspace(path)):
+            return
         path.mkdir(parents=True, exist_ok=True)
         self.workspace = path
         self.save_setting("workspace", str(path))
@@ -69,6 +82,9 @@ class AppContext(QObject):
 
     def set_voice(self, voice: Path | None) -> None:
         if voice == self.voice:
+            return
+        if self.voice is not None and not self.may_leave_voice(lambda: self.set_voice(voice)):
+            self.voice_kept.emit(self.voice)
             return
         self.voice = voice
         if voice is not None and self.workspace is not None:

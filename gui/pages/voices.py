@@ -172,6 +172,8 @@ class VoicesPage(Page):
         self.list.setMinimumWidth(240)
         self.list.setMaximumWidth(320)
         self.list.currentItemChanged.connect(self._selected)
+        ctx.voice_kept.connect(self._show_current)  # the switch waits for Record's question
+        ctx.voice_changed.connect(lambda v: v is not None and self._show_current(v))
         left.addWidget(self.list, 1)
         self.new_btn = button("New voice", "add", primary=True, slot=self.new_voice)
         self.rename_btn = button("Rename", "rename", slot=self.rename_current)
@@ -281,6 +283,15 @@ class VoicesPage(Page):
 
     def _selected(self, item: QListWidgetItem | None, _prev: QListWidgetItem | None) -> None:
         self.ctx.set_voice(Path(item.data(Qt.ItemDataRole.UserRole)) if item else None)
+
+    def _show_current(self, voice: Path) -> None:
+        """The list's selection back on `voice`, the voice still open."""
+        self.list.blockSignals(True)
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            if item.data(Qt.ItemDataRole.UserRole) == str(voice):
+                self.list.setCurrentItem(item)
+        self.list.blockSignals(False)
 
     def select(self, voice: Path) -> None:
         self.ctx.set_voice(voice)

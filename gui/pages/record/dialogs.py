@@ -39,7 +39,7 @@ class TakeDialogs:
         self._after(box)
         box.open()
 
-    # -- quit ----------------------------------------------------------------------
+    # -- quit, another voice -------------------------------------------------------
     def unsaved(self) -> str:
         """What Quit would lose: "recording", "take" (one under review), or ""."""
         if self.recorder.active and not self.testing:
@@ -49,27 +49,39 @@ class TakeDialogs:
     def ask_before_quit(self, quit_again: Callable[[], None]) -> bool:
         """True when nothing would be lost. Else asks (without blocking) whether to keep
         the take, and calls `quit_again` once it is saved or deliberately dropped."""
+        return self._ask_before_leaving("Quit Voxshard", "quit", quit_again)
+
+    def ask_before_switch(self, switch_again: Callable[[], None]) -> bool:
+        """Another voice is picked: True when nothing would be lost. Else asks, as Quit
+        does, and calls `switch_again` once the take is kept for the voice it was recorded
+        for, or deliberately dropped; Cancel (or reviewing a stopped take) stays here."""
+        return self._ask_before_leaving("Open another voice", "switch", switch_again)
+
+    def _ask_before_leaving(self, title: str, verb: str, again: Callable[[], None]) -> bool:
         what = self.unsaved()
         if not what:
             return True
         if self._quit_box is not None:
             return False
-        box = QMessageBox(QMessageBox.Icon.Question, "Quit Voxshard", "",
+        box = QMessageBox(QMessageBox.Icon.Question, title, "",
                           QMessageBox.StandardButton.NoButton, self)
         prompt = f"prompt {self.prompt.id}" if self.prompt is not None else "this prompt"
+        owner = self._take_owner()
         if what == "recording":
             # stopped now, not when the question is answered: the time the question
             # stays open is not the take's
             self.toggle_record()
-            box.setText(f"The take of {prompt} was being recorded: it is stopped, for you "
-                        "to review.")
+            box.setText(f"The take of {prompt} for {owner} was being recorded: it is "
+                        "stopped, for you to review.")
             keep = box.addButton("Review it", QMessageBox.ButtonRole.AcceptRole)
         else:
             verdict = "" if self.judgement.verdict != VERDICT_UNUSABLE else \
                 " It cannot train (" + " ".join(self.judgement.warnings) + ")"
-            box.setText(f"The take of {prompt} is not saved yet.{verdict}")
-            keep = box.addButton("Save it and quit", QMessageBox.ButtonRole.AcceptRole)
-        drop = box.addButton("Discard it and quit", QMessageBox.ButtonRole.DestructiveRole)
+            box.setText(f"The take of {prompt} for {owner} is not saved yet.{verdict}")
+            keep = box.addButton(f"Save it and {verb}" if verb == "quit" else
+                                 f"Keep it for {owner} and {verb}",
+                                 QMessageBox.ButtonRole.AcceptRole)
+        drop = box.addButton(f"Discard it and {verb}", QMessageBox.ButtonRole.DestructiveRole)
         box.addButton(QMessageBox.StandardButton.Cancel)
         box.setDefaultButton(keep)
         self._quit_box = box
@@ -81,14 +93,21 @@ class TakeDialogs:
                 self.recorder.abort()
                 self._end_recording_ui()
                 self._reset_take()
-                quit_again()
+                again()
             elif clicked is keep and what == "recording":
-                pass  # the take (stopped) is under review; the quit is called off
+                pass  # the take (stopped) is under review; the quit or switch is called off
             elif clicked is keep and self._save_take():
-                quit_again()
+                again()
 
         box.finished.connect(answered)
         self._after(box)
         box.open()
         return False
 
+    def _take_owner(self) -> str:
+        """The speaker of the voice the take was started for, as the sidebar names it."""
+        voice = self.take_voice or self.voice
+        if voice is None:
+            return "this voice"
+        snap = self.ctx.reader.cached(voice)
+        return snap.speaker if snap is not None else voice.name

@@ -60,6 +60,8 @@ class RecordPage(TakeLifecycle, PromptCard, TakeDialogs, RecordKeys, Page):
         self.prompt: Prompt | None = None
         self.take_audio: np.ndarray | None = None
         self.take_sr = 48000
+        #: the voice the take recording or under review was started for: it is saved there
+        self.take_voice: Path | None = None
         self.clipped = False
         self.trimmed_s = 0.0  # silence cut from around the take's speech
         self.saved_takes = 0
@@ -107,6 +109,7 @@ class RecordPage(TakeLifecycle, PromptCard, TakeDialogs, RecordKeys, Page):
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         ctx.reader.voice_loaded.connect(self._voice_loaded)
         ctx.voice_changed.connect(self._voice_switched)
+        ctx.leave_voice_guards.append(self.ask_before_switch)
         self._fill_devices()
         self._update_buttons()
 
@@ -235,9 +238,13 @@ class RecordPage(TakeLifecycle, PromptCard, TakeDialogs, RecordKeys, Page):
         self._update_buttons()
 
     def _voice_switched(self, _voice: object) -> None:
-        """Another voice: its own next prompt and state, nothing of the last voice's."""
-        if self.recorder.active and not self.testing:
-            return  # the take goes on; it is the voice it was started for
+        """Another voice: its own next prompt and state, nothing of the last voice's. A take
+        was kept or dropped before (`ask_before_switch`); one left (its voice folder moved
+        away under it) is not saved into the voice now open."""
+        if self.recorder.active:
+            self.recorder.abort()
+            self.testing = False
+            self._end_recording_ui()
         self._reset_take()
         self.revisiting = False
         self.prompt = None

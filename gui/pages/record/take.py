@@ -26,6 +26,7 @@ class TakeLifecycle:
         """Forget the take under review, its verdict and waveform (a new prompt, or none)."""
         self._stop_playing()
         self.take_audio = None
+        self.take_voice = None
         self.existing = None
         self.clipped = False
         self.trimmed_s = 0.0
@@ -55,6 +56,7 @@ class TakeLifecycle:
         self.ctx.player.stop()
         self._reset_take()
         self.said_speak_now = False
+        self.take_voice = self.voice  # the take is this voice's, whatever is opened meanwhile
         if self.recorder.start(self.input_device()):
             self.meter.reset()
             self.meter_timer.start()
@@ -140,6 +142,8 @@ class TakeLifecycle:
     def _save_take(self) -> bool:
         assert self.take_audio is not None and self.voice is not None
         assert self.prompt is not None
+        if self.take_voice not in (None, self.voice):
+            return False  # never saved into a voice it was not recorded for
         voice = open_voice(self.voice)
         replaced = self._takes_of(self.prompt.id)
         j = self.judgement
