@@ -26,6 +26,7 @@ from engine.config.read import ReadRequest
 from engine.core.errors import InputError
 from engine.core.events import Emitter, Event
 from engine.layout import reading
+from engine.layout.voice import open_voice
 from engine.read import read
 from engine.read.project import make_plan
 from engine.read.pronounce import add_respelling, dictionary_file
@@ -499,3 +500,19 @@ def test_a_workspace_that_is_not_there_is_said_as_such(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert f"The workspace {tmp_path / 'nowhere'} does not exist" in done.stderr
     assert "reference-base" not in done.stderr and "serve" not in done.stderr
+
+
+def test_numbers_are_said_in_each_lines_language_and_the_voice_is_the_fallback(
+        workspace: Path, tmp_path: Path) -> None:
+    """Under the default `--language auto` a German line read by an English voice says its
+    numbers in German (the words tell), and a line too short to tell ("OK 5.") says them
+    in its voice's language: the speech server's rule (`engine.text.spoken_text`)."""
+    ws = tmp_path / "ws"
+    shutil.copytree(workspace, ws)
+    open_voice(ws / "bob").set_language("german")
+    script = tmp_path / "n.txt"
+    script.write_text("Ada: Es sind heute 21 Grad.\n\nBob: OK 5.\n\nAda: OK 5.\n",
+                      encoding="utf-8")
+    spoken = [p.spoken for p in make_plan(ReadRequest(script=str(script), workspace=str(ws))
+                                          ).lines]
+    assert spoken == ["Es sind heute einundzwanzig Grad.", "OK fünf.", "OK five."]

@@ -16,9 +16,9 @@ from engine.core.errors import InputError, VoxshardError
 from engine.layout import reading
 from engine.read.pronounce import Dictionary, line_language
 from engine.read.script import Line, Script, ScriptNames, read_script
-from engine.serve.voices import ServedVoice, discover
+from engine.serve.voices import ServedVoice, discover, serving_base
 from engine.synth.fingerprint import sound_fingerprint
-from engine.synth.voice import resolve_source, style_note
+from engine.synth.voice import style_note
 from engine.text import spoken_text
 
 
@@ -106,7 +106,7 @@ def voice_model(voice: ServedVoice) -> str:
     """The fingerprint of the model `voice` speaks with now (its name when it cannot be
     resolved; rendering it then says why)."""
     try:
-        return sound_fingerprint(resolve_source(str(voice.target)))
+        return sound_fingerprint(voice.source())
     except VoxshardError:
         return "unresolved:" + voice.name
 
@@ -137,7 +137,9 @@ def read_voices(request: ReadRequest) -> dict[str, ServedVoice]:
     if not workspace.is_dir():
         raise InputError(f"The workspace {workspace} does not exist.",
                          "Give {read.workspace}: the folder of your voices.")
-    voices = discover([], workspace, registers=True)
+    # an instant voice that knows no base of its own reads on the one the server would
+    # serve it on (`serving_base`): one list of what can speak
+    voices = discover([], workspace, registers=True, base=serving_base())
     if not voices:
         raise InputError(f"There is no voice in {workspace} to read with yet.",
                          "Prepare a voice there (that makes its instant voice), or train one.")
@@ -156,7 +158,7 @@ def style_notes(plan: Plan) -> list[tuple[int, str]]:
         key = (planned.voice.name, style)
         if key not in notes:
             try:
-                notes[key] = style_note(resolve_source(str(planned.voice.target)), style)
+                notes[key] = style_note(planned.voice.source(), style)
             except VoxshardError:
                 notes[key] = None  # rendering it says why it cannot
         if notes[key]:
@@ -229,7 +231,8 @@ def make_plan(request: ReadRequest) -> Plan:
                                      line_language(request.language, voice.language))
         # numbers, amounts and units in words, emoji and stray marks out (the one normal
         # form of text written to be read)
-        spoken = spoken_text(respelled, _language(request.language)) or respelled
+        spoken = spoken_text(respelled, _language(request.language),
+                             fallback=voice.language) or respelled
         alike = _digest([line.text, voice.name, line.style, spoken])
         seen[alike] = seen.get(alike, 0) + 1
         identity = line_identity(line, voice.name, spoken, request, seen[alike] - 1)

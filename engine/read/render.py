@@ -105,12 +105,13 @@ class _Group:
     def run(self, cancel: threading.Event | None) -> None:
         started = time.perf_counter()
         first = self.attempts[0].planned.voice
-        self._ask({"op": "load", "id": "load", "voice": str(first.target)})
+        self._ask({"op": "load", "id": "load", "voice": str(first.target),
+                   **first.load_options()})
         if self.shared:
             voices = {a.planned.voice.name: a.planned.voice for a in self.attempts}
             for name, voice in voices.items():
                 self._ask({"op": "voice", "id": f"voice-{name}", "name": name,
-                           "voice": str(voice.target)})
+                           "voice": str(voice.target), **voice.load_options()})
         self.load_s = time.perf_counter() - started
         for attempt in self.attempts:
             self._submit(attempt)

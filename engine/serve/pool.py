@@ -38,10 +38,8 @@ from typing import Any, BinaryIO
 from engine.core.errors import VoxshardError
 from engine.core.events import Event
 from engine.layout.exports import exports_dir
-from engine.layout.tiers import TIER_INSTANT
 from engine.serve import formats
 from engine.serve.voices import ServedVoice
-from engine.synth.voice import resolve_source
 
 #: how often a stream looks for new audio in the growing file
 TAIL_S = 0.01
@@ -155,17 +153,11 @@ def voice_stamp(voice: ServedVoice) -> tuple[Any, ...]:
     return stamp
 
 
-def load_options(voice: ServedVoice) -> dict[str, Any]:
-    """What a worker's load of `voice` names besides its folder: an instant voice's base
-    (its own, or the one it is served on: `engine.serve.voices.speaking_tiers`)."""
-    return {"base": voice.base} if voice.tier == TIER_INSTANT and voice.base else {}
-
-
 def voice_identity(voice: ServedVoice) -> str:
     """What a served voice loads (the export folder or checkpoint `speak` would use); the
     adapter and instant voices of one base share their base's (`BASE_IDENTITY`)."""
     try:
-        source = resolve_source(str(voice.target), **load_options(voice))
+        source = voice.source()
     except VoxshardError:
         return voice.name
     if source.kind in ("adapter", "zero_shot"):
@@ -355,7 +347,7 @@ class Pool:
         worker = VoiceWorker(voice, self._make_worker)
         worker.identity = self.identity(name)
         answer = worker.ask({"op": "load", "id": "load", "voice": str(voice.target),
-                             **load_options(voice)})
+                             **voice.load_options()})
         if answer.get("kind") != "result":
             worker.worker.close(timeout=30)
             raise LoadFailed(f"The voice {name!r} could not be loaded: "
@@ -375,7 +367,7 @@ class Pool:
         folder was made anew since (a registered voice deleted and registered again)."""
         answer = worker.ask({"op": "voice", "id": f"voice-{next(self._ids)}", "name": name,
                              "voice": str(self.voices[name].target),
-                             **load_options(self.voices[name])})
+                             **self.voices[name].load_options()})
         if answer.get("kind") != "result":
             raise LoadFailed(f"The voice {name!r} could not be loaded: "
                              f"{answer.get('message') or 'unknown error'}")

@@ -56,11 +56,21 @@ class ServedVoice:
                 "language": self.language or "auto", "tier": self.tier, "base": self.base,
                 "styles": self.styles}
 
+    def load_options(self) -> dict[str, Any]:
+        """What a load of this voice names besides its folder: an instant voice's base
+        (its own, or the one it is served on: `speaking_tiers`)."""
+        return {"base": self.base} if self.tier == TIER_INSTANT and self.base else {}
+
+    def source(self) -> Any:
+        """What it speaks with (`engine.synth.voice.resolve_source`), on the base it is
+        served on: the one resolution the server, its workers and Read share."""
+        return resolve_source(str(self.target), **self.load_options())
+
     @property
     def styles(self) -> list[str]:
         """The style descriptions what it speaks with was trained on ([] for none)."""
         try:
-            return trained_styles(resolve_source(self.target))
+            return trained_styles(self.source())
         except VoxshardError:
             return []
 
