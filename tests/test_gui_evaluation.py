@@ -247,6 +247,10 @@ def test_the_windows_evaluation_ends_once_every_checkpoint_is_accounted_for(
     assert evaluator.outcome == "succeeded", evaluator.error
     assert "Every checkpoint training wrote is measured or noted; stopped watching." in said
     assert "Stopped watching." not in said
+    # what it would measure was said as it started (the run's saved settings: r1's)
+    cover = next(m for m in said if m.startswith("Evaluating each of the 2 checkpoints"))
+    assert "up to 4 checkpoints are kept for the evaluation" in cover
+    assert f"[evaluation] {cover}" in page.log.toPlainText()
     data = Run(run_dir).evaluation()
     assert data is not None
     measured = sorted(e["step"] for e in data["entries"] if e["kind"] == "checkpoint")

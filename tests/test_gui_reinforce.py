@@ -378,3 +378,23 @@ def test_a_stage_keeps_its_iterations_after_a_restart(
     page.run_picker.setCurrentIndex(i)
     page.run_picker.activated.emit(i)
     assert page.reinforce.iterations.value() == 100
+
+
+def test_the_charts_stay_in_the_tab_when_the_plan_is_shown(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    """Issue 50: with the memory plan's note above the tabs at 1100x760, the tab had
+    120-150 px left and the charts kept 240: the spread chart was out of view."""
+    _reinforced_run(voice, [-1.54, -1.31, -1.42])
+    page = _open(qtbot, window, voice)
+    page.plan_note.setText("Memory plan: " + "per worker 3.2 GiB of 80 GiB, " * 12)
+    page.plan_note.show()
+    panel, charts = page.reinforce, page.reinforce.charts
+
+    def bottom() -> int:
+        return charts.mapTo(panel, charts.rect().bottomLeft()).y()
+
+    qtbot.waitUntil(lambda: bottom() <= panel.contentsRect().bottom() + 1, timeout=10000)
+    for plot in charts.plots:  # each whole inside the charts
+        assert plot.sceneBoundingRect().bottom() <= charts.height() + 1, plot.titleLabel.text
+    (_, _), (y0, _y1) = charts.reward_plot.getViewBox().viewRange()
+    assert y0 <= -1.54

@@ -44,6 +44,9 @@ BEST_DIR = "best"
 HELD_DIR = "held"
 #: training keeps at least this many checkpoints (`run.keep_checkpoints`' floor)
 MIN_KEEP = 2
+#: checkpoints an evaluation beside training holds at most while they wait to be measured
+#: (`hold`; each costs a checkpoint's disk once training has pruned its original)
+HELD_MAX = 4
 #: trainer.json's "stage" of a checkpoint the reinforce stage wrote (training's say none)
 TRAIN_STAGE, REINFORCE_STAGE = "train", "reinforce"
 
@@ -212,3 +215,14 @@ def run_of(checkpoint: str | os.PathLike[str]) -> Path:
     `best/` or `held/` for a kept copy."""
     parent = Path(checkpoint).parent
     return parent.parent if parent.name in (BEST_DIR, HELD_DIR) else parent
+
+
+def evaluation_cover(steps: int | None, every: int | None) -> str:
+    """What an evaluation beside training measures, in words, said as it starts: every
+    checkpoint, while it falls no more than `HELD_MAX` behind (training does not wait)."""
+    count = steps // every if steps and every else 0
+    which = f"each of the {count} checkpoints" if count > 1 else "each checkpoint"
+    return (f"Evaluating {which} as training saves it (similarity to the speaker, word "
+            f"errors). Training does not wait: up to {HELD_MAX} checkpoints are kept for the "
+            "evaluation until measured (their disk as well), and any it falls further behind "
+            "on are skipped and named in the report.")

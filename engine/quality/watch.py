@@ -17,7 +17,7 @@ from engine.core.errors import WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.core.process import alive
 from engine.layout import run as run_layout
-from engine.layout.checkpoints import step_of
+from engine.layout.checkpoints import HELD_MAX, evaluation_cover, step_of
 from engine.layout.run import Run
 from engine.layout.voice import Voice, open_voice
 from engine.quality.evaluate import PRUNED, EvaluateRequest, _skip_note, evaluate
@@ -92,9 +92,6 @@ def watch_over(unaccounted: list[str], *, ended: bool, idle_for: float,
     return ended or (idle_s is not None and idle_for > idle_s)
 
 
-#: checkpoints a watcher holds at most while they wait to be measured (each a checkpoint's
-#: disk once training has pruned its original; while training keeps it, no extra space)
-HELD_MAX = 4
 
 
 def _behind(n: int) -> str:
@@ -215,6 +212,7 @@ class _Watcher:
         self.best_step: int | None = None
         self.since_best = 0
         self.suggested = False
+        self.covered = False  # what it measures said
         self.last_new = time.monotonic()
         em.state("watching", detail=str(self.run.path))
 
@@ -232,6 +230,17 @@ class _Watcher:
             return 0.0
         return min(time.monotonic() - self.last_new, math.inf if logged is None else logged)
 
+    def _say_cover(self) -> None:
+        """What this evaluation measures, once the run's settings are saved (at its start)."""
+        if self.covered:
+            return
+        settings = self.run.config().get("run")
+        if isinstance(settings, dict) and settings:
+            self.covered = True
+            steps, every = settings.get("steps"), settings.get("checkpoint_every")
+            self.em.log(evaluation_cover(steps if isinstance(steps, int) else None,
+                                         every if isinstance(every, int) else None))
+
     def unaccounted(self) -> list[str]:
         """Checkpoints training wrote that are neither measured nor noted yet."""
         return [n for n in self.listed if n not in self.measured and n not in self.noted]
@@ -243,6 +252,7 @@ class _Watcher:
 
     def one_pass(self) -> bool:
         """Measure what is new; True when the next pass should follow at once."""
+        self._say_cover()
         available = self._available()
         # what training wrote: what the listing and the holding thread saw, and what
         # training recorded (one written and pruned between two looks included)

@@ -606,8 +606,7 @@ class TrainPage(Page):
         self.run.attach_evaluator(job)  # first: its handlers run before the page's
         job.log.connect(self._evaluator_log)
         job.event.connect(lambda ev: self._evaluation_reported(ev, run_dir))
-        self._append_log("info", "Evaluating each checkpoint as it is saved (similarity to "
-                                 "the speaker, word errors).")
+        # what it measures, the engine's watcher says as it starts (its log joins this one)
 
     def _evaluator_log(self, level: str, message: str) -> None:
         if level != "debug":

@@ -108,7 +108,7 @@ class ReinforceCharts(pg.GraphicsLayoutWidget):
         self.store = store
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.reward_plot = self._plot("Reward and its terms", 0, 0, rowspan=2)
-        self.kl_plot = self._plot("KL to the start", 0, 1, bottom=False)
+        self.kl_plot = self._plot("KL to the start", 0, 1)
         # the legend is the reward's (under it): the right column takes its row too
         self.spread_plot = self._plot("Spread in a group", 1, 1, rowspan=2)
         # the KL's iterations are the spread's: at 1100x760 the KL's own tick labels ran
@@ -126,21 +126,23 @@ class ReinforceCharts(pg.GraphicsLayoutWidget):
         self._line(self.kl_plot, "reinforce/kl", SERIES[1])
         self._line(self.spread_plot, "reinforce/reward_spread", SERIES[0])
         layout = self.ci.layout
+        layout.setContentsMargins(2, 2, 2, 2)  # the height is short at 1100x760
         for row, stretch in enumerate((1, 1, 0)):
             layout.setRowStretchFactor(row, stretch)
         layout.setColumnStretchFactor(0, 3)
         layout.setColumnStretchFactor(1, 2)
-        self.setMinimumHeight(240)
+        # what the tab has left at 1100x760 with the plan's note shown (120-150 px): a
+        # larger minimum pushed the spread chart out of view and the lowest reward
+        # onto the edge
+        self.setMinimumHeight(120)
 
-    def _plot(self, title: str, row: int, col: int, rowspan: int = 1, bottom: bool = True
-              ) -> pg.PlotItem:
+    def _plot(self, title: str, row: int, col: int, rowspan: int = 1) -> pg.PlotItem:
         p = self.addPlot(row=row, col=col, rowspan=rowspan)
         # a title's width is its plot's minimum: at the default size the three were
         # wider than the tab at 1100x760, and the right column was cut off; the titles
-        # say what the axes hold, so the axes carry no names (the smallest window's width)
+        # say what the axes hold, so the axes carry no names (the smallest window's width;
+        # the iterations axis's name cost the reward chart 18 px of the tab's height)
         p.setTitle(title, size="9pt")
-        if bottom and col == 0:
-            p.setLabel("bottom", "iteration")
         left = p.getAxis("left")
         left.enableAutoSIPrefix(False)
         # small tick text, major ticks only: at 1100x760 a chart is ~70 px tall, and
