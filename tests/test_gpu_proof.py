@@ -260,3 +260,54 @@ def test_speech_proof_reaches_its_table_where_ray_cannot_be_imported(tmp_path: P
     (row,) = json.loads((tmp_path / "speech.json").read_text())
     assert "error" not in row, row
     assert row["first_audio_s"] > 0 and row["worker_8_rows_audio_s_per_s"] > 0, row
+
+
+def test_a_trimmed_wheel_installs_without_what_it_dropped(tmp_path: Path) -> None:
+    """bench/trim_wheel.py (how the kit's Ray fits a device call): the dropped folders are
+    gone, a native program is stripped and still runs, and pip installs the result with
+    the hashes its rewritten RECORD gives."""
+    import base64
+    import hashlib
+    import shutil
+    import zipfile
+
+    from bench.trim_wheel import trim
+
+    def record(name: str, data: bytes) -> str:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+        return f"{name},sha256={digest.decode()},{len(data)}"
+
+    program = Path(shutil.which("true") or "/bin/true").read_bytes()
+    files = {"demo/__init__.py": b"VALUE = 7\n", "demo/jars/big.jar": b"x" * 100_000,
+             "demo/bin/true": program,
+             "demo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
+             "demo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+                                         b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name)
+            # a regular file's mode, as wheels store it (pip keeps the x bits of those)
+            info.external_attr = (0o100755 if name.endswith("true") else 0o100644) << 16
+            z.writestr(info, data)
+        z.writestr("demo-1.0.dist-info/RECORD", "\n".join(
+            [record(n, d) for n, d in files.items()] + ["demo-1.0.dist-info/RECORD,,"]))
+    before, after = trim(wheel, ["demo/jars/"])
+    assert after < before
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        assert "demo/jars/big.jar" not in names and "demo/__init__.py" in names
+        stripped = z.read("demo/bin/true")
+        lines = z.read("demo-1.0.dist-info/RECORD").decode().splitlines()
+    assert record("demo/bin/true", stripped) in lines
+    assert not any("big.jar" in line for line in lines)
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
+                           "--no-deps", "--target", str(site), str(wheel)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (site / "demo" / "jars").exists()
+    assert subprocess.run([str(site / "demo" / "bin" / "true")]).returncode == 0
+    out = subprocess.run([sys.executable, "-c", "import demo; print(demo.VALUE)"],
+                         capture_output=True, text=True, env={"PYTHONPATH": str(site)})
+    assert out.stdout.strip() == "7", out.stderr
