@@ -11,6 +11,7 @@ import numpy as np
 import soundfile as sf
 from PySide6.QtCore import Qt
 
+from engine.prepare.check import check_recording
 from gui import audio as au
 from gui.app import MainWindow
 from gui.pages.record import RecordPage
@@ -118,7 +119,8 @@ def test_quiet_and_cut_takes_are_flagged(piper_synth) -> None:
     rng = np.random.default_rng(0)
     noisy = speech + rng.normal(0, 0.6 * 0.25 * 0.3, len(speech)).astype(np.float32)
     found = take_warnings(noisy, sr, text)
-    assert len(found) == 1 and found[0].startswith("Noisy: the speech is only"), found
+    # as noisy as Prepare refuses (engine.audio.checks, the voice's lowest SNR)
+    assert len(found) == 1 and found[0].startswith("Too noisy: Speech is only"), found
     clipped = take_warnings(np.clip(speech * 4, -1, 1), sr, text)
     assert len(clipped) == 1 and clipped[0].startswith("Clipped"), clipped
     lost = take_warnings(speech, sr, text, overflows=3)  # the device dropped input 3 times
@@ -132,14 +134,24 @@ def test_retake_discards_and_clipping_is_flagged(qtbot, pulse, window: MainWindo
     page = window.show_page(RecordPage)
     qtbot.waitUntil(lambda: page.prompt is not None, timeout=10000)
     page.toggle_record()
+    qtbot.waitUntil(lambda: "speak now" in page.rec_state.text(), timeout=15000)
+    qtbot.wait(300)  # some room before the sound, as before speech
     # a full-scale square wave: every sample clips
     tone = np.sign(np.sin(np.linspace(0, 2 * np.pi * 220, 24000))).astype(np.float32)
     page.ctx.player.play(tone, 24000)
-    qtbot.waitUntil(lambda: page.clipped, timeout=15000)
-    assert "Clipping" in page.clip_label.text()
+    # while recording an early word, not a verdict; the verdict comes with the stop
+    qtbot.waitUntil(lambda: page.loud, timeout=15000)
+    assert page.clip_label.text().startswith("Loud") and "re-take" not in \
+        page.clip_label.text()
+    qtbot.wait(1300)  # the whole second of it, and some room after
     with qtbot.waitSignal(page.recorder.stopped, timeout=10000):
         page.toggle_record()
     page.ctx.player.stop()
+    # the early word gives way to the take's verdict, Prepare's on the same take
+    # (tests/test_record_prepare_agree.py plays the clipping cases into both)
+    assert not page.loud and "Loud" not in page.clip_label.text()
+    assert page.clipped == any(i["code"] == "clipping" for i in check_recording(
+        page.take_audio, page.take_sr, page.prompt.text)["issues"])
     # R re-takes: the clipped take is dropped and a new one starts
     qtbot.keyClick(page, Qt.Key.Key_R)
     assert page.recorder.active and page.take_audio is None and page.clip_label.text() == ""

@@ -146,8 +146,11 @@ def test_silence_around_a_take_is_cut_and_said(piper_synth, qtbot, ctx, voice: P
     ctx.set_voice(voice)
     page._stopped(take, sr)
     assert len(page.take_audio) == len(trimmed)
-    assert "Trimmed 9." in page.clip_label.text() or "Trimmed 10." in page.clip_label.text(), \
-        page.clip_label.text()
+    # news under a good take, not a warning: in the state line, in its own colour
+    said = page.rec_state.text()
+    assert "trimmed 9." in said or "trimmed 10." in said, said
+    assert said.startswith("✓ Good take") and not page.state_warns
+    assert "rimmed" not in page.clip_label.text()  # the warning colour's line
     page.shutdown()
 
 

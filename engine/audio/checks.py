@@ -9,10 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from engine.audio.conditions import REVERB_BLOCK_S, REVERB_WARN_S
-from engine.audio.io import clipped_per_sample
 from engine.config import PrepareConfig
 from engine.text import comparison_key
 
@@ -67,21 +64,14 @@ class ClipFacts:
 
 def clipping_issue(clipped_samples: int, samples: int) -> dict[str, str] | None:
     """The clipping verdict on `clipped_samples` of `samples`: "clipping" (unusable),
-    "minor_clipping" (advice) or None. Prepare judges each clip by it, and the Record page
-    each take, so a take Record keeps is one Prepare keeps."""
+    "minor_clipping" (advice) or None, for the samples of one clip's span
+    (engine.prepare.check.slice_facts)."""
     frac = clipped_samples / max(1, samples)
     if frac > CLIP_FRACTION_BLOCK:
         return issue("clipping", f"{frac:.2%} of the samples are clipped.")
     if clipped_samples >= CLIP_SAMPLES_WARN:
         return issue("minor_clipping", f"{clipped_samples} samples touch full scale.")
     return None
-
-
-def take_clipping(audio: np.ndarray) -> dict[str, str] | None:
-    """`clipping_issue` of a recording as it was taken: (samples,) or (samples, channels)."""
-    a = np.abs(np.asarray(audio, dtype=np.float32))
-    a = a[:, None] if a.ndim == 1 else a
-    return clipping_issue(int(clipped_per_sample(a).sum()), a.size)
 
 
 def check_clip(f: ClipFacts, cfg: PrepareConfig) -> list[dict[str, str]]:

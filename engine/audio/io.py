@@ -77,6 +77,37 @@ class DecodeStats:
         b = max(a, int(np.ceil(end_s / CLIP_FRAME_S)))
         return int(self.clip_frames[a:b].sum())
 
+    def source_samples(self, duration_s: float) -> int:
+        """How many source samples (all channels) `duration_s` of the recording holds."""
+        return int(duration_s * self.source_rate * self.channels)
+
+
+def clip_frame_counts(absd: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Full-scale samples (`clipped_per_sample`) per CLIP_FRAME_S frame of a (samples,
+    channels) array of magnitudes, the last frame padded."""
+    frame_len = max(1, round(sample_rate * CLIP_FRAME_S))
+    full = clipped_per_sample(absd)
+    pad = (-len(full)) % frame_len
+    if pad:
+        full = np.concatenate([full, np.zeros(pad, dtype=full.dtype)])
+    return full.reshape(-1, frame_len).sum(axis=1).astype(np.int32)
+
+
+def stats_of(audio: np.ndarray, sample_rate: int) -> DecodeStats:
+    """`decode`'s stats of a recording in memory, (samples,) or (samples, channels) float:
+    a take judged before it is saved is counted as Prepare counts its file."""
+    x = np.asarray(audio, dtype=np.float32)
+    x = x[:, None] if x.ndim == 1 else x
+    finite = np.isfinite(x)
+    x = np.where(finite, x, 0.0).astype(np.float32) if not finite.all() else x
+    absd = np.abs(x)
+    counts = clip_frame_counts(absd, sample_rate) if len(x) else np.zeros(0, np.int32)
+    return DecodeStats(source_rate=sample_rate, channels=x.shape[1], frames=len(x),
+                       peak=float(absd.max(initial=0.0)),
+                       dc_offset=float(x.mean()) if x.size else 0.0,
+                       non_finite=int((~finite).sum()), clipped=int(counts.sum()),
+                       clip_frames=counts)
+
 
 def clipped_per_sample(absd: np.ndarray) -> np.ndarray:
     """Clipped channels per sample of a (samples, channels) array of magnitudes.
@@ -211,12 +242,9 @@ def decode(path: str | os.PathLike[str], target_sr: int = TARGET_SR,
                         data = np.where(bad, 0.0, data).astype(np.float32)
                     absd = np.abs(data)
                     peak = max(peak, float(absd.max()))
-                    full = clipped_per_sample(absd)
-                    clipped += int(full.sum())
-                    pad = (-n) % frame_len
-                    if pad:
-                        full = np.concatenate([full, np.zeros(pad, dtype=full.dtype)])
-                    clip_frames.append(full.reshape(-1, frame_len).sum(axis=1).astype(np.int32))
+                    counts = clip_frame_counts(absd, sr)
+                    clipped += int(counts.sum())
+                    clip_frames.append(counts)
                     mono = data.mean(axis=1) if ch > 1 else data[:, 0]
                     total += float(mono.sum(dtype=np.float64))
                     frames += n

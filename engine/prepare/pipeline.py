@@ -42,7 +42,6 @@ import numpy as np
 from engine.audio.checks import (
     BLOCKING,
     NOISY_MARGIN_DB,
-    ClipFacts,
     check_clip,
     is_usable,
     issue,
@@ -72,7 +71,7 @@ from engine.layout.manifest import (
 )
 from engine.layout.voice import Take, Voice, now_iso
 from engine.model.loading import DEFAULT_BASE_MODEL, resolve_model
-from engine.prepare.check import round_finite
+from engine.prepare.check import round_finite, slice_facts
 from engine.prepare.denoise_judge import describe as describe_denoise
 from engine.prepare.denoise_judge import judge_slice, judges_for
 from engine.prepare.report import advice, format_report, say_what_replaces, speaker_report
@@ -166,13 +165,8 @@ def _process_take(voice: Voice, take: Take, key: str, cfg: PrepareConfig,
         start_s, end_s = sl.start / TARGET_SR, sl.end / TARGET_SR
         duration = len(seg) / TARGET_SR
         shortfall = (target - norm.loudness_after) if math.isfinite(norm.loudness_after) else 0.0
-        facts = ClipFacts(
-            duration_s=duration, text=text, text_method=method,
-            clipped_samples=stats.clipped_between(start_s, end_s),
-            source_samples=int(duration * stats.source_rate * stats.channels),
-            snr_db=snr, dc_offset=stats.dc_offset, gain_shortfall_db=shortfall,
-            rt60_s=bg.rt60_s, music_bed=music,
-        )
+        facts = slice_facts(sl, stats, levels, bg, text=text, text_method=method,
+                            gain_shortfall_db=shortfall, snr=snr)
         issues = check_clip(facts, cfg)
         speaker = heard.judge(sl, who) if heard is not None else None
         if speaker is not None:

@@ -62,7 +62,8 @@ class RecordPage(TakeLifecycle, PromptCard, TakeDialogs, RecordKeys, Page):
         self.take_sr = 48000
         #: the voice the take recording or under review was started for: it is saved there
         self.take_voice: Path | None = None
-        self.clipped = False
+        self.clipped = False  # the take's verdict: Prepare refuses it for clipping
+        self.loud = False  # the input touched full scale while recording (an early word)
         self.trimmed_s = 0.0  # silence cut from around the take's speech
         self.saved_takes = 0
         self.accepted: dict[Path, set[str]] = {}  # prompt ids saved here, per voice

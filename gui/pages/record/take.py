@@ -8,12 +8,16 @@ from __future__ import annotations
 import numpy as np
 import soundfile as sf
 
+from engine.config import PrepareConfig
 from engine.core.errors import VoxshardError
-from engine.layout.voice import VERDICT_FLAGGED, VERDICT_GOOD, VERDICT_UNUSABLE, open_voice
+from engine.layout.voice import VERDICT_FLAGGED, VERDICT_UNUSABLE, open_voice
 from gui.pages.record.verdict import SILENT, Judgement, judge_take, trim_take
 from gui.widgets import fmt_duration, show_error
 
 METER_MS = 33
+#: said while recording when the input touches full scale: a warning, not yet a verdict
+LOUD_NOTE = ("Loud: the input touched full scale. The verdict comes when you stop; "
+             "move back a little if it keeps happening.")
 #: the live waveform while recording: redrawn at this interval, the last this many seconds
 LIVE_WAVE_MS = 150
 LIVE_WAVE_S = 20.0
@@ -29,12 +33,21 @@ class TakeLifecycle:
         self.take_voice = None
         self.existing = None
         self.clipped = False
+        self.loud = False
         self.trimmed_s = 0.0
         self.judgement = Judgement()
         self.clip_label.setText("")
         self.rec_time.setText("0:00")
         self.wave.clear_audio()
         self.accept_btn.setText("Accept")
+
+    def _prepare_config(self) -> PrepareConfig | None:
+        """The voice's prepare settings, which Prepare will judge the take by."""
+        voice = self.take_voice or self.voice
+        try:
+            return open_voice(voice).prepare_config if voice is not None else None
+        except VoxshardError:
+            return None  # unreadable voice.toml: the defaults; saving will say what is wrong
 
     @property
     def warnings(self) -> list[str]:
@@ -88,10 +101,10 @@ class TakeLifecycle:
                 if live.size:
                     self.wave.show_audio(live, self.recorder.samplerate)
                     self.live_draws += 1
-        if clipped and not self.clipped and not self.testing:
-            self.clipped = True
-            self.clip_label.setText("Clipping: the input is too loud. Move back or lower "
-                                    "the input gain, then re-take.")
+        if clipped and not self.loud and not self.testing:
+            # early word only: the take's verdict, when it stops, says whether it can train
+            self.loud = True
+            self.clip_label.setText(LOUD_NOTE)
 
     def _stopped(self, audio: np.ndarray, sr: int) -> None:
         self.preroll_timer.stop()
@@ -104,28 +117,28 @@ class TakeLifecycle:
         self.wave.show_audio(audio, sr)
         self.rec_time.setText(fmt_duration(len(audio) / float(sr or 1)))
         self.judgement = judge_take(audio, sr, self.prompt.text if self.prompt else "",
-                                    self.recorder.overflows)
+                                    self.recorder.overflows, self._prepare_config())
+        self.clipped = "clipping" in self.judgement.codes
         self._show_verdict()
         self._update_buttons()
 
     def _show_verdict(self) -> None:
         j = self.judgement
         shown = [w for w in j.warnings if w != SILENT]
-        if self.clipped:  # the live clipping note says the same as the verdict's
-            shown = [w for w in shown if not w.startswith("Clipped")]
-            shown.insert(0, self.clip_label.text())
-        if self.trimmed_s >= 1.0:  # said when it matters; a breath's worth is not news
-            shown.append(f"Trimmed {self.trimmed_s:.1f} s of silence before and after the "
-                         "speech.")
+        self.loud = False  # the live note gives way to the verdict
         self.clip_label.setText("\n".join(shown))
         if j.verdict == VERDICT_UNUSABLE:
             first = j.warnings[0] if j.warnings[0] == SILENT else "This take cannot train."
             self._set_state(f"{first} Enter asks before keeping it.", warn=True)
             self.accept_btn.setText("Keep anyway…")
-        elif j.verdict == VERDICT_FLAGGED or self.clipped:
-            self._set_state("Review: Enter to accept, R to re-take, P to play")
+            return
+        # said when it matters (a breath's worth is not news), as news, not as a warning
+        trimmed = (f" (trimmed {self.trimmed_s:.1f} s of silence before and after the "
+                   "speech)" if self.trimmed_s >= 1.0 else "")
+        if j.verdict == VERDICT_FLAGGED:
+            self._set_state(f"Review: Enter to accept, R to re-take, P to play{trimmed}")
         else:
-            self._set_state("✓ Good take: Enter to accept, R to re-take, P to play")
+            self._set_state(f"✓ Good take: Enter to accept, R to re-take, P to play{trimmed}")
 
     def accept(self) -> bool:
         """Save the take through the engine workspace and move to the next prompt. A take
@@ -148,8 +161,7 @@ class TakeLifecycle:
         replaced = self._takes_of(self.prompt.id)
         j = self.judgement
         extra = {"clipped": self.clipped, "prompt_set": self.prompts.set_name,
-                 "verdict": VERDICT_FLAGGED if self.clipped and j.verdict == VERDICT_GOOD
-                 else j.verdict}
+                 "verdict": j.verdict}
         if j.warnings:
             extra["warnings"] = list(j.warnings)
         if self.prompt.style:  # a style prompt's take trains with its description

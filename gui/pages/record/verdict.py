@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.audio.checks import BLOCKING, take_clipping
+from engine.audio.checks import BLOCKING
 from engine.audio.vad import speech_regions
+from engine.config import PrepareConfig
 from engine.layout.voice import VERDICT_FLAGGED, VERDICT_GOOD, VERDICT_UNUSABLE
+from engine.prepare.check import check_recording
 
 #: loudest sample below this (-20 dBFS) is a take recorded too far or too low
 QUIET_PEAK = 0.1
@@ -18,8 +20,6 @@ QUIET_PEAK = 0.1
 #: (a fast synthetic reader measured 4 words/s; people read about 2.5-3)
 MAX_WORDS_PER_S = 6.0
 FRAME_S = 0.02
-#: speech less than this far above the room noise is reported as noisy
-NOISY_SNR_DB = 20.0
 
 #: what the page says of a take with no sound in it (also written into its metadata)
 SILENT = "Silent take: check the microphone, then re-take (R)."
@@ -31,6 +31,8 @@ class Judgement:
 
     verdict: str = VERDICT_GOOD
     warnings: list[str] = field(default_factory=list)
+    #: Prepare's issue codes among them (engine.audio.checks)
+    codes: set[str] = field(default_factory=set)
 
     def add(self, sentence: str, blocking: bool) -> None:
         """One finding; `blocking`: the take cannot train with it."""
@@ -41,10 +43,14 @@ class Judgement:
             self.verdict = VERDICT_FLAGGED
 
 
-def judge_take(audio: np.ndarray, sr: int, text: str, overflows: int = 0) -> Judgement:
-    """What is wrong with a take before it is kept. Silent, clipped or too short for its
-    text (cut off) cannot train; too quiet, noisy, or with audio the input dropped
-    (`overflows`: the device's overflow reports while recording) is advice."""
+def judge_take(audio: np.ndarray, sr: int, text: str, overflows: int = 0,
+               cfg: PrepareConfig | None = None) -> Judgement:
+    """What is wrong with a take before it is kept. Silent or too short for its text (cut
+    off) cannot train; too quiet, or with audio the input dropped (`overflows`: the
+    device's overflow reports while recording) is advice. Clipping, noise, length and
+    echo are Prepare's verdict on the clip it cuts of the take (the engine's
+    `check_recording`, with the voice's prepare settings `cfg`): what Prepare refuses
+    cannot train here, what it warns of is advice here."""
     mono = np.asarray(audio, dtype=np.float32)
     if mono.ndim > 1:
         mono = mono.mean(axis=1)
@@ -59,20 +65,37 @@ def judge_take(audio: np.ndarray, sr: int, text: str, overflows: int = 0) -> Jud
     n = max(1, int(FRAME_S * sr))
     frames = mono[: len(mono) // n * n].reshape(-1, n)
     if len(frames):
-        _judge_frames(out, np.sqrt(np.mean(frames**2, axis=1)), peak, text)
+        _judge_length(out, np.sqrt(np.mean(frames**2, axis=1)), text)
     if overflows:
         out.add(f"Audio was lost: the computer was too busy to read the microphone "
                 f"in time ({overflows} gap{'s' if overflows > 1 else ''}). Close other "
                 "programs, then re-take (R).", blocking=False)
-    clipping = take_clipping(audio)  # Prepare's own verdict, so Record keeps what it keeps
-    if clipping is not None and clipping["code"] in BLOCKING:
-        out.add("Clipped: the loudest parts hit the limit. Move back or lower the "
-                "input gain, then re-take (R).", blocking=True)
+    for found in check_recording(audio, sr, text, cfg)["issues"]:
+        sentence = PREPARE_SAYS.get(found["code"])
+        if sentence is None:
+            continue
+        out.codes.add(found["code"])
+        if found["code"] == "too_short" and out.verdict == VERDICT_UNUSABLE:
+            continue  # "too short for the sentence" says it already
+        out.add(sentence.format(found["message"]), blocking=found["code"] in BLOCKING)
     return out
 
 
-def _judge_frames(out: Judgement, rms: np.ndarray, peak: float, text: str) -> None:
-    """Too short for the text, and noisy, from the loudness of 20 ms frames."""
+#: Prepare's findings on a take, as the Record page says them ({}: Prepare's own words)
+PREPARE_SAYS = {
+    "clipping": "Clipped: {} Move back or lower the input gain, then re-take (R).",
+    "minor_clipping": "Peaks touched the limit: {} Prepare keeps the take; lower the "
+                      "input gain a little if it happens often.",
+    "low_snr": "Too noisy: {} Record somewhere quieter, then re-take (R).",
+    "noisy": "Noisy: {} Somewhere quieter would train a cleaner voice.",
+    "too_short": "Too short to train: {} Re-take it (R).",
+    "too_long": "Too long: {} Re-take it (R).",
+    "too_reverberant": "Echo: {} Record in a smaller or softer room, then re-take (R).",
+}
+
+
+def _judge_length(out: Judgement, rms: np.ndarray, text: str) -> None:
+    """Too short for the text, from the loudness of 20 ms frames."""
     # speech spans from the first to the last frame within 30 dB of the loudest
     # (pauses between words count, room noise before and after does not)
     loud = np.flatnonzero(rms > max(1e-3, 0.03 * float(rms.max())))
@@ -81,14 +104,6 @@ def _judge_frames(out: Judgement, rms: np.ndarray, peak: float, text: str) -> No
     if words and span_s < words / MAX_WORDS_PER_S:
         out.add(f"Too short for the sentence ({words} words in {span_s:.1f} s of "
                 "speech): cut off, or read too fast? Re-take (R).", blocking=True)
-    if peak >= QUIET_PEAK and len(rms) >= 20:
-        # the room's noise (quietest tenth of the frames) against the speech (loudest
-        # tenth): under 20 dB apart, the noise is learned with the voice
-        quiet, loud_rms = np.percentile(rms, 10), np.percentile(rms, 90)
-        snr = 20 * np.log10(max(float(loud_rms), 1e-9) / max(float(quiet), 1e-9))
-        if snr < NOISY_SNR_DB:
-            out.add(f"Noisy: the speech is only {snr:.0f} dB above the room "
-                    "noise. Record somewhere quieter, then re-take (R).", blocking=False)
 
 
 def take_warnings(audio: np.ndarray, sr: int, text: str, overflows: int = 0) -> list[str]:
