@@ -45,7 +45,8 @@ def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None 
                          f"{rendered['rendered']} rendered, {rendered['reused']} kept"
                          + (f"; {moved}" if moved else "")
                          + (f"; lines {', '.join(map(str, flagged))} flagged" if flagged else "")
-                         + (f"; wrote {request.out}" if request.out else ""))
+                         + (f"; wrote {request.out} ({result['export']['level']})"
+                            if request.out else ""))
     return result
 
 

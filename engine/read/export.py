@@ -3,9 +3,12 @@
 WAV and FLAC are written by libsndfile; MP3 and M4B (AAC) by FFmpeg's libraries through
 PyAV, with a chapter mark at each chapter's first line (ID3 CHAP frames in MP3, the MP4
 chapter list in M4B). The loudness target is the program's integrated loudness (BS.1770),
-peaks kept under -1 dBFS. Subtitles (SRT and WebVTT) give each line's time in the program;
-the tracks are one WAV per voice, each as long as the program, silent where the others
-speak, so they line up in an audio editor.
+peaks kept under -1 dBFS. A lossy encoder moves the level (MP3 read -22.1 LUFS for -20
+asked), so every export is measured as written, decoded by the same libraries a player
+uses: a lossy one off its target is corrected once and written again, and the export
+states the file's own loudness and true peak. Subtitles (SRT and WebVTT) give each line's
+time in the program; the tracks are one WAV per voice, each as long as the program,
+silent where the others speak, so they line up in an audio editor.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import av
 import numpy as np
 
 from engine.audio.io import read_mono
+from engine.audio.loudness import integrated_loudness, true_peak_dbtp
 from engine.core.atomic import atomic_path, write_json, write_text
 from engine.core.errors import InputError
 from engine.layout import reading
@@ -31,6 +35,10 @@ _BIT_RATES = {"mp3": 96_000, "m4b": 64_000}
 _CONTAINERS = {"mp3": ("mp3", "libmp3lame"), "m4b": ("ipod", "aac")}
 #: samples handed to the encoder at a time
 _SLICE = SAMPLE_RATE * 10
+#: how far (LU) a written file's loudness may be from its target before it is corrected
+LOUDNESS_TOLERANCE_LU = 0.3
+#: the sample peak a correction may raise the program to (match_loudness's ceiling)
+_PEAK_CEILING = 10 ** (-1.0 / 20)
 
 
 @dataclass
@@ -159,13 +167,22 @@ def export(plan: Plan, out: str | os.PathLike[str]) -> dict[str, Any]:
     target = Path(out)
     fmt = target.suffix.lower().lstrip(".")
     program = assemble(plan)
-    audio, loudness = match_loudness(program.audio, request.loudness_lufs, SAMPLE_RATE)
-    program.audio = audio
+    audio, _ = match_loudness(program.audio, request.loudness_lufs, SAMPLE_RATE)
     target.parent.mkdir(parents=True, exist_ok=True)
-    if fmt in ("wav", "flac"):
-        write_audio(target, audio, fmt)
-    else:
-        _encode(target, audio, fmt, program.chapters, Path(request.script).stem)
+    title = Path(request.script).stem
+    _write(target, audio, fmt, program.chapters, title)
+    measured = measure_written(target)
+    wanted = request.loudness_lufs
+    if (wanted is not None and fmt in _CONTAINERS and np.isfinite(measured[0])
+            and abs(measured[0] - wanted) > LOUDNESS_TOLERANCE_LU):
+        gain = 10 ** ((wanted - measured[0]) / 20)
+        peak = float(np.max(np.abs(audio))) if audio.size else 0.0
+        if peak > 0:
+            gain = min(gain, _PEAK_CEILING / peak)
+        audio = (audio * gain).astype(np.float32)
+        _write(target, audio, fmt, program.chapters, title)
+        measured = measure_written(target)
+    program.audio = audio
     written: dict[str, Any] = {"path": str(target), "format": fmt}
     if request.subtitles:
         for kind in ("srt", "vtt"):
@@ -176,8 +193,52 @@ def export(plan: Plan, out: str | os.PathLike[str]) -> dict[str, Any]:
     duration = len(audio) / SAMPLE_RATE
     chapters = [{"title": name, "start_s": round(start / SAMPLE_RATE, 3)}
                 for name, start in program.chapters]
+    loudness, peak_dbtp = measured
     written.update(duration_s=round(duration, 3), chapters=chapters,
-                   loudness_lufs=None if loudness is None else round(loudness, 2),
-                   lines=len(program.lines))
+                   loudness_lufs=round(loudness, 2) if np.isfinite(loudness) else None,
+                   true_peak_dbtp=round(peak_dbtp, 2) if np.isfinite(peak_dbtp) else None,
+                   loudness_target_lufs=wanted, lines=len(program.lines))
+    written["level"] = level_words(written)
     write_json(plan.project / reading.EXPORT_FILE, written)
     return written
+
+
+def _write(target: Path, audio: np.ndarray, fmt: str, chapters: list[tuple[str, int]],
+           title: str) -> None:
+    if fmt in ("wav", "flac"):
+        write_audio(target, audio, fmt)
+    else:
+        _encode(target, audio, fmt, chapters, title)
+
+
+def measure_written(path: Path) -> tuple[float, float]:
+    """(integrated loudness in LUFS, true peak in dBTP) of an exported file as a player
+    decodes it (FFmpeg's decoders, through PyAV), mono at its own rate."""
+    pieces: list[np.ndarray] = []
+    with av.open(str(path)) as container:
+        stream = container.streams.audio[0]
+        rate = stream.rate or SAMPLE_RATE
+        mono = av.AudioResampler(format="flt", layout="mono", rate=rate)
+        for frame in container.decode(stream):
+            for out in mono.resample(frame):
+                pieces.append(out.to_ndarray().reshape(-1))
+        for out in mono.resample(None):
+            pieces.append(out.to_ndarray().reshape(-1))
+    audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+    if audio.size == 0:
+        return float("-inf"), float("-inf")
+    return integrated_loudness(audio, rate), true_peak_dbtp(audio, rate)
+
+
+def level_words(written: dict[str, Any]) -> str:
+    """The export's level as measured on the file, and how far from its target."""
+    lufs, peak, wanted = (written.get("loudness_lufs"), written.get("true_peak_dbtp"),
+                          written.get("loudness_target_lufs"))
+    if lufs is None:
+        return "silent"
+    words = f"{lufs:.1f} LUFS, true peak {peak:.1f} dBTP"
+    if wanted is not None and abs(lufs - wanted) > LOUDNESS_TOLERANCE_LU:
+        words += (f" ({wanted - lufs:.1f} LU under the {wanted:g} LUFS asked: its peaks "
+                  "allow no more)" if lufs < wanted else f" ({lufs - wanted:.1f} LU over "
+                  f"the {wanted:g} LUFS asked)")
+    return words

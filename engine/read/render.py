@@ -104,6 +104,7 @@ class _Group:
 
     def run(self, cancel: threading.Event | None) -> None:
         started = time.perf_counter()
+        self.progress.loading()
         first = self.attempts[0].planned.voice
         self._ask({"op": "load", "id": "load", "voice": str(first.target),
                    **first.load_options()})
@@ -113,6 +114,7 @@ class _Group:
                 self._ask({"op": "voice", "id": f"voice-{name}", "name": name,
                            "voice": str(voice.target), **voice.load_options()})
         self.load_s = time.perf_counter() - started
+        self.progress.loaded(self.load_s)
         for attempt in self.attempts:
             self._submit(attempt)
         while self.waiting:
@@ -190,7 +192,9 @@ class _Group:
 
 
 class _Progress:
-    """Lines finished, audio made, and the time left (from the characters still to say)."""
+    """Lines finished, audio made, and the time left: the characters still to say at the
+    rate measured since rendering began, the models' loads left out (a load is not
+    render time: counted in, the first estimates were a hundred times the render)."""
 
     def __init__(self, emitter: Emitter, lines: list[PlannedLine]) -> None:
         self.emitter = emitter
@@ -200,15 +204,31 @@ class _Progress:
         self.chars_done = 0
         self.audio_s = 0.0
         self.started = time.perf_counter()
+        #: seconds spent loading models, left out of the render rate
+        self.loads_s = 0.0
+
+    def loading(self) -> None:
+        """A model loads: no estimate until lines render (said as loading)."""
+        self.emitter.progress("render", self.done, self.total, loading=True, eta_s=None,
+                              audio_s=round(self.audio_s, 2))
+
+    def loaded(self, seconds: float) -> None:
+        self.loads_s += seconds
+
+    def eta_s(self) -> float | None:
+        rendering = time.perf_counter() - self.started - self.loads_s
+        if self.chars_done == 0 or rendering <= 0:
+            return None
+        return rendering / self.chars_done * (self.chars - self.chars_done)
 
     def line_done(self, planned: PlannedLine, seconds: float) -> None:
         self.done += 1
         self.chars_done += len(planned.spoken)
         self.audio_s += seconds
-        elapsed = time.perf_counter() - self.started
-        left = elapsed / self.chars_done * (self.chars - self.chars_done)
+        left = self.eta_s()
         self.emitter.progress("render", self.done, self.total, line=planned.number,
-                              eta_s=round(left, 1), audio_s=round(self.audio_s, 2))
+                              eta_s=None if left is None else round(left, 1),
+                              audio_s=round(self.audio_s, 2))
 
 
 def _dtype(name: str) -> Any:

@@ -330,6 +330,9 @@ class ReadPage(Page):
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(done)
         self.refresh()
+        if event.get("loading"):
+            self.status.setText(f"Loading the voice's model ({done} of {total} lines done)...")
+            return
         eta = event.get("eta_s")
         left = f", about {fmt_duration(float(eta))} left" if eta else ""
         self.status.setText(f"Rendering: {done} of {total} lines{left}")

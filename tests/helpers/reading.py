@@ -50,3 +50,35 @@ def read_workspace(ws: Path, model_dir: Path) -> Path:
     create_voice(ws / "drone", "Drone", "english")
     forced_export(model_dir, ws / "drone" / "exports" / "drone-v1", DRONE)
     return ws
+
+
+def ebur128(path: Path) -> dict[str, float]:
+    """FFmpeg's own EBU R128 meter (its `ebur128` filter, through PyAV) on a file as FFmpeg
+    decodes it: {"I": integrated LUFS, "true_peak": linear true peak} — a measurement no
+    code of Voxshard's takes part in."""
+    import av
+
+    found: dict[str, str] = {}
+    with av.open(str(path)) as container:
+        stream = container.streams.audio[0]
+        graph = av.filter.Graph()
+        source = graph.add_abuffer(template=stream)
+        meter = graph.add("ebur128", "metadata=1:peak=true")
+        sink = graph.add("abuffersink")
+        source.link_to(meter)
+        meter.link_to(sink)
+        graph.configure()
+
+        def drain() -> None:
+            while True:
+                try:
+                    found.update(sink.pull().metadata)
+                except (av.BlockingIOError, av.EOFError):
+                    return
+
+        for frame in container.decode(stream):
+            source.push(frame)
+            drain()
+        source.push(None)
+        drain()
+    return {"I": float(found["lavfi.r128.I"]), "true_peak": float(found["lavfi.r128.true_peak"])}
