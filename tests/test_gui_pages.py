@@ -263,9 +263,12 @@ def test_train_args_and_presets(qtbot, window: MainWindow, voice: Path) -> None:
     page.steps.setValue(5)
     page.remote_radio.setChecked(True)
     page.address.setText("10.0.0.2:6379")
-    args = page.train_args(resume=True)
+    args = page.train_args()
     assert args[:2] == ["train", str(voice)]
     assert args[args.index("--base") + 1] == "/models/tiny"
+    assert "--resume" not in args
+    args = page.train_args(resume=True)
+    assert "--base" not in args  # a resume trains on the run's own base (the engine's rule)
     assert args[args.index("--workers") + 1] == "2"
     assert args[args.index("--steps") + 1] == "5"
     assert args[args.index("--address") + 1] == "10.0.0.2:6379"

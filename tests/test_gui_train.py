@@ -195,7 +195,10 @@ measured("checkpoint", 20, 0.55, 0.20, 1.30)
 measured("checkpoint", 40, 0.70, 0.10, 1.02)
 em.state("evaluation_updated", detail="best: step 40", best_step=40, checkpoints=2)
 em.state("early_stop_suggested", best_step=40, detail="no improvement for 2 checkpoints")
-while not stop:
+# it ends as the engine's watcher does: once the training process it was given has ended
+from engine.core.process import alive
+pid = int(sys.argv[sys.argv.index("--training-pid") + 1])
+while not stop and alive(pid):
     time.sleep(0.05)
 out.result({"summary": "Stopped watching."})
 '''
@@ -310,5 +313,6 @@ def test_every_form_choice_is_a_real_engine_option(qtbot, window: MainWindow,
     s.patience.setValue(3)
     assert not s.style_weight.isEnabled() or s.evaluate.isChecked()
     s.style_weight.setValue(0.5)
-    watch = parser.parse_args(s.evaluate_args(str(voice), "run-1"))
+    watch = parser.parse_args(s.evaluate_args(str(voice), "run-1", training_pid=4242))
     assert watch.watch and watch.patience == 3 and watch.style_weight == 0.5
+    assert watch.training_pid == 4242
