@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import QRect, QSettings, QSize, Qt, QTimer, qVersion
+from PySide6.QtCore import QEvent, QObject, QRect, QSettings, QSize, Qt, QTimer, qVersion
 from PySide6.QtGui import QCloseEvent, QKeySequence, QMoveEvent, QResizeEvent, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
+    QDialog,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -152,6 +153,9 @@ class MainWindow(QMainWindow):
         self._version_job: EngineJob | None = None
 
         self._shortcuts()
+        # every dialog of the window hands the focus back when it closes (_focus_back)
+        if (app := QApplication.instance()) is not None:
+            app.installEventFilter(self)
         if self.theme is not None:
             self.theme.changed.connect(lambda _t: self._retint())
         if self.ctx.workspace is None:
@@ -448,8 +452,30 @@ class MainWindow(QMainWindow):
         if self._quit_wait is not None:
             box.open()
 
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """A dialog of this window closed: the window takes the focus back. Without a
+        window manager nothing else does, and the keyboard went to the root window (dead
+        keys after New voice, Ctrl+N)."""
+        if event.type() == QEvent.Type.Hide and isinstance(watched, QDialog) \
+                and watched.isWindow() and watched.parentWidget() is not None \
+                and watched.parentWidget().window() is self:
+            QTimer.singleShot(0, self._focus_back)
+        return False
+
+    def _focus_back(self) -> None:
+        if not self.isVisible() or QApplication.activeModalWidget() is not None \
+                or any(d.isVisible() for d in self.findChildren(QDialog)):
+            return  # another dialog is open: it has the keys until it closes too
+        self.activateWindow()
+        self.raise_()
+        page = self.pages[self._current] if 0 <= self._current < len(self.pages) else None
+        if page is not None and page.focusWidget() is None:
+            page.setFocus(Qt.FocusReason.ActiveWindowFocusReason)
+
     def shutdown(self) -> None:
         """Stop everything this window started: jobs, streams, timers."""
+        if (app := QApplication.instance()) is not None:
+            app.removeEventFilter(self)
         self.page(RecordPage).shutdown()
         self.page(TrainPage).redraw_timer.stop()
         self.ctx.player.stop()

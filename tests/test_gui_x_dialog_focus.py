@@ -1,0 +1,105 @@
+"""Issue 50: after any dialog of the window, not only the Record page's, the keyboard works
+again, on a real X server without a window manager (nothing else hands the focus back
+there: after New voice, Ctrl+N, the keys once went to the root window). Real key presses
+from xdotool; the window in its own process.
+
+Run as a script, this file is the window's side."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QEventLoop, QRect, QSettings
+from PySide6.QtWidgets import QApplication, QDialog
+
+from gui.app import MainWindow
+from gui.context import AppContext
+from gui.pages.voices import VoicesPage
+from tests.helpers.voices import make_voice
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_keys_work_after_the_new_voice_dialog_without_a_window_manager(
+        laptop_xvfb: str, tmp_path: Path) -> None:
+    if not shutil.which("xdotool"):
+        pytest.skip("xdotool is missing (apt-get install xdotool)")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    make_voice(workspace)
+    out = tmp_path / "seen.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
+    env.update(DISPLAY=laptop_xvfb, QT_QPA_PLATFORM="xcb", HOME=str(tmp_path),
+               XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
+    child = subprocess.run([sys.executable, __file__, str(workspace), str(out)], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    seen = json.loads(out.read_text())
+    assert seen == {"dialog_opened": True, "keys_after_cancel": True,
+                    "keys_after_accept": True}, seen
+
+
+# -- the window's side (run as a script under Xvfb) -------------------------------------
+
+def _drive(workspace: Path, out: Path) -> int:
+    app = QApplication([sys.argv[0]])
+    settings = QSettings(str(out.with_suffix(".ini")), QSettings.Format.IniFormat)
+    settings.setValue("workspace", str(workspace))
+    settings.setValue(f"last_voice/{workspace}", "ada")
+    window = MainWindow(AppContext(settings))
+    window.setGeometry(QRect(0, 0, 1100, 760))
+    window.show()
+
+    def wait(cond: Callable[[], object], seconds: float = 15.0) -> bool:
+        deadline = time.monotonic() + seconds
+        while not cond():
+            if time.monotonic() > deadline:
+                return False
+            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+            time.sleep(0.01)
+        return True
+
+    def key(name: str) -> None:
+        subprocess.run(["xdotool", "key", name], check=True, timeout=30)
+        wait(lambda: False, 0.3)  # what the key set off
+
+    def dialog() -> QDialog | None:
+        found = [d for d in window.findChildren(QDialog) if d.isVisible()]
+        return found[0] if found else None
+
+    def keys_work(row: int) -> bool:
+        """Ctrl+<row+1> goes to that page, as a person moves around by keyboard."""
+        key(f"ctrl+{row + 1}")
+        return wait(lambda: window.nav.currentRow() == row, 5)
+
+    window.show_page(VoicesPage)
+    window.activateWindow()
+    wait(lambda: app.focusWindow() is not None, 30)
+    seen: dict[str, bool] = {}
+    key("ctrl+n")
+    seen["dialog_opened"] = wait(lambda: dialog() is not None, 10)
+    key("Escape")
+    wait(lambda: dialog() is None, 10)
+    seen["keys_after_cancel"] = keys_work(1)
+    key("ctrl+n")
+    wait(lambda: dialog() is not None, 10)
+    subprocess.run(["xdotool", "type", "Bea"], check=True, timeout=30)
+    key("Return")
+    wait(lambda: dialog() is None, 10)
+    seen["keys_after_accept"] = keys_work(2)
+    out.write_text(json.dumps(seen))
+    window.shutdown()
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_drive(Path(sys.argv[1]), Path(sys.argv[2])))
