@@ -8,7 +8,6 @@ Run as a script, this file is the window's side."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,8 +23,7 @@ from gui.app import MainWindow
 from gui.context import AppContext
 from gui.pages.voices import VoicesPage
 from tests.helpers.voices import make_voice
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.xserver import run_on_display
 
 
 def test_keys_work_after_the_new_voice_dialog_without_a_window_manager(
@@ -36,12 +34,7 @@ def test_keys_work_after_the_new_voice_dialog_without_a_window_manager(
     workspace.mkdir()
     make_voice(workspace)
     out = tmp_path / "seen.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
-    env.update(DISPLAY=laptop_xvfb, QT_QPA_PLATFORM="xcb", HOME=str(tmp_path),
-               XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
-    child = subprocess.run([sys.executable, __file__, str(workspace), str(out)], cwd=ROOT,
-                           env=env, capture_output=True, text=True, timeout=300)
-    assert child.returncode == 0, child.stderr[-3000:]
+    run_on_display(__file__, laptop_xvfb, tmp_path, str(workspace), str(out))
     seen = json.loads(out.read_text())
     assert seen == {"dialog_opened": True, "keys_after_cancel": True,
                     "keys_after_accept": True}, seen

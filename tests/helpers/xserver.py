@@ -11,10 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_xvfb(size: str = "1600x1000") -> Iterator[str]:
@@ -56,3 +60,14 @@ def xvfb() -> Iterator[str]:
 def laptop_xvfb() -> Iterator[str]:
     """The DISPLAY of a new Xvfb server with a laptop's 1100x760 screen (issue 28)."""
     yield from start_xvfb("1100x760")
+
+
+def run_on_display(script: str, display: str, home: Path, *args: str) -> None:
+    """Run a test's window side (`script`, with `args`) in its own process on `display`,
+    through Qt's xcb platform, with `home` as its home; fails the test if it fails."""
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
+    env.update(DISPLAY=display, QT_QPA_PLATFORM="xcb", HOME=str(home),
+               XDG_CONFIG_HOME=str(home / "config"), PYTHONPATH=str(ROOT))
+    child = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
