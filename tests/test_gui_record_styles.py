@@ -9,10 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from PySide6.QtCore import Qt
 
 from engine.layout.prompts import get_prompt_set, style_progress
 from engine.layout.voice import open_voice
 from gui.app import MainWindow
+from gui.pages.help import SHORTCUTS
 from gui.pages.record import RecordPage
 
 
@@ -63,6 +65,12 @@ def test_a_style_take_counts_for_its_style_and_next_style_jumps(
     page.prompt = next(p for p in page.prompts.prompts if p.id == "st-whisper-02")
     page.style_btn.click()
     assert page.prompt.id == "st-loud-01"
+    # N is its key, said in Help and in the page's line of keys
+    qtbot.keyClick(page, Qt.Key.Key_N)
+    assert page.prompt.id == "st-happy-01"
+    assert "N: next style" in page.subtitle
+    assert any(where == "Record" and "N" in key.split(" / ") and "next style" in what
+               for where, key, what in SHORTCUTS)
 
     # every line and key of it reads in full in the window
     qtbot.wait(100)

@@ -21,7 +21,8 @@ SHORTCUTS = [
     ("Record", "R", "Re-take"),
     ("Record", "Delete or Backspace", "Discard the take without recording another"),
     ("Record", "P", "Play the take / stop playing"),
-    ("Record", "S", "Skip this prompt"),
+    ("Record", "S / N", "Skip this prompt / next style: a prompt of a style still needing "
+     "takes"),
     ("Record", "B", "Back to the previous prompt (P plays its take; a new one replaces it)"),
     ("Import", "Space", "Play the selected clip / stop it"),
     ("Import", "F2 or double-click", "Edit the transcript (F2 from any cell of the row)"),

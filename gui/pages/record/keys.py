@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QMessageBox
 
 
 class RecordKeys:
-    """Space, Enter, R, P, Delete, S and B on the Record page."""
+    """Space, Enter, R, P, Delete, S, B and N on the Record page."""
 
     def take_keys_back(self) -> None:
         """After a dialog: the window active again and the focus on this page, so Space
@@ -33,7 +33,8 @@ class RecordKeys:
                           (Qt.Key.Key_R, self.retake), (Qt.Key.Key_P, self.play),
                           (Qt.Key.Key_Delete, self.discard),
                           (Qt.Key.Key_Backspace, self.discard),
-                          (Qt.Key.Key_S, self.skip), (Qt.Key.Key_B, self.back)):
+                          (Qt.Key.Key_S, self.skip), (Qt.Key.Key_B, self.back),
+                          (Qt.Key.Key_N, self.next_style)):
             sc = QShortcut(QKeySequence(key), self)
             sc.setContext(Qt.ShortcutContext.WindowShortcut)
             sc.activated.connect(slot)

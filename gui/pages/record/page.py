@@ -1,15 +1,16 @@
 """Record: read the prompt aloud, keyboard first.
 
 Space starts and stops, Enter accepts, R re-takes, Delete discards, P plays,
-S skips, B goes back to the previous prompt (its take can be heard; recording
-it again replaces it). "Speak now" shows once the input really delivers audio
-and a short pre-roll has passed; the take is cut by the times Space was
-pressed, and after stop the input stays open for a short hold so the last
-word is not cut. Each take gets a verdict before it is kept: one that cannot
-train (silent, clipped, cut off) is kept only after a deliberate confirm, its
-verdict is written with it, and its prompt is offered again. A take is written
-through the engine's workspace API the moment it is accepted; nothing accepted
-lives only in memory, and Quit asks before a take under review is lost.
+S skips, N goes to the next style still needing takes, B goes back to the
+previous prompt (its take can be heard; recording it again replaces it).
+"Speak now" shows once the input really delivers audio and a short pre-roll
+has passed; the take is cut by the times Space was pressed, and after stop
+the input stays open for a short hold so the last word is not cut. Each take
+gets a verdict before it is kept: one that cannot train (silent, clipped, cut
+off) is kept only after a deliberate confirm, its verdict is written with it,
+and its prompt is offered again. A take is written through the engine's
+workspace API the moment it is accepted; nothing accepted lives only in
+memory, and Quit asks before a take under review is lost.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class RecordPage(TakeLifecycle, PromptCard, TakeDialogs, RecordKeys, Page):
     title = "Record"
     subtitle = ("Read each sentence naturally, in a quiet room. Space: record/stop · "
                 "Enter: accept · R: re-take · Delete: discard · P: play · S: skip · "
-                "B: back")
+                "B: back · N: next style")
     icon_name = "record"
 
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
@@ -158,7 +159,7 @@ class RecordPage(TakeLifecycle, PromptCard, TakeDialogs, RecordKeys, Page):
         self.back_btn = button("Back", "resume", slot=self.back,
                                tip="B: the previous prompt; recording it again replaces its take")
         self.style_btn = button("Next style", "skip", slot=self.next_style,
-                                tip="The next prompt of a style that still needs takes")
+                                tip="N: the next prompt of a style that still needs takes")
         # Next style sits by the styles it counts (_build_progress): eight buttons in one
         # row were wider than the page at the window's minimum size in the app's theme
         self.outer.addWidget(hbox(self.rec_btn, self.accept_btn, self.retake_btn,
