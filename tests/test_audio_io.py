@@ -12,7 +12,12 @@ import soundfile as sf
 from scipy.signal import resample_poly
 
 from engine.audio.io import TARGET_SR, BadAudioFile, decode, probe, write_wav
-from engine.audio.loudness import integrated_loudness, k_weighting_sos, normalize_loudness
+from engine.audio.loudness import (
+    LoudnessMeter,
+    integrated_loudness,
+    k_weighting_sos,
+    normalize_loudness,
+)
 from engine.audio.vad import plan_slices, snr_db, speech_regions
 from engine.prepare.transcripts import group_sentences
 from engine.text import split_sentences
@@ -123,6 +128,30 @@ def test_integrated_loudness_reference_tone() -> None:
     padded = np.concatenate([np.zeros(sr * 5), 0.1 * np.sin(2 * np.pi * 997 * t)])
     assert integrated_loudness(padded, sr) == pytest.approx(-23.01, abs=0.2)
     assert integrated_loudness(np.zeros(sr), sr) == float("-inf")
+
+
+@pytest.mark.parity  # a sum in pieces vs pyloudnorm's whole sum, to a tolerance
+@pytest.mark.parametrize("seconds", [0.2, 7.05, 60.0])
+def test_the_streaming_meter_reads_what_the_whole_signal_reads(
+        speech: tuple[np.ndarray, int], seconds: float) -> None:
+    """A book is measured in pieces (`LoudnessMeter`, memory flat in its length): fed in
+    pieces of any size it gives the whole-signal meter's loudness (pyloudnorm, with the
+    short-signal rule) and the true peak of the whole signal upsampled to 192 kHz."""
+    audio, sr = speech
+    rng = np.random.default_rng(3)
+    x = np.resize(audio, round(seconds * sr)).astype(np.float32)
+    x[len(x) // 3:len(x) // 2] = 0.0  # gated-out silence inside
+    meter = LoudnessMeter(sr)
+    at = 0
+    while at < len(x):
+        size = int(rng.integers(1, 40_000))
+        meter.push(x[at:at + size])
+        at += size
+    assert meter.loudness() == pytest.approx(integrated_loudness(x, sr), abs=1e-6)
+    factor = round(192_000 / sr)
+    whole = 20 * np.log10(np.max(np.abs(resample_poly(x.astype(np.float64), factor, 1))))
+    assert meter.true_peak_dbtp() == pytest.approx(whole, abs=1e-6)
+    assert meter.true_peak_dbtp() >= 20 * np.log10(np.max(np.abs(x)))
 
 
 def test_normalize_hits_target_and_respects_ceiling(speech: tuple[np.ndarray, int]) -> None:

@@ -25,6 +25,7 @@ gate at -70 LUFS and a relative gate 10 LU below the ungated level.
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +123,18 @@ class Normalized:
     peak_limited: bool
 
 
+def loudness_gain_db(loudness: float, peak: float, target_lufs: float,
+                     peak_dbfs: float = -1.0) -> tuple[float, bool]:
+    """The gain (dB) from `loudness` to `target_lufs` that keeps the sample `peak` at or
+    under `peak_dbfs`, and whether the ceiling lowered it (a plain gain, no limiter)."""
+    gain_db = target_lufs - loudness
+    if peak > 0:
+        over = 20.0 * math.log10(peak) + gain_db - peak_dbfs
+        if over > 0:
+            return gain_db - over, True
+    return gain_db, False
+
+
 def normalize_loudness(audio: np.ndarray, sample_rate: int, target_lufs: float = -23.0,
                        peak_dbfs: float = -1.0) -> Normalized:
     """Scale to `target_lufs`, but never push the sample peak above `peak_dbfs`.
@@ -132,14 +145,8 @@ def normalize_loudness(audio: np.ndarray, sample_rate: int, target_lufs: float =
     before = integrated_loudness(audio, sample_rate)
     if not math.isfinite(before):
         return Normalized(audio.astype(np.float32), before, before, 0.0, False)
-    gain_db = target_lufs - before
     peak = float(np.max(np.abs(audio))) if len(audio) else 0.0
-    limited = False
-    if peak > 0:
-        peak_after_db = 20.0 * math.log10(peak) + gain_db
-        if peak_after_db > peak_dbfs:
-            gain_db -= peak_after_db - peak_dbfs
-            limited = True
+    gain_db, limited = loudness_gain_db(before, peak, target_lufs, peak_dbfs)
     out = (audio.astype(np.float64) * 10.0 ** (gain_db / 20.0)).astype(np.float32)
     return Normalized(out, before, before + gain_db, gain_db, limited)
 
@@ -147,26 +154,116 @@ def normalize_loudness(audio: np.ndarray, sample_rate: int, target_lufs: float =
 #: the true-peak meter's grid (BS.1770-4 Annex 2: 4x at 48 kHz; at 24 kHz the same
 #: 192 kHz grid is 8x)
 _TRUE_PEAK_RATE = 192_000
-#: samples upsampled at a time (memory stays flat in the program's length), and the
-#: context each piece takes from its neighbours so the filter sees what is there
-_TRUE_PEAK_PIECE = 1 << 18
+#: samples on each side an upsampled piece takes from its neighbours, so the
+#: interpolation filter sees what is really there
 _TRUE_PEAK_CONTEXT = 256
+#: samples gathered before they are upsampled
+_TRUE_PEAK_BATCH = 1 << 16
+
+
+class LoudnessMeter:
+    """Integrated loudness (BS.1770-4, the gating of `integrated_loudness`) and true peak
+    of a mono signal fed in pieces of any size, in memory that does not grow with the
+    signal: the K-weighting filter keeps its state across pieces, and what is kept is one
+    sum of squares per 100 ms step (a 400 ms block is four of them, 75 % overlap), a few
+    hundred kilobytes for a ten-hour book.
+    """
+
+    def __init__(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+        self._sos = k_weighting_sos(sample_rate)
+        self._zi = np.zeros((self._sos.shape[0], 2))
+        self._step = round(STEP_S * sample_rate)
+        self._steps = array("d")
+        self._open_sum = 0.0
+        self._open_n = 0
+        self.samples = 0
+        #: the largest sample magnitude seen
+        self.sample_peak = 0.0
+        self._factor = max(1, round(_TRUE_PEAK_RATE / sample_rate))
+        self._true_peak = 0.0
+        #: the samples whose true peak waits for their right-hand context
+        self._held = np.zeros(0)
+        self._left = np.zeros(0)
+
+    def push(self, audio: np.ndarray) -> None:
+        x = np.asarray(audio, dtype=np.float64).reshape(-1)
+        if x.size == 0:
+            return
+        self.samples += x.size
+        self.sample_peak = max(self.sample_peak, float(np.max(np.abs(x))))
+        weighted, self._zi = sosfilt(self._sos, x, zi=self._zi)
+        squares = weighted * weighted
+        at = 0
+        if self._open_n:  # finish the step the last piece left open
+            take = min(self._step - self._open_n, x.size)
+            self._open_sum += float(squares[:take].sum())
+            self._open_n += take
+            at = take
+            if self._open_n == self._step:
+                self._steps.append(self._open_sum)
+                self._open_sum, self._open_n = 0.0, 0
+        whole = (x.size - at) // self._step
+        if whole:
+            sums = squares[at:at + whole * self._step].reshape(whole, self._step).sum(axis=1)
+            self._steps.extend(sums.tolist())
+            at += whole * self._step
+        if at < x.size:
+            self._open_sum += float(squares[at:].sum())
+            self._open_n += x.size - at
+        self._peak_pieces(x, final=False)
+
+    def _peak_pieces(self, x: np.ndarray, final: bool) -> None:
+        if self._factor == 1:
+            self._true_peak = self.sample_peak
+            return
+        pending = np.concatenate([self._held, x])
+        if not final and pending.size < _TRUE_PEAK_BATCH:  # upsampled in batches: a
+            self._held = pending  # decoder's frames are a few hundred samples each
+            return
+        right = 0 if final else min(_TRUE_PEAK_CONTEXT, pending.size)
+        ready = pending[:pending.size - right]
+        if ready.size:
+            context = np.concatenate([self._left, pending])
+            up = resample_poly(context, self._factor, 1)
+            begin = self._left.size * self._factor
+            inner = up[begin:begin + ready.size * self._factor]
+            self._true_peak = max(self._true_peak, float(np.max(np.abs(inner))))
+            self._left = np.concatenate([self._left, ready])[-_TRUE_PEAK_CONTEXT:]
+        self._held = pending[pending.size - right:]
+
+    def loudness(self) -> float:
+        """Gated integrated loudness in LUFS of what was pushed; -inf for silence."""
+        per_block = round(BLOCK_S / STEP_S)
+        steps = np.frombuffer(self._steps, dtype=np.float64)
+        if steps.size < per_block:  # shorter than one gating block: measured whole
+            total = float(steps.sum()) + self._open_sum
+            z = np.array([total / self.samples]) if self.samples else np.zeros(0)
+        else:
+            csum = np.concatenate([[0.0], np.cumsum(steps)])
+            z = (csum[per_block:] - csum[:-per_block]) / (per_block * self._step)
+        if z.size == 0:
+            return float("-inf")
+        with np.errstate(divide="ignore"):
+            levels = -0.691 + 10.0 * np.log10(z)
+        keep = levels > ABS_GATE_LUFS
+        if not keep.any():
+            return float("-inf")
+        rel_gate = -0.691 + 10.0 * math.log10(float(z[keep].mean())) + REL_GATE_LU
+        keep &= levels > rel_gate
+        return -0.691 + 10.0 * math.log10(float(z[keep].mean()))
+
+    def true_peak_dbtp(self) -> float:
+        """The true peak in dBTP (a 192 kHz grid, BS.1770-4 Annex 2); -inf for silence."""
+        if self._held.size:
+            self._peak_pieces(np.zeros(0), final=True)
+        peak = max(self._true_peak, self.sample_peak)
+        return 20.0 * math.log10(peak) if peak > 0 else float("-inf")
 
 
 def true_peak_dbtp(audio: np.ndarray, sample_rate: int) -> float:
-    """The signal's true peak in dBTP: its largest magnitude between samples too, read on
-    a 192 kHz grid (BS.1770-4 Annex 2), as a decoder's reconstruction reaches it; -inf for
-    silence."""
-    x = np.asarray(audio, dtype=np.float64)
-    if x.size == 0:
-        return float("-inf")
-    factor = max(1, round(_TRUE_PEAK_RATE / sample_rate))
-    peak = float(np.max(np.abs(x)))
-    if factor > 1:
-        for begin in range(0, len(x), _TRUE_PEAK_PIECE):
-            lo = max(0, begin - _TRUE_PEAK_CONTEXT)
-            hi = min(len(x), begin + _TRUE_PEAK_PIECE + _TRUE_PEAK_CONTEXT)
-            up = resample_poly(x[lo:hi], factor, 1)
-            inner = up[(begin - lo) * factor:(min(len(x), begin + _TRUE_PEAK_PIECE) - lo) * factor]
-            peak = max(peak, float(np.max(np.abs(inner))))
-    return 20.0 * math.log10(peak) if peak > 0 else float("-inf")
+    """The signal's true peak in dBTP: its largest magnitude between samples too, as a
+    decoder's reconstruction reaches it; -inf for silence."""
+    meter = LoudnessMeter(sample_rate)
+    meter.push(audio)
+    return meter.true_peak_dbtp()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +93,13 @@ def write_audio(path: str | os.PathLike[str], audio: np.ndarray, fmt: str = "wav
                 sample_rate: int = SAMPLE_RATE) -> Path:
     """Write mono audio atomically: 16-bit WAV/FLAC, Ogg Vorbis, Ogg Opus or MP3
     (the last two where libsndfile writes them), with the user's normal permissions."""
+    return write_audio_pieces(path, [audio], fmt, sample_rate)
+
+
+def write_audio_pieces(path: str | os.PathLike[str], pieces: Iterable[np.ndarray],
+                       fmt: str = "wav", sample_rate: int = SAMPLE_RATE) -> Path:
+    """`write_audio` for a signal that comes in pieces (a book), in memory one piece
+    long: nothing of it is held once written."""
     if fmt not in SOUNDFILE_FORMATS:
         raise InputError(f"Audio format {fmt!r} is not supported.",
                          f"Use one of: {', '.join(SOUNDFILE_FORMATS)}.")
@@ -102,8 +110,10 @@ def write_audio(path: str | os.PathLike[str], audio: np.ndarray, fmt: str = "wav
     target = Path(path)
     if target.is_dir():
         raise InputError(f"The output {target} is a folder.", "Give a file name such as out.wav.")
-    data = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
     with atomic_path(target, suffix=f".{fmt}") as tmp:
-        sf.write(str(tmp), data, sample_rate, format=container, subtype=subtype)
+        with sf.SoundFile(str(tmp), "w", sample_rate, 1, format=container,
+                          subtype=subtype) as out:
+            for piece in pieces:
+                out.write(np.clip(np.asarray(piece, dtype=np.float32), -1.0, 1.0))
         os.chmod(tmp, user_file_mode())
     return target
