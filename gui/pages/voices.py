@@ -60,6 +60,25 @@ def _size(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
+NEXT_STEPS_NEW = ("Next steps: <b>Record</b> prompted sentences or <b>Import</b> existing "
+                  "audio, then <b>Prepare</b>, <b>Train</b> and <b>Listen</b>.")
+
+
+def next_steps(snap: VoiceSnapshot) -> str:
+    """What the voice needs next, from where it is now (not what a new voice needs)."""
+    s = snap.summary
+    if not s.get("takes"):
+        return NEXT_STEPS_NEW
+    if not s.get("prepared"):
+        return ("Next steps: <b>Prepare</b> the takes, then <b>Train</b> and <b>Listen</b> "
+                "(<b>Record</b> or <b>Import</b> more at any time).")
+    if not snap.runs:
+        return ("Next steps: <b>Train</b> the voice, or <b>Listen</b> to it as an instant "
+                "voice now.")
+    return ("Next steps: <b>Listen</b> to the voice; <b>Record</b> more and <b>Train</b> "
+            "again to make it better.")
+
+
 #: the order the Voices page names a voice's tiers in: what it speaks with first leads
 TIER_ORDER = (TIER_FULL, TIER_ADAPTER, TIER_INSTANT)
 
@@ -215,9 +234,7 @@ class VoicesPage(Page):
         verdict_card.layout_.addWidget(cap)
         verdict_card.layout_.addWidget(self.verdict)
         right.addWidget(verdict_card)
-        self.empty_hint = QLabel(
-            "Next steps: <b>Record</b> prompted sentences or <b>Import</b> existing audio, "
-            "then <b>Prepare</b>, <b>Train</b> and <b>Listen</b>.")
+        self.empty_hint = QLabel(NEXT_STEPS_NEW)  # what the voice needs next (next_steps)
         self.empty_hint.setObjectName("Muted")
         self.empty_hint.setWordWrap(True)
         right.addWidget(self.empty_hint)
@@ -306,6 +323,7 @@ class VoicesPage(Page):
                 card.set("—")
             self.verdict.setText("—")
             self.tiers.setText("")
+            self.empty_hint.setText(NEXT_STEPS_NEW)
             return
         s = snap.summary
         # the engine's one count of speech (SpeechCount): what Record's progress and
@@ -325,6 +343,7 @@ class VoicesPage(Page):
         self.cards["renders"].set(str(len(snap.renders)))
         self.verdict.setText(str(s["verdict"]))
         self.tiers.setText(tiers_text(list(s.get("tiers") or [])))
+        self.empty_hint.setText(next_steps(snap))
 
     # -- create / rename / delete --------------------------------------------------
     def new_voice(self) -> NewVoiceDialog | None:
