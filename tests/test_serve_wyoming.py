@@ -1,9 +1,9 @@
 """Home Assistant's Wyoming protocol (`serve --wyoming`), driven by the `wyoming` package's own
-`AsyncTcpClient` against the real server on the tiny model: describe (rescanned, in Home
-Assistant's order, BCP-47 languages), one-shot synthesize and a streamed request each one
-audio group, a language model's markdown, each refusal an error then the end of the
-connection, a client that leaves mid-stream, four clients at once, two rooms taking turns
-by sentence, Wyoming alone."""
+`AsyncTcpClient` against the real server on the tiny model: describe (following the
+workspace, in Home Assistant's order, BCP-47 languages), one-shot synthesize and a
+streamed request each one audio group, a language model's markdown, each refusal an
+error then the end of the connection, a client that leaves mid-stream, four clients at
+once, two rooms taking turns by sentence, Wyoming alone."""
 
 from __future__ import annotations
 
@@ -128,6 +128,18 @@ async def _describe(server: Server) -> Info:
         return Info.from_event((await _until(client, "info"))[-1])
 
 
+def _described(server: Server, check: Any) -> set[str]:
+    """The names a describe lists, once `check(names)` holds: the server's watch sees a
+    change of the workspace beside the rendering, within a second or so, and describe
+    answers from what it saw (never reading the disk itself)."""
+    for _ in range(120):
+        names = {v.name for v in asyncio.run(_describe(server)).tts[0].voices}
+        if check(names):
+            return names
+        time.sleep(0.25)
+    raise AssertionError(f"describe never showed the change; it lists {sorted(names)}")
+
+
 def _as_home_assistant_lists(info: Info) -> dict[str, list[str]]:
     """What Home Assistant's Wyoming integration (components/wyoming/tts.py) makes of `info`:
     for each language of an installed voice, its voices sorted by description (else name)."""
@@ -148,15 +160,14 @@ def test_describe_follows_the_workspace(server: Server, workspace_dir: Path) -> 
     voices = {v.name: v for v in info.tts[0].voices}
     assert set(voices) == {"ada", "ada/ada-v1"}
     assert voices["ada"].languages[0] == "en" and voices["ada"].attribution.name
-    # an export made while the server runs is offered at the next describe, and speaks
+    # an export made while the server runs is offered at a describe soon after
     exports = workspace_dir / "ada" / "exports"
     shutil.copytree(exports / "ada-v1", exports / "ada-v2")
     shutil.copytree(exports / "ada-v1", exports / "ada-v3")
-    assert {"ada/ada-v2", "ada/ada-v3"} <= {v.name for v in asyncio.run(
-        _describe(server)).tts[0].voices}
-    # and one removed is gone from the next describe (and from HTTP's list alike)
+    _described(server, lambda names: {"ada/ada-v2", "ada/ada-v3"} <= names)
+    # and one removed is gone from a describe soon after (and from HTTP's list alike)
     shutil.rmtree(exports / "ada-v3")
-    assert "ada/ada-v3" not in {v.name for v in asyncio.run(_describe(server)).tts[0].voices}
+    _described(server, lambda names: "ada/ada-v3" not in names)
     with server.http() as http:
         assert "ada/ada-v3" not in http.get("/v1/audio/voices").json()["voices"]
 
@@ -321,12 +332,12 @@ def test_a_voice_that_fails_to_load_is_refused_then_the_end(server: Server,
     before = len(server.logged())
     try:
         async def ask() -> list[Event]:
-            await _describe(server)  # the workspace is read again: zed is served
             async with _client(server) as client:
                 await client.write_event(Synthesize(text="Hello.", voice=SynthesizeVoice(
                     name="zed/zed-v1")).event())
                 return await _to_the_end(client)
 
+        _described(server, lambda names: "zed/zed-v1" in names)  # the watch saw zed
         answer = asyncio.run(ask())
         assert [e.type for e in answer] == ["error"]
         assert Error.from_event(answer[0]).code == "voice_load_failed"
@@ -334,7 +345,7 @@ def test_a_voice_that_fails_to_load_is_refused_then_the_end(server: Server,
             (500, "zed/zed-v1")]
     finally:
         shutil.rmtree(broken.parent.parent)
-    assert "zed" not in {v.name for v in asyncio.run(_describe(server)).tts[0].voices}
+    _described(server, lambda names: "zed" not in names)
 
 
 def test_a_language_models_reply_is_spoken(server: Server) -> None:

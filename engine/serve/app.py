@@ -41,6 +41,7 @@ from engine.serve.guard import Guard, error_response
 from engine.serve.pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
 from engine.serve.request import MODELS, ApiError, SpeechRequest, parse_speech
 from engine.serve.voices import ServedVoice
+from engine.serve.watch import VoiceWatch
 
 #: how often a waiting request looks whether its client is still there
 POLL_S = 0.25
@@ -156,12 +157,14 @@ class SpeechApp:
 
     `rescan` reads the served voices from disk again (`server.served_voices`): several
     apps on one workspace (Ray Serve's replicas) then serve the same voices, whichever
-    of them registered or removed one. It runs for a listing, when the workspace folder
-    changed since the last scan, and when a request names a voice not known here."""
+    of them registered or removed one. `watch` holds them (`engine.serve.watch`): a
+    server's, kept current beside the rendering, or this app's own, whose rescan runs
+    for a listing, when the workspace folder changed since the last scan, and when a
+    request names a voice not known here."""
 
     def __init__(self, pool: Pool, config: ServeConfig,
                  log: Callable[[dict[str, Any]], None] | None = None,
-                 rescan: Rescan | None = None) -> None:
+                 rescan: Rescan | None = None, watch: VoiceWatch | None = None) -> None:
         self.pool = pool
         self.config = config
         self.formats = formats.available()
@@ -170,22 +173,18 @@ class SpeechApp:
         self.audio_s = 0.0
         self.started = time.time()
         self.rescan = rescan
-        self._stamp = _stamp(config.workspace)
+        if watch is None and rescan is not None:
+            watch = VoiceWatch(pool, rescan, lambda: _stamp(config.workspace))
+        self.watch = watch
 
     async def _sync_voices(self, force: bool = False) -> None:
         """The voices as the disk holds them now (see the class); a voice gone from it is
-        let go here too, its worker closed once no other name uses it."""
-        if self.rescan is None:
+        let go here too, its worker closed once no other name uses it. A watch kept
+        current beside the rendering is only read again when `force`d."""
+        if self.watch is None or (not force and self.watch.running):
             return
-        stamp = _stamp(self.config.workspace)  # before the scan: a change during it rescans
-        if not force and stamp == self._stamp:
-            return
-        try:
-            found = await asyncio.to_thread(self.rescan)
-        except InputError:
-            return  # a folder given on the command line went away: keep what is served
-        self._stamp = stamp
-        await self.pool.sync(found)  # a worker no served name uses any more is closed
+        with contextlib.suppress(InputError):  # a folder given went away: keep what is served
+            await self.watch.refresh(force)
 
     # -- small routes ----------------------------------------------------------------------
     async def health(self, _request: Request) -> Response:
@@ -209,8 +208,11 @@ class SpeechApp:
                 "owned_by": "voxshard"}
 
     async def voices(self, _request: Request) -> Response:
-        await self._sync_voices(force=True)
-        data = [v.to_dict() for v in self.pool.voices.values()]
+        if self.watch is not None:
+            with contextlib.suppress(InputError):  # a folder given went away: as served
+                await self.watch.listing()  # never a rescan while one runs beside
+        data = [v.to_dict(self.watch.styles_of(v) if self.watch else None)
+                for v in self.pool.voices.values()]
         return JSONResponse({"object": "list", "data": data,
                              "voices": [v["id"] for v in data]})
 
@@ -472,8 +474,8 @@ class SpeechApp:
 
 def create_app(pool: Pool, config: ServeConfig,
                log: Callable[[dict[str, Any]], None] | None = None,
-               rescan: Rescan | None = None) -> Starlette:
-    api = SpeechApp(pool, config, log, rescan)
+               rescan: Rescan | None = None, watch: VoiceWatch | None = None) -> Starlette:
+    api = SpeechApp(pool, config, log, rescan, watch)
 
     async def http_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

@@ -16,7 +16,8 @@ from engine.core.errors import InputError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.model.loading import default_device
 from engine.serve.pool import LoadFailed, Pool
-from engine.serve.voices import discover, serving_base
+from engine.serve.voices import discover, served_stamp, serving_base
+from engine.serve.watch import VoiceWatch
 from engine.serve.wyoming import (
     WyomingServer,
     WyomingService,
@@ -204,8 +205,13 @@ class Serving:
         self._pool = pool = make_pool(settings, voices)
         self._socks = [_bind(settings.host, settings.port) if settings.http else None]
         self._socks.append(_bind(*wyoming_at, "serve.wyoming") if wyoming_at else None)
+        # the voices listed, kept current beside the rendering: describe, /health and
+        # /v1/audio/voices answer from it at once
+        self.watch = VoiceWatch(pool, lambda: served_voices(settings),
+                                lambda: served_stamp(settings.targets, settings.workspace))
+        self.watch.prime()
         self._app = create_app(pool, make_config(settings, key), self._log,
-                               lambda: served_voices(settings))
+                               lambda: served_voices(settings), self.watch)
         if settings.preload and voices:
             first = next(iter(voices))
             emitter.state("loading_model", detail=first)
@@ -217,7 +223,7 @@ class Serving:
         sock, wyoming_sock = self._socks
         self.port: int | None = sock.getsockname()[1] if sock is not None else None
         self.url = url_of(settings.host, self.port) if self.port is not None else None
-        self._service = WyomingService(pool, lambda: served_voices(settings),
+        self._service = WyomingService(pool, self.watch,
                                        max_input=settings.max_input,
                                        timeout_s=settings.timeout_s, log=self._log)
         self._wyoming = (WyomingServer(self._service, wyoming_sock)
@@ -263,6 +269,7 @@ class Serving:
         self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
         sock = self._socks[0]
         announced = None
+        self.watch.start()
         try:
             if self._wyoming is not None:
                 await self._wyoming.start()
@@ -282,7 +289,8 @@ class Serving:
                 renders=str(pool.renders_dir), reference_cloning=bool(settings.reference_base),
                 wyoming=self.wyoming, zeroconf=announced,
                 # what Home Assistant lists, in its order (the Serve page shows it)
-                wyoming_voices=[list(entry) for entry in home_assistant_list(voices.values())]
+                wyoming_voices=[list(entry) for entry in home_assistant_list(voices.values(),
+                                                                  self.watch.styles_of)]
                 if self.wyoming else [])
             self._ready.set()
             if sock is not None:
@@ -290,6 +298,7 @@ class Serving:
             else:
                 await self._stopping.wait()
         finally:
+            await self.watch.stop()
             if self._wyoming is not None:
                 await self._wyoming.stop()
             if sock is None:

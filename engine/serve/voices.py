@@ -51,10 +51,12 @@ class ServedVoice:
     #: the base model it speaks on (an adapter or instant voice) or was made from
     base: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, styles: list[str] | None = None) -> dict[str, Any]:
+        """Its listing; `styles` as a server keeps them (`engine.serve.watch`), else read
+        from disk now."""
         return {"id": self.name, "name": self.name, "object": "voice", "kind": self.kind,
                 "language": self.language or "auto", "tier": self.tier, "base": self.base,
-                "styles": self.styles}
+                "styles": self.styles if styles is None else styles}
 
     def load_options(self) -> dict[str, Any]:
         """What a load of this voice names besides its folder: an instant voice's base
@@ -144,6 +146,26 @@ def _of_voice(voice_dir: Path, base: str | None = None) -> list[ServedVoice]:
             for t in sorted(tiers, key=lambda t: TIERS.index(t["tier"]), reverse=True)]
     out += [ServedVoice(f"{voice_dir.name}/{r.name}", r.path, "run", language) for r in runs]
     return out
+
+
+def served_stamp(targets: list[str | os.PathLike[str]],
+                 workspace: str | os.PathLike[str] | None = None) -> tuple[Any, ...]:
+    """Cheap proof that what `discover` finds has changed: the workspace folder's time and
+    each folder's `catalog.change_signature` (a voice made or removed, an export or a
+    checkpoint written, its voice.toml edited); a few stats, no voice read."""
+    roots = [Path(t).expanduser().absolute() for t in targets]
+    parts: list[Any] = []
+    if workspace is not None:
+        folder = Path(workspace).expanduser()
+        try:
+            parts.append(("", folder.stat().st_mtime_ns, 0))
+            roots += sorted(Path(e.path) for e in os.scandir(folder) if e.is_dir())
+        except OSError:
+            parts.append(("", 0, -1))
+    for root in roots:
+        parts += [(f"{root}/{key}", mtime, size)
+                  for key, mtime, size in catalog.change_signature(root)]
+    return tuple(parts)
 
 
 def discover(targets: list[str | os.PathLike[str]],

@@ -5,8 +5,9 @@ server runs on, with the same `Pool`: a voice asked for here and over HTTP is
 one warm worker, and their requests share its batches and its admission bound.
 The events are the `wyoming` package's own:
 
-- `describe` -> `info`: one TTS program listing the voices served now (the workspace
-  is rescanned each time: a voice exported since the start appears, a removed one goes),
+- `describe` -> `info`: one TTS program listing the voices served now, answered at once
+  from what the server keeps current beside the rendering (`engine.serve.watch`: a voice
+  exported since the start appears, a removed one goes, as soon as the watch saw it),
   each described so that Home Assistant, which sorts a language's voices by their
   description, shows a voice's best tier (its plain name) before its exports, adapters,
   instant voice and runs; each voice lists its own language first, then those the model
@@ -68,6 +69,7 @@ from engine.layout.tiers import TIER_ADAPTER, TIER_FULL, TIER_INSTANT
 from engine.serve import formats
 from engine.serve.pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
 from engine.serve.voices import ServedVoice
+from engine.serve.watch import VoiceWatch
 from engine.text import (
     MODEL_LANGUAGE_NAMES,
     complete_sentences,
@@ -155,11 +157,20 @@ def style_for(data: dict[str, Any]) -> str:
     return str(speaker).strip()[:500] if speaker else ""
 
 
-def style_voices(voices: Iterable[ServedVoice]) -> dict[str, tuple[ServedVoice, str]]:
+Styles = Callable[[ServedVoice], list[str]]
+
+
+def _read_styles(voice: ServedVoice) -> list[str]:
+    return voice.styles
+
+
+def style_voices(voices: Iterable[ServedVoice], styles_of: Styles = _read_styles,
+                 ) -> dict[str, tuple[ServedVoice, str]]:
     """Each trained style of each voice as a voice of its own, `NAME (STYLE)` -> (the
     voice, the style): no Home Assistant offers a picker for a voice's speakers, but every
-    one lets a pipeline pick a voice."""
-    return {f"{v.name} ({style})": (v, style) for v in voices for style in v.styles}
+    one lets a pipeline pick a voice. `styles_of`: a voice's styles as a server keeps them
+    (`VoiceWatch.styles_of`), else read from disk now."""
+    return {f"{v.name} ({style})": (v, style) for v in voices for style in styles_of(v)}
 
 
 def style_description(voice: ServedVoice, style: str) -> str:
@@ -168,13 +179,14 @@ def style_description(voice: ServedVoice, style: str) -> str:
     return f"{description_of(voice)}, style: {style}"
 
 
-def home_assistant_list(voices: Iterable[ServedVoice]) -> list[tuple[str, str]]:
+def home_assistant_list(voices: Iterable[ServedVoice], styles_of: Styles = _read_styles,
+                        ) -> list[tuple[str, str]]:
     """(name, description) of every voice Home Assistant lists, style voices among them, in
     its order (by description): what the start line and the Serve page show."""
     voices = list(voices)
     listed = [(v.name, description_of(v)) for v in voices]
     listed += [(name, style_description(v, style))
-               for name, (v, style) in style_voices(voices).items()]
+               for name, (v, style) in style_voices(voices, styles_of).items()]
     return sorted(listed, key=lambda entry: entry[1])
 
 
@@ -265,10 +277,10 @@ class _Reply:
 
 @dataclass
 class WyomingService:
-    """The Wyoming side of one server; `rescan()` returns the voices served now."""
+    """The Wyoming side of one server; `watch` keeps the voices served now."""
 
     pool: Pool
-    rescan: Callable[[], dict[str, ServedVoice]]
+    watch: VoiceWatch
     max_input: int
     timeout_s: float
     log: Callable[[dict[str, Any]], None] = field(default=lambda _record: None)
@@ -291,15 +303,16 @@ class WyomingService:
         return home_assistant_order(self.pool.voices.values())[0].name
 
     async def info(self) -> Info:
+        """The voices served now, from memory: never a disk read or a wait on the model
+        (Home Assistant gives a describe one second, and asks while replies render)."""
         try:
-            found = await asyncio.get_running_loop().run_in_executor(None, self.rescan)
+            await self.watch.listing()  # a rescan only where no watch runs beside
         except VoxshardError:
             pass  # a folder given on the command line went away: the voices known stay
-        else:
-            await self.pool.sync(found)
         voices: list[TtsVoice] = []
         for v in home_assistant_order(self.pool.voices.values()):
-            styles, languages = v.styles, languages_of(v, self.pool.voices.values())
+            styles = self.watch.styles_of(v)
+            languages = languages_of(v, self.pool.voices.values())
             # a trained style is a speaker too, for a `tts.speak` action that types its
             # text (no Home Assistant offers a picker for speakers) ...
             voices.append(TtsVoice(name=v.name, description=description_of(v),
@@ -310,7 +323,7 @@ class WyomingService:
             voices += [TtsVoice(name=name, description=style_description(v, style),
                                 attribution=ATTRIBUTION, installed=True, version=None,
                                 languages=languages)
-                       for name, (_, style) in style_voices([v]).items()]
+                       for name, (_, style) in style_voices([v], self.watch.styles_of).items()]
         program = TtsProgram(name="voxshard", description="Voxshard: your own cloned voices",
                              attribution=ATTRIBUTION, installed=True, version=__version__,
                              voices=voices, supports_synthesize_streaming=True)

@@ -89,3 +89,17 @@ def serve_workspace(workspace: Path, *extra: str) -> Server:
     return start_server(["--workspace", str(workspace), "--port", "0", "--api-key-file",
                          str(root / "key"), "--device", "cpu", "--dtype", "float32",
                          "--wyoming", "tcp://127.0.0.1:0", *extra], root)
+
+
+async def read_until(client: Any, *types: str, timeout: float = 120) -> list[Any]:
+    """Every event a `wyoming` client reads up to and including the first of `types` (or
+    an error)."""
+    import asyncio
+
+    out: list[Any] = []
+    while True:
+        event = await asyncio.wait_for(client.read_event(), timeout)
+        assert event is not None, f"the server hung up; had {[e.type for e in out]}"
+        out.append(event)
+        if event.type in (*types, "error"):
+            return out
