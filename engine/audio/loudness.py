@@ -102,7 +102,14 @@ def integrated_loudness(audio: np.ndarray, sample_rate: int) -> float:
         with np.errstate(divide="ignore"):
             return float(_meter(sample_rate).integrated_loudness(x[:whole]))
     weighted = sosfilt(k_weighting_sos(sample_rate), x)
-    z = _block_powers(weighted, sample_rate)
+    return gated_loudness(_block_powers(weighted, sample_rate))
+
+
+def gated_loudness(z: np.ndarray) -> float:
+    """BS.1770's integrated loudness of K-weighted block powers `z`: an absolute gate at
+    -70 LUFS, then a relative one 10 LU under what passed; -inf when nothing passes."""
+    if z.size == 0:
+        return float("-inf")
     with np.errstate(divide="ignore"):
         levels = -0.691 + 10.0 * np.log10(z)
     keep = levels > ABS_GATE_LUFS
@@ -242,16 +249,7 @@ class LoudnessMeter:
         else:
             csum = np.concatenate([[0.0], np.cumsum(steps)])
             z = (csum[per_block:] - csum[:-per_block]) / (per_block * self._step)
-        if z.size == 0:
-            return float("-inf")
-        with np.errstate(divide="ignore"):
-            levels = -0.691 + 10.0 * np.log10(z)
-        keep = levels > ABS_GATE_LUFS
-        if not keep.any():
-            return float("-inf")
-        rel_gate = -0.691 + 10.0 * math.log10(float(z[keep].mean())) + REL_GATE_LU
-        keep &= levels > rel_gate
-        return -0.691 + 10.0 * math.log10(float(z[keep].mean()))
+        return gated_loudness(z)
 
     def true_peak_dbtp(self) -> float:
         """The true peak in dBTP (a 192 kHz grid, BS.1770-4 Annex 2); -inf for silence."""
