@@ -215,6 +215,9 @@ class PreparePage(Page):
             self.progress.setRange(0, int(total))
             self.progress.setValue(int(done))
             self.progress.setFormat(f"{stage}: %v of %m takes")
+            # the line beside the bar says the same moment the bar shows
+            self.state.setText("Writing the clips and the report…" if done >= total else
+                               f"Preparing take {int(done) + 1} of {int(total)}…")
 
     def _done(self) -> None:
         self.job = None
