@@ -93,6 +93,13 @@ def clip_frame_counts(absd: np.ndarray, sample_rate: int) -> np.ndarray:
     return full.reshape(-1, frame_len).sum(axis=1).astype(np.int32)
 
 
+def without_dc(audio: np.ndarray) -> np.ndarray:
+    """Mono audio with its DC offset removed: the median, not the mean, so a pop (a short
+    one-sided burst) does not shift the silence around the speech into a steady offset,
+    which measured as a tonal background (a "music bed") and as noise."""
+    return audio - np.float32(np.median(audio)) if len(audio) else audio
+
+
 def stats_of(audio: np.ndarray, sample_rate: int) -> DecodeStats:
     """`decode`'s stats of a recording in memory, (samples,) or (samples, channels) float:
     a take judged before it is saved is counted as Prepare counts its file."""

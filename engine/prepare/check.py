@@ -15,7 +15,7 @@ import numpy as np
 
 from engine.audio.checks import ClipFacts, check_clip, is_usable, issue
 from engine.audio.conditions import Background, background, is_music_bed, slice_snr
-from engine.audio.io import TARGET_SR, DecodeStats, stats_of
+from engine.audio.io import TARGET_SR, DecodeStats, stats_of, without_dc
 from engine.audio.loudness import normalize_loudness
 from engine.audio.resample import resample
 from engine.audio.vad import (
@@ -67,7 +67,7 @@ def check_recording(audio: np.ndarray, sample_rate: int, text: str = "",
     finite = np.isfinite(x2)
     mono = resample(np.where(finite, x2, 0.0).mean(axis=1).astype(np.float32),
                     sample_rate, TARGET_SR)
-    mono = mono - np.float32(mono.mean() if len(mono) else 0.0)  # as Prepare removes DC
+    mono = without_dc(mono)  # as Prepare removes it
     out: dict[str, Any] = {
         "duration_s": round(len(x2) / sample_rate, 3),
         "peak_dbfs": round_finite(20 * math.log10(max(stats.peak, 1e-10))),

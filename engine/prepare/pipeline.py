@@ -37,8 +37,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from engine.audio.checks import (
     BLOCKING,
     NOISY_MARGIN_DB,
@@ -49,7 +47,7 @@ from engine.audio.checks import (
 )
 from engine.audio.conditions import background, is_music_bed, slice_snr
 from engine.audio.denoise import denoise_take
-from engine.audio.io import TARGET_SR, BadAudioFile, decode, write_wav
+from engine.audio.io import TARGET_SR, BadAudioFile, decode, without_dc, write_wav
 from engine.audio.loudness import normalize_loudness
 from engine.audio.vad import (
     MIN_SPEECH_S,
@@ -96,7 +94,7 @@ from engine.prepare.target import (
 )
 
 #: bump when the processing changes so cached results are recomputed
-PREPARE_VERSION = 3
+PREPARE_VERSION = 4
 
 
 def _take_key(take: Take, settings: dict[str, Any]) -> str:
@@ -120,7 +118,7 @@ def _process_take(voice: Voice, take: Take, key: str, cfg: PrepareConfig,
         out.rejected = {"code": "non_finite",
                         "reason": f"contains {stats.non_finite} NaN or infinite samples"}
         return out
-    audio = audio - np.float32(audio.mean())  # DC offset (reported below)
+    audio = without_dc(audio)  # DC offset (reported below)
     levels = frame_levels(audio, TARGET_SR)
     regions = detect_speech(audio, TARGET_SR, cfg.vad, levels)
     words = machine_words(take)
