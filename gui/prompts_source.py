@@ -20,16 +20,20 @@ class Prompt:
     group: str = ""
     #: how to read it (the engine prompt's style, e.g. "Whisper."); "" reads it plainly
     style: str = ""
+    #: the style as the reader is told it, in the set's language (the engine's reading_cue)
+    cue: str = ""
 
 
 def _as_prompt(obj: Any) -> Prompt:
     if isinstance(obj, Prompt):
         return obj
     if isinstance(obj, dict):
-        return Prompt(str(obj["id"]), str(obj["text"]), str(obj.get("group", "")),
-                      str(obj.get("style", "") or ""))
-    return Prompt(str(obj.id), str(obj.text), str(getattr(obj, "group", "") or ""),
-                  str(getattr(obj, "style", "") or ""))
+        style = str(obj.get("style", "") or "")
+        return Prompt(str(obj["id"]), str(obj["text"]), str(obj.get("group", "")), style,
+                      str(obj.get("cue", "") or style))
+    style = str(getattr(obj, "style", "") or "")
+    return Prompt(str(obj.id), str(obj.text), str(getattr(obj, "group", "") or ""), style,
+                  str(getattr(obj, "reading_cue", "") or style))
 
 
 class PromptSource:

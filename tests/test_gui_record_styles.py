@@ -79,3 +79,24 @@ def test_a_style_take_counts_for_its_style_and_next_style_jumps(
         right = w.mapTo(window, w.rect().bottomRight())
         assert right.x() <= window.width() and right.y() <= window.height()
     window.grab().save(str(voice.parent / "record-styles.png"))
+
+
+def test_style_prompts_are_cued_in_the_sets_language(qtbot, window: MainWindow,
+                                                      workspace: Path) -> None:
+    """Issue 50: the German and French style prompts showed English reading cues; the
+    takes still train with the one English description of each style."""
+    from engine.layout.voice import create_voice
+
+    for language, group, cue, style in (
+            ("german", "fluestern", "Flüstern.", "Whisper."),
+            ("french", "chuchote", "Chuchotez.", "Whisper.")):
+        voice = create_voice(workspace / language, language.title(), language).path
+        window.ctx.set_voice(voice)
+        page = window.show_page(RecordPage)
+        assert isinstance(page, RecordPage)
+        qtbot.waitUntil(lambda v=voice, p=page: p.prompt is not None and p.voice == v,
+                        timeout=10000)
+        while page.prompt.group != group:
+            qtbot.keyClick(page, Qt.Key.Key_N)
+        assert f"read it this way: {cue}" in page.prompt_meta.text()
+        assert page.prompt.style == style  # what the take trains with

@@ -42,10 +42,18 @@ class Prompt:
     set_name: str
     #: how to read it (its group's style: "Whisper."); "" plain. A take keeps it.
     style: str = ""
+    #: the style as the reader is told it, in the set's language ("Flüstern."); "" where
+    #: the set gives none (the style itself is then said)
+    cue: str = ""
+
+    @property
+    def reading_cue(self) -> str:
+        """What the reader is told of how to read it: the cue, else the style."""
+        return self.cue or self.style
 
     def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "text": self.text, "group": self.group, "set": self.set_name,
-                "style": self.style}
+                "style": self.style, "cue": self.reading_cue}
 
 
 @dataclass
@@ -75,7 +83,7 @@ class PromptSet:
 def parse_prompt_set(text: str, default_name: str, source: str = "<text>") -> PromptSet:
     """Parse the prompt-set format; raises InputError naming the bad line."""
     ps = PromptSet(name=default_name)
-    group, style = "default", ""
+    group, style, cue = "default", "", ""
     ids: set[str] = set()
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -87,9 +95,12 @@ def parse_prompt_set(text: str, default_name: str, source: str = "<text>") -> Pr
                 setattr(ps, key, value.strip())
             continue
         if line.startswith("[") and line.endswith("]"):
-            # "[group | style]": every prompt of the group is read in that style
+            # "[group | style | cue]": every prompt of the group is read in that style
+            # (the description it trains with); the cue tells the reader so in the set's
+            # language
             name, _, said = line[1:-1].partition("|")
-            group, style = name.strip() or "default", tidy_text(said)
+            said, _, told = said.partition("|")
+            group, style, cue = name.strip() or "default", tidy_text(said), tidy_text(told)
             continue
         pid, sep, sentence = line.partition("|")
         pid, sentence = pid.strip(), tidy_text(sentence)
@@ -98,9 +109,9 @@ def parse_prompt_set(text: str, default_name: str, source: str = "<text>") -> Pr
         if pid in ids:
             raise InputError(f"{source} line {n} repeats the prompt id {pid!r}.")
         ids.add(pid)
-        ps.prompts.append(Prompt(pid, sentence, group, ps.name, style))
+        ps.prompts.append(Prompt(pid, sentence, group, ps.name, style, cue))
     # the set name may be declared after the first prompt is read
-    ps.prompts = [Prompt(p.id, p.text, p.group, ps.name, p.style) for p in ps.prompts]
+    ps.prompts = [Prompt(p.id, p.text, p.group, ps.name, p.style, p.cue) for p in ps.prompts]
     return ps
 
 

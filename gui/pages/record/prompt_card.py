@@ -106,7 +106,8 @@ class PromptCard:
         self.prompt_label.setText(self.prompt.text)
         again = ("  ·  recorded already: a new take replaces it"
                  if self.prompts.is_done(self.prompt) else "")
-        style = f"  ·  read it this way: {self.prompt.style}" if self.prompt.style else ""
+        cue = self.prompt.cue or self.prompt.style  # in the set's language
+        style = f"  ·  read it this way: {cue}" if cue else ""
         self.prompt_meta.setText(f"Prompt {self.prompt.id}  ·  {self.prompt.group}  ·  "
                                  f"{done} of {total} recorded{again}{style}")
 
