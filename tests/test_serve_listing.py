@@ -3,12 +3,14 @@ long reply renders, Wyoming `describe` (the `wyoming` package's own client), `GE
 and `GET /v1/audio/voices` are answered from what the server keeps in memory. Counted, not
 timed: a real server in this process, on the tiny model, with the rescan of the workspace
 and the resolution of a voice's source counted; neither runs for those answers. A voice
-exported meanwhile is still listed soon after: the server's watch rescanned beside."""
+exported meanwhile is still listed soon after: the server's watch rescanned beside. And
+what the server accepts sends each write at once (no wait on a delayed ACK)."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,3 +136,17 @@ def test_listings_while_a_reply_renders_read_nothing(served: Any, counted: dict[
         assert "ada/ada-v2" in http.get("/v1/audio/voices").json()["voices"]
     finally:
         http.close()
+
+
+def test_what_the_server_accepts_sends_at_once() -> None:
+    """A connection the server accepts (HTTP and Wyoming alike) sends each write at once:
+    with Nagle on, a reply written in two parts waits for the client's delayed ACK, some
+    40 ms for every /health on a kept-alive connection."""
+    listening = serve_server._bind("127.0.0.1", 0)
+    client = socket.create_connection(listening.getsockname()[:2])
+    accepted, _ = listening.accept()
+    try:
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        for sock in (accepted, client, listening):
+            sock.close()
