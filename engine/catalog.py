@@ -370,6 +370,12 @@ class VoiceSnapshot:
         return minutes_in_use(self.takes)
 
     @property
+    def minutes_recorded(self) -> float:
+        """Minutes of every take, unrounded: shown beside `minutes_in_use` with the same
+        rounding (the summary's, already rounded, read 0.1 beside 0.2 for one 9 s take)."""
+        return sum(t.duration_s or 0.0 for t in self.takes) / 60.0
+
+    @property
     def usable_minutes(self) -> float | None:
         prep = self.summary.get("prepared") or {}
         value = prep.get("minutes_usable")

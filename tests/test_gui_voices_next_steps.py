@@ -36,3 +36,18 @@ def test_next_steps_follow_the_voice(qtbot, window: MainWindow, voice: Path,
     prepare(v, speakers="off", vad="energy")
     window.ctx.notify_changed()
     qtbot.waitUntil(lambda: says("Train"), timeout=10000)
+
+
+def test_recorded_and_usable_minutes_agree_for_the_same_takes(
+        qtbot, window: MainWindow, voice: Path) -> None:
+    """Issue 50: one 9 s take read "0.1 minutes recorded" beside "0.2 usable minutes"
+    (before a prepare a take counts its length toward both)."""
+    sr = 48000
+    t = np.arange(int(9.01 * sr)) / sr
+    open_voice(voice).add_take((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32),
+                               TEXT, sample_rate=sr)
+    window.ctx.set_voice(voice)
+    page = window.show_page(VoicesPage)
+    assert isinstance(page, VoicesPage)
+    qtbot.waitUntil(lambda: page.cards["takes"].value.text() == "1", timeout=10000)
+    assert page.cards["recorded"].value.text() == page.cards["usable"].value.text()

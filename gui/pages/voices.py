@@ -336,7 +336,7 @@ class VoicesPage(Page):
         self.voice_sub.setText(shown + (f"  ·  {snap.language}" if snap.language else ""))
         self.voice_sub.setToolTip(str(voice))
         self.cards["takes"].set(str(s["takes"]))
-        self.cards["recorded"].set(f"{s['minutes_recorded']:.1f}")
+        self.cards["recorded"].set(f"{snap.minutes_recorded:.1f}")
         self.cards["usable"].set(f"{usable:.1f}")
         self.cards["runs"].set(str(len(snap.runs)))
         self.cards["exports"].set(str(len(snap.exports)))
