@@ -13,7 +13,7 @@ import pytest
 
 from engine.audio.resample import resample
 from engine.layout.manifest import read_manifest
-from engine.layout.voice import VERDICT_UNUSABLE, create_voice
+from engine.layout.voice import VERDICT_UNUSABLE, create_voice, open_voice
 from engine.prepare import prepare
 from engine.prepare.check import check_recording
 from gui.pages.record import judge_take, trim_take
@@ -120,3 +120,42 @@ def test_a_few_peaks_are_advice_not_a_retake(piper_synth, samples: int) -> None:
     j = judge_take(take, sr, TEXT)
     assert j.verdict != VERDICT_UNUSABLE and "minor_clipping" in j.codes, j.warnings
     assert not any("re-take" in w for w in j.warnings if "limit" in w), j.warnings
+
+
+def test_a_take_played_into_the_page_gets_prepares_verdict(
+        qtbot, sink: str, window, voice: Path, piper_synth, tmp_path: Path) -> None:
+    """Through the real sound device: a pop before the speech and a few full-scale peaks in
+    it. The page's live note only warns (no "re-take"), its verdict is Prepare's on the
+    saved take, and the take is not saved as clipped."""
+    import json
+    import subprocess
+
+    import soundfile as sf
+    from PySide6.QtCore import Qt
+
+    from gui.pages.record import RecordPage
+
+    window.ctx.set_voice(voice)
+    page = window.show_page(RecordPage)
+    qtbot.waitUntil(lambda: page.prompt is not None, timeout=10000)
+    speech, sr = _at_page_rate(piper_synth)
+    take, _trains = _cases(speech, sr)["a pop before the speech"]
+    take = _flat_tops(take, 15, int(0.6 * sr))
+    wav = tmp_path / "mouth.wav"
+    sf.write(str(wav), np.concatenate([take, np.zeros(int(0.5 * sr), np.float32)]), sr)
+    qtbot.keyClick(page, Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: "speak now" in page.rec_state.text(), timeout=30000)
+    subprocess.run(["paplay", f"--device={sink}", "--latency-msec=1500", str(wav)],
+                   check=True, timeout=60)
+    live = page.clip_label.text()
+    with qtbot.waitSignal(page.recorder.stopped, timeout=30000):
+        qtbot.keyClick(page, Qt.Key.Key_Space)
+    assert "re-take" not in live.lower(), live
+    j = page.judgement
+    assert j.verdict != VERDICT_UNUSABLE, j.warnings
+    qtbot.keyClick(page, Qt.Key.Key_Return)
+    [meta] = [json.loads(p.read_text()) for p in (voice / "takes").glob("*.json")]
+    assert meta["extra"]["clipped"] is False and meta["extra"]["verdict"] == j.verdict
+    prepare(open_voice(voice), speakers="off")
+    [clip] = read_manifest(voice, usable_only=False)
+    assert clip["usable"] and {i["code"] for i in clip["issues"]} & JUDGED == j.codes & JUDGED
