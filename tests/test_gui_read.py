@@ -70,7 +70,17 @@ def test_read_page_renders_picks_and_exports(qtbot, window, workspace: Path,
     assert out.is_file(), page.status.text()
     assert [c.title for c in mutagen.mp4.MP4(out).chapters] == ["The Lighthouse", "The Storm",
                                                                 "The Morning"]
-    assert "wrote" in page.status.text()
+    # the summary with the file's measured level, whole at the window's 1100 px
+    assert "wrote" in page.status.text() and "LUFS, true peak" in page.status.text()
+    status = page.status
+
+    def whole() -> bool:  # every word of it on screen, wrapped or on one line
+        if status.wordWrap():
+            return status.height() >= status.heightForWidth(status.width())
+        return status.fontMetrics().horizontalAdvance(status.text()) <= status.width()
+
+    qtbot.waitUntil(whole)
+    assert status.width() <= window.width()
 
     # a pronunciation for the workspace: the line it changes needs a new take
     page.word.setText("dusk")

@@ -116,9 +116,13 @@ class ReadPage(Page):
         self.progress.setMaximumHeight(8)
         self.status = QLabel("")
         self.status.setObjectName("Muted")
+        # its own row, wrapped: a finished export's summary (lines, what was kept, the
+        # file and its measured level) is longer than the buttons leave at 1100 px
+        self.status.setWordWrap(True)
         self.outer.addWidget(hbox(self.render_button, self.export_button, self.stop_button,
-                                  self.status, stretch_at=4))
+                                  stretch_at=3))
         self.outer.addWidget(self.progress)
+        self.outer.addWidget(self.status)
 
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
