@@ -38,6 +38,12 @@ target: under 100 ms, no model load), the resident memory with 1, 4 and 16 voice
 loaded (target: each extra voice at most 2 % of the base's), and 8 concurrent renders
 on 8 different voices against 8 on one voice (target: at least 0.8 x).
 
+With `--listings` it measures how fast the server lists its voices while it renders:
+a workspace of `--listing-voices` voices (each exported from the tiny test model) served
+over HTTP and Wyoming, then Wyoming `describe`, `GET /health` and `GET /v1/audio/voices`
+asked one after another (`--repeats` x 10 each), quiet and while 8 Wyoming streams render
+(p50 and p99 at the client; Home Assistant gives a describe 1 s; target: a few ms).
+
 Every sentence makes at most `--frames` codec frames (the tiny model rarely
 ends a sentence by itself), so the work per request is bounded and alike.
 """
@@ -80,8 +86,10 @@ def tiny_voice(root: Path) -> Path:
 
 
 class Served:
-    def __init__(self, voice: Path, device: str, cwd: Path, *extra: str) -> None:
-        cmd = [sys.executable, "-m", "engine.cli.main", "--json", "serve", str(voice),
+    def __init__(self, voice: Path | None, device: str, cwd: Path, *extra: str) -> None:
+        # no voice: `extra` names what to serve (--workspace)
+        cmd = [sys.executable, "-m", "engine.cli.main", "--json", "serve",
+               *([str(voice)] if voice is not None else []),
                "--port", "0", "--device", device, "--queue", "64", *extra]
         self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True,
@@ -93,6 +101,7 @@ class Served:
             if event.get("state") == "serving":
                 self.url = event["url"].removesuffix("/v1")
                 self.voice = event["voices"][0]
+                self.voices = list(event["voices"])
                 self.wyoming = event.get("wyoming")
                 break
             if event["event"] == "error":
@@ -463,6 +472,120 @@ def bench_voices(args: argparse.Namespace, tmp: Path, text: str, rows: dict[str,
     worker.worker.close(timeout=120)
 
 
+# -- listings while replies render (--listings) ----------------------------------------------
+
+def listing_workspace(root: Path, count: int) -> Path:
+    """A workspace of `count` voices, each with one export of the tiny test model."""
+    import numpy as np
+
+    from engine.layout.voice import create_voice
+    from engine.model.export import export_custom_voice
+    from engine.model.tiny import make_tiny_model
+
+    model = make_tiny_model(root / "tiny-base", seed=0)
+    hidden = json.loads((model / "config.json").read_text())["talker_config"]["hidden_size"]
+    ws = root / "ws"
+    for i in range(count):
+        name = f"voice{i}"
+        create_voice(ws / name, name.title(), "english")
+        vector = np.random.default_rng(i).standard_normal(hidden).astype(np.float32)
+        export_custom_voice(model, {}, name.title(), vector, ws / name / "exports" / f"{name}-v1",
+                            keep_dtype=False)
+    return ws
+
+
+async def _describe_s(server: Served) -> float:
+    from wyoming.client import AsyncTcpClient
+    from wyoming.info import Describe
+
+    host, port = str(server.wyoming).removeprefix("tcp://").rsplit(":", 1)
+    async with AsyncTcpClient(host, int(port)) as client:
+        started = time.perf_counter()
+        await client.write_event(Describe().event())
+        while (event := await client.read_event()) is not None and event.type != "info":
+            pass
+        return time.perf_counter() - started
+
+
+async def _keep_speaking(server: Served, voice: str, text: str, stop: Any) -> int:
+    """One room speaking replies back to back until `stop` is set; how many ended."""
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import Synthesize, SynthesizeVoice
+
+    host, port = str(server.wyoming).removeprefix("tcp://").rsplit(":", 1)
+    done = 0
+    while not stop.is_set():
+        async with AsyncTcpClient(host, int(port)) as client:
+            await client.write_event(Synthesize(text=text, voice=SynthesizeVoice(
+                name=voice)).event())
+            while (event := await client.read_event()) is not None:
+                if event.type == "error":
+                    raise SystemExit(f"the server answered an error: {event.data}")
+                if event.type == "audio-stop":
+                    done += 1
+                    break
+    return done
+
+
+def _percentiles(seconds: list[float]) -> dict[str, float]:
+    ordered = sorted(seconds)
+    return {"p50_ms": round(ordered[len(ordered) // 2] * 1000, 1),
+            "p99_ms": round(ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+                            * 1000, 1)}
+
+
+def bench_listings(server: Served, repeats: int, rows: dict[str, Any]) -> None:
+    """Describe, /health and /v1/audio/voices, quiet and while 8 streams render."""
+    import asyncio
+
+    import httpx2 as httpx
+
+    count = 10 * repeats
+    reply = " ".join(SENTENCES * 2)
+    voices = [v for v in server.voices if "/" not in v] or server.voices
+
+    async def measure() -> dict[str, list[float]]:
+        def get(http: Any, path: str) -> float:
+            started = time.perf_counter()
+            assert http.get(path).status_code == 200
+            return time.perf_counter() - started
+
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            out: dict[str, list[float]] = {"describe": [], "health": [], "voices": []}
+            for _ in range(count):
+                out["describe"].append(await _describe_s(server))
+                out["health"].append(await asyncio.to_thread(get, http, "/health"))
+                out["voices"].append(await asyncio.to_thread(get, http, "/v1/audio/voices"))
+        return out
+
+    async def loaded() -> tuple[dict[str, list[float]], int]:
+        stop = asyncio.Event()
+        # one voice: its 8 replies render as one batch (each other voice would be a model)
+        rooms = [asyncio.create_task(_keep_speaking(server, voices[0], reply, stop))
+                 for _ in range(8)]
+        await asyncio.sleep(3.0)  # every room is rendering
+        try:
+            figures = await measure()
+        finally:
+            stop.set()
+        return figures, sum(await asyncio.gather(*rooms))
+
+    asyncio.run(measure())  # warm-up
+    quiet = asyncio.run(measure())
+    busy, replies = asyncio.run(loaded())
+    print(f"\nlistings, {count} of each, {len(server.voices)} names served "
+          f"(p50 / p99 at the client):\n{'asked':<22}{'quiet':>18}{'8 streams render':>22}")
+    table = {}
+    for key, label in (("describe", "wyoming describe"), ("health", "GET /health"),
+                       ("voices", "GET /v1/audio/voices")):
+        table[key] = {"quiet": _percentiles(quiet[key]), "rendering": _percentiles(busy[key])}
+        q, b = table[key]["quiet"], table[key]["rendering"]
+        print(f"{label:<22}{q['p50_ms']:>8.1f} /{q['p99_ms']:>6.1f} ms"
+              f"{b['p50_ms']:>11.1f} /{b['p99_ms']:>6.1f} ms")
+    print(f"({replies} replies of {len(reply)} characters ended meanwhile)")
+    rows["listings"] = table
+
+
 def main() -> None:
     import httpx2 as httpx
 
@@ -479,6 +602,10 @@ def main() -> None:
                         help="repeats of each cell of the rooms table (--wyoming)")
     parser.add_argument("--rooms-only", action="store_true",
                         help="with --wyoming: only the rooms table")
+    parser.add_argument("--listings", action="store_true",
+                        help="measure describe, /health and the voice list while 8 render")
+    parser.add_argument("--listing-voices", type=int, default=6,
+                        help="voices in the workspace (--listings)")
     parser.add_argument("--voices", type=int, default=0,
                         help="measure N adapter voices on one 0.6B-width base instead")
     parser.add_argument("--layers", type=int, default=28, help="talker layers (--voices)")
@@ -503,6 +630,19 @@ def main() -> None:
             bench_voices(args, tmp, text, rows)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # a 0.6B model and its adapters
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return
+    if args.listings:
+        server = Served(None, args.device, tmp, "--workspace",
+                        str(listing_workspace(tmp, args.listing_voices)),
+                        "--wyoming", "tcp://127.0.0.1:0")
+        rows = {"listing_voices": args.listing_voices}
+        try:
+            bench_listings(server, args.repeats, rows)
+        finally:
+            server.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=2))
         return
