@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 
 from gui.app import MainWindow
 from gui.pages.record import RecordPage
-from gui.pages.voices import VoicesPage
+from gui.pages.voices import VoicesPage, folder_name_for
 from tests.helpers.recording import message_box
 from tests.helpers.voices import make_voice
 
@@ -107,3 +107,21 @@ def test_a_take_under_review_is_kept_dropped_or_the_switch_called_off(
     qtbot.waitUntil(lambda: window.ctx.voice == b, timeout=10000)
     assert _takes(a) == [] and _takes(b) == []
     assert page.take_audio is None
+
+
+def test_renaming_the_voice_keeps_its_take_under_review(
+        qtbot, sink: str, window: MainWindow, workspace: Path, tmp_path: Path) -> None:
+    page, a, _b = _two_voices(qtbot, window, workspace)
+    prompt = page.prompt
+    qtbot.keyClick(page, Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: "speak now" in page.rec_state.text(), timeout=15000)
+    _tone(tmp_path, sink)
+    with qtbot.waitSignal(page.recorder.stopped, timeout=20000):
+        qtbot.keyClick(page, Qt.Key.Key_Space)
+    voices = window.page(VoicesPage)
+    assert voices.rename_voice(a, "Ada Lovelace") is None  # asks first
+    assert a.is_dir()
+    _answer(qtbot, window, "not saved yet", "Keep it for Ada and switch")
+    renamed = a.with_name(folder_name_for("Ada Lovelace"))
+    qtbot.waitUntil(lambda: window.ctx.voice == renamed, timeout=10000)
+    assert [t["prompt_id"] for t in _takes(renamed)] == [prompt.id]

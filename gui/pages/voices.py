@@ -408,6 +408,9 @@ class VoicesPage(Page):
             return None
         if self._busy(voice, "rename"):
             return None
+        if voice == self.ctx.voice and not self.ctx.may_leave_voice(
+                lambda: self.rename_voice(voice, new_name)):
+            return None  # a take of the voice is kept or dropped first; then it goes on
         target = voice.with_name(folder_name_for(speaker))
         if target != voice and target.exists():
             show_error(self, "Cannot rename", f"A folder named {target.name} already exists.",
@@ -447,6 +450,9 @@ class VoicesPage(Page):
     def delete_voice(self, voice: Path) -> None:
         if self._busy(voice, "delete"):
             return
+        if voice == self.ctx.voice and not self.ctx.may_leave_voice(
+                lambda: self.delete_voice(voice)):
+            return  # a take of the voice is kept or dropped first; then it goes on
         self.ctx.reader.forget(voice)
         if not QFile.moveToTrash(str(voice)):
             shutil.rmtree(voice, ignore_errors=True)
