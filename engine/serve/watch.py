@@ -136,9 +136,13 @@ class VoiceWatch:
             stamp = await asyncio.to_thread(self._stamp)  # before the scan: see RACY_NS
             if not force and stamp == self.stamp:
                 return False
+            known = set(self.pool.voices)
             found, styles = await asyncio.to_thread(self._read)
             self.rescans += 1
-            await self.pool.sync(found)  # a worker no served name uses any more is closed
+            # a voice a client registered while the scan ran stays (the next scan finds it)
+            added = {n: v for n, v in self.pool.voices.items() if n not in known}
+            # a worker no served name uses any more is closed
+            await self.pool.sync({**added, **found})
             self.styles = styles
             racy = _newest_ns(stamp) >= time.time_ns() - RACY_NS
             self.stamp = UNREAD if racy else stamp
