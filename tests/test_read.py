@@ -32,7 +32,13 @@ from engine.read import read
 from engine.read.project import make_plan
 from engine.read.pronounce import add_respelling, dictionary_file
 from engine.read.script import ScriptNames, parse_epub, parse_text
-from tests.helpers.reading import SCRIPT, ebur128, instant_voice, read_workspace
+from tests.helpers.reading import (
+    SCRIPT,
+    ebur128,
+    ffmpeg_stats,
+    instant_voice,
+    read_workspace,
+)
 from tests.helpers.voices import DRONE, forced_export
 
 SHORT = 24  # frames per chunk: about two seconds
@@ -174,7 +180,7 @@ def test_book_in_two_voices_with_a_style_a_pronunciation_and_chapters(
     assert vtt.startswith("WEBVTT") and vtt.count(" --> ") == 5
     srt = out.with_suffix(".srt").read_text(encoding="utf-8").split("\n\n")
     assert srt[2].splitlines()[1].startswith("00:00:0") and "The wind rose" in srt[2]
-    seconds = exported["The Storm"]
+    seconds = exported["The Storm"] + request.head_s  # the chapter opens on room tone
     assert srt[2].splitlines()[1][:12] == (f"00:00:{int(seconds):02d},"
                                            f"{round(seconds * 1000) % 1000:03d}")
     assert sorted(p.name for p in (out.parent / "book-tracks").iterdir()) == ["ada.wav",
@@ -550,3 +556,79 @@ def test_the_time_left_is_the_render_rate_not_the_models_load(
     first, second = (e.data for e in events)
     assert first["loading"] is True and first["eta_s"] is None and first["done"] == 0
     assert second["eta_s"] == pytest.approx(10.0) and second["done"] == 1
+
+
+# -- an export an audiobook platform accepts (issue 52) ---------------------------------------
+
+def test_an_acx_export_passes_acx_per_chapter_as_ffmpeg_reads_the_file(
+        workspace: Path, tmp_path: Path) -> None:
+    """Each chapter of the M4B opens on room tone and ends on it, its pauses are a quiet
+    floor rather than digital zero, its peaks are held under -3 dBFS: what the export's
+    per-chapter report says, and what FFmpeg's own astats/silencedetect read in the file."""
+    script = tmp_path / "book.md"
+    script.write_text(SCRIPT, encoding="utf-8")
+    out = tmp_path / "acx.m4b"
+    result, _ = _read(ReadRequest(script=str(script), out=str(out), workspace=str(workspace),
+                                  voice="ada", max_frames=SHORT, styles=("whispering",),
+                                  subtitles=False, preset="acx"))
+    check = result["export"]["check"]
+    chapters = check["chapters"]
+    assert [c["title"] for c in chapters] == ["The Lighthouse", "The Storm", "The Morning"]
+    starts = [c.start for c in mutagen.mp4.MP4(out).chapters] + [None]
+    for report, start, end in zip(chapters, starts, starts[1:], strict=False):
+        read_back = ffmpeg_stats(out, start, end)
+        assert read_back["peak"] <= -3.0, read_back
+        assert -75 < read_back["floor"] <= -60, read_back  # a floor, not digital zero
+        assert 0.5 <= read_back["head"] <= 1.0 and 1.0 <= read_back["tail"] <= 5.0, read_back
+        assert -23 <= read_back["rms"] <= -18, read_back
+        assert report["rms_db"] == pytest.approx(read_back["rms"], abs=0.3)
+        assert report["peak_dbfs"] == pytest.approx(read_back["peak"], abs=0.3)
+        assert report["noise_floor_db"] == pytest.approx(read_back["floor"], abs=1.0)
+        assert report["head_s"] == pytest.approx(read_back["head"], abs=0.05)
+        assert report["tail_s"] == pytest.approx(read_back["tail"], abs=0.05)
+        assert report["passed"] and report["problems"] == []
+    assert check["passed"] and "ACX check: 3 of 3 chapter(s) pass" in result["summary"]
+
+    # digital silence in the pauses and no head: the check says so, and what to change
+    flat = out.with_name("flat.m4b")
+    again, _ = _read(ReadRequest(script=str(script), out=str(flat), workspace=str(workspace),
+                                 voice="ada", max_frames=SHORT, styles=("whispering",),
+                                 subtitles=False, preset="acx", head_s=0.0)
+                     .replace(room_tone_db=None))
+    assert not again["export"]["check"]["passed"]
+    problems = " ".join(again["export"]["check"]["chapters"][0]["problems"])
+    assert "set the head" in problems
+    assert ffmpeg_stats(flat, 0, None)["head"] < 0.5
+
+
+def test_one_loud_peak_is_limited_instead_of_lowering_the_whole_program(
+        tmp_path: Path) -> None:
+    """A take with one click at full scale: the program still reaches its loudness (read by
+    FFmpeg's ebur128), its peaks held under the ceiling, and its pauses are room tone."""
+    import numpy as np
+    import soundfile as sf
+
+    from engine.read.export import Placed, Program, write_program
+
+    rng = np.random.default_rng(5)
+    takes = []
+    for i in range(2):
+        t = np.arange(24000 * 3) / 24000
+        voice = 0.1 * np.sin(2 * np.pi * 150 * t) * (1 + rng.standard_normal(t.size) * 0.2)
+        if i == 0:
+            voice[30000] = 0.99  # the one loud peak
+        takes.append(tmp_path / f"take{i}.wav")
+        sf.write(takes[-1], voice.astype(np.float32), 24000)
+    program = Program(parts=[(takes[0], 72000), (None, 24000), (takes[1], 72000)],
+                      lines=[Placed(1, 0, "ada", "one", 0, 72000),
+                             Placed(2, 0, "ada", "two", 96000, 168000)],
+                      chapters=[("One", 0)], tone_db=-65.0, ceiling=10 ** (-1 / 20))
+    out = tmp_path / "peak.wav"
+    written = write_program(program, out, -18.0, "peak")
+    measured = ebur128(out)
+    assert measured["I"] == pytest.approx(-18.0, abs=0.5), measured
+    audio, _ = sf.read(out)
+    assert np.abs(audio).max() <= 10 ** (-1 / 20) + 1e-4
+    pause = audio[72000:96000]
+    assert -68 < 20 * np.log10(np.sqrt(np.mean(pause ** 2))) < -62  # a floor, not zero
+    assert written["loudness_lufs"] == pytest.approx(measured["I"], abs=0.3)

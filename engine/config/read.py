@@ -14,6 +14,12 @@ from engine.core.errors import InputError
 READ_FORMATS = ("wav", "flac", "mp3", "m4b")
 #: loudness targets people ask for: a podcast, an audiobook (ACX asks -18 to -23 LUFS)
 LOUDNESS_PRESETS = {"podcast": -16.0, "audiobook": -18.0, "quiet audiobook": -20.0}
+#: export presets: what each sets, within the ranges its platform accepts (ACX: RMS -23 to
+#: -18 dB, sample peak at most -3 dBFS, noise floor at most -60 dB, a 0.5-1 s head and a
+#: 1-5 s tail per chapter); an export with a preset carries that platform's check, per
+#: chapter, measured on the written file
+EXPORT_PRESETS: dict[str, dict[str, float]] = {
+    "acx": {"rms_db": -20.5, "peak_dbfs": -3.5, "room_tone_db": -65.0}}
 
 
 def _check(cond: bool, message: str, hint: str | None = None) -> None:
@@ -55,10 +61,21 @@ class ReadRequest:
     line_pause_s: float = 0.4
     #: silence after a paragraph's last line, seconds
     paragraph_pause_s: float = 0.9
-    #: silence between chapters, seconds
+    #: silence after each chapter's last line (its tail, the book's last one too), seconds
     chapter_pause_s: float = 2.0
+    #: room tone before each chapter's first line, seconds
+    head_s: float = 0.75
     #: integrated loudness of the export in LUFS (-16 podcast, -18/-20 audiobook)
     loudness_lufs: float | None = -18.0
+    #: level the export by its RMS (dB) instead of its loudness (ACX measures RMS)
+    rms_db: float | None = None
+    #: the sample peak (dBFS) a limiter holds the export under, instead of lowering it all
+    peak_dbfs: float = -1.0
+    #: the level (dBFS RMS) of the quiet noise in pauses, heads and tails, so they sound
+    #: like a room rather than digital zero; none: digital silence
+    room_tone_db: float | None = -65.0
+    #: an export preset: its levels, head and tail, and its check per chapter on the file
+    preset: str | None = setting(None, choices=("acx",))
     #: write NAME.srt and NAME.vtt of the lines' times beside the export
     subtitles: bool = True
     #: also write one track per voice, aligned, into NAME-tracks/ (for an audio editor)
@@ -83,12 +100,21 @@ class ReadRequest:
                f"max_frames must be between 2 and 8192 (got {self.max_frames}).")
         _check(0 <= self.retries <= 10, f"retries must be between 0 and 10 (got {self.retries}).")
         _check(0 <= self.seed < 2**31, "seed must be between 0 and 2^31.")
-        for name in ("line_pause_s", "paragraph_pause_s", "chapter_pause_s"):
+        for name in ("line_pause_s", "paragraph_pause_s", "chapter_pause_s", "head_s"):
             v = getattr(self, name)
             _check(0 <= v <= 30, f"{name} must be between 0 and 30 seconds (got {v}).")
         _check(self.loudness_lufs is None or -40 <= self.loudness_lufs < 0,
                f"The loudness target must be between -40 and 0 LUFS (got {self.loudness_lufs}).",
                "-16 for a podcast, -18 or -20 for an audiobook.")
+        _check(self.rms_db is None or -40 <= self.rms_db < 0,
+               f"rms_db must be between -40 and 0 dB (got {self.rms_db}).")
+        _check(-20 <= self.peak_dbfs <= 0,
+               f"peak_dbfs must be between -20 and 0 dBFS (got {self.peak_dbfs}).")
+        _check(self.room_tone_db is None or -96 <= self.room_tone_db <= -50,
+               f"room_tone_db must be between -96 and -50 dBFS (got {self.room_tone_db}).")
+        _check(self.preset is None or self.preset in EXPORT_PRESETS,
+               f"There is no export preset {self.preset!r}.",
+               f"Presets: {', '.join(EXPORT_PRESETS)}.")
         _check(1 <= self.rows <= 64, f"rows must be between 1 and 64 (got {self.rows}).")
         for item in self.cast:
             _check("=" in item and all(p.strip() for p in item.split("=", 1)),
@@ -106,6 +132,10 @@ class ReadRequest:
     @property
     def export_format(self) -> str | None:
         return self.out.rsplit(".", 1)[-1].lower() if self.out else None
+
+    def for_export(self) -> ReadRequest:
+        """The request with its preset's settings applied (its own when it has none)."""
+        return self.replace(**EXPORT_PRESETS[self.preset]) if self.preset else self
 
     def casting(self) -> dict[str, str]:
         """Speaker name (as the script writes it, any case) -> voice name."""

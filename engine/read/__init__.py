@@ -46,7 +46,9 @@ def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None 
                          + (f"; {moved}" if moved else "")
                          + (f"; lines {', '.join(map(str, flagged))} flagged" if flagged else "")
                          + (f"; wrote {request.out} ({result['export']['level']})"
-                            if request.out else ""))
+                            if request.out else "")
+                         + (f"; {result['export']['check']['words']}"
+                            if request.out and "check" in result["export"] else ""))
     return result
 
 

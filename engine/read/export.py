@@ -13,6 +13,8 @@ silent where the others speak, so they line up in an audio editor.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,10 +27,12 @@ import numpy as np
 import soundfile as sf
 
 from engine.audio.io import read_mono
+from engine.audio.limiter import limit_peaks, room_tone
 from engine.audio.loudness import LoudnessMeter, loudness_gain_db
 from engine.core.atomic import atomic_path, write_json, write_text
 from engine.core.errors import InputError
 from engine.layout import reading
+from engine.read.acx import check_chapters, check_words
 from engine.read.project import Plan, best_take
 from engine.synth.render import SAMPLE_RATE, user_file_mode, write_audio_pieces
 
@@ -41,6 +45,10 @@ _SLICE = SAMPLE_RATE * 10
 LOUDNESS_TOLERANCE_LU = 0.3
 #: the sample peak a correction may raise the program to (loudness_gain_db's ceiling)
 _PEAK_CEILING = 10 ** (-1.0 / 20)
+#: the most the limiter may take off the loudest peak before the gain is lowered instead
+_LIMIT_DB = 12.0
+#: how far (dB) under its ceiling the limiter goes when a lossy encoder lifted the peaks
+_MARGIN_DB = 0.3
 
 
 @dataclass
@@ -65,6 +73,10 @@ class Program:
     lines: list[Placed] = field(default_factory=list)
     #: (title, start sample) of each chapter
     chapters: list[tuple[str, int]] = field(default_factory=list)
+    #: the RMS level (dBFS) of the room tone in pauses; None: digital silence
+    tone_db: float | None = None
+    #: the sample peak (linear) the limiter holds the takes under; None: no limiter
+    ceiling: float | None = None
 
     @property
     def samples(self) -> int:
@@ -72,17 +84,24 @@ class Program:
 
     def pieces(self, gain: float = 1.0, voice: str | None = None) -> Iterator[np.ndarray]:
         """The program's samples in order, a take or at most `_SLICE` of pause at a time,
-        times `gain`; with `voice`, the other voices' lines are silence (a track)."""
+        times `gain` and held under `ceiling` by the limiter; pauses are room tone (in the
+        mix) or silence; with `voice`, the other voices' lines are silence (a track)."""
         voices = iter(p.voice for p in self.lines)
-        for path, n in self.parts:
+        for index, (path, n) in enumerate(self.parts):
             if path is None or (voice is not None and next(voices) != voice):
                 for begin in range(0, n, _SLICE):
-                    yield np.zeros(min(_SLICE, n - begin), dtype=np.float32)
+                    size = min(_SLICE, n - begin)
+                    yield (room_tone(size, self.tone_db, index * 1_000_003 + begin)
+                           if path is None and voice is None and self.tone_db is not None
+                           else np.zeros(size, dtype=np.float32))
                 continue
             if voice is None:
                 next(voices)
             audio = _take(path)[:n]
-            yield (audio * np.float32(gain)).astype(np.float32) if gain != 1.0 else audio
+            if gain != 1.0:
+                audio = (audio * np.float32(gain)).astype(np.float32)
+            yield (limit_peaks(audio, self.ceiling, SAMPLE_RATE) if self.ceiling is not None
+                   else audio)
 
 
 def _take(path: Path) -> np.ndarray:
@@ -105,16 +124,17 @@ def _pause_after(plan: Plan, index: int) -> float:
     line = plan.lines[index].line
     if line.pause_s is not None:
         return line.pause_s
-    if index == len(plan.lines) - 1:
-        return 0.0
-    if plan.lines[index + 1].line.chapter != line.chapter:
+    if index == len(plan.lines) - 1 or plan.lines[index + 1].line.chapter != line.chapter:
         return request.chapter_pause_s
     return request.paragraph_pause_s if line.paragraph_end else request.line_pause_s
 
 
 def assemble(plan: Plan) -> Program:
-    """The chosen takes in order with their pauses (every line must have a take)."""
-    program = Program()
+    """The chosen takes in order with their pauses (every line must have a take): each
+    chapter opens on `head_s` of room tone and closes on `chapter_pause_s` of it."""
+    request = plan.request.for_export()
+    program = Program(tone_db=request.room_tone_db, ceiling=10 ** (request.peak_dbfs / 20))
+    head = round(request.head_s * SAMPLE_RATE)
     at = 0
     for index, planned in enumerate(plan.lines):
         seed = best_take(plan, planned)
@@ -126,6 +146,9 @@ def assemble(plan: Plan) -> Program:
         line = planned.line
         if line.chapter == len(program.chapters):  # the chapter's first line
             program.chapters.append((plan.script.chapters[line.chapter].title, at))
+            if head:
+                program.parts.append((None, head))
+                at += head
         program.lines.append(Placed(line.number, line.chapter, planned.voice.name, line.text,
                                     at, at + length))
         program.parts.append((path, length))
@@ -199,37 +222,66 @@ def _tracks(program: Program, folder: Path, gain: float) -> list[str]:
 def export(plan: Plan, out: str | os.PathLike[str]) -> dict[str, Any]:
     """Write the program to `out` (its extension picks the format), and beside it the
     subtitles and tracks the request asks for; returns what was written."""
-    request = plan.request
-    written = write_program(assemble(plan), Path(out), request.loudness_lufs,
+    request = plan.request.for_export()
+    level = request.rms_db if request.rms_db is not None else request.loudness_lufs
+    written = write_program(assemble(plan), Path(out), level,
                             Path(request.script).stem, subtitles=request.subtitles,
-                            tracks=request.tracks)
+                            tracks=request.tracks, check=request.preset,
+                            rms=request.rms_db is not None)
     write_json(plan.project / reading.EXPORT_FILE, written)
     return written
 
 
+def _gain_db(loudness: float, peak: float, wanted: float, ceiling: float | None) -> float:
+    """The gain to `wanted` LUFS: the limiter takes the peaks over `ceiling`, up to
+    `_LIMIT_DB` off the loudest one; without a limiter, the peak caps the gain."""
+    if ceiling is None:
+        return loudness_gain_db(loudness, peak, wanted)[0]
+    gain_db = wanted - loudness
+    if peak > 0:
+        gain_db = min(gain_db, 20 * np.log10(ceiling / peak) + _LIMIT_DB)
+    return gain_db
+
+
 def write_program(program: Program, target: Path, wanted: float | None, title: str,
-                  subtitles: bool = False, tracks: bool = False) -> dict[str, Any]:
-    """`program` written to `target` at `wanted` LUFS in two passes over its takes (one
-    measures, one writes), then measured as written and, for a lossy file off its target,
-    corrected once; memory one take long, whatever the program's length."""
+                  subtitles: bool = False, tracks: bool = False,
+                  check: str | None = None, rms: bool = False) -> dict[str, Any]:
+    """`program` written to `target` at `wanted` LUFS (or dB RMS, with `rms`) in two passes
+    over its takes (one measures, one writes), then measured as written and, off its
+    target (a lossy encoder, the limiter), corrected once; memory one take long, whatever
+    the program's length. `check` ("acx"): that platform's check of each chapter, measured
+    on the file."""
     fmt = target.suffix.lower().lstrip(".")
     gain, peak = 1.0, 0.0
     if wanted is not None:
         meter = LoudnessMeter(SAMPLE_RATE)
-        for piece in program.pieces():
+        energy = 0.0
+        for piece in Program(program.parts, program.lines, program.chapters).pieces():
             meter.push(piece)
-        loudness, peak = meter.loudness(), meter.sample_peak
-        if np.isfinite(loudness):
-            gain = 10 ** (loudness_gain_db(loudness, peak, wanted)[0] / 20)
+            energy += float(np.dot(piece, piece))
+        level = _rms_db(energy, meter.samples) if rms else meter.loudness()
+        peak = meter.sample_peak
+        if np.isfinite(level):
+            gain = 10 ** (_gain_db(level, peak, wanted, program.ceiling) / 20)
     target.parent.mkdir(parents=True, exist_ok=True)
     _write(target, program, gain, fmt, title)
     measured = measure_written(target)
-    if (wanted is not None and fmt in _CONTAINERS and np.isfinite(measured[0])
-            and abs(measured[0] - wanted) > LOUDNESS_TOLERANCE_LU):
-        # the encoder moved the level: corrected once, under the same peak ceiling
-        step_db = wanted - measured[0]
+    level = measured[2] if rms else measured[0]
+    # a lossy encoder's ringing lifts the limited peaks: the ceiling comes down by as much
+    overshoot = (measured[3] - 20 * np.log10(program.ceiling)
+                 if program.ceiling is not None and fmt in _CONTAINERS else 0.0)
+    off_level = (wanted is not None and np.isfinite(level)
+                 and abs(level - wanted) > LOUDNESS_TOLERANCE_LU)
+    if off_level or overshoot > 0:
+        # the encoder or the limiter moved the level: corrected once, under the same rule
+        step_db = wanted - level if off_level and wanted is not None else 0.0
+        if overshoot > 0 and program.ceiling is not None:
+            program = dataclasses.replace(
+                program, ceiling=float(program.ceiling * 10 ** (-(overshoot + _MARGIN_DB) / 20)))
         if peak > 0:
-            step_db = min(step_db, 20 * np.log10(_PEAK_CEILING / (peak * gain)))
+            ceiling, over = ((program.ceiling, _LIMIT_DB) if program.ceiling is not None
+                             else (_PEAK_CEILING, 0.0))
+            step_db = min(step_db, 20 * np.log10(ceiling / (peak * gain)) + over)
         gain *= 10 ** (step_db / 20)
         _write(target, program, gain, fmt, title)
         measured = measure_written(target)
@@ -242,12 +294,20 @@ def write_program(program: Program, target: Path, wanted: float | None, title: s
         written["tracks"] = _tracks(program, target.with_name(target.stem + "-tracks"), gain)
     chapters = [{"title": name, "start_s": round(start / SAMPLE_RATE, 3)}
                 for name, start in program.chapters]
-    loudness, peak_dbtp = measured
+    loudness, peak_dbtp, rms_db, _ = measured
     written.update(duration_s=round(program.samples / SAMPLE_RATE, 3), chapters=chapters,
                    loudness_lufs=round(loudness, 2) if np.isfinite(loudness) else None,
                    true_peak_dbtp=round(peak_dbtp, 2) if np.isfinite(peak_dbtp) else None,
-                   loudness_target_lufs=wanted, lines=len(program.lines))
+                   loudness_target_lufs=None if rms else wanted, lines=len(program.lines))
+    if rms:
+        written.update(rms_db=round(rms_db, 2) if np.isfinite(rms_db) else None,
+                       rms_target_db=wanted)
     written["level"] = level_words(written)
+    if check:
+        report = check_chapters(target, [start / SAMPLE_RATE for _, start in program.chapters],
+                                [name for name, _ in program.chapters])
+        written["check"] = {"preset": check, "passed": all(c["passed"] for c in report),
+                            "chapters": report, "words": check_words(report)}
     return written
 
 
@@ -258,20 +318,28 @@ def _write(target: Path, program: Program, gain: float, fmt: str, title: str) ->
         _encode(target, program.pieces(gain), program.samples, fmt, program.chapters, title)
 
 
-def measure_written(path: Path) -> tuple[float, float]:
-    """(integrated loudness in LUFS, true peak in dBTP) of an exported file as a player
-    decodes it (FFmpeg's decoders, through PyAV), frame by frame at its own rate."""
+def measure_written(path: Path) -> tuple[float, float, float, float]:
+    """(integrated loudness in LUFS, true peak in dBTP, RMS in dB, sample peak in dBFS) of
+    an exported file as a player decodes it (FFmpeg's decoders, through PyAV), frame by
+    frame at its own rate."""
+    energy = 0.0
     with av.open(str(path)) as container:
         stream = container.streams.audio[0]
         rate = stream.rate or SAMPLE_RATE
         meter = LoudnessMeter(rate)
         mono = av.AudioResampler(format="flt", layout="mono", rate=rate)
-        for frame in container.decode(stream):
+        for frame in itertools.chain(container.decode(stream), [None]):
             for out in mono.resample(frame):
-                meter.push(out.to_ndarray().reshape(-1))
-        for out in mono.resample(None):
-            meter.push(out.to_ndarray().reshape(-1))
-    return meter.loudness(), meter.true_peak_dbtp()
+                samples = out.to_ndarray().reshape(-1)
+                meter.push(samples)
+                energy += float(np.dot(samples, samples))
+    sample_peak = 20 * np.log10(meter.sample_peak) if meter.sample_peak > 0 else float("-inf")
+    return (meter.loudness(), meter.true_peak_dbtp(), _rms_db(energy, meter.samples),
+            sample_peak)
+
+
+def _rms_db(energy: float, samples: int) -> float:
+    return 10 * np.log10(energy / samples) if energy > 0 and samples else float("-inf")
 
 
 def level_words(written: dict[str, Any]) -> str:
@@ -281,6 +349,8 @@ def level_words(written: dict[str, Any]) -> str:
     if lufs is None:
         return "silent"
     words = f"{lufs:.1f} LUFS, true peak {peak:.1f} dBTP"
+    if written.get("rms_db") is not None:
+        words += f", RMS {written['rms_db']:.1f} dB"
     if wanted is not None and abs(lufs - wanted) > LOUDNESS_TOLERANCE_LU:
         words += (f" ({wanted - lufs:.1f} LU under the {wanted:g} LUFS asked: its peaks "
                   "allow no more)" if lufs < wanted else f" ({lufs - wanted:.1f} LU over "

@@ -4,6 +4,7 @@ a three-chapter Markdown script in two voices with a style."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -82,3 +83,57 @@ def ebur128(path: Path) -> dict[str, float]:
         source.push(None)
         drain()
     return {"I": float(found["lavfi.r128.I"]), "true_peak": float(found["lavfi.r128.true_peak"])}
+
+
+def ffmpeg_stats(path: Path, start_s: float, end_s: float | None) -> dict[str, float]:
+    """FFmpeg's `astats` and `silencedetect` on the part of a file from `start_s` to
+    `end_s` (cut by FFmpeg's `atrim`), as FFmpeg decodes it: {"rms", "peak", "floor" (the
+    quietest half second's RMS), in dB; "head", "tail": seconds under -40 dB at each end}."""
+    import av
+
+    found: dict[str, str] = {}
+    silences: list[tuple[str, float]] = []
+    with av.open(str(path)) as container:
+        stream = container.streams.audio[0]
+        graph = av.filter.Graph()
+        source = graph.add_abuffer(template=stream)
+        trim = graph.add("atrim", f"start={start_s}" + (f":end={end_s}" if end_s else ""))
+        stamps = graph.add("asetpts", "PTS-STARTPTS")
+        mono = graph.add("aformat", "channel_layouts=mono")
+        silence = graph.add("silencedetect", "n=-40dB:d=0.25")
+        stats = graph.add("astats", "metadata=1:length=0.5")
+        sink = graph.add("abuffersink")
+        chain = [source, trim, stamps, mono, silence, stats, sink]
+        for a, b in itertools.pairwise(chain):
+            a.link_to(b)
+        graph.configure()
+        samples = 0
+
+        def drain() -> None:
+            nonlocal samples
+            while True:
+                try:
+                    frame = sink.pull()
+                except (av.BlockingIOError, av.EOFError):
+                    return
+                samples += frame.samples
+                found.update(frame.metadata)
+                for kind in ("start", "end"):
+                    if f"lavfi.silence_{kind}" in frame.metadata:
+                        silences.append((kind, float(frame.metadata[f"lavfi.silence_{kind}"])))
+
+        for frame in container.decode(stream):
+            try:
+                source.push(frame)
+            except av.EOFError:  # atrim's end is reached
+                break
+            drain()
+        else:
+            source.push(None)
+        drain()
+    length = samples / stream.rate
+    head = next(t for k, t in silences if k == "end") if silences[:1] == [("start", 0.0)] else 0
+    tail = length - silences[-1][1] if silences and silences[-1][0] == "start" else 0.0
+    level = {k: float(found[f"lavfi.astats.Overall.{v}"])
+             for k, v in (("rms", "RMS_level"), ("peak", "Peak_level"), ("floor", "RMS_trough"))}
+    return {**level, "head": head, "tail": tail}
