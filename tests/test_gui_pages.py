@@ -273,7 +273,14 @@ def test_train_args_and_presets(qtbot, window: MainWindow, voice: Path) -> None:
     assert args[args.index("--steps") + 1] == "5"
     assert args[args.index("--address") + 1] == "10.0.0.2:6379"
     assert "--resume" in args
-    assert preset_for(2).steps < preset_for(20).steps < preset_for(120).steps
+    # little audio: more passes, more often saved (the engine's presets)
+    assert preset_for(2).epochs > preset_for(20).epochs > preset_for(120).epochs
+    assert preset_for(2).checkpoint_every < preset_for(120).checkpoint_every
+    # a preset chosen: its name is sent, no length or rate of the window's own
+    page.preset.setCurrentIndex(1)
+    args = page.train_args()
+    assert args[args.index("--preset") + 1] == preset_for(20).key == "standard"
+    assert not {"--steps", "--epochs", "--lr", "--checkpoint-every"} & set(args)
     gpus = parse_nvidia_smi("0, GPU-a, NVIDIA H200, 143771, 140000\n"
                             "1, GPU-b, NVIDIA H200, 143771, 9000\n")
     assert [g.index for g in gpus] == [0, 1] and gpus[1].free_mib == 9000

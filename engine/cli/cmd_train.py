@@ -1,6 +1,7 @@
 """CLI: train, plan and export.
 
     voxshard-engine train VOICE --base MODEL [--workers N] [--steps N | --epochs N]
+                          [--preset few|standard|large]
                           [--lr LR] [--precision auto|bf16|fp16|fp32]
                           [--trainable talker|talker+text|code_predictor|talker_layers|lora]
                           [--address ADDR] [--resume] [--dry-run] [--json]
@@ -22,6 +23,7 @@ from engine.cli.settings import add_field
 from engine.config.schema import lookup
 from engine.config.train import LENGTH_SECTIONS, REQUEST_SETTINGS
 from engine.core.events import Emitter
+from engine.train.presets import ADVISED_MINUTES, LARGE_MINUTES, VOLUME_KEYS
 
 
 def _positive_float(text: str) -> float:
@@ -84,6 +86,10 @@ def _add_shape_options(p: argparse.ArgumentParser) -> None:
     # None means "not given": the driver picks by data volume and GPUs, or keeps what a
     # resumed run used
     _add_settings(p, _settings(length=False))
+    p.add_argument("--preset", choices=VOLUME_KEYS, default=None,
+                   help="the defaults of this band of audio (few: under "
+                        f"{ADVISED_MINUTES:g} min, standard, large: over {LARGE_MINUTES:g} "
+                        "min); default: the voice's own amount of audio decides")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even if GPUs exist")
     p.add_argument("--address", default=None,
                    help="an existing Ray cluster (host:port); default: a private local one")
@@ -93,7 +99,8 @@ def _common_kwargs(args: argparse.Namespace, length: bool = False) -> dict[str, 
     names = [p.rpartition(".")[2] for p in _settings(False) + (_settings(True) if length
                                                                  else [])]
     return {**{name: getattr(args, name) for name in names},
-            "use_gpu": False if args.cpu else None, "address": args.address}
+            "use_gpu": False if args.cpu else None, "address": args.address,
+            "preset": args.preset}
 
 
 def train_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -35,16 +35,20 @@ class Volume:
     #: the band holds voices with fewer minutes than this
     below_minutes: float
     note: str
+    #: its name on the command line (`train --preset`)
+    key: str
 
 
 VOLUMES = (
     Volume(f"Few minutes (under {ADVISED_MINUTES:g} min)", ADVISED_MINUTES,
-           "more passes over small batches, frequent checkpoints"),
+           "more passes over small batches, frequent checkpoints", "few"),
     Volume(f"Standard ({ADVISED_MINUTES:g}–{LARGE_MINUTES:g} min)", LARGE_MINUTES,
-           "the usual fine-tune"),
+           "the usual fine-tune", "standard"),
     Volume(f"Large (over {LARGE_MINUTES:g} min)", float("inf"),
-           "fewer passes over bigger batches"),
+           "fewer passes over bigger batches", "large"),
 )
+#: the bands by their command-line names
+VOLUME_KEYS = tuple(v.key for v in VOLUMES)
 
 
 def volume_index(minutes: float | None) -> int:
@@ -82,22 +86,48 @@ def talker_hidden_of(base: str) -> int | None:
         return None
 
 
+def base_talker_hidden(base: str) -> int:
+    """`talker_hidden_of` a base model named by a user, the 1.7B's when its size is not
+    known before a download (the lowest learning rate of the published models)."""
+    return talker_hidden_of(base) or KNOWN_TALKER_HIDDEN["Qwen/Qwen3-TTS-12Hz-1.7B-Base"]
+
+
 def base_optim_preset(base: str) -> dict[str, Any]:
-    """`optim_preset` for a base model named by a user (the 1.7B's when its size is not
-    known before a download: the lowest rate of the published models)."""
-    return optim_preset(talker_hidden_of(base) or KNOWN_TALKER_HIDDEN[
-        "Qwen/Qwen3-TTS-12Hz-1.7B-Base"])
+    """`optim_preset` for a base model named by a user (`base_talker_hidden`)."""
+    return optim_preset(base_talker_hidden(base))
 
 
-def preset(minutes: float, talker_hidden: int) -> dict[str, dict[str, Any]]:
-    """Defaults by data volume and model size (then the caller's overrides win).
+def preset(minutes: float, talker_hidden: int, band: str | None = None
+           ) -> dict[str, dict[str, Any]]:
+    """Defaults by data volume and model size (then the caller's overrides win); `band`
+    (a key of `VOLUME_KEYS`) picks a band of `VOLUMES` whatever the minutes.
 
     Little data: more passes, smaller batches, frequent checkpoints; lots of data: fewer
     passes over bigger batches. The learning rate follows model size (`optim_preset`).
     """
-    band = volume_index(minutes)
+    return band_preset(volume_index(minutes) if band is None else VOLUME_KEYS.index(band),
+                       talker_hidden)
+
+
+def band_preset(band: int, talker_hidden: int) -> dict[str, dict[str, Any]]:
+    """The defaults of the `band`-th band of `VOLUMES` for a model size (`preset`)."""
     run = ({"epochs": 20.0, "checkpoint_every": 50, "val_every": 25},
            {"epochs": 10.0, "checkpoint_every": 100, "val_every": 50},
            {"epochs": 5.0, "checkpoint_every": 200, "val_every": 100})[band]
     return {"run": run, "data": {"batch_size": (4, 8, 16)[band]},
             "optim": optim_preset(talker_hidden)}
+
+
+def preset_band_of(config: dict[str, Any], talker_hidden: int) -> int | None:
+    """The band of `VOLUMES` whose preset a run's saved config trained by (its length by
+    epochs, checkpoint and validation cadence, and learning rate), or None: its own
+    settings."""
+    run, optim = config.get("run") or {}, config.get("optim") or {}
+    if not isinstance(run, dict) or not isinstance(optim, dict) or run.get("steps"):
+        return None
+    for band in range(len(VOLUMES)):
+        values = band_preset(band, talker_hidden)
+        if all(run.get(k) == v for k, v in values["run"].items()) and \
+                optim.get("lr") == values["optim"]["lr"]:
+            return band
+    return None

@@ -15,6 +15,7 @@ from typing import Any
 from engine.config.schema import by_name, rule_of, value_problem
 from engine.config.train import REQUEST_SETTINGS
 from engine.core.errors import InputError
+from engine.train.presets import VOLUME_KEYS
 
 #: {field name: "section.field"} of every setting a request may give
 SETTINGS: dict[str, str] = by_name(REQUEST_SETTINGS)
@@ -36,7 +37,9 @@ class TrainRequest:
     s3://bucket/prefix; "default" = the voice's runs/. A given storage is remembered in
     voice.toml for the voice's next runs. preflight: check every node of the cluster first
     (`engine.train.preflight`); default: on an existing cluster (`address`) only.
-    use_gpu: None uses GPUs when there are some.
+    use_gpu: None uses GPUs when there are some. preset: the band of audio whose
+    defaults a new run takes (`engine.train.presets.VOLUME_KEYS`); None: the voice's own
+    data volume decides.
     """
 
     voice: str | Path
@@ -53,6 +56,7 @@ class TrainRequest:
     seed: int | None = None
     storage: str | os.PathLike[str] | None = None
     preflight: bool | None = None
+    preset: str | None = None
 
     @classmethod
     def of(cls, voice: str | Path, base: str | None, **options: Any) -> TrainRequest:
@@ -81,6 +85,9 @@ class TrainRequest:
                     f"Give {{{path}}} a value {rule.rule()}, or leave it out." if rule.rule()
                     else None)
                 raise InputError(f"{{{path}}} {why}.", hint)
+        if self.preset is not None and self.preset not in VOLUME_KEYS:
+            raise InputError(f"There is no training preset {self.preset!r}.",
+                             f"Use one of: {', '.join(VOLUME_KEYS)}, or leave it out.")
         if self.max_failures < 0:
             raise InputError(f"Worker-group restarts (max_failures) must be at least 0, not "
                              f"{self.max_failures}.")

@@ -48,10 +48,11 @@ def data_summary(voice_dir: Path) -> DataSummary:
 
 def resolve_config(voice_dir: Path, model_dir: Path, talker_hidden: int,
                    summary: DataSummary, overrides: dict[str, dict[str, Any]],
-                   speaker: str) -> TrainConfig:
-    """Preset, then overrides; batch size made legal for the worker count."""
+                   speaker: str, band: str | None = None) -> TrainConfig:
+    """Preset (the data volume's band, or the one named by `band`), then overrides; batch
+    size made legal for the worker count."""
     base = TrainConfig().to_dict()
-    for layer in (preset(summary.minutes, talker_hidden), overrides):
+    for layer in (preset(summary.minutes, talker_hidden, band), overrides):
         for section, values in layer.items():
             base[section].update({k: v for k, v in values.items() if v is not None})
     base["model"]["base"] = str(model_dir)

@@ -160,7 +160,7 @@ class TrainRun:
                 raise InputError(f"Run {run_dir.name} already exists.",
                                  "Pass --resume to continue it, or choose another --run name.")
             cfg = resolve_config(v.path, model_dir, info.talker_hidden, summary, overrides,
-                                 v.speaker)
+                                 v.speaker, band=req.preset)
         self.run_dir = run_dir
         cfg = cfg.replace(run={"name": run_dir.name})
         n_train, per_step = summary.train_clips(cfg), cfg.data.batch_size * cfg.data.grad_accum

@@ -345,8 +345,9 @@ class TrainPage(Page):
         ckpts = bool(run is not None and run.checkpoints)
         # the engine refuses to resume a run that went on into the reinforce stage
         refusal = Run(run.path).resume_refusal() if run is not None and ckpts else None
-        # trained to the form's step count (its own, unless raised): a resume does nothing
-        finished = ckpts and run is not None and Run(run.path).finished(self.steps.value())
+        # trained to the form's step count (by epochs: its own): a resume does nothing
+        finished = ckpts and run is not None and Run(run.path).finished(
+            self.settings.fields["steps"].value())
         self.resume_btn.setEnabled(self.voice is not None and not running and ckpts
                                    and not finished and refusal is None)
         self.export_btn.setEnabled(self.voice is not None and ckpts and not staging
@@ -582,13 +583,19 @@ class TrainPage(Page):
         # no kill timer: a stop saves a checkpoint, which may take minutes
         job = self.start_job(args, "Training", env=env, program=program, voice=self.voice)
         # a resume: the whole history on screen, the run's steps so far, then live ones
-        self.run.attach(job, self.steps.value(),
+        # the step count the form gives, else the engine's (by epochs) once it says it
+        steps = self.settings.fields["steps"].value()
+        self.run.attach(job, steps or 0,
                         history=resumed.metrics_file if resumed is not None else None)
         job.finished.connect(self._on_finished)
         # the window's words, not the command's flags (the run's config.json has them all)
-        self._append_log("info", f"Training resumed, to step {self.steps.value()}."
+        chosen = self.settings.chosen_preset()
+        length = (f"{steps} steps" if steps else "the preset " + chosen.name if chosen
+                  else f"{self.settings.epochs.value():g} epochs")
+        self._append_log("info", (f"Training resumed, to step {steps}." if steps else
+                                  "Training resumed to its own length.")
                          if resumed is not None else "Training started with the settings in "
-                         f"the form: {self.steps.value()} steps.")
+                         f"the form: {length}.")
         self.redraw_timer.start()
         self.refresh()
         return job

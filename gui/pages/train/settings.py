@@ -3,10 +3,11 @@
 It only holds the form: what the values mean is the engine's business. Each run setting
 is a field of the engine's config made into a widget (`gui.settings_form`): its range,
 label, help and flag come from the config's schema, so `train_args` writes the command
-line `voxshard-engine train` parses, by the same rules. The presets' bands of audio and
-their learning rate are the engine's (`engine.train.presets`). `load_run_config` fills
-the form back from a run's saved config.json, so a run picked from the list can be
-continued or repeated as it was.
+line `voxshard-engine train` parses, by the same rules. The presets are the engine's
+(`engine.train.presets`): while one is chosen the form shows its values and sends only
+its name, so the engine's preset decides the run as it does for `train` with no flags;
+"Custom" sends the form's values. `load_run_config` fills the form back from a run's
+saved config.json, so a run picked from the list can be continued or repeated as it was.
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ from engine import catalog
 from engine.config.evaluate import EvaluateConfig
 from engine.config.schema import lookup
 from engine.config.train import LENGTH_SECTIONS
-from engine.train.presets import VOLUMES, base_optim_preset, volume_index
+from engine.train.presets import (
+    VOLUMES,
+    band_preset,
+    base_optim_preset,
+    base_talker_hidden,
+    preset_band_of,
+    volume_index,
+)
 from gui.pages.train.gpus import Gpu
 from gui.settings_form import SettingField
 from gui.widgets import SciSpinBox, button, hbox
@@ -61,27 +69,36 @@ TRAINABLES = {"talker": ("Talker + code predictor", "The recommended full fine-t
               "lora": ("LoRA adapters", "Small adapters on the talker's attention and MLP: "
                        "fits 1.7B on one 16-24 GB GPU; export merges them")}
 #: the run settings the form shows, in its order (fields of engine/config/train.py)
-FORM_SETTINGS = ("run.steps", "optim.lr", "run.checkpoint_every", "model.trainable",
+FORM_SETTINGS = ("run.steps", "run.epochs", "optim.lr", "run.checkpoint_every",
+                 "model.trainable",
                  "model.lora_rank", "model.lora_alpha", "model.lora_predictor",
                  "parallel.precision", "parallel.activation_checkpointing",
                  "parallel.cpu_offload", "model.predictor_frames")
+#: the words of a setting left to the engine: no step count, the epochs decide
+UNSET = {"run.steps": "by epochs"}
 #: settings that only mean something with LoRA adapters
 LORA_SETTINGS = ("lora_rank", "lora_alpha", "lora_predictor")
 
 
 @dataclass(frozen=True)
 class Preset:
-    """One of the engine's bands of audio (`engine.train.presets.VOLUMES`) with the steps
-    the window suggests for it; the learning rate is the engine's for the base model."""
+    """One of the engine's bands of audio (`engine.train.presets.VOLUMES`) and the run
+    its preset trains (`band_preset`); the learning rate is the engine's for the base
+    model, the batch size the engine's for the voice's clips."""
 
     name: str
+    #: its name on the command line (`train --preset`)
+    key: str
     max_minutes: float
-    steps: int
     note: str
+    epochs: float
+    checkpoint_every: int
 
 
-PRESETS = [Preset(v.name, v.below_minutes, steps, v.note)
-           for v, steps in zip(VOLUMES, (400, 1500, 4000), strict=True)]
+# the run's length and cadence do not depend on the model's size
+PRESETS = [Preset(v.name, v.key, v.below_minutes, v.note, band_preset(i, 0)["run"]["epochs"],
+                  band_preset(i, 0)["run"]["checkpoint_every"])
+           for i, v in enumerate(VOLUMES)]
 
 
 def preset_for(minutes: float | None) -> Preset:
@@ -162,7 +179,7 @@ class TrainSettings(QWidget):
         outer.addWidget(self.scroll, 1)
         outer.addWidget(controls)
         self.apply_preset(0)
-        for w in (self.steps, self.lr, self.ckpt_every):
+        for w in (self.steps, self.epochs, self.lr, self.ckpt_every):
             w.valueChanged.connect(self._edited)
         # the preset's learning rate is the engine's for the base model chosen
         self.base.currentTextChanged.connect(lambda _t: self.apply_preset(
@@ -241,8 +258,9 @@ class TrainSettings(QWidget):
         self.preset.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.preset.setMinimumContentsLength(14)
-        self.preset.setToolTip("Steps and learning rate for the amount of audio the voice "
-                               "has; \"Custom\" once you change them")
+        self.preset.setToolTip("The engine's run length, checkpoints, batch size and "
+                               "learning rate for the amount of audio the voice has; "
+                               "\"Custom\" once you change them")
         self.preset.currentIndexChanged.connect(self.apply_preset)
         self.preset_note = QLabel()
         self.preset_note.setObjectName("Muted")
@@ -255,14 +273,16 @@ class TrainSettings(QWidget):
         words = {"trainable": TRAINABLES, "precision": PRECISIONS}
         #: the form's run settings by field name, each made from its config field
         self.fields = {lookup(path)[1]: SettingField(
-            *lookup(path), words=words.get(lookup(path)[1]),
+            *lookup(path), words=words.get(lookup(path)[1]), unset=UNSET.get(path, ""),
             widget=lr if path == "optim.lr" else None) for path in FORM_SETTINGS}
         f = self.fields
-        self.steps, self.lr, self.ckpt_every = (f[n].widget for n in
-                                                ("steps", "lr", "checkpoint_every"))
+        self.steps, self.epochs, self.lr, self.ckpt_every = (
+            f[n].widget for n in ("steps", "epochs", "lr", "checkpoint_every"))
         self.steps.setSingleStep(100)
         self.steps.setToolTip("Optimizer steps in the whole run (each step sees one batch "
-                              "per worker)")
+                              "per worker); \"by epochs\": the epochs decide")
+        self.epochs.setToolTip("Passes over the training clips (when Steps is \"by "
+                               "epochs\")")
         self.ckpt_every.setToolTip("A checkpoint every N steps; Stop also saves one")
         self.trainable, self.precision = f["trainable"].widget, f["precision"].widget
         self.trainable.setToolTip("Which parts of the model learn; LoRA trains small "
@@ -405,15 +425,23 @@ class TrainSettings(QWidget):
         """The engine's learning rate for the base model chosen."""
         return float(base_optim_preset(self.base.currentText())["lr"])
 
+    def chosen_preset(self) -> Preset | None:
+        """The preset chosen, or None: "Custom"."""
+        index = self.preset.currentIndex()
+        return PRESETS[index] if 0 <= index < len(PRESETS) else None
+
     def apply_preset(self, index: int) -> None:
+        """Show the preset's values (what the engine will train with; the batch size is
+        not the form's: the engine fits it to the voice's clips)."""
         if not 0 <= index < len(PRESETS):
             return  # "Custom": the values stay as they are
         p = PRESETS[index]
         self._applying = True
         try:
-            self.steps.setValue(p.steps)
+            self.fields["steps"].set_value(None)
+            self.epochs.setValue(p.epochs)
             self.lr.setValue(self.preset_lr())
-            self.ckpt_every.setValue(max(1, p.steps // 4))
+            self.ckpt_every.setValue(p.checkpoint_every)
         finally:
             self._applying = False
         self.preset_note.setText(p.note)
@@ -474,16 +502,22 @@ class TrainSettings(QWidget):
 
     def setting_args(self, length: bool) -> list[str]:
         """The flags of the form's run settings: those that shape the run (`length` False,
-        what `plan` takes) or set its length and rate (True: always sent, the preset's);
-        LoRA's only with LoRA."""
+        what `plan` takes) or set its length and rate (True: none while a preset is
+        chosen, whose name `common_args` sends; "Custom" sends them all, steps or else
+        epochs); LoRA's only with LoRA."""
+        if length and self.chosen_preset() is not None:
+            return []
         lora = self.trainable.currentData() == "lora"
+        # one length or the other, as the CLI takes them
+        skip = {"epochs" if self.fields["steps"].value() is not None else "steps"}
+        if not lora:
+            skip.update(LORA_SETTINGS)
         args: list[str] = []
         for name, field in self.fields.items():
             if (field.cls.__section__ in LENGTH_SECTIONS) != length:  # type: ignore[attr-defined]
                 continue
-            if name in LORA_SETTINGS and not lora:
-                continue
-            args += field.args(always=length)
+            if name not in skip:
+                args += field.args(always=length)
         return args
 
     def common_args(self, voice: str, base: bool = True) -> list[str]:
@@ -491,6 +525,9 @@ class TrainSettings(QWidget):
                 "--workers", str(self.workers.value())]
         if self.remote_radio.isChecked() and self.address.text().strip():
             args += ["--address", self.address.text().strip()]
+        chosen = self.chosen_preset()
+        if chosen is not None:  # the engine's preset of that band (a resume keeps its own)
+            args += ["--preset", chosen.key]
         return args + self.setting_args(length=False)
 
     def preflight_args(self, voice: str) -> list[str] | None:
@@ -540,9 +577,8 @@ class TrainSettings(QWidget):
             self._load_run_config(table)
         finally:
             self._applying = False
-        i = next((i for i, p in enumerate(PRESETS) if p.steps == self.steps.value()
-                  and abs(self.preset_lr() - self.lr.value()) < 1e-12
-                  and self.ckpt_every.value() == max(1, p.steps // 4)), None)
+        # the engine's rule: the preset whose values the run trained with, else its own
+        i = preset_band_of(config, base_talker_hidden(self.base.currentText()))
         self.preset.blockSignals(True)
         self.preset.setCurrentIndex(i if i is not None else self.preset.findText(CUSTOM))
         self.preset.blockSignals(False)
@@ -555,10 +591,11 @@ class TrainSettings(QWidget):
         if isinstance(par.get("workers"), int) and self.workers.isEnabled():
             self.workers.setValue(par["workers"])
         for field in self.fields.values():
-            # a value the run did not save (an older run) leaves the field as it is
-            value = table(field.cls.__section__).get(field.name)  # type: ignore[attr-defined]
-            if value is not None:
-                field.set_value(value)
+            # a value the run did not save (an older run) leaves the field as it is; a
+            # saved None is the engine's choice (steps: by epochs)
+            section = table(field.cls.__section__)  # type: ignore[attr-defined]
+            if field.name in section:
+                field.set_value(section[field.name])
         # evaluation is the window's choice, not the run's: left as it is
         if isinstance(par.get("address"), str) and par["address"]:
             self.remote_radio.setChecked(True)
