@@ -632,3 +632,50 @@ def test_one_loud_peak_is_limited_instead_of_lowering_the_whole_program(
     pause = audio[72000:96000]
     assert -68 < 20 * np.log10(np.sqrt(np.mean(pause ** 2))) < -62  # a floor, not zero
     assert written["loudness_lufs"] == pytest.approx(measured["I"], abs=0.3)
+
+
+def _png(path: Path, color: tuple[int, int, int]) -> bytes:
+    from PIL import Image
+
+    Image.new("RGB", (16, 12), color).save(path)
+    return path.read_bytes()
+
+
+def test_an_epubs_title_author_and_cover_tag_the_m4b_and_the_request_overrides_them(
+        workspace: Path, tmp_path: Path) -> None:
+    from ebooklib import epub
+
+    book = epub.EpubBook()
+    book.set_identifier("id-52")
+    book.set_title("Tides of the Bay")
+    book.set_language("en")
+    book.add_author("Ada Lovelace")
+    cover = _png(tmp_path / "cover.png", (200, 40, 40))
+    book.set_cover("cover.png", cover, create_page=False)
+    chapter = epub.EpubHtml(title="Ebb", file_name="one.xhtml", lang="en")
+    chapter.content = "<h1>Ebb</h1><p>The sea went out.</p>"
+    book.add_item(chapter)
+    book.toc = (chapter,)
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    book.spine = ["nav", chapter]
+    path = tmp_path / "tides.epub"
+    epub.write_epub(str(path), book)
+
+    out = tmp_path / "tides.m4b"
+    request = ReadRequest(script=str(path), out=str(out), workspace=str(workspace),
+                          voice="ada", max_frames=SHORT, subtitles=False)
+    _read(request)
+    tags = mutagen.mp4.MP4(out).tags
+    assert tags["\xa9nam"] == ["Tides of the Bay"] and tags["\xa9ART"] == ["Ada Lovelace"]
+    assert bytes(tags["covr"][0]) == cover
+    assert [c.title for c in mutagen.mp4.MP4(out).chapters] == ["Ebb"]
+
+    # the request's own title, author and cover win over the book's (an MP3 here)
+    other = _png(tmp_path / "other.png", (10, 90, 200))
+    mp3 = tmp_path / "tides.mp3"
+    _read(request.replace(out=str(mp3), title="Tides", author="Bob",
+                          cover=str(tmp_path / "other.png")))
+    id3 = mutagen.id3.ID3(mp3)
+    assert id3["TIT2"].text == ["Tides"] and id3["TPE1"].text == ["Bob"]
+    assert id3.getall("APIC")[0].data == other

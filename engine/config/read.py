@@ -80,6 +80,12 @@ class ReadRequest:
     subtitles: bool = True
     #: also write one track per voice, aligned, into NAME-tracks/ (for an audio editor)
     tracks: bool = False
+    #: the export's title tag (default: the EPUB's title, else the script's name)
+    title: str | None = None
+    #: the export's author tag (default: the EPUB's author)
+    author: str | None = None
+    #: a JPEG or PNG the MP3 or M4B carries as its cover (default: the EPUB's cover)
+    cover: str | None = None
     #: rows decoded together (lines and voices share them)
     rows: int = 8
     #: lines (numbers) to render a new take of, with a seed not used yet

@@ -1,19 +1,24 @@
 """A project's chosen takes as one program: pauses, loudness, chapters, subtitles, tracks.
 
 WAV and FLAC are written by libsndfile; MP3 and M4B (AAC) by FFmpeg's libraries through
-PyAV, with a chapter mark at each chapter's first line (ID3 CHAP frames in MP3, the MP4
-chapter list in M4B). The loudness target is the program's integrated loudness (BS.1770),
-peaks kept under -1 dBFS. A lossy encoder moves the level (MP3 read -22.1 LUFS for -20
-asked), so every export is measured as written, decoded by the same libraries a player
-uses: a lossy one off its target is corrected once and written again, and the export
-states the file's own loudness and true peak. Subtitles (SRT and WebVTT) give each line's
-time in the program; the tracks are one WAV per voice, each as long as the program,
-silent where the others speak, so they line up in an audio editor.
+PyAV, with a chapter mark where each chapter's head of room tone starts (ID3 CHAP frames
+in MP3, the MP4 chapter list in M4B) and the book's title, author and cover. Pauses,
+heads and tails are room tone, not digital zero. The level target is the program's
+integrated loudness (BS.1770) or, for the ACX preset, its RMS; a limiter holds each
+take's peaks under the ceiling. A lossy encoder moves the level (MP3 read -22.1 LUFS for
+-20 asked) and lifts the limited peaks, so every export is measured as written, decoded
+by the same libraries a player uses: one off its target is corrected once and written
+again, and the export states the file's own loudness and true peak; with a preset, each
+chapter is checked on the file by FFmpeg's own filters (`engine.read.acx`). Subtitles
+(SRT and WebVTT) give each line's time in the program; the tracks are one WAV per voice,
+each as long as the program, silent where the others speak, so they line up in an audio
+editor.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import itertools
 import os
 from collections.abc import Iterable, Iterator
@@ -38,7 +43,11 @@ from engine.synth.render import SAMPLE_RATE, user_file_mode, write_audio_pieces
 
 #: bit rates of the compressed exports (mono speech)
 _BIT_RATES = {"mp3": 96_000, "m4b": 64_000}
-_CONTAINERS = {"mp3": ("mp3", "libmp3lame"), "m4b": ("ipod", "aac")}
+_CONTAINERS = {"mp3": ("mp3", "libmp3lame"), "m4b": ("mp4", "aac")}
+#: the M4B's brand: an audiobook, for the players that go by it
+_M4B_OPTIONS = {"brand": "M4B "}
+#: a cover's codec by its file's extension
+_COVER_CODECS = {".png": "png", ".jpg": "mjpeg", ".jpeg": "mjpeg"}
 #: samples handed to the encoder at a time
 _SLICE = SAMPLE_RATE * 10
 #: how far (LU) a written file's loudness may be from its target before it is corrected
@@ -160,15 +169,53 @@ def assemble(plan: Plan) -> Program:
     return program
 
 
+@dataclass(frozen=True)
+class Tags:
+    """What an MP3 or M4B says of its book: title, author, cover (file name, bytes)."""
+
+    title: str
+    author: str = ""
+    cover: tuple[str, bytes] | None = None
+
+
+def _add_cover(out: Any, cover: tuple[str, bytes]) -> None:
+    """The cover image as the file's attached picture (its bytes as they are)."""
+    name, data = cover
+    codec = _COVER_CODECS.get(Path(name).suffix.lower())
+    if codec is None:
+        raise InputError(f"The cover {name} is not a JPEG or PNG.", "Give a .jpg or .png.")
+    try:
+        with av.open(io.BytesIO(data)) as image:
+            picture = image.streams.video[0].codec_context
+            width, height, pixels = picture.width, picture.height, picture.pix_fmt
+    except (av.FFmpegError, IndexError) as exc:
+        raise InputError(f"The cover {name} cannot be read as an image ({exc}).",
+                         "Give a .jpg or .png.") from exc
+    stream = out.add_stream(codec)
+    # the encoder is opened (with the picture's own size and pixels) but never fed
+    stream.width, stream.height, stream.pix_fmt = width, height, pixels
+    stream.disposition = av.stream.Disposition.attached_pic
+    packet = av.Packet(data)
+    packet.stream = stream
+    packet.pts = packet.dts = 0
+    out.mux(packet)
+
+
 def _encode(path: Path, pieces: Iterable[np.ndarray], total: int, fmt: str,
-            chapters: list[tuple[str, int]], title: str) -> None:
-    """MP3 or M4B through PyAV, with chapter marks, fed a piece at a time."""
+            chapters: list[tuple[str, int]], tags: Tags) -> None:
+    """MP3 or M4B through PyAV, with chapter marks and tags, fed a piece at a time."""
     container_format, codec = _CONTAINERS[fmt]
     with atomic_path(path, suffix=f".{fmt}") as tmp:
-        with av.open(str(tmp), "w", format=container_format) as out:
+        with av.open(str(tmp), "w", format=container_format,
+                     container_options=_M4B_OPTIONS if fmt == "m4b" else {}) as out:
             stream = out.add_stream(codec, rate=SAMPLE_RATE, layout="mono")
             stream.bit_rate = _BIT_RATES[fmt]
-            out.metadata["title"] = title
+            out.metadata["title"] = out.metadata["album"] = tags.title
+            if tags.author:
+                out.metadata["artist"] = out.metadata["album_artist"] = tags.author
+            out.metadata["genre"] = "Audiobook"
+            if tags.cover:
+                _add_cover(out, tags.cover)
             marks = [(name, start, chapters[i + 1][1] if i + 1 < len(chapters) else total)
                      for i, (name, start) in enumerate(chapters)]
             out.set_chapters([{"id": i + 1, "start": start, "end": end,
@@ -224,8 +271,17 @@ def export(plan: Plan, out: str | os.PathLike[str]) -> dict[str, Any]:
     subtitles and tracks the request asks for; returns what was written."""
     request = plan.request.for_export()
     level = request.rms_db if request.rms_db is not None else request.loudness_lufs
-    written = write_program(assemble(plan), Path(out), level,
-                            Path(request.script).stem, subtitles=request.subtitles,
+    cover = plan.script.cover
+    if request.cover:
+        try:
+            cover = (request.cover, Path(request.cover).read_bytes())
+        except OSError as exc:
+            raise InputError(f"Cannot read the cover {request.cover}: {exc}.",
+                             "Give a .jpg or .png file.") from exc
+    tags = Tags(request.title or plan.script.title or Path(request.script).stem,
+                request.author or plan.script.author, cover)
+    written = write_program(assemble(plan), Path(out), level, tags,
+                            subtitles=request.subtitles,
                             tracks=request.tracks, check=request.preset,
                             rms=request.rms_db is not None)
     write_json(plan.project / reading.EXPORT_FILE, written)
@@ -243,7 +299,7 @@ def _gain_db(loudness: float, peak: float, wanted: float, ceiling: float | None)
     return gain_db
 
 
-def write_program(program: Program, target: Path, wanted: float | None, title: str,
+def write_program(program: Program, target: Path, wanted: float | None, tags: Tags | str,
                   subtitles: bool = False, tracks: bool = False,
                   check: str | None = None, rms: bool = False) -> dict[str, Any]:
     """`program` written to `target` at `wanted` LUFS (or dB RMS, with `rms`) in two passes
@@ -252,6 +308,7 @@ def write_program(program: Program, target: Path, wanted: float | None, title: s
     the program's length. `check` ("acx"): that platform's check of each chapter, measured
     on the file."""
     fmt = target.suffix.lower().lstrip(".")
+    tags = tags if isinstance(tags, Tags) else Tags(tags)
     gain, peak = 1.0, 0.0
     if wanted is not None:
         meter = LoudnessMeter(SAMPLE_RATE)
@@ -264,7 +321,7 @@ def write_program(program: Program, target: Path, wanted: float | None, title: s
         if np.isfinite(level):
             gain = 10 ** (_gain_db(level, peak, wanted, program.ceiling) / 20)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _write(target, program, gain, fmt, title)
+    _write(target, program, gain, fmt, tags)
     measured = measure_written(target)
     level = measured[2] if rms else measured[0]
     # a lossy encoder's ringing lifts the limited peaks: the ceiling comes down by as much
@@ -283,7 +340,7 @@ def write_program(program: Program, target: Path, wanted: float | None, title: s
                              else (_PEAK_CEILING, 0.0))
             step_db = min(step_db, 20 * np.log10(ceiling / (peak * gain)) + over)
         gain *= 10 ** (step_db / 20)
-        _write(target, program, gain, fmt, title)
+        _write(target, program, gain, fmt, tags)
         measured = measure_written(target)
     written: dict[str, Any] = {"path": str(target), "format": fmt}
     if subtitles:
@@ -311,11 +368,11 @@ def write_program(program: Program, target: Path, wanted: float | None, title: s
     return written
 
 
-def _write(target: Path, program: Program, gain: float, fmt: str, title: str) -> None:
+def _write(target: Path, program: Program, gain: float, fmt: str, tags: Tags) -> None:
     if fmt in ("wav", "flac"):
         write_audio_pieces(target, program.pieces(gain), fmt)
     else:
-        _encode(target, program.pieces(gain), program.samples, fmt, program.chapters, title)
+        _encode(target, program.pieces(gain), program.samples, fmt, program.chapters, tags)
 
 
 def measure_written(path: Path) -> tuple[float, float, float, float]:

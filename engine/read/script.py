@@ -113,6 +113,11 @@ class Chapter:
 @dataclass
 class Script:
     chapters: list[Chapter]
+    #: the book's title and author, and its cover image (file name, bytes), where its
+    #: file says (an EPUB's package metadata)
+    title: str = ""
+    author: str = ""
+    cover: tuple[str, bytes] | None = None
 
     @property
     def lines(self) -> list[Line]:
@@ -336,6 +341,37 @@ def epub_reading_order(opf: str, opf_path: str) -> list[str]:
             and ref.get("idref") in items and (ref.get("linear") or "yes").lower() != "no"]
 
 
+def epub_metadata(book: zipfile.ZipFile, opf_path: str) -> tuple[str, str,
+                                                                  tuple[str, bytes] | None]:
+    """The EPUB's title, first author and cover image (EPUB 3 `cover-image`, or EPUB 2's
+    `<meta name="cover">`), each empty where the package names none."""
+    try:
+        package = ElementTree.fromstring(book.read(opf_path))
+    except ElementTree.ParseError:
+        return "", "", None
+    found = {"title": "", "creator": ""}
+    cover_id, items, cover = "", {}, None
+    for node in package.iter():
+        tag = _local(node.tag)
+        if tag in found and not found[tag]:
+            found[tag] = " ".join((node.text or "").split())
+        elif tag == "meta" and node.get("name") == "cover":
+            cover_id = node.get("content") or ""
+        elif tag == "item" and node.get("href"):
+            items[node.get("id") or ""] = str(node.get("href"))
+            if "cover-image" in (node.get("properties") or "").split():
+                cover = str(node.get("href"))
+    href = cover or items.get(cover_id)
+    image = None
+    if href:
+        name = posixpath.normpath(posixpath.join(posixpath.dirname(opf_path), href))
+        try:
+            image = (name, book.read(name))
+        except KeyError:
+            image = None
+    return found["title"], found["creator"], image
+
+
 def _epub_documents(book: zipfile.ZipFile) -> list[str]:
     """The spine's documents in reading order (META-INF/container.xml -> the OPF)."""
     container = book.read("META-INF/container.xml").decode("utf-8", "replace")
@@ -351,6 +387,10 @@ def parse_epub(path: Path, names: ScriptNames | None = None) -> Script:
         with zipfile.ZipFile(path) as book:
             documents = [(doc, book.read(doc).decode("utf-8", "replace"))
                          for doc in _epub_documents(book)]
+            found = re.search(r'full-path="([^"]+)"',
+                              book.read("META-INF/container.xml").decode("utf-8", "replace"))
+            title, author, cover = (epub_metadata(book, found.group(1)) if found
+                                    else ("", "", None))
     except (zipfile.BadZipFile, KeyError, OSError) as exc:
         raise InputError(f"Cannot read the EPUB {path.name}: {exc}.",
                          "Is it a valid EPUB (a zip with META-INF/container.xml)?") from exc
@@ -365,7 +405,9 @@ def parse_epub(path: Path, names: ScriptNames | None = None) -> Script:
             else:
                 builder.paragraph("", text, f"{path.name}:{doc}")
                 builder.end_paragraph()
-    return builder.script(path.name)
+    script = builder.script(path.name)
+    script.title, script.author, script.cover = title, author, cover
+    return script
 
 
 def read_script(path: str | Path, names: ScriptNames | None = None) -> Script:
