@@ -82,5 +82,7 @@ def test_the_window_imports_nothing_its_bundle_leaves_out() -> None:
         p.read_text())})
     assert len(modules) > 5
     excluded = [e for e in _bundle_excludes() if "." not in e]
-    assert "scipy" in excluded and "starlette" in excluded
+    # scipy and pyloudnorm are the window's too: the Record page judges a take with
+    # Prepare's own judge (engine.prepare.check), whose loudness meter needs them
+    assert "torch" in excluded and "starlette" in excluded and "scipy" not in excluded
     assert _loaded_after_import(modules, excluded) == {}
