@@ -31,6 +31,9 @@ def record_prompt(qtbot: Any, page: Any, sink: str, folder: Path,
     window's player, with its short device buffer, underflows under load and the null
     sink then loses much of what it played, so the take is judged on audio that never
     reached the input (seen in CI: "Too short for the sentence", and Enter asks)."""
+    # as a person waits to see the sentence: a voice just opened shows its first prompt
+    # once its snapshot is read, off the window's thread
+    qtbot.waitUntil(lambda: page.prompt is not None, timeout=15000)
     prompt = page.prompt
     assert prompt is not None
     audio, sr = piper_synth(prompt.text)
