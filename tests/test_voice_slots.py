@@ -14,6 +14,7 @@ import io
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +189,15 @@ def test_voices_come_and_go_on_the_server_and_its_pool_does_not_grow(
             if i:
                 shutil.rmtree(exports / f"v{i - 1}")
             _put(slots["ABC"[i % 3]], exports / f"v{i}")
-            listed = [v["id"] for v in http.get("/v1/audio/voices").json()["data"]]
+            # the server's list follows the workspace within a second or so (it is kept
+            # beside the rendering, not read again at every request)
+            deadline = time.monotonic() + 30
+            while True:
+                listed = [v["id"] for v in http.get("/v1/audio/voices").json()["data"]]
+                if (f"joe/v{i}" in listed and f"joe/v{i - 1}" not in listed) \
+                        or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             assert f"joe/v{i}" in listed and f"joe/v{i - 1}" not in listed
             said = speak(f"joe/v{i}")
             assert alone.setdefault("ABC"[i % 3], said) == said, i
