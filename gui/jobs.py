@@ -268,6 +268,14 @@ class EngineJob(QObject):
         done = self._proc.waitForFinished(msecs)
         return done
 
+    def flush(self) -> None:
+        """Handle every line still waiting now, and the end if it came (shutdown: no
+        drain timer is left running behind a job that flooded its pipe before it ended)."""
+        self._drain_timer.stop()
+        while self._pending:
+            self._drain()
+            self._drain_timer.stop()
+
     def _signal_main(self, sig: int) -> None:
         pid = self.pid()
         if pid <= 0:
@@ -502,3 +510,4 @@ class JobManager(QObject):
             if not job.wait(msecs):
                 job._signal_group(signal.SIGKILL)
                 job.wait(2000)
+            job.flush()
