@@ -137,10 +137,25 @@ def end_cluster(procs: list[Any], res: dict[str, Any], tmp: Path, temp: Path,
     """Kill every process started (by pid), record what of ours is left running, write
     the result for the test outside the namespaces."""
     kill_tree(procs)
-    time.sleep(1)
     me = os.getpid()
-    res["left_running"] = [p.pid for p in psutil.process_iter()
-                           if p.pid != me and is_ours(p, tmp, temp)]
+
+    def ours() -> list[int]:  # alive: a killed process the kernel has not reaped is not
+        found = []
+        for p in psutil.process_iter():
+            try:
+                if p.pid != me and p.status() != psutil.STATUS_ZOMBIE and is_ours(p, tmp, temp):
+                    found.append(p.pid)
+            except psutil.Error:
+                pass  # gone while it was looked at
+        return found
+
+    # a loaded machine can take seconds to finish the kills: what is ours 10 s on is left
+    deadline = time.monotonic() + 10
+    left = ours()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = ours()
+    res["left_running"] = left
     out.write_text(json.dumps(res, indent=1))
     shutil.rmtree(temp, ignore_errors=True)
 
