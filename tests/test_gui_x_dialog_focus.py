@@ -11,18 +11,15 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEventLoop, QRect, QSettings
-from PySide6.QtWidgets import QApplication, QDialog
+from PySide6.QtWidgets import QDialog
 
-from gui.app import MainWindow
-from gui.context import AppContext
 from gui.pages.voices import VoicesPage
 from tests.helpers.voices import make_voice
+from tests.helpers.x_window import open_window, pump_until
 from tests.helpers.xserver import run_on_display
 
 
@@ -43,22 +40,10 @@ def test_keys_work_after_the_new_voice_dialog_without_a_window_manager(
 # -- the window's side (run as a script under Xvfb) -------------------------------------
 
 def _drive(workspace: Path, out: Path) -> int:
-    app = QApplication([sys.argv[0]])
-    settings = QSettings(str(out.with_suffix(".ini")), QSettings.Format.IniFormat)
-    settings.setValue("workspace", str(workspace))
-    settings.setValue(f"last_voice/{workspace}", "ada")
-    window = MainWindow(AppContext(settings))
-    window.setGeometry(QRect(0, 0, 1100, 760))
-    window.show()
+    app, window = open_window(workspace, out)
 
     def wait(cond: Callable[[], object], seconds: float = 15.0) -> bool:
-        deadline = time.monotonic() + seconds
-        while not cond():
-            if time.monotonic() > deadline:
-                return False
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-            time.sleep(0.01)
-        return True
+        return pump_until(app, cond, seconds)
 
     def key(name: str) -> None:
         subprocess.run(["xdotool", "key", name], check=True, timeout=30)

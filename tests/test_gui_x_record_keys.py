@@ -18,13 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEventLoop, QPoint, QRect, QSettings
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtCore import QPoint
+from PySide6.QtWidgets import QMessageBox
 
-from gui.app import MainWindow
-from gui.context import AppContext
 from gui.pages.record import RecordPage
 from tests.helpers.voices import make_voice
+from tests.helpers.x_window import open_window, pump_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,22 +90,10 @@ def _run_window(laptop_xvfb: str, tmp_path: Path) -> None:
 # -- the window's side (run as a script under Xvfb) -------------------------------------
 
 def _drive(workspace: Path, out: Path) -> int:
-    app = QApplication([sys.argv[0]])
-    settings = QSettings(str(out.with_suffix(".ini")), QSettings.Format.IniFormat)
-    settings.setValue("workspace", str(workspace))
-    settings.setValue(f"last_voice/{workspace}", "ada")
-    window = MainWindow(AppContext(settings))
-    window.setGeometry(QRect(0, 0, 1100, 760))
-    window.show()
+    app, window = open_window(workspace, out)
 
     def wait(cond: Callable[[], object], seconds: float = 15.0) -> bool:
-        deadline = time.monotonic() + seconds
-        while not cond():
-            if time.monotonic() > deadline:
-                return False
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-            time.sleep(0.01)
-        return True
+        return pump_until(app, cond, seconds)
 
     def xdotool(*args: object) -> None:
         subprocess.run(["xdotool", *map(str, args)], check=True, timeout=30)
