@@ -165,6 +165,8 @@ class EngineJob(QObject):
         self.voice = Path(voice).resolve() if voice is not None else None
         self.result: dict[str, Any] | None = None
         self.error: tuple[str, str, str] | None = None
+        #: the error's remedy as settings to change ({"path", "value", "why"} each)
+        self.changes: list[dict[str, Any]] = []
         self.outcome: str | None = None  # "succeeded" | "failed" | "cancelled"
         self.events_seen = 0
         # counted, not timed: how many turns of the event loop parsed output,
@@ -385,6 +387,7 @@ class EngineJob(QObject):
             # the engine's hint in the window's words when it has them (buttons, not flags)
             hint = obj.get("window_hint") or hint
             self.error = window_words(str(obj.get("code") or "error"), message, hint)
+            self.changes = [c for c in obj.get("changes") or [] if isinstance(c, dict)]
 
     # -- end ---------------------------------------------------------------
     def _on_process_error(self, err: QProcess.ProcessError) -> None:

@@ -170,20 +170,22 @@ def test_out_of_memory_in_a_worker_is_fatal_with_the_plans_advice(tmp_path: Path
     from ray.train.v2._internal.execution.failure_handling import FailureDecision
     from ray.train.v2.api.exceptions import WorkerGroupError
 
+    from engine.config.change import Change
     from engine.config.train import TrainConfig
     from engine.train.failures import FatalTrainingError, fatal_of, is_out_of_memory
     from engine.train.retry_policy import no_retry_policy_class
     from engine.train.trainer import WorkerEnv, run_worker
 
+    lora = Change("model.trainable", "lora", "Train LoRA adapters only")
     loop_config = {"config": TrainConfig().to_dict(), "run_dir": str(tmp_path / "run"),
                    "total_steps": 3, "builder": "tests.helpers.builders:oom_builder",
-                   "oom_advice": ["Train LoRA adapters only (--trainable lora)."]}
+                   "oom_advice": [lora]}
     with pytest.raises(FatalTrainingError) as err:
         run_worker(loop_config, WorkerEnv(rank=0, world=1, sender=_Sender()))
     fatal = err.value
     assert fatal.kind == "out_of_memory"
     assert fatal.message == "Training ran out of GPU memory on rank 0 at step 1."
-    assert fatal.hint == "Train LoRA adapters only (--trainable lora)."
+    assert fatal.changes == (lora,) and fatal.hint is None
     assert isinstance(fatal.__cause__, torch.OutOfMemoryError)
     assert is_out_of_memory(fatal) and is_out_of_memory(fatal.__cause__)
     assert not is_out_of_memory(RuntimeError("connection reset by peer"))
@@ -202,7 +204,7 @@ def test_out_of_memory_in_a_worker_is_fatal_with_the_plans_advice(tmp_path: Path
 
     err2 = _as_training_error(oom)
     assert isinstance(err2, TrainingError) and err2.message == fatal.message
-    assert err2.hint == fatal.hint
+    assert err2.changes == (lora,) and err2.hint == "Train LoRA adapters only (trainable='lora')."
 
 
 # -- GPU discovery -----------------------------------------------------------------------------

@@ -205,7 +205,9 @@ def test_parameters_stay_gathered_between_micro_steps_only_when_that_fits(
     assert between.fits and not between.keep_gathered and between.accum_reduce == "last"
     forced = fit(cfg.replace(parallel={"keep_gathered": "on"}), off.total)
     assert not forced.fits and forced.keep_gathered
-    assert any("--keep-gathered off" in a for a in forced.advice)
+    assert [(c.path, c.value) for c in forced.changes][:1] == [("parallel.keep_gathered",
+                                                                 "off")]
+    assert any(a.endswith("(--keep-gathered off).") for a in forced.advice)
     # no accumulation, or reduction after every micro-step: nothing to keep
     assert not _plan(tiny_model_dir, cfg.replace(data={"grad_accum": 1})).keep_gathered
     assert not _plan(tiny_model_dir, cfg.replace(parallel={"accum_reduce": "every"})
@@ -302,9 +304,11 @@ def test_the_plan_counts_the_runs_other_processes_on_the_host(tiny_model_dir: Pa
     one = plan(1 << 40, cfg.replace(parallel={"workers": 1}))
     short = plan(one.host_total)
     assert not short.fits
-    assert any(a.startswith("Use fewer workers (--workers 1): about "
-                            f"{one.host_total / (1 << 30):.1f} GiB for the whole run")
-               for a in short.advice), short.advice
+    fewer = [c for c in short.changes if c.path == "parallel.workers"]
+    assert [c.value for c in fewer] == [1], short.changes
+    assert fewer[0].why.startswith("Use fewer workers: about "
+                                   f"{one.host_total / (1 << 30):.1f} GiB for the whole run")
+    assert any(a.endswith("(--workers 1).") for a in short.advice), short.advice
     # an existing cluster runs Ray on its own nodes: nothing of that is planned here
     remote = plan(1 << 40, cfg.replace(parallel={"address": "10.0.0.2:6379"}))
     assert remote.host_terms == {} and remote.host_total == 2 * remote.total

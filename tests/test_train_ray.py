@@ -206,11 +206,13 @@ def test_cli_json_streams_metrics_and_sigterm_saves(prepared_voice: Path, tiny_m
 def test_out_of_memory_in_a_ray_worker_ends_the_run_without_retries(tmp_path: Path) -> None:
     """A real torch.OutOfMemoryError raised in one Ray Train worker: one sentence, no restart."""
     from engine.cluster import connect
+    from engine.config.change import Change
     from engine.config.train import TrainConfig
     from engine.core.errors import TrainingError
     from engine.core.events import Emitter
     from engine.train.launch import Launch, LaunchSpec
 
+    gpus = Change("parallel.workers", 2, "Use 2 GPUs")
     before = _children()
     states: list[str] = []
     cfg = TrainConfig().replace(parallel={"workers": 2}, data={"batch_size": 2})
@@ -219,14 +221,15 @@ def test_out_of_memory_in_a_ray_worker_ends_the_run_without_retries(tmp_path: Pa
         spec = LaunchSpec(config=cfg.to_dict(), run_dir=tmp_path / "runs" / "oom", total_steps=5,
                           workers=2, use_gpu=False, max_failures=2,
                           builder="tests.helpers.builders:oom_builder",
-                          extra={"oom_rank": 1, "oom_advice": ["Use 2 GPUs (--workers 2)."]})
+                          extra={"oom_rank": 1, "oom_advice": [gpus]})
         launch = Launch(spec, Emitter(lambda ev: states.append(str(ev.data.get("state")))))
         with pytest.raises(TrainingError) as err:
             launch.start().wait()
     finally:
         cluster.close()
     assert err.value.message == "Training ran out of GPU memory on rank 1 at step 1."
-    assert err.value.hint == "Use 2 GPUs (--workers 2)."
+    assert err.value.changes == (gpus,)
+    assert err.value.hint == "Use 2 GPUs (workers=2)."
     # max_failures=2 would have restarted the group twice: it started once
     assert states.count("worker_started") == 2 and "recovering" not in states
     assert _children() - before == set()

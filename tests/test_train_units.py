@@ -160,7 +160,9 @@ def test_plan_advises_when_it_does_not_fit(tiny_model_dir: Path) -> None:
                      seq_len=1500, frames=1200, capability=(9, 0))
     assert not plan.fits
     text = "\n".join(plan.advice)
-    assert "--batch-size 4 --grad-accum 2" in text
+    assert "(--batch-size 4 --grad-accum 2)." in text
+    assert [(c.path, c.value) for c in plan.changes][:2] == [("data.batch_size", 4),
+                                                             ("data.grad_accum", 2)]
     # the tiny model's memory is mostly logits: checkpointing layers saves too little to fit
     assert "activation checkpointing" not in text
     assert "DOES NOT FIT" in plan.table()
@@ -170,7 +172,7 @@ def test_plan_advises_when_it_does_not_fit(tiny_model_dir: Path) -> None:
     # nothing fits alone: the advice says so instead of recommending what does not fit
     tight = make_plan(tiny_model_dir, cfg, device="cuda", free=[1 << 30], seq_len=1500,
                       frames=1200, capability=(9, 0))
-    assert "No single change fits" in "\n".join(tight.advice)
+    assert "No single change fits" in "\n".join(tight.advice) and tight.changes == []
     assert not re.findall(r"about ([0-9.]+) GiB per", "\n".join(tight.advice))
 
 

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from engine.cli.output import HumanOutput, JsonOutput
 from engine.cli.settings import cli_words
+from engine.config.change import cli_lines
 from engine.core.errors import Cancelled, VoxshardError
 from engine.core.events import Emitter
 
@@ -158,8 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc(file=sys.stderr)
         message, hint = exc.worded(cli_words)  # a setting named as its flag
+        # a remedy that sets settings: its flags here, its data for the window
+        hint = " ".join([*([hint] if hint else []), *cli_lines(exc.changes)]) or None
         named = {"settings": exc.settings, "template": exc.template,
-                 "hint_template": exc.hint_template} if exc.settings else None
+                 "hint_template": exc.hint_template,
+                 "changes": [c.to_dict() for c in exc.changes]} \
+            if exc.settings or exc.changes else None
         output.error(exc.code, message, hint, exc.window_hint, named)
         return 1
     except Exception as exc:  # a bug: still one line unless --debug

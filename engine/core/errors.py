@@ -7,16 +7,19 @@ The CLI prints these without a traceback; anything else is a bug.
 An error that names a setting writes its path in braces, "{model.predictor_frames}",
 never a flag or a label: the remedy is data (`settings`), and each surface words it
 (`worded`): the CLI as the flag, the window as the field's label, the Python API as the
-keyword (the default). A hint that speaks to a terminal in other ways (commands) may
-have `window_hint`, the same remedy as the window's buttons; the JSON error event
-carries both, and the window shows `window_hint` when there is one.
+keyword (the default). A remedy that sets settings to values is `changes`, data each
+surface says its way (`engine.config.change`): the CLI as flags, the window as buttons
+that set its fields. A hint that speaks to a terminal in other ways (commands) may have
+`window_hint`, the same remedy in the window's words; the JSON error event carries
+both, and the window shows `window_hint` when there is one.
 """
 
 from __future__ import annotations
 
 import errno
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 #: "{section.field}": a setting named in an error's text (engine.config.schema)
 _SETTING = re.compile(r"\{([a-z_]+\.[a-z_]+)\}")
@@ -34,11 +37,17 @@ class VoxshardError(Exception):
     code = "error"
 
     def __init__(self, message: str, hint: str | None = None, *,
-                 window_hint: str | None = None) -> None:
+                 window_hint: str | None = None, changes: Iterable[Any] = ()) -> None:
         #: the texts as written, "{section.field}" standing for a setting
         self.template = message
         self.hint_template = hint
+        #: the remedy as settings to change (`engine.config.change.Change`s), which each
+        #: surface says its way: the CLI as flags, the window as buttons, here as keywords
+        self.changes = tuple(changes)
         self.message, self.hint = self.worded(keyword_words)
+        if self.changes:
+            self.hint = " ".join([*([self.hint] if self.hint else []), *(
+                f"{c.why} ({keyword_words(c.path)}={c.value!r})." for c in self.changes)])
         super().__init__(self.message)
         #: the hint in the window's words (buttons and fields, not flags); None: `hint`
         self.window_hint = window_hint

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from engine.config.change import Change, as_changes
 from engine.core.errors import RAY_OOM_TEXT, is_device_out_of_memory
 
 GIB = float(1 << 30)
@@ -37,16 +38,19 @@ PROCESS_NAMES = {"RayTrainWorker": "a training worker",
 
 
 class FatalTrainingError(RuntimeError):
-    """A worker failure that a restart cannot fix (kind: "out_of_memory", "disk_full")."""
+    """A worker failure that a restart cannot fix (kind: "out_of_memory", "disk_full");
+    `changes`: the settings that avoid it (`Change`s)."""
 
-    def __init__(self, kind: str, message: str, hint: str | None = None) -> None:
+    def __init__(self, kind: str, message: str, hint: str | None = None,
+                 changes: tuple[Change, ...] = ()) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.hint = hint
+        self.changes = tuple(changes)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.kind, self.message, self.hint))
+        return (type(self), (self.kind, self.message, self.hint, self.changes))
 
     def __str__(self) -> str:
         return self.message
@@ -106,9 +110,20 @@ def fatal_of(exc: BaseException | None) -> FatalTrainingError | None:
     return None
 
 
+#: what lowers a run's memory when the plan's own figures are not at hand
+OUT_OF_MEMORY_CHANGES = (
+    Change("parallel.activation_checkpointing", True,
+           "Recompute activations in backward: less memory, ~30% more compute"),
+    Change("model.trainable", "lora", "Train LoRA adapters only"),
+    Change("parallel.cpu_offload", True,
+           "Keep sharded weights and optimizer state in host memory: slower steps"),
+)
+
+
 def out_of_memory_error(exc: BaseException, rank: int, step: int, device: Any,
-                        advice: list[str] | None) -> FatalTrainingError:
-    """One sentence for a CUDA OOM on `rank` during `step`, the plan's advice as the hint."""
+                        advice: list[Any] | None) -> FatalTrainingError:
+    """One sentence for a CUDA OOM on `rank` during `step`; the plan's changes that lower
+    the run's memory (`advice`: `plan.relief`'s, or their dicts) as its remedy."""
     where = f"while loading the model on rank {rank}" if step <= 0 else \
         f"on rank {rank} at step {step}"
     used = ""
@@ -120,11 +135,10 @@ def out_of_memory_error(exc: BaseException, rank: int, step: int, device: Any,
             used = f" ({(total - free) / (1 << 30):.1f} of {total / (1 << 30):.1f} GiB in use)"
     except Exception:  # the device may be unusable right after the failure
         used = ""
-    hint = " ".join(advice or []) or ("Lower --batch-size, turn on --activation-checkpointing "
-                                      "or --cpu-offload, train --trainable lora, or use more "
-                                      "GPUs.")
+    planned = tuple(as_changes(advice))
     return FatalTrainingError("out_of_memory", f"Training ran out of GPU memory {where}{used}.",
-                              hint)
+                              None if planned else "A smaller batch or more GPUs also help.",
+                              planned or OUT_OF_MEMORY_CHANGES)
 
 
 @dataclass

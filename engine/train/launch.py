@@ -35,6 +35,7 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from engine.config.change import as_changes
 from engine.core.errors import Cancelled, TrainingError
 from engine.core.events import Emitter
 from engine.core.storage import ray_storage, rmtree
@@ -284,13 +285,14 @@ class Launch:
         extra, name = self.spec.extra, checkpoint.name if checkpoint else None
         plan = {"per_worker": extra.get("plan_bytes"), "whole_run": extra.get("plan_host_bytes"),
                 "gpu": self.spec.use_gpu}
-        hint = " ".join([*(extra.get("oom_advice") or []),
-                         "Continue with --resume." if name else ""]).strip()
+        changes = as_changes(extra.get("oom_advice"))
+        what = ("Apply a change below" if changes else "Lower Workers or the batch size, or "
+                "choose \u201cLoRA adapters\u201d under What trains")
         return TrainingError(
-            host_oom_words(oom, self.worker_pids, plan, name), hint or None,
-            window_hint="Lower Workers or the batch size, or choose \u201cLoRA adapters\u201d "
-                        "under What trains, then press " + ("Resume." if name else
-                                                            "Start training."))
+            host_oom_words(oom, self.worker_pids, plan, name),
+            "Continue with --resume." if name else None,
+            window_hint=f"{what}, then press {'Resume' if name else 'Start training'}.",
+            changes=changes)
 
 
 class _StatePump(MetricsPump):
@@ -333,7 +335,7 @@ def _as_training_error(exc: BaseException) -> BaseException:
         return exc
     fatal = fatal_of(exc)
     if fatal is not None:  # out of memory, disk full: one sentence and what to do
-        return TrainingError(fatal.message, fatal.hint)
+        return TrainingError(fatal.message, fatal.hint, changes=fatal.changes)
     return TrainingError(f"Training failed: {last_line(exc)}",
                          "Run again with --debug for the full worker traceback.")
 

@@ -73,6 +73,7 @@ from typing import Any
 import psutil
 
 from engine.audio.timebase import FRAME_RATE
+from engine.config.change import Change, cli_lines
 from engine.config.train import TRAINABLE_CHOICES, ModelConfig
 from engine.layout.manifest import read_manifest
 from engine.model.loading import read_model_config
@@ -82,6 +83,8 @@ from engine.train.parallelize import decoder_layers
 from engine.train.precision import compute_bytes, resolve_precision
 
 GIB = float(1 << 30)
+#: what a plan that does not fit on the large model offers instead
+SMALLER_BASE = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
 #: CUDA context, cuBLAS workspaces and NCCL communicators per GPU (0.6-1.0 GiB on
 #: recent drivers; the larger figure keeps advice safe)
 GPU_CONTEXT_BYTES = int(1.0 * GIB)
@@ -147,7 +150,8 @@ class Plan:
     #: the optimizer step's temporaries (after backward: activations are freed then)
     step_temp: int = 0
     free: list[int] = field(default_factory=list)
-    advice: list[str] = field(default_factory=list)
+    #: what to change to make it fit, cheapest first (`advise`)
+    changes: list[Change] = field(default_factory=list)
     #: gradient reduction with accumulation: "last", "every", or "none" (grad_accum 1)
     accum_reduce: str = "none"
     #: bytes of one checkpoint on disk, all ranks together
@@ -202,10 +206,52 @@ class Plan:
             return False  # offloaded state must fit in host memory too
         return all(self.total <= f for f in self.free[: self.workers])
 
+    @property
+    def short_by(self) -> int:
+        """Bytes missing per GPU (on CPU: for the whole run); 0 when it fits."""
+        if self.fits:
+            return 0
+        if self.device == "cpu":  # the workers and the run's other processes share it
+            return max(0, self.host_total - self.free[0])
+        need = max(0, self.total - min(self.free[: self.workers] or [0]))
+        return need or max(0, self.host_total - self.host_free)  # the host's offload memory
+
+    @property
+    def advice(self) -> list[str]:
+        """What a terminal prints when it does not fit: by how much, then each remedy with
+        its flags (`Change.flag_args`)."""
+        if self.fits:
+            return []
+        short = (f"Short by {self.short_by / GIB:.1f} GiB per "
+                 f"{'machine' if self.device == 'cpu' else 'GPU'}.")
+        return [short, *(cli_lines(self.changes) or [NO_SINGLE_CHANGE])]
+
+    def words(self) -> str:
+        """A few plain sentences: what each worker needs, what is free, whether it fits and
+        what a checkpoint takes; the remedies are `changes`, which each surface words."""
+        device = "GPU" if self.device == "cuda" else "CPU worker"
+        said = [f"Each {device} needs about {self.total / GIB:.1f} GiB"]
+        if self.device == "cpu":
+            said[0] += (f" ({self.host_total / GIB:.1f} GiB for the whole run: the "
+                        f"{self.workers} workers, the driver and Ray's processes)")
+            if self.free:
+                said.append(f"{self.free[0] / GIB:.1f} GiB of memory is available")
+        elif self.free:
+            said.append("free per GPU: " + ", ".join(f"{f / GIB:.1f} GiB" for f in self.free))
+        text = "; ".join(said) + (": it fits." if self.fits else ": it does not fit.")
+        if not self.fits:
+            text += (f" It is short by {self.short_by / GIB:.1f} GiB"
+                     f"{'' if self.device == 'cpu' else ' per GPU'}.")
+        if self.checkpoint_bytes:
+            text += f" Each checkpoint takes {self.checkpoint_bytes / GIB:.1f} GiB of disk."
+        if not self.fits and not self.changes:
+            text += " " + NO_SINGLE_CHANGE
+        return text
+
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(self)  # each change as {"path", "value", "why"}
         d.update(model_state=self.model_state, total=self.total, fits=self.fits,
-                 host_total=self.host_total)
+                 host_total=self.host_total, advice=self.advice, words=self.words())
         return d
 
     def table(self) -> str:
@@ -266,6 +312,11 @@ class Plan:
         if name == RAY_PROCESSES and self.ray_processes:
             return f"{name} ({self.ray_processes})"
         return name
+
+
+#: a plan that no single change makes fit
+NO_SINGLE_CHANGE = ("No single change fits; combine them (e.g. activation checkpointing with "
+                    "LoRA adapters and a smaller batch), or use more GPUs.")
 
 
 def _millions(n: int) -> str:
@@ -608,7 +659,7 @@ def make_plan(model_dir: str | Path, config: Any, *, device: str, voice_dir: Pat
             plan.by_trainable[choice] = plan.total if choice == config.model.trainable else \
                 _best_accum(model_dir, config.replace(model={"trainable": choice}), device,
                             seq_len, frames, free, capability).total
-    plan.advice = advise(plan, model_dir, config, device, capability)
+    plan.changes = advise(plan, model_dir, config, device, capability)
     return plan
 
 
@@ -628,8 +679,9 @@ def _best_accum(model_dir: Path, config: Any, device: str, seq_len: int, frames:
 
 
 def relief(plan: Plan, model_dir: Path, config: Any, device: str,  # noqa: C901
-           capability: tuple[int, int] | None = None, have: int | None = None) -> list[str]:
-    """Every change that lowers the memory a run needs, cheapest first, each with its figure.
+           capability: tuple[int, int] | None = None, have: int | None = None) -> list[Change]:
+    """Every change that lowers the memory a run needs, cheapest first, each with its figure
+    in its `why` (changes that go together, a smaller batch and more accumulation, share it).
 
     have: the memory one GPU may use, or on CPU the machine's for the whole run (workers
     and the run's other processes); a change whose own figure exceeds it is left out
@@ -648,24 +700,23 @@ def relief(plan: Plan, model_dir: Path, config: Any, device: str,  # noqa: C901
         return (f"about {p.host_total / GIB:.1f} GiB for the whole run" if device == "cpu"
                 else f"about {p.total / GIB:.1f} GiB per worker")
 
-    gib = GIB
-    out: list[str] = []
+    out: list[Change] = []
     if plan.keep_gathered:
         v = variant(keep_gathered="off")
         if ok(v):
-            out.append("Gather parameters again in every micro-step (--keep-gathered off): "
-                       f"{about(v)}, more communication.")
+            out.append(Change("parallel.keep_gathered", "off", "Gather parameters again in "
+                              f"every micro-step: {about(v)}, more communication"))
     if not config.parallel.activation_checkpointing and plan.activations > 0.1 * plan.total:
         v = variant(activation_checkpointing=True)
         if ok(v):
-            out.append("Turn on activation checkpointing (--activation-checkpointing): "
-                       f"{about(v)}, ~30% more compute.")
+            out.append(Change("parallel.activation_checkpointing", True, "Recompute "
+                              f"activations in backward: {about(v)}, ~30% more compute"))
     if device == "cpu":
         for n in range(plan.workers - 1, 0, -1):
             v = variant(workers=n)
             if ok(v):
-                out.append(f"Use fewer workers (--workers {n}): {about(v)}, each with more "
-                           "of the machine's cores.")
+                out.append(Change("parallel.workers", n, f"Use fewer workers: {about(v)}, "
+                                  "each with more of the machine's cores"))
                 break
     if plan.micro_batch_clips > 1:
         half = max(plan.workers, config.data.batch_size // 2)
@@ -674,45 +725,38 @@ def relief(plan: Plan, model_dir: Path, config: Any, device: str,  # noqa: C901
                                                         "grad_accum": accum}),
                         device, plan.seq_len, plan.frames, plan.free, capability)
         if ok(v):
-            out.append(f"Lower the batch size (--batch-size {half} --grad-accum {accum} keeps "
-                       f"the effective batch): {about(v)}.")
+            why = f"Lower the batch size, accumulating to the same effective batch: {about(v)}"
+            out += [Change("data.batch_size", half, why), Change("data.grad_accum", accum, why)]
     if config.model.trainable != "lora":
         v = variant("model", trainable="lora")
         if ok(v):
-            out.append(f"Train LoRA adapters only (--trainable lora): {about(v)}.")
+            out.append(Change("model.trainable", "lora",
+                              f"Train LoRA adapters only: {about(v)}"))
     if device == "cuda":
         if not config.parallel.cpu_offload:
             v = variant(cpu_offload=True)
             if ok(v) and v.host_total <= host_available_memory():
-                out.append("Keep sharded weights and optimizer state in host memory "
-                           f"(--cpu-offload): about {v.total / gib:.1f} GiB per GPU, slower "
-                           "steps.")
+                out.append(Change("parallel.cpu_offload", True, "Keep sharded weights and "
+                                  "optimizer state in host memory: about "
+                                  f"{v.total / GIB:.1f} GiB per GPU, slower steps"))
         for n in (2, 4, 8, 16):
             if n <= plan.workers or config.data.batch_size < n:
                 continue
             v = variant(workers=n)
             if ok(v):
-                out.append(f"Use {n} GPUs (--workers {n}): about {v.total / gib:.1f} GiB per "
-                           "GPU.")
+                out.append(Change("parallel.workers", n,
+                                  f"Use {n} GPUs: about {v.total / GIB:.1f} GiB per GPU"))
                 break
     if plan.total_params > 1.2e9:
-        out.append("Fine-tune the smaller model instead: --base Qwen/Qwen3-TTS-12Hz-0.6B-Base.")
+        out.append(Change("model.base", SMALLER_BASE, "Fine-tune the smaller model instead"))
     return out
 
 
 def advise(plan: Plan, model_dir: Path, config: Any, device: str,
-           capability: tuple[int, int] | None = None) -> list[str]:
-    """Concrete changes that make the run fit, cheapest first (empty when it fits)."""
+           capability: tuple[int, int] | None = None) -> list[Change]:
+    """Concrete changes that make the run fit, cheapest first (empty when it fits or when
+    no single change does: `plan.short_by` says by how much)."""
     if plan.fits:
         return []
-    if device == "cpu":  # the workers and the run's other processes share the machine
-        need, have = plan.host_total, plan.free[0]
-    else:
-        need, have = plan.total, min(plan.free[: plan.workers] or [0])
-    out = [f"Short by {(need - have) / GIB:.1f} GiB per "
-           f"{'machine' if device == 'cpu' else 'GPU'}."]
-    out += relief(plan, model_dir, config, device, capability, have=have)
-    if len(out) == 1:
-        out.append("No single change fits; combine them (e.g. --activation-checkpointing with "
-                   "--trainable lora and a smaller --batch-size), or use more GPUs.")
-    return out
+    have = plan.free[0] if device == "cpu" else min(plan.free[: plan.workers] or [0])
+    return relief(plan, model_dir, config, device, capability, have=have)

@@ -69,6 +69,8 @@ class RunController(QObject):
     run_known = Signal(object)  # the live run's folder, once the engine names it
     stopping = Signal()  # a stop of the live run was asked for (from anywhere)
     preflight = Signal(object)  # the engine's per-node preflight report
+    #: a failed run's remedies: the engine's changes ({"path", "value", "why"} each)
+    remedies = Signal(object)
 
     def __init__(self, store: MetricsStore, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -123,6 +125,7 @@ class RunController(QObject):
         # the engine's own words say where it stopped and what it saved
         job.cancelled.connect(lambda: self._end(
             "cancelled", job.error[1] if job.error else "Stopped."))
+        job.failed.connect(lambda _c, _m, _h: self.remedies.emit(list(job.changes)))
         job.failed.connect(lambda _c, m, h: self._end("failed", f"{m} {h}".strip()))
         self.state_text.emit("Starting…")
 

@@ -43,8 +43,8 @@ from gui.pages.train.evaluation import (
     style_lines,
 )
 from gui.pages.train.gpus import Gpu, GpuProbe
-from gui.pages.train.planwords import plan_words
 from gui.pages.train.reinforce import ReinforcePanel
+from gui.pages.train.remedies import Remedies
 from gui.pages.train.settings import PRESETS, TrainSettings, preset_for
 from gui.pages.train.stats import FewLinesLabel, StatsBar
 from gui.widgets import (
@@ -149,6 +149,8 @@ class TrainPage(Page):
         self.run.best_changed.connect(self.charts.mark_best)
         self.run.early_stop.connect(self._early_stop)
         self.run.preflight.connect(self.settings.show_preflight)
+        self.run.remedies.connect(lambda changes: self.remedies.offer(
+            "To avoid it, change the form and start again:", changes))
         self.run.stopping.connect(self._show_stopping)
         self.steps.valueChanged.connect(lambda _v: self._update_run_buttons())
         s.base_rejected.connect(lambda text: self._append_log("error", text))
@@ -195,6 +197,10 @@ class TrainPage(Page):
         self.plan_note.setWordWrap(True)
         self.plan_note.hide()
         lay.addWidget(self.plan_note)
+        # the engine's remedies (the plan's, a failed run's), each a button that sets a field
+        self.remedies = Remedies(self.settings)
+        self.remedies.applied.connect(lambda words: self._append_log("info", f"Set {words}."))
+        lay.addWidget(self.remedies)
         self.charts = TrainCharts(self.store)
         self.loss_plot, self.mem_plot = self.charts.loss_plot, self.charts.mem_plot
         self._curves = self.charts.curves
@@ -575,6 +581,7 @@ class TrainPage(Page):
         self.eval_note.clear()
         self.eval_note.hide()
         self.report_btn.setEnabled(False)
+        self.remedies.offer("", [])  # the last plan's or failure's, not this run's
         if resumed is not None:
             self._append_log("info", f"Resuming {resumed.name} with its saved settings.")
         if self.gpus and self.selected_gpus():
@@ -794,8 +801,10 @@ class TrainPage(Page):
         self._append_log("info", str(text))  # the engine's full table, for the curious
         plan = result.get("plan")
         if isinstance(plan, dict):
-            self.plan_note.setText("Memory plan: " + plan_words(plan))
+            self.plan_note.setText(f"Memory plan: {plan.get('words') or ''}")
             self.plan_note.show()
+            self.remedies.offer("To make it fit:", [] if plan.get("fits") else
+                                plan.get("changes"))
 
 
 __all__ = ["STATE_LABELS", "TrainPage"]
