@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -70,19 +69,6 @@ def engine_command() -> list[str]:
     return [sys.executable, "-m", "engine.cli.main"]
 
 
-
-_HUB_MODEL = re.compile(r"(?:Model |download )(?P<repo>[\w.-]+/(?P<name>[\w.-]+))")
-#: the engine's words for a hub model it could not fetch without a network
-_NO_NETWORK = ("Connection", "connect", "Timeout", "resolve", "Offline", "Network",
-               "unreachable")
-
-
-def model_label(repo: str) -> str:
-    """ "Qwen/Qwen3-TTS-12Hz-1.7B-Base" -> "Qwen3-TTS 1.7B" (the name a user knows)."""
-    m = re.match(r".*?/(?P<family>Qwen3-TTS)-[\w]+?-(?P<size>[\d.]+B)", repo)
-    return f"{m['family']} {m['size']}" if m else repo
-
-
 def settings_worded(event: dict[str, Any]) -> tuple[str, str]:
     """An error event's message and hint, each setting it names worded as the label of
     its field in the window (the engine's "{model.predictor_frames}"), not as a flag."""
@@ -95,19 +81,6 @@ def settings_worded(event: dict[str, Any]) -> tuple[str, str]:
 
     return say(template), say(event.get("hint_template"))
 
-
-def window_words(code: str, message: str, hint: str) -> tuple[str, str, str]:
-    """An engine error in a window's words: the engine speaks to a terminal ("run the same
-    command again"); a model that cannot be fetched offline becomes one sentence that
-    says what to do here."""
-    found = _HUB_MODEL.search(message)
-    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
-    if found and (("downloading is off" in message and offline)
-                  or (message.startswith("Could not download")
-                      and any(w.lower() in message.lower() for w in _NO_NETWORK))):
-        return ("model_offline", f"{model_label(found['repo'])} is not downloaded and there is "
-                "no internet connection: choose a local folder.", "")
-    return code, message, hint.replace("run the same command again", "try again")
 
 #: what Ray prints when its control process (the GCS) went away under a run
 #: (phrases of Ray 2.x's own C++ and Python messages, found in its _raylet.so)
@@ -386,7 +359,7 @@ class EngineJob(QObject):
             message, hint = settings_worded(obj)
             # the engine's hint in the window's words when it has them (buttons, not flags)
             hint = obj.get("window_hint") or hint
-            self.error = window_words(str(obj.get("code") or "error"), message, hint)
+            self.error = (str(obj.get("code") or "error"), message, hint)
             self.changes = [c for c in obj.get("changes") or [] if isinstance(c, dict)]
 
     # -- end ---------------------------------------------------------------

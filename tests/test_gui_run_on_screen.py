@@ -249,8 +249,12 @@ def test_offline_download_is_one_sentence_with_what_to_do(
     with qtbot.waitSignal(job.finished, timeout=60000):
         pass
     assert job.outcome == "failed"
-    assert page.model_note.text() == ("Qwen3-TTS 1.7B is not downloaded and there is no "
-                                      "internet connection: choose a local folder.")
+    # the engine's sentence, with its remedy in the window's words
+    assert page.model_note.text() == (
+        "Model Qwen/Qwen3-TTS-12Hz-1.7B-Base is not on this machine and downloading is off. "
+        "Choose a local folder." if network == "hub offline" else
+        "Qwen3-TTS 1.7B is not downloaded and there is no internet connection. Choose a "
+        "local folder, or connect to the internet and press Download again (it resumes).")
     assert job.error is not None and "command" not in " ".join(job.error)
 
 

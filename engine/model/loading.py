@@ -138,6 +138,40 @@ def local_model_path(name_or_path: str | os.PathLike[str]) -> Path | None:
 #: a failed download's remedy in the window's words (the command line's says to run it again)
 WINDOW_RETRY = ("Check the internet connection and disk space, then press the same button "
                 "again (the download resumes), or choose a local copy of the model folder.")
+#: a model that cannot be fetched without a network, in the window's words
+WINDOW_OFFLINE = ("Choose a local folder, or connect to the internet and press Download "
+                  "again (it resumes).")
+#: the hub client's words for a network it could not reach
+_NO_NETWORK = ("connect", "timeout", "timed out", "resolve", "offline", "network",
+               "unreachable")
+
+
+def model_label(repo: str) -> str:
+    """ "Qwen/Qwen3-TTS-12Hz-1.7B-Base" -> "Qwen3-TTS 1.7B" (the name a user knows)."""
+    m = re.match(r".*?/(?P<family>Qwen3-TTS)-[\w]+?-(?P<size>[\d.]+B)", repo)
+    return f"{m['family']} {m['size']}" if m else repo
+
+
+def _download_failed(repo_id: str, exc: Exception) -> ModelError:
+    """A download that failed: no network is said as such (a person chooses a local folder
+    or connects), anything else with the error's own words."""
+    said = f"{type(exc).__name__}: {exc}".lower()
+    if any(word in said for word in _NO_NETWORK):
+        return ModelError(
+            f"{model_label(repo_id)} is not downloaded and there is no internet connection.",
+            "Check the internet connection, then run the same command again (it resumes), "
+            "or give the path of a local copy of the model folder.",
+            window_hint=WINDOW_OFFLINE)
+    if isinstance(exc, OSError):
+        return ModelError(
+            f"Could not download {repo_id}: {exc}.",
+            "Check the internet connection and disk space, then run the same command again "
+            "(it resumes), or give the path of a local copy of the model folder.",
+            window_hint=WINDOW_RETRY)
+    return ModelError(
+        f"Could not download {repo_id} ({type(exc).__name__}).",
+        "Check the internet connection, then run the same command again (it resumes), "
+        "or give the path of a local copy of the model folder.", window_hint=WINDOW_RETRY)
 
 
 def download_model(repo_id: str, *, download: bool = True,
@@ -161,7 +195,8 @@ def download_model(repo_id: str, *, download: bool = True,
         raise ModelError(
             f"Model {repo_id} is not on this machine and downloading is off.",
             "Connect to the internet and run `voxshard-engine model download "
-            f"{repo_id}`, or give the path of a local copy of the model folder.")
+            f"{repo_id}`, or give the path of a local copy of the model folder.",
+            window_hint="Choose a local folder." if _offline() else None)
     emitter.state("downloading_model", detail=repo_id)
     emitter.log(f"Downloading {repo_id} (resumes where it stopped if interrupted)...")
     try:
@@ -169,18 +204,8 @@ def download_model(repo_id: str, *, download: bool = True,
     except (RepositoryNotFoundError, GatedRepoError) as exc:
         raise ModelError(f"The hub has no accessible model called {repo_id}.",
                          "Check the spelling, e.g. " + DEFAULT_BASE_MODEL + ".") from exc
-    except OSError as exc:
-        raise ModelError(
-            f"Could not download {repo_id}: {exc}.",
-            "Check the internet connection and disk space, then run the same command again "
-            "(it resumes), or give the path of a local copy of the model folder.",
-            window_hint=WINDOW_RETRY) from exc
     except Exception as exc:  # hub client raises many HTTP error types
-        raise ModelError(
-            f"Could not download {repo_id} ({type(exc).__name__}).",
-            "Check the internet connection, then run the same command again (it resumes), "
-            "or give the path of a local copy of the model folder.",
-            window_hint=WINDOW_RETRY) from exc
+        raise _download_failed(repo_id, exc) from exc
     inspect_model(folder)
     emitter.artifact(str(folder), role="model")
     return folder
