@@ -56,6 +56,8 @@ from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, write_
 from engine.synth.rows import RowBatch, bucket, settings_key
 from engine.synth.runaway import RunawayWatch, runaway_message
 from engine.synth.sampling import choose, noise_width, row_keys
+from engine.synth.stream import GrowingFile, StreamDecoder
+from engine.synth.stream_render import StreamedRender
 from engine.text import Chunk, split_text
 
 #: batches (and their captured graphs) kept at once: requests that alternate between
@@ -89,6 +91,36 @@ class BatchRequest:
     #: the voice its rows speak (`synthesizer.RowVoice`; None: the synthesizer's default
     #: voice when it is submitted): voices of one base share the batch, row by row
     voice: Any = None
+    #: streamed: `out` grows while its rows generate (`_Streamer`), and is replaced by
+    #: the finished render at the end
+    stream: bool = False
+    #: the streamed render's state (`stream_render.StreamedRender`), made at its first row
+    render: Any = None
+    #: the last queue position told to the client (`_tell_positions`)
+    position: int | None = None
+    #: why its stream could not go on (reported as its end)
+    failed: BaseException | None = None
+
+
+class _PartialFile:
+    """A streamed request's growing file, made at its first audio, which it announces
+    (artifact role "speech_partial": a server opens the file then and reads it as it grows)."""
+
+    def __init__(self, out: str, fmt: str, emitter: Emitter) -> None:
+        self.out, self.fmt, self.emitter = out, fmt, emitter
+        self.file: GrowingFile | None = None
+
+    def write(self, audio: np.ndarray) -> None:
+        if self.file is None:
+            self.file = GrowingFile(self.out, self.fmt)
+            self.file.write(audio)
+            self.emitter.artifact(self.out, role="speech_partial")
+            return
+        self.file.write(audio)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 @dataclass
@@ -102,6 +134,8 @@ class _Unit:
 class _Row:
     unit: _Unit
     frames: int = 0
+    #: frames handed to its streamed render (stream requests)
+    fed: int = 0
 
 
 class ContinuousBatcher:
@@ -116,6 +150,10 @@ class ContinuousBatcher:
         #: requests whose chunks are all made, being decoded and written
         self._finishing: dict[str, BatchRequest] = {}
         self._finish_queue: queue.Queue[tuple[BatchRequest, bool] | None] = queue.Queue()
+        #: streamed requests' frames on their way to the codec (`_stream_loop`)
+        self._stream_queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
+        #: each in-context voice's reference decoded once (`StreamDecoder.prime`)
+        self._primed: dict[int, tuple[Any, Any]] = {}
         #: a unit that did not fit the current batch: waits until the rows drain
         self._blocked: _Unit | None = None
         self._cond = threading.Condition()
@@ -126,6 +164,8 @@ class ContinuousBatcher:
         self._rows: list[_Row | None] = [None] * rows
         #: admissions into a free row while another row was mid-utterance
         self.refills = 0
+        #: rows given up by a request holding several to one that had none
+        self.preempted = 0
         self.frames_run = 0
         #: chunks whose text was longer than the trailing buffer (never, by design)
         self.text_cut = 0
@@ -144,8 +184,11 @@ class ContinuousBatcher:
         self._thread = threading.Thread(target=self._loop, name="speech-batcher", daemon=True)
         self._finisher = threading.Thread(target=self._finish_loop, name="speech-finisher",
                                           daemon=True)
+        self._streamer = threading.Thread(target=self._stream_loop, name="speech-streamer",
+                                          daemon=True)
         self._thread.start()
         self._finisher.start()
+        self._streamer.start()
 
     # -- client side -------------------------------------------------------------------------
     def submit(self, request: BatchRequest) -> None:
@@ -195,6 +238,8 @@ class ContinuousBatcher:
             self._stop = True
             self._cond.notify_all()
         self._thread.join()
+        self._stream_queue.put(None)  # it hands its last requests to the finisher first
+        self._streamer.join()
         self._finish_queue.put(None)
         self._finisher.join()
         self._batch = None  # its caches are the bulk of the worker's memory
@@ -214,6 +259,7 @@ class ContinuousBatcher:
                 with GATE.section(), torch.inference_mode():
                     self._drop_cancelled()
                     self._admit()
+                    self._tell_positions()
                     if self._active():
                         self._step()
             except Exception as exc:  # a bug or out of memory: fail the requests, keep serving
@@ -253,11 +299,16 @@ class ContinuousBatcher:
                 return  # it needs a bigger batch: wait until these rows drain
             with self._cond:
                 free = [b for b, row in enumerate(self._rows) if row is None]
-                if not free or not self._pending:
+                if not self._pending:
                     return
                 unit = self._blocked or self._next_unit()
                 if unit is None:
                     return  # other settings wait until these rows drain
+                if not free:
+                    b = self._preempt(unit)
+                    if b is None:
+                        return
+                    free = [b]
             busy = bool(self._active())
             if not self._start_row(free[0], unit):
                 self._blocked = unit
@@ -267,6 +318,50 @@ class ContinuousBatcher:
                 self._pending.remove(unit)
             if busy:
                 self.refills += 1
+
+    def _preempt(self, unit: _Unit) -> int | None:
+        """A row for `unit`'s request when it has none and every row is taken (called with
+        the lock held): the request holding the most rows (two at least) gives up its
+        last chunk's row, which waits again. That chunk starts over later with the same
+        codes (its noise is keyed by seed and chunk), so a long reply slows a little and a
+        new listener's first audio never waits for a whole sentence of someone else's."""
+        rows = Counter(row.unit.request.rid for row in self._rows if row is not None)
+        if rows[unit.request.rid] or self._blocked is not None:
+            return None
+        donor, held = rows.most_common(1)[0] if rows else ("", 0)
+        if held < 2:
+            return None  # one row each: the newcomer waits for the next free one
+        b = max((b for b, row in enumerate(self._rows)
+                 if row is not None and row.unit.request.rid == donor),
+                key=lambda b: self._rows[b].unit.chunk.index)  # type: ignore[union-attr]
+        row = self._rows[b]
+        assert row is not None
+        self._rows[b] = None
+        back = row.unit
+        # before the request's own waiting chunks: its chunks start in text order
+        at = next((n for n, u in enumerate(self._pending) if u.request is back.request),
+                  len(self._pending))
+        self._pending.insert(at, back)
+        if back.request.stream:
+            self._stream_queue.put(("restart", back.request, back.chunk.index))
+        self.preempted += 1
+        return b
+
+    def _tell_positions(self) -> None:
+        """Each request still waiting for its first row hears its place in the queue
+        (state "queued", `position` 1 = next), whenever that place changes."""
+        with self._cond:
+            started = {row.unit.request.rid for row in self._rows if row is not None}
+            waiting: list[BatchRequest] = []
+            for u in self._pending:
+                r = u.request
+                if r.rid not in started and not r.codes and r not in waiting:
+                    waiting.append(r)
+        for position, request in enumerate(waiting, 1):
+            if request.position != position:
+                request.position = position
+                request.emitter.state("queued", detail=f"number {position} in the queue",
+                                      position=position)
 
     def _width(self, settings: Any) -> int:
         return max(noise_width(settings.talker, self.fast.vocab),
@@ -418,6 +513,15 @@ class ContinuousBatcher:
                 row.unit.request.runaway[row.unit.chunk.index] = str(self._watch.reason[b])
             elif row.frames >= row.unit.chunk.max_frames:
                 finished.append((b, row.frames))
+        ending = {b for b, _ in finished}
+        for b in active:  # streamed rows: every frame made is on its way to the codec
+            row = self._rows[b]
+            assert row is not None
+            request = row.unit.request
+            if request.stream and b not in ending and not request.cancelled:
+                self._stream_queue.put(("feed", request, row.unit.chunk.index,
+                                        batch.codes[b, row.fed:row.frames].clone()))
+                row.fed = row.frames
         for b, frames in finished:
             row = self._rows[b]
             assert row is not None
@@ -431,6 +535,8 @@ class ContinuousBatcher:
             return
         request.codes[unit.chunk.index] = codes
         chunk = unit.chunk
+        if request.stream:
+            self._stream_queue.put(("end", request, chunk.index, codes))
         if len(codes) >= chunk.max_frames:
             request.emitter.log(f"Chunk {chunk.index + 1} reached its length cap of "
                                 f"{chunk.max_frames} frames without ending; it was cut there.",
@@ -450,7 +556,61 @@ class ContinuousBatcher:
             self._requests.pop(request.rid, None)
             self._finishing[request.rid] = request
             self._cond.notify_all()
-        self._finish_queue.put((request, cancelled))
+        if request.stream:  # after its last frames have reached the codec
+            self._stream_queue.put(("finish", request, cancelled))
+        else:
+            self._finish_queue.put((request, cancelled))
+
+    def _stream_loop(self) -> None:
+        """Streamed requests' frames become audio on this thread (`speech-streamer`), in
+        the order the batch made them, so the rows never wait for the codec."""
+        while (item := self._stream_queue.get()) is not None:
+            op, request = item[0], item[1]
+            try:
+                with GATE.section(), torch.inference_mode():
+                    self._stream_item(op, request, item[2:])
+            except Exception as exc:  # a bug or out of memory: this request fails alone
+                request.failed = exc
+                request.cancelled = request.discard = True
+
+    def _stream_item(self, op: str, request: BatchRequest, args: tuple[Any, ...]) -> None:
+        if op == "finish":
+            if request.render is not None:
+                request.render.sink.close()
+            self._finish_queue.put((request, bool(args[0])))
+            return
+        if op == "fail":
+            if request.render is not None:
+                request.render.sink.close()
+            request.done(None, args[0])
+            return
+        if request.cancelled:
+            return  # nobody listens: its frames are not decoded
+        render = request.render or self._render(request)
+        if op == "feed":
+            render.feed(args[0], args[1])
+        elif op == "end":
+            render.on_batch([args[0]], [args[1]])
+        elif op == "restart":
+            render.restart(args[0])
+
+    def _render(self, request: BatchRequest) -> StreamedRender:
+        """A streamed request's render, at its first frames: each chunk continues from the
+        voice's reference (decoded once per voice) as the full decode would."""
+        decoder = self.synth.model.speech_tokenizer.model.decoder
+        icl = request.voice.icl
+        primed = None
+        if icl is not None:
+            cached = self._primed.get(id(icl.ref_codes))
+            if cached is None or cached[0] is not icl.ref_codes:
+                cached = (icl.ref_codes, StreamDecoder.prime(decoder, icl.ref_codes))
+                self._primed[id(icl.ref_codes)] = cached
+            primed = cached[1]
+        request.render = StreamedRender(request.chunks,
+                                        _PartialFile(request.out, request.fmt, request.emitter),
+                                        decoder, primed, self.fast, None, request.emitter,
+                                        request.started)
+        return request.render
 
     def _finish_loop(self) -> None:
         while (item := self._finish_queue.get()) is not None:
@@ -466,11 +626,20 @@ class ContinuousBatcher:
     def _write(self, request: BatchRequest, cancelled: bool) -> None:
         """Decode, level and write a request's audio, then report it (finisher thread)."""
         try:
+            if request.failed is not None:
+                raise request.failed
+            render = request.render
             kept = [(c, request.codes[c.index]) for c in request.chunks
-                    if c.index in request.codes]
-            if not kept or request.discard:
+                    if c.index in request.codes
+                    # a stream keeps what its listener heard whole
+                    and (render is None or c.index < render.heard)]
+            if not kept or request.discard or (request.stream and render is None):
                 raise Cancelled()
-            waves = self.synth.decode_audio([codes for _, codes in kept])
+            if render is not None:  # the audio already made, as it was heard
+                waves = [render.audio(c.index) for c, _ in kept]
+            else:
+                waves = self.synth.decode_audio([codes for _, codes in kept],
+                                                ref=request.voice.icl)
             pauses = [c.pause_after_s for c, _ in kept]
             pauses[-1] = 0.0
             audio = join_chunks(waves, pauses, SAMPLE_RATE)
@@ -490,6 +659,8 @@ class ContinuousBatcher:
                             "runaway": request.runaway.get(c.index)} for c, codes in kept],
                 "loudness_lufs": None if loudness is None else round(loudness, 2),
                 "cancelled": cancelled, "batched": True,
+                "first_audio_s": (None if render is None or render.first_audio_s is None
+                                  else round(render.first_audio_s, 3)),
                 # why chunks were cut by the runaway guard, each reason once
                 "runaway": list(dict.fromkeys(request.runaway[i] for i in sorted(request.runaway)
                                               if i in request.codes)),
@@ -526,4 +697,7 @@ class ContinuousBatcher:
             with self._cond:
                 self._requests.pop(request.rid, None)
                 self._cond.notify_all()
-            request.done(None, exc)
+            if request.stream:  # its sink is the streamer's to close
+                self._stream_queue.put(("fail", request, exc))
+            else:
+                request.done(None, exc)

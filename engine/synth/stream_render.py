@@ -127,6 +127,30 @@ class StreamedRender:
         self._take_late()
         self._late.append((picked, frame, host, device, event))
 
+    # -- fed by the continuous batcher: one row per chunk, frames already checked ---------
+    def feed(self, i: int, frames: Any) -> None:
+        """More frames of chunk `i` (its row has not ended; end-of-speech, the cap and the
+        runaway guard are the batcher's), decoded and sent as far as they go."""
+        if i in self._ended or not len(frames):
+            return
+        self._decoder(i).push(frames)
+        self._pushed[i] = self._pushed.get(i, 0) + len(frames)
+        self._flush()
+
+    def restart(self, i: int) -> None:
+        """Chunk `i` lost its row before any of it was heard and starts over: its next
+        frames are its first (the same codes again: its noise is keyed by chunk)."""
+        if i < self._cursor:
+            raise ValueError(f"chunk {i} was already heard")
+        self._decoders.pop(i, None)
+        self._pushed.pop(i, None)
+        self._ended.discard(i)
+
+    @property
+    def heard(self) -> int:
+        """Chunks sent whole to the sink (the first `heard` of them, in text order)."""
+        return self._cursor
+
     def on_batch(self, picked: list[int], codes: list[Any]) -> None:
         """The chunks `picked` are finished with these codes: decode what `on_codes` did
         not see, and end them."""

@@ -174,6 +174,10 @@ def _files_stamp(folder: Path) -> str:
     return ",".join(parts)
 
 
+#: `Synthesizer.decode_audio`'s default: the current voice's in-context prompt
+_DEFAULT_ICL: Any = object()
+
+
 @dataclass(frozen=True)
 class RowVoice:
     """What one row of a batch speaks as: its voice, speaker vector, in-context prompt
@@ -554,14 +558,18 @@ class Synthesizer:
                 raise Cancelled()
         return codes, cancelled
 
-    def decode_audio(self, codes: list[Any], group: int = 8) -> list[np.ndarray]:
+    def decode_audio(self, codes: list[Any], group: int = 8,
+                     ref: Any = _DEFAULT_ICL) -> list[np.ndarray]:
         """Codec frames -> 24 kHz waveforms with the official decoder, `group` chunks
         per call (the decoder is causal, so padding a shorter chunk at its end does
-        not change its samples beyond float rounding; batching halves the cost)."""
+        not change its samples beyond float rounding; batching halves the cost).
+        `ref`: the in-context prompt the codes continue (a `RowVoice.icl`; by default the
+        current voice's): its reference frames go in front of each chunk, then are cut."""
         tokenizer = self.model.speech_tokenizer
         waves: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in codes]
         todo = [i for i, c in enumerate(codes) if c is not None and len(c) > 0]
-        ref = None if self.icl is None else self.icl.ref_codes
+        icl = self.icl if ref is _DEFAULT_ICL else ref
+        ref = None if icl is None else icl.ref_codes
         with torch.inference_mode():
             for start in range(0, len(todo), group):
                 picked = todo[start:start + group]

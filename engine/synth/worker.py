@@ -26,9 +26,11 @@ answer with the pool's size ("pool": the named voices, the adapter slots and tho
 Speak requests from any number of clients are batched together
 (`batcher.ContinuousBatcher`): each chunk is a row of one batch, and a row that
 finishes is refilled with the next waiting chunk at once. With "stream": true
-the file grows as the audio is generated (artifact role "speech_partial");
-such a request runs on its own thread (`speech-stream`), after the batch drains,
-so the worker keeps answering (pings, cancels, queued requests) meanwhile.
+the file grows as the audio is generated (artifact role "speech_partial"): a
+streamed request's rows are in the same batch as everyone else's, and its frames
+become audio as they are made, so any number of streams advance together and a
+new one starts at the next frame. A request waiting for a row hears its place
+in the queue (state "queued", "position").
 
 Every event the worker writes (stdout, with --json) is an engine event (see
 events.py) with a "request" field naming the request it belongs to; each
@@ -97,7 +99,6 @@ class SpeechWorker:
         self._batcher: Any = None
         self._load_error: str | None = None
         self._thread = threading.Thread(target=self._run, name="speech-worker", daemon=True)
-        self._streams: set[threading.Thread] = set()
         self.served = 0
 
     # -- client side --------------------------------------------------------------------------
@@ -197,7 +198,6 @@ class SpeechWorker:
         while True:
             job = self._queue.get()
             if job is _STOP:
-                self._join_streams()
                 if self._batcher is not None:
                     self._batcher.close()
                 return
@@ -216,46 +216,8 @@ class SpeechWorker:
                 self._end(job, None, exc)
 
     def _drain(self) -> None:
-        self._join_streams()
         if self._batcher is not None:
             self._batcher.wait_idle()
-
-    def _join_streams(self) -> None:
-        with self._lock:
-            streams = list(self._streams)
-        for thread in streams:
-            thread.join()
-
-    def _stream(self, job: _Job, emitter: Emitter, text: str, out: str,
-                options: SpeakOptions, fmt: str, voice: Any = None) -> None:
-        """A streamed request on its own thread: it waits for the batch to drain (it
-        plays as it is made, so it runs alone), then ends the job itself."""
-        synth, batcher = self._synth, self._batcher
-        with self._lock:
-            before = list(self._streams)
-
-        def run() -> None:
-            try:
-                for earlier in before:
-                    earlier.join()  # one stream at a time, in the order asked
-                if batcher is not None:
-                    batcher.wait_idle()
-                # beside the finisher; alone for its own captures; in its own voice
-                with GATE.section(), synth.speaking_as(voice):
-                    result = synth.speak_to_file(text, out, options, fmt, emitter,
-                                                 job.cancel, stream=True)
-            except BaseException as exc:
-                self._end(job, None, exc)
-            else:
-                self._end(job, result, None)
-            finally:
-                with self._lock:
-                    self._streams.discard(threading.current_thread())
-
-        thread = threading.Thread(target=run, name="speech-stream", daemon=True)
-        with self._lock:
-            self._streams.add(thread)
-        thread.start()
 
     def _handle(self, job: _Job, emitter: Emitter) -> bool:
         req = job.request
@@ -323,12 +285,8 @@ class SpeechWorker:
         fmt = audio_format(str(out), req.get("format"))
         named = req.get("voice")
         voice = self._synth.voice(str(named)) if named else None
-        self._say_instruction(options, voice, emitter, bool(req.get("stream")))
-        if req.get("stream"):
-            self._hold(job, voice)
-            self._stream(job, emitter, text, str(out), options, fmt, voice)
-            return True
-
+        stream = bool(req.get("stream"))
+        self._say_instruction(options, voice, emitter)
         split_text(text, options.chunk_chars)  # bad text fails now, in order
         self._synth._language_id(options.language)
         self._hold(job, voice)
@@ -336,17 +294,15 @@ class SpeechWorker:
         self._batcher.submit(BatchRequest(
             rid=str(req.get("id", "")), text=text, out=str(out), fmt=fmt, options=options,
             emitter=emitter, done=lambda result, exc, job=job: self._end(job, result, exc),
-            voice=voice))
+            voice=voice, stream=stream))
         if job.cancel.is_set():
             self._batcher.cancel(str(req.get("id", "")))
         return True
 
-    def _say_instruction(self, options: SpeakOptions, voice: Any, emitter: Emitter,
-                         stream: bool) -> None:
+    def _say_instruction(self, options: SpeakOptions, voice: Any, emitter: Emitter) -> None:
         """What becomes of the request's instruction, said once per request in one log event
         whose "instruct" is {"text", "applied", "notes"}: the batch builds each row's prompt
-        silently, and a server answers its client from this (a header, its request log).
-        A stream's synthesizer says its notes itself as it speaks: here they are debug."""
+        silently, and a server answers its client from this (a header, its request log)."""
         if not options.instruct:
             return
         notes: list[Event] = []
@@ -354,7 +310,7 @@ class SpeechWorker:
         applied = self._synth.instruct_ids(options, Emitter(notes.append), source) is not None
         said = [str(n.data.get("message", "")) for n in notes]
         warned = not applied or any(n.data.get("level") == "warning" for n in notes)
-        level = "debug" if stream or not said else "warning" if warned else "info"
+        level = "debug" if not said else "warning" if warned else "info"
         emitter.log(" ".join(said) or f"Spoken with the instruction {options.instruct!r}.",
                     level=level,
                     instruct={"text": options.instruct, "applied": applied, "notes": said})
