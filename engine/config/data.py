@@ -22,8 +22,9 @@ def _check(cond: bool, name: str, why: str) -> None:
 class DataConfig:
     """How prepared clips become batches."""
 
-    #: clips per optimizer micro-step summed over all workers (each worker gets
-    #: about batch_size / workers, balanced by length); must be >= workers
+    #: clips per optimizer micro-step over all workers, at least one each (each gets
+    #: about batch size / workers, balanced by length; not given: the preset's for the
+    #: voice's amount of audio)
     batch_size: int = setting(8, label="Batch size", at_least=1)
     #: optimizer steps accumulate this many micro-steps
     grad_accum: int = setting(1, label="Gradient accumulation", at_least=1)

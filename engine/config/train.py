@@ -71,16 +71,23 @@ def _check(cond: bool, name: str, why: str) -> None:
 class ModelConfig:
     """What is trained and how the loss is weighted."""
 
-    #: base model: a Hub id or a local folder in the official format
+    #: the base model: a Hugging Face hub id such as Qwen/Qwen3-TTS-12Hz-1.7B-Base, or a
+    #: local model folder in the official format (a resumed run keeps its own)
     base: str = setting("Qwen/Qwen3-TTS-12Hz-1.7B-Base", label="Base model")
-    #: which parameters train (see `Trainable`)
+    # the choices' parameters in detail: `Trainable`
+    #: which parts of the model learn: talker (the talker and the code predictor, the
+    #: recommended full fine-tune), talker+text (also the 311M-parameter text embedding),
+    #: code_predictor (acoustic detail, not prosody), talker_layers (the talker's decoder
+    #: layers alone), lora (small adapters on the talker's attention and MLP, merged on
+    #: export: fits 1.7B on one 16-24 GB GPU); the memory plan shows what each needs
     trainable: str = setting("talker", label="What trains", choices=TRAINABLE_CHOICES)
     #: weight of the sub-talker (code predictor) loss in the total
     subtalker_weight: float = setting(0.3, label="Code predictor loss weight", at_least=0)
-    #: the share of each step's frames the code predictor is trained on;
-    #: codebook 0 is always scored on every frame, validation on all frames. Below 1 a
-    #: step is faster (the predictor is most of it) but each frame's finer codebooks
-    #: are learnt from less often
+    #: the share of each step's audio frames the code predictor (the fine detail of the
+    #: sound) learns from; 1 uses every frame. Lower is faster, since the predictor is
+    #: most of a step, but each frame's detail is learnt from less often; the main
+    #: codebook and validation always use every frame (not given: the voice's own
+    #: setting, else 1)
     predictor_frames: float = setting(1.0, label="Code predictor frames", above=0, at_most=1)
     #: name the exported custom voice answers to (lower-cased on export)
     speaker_name: str = setting("voice", label="Speaker name")
@@ -88,9 +95,10 @@ class ModelConfig:
     lora_rank: int = setting(16, label="LoRA rank", at_least=1)
     #: LoRA scale numerator: the adapters' update is scaled by lora_alpha / lora_rank
     lora_alpha: float = setting(32.0, label="LoRA alpha", above=0)
-    #: LoRA: adapters on the code predictor's decoder layers too (it carries codebooks
-    #: 1-15: the fine detail of the sound), not on the talker's alone; the other trainable
-    #: choices train the code predictor whole or not at all, and ignore it
+    #: with LoRA: adapters on the code predictor's decoder layers too (it carries
+    #: codebooks 1-15, the fine detail of the sound), not on the talker's alone; the other
+    #: choices of what trains train the code predictor whole or not at all (not given: the
+    #: voice's own setting, else off)
     lora_predictor: bool = setting(False, label="LoRA on the code predictor too")
 
     def __post_init__(self) -> None:
@@ -109,7 +117,9 @@ class ModelConfig:
 class OptimConfig:
     """AdamW with warmup then decay; fp32 master weights always."""
 
-    #: peak learning rate (2e-6 is the advice for 1.7B; the tiny test model wants ~1e-3)
+    #: peak learning rate: how far each step moves the weights. Fine-tuning a voice wants
+    #: a small one (2e-6 for 1.7B; the tiny test model wants ~1e-3), and too large a one
+    #: forgets how to speak (not given: the preset's for the base model's size)
     lr: float = setting(2e-6, label="Learning rate", above=0)
     weight_decay: float = setting(0.01, label="Weight decay", at_least=0)
     beta1: float = setting(0.9, at_least=0, below=1)
@@ -133,17 +143,20 @@ class OptimConfig:
 class ParallelConfig:
     """Workers, devices and how the model is sharded."""
 
-    #: number of Ray Train workers (one per GPU on a GPU machine)
+    #: training processes (Ray Train workers): one per GPU, or CPU workers that each
+    #: take cores (not given: every GPU)
     workers: int = setting(1, label="Workers", at_least=1)
     #: None: use GPUs when the cluster has them; True/False forces it
     use_gpu: bool | None = None
-    #: "auto": bf16 compute with fp32 master weights and fp32 gradient reduction
-    #: on a GPU of compute capability 8.0+, fp16 with loss scaling on older GPUs,
-    #: plain fp32 on CPU (bf16 matmuls are ~40x slower on AVX2 CPUs); see precision.py
+    # bf16 keeps fp32 master weights and fp32 gradient reduction; bf16 matmuls are ~40x
+    # slower on AVX2 CPUs (see precision.py)
+    #: number format of the computation: auto is bf16 on GPUs of compute capability
+    #: 8.0+, fp16 with loss scaling on older GPUs, fp32 on CPU
     precision: str = setting("auto", label="Precision", choices=PRECISION_CHOICES)
-    #: recompute each decoder layer's activations in backward (less memory, ~30% slower)
+    #: recompute each decoder layer's activations in backward: less memory, ~30% slower
     activation_checkpointing: bool = setting(False, label="Activation checkpointing")
-    #: keep sharded parameters, gradients and optimizer state in host memory (GPU only)
+    #: keep sharded parameters, gradients and optimizer state in CPU memory between uses
+    #: (GPUs only): fits larger models, slower steps
     cpu_offload: bool = setting(False, label="Offload to CPU memory")
     #: give the (frozen) text embedding its own FSDP unit so it is freed after use
     #: instead of staying gathered for the whole step in the root unit
@@ -154,7 +167,8 @@ class ParallelConfig:
     cpu_threads_per_worker: int = setting(1, at_least=1)
     #: gradient reduction with grad_accum > 1 (see ACCUM_REDUCE_CHOICES)
     accum_reduce: str = setting("auto", choices=ACCUM_REDUCE_CHOICES)
-    #: parameters kept gathered between accumulation micro-steps (see KEEP_GATHERED_CHOICES)
+    #: with gradient accumulation: keep parameters gathered between micro-steps (on),
+    #: gather them again in each (off), or auto: keep them when the memory plan says it fits
     keep_gathered: str = setting("auto", label="Keep gathered", choices=KEEP_GATHERED_CHOICES)
     #: torch.compile every decoder layer's forward (GPU runs only; on CPU the layers
     #: stay eager)
@@ -172,11 +186,13 @@ class ParallelConfig:
 class RunConfig:
     """Length of the run, checkpoints, validation and logging."""
 
-    #: optimizer steps; None means derive from `epochs`
+    #: optimizer steps in the whole run (each step sees one batch over all workers); not
+    #: given: the epochs decide
     steps: int | None = setting(None, label="Steps", at_least=1)
-    #: passes over the training clips (used when steps is None)
+    #: passes over the training clips, when the steps are not given (not given: the
+    #: preset's for the voice's amount of audio)
     epochs: float = setting(10.0, label="Epochs", above=0)
-    #: write a sharded checkpoint every N optimizer steps (and always at the end)
+    #: a checkpoint every N optimizer steps, and always at the end (Stop saves one too)
     checkpoint_every: int = setting(100, label="Checkpoint every", unit="steps", at_least=1)
     #: how many checkpoints to keep (>= 2 so a torn latest one has a fallback)
     keep_checkpoints: int = setting(2, label="Checkpoints kept", at_least=2, flag="--keep")

@@ -38,8 +38,8 @@ from PySide6.QtWidgets import (
 
 from engine import catalog
 from engine.config.evaluate import EvaluateConfig
-from engine.config.schema import lookup
-from engine.config.train import LENGTH_SECTIONS
+from engine.config.schema import field_help, lookup
+from engine.config.train import LENGTH_SECTIONS, ModelConfig, ParallelConfig
 from engine.train.presets import (
     VOLUMES,
     band_preset,
@@ -209,7 +209,7 @@ class TrainSettings(QWidget):
         self.base = QComboBox()
         self.base.setEditable(True)
         self.base.addItems(BASE_MODELS)
-        self.base.setToolTip("A Hugging Face hub id or a local model folder.")
+        self.base.setToolTip(field_help(ModelConfig)["base"])
         self.base.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.base.setMinimumContentsLength(20)
@@ -240,7 +240,7 @@ class TrainSettings(QWidget):
         self.workers = QSpinBox()
         self.workers.setRange(1, 64)
         self.workers.setValue(2)
-        self.workers.setToolTip("Training processes: one per GPU (on CPU, each takes cores)")
+        self.workers.setToolTip(field_help(ParallelConfig)["workers"])
         lay.addWidget(self.gpu_list)
         lay.addWidget(self.gpu_note)
         lay.addWidget(hbox(QLabel("Workers"), self.workers, stretch_at=2))
@@ -265,11 +265,8 @@ class TrainSettings(QWidget):
         self.preset_note = QLabel()
         self.preset_note.setObjectName("Muted")
         self.preset_note.setWordWrap(True)
-        lr = SciSpinBox()
+        lr = SciSpinBox()  # its arrows halve or double it
         lr.setRange(1e-8, 1e-2)
-        lr.setToolTip("Learning rate: how far each step moves the weights. Fine-tuning a "
-                      "voice wants a small one (the preset's is the engine's for the base "
-                      "model); too large forgets how to speak. The arrows halve or double it.")
         words = {"trainable": TRAINABLES, "precision": PRECISIONS}
         #: the form's run settings by field name, each made from its config field
         self.fields = {lookup(path)[1]: SettingField(
@@ -279,28 +276,11 @@ class TrainSettings(QWidget):
         self.steps, self.epochs, self.lr, self.ckpt_every = (
             f[n].widget for n in ("steps", "epochs", "lr", "checkpoint_every"))
         self.steps.setSingleStep(100)
-        self.steps.setToolTip("Optimizer steps in the whole run (each step sees one batch "
-                              "per worker); \"by epochs\": the epochs decide")
-        self.epochs.setToolTip("Passes over the training clips (when Steps is \"by "
-                               "epochs\")")
-        self.ckpt_every.setToolTip("A checkpoint every N steps; Stop also saves one")
         self.trainable, self.precision = f["trainable"].widget, f["precision"].widget
-        self.trainable.setToolTip("Which parts of the model learn; LoRA trains small "
-                                  "adapters and merges them on export")
-        self.precision.setToolTip("Number format of the computation: Automatic picks the "
-                                  "best the hardware supports")
         self.act_ckpt, self.offload = f["activation_checkpointing"].widget, \
             f["cpu_offload"].widget
-        self.act_ckpt.setToolTip("Recompute activations in backward: less memory, ~30% slower")
-        self.offload.setToolTip("Keep parameters, gradients and optimizer state in CPU "
-                                "memory between uses: fits larger models, slower")
         self.predictor_frames = f["predictor_frames"].widget
         self.predictor_frames.setSingleStep(0.125)
-        self.predictor_frames.setToolTip(
-            "Share of each step's audio frames the code predictor (the fine detail of the "
-            "sound) learns from. 1 uses every frame. Lower is faster, since the predictor is "
-            "most of a step, but each frame's detail is learnt from less often; the main "
-            "codebook and validation always use every frame.")
         self.lora_rank, self.lora_alpha, self.lora_predictor = (
             f[n].widget for n in LORA_SETTINGS)
         self.trainable.currentIndexChanged.connect(self._trainable_changed)
