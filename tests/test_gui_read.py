@@ -10,13 +10,12 @@ from pathlib import Path
 import mutagen.mp4
 from PySide6.QtCore import Qt
 
-from engine.config.read import ReadRequest
 from engine.core.atomic import read_json
 from engine.core.events import Emitter
 from engine.layout import reading
 from engine.read import read
 from gui.pages.read import ReadPage
-from tests.helpers.reading import SCRIPT, read_workspace
+from tests.helpers.reading import SCRIPT, read_workspace, tiny_request
 
 JOB_S = 240_000  # ms: a job loads the tiny model and renders a line or two
 
@@ -26,8 +25,8 @@ def test_read_page_renders_picks_and_exports(qtbot, window, workspace: Path,
     read_workspace(workspace, tiny_model_dir)
     script = tmp_path / "book.md"
     script.write_text(SCRIPT, encoding="utf-8")
-    read(ReadRequest(script=str(script), workspace=str(workspace), voice="ada", max_frames=24,
-                     styles=("whispering",)), Emitter())
+    read(tiny_request(script=str(script), workspace=str(workspace), voice="ada", max_frames=24,
+                      styles=("whispering",)), Emitter())
 
     page = window.show_page(ReadPage)
     index = page.narrator.findData("ada")
@@ -98,8 +97,8 @@ def test_read_page_shows_the_projects_flags(window, workspace: Path, tiny_model_
     read_workspace(workspace, tiny_model_dir)
     script = tmp_path / "drone.txt"
     script.write_text("Drone: Hum along with me.\n", encoding="utf-8")
-    request = ReadRequest(script=str(script), workspace=str(workspace), max_frames=64,
-                          retries=0)
+    request = tiny_request(script=str(script), workspace=str(workspace), max_frames=64,
+                           retries=0)
     read(request, Emitter())
     read(request, Emitter())  # a later run, with nothing to render
 

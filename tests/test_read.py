@@ -38,6 +38,7 @@ from tests.helpers.reading import (
     ffmpeg_stats,
     instant_voice,
     read_workspace,
+    tiny_request,
 )
 from tests.helpers.voices import DRONE, forced_export
 
@@ -151,8 +152,8 @@ def test_book_in_two_voices_with_a_style_a_pronunciation_and_chapters(
     script.write_text(SCRIPT, encoding="utf-8")
     add_respelling(workspace / reading.PRONUNCIATIONS_FILE, "voxshard", "vox shard")
     out = tmp_path / "out" / "book.m4b"
-    request = ReadRequest(script=str(script), out=str(out), workspace=str(workspace),
-                          voice="ada", max_frames=SHORT, tracks=True, styles=("whispering",))
+    request = tiny_request(script=str(script), out=str(out), workspace=str(workspace),
+                           voice="ada", max_frames=SHORT, tracks=True, styles=("whispering",))
     result, events = _read(request)
     assert (result["lines"], result["chapters"], result["rendered"]) == (5, 3, 5)
     assert result["flagged"] == []
@@ -235,8 +236,8 @@ def test_a_loop_is_retried_with_another_seed_then_flagged(workspace: Path,
     script = tmp_path / "drone.txt"
     script.write_text("Drone: Hum along with me.\n", encoding="utf-8")
     # long enough for the runaway guard's loop window (4 s) before the cap
-    request = ReadRequest(script=str(script), workspace=str(workspace), max_frames=64,
-                          retries=1)
+    request = tiny_request(script=str(script), workspace=str(workspace), max_frames=64,
+                           retries=1)
     result, events = _read(request)
     assert result["flagged"] == [1]
     takes = _records(Path(result["project"]))[1]
@@ -254,7 +255,7 @@ def test_a_stopped_render_keeps_its_takes_and_goes_on(workspace: Path, tmp_path:
                       encoding="utf-8")
     args = [sys.executable, "-m", "engine.cli.main", "--json", "read", str(script),
             "--workspace", str(workspace), "--voice", "ada", "--max-frames", str(SHORT),
-            "--rows", "1"]
+            "--rows", "1", "--no-word-check"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert proc.stdout is not None
@@ -269,15 +270,15 @@ def test_a_stopped_render_keeps_its_takes_and_goes_on(workspace: Path, tmp_path:
     assert proc.wait(timeout=120) == 130
     kept = sum(len(takes) for takes in _records(tmp_path / "six.read").values())
     assert 1 <= kept < 6
-    result, _ = _read(ReadRequest(script=str(script), workspace=str(workspace), voice="ada",
-                                  max_frames=SHORT))
+    result, _ = _read(tiny_request(script=str(script), workspace=str(workspace), voice="ada",
+                                   max_frames=SHORT))
     assert (result["rendered"], result["reused"]) == (6 - kept, kept)
 
 
 def test_a_line_is_said_in_words_and_its_text_kept(workspace: Path, tmp_path: Path) -> None:
     script = tmp_path / "n.md"
     script.write_text("Bob: We sailed **3** miles \U0001F600.\n", encoding="utf-8")
-    line = make_plan(ReadRequest(script=str(script), workspace=str(workspace))).line(1)
+    line = make_plan(tiny_request(script=str(script), workspace=str(workspace))).line(1)
     assert (line.line.text, line.spoken) == ("We sailed 3 miles \U0001F600.",
                                              "We sailed three miles.")
 
@@ -286,11 +287,11 @@ def test_bad_requests_say_what_to_do(workspace: Path, tmp_path: Path) -> None:
     script = tmp_path / "s.txt"
     script.write_text("Carol: Hello.\n", encoding="utf-8")
     with pytest.raises(InputError, match="no voice 'carol'"):
-        make_plan(ReadRequest(script=str(script), workspace=str(workspace),
-                              cast=("Carol=carol",)))
+        make_plan(tiny_request(script=str(script), workspace=str(workspace),
+                               cast=("Carol=carol",)))
     # not a speaker the read knows: the narrator's words
     with pytest.raises(InputError, match="narrator") as info:
-        make_plan(ReadRequest(script=str(script), workspace=str(workspace)))
+        make_plan(tiny_request(script=str(script), workspace=str(workspace)))
     assert info.value.settings == ["read.voice"]  # each surface words it (issue 39)
     with pytest.raises(InputError, match=r"book\.m4b"):
         ReadRequest(script=str(script), out=str(tmp_path / "book.ogg"))
@@ -302,7 +303,8 @@ def test_bad_requests_say_what_to_do(workspace: Path, tmp_path: Path) -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The real `read` command, run to its end."""
-    return subprocess.run([sys.executable, "-m", "engine.cli.main", "read", *args],
+    return subprocess.run([sys.executable, "-m", "engine.cli.main", "read", *args,
+                           "--no-word-check"],
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
 
@@ -317,8 +319,8 @@ def _cli_read(*args: str) -> str:
 def _ada_reads(workspace: Path, script: Path, text: str) -> tuple[ReadRequest, Path]:
     """`text` read by ada (short takes); the request and its project."""
     script.write_text(text, encoding="utf-8")
-    request = ReadRequest(script=str(script), workspace=str(workspace), voice="ada",
-                          max_frames=SHORT)
+    request = tiny_request(script=str(script), workspace=str(workspace), voice="ada",
+                           max_frames=SHORT)
     result, _ = _read(request)
     return request, Path(result["project"])
 
@@ -378,16 +380,16 @@ def test_a_voice_model_is_named_by_its_content_not_its_place(
     instant voice made again from another clip is another."""
     moved = tmp_path / "moved"
     shutil.copytree(workspace, moved)
-    here = make_plan(ReadRequest(script=str(_script(tmp_path)), workspace=str(workspace),
-                                 voice="ada"))
-    there = make_plan(ReadRequest(script=str(_script(tmp_path)), workspace=str(moved),
-                                  voice="ada"))
+    here = make_plan(tiny_request(script=str(_script(tmp_path)), workspace=str(workspace),
+                                   voice="ada"))
+    there = make_plan(tiny_request(script=str(_script(tmp_path)), workspace=str(moved),
+                                   voice="ada"))
     assert here.lines[0].model == there.lines[0].model
     assert here.lines[0].key == there.lines[0].key
     shutil.rmtree(moved / "ada")
     instant_voice(moved, "Ada", tiny_model_dir, 300.0)
-    again = make_plan(ReadRequest(script=str(_script(tmp_path)), workspace=str(moved),
-                                  voice="ada"))
+    again = make_plan(tiny_request(script=str(_script(tmp_path)), workspace=str(moved),
+                                   voice="ada"))
     assert again.lines[0].model != here.lines[0].model
 
 
@@ -421,8 +423,8 @@ def test_a_stopped_render_goes_on_with_its_retries_and_keeps_its_flags(
     the next run makes the retry; the runs after it still say the line is flagged."""
     script = tmp_path / "drone.txt"
     script.write_text("Drone: Hum along with me.\n", encoding="utf-8")
-    request = ReadRequest(script=str(script), workspace=str(workspace), max_frames=64,
-                          retries=0)
+    request = tiny_request(script=str(script), workspace=str(workspace), max_frames=64,
+                           retries=0)
     first, _ = _read(request)
     assert (first["rendered"], first["flagged"]) == (1, [1])
     resumed, _ = _read(request.replace(retries=1))
@@ -442,8 +444,8 @@ def test_only_known_speakers_and_styles_are_marks(workspace: Path, tmp_path: Pat
                       "\n\n[^1]: A footnote, not to be read.\n\n"
                       "Ada: Wait. [pause 2 seconds] Go. [500 ms pause] Stop. [beat] Done.\n",
                       encoding="utf-8")
-    request = ReadRequest(script=str(script), workspace=str(workspace), voice="ada",
-                          styles=("Whispering",))
+    request = tiny_request(script=str(script), workspace=str(workspace), voice="ada",
+                           styles=("Whispering",))
     lines = make_plan(request).script.lines
     assert [(ln.speaker, ln.style, ln.text, ln.pause_s) for ln in lines] == [
         ("", None, "Note: the tide turns at six.", None),
@@ -477,7 +479,7 @@ def test_a_pronunciation_applies_where_its_scope_says(workspace: Path, tmp_path:
     add_respelling(ws / reading.PRONUNCIATIONS_FILE, "tide", "tyde", language="english")
     script = tmp_path / "tide.txt"
     script.write_text("Ada: The tide came in.\n\nBob: The tide went out.\n", encoding="utf-8")
-    request = ReadRequest(script=str(script), workspace=str(ws))
+    request = tiny_request(script=str(script), workspace=str(ws))
     assert [p.spoken for p in make_plan(request).lines] == ["The tyde came in.",
                                                            "The tyde went out."]
     assert make_plan(request.replace(language="german")).lines[0].spoken == \
@@ -501,8 +503,8 @@ def test_a_style_its_voice_cannot_take_is_said_once_per_line(workspace: Path,
     takes no instruction, so read says so for the line, before rendering it."""
     script = tmp_path / "hush.txt"
     script.write_text("Bob: [whispering] Hush now.\n\nAda: Fine.\n", encoding="utf-8")
-    _, events = _read(ReadRequest(script=str(script), workspace=str(workspace),
-                                  styles=("whispering",), max_frames=SHORT))
+    _, events = _read(tiny_request(script=str(script), workspace=str(workspace),
+                                   styles=("whispering",), max_frames=SHORT))
     said = [e for e in events if e.kind == "log" and "instruction" in str(e.data["message"])]
     assert [(e.data["line"], e.data["level"]) for e in said] == [(1, "warning")], \
         [e.data for e in events if e.kind == "log"]
@@ -529,7 +531,7 @@ def test_numbers_are_said_in_each_lines_language_and_the_voice_is_the_fallback(
     script = tmp_path / "n.txt"
     script.write_text("Ada: Es sind heute 21 Grad.\n\nBob: OK 5.\n\nAda: OK 5.\n",
                       encoding="utf-8")
-    spoken = [p.spoken for p in make_plan(ReadRequest(script=str(script), workspace=str(ws))
+    spoken = [p.spoken for p in make_plan(tiny_request(script=str(script), workspace=str(ws))
                                           ).lines]
     assert spoken == ["Es sind heute einundzwanzig Grad.", "OK fünf.", "OK five."]
 
@@ -568,9 +570,9 @@ def test_an_acx_export_passes_acx_per_chapter_as_ffmpeg_reads_the_file(
     script = tmp_path / "book.md"
     script.write_text(SCRIPT, encoding="utf-8")
     out = tmp_path / "acx.m4b"
-    result, _ = _read(ReadRequest(script=str(script), out=str(out), workspace=str(workspace),
-                                  voice="ada", max_frames=SHORT, styles=("whispering",),
-                                  subtitles=False, preset="acx"))
+    result, _ = _read(tiny_request(script=str(script), out=str(out), workspace=str(workspace),
+                                   voice="ada", max_frames=SHORT, styles=("whispering",),
+                                   subtitles=False, preset="acx"))
     check = result["export"]["check"]
     chapters = check["chapters"]
     assert [c["title"] for c in chapters] == ["The Lighthouse", "The Storm", "The Morning"]
@@ -591,9 +593,9 @@ def test_an_acx_export_passes_acx_per_chapter_as_ffmpeg_reads_the_file(
 
     # digital silence in the pauses and no head: the check says so, and what to change
     flat = out.with_name("flat.m4b")
-    again, _ = _read(ReadRequest(script=str(script), out=str(flat), workspace=str(workspace),
-                                 voice="ada", max_frames=SHORT, styles=("whispering",),
-                                 subtitles=False, preset="acx", head_s=0.0)
+    again, _ = _read(tiny_request(script=str(script), out=str(flat), workspace=str(workspace),
+                                  voice="ada", max_frames=SHORT, styles=("whispering",),
+                                  subtitles=False, preset="acx", head_s=0.0)
                      .replace(room_tone_db=None))
     assert not again["export"]["check"]["passed"]
     problems = " ".join(again["export"]["check"]["chapters"][0]["problems"])
@@ -663,8 +665,8 @@ def test_an_epubs_title_author_and_cover_tag_the_m4b_and_the_request_overrides_t
     epub.write_epub(str(path), book)
 
     out = tmp_path / "tides.m4b"
-    request = ReadRequest(script=str(path), out=str(out), workspace=str(workspace),
-                          voice="ada", max_frames=SHORT, subtitles=False)
+    request = tiny_request(script=str(path), out=str(out), workspace=str(workspace),
+                           voice="ada", max_frames=SHORT, subtitles=False)
     _read(request)
     tags = mutagen.mp4.MP4(out).tags
     assert tags["\xa9nam"] == ["Tides of the Bay"] and tags["\xa9ART"] == ["Ada Lovelace"]

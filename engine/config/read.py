@@ -55,8 +55,18 @@ class ReadRequest:
     chunk_chars: int = 160
     #: hard cap on codec frames per chunk (12.5 per second); none: from the text's length
     max_frames: int | None = None
-    #: renders tried again with another seed when one loops, stays silent or hits its cap
+    #: renders tried again with another seed when one loops, stays silent, hits its cap
+    #: or says the wrong words
     retries: int = 2
+    #: transcribe each take and flag (and retry) one whose words are not its line's
+    word_check: bool = True
+    #: the word error rate above which a take says the wrong words (the offline
+    #: recogniser hears about 0.3 on a right line and 0.85 or more on a wrong one; with
+    #: a Whisper model, 0.3 catches a skipped clause)
+    wer_max: float = 0.7
+    #: the recogniser of the word check: auto (a cached Whisper model, else the offline
+    #: pocketsphinx), pocketsphinx, or a Whisper folder or hub id
+    asr: str = "auto"
     #: silence after a line, seconds
     line_pause_s: float = 0.4
     #: silence after a paragraph's last line, seconds
@@ -106,6 +116,8 @@ class ReadRequest:
                f"max_frames must be between 2 and 8192 (got {self.max_frames}).")
         _check(0 <= self.retries <= 10, f"retries must be between 0 and 10 (got {self.retries}).")
         _check(0 <= self.seed < 2**31, "seed must be between 0 and 2^31.")
+        _check(0.05 <= self.wer_max <= 2,
+               f"wer_max must be between 0.05 and 2 (got {self.wer_max}).")
         for name in ("line_pause_s", "paragraph_pause_s", "chapter_pause_s", "head_s"):
             v = getattr(self, name)
             _check(0 <= v <= 30, f"{name} must be between 0 and 30 seconds (got {v}).")

@@ -206,6 +206,14 @@ def _language(language: str) -> str | None:
     return None if language == "auto" else language
 
 
+def said_text(plan: Plan, planned: PlannedLine) -> str:
+    """What a listener should hear of a line: its text as it is spoken (numbers in words),
+    without the respellings that only steer the model (a take's words are checked
+    against it)."""
+    return spoken_text(planned.line.text, _language(plan.request.language),
+                       fallback=planned.voice.language) or planned.line.text
+
+
 def project_dir(request: ReadRequest) -> Path:
     return Path(request.project) if request.project else reading.default_project_dir(
         request.script)

@@ -10,8 +10,9 @@ seed. A take is written the moment it is finished (its audio, then its record), 
 render stopped half-way loses nothing finished and the next one goes on from there.
 
 A take whose chunks looped, stayed silent (the runaway guard) or reached their length
-cap, or that is silent as a whole, is rendered again with the next unused seed, up to
-`retries` times; every take is kept, and a line whose takes all failed is flagged.
+cap, that is silent as a whole, or whose words are not its line's (the word check,
+`engine.read.words`), is rendered again with the next unused seed, up to `retries` times;
+every take is kept, and a line whose takes all failed is flagged.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from engine.core.events import Emitter, Event
 from engine.layout import reading
 from engine.layout.voice import now_iso
 from engine.read.project import Plan, PlannedLine, flagged_lines, own_takes, retry_due
+from engine.read.words import Words
 from engine.serve.pool import voice_identity
 from engine.synth.render import SAMPLE_RATE
 from engine.synth.worker import SpeechWorker
@@ -74,8 +76,9 @@ class _Group:
     """The lines of one loaded model, rendered on one `SpeechWorker`."""
 
     def __init__(self, plan: Plan, attempts: list[_Attempt], emitter: Emitter,
-                 progress: _Progress) -> None:
+                 progress: _Progress, words: Words | None) -> None:
         self.plan = plan
+        self.words = words
         self.attempts = attempts
         self.emitter = emitter
         self.progress = progress
@@ -159,13 +162,14 @@ class _Group:
         planned, project = attempt.planned, self.plan.project
         audio = read_mono(reading.take_audio(project, planned.key, attempt.seed), SAMPLE_RATE)
         problems = take_problems(result, audio, self.plan.request.max_frames)
+        said = self.words.judge(planned, audio, problems) if self.words else {}
         line = planned.line
         write_json(reading.take_record(project, planned.key, attempt.seed), {
             "identity": planned.identity, "model": planned.model, "line": line.number,
             "text": line.text, "spoken": planned.spoken,
             "speaker": line.speaker, "voice": planned.voice.name, "style": line.style,
             "language": self.plan.request.language, "seed": attempt.seed,
-            "duration_s": round(len(audio) / SAMPLE_RATE, 3), "problems": problems,
+            "duration_s": round(len(audio) / SAMPLE_RATE, 3), "problems": problems, **said,
             "compute_s": result.get("compute_s"),
             "chunks": [{k: c.get(k) for k in ("text", "frames", "max_frames", "capped",
                                               "runaway")}
@@ -244,6 +248,9 @@ def render_missing(plan: Plan, emitter: Emitter, cancel: threading.Event | None 
     request = plan.request
     for number in request.regenerate:  # a new take is the model's of the voice now
         own_takes(plan, plan.line(number))
+    words = Words(plan, emitter) if request.word_check else None
+    if words is not None:  # takes made without the check: scored before retries are due
+        words.score_kept()
     missing = plan.missing()
     attempts = [_Attempt(p, _next_seed(p, set(), request.seed)) for p in missing]
     # a render stopped before its retries: they are still due (the takes say so)
@@ -265,7 +272,7 @@ def render_missing(plan: Plan, emitter: Emitter, cancel: threading.Event | None 
     load = 0.0
     started = time.perf_counter()
     for members in groups.values():
-        group = _Group(plan, members, emitter, progress)
+        group = _Group(plan, members, emitter, progress, words)
         cancelled = True
         try:
             group.run(cancel)

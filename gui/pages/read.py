@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -49,19 +50,27 @@ from gui.widgets import button, fmt_duration, hbox
 COLUMNS = ["#", "Chapter", "Voice", "Style", "Line", "Takes"]
 #: a project's settings the page keeps as the project saved them (the takes' keys use them)
 SAVED = ("language", "seed", "chunk_chars", "max_frames", "retries", "line_pause_s",
-         "paragraph_pause_s", "chapter_pause_s", "styles", "keep_other_models")
+         "paragraph_pause_s", "chapter_pause_s", "styles", "keep_other_models", "word_check",
+         "wer_max", "asr")
 #: the export's file types, in the order offered
 EXPORTS = "Audiobook (*.m4b);;MP3 (*.mp3);;FLAC (*.flac);;WAV (*.wav)"
 
 
+def words_score(record: dict[str, Any]) -> str:
+    """A take's word check in a few words ("" when it was not checked)."""
+    return f"WER {record['wer']:.2f}" if isinstance(record.get("wer"), (int, float)) else ""
+
+
 def take_text(plan: Plan, number: int) -> str:
-    """A line's takes in a few words: how many, the one used, and a flag."""
+    """A line's takes in a few words: how many, the one used, its word check, a flag."""
     planned = plan.line(number)
     if not planned.seeds:
         return "not rendered"
     used = best_take(plan, planned)
     text = f"{len(planned.seeds)} (seed {used})" if len(planned.seeds) > 1 else "1"
-    return (text + (" - check it" if line_flagged(plan, planned) else "")
+    score = words_score(planned.record(plan.project, used)) if used is not None else ""
+    return (text + (f", {score}" if score else "")
+            + (" - check it" if line_flagged(plan, planned) else "")
             + (" (another model)" if planned.other_model else ""))
 
 
@@ -217,8 +226,9 @@ class ReadPage(Page):
                                     else f"Said as: {planned.spoken}")
                 if column == 5 and line_flagged(plan, planned):
                     item.setIcon(icon("warning"))
-                    item.setToolTip("Every take of this line looped, stayed silent or ran to "
-                                    "its length cap: listen to it, or make a new take.")
+                    item.setToolTip("Every take of this line looped, stayed silent, ran to "
+                                    "its length cap or said other words than its line: "
+                                    "listen to it, or make a new take.")
                 self.table.setItem(row, column, item)
         done = sum(1 for p in plan.lines if p.seeds)
         flagged = flagged_lines(plan)  # the project's, until a good take is used
@@ -248,9 +258,13 @@ class ReadPage(Page):
         planned = self.plan.line(number)
         used = best_take(self.plan, planned)
         for seed in planned.seeds:
-            problems = planned.record(self.plan.project, seed).get("problems") or []
-            self.takes.addItem(f"seed {seed}" + (f" ({', '.join(problems)})" if problems else ""),
+            record = planned.record(self.plan.project, seed)
+            notes = [*(record.get("problems") or []), *filter(None, [words_score(record)])]
+            self.takes.addItem(f"seed {seed}" + (f" ({', '.join(notes)})" if notes else ""),
                                seed)
+            if record.get("heard"):  # what the recogniser heard, beside the score
+                self.takes.setItemData(self.takes.count() - 1, f"Heard: {record['heard']}",
+                                       Qt.ItemDataRole.ToolTipRole)
             if seed == used:
                 self.takes.setCurrentIndex(self.takes.count() - 1)
         self._line_buttons(bool(planned.seeds))
@@ -281,8 +295,8 @@ class ReadPage(Page):
         for name in SAVED:
             value = getattr(request, name)
             flag = "--" + name.replace("_", "-")
-            if isinstance(value, bool):  # a switch
-                args += [flag] if value else []
+            if isinstance(value, bool):  # a switch, said either way (the engine's default
+                args += [flag if value else "--no-" + flag[2:]]  # may be the other one)
                 continue
             for one in value if isinstance(value, tuple) else () if value is None else (value,):
                 args += [flag, str(one)]

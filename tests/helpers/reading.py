@@ -5,14 +5,20 @@ a three-chapter Markdown script in two voices with a style."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile as sf
 
+from engine.audio.resample import resample
+from engine.config.read import ReadRequest
+from engine.core.events import Emitter, Event
 from engine.layout.tiers import write_instant
 from engine.layout.voice import create_voice
 from engine.prepare.instant import speaker_vector
+from engine.read import read
 from tests.helpers.voices import DRONE, forced_export
 
 SCRIPT = """# The Lighthouse
@@ -41,6 +47,32 @@ def instant_voice(workspace: Path, name: str, model_dir: Path, pitch: float) -> 
                           "base": str(model_dir), "created": "2026-01-01T00:00:00"},
                   clip, speaker_vector(model_dir, clip))
     return voice
+
+
+#: frames per chunk in the tests' renders: about two seconds of the tiny model's audio
+SHORT = 24
+#: two lines piper's 'joe' says well enough for the offline recogniser (WER 0 on both)
+RIGHT = "Our train was delayed because of a fallen tree on the track."
+OTHER = "How long does it take to walk to the station from here?"
+
+
+def say_take(path: Path, text: str, synth: Callable[[str], tuple[np.ndarray, int]]) -> None:
+    """Piper saying `text`, as the take at `path` (24 kHz, a take's level): a take of real
+    speech where the tiny model says none."""
+    audio, rate = synth(text)
+    sf.write(path, 0.5 * resample(audio, rate, 24000), 24000)
+
+
+def tiny_request(**fields: Any) -> ReadRequest:
+    """A read on the tiny model, which says no words: every take would fail the word check,
+    so it is off (tests/test_read_words.py checks takes of real speech)."""
+    return ReadRequest(**{"word_check": False, **fields})
+
+
+def read_events(request: ReadRequest) -> tuple[dict[str, Any], list[Event]]:
+    """`read` run to its end: its result and every event it sent."""
+    events: list[Event] = []
+    return read(request, Emitter(events.append)), events
 
 
 def read_workspace(ws: Path, model_dir: Path) -> Path:
