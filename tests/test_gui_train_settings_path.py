@@ -9,9 +9,10 @@ from typing import Any
 
 from engine.cli.cmd_train import train_kwargs
 from engine.cli.main import build_parser
+from engine.config.layers import Layer
 from engine.config.train import ModelConfig, TrainConfig
 from engine.train.driver import DataSummary, resolve_config
-from engine.train.presets import KNOWN_TALKER_HIDDEN, optim_preset
+from engine.train.presets import KNOWN_TALKER_HIDDEN, optim_preset, preset_layers
 from engine.train.request import TrainRequest
 from gui.app import MainWindow
 from gui.pages.train import TrainPage
@@ -26,9 +27,11 @@ def _resolved(args: argparse.Namespace, minutes: float) -> dict[str, Any]:
     request = TrainRequest.of(args.voice, args.base, **train_kwargs(args)).validated()
     summary = DataSummary(clips=60, seconds=minutes * 60,
                           ids=tuple(f"c{i}" for i in range(60)))
-    overrides = request.overrides(request.given("workers") or 1, False, None)
-    cfg = resolve_config(Path(args.voice), Path(args.base), KNOWN_TALKER_HIDDEN[args.base],
-                         summary, overrides, "Ada", band=request.preset)
+    asked = Layer("the request", {**request.values(), "model.base": args.base,
+                                  "parallel.workers": request.given("workers") or 1,
+                                  "parallel.use_gpu": False}, chosen=True)
+    cfg, _ = resolve_config([asked, *preset_layers(minutes, KNOWN_TALKER_HIDDEN[args.base],
+                                                   request.preset)], summary, "r")
     return cfg.to_dict()
 
 

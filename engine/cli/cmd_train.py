@@ -5,7 +5,8 @@
                           [--lr LR] [--precision auto|bf16|fp16|fp32]
                           [--trainable talker|talker+text|code_predictor|talker_layers|lora]
                           [--address ADDR] [--resume] [--dry-run] [--json]
-    voxshard-engine plan VOICE --base MODEL [--workers N]
+                          [--set SECTION.FIELD=VALUE ...] [--config FILE]
+    voxshard-engine plan VOICE --base MODEL [--workers N] [--set ...] [--config FILE]
     voxshard-engine export VOICE [--run RUN] [--step STEP] OUT_DIR
 
 Thin layers over `engine.train.driver`; nothing here imports torch or ray at
@@ -19,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli.main import add_command
-from engine.cli.settings import add_field
+from engine.cli.settings import add_field, add_layer_options
+from engine.config.layers import assignments
 from engine.config.schema import lookup
-from engine.config.train import LENGTH_SECTIONS, REQUEST_SETTINGS
+from engine.config.train import LENGTH_SECTIONS, REQUEST_SETTINGS, TrainConfig
 from engine.core.events import Emitter
 from engine.train.presets import ADVISED_MINUTES, LARGE_MINUTES, VOLUME_KEYS
 
@@ -90,6 +92,7 @@ def _add_shape_options(p: argparse.ArgumentParser) -> None:
                    help="the defaults of this band of audio (few: under "
                         f"{ADVISED_MINUTES:g} min, standard, large: over {LARGE_MINUTES:g} "
                         "min); default: the voice's own amount of audio decides")
+    add_layer_options(p, "training")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even if GPUs exist")
     p.add_argument("--address", default=None,
                    help="an existing Ray cluster (host:port); default: a private local one")
@@ -98,9 +101,12 @@ def _add_shape_options(p: argparse.ArgumentParser) -> None:
 def _common_kwargs(args: argparse.Namespace, length: bool = False) -> dict[str, Any]:
     names = [p.rpartition(".")[2] for p in _settings(False) + (_settings(True) if length
                                                                  else [])]
-    return {**{name: getattr(args, name) for name in names},
+    # a flag wins over --set of the same setting, as the flag is the setting's own word
+    paths = {k: v for k, v in assignments(args.set_values, TrainConfig).items()
+             if k not in REQUEST_SETTINGS or getattr(args, k.rpartition(".")[2], None) is None}
+    return {**{name: getattr(args, name) for name in names}, "settings": paths,
             "use_gpu": False if args.cpu else None, "address": args.address,
-            "preset": args.preset}
+            "preset": args.preset, "config": args.config_file}
 
 
 def train_kwargs(args: argparse.Namespace) -> dict[str, Any]:

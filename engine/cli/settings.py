@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.config.schema import default_of, field_help, flag_of, path_of, rules, value_type
 
-__all__ = ["FIELD", "add_field", "cli_words", "field_help"]
+__all__ = ["FIELD", "add_field", "add_layer_options", "cli_words", "field_help"]
 
 #: {"section.field": flag} of every setting a command takes, filled as the parser is built
 FLAGS: dict[str, str] = {}
@@ -89,3 +89,16 @@ def add_field(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: ty
         return parser.add_argument(flag, default=default, help=text, **kwargs)
     converter = type or _checked(cls, name, kind if kind in (int, float, str) else str)
     return parser.add_argument(flag, type=converter, default=default, help=text, **kwargs)
+
+
+def add_layer_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--set section.field=value` (any setting by its path, repeatable) and `--config FILE`
+    (a whole config as a layer under the flags); the engine checks both by the schema
+    (`engine.config.layers`)."""
+    parser.add_argument("--set", action="append", default=[], dest="set_values",
+                        metavar="SECTION.FIELD=VALUE",
+                        help=f"any {what} setting by its path, repeatable (e.g. --set "
+                             "optim.weight_decay=0); checked by the setting's own rule")
+    parser.add_argument("--config", default=None, dest="config_file", metavar="FILE",
+                        help=f"a whole {what} config, JSON or TOML (a run's config.json "
+                             "too): its settings come after the flags' and --set's")

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.config.layers import PROVENANCE_KEY
 from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError, WorkspaceError
 from engine.core.jsonl import append_jsonl, read_jsonl
@@ -236,7 +237,7 @@ class Run:
     def config(self) -> dict[str, Any]:
         """The resolved config the run was (last) started with; {} when missing or damaged."""
         data = read_json(self.config_file)
-        return data if isinstance(data, dict) else {}
+        return _settings(data) if isinstance(data, dict) else {}
 
     def read_config(self) -> dict[str, Any]:
         """The saved config for a command that cannot go on without it."""
@@ -244,7 +245,14 @@ class Run:
         if not isinstance(data, dict):
             raise WorkspaceError(f"The run {self.name} has no readable {CONFIG_FILE}.",
                                  "Start a new run; this one cannot be continued or exported.")
-        return data
+        return _settings(data)
+
+    def provenance(self) -> dict[str, str]:
+        """Where each value of the saved config came from ({"optim.lr": "the preset for
+        0.6B"}, `engine.config.layers`); {} for a run from before it was kept."""
+        data = read_json(self.config_file)
+        found = data.get(PROVENANCE_KEY) if isinstance(data, dict) else None
+        return found if isinstance(found, dict) else {}
 
     def write_config(self, config: dict[str, Any]) -> None:
         write_json(self.config_file, config)
@@ -492,6 +500,11 @@ def list_runs(voice_dir: str | os.PathLike[str]) -> list[Run]:
         return [Run(p) for p in sorted(runs_dir(voice_dir).iterdir()) if p.is_dir()]
     except OSError:
         return []
+
+
+def _settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A saved config without its provenance: the config tree alone."""
+    return {k: v for k, v in config.items() if k != PROVENANCE_KEY}
 
 
 def pick_run(voice_dir: str | os.PathLike[str], name: str | os.PathLike[str] | None = None,

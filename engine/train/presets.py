@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engine.config.layers import Layer
 from engine.core.errors import VoxshardError
 from engine.model.loading import inspect_model, local_model_path
 
@@ -116,6 +117,26 @@ def band_preset(band: int, talker_hidden: int) -> dict[str, dict[str, Any]]:
            {"epochs": 5.0, "checkpoint_every": 200, "val_every": 100})[band]
     return {"run": run, "data": {"batch_size": (4, 8, 16)[band]},
             "optim": optim_preset(talker_hidden)}
+
+
+def size_words(talker_hidden: int) -> str:
+    """A model size as `optim_preset` tells them apart: "1.7B", "0.6B", "a model under 0.6B"."""
+    return "1.7B" if talker_hidden >= 2048 else "0.6B" if talker_hidden >= 1024 else \
+        "a model under 0.6B"
+
+
+def preset_layers(minutes: float, talker_hidden: int, band: str | None = None
+                  ) -> list[Layer]:
+    """`preset` as the layers of a merge (`engine.config.layers`), each value's source in
+    words: the band's length, cadence and batch ("the preset for standard (10–30 min)"),
+    the model size's learning rate ("the preset for 0.6B")."""
+    index = volume_index(minutes) if band is None else VOLUME_KEYS.index(band)
+    values = band_preset(index, talker_hidden)
+    by_band = {f"{s}.{k}": v for s in ("run", "data") for k, v in values[s].items()}
+    by_size = {f"optim.{k}": v for k, v in values["optim"].items()}
+    return [Layer(f"the preset for {VOLUMES[index].name[0].lower()}{VOLUMES[index].name[1:]}",
+                  by_band),
+            Layer(f"the preset for {size_words(talker_hidden)}", by_size)]
 
 
 def preset_band_of(config: dict[str, Any], talker_hidden: int) -> int | None:

@@ -7,13 +7,15 @@ name, bounds and words live in its config field and nowhere here. Light: no torc
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.config.layers import checked
 from engine.config.schema import by_name, rule_of, value_problem
-from engine.config.train import REQUEST_SETTINGS
+from engine.config.train import REQUEST_SETTINGS, TrainConfig
 from engine.core.errors import InputError
 from engine.train.presets import VOLUME_KEYS
 
@@ -26,7 +28,8 @@ class TrainRequest:
     """What the user asked for: the same object from the CLI, the Python API and the app.
 
     `settings` holds the config settings given, by field name (workers, steps, lr,
-    trainable, predictor_frames, ...: `SETTINGS`); one left out or None is "not given":
+    trainable, predictor_frames, ...: `SETTINGS`) or, any setting of the training config,
+    by its path ("optim.weight_decay": `--set`); one left out or None is "not given":
     presets by data volume and model size decide (`engine.train.presets.preset`), or, on
     resume, the run's saved setting; the code predictor's frames and LoRA adapters on it
     default to the voice's [train] settings. `validated()` checks every given value and
@@ -39,7 +42,8 @@ class TrainRequest:
     (`engine.train.preflight`); default: on an existing cluster (`address`) only.
     use_gpu: None uses GPUs when there are some. preset: the band of audio whose
     defaults a new run takes (`engine.train.presets.VOLUME_KEYS`); None: the voice's own
-    data volume decides.
+    data volume decides. config: a file holding a whole config (JSON or TOML, a run's
+    config.json too) whose settings come after the request's (`engine.config.layers`).
     """
 
     voice: str | Path
@@ -57,11 +61,14 @@ class TrainRequest:
     storage: str | os.PathLike[str] | None = None
     preflight: bool | None = None
     preset: str | None = None
+    config: str | os.PathLike[str] | None = None
 
     @classmethod
     def of(cls, voice: str | Path, base: str | None, **options: Any) -> TrainRequest:
-        """A request from keywords: settings by field name, the rest as the fields above."""
-        settings = {k: options.pop(k) for k in list(options) if k in SETTINGS}
+        """A request from keywords: settings by field name (and `settings`, by path), the
+        rest as the fields above."""
+        settings = dict(options.pop("settings", None) or {})
+        settings.update({k: options.pop(k) for k in list(options) if k in SETTINGS})
         return cls(voice, base, {k: v for k, v in settings.items() if v is not None},
                    **options)
 
@@ -72,8 +79,18 @@ class TrainRequest:
         return self.settings.get(name)
 
     def validated(self) -> TrainRequest:
-        """This request, or an InputError naming the first bad value and what to give."""
+        """This request, or an InputError naming the first bad value and what to give; a
+        setting given by the path of one of `SETTINGS` is kept by its name."""
+        names = {path: name for name, path in SETTINGS.items()}
+        by_path = {k: v for k, v in self.settings.items() if "." in k}
+        for path, value in by_path.items():
+            checked(path, value, TrainConfig, "The request")
+        settings = {names.get(k, k): v for k, v in self.settings.items()}
+        if settings != self.settings:
+            return dataclasses.replace(self, settings=settings).validated()
         for name, value in self.settings.items():
+            if "." in name:
+                continue  # checked above
             if name not in SETTINGS:
                 raise InputError(f"There is no training setting {name!r}.",
                                  f"Use one of: {', '.join(SETTINGS)}.")
@@ -97,28 +114,16 @@ class TrainRequest:
                              "so it needs {model.trainable} set to lora.",
                              "Choose lora for {model.trainable}, or turn off "
                              "{model.lora_predictor}.")
-        if not str(self.base or "").strip() and not self.resume:  # a resume: the run's own
+        if not str(self.base or "").strip() and not self.resume and self.config is None:
+            # a resume: the run's own; a config file: its own
             raise InputError("No base model given.",
                              "Name one for {model.base}: Qwen/Qwen3-TTS-12Hz-0.6B-Base or a "
                              "model folder.")
         return self
 
-    def overrides(self, workers: int, use_gpu: bool | None,
-                  threads: int | None) -> dict[str, dict[str, Any]]:
-        """The config sections this request sets (given values only; the workers, devices
-        and threads as the driver resolved them)."""
-        out: dict[str, dict[str, Any]] = {s: {} for s in ("model", "data", "optim", "parallel",
-                                                          "run")}
-        for name, value in self.settings.items():
-            section_name, _ = _split_path(SETTINGS[name])
-            out[section_name][name] = value
-        out["parallel"].update({"workers": workers, "use_gpu": use_gpu, "address": self.address,
-                                "cpu_threads_per_worker": threads})
-        if self.seed is not None:
-            out["run"]["seed"] = self.seed
-        return {k: {n: v for n, v in d.items() if v is not None} for k, d in out.items()}
-
-
-def _split_path(path: str) -> tuple[str, str]:
-    section_name, _, name = path.partition(".")
-    return section_name, name
+    def values(self) -> dict[str, Any]:
+        """The settings this request gives, by path (`engine.config.layers`)."""
+        out = {SETTINGS.get(k, k): v for k, v in self.settings.items()}
+        out.update({"parallel.address": self.address, "parallel.use_gpu": self.use_gpu,
+                    "run.seed": self.seed})
+        return {k: v for k, v in out.items() if v is not None}

@@ -1,14 +1,15 @@
 """What a run trains with, decided before anything starts: the voice's data and whether it
-is enough, the devices and worker threads, the config (presets by data volume, then the
-caller's overrides), and the runs a resume may not go on with."""
+is enough, the devices and worker threads, the config (its layers merged:
+`resolve_config`), and the runs a resume may not go on with."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from engine.config.layers import Layer, Merged, merge
 from engine.config.train import TrainConfig
 from engine.core.errors import InputError, TrainingError
 from engine.core.events import Emitter
@@ -16,7 +17,6 @@ from engine.data.dataset import VoiceData, split_ids
 from engine.layout.manifest import prepared_folder, read_manifest
 from engine.layout.run import Run
 from engine.train.gpus import visible_gpus
-from engine.train.presets import preset
 
 
 @dataclass
@@ -46,28 +46,33 @@ def data_summary(voice_dir: Path) -> DataSummary:
     return DataSummary(len(clips), seconds, tuple(str(c.get("id")) for c in clips))
 
 
-def resolve_config(voice_dir: Path, model_dir: Path, talker_hidden: int,
-                   summary: DataSummary, overrides: dict[str, dict[str, Any]],
-                   speaker: str, band: str | None = None) -> TrainConfig:
-    """Preset (the data volume's band, or the one named by `band`), then overrides; batch
-    size made legal for the worker count."""
-    base = TrainConfig().to_dict()
-    for layer in (preset(summary.minutes, talker_hidden, band), overrides):
-        for section, values in layer.items():
-            base[section].update({k: v for k, v in values.items() if v is not None})
-    base["model"]["base"] = str(model_dir)
-    base["model"]["speaker_name"] = speaker
-    workers = int(base["parallel"]["workers"])
+def resolve_config(layers: Sequence[Layer], summary: DataSummary, run_name: str
+                   ) -> tuple[TrainConfig, Merged]:
+    """A run's config: each setting from the first of `layers` that gives it
+    (`engine.config.layers.merge`), then the rules that follow from the rest, each with its
+    source: the run's name from its folder, adapters on the code predictor for LoRA runs
+    alone, and a batch no person chose fitted to the worker count and the training clips."""
+    merged = merge(TrainConfig, layers)
+    if merged.get("model.trainable") != "lora" and merged.get("model.lora_predictor"):
+        # the voice's [train] lora_predictor is for its LoRA runs
+        merged.set("model.lora_predictor", False, "model.trainable, which is not lora")
+    merged.set("run.name", run_name, "the run's folder")
     try:
-        cfg = TrainConfig.from_dict(base)
+        cfg = TrainConfig.from_dict(merged.tree)
     except ValueError as exc:
         raise InputError(f"Bad training setting: {exc}.") from exc
-    if "batch_size" not in overrides.get("data", {}):
+    if "data.batch_size" not in merged.chosen:
         # every worker needs a clip per micro-step, and one optimizer step must
         # fit in the training clips
         fit = summary.train_clips(cfg) // cfg.data.grad_accum
-        cfg = cfg.replace(data={"batch_size": max(workers, min(cfg.data.batch_size, fit))})
-    return cfg
+        batch = max(cfg.parallel.workers, min(cfg.data.batch_size, fit))
+        if batch != cfg.data.batch_size:
+            merged.set("data.batch_size", batch,
+                       f"{merged.provenance['data.batch_size']}, fitted to "
+                       f"{cfg.parallel.workers} worker(s) and {summary.train_clips(cfg)} "
+                       "training clips")
+            cfg = cfg.replace(data={"batch_size": batch})
+    return cfg, merged
 
 
 def new_run_name() -> str:

@@ -10,7 +10,6 @@ waiting and shuts everything down at once.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
@@ -21,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.cluster import connect
+from engine.config.layers import DEFAULT, PROVENANCE_KEY, Layer, flatten, read_file
 from engine.config.train import TrainConfig
-from engine.core.errors import InputError
+from engine.core.errors import InputError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.core.storage import checkpoint_root, expand_arg, link_run, run_location
 from engine.data.codes import extract_codes, extract_codes_ray
@@ -34,7 +34,13 @@ from engine.train.export import write_adapter_voice
 from engine.train.launch import Launch, LaunchSpec
 from engine.train.plan import local_cpus, make_plan, relief
 from engine.train.precision import PrecisionError
-from engine.train.presets import ADVISED_MINUTES, LARGE_MINUTES, MIN_CLIPS, MIN_SECONDS
+from engine.train.presets import (
+    ADVISED_MINUTES,
+    LARGE_MINUTES,
+    MIN_CLIPS,
+    MIN_SECONDS,
+    preset_layers,
+)
 from engine.train.request import TrainRequest
 from engine.train.resolve import (
     data_summary,
@@ -56,6 +62,30 @@ from engine.train.rundata import (
     record_resume,
     resume_changes,
 )
+
+#: where a run ran, not how it trains: a config file's values of these are not taken
+MACHINE_SETTINGS = ("parallel.use_gpu", "parallel.address", "parallel.cpu_threads_per_worker",
+                    "run.name")
+
+
+def voice_layer(v: Voice) -> Layer:
+    """The voice's settings for its new runs: voice.toml [train] read as a partial tree of
+    the training config ([train] predictor_frames, [train.optim] lr), and its speaker."""
+    values = flatten(v.config.get("train", {}), TrainConfig, "voice.toml [train]",
+                     skip=("storage",), error=WorkspaceError,
+                     hint=f"Fix or remove that line of {v.voice_file}.")
+    return Layer("voice.toml", {"model.speaker_name": v.speaker, **values}, chosen=True)
+
+
+def provenance_table(cfg: TrainConfig, provenance: dict[str, str]) -> str:
+    """The settings not at their defaults, each with where it came from."""
+    tree = cfg.to_dict()
+    rows = [(path, tree[path.partition(".")[0]][path.partition(".")[2]], source)
+            for path, source in provenance.items() if source != DEFAULT]
+    width = max((len(path) for path, _, _ in rows), default=0)
+    return "Settings (and where they come from):\n" + "\n".join(
+        f"  {path:<{width}}  {value:g}  {source}" if isinstance(value, float) else
+        f"  {path:<{width}}  {value}  {source}" for path, value, source in rows)
 
 
 class TrainRun:
@@ -82,6 +112,9 @@ class TrainRun:
         self.use_gpu: bool | None = None  # None: an existing cluster's GPUs decide
         self.run_dir = Path()
         self.resumed_changes: list[dict[str, Any]] = []
+        self.saved_config: dict[str, Any] = {}  # a resumed run's, as it was
+        #: {"section.field": where its value came from} (`engine.config.layers`)
+        self.provenance: dict[str, str] = {}
         # plan's
         self.plan_result: Any = None
         self.run_extra: dict[str, Any] = {}
@@ -98,7 +131,9 @@ class TrainRun:
         if self.request.dry_run:
             assert self.cfg is not None
             return {"dry_run": True, "config": self.cfg.to_dict(),
-                    "plan": self.plan_result.to_dict(), "summary": self.plan_result.table()}
+                    "provenance": self.provenance, "plan": self.plan_result.to_dict(),
+                    "summary": self.plan_result.table() + "\n\n" + provenance_table(
+                        self.cfg, self.provenance)}
         self._storage()
         with sigterm_as_interrupt():
             assert self.cfg is not None
@@ -121,10 +156,18 @@ class TrainRun:
     def resolve(self) -> TrainConfig:
         req, emitter = self.request, self.emitter
         v = self.voice = open_voice(req.voice)
+        given = (read_file(req.config, TrainConfig) if req.config is not None else {})
+        # where a run ran is not how it trains: a file names its own machine's
+        given = {k: val for k, val in given.items() if k not in MACHINE_SETTINGS}
         resumed = self._resumed_run(v) if req.resume else None
+        named = req.base or given.get("model.base")
+        if resumed is None and not str(named or "").strip():
+            raise InputError("No base model given.",
+                             "Name one for {model.base}: Qwen/Qwen3-TTS-12Hz-0.6B-Base or a "
+                             "model folder.")
         # a resumed run trains on its own base, whatever the caller's form shows now
-        self.base = expand_arg(resume_base(resumed, req.base) if resumed is not None
-                               else str(req.base))
+        self.base = expand_arg(resume_base(resumed, named) if resumed is not None
+                               else str(named))
         if resumed is not None and req.base and expand_arg(str(req.base)) != self.base:
             emitter.log(f"A resumed run trains on its own base model: {self.base}.",
                         level="warning")
@@ -143,26 +186,34 @@ class TrainRun:
                         f"{ADVISED_MINUTES:g}-{LARGE_MINUTES:g} minutes usually give a much "
                         "better voice.", level="warning")
 
-        use_gpu, workers = self._devices()
-        threads = worker_threads(use_gpu, bool(req.given("cpu_offload")), workers,
+        asked = {**given, **req.values()}
+        use_gpu, workers = self._devices(asked.get("parallel.workers"))
+        threads = worker_threads(use_gpu, bool(asked.get("parallel.cpu_offload")), workers,
                                  os.cpu_count() or 1)
-        overrides = req.overrides(workers, use_gpu, threads)
-        if "predictor_frames" not in overrides["model"] and not req.resume:
-            overrides["model"]["predictor_frames"] = v.predictor_frames  # voice.toml [train]
-        if "lora_predictor" not in overrides["model"] and not req.resume \
-                and req.given("trainable") == "lora":
-            overrides["model"]["lora_predictor"] = v.lora_predictor  # voice.toml [train]
-        if req.resume:
-            run_dir, cfg = self._resumed_config(v, overrides)
+        request, config_file = dict(req.values()), dict(given)
+        if resumed is None:  # a new run trains on the absolute folder of its base
+            (request if req.base else config_file)["model.base"] = str(model_dir)
+        layers = [Layer("the request", request, chosen=True),
+                  Layer(f"the config file {Path(req.config or '').name}", config_file,
+                        chosen=True),
+                  Layer("the devices found", {"parallel.workers": workers,
+                                              "parallel.use_gpu": use_gpu,
+                                              "parallel.cpu_threads_per_worker": threads})]
+        if resumed is not None:
+            run_dir = resumed.path
+            layers.append(self._resumed_layer(v, resumed))
         else:
             run_dir = v.runs_dir / (req.run or new_run_name())
             if run_dir.is_symlink() or (run_dir.exists() and any(run_dir.iterdir())):
                 raise InputError(f"Run {run_dir.name} already exists.",
                                  "Pass --resume to continue it, or choose another --run name.")
-            cfg = resolve_config(v.path, model_dir, info.talker_hidden, summary, overrides,
-                                 v.speaker, band=req.preset)
+            layers += [voice_layer(v), *preset_layers(summary.minutes, info.talker_hidden,
+                                                      req.preset)]
+        cfg, merged = resolve_config(layers, summary, run_dir.name)
+        self.provenance = merged.provenance
+        if resumed is not None:
+            self._resume_checks(resumed, cfg)
         self.run_dir = run_dir
-        cfg = cfg.replace(run={"name": run_dir.name})
         n_train, per_step = summary.train_clips(cfg), cfg.data.batch_size * cfg.data.grad_accum
         if n_train < per_step:
             raise InputError(f"Only {n_train} training clips, fewer than one optimizer step "
@@ -173,17 +224,17 @@ class TrainRun:
         self.cfg = cfg
         return cfg
 
-    def _devices(self) -> tuple[bool | None, int]:
-        """GPU or CPU (None: an existing cluster decides once connected), and the workers."""
+    def _devices(self, given: int | None) -> tuple[bool | None, int]:
+        """GPU or CPU (None: an existing cluster decides once connected), and the workers
+        (`given`: asked for by the request or its config file)."""
         req = self.request
         gpus = detect_gpus(req.address)
-        self.workers_given = req.given("workers") is not None
+        self.workers_given = given is not None
         use_gpu = req.use_gpu
         if use_gpu is None and req.address is None:
             use_gpu = gpus > 0
         # an existing cluster (--address): GPUs or not is known once connected
-        workers = req.given("workers") if self.workers_given else (
-            gpus if use_gpu and gpus > 0 else 2)
+        workers = given if given is not None else (gpus if use_gpu and gpus > 0 else 2)
         if use_gpu and gpus >= 0 and workers > gpus:
             raise InputError(f"You asked for {workers} worker{'s' if workers != 1 else ''} but "
                              f"this machine has {gpus} GPU{'s' if gpus != 1 else ''}.",
@@ -200,16 +251,13 @@ class TrainRun:
                              "Start a new run without --resume.")
         return found
 
-    def _resumed_config(self, v: Voice, overrides: dict[str, dict[str, Any]]
-                        ) -> tuple[Path, TrainConfig]:
-        """The run to resume and its saved config with what the caller changed now."""
-        req, emitter = self.request, self.emitter
-        found = self._resumed_run(v)
-        run_dir = found.path
+    def _resumed_layer(self, v: Voice, found: Run) -> Layer:
+        """The saved config of the run to resume, as the layer under the caller's; the runs
+        that cannot go on refused first."""
+        req = self.request
         refuse_reinforced(found)
-
         # the data position in a checkpoint indexes this run's clips: refuse other data
-        check_same_data(run_dir, v.path, data_fingerprint(v.path))
+        check_same_data(found.path, v.path, data_fingerprint(v.path))
         saved = found.read_config()
         was = bool((saved.get("model") or {}).get("lora_predictor"))
         if req.given("lora_predictor") is not None and req.given("lora_predictor") != was:
@@ -219,18 +267,23 @@ class TrainRun:
                              "and a resumed run keeps the adapters it has.",
                              "Resume it without changing {model.lora_predictor}, or start "
                              "a new run.")
+        self.saved_config = saved
+        # a saved config is whole: what an older run lacks, it trained by the default
+        return Layer(f"the run {found.name} being resumed",
+                     flatten(saved, TrainConfig, f"The run {found.name}'s config.json",
+                             skip=(PROVENANCE_KEY,)),
+                     chosen=True)
 
-        before = json.loads(json.dumps(saved))
-        # the saved config wins except for what the caller changed now (e.g. more steps)
-        for section, values in overrides.items():
-            saved.setdefault(section, {}).update(
-                {k: val for k, val in values.items() if val is not None})
-        cfg = TrainConfig.from_dict(saved)
+    def _resume_checks(self, found: Run, cfg: TrainConfig) -> None:
+        """A resume with nothing left to train is refused; what the caller changed is said."""
         refuse_finished(found, cfg.run.steps)
-        self.resumed_changes = resume_changes(before, cfg.to_dict())
+        self.resumed_changes = resume_changes(self.saved_config, cfg.to_dict())
         for change in self.resumed_changes:
-            emitter.log(change["message"], level="warning")
-        return run_dir, cfg
+            self.emitter.log(change["message"], level="warning")
+
+    def _write_config(self, cfg: TrainConfig) -> None:
+        """The run's resolved config, with where each value came from."""
+        Run(self.run_dir).write_config({**cfg.to_dict(), PROVENANCE_KEY: self.provenance})
 
     # -- plan ---------------------------------------------------------------------------------
     def plan(self) -> Any:
@@ -247,7 +300,7 @@ class TrainRun:
         if req.address is None:
             # "auto" choices resolved by the plan (an existing cluster's GPUs resolve them
             # at launch, `cluster_gpu_plan`)
-            cfg = self.cfg = resolved(cfg, plan)
+            cfg = self.cfg = resolved(cfg, plan, self.provenance)
         # dry runs show it as their result; real runs keep it for --json consumers
         self.emitter.log(plan.table(), level="debug")
         self.plan_result = plan
@@ -297,7 +350,7 @@ class TrainRun:
                              "writable.") from exc
         if self.where.remember:
             v.set_storage(self.where.setting)  # the voice's next runs go there too
-        Run(run_dir).write_config(self.cfg.to_dict())
+        self._write_config(self.cfg)
         # an instant voice prepared before any base was chosen speaks on this one from now
         record_instant_base(v.path, self.cfg.model.base)
 
@@ -313,7 +366,10 @@ class TrainRun:
             workers = cfg.parallel.workers if self.workers_given or not gpus else gpus
             cfg = cfg.replace(parallel={"use_gpu": gpus > 0, "workers": workers},
                               data={"batch_size": max(cfg.data.batch_size, workers)})
-            Run(run_dir).write_config(cfg.to_dict())
+            self.provenance["parallel.use_gpu"] = "the cluster's GPUs"
+            if not self.workers_given:
+                self.provenance["parallel.workers"] = "the cluster's GPUs"
+            self._write_config(cfg)
         if cfg.parallel.use_gpu and cluster.num_gpus < cfg.parallel.workers:
             raise InputError(f"You asked for {cfg.parallel.workers} workers but the cluster "
                              f"has {cluster.num_gpus:g} GPUs.",
@@ -328,9 +384,9 @@ class TrainRun:
             if cfg.parallel.use_gpu:
                 gpu_plan = cluster_gpu_plan(report, self.model_dir, cfg, v.path, emitter)
                 if gpu_plan is not None:
-                    cfg = resolved(cfg, gpu_plan)
+                    cfg = resolved(cfg, gpu_plan, self.provenance)
                     self.run_extra["plan_bytes"] = gpu_plan.total
-                    Run(run_dir).write_config(cfg.to_dict())
+                    self._write_config(cfg)
         # codes are cached by content hash: a re-run or a resume encodes nothing
         if same_model_path:
             index = extract_codes_ray(v.path, self.model_dir,
@@ -445,15 +501,19 @@ def sigterm_as_interrupt() -> Iterator[None]:
             signal.signal(signal.SIGTERM, prev)
 
 
-def resolved(cfg: TrainConfig, plan: Any) -> TrainConfig:
+def resolved(cfg: TrainConfig, plan: Any, provenance: dict[str, str] | None = None
+             ) -> TrainConfig:
     """`cfg` with the plan's choice for every "auto" that memory decides: gradient
     reduction with accumulation ("last" or "every") and whether parameters stay
-    gathered between micro-steps ("on" or "off")."""
+    gathered between micro-steps ("on" or "off"); `provenance` says so of each."""
     if plan.accum_reduce not in ("last", "every"):
         return cfg  # no accumulation: neither applies
     parallel: dict[str, Any] = {"accum_reduce": plan.accum_reduce}
     if cfg.parallel.keep_gathered == "auto":
         parallel["keep_gathered"] = "on" if plan.keep_gathered else "off"
+    for name in parallel:
+        if provenance is not None and getattr(cfg.parallel, name) == "auto":
+            provenance[f"parallel.{name}"] = "the memory plan (auto)"
     return cfg.replace(parallel=parallel)
 
 
