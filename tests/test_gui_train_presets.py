@@ -1,5 +1,6 @@
 """One preset, one run (issue 51): a data-volume preset chosen in the window trains exactly
-what `voxshard-engine train` trains with no flags, and shows the engine's values."""
+what `voxshard-engine train` trains with no flags (or with `--preset` of that band), for a
+voice of every band and every preset, and shows the engine's values."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.config.layers import paths
+from engine.config.schema import value_problem
+from engine.config.train import TrainConfig
 from engine.layout.manifest import prepared_folder
-from engine.train.presets import preset
+from engine.train.presets import VOLUMES, preset
 from gui.app import MainWindow
 from gui.pages.train import TrainPage
 from tests.helpers.voices import voice_with_clips
@@ -57,6 +61,8 @@ def test_a_preset_in_the_window_trains_what_the_cli_trains_with_no_flags(
         qtbot, window: MainWindow, tmp_path: Path, tiny_model_dir: Path) -> None:
     page: TrainPage | None = None
     commands: list[list[str]] = []
+    #: (voice's band, preset chosen, window's args, the CLI's) of every pair
+    pairs: list[tuple[int, int, list[str], list[str]]] = []
     for band, minutes in enumerate(BAND_MINUTES):
         voice = banded_voice(tmp_path / str(band), minutes)
         window.ctx.set_voice(voice)
@@ -71,30 +77,40 @@ def test_a_preset_in_the_window_trains_what_the_cli_trains_with_no_flags(
         assert s.fields["steps"].value() is None  # by epochs
         assert (s.epochs.value(), s.ckpt_every.value()) == (engine["epochs"],
                                                             engine["checkpoint_every"])
-        commands += [page.train_args(), ["train", str(voice), "--base", str(tiny_model_dir)]]
+        cli = ["train", str(voice), "--base", str(tiny_model_dir)]
+        pairs.append((band, band, page.train_args(), cli))
+        # every other band's preset on this voice: the engine's preset of that band, from
+        # both
+        for chosen in (i for i in range(len(VOLUMES)) if i != band):
+            s.preset.setCurrentIndex(chosen)
+            pairs.append((band, chosen, page.train_args(),
+                          [*cli, "--preset", VOLUMES[chosen].key]))
+        s.preset.setCurrentIndex(band)
     assert page is not None
     s = page.settings
-    # another band than the voice's own: the engine's preset of that band, from both
-    s.preset.setCurrentIndex(0)
-    commands += [page.train_args(), ["train", str(voice), "--base", str(tiny_model_dir),
-                                     "--preset", "few"]]
+    commands = [c for _, _, shown, cli in pairs for c in (shown, cli)]
     configs = dry_runs(*commands)
-    few = preset(BAND_MINUTES[0], 0)["run"]
-    assert configs[-2] == configs[-1] and configs[-1]["run"]["epochs"] == few["epochs"]
-    assert configs[-1]["run"]["checkpoint_every"] == few["checkpoint_every"]
-    for band, minutes in enumerate(BAND_MINUTES):
-        shown, cli = configs[2 * band], configs[2 * band + 1]
-        assert shown == cli, band
-        engine = preset(minutes, 0)["run"]
+    for i, (band, chosen, _, _) in enumerate(pairs):
+        shown, cli = configs[2 * i], configs[2 * i + 1]
+        assert shown == cli, (band, chosen)
+        engine = preset(0, 0, VOLUMES[chosen].key)["run"]
         assert (shown["run"]["steps"], shown["run"]["epochs"],
                 shown["run"]["checkpoint_every"]) == (None, engine["epochs"],
                                                       engine["checkpoint_every"])
+        # every value of the resolved config inside its setting's bounds
+        for path in paths(TrainConfig):
+            section, _, name = path.partition(".")
+            assert value_problem(path, shown[section].get(name)) is None, (path, band, chosen)
+    for i, (band, chosen, window_args, _) in enumerate(pairs):
+        if band != chosen:
+            continue
+        shown, cli = configs[2 * i], configs[2 * i + 1]
         assert shown["optim"]["lr"] == s.lr.value()
         # the CLI's config (what its run saves) comes back into the form as that preset
         s.preset.setCurrentIndex(s.preset.findText("Custom"))
         s.load_run_config({**cli, "run": {**cli["run"], "name": "r"}})
         assert s.preset.currentIndex() == band, band
-        assert s.train_args("v") == [*commands[2 * band][:1], "v", *commands[2 * band][2:]]
+        assert s.train_args("v") == [*window_args[:1], "v", *window_args[2:]]
     # an edit makes it the form's own: then the form's values are sent
     s.epochs.setValue(s.epochs.value() + 1)
     assert s.preset.currentText() == "Custom"
