@@ -38,6 +38,14 @@ target: under 100 ms, no model load), the resident memory with 1, 4 and 16 voice
 loaded (target: each extra voice at most 2 % of the base's), and 8 concurrent renders
 on 8 different voices against 8 on one voice (target: at least 0.8 x).
 
+With `--streams` it measures k concurrent streams (k = 1, 2, 4, 8, 16 by default,
+`--ks`), all asked at once of the one warm worker, the server started with `--rows`
+rows: through Wyoming (one-shot `synthesize` of a three-sentence reply) and through
+OpenAI streaming (`stream_format` audio, pcm): the first audio of the k-th stream (the
+latest of the k; its ratio to k = 1; target at 8: within 2 x the first stream's plus one
+frame group's decode) and the aggregate audio seconds per wall second (ratio to one
+stream; target at 8: at least 3 x).
+
 With `--listings` it measures how fast the server lists its voices while it renders:
 a workspace of `--listing-voices` voices (each exported from the tiny test model) served
 over HTTP and Wyoming, then Wyoming `describe`, `GET /health` and `GET /v1/audio/voices`
@@ -586,6 +594,73 @@ def bench_listings(server: Served, repeats: int, rows: dict[str, Any]) -> None:
     rows["listings"] = table
 
 
+async def _openai_stream(server: Served, text: str, frames: int) -> float:
+    """Seconds to the first audio byte of one OpenAI streamed request (read to its end)."""
+    import asyncio
+
+    import httpx2 as httpx
+
+    def run() -> float:
+        body = {"model": "tts-1", "voice": server.voice, "input": text,
+                "response_format": "pcm", "stream_format": "audio", "max_frames": frames}
+        started = time.perf_counter()
+        first = None
+        with httpx.Client(base_url=server.url, timeout=600) as http, \
+                http.stream("POST", "/v1/audio/speech", json=body) as response:
+            response.raise_for_status()
+            for piece in response.iter_raw():
+                if piece and first is None:
+                    first = time.perf_counter() - started
+        assert first is not None, "the stream sent no audio"
+        return first
+
+    return await asyncio.to_thread(run)
+
+
+def bench_streams(server: Served, ks: list[int], frames: int, repeats: int,
+                  rows: dict[str, Any]) -> None:
+    """k concurrent streams through Wyoming and OpenAI streaming (see the module doc)."""
+    import asyncio
+
+    reply = " ".join(SENTENCES[2:5])
+
+    async def once(k: int, path: str) -> tuple[float, float]:
+        if path == "wyoming":
+            answers = await asyncio.gather(*(wyoming_request(server, reply, False)
+                                             for _ in range(k)))
+            return max(a[0] for a in answers), 0.0
+        firsts = await asyncio.gather(*(_openai_stream(server, reply, frames)
+                                        for _ in range(k)))
+        return max(firsts), 0.0
+
+    table: dict[str, dict[str, Any]] = {}
+    print(f"\n{'k':>3}{'path':>10}{'k-th first audio':>18}{'x k=1':>8}"
+          f"{'audio s/s':>11}{'x k=1':>8}")
+    for path in ("wyoming", "openai"):
+        asyncio.run(once(1, path))  # warm-up
+        base_first = base_rate = 0.0
+        for k in ks:
+            firsts, rates = [], []
+            for _ in range(repeats):
+                before = len(server.logs)
+                started = time.perf_counter()
+                first, _ = asyncio.run(once(k, path))
+                wall = time.perf_counter() - started
+                audio = sum(r["audio_s"] for r in server.logs[before:] if r["status"] == 200)
+                firsts.append(first)
+                rates.append(audio / wall)
+            first = sorted(firsts)[len(firsts) // 2]
+            rate = sorted(rates)[len(rates) // 2]
+            if k == ks[0]:
+                base_first, base_rate = first, rate
+            table.setdefault(path, {})[str(k)] = {
+                "kth_first_audio_s": round(first, 3), "first_ratio": round(first / base_first, 2),
+                "audio_s_per_s": round(rate, 3), "rate_ratio": round(rate / base_rate, 2)}
+            print(f"{k:>3}{path:>10}{first:>17.3f}s{first / base_first:>8.2f}"
+                  f"{rate:>11.2f}{rate / base_rate:>8.2f}")
+    rows["streams"] = table
+
+
 def main() -> None:
     import httpx2 as httpx
 
@@ -602,6 +677,10 @@ def main() -> None:
                         help="repeats of each cell of the rooms table (--wyoming)")
     parser.add_argument("--rooms-only", action="store_true",
                         help="with --wyoming: only the rooms table")
+    parser.add_argument("--streams", action="store_true",
+                        help="measure k concurrent streams (Wyoming and OpenAI streaming)")
+    parser.add_argument("--ks", default="1,2,4,8,16", help="stream counts (--streams)")
+    parser.add_argument("--rows", type=int, default=8, help="the server's rows (--streams)")
     parser.add_argument("--listings", action="store_true",
                         help="measure describe, /health and the voice list while 8 render")
     parser.add_argument("--listing-voices", type=int, default=6,
@@ -649,6 +728,18 @@ def main() -> None:
     voice = Path(args.voice) if args.voice else tiny_voice(tmp)
     rows = {"voice": str(voice), "frames": args.frames}
 
+    if args.streams:
+        server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0",
+                        "--rows", str(args.rows))
+        rows["rows"] = args.rows
+        try:
+            bench_streams(server, [int(k) for k in args.ks.split(",")], args.frames,
+                          max(1, args.repeats // 2), rows)
+        finally:
+            server.stop()
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return
     if args.wyoming:
         server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0")
         try:

@@ -286,14 +286,6 @@ class WyomingService:
     log: Callable[[dict[str, Any]], None] = field(default=lambda _record: None)
     served: int = 0
     audio_s: float = 0.0
-    #: jobs submitted as streams (the worker plays one stream at a time)
-    streaming: list[_Job] = field(default_factory=list)
-
-    def may_stream(self, worker: VoiceWorker) -> bool:
-        """Stream a new job only while its worker streams nothing else: a second stream
-        would wait for the first to end, where the shared batch renders it meanwhile."""
-        self.streaming = [j for j in self.streaming if not j.ticket.ended.is_set()]
-        return self.pool.streams == 0 and all(j.worker is not worker for j in self.streaming)
 
     @property
     def default_voice(self) -> str:
@@ -578,14 +570,12 @@ class _Connection(AsyncEventHandler):
             self.pool.release()
             raise _Refused(f"The voice '{reply.voice}' is no longer served here.",
                            "voice_not_found") from None
-        stream = self.service.may_stream(worker)
         options = {"instruct": reply.style} if reply.style else {}
-        ticket = self.pool.speak(worker, sentence, options, "wav", stream=stream,
+        # every room's sentence streams: its rows join the worker's one batch, so a
+        # second room's first audio never waits for the first room's reply
+        ticket = self.pool.speak(worker, sentence, options, "wav", stream=True,
                                  voice=reply.voice)
-        job = _Job(worker, ticket, time.monotonic() + self.service.timeout_s)
-        if stream:
-            self.service.streaming.append(job)
-        return job
+        return _Job(worker, ticket, time.monotonic() + self.service.timeout_s)
 
     async def _started(self, job: _Job) -> _Refused | None:
         """Wait for the worker's first audio file (or its error, or the time limit)."""
