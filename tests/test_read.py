@@ -38,6 +38,7 @@ from tests.helpers.reading import (
     ffmpeg_stats,
     instant_voice,
     read_workspace,
+    tides_epub,
     tiny_request,
 )
 from tests.helpers.voices import DRONE, forced_export
@@ -117,28 +118,7 @@ def test_an_epub_is_read_from_its_linear_content_not_its_table_of_contents(
         tmp_path: Path) -> None:
     """ebooklib's usual layout: the spine lists its `nav` document first, and a note the
     spine marks non-linear; neither is read aloud."""
-    from ebooklib import epub
-
-    book = epub.EpubBook()
-    book.set_identifier("id-50")
-    book.set_title("Tides")
-    book.set_language("en")
-    chapters = []
-    for name, title, words in (("one", "Ebb", "The sea went out."),
-                               ("two", "Flow", "The sea came back.")):
-        chapter = epub.EpubHtml(title=title, file_name=f"{name}.xhtml", lang="en")
-        chapter.content = f"<h1>{title}</h1><p>{words}</p>"
-        book.add_item(chapter)
-        chapters.append(chapter)
-    note = epub.EpubHtml(title="Note", file_name="note.xhtml", lang="en")
-    note.content = "<p>A note to skip.</p>"
-    book.add_item(note)
-    book.toc = tuple(chapters)
-    book.add_item(epub.EpubNcx())
-    book.add_item(epub.EpubNav())
-    book.spine = ["nav", *chapters, (note, "no")]
-    path = tmp_path / "tides.epub"
-    epub.write_epub(str(path), book)
+    path = tides_epub(tmp_path / "tides.epub", note=True)
     script = parse_epub(path)
     assert [c.title for c in script.chapters] == ["Ebb", "Flow"]
     assert [ln.text for ln in script.lines] == ["The sea went out.", "The sea came back."]

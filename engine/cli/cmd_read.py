@@ -26,7 +26,7 @@ _FLAGS = ("workspace", "language", "seed", "chunk_chars", "max_frames", "retries
           "line_pause_s", "paragraph_pause_s", "chapter_pause_s", "head_s", "loudness_lufs",
           "peak_dbfs", "room_tone_db", "preset", "subtitles", "tracks", "rows", "device",
           "dtype", "keep_other_models", "title", "author", "cover", "word_check",
-          "wer_max", "asr")
+          "wer_max", "asr", "chapter_titles", "title_pause_s")
 
 
 def _say(args: argparse.Namespace, request: ReadRequest) -> dict[str, Any] | None:

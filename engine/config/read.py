@@ -75,6 +75,11 @@ class ReadRequest:
     chapter_pause_s: float = 2.0
     #: room tone before each chapter's first line, seconds
     head_s: float = 0.75
+    #: say each chapter's title (a heading) as a line of its own before the chapter;
+    #: none: for an EPUB only
+    chapter_titles: bool | None = None
+    #: silence after a spoken chapter title, seconds
+    title_pause_s: float = 1.5
     #: integrated loudness of the export in LUFS (-16 podcast, -18/-20 audiobook)
     loudness_lufs: float | None = -18.0
     #: level the export by its RMS (dB) instead of its loudness (ACX measures RMS)
@@ -118,7 +123,8 @@ class ReadRequest:
         _check(0 <= self.seed < 2**31, "seed must be between 0 and 2^31.")
         _check(0.05 <= self.wer_max <= 2,
                f"wer_max must be between 0.05 and 2 (got {self.wer_max}).")
-        for name in ("line_pause_s", "paragraph_pause_s", "chapter_pause_s", "head_s"):
+        for name in ("line_pause_s", "paragraph_pause_s", "chapter_pause_s", "head_s",
+                     "title_pause_s"):
             v = getattr(self, name)
             _check(0 <= v <= 30, f"{name} must be between 0 and 30 seconds (got {v}).")
         _check(self.loudness_lufs is None or -40 <= self.loudness_lufs < 0,

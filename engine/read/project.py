@@ -214,6 +214,14 @@ def said_text(plan: Plan, planned: PlannedLine) -> str:
                        fallback=planned.voice.language) or planned.line.text
 
 
+def titles_spoken(request: ReadRequest) -> bool:
+    """Are the chapters' titles said? As asked, else for an EPUB (its chapters' headings
+    are titles; a text's headings may be notes to the reader)."""
+    if request.chapter_titles is not None:
+        return request.chapter_titles
+    return Path(request.script).suffix.lower() == ".epub"
+
+
 def project_dir(request: ReadRequest) -> Path:
     return Path(request.project) if request.project else reading.default_project_dir(
         request.script)
@@ -223,6 +231,8 @@ def make_plan(request: ReadRequest) -> Plan:
     """The project's lines as `request` renders them (reads the script and the disk)."""
     voices = read_voices(request)
     script = read_script(request.script, script_names(request, voices))
+    if titles_spoken(request):
+        script = script.with_titles(request.title_pause_s)
     project = project_dir(request)
     workspace = Path(str(request.workspace))
     chosen_voices = {line.speaker: _voice_for(line.speaker, request, voices)

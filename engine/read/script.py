@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html.parser
 import posixpath
 import re
@@ -102,12 +103,16 @@ class Line:
     pause_s: float | None = None
     #: the last line of its paragraph (takes the paragraph pause)
     paragraph_end: bool = False
+    #: its chapter's title, said before the chapter's first line (`Script.with_titles`)
+    title: bool = False
 
 
 @dataclass
 class Chapter:
     title: str
     lines: list[Line] = field(default_factory=list)
+    #: its title is the script's (a heading), not one made up for it ("Chapter 1")
+    named: bool = True
 
 
 @dataclass
@@ -126,6 +131,20 @@ class Script:
     @property
     def speakers(self) -> list[str]:
         return list(dict.fromkeys(line.speaker for line in self.lines))
+
+    def with_titles(self, pause_s: float) -> Script:
+        """The script with each named chapter opening on its title, a line of its own said
+        by the narrator with `pause_s` after it (lines renumbered in order)."""
+        chapters, count = [], 0
+        for index, chapter in enumerate(self.chapters):
+            lines = ([Line(0, index, chapter.title, pause_s=pause_s, paragraph_end=True,
+                           title=True)] if chapter.named and chapter.title.strip() else [])
+            numbered = []
+            for line in [*lines, *chapter.lines]:
+                count += 1
+                numbered.append(dataclasses.replace(line, number=count))
+            chapters.append(Chapter(chapter.title, numbered, chapter.named))
+        return Script(chapters, self.title, self.author, self.cover)
 
 
 def _plain_markdown(text: str) -> str:
@@ -156,7 +175,8 @@ class _Builder:
         self.count = 0
 
     def chapter(self, title: str) -> None:
-        self.chapters.append(Chapter(title.strip() or f"Chapter {len(self.chapters) + 1}"))
+        self.chapters.append(Chapter(title.strip() or f"Chapter {len(self.chapters) + 1}",
+                                     named=bool(title.strip())))
 
     def paragraph(self, speaker: str, text: str, where: str) -> None:
         """One paragraph line of the script (its pauses and styles cut it into lines)."""
@@ -221,7 +241,7 @@ class _Builder:
         for index, chapter in enumerate(chapters):
             out.append(Chapter(chapter.title, [Line(ln.number, index, ln.text, ln.speaker,
                                                     ln.style, ln.pause_s, ln.paragraph_end)
-                                               for ln in chapter.lines]))
+                                               for ln in chapter.lines], chapter.named))
         return Script(out)
 
 

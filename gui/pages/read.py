@@ -51,7 +51,7 @@ COLUMNS = ["#", "Chapter", "Voice", "Style", "Line", "Takes"]
 #: a project's settings the page keeps as the project saved them (the takes' keys use them)
 SAVED = ("language", "seed", "chunk_chars", "max_frames", "retries", "line_pause_s",
          "paragraph_pause_s", "chapter_pause_s", "styles", "keep_other_models", "word_check",
-         "wer_max", "asr")
+         "wer_max", "asr", "chapter_titles", "title_pause_s")
 #: the export's file types, in the order offered
 EXPORTS = "Audiobook (*.m4b);;MP3 (*.mp3);;FLAC (*.flac);;WAV (*.wav)"
 

@@ -75,6 +75,36 @@ def read_events(request: ReadRequest) -> tuple[dict[str, Any], list[Event]]:
     return read(request, Emitter(events.append)), events
 
 
+def tides_epub(path: Path, note: bool = False) -> Path:
+    """An EPUB of two chapters ("Ebb", "Flow") as ebooklib writes a book: its `nav`
+    document first in the spine; with `note`, a note the spine marks non-linear last."""
+    from ebooklib import epub  # start-up cost: only the tests that write a book
+
+    book = epub.EpubBook()
+    book.set_identifier("id-50")
+    book.set_title("Tides")
+    book.set_language("en")
+    chapters = []
+    for name, title, words in (("one", "Ebb", "The sea went out."),
+                               ("two", "Flow", "The sea came back.")):
+        chapter = epub.EpubHtml(title=title, file_name=f"{name}.xhtml", lang="en")
+        chapter.content = f"<h1>{title}</h1><p>{words}</p>"
+        book.add_item(chapter)
+        chapters.append(chapter)
+    spine: list[Any] = ["nav", *chapters]
+    if note:
+        extra = epub.EpubHtml(title="Note", file_name="note.xhtml", lang="en")
+        extra.content = "<p>A note to skip.</p>"
+        book.add_item(extra)
+        spine.append((extra, "no"))
+    book.toc = tuple(chapters)
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    book.spine = spine
+    epub.write_epub(str(path), book)
+    return path
+
+
 def read_workspace(ws: Path, model_dir: Path) -> Path:
     """Fill the workspace folder `ws` (made when missing) with ada, bob and drone."""
     ws.mkdir(parents=True, exist_ok=True)
