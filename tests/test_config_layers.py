@@ -5,6 +5,7 @@ its path (`--set`) or a whole config by file (`--config`), checked by the schema
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from engine.cli.main import build_parser, sub_parser
+from engine.cli.settings import apply_set
 from engine.config.layers import (
     DEFAULT,
     Layer,
@@ -240,3 +243,25 @@ def test_every_preset_resolves_inside_the_schema_bounds(tmp_path: Path) -> None:
             TrainConfig.from_dict(merged.tree)
             assert {merged.provenance[p] for p in ("run.epochs", "optim.lr")} == {
                 layers[0].source, layers[1].source}
+
+
+def test_every_command_that_takes_settings_takes_them_by_path(tmp_path: Path) -> None:
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in subs.choices.items():
+        if any(getattr(a, "setting_path", None) for a in command._actions):
+            assert "--set" in command._option_string_actions, name
+    # a path stands for the command's flag, checked and typed by the setting's rule; the
+    # flag itself, given too, wins
+    args = parser.parse_args(["speak", "m", "hi", "--set", "speak.temperature=0.5",
+                              "--set", "speak.top_k=5", "--top-k", "7"])
+    apply_set(sub_parser(parser, "speak"), args)
+    assert (args.temperature, args.top_k) == (0.5, 7)
+    voice = voice_with_clips(tmp_path, 4, 4.0)
+    wrong_choice, unknown = _cli(["prepare", str(voice), "--set", "prepare.vad=nope"],
+                                 ["speak", str(voice), "hi", "--set", "optim.lr=1"])
+    assert wrong_choice["event"] == unknown["event"] == "error"
+    assert "prepare.vad = 'nope'; it must be one of silero, energy" in \
+        wrong_choice["message"], wrong_choice
+    assert "optim.lr, which is not a setting of this command" in unknown["message"]
+    assert "speak.temperature" in unknown["hint"]

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from engine.cli.output import HumanOutput, JsonOutput
-from engine.cli.settings import cli_words
+from engine.cli.settings import add_set_options, apply_set, cli_words
 from engine.config.change import cli_lines
 from engine.core.errors import Cancelled, VoxshardError
 from engine.core.events import Emitter
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    add_set_options(sub)
     return parser
 
 
@@ -80,6 +81,12 @@ def add_command(sub: Any, name: str, func: Any, help: str,
     _add_common(p)
     p.set_defaults(func=func)
     return p
+
+
+def sub_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of one sub-command of `parser`."""
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return subs.choices[command]
 
 
 def _install_signal_handlers() -> None:
@@ -148,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     emitter = Emitter(output.handle)
     _install_signal_handlers()
     try:
+        apply_set(sub_parser(parser, args.command), args)
         result = args.func(args, emitter)
     except Cancelled as exc:
         output.error("cancelled", exc.message, exc.hint)

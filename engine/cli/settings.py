@@ -13,9 +13,11 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from engine.config.layers import assignments
 from engine.config.schema import default_of, field_help, flag_of, path_of, rules, value_type
 
-__all__ = ["FIELD", "add_field", "add_layer_options", "cli_words", "field_help"]
+__all__ = ["FIELD", "add_field", "add_layer_options", "add_set_options", "apply_set",
+           "cli_words", "field_help"]
 
 #: {"section.field": flag} of every setting a command takes, filled as the parser is built
 FLAGS: dict[str, str] = {}
@@ -86,9 +88,14 @@ def add_field(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: ty
         default = shown
     if kind is bool:
         kwargs.setdefault("action", argparse.BooleanOptionalAction)
-        return parser.add_argument(flag, default=default, help=text, **kwargs)
-    converter = type or _checked(cls, name, kind if kind in (int, float, str) else str)
-    return parser.add_argument(flag, type=converter, default=default, help=text, **kwargs)
+        action = parser.add_argument(flag, default=default, help=text, **kwargs)
+    else:
+        converter = type or _checked(cls, name, kind if kind in (int, float, str) else str)
+        action = parser.add_argument(flag, type=converter, default=default, help=text,
+                                     **kwargs)
+    if hasattr(cls, "__section__") and kwargs.get("action") != "append":
+        action.setting_path = path_of(cls, name)  # type: ignore[attr-defined]  # --set
+    return action
 
 
 def add_layer_options(parser: argparse.ArgumentParser, what: str) -> None:
@@ -102,3 +109,38 @@ def add_layer_options(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--config", default=None, dest="config_file", metavar="FILE",
                         help=f"a whole {what} config, JSON or TOML (a run's config.json "
                              "too): its settings come after the flags' and --set's")
+
+
+def _settings_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """{path: its flag's action} of every setting a command's parser takes as a flag."""
+    return {a.setting_path: a for a in parser._actions  # type: ignore[attr-defined]
+            if getattr(a, "setting_path", None)}
+
+
+def add_set_options(sub: Any) -> None:
+    """`--set section.field=value` on every command that takes settings and has no `--set`
+    of its own (`train` and `plan` take any training setting, `add_layer_options`): any
+    of the command's settings by its path, as its flag gives it."""
+    for parser in set(sub.choices.values()):
+        known = _settings_of(parser)
+        if known and "--set" not in parser._option_string_actions:
+            action = parser.add_argument(
+                "--set", action="append", default=[], dest="set_values",
+                metavar="SECTION.FIELD=VALUE",
+                help="a setting of this command by its path, repeatable (e.g. --set "
+                     f"{sorted(known)[0]}=...); its flag, when given too, wins")
+            action.by_flags = True  # type: ignore[attr-defined]  # `apply_set` applies it
+
+
+def apply_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Each `--set` of a command whose `--set` stands for its flags (`add_set_options`)
+    given to the flag's destination, checked by the setting's rule; a flag given too
+    wins. InputError for a path the command does not take or a value its rule refuses."""
+    action = parser._option_string_actions.get("--set")
+    if not getattr(action, "by_flags", False) or not getattr(args, "set_values", None):
+        return
+    known = _settings_of(parser)
+    for path, value in assignments(args.set_values, known).items():
+        flag = known[path]
+        if getattr(args, flag.dest, None) == flag.default:
+            setattr(args, flag.dest, value)

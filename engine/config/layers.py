@@ -17,7 +17,7 @@ import dataclasses
 import json
 import tomllib
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,17 +172,23 @@ def flatten(tree: Mapping[str, Any], root: type, source: str, skip: tuple[str, .
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
-def assignment(text: str, root: type) -> tuple[str, Any]:
+def assignment(text: str, known: type | Collection[str]) -> tuple[str, Any]:
     """"optim.lr=1e-5" (`--set`) as ("optim.lr", 1e-05): the text as the field's type,
-    checked by its rule; an InputError names the path and what it allows."""
+    checked by its rule; an InputError names the path and what it allows. `known`: a
+    config tree's root (any of its settings), or the paths a command takes."""
     path, equals, raw = text.partition("=")
     path, raw = path.strip(), raw.strip()
     source = f"--set {text}"
     if not equals or not path:
         raise InputError(f"{source} is not section.field=value.",
-                         "Write a setting as --set optim.lr=1e-5.")
-    if path not in paths(root):
-        raise _unknown(path, root, "--set")
+                         "Write a setting as --set section.field=value, e.g. --set "
+                         "optim.lr=1e-5.")
+    if isinstance(known, type):
+        if path not in paths(known):
+            raise _unknown(path, known, "--set")
+    elif path not in known:
+        raise InputError(f"--set names {path}, which is not a setting of this command.",
+                         f"Its settings are: {', '.join(sorted(known))}.")
     kind = value_type(*lookup(path))
     value: Any = raw
     if kind is bool:
@@ -197,12 +203,15 @@ def assignment(text: str, root: type) -> tuple[str, Any]:
             whole = "a whole number" if kind is int else "a number"
             raise InputError(f"{source}: {path} must be {whole}, not {raw!r}.",
                              _allowed(path)) from None
-    return path, checked(path, value, root, "--set")
+    why = value_problem(path, value)
+    if why is not None:
+        raise InputError(f"--set has {path} = {value!r}; it {why}.", _allowed(path))
+    return path, value
 
 
-def assignments(texts: Sequence[str], root: type) -> dict[str, Any]:
+def assignments(texts: Sequence[str], known: type | Collection[str]) -> dict[str, Any]:
     """Every `--set` as {path: value}; the last of one path wins, as with flags."""
-    return dict(assignment(text, root) for text in texts)
+    return dict(assignment(text, known) for text in texts)
 
 
 def read_file(path: str | Path, root: type) -> dict[str, Any]:
