@@ -22,8 +22,8 @@ from typing import Any
 from engine.cli.main import add_command
 from engine.cli.settings import add_field, add_layer_options
 from engine.config.layers import assignments
-from engine.config.schema import lookup
-from engine.config.train import LENGTH_SECTIONS, REQUEST_SETTINGS, TrainConfig
+from engine.config.schema import field_help, lookup
+from engine.config.train import LENGTH_SECTIONS, REQUEST_SETTINGS, ModelConfig, TrainConfig
 from engine.core.events import Emitter
 from engine.train.presets import ADVISED_MINUTES, LARGE_MINUTES, VOLUME_KEYS
 
@@ -35,30 +35,11 @@ def _positive_float(text: str) -> float:
     return value
 
 
-#: the words of a flag where "not given" means more than the field's default: the
-#: presets by data volume, the GPUs, or the voice's own [train] settings decide
-_HELP = {
-    "workers": "Ray Train workers: one per GPU (default: every GPU), or CPU workers",
-    "batch_size": "clips per micro-step over all workers (default: by data volume)",
-    "keep_gathered": "with --grad-accum: keep parameters gathered between micro-steps "
-                     "(auto: when the memory plan says it fits)",
-    "precision": "auto: bf16 on GPUs of compute capability 8.0+, fp16 with loss scaling "
-                 "on older GPUs, fp32 on CPU",
-    "trainable": "what trains: talker (the talker and code predictor), talker+text (plus the "
-                 "text embedding), code_predictor, talker_layers, lora (adapters on the "
-                 "talker's attention and MLP; fits one 16-24 GB GPU for 1.7B); `plan` shows "
-                 "the memory of each",
-    "lora_predictor": "with --trainable lora: adapters on the code predictor's layers too (it "
-                      "carries codebooks 1-15; default: the voice's [train] lora_predictor, "
-                      "else the talker's alone)",
-    "predictor_frames": "the share of each step's frames the code predictor "
-                        "trains on; codebook 0 and validation always see every frame; below "
-                        "1 a step is faster, each frame's finer codebooks learnt from less "
-                        "often (default: the voice's [train] predictor_frames, else 1)",
-    "steps": "optimizer steps",
-    "epochs": "passes over the training clips (default: by data volume)",
-    "lr": "peak learning rate (default: by model size, `engine.train.presets.preset`)",
-}
+#: settings where "not given" means more than the field's default (the presets by data
+#: volume, the GPUs, or the voice's own [train] settings decide): their help says what,
+#: and no "(default ...)" follows it
+_DECIDED = frozenset({"workers", "batch_size", "keep_gathered", "precision", "trainable",
+                      "lora_predictor", "predictor_frames", "steps", "epochs", "lr"})
 
 
 def _settings(length: bool) -> list[str]:
@@ -76,15 +57,13 @@ def _add_settings(p: argparse.ArgumentParser, paths: list[str]) -> None:
         if name in ("steps", "epochs"):  # one length or the other
             length = length or p.add_mutually_exclusive_group()
             target = length
-        add_field(target, cls, name, help=_HELP.get(name), show_default=name not in _HELP)
+        add_field(target, cls, name, show_default=name not in _DECIDED)
 
 
 def _add_shape_options(p: argparse.ArgumentParser) -> None:
     """Options that change the memory plan; shared by train and plan."""
     p.add_argument("voice", help="voice folder (prepared)")
-    p.add_argument("--base", default=None,
-                   help="base model: a folder or a hub id such as Qwen/Qwen3-TTS-12Hz-1.7B-Base "
-                        "(with --resume: the run's own)")
+    p.add_argument("--base", default=None, help=field_help(ModelConfig)["base"])
     # None means "not given": the driver picks by data volume and GPUs, or keeps what a
     # resumed run used
     _add_settings(p, _settings(length=False))
