@@ -62,10 +62,21 @@ class Merged:
         self.provenance[path] = source
 
     def lines(self, every: bool = False) -> list[str]:
-        """"optim.lr 4e-06 from the preset for 0.6B", one per value (`every`: the defaults
-        too)."""
-        return [f"{path} {_shown(self.get(path))} from {source}"
-                for path, source in self.provenance.items() if every or source != DEFAULT]
+        """`provenance_lines` of this merge."""
+        return provenance_lines(self.tree, self.provenance, every)
+
+
+def provenance_lines(tree: Mapping[str, Mapping[str, Any]], provenance: Mapping[str, str],
+                     every: bool = False) -> list[str]:
+    """"optim.lr  4e-06  from the preset for 0.6B", one per value of a config `tree` (not
+    the defaults, unless `every`), in columns."""
+    rows = [(path, _shown(tree[path.partition(".")[0]][path.partition(".")[2]]), source)
+            for path, source in provenance.items() if every or source != DEFAULT]
+    # a long value (a model's folder) overflows its column rather than widen it
+    wide = [max((len(row[i]) for row in rows if len(row[i]) <= 24), default=0)
+            for i in (0, 1)]
+    return [f"{path:<{wide[0]}}  {value:<{wide[1]}}  from {source}"
+            for path, value, source in rows]
 
 
 def _shown(value: Any) -> str:

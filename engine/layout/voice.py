@@ -37,7 +37,7 @@ import numpy as np
 from engine.audio.io import copy_and_hash, probe, write_take_array
 from engine.config import PrepareConfig
 from engine.config.reinforce import ReinforceConfig
-from engine.config.schema import SettingError, value_problem
+from engine.config.schema import SettingError
 from engine.core.atomic import write_json, write_text
 from engine.core.errors import AudioError, InputError, WorkspaceError
 from engine.core.storage import storage_arg, user_path
@@ -289,30 +289,6 @@ class Voice:
         None for the voice's own runs/, else a shared folder or a URI (engine.core.storage)."""
         value = self.config.get("train", {}).get("storage")
         return str(value) if value else None
-
-    def _train_setting(self, path: str) -> Any:
-        """A training setting for new runs from voice.toml [train] (by its field's name),
-        checked by the config field's rule; None when not set."""
-        name = path.rpartition(".")[2]
-        value = self.config.get("train", {}).get(name)
-        why = value_problem(path, value)
-        if why is not None:
-            raise WorkspaceError(f"{self.voice_file} has [train] {name} = {value!r}; it {why}.",
-                                 "Fix or remove that line of voice.toml.")
-        return value
-
-    @property
-    def predictor_frames(self) -> float | None:
-        """The code predictor's share of each step's frames for new runs ([train]
-        predictor_frames in voice.toml); None when not set."""
-        value = self._train_setting("model.predictor_frames")
-        return None if value is None else float(value)
-
-    @property
-    def lora_predictor(self) -> bool | None:
-        """Whether new LoRA runs put adapters on the code predictor too ([train]
-        lora_predictor in voice.toml, true or false); None when not set."""
-        return self._train_setting("model.lora_predictor")
 
     def set_storage(self, storage: str | os.PathLike[str] | None) -> None:
         """Remember where new runs go (None or "" for the voice's own runs/)."""

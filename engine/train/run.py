@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.cluster import connect
-from engine.config.layers import DEFAULT, PROVENANCE_KEY, Layer, flatten, read_file
+from engine.config.layers import PROVENANCE_KEY, Layer, flatten, provenance_lines, read_file
 from engine.config.train import TrainConfig
 from engine.core.errors import InputError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
@@ -77,17 +77,6 @@ def voice_layer(v: Voice) -> Layer:
     return Layer("voice.toml", {"model.speaker_name": v.speaker, **values}, chosen=True)
 
 
-def provenance_table(cfg: TrainConfig, provenance: dict[str, str]) -> str:
-    """The settings not at their defaults, each with where it came from."""
-    tree = cfg.to_dict()
-    rows = [(path, tree[path.partition(".")[0]][path.partition(".")[2]], source)
-            for path, source in provenance.items() if source != DEFAULT]
-    width = max((len(path) for path, _, _ in rows), default=0)
-    return "Settings (and where they come from):\n" + "\n".join(
-        f"  {path:<{width}}  {value:g}  {source}" if isinstance(value, float) else
-        f"  {path:<{width}}  {value}  {source}" for path, value, source in rows)
-
-
 class TrainRun:
     """One start of training, in named stages: resolve, plan, launch, watch.
 
@@ -132,8 +121,9 @@ class TrainRun:
             assert self.cfg is not None
             return {"dry_run": True, "config": self.cfg.to_dict(),
                     "provenance": self.provenance, "plan": self.plan_result.to_dict(),
-                    "summary": self.plan_result.table() + "\n\n" + provenance_table(
-                        self.cfg, self.provenance)}
+                    "summary": "\n  ".join([
+                        self.plan_result.table() + "\n\nSettings (and where they come from):",
+                        *provenance_lines(self.cfg.to_dict(), self.provenance)])}
         self._storage()
         with sigterm_as_interrupt():
             assert self.cfg is not None
