@@ -139,7 +139,10 @@ def train(voice: PathLike, base: str, on_event: EventCallback | Emitter | None =
     batch_size, trainable, lora_rank, predictor_frames, ...: every field of
     `engine.config.train.REQUEST_SETTINGS`, each documented and bounded in its config
     section) and the request's own (resume, run, address, storage, use_gpu, ...:
-    `engine.train.request.TrainRequest`).
+    `engine.train.request.TrainRequest`). `settings={"optim.weight_decay": 0.0}` gives any
+    training setting by its path, `config="runs/<run>/config.json"` a whole config (JSON
+    or TOML) under them; the result of a dry run says where each value came from
+    (`provenance`, `engine.config.layers`).
     """
     from engine.train.driver import train as _train
 
