@@ -266,3 +266,17 @@ def test_every_command_that_takes_settings_takes_them_by_path(tmp_path: Path) ->
         wrong_choice["message"], wrong_choice
     assert "optim.lr, which is not a setting of this command" in unknown["message"]
     assert "speak.temperature" in unknown["hint"]
+
+
+def test_a_config_file_names_the_base_when_the_request_does_not(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    voice = voice_with_clips(tmp_path, 16, 4.0)
+    file = tmp_path / "c.toml"
+    file.write_text(f"[model]\nbase = {json.dumps(str(tiny_model_dir))}\n"
+                    "[optim]\nlr = 5e-5\n[parallel]\nworkers = 1\n")
+    out = train(voice, None, config=str(file), dry_run=True)
+    assert out["config"]["model"]["base"] == str(tiny_model_dir)
+    assert out["provenance"]["model.base"] == out["provenance"]["optim.lr"] == \
+        "the config file c.toml"
+    with pytest.raises(InputError, match="No base model given"):
+        train(voice, None, dry_run=True)
