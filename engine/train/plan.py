@@ -75,6 +75,7 @@ import psutil
 from engine.audio.timebase import FRAME_RATE
 from engine.config.change import Change, cli_lines
 from engine.config.train import TRAINABLE_CHOICES, ModelConfig
+from engine.core.errors import InputError
 from engine.layout.manifest import read_manifest
 from engine.model.loading import read_model_config
 from engine.train.gpus import min_capability, visible_gpus
@@ -750,6 +751,16 @@ def relief(plan: Plan, model_dir: Path, config: Any, device: str,  # noqa: C901
     if plan.total_params > 1.2e9:
         out.append(Change("model.base", SMALLER_BASE, "Fine-tune the smaller model instead"))
     return out
+
+
+def refusal(plan: Plan, where: str = "") -> InputError:
+    """The refusal of a run that does not fit (`where`: " the cluster's GPUs"): what it
+    needs and by how much it is short; the plan's changes are its remedy."""
+    need = (f"{plan.total / GIB:.1f} GiB per GPU" if plan.device == "cuda" else
+            f"{plan.host_total / GIB:.1f} GiB for the whole run")
+    return InputError(f"Training will not fit{where}: it needs about {need}. "
+                      f"{plan.advice[0]}", None if plan.changes else NO_SINGLE_CHANGE,
+                      changes=plan.changes)
 
 
 def advise(plan: Plan, model_dir: Path, config: Any, device: str,
