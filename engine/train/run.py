@@ -43,6 +43,7 @@ from engine.train.presets import (
 )
 from engine.train.request import TrainRequest
 from engine.train.resolve import (
+    DataSummary,
     data_summary,
     detect_gpus,
     new_run_name,
@@ -101,7 +102,6 @@ class TrainRun:
         self.use_gpu: bool | None = None  # None: an existing cluster's GPUs decide
         self.run_dir = Path()
         self.resumed_changes: list[dict[str, Any]] = []
-        self.saved_config: dict[str, Any] = {}  # a resumed run's, as it was
         #: {"section.field": where its value came from} (`engine.config.layers`)
         self.provenance: dict[str, str] = {}
         # plan's
@@ -144,54 +144,23 @@ class TrainRun:
 
     # -- resolve ------------------------------------------------------------------------------
     def resolve(self) -> TrainConfig:
-        req, emitter = self.request, self.emitter
+        req = self.request
         v = self.voice = open_voice(req.voice)
         given = (read_file(req.config, TrainConfig) if req.config is not None else {})
         # where a run ran is not how it trains: a file names its own machine's
         given = {k: val for k, val in given.items() if k not in MACHINE_SETTINGS}
         resumed = self._resumed_run(v) if req.resume else None
-        named = req.base or given.get("model.base")
-        if resumed is None and not str(named or "").strip():
-            raise InputError("No base model given.",
-                             "Name one for {model.base}: Qwen/Qwen3-TTS-12Hz-0.6B-Base or a "
-                             "model folder.")
-        # a resumed run trains on its own base, whatever the caller's form shows now
-        self.base = expand_arg(resume_base(resumed, named) if resumed is not None
-                               else str(named))
-        if resumed is not None and req.base and expand_arg(str(req.base)) != self.base:
-            emitter.log(f"A resumed run trains on its own base model: {self.base}.",
-                        level="warning")
-        # absolute: workers (on other nodes, in other folders) get this path
-        model_dir = self.model_dir = Path(os.path.abspath(resolve_model(self.base,
-                                                                        on_event=emitter)))
-        info = check_base_model(model_dir)
-        summary = data_summary(v.path)
-        if summary.clips < MIN_CLIPS or summary.seconds < MIN_SECONDS:
-            raise InputError(f"{v.display_name} has {summary.clips} usable clip(s), "
-                             f"{summary.seconds:.0f} s of audio; training needs at least "
-                             f"{MIN_CLIPS} clips and {MIN_SECONDS:.0f} s.",
-                             "Record or import more speech, then prepare again.")
-        if summary.minutes < ADVISED_MINUTES:
-            emitter.log(f"Only {summary.minutes:.1f} minutes of usable audio; "
-                        f"{ADVISED_MINUTES:g}-{LARGE_MINUTES:g} minutes usually give a much "
-                        "better voice.", level="warning")
-
-        asked = {**given, **req.values()}
-        use_gpu, workers = self._devices(asked.get("parallel.workers"))
-        threads = worker_threads(use_gpu, bool(asked.get("parallel.cpu_offload")), workers,
-                                 os.cpu_count() or 1)
-        request, config_file = dict(req.values()), dict(given)
-        if resumed is None:  # a new run trains on the absolute folder of its base
-            (request if req.base else config_file)["model.base"] = str(model_dir)
-        layers = [Layer("the request", request, chosen=True),
-                  Layer(f"the config file {Path(req.config or '').name}", config_file,
-                        chosen=True),
-                  Layer("the devices found", {"parallel.workers": workers,
-                                              "parallel.use_gpu": use_gpu,
-                                              "parallel.cpu_threads_per_worker": threads})]
+        info = self._base_model(resumed, req.base or given.get("model.base"))
+        summary = self._usable_data(v)
+        layers = self._asked_layers(given, new_run=resumed is None)
+        saved: dict[str, Any] = {}
         if resumed is not None:
-            run_dir = resumed.path
-            layers.append(self._resumed_layer(v, resumed))
+            run_dir, saved = resumed.path, self._resumable_config(v, resumed)
+            # a saved config is whole: what an older run lacks, it trained by the default
+            layers.append(Layer(f"the run {resumed.name} being resumed",
+                                flatten(saved, TrainConfig,
+                                        f"The run {resumed.name}'s config.json"),
+                                chosen=True))
         else:
             run_dir = v.runs_dir / (req.run or new_run_name())
             if run_dir.is_symlink() or (run_dir.exists() and any(run_dir.iterdir())):
@@ -202,17 +171,66 @@ class TrainRun:
         cfg, merged = resolve_config(layers, summary, run_dir.name)
         self.provenance = merged.provenance
         if resumed is not None:
-            self._resume_checks(resumed, cfg)
+            self._resume_checks(resumed, saved, cfg)
         self.run_dir = run_dir
         n_train, per_step = summary.train_clips(cfg), cfg.data.batch_size * cfg.data.grad_accum
         if n_train < per_step:
             raise InputError(f"Only {n_train} training clips, fewer than one optimizer step "
                              f"needs ({per_step}).",
                              "Prepare more audio or lower {data.batch_size}.")
-
-        self.use_gpu = use_gpu
         self.cfg = cfg
         return cfg
+
+    def _base_model(self, resumed: Run | None, named: str | None) -> Any:
+        """The base model the run trains on (`named`, or a resumed run's own), its folder and
+        what it is."""
+        if resumed is None and not str(named or "").strip():
+            raise InputError("No base model given.",
+                             "Name one for {model.base}: Qwen/Qwen3-TTS-12Hz-0.6B-Base or a "
+                             "model folder.")
+        # a resumed run trains on its own base, whatever the caller's form shows now
+        self.base = expand_arg(resume_base(resumed, named) if resumed is not None
+                               else str(named))
+        req, emitter = self.request, self.emitter
+        if resumed is not None and req.base and expand_arg(str(req.base)) != self.base:
+            emitter.log(f"A resumed run trains on its own base model: {self.base}.",
+                        level="warning")
+        # absolute: workers (on other nodes, in other folders) get this path
+        self.model_dir = Path(os.path.abspath(resolve_model(self.base, on_event=emitter)))
+        return check_base_model(self.model_dir)
+
+    def _usable_data(self, v: Voice) -> DataSummary:
+        """The voice's usable clips, refused when too few to train on."""
+        summary = data_summary(v.path)
+        if summary.clips < MIN_CLIPS or summary.seconds < MIN_SECONDS:
+            raise InputError(f"{v.display_name} has {summary.clips} usable clip(s), "
+                             f"{summary.seconds:.0f} s of audio; training needs at least "
+                             f"{MIN_CLIPS} clips and {MIN_SECONDS:.0f} s.",
+                             "Record or import more speech, then prepare again.")
+        if summary.minutes < ADVISED_MINUTES:
+            self.emitter.log(f"Only {summary.minutes:.1f} minutes of usable audio; "
+                             f"{ADVISED_MINUTES:g}-{LARGE_MINUTES:g} minutes usually give a "
+                             "much better voice.", level="warning")
+        return summary
+
+    def _asked_layers(self, given: dict[str, Any], new_run: bool) -> list[Layer]:
+        """The layers over a resumed run's and the voice's: the request, its config file
+        (`given`), and the devices found for what they ask."""
+        req = self.request
+        asked = {**given, **req.values()}
+        use_gpu, workers = self._devices(asked.get("parallel.workers"))
+        threads = worker_threads(use_gpu, bool(asked.get("parallel.cpu_offload")), workers,
+                                 os.cpu_count() or 1)
+        self.use_gpu = use_gpu
+        request, config_file = dict(req.values()), dict(given)
+        if new_run:  # a new run trains on the absolute folder of its base
+            (request if req.base else config_file)["model.base"] = str(self.model_dir)
+        return [Layer("the request", request, chosen=True),
+                Layer(f"the config file {Path(req.config or '').name}", config_file,
+                      chosen=True),
+                Layer("the devices found", {"parallel.workers": workers,
+                                            "parallel.use_gpu": use_gpu,
+                                            "parallel.cpu_threads_per_worker": threads})]
 
     def _devices(self, given: int | None) -> tuple[bool | None, int]:
         """GPU or CPU (None: an existing cluster decides once connected), and the workers
@@ -241,9 +259,8 @@ class TrainRun:
                              "Start a new run without --resume.")
         return found
 
-    def _resumed_layer(self, v: Voice, found: Run) -> Layer:
-        """The saved config of the run to resume, as the layer under the caller's; the runs
-        that cannot go on refused first."""
+    def _resumable_config(self, v: Voice, found: Run) -> dict[str, Any]:
+        """The saved config of the run to resume; the runs that cannot go on refused."""
         req = self.request
         refuse_reinforced(found)
         # the data position in a checkpoint indexes this run's clips: refuse other data
@@ -257,17 +274,13 @@ class TrainRun:
                              "and a resumed run keeps the adapters it has.",
                              "Resume it without changing {model.lora_predictor}, or start "
                              "a new run.")
-        self.saved_config = saved
-        # a saved config is whole: what an older run lacks, it trained by the default
-        return Layer(f"the run {found.name} being resumed",
-                     flatten(saved, TrainConfig, f"The run {found.name}'s config.json",
-                             skip=(PROVENANCE_KEY,)),
-                     chosen=True)
+        return saved
 
-    def _resume_checks(self, found: Run, cfg: TrainConfig) -> None:
-        """A resume with nothing left to train is refused; what the caller changed is said."""
+    def _resume_checks(self, found: Run, saved: dict[str, Any], cfg: TrainConfig) -> None:
+        """A resume with nothing left to train is refused; what the caller changed (from the
+        `saved` config) is said."""
         refuse_finished(found, cfg.run.steps)
-        self.resumed_changes = resume_changes(self.saved_config, cfg.to_dict())
+        self.resumed_changes = resume_changes(saved, cfg.to_dict())
         for change in self.resumed_changes:
             self.emitter.log(change["message"], level="warning")
 
