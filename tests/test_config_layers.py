@@ -258,6 +258,16 @@ def test_every_command_that_takes_settings_takes_them_by_path(tmp_path: Path) ->
                               "--set", "speak.top_k=5", "--top-k", "7"])
     apply_set(sub_parser(parser, "speak"), args)
     assert (args.temperature, args.top_k) == (0.5, 7)
+    # a file's tables of this command's sections under --set (another command's are theirs)
+    file = tmp_path / "speak.toml"
+    file.write_text("[speak]\ntemperature = 0.3\nseed = 4\n[optim]\nlr = 1e-5\n")
+    args = parser.parse_args(["speak", "m", "hi", "--config", str(file),
+                              "--set", "speak.seed=9"])
+    apply_set(sub_parser(parser, "speak"), args)
+    assert (args.temperature, args.seed) == (0.3, 9)
+    file.write_text("[speak]\ntemperatur = 0.3\n")
+    with pytest.raises(InputError, match=r"names speak\.temperatur, which is not a setting"):
+        apply_set(sub_parser(parser, "speak"), args)
     voice = voice_with_clips(tmp_path, 4, 4.0)
     wrong_choice, unknown = _cli(["prepare", str(voice), "--set", "prepare.vad=nope"],
                                  ["speak", str(voice), "hi", "--set", "optim.lr=1"])

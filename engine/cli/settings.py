@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from engine.config.layers import assignments
+from engine.config.layers import assignments, read_file
 from engine.config.schema import default_of, field_help, flag_of, path_of, rules, value_type
 
 __all__ = ["FIELD", "add_field", "add_layer_options", "add_set_options", "apply_set",
@@ -118,9 +118,9 @@ def _settings_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 
 def add_set_options(sub: Any) -> None:
-    """`--set section.field=value` on every command that takes settings and has no `--set`
-    of its own (`train` and `plan` take any training setting, `add_layer_options`): any
-    of the command's settings by its path, as its flag gives it."""
+    """`--set section.field=value` and `--config FILE` on every command that takes settings
+    and has no `--set` of its own (`train` and `plan` take any training setting,
+    `add_layer_options`): the command's settings by their paths, as its flags give them."""
     for parser in set(sub.choices.values()):
         known = _settings_of(parser)
         if known and "--set" not in parser._option_string_actions:
@@ -130,17 +130,24 @@ def add_set_options(sub: Any) -> None:
                 help="a setting of this command by its path, repeatable (e.g. --set "
                      f"{sorted(known)[0]}=...); its flag, when given too, wins")
             action.by_flags = True  # type: ignore[attr-defined]  # `apply_set` applies it
+            parser.add_argument("--config", default=None, dest="config_file",
+                                metavar="FILE",
+                                help="this command's settings from a JSON or TOML file "
+                                     "(its [section] tables); its flags and --set win")
 
 
 def apply_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Each `--set` of a command whose `--set` stands for its flags (`add_set_options`)
-    given to the flag's destination, checked by the setting's rule; a flag given too
-    wins. InputError for a path the command does not take or a value its rule refuses."""
+    """Each `--set`, then each setting of `--config`, of a command whose `--set` stands for
+    its flags (`add_set_options`) given to the flag's destination, checked by the
+    setting's rule; a flag given too wins. InputError for a path the command does not take
+    or a value its rule refuses."""
     action = parser._option_string_actions.get("--set")
-    if not getattr(action, "by_flags", False) or not getattr(args, "set_values", None):
+    if not getattr(action, "by_flags", False):
         return
     known = _settings_of(parser)
-    for path, value in assignments(args.set_values, known).items():
+    values = read_file(args.config_file, known) if args.config_file else {}
+    values.update(assignments(args.set_values, known))
+    for path, value in values.items():
         flag = known[path]
         if getattr(args, flag.dest, None) == flag.default:
             setattr(args, flag.dest, value)

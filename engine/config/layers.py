@@ -214,10 +214,7 @@ def assignment(text: str, known: type | Collection[str]) -> tuple[str, Any]:
             whole = "a whole number" if kind is int else "a number"
             raise InputError(f"{source}: {path} must be {whole}, not {raw!r}.",
                              _allowed(path)) from None
-    why = value_problem(path, value)
-    if why is not None:
-        raise InputError(f"--set has {path} = {value!r}; it {why}.", _allowed(path))
-    return path, value
+    return path, checked_value(path, value, "--set")
 
 
 def assignments(texts: Sequence[str], known: type | Collection[str]) -> dict[str, Any]:
@@ -225,9 +222,12 @@ def assignments(texts: Sequence[str], known: type | Collection[str]) -> dict[str
     return dict(assignment(text, known) for text in texts)
 
 
-def read_file(path: str | Path, root: type) -> dict[str, Any]:
+def read_file(path: str | Path, known: type | Collection[str]) -> dict[str, Any]:
     """A whole config from a JSON or TOML file (a run's saved config.json too, whose
-    provenance is not a setting) as {path: value}, each value checked."""
+    provenance is not a setting) as {path: value}, each value checked. `known`: a config
+    tree's root (the file is a partial tree of it), or the paths a command takes (the
+    file's sections of those paths are read, every field of them must be one; other
+    sections are for other commands)."""
     file = Path(path).expanduser()
     source = f"The config file {file}"
     try:
@@ -244,4 +244,28 @@ def read_file(path: str | Path, root: type) -> dict[str, Any]:
                          ) from exc
     if not isinstance(tree, dict):
         raise InputError(f"{source} does not hold a table of settings.")
-    return flatten(tree, root, source, skip=(PROVENANCE_KEY,))
+    if isinstance(known, type):
+        return flatten(tree, known, source, skip=(PROVENANCE_KEY,))
+    out: dict[str, Any] = {}
+    taken = {p.partition(".")[0] for p in known}
+    for section_name, table in tree.items():
+        if section_name not in taken:
+            continue
+        if not isinstance(table, Mapping):
+            raise InputError(f"{source} has {section_name} = {table!r}, not a table of "
+                             "settings.")
+        for name, value in table.items():
+            if f"{section_name}.{name}" not in known:
+                raise InputError(f"{source} names {section_name}.{name}, which is not a "
+                                 "setting of this command.",
+                                 f"Its settings are: {', '.join(sorted(known))}.")
+            out[f"{section_name}.{name}"] = value
+    return {p: checked_value(p, v, source) for p, v in out.items()}
+
+
+def checked_value(path: str, value: Any, source: str) -> Any:
+    """`value` for a known setting `path`, or an InputError naming what it allows."""
+    why = value_problem(path, value)
+    if why is not None:
+        raise InputError(f"{source} has {path} = {value!r}; it {why}.", _allowed(path))
+    return value
