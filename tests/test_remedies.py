@@ -159,3 +159,34 @@ def qtbot_left() -> object:
     from PySide6.QtCore import Qt
 
     return Qt.MouseButton.LeftButton
+
+
+def test_the_cli_refuses_a_run_that_does_not_fit_with_its_changes(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The real CLI, on a machine with memory for one CPU worker's run and asked for two:
+    it refuses before any cluster starts; its JSON error says the flags to a terminal
+    (`hint`) and carries the change as data for the window."""
+    import subprocess
+    import sys
+
+    from engine.train import driver
+    from tests.helpers.voices import voice_with_clips
+
+    voice = voice_with_clips(tmp_path, 8, 4.0)
+    one = driver.train(voice, str(tiny_model_dir), workers=1, use_gpu=False, dry_run=True)
+    room = one["plan"]["host_total"]  # the machine has this much: one worker fits, not two
+    argv = ["--json", "train", str(voice), "--base", str(tiny_model_dir), "--workers", "2",
+            "--cpu"]
+    code = ("import engine.train.plan as plan\n"
+            f"plan.host_available_memory = lambda: {room}\n"
+            "from engine.cli.main import main\n"
+            f"raise SystemExit(main({argv!r}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 1, done.stderr[-2000:]
+    error = json.loads(done.stdout.strip().splitlines()[-1])
+    assert error["event"] == "error" and error["message"].startswith("Training will not fit")
+    fewer = [c for c in error["changes"] if c["path"] == "parallel.workers"]
+    assert [c["value"] for c in fewer] == [1], error
+    assert f"{fewer[0]['why']} (--workers 1)." in error["hint"]
+    assert "--" not in (error["hint_template"] or "") + fewer[0]["why"]

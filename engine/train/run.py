@@ -32,7 +32,7 @@ from engine.layout.voice import Voice, open_voice
 from engine.model.loading import check_base_model, resolve_model
 from engine.train.export import write_adapter_voice
 from engine.train.launch import Launch, LaunchSpec
-from engine.train.plan import local_cpus, make_plan, relief
+from engine.train.plan import local_cpus, make_plan, refusal, relief
 from engine.train.precision import PrecisionError
 from engine.train.presets import (
     ADVISED_MINUTES,
@@ -309,12 +309,8 @@ class TrainRun:
         self.plan_result = plan
         if req.dry_run:
             return plan
-        if not plan.fits:
-            # on CPU the workers share the machine with the driver and Ray: the whole run
-            need = (f"{plan.total / (1 << 30):.1f} GiB per GPU" if self.use_gpu else
-                    f"{plan.host_total / (1 << 30):.1f} GiB for the whole run")
-            raise InputError(f"Training will not fit: it needs about {need}. "
-                             f"{plan.advice[0]}", " ".join(plan.advice[1:]) or None)
+        if not plan.fits:  # the plan's changes are the remedy
+            raise refusal(plan)
         check_disk(self.run_dir, plan.checkpoint_bytes, cfg.run.keep_checkpoints,
                     self.emitter)
         # what a worker says when CUDA runs out of memory anyway, and the figure it is
@@ -531,9 +527,7 @@ def cluster_gpu_plan(report: Any, model_dir: Path, cfg: TrainConfig, voice_dir: 
                      capability=report.gpu_capability())
     emitter.log(plan.table(), level="debug")
     if not plan.fits:
-        raise InputError(f"Training will not fit the cluster's GPUs: it needs about "
-                         f"{plan.total / (1 << 30):.1f} GiB per GPU. {plan.advice[0]}",
-                         " ".join(plan.advice[1:]) or None)
+        raise refusal(plan, " the cluster's GPUs")
     return plan
 
 
