@@ -86,6 +86,8 @@ class Ticket:
     #: what the worker made of the request's instruction: {"text", "applied", "notes"}
     #: (`SpeechWorker._say_instruction`); None when it had none
     instruct: dict[str, Any] | None = None
+    #: its first place in the worker's queue when it waited for a row (state "queued")
+    queued: int | None = None
 
     def _set(self, flag: asyncio.Event) -> None:
         try:
@@ -108,6 +110,9 @@ class Ticket:
             self.first_audio_at = event.time
         elif event.kind == "log" and isinstance(event.data.get("instruct"), dict):
             self.instruct = dict(event.data["instruct"])
+        elif event.kind == "state" and event.data.get("state") == "queued":
+            if self.queued is None:
+                self.queued = int(event.data.get("position") or 0)
         elif event.kind == "progress":
             self.chunks_done = int(event.data.get("current") or self.chunks_done)
         elif event.kind == "result":
@@ -120,8 +125,10 @@ class Ticket:
             self._set(self.ended)
 
     def said(self) -> dict[str, Any]:
-        """The request log's record of the instruction (empty: the request gave none)."""
-        return {"instructions": self.instruct} if self.instruct else {}
+        """The request log's record of what the worker made of the request: its instruction
+        (none given: absent) and, when it waited for a row, its first place in the queue."""
+        return {**({"instructions": self.instruct} if self.instruct else {}),
+                **({"queue_position": self.queued} if self.queued else {})}
 
     def close(self) -> None:
         if self.partial is not None:
