@@ -80,7 +80,7 @@ class Remedies(QWidget):
                 self.buttons.append((change, btn))
                 row = hbox(btn, why, stretch_at=2)
             else:  # a setting the form does not show: said, not offered
-                why.setText(f"{change.label()}: {change.why}")
+                why.setText(f"{change.label()} \u2014 {change.why}")
                 row = why
             self._lay.addWidget(row)
             self._rows.append(row)
