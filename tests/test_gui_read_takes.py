@@ -1,4 +1,5 @@
-"""The Read page and a line's takes (issue 52): each take's word check on the page."""
+"""The Read page and a line's takes (issue 52): each take's word check on the page, the
+settings of how lines are cut and checked, and two takes of a line compared."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import Qt
 
+from engine.core.atomic import read_json
 from engine.core.events import Emitter
 from engine.layout import reading
 from engine.read import read
 from engine.read.project import make_plan
 from gui.pages.read import ReadPage
+from gui.placement import MINIMUM_SIZE
 from tests.helpers.reading import OTHER, RIGHT, SHORT, read_workspace, say_take, tiny_request
+from tests.test_gui_read import JOB_S
 
 
 def test_read_page_shows_each_takes_word_score(
@@ -41,3 +45,89 @@ def test_read_page_shows_each_takes_word_score(
     assert "wrong words" in page.takes.itemText(0) and "WER" in page.takes.itemText(0)
     heard = page.takes.itemData(0, Qt.ItemDataRole.ToolTipRole)
     assert heard.startswith("Heard: ") and "delayed" in heard
+
+
+def test_read_page_sets_chunk_length_frame_cap_retries_and_word_check(
+        qtbot, window, workspace: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The project's settings the page could not set: shown as the project saved them,
+    set on the page, sent to the engine's job and kept with the project."""
+    read_workspace(workspace, tiny_model_dir)
+    script = tmp_path / "lamp.txt"
+    script.write_text("The lamp was lit at dusk.\n", encoding="utf-8")
+    read(tiny_request(script=str(script), workspace=str(workspace), voice="ada",
+                      max_frames=SHORT, retries=1, chunk_chars=120), Emitter())
+
+    page = window.show_page(ReadPage)
+    page.narrator.setCurrentIndex(page.narrator.findData("ada"))
+    page.script.setText(str(script))
+    page.refresh()
+    fields = page.fields
+    assert {name: f.value() for name, f in fields.items()} == {
+        "chunk_chars": 120, "max_frames": SHORT, "retries": 1, "word_check": False,
+        "wer_max": 0.7}
+    assert page.table.item(0, 5).text() == "1"
+    # the row whole at the window's smallest width: every field's words on screen
+    window.resize(MINIMUM_SIZE)
+    check = fields["word_check"].widget
+    qtbot.waitUntil(lambda: check.width() >= check.sizeHint().width())
+    right = fields["wer_max"].widget
+    assert right.mapTo(window, right.rect().topRight()).x() <= window.width()
+
+    fields["max_frames"].widget.setValue(20)
+    fields["retries"].widget.setValue(0)
+    fields["chunk_chars"].widget.setValue(100)
+    fields["wer_max"].widget.setValue(0.5)
+    fields["chunk_chars"].widget.editingFinished.emit()
+    # cut otherwise, the line is another take: not rendered yet
+    assert page.table.item(0, 5).text() == "not rendered"
+
+    qtbot.mouseClick(page.render_button, Qt.MouseButton.LeftButton)
+    assert page.job is not None
+    command = " ".join(page.job.command_line())
+    for flag in ("--max-frames 20", "--retries 0", "--chunk-chars 100", "--wer-max 0.5",
+                 "--no-word-check"):
+        assert flag in command, command
+    qtbot.waitUntil(lambda: page.job is None, timeout=JOB_S)
+    assert page.table.item(0, 5).text() == "1", page.status.text()
+    saved = read_json(page.plan.project / reading.PROJECT_FILE)
+    assert (saved["max_frames"], saved["retries"], saved["chunk_chars"], saved["wer_max"],
+            saved["word_check"]) == (20, 0, 100, 0.5, False)
+    record = page.plan.line(1).record(page.plan.project, 1)
+    assert all(chunk["max_frames"] <= 20 for chunk in record["chunks"]), record
+
+
+def test_read_page_compares_two_takes_of_a_line_and_uses_b(
+        qtbot, window, workspace: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    read_workspace(workspace, tiny_model_dir)
+    script = tmp_path / "lamp.txt"
+    script.write_text("The lamp was lit at dusk.\n\nThe bay was calm.\n", encoding="utf-8")
+    request = tiny_request(script=str(script), workspace=str(workspace), voice="ada",
+                           max_frames=SHORT)
+    read(request, Emitter())
+    read(request.replace(regenerate=(1,)), Emitter())  # a second take of line 1, used
+
+    page = window.show_page(ReadPage)
+    page.narrator.setCurrentIndex(page.narrator.findData("ada"))
+    page.script.setText(str(script))
+    page.refresh()
+    page.table.selectRow(0)
+    assert page.takes.currentData() == 2
+    assert [page.other.itemData(i) for i in range(page.other.count())] == [1]
+    assert page.play_other_button.isEnabled() and page.use_other_button.isEnabled()
+    player = window.ctx.player
+    with qtbot.waitSignal(player.started, timeout=10_000):
+        qtbot.mouseClick(page.play_other_button, Qt.MouseButton.LeftButton)
+    assert page.status.text() == "Playing line 1, take B (seed 1)"
+    with qtbot.waitSignal(player.started, timeout=10_000):
+        qtbot.mouseClick(page.play_button, Qt.MouseButton.LeftButton)
+    assert page.status.text() == "Playing line 1, take A (seed 2)"
+    player.stop()
+
+    qtbot.mouseClick(page.use_other_button, Qt.MouseButton.LeftButton)
+    key = page.plan.line(1).key
+    assert read_json(reading.chosen_file(page.plan.project, key)) == {"seed": 1}
+    assert page.takes.currentData() == 1
+    assert [page.other.itemData(i) for i in range(page.other.count())] == [2]
+    # a line of one take has nothing to compare
+    page.table.selectRow(1)
+    assert page.other.count() == 0 and not page.play_other_button.isEnabled()

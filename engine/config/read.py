@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.schema import section, setting
+from engine.config.schema import SettingError, check, section, setting
 from engine.core.errors import InputError
 
 #: what `read -o` writes, by extension
@@ -52,18 +52,19 @@ class ReadRequest:
     #: the seed of every line's first take (a retry or a new take takes the next unused)
     seed: int = 1
     #: soft limit of characters per chunk; short chunks keep a long read from drifting
-    chunk_chars: int = 160
+    chunk_chars: int = setting(160, label="Chunk", unit="chars", at_least=20,
+                               at_most=400)
     #: hard cap on codec frames per chunk (12.5 per second); none: from the text's length
-    max_frames: int | None = None
+    max_frames: int | None = setting(None, label="Frame cap", at_least=2, at_most=8192)
     #: renders tried again with another seed when one loops, stays silent, hits its cap
     #: or says the wrong words
-    retries: int = 2
+    retries: int = setting(2, label="Retries", at_least=0, at_most=10)
     #: transcribe each take and flag (and retry) one whose words are not its line's
-    word_check: bool = True
+    word_check: bool = setting(True, label="Check words")
     #: the word error rate above which a take says the wrong words (the offline
     #: recogniser hears about 0.3 on a right line and 0.85 or more on a wrong one; with
     #: a Whisper model, 0.3 catches a skipped clause)
-    wer_max: float = 0.7
+    wer_max: float = setting(0.7, label="Max WER", at_least=0.05, at_most=2)
     #: the recogniser of the word check: auto (a cached Whisper model, else the offline
     #: pocketsphinx), pocketsphinx, or a Whisper folder or hub id
     asr: str = "auto"
@@ -115,14 +116,11 @@ class ReadRequest:
 
     def __post_init__(self) -> None:
         _check(bool(self.script), "No script was given.", "Give a .txt, .md or .epub file.")
-        _check(20 <= self.chunk_chars <= 400,
-               f"chunk_chars must be between 20 and 400 (got {self.chunk_chars}).")
-        _check(self.max_frames is None or 2 <= self.max_frames <= 8192,
-               f"max_frames must be between 2 and 8192 (got {self.max_frames}).")
-        _check(0 <= self.retries <= 10, f"retries must be between 0 and 10 (got {self.retries}).")
+        try:
+            check(self)  # the bounds of the fields declared with a `setting`
+        except SettingError as exc:  # the setting as data: each surface names it its way
+            raise exc.as_input() from exc
         _check(0 <= self.seed < 2**31, "seed must be between 0 and 2^31.")
-        _check(0.05 <= self.wer_max <= 2,
-               f"wer_max must be between 0.05 and 2 (got {self.wer_max}).")
         for name in ("line_pause_s", "paragraph_pause_s", "chapter_pause_s", "head_s",
                      "title_pause_s"):
             v = getattr(self, name)

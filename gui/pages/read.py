@@ -4,7 +4,10 @@ The page shows the script's lines as the engine plans them (`engine.read.project
 line's voice, style and takes; torch-free), and runs `voxshard-engine --json read` as an
 `EngineJob` to render and export, so the window never waits on the model. Render again
 after editing the script: only the changed lines are rendered. A line's takes are played,
-picked (`choose`, a small file in the project) or made anew (`read --regenerate N`).
+picked (`choose`, a small file in the project) or made anew (`read --regenerate N`); two
+takes of a line are compared side by side (play A, play B, use B). How lines are cut and
+checked (chunk length, frame cap, retries, the word check) is set on the page, in the
+engine's own fields (`gui.settings_form`), and kept with the project.
 """
 
 from __future__ import annotations
@@ -15,13 +18,17 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QFileDialog,
     QGridLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
+    QSizePolicy,
+    QSpinBox,
     QTableWidget,
     QTableWidgetItem,
     QWidget,
@@ -44,14 +51,16 @@ from engine.serve.voices import discover
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import Page
+from gui.settings_form import SettingField
 from gui.theme import icon
 from gui.widgets import button, fmt_duration, hbox
 
 COLUMNS = ["#", "Chapter", "Voice", "Style", "Line", "Takes"]
 #: a project's settings the page keeps as the project saved them (the takes' keys use them)
-SAVED = ("language", "seed", "chunk_chars", "max_frames", "retries", "line_pause_s",
-         "paragraph_pause_s", "chapter_pause_s", "styles", "keep_other_models", "word_check",
-         "wer_max", "asr", "chapter_titles", "title_pause_s")
+SAVED = ("language", "seed", "line_pause_s", "paragraph_pause_s", "chapter_pause_s", "styles",
+         "keep_other_models", "asr", "chapter_titles", "title_pause_s")
+#: a project's settings the page sets (its fields start from what the project saved)
+FIELDS = ("chunk_chars", "max_frames", "retries", "word_check", "wer_max")
 #: the export's file types, in the order offered
 EXPORTS = "Audiobook (*.m4b);;MP3 (*.mp3);;FLAC (*.flac);;WAV (*.wav)"
 
@@ -111,6 +120,30 @@ class ReadPage(Page):
         form.addWidget(QLabel("Export"), 2, 0)
         form.addWidget(hbox(self.out, button("Save as...", "save", slot=self._save_as),
                             self.loudness), 2, 1)
+        self.fields = {name: SettingField(ReadRequest, name, decimals=2,
+                                          unset="auto" if name == "max_frames" else "")
+                       for name in FIELDS}
+        self._fields_of: str | None = None  # the script whose project the fields show
+        row: list[QWidget | None] = []
+        for field in self.fields.values():
+            # each as wide as its words and values: the row's room is left at its end
+            field.widget.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+            if isinstance(field.widget, QSpinBox | QDoubleSpinBox):
+                spin = field.widget
+                widest = max((spin.textFromValue(spin.maximum()) + spin.suffix(),
+                              spin.specialValueText()), key=len)
+                spin.setFixedWidth(spin.fontMetrics().horizontalAdvance(widest) + 40)
+            if isinstance(field.widget, QCheckBox):
+                field.widget.toggled.connect(lambda _on: self.refresh())
+                row.append(field.widget)
+            else:
+                field.widget.editingFinished.connect(self.refresh)
+                row += [QLabel(field.label), field.widget]
+        for name in ("chunk_chars", "max_frames"):  # what a change of them costs
+            self.fields[name].widget.setToolTip(self.fields[name].widget.toolTip() + " A "
+                                                "change renders every line again.")
+        form.addWidget(QLabel("Takes"), 3, 0)
+        form.addWidget(hbox(*row, stretch_at=len(row), spacing=6), 3, 1)
         self.outer.addLayout(form)
 
         self.render_button = button("Render", "play", primary=True, slot=self.render,
@@ -150,15 +183,27 @@ class ReadPage(Page):
         self.takes.setToolTip("The take this line's export uses")
         self.takes.activated.connect(self._pick)
         self.play_button = button("Play", "play", slot=self.play)
+        self.other = QComboBox()
+        self.other.setToolTip("Another take of the line, to compare with the one used")
+        self.play_other_button = button("Play B", "play", slot=self.play_other,
+                                        tip="Play the other take, then the first again to "
+                                            "hear them one after the other")
+        self.use_other_button = button("Use B", "check", slot=self.use_other,
+                                       tip="The export uses this take instead")
         self.again_button = button("New take", "retake", slot=self.regenerate,
                                    tip="Render this line again with a new seed, and use it")
         self.word = QLineEdit()
         self.word.setPlaceholderText("Word")
         self.respelling = QLineEdit()
         self.respelling.setPlaceholderText("say it as")
-        self.outer.addWidget(hbox(QLabel("Take"), self.takes, self.play_button,
-                                  self.again_button, None, QLabel("Pronounce"), self.word,
-                                  self.respelling, button("Add", "add", slot=self.add_word),
+        # A (the take used) beside B (another), each played, B made the one used: a row of
+        # its own, the pronunciations below it (together they are wider than 1100 px)
+        self.outer.addWidget(hbox(QLabel("Take A"), self.takes, self.play_button,
+                                  QLabel("B"), self.other, self.play_other_button,
+                                  self.use_other_button, self.again_button, stretch_at=8,
+                                  spacing=8))
+        self.outer.addWidget(hbox(QLabel("Pronounce"), self.word, self.respelling,
+                                  button("Add", "add", slot=self.add_word), stretch_at=4,
                                   spacing=8))
         self._line_buttons(False)
 
@@ -169,13 +214,18 @@ class ReadPage(Page):
         script = self.script.text().strip()
         if not script or self.ctx.workspace is None:
             return None
-        saved = read_json(reading.default_project_dir(script) / reading.PROJECT_FILE)
-        kept = {k: tuple(v) if isinstance(v, list) else v for k, v in (saved or {}).items()
+        saved = read_json(reading.default_project_dir(script) / reading.PROJECT_FILE) or {}
+        if self._fields_of != script:  # another project: its own settings in the fields
+            self._fields_of = script
+            for name, field in self.fields.items():
+                field.set_value(saved.get(name, field.default))
+        kept = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()
                 if k in SAVED}
         cast = tuple(c.strip() for c in self.cast.text().split(",") if c.strip())
         return ReadRequest(script=script, workspace=str(self.ctx.workspace),
                            voice=self.narrator.currentData() or None, cast=cast,
-                           loudness_lufs=self.loudness.currentData(), **kept)
+                           loudness_lufs=self.loudness.currentData(), **kept,
+                           **{name: field.value() for name, field in self.fields.items()})
 
     def _voices(self) -> None:
         names = []
@@ -248,10 +298,13 @@ class ReadPage(Page):
     def _line_buttons(self, on: bool) -> None:
         for widget in (self.takes, self.play_button, self.again_button):
             widget.setEnabled(on)
+        for widget in (self.other, self.play_other_button, self.use_other_button):
+            widget.setEnabled(on and self.other.count() > 0)
 
     def _selected(self) -> None:
         number = self._selected_number()
         self.takes.clear()
+        self.other.clear()
         if self.plan is None or number is None:
             self._line_buttons(False)
             return
@@ -260,13 +313,15 @@ class ReadPage(Page):
         for seed in planned.seeds:
             record = planned.record(self.plan.project, seed)
             notes = [*(record.get("problems") or []), *filter(None, [words_score(record)])]
-            self.takes.addItem(f"seed {seed}" + (f" ({', '.join(notes)})" if notes else ""),
-                               seed)
-            if record.get("heard"):  # what the recogniser heard, beside the score
-                self.takes.setItemData(self.takes.count() - 1, f"Heard: {record['heard']}",
-                                       Qt.ItemDataRole.ToolTipRole)
+            text = f"seed {seed}" + (f" ({', '.join(notes)})" if notes else "")
+            heard = f"Heard: {record['heard']}" if record.get("heard") else ""
+            for box in (self.takes, self.other) if seed != used else (self.takes,):
+                box.addItem(text, seed)
+                if heard:  # what the recogniser heard, beside the score
+                    box.setItemData(box.count() - 1, heard, Qt.ItemDataRole.ToolTipRole)
             if seed == used:
                 self.takes.setCurrentIndex(self.takes.count() - 1)
+        self.other.setCurrentIndex(self.other.count() - 1)  # the newest of the others
         self._line_buttons(bool(planned.seeds))
         self.again_button.setEnabled(self.job is None)
 
@@ -292,6 +347,8 @@ class ReadPage(Page):
         for item in request.cast:
             args += ["--cast", item]
         args += ["--loudness-lufs", f"{request.loudness_lufs:g}"]
+        for field in self.fields.values():
+            args += field.args(always=field.value() is not None)
         for name in SAVED:
             value = getattr(request, name)
             flag = "--" + name.replace("_", "-")
@@ -366,13 +423,27 @@ class ReadPage(Page):
         self.refresh()
         self.status.setText(status)
 
-    def play(self) -> None:
-        number = self._selected_number()
-        seed = self.takes.currentData()
+    def _play(self, box: QComboBox, which: str) -> None:
+        number, seed = self._selected_number(), box.currentData()
         if self.plan is None or number is None or seed is None:
             return
-        self.ctx.player.play_file(reading.take_audio(self.plan.project,
-                                                     self.plan.line(number).key, int(seed)))
+        if self.ctx.player.play_file(reading.take_audio(self.plan.project,
+                                                        self.plan.line(number).key, int(seed))):
+            self.status.setText(f"Playing line {number}, take {which} (seed {seed})")
+
+    def play(self) -> None:
+        self._play(self.takes, "A")
+
+    def play_other(self) -> None:
+        self._play(self.other, "B")
+
+    def use_other(self) -> None:
+        """Take B becomes the line's take (A, in the export); the old one becomes B."""
+        number, seed = self._selected_number(), self.other.currentData()
+        if self.plan is not None and number is not None and seed is not None:
+            choose(self.plan, number, int(seed))
+            self._fill()
+            self.status.setText(f"Line {number} uses take seed {seed}")
 
     def _pick(self, _index: int) -> None:
         number, seed = self._selected_number(), self.takes.currentData()
