@@ -44,7 +44,8 @@ rows: through Wyoming (one-shot `synthesize` of a three-sentence reply) and thro
 OpenAI streaming (`stream_format` audio, pcm): the first audio of the k-th stream (the
 latest of the k; its ratio to k = 1; target at 8: within 2 x the first stream's plus one
 frame group's decode) and the aggregate audio seconds per wall second (ratio to one
-stream; target at 8: at least 3 x).
+stream; target at 8: at least 3 x). `--real-size LAYERS`: the voice is the 0.6B-width
+random model (`bench_synth.voice_06b`, that many talker layers) instead of the tiny one.
 
 With `--listings` it measures how fast the server lists its voices while it renders:
 a workspace of `--listing-voices` voices (each exported from the tiny test model) served
@@ -681,6 +682,8 @@ def main() -> None:
                         help="measure k concurrent streams (Wyoming and OpenAI streaming)")
     parser.add_argument("--ks", default="1,2,4,8,16", help="stream counts (--streams)")
     parser.add_argument("--rows", type=int, default=8, help="the server's rows (--streams)")
+    parser.add_argument("--real-size", type=int, default=0, metavar="LAYERS",
+                        help="--streams on the 0.6B-width random model with LAYERS layers")
     parser.add_argument("--listings", action="store_true",
                         help="measure describe, /health and the voice list while 8 render")
     parser.add_argument("--listing-voices", type=int, default=6,
@@ -725,13 +728,19 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=2))
         return
-    voice = Path(args.voice) if args.voice else tiny_voice(tmp)
+    if args.real_size:
+        sys.path.insert(0, str(ROOT / "bench"))
+        import bench_synth  # the 0.6B-width random model the synthesis bench speaks with
+
+        voice = bench_synth.voice_06b(tmp, args.real_size)
+    else:
+        voice = Path(args.voice) if args.voice else tiny_voice(tmp)
     rows = {"voice": str(voice), "frames": args.frames}
 
     if args.streams:
         server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0",
                         "--rows", str(args.rows))
-        rows["rows"] = args.rows
+        rows.update(rows=args.rows, real_size_layers=args.real_size or None)
         try:
             bench_streams(server, [int(k) for k in args.ks.split(",")], args.frames,
                           max(1, args.repeats // 2), rows)
