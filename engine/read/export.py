@@ -8,11 +8,11 @@ integrated loudness (BS.1770) or, for the ACX preset, its RMS; a limiter holds e
 take's peaks under the ceiling. A lossy encoder moves the level (MP3 read -22.1 LUFS for
 -20 asked) and lifts the limited peaks, so every export is measured as written, decoded
 by the same libraries a player uses: one off its target is corrected once and written
-again, and the export states the file's own loudness and true peak; with a preset, each
-chapter is checked on the file by FFmpeg's own filters (`engine.read.acx`). Subtitles
-(SRT and WebVTT) give each line's time in the program; the tracks are one WAV per voice,
-each as long as the program, silent where the others speak, so they line up in an audio
-editor.
+again (a lossy file whose peaks are still over the ceiling, once more), and the export
+states the file's own loudness and true peak; with a preset, each chapter is checked on
+the file by FFmpeg's own filters (`engine.read.acx`). Subtitles (SRT and WebVTT) give
+each line's time in the program; the tracks are one WAV per voice, each as long as the
+program, silent where the others speak, so they line up in an audio editor.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ _PEAK_CEILING = 10 ** (-1.0 / 20)
 _LIMIT_DB = 12.0
 #: how far (dB) under its ceiling the limiter goes when a lossy encoder lifted the peaks
 _MARGIN_DB = 0.3
+#: writes after the first that may bring a lossy file's lifted peaks under the ceiling
+_PEAK_CORRECTIONS = 2
 
 
 @dataclass
@@ -304,7 +306,8 @@ def write_program(program: Program, target: Path, wanted: float | None, tags: Ta
                   check: str | None = None, rms: bool = False) -> dict[str, Any]:
     """`program` written to `target` at `wanted` LUFS (or dB RMS, with `rms`) in two passes
     over its takes (one measures, one writes), then measured as written and, off its
-    target (a lossy encoder, the limiter), corrected once; memory one take long, whatever
+    target (a lossy encoder, the limiter), corrected once (its lifted peaks, at most
+    twice: `_PEAK_CORRECTIONS`); memory one take long, whatever
     the program's length. `check` ("acx"): that platform's check of each chapter, measured
     on the file."""
     fmt = target.suffix.lower().lstrip(".")
@@ -323,13 +326,18 @@ def write_program(program: Program, target: Path, wanted: float | None, tags: Ta
     target.parent.mkdir(parents=True, exist_ok=True)
     _write(target, program, gain, fmt, tags)
     measured = measure_written(target)
-    level = measured[2] if rms else measured[0]
-    # a lossy encoder's ringing lifts the limited peaks: the ceiling comes down by as much
-    overshoot = (measured[3] - 20 * np.log10(program.ceiling)
-                 if program.ceiling is not None and fmt in _CONTAINERS else 0.0)
-    off_level = (wanted is not None and np.isfinite(level)
-                 and abs(level - wanted) > LOUDNESS_TOLERANCE_LU)
-    if off_level or overshoot > 0:
+    ceiling_db = 20 * np.log10(program.ceiling) if program.ceiling is not None else 0.0
+    for correction in range(_PEAK_CORRECTIONS):
+        level = measured[2] if rms else measured[0]
+        # a lossy encoder's ringing lifts the limited peaks: the ceiling comes down by as
+        # much; by how much it lifts them moves with what it is given, so a peak still
+        # over is brought down once more
+        overshoot = (measured[3] - ceiling_db
+                     if program.ceiling is not None and fmt in _CONTAINERS else 0.0)
+        off_level = (correction == 0 and wanted is not None and np.isfinite(level)
+                     and abs(level - wanted) > LOUDNESS_TOLERANCE_LU)
+        if not off_level and overshoot <= 0:
+            break
         # the encoder or the limiter moved the level: corrected once, under the same rule
         step_db = wanted - level if off_level and wanted is not None else 0.0
         if overshoot > 0 and program.ceiling is not None:
