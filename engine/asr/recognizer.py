@@ -161,7 +161,7 @@ class PocketsphinxRecognizer:
         code = language_code(language)
         if code not in (None, "en"):
             raise InputError(f"pocketsphinx recognises English only, not {language!r}.",
-                             f"Use a Whisper model: --asr {SUGGESTED_MODEL}.")
+                             f"Use a Whisper model: {{read.asr}} {SUGGESTED_MODEL}.")
 
         def run() -> Transcript:
             pcm = (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16).tobytes()
