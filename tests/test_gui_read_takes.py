@@ -20,9 +20,11 @@ from tests.helpers.reading import OTHER, RIGHT, SHORT, read_workspace, say_take,
 from tests.test_gui_read import JOB_S
 
 
-def test_read_page_shows_each_takes_word_score(
-        window, workspace: Path, tiny_model_dir: Path, tmp_path: Path,
+def test_read_page_checks_the_takes_words_and_shows_each_takes_score(
+        qtbot, window, workspace: Path, tiny_model_dir: Path, tmp_path: Path,
         piper_synth: Callable[[str], tuple[np.ndarray, int]]) -> None:
+    """Takes rendered with the check off; turned on at the page, its job scores them (no
+    render: retries 0) and the page shows each take's word error rate."""
     read_workspace(workspace, tiny_model_dir)
     script = tmp_path / "train.txt"
     script.write_text(f"{RIGHT}\n\n{OTHER}\n", encoding="utf-8")
@@ -32,12 +34,22 @@ def test_read_page_shows_each_takes_word_score(
     plan = make_plan(request)
     for planned in plan.lines:  # both takes say line 1: line 2's is fluent and wrong
         say_take(reading.take_audio(plan.project, planned.key, 1), RIGHT, piper_synth)
-    read(request.replace(word_check=True), Emitter())
 
     page = window.show_page(ReadPage)
     page.narrator.setCurrentIndex(page.narrator.findData("ada"))
     page.script.setText(str(script))
     page.refresh()
+    assert page.table.item(1, 5).text() == "1"  # not checked yet
+    check = page.fields["word_check"].widget
+    assert not check.isChecked()
+    check.setChecked(True)
+    qtbot.mouseClick(page.render_button, Qt.MouseButton.LeftButton)
+    assert page.job is not None and "--word-check" in page.job.command_line()
+    said: list[str] = []
+    page.job.event.connect(lambda _event: said.append(page.status.text()))
+    qtbot.waitUntil(lambda: page.job is None, timeout=JOB_S)
+    assert "Checking the words of the takes made before: 2 of 2 lines" in said, said
+    assert page.status.text().endswith("lines 2 flagged"), page.status.text()
     right, wrong = page.table.item(0, 5).text(), page.table.item(1, 5).text()
     assert right.startswith("1, WER 0.") and "check it" not in right, right
     assert wrong.startswith("1, WER 1.") and wrong.endswith(" - check it"), wrong

@@ -398,12 +398,17 @@ class ReadPage(Page):
             self.job.cancel()
 
     def _event(self, event: dict[str, Any]) -> None:
-        """A finished line: the bar, the time left, and its take in the table at once."""
-        if event.get("event") != "progress" or event.get("stage") != "render":
+        """A finished line: the bar, the time left, and its take in the table at once; a
+        kept take's words checked (the takes made before the check)."""
+        if event.get("event") != "progress" or event.get("stage") not in ("render", "words"):
             return
         done, total = int(event.get("done") or 0), int(event.get("total") or 0)
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(done)
+        if event.get("stage") == "words":
+            self.status.setText(f"Checking the words of the takes made before: {done} of "
+                                f"{total} lines")
+            return
         self.refresh()
         if event.get("loading"):
             self.status.setText(f"Loading the voice's model ({done} of {total} lines done)...")
