@@ -648,6 +648,10 @@ def bench_streams(server: Served, ks: list[int], frames: int, repeats: int,
                 started = time.perf_counter()
                 first, _ = asyncio.run(once(k, path))
                 wall = time.perf_counter() - started
+                # a request is logged as it ends, just after its client read the end
+                waited = time.monotonic() + 30
+                while len(server.logs) < before + k and time.monotonic() < waited:
+                    time.sleep(0.05)
                 audio = sum(r["audio_s"] for r in server.logs[before:] if r["status"] == 200)
                 firsts.append(first)
                 rates.append(audio / wall)
