@@ -1,7 +1,7 @@
 """Form fields made from the engine's settings schema (`engine.config.schema`).
 
-A `SettingField` is one config field as a widget: its kind (switch, choice, whole or
-decimal number) from the field's type, its range from the field's bounds, its label and
+A `SettingField` is one config field as a widget: its kind (switch, choice, text, whole
+or decimal number) from the field's type, its range from the field's bounds, its label and
 tooltip from the field's label and help, and the command line it sends from the field's
 flag. The window thus offers what the CLI offers, by the same names and rules.
 """
@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
+    QLineEdit,
     QSpinBox,
     QToolTip,
     QWidget,
@@ -81,6 +82,8 @@ class SettingField:
                 QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             box.setMinimumContentsLength(14)
             return box
+        if self.kind is str:
+            return QLineEdit()
         if self.kind is int:
             return QSpinBox()
         spin = QDoubleSpinBox()
@@ -129,6 +132,8 @@ class SettingField:
             return w.isChecked()
         if isinstance(w, QComboBox):
             return w.currentData()
+        if isinstance(w, QLineEdit):
+            return w.text().strip()
         if self.unset and w.value() == w.minimum():  # type: ignore[attr-defined]
             return None
         if isinstance(w, QSpinBox):
@@ -145,6 +150,9 @@ class SettingField:
             i = w.findData(value)
             if i >= 0:
                 w.setCurrentIndex(i)
+        elif isinstance(w, QLineEdit):
+            if isinstance(value, str):
+                w.setText(value)
         elif isinstance(value, int | float) and not isinstance(value, bool):
             w.setValue(value)  # type: ignore[attr-defined]
         elif value is None and self.unset:

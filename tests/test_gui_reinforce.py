@@ -15,6 +15,8 @@ from typing import Any
 from PySide6.QtCore import Qt
 
 from engine.cli.main import build_parser
+from engine.config.reinforce import ReinforceConfig
+from engine.config.schema import field_help, label_of
 from engine.core.atomic import write_json
 from engine.layout.run import Run
 from gui.app import MainWindow
@@ -53,9 +55,9 @@ def test_reinforce_from_the_page_stop_refuse_resume(
     panel.extra_args = ASR
     # the stage's settings, as typed in the form: short renders, one sentence of two
     _click(qtbot, panel.more_btn)
-    for name, value in (("prompts", "1"), ("group", "2"), ("max_frames", "12"),
-                        ("checkpoint_every", "25")):
-        panel.fields[name].setText(value)
+    for name, value in (("prompts", 1), ("group", 2), ("max_frames", 12),
+                        ("checkpoint_every", 25)):
+        panel.fields[name].set_value(value)
     panel.iterations.setValue(50)
     _click(qtbot, panel.start_btn)
     job = panel.job
@@ -126,14 +128,40 @@ def test_a_run_without_checkpoint_cannot_be_reinforced(
     assert panel.note.text() == ("The run 2026-01-01_a has no checkpoint yet, so there is "
                                  "nothing to reinforce: train it (or resume it) first.")
     # a setting the stage would refuse: one sentence, nothing started
-    panel.fields["group"].setText("two")
+    panel.fields["reward"].set_value("not a spec")
     try:
         panel.settings_args()
     except ValueError as exc:
-        assert str(exc) == "Reinforce setting group: 'two' is not a number."
+        assert str(exc).startswith("Invalid reinforce setting: reinforce.reward: must be "), exc
     else:
-        raise AssertionError("a group of 'two' was taken")
+        raise AssertionError("a reward of 'not a spec' was taken")
     assert panel.start() is None and panel.job is None
+
+
+def test_the_settings_are_the_schemas_fields(qtbot, window: MainWindow, voice: Path) -> None:
+    """Each of the stage's settings is its config field: the label, unit, bounds and help
+    the schema gives it; a number typed out of its bounds is said in the engine's words."""
+    panel = _open(qtbot, window, voice).reinforce
+    helps = field_help(ReinforceConfig)
+    for name, field in panel.fields.items():
+        assert panel.labels[name].text() == label_of(ReinforceConfig, name), name
+        assert field.widget.toolTip() == helps[name] != "", name
+        assert field.value() == getattr(ReinforceConfig(), name), name
+    group, frames = panel.fields["group"].widget, panel.fields["max_frames"].widget
+    assert group.minimum() == 2 and group.suffix() == " per sentence"
+    assert frames.minimum() == 2 and frames.suffix() == " frames"
+    rates = panel.fields["rate_low"].widget, panel.fields["rate_high"].widget
+    assert rates[0].maximum() < 1 < rates[1].minimum()
+    assert panel.iterations.minimum() == 1 and panel.iterations.suffix() == " iterations"
+    _click(qtbot, panel.more_btn)
+    group.lineEdit().selectAll()
+    qtbot.keyClicks(group.lineEdit(), "1")
+    assert panel.fields["group"].problem == "Renders must be at least 2, not 1; it stays 4."
+    # the flags the form sends are the CLI's, and only the changed ones
+    panel.fields["rate_high"].set_value(1.5)
+    args = panel.settings_args()
+    assert args == ["--iterations", "100", "--rate-high", "1.5"], args
+    assert build_parser().parse_args(["reinforce", str(voice), *args]).rate_high == 1.5
 
 
 def test_a_reinforced_run_shows_its_stage_read_back(
@@ -166,11 +194,11 @@ def test_a_reinforced_run_shows_its_stage_read_back(
     assert "(step 10/10, 3 checkpoints)" in page.run_picker.currentText()
     assert page.stat_labels["step"].text() == "10 / 10"
     # the style settings are for a run trained with styles: shown for one, and sent
-    assert all(panel.fields[n].isHidden() for n in ("style_weight", "style_share"))
+    assert all(panel.fields[n].widget.isHidden() for n in ("style_weight", "style_share"))
     write_json(run / "data.json", {"styles": ["Speak slowly."]})
     panel.show_run(run)
-    assert not any(panel.fields[n].isHidden() for n in ("style_weight", "style_share"))
-    panel.fields["style_weight"].setText("0.4")
+    assert not any(panel.fields[n].widget.isHidden() for n in ("style_weight", "style_share"))
+    panel.fields["style_weight"].set_value(0.4)
     args = panel.settings_args()
     assert args[args.index("--style-weight") + 1] == "0.4"
     assert build_parser().parse_args(["reinforce", str(voice), *args]).style_weight == 0.4
@@ -197,8 +225,8 @@ def test_the_tab_chooses_the_ray_path_and_says_what_the_engine_refuses(
     panel = page.reinforce
     panel.extra_args = ASR
     _click(qtbot, panel.more_btn)
-    for name, value in (("prompts", "1"), ("group", "2"), ("max_frames", "12")):
-        panel.fields[name].setText(value)
+    for name, value in (("prompts", 1), ("group", 2), ("max_frames", 12)):
+        panel.fields[name].set_value(value)
     # in the engine's process by default: no Ray flag, no address to give
     assert panel.workers.text() == "this process" and not panel.address.isEnabled()
     assert "--workers" not in panel.settings_args()
@@ -290,14 +318,18 @@ def test_the_tab_is_readable_at_the_smallest_window(
                                  "yet."), panel.note.text()
     shots = Path(os.environ.get("VOXSHARD_SHOTS", tmp_path))
     assert window.grab().save(str(shots / "train-reinforce-1100.png"))
-    # the settings, open: every row shows, and the charts keep a readable height
+    # the settings, open: a column as wide as the tab (nothing cut at its right edge) that
+    # scrolls to every row, and the charts keep a readable height
     _click(qtbot, panel.more_btn)
     inner = panel.form.widget()
-    # the layout settles over turns of the event loop (a loaded machine takes longer)
-    qtbot.waitUntil(lambda: panel.form.viewport().height() >= inner.sizeHint().height() - 2,
+    qtbot.waitUntil(lambda: panel.form.viewport().width() >= inner.minimumSizeHint().width(),
                     timeout=10000)
-    assert panel.form.viewport().height() >= inner.sizeHint().height() - 2, \
-        (panel.form.viewport().height(), inner.sizeHint().height())
+    for field in (f for f in panel.fields.values() if not f.widget.isHidden()):
+        panel.form.ensureWidgetVisible(field.widget)
+        top = field.widget.mapTo(panel.form.viewport(), field.widget.rect().topLeft()).y()
+        assert 0 <= top and top + field.widget.height() <= panel.form.viewport().height(), \
+            field.name
+    panel.form.ensureWidgetVisible(panel.address)
     assert _plot_height(charts.reward_plot) >= 90
     assert window.grab().save(str(shots / "train-reinforce-1100-settings.png"))
 

@@ -43,42 +43,43 @@ class ReinforceConfig:
     """GRPO iterations from a run's checkpoint, with the frozen checkpoint as reference."""
 
     #: GRPO iterations (each: sample, score, update, checkpoint)
-    iterations: int = 100
+    iterations: int = setting(100, label="Iterations", at_least=1)
     #: held-out sentences per iteration
-    prompts: int = 2
+    prompts: int = setting(2, label="Sentences", unit="per iteration", at_least=1)
     #: renders per sentence: the advantage is each render's reward relative to its group
-    group: int = 4
+    group: int = setting(4, label="Renders", unit="per sentence", at_least=2)
     #: optimizer steps on each iteration's renders (the ratio moves off 1 after the first)
-    updates: int = 2
+    updates: int = setting(2, label="Updates", unit="per iteration", at_least=1)
     #: learning rate of the stage's AdamW (far below fine-tuning's peak: it only nudges)
-    lr: float = 1e-6
+    lr: float = setting(1e-6, label="Learning rate", above=0)
     #: clip range of the policy ratio (PPO's epsilon)
-    clip: float = 0.2
+    clip: float = setting(0.2, label="Ratio clip", above=0)
     #: weight of the KL penalty to the frozen starting checkpoint
-    beta: float = 0.04
+    beta: float = setting(0.04, label="KL weight", at_least=0)
     #: frames a render may take before it is cut at the length cap (12 frames = 1 s)
-    max_frames: int = 240
+    max_frames: int = setting(240, label="Length cap", unit="frames", at_least=2)
     #: write a checkpoint every N iterations (and always at the end and at a stop)
-    checkpoint_every: int = 10
+    checkpoint_every: int = setting(10, label="Checkpoint every", unit="iterations",
+                                   at_least=1)
     #: the reward: "voice" (speaker similarity, word errors, length cap, speaking rate,
     #: weighed below) or "package.module:factory", a function of a RewardContext that
     #: returns the reward of a list of renders (engine/reinforce/reward.py)
-    reward: str = VOICE_REWARD
+    reward: str = setting(VOICE_REWARD, label="Reward")
     #: reward weight of speaker similarity (the independent encoder)
-    similarity_weight: float = 1.0
+    similarity_weight: float = setting(1.0, label="Similarity weight", at_least=0)
     #: reward weight of the recogniser's word error rate (taken at most 1)
-    wer_weight: float = 1.0
+    wer_weight: float = setting(1.0, label="Word error weight", at_least=0)
     #: penalty for a render that hit the length cap (never ended by itself)
-    capped_weight: float = 1.0
+    capped_weight: float = setting(1.0, label="Length cap penalty", at_least=0)
     #: penalty per unit of log speaking-rate ratio outside the speaker's own range
-    rate_weight: float = 1.0
+    rate_weight: float = setting(1.0, label="Rate penalty", at_least=0)
     #: the slow end of the speaker's own range of speaking rate (ratio to their mean rate)
-    rate_low: float = 0.8
+    rate_low: float = setting(0.8, label="Slowest rate", unit="×", above=0, below=1)
     #: the fast end of the speaker's own range of speaking rate (ratio to their mean rate)
-    rate_high: float = 1.25
+    rate_high: float = setting(1.25, label="Fastest rate", unit="×", above=1)
     #: seed of the renders (iteration i draws seed * 1000003 + i: a resumed stage draws
     #: the same renders)
-    seed: int = 0
+    seed: int = setting(0, label="Seed")
     #: reward weight of style obedience, for a run trained with style descriptions: a
     #: render of a prompt given a trained style's instruction earns this times the share of
     #: the style's measured words that moved the right way against the speaker's plain
@@ -100,21 +101,11 @@ class ReinforceConfig:
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not math.isfinite(value)):
                 raise ValueError(f"reinforce.{f.name}: must be a finite number, got {value!r}")
-        for name in ("iterations", "prompts", "updates", "checkpoint_every"):
-            if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
-                raise ValueError(f"reinforce.{name}: must be a whole number >= 1")
-        if self.group < 2 or int(self.group) != self.group:
-            raise ValueError("reinforce.group: must be a whole number >= 2 (the advantage "
-                             "compares renders of one sentence)")
-        if self.max_frames < 2:
-            raise ValueError("reinforce.max_frames: must be >= 2")
-        if self.lr <= 0 or self.clip <= 0 or self.beta < 0:
-            raise ValueError("reinforce.lr/clip: must be > 0; reinforce.beta: must be >= 0")
-        for name in ("similarity_weight", "wer_weight", "capped_weight", "rate_weight"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"reinforce.{name}: must be >= 0")
-        if not 0 < self.rate_low < 1 < self.rate_high:
-            raise ValueError("reinforce.rate_low/rate_high: must be 0 < low < 1 < high")
+        # the bounds are the fields' own (`check`); a count is a whole number
+        for name in ("iterations", "prompts", "group", "updates", "max_frames",
+                     "checkpoint_every", "seed"):
+            if int(getattr(self, name)) != getattr(self, name):
+                raise ValueError(f"reinforce.{name}: must be a whole number")
         check(self)
 
     def to_dict(self) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QLabel,
     QLineEdit,
-    QPushButton,
     QScrollArea,
     QSpinBox,
     QToolButton,
@@ -39,14 +38,15 @@ from PySide6.QtWidgets import (
 )
 
 from engine.config.reinforce import ReinforceConfig
-from engine.config.schema import field_help, flag_of
+from engine.config.schema import flag_of
 from engine.core.atomic import read_json
 from engine.layout.checkpoints import REINFORCE_STAGE, checkpoint_stage, step_of
 from engine.layout.run import Run
 from gui.jobs import EngineJob
 from gui.metrics import MetricsStore
+from gui.settings_form import SettingField
 from gui.theme import SERIES
-from gui.widgets import hbox
+from gui.widgets import SciSpinBox, button, hbox
 
 #: what the stage logs per iteration (engine.reinforce.session), under "reinforce/"
 REWARD_KEYS = {"reward": ("reward", SERIES[0]), "similarity": ("similarity", SERIES[3]),
@@ -58,6 +58,13 @@ REWARD_KEYS = {"reward": ("reward", SERIES[0]), "similarity": ("similarity", SER
 OTHER_FIELDS = [f.name for f in dataclasses.fields(ReinforceConfig) if f.name != "iterations"]
 #: the settings shown only for a run trained with styles (they change nothing for another)
 STYLE_FIELDS = ("style_weight", "style_share")
+
+
+def _lr_box() -> SciSpinBox:
+    """The stage's learning rate, in scientific notation (its arrows halve or double it)."""
+    box = SciSpinBox()
+    box.setRange(1e-10, 1e-2)
+    return box
 
 
 def stage_steps(run_dir: Path | None) -> list[int]:
@@ -223,71 +230,10 @@ class ReinforcePanel(QWidget):
         self.store = MetricsStore()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
-        self.iterations = QSpinBox()
-        self.iterations.setRange(1, 100000)
-        self.iterations.setValue(ReinforceConfig().iterations)
-        self.iterations.setSuffix(" iterations")  # no label beside it: the row is narrow
-        self.iterations.setToolTip("GRPO iterations: each samples a group of renders per "
-                                   "sentence, scores them, updates the voice")
-        self.start_btn = QPushButton("Reinforce")
-        self.start_btn.setObjectName("Primary")
-        self.start_btn.setToolTip("Reinforce the run picked above from its best checkpoint "
-                                  "(or its newest, before an evaluation)")
-        self.resume_btn = QPushButton("Resume")
-        self.resume_btn.setToolTip("Continue the run's reinforce stage from its own checkpoint")
-        self.stop_btn = QPushButton("Stop")
-        self.stop_btn.setToolTip("Finishes and saves the iteration under way, then stops")
-        self.more_btn = QToolButton()
-        self.more_btn.setText("Settings")
-        self.more_btn.setCheckable(True)
-        self.more_btn.setToolTip("The stage's other settings (voice.toml [reinforce]), in "
-                                 "the charts' place; press again for the charts")
         # Settings sits on the state's line: with it, the buttons' row was wider than the tab
         # at the smallest window and the spin box's text was cut
-        lay.addWidget(hbox(self.iterations, self.start_btn, self.resume_btn, self.stop_btn))
-        self.fields: dict[str, QLineEdit] = {}
-        self.labels: dict[str, QLabel] = {}
-        inner = QWidget()
-        grid = QGridLayout(inner)
-        grid.setContentsMargins(0, 0, 0, 0)
-        helps = field_help(ReinforceConfig)
-        for i, name in enumerate(OTHER_FIELDS):
-            edit = QLineEdit()
-            edit.setMinimumWidth(56)
-            edit.setToolTip(helps.get(name, ""))
-            self.fields[name] = edit
-            label = QLabel(name.replace("_", " "))
-            label.setToolTip(helps.get(name, ""))
-            self.labels[name] = label
-            grid.addWidget(label, i // 2, 2 * (i % 2))
-            grid.addWidget(edit, i // 2, 2 * (i % 2) + 1)
-        # a bounded box that scrolls: open, the charts keep most of the tab
-        self.form = QScrollArea()
-        # where the stage runs (the engine's --workers / --address, as training's)
-        row = (len(OTHER_FIELDS) + 1) // 2
-        self.workers = QSpinBox()
-        self.workers.setRange(0, 64)
-        self.workers.setSpecialValueText("this process")
-        self.workers.setToolTip("Ray Train workers for the policy update (FSDP2, as "
-                                "training); 'this process': the stage runs in the engine's "
-                                "own process")
-        self.address = QLineEdit()
-        # short: the form's column is narrow at a laptop's size (the tooltip says the rest)
-        self.address.setPlaceholderText("host:port")
-        self.address.setToolTip("With workers: an existing Ray cluster to run on; empty, "
-                                "the engine starts a private one on this machine")
-        self.address.setEnabled(False)
-        self.workers.valueChanged.connect(lambda n: self.address.setEnabled(n > 0))
-        for col, (text, widget) in enumerate((("Ray workers", self.workers),
-                                              ("cluster", self.address))):
-            grid.addWidget(QLabel(text), row, 2 * col)
-            grid.addWidget(widget, row, 2 * col + 1)
-        self.form.setWidget(inner)
-        self.form.setWidgetResizable(True)
-        self.form.setFrameShape(QFrame.Shape.NoFrame)
-        self.form.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.form.hide()
-        self.more_btn.toggled.connect(self._show_settings)
+        lay.addWidget(self._build_buttons())
+        self.form = self._build_form()
         self.state = QLabel("")
         self.state.setWordWrap(True)
         self.note = QLabel("")  # what the run holds of the stage, or why it cannot start
@@ -305,6 +251,75 @@ class ReinforcePanel(QWidget):
         self.stop_btn.clicked.connect(self.stop)
         self.update_buttons()
 
+    # -- sections -------------------------------------------------------------------
+    def _build_buttons(self) -> QWidget:
+        """Iterations (its own words after the number: the row has no room for a label)
+        and the stage's buttons."""
+        self.iterations_field = SettingField(ReinforceConfig, "iterations")
+        self.iterations = self.iterations_field.widget
+        self.iterations.setSuffix(f" {self.iterations_field.label.lower()}")
+        self.start_btn = button("Reinforce", primary=True,
+                                tip="Reinforce the run picked above from its best checkpoint "
+                                    "(or its newest, before an evaluation)")
+        self.resume_btn = button("Resume",
+                                 tip="Continue the run's reinforce stage from its own checkpoint")
+        self.stop_btn = button("Stop", tip="Finishes and saves the iteration under way, "
+                                           "then stops")
+        self.more_btn = QToolButton()
+        self.more_btn.setText("Settings")
+        self.more_btn.setCheckable(True)
+        self.more_btn.setToolTip("The stage's other settings (voice.toml [reinforce]), in "
+                                 "the charts' place; press again for the charts")
+        self.more_btn.toggled.connect(self._show_settings)
+        return hbox(self.iterations, self.start_btn, self.resume_btn, self.stop_btn)
+
+    def _build_form(self) -> QScrollArea:
+        """The stage's other settings, each made from its config field (label, unit, bounds,
+        help), then where it runs; a bounded box that scrolls, shown in the charts' place."""
+        inner = QWidget()
+        grid = QGridLayout(inner)
+        grid.setContentsMargins(0, 0, 0, 0)
+        #: the form's settings by field name (the learning rate in scientific notation)
+        self.fields = {name: SettingField(ReinforceConfig, name, widget=_lr_box()
+                                          if name == "lr" else None)
+                       for name in OTHER_FIELDS}
+        self.labels: dict[str, QLabel] = {}
+        for i, (name, field) in enumerate(self.fields.items()):
+            label = QLabel(field.label)
+            label.setToolTip(field.widget.toolTip())
+            self.labels[name] = label
+            # one column: with their units, two columns were wider than the tab at 1100x760
+            grid.addWidget(label, i, 0)
+            grid.addWidget(field.widget, i, 1)
+        self._build_cluster(grid, len(OTHER_FIELDS))
+        form = QScrollArea()
+        form.setWidget(inner)
+        form.setWidgetResizable(True)
+        form.setFrameShape(QFrame.Shape.NoFrame)
+        form.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        form.hide()
+        return form
+
+    def _build_cluster(self, grid: QGridLayout, row: int) -> None:
+        """Where the stage runs (the engine's --workers / --address, as training's)."""
+        self.workers = QSpinBox()
+        self.workers.setRange(0, 64)
+        self.workers.setSpecialValueText("this process")
+        self.workers.setToolTip("Ray Train workers for the policy update (FSDP2, as "
+                                "training); 'this process': the stage runs in the engine's "
+                                "own process")
+        self.address = QLineEdit()
+        # short: the form's column is narrow at a laptop's size (the tooltip says the rest)
+        self.address.setPlaceholderText("host:port")
+        self.address.setToolTip("With workers: an existing Ray cluster to run on; empty, "
+                                "the engine starts a private one on this machine")
+        self.address.setEnabled(False)
+        self.workers.valueChanged.connect(lambda n: self.address.setEnabled(n > 0))
+        for i, (text, widget) in enumerate((("Ray workers", self.workers),
+                                            ("Cluster", self.address))):
+            grid.addWidget(QLabel(text), row + i, 0)
+            grid.addWidget(widget, row + i, 1)
+
     # -- settings -------------------------------------------------------------------
     def _show_settings(self, on: bool) -> None:
         self.charts.setVisible(not on)
@@ -315,22 +330,15 @@ class ReinforcePanel(QWidget):
         """The voice's [reinforce] values in the form (a flag is sent only when changed)."""
         self._voice_cfg = cfg
         self.iterations.setValue(int(cfg.iterations))
-        for name, edit in self.fields.items():
-            edit.setText(str(getattr(cfg, name)))
+        for name, field in self.fields.items():
+            field.set_value(getattr(cfg, name))
 
     def settings_args(self) -> list[str]:
         """The flags of the form's settings that differ from the voice's; ValueError with
         one sentence for a value the stage would refuse."""
         base: ReinforceConfig = getattr(self, "_voice_cfg", ReinforceConfig())
-        given: dict[str, Any] = {"iterations": self.iterations.value()}
-        for name, edit in self.fields.items():
-            kind = type(getattr(ReinforceConfig(), name))
-            text = edit.text().strip()
-            try:
-                given[name] = kind(text) if text else getattr(base, name)
-            except ValueError:
-                raise ValueError(f"Reinforce setting {name.replace('_', ' ')}: {text!r} is not "
-                                 f"a{'' if kind is int else ' decimal'} number.") from None
+        given = {"iterations": self.iterations.value(),
+                 **{name: field.value() for name, field in self.fields.items()}}
         try:
             cfg = base.replace(**given)
         except ValueError as exc:
@@ -388,7 +396,7 @@ class ReinforcePanel(QWidget):
         self.store.clear()
         styled = run_dir is not None and bool(Run(run_dir).trained_styles())
         for name in STYLE_FIELDS:
-            self.fields[name].setVisible(styled)
+            self.fields[name].widget.setVisible(styled)
             self.labels[name].setVisible(styled)
         rows = stage_history(run_dir) if run_dir is not None else []
         for row in rows:
