@@ -46,13 +46,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.audio.timebase import SAMPLE_RATE
 from engine.config.speak import SpeakOptions
 from engine.core.errors import Cancelled
 from engine.core.events import Emitter
 from engine.synth.capture import GATE
-from engine.synth.decoding import _graphs_enabled
+from engine.synth.decoding import graphs_enabled
 from engine.synth.prompt import build_prefill
-from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, write_audio
+from engine.synth.render import join_chunks, match_loudness, write_audio
 from engine.synth.rows import RowBatch, bucket, settings_key
 from engine.synth.runaway import RunawayWatch, runaway_message
 from engine.synth.sampling import choose, noise_width, row_keys
@@ -64,6 +65,8 @@ from engine.text import Chunk, split_text
 #: two settings (the default and greedy) recapture nothing; each batch holds its own
 #: KV caches, so more would cost a model's worth of memory at 1.7B
 KEEP_BATCHES = 2
+#: a waiting request hears each change of its place once it is this near the front
+TOLD_PLACES = 16
 
 
 @dataclass
@@ -166,6 +169,8 @@ class ContinuousBatcher:
         self.refills = 0
         #: rows given up by a request holding several to one that had none
         self.preempted = 0
+        #: rows or the queue changed since the places were last told
+        self._queue_changed = False
         self.frames_run = 0
         #: chunks whose text was longer than the trailing buffer (never, by design)
         self.text_cut = 0
@@ -176,7 +181,7 @@ class ContinuousBatcher:
         self._watch = RunawayWatch(rows)
         self._cuda = self.fast.device.type == "cuda"
         # graphs=True off CUDA: the capture path with `RowBatch._record` replaced (tests)
-        self._graphs = self._cuda and _graphs_enabled() if graphs is None else graphs
+        self._graphs = self._cuda and graphs_enabled() if graphs is None else graphs
         #: two host buffers for the rows' tokens (pinned on CUDA) and their copy events
         self._tokens = [torch.zeros(rows, dtype=torch.long, pin_memory=self._cuda)
                         for _ in range(2)]
@@ -208,6 +213,7 @@ class ContinuousBatcher:
         with self._cond:
             self._requests[request.rid] = request
             self._pending.extend(_Unit(request, c) for c in request.chunks)
+            self._queue_changed = True
             self._cond.notify_all()
 
     def cancel(self, rid: str, discard: bool = False) -> bool:
@@ -316,6 +322,7 @@ class ContinuousBatcher:
             self._blocked = None
             with self._cond:
                 self._pending.remove(unit)
+                self._queue_changed = True
             if busy:
                 self.refills += 1
 
@@ -349,16 +356,22 @@ class ContinuousBatcher:
 
     def _tell_positions(self) -> None:
         """Each request still waiting for its first row hears its place in the queue
-        (state "queued", `position` 1 = next), whenever that place changes."""
+        (state "queued", `position` 1 = next): when it first waits, then as the place
+        changes once it is among the nearest `TOLD_PLACES` (a book's thousand waiting
+        lines are not told every shift). Only after rows or the queue changed."""
         with self._cond:
+            if not self._queue_changed:
+                return
+            self._queue_changed = False
             started = {row.unit.request.rid for row in self._rows if row is not None}
-            waiting: list[BatchRequest] = []
+            waiting: dict[str, BatchRequest] = {}
             for u in self._pending:
                 r = u.request
-                if r.rid not in started and not r.codes and r not in waiting:
-                    waiting.append(r)
-        for position, request in enumerate(waiting, 1):
-            if request.position != position:
+                if r.rid not in started and not r.codes and r.rid not in waiting:
+                    waiting[r.rid] = r
+        for position, request in enumerate(waiting.values(), 1):
+            if request.position != position and (request.position is None
+                                                 or position <= TOLD_PLACES):
                 request.position = position
                 request.emitter.state("queued", detail=f"number {position} in the queue",
                                       position=position)
@@ -676,6 +689,7 @@ class ContinuousBatcher:
             if not gone:
                 return
             self._pending = deque(u for u in self._pending if not u.request.cancelled)
+            self._queue_changed = True
         if self._blocked is not None and self._blocked.request.cancelled:
             self._blocked = None
         for b, row in enumerate(self._rows):
