@@ -27,6 +27,8 @@ from engine.core.errors import InputError, VoxshardError
 
 #: the source of a value no layer gives
 DEFAULT = "the default"
+#: the source of the values a surface was asked for (flags, keywords, the window's form)
+REQUEST = "the request"
 #: the key of a run's saved config.json that holds where each value came from
 PROVENANCE_KEY = "provenance"
 

@@ -449,6 +449,7 @@ class TrainPage(Page):
         """Draw a run from its metrics.jsonl; by default also load its settings."""
         if load_settings and run.config:
             self.settings.load_run_config(run.config)
+            self.settings.show_provenance(Run(run.path).provenance())
             self._append_log("info", f"Loaded the settings of {run.name} into the form.")
         self.run.run_dir = run.path
         self._shown_run = run.path
@@ -799,6 +800,8 @@ class TrainPage(Page):
     def _plan_done(self, result: dict) -> None:
         text = result.get("summary") or "\n".join(f"{k}: {v}" for k, v in result.items())
         self._append_log("info", str(text))  # the engine's full table, for the curious
+        if isinstance(result.get("provenance"), dict):
+            self.settings.show_provenance(result["provenance"])
         plan = result.get("plan")
         if isinstance(plan, dict):
             self.plan_note.setText(f"Memory plan: {plan.get('words') or ''}")

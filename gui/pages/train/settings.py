@@ -12,6 +12,7 @@ saved config.json, so a run picked from the list can be continued or repeated as
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ from PySide6.QtWidgets import (
 
 from engine import catalog
 from engine.config.evaluate import EvaluateConfig
-from engine.config.schema import field_help, lookup
+from engine.config.schema import field_help, lookup, path_of
 from engine.config.train import LENGTH_SECTIONS, ModelConfig, ParallelConfig
 from engine.train.presets import (
     VOLUMES,
@@ -49,6 +50,7 @@ from engine.train.presets import (
     volume_index,
 )
 from gui.pages.train.gpus import Gpu
+from gui.pages.train.provenance import field_source, not_asked, sources_words
 from gui.settings_form import SettingField
 from gui.widgets import SciSpinBox, button, hbox
 
@@ -119,6 +121,10 @@ class TrainSettings(QWidget):
         super().__init__(parent)
         self.gpus: list[Gpu] = []
         self._applying = False
+        #: the labels of the form's run settings by field name (a switch has none)
+        self.labels: dict[str, QLabel] = {}
+        #: where the values shown came from (`show_provenance`); {}: the form's own
+        self._provenance: dict[str, str] = {}
         col = QWidget()
         lay = QVBoxLayout(col)
         lay.setContentsMargins(0, 0, 8, 0)
@@ -184,6 +190,7 @@ class TrainSettings(QWidget):
         # the preset's learning rate is the engine's for the base model chosen
         self.base.currentTextChanged.connect(lambda _t: self.apply_preset(
             self.preset.currentIndex()))
+        self._forget_provenance_on_edit()
         self.setMinimumWidth(370)
 
     def set_running(self, running: bool) -> None:
@@ -293,7 +300,15 @@ class TrainSettings(QWidget):
                 # a long name (Code predictor frames) wraps rather than widen the form
                 label = QLabel(field.label)
                 label.setWordWrap(True)
+                label.setToolTip(field.widget.toolTip())
+                self.labels[field.name] = label
                 form.addRow(label, field.widget)
+        # where the values of the last dry run or loaded run came from, when not the form
+        self.provenance_note = QLabel()
+        self.provenance_note.setObjectName("Muted")
+        self.provenance_note.setWordWrap(True)
+        self.provenance_note.hide()
+        form.addRow(self.provenance_note)
         self._trainable_changed()
         self.evaluate = QCheckBox("Evaluate each checkpoint")
         self.evaluate.setToolTip("Beside training, render held-out sentences from each new "
@@ -425,6 +440,45 @@ class TrainSettings(QWidget):
         finally:
             self._applying = False
         self.preset_note.setText(p.note)
+
+    # -- provenance ----------------------------------------------------------------
+    def _provenance_fields(self) -> dict[str, tuple[QWidget, str, QLabel | None]]:
+        """{setting path: (its widget, its help, its label)} of the fields a value's source
+        is shown on."""
+        shown: dict[str, tuple[QWidget, str, QLabel | None]] = {
+            path_of(f.cls, name): (f.widget, field_help(f.cls).get(name, ""),
+                                   self.labels.get(name))
+            for name, f in self.fields.items()}
+        shown["model.base"] = (self.base, field_help(ModelConfig)["base"], None)
+        shown["parallel.workers"] = (self.workers, field_help(ParallelConfig)["workers"], None)
+        return shown
+
+    def show_provenance(self, provenance: Mapping[str, str]) -> None:
+        """Where the engine's values came from (a dry run's, a run's saved config's
+        "provenance"): each field the form did not set says whose value it shows in its
+        tooltip, and the note under the settings names the sources other than the
+        defaults ("Learning rate from the preset for 0.6B"). {}: the form's own again."""
+        shown = self._provenance_fields()
+        sources = not_asked(provenance, shown)
+        for path, (widget, help_text, label) in shown.items():
+            tip = field_source(help_text, sources.get(path))
+            widget.setToolTip(tip)
+            if label is not None:
+                label.setToolTip(tip)
+        words = sources_words(sources)
+        self.provenance_note.setText(words)
+        self.provenance_note.setVisible(bool(words))
+        self._provenance = dict(provenance)
+
+    def _forget_provenance_on_edit(self) -> None:
+        """A field changed by hand is the form's own: the sources shown no longer hold."""
+        def edited(*_args: Any) -> None:
+            if self._provenance and not self._applying:
+                self.show_provenance({})
+        for widget, _help, _label in self._provenance_fields().values():
+            name = next(n for n in ("valueChanged", "currentTextChanged", "toggled")
+                        if hasattr(widget, n))
+            getattr(widget, name).connect(edited)
 
     def _trainable_changed(self) -> None:
         """LoRA's own settings are offered with LoRA, at the engine's defaults."""
