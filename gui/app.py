@@ -108,40 +108,8 @@ class MainWindow(QMainWindow):
         self._closing_confirmed = False
         self._quit_wait: QMessageBox | None = None  # shown while quitting waits for jobs
 
-        central = QWidget()
-        lay = QHBoxLayout(central)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(0)
-        lay.addWidget(self._build_sidebar())
-        self.stack = QStackedWidget()
-        lay.addWidget(self.stack, 1)
-        self.setCentralWidget(central)
-
-        self.pages: list[Page] = []
-        for cls in PAGE_CLASSES:
-            page = cls(self.ctx)
-            self.pages.append(page)
-            self.stack.addWidget(page)
-            item = QListWidgetItem(icon(cls.icon_name), cls.title)
-            item.setData(Qt.ItemDataRole.UserRole, cls.icon_name)
-            item.setSizeHint(QSize(180, 42))
-            self.nav.addItem(item)
-        self.nav.currentRowChanged.connect(self._go)
-        self._current = 0
-
-        # what runs, with a Cancel for each job (download, import, export, compare...)
-        self.jobs_panel = JobsPanel(self.ctx.jobs)
-        self.statusBar().addPermanentWidget(self.jobs_panel)
-        # without PortAudio the window works, silent: say so where it stays in view
-        self.sound_notice: QLabel | None = None
-        if why := sound.unavailable():
-            self.sound_notice = QLabel(why)
-            self.sound_notice.setObjectName("ClipWarning")
-            self.sound_notice.setToolTip(why)
-            # the status bar may be narrower than the sentence: never widen the window for it
-            self.sound_notice.setSizePolicy(QSizePolicy.Policy.Ignored,
-                                            QSizePolicy.Policy.Preferred)
-            self.statusBar().addWidget(self.sound_notice, 1)
+        self._build_pages()
+        self._build_status_bar()
         self.ctx.status.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         self.ctx.voice_changed.connect(self._voice_changed)
         self.ctx.reader.voice_loaded.connect(self._voice_read)
@@ -164,6 +132,46 @@ class MainWindow(QMainWindow):
             self.ctx.set_workspace(self.ctx.workspace)
         self.nav.setCurrentRow(0)
         self._voice_changed(self.ctx.voice)
+
+    def _build_pages(self) -> None:
+        """The sidebar beside the pages, one page per entry."""
+        central = QWidget()
+        lay = QHBoxLayout(central)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(0)
+        lay.addWidget(self._build_sidebar())
+        self.stack = QStackedWidget()
+        lay.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+
+        self.pages: list[Page] = []
+        for cls in PAGE_CLASSES:
+            page = cls(self.ctx)
+            self.pages.append(page)
+            self.stack.addWidget(page)
+            item = QListWidgetItem(icon(cls.icon_name), cls.title)
+            item.setData(Qt.ItemDataRole.UserRole, cls.icon_name)
+            item.setSizeHint(QSize(180, 42))
+            self.nav.addItem(item)
+        self.nav.currentRowChanged.connect(self._go)
+        self._current = 0
+
+
+    def _build_status_bar(self) -> None:
+        """The status bar: the jobs that run, and a notice when there is no sound."""
+        # what runs, with a Cancel for each job (download, import, export, compare...)
+        self.jobs_panel = JobsPanel(self.ctx.jobs)
+        self.statusBar().addPermanentWidget(self.jobs_panel)
+        # without PortAudio the window works, silent: say so where it stays in view
+        self.sound_notice: QLabel | None = None
+        if why := sound.unavailable():
+            self.sound_notice = QLabel(why)
+            self.sound_notice.setObjectName("ClipWarning")
+            self.sound_notice.setToolTip(why)
+            # the status bar may be narrower than the sentence: never widen the window for it
+            self.sound_notice.setSizePolicy(QSizePolicy.Policy.Ignored,
+                                            QSizePolicy.Policy.Preferred)
+            self.statusBar().addWidget(self.sound_notice, 1)
 
     # -- layout -----------------------------------------------------------------------
     def _build_sidebar(self) -> QWidget:

@@ -26,7 +26,7 @@ from gui.pages.train import TrainPage
 from gui.theme import ThemeManager
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workspace", required=True, type=Path)
     parser.add_argument("--voice", required=True)
@@ -35,13 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suffix", default="", help="added to each file name, e.g. -light")
     parser.add_argument("--size", default="1360x860",
                         help="window size WIDTHxHEIGHT (1100x760: a laptop's, issue 19)")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    return parser.parse_args(argv)
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+
+def _window(app: QApplication, args: argparse.Namespace, tmp: QTemporaryDir) -> MainWindow:
+    """The window on the workspace and voice asked for, in the theme and size asked for."""
     theme = ThemeManager(app, args.theme)  # type: ignore[arg-type]
     theme.apply()
-    tmp = QTemporaryDir()
     settings = QSettings(tmp.filePath("s.ini"), QSettings.Format.IniFormat)
     settings.setValue("workspace", str(args.workspace))
     settings.setValue(f"last_voice/{args.workspace}", args.voice)
@@ -49,6 +49,32 @@ def main(argv: list[str] | None = None) -> int:
     width, height = (int(v) for v in args.size.lower().split("x"))
     window.resize(width, height)
     window.show()
+    return window
+
+
+def _stage(app: QApplication, window: MainWindow, page: object) -> None:
+    """A page in the state worth showing: Record reviewing a real take, Train's curves."""
+    if isinstance(page, RecordPage):
+        takes = [t for t in list_takes(window.ctx.voice) if t.path.exists()] \
+            if window.ctx.voice else []
+        if takes:
+            # the review state of a real take: its waveform and level
+            audio, sr = sf.read(str(takes[0].path), dtype="float32", always_2d=True)
+            page._stopped(audio.mean(axis=1), sr)
+            page.meter.set_level(0.5)
+    if isinstance(page, TrainPage):
+        while page._history is not None:
+            app.processEvents()
+        page.redraw()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    tmp = QTemporaryDir()
+    window = _window(app, args, tmp)  # type: ignore[arg-type]
     args.out.mkdir(parents=True, exist_ok=True)
 
     def settle() -> None:
@@ -63,18 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     for row, name in enumerate(names):
         window.nav.setCurrentRow(row)
         page = window.pages[row]
-        if isinstance(page, RecordPage):
-            takes = [t for t in list_takes(window.ctx.voice) if t.path.exists()] \
-                if window.ctx.voice else []
-            if takes:
-                # the review state of a real take: its waveform and level
-                audio, sr = sf.read(str(takes[0].path), dtype="float32", always_2d=True)
-                page._stopped(audio.mean(axis=1), sr)
-                page.meter.set_level(0.5)
-        if isinstance(page, TrainPage):
-            while page._history is not None:
-                app.processEvents()
-            page.redraw()
+        _stage(app, window, page)
         settle()
         window.grab().save(str(args.out / f"{row + 1}-{name}{args.suffix}.png"))
         if isinstance(page, ListenPage) and page.last_comparison is not None:

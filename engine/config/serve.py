@@ -61,7 +61,7 @@ class ServeSettings:
     #: who can reach it may use every voice served
     wyoming_allow_lan: bool = setting(False, label="Home Assistant on other computers")
     #: announce the Wyoming service on the local network (mDNS, _wyoming._tcp.local.) so
-    #: Home Assistant offers it by itself
+    #: Home Assistant finds it by itself and offers it under Settings > Devices & services
     zeroconf: bool = setting(False, label="Announce it on the network")
     #: serve OpenAI's HTTP endpoint (--no-http with --wyoming: Wyoming alone)
     http: bool = setting(True, label="OpenAI's HTTP endpoint")

@@ -47,7 +47,7 @@ def _check(cond: bool, message: str, hint: str | None = None) -> None:
 class SpeakOptions:
     """How to speak. `None` means "the model's own default" (its generation_config.json)."""
 
-    #: randomness of codebook 0 (rhythm, intonation); lower is steadier
+    #: randomness of codebook 0 (rhythm, intonation): lower is steadier, higher livelier
     temperature: float | None = setting(None, label="Temperature", above=0, at_most=5)
     #: sample only among the k most likely codes (0 = no limit)
     top_k: int | None = setting(None, label="Top-k", at_least=0, at_most=4096)
@@ -62,8 +62,8 @@ class SpeakOptions:
     subtalker_top_k: int | None = setting(None, at_least=0, at_most=4096)
     subtalker_top_p: float | None = setting(None, above=0, at_most=1)
     subtalker_do_sample: bool | None = None
-    #: base seed; chunk i uses seed + i, so any chunk can be re-rendered alone.
-    #: None picks one at random and reports it.
+    #: base seed: the same seed and text give the same audio; chunk i uses seed + i, so
+    #: any chunk can be re-rendered alone. None picks one at random and reports it.
     seed: int | None = setting(None, label="Seed", at_least=0, below=2**63)
     #: "auto" or one of the model's languages (fine-tuned voices: keep "auto")
     language: str = "auto"

@@ -1,4 +1,5 @@
-"""What every page has: the shared context, a title, and a refresh hook."""
+"""What every page has: the shared context, a title, and a refresh hook; and what the
+pages that show a voice have: its snapshot, re-read on refresh and redrawn when loaded."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QMessageBox, QVBoxLayout, QWidget
 
+from engine.catalog import VoiceSnapshot
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.widgets import page_header, show_error
@@ -75,3 +77,24 @@ class Page(QWidget):
         box.finished.connect(done)
         box.open()
         return box
+
+
+class SnapshotPage(Page):
+    """A page that shows the current voice's snapshot (`gui.workspace_reader`): a refresh
+    shows what the reader has and re-reads in the background; the reader's answer is
+    drawn when it is about the voice shown and the page is visible."""
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(ctx, parent)
+        ctx.reader.voice_loaded.connect(self._voice_loaded)
+
+    def refresh(self) -> None:
+        self._show_snapshot(self.ctx.reader.refresh(self.voice))
+
+    def _voice_loaded(self, voice: Path, snap: VoiceSnapshot) -> None:
+        if voice == self.voice and self.isVisible():
+            self._show_snapshot(snap)
+
+    def _show_snapshot(self, snap: VoiceSnapshot | None) -> None:
+        """Draw the voice's snapshot (None: no voice, or not read yet)."""
+        raise NotImplementedError

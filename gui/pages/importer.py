@@ -55,7 +55,7 @@ from engine.prepare.styles import set_clip_style
 from engine.prepare.transcribe import asr_info, is_machine_made
 from gui.context import AppContext
 from gui.jobs import EngineJob
-from gui.pages.base import Page
+from gui.pages.base import SnapshotPage
 from gui.widgets import button, fmt_duration, hbox, show_error
 from gui.words import count
 
@@ -407,7 +407,7 @@ class DropZone(QLabel):
             event.acceptProposedAction()
 
 
-class ImportPage(Page):
+class ImportPage(SnapshotPage):
     title = "Import"
     subtitle = ("Add recordings you already have, then check every clip: "
                 "fix transcripts, leave out what should not be learned.")
@@ -423,6 +423,13 @@ class ImportPage(Page):
         self.drop.dropped.connect(self.import_paths)
         self.outer.addWidget(self.drop)
 
+        self._build_adding()
+        self._build_table()
+        ctx.player.finished.connect(self._played)
+        self.outer.addWidget(self.table, 1)
+
+    def _build_adding(self) -> None:
+        """What to add (files, a folder), where its text comes from, and whose speech to keep."""
         self.transcripts_label = QLabel("Transcripts: found automatically")
         self.transcripts_label.setObjectName("Muted")
         self.files_btn = button("Add files…", "add", primary=True, slot=self.pick_files)
@@ -458,6 +465,9 @@ class ImportPage(Page):
         self.progress.hide()
         self.outer.addWidget(self.progress)
 
+
+    def _build_table(self) -> None:
+        """The takes: a filter and search above, the table with its keys."""
         self.filter_combo = QComboBox()
         self.filter_combo.addItems(FILTERS)
         self.search = QLineEdit()
@@ -505,9 +515,6 @@ class ImportPage(Page):
         edit_key = QShortcut(QKeySequence(Qt.Key.Key_F2), self.table)
         edit_key.setContext(Qt.ShortcutContext.WidgetShortcut)
         edit_key.activated.connect(self.edit_transcript)
-        ctx.player.finished.connect(self._played)
-        self.outer.addWidget(self.table, 1)
-        ctx.reader.voice_loaded.connect(self._voice_loaded)
 
     # -- adding files --------------------------------------------------------------
     def pick_files(self) -> None:
@@ -614,13 +621,6 @@ class ImportPage(Page):
         self.ctx.notify_changed()
 
     # -- table -------------------------------------------------------------------------
-    def refresh(self) -> None:
-        self._show_snapshot(self.ctx.reader.refresh(self.voice))
-
-    def _voice_loaded(self, voice: Path, snap: VoiceSnapshot) -> None:
-        if voice == self.voice and self.isVisible():
-            self._show_snapshot(snap)
-
     def _show_snapshot(self, snap: VoiceSnapshot | None) -> None:
         self.model.set_clips(list(snap.clips) if snap is not None else [])
         self.model.set_takes(list(snap.takes) if snap is not None else [])

@@ -51,7 +51,7 @@ from engine.layout.tiers import TIER_ADAPTER, TIER_INSTANT
 from engine.synth.render import write_audio
 from gui.context import AppContext
 from gui.jobs import EngineJob
-from gui.pages.base import Page
+from gui.pages.base import SnapshotPage
 from gui.pages.train import BASE_MODELS
 from gui.settings_form import SettingField
 from gui.widgets import ElidedComboBox, button, hbox, show_error
@@ -125,7 +125,7 @@ def note_label(text: str) -> QLabel:
     return label
 
 
-class ListenPage(Page):
+class ListenPage(SnapshotPage):
     title = "Listen"
     subtitle = "Hear the voice speak any text. Compare checkpoints to pick the best one."
     icon_name = "listen"
@@ -150,6 +150,14 @@ class ListenPage(Page):
         self.last_render: Path | None = None
         self.last_comparison: Path | None = None
 
+        self._build_source()
+        self._build_sampling()
+        self._build_tabs()
+        ctx.player.finished.connect(self._played)
+        ctx.player.started.connect(lambda: self.stop_btn.setEnabled(True))
+
+    def _build_source(self) -> None:
+        """The text, which model speaks it (and the zero-shot preview's base), and the style."""
         self.text = QPlainTextEdit()
         self.text.setPlaceholderText("Type or paste what the voice should say…")
         self.text.setPlainText(SAMPLE_TEXT)
@@ -188,6 +196,10 @@ class ListenPage(Page):
         self.outer.addWidget(style_row)
         self.style.editTextChanged.connect(self._style_edited)
         self.source.currentIndexChanged.connect(lambda _i: self._fill_styles())
+
+    def _build_sampling(self) -> None:
+        """The zero-shot preview's reference clip, the sampling settings (the engine's
+        fields), the buttons and the state."""
         # the zero-shot preview's reference clip, and the sampling the engine offers
         self.reference = ShortTextComboBox()
         self.reference.setToolTip("The prepared clip the zero-shot preview imitates "
@@ -202,12 +214,6 @@ class ListenPage(Page):
         self.temperature, self.top_k, self.seed = (self.fields[n].widget for n in
                                                    ("temperature", "top_k", "seed"))
         self.temperature.setSingleStep(0.05)
-        self.temperature.setToolTip("Randomness of rhythm and intonation: lower is steadier, "
-                                    "higher livelier (\"model's\": the model's own setting)")
-        self.top_k.setToolTip("Sample only among the k most likely sounds (0: no limit; "
-                              "\"model's\": the model's own setting)")
-        self.seed.setToolTip("The same seed and text give the same audio; \"random\" picks "
-                             "one each time")
         labelled = [w for f in self.fields.values() for w in (QLabel(f.label), f.widget)]
         sampling = hbox(QLabel("Reference"), self.reference, *labelled,
                         stretch_at=2 + len(labelled))
@@ -224,6 +230,9 @@ class ListenPage(Page):
         self.progress.hide()
         self.outer.addWidget(self.progress)
 
+
+    def _build_tabs(self) -> None:
+        """The history of renders and the checkpoints' A/B comparison."""
         tabs = self.tabs = QTabWidget()
         # history
         hist = QWidget()
@@ -269,21 +278,11 @@ class ListenPage(Page):
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(tabs)
         self.outer.addWidget(split, 1)
-        ctx.player.finished.connect(self._played)
-        ctx.player.started.connect(lambda: self.stop_btn.setEnabled(True))
-        ctx.reader.voice_loaded.connect(self._voice_loaded)
 
     # -- sources -------------------------------------------------------------------
     @property
     def snap(self) -> VoiceSnapshot | None:
         return self.ctx.reader.cached(self.voice)
-
-    def refresh(self) -> None:
-        self._show_snapshot(self.ctx.reader.refresh(self.voice))
-
-    def _voice_loaded(self, voice: Path, snap: VoiceSnapshot) -> None:
-        if voice == self.voice and self.isVisible():
-            self._show_snapshot(snap)
 
     def _show_snapshot(self, snap: VoiceSnapshot | None) -> None:
         current = self.source.currentData()

@@ -30,7 +30,7 @@ from engine.layout.voice import open_voice
 from engine.prepare.target import write_decision
 from gui.context import AppContext
 from gui.jobs import EngineJob
-from gui.pages.base import Page
+from gui.pages.base import SnapshotPage
 from gui.widgets import Card, StatCard, button, hbox
 
 # What a person can do about each issue code (engine/audio/checks.py codes).
@@ -98,7 +98,7 @@ def _row(parent: QTreeWidgetItem, texts: list[str]) -> QTreeWidgetItem:
     return item
 
 
-class PreparePage(Page):
+class PreparePage(SnapshotPage):
     title = "Prepare"
     subtitle = ("Turn the takes into clean 24 kHz clips: loudness, silence trimming, "
                 "slicing at pauses, and a quality check of every clip.")
@@ -123,6 +123,12 @@ class PreparePage(Page):
         self.progress.hide()  # only while preparing: never "0%" above a finished report
         self.outer.addWidget(self.progress)
 
+        self._build_report()
+        self._build_lists()
+        self._slice_buttons()
+
+    def _build_report(self) -> None:
+        """The report's figures and what to do."""
         grid = QGridLayout()
         grid.setSpacing(12)
         self.cards = {
@@ -146,6 +152,10 @@ class PreparePage(Page):
         advice_card.layout_.addWidget(self.advice)
         self.outer.addWidget(advice_card)
 
+
+    def _build_lists(self) -> None:
+        """The clips' problems, then who was heard in each slice of a recording with more
+        than one voice."""
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Clip / file", "Problem", "What to do"])
         self.tree.setAlternatingRowColors(True)
@@ -184,8 +194,6 @@ class PreparePage(Page):
         play_key = QShortcut(QKeySequence(Qt.Key.Key_Space), self.slices)
         play_key.setContext(Qt.ShortcutContext.WidgetShortcut)
         play_key.activated.connect(self.play_slice)
-        self._slice_buttons()
-        ctx.reader.voice_loaded.connect(self._voice_loaded)
 
     def run(self) -> EngineJob | None:
         if self.voice is None or self.job is not None:
@@ -232,14 +240,9 @@ class PreparePage(Page):
         self.run_btn.setEnabled(self.voice is not None and self.job is None)
         self.cancel_btn.setEnabled(self.job is not None)
 
-    def refresh(self) -> None:
+    def _show_snapshot(self, snap: VoiceSnapshot | None) -> None:
         self._buttons()
-        snap = self.ctx.reader.refresh(self.voice)
         self.show_report(snap.report if snap is not None else None)
-
-    def _voice_loaded(self, voice: Path, snap: VoiceSnapshot) -> None:
-        if voice == self.voice and self.isVisible():
-            self.show_report(snap.report)
 
     def show_report(self, report: dict[str, Any] | None) -> None:
         # the whole report, not its time and totals: two prepares within one second can

@@ -94,6 +94,19 @@ class ReadPage(Page):
         self.job: EngineJob | None = None
         self.plan: Plan | None = None
 
+        form = self._build_form()
+        row = self._build_fields()
+        form.addWidget(QLabel("Takes"), 3, 0)
+        form.addWidget(hbox(*row, stretch_at=len(row), spacing=6), 3, 1)
+        self.outer.addLayout(form)
+
+        self._build_buttons()
+        self._build_table()
+        self._build_line_rows()
+        self._line_buttons(False)
+
+    def _build_form(self) -> QGridLayout:
+        """The script, its voices and its export."""
         form = QGridLayout()
         form.setHorizontalSpacing(10)
         self.script = QLineEdit()
@@ -120,6 +133,10 @@ class ReadPage(Page):
         form.addWidget(QLabel("Export"), 2, 0)
         form.addWidget(hbox(self.out, button("Save as...", "save", slot=self._save_as),
                             self.loudness), 2, 1)
+        return form
+
+    def _build_fields(self) -> list[QWidget | None]:
+        """The take settings (the engine's ReadRequest fields), as one row's widgets."""
         self.fields = {name: SettingField(ReadRequest, name, decimals=2,
                                           unset="auto" if name == "max_frames" else "")
                        for name in FIELDS}
@@ -142,10 +159,10 @@ class ReadPage(Page):
         for name in ("chunk_chars", "max_frames"):  # what a change of them costs
             self.fields[name].widget.setToolTip(self.fields[name].widget.toolTip() + " A "
                                                 "change renders every line again.")
-        form.addWidget(QLabel("Takes"), 3, 0)
-        form.addWidget(hbox(*row, stretch_at=len(row), spacing=6), 3, 1)
-        self.outer.addLayout(form)
+        return row
 
+    def _build_buttons(self) -> None:
+        """Render / Export / Stop, the progress and the state."""
         self.render_button = button("Render", "play", primary=True, slot=self.render,
                                     tip="Render the lines that have no take yet")
         self.export_button = button("Export", "save", slot=self.export,
@@ -166,6 +183,9 @@ class ReadPage(Page):
         self.outer.addWidget(self.progress)
         self.outer.addWidget(self.status)
 
+
+    def _build_table(self) -> None:
+        """The script's lines and their takes."""
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
@@ -179,6 +199,9 @@ class ReadPage(Page):
         self.table.itemSelectionChanged.connect(self._selected)
         self.outer.addWidget(self.table, 1)
 
+
+    def _build_line_rows(self) -> None:
+        """The chosen line's takes (A, B, a new one) and its pronunciations."""
         self.takes = QComboBox()
         self.takes.setToolTip("The take this line's export uses")
         self.takes.activated.connect(self._pick)
@@ -205,7 +228,6 @@ class ReadPage(Page):
         self.outer.addWidget(hbox(QLabel("Pronounce"), self.word, self.respelling,
                                   button("Add", "add", slot=self.add_word), stretch_at=4,
                                   spacing=8))
-        self._line_buttons(False)
 
     # -- what the page shows -----------------------------------------------------------------
     def _request(self) -> ReadRequest | None:

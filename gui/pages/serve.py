@@ -180,6 +180,17 @@ class ServePage(Page):
         self._started_with = 0  # voices ticked at Start (the server names each several ways)
         self.served: deque[tuple[float, float]] = deque()  # (when, audio seconds)
 
+        self._build_form()
+        self._build_running()
+        self._build_examples()
+        self._rate_timer = QTimer(self)
+        self._rate_timer.setInterval(1000)
+        self._rate_timer.timeout.connect(self._show_rate)
+        self._host_changed()
+        self.zeroconf.setEnabled(False)
+
+    def _build_form(self) -> None:
+        """The voices to serve, where the server listens, and Home Assistant's service."""
         form = QGridLayout()
         form.addWidget(QLabel("Voices to serve"), 0, 0, Qt.AlignmentFlag.AlignTop)
         self.voices = QListWidget()
@@ -197,7 +208,6 @@ class ServePage(Page):
                        "zeroconf": SettingField(ServeSettings, "zeroconf")}
         self.host.currentIndexChanged.connect(self._host_changed)
         self.port = self.fields["port"].widget
-        self.port.setToolTip("TCP port; 0 picks a free one.")
         self.port.valueChanged.connect(self._show_example)
         self.use_key = QCheckBox("Require a key")
         self.use_key.setToolTip("Clients must send 'Authorization: Bearer KEY' (always on when "
@@ -217,15 +227,16 @@ class ServePage(Page):
         self.wyoming_port.setValue(WYOMING_PORT)
         self.wyoming_port.setToolTip("TCP port of the Wyoming service; 0 picks a free one.")
         self.zeroconf = self.fields["zeroconf"].widget
-        self.zeroconf.setToolTip(
-            "Zeroconf (mDNS): Home Assistant finds the service by itself and offers it under "
-            "Settings > Devices & services as discovered.")
         self.home_assistant.toggled.connect(self._home_assistant_changed)
         self.voices.itemChanged.connect(self._show_home_assistant_voices)
         form.addWidget(hbox(self.home_assistant, QLabel("port"), self.wyoming_port,
                             self.zeroconf, stretch_at=4), 2, 1)
         self.outer.addLayout(form)
 
+
+    def _build_running(self) -> None:
+        """Start / Stop, and what a running server tells a client: its address, key and
+        Wyoming side."""
         self.start_button = button("Start", "play", primary=True, slot=self.start)
         self.stop_button = button("Stop", "stop", slot=self.stop)
         self.stop_button.setEnabled(False)
@@ -267,6 +278,9 @@ class ServePage(Page):
         self.wyoming_field.setMaximumWidth(180)
         self.ha_panel.setVisible(False)
         self.outer.addWidget(self.ha_panel)
+
+    def _build_examples(self) -> None:
+        """How to call it (curl, Python) and the requests it answered."""
         self.curl = QPlainTextEdit()
         self.curl.setReadOnly(True)
         self.python = QPlainTextEdit()
@@ -287,11 +301,6 @@ class ServePage(Page):
         self.log.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.outer.addWidget(QLabel("<b>Requests</b>"))
         self.outer.addWidget(self.log, 1)
-        self._rate_timer = QTimer(self)
-        self._rate_timer.setInterval(1000)
-        self._rate_timer.timeout.connect(self._show_rate)
-        self._host_changed()
-        self.zeroconf.setEnabled(False)
 
     # -- form ------------------------------------------------------------------------------
     def refresh(self) -> None:

@@ -200,6 +200,16 @@ class VoicesPage(Page):
         left.addWidget(hbox(self.new_btn, self.rename_btn, self.delete_btn))
         body.addLayout(left)
 
+        right = self._build_summary()
+        body.addLayout(right, 1)
+        self.outer.addLayout(body, 1)
+        self.new_job: EngineJob | None = None
+        ctx.workspace_changed.connect(lambda _p: self.refresh())
+        ctx.reader.voices_loaded.connect(self._voices_loaded)
+        ctx.reader.voice_loaded.connect(self._voice_loaded)
+
+    def _build_summary(self) -> QVBoxLayout:
+        """The chosen voice's summary: its name, figures, tiers, verdict and next step."""
         right = QVBoxLayout()
         self.voice_title = QLabel("No voice selected")
         self.voice_title.setObjectName("PageTitle")
@@ -239,12 +249,7 @@ class VoicesPage(Page):
         self.empty_hint.setWordWrap(True)
         right.addWidget(self.empty_hint)
         right.addStretch(1)
-        body.addLayout(right, 1)
-        self.outer.addLayout(body, 1)
-        self.new_job: EngineJob | None = None
-        ctx.workspace_changed.connect(lambda _p: self.refresh())
-        ctx.reader.voices_loaded.connect(self._voices_loaded)
-        ctx.reader.voice_loaded.connect(self._voice_loaded)
+        return right
 
     # -- workspace -----------------------------------------------------------
     def pick_workspace(self) -> None:

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 from engine.audio.sound import unavailable
 from gui import audio as au
 from gui.context import AppContext
-from gui.pages.base import Page
+from gui.pages.base import SnapshotPage
 from gui.pages.record.dialogs import TakeDialogs
 from gui.pages.record.keys import RecordKeys
 from gui.pages.record.prompt_card import PromptCard
@@ -45,7 +45,7 @@ from gui.widgets import LevelMeter, WaveformView, button, fmt_duration, hbox, sh
 PREROLL_MS = 600
 
 
-class RecordPage(TakeLifecycle, PromptCard, TakeDialogs, RecordKeys, Page):
+class RecordPage(TakeLifecycle, PromptCard, TakeDialogs, RecordKeys, SnapshotPage):
     title = "Record"
     subtitle = ("Read each sentence naturally, in a quiet room. Space: record/stop · "
                 "Enter: accept · R: re-take · Delete: discard · P: play · S: skip · "
@@ -95,6 +95,18 @@ class RecordPage(TakeLifecycle, PromptCard, TakeDialogs, RecordKeys, Page):
         self._build_controls()
         self._build_progress()
 
+        self._build_timers()
+        ctx.player.finished.connect(self._play_finished)
+
+        self._build_keys()
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        ctx.voice_changed.connect(self._voice_switched)
+        ctx.leave_voice_guards.append(self.ask_before_switch)
+        self._fill_devices()
+        self._update_buttons()
+
+    def _build_timers(self) -> None:
+        """The meter's poll, the pre-roll before "speak now", and playback's clock."""
         self.meter_timer = QTimer(self)
         self.meter_timer.setInterval(METER_MS)
         self.meter_timer.timeout.connect(self._poll_meter)
@@ -105,15 +117,6 @@ class RecordPage(TakeLifecycle, PromptCard, TakeDialogs, RecordKeys, Page):
         self.play_timer = QTimer(self)
         self.play_timer.setInterval(100)
         self.play_timer.timeout.connect(self._show_playing)
-        ctx.player.finished.connect(self._play_finished)
-
-        self._build_keys()
-        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-        ctx.reader.voice_loaded.connect(self._voice_loaded)
-        ctx.voice_changed.connect(self._voice_switched)
-        ctx.leave_voice_guards.append(self.ask_before_switch)
-        self._fill_devices()
-        self._update_buttons()
 
     # -- building ----------------------------------------------------------------
     def _build_devices(self) -> None:

@@ -4,8 +4,6 @@ styles that still need takes. Mixed into `RecordPage`, whose widgets and state i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QMessageBox, QToolButton
@@ -51,13 +49,6 @@ class PromptCard:
         self.outer.addWidget(card, 2)
 
     # -- prompt ------------------------------------------------------------------
-    def refresh(self) -> None:
-        self._show_snapshot(self.ctx.reader.refresh(self.voice))
-
-    def _voice_loaded(self, voice: Path, snap: VoiceSnapshot) -> None:
-        if voice == self.voice and self.isVisible():
-            self._show_snapshot(snap)
-
     def _show_snapshot(self, snap: VoiceSnapshot | None) -> None:
         if self.recorder.active and not self.testing:
             return  # never pull the prompt from under a running take

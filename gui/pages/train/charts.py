@@ -77,6 +77,27 @@ class TrainCharts(QTabWidget):
         self.update_plot, self.update_legend = self._plot(rate, "Update / weight", "ratio", 2, 0)
         self.plots = (self.loss_plot, self.mem_plot, self.quality_plot, self.tps_plot,
                       self.lr_plot, self.update_plot)
+        self._build_lines()
+        # plots share the height; legend rows only take what their text needs
+        for view, stretches in ((train, (1, 0)), (hardware, (1, 0)), (speed, (1, 0)),
+                                (rate, (1, 0, 1, 0)), (quality, (1, 0))):
+            for row, stretch in enumerate(stretches):
+                view.ci.layout.setRowStretchFactor(row, stretch)
+        self.best_lines = []
+        for plot in (self.loss_plot, self.quality_plot):
+            line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(
+                QColor(SERIES[2]), width=1, style=Qt.PenStyle.DotLine),
+                label="best", labelOpts={"position": 0.92, "color": SERIES[2]})
+            line.hide()
+            plot.addItem(line)
+            self.best_lines.append(line)
+        self.bars: pg.BarGraphItem | None = None
+        self.peaks: pg.ScatterPlotItem | None = None
+        self.mode = "lines"
+
+    def _build_lines(self) -> None:
+        """Each chart's lines, and the marks drawn over them (the zero-shot clone's level,
+        the device's memory limit, the quality chart's words before an evaluation)."""
         self._line(self.loss_plot, self.loss_legend, "loss/train", SERIES[0], "train")
         self._line(self.loss_plot, self.loss_legend, "loss/val", SERIES[2], "validation",
                    symbol=True)
@@ -105,22 +126,6 @@ class TrainCharts(QTabWidget):
         self.quality_plot.addItem(self.quality_hint)
         self.quality_hint.setPos(0.5, 0.5)
         self.quality_plot.setXRange(0.0, 1.0, padding=0)
-        # plots share the height; legend rows only take what their text needs
-        for view, stretches in ((train, (1, 0)), (hardware, (1, 0)), (speed, (1, 0)),
-                                (rate, (1, 0, 1, 0)), (quality, (1, 0))):
-            for row, stretch in enumerate(stretches):
-                view.ci.layout.setRowStretchFactor(row, stretch)
-        self.best_lines = []
-        for plot in (self.loss_plot, self.quality_plot):
-            line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(
-                QColor(SERIES[2]), width=1, style=Qt.PenStyle.DotLine),
-                label="best", labelOpts={"position": 0.92, "color": SERIES[2]})
-            line.hide()
-            plot.addItem(line)
-            self.best_lines.append(line)
-        self.bars: pg.BarGraphItem | None = None
-        self.peaks: pg.ScatterPlotItem | None = None
-        self.mode = "lines"
 
     # -- building -------------------------------------------------------------------
     def _view(self, title: str) -> pg.GraphicsLayoutWidget:

@@ -1,8 +1,9 @@
 """Train: choose the base model, hardware and settings; watch the run live.
 
 The page composes its parts (settings panel, GPU probe, stats bar, charts, run
-controller) and owns the redraw timer: metric events only append to the
-store; the timer redraws one chart per tick, and only what changed.
+controller, Reinforce tab; its evaluation in `quality` and its other jobs in `other_jobs`,
+mixed in) and owns the redraw timer: metric events only append to the store; the timer
+redraws one chart per tick, and only what changed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QLabel,
     QSizePolicy,
     QSplitter,
@@ -24,8 +24,6 @@ from PySide6.QtWidgets import (
 
 from engine import catalog
 from engine.core.errors import WorkspaceError
-from engine.layout.checkpoints import step_of
-from engine.layout.exports import exports_dir
 from engine.layout.run import Progress, ProgressReader, Run
 from engine.layout.voice import open_voice
 from gui.context import AppContext
@@ -35,25 +33,18 @@ from gui.notify import notify_if_in_background
 from gui.pages.base import Page
 from gui.pages.train.charts import TrainCharts
 from gui.pages.train.controller import STATE_LABELS, RunController
-from gui.pages.train.evaluation import (
-    catalog_evaluation,
-    evaluation_summary,
-    measured_steps,
-    put_quality,
-    style_lines,
-)
 from gui.pages.train.gpus import Gpu, GpuProbe
+from gui.pages.train.other_jobs import OtherJobs
+from gui.pages.train.quality import QualityPart
 from gui.pages.train.reinforce import ReinforcePanel
 from gui.pages.train.remedies import Remedies
 from gui.pages.train.settings import PRESETS, TrainSettings, preset_for
 from gui.pages.train.stats import FewLinesLabel, StatsBar
 from gui.widgets import (
     ElidedComboBox,
-    HowToDialog,
     LogView,
     fmt_duration,
     hbox,
-    open_in_desktop,
 )
 
 ENDED_LABELS = {"succeeded": "Finished", "cancelled": "Stopped", "failed": "Failed"}
@@ -71,20 +62,7 @@ def run_label(name: str, step: int | None, total: int | None, checkpoints: int) 
     return f"{name}  (step {steps}{ckpt})"
 
 
-def export_howto(out: Path, speaker: str) -> str:
-    """How to use an exported model: here, from a terminal, from Python, as a server."""
-    who = speaker or "the speaker name"
-    return ("How to use it:\n"
-            f"• Listen page: choose \"Exported: {out.name}\".\n"
-            f"• Terminal: voxshard-engine speak \"{out}\" \"Hello.\" -o hello.wav\n"
-            "• Python, with the official qwen-tts loader: "
-            f"Qwen3TTSModel.from_pretrained(\"{out}\") then "
-            f"generate_custom_voice(text, speaker=\"{who}\").\n"
-            f"• Other programs: voxshard-engine serve \"{out}\" (OpenAI-compatible "
-            "/v1/audio/speech on 127.0.0.1:8000).")
-
-
-class TrainPage(Page):
+class TrainPage(QualityPart, OtherJobs, Page):
     title = "Train"
     subtitle = ("Fine-tune Qwen3-TTS on this voice: one worker per GPU, sharded with FSDP2 "
                 "on a Ray cluster. Stop saves a checkpoint; resume continues from it.")
@@ -109,6 +87,27 @@ class TrainPage(Page):
         self._runs: list[catalog.RunInfo] = []
         self.evaluator_program: list[str] | None = None  # tests: another engine stand-in
 
+        self._build_settings()
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.settings)
+        split.addWidget(self._build_monitor())
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setSizes([380, 900])
+        self.outer.addWidget(split, 1)
+
+        self._wire_run()
+        self.redraw_timer = QTimer(self)
+        self.redraw_timer.setInterval(self.REDRAW_MS)
+        self.redraw_timer.timeout.connect(self._tick)
+        self.gpus: list[Gpu] = []
+        self.probe = GpuProbe(self)
+        self.probe.found.connect(self._gpus_found)
+        self.probe.probe()
+
+    def _build_settings(self) -> None:
+        """The settings column, its widgets under the names scripts and tests use, and its
+        buttons wired to the page."""
         self.settings = TrainSettings()
         s = self.settings
         # the form's widgets under the names scripts and tests use
@@ -132,14 +131,9 @@ class TrainPage(Page):
         self.evaluate_job: EngineJob | None = None
         self.evaluate_extra_args: list[str] = []  # tests: a short evaluation
 
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(s)
-        split.addWidget(self._build_monitor())
-        split.setStretchFactor(0, 0)
-        split.setStretchFactor(1, 1)
-        split.setSizes([380, 900])
-        self.outer.addWidget(split, 1)
 
+    def _wire_run(self) -> None:
+        """What the run controller says, to the page's words, charts and remedies."""
         self.run.state_text.connect(self.state_label.setText)
         self.run.log.connect(self._append_log)
         self.run.ended.connect(self._on_ended)
@@ -153,15 +147,8 @@ class TrainPage(Page):
             "To avoid it, change the form and start again:", changes))
         self.run.stopping.connect(self._show_stopping)
         self.steps.valueChanged.connect(lambda _v: self._update_run_buttons())
-        s.base_rejected.connect(lambda text: self._append_log("error", text))
+        self.settings.base_rejected.connect(lambda text: self._append_log("error", text))
 
-        self.redraw_timer = QTimer(self)
-        self.redraw_timer.setInterval(self.REDRAW_MS)
-        self.redraw_timer.timeout.connect(self._tick)
-        self.gpus: list[Gpu] = []
-        self.probe = GpuProbe(self)
-        self.probe.found.connect(self._gpus_found)
-        self.probe.probe()
 
     # -- layout ---------------------------------------------------------------------
     def _build_monitor(self) -> QWidget:
@@ -462,82 +449,6 @@ class TrainPage(Page):
         self.redraw()
 
     # -- evaluation results ------------------------------------------------------------
-    def show_evaluation(self, run_dir: Path | None = None) -> dict | None:
-        """The run's evaluation.json (from the app or the command line) in the quality
-        chart, the cards and one line of words."""
-        run_dir = run_dir or self._shown_run
-        data = catalog_evaluation(run_dir) if run_dir is not None else None
-        if data is None:
-            self.eval_note.hide()
-            return None
-        put_quality(self.store, data)  # the file in full: what the events drew is replaced
-        steps = measured_steps(data)
-        if steps:
-            self.run.evaluated_step = max(self.run.evaluated_step, steps[-1])
-        best = data.get("best") or {}
-        if isinstance(best.get("step"), int):
-            self.run.best_step = best["step"]
-            self.charts.mark_best(best["step"])
-        # two lines for every run (a third for a run with styles moved the tabs down at
-        # 1100x760): what does not fit ends in "…" and is in the tooltip in full
-        self.eval_note.setText(evaluation_summary(data))
-        # every checkpoint's styles where the line has room for one
-        self.eval_note.setToolTip("\n".join([self.eval_note.text(),
-                                             *(line for _, line in style_lines(data))]))
-        self.eval_note.show()
-        self.redraw()
-        self._update_run_buttons()
-        return data
-
-    def evaluate_now(self) -> EngineJob | None:
-        """`evaluate` on the chosen run: every checkpoint (measured ones are reused)."""
-        run = self.selected_run()
-        if self.voice is None or run is None or not run.checkpoints \
-                or self.evaluate_job is not None:
-            return None
-        args = ["evaluate", str(self.voice), "--run", run.name, *self.evaluate_extra_args]
-        job = self.start_job(args, "Evaluation", voice=self.voice)
-        self.evaluate_job = job
-        self._append_log("info", f"Evaluating every checkpoint of {run.name}…")
-        job.log.connect(self._evaluator_log)
-        job.event.connect(lambda ev: self._evaluation_reported(ev, run.path, idle_only=True))
-        job.succeeded.connect(lambda r: self._evaluated(run.path, r))
-        job.failed.connect(lambda _c, m, h: self._append_log("error", f"{m} {h}".strip()))
-        job.finished.connect(self._evaluate_done)
-        self._update_run_buttons()
-        return job
-
-    def _evaluated(self, run_dir: Path, result: dict) -> None:
-        self._append_log("info", str(result.get("summary") or "Evaluation finished."))
-        if self._shown_run == run_dir and self.run.job is None:
-            self.show_evaluation(run_dir)
-
-    def _evaluation_reported(self, event: dict, run_dir: Path, idle_only: bool = False
-                             ) -> None:
-        """An evaluator wrote evaluation.json (it does before each `metric` it sends):
-        the quality chart and its line of words show the file at once. `idle_only`: only
-        while no training run draws the charts, and only for the run on screen."""
-        kind = event.get("event")
-        written = (kind == "artifact" and event.get("role") == "evaluation") \
-            or (kind == "metric" and event.get("split") == "eval")
-        if not written:
-            return
-        if idle_only and (self.run.job is not None or self._shown_run != run_dir):
-            return
-        self.show_evaluation(run_dir)
-
-    def _evaluate_done(self) -> None:
-        self.evaluate_job = None
-        self._update_run_buttons()
-
-    def open_report(self) -> bool:
-        run = self.selected_run()
-        report = Run(run.path).report_file if run is not None else None
-        if report is None or not report.is_file():
-            return False
-        self.last_opened = report
-        return open_in_desktop(self, report, "report")  # says so when nothing can open it
-
     @property
     def _history(self) -> object:
         return self.run._history
@@ -609,29 +520,7 @@ class TrainPage(Page):
         return job
 
     # -- evaluation beside training ------------------------------------------------------
-    def _start_evaluator(self, run_dir: Path) -> None:
-        if self.voice is None or self.run.job is None or self.run.evaluator is not None:
-            return
-        args = self.settings.evaluate_args(str(self.voice), run_dir.name,
-                                           training_pid=self.run.job.pid())
-        if args is None:
-            return
-        job = self.start_job(args, "Evaluation", voice=self.voice,
-                             program=self.evaluator_program)
-        self.run.attach_evaluator(job)  # first: its handlers run before the page's
-        job.log.connect(self._evaluator_log)
-        job.event.connect(lambda ev: self._evaluation_reported(ev, run_dir))
         # what it measures, the engine's watcher says as it starts (its log joins this one)
-
-    def _evaluator_log(self, level: str, message: str) -> None:
-        if level != "debug":
-            self._append_log(level, f"[evaluation] {message}")
-
-    def _early_stop(self, best: int) -> None:
-        if self.settings.patience.value() and self.run.job is not None \
-                and not self.run.job.stopping:
-            self._append_log("info", f"Early stop: step {best} stays the best checkpoint.")
-            self.stop()
 
     def _make_room_on_gpus(self) -> None:
         """The warm speech worker may hold a model on these GPUs: end it first."""
@@ -691,123 +580,5 @@ class TrainPage(Page):
         self.log.append_line(f"{time.strftime('%H:%M:%S')}  {prefix}{message}")
 
     # -- other jobs: download, export, plan --------------------------------------------
-    def download(self) -> EngineJob | None:
-        """`model download`: progress here; offline, the engine's one clear sentence."""
-        repo = self.base.currentText().strip()
-        if not repo or self.download_job is not None:
-            return None
-        job = self.start_job(["model", "download", repo], "Download")
-        self.download_job = job
-        self.download_bar.setRange(0, 0)
-        self.download_bar.show()
-        self.model_note.setText(f"Downloading {repo}… (Cancel it from the status bar.)")
-        job.progress.connect(self._download_progress)
-        job.succeeded.connect(lambda r: self.model_note.setText(str(r.get("summary", ""))))
-        job.failed.connect(lambda _c, m, h: self.model_note.setText(f"{m} {h}".strip()))
-        job.cancelled.connect(lambda: self.model_note.setText("Download stopped; it resumes "
-                                                              "where it left off."))
-        job.finished.connect(self._download_done)
-        self.download_btn.setEnabled(False)
-        return job
-
-    def _download_progress(self, _stage: str, done: float, total: object) -> None:
-        if isinstance(total, float) and total > 0:
-            self.download_bar.setRange(0, 1000)
-            self.download_bar.setValue(int(1000 * done / total))
-            if total > 1e6:
-                self.download_bar.setFormat(f"{done / 1e9:.2f} of {total / 1e9:.2f} GB")
-
-    def _download_done(self) -> None:
-        self.download_job = None
-        self.download_bar.hide()
-        self.download_btn.setEnabled(True)
-
-    def export(self, out: Path | None = None) -> EngineJob | None:
-        """Export the chosen run's best checkpoint (its evaluation's, else the latest).
-        Without `out`, asks where (the voice's exports/ folder is offered) and returns None;
-        the export starts when a folder is chosen."""
-        if self.voice is None or self.export_job is not None:
-            return None
-        run = self.selected_run()
-        if run is None or not run.checkpoints:
-            return None
-        best = Run(run.path).best()
-        step = step_of(best or run.checkpoints[-1])
-        if out is None:
-            suggested = exports_dir(self.voice) / f"{run.name}-step{step}"
-            dlg = QFileDialog(self, f"Export {run.name} step {step} as a model folder",
-                              str(suggested))
-            dlg.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
-            dlg.setOption(QFileDialog.Option.DontUseNativeDialog)
-            dlg.setLabelText(QFileDialog.DialogLabel.Accept, "Export")
-            dlg.selectFile(str(suggested))
-            dlg.fileSelected.connect(lambda f: self.export(Path(f)))
-            self.export_dialog = dlg
-            dlg.open()
-            return None
-        args = ["export", str(self.voice), str(out), "--run", run.name, "--step", str(step)]
-        job = self.start_job(args, "Export", voice=self.voice)
-        self.export_job = job
-        self._append_log("info", f"Exporting {run.name} step {step}"
-                                 + (" (the evaluation's best)" if best else "") + f" to {out}…")
-        job.succeeded.connect(lambda r: self._exported(out, run.name, step, r))
-        job.finished.connect(self._export_done)
-        self.refresh()
-        return job
-
-    def _exported(self, out: Path, run: str, step: int | None, result: dict) -> HowToDialog:
-        """A dialog: where the model is, how to use it, and a button to its folder."""
-        self._append_log("info", str(result.get("summary") or f"Exported to {out}"))
-        speaker = str(result.get("speaker") or "")
-        box = HowToDialog("Model exported", f"{run} step {step} is now a model folder:\n{out}",
-                          export_howto(out, speaker), self)
-        box.add_action("Open folder", lambda: open_in_desktop(self, out, "folder"))
-        self.export_box = box
-        box.open()
-        return box
-
-    def _export_done(self) -> None:
-        self.export_job = None
-        self.ctx.notify_changed()
-        self.refresh()
-
-    def check_cluster(self) -> EngineJob | None:
-        """`preflight` on the existing cluster: every node's answer in the list."""
-        if self.voice is None:
-            return None
-        args = self.settings.preflight_args(str(self.voice))
-        if args is None:
-            return None
-        job = self.start_job(args, "Cluster check")
-        self._append_log("info", "Checking every node of the cluster…")
-        job.event.connect(self._on_cluster_event)
-        job.succeeded.connect(lambda r: self._append_log("info", str(r.get("summary") or "")))
-        return job
-
-    def _on_cluster_event(self, event: dict) -> None:
-        if event.get("state") == "preflight_done" and isinstance(event.get("report"), dict):
-            self.settings.show_preflight(event["report"])
-
-    def plan(self) -> EngineJob | None:
-        if self.voice is None:
-            return None
-        job = self.start_job(["plan", *self.common_args()], "Memory plan")
-        self._append_log("info", "Checking the memory plan…")
-        job.log.connect(self._append_log)
-        job.succeeded.connect(self._plan_done)
-        return job
-
-    def _plan_done(self, result: dict) -> None:
-        text = result.get("summary") or "\n".join(f"{k}: {v}" for k, v in result.items())
-        self._append_log("info", str(text))  # the engine's full table, for the curious
-        if isinstance(result.get("provenance"), dict):
-            self.settings.show_provenance(result["provenance"])
-        plan = result.get("plan")
-        if isinstance(plan, dict):
-            self.plan_note.setText(f"Memory plan: {plan.get('words') or ''}")
-            self.plan_note.show()
-            self.remedies.offer("To make it fit:", [] if plan.get("fits") else
-                                plan.get("changes"))
-
 
 __all__ = ["STATE_LABELS", "TrainPage"]

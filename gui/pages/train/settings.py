@@ -134,6 +134,29 @@ class TrainSettings(QWidget):
             lay.addWidget(box)
         lay.addStretch(1)
 
+        self._build_buttons()
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(col)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # the scroll bar's room is kept: showing or hiding it never reflows the form
+        self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
+        controls = self._build_controls()
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.scroll, 1)
+        outer.addWidget(controls)
+        self.apply_preset(0)
+        for w in (self.steps, self.epochs, self.lr, self.ckpt_every):
+            w.valueChanged.connect(self._edited)
+        # the preset's learning rate is the engine's for the base model chosen
+        self.base.currentTextChanged.connect(lambda _t: self.apply_preset(
+            self.preset.currentIndex()))
+        self._forget_provenance_on_edit()
+        self.setMinimumWidth(370)
+
+    def _build_buttons(self) -> None:
+        """The run's buttons (wired by the page) and the note above them."""
         self.plan_btn = button("Check memory plan", "info",
                                tip="Ask the engine how much memory each GPU needs with these "
                                    "settings, before starting")
@@ -164,12 +187,9 @@ class TrainSettings(QWidget):
         self.run_note.setObjectName("Muted")
         self.run_note.setWordWrap(True)
 
-        self.scroll = QScrollArea()
-        self.scroll.setWidget(col)
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        # the scroll bar's room is kept: showing or hiding it never reflows the form
-        self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
+
+    def _build_controls(self) -> QWidget:
+        """The run controls under the form: its note and buttons, two a row."""
         controls = QWidget()
         clay = QVBoxLayout(controls)
         clay.setContentsMargins(0, 6, 8, 0)
@@ -180,18 +200,7 @@ class TrainSettings(QWidget):
                                self.evaluate_btn, self.report_btn, self.plan_btn)):
             grid.addWidget(b, i // 2, i % 2)
         clay.addLayout(grid)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(self.scroll, 1)
-        outer.addWidget(controls)
-        self.apply_preset(0)
-        for w in (self.steps, self.epochs, self.lr, self.ckpt_every):
-            w.valueChanged.connect(self._edited)
-        # the preset's learning rate is the engine's for the base model chosen
-        self.base.currentTextChanged.connect(lambda _t: self.apply_preset(
-            self.preset.currentIndex()))
-        self._forget_provenance_on_edit()
-        self.setMinimumWidth(370)
+        return controls
 
     def set_running(self, running: bool) -> None:
         """Lock the form while a run is live: its settings were fixed at the start, and
@@ -256,41 +265,8 @@ class TrainSettings(QWidget):
     def _settings_box(self) -> QGroupBox:
         box = QGroupBox("Settings")
         form = QFormLayout(box)
-        self.preset = QComboBox()
-        for p in PRESETS:
-            self.preset.addItem(p.name)
-        self.preset.addItem(CUSTOM)
-        # as narrow as the form's other choices (gui/settings_form.py): its longest name
-        # made the form wider than its column, and the column cut every box's right side
-        self.preset.setSizeAdjustPolicy(
-            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.preset.setMinimumContentsLength(14)
-        self.preset.setToolTip("The engine's run length, checkpoints, batch size and "
-                               "learning rate for the amount of audio the voice has; "
-                               "\"Custom\" once you change them")
-        self.preset.currentIndexChanged.connect(self.apply_preset)
-        self.preset_note = QLabel()
-        self.preset_note.setObjectName("Muted")
-        self.preset_note.setWordWrap(True)
-        lr = SciSpinBox()  # its arrows halve or double it
-        lr.setRange(1e-8, 1e-2)
-        words = {"trainable": TRAINABLES, "precision": PRECISIONS}
-        #: the form's run settings by field name, each made from its config field
-        self.fields = {lookup(path)[1]: SettingField(
-            *lookup(path), words=words.get(lookup(path)[1]), unset=UNSET.get(path, ""),
-            widget=lr if path == "optim.lr" else None) for path in FORM_SETTINGS}
-        f = self.fields
-        self.steps, self.epochs, self.lr, self.ckpt_every = (
-            f[n].widget for n in ("steps", "epochs", "lr", "checkpoint_every"))
-        self.steps.setSingleStep(100)
-        self.trainable, self.precision = f["trainable"].widget, f["precision"].widget
-        self.act_ckpt, self.offload = f["activation_checkpointing"].widget, \
-            f["cpu_offload"].widget
-        self.predictor_frames = f["predictor_frames"].widget
-        self.predictor_frames.setSingleStep(0.125)
-        self.lora_rank, self.lora_alpha, self.lora_predictor = (
-            f[n].widget for n in LORA_SETTINGS)
-        self.trainable.currentIndexChanged.connect(self._trainable_changed)
+        self._build_preset()
+        self._build_fields()
         form.addRow("Preset", self.preset)
         form.addRow(self.preset_note)
         for field in self.fields.values():
@@ -310,6 +286,56 @@ class TrainSettings(QWidget):
         self.provenance_note.hide()
         form.addRow(self.provenance_note)
         self._trainable_changed()
+        self._build_evaluation()
+        form.addRow(self.evaluate)
+        form.addRow("Early stop after", self.patience)
+        form.addRow(self.style_weight_field.label, self.style_weight)
+        return box
+
+    def _build_preset(self) -> None:
+        """The preset choice (the engine's bands of audio, then Custom) and its note."""
+        self.preset = QComboBox()
+        for p in PRESETS:
+            self.preset.addItem(p.name)
+        self.preset.addItem(CUSTOM)
+        # as narrow as the form's other choices (gui/settings_form.py): its longest name
+        # made the form wider than its column, and the column cut every box's right side
+        self.preset.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.preset.setMinimumContentsLength(14)
+        self.preset.setToolTip("The engine's run length, checkpoints, batch size and "
+                               "learning rate for the amount of audio the voice has; "
+                               "\"Custom\" once you change them")
+        self.preset.currentIndexChanged.connect(self.apply_preset)
+        self.preset_note = QLabel()
+        self.preset_note.setObjectName("Muted")
+        self.preset_note.setWordWrap(True)
+
+    def _build_fields(self) -> None:
+        """The form's run settings, each made from its config field."""
+        lr = SciSpinBox()  # its arrows halve or double it
+        lr.setRange(1e-8, 1e-2)
+        words = {"trainable": TRAINABLES, "precision": PRECISIONS}
+        #: the form's run settings by field name, each made from its config field
+        self.fields = {lookup(path)[1]: SettingField(
+            *lookup(path), words=words.get(lookup(path)[1]), unset=UNSET.get(path, ""),
+            widget=lr if path == "optim.lr" else None) for path in FORM_SETTINGS}
+        f = self.fields
+        self.steps, self.epochs, self.lr, self.ckpt_every = (
+            f[n].widget for n in ("steps", "epochs", "lr", "checkpoint_every"))
+        self.steps.setSingleStep(100)
+        self.trainable, self.precision = f["trainable"].widget, f["precision"].widget
+        self.act_ckpt, self.offload = f["activation_checkpointing"].widget, \
+            f["cpu_offload"].widget
+        self.predictor_frames = f["predictor_frames"].widget
+        self.predictor_frames.setSingleStep(0.125)
+        self.lora_rank, self.lora_alpha, self.lora_predictor = (
+            f[n].widget for n in LORA_SETTINGS)
+        self.trainable.currentIndexChanged.connect(self._trainable_changed)
+
+    def _build_evaluation(self) -> None:
+        """Evaluation beside training: its switch, early stop and the best pick's style
+        weight."""
         self.evaluate = QCheckBox("Evaluate each checkpoint")
         self.evaluate.setToolTip("Beside training, render held-out sentences from each new "
                                  "checkpoint and measure similarity to the speaker and word "
@@ -325,10 +351,6 @@ class TrainSettings(QWidget):
         self.style_weight.setSingleStep(0.1)
         self.style_weight.setEnabled(False)
         self.evaluate.toggled.connect(self.style_weight.setEnabled)
-        form.addRow(self.evaluate)
-        form.addRow("Early stop after", self.patience)
-        form.addRow(self.style_weight_field.label, self.style_weight)
-        return box
 
     def _cluster_box(self) -> QGroupBox:
         box = QGroupBox("Cluster")
