@@ -253,13 +253,12 @@ class TrainSettings(QWidget):
         self.gpu_note = QLabel("Looking for GPUs…")
         self.gpu_note.setObjectName("Muted")
         self.gpu_note.setWordWrap(True)
-        self.workers = QSpinBox()
-        self.workers.setRange(1, 64)
-        self.workers.setValue(2)
-        self.workers.setToolTip(field_help(ParallelConfig)["workers"])
+        self.workers_field = SettingField(ParallelConfig, "workers")
+        self.workers = self.workers_field.widget
+        self.workers.setValue(2)  # on CPU, two workers show the run sharded
         lay.addWidget(self.gpu_list)
         lay.addWidget(self.gpu_note)
-        lay.addWidget(hbox(QLabel("Workers"), self.workers, stretch_at=2))
+        lay.addWidget(hbox(QLabel(self.workers_field.label), self.workers, stretch_at=2))
         return box
 
     def _settings_box(self) -> QGroupBox:
