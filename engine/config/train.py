@@ -95,6 +95,10 @@ class ModelConfig:
     lora_rank: int = setting(16, label="LoRA rank", at_least=1)
     #: LoRA scale numerator: the adapters' update is scaled by lora_alpha / lora_rank
     lora_alpha: float = setting(32.0, label="LoRA alpha", above=0)
+    #: LoRA: the share of each adapter's inputs dropped while training (as peft's
+    #: lora_dropout), which keeps a few minutes of speech from being learnt by heart;
+    #: 0 drops nothing, and speaking never drops
+    lora_dropout: float = setting(0.0, label="LoRA dropout", at_least=0, below=1)
     #: with LoRA: adapters on the code predictor's decoder layers too (it carries
     #: codebooks 1-15, the fine detail of the sound), not on the talker's alone; the other
     #: choices of what trains train the code predictor whole or not at all (not given: the
@@ -261,7 +265,7 @@ REQUEST_SETTINGS: tuple[str, ...] = (
     "parallel.workers", "data.batch_size", "data.grad_accum",
     "parallel.activation_checkpointing", "parallel.cpu_offload", "parallel.keep_gathered",
     "parallel.compile_layers", "parallel.precision", "model.trainable", "model.lora_rank",
-    "model.lora_alpha", "model.lora_predictor", "model.predictor_frames",
+    "model.lora_alpha", "model.lora_dropout", "model.lora_predictor", "model.predictor_frames",
     "run.steps", "run.epochs", "optim.lr", "run.checkpoint_every", "run.val_every",
     "run.keep_checkpoints", "data.plain_share",
 )

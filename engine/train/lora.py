@@ -4,7 +4,8 @@ Each target `nn.Linear` (q, k, v, o, gate, up, down of every talker decoder
 layer, and with `predictor` (`model.lora_predictor`) of every code predictor
 decoder layer too: it carries codebooks 1-15) gets two parameters of its own,
 ``lora_A`` (rank x in) and ``lora_B`` (out x rank), and a forward hook that
-adds ``(alpha / rank) * x A^T B^T`` to its output. The base weight keeps its
+adds ``(alpha / rank) * x A^T B^T`` to its output (in training, x with
+``model.lora_dropout`` of it dropped, as peft does). The base weight keeps its
 official name and stays frozen, so:
 - the base weights load as before and state-dict keys stay the official
   ones plus ``<linear>.lora_A`` / ``.lora_B`` (no wrapper modules, no
@@ -43,6 +44,9 @@ def is_lora_name(name: str) -> bool:
 def _lora_forward_hook(module: nn.Module, args: tuple[torch.Tensor, ...],
                        output: torch.Tensor) -> torch.Tensor:
     x = args[0]
+    if module.training and module.lora_dropout > 0:
+        # on the adapter's input alone: the frozen base sees every input
+        x = nn.functional.dropout(x, module.lora_dropout, training=True)
     a, b = module.lora_A, module.lora_B
     update = nn.functional.linear(nn.functional.linear(x.to(a.dtype), a), b)
     return output + update.to(output.dtype) * module.lora_scaling
@@ -63,11 +67,14 @@ def target_modules(talker: nn.Module, predictor: bool = False
                     yield f"{prefix}.{i}.{t}", mod
 
 
-def add_lora(talker: nn.Module, rank: int, alpha: float, predictor: bool = False) -> int:
-    """Give every target projection an adapter (idempotent); returns how many there are."""
+def add_lora(talker: nn.Module, rank: int, alpha: float, predictor: bool = False,
+             dropout: float = 0.0) -> int:
+    """Give every target projection an adapter (idempotent); returns how many there are.
+    `dropout`: the share of the adapter's inputs dropped in training mode."""
     n = 0
     for _, mod in target_modules(talker, predictor):
         n += 1
+        mod.lora_dropout = float(dropout)
         if hasattr(mod, "lora_A"):
             continue
         w = mod.weight

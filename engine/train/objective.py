@@ -215,7 +215,7 @@ def build_objective(model_dir: str | Path, model_cfg: ModelConfig | None = None,
     objective = VoiceObjective(build_talker(model_dir, device), model_cfg.subtalker_weight)
     if model_cfg.trainable == "lora":
         add_lora(objective.talker, model_cfg.lora_rank, model_cfg.lora_alpha,
-                 model_cfg.lora_predictor)
+                 model_cfg.lora_predictor, model_cfg.lora_dropout)
     set_trainable(objective, model_cfg.trainable)
     return objective
 
