@@ -298,7 +298,7 @@ class _Stack:
         return _rms(h, self.norm_w, self.norm_eps)
 
 
-def _graphs_enabled() -> bool:
+def graphs_enabled() -> bool:
     # escape hatch for drivers where capture misbehaves
     return os.environ.get("VOXSHARD_CUDA_GRAPHS", "1") not in ("0", "false", "no")
 
@@ -385,7 +385,7 @@ class FastTalker:
         """Capture the frame graphs of the common request shape now (at load): one
         row, a chunk of up to `text_chars` characters. A no-op off CUDA or with
         VOXSHARD_CUDA_GRAPHS=0. Returns the prepared `RowBatch` (or None)."""
-        if self.device.type != "cuda" or not _graphs_enabled():
+        if self.device.type != "cuda" or not graphs_enabled():
             return None
 
         width = max(noise_width(settings.talker, self.vocab),
@@ -482,7 +482,7 @@ class FastTalker:
         cuda = self.device.type == "cuda"
         static = cuda if static is None else static
         if graphs is None:
-            graphs = _graphs_enabled()
+            graphs = graphs_enabled()
         graphs = graphs and static and cuda
         embeds = prefill.embeds.to(self.device, self.dtype)
         batch, t0, _ = embeds.shape
