@@ -74,7 +74,7 @@ def _voice(voice: Any) -> Any:
 
 def next_prompt(voice: Any, set_name: str | None = None) -> Any:
     """The next prompt sentence this voice has not recorded yet (None when all are done)."""
-    from engine.layout.prompts import next_prompt as _next
+    from engine.layout.voice_prompts import next_prompt as _next
 
     return _next(_voice(voice), set_name)
 
@@ -152,7 +152,7 @@ def train(voice: PathLike, base: str, on_event: EventCallback | Emitter | None =
 def export(voice: PathLike, out_dir: PathLike, run: str | None = None, step: int | None = None,
            on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
     """Write a run's checkpoint as an official custom_voice model folder."""
-    from engine.train.driver import export as _export
+    from engine.train.export import export as _export
 
     return _export(voice, Path(out_dir), run=run, step=step, on_event=on_event)
 

@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.serve.formats import SAMPLE_RATE, wav_data_offset
+from engine.audio.timebase import SAMPLE_RATE
+from engine.serve.formats import wav_data_offset
 
 #: seconds without a byte from the server before the request fails (a render that
 #: streams sends bytes as each piece is generated; a whole render can take long)

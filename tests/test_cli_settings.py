@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pytest
 
 from engine.cli.main import build_parser
-from engine.cli.settings import add_field, field_help
+from engine.cli.settings import add_field
+from engine.config.schema import field_help
 from engine.config.speak import SpeakOptions
 from engine.config.train import ModelConfig, RunConfig
 

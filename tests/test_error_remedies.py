@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli.main import build_parser
-from engine.cli.settings import FLAGS, cli_words
+from engine.cli.main import build_parser, cli_words
+from engine.cli.settings import FLAGS
 from engine.config.schema import label_of, lookup
 from engine.core.errors import InputError
 from gui.jobs import settings_worded

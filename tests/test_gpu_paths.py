@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.cli.settings import cli_words
+from engine.cli.main import cli_words
 from engine.core.errors import InputError
 
 # numeric parity (marked one by one: only the tests that compare two computations): LoRA
@@ -440,7 +440,7 @@ def test_export_of_a_lora_run_merges_its_checkpoint_and_uses_the_runs_x_vector(
 
     from engine.config.train import TrainConfig
     from engine.train.checkpoint import Checkpointer
-    from engine.train.driver import export
+    from engine.train.export import export
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.rundata import record_data
     from tests.helpers.voices import voice_with_clips

@@ -32,7 +32,7 @@ def test_the_window_breaks_the_contract_by_importing_the_trainer(tmp_path: Path)
     copy_tree(tmp_path)
     page = tmp_path / "gui" / "pages" / "train" / "settings.py"
     page.write_text(page.read_text(encoding="utf-8")
-                    + "\n\nfrom engine.train.driver import resolve_config  # noqa: E402,F401\n",
+                    + "\n\nfrom engine.train.driver import train  # noqa: E402,F401\n",
                     encoding="utf-8")
     proc = lint_imports(tmp_path)
     assert proc.returncode != 0, proc.stdout

@@ -17,7 +17,7 @@ import soundfile as sf
 from PySide6.QtCore import Qt
 
 from engine.layout.manifest import read_manifest, write_manifest
-from engine.train.driver import export
+from engine.train.export import export
 from engine.train.rundata import record_data
 from gui.pages.listen import ListenPage
 from gui.served_speech import ServedEndpoint

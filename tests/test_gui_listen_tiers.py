@@ -16,7 +16,7 @@ import soundfile as sf
 from PySide6.QtCore import Qt
 
 from engine.prepare.instant import make_instant_voice
-from engine.train.driver import export
+from engine.train.export import export
 from gui.pages.listen import ListenPage
 from tests.helpers.gui import pick_source
 from tests.helpers.voices import copy_voice

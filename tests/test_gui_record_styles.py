@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import Qt
 
-from engine.layout.prompts import get_prompt_set, style_progress
+from engine.layout.prompts import get_prompt_set
 from engine.layout.voice import open_voice
+from engine.layout.voice_prompts import style_progress
 from gui.app import MainWindow
 from gui.pages.help import SHORTCUTS
 from gui.pages.record import RecordPage

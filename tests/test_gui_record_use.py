@@ -18,8 +18,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from engine.core.errors import InputError
-from engine.layout.prompts import get_prompt_set, next_prompts
+from engine.layout.prompts import get_prompt_set
 from engine.layout.voice import VERDICT_UNUSABLE, open_voice
+from engine.layout.voice_prompts import next_prompts
 from gui.app import MainWindow
 from gui.audio import NO_MICROPHONE
 from gui.pages.importer import ImportPage

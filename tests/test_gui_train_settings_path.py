@@ -11,9 +11,9 @@ from engine.cli.cmd_train import train_kwargs
 from engine.cli.main import build_parser
 from engine.config.layers import Layer
 from engine.config.train import ModelConfig, TrainConfig
-from engine.train.driver import DataSummary, resolve_config
 from engine.train.presets import KNOWN_TALKER_HIDDEN, optim_preset, preset_layers
 from engine.train.request import TrainRequest
+from engine.train.resolve import DataSummary, resolve_config
 from gui.app import MainWindow
 from gui.pages.train import TrainPage
 

@@ -153,8 +153,8 @@ def test_an_existing_cluster_is_planned_against_its_own_gpus(tiny_model_dir: Pat
     fit the smallest GPU a worker may land on, or the start stops with the advice."""
     from engine.core.errors import InputError
     from engine.core.events import Emitter
-    from engine.train.driver import cluster_gpu_plan
     from engine.train.preflight import NodeReport, PreflightReport, node_facts
+    from engine.train.run import cluster_gpu_plan
 
     assert "gpu_free" in node_facts()  # [] here: no GPU, but the fact is always there
     gib = 1 << 30
@@ -183,7 +183,7 @@ def test_parameters_stay_gathered_between_micro_steps_only_when_that_fits(
     """keep_gathered "auto": kept when the plan fits with every unit whole, re-gathered
     when only that fits, never without "last" reduction; the driver writes the choice
     into the run's config; a forced "on" that does not fit is advised away."""
-    from engine.train.driver import resolved
+    from engine.train.run import resolved
 
     cfg = _cfg(accum_reduce="auto")
     kept = _plan(tiny_model_dir, cfg)

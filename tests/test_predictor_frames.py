@@ -244,8 +244,7 @@ def test_the_plans_activations_are_the_measured_peak(tmp_path: Path, tiny_model_
 
 def test_the_setting_reaches_a_run_from_the_flag_or_voice_toml(tmp_path: Path,
                                                                 tiny_model_dir: Path) -> None:
-    from engine.cli.main import build_parser
-    from engine.cli.settings import cli_words
+    from engine.cli.main import build_parser, cli_words
     from engine.core.errors import InputError, WorkspaceError
     from engine.train.driver import train
     from tests.helpers.voices import voice_with_clips

@@ -187,7 +187,8 @@ def test_watch_evaluates_new_checkpoints_and_suggests_an_early_stop(
     """Runs last: it adds checkpoints 30 and 40 (copies of 20) to the shared run."""
     import shutil
 
-    from engine.quality.evaluate import EvaluateRequest, watch
+    from engine.quality.evaluate import EvaluateRequest
+    from engine.quality.watch import watch
 
     run = trained_run["run"]
     shutil.copytree(run / "checkpoint_step_0000020", run / "checkpoint_step_0000030")
@@ -235,7 +236,8 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
 
     from engine.layout.checkpoints import checkpoint_name, list_checkpoints
     from engine.layout.run import Run
-    from engine.quality.evaluate import EvaluateRequest, watch
+    from engine.quality.evaluate import EvaluateRequest
+    from engine.quality.watch import watch
     from engine.train.checkpoint import Checkpointer
 
     source = trained_run["run"] / "checkpoint_step_0000020"
@@ -405,7 +407,8 @@ def test_a_checkpoint_that_does_not_end_its_sentences_is_not_best() -> None:
 
 
 def test_a_checkpoint_whose_sentences_ran_away_is_not_best() -> None:
-    from engine.quality.evaluate import Reference, _means, _warnings, choose_best
+    from engine.quality.evaluate import _warnings, choose_best
+    from engine.quality.measure import Reference, means_of
 
     # a sentence the runaway guard cut (a loop, silence) counts as one not ended, like a
     # length-cap hit; entries written before the guard existed have no count: none
@@ -420,7 +423,7 @@ def test_a_checkpoint_whose_sentences_ran_away_is_not_best() -> None:
                {"capped": False, "runaway": "silence", "rate_ratio": 0.1},
                {"capped": True, "runaway": None, "rate_ratio": 2.0},
                {"capped": False, "runaway": None, "rate_ratio": 1.0}]
-    m = _means(renders)
+    m = means_of(renders)
     assert (m["runaway"], m["capped"], m["rate_ratio"]) == (2, 1, 1.0)
     ref = Reference(clips=[], held_out=True, words_per_s=3.0, centroid={},
                     self_similarity={})
@@ -429,7 +432,8 @@ def test_a_checkpoint_whose_sentences_ran_away_is_not_best() -> None:
 
 
 def test_warnings_name_what_went_wrong_against_the_zero_shot_clone() -> None:
-    from engine.quality.evaluate import Reference, _warnings
+    from engine.quality.evaluate import _warnings
+    from engine.quality.measure import Reference
 
     ref = Reference(clips=[], held_out=True, words_per_s=3.0, centroid={},
                     self_similarity={})
@@ -444,14 +448,14 @@ def test_warnings_name_what_went_wrong_against_the_zero_shot_clone() -> None:
 
 
 def test_means_take_the_rate_from_sentences_that_ended() -> None:
-    from engine.quality.evaluate import _means
+    from engine.quality.measure import means_of
 
     renders = [{"capped": True, "words_per_s": 9.0, "rate_ratio": 3.0, "similarity": 0.4},
                {"capped": False, "words_per_s": 3.0, "rate_ratio": 1.0, "similarity": 0.6}]
-    m = _means(renders)
+    m = means_of(renders)
     assert m["rate_ratio"] == 1.0 and not m["rate_from_capped"] and m["capped"] == 1
     assert m["similarity"] == 0.5
-    m = _means(renders[:1])
+    m = means_of(renders[:1])
     assert m["rate_ratio"] == 3.0 and m["rate_from_capped"]
 
 

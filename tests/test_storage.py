@@ -227,7 +227,8 @@ def _runs_on_s3(voice: Path, tiny_model_dir: Path, tmp_path: Path, storage: str,
     """A run to the bucket, its resume and its export, on the cluster Ray is connected to."""
     import fsspec
 
-    from engine.train.driver import export, train
+    from engine.train.driver import train
+    from engine.train.export import export
 
     t0 = time.time()
     r1 = train(voice, str(tiny_model_dir), workers=2, steps=2, checkpoint_every=1,

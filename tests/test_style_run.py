@@ -38,7 +38,8 @@ from engine.reinforce.stage import iteration_styles
 from engine.serve.voices import ServedVoice
 from engine.serve.wyoming import style_for
 from engine.synth.prompt import build_prefill
-from engine.train.driver import export, train
+from engine.train.driver import train
+from engine.train.export import export
 from engine.train.grpo import code_logprobs
 from engine.train.objective import VoiceObjective
 from engine.train.rundata import record_data

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from engine.catalog import list_tiers
-from engine.cli.settings import cli_words
+from engine.cli.main import cli_words
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, ModelError
 from engine.layout.checkpoints import checkpoint_name
@@ -33,8 +33,10 @@ from engine.model.tiny import make_tiny_model
 from engine.prepare.instant import make_instant_voice
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import resolve_source
-from engine.train.driver import TrainRequest, export, train
+from engine.train.driver import train
+from engine.train.export import export
 from engine.train.lora import TARGETS, initial_value
+from engine.train.request import TrainRequest
 from tests.helpers.parity import assert_same_codes, record_choices
 from tests.helpers.runs import LORA_ALPHA, LORA_RANK, LORA_STEPS
 from tests.helpers.voices import copy_voice

@@ -41,7 +41,7 @@ from engine.synth.decoding import DecodeSettings, FastTalker
 from engine.synth.rows import RowBatch
 from engine.synth.synthesizer import Synthesizer
 from engine.synth.voice import instant_source, resolve_source
-from engine.train.driver import export
+from engine.train.export import export
 from tests.helpers.host_syncs import SyncCounter
 from tests.helpers.parity import ChoiceLog, assert_same_codes, record_choices
 from tests.helpers.runs import LORA_STEPS

@@ -31,7 +31,7 @@ from engine.quality.evaluate import HELD_OUT_SENTENCES, EvaluateRequest, evaluat
 from engine.serve.pool import voice_stamp
 from engine.serve.voices import discover
 from engine.synth.voice import resolve_source
-from engine.train.driver import export
+from engine.train.export import export
 from gui.pages.voices import VoicesPage
 from tests.helpers.runs import LORA_ALPHA, LORA_RANK, LORA_STEPS
 from tests.helpers.voices import copy_voice, file_states

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli.settings import cli_words
+from engine.cli.main import cli_words
 from engine.core.errors import InputError
 from tests.helpers.voices import voice_with_clips
 
@@ -22,7 +22,8 @@ from tests.helpers.voices import voice_with_clips
 ])
 def test_a_bad_request_fails_in_one_sentence_before_anything(options: dict, message: str
                                                              ) -> None:
-    from engine.train.driver import TrainRequest, train
+    from engine.train.driver import train
+    from engine.train.request import TrainRequest
 
     # a voice that does not exist: validation comes first, nothing is opened
     with pytest.raises(InputError) as err:
@@ -38,7 +39,9 @@ def test_a_bad_request_fails_in_one_sentence_before_anything(options: dict, mess
 
 
 def test_the_run_goes_through_its_stages(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from engine.train.driver import TrainRequest, TrainRun, train
+    from engine.train.driver import train
+    from engine.train.request import TrainRequest
+    from engine.train.run import TrainRun
 
     voice = voice_with_clips(tmp_path, 12, 4.0)
     request = TrainRequest.of(voice, str(tiny_model_dir), workers=2, steps=5, use_gpu=False,

@@ -190,7 +190,8 @@ def test_too_little_data_fails_in_one_sentence(tmp_path: Path, tiny_model_dir: P
 
 
 def test_more_workers_than_gpus_fails(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from engine.train.driver import detect_gpus, train
+    from engine.train.driver import train
+    from engine.train.resolve import detect_gpus
 
     voice = voice_with_clips(tmp_path, 8, 4.0)
     gpus = detect_gpus(None)

@@ -15,13 +15,7 @@ import soundfile as sf
 
 from engine.core.atomic import write_json
 from engine.core.errors import AudioError, InputError, WorkspaceError
-from engine.layout.prompts import (
-    list_prompt_sets,
-    next_prompt,
-    next_prompts,
-    parse_prompt_set,
-    prompt_progress,
-)
+from engine.layout.prompts import list_prompt_sets, parse_prompt_set
 from engine.layout.voice import (
     create_voice,
     delete_voice,
@@ -29,6 +23,7 @@ from engine.layout.voice import (
     open_voice,
     safe_speaker_name,
 )
+from engine.layout.voice_prompts import next_prompt, next_prompts, prompt_progress
 
 
 def test_create_and_open_voice_layout(tmp_path: Path) -> None:
@@ -208,7 +203,7 @@ def test_light_modules_import_no_torch_or_qt() -> None:
 
     code = (
         "import sys\n"
-        "import engine.layout.voice, engine.layout.prompts\n"
+        "import engine.layout.voice, engine.layout.prompts, engine.layout.voice_prompts\n"
         "import engine.audio.io, engine.audio.loudness\n"
         "import engine.audio.vad, engine.audio.checks, engine.prepare.transcripts\n"
         "import engine.prepare.importer, engine.prepare.pipeline, engine.cli.cmd_voice\n"

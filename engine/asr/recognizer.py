@@ -38,7 +38,7 @@ from engine.audio.io import BadAudioFile, decode
 from engine.audio.resample import resample
 from engine.core.errors import AudioError, InputError, ModelError
 from engine.layout.voice import display_path
-from engine.model.loading import default_device
+from engine.model.loading import HUB_ID, default_device
 from engine.text import tidy_text
 
 SAMPLE_RATE = 16000
@@ -54,7 +54,6 @@ KNOWN_WHISPER_MODELS = (
     "openai/whisper-small", "openai/whisper-base", "openai/whisper-tiny",
 )
 SUGGESTED_MODEL = "Systran/faster-whisper-small"
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 #: Whisper language codes for the language names a voice uses
 LANGUAGE_CODES = {
     "english": "en", "chinese": "zh", "german": "de", "spanish": "es", "russian": "ru",
@@ -416,7 +415,7 @@ def _load(text: str, device: str | None) -> Recognizer:
                              "Give the folder that holds the Whisper model (model.bin or "
                              "config.json).")
         folder, name = path, str(path)
-    elif _HUB_ID.match(text):
+    elif HUB_ID.match(text):
         found = _cached(text)
         if found is None:
             raise _missing(text)

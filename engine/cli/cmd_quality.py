@@ -65,7 +65,8 @@ def _read_sentences(args: argparse.Namespace) -> list[str] | None:
 
 def _evaluate(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     from engine.config.speak import SpeakOptions
-    from engine.quality.evaluate import EvaluateRequest, evaluate, watch
+    from engine.quality.evaluate import EvaluateRequest, evaluate
+    from engine.quality.watch import watch
 
     options = SpeakOptions(max_frames=args.max_frames, batch_size=args.batch_size)
     config = EvaluateConfig(**{f.name: getattr(args, f.name) for f in fields(EvaluateConfig)})
@@ -90,7 +91,7 @@ def _import_with_transcribe(original: Any) -> Any:
         if not getattr(args, "transcribe", False) or not result.get("imported"):
             return result
         from engine.layout.voice import open_voice
-        from engine.prepare.importer import _transcribe as transcribe_imported
+        from engine.prepare.importer import transcribe_imported
 
         heard = transcribe_imported(open_voice(args.voice), result["imported"],
                                     args.asr or True, em, None)

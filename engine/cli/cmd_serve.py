@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from engine.cli.main import add_command
-from engine.cli.settings import FIELD, add_field, field_help
-from engine.config.schema import lookup
+from engine.cli.settings import FIELD, add_field
+from engine.config.schema import field_help, lookup
 from engine.config.serve import SERVE_SETTINGS, ClusterServeSettings, ServeSettings
 from engine.core.errors import InputError
 from engine.core.events import Emitter

@@ -107,11 +107,11 @@ def _speak(args: argparse.Namespace, emitter: Emitter) -> dict[str, Any]:
 
 def _speak_to_stream(synth: Any, text: str, options: Any, emitter: Emitter, player: Any,
                      to_pipe: bool) -> dict[str, Any]:
-    from engine.cli.main import _private_stdout
+    from engine.cli.main import private_stdout
     from engine.synth.stream import RawPcm
 
     # the audio owns the real stdout; prints (and the summary) go to stderr
-    pipe = _private_stdout() if to_pipe else None  # held: dropping it closes the fd
+    pipe = private_stdout() if to_pipe else None  # held: dropping it closes the fd
     sinks = ([RawPcm(pipe.buffer)] if pipe is not None else []) + ([player] if player else [])
 
     class _Tee:

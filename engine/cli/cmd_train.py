@@ -126,7 +126,7 @@ def _preflight(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
 
 
 def _export(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
-    from engine.train.driver import export
+    from engine.train.export import export
 
     return export(args.voice, Path(args.out_dir), run=args.run, step=args.step,
                   name=args.name, adapter=args.adapter, peft=args.peft, on_event=em)

@@ -29,8 +29,8 @@ from engine.config import VAD_CHOICES, PrepareConfig
 from engine.core.errors import AudioError, InputError, VoxshardError
 from engine.core.events import Emitter
 from engine.layout.manifest import read_manifest
-from engine.layout.prompts import next_prompts, prompt_progress
 from engine.layout.voice import create_voice, open_voice
+from engine.layout.voice_prompts import next_prompts, prompt_progress
 from engine.prepare.styles import set_clip_style
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from engine.cli.output import HumanOutput, JsonOutput
-from engine.cli.settings import add_set_options, apply_set, cli_words
+from engine.cli.settings import FLAGS, add_set_options, apply_set
 from engine.config.change import cli_lines
 from engine.core.errors import Cancelled, VoxshardError
 from engine.core.events import Emitter
@@ -44,6 +44,14 @@ class _Parser(argparse.ArgumentParser):
         # argparse exits with 2 itself; keep its one-line style
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def cli_words(path: str) -> str:
+    """A setting an error names, as the CLI says it: the flag a command takes for it, else
+    its config name ("model.subtalker_weight", a field of voice.toml or a run's config)."""
+    if not FLAGS:
+        build_parser()  # an error raised before the parser was built (a script, a test)
+    return FLAGS.get(path, path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,7 +104,7 @@ def _install_signal_handlers() -> None:
     signal.signal(signal.SIGTERM, on_term)
 
 
-def _private_stdout() -> TextIO:
+def private_stdout() -> TextIO:
     """A stream on the real stdout reserved for JSON events.
 
     File descriptor 1 is pointed at stderr, so prints from libraries and
@@ -151,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     normalize_paths(args)
-    output = JsonOutput(_private_stdout()) if args.json else HumanOutput(sys.stderr)
+    output = JsonOutput(private_stdout()) if args.json else HumanOutput(sys.stderr)
     emitter = Emitter(output.handle)
     _install_signal_handlers()
     try:

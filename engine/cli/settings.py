@@ -16,8 +16,8 @@ from typing import Any
 from engine.config.layers import assignments, read_file
 from engine.config.schema import default_of, field_help, flag_of, path_of, rules, value_type
 
-__all__ = ["FIELD", "add_field", "add_layer_options", "add_set_options", "apply_set",
-           "cli_words", "field_help"]
+__all__ = ["FIELD", "FLAGS", "add_field", "add_layer_options", "add_set_options",
+           "apply_set"]
 
 #: {"section.field": flag} of every setting a command takes, filled as the parser is built
 FLAGS: dict[str, str] = {}
@@ -31,17 +31,6 @@ def _shown(value: Any) -> str:
     if isinstance(value, float) and value == int(value) and abs(value) < 1e6:
         return str(int(value))
     return str(value)
-
-
-def cli_words(path: str) -> str:
-    """A setting an error names, as the CLI says it: the flag a command takes for it, else
-    its config name ("model.subtalker_weight", a field of voice.toml or a run's config)."""
-    if not FLAGS:
-        # an error raised before the parser was built (a script, a test): build it once
-        from engine.cli.main import build_parser
-
-        build_parser()
-    return FLAGS.get(path, path)
 
 
 def _checked(cls: type, name: str, kind: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -7,7 +7,7 @@ class its validation (`check`), so a rule such as 0 < F <= 1 is written in one p
 
 A setting is named across surfaces by its path, "section.field" ("model.predictor_frames");
 an error that names one writes "{model.predictor_frames}" in its text, and each surface
-words it: the CLI as the flag it has for it (`engine.cli.settings.cli_words`), the window
+words it: the CLI as the flag it has for it (`engine.cli.main.cli_words`), the window
 as the field's label, the Python API as the keyword (`engine.core.errors`).
 
 Light: no torch; the window imports it.

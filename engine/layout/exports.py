@@ -36,9 +36,14 @@ def renders_dir(voice_dir: str | os.PathLike[str]) -> Path:
     return Path(voice_dir) / RENDERS_DIR
 
 
+def is_model_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is an official-format model folder (a base model or an export): it
+    holds the model's config.json."""
+    return (Path(path) / EXPORT_CONFIG).is_file()
+
+
 def is_export(folder: Path) -> bool:
-    return folder.is_dir() and not folder.name.startswith(".") \
-        and (folder / EXPORT_CONFIG).is_file()
+    return not folder.name.startswith(".") and is_model_folder(folder)
 
 
 def list_exports(voice_dir: str | os.PathLike[str]) -> list[Path]:

@@ -23,7 +23,7 @@ KNOWN_BASE_MODELS = {
     "Qwen/Qwen3-TTS-12Hz-0.6B-Base": "0.6B, faster and smaller (about 2 GB download)",
 }
 DEFAULT_BASE_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def check_base_model(path: str | Path) -> ModelInfo:
     return info
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
 
 
@@ -130,7 +130,7 @@ def local_model_path(name_or_path: str | os.PathLike[str]) -> Path | None:
     """The folder meant, when what a user typed names a local folder rather than a hub id."""
     text = str(name_or_path).strip()
     path = Path(text).expanduser()
-    if path.exists() or text.startswith((".", "/", "~")) or not _HUB_ID.match(text):
+    if path.exists() or text.startswith((".", "/", "~")) or not HUB_ID.match(text):
         return path
     return None
 
@@ -191,12 +191,12 @@ def download_model(repo_id: str, *, download: bool = True,
         return folder
     except (LocalEntryNotFoundError, FileNotFoundError, ModelError):
         pass
-    if not download or _offline():
+    if not download or hub_offline():
         raise ModelError(
             f"Model {repo_id} is not on this machine and downloading is off.",
             "Connect to the internet and run `voxshard-engine model download "
             f"{repo_id}`, or give the path of a local copy of the model folder.",
-            window_hint="Choose a local folder." if _offline() else None)
+            window_hint="Choose a local folder." if hub_offline() else None)
     emitter.state("downloading_model", detail=repo_id)
     emitter.log(f"Downloading {repo_id} (resumes where it stopped if interrupted)...")
     try:

@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from engine.audio.resample import resample
+from engine.audio.timebase import SAMPLE_RATE
 from engine.core.errors import TrainingError
 from engine.model.files import memo_per_version, weight_files
 from engine.model.official import configuration, modeling
 
-SAMPLE_RATE = 24000
 #: the official extract_speaker_embedding's mel settings
 N_FFT = 1024
 NUM_MELS = 128

@@ -21,6 +21,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import EncodecFeatureExtractor, Qwen2TokenizerFast
 
+from engine.audio.timebase import SAMPLE_RATE
 from engine.core.errors import InputError
 from engine.model.official import codec_modules, configuration, import_qwen_tts, modeling
 
@@ -140,7 +141,7 @@ def tiny_config_dict(text_ids: dict[str, int]) -> dict[str, Any]:
             "enc_attention_channels": 16,
             "enc_res2net_scale": 4,
             "enc_se_channels": 16,
-            "sample_rate": 24000,
+            "sample_rate": SAMPLE_RATE,
         },
     }
 
@@ -150,13 +151,13 @@ def tiny_codec_config_dict() -> dict[str, Any]:
         "model_type": "qwen3_tts_tokenizer_12hz",
         "architectures": ["Qwen3TTSTokenizerV2Model"],
         "encoder_valid_num_quantizers": 16,
-        "input_sample_rate": 24000,
-        "output_sample_rate": 24000,
+        "input_sample_rate": SAMPLE_RATE,
+        "output_sample_rate": SAMPLE_RATE,
         "decode_upsample_rate": 1920,
         "encode_downsample_rate": 1920,
         # Mimi encoder: 8*6*5*4 = 960 samples -> 25 Hz, then a stride-2 downsample -> 12.5 Hz
         "encoder_config": {
-            "sampling_rate": 24000,
+            "sampling_rate": SAMPLE_RATE,
             "frame_rate": 12.5,
             "audio_channels": 1,
             "hidden_size": 32,
@@ -245,7 +246,7 @@ def _build_codec(out: Path, seed: int) -> None:
     _randomise_codebooks(codec, torch.Generator().manual_seed(seed + 2))
     _make_audible(codec, torch.Generator().manual_seed(seed + 3))
     codec.save_pretrained(str(out), safe_serialization=True)
-    EncodecFeatureExtractor(feature_size=1, sampling_rate=24000, padding_value=0.0,
+    EncodecFeatureExtractor(feature_size=1, sampling_rate=SAMPLE_RATE, padding_value=0.0,
                             return_attention_mask=True).save_pretrained(str(out))
 
 

@@ -125,7 +125,7 @@ def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
     lines = [f"Imported {len(imported)} file(s), {minutes:.2f} min, into {voice.path}."]
     transcription = None
     if transcribe and imported:
-        transcription = _transcribe(voice, imported, transcribe, em, cancel)
+        transcription = transcribe_imported(voice, imported, transcribe, em, cancel)
         lines.append(transcription["summary"])
     elif no_text:
         lines.append(f"{no_text} of them have no transcript.")
@@ -138,7 +138,7 @@ def import_files(voice: Voice, paths: list[str | os.PathLike[str]],
     return out
 
 
-def _transcribe(voice: Voice, imported: list[dict[str, Any]], spec: bool | str, em: Emitter,
+def transcribe_imported(voice: Voice, imported: list[dict[str, Any]], spec: bool | str, em: Emitter,
                 cancel: Any) -> dict[str, Any]:
     """Speech recognition over the takes just imported; their rows get the new text."""
     result = transcribe_takes(voice, None if spec is True else str(spec),

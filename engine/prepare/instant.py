@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from engine.audio.io import read_mono
+from engine.audio.timebase import SAMPLE_RATE
 from engine.core.errors import InputError, ModelError, WorkspaceError
 from engine.layout.manifest import prepared_folder, read_manifest, reference_clip
 from engine.layout.run import voice_base_model
 from engine.layout.tiers import InstantVoice, write_instant
 from engine.layout.voice import now_iso, open_voice
 from engine.model.loading import resolve_model
-from engine.model.speaker_encoder import SAMPLE_RATE, load_speaker_encoder, x_vector
+from engine.model.speaker_encoder import load_speaker_encoder, x_vector
 
 
 def speaker_vector(model_dir: str | os.PathLike[str], clip: os.PathLike[str]) -> np.ndarray:

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from engine.audio.resample import resample
+from engine.audio.timebase import SAMPLE_RATE
 from engine.model.speaker_encoder import (
-    SAMPLE_RATE,
     at_model_rate,
     load_speaker_encoder,
     speaker_encoder_fingerprint,

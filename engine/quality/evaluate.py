@@ -54,7 +54,7 @@ folder change and loads it again.
 
 Where the parts live: measuring a render in `engine.quality.measure`, the watcher beside
 training in `engine.quality.watch`, the report (the HTML page and the summary in words) in
-`engine.quality.report`; their public names are importable from here too.
+`engine.quality.report`; callers import each name from its home.
 """
 
 from __future__ import annotations
@@ -86,9 +86,7 @@ from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
 from engine.layout.tiers import is_adapter, read_adapter_info, run_adapter_dir
 from engine.layout.voice import Voice, now_iso, open_voice
 from engine.model.loading import resolve_model
-from engine.quality.measure import METRICS, Meter, Reference, _means, _r, _rel
-from engine.quality.measure import level_figures as level_figures  # importable from here too
-from engine.quality.measure import speech_span_s as speech_span_s
+from engine.quality.measure import METRICS, Meter, Reference, means_of, relative_path, rounded
 from engine.quality.render_set import (
     Loading,
     Rendered,
@@ -214,7 +212,7 @@ def pick_checkpoints(run_dir: Path, which: str | list[str] | None, out_dir: Path
                 raise
             name = Path(str(w)).name
             step = step_of(name) if not name.isdigit() else int(name)
-            missing.append(_skip_note(step, name))
+            missing.append(skip_note(step, name))
     return sorted(dict.fromkeys(picked), key=lambda p: step_of(p) or 0)
 
 
@@ -223,7 +221,7 @@ PRUNED = ("training deleted it (keeping only its newest checkpoints) before it w
           "measured")
 
 
-def _skip_note(step: int | None, name: str, reason: str = PRUNED) -> dict[str, Any]:
+def skip_note(step: int | None, name: str, reason: str = PRUNED) -> dict[str, Any]:
     return {"step": step, "checkpoint": name, "reason": reason}
 
 
@@ -332,7 +330,7 @@ def _plan(request: EvaluateRequest, voice: Voice, picked: list[Path], base_dir: 
     if missing and notes is None:
         raise deleted_error(missing[0].name)
     if notes is not None:
-        notes += [_skip_note(step_of(c), c.name) for c in missing]
+        notes += [skip_note(step_of(c), c.name) for c in missing]
     return sources
 
 
@@ -404,7 +402,7 @@ class _Measuring:
         renders = []
         sentences = list(self.request.sentences or ())
         for i, (text, speech, path) in enumerate(zip(sentences, speeches, paths, strict=True)):
-            renders.append({"sentence": i, "text": text, "path": _rel(path, self.out),
+            renders.append({"sentence": i, "text": text, "path": relative_path(path, self.out),
                             "capped": any(c.get("capped") for c in speech.chunks),
                             # why the runaway guard cut the sentence short, if it did
                             "runaway": next(iter(cut_reasons(speech.chunks)), None),
@@ -425,7 +423,7 @@ class _Measuring:
                 "render_s", 0.0), 3),
             "measure_s": round(time.perf_counter() - started, 3), "created": now_iso(),
         }
-        entry["mean"] = _means(renders)
+        entry["mean"] = means_of(renders)
         if done.extra is not None:
             entry["styles"] = done.extra
         return entry
@@ -436,7 +434,7 @@ def style_summary(found: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
     plain = found.get("plain") or {}
     per: dict[str, Any] = {}
     for style, s in found["styles"].items():
-        change = {k: _r(s[k] - plain[k]) if isinstance(s.get(k), int | float)
+        change = {k: rounded(s[k] - plain[k]) if isinstance(s.get(k), int | float)
                   and isinstance(plain.get(k), int | float) else None
                   for k in ("similarity", "wer")}
         per[style] = {
@@ -448,7 +446,7 @@ def style_summary(found: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
     return {"sentences": found["sentences"], "plain": plain, "per_style": per,
             "count": len(per), "measurable": sum(1 for p in per.values() if p["checked"]),
             "followed": sum(1 for p in per.values() if p["followed"]),
-            "share": _r(sum(p["obeyed"] for p in per.values()) / checked) if checked else None,
+            "share": rounded(sum(p["obeyed"] for p in per.values()) / checked) if checked else None,
             "render_s": round(elapsed_s, 3)}
 
 
@@ -500,7 +498,7 @@ def evaluate(request: EvaluateRequest, on_event: EventCallback | Emitter | None 
             name = Path(str(source.checkpoint)).name
             if not tolerant:
                 raise deleted_error(name) from done.error
-            notes.append(_skip_note(step_of(name), name))
+            notes.append(skip_note(step_of(name), name))
             em.log(f"{source.label} was deleted by training before it was measured; "
                    "skipped (noted in the report).", level="warning")
             count += len(sentences)
@@ -536,7 +534,7 @@ def _follow_best(result: dict[str, Any], voice: Voice, run_dir: Path,
         return result
     # the export lives with training (which writes the same voice when a run ends); torch
     # and the model code load with it, not when the window imports this module
-    from engine.train.driver import export  # noqa: PLC0415
+    from engine.train.export import export  # noqa: PLC0415
 
     try:
         made = export(voice.path, folder, run=run_dir.name, step=best["step"], adapter=True,
@@ -781,13 +779,3 @@ def _assemble(request: EvaluateRequest, voice: Voice, run_dir: Path, base_dir: P
         # the rule's style weight, where there are styles to weigh
         **({"style_weight": weight} if any("styles" in e for e in entries) else {}),
     }
-
-
-def __getattr__(name: str) -> Any:
-    """`watch` (and `HELD_MAX`) from `engine.quality.watch`, where they live now; loaded
-    when asked for, as that module builds on this one."""
-    if name in ("watch", "HELD_MAX"):
-        from engine.quality import watch as watching  # it imports this module: not at the top  # noqa: PLC0415
-
-        return getattr(watching, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Measuring one render against the speaker: speaker similarity (both encoders), word
 errors, speaking rate (whole, and in the first and last third), loudness, peak and clipping
-(`Meter`, loaded once per evaluation), and their means over a voice's sentences (`_means`).
+(`Meter`, loaded once per evaluation), and their means over a voice's sentences (`means_of`).
 The speaker's side is a `Reference`: their held-out clips and what those measure.
 `engine.quality.evaluate` renders and decides; this module only measures.
 """
@@ -19,6 +19,7 @@ from engine.asr.recognizer import load_recognizer, to_16k
 from engine.asr.wer import word_count, word_errors
 from engine.audio.io import read_mono
 from engine.audio.loudness import integrated_loudness
+from engine.audio.timebase import SAMPLE_RATE
 from engine.audio.vad import speech_regions
 from engine.core.errors import VoxshardError, WorkspaceError
 from engine.core.events import Emitter
@@ -53,17 +54,17 @@ class Reference:
 
     def to_dict(self, out_dir: Path) -> dict[str, Any]:
         return {"clips": [{"id": c["id"], "text": c.get("text", ""),
-                           "path": _rel(Path(c["abs"]), out_dir)} for c in self.clips],
+                           "path": relative_path(Path(c["abs"]), out_dir)} for c in self.clips],
                 "held_out": self.held_out,
-                "words_per_s": _r(self.words_per_s),
-                "self_similarity": {k: _r(v) for k, v in self.self_similarity.items()}}
+                "words_per_s": rounded(self.words_per_s),
+                "self_similarity": {k: rounded(v) for k, v in self.self_similarity.items()}}
 
 
-def _r(x: float | None, nd: int = 4) -> float | None:
+def rounded(x: float | None, nd: int = 4) -> float | None:
     return None if x is None or not math.isfinite(x) else round(float(x), nd)
 
 
-def _rel(path: Path, base: Path) -> str:
+def relative_path(path: Path, base: Path) -> str:
     try:
         return os.path.relpath(path, base)
     except ValueError:  # another drive (Windows)
@@ -146,12 +147,12 @@ class Meter:
         out: list[dict[str, Any]] = []
         for c in chosen:
             path = voice.path / c["path"]
-            audio = read_mono(path, 24000)
-            for k, v in self.embed(audio, 24000).items():
+            audio = read_mono(path, SAMPLE_RATE)
+            for k, v in self.embed(audio, SAMPLE_RATE).items():
                 embeds[k].append(v)
             if c.get("text"):
                 words += word_count(c["text"])
-                speech_s += speech_span_s(audio, 24000)
+                speech_s += speech_span_s(audio, SAMPLE_RATE)
             out.append({**c, "abs": str(path)})
         return Reference(
             clips=out, held_out=held_out,
@@ -168,13 +169,13 @@ class Meter:
         span = speech_span_s(audio, sample_rate)
         wps = word_count(text) / span if span > 0 else 0.0
         out: dict[str, Any] = {
-            "similarity": _r(cosine(emb["resemblyzer"], ref.centroid["resemblyzer"])),
-            "similarity_model": (_r(cosine(emb["model"], ref.centroid["model"]))
+            "similarity": rounded(cosine(emb["resemblyzer"], ref.centroid["resemblyzer"])),
+            "similarity_model": (rounded(cosine(emb["model"], ref.centroid["model"]))
                                  if "model" in emb else None),
-            "heard": heard.text, "wer": _r(errors.wer),
-            "duration_s": _r(len(audio) / sample_rate, 3), "speech_s": _r(span, 3),
-            "words_per_s": _r(wps, 3),
-            "rate_ratio": _r(wps / ref.words_per_s, 3) if ref.words_per_s else None,
+            "heard": heard.text, "wer": rounded(errors.wer),
+            "duration_s": rounded(len(audio) / sample_rate, 3), "speech_s": rounded(span, 3),
+            "words_per_s": rounded(wps, 3),
+            "rate_ratio": rounded(wps / ref.words_per_s, 3) if ref.words_per_s else None,
             **rate_thirds(heard.words),
             **level_figures(audio, sample_rate),
         }
@@ -188,10 +189,10 @@ METRICS = ("similarity", "similarity_model", "wer", "words_per_s", "rate_ratio",
 def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
     vals = [r[key] for r in rows if isinstance(r.get(key), int | float)
             and math.isfinite(r[key])]
-    return _r(float(np.mean(vals))) if vals else None
+    return rounded(float(np.mean(vals))) if vals else None
 
 
-def _means(renders: list[dict[str, Any]]) -> dict[str, Any]:
+def means_of(renders: list[dict[str, Any]]) -> dict[str, Any]:
     """Means over the sentences. The speaking rate of a sentence cut at its length cap
     or by the runaway guard says nothing, so the rate is averaged over the sentences
     that ended when any did (else over all, marked `rate_from_capped`). `runaway`: the

@@ -23,8 +23,9 @@ from resemblyzer.audio import normalize_volume, trim_long_silences
 from resemblyzer.hparams import audio_norm_target_dBFS
 
 from engine.audio.resample import resample
+from engine.audio.timebase import SAMPLE_RATE
 from engine.core.errors import ModelError
-from engine.model.speaker_encoder import SAMPLE_RATE, at_model_rate, load_speaker_encoder, x_vector
+from engine.model.speaker_encoder import at_model_rate, load_speaker_encoder, x_vector
 
 #: shorter than this after silence trimming, the d-vector is not meaningful; the
 #: untrimmed audio is used instead (noise from an untrained model still gets a number)

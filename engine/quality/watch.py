@@ -20,7 +20,7 @@ from engine.layout import run as run_layout
 from engine.layout.checkpoints import HELD_MAX, evaluation_cover, step_of
 from engine.layout.run import Run
 from engine.layout.voice import Voice, open_voice
-from engine.quality.evaluate import PRUNED, EvaluateRequest, _skip_note, evaluate
+from engine.quality.evaluate import PRUNED, EvaluateRequest, evaluate, skip_note
 
 
 def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float | None = None,
@@ -315,7 +315,7 @@ class _Watcher:
         for name in gone:
             self.em.log(f"{name} was deleted by training before it was measured; skipped "
                         "(noted in the report).", level="warning")
-        return [_skip_note(self.listed[n], n, self.holds.dropped.get(n, PRUNED))
+        return [skip_note(self.listed[n], n, self.holds.dropped.get(n, PRUNED))
                 for n in gone]
 
     def _evaluate(self, checkpoints: list[str], notes: list[dict[str, Any]]) -> dict[str, Any]:

@@ -34,12 +34,13 @@ import soundfile as sf
 from engine.audio.io import read_mono
 from engine.audio.limiter import limit_peaks, room_tone
 from engine.audio.loudness import LoudnessMeter, loudness_gain_db
+from engine.audio.timebase import SAMPLE_RATE
 from engine.core.atomic import atomic_path, write_json, write_text
 from engine.core.errors import InputError
 from engine.layout import reading
 from engine.read.acx import check_chapters, check_words
 from engine.read.project import Plan, best_take
-from engine.synth.render import SAMPLE_RATE, user_file_mode, write_audio_pieces
+from engine.synth.render import user_file_mode, write_audio_pieces
 
 #: bit rates of the compressed exports (mono speech)
 _BIT_RATES = {"mp3": 96_000, "m4b": 64_000}

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from engine.audio.io import read_mono
+from engine.audio.timebase import SAMPLE_RATE
 from engine.core.atomic import write_json
 from engine.core.errors import Cancelled, InputError
 from engine.core.events import Emitter, Event
@@ -36,7 +37,6 @@ from engine.layout.voice import now_iso
 from engine.read.project import Plan, PlannedLine, flagged_lines, own_takes, retry_due
 from engine.read.words import Words
 from engine.serve.pool import voice_identity
-from engine.synth.render import SAMPLE_RATE
 from engine.synth.worker import SpeechWorker
 
 #: a take quieter than this (RMS, full scale 1) as a whole is silent

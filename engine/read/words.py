@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from engine.audio.io import read_mono
+from engine.audio.timebase import SAMPLE_RATE
 from engine.core.atomic import write_json
 from engine.core.events import Emitter
 from engine.layout import reading
 from engine.quality.said import WRONG_WORDS, WordCheck, words_problem
 from engine.read.project import Plan, PlannedLine, best_take, said_text
 from engine.read.pronounce import line_language
-from engine.synth.render import SAMPLE_RATE
 
 
 class Words:

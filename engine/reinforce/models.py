@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from engine.audio.timebase import SAMPLE_RATE
 from engine.config.train import ModelConfig, TrainConfig
 from engine.core.errors import InputError
 from engine.data.layout import LayoutIds
@@ -23,7 +24,6 @@ from engine.model.loading import load_model, read_model_config, resolve_model
 from engine.reinforce.reward import Scorer
 from engine.reinforce.rollout import Render, Roller
 from engine.reinforce.stage import frozen_copy
-from engine.synth.render import SAMPLE_RATE
 from engine.synth.voice import VoiceSource, load_checkpoint_weights, voice_x_vector
 from engine.train.lora import add_lora
 from engine.train.objective import VoiceObjective, set_trainable

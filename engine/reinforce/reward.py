@@ -34,7 +34,8 @@ from engine.core.events import Emitter, as_emitter
 from engine.layout.run import Run
 from engine.layout.voice import Voice
 from engine.prepare.styles import StyleMeasures, measure_clip, obeyed_share, plain_baseline
-from engine.quality.evaluate import MAX_REFERENCES, Meter, Reference
+from engine.quality.evaluate import MAX_REFERENCES
+from engine.quality.measure import Meter, Reference
 from engine.reinforce.stage import Reward
 
 #: the terms each render is scored on, logged per iteration as `reinforce/<term>`

@@ -3,7 +3,7 @@
 It starts from a checkpoint of the run (default: the evaluation's best, else the newest
 training checkpoint), keeps that checkpoint frozen as the reference, and runs GRPO
 iterations (`stage.Grpo`) on held-out sentences in the voice's language
-(`layout.prompts.unsaid_sentences`: never a text the voice said, nor an evaluation
+(`layout.voice_prompts.unsaid_sentences`: never a text the voice said, nor an evaluation
 sentence), scored by `reward.Scorer` (loaded once). Each iteration:
 - its figures (reward, every term, KL, the groups' reward spread, clipped share) go to the
   run's metrics.jsonl as `kind: "reinforce"` rows (the Train page reads them) and out as
@@ -61,9 +61,9 @@ from engine.layout.checkpoints import (
     checkpoint_stage,
     step_of,
 )
-from engine.layout.prompts import unsaid_sentences
 from engine.layout.run import Run
 from engine.layout.voice import Voice, display_path, now_iso, open_voice
+from engine.layout.voice_prompts import unsaid_sentences
 from engine.model.loading import resolve_model
 from engine.quality.evaluate import HELD_OUT_SENTENCES
 from engine.reinforce.models import load_stage_models
@@ -71,7 +71,7 @@ from engine.reinforce.reward import TERMS, RewardContext, load_reward, reward_fa
 from engine.reinforce.stage import Grpo, iteration_texts
 from engine.reinforce.workers import Rollouts, reinforce_loop
 from engine.train.checkpoint import Checkpointer
-from engine.train.driver import write_adapter_voice
+from engine.train.export import write_adapter_voice
 from engine.train.launch import Launch, LaunchSpec
 
 

@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from engine.audio.timebase import SAMPLES_PER_FRAME
+from engine.audio.timebase import SAMPLE_RATE, SAMPLES_PER_FRAME
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError
 from engine.serve import formats, register
@@ -409,7 +409,7 @@ class SpeechApp:
                 # how long the worker's first audio took to leave the server
                 lag = round((sent["first_byte_at"] - ticket.first_audio_at) * 1000, 1)
             cut = _cut(ticket.result)  # streamed: the log says what the headers could not
-            self._done(req, status, sent["samples"] / formats.SAMPLE_RATE, began,
+            self._done(req, status, sent["samples"] / SAMPLE_RATE, began,
                        first_byte_after_audio_ms=lag, **({"runaway": cut} if cut else {}),
                        **ticket.said())
 
@@ -434,7 +434,7 @@ class SpeechApp:
                 if ticket.result is not None:
                     body, seconds = await asyncio.get_running_loop().run_in_executor(
                         None, self._encode_file, ticket.result["path"], req)
-                    sent["samples"] = round(seconds * formats.SAMPLE_RATE)
+                    sent["samples"] = round(seconds * SAMPLE_RATE)
                     yield body
 
         async def events() -> AsyncIterator[bytes]:

@@ -15,9 +15,9 @@ import struct
 import numpy as np
 import soundfile as sf
 
+from engine.audio.timebase import SAMPLE_RATE
 from engine.config.speak import SOUNDFILE_FORMATS, available_formats
 
-SAMPLE_RATE = 24000
 #: OpenAI's formats -> (worker format written to disk, media type)
 MEDIA_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "opus": "audio/ogg",
                "flac": "audio/flac", "pcm": "audio/pcm"}

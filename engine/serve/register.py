@@ -25,6 +25,7 @@ import numpy as np
 import soundfile as sf
 
 from engine.audio.resample import resample
+from engine.audio.timebase import SAMPLE_RATE
 from engine.core.atomic import read_json
 from engine.core.errors import VoxshardError
 from engine.layout.tiers import INSTANT_INFO, TIER_INSTANT, instant_dir, write_instant
@@ -109,7 +110,7 @@ def register_instant(workspace: Path, base: str, form: VoiceForm) -> ServedVoice
                               extra={"consent": form.consent, "made_by": MADE_BY})
         with tempfile.TemporaryDirectory() as tmp:
             clip = Path(tmp) / "clip.wav"
-            sf.write(clip, resample(audio, rate, 24000), 24000, subtype="PCM_16")
+            sf.write(clip, resample(audio, rate, SAMPLE_RATE), SAMPLE_RATE, subtype="PCM_16")
             write_instant(voice.path, {"clip_id": take.id, "text": form.ref_text or "",
                                        "speaker": voice.speaker, "base": base,
                                        "made_by": MADE_BY, "created": now_iso()}, clip, None)

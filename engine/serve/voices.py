@@ -25,7 +25,7 @@ from typing import Any
 
 from engine import catalog
 from engine.core.errors import InputError, VoxshardError
-from engine.layout.exports import EXPORTS_DIR, exports_dir
+from engine.layout.exports import EXPORTS_DIR, exports_dir, is_model_folder
 from engine.layout.run import Run, runs_dir
 from engine.layout.tiers import (
     TIER_ADAPTER,
@@ -82,10 +82,6 @@ def _language(voice_dir: Path | None) -> str:
         return ""
     entry = next((v for v in catalog.list_voices(voice_dir.parent) if v.path == voice_dir), None)
     return entry.language if entry else ""
-
-
-def _is_export(path: Path) -> bool:
-    return (path / "config.json").is_file()
 
 
 def _is_run(path: Path) -> bool:
@@ -196,7 +192,7 @@ def discover(targets: list[str | os.PathLike[str]],
             found += mine
         elif _is_run(path):
             found.append(ServedVoice(path.name, path, "run", _language(Run(path).voice_dir)))
-        elif _is_export(path):
+        elif is_model_folder(path):
             voice = path.parent.parent if path.parent.name == EXPORTS_DIR else None
             found.append(ServedVoice(path.name, path, "export", _language(voice), TIER_FULL))
         elif is_adapter(path):

@@ -63,10 +63,10 @@ from zeroconf import ServiceInfo
 from zeroconf.asyncio import AsyncZeroconf
 
 from engine import __version__
+from engine.audio.timebase import SAMPLE_RATE
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, VoxshardError
 from engine.layout.tiers import TIER_ADAPTER, TIER_FULL, TIER_INSTANT
-from engine.serve import formats
 from engine.serve.pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
 from engine.serve.voices import ServedVoice
 from engine.serve.watch import VoiceWatch
@@ -80,7 +80,7 @@ from engine.text import (
 
 #: every group is in this one format: Home Assistant writes its WAV header once,
 #: from the first audio-start of a stream
-RATE, WIDTH, CHANNELS = formats.SAMPLE_RATE, 2, 1
+RATE, WIDTH, CHANNELS = SAMPLE_RATE, 2, 1
 #: most audio in one audio-chunk event (0.1 s, about what Piper sends)
 CHUNK_BYTES = RATE * WIDTH // 10
 SERVICE_TYPE = "_wyoming._tcp.local."

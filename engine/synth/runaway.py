@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.audio.timebase import FRAME_RATE
+from engine.audio.timebase import FRAME_RATE, SAMPLE_RATE
 from engine.config.speak import RUNAWAY_MAX_S
 
 #: longest repeated stretch caught as a loop, in frames (2 s at 12.5 frames per second)
@@ -227,6 +227,6 @@ def silence_codes(model: object) -> tuple[int, ...]:
     for level in (0.0, 1e-3):
         audio = (rng.standard_normal(48000) * level).astype(np.float32)
         with torch.inference_mode():
-            codes = tokenizer.encode(audio, sr=24000).audio_codes[0]
+            codes = tokenizer.encode(audio, sr=SAMPLE_RATE).audio_codes[0]
         found |= {int(c) for c in codes[SETTLE_FRAMES:, 0].tolist()}
     return tuple(sorted(found))

@@ -31,7 +31,7 @@ import soundfile as sf
 import torch
 
 from engine.audio import sound
-from engine.audio.timebase import SAMPLES_PER_FRAME
+from engine.audio.timebase import SAMPLE_RATE, SAMPLES_PER_FRAME
 from engine.config.speak import SOUNDFILE_FORMATS
 from engine.core.errors import DeviceError, InputError, SynthesisError
 from engine.synth.codec_state import CodecState
@@ -134,7 +134,8 @@ class GrowingFile:
     """An audio file that holds everything streamed so far (its header is
     rewritten after each block, so players and `soundfile` can read it early)."""
 
-    def __init__(self, path: str | os.PathLike[str], fmt: str, sample_rate: int = 24000) -> None:
+    def __init__(self, path: str | os.PathLike[str], fmt: str,
+                 sample_rate: int = SAMPLE_RATE) -> None:
         self.path = Path(path)
         if self.path.is_dir():
             raise InputError(f"The output {self.path} is a folder.",
@@ -194,7 +195,7 @@ class Player:
     underflow flags. `stats()` reports both, with the pre-buffer used.
     """
 
-    def __init__(self, sample_rate: int = 24000, device: Any = None,
+    def __init__(self, sample_rate: int = SAMPLE_RATE, device: Any = None,
                  max_delay_s: float = 4.0, min_prebuffer_s: float = 0.25) -> None:
         try:
             sd = sound.sounddevice()

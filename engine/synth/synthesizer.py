@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.audio.timebase import SAMPLE_RATE
 from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import (
     Cancelled,
@@ -33,7 +34,7 @@ from engine.model.loading import load_model
 from engine.synth.decoding import DecodeSettings, FastTalker
 from engine.synth.prompt import IclPrompt, build_prefill, instruct_ids, ref_text_ids
 from engine.synth.reference_text import transcribed
-from engine.synth.render import SAMPLE_RATE, join_chunks, match_loudness, trim_silence, write_audio
+from engine.synth.render import join_chunks, match_loudness, trim_silence, write_audio
 from engine.synth.runaway import (
     RunawayGuard,
     cut_reasons,

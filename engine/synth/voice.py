@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from engine.audio.io import read_mono
+from engine.audio.timebase import SAMPLE_RATE
 from engine.config.train import ModelConfig
 from engine.core.atomic import read_json
 from engine.core.errors import InputError, ModelError, VoxshardError, WorkspaceError
@@ -34,6 +35,7 @@ from engine.layout.exports import (
     EXPORT_INFO,
     EXPORTS_DIR,
     exports_dir,
+    is_model_folder,
     latest_export,
     list_exports,
 )
@@ -187,7 +189,7 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
 
     if ref is not None:
         # zero-shot: a base model, named directly or through a voice/run
-        if path.is_dir() and not (path / "config.json").is_file():
+        if path.is_dir() and not is_model_folder(path):
             # a voice: the base its runs trained from, as the window's Listen page reads it
             base_name = base or (Run(path).base_model() if holds_checkpoints(path)
                                  else voice_base_model(path))
@@ -224,7 +226,7 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
         return _checkpoint_source(run_of(path), str(path), base)  # best/ and held/ too
     if holds_checkpoints(path):
         return _checkpoint_source(path, checkpoint, base)
-    if path.is_dir() and (path / "config.json").is_file():
+    if is_model_folder(path):
         if checkpoint:
             raise InputError(f"{path} is a model folder; --checkpoint needs a run or voice "
                              "folder.", "Pass the run folder (<voice>/runs/<run>) instead.")
@@ -376,7 +378,7 @@ def folder_instruct_note(folder: Path | None) -> InstructNote | None:
     if is_adapter(folder):
         base = str(read_adapter_info(folder).get("base") or "")
         kind, config = "adapter", _config_at(base)
-    elif (folder / EXPORT_INFO).is_file() or (folder / "config.json").is_file():
+    elif (folder / EXPORT_INFO).is_file() or is_model_folder(folder):
         kind, config = "custom_voice", _config_at(str(folder))
     else:
         run = Run(run_of(folder) if step_of(folder) is not None else folder)
@@ -470,20 +472,20 @@ def load_checkpoint_weights(model: Any, source: VoiceSource) -> list[str]:
 def reference_audio(clip: Path) -> Any:
     """The reference clip as 24 kHz mono float32, checked long enough, ending with
     half a second of silence (`engine.synth.reference`)."""
-    audio = read_mono(clip, 24000)
-    if audio.size < 24000 // 2:
+    audio = read_mono(clip, SAMPLE_RATE)
+    if audio.size < SAMPLE_RATE // 2:
         raise InputError(f"The reference clip {clip.name} is shorter than half a second.",
                          "Use 5-15 seconds of the speaker talking.")
-    if audio.size > 24000 * 60:
+    if audio.size > SAMPLE_RATE * 60:
         raise InputError(f"The reference clip {clip.name} is longer than a minute.",
                          "Use 5-15 seconds of the speaker talking.")
-    return with_silent_tail(np.ascontiguousarray(audio, dtype=np.float32), 24000)
+    return with_silent_tail(np.ascontiguousarray(audio, dtype=np.float32), SAMPLE_RATE)
 
 
 def reference_x_vector(model: Any, clip: Path, audio: Any = None) -> Any:
     """Speaker-encoder x-vector of one clip (24 kHz mono), as the official clone prompt."""
     audio = reference_audio(clip) if audio is None else audio
-    return model.extract_speaker_embedding(audio, 24000)
+    return model.extract_speaker_embedding(audio, SAMPLE_RATE)
 
 
 def reference_codes(model: Any, audio: Any) -> Any:
@@ -491,7 +493,7 @@ def reference_codes(model: Any, audio: Any) -> Any:
     import torch  # noqa: PLC0415
 
     with torch.inference_mode():
-        return model.speech_tokenizer.encode(audio, sr=24000).audio_codes[0]
+        return model.speech_tokenizer.encode(audio, sr=SAMPLE_RATE).audio_codes[0]
 
 
 def voice_x_vector(model: Any, voice_dir: Path) -> Any:

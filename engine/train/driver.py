@@ -5,10 +5,10 @@ a minute of cluster start-up: resolve the voice and the base model, check
 the data, resolve the config (presets by data volume, then the caller's
 overrides), predict memory, and only then start Ray and the run.
 
-The stages live by concept: `resolve` (data, devices, config), `run_storage` (where
-checkpoints go, disk, preflight), `run` (`TrainRun`: resolve, plan, launch, watch, and
-cooperative cancel), `export` (a checkpoint as a voice). The names callers import from
-here stay here.
+The stages live by concept, and callers import each from its home: `request`
+(`TrainRequest`), `resolve` (data, devices, config), `run_storage` (where checkpoints go,
+disk, preflight), `run` (`TrainRun`: resolve, plan, launch, watch, and cooperative
+cancel), `export` (a checkpoint as a voice).
 """
 
 from __future__ import annotations
@@ -19,14 +19,10 @@ from typing import Any
 
 from engine.core.errors import Cancelled
 from engine.core.events import Emitter, EventCallback
-from engine.train.export import export, write_adapter_voice
 from engine.train.request import TrainRequest
-from engine.train.resolve import DataSummary, detect_gpus, resolve_config, worker_threads
-from engine.train.run import TrainRun, cluster_gpu_plan, resolved
+from engine.train.run import TrainRun
 
-__all__ = ["DataSummary", "TrainRequest", "TrainRun", "cancelled_error", "cluster_gpu_plan",
-           "detect_gpus", "export", "resolve_config", "resolved", "train", "worker_threads",
-           "write_adapter_voice"]
+__all__ = ["cancelled_error", "train"]
 
 
 def train(voice: str | Path, base: str | None, *, on_event: EventCallback | Emitter | None = None,

@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -338,17 +337,3 @@ def _as_training_error(exc: BaseException) -> BaseException:
         return TrainingError(fatal.message, fatal.hint, changes=fatal.changes)
     return TrainingError(f"Training failed: {last_line(exc)}",
                          "Run again with --debug for the full worker traceback.")
-
-
-def pids_alive(pids: dict[int, int]) -> list[int]:
-    """Which worker pids are still running (tests, cancel check)."""
-    alive = []
-    for pid in pids.values():
-        try:
-            os.kill(pid, 0)
-            alive.append(pid)
-        except ProcessLookupError:
-            continue
-        except PermissionError:
-            alive.append(pid)
-    return alive

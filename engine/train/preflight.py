@@ -48,9 +48,10 @@ from engine.cluster import connect
 from engine.core.errors import ClusterError, ModelError
 from engine.core.events import EventCallback, as_emitter
 from engine.core.storage import as_location, expand_arg, rmtree, run_location, storage_arg
+from engine.layout.exports import is_model_folder
 from engine.layout.manifest import CODES_INDEX, prepared_folder
 from engine.layout.voice import open_voice
-from engine.model.loading import _HUB_ID, _offline, download_model, resolve_model
+from engine.model.loading import HUB_ID, download_model, hub_offline, resolve_model
 from engine.train.failures import FatalTrainingError
 from engine.train.gpus import visible_gpus
 
@@ -120,13 +121,9 @@ def version_problems(node: dict[str, Any], driver: dict[str, Any]) -> list[str]:
 
 # -- the base model on a node ---------------------------------------------------------------
 
-def _is_model_dir(path: Path) -> bool:
-    return (path / "config.json").is_file()
-
-
 def _hub_id(spec: str | None) -> str | None:
     if spec and not os.path.isabs(spec) and not spec.startswith((".", "~")) \
-            and _HUB_ID.match(spec):
+            and HUB_ID.match(spec):
         return spec
     return None
 
@@ -139,7 +136,7 @@ def find_model(model_dir: str, spec: str | None, *, download: bool,
     hub id in this node's Hugging Face cache, then (download=True) a download
     on this node, once: concurrent workers wait on a lock file.
     """
-    if model_dir and _is_model_dir(Path(model_dir)):
+    if model_dir and is_model_folder(Path(model_dir)):
         return Path(model_dir), "same path as the driver"
     hub = _hub_id(spec)
     if hub is None:
@@ -151,7 +148,7 @@ def find_model(model_dir: str, spec: str | None, *, download: bool,
     except Exception:
         pass
 
-    if _offline():
+    if hub_offline():
         return None, (f"{hub} is not in this node's Hugging Face cache and downloading is off "
                       "(HF_HUB_OFFLINE)")
     if not download:

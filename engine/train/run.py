@@ -26,7 +26,7 @@ from engine.core.errors import InputError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.core.storage import checkpoint_root, expand_arg, link_run, run_location
 from engine.data.codes import extract_codes, extract_codes_ray
-from engine.layout.run import Run, pick_run
+from engine.layout.run import DATA_FILE, Run, pick_run
 from engine.layout.tiers import record_instant_base
 from engine.layout.voice import Voice, open_voice
 from engine.model.loading import check_base_model, resolve_model
@@ -56,7 +56,6 @@ from engine.train.resolve import (
 )
 from engine.train.run_storage import RunStorage, check_disk, preflight_or_fail, storage_for
 from engine.train.rundata import (
-    DATA_FILE,
     check_same_data,
     data_fingerprint,
     record_data,

@@ -42,7 +42,8 @@ from engine.data.codes import extract_codes
 from engine.layout.manifest import read_manifest, write_manifest
 from engine.model.export import export_custom_voice
 from engine.train.checkpoint import Checkpointer
-from engine.train.driver import export, train
+from engine.train.driver import train
+from engine.train.export import export
 from tests.helpers.kept import kept
 from tests.helpers.ray_cluster import SharedCluster
 from tests.helpers.voices import copy_voice
