@@ -29,7 +29,8 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if not __package__:  # run as a file, not `python -m bench.<name>`: bench/_root.py
+    import _root  # noqa: F401
 
 from PySide6.QtCore import QEventLoop, QObject, QSettings, QTimer
 from PySide6.QtWidgets import QApplication

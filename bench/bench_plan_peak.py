@@ -35,14 +35,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file, not `python -m bench.<name>`: bench/_root.py
+    import _root  # noqa: F401
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 GIB = float(1 << 30)
 
-from engine.train.plan import DRIVER, RAY_PROCESSES, TRAIN_CONTROLLER  # noqa: E402
+from engine.train.plan import DRIVER, RAY_PROCESSES, TRAIN_CONTROLLER
 
 # -- the model and the voice ----------------------------------------------------------------
 

@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from itertools import combinations
@@ -32,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file, not `python -m bench.<name>`: bench/_root.py
+    import _root  # noqa: F401
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -155,13 +155,12 @@ def bench_eval_tiny(voice: Path, sentences: int) -> list[dict[str, Any]]:
 def bench_eval_width(voice: Path, work: Path, layers: int, frames: int,
                      sentences: int) -> dict[str, Any]:
     """One checkpoint's evaluation at the real 0.6B width: render (fixed frames) + measure."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_train import make_model_dir
-
+    from bench.bench_train import make_model_dir
     from engine.config.speak import SpeakOptions
     from engine.layout.manifest import reference_clip
     from engine.layout.voice import open_voice
-    from engine.quality.evaluate import HELD_OUT_SENTENCES, Meter, pick_run
+    from engine.quality.evaluate import HELD_OUT_SENTENCES, pick_run
+    from engine.quality.measure import Meter
     from engine.synth.synthesizer import Synthesizer
     from engine.synth.voice import resolve_source
 

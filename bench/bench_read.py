@@ -28,7 +28,8 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a file, not `python -m bench.<name>`: bench/_root.py
+    import _root  # noqa: F401
 
 SENTENCES = ["The lamp was lit at dusk.", "Did anyone see it from the shore?",
              "The wind rose over the bay.", "Then, slowly, it fell again.",

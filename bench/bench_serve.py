@@ -74,7 +74,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file, not `python -m bench.<name>`: bench/_root.py
+    import _root  # noqa: F401
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -412,8 +413,7 @@ def _rss_mb() -> float:
 def bench_voices(args: argparse.Namespace, tmp: Path, text: str, rows: dict[str, Any]) -> None:
     import gc
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    import bench_synth  # the 0.6B-width random model the synthesis bench speaks with
+    from bench import bench_synth  # the 0.6B-width random model the synthesis bench speaks with
 
     bench_synth.voice_06b(tmp, args.layers)
     base = tmp / "base-06b"
@@ -734,8 +734,7 @@ def main() -> None:
             Path(args.json).write_text(json.dumps(rows, indent=2))
         return
     if args.real_size:
-        sys.path.insert(0, str(ROOT / "bench"))
-        import bench_synth  # the 0.6B-width random model the synthesis bench speaks with
+        from bench import bench_synth  # the 0.6B-width random model the synthesis bench speaks with
 
         voice = bench_synth.voice_06b(tmp, args.real_size)
     else:

@@ -64,7 +64,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file, not `python -m bench.<name>`: bench/_root.py
+    import _root  # noqa: F401
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
 
@@ -385,9 +386,9 @@ def ours_mixed(model_dir: Path, durations: list[float], batch: int, accum: int,
     import torch.distributed as dist
 
     from engine.config.train import TrainConfig
-    from engine.train.driver import resolved
     from engine.train.parallelize import process_group_backend
     from engine.train.plan import make_plan
+    from engine.train.run import resolved
     from engine.train.trainer import WorkerEnv, run_worker
 
     use_gpu = device == "cuda"

@@ -121,4 +121,4 @@ else
   KIT="$DEST"; SITE="$DEST/site"
 fi
 echo "On the GPU machine (from the checkout's root; $KIT must travel with the checkout):"
-echo "  python -m pip install --quiet --no-index --no-deps --target $KIT/site $KIT/*.whl && PYTHONPATH=$SITE python bench/gpu_proof.py"
+echo "  python -m pip install --quiet --no-index --no-deps --target $KIT/site $KIT/*.whl && PYTHONPATH=$SITE python -m bench.gpu_proof"

@@ -57,9 +57,9 @@ stage() {
 }
 
 # the shares keep a later stage's first figure in reach; each proof stops itself at its budget
-stage speech-0.6b 150 bench/gpu_speech_proof.py --sizes 0.6b
+stage speech-0.6b 150 -m bench.gpu_speech_proof --sizes 0.6b
 # --ray: the kit carries Ray, so the plain configuration runs through Ray Train there too
-stage train-0.6b $(( $(left) - 150 )) bench/gpu_proof.py --sizes 0.6b --ray
-stage speech-1.7b 120 bench/gpu_speech_proof.py --sizes 1.7b
-stage train-1.7b "$(left)" bench/gpu_proof.py --sizes 1.7b
+stage train-0.6b $(( $(left) - 150 )) -m bench.gpu_proof --sizes 0.6b --ray
+stage speech-1.7b 120 -m bench.gpu_speech_proof --sizes 1.7b
+stage train-1.7b "$(left)" -m bench.gpu_proof --sizes 1.7b
 echo "device_proofs: done in $(( $(date +%s) - START )) s"

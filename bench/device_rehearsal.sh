@@ -82,7 +82,7 @@ cd "$ROOT"
 for proof in gpu_proof gpu_speech_proof; do
   echo "rehearsal: $proof without the kit (must name what is missing in one line)"
   set +e
-  "$VENV/bin/python" bench/$proof.py --tiny > "$WORK/bare-$proof.out" 2>&1
+  "$VENV/bin/python" -m bench.$proof --tiny > "$WORK/bare-$proof.out" 2>&1
   rc=$?
   set -e
   cat "$WORK/bare-$proof.out"
@@ -105,16 +105,16 @@ set -o pipefail
 # offline, as on the lent machine (nothing outside it can be reached)
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 echo "rehearsal: gpu_proof --tiny, the kit without Ray on PYTHONPATH (the Ray-free path)"
-PYTHONPATH="$KIT/site-noray" timeout 1800 "$VENV/bin/python" bench/gpu_proof.py --tiny \
+PYTHONPATH="$KIT/site-noray" timeout 1800 "$VENV/bin/python" -m bench.gpu_proof --tiny \
   --out "$WORK/out/noray" --json "$WORK/proof-noray.json" 2>&1 \
   | grep --line-buffered -v '^{"rows"' | tee "$WORK/proof-noray.out"
 echo "rehearsal: gpu_speech_proof --tiny, the kit without Ray on PYTHONPATH"
-PYTHONPATH="$KIT/site-noray" timeout 1200 "$VENV/bin/python" bench/gpu_speech_proof.py --tiny \
+PYTHONPATH="$KIT/site-noray" timeout 1200 "$VENV/bin/python" -m bench.gpu_speech_proof --tiny \
   --out "$WORK/out" --json "$WORK/speech.json" 2>&1 | tee "$WORK/speech.out"
 # then the whole kit, exactly the command the kit prints: Ray Train from the kit's Ray
 "$VENV/bin/python" -m pip install --quiet --no-index --no-deps --target "$KIT/site" "$KIT"/*.whl
 echo "rehearsal: gpu_proof --tiny --configs plain, the whole kit (its Ray row through Ray Train)"
-PYTHONPATH="$KIT/site" timeout 1800 "$VENV/bin/python" bench/gpu_proof.py --tiny --configs plain \
+PYTHONPATH="$KIT/site" timeout 1800 "$VENV/bin/python" -m bench.gpu_proof --tiny --configs plain \
   --no-reinforce --out "$WORK/out/ray" --json "$WORK/proof-ray.json" 2>&1 \
   | grep --line-buffered -v '^{"rows"' | tee "$WORK/proof-ray.out"
 "$VENV/bin/python" - "$WORK/proof-noray.json" "$WORK/proof-ray.json" <<'EOF'

@@ -70,16 +70,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file, not `python -m bench.<name>`: bench/_root.py
+    import _root  # noqa: F401
 
-from bench.proof_figures import GIB, model_flops, peak_flops, plan_bytes, summarise  # noqa: E402
-from bench.proof_kit import check_environment, gpu_name  # noqa: E402
-from bench.proof_model import SIZES, make_model_dir  # noqa: E402
-from bench.proof_reinforce import reinforce_row  # noqa: E402
-from bench.proof_rows import Budget, RowLog  # noqa: E402
-from bench.proof_run import run_config, run_ray  # noqa: E402
-from engine.audio.timebase import FRAME_RATE  # noqa: E402
+from bench.proof_figures import GIB, model_flops, peak_flops, plan_bytes, summarise
+from bench.proof_kit import check_environment, gpu_name
+from bench.proof_model import SIZES, make_model_dir
+from bench.proof_reinforce import reinforce_row
+from bench.proof_rows import Budget, RowLog
+from bench.proof_run import run_config, run_ray
+from engine.audio.timebase import FRAME_RATE
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "plain": {},

@@ -49,12 +49,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file, not `python -m bench.<name>`: bench/_root.py
+    import _root  # noqa: F401
 
-from bench.proof_kit import check_environment  # noqa: E402  (after the path)
-from bench.proof_rows import Budget  # noqa: E402
-from engine.core.jsonl import append_jsonl  # noqa: E402
+from bench.proof_kit import check_environment
+from bench.proof_rows import Budget
+from engine.core.jsonl import append_jsonl
 
 #: talker widths over the 0.6B template (qwen3-tts-facts.md); "tiny": the test model
 SIZES: dict[str, dict[str, Any]] = {

@@ -58,7 +58,7 @@ def test_gpu_proof_on_a_bare_python_names_what_is_missing_in_one_line() -> None:
 def test_speech_proof_without_the_kit_says_what_to_do_in_one_sentence() -> None:
     """The speech proof checks the kit before anything else, as the training proof does
     (it died with a traceback on a machine without qwen_tts and transformers 4.57)."""
-    out = subprocess.run([sys.executable, "-S", "bench/gpu_speech_proof.py", "--sizes", "0.6b"],
+    out = subprocess.run([sys.executable, "-S", "-m", "bench.gpu_speech_proof", "--sizes", "0.6b"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 2, out.stdout + out.stderr[-2000:]
     lines = out.stdout.splitlines()
@@ -155,6 +155,7 @@ def test_rows_reach_the_out_folder_as_they_finish_and_a_crash_keeps_them(
     out = tmp_path / "out"
     added = {"crash": "tests.helpers.builders:crashing_proof_builder",
              "hang": "tests.helpers.builders:hanging_proof_builder"}
+    # run as a file, as a person may (bench/_root.py puts the tree on the path)
     cmd = [sys.executable, "bench/gpu_proof.py", "--tiny", "--no-ray", "--steps", "2",
            "--budget-s", "0", "--configs", "plain,crash,hang", "--out", str(out),
            "--cache", str(tmp_path / "cache")]
@@ -239,7 +240,7 @@ def test_training_proof_reaches_its_table_where_ray_cannot_be_imported(tmp_path:
     only the Ray row may say Ray is missing. A module of the worker's path that loads Ray
     at import fails here, not on the loan."""
     out = _proof_without_ray(tmp_path, [
-        "bench/gpu_proof.py", "--tiny", "--configs", "plain", "--steps", "4", "--no-reinforce",
+        "-m", "bench.gpu_proof", "--tiny", "--configs", "plain", "--steps", "4", "--no-reinforce",
         "--cache", str(tmp_path / "cache"), "--json", str(tmp_path / "proof.json")])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
@@ -253,7 +254,7 @@ def test_training_proof_reaches_its_table_where_ray_cannot_be_imported(tmp_path:
 
 def test_speech_proof_reaches_its_table_where_ray_cannot_be_imported(tmp_path: Path) -> None:
     out = _proof_without_ray(tmp_path, [
-        "bench/gpu_speech_proof.py", "--tiny", "--frames", "12",
+        "-m", "bench.gpu_speech_proof", "--tiny", "--frames", "12",
         "--json", str(tmp_path / "speech.json")])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
