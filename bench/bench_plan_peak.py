@@ -43,6 +43,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 GIB = float(1 << 30)
 
+from engine.audio.timebase import SAMPLE_RATE
 from engine.train.plan import DRIVER, RAY_PROCESSES, TRAIN_CONTROLLER
 
 # -- the model and the voice ----------------------------------------------------------------
@@ -100,14 +101,14 @@ def synthetic_voice(out: Path, clips: int, seconds: float) -> Path:
     folder = voice.prepared.path / "clips"
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
-    t = np.arange(int(seconds * 24000)) / 24000
+    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
     lines = []
     for i in range(clips):
         audio = 0.2 * np.sin(2 * np.pi * (140 + 9 * i) * t) + 0.02 * rng.standard_normal(t.size)
-        sf.write(folder / f"c{i}.wav", audio.astype("float32"), 24000)
+        sf.write(folder / f"c{i}.wav", audio.astype("float32"), SAMPLE_RATE)
         lines.append(json.dumps({"id": f"c{i}", "path": f"prepared/clips/c{i}.wav",
                                  "text": f"A sentence of ordinary length, number {i}.",
-                                 "duration_s": seconds, "sample_rate": 24000, "usable": True,
+                                 "duration_s": seconds, "sample_rate": SAMPLE_RATE, "usable": True,
                                  "issues": [], "source_take": f"t{i}"}))
     (voice.prepared.path / "manifest.jsonl").write_text("\n".join(lines) + "\n")
     return out
