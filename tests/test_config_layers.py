@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,7 @@ from engine.train.driver import train
 from engine.train.presets import VOLUMES, band_preset, optim_preset
 from engine.train.request import TrainRequest
 from engine.train.run import TrainRun
+from tests.helpers.cli_events import cli_ends
 from tests.helpers.voices import voice_with_clips
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,24 +178,6 @@ def test_the_run_saves_its_config_with_where_each_value_came_from(
     assert json.loads(run.config_file.read_text())["provenance"] == run.provenance()
 
 
-def _cli(*commands: list[str]) -> list[dict[str, Any]]:
-    """The last event (its result or its error) of each `voxshard-engine --json` command,
-    all run by the CLI's own entry point in one process."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    # the CLI points fd 1 at stderr once it has its event stream: each command gets it back
-    script = ("import json, os, sys\nfrom engine.cli.main import main\n"
-              "out, fd = sys.stdout, os.dup(1)\n"
-              "for argv in json.loads(sys.argv[1]):\n"
-              "    os.dup2(fd, 1)\n    sys.stdout = out\n    main(argv)\n")
-    argvs = [["--json", *c] for c in commands]
-    out = subprocess.run([sys.executable, "-c", script, json.dumps(argvs)],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    ends = [e for e in events if e["event"] in ("result", "error")]
-    assert len(ends) == len(commands), out.stderr[-3000:]
-    return ends
-
-
 def test_set_and_config_on_the_command_line(tmp_path: Path, tiny_model_dir: Path) -> None:
     voice = voice_with_clips(tmp_path, 16, 4.0)
     config = tmp_path / "previous" / "config.json"
@@ -210,7 +190,7 @@ def test_set_and_config_on_the_command_line(tmp_path: Path, tiny_model_dir: Path
                                 "The settings of optim are: lr, weight_decay"),
                 "optim.lr=-1": ("--set has optim.lr = -1.0; it must be above 0, not -1",
                                 "Give optim.lr a value above 0.")}
-    result, *errors = _cli(
+    result, *errors = cli_ends(
         ["train", *shape, "--dry-run", "--set", "optim.weight_decay=0.05",
          "--set", "run.val_every=7", "--set", "optim.beta2=0.99", "--config", str(config),
          "--lr", "2e-4"],
@@ -269,7 +249,7 @@ def test_every_command_that_takes_settings_takes_them_by_path(tmp_path: Path) ->
     with pytest.raises(InputError, match=r"names speak\.temperatur, which is not a setting"):
         apply_set(sub_parser(parser, "speak"), args)
     voice = voice_with_clips(tmp_path, 4, 4.0)
-    wrong_choice, unknown = _cli(["prepare", str(voice), "--set", "prepare.vad=nope"],
+    wrong_choice, unknown = cli_ends(["prepare", str(voice), "--set", "prepare.vad=nope"],
                                  ["speak", str(voice), "hi", "--set", "optim.lr=1"])
     assert wrong_choice["event"] == unknown["event"] == "error"
     assert "prepare.vad = 'nope'; it must be one of silero, energy" in \

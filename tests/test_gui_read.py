@@ -15,9 +15,7 @@ from engine.core.events import Emitter
 from engine.layout import reading
 from engine.read import read
 from gui.pages.read import ReadPage
-from tests.helpers.reading import SCRIPT, read_workspace, tiny_request
-
-JOB_S = 240_000  # ms: a job loads the tiny model and renders a line or two
+from tests.helpers.reading import JOB_S, SCRIPT, read_workspace, tiny_request
 
 
 def test_read_page_renders_picks_and_exports(qtbot, window, workspace: Path,

@@ -16,8 +16,15 @@ from engine.read import read
 from engine.read.project import make_plan
 from gui.pages.read import ReadPage
 from gui.placement import MINIMUM_SIZE
-from tests.helpers.reading import OTHER, RIGHT, SHORT, read_workspace, say_take, tiny_request
-from tests.test_gui_read import JOB_S
+from tests.helpers.reading import (
+    JOB_S,
+    OTHER,
+    RIGHT,
+    SHORT,
+    read_workspace,
+    say_take,
+    tiny_request,
+)
 
 
 def test_read_page_checks_the_takes_words_and_shows_each_takes_score(

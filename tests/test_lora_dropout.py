@@ -11,8 +11,8 @@ import torch
 from engine.config.train import ModelConfig
 from engine.train.lora import target_modules
 from engine.train.objective import build_objective
+from tests.helpers.cli_events import cli_ends
 from tests.helpers.voices import voice_with_clips
-from tests.test_config_layers import _cli
 
 
 def _adapted(tiny_model_dir: Path, dropout: float) -> torch.nn.Linear:
@@ -50,7 +50,7 @@ def test_the_cli_takes_it_by_flag_and_by_path_and_checks_its_bounds(
     voice = voice_with_clips(tmp_path, 16, 4.0)
     shape = [str(voice), "--base", str(tiny_model_dir), "--workers", "1", "--trainable",
              "lora", "--dry-run"]
-    flag, by_path, refused = _cli(["train", *shape, "--lora-dropout", "0.1"],
+    flag, by_path, refused = cli_ends(["train", *shape, "--lora-dropout", "0.1"],
                                   ["train", *shape, "--set", "model.lora_dropout=0.2"],
                                   ["train", *shape, "--set", "model.lora_dropout=1"])
     assert flag["config"]["model"]["lora_dropout"] == 0.1

@@ -21,6 +21,9 @@ from engine.prepare.instant import speaker_vector
 from engine.read import read
 from tests.helpers.voices import DRONE, forced_export
 
+#: ms: a window job loads the tiny model and renders a line or two
+JOB_S = 240_000
+
 SCRIPT = """# The Lighthouse
 
 Ada: The lamp was lit at dusk.
