@@ -105,11 +105,11 @@ def test_the_batcher_captures_only_while_no_other_thread_is_on_the_gpu(
     decoding = threading.Event()
     real_decode = synth.decode_audio
 
-    def slow_decode(codes: Any) -> Any:
+    def slow_decode(codes: Any, **kw: Any) -> Any:
         decoding.set()
         try:
             time.sleep(0.5)
-            return real_decode(codes)
+            return real_decode(codes, **kw)
         finally:
             decoding.clear()
 
