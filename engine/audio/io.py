@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -213,6 +213,67 @@ class _Resampler:
         return resample(np.concatenate(self._pending), self.in_rate, self.out_rate)
 
 
+@dataclass
+class _SourceTally:
+    """What decode measures of the source while it streams: peak, DC sum, bad and
+    full-scale samples, counted block by block before downmixing."""
+
+    sample_rate: int
+    channels: int
+    peak: float = 0.0
+    total: float = 0.0
+    non_finite: int = 0
+    clipped: int = 0
+    frames: int = 0
+    clip_frames: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, data: np.ndarray) -> np.ndarray:
+        """Count one (samples, channels) block; return it as finite float32 mono."""
+        bad = ~np.isfinite(data)
+        if bad.any():
+            self.non_finite += int(bad.sum())
+            data = np.where(bad, 0.0, data).astype(np.float32)
+        absd = np.abs(data)
+        self.peak = max(self.peak, float(absd.max()))
+        counts = clip_frame_counts(absd, self.sample_rate)
+        self.clipped += int(counts.sum())
+        self.clip_frames.append(counts)
+        mono = data.mean(axis=1) if self.channels > 1 else data[:, 0]
+        self.total += float(mono.sum(dtype=np.float64))
+        self.frames += len(data)
+        return np.ascontiguousarray(mono, dtype=np.float32)
+
+    def stats(self) -> DecodeStats:
+        return DecodeStats(
+            source_rate=self.sample_rate, channels=self.channels, frames=self.frames,
+            peak=self.peak, dc_offset=self.total / self.frames,
+            non_finite=self.non_finite, clipped=self.clipped,
+            clip_frames=(np.concatenate(self.clip_frames) if self.clip_frames
+                         else np.zeros(0, np.int32)),
+        )
+
+
+def _stream_blocks(info: AudioInfo, block: int, tally: _SourceTally,
+                   resampler: _Resampler) -> list[np.ndarray]:
+    """Read the file block by block, each counted, downmixed and resampled before
+    the next is read; the resampled pieces in order."""
+    out: list[np.ndarray] = []
+    with open(info.path, "rb") as raw, sf.SoundFile(raw) as fh:
+        while True:
+            data = fh.read(block, dtype="float32", always_2d=True)
+            last = len(data) < block
+            if len(data):
+                res = resampler.push(tally.add(data), last)
+            elif last:
+                res = resampler.push(np.zeros(0, dtype=np.float32), True)
+            else:
+                res = None
+            if res is not None and len(res):
+                out.append(res)
+            if last:
+                return out
+
+
 def decode(path: str | os.PathLike[str], target_sr: int = TARGET_SR,
            max_seconds: float = 3600.0, block_s: float = 10.0
            ) -> tuple[np.ndarray, DecodeStats]:
@@ -225,45 +286,12 @@ def decode(path: str | os.PathLike[str], target_sr: int = TARGET_SR,
     if info.duration_s > max_seconds:
         raise BadAudioFile(f"is too long ({info.duration_s / 60:.1f} min; the limit is "
                            f"{max_seconds / 60:.0f} min per file)", "too_long_file")
-    sr, ch = info.sample_rate, info.channels
+    sr = info.sample_rate
     frame_len = max(1, round(sr * CLIP_FRAME_S))
     block = max(frame_len, int(sr * block_s) // frame_len * frame_len)
-    resampler = _Resampler(sr, target_sr)
-    out: list[np.ndarray] = []
-    clip_frames: list[np.ndarray] = []
-    peak = 0.0
-    total = 0.0
-    non_finite = 0
-    clipped = 0
-    frames = 0
+    tally = _SourceTally(sr, info.channels)
     try:
-        with open(info.path, "rb") as raw, sf.SoundFile(raw) as fh:
-            while True:
-                data = fh.read(block, dtype="float32", always_2d=True)
-                n = len(data)
-                last = n < block
-                if n:
-                    bad = ~np.isfinite(data)
-                    if bad.any():
-                        non_finite += int(bad.sum())
-                        data = np.where(bad, 0.0, data).astype(np.float32)
-                    absd = np.abs(data)
-                    peak = max(peak, float(absd.max()))
-                    counts = clip_frame_counts(absd, sr)
-                    clipped += int(counts.sum())
-                    clip_frames.append(counts)
-                    mono = data.mean(axis=1) if ch > 1 else data[:, 0]
-                    total += float(mono.sum(dtype=np.float64))
-                    frames += n
-                    res = resampler.push(np.ascontiguousarray(mono, dtype=np.float32), last)
-                elif last:
-                    res = resampler.push(np.zeros(0, dtype=np.float32), True)
-                else:
-                    res = None
-                if res is not None and len(res):
-                    out.append(res)
-                if last:
-                    break
+        out = _stream_blocks(info, block, tally, _Resampler(sr, target_sr))
     except AudioError:
         raise
     except MemoryError as exc:
@@ -272,15 +300,10 @@ def decode(path: str | os.PathLike[str], target_sr: int = TARGET_SR,
         raise BadAudioFile(_os_reason(exc), "unreadable") from exc
     except (RuntimeError, sf.LibsndfileError, ValueError) as exc:
         raise BadAudioFile(f"is damaged: {_reason(exc)}", "damaged") from exc
-    if frames == 0:
+    if tally.frames == 0:
         raise BadAudioFile("contains no audio samples", "empty")
     audio = np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
-    stats = DecodeStats(
-        source_rate=sr, channels=ch, frames=frames, peak=peak,
-        dc_offset=total / frames, non_finite=non_finite, clipped=clipped,
-        clip_frames=np.concatenate(clip_frames) if clip_frames else np.zeros(0, np.int32),
-    )
-    return audio.astype(np.float32, copy=False), stats
+    return audio.astype(np.float32, copy=False), tally.stats()
 
 
 def read_mono(path: str | os.PathLike[str], target_sr: int = TARGET_SR) -> np.ndarray:
