@@ -60,6 +60,7 @@ from typing import Any, TextIO
 from engine.config.speak import SpeakOptions, audio_format
 from engine.core.errors import Cancelled, InputError, VoxshardError
 from engine.core.events import Emitter, Event
+from engine.core.kinds import VoiceKind
 from engine.synth.batcher import BatchRequest, ContinuousBatcher
 from engine.synth.capture import GATE
 from engine.synth.synthesizer import Synthesizer
@@ -238,8 +239,8 @@ class SpeechWorker:
                                         speaker=req.get("speaker"), base=req.get("base"),
                                         reference_text=req.get("reference_text"),
                                         x_vector_only=bool(req.get("x_vector_only", False)))
-                same_base = (self._synth is not None and source.kind != "custom_voice"
-                             and self._synth.source.kind != "custom_voice"
+                same_base = (self._synth is not None and source.kind != VoiceKind.CUSTOM_VOICE
+                             and self._synth.source.kind != VoiceKind.CUSTOM_VOICE
                              and source.model_dir == self._synth.source.model_dir)
                 if same_base:
                     # checkpoint <-> checkpoint <-> zero-shot on one base: swap in place
