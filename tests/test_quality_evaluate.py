@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from engine.config.evaluate import EvaluateConfig
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, ModelError, WorkspaceError
 from engine.core.events import Event
@@ -203,8 +204,8 @@ def test_watch_evaluates_new_checkpoints_and_suggests_an_early_stop(
 
     request = EvaluateRequest(trained_run["voice"], "r1", asr="pocketsphinx",
                               sentences=evaluated["result"]["sentences"], options=FAST,
-                              device="cpu")
-    result = watch(request, interval_s=0.01, idle_s=0.5, patience=1, on_event=on_event)
+                              device="cpu", config=EvaluateConfig(patience=1))
+    result = watch(request, interval_s=0.01, idle_s=0.5, on_event=on_event)
     steps = [e["step"] for e in result["entries"] if e["kind"] == "checkpoint"]
     assert steps == [10, 20, 30, 40]
     updates = [e.data for e in events if e.kind == "state"
@@ -371,7 +372,6 @@ def test_best_checkpoint_is_the_most_similar_that_still_says_the_words() -> None
 
 
 def test_style_obedience_weighs_in_the_best_rule_only_when_asked() -> None:
-    from engine.config.evaluate import EvaluateConfig
     from engine.quality.evaluate import choose_best
 
     # step 20 is a little less like the speaker but obeys its styles; step 30 mumbles

@@ -76,8 +76,7 @@ def _evaluate(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
                               out_dir=args.out_dir, config=config)
     if args.watch:
         return watch(request, interval_s=args.interval, idle_s=args.idle,
-                     training_pid=args.training_pid,
-                     patience=args.patience, on_event=em)
+                     training_pid=args.training_pid, on_event=em)
     return evaluate(replace(request, zero_shot=not args.no_zero_shot,
                             export=args.export or not args.no_export, force=args.force), em)
 
@@ -162,7 +161,7 @@ def register(sub: Any) -> None:
                    help="output folder (default: <run>/evaluation)")
     p.add_argument("--force", action="store_true", help="measure again what was measured")
     p.add_argument("--device", default=None, help="cpu or cuda:N")
-    for f in fields(EvaluateConfig):  # the style renders and the best rule's style weight
+    for f in fields(EvaluateConfig):  # style renders, the best rule, early stop (--watch)
         add_field(p, EvaluateConfig, f.name, default=FIELD)
     p.add_argument("--watch", action="store_true",
                    help="keep running beside training: evaluate each new checkpoint as it "
@@ -174,6 +173,3 @@ def register(sub: Any) -> None:
     p.add_argument("--training-pid", type=int, default=None,
                    help="with --watch: the training process beside it; once it has ended "
                         "and every checkpoint it wrote is measured or noted, stop")
-    p.add_argument("--patience", type=int, default=None,
-                   help="with --watch: suggest stopping when the best checkpoint has not "
-                        "improved for this many evaluated checkpoints")

@@ -33,14 +33,20 @@ class EvaluateConfig:
     #: held-out sentences rendered with each trained style per checkpoint (0: styles are
     #: not measured); each costs one render per style and one plain
     style_sentences: int = setting(2, label="Sentences per style", at_least=0, at_most=8)
+    #: beside training (a watch): suggest stopping when the best checkpoint has not
+    #: improved for this many evaluated checkpoints (0: never); the window then stops
+    #: training, saving a checkpoint
+    patience: int = setting(0, label="Early stop after", unit="evaluations", at_least=0,
+                            at_most=100)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"evaluate.{f.name}: must be a number, got {value!r}")
-        if int(self.style_sentences) != self.style_sentences:
-            raise ValueError("evaluate.style_sentences: must be a whole number")
+        for name in ("style_sentences", "patience"):
+            if int(getattr(self, name)) != getattr(self, name):
+                raise ValueError(f"evaluate.{name}: must be a whole number")
         check(self)
 
     def to_dict(self) -> dict[str, Any]:

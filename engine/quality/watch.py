@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from engine.config.evaluate import EvaluateConfig
 from engine.core.errors import WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
 from engine.core.process import alive
@@ -24,7 +25,7 @@ from engine.quality.evaluate import PRUNED, EvaluateRequest, evaluate, skip_note
 
 
 def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float | None = None,
-          training_pid: int | None = None, patience: int | None = None,
+          training_pid: int | None = None,
           stop: threading.Event | None = None,
           on_event: EventCallback | Emitter | None = None) -> dict[str, Any]:
     """Evaluate each checkpoint of a run as training writes it, in this process (start it
@@ -46,14 +47,14 @@ def watch(request: EvaluateRequest, *, interval_s: float = 15.0, idle_s: float |
     cost disk only once training has deleted their originals (at most `HELD_MAX`
     checkpoints). `evaluation.json` and the report grow with every
     measured voice, and a `state` event `evaluation_updated` carries the best checkpoint
-    so far. With `patience`, a `state` event `early_stop_suggested` (and a warning) says
-    when the best has not improved for that many evaluated checkpoints; stopping
+    so far. With `EvaluateConfig.patience`, a `state` event `early_stop_suggested` (and
+    a warning) says when the best has not improved for that many evaluated checkpoints; stopping
     training stays the caller's decision. Returns the last evaluation when `stop` is
     set, when the watch is over (`watch_over`: every checkpoint measured or noted, and
     training's process `training_pid` gone or `idle_s` seconds idle), or on Ctrl-C
     (SIGTERM). `request.checkpoints` is the watcher's.
     """
-    watcher = _Watcher(request, as_emitter(on_event), patience)
+    watcher = _Watcher(request, as_emitter(on_event))
     watcher.holds.start()
     try:
         while stop is None or not stop.is_set():
@@ -192,7 +193,7 @@ class _Holds:
 class _Watcher:
     """What `watch` knows between its passes over the run."""
 
-    def __init__(self, request: EvaluateRequest, em: Emitter, patience: int | None) -> None:
+    def __init__(self, request: EvaluateRequest, em: Emitter) -> None:
         v = request.voice if isinstance(request.voice, Voice) else open_voice(request.voice)
         found = run_layout.pick_run(v.path, request.run)
         if found is None and not request.run:
@@ -202,7 +203,8 @@ class _Watcher:
         # a named run not there yet: the training just started creates it
         self.run = found if found is not None else v.run(str(request.run))
         self.request = replace(request, voice=v, run=str(self.run.path))
-        self.em, self.patience = em, patience
+        self.em = em
+        self.patience = (request.config or EvaluateConfig()).patience
         self.holds = _Holds(self.run)
         self.measured: set[str] = set()
         self.listed: dict[str, int | None] = {}  # every checkpoint seen, by name

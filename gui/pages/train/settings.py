@@ -32,7 +32,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QRadioButton,
     QScrollArea,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -287,7 +286,7 @@ class TrainSettings(QWidget):
         self._trainable_changed()
         self._build_evaluation()
         form.addRow(self.evaluate)
-        form.addRow("Early stop after", self.patience)
+        form.addRow(self.patience_field.label, self.patience)
         form.addRow(self.style_weight_field.label, self.style_weight)
         return box
 
@@ -339,11 +338,9 @@ class TrainSettings(QWidget):
         self.evaluate.setToolTip("Beside training, render held-out sentences from each new "
                                  "checkpoint and measure similarity to the speaker and word "
                                  "errors (a second engine process; on a GPU it needs memory)")
-        self.patience = QSpinBox()
-        self.patience.setRange(0, 100)
-        self.patience.setSpecialValueText("never")
-        self.patience.setToolTip("Stop training (saving a checkpoint) when the best checkpoint "
-                                 "has not improved for this many evaluations")
+        self.patience_field = SettingField(EvaluateConfig, "patience")
+        self.patience = self.patience_field.widget
+        self.patience.setSpecialValueText("never")  # its 0
         # the best-checkpoint rule's weight of style obedience: the watcher's own setting
         self.style_weight_field = SettingField(EvaluateConfig, "style_weight", decimals=2)
         self.style_weight = self.style_weight_field.widget
@@ -603,9 +600,7 @@ class TrainSettings(QWidget):
         args = ["evaluate", voice, "--run", run, "--watch", "--interval", "10",
                 "--training-pid", str(training_pid),
                 *self.style_weight_field.args(always=True)]
-        if self.patience.value():
-            args += ["--patience", str(self.patience.value())]
-        return args
+        return args + self.patience_field.args()
 
     def train_args(self, voice: str, resume: bool = False, run: str | None = None
                    ) -> list[str]:
