@@ -37,6 +37,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from engine.audio.checks import (
     BLOCKING,
     NOISY_MARGIN_DB,
@@ -45,13 +47,22 @@ from engine.audio.checks import (
     issue,
     mark_duplicates,
 )
-from engine.audio.conditions import background, is_music_bed, slice_snr
-from engine.audio.denoise import denoise_take
-from engine.audio.io import TARGET_SR, BadAudioFile, decode, without_dc, write_wav
+from engine.audio.conditions import Background, background, is_music_bed, slice_snr
+from engine.audio.denoise import Denoised, denoise_take
+from engine.audio.io import (
+    TARGET_SR,
+    BadAudioFile,
+    DecodeStats,
+    decode,
+    without_dc,
+    write_wav,
+)
 from engine.audio.loudness import normalize_loudness
 from engine.audio.vad import (
     MIN_SPEECH_S,
     VAD_METHODS,
+    Levels,
+    Slice,
     detect_speech,
     frame_levels,
     merge_by_words,
@@ -70,8 +81,8 @@ from engine.layout.manifest import (
 from engine.layout.voice import Take, Voice, now_iso
 from engine.model.loading import DEFAULT_BASE_MODEL, resolve_model
 from engine.prepare.check import round_finite, slice_facts
+from engine.prepare.denoise_judge import Judges, judge_slice, judges_for
 from engine.prepare.denoise_judge import describe as describe_denoise
-from engine.prepare.denoise_judge import judge_slice, judges_for
 from engine.prepare.report import advice, format_report, say_what_replaces, speaker_report
 from engine.prepare.slicing import machine_words, slice_take
 from engine.prepare.speakers import ENCODERS, TARGET, ModelEncoder
@@ -86,6 +97,7 @@ from engine.prepare.staging import (
 from engine.prepare.styles import describe_entries, measure_clip, read_user_styles, voice_styles
 from engine.prepare.target import (
     Enrolment,
+    Heard,
     apply_decisions,
     hear_speakers,
     read_decisions,
@@ -104,21 +116,41 @@ def _take_key(take: Take, settings: dict[str, Any]) -> str:
 
 
 
-def _process_take(voice: Voice, take: Take, key: str, cfg: PrepareConfig,
-                  enrol: Enrolment | None = None) -> TakeOutcome:
-    out = TakeOutcome(take.id, key)
+@dataclasses.dataclass
+class _TakeSignal:
+    """A take's decoded audio and what was heard in it, shared by all its slices."""
+
+    take: Take
+    cfg: PrepareConfig
+    audio: np.ndarray
+    stats: DecodeStats
+    levels: Levels
+    regions: list[tuple[int, int]]
+    words: list[dict[str, Any]] | None
+    bg: Background
+    take_snr: float
+    music: bool
+    heard: Heard | None
+    den: Denoised | None = None
+    judges: Judges | None = None
+
+
+def _hear_take(take: Take, cfg: PrepareConfig, enrol: Enrolment | None,
+               out: TakeOutcome) -> _TakeSignal | None:
+    """Decode the take and find its speech, background and speakers; None (with
+    `out.rejected` said) for a take that cannot give a clip."""
     try:
         audio, stats = decode(take.audio_path, TARGET_SR,
                               max_seconds=cfg.max_file_minutes * 60.0)
     except BadAudioFile as exc:
         out.rejected = {"code": exc.reason_code, "reason": exc.message}
-        return out
+        return None
     out.audio_s = len(audio) / TARGET_SR
     if stats.non_finite:
         out.rejected = {"code": "non_finite",
                         "reason": f"contains {stats.non_finite} NaN or infinite samples"}
-        return out
-    audio = without_dc(audio)  # DC offset (reported below)
+        return None
+    audio = without_dc(audio)  # DC offset (reported per clip)
     levels = frame_levels(audio, TARGET_SR)
     regions = detect_speech(audio, TARGET_SR, cfg.vad, levels)
     words = machine_words(take)
@@ -128,72 +160,92 @@ def _process_take(voice: Voice, take: Take, key: str, cfg: PrepareConfig,
     if speech_seconds(regions, TARGET_SR) < MIN_SPEECH_S:
         out.rejected = {"code": "silent",
                         "reason": "contains no speech (silence or steady noise only)"}
-        return out
-    take_snr = snr_db(audio, TARGET_SR, levels, regions)
+        return None
     bg = background(audio, levels, regions)
-    music = is_music_bed(bg)
     heard = None
     if enrol is not None and take.origin != "recorded":
         # a take recorded here is the voice by definition (and part of the enrolment)
         heard = hear_speakers(audio, TARGET_SR, regions, enrol.embedding(), enrol.encoder)
         out.speakers = heard.summary() if heard is not None else None
-    slices, texts, whos, method = slice_take(take, len(audio), regions, words, heard, cfg)
-    den, judges = None, None
-    min_snr = cfg.min_snr_db
+    return _TakeSignal(take, cfg, audio, stats, levels, regions, words, bg,
+                       snr_db(audio, TARGET_SR, levels, regions), is_music_bed(bg), heard)
+
+
+def _process_take(voice: Voice, take: Take, key: str, cfg: PrepareConfig,
+                  enrol: Enrolment | None = None) -> TakeOutcome:
+    out = TakeOutcome(take.id, key)
+    sig = _hear_take(take, cfg, enrol, out)
+    if sig is None:
+        return out
+    slices, texts, whos, method = slice_take(take, len(sig.audio), sig.regions, sig.words,
+                                             sig.heard, cfg)
     if cfg.denoise:
-        den = denoise_take(audio, TARGET_SR, levels, regions)
-        judges = judges_for(enrol)
-    folder = voice.prepared
-    target, ceiling = cfg.target_lufs, cfg.peak_dbfs
+        sig.den = denoise_take(sig.audio, TARGET_SR, sig.levels, sig.regions)
+        sig.judges = judges_for(enrol)
     for k, (sl, text, who) in enumerate(zip(slices, texts, whos, strict=True)):
         clip_id = take.id if len(slices) == 1 else f"{take.id}_{k + 1:02d}"
-        seg = audio[sl.start:sl.end]
-        snr = slice_snr(levels, sl.regions, bg.noise_power)
-        cleaned = None
-        if (den is not None and judges is not None and who == TARGET
-                and snr < min_snr + NOISY_MARGIN_DB):
-            cleaned = judge_slice(audio, den, levels, bg.noise_power, sl, TARGET_SR, text,
-                                  judges)
-            if cleaned["applied"]:
-                seg = den.audio[sl.start:sl.end]
-                snr = float(cleaned["snr_db"][1])
-        # how it is spoken, before normalising takes its loudness away
-        style = measure_clip(seg, TARGET_SR, text).to_dict()
-        norm = normalize_loudness(seg, TARGET_SR, target, ceiling)
-        start_s, end_s = sl.start / TARGET_SR, sl.end / TARGET_SR
-        duration = len(seg) / TARGET_SR
-        shortfall = (target - norm.loudness_after) if math.isfinite(norm.loudness_after) else 0.0
-        facts = slice_facts(sl, stats, levels, bg, text=text, text_method=method,
-                            gain_shortfall_db=shortfall, snr=snr)
-        issues = check_clip(facts, cfg)
-        speaker = heard.judge(sl, who) if heard is not None else None
-        if speaker is not None:
-            issues = speaker_issues(speaker, heard.source) + issues
-        if cleaned is not None and cleaned["applied"]:
-            issues.append(issue("denoised", "Denoised: " + describe_denoise(cleaned) + "."))
-        rel = folder.clip_entry(clip_id)
-        # staged: moved into clips/ only when the whole prepare is kept
-        write_wav(folder.staged_clip(clip_id), norm.audio, TARGET_SR, "PCM_16")
-        out.entries.append({
-            "id": clip_id, "path": rel, "text": text, "duration_s": round(duration, 3),
-            "sample_rate": TARGET_SR, "usable": is_usable(issues), "issues": issues,
-            "source_take": take.id,
-        })
-        out.metrics.append({
-            "id": clip_id, "source_take": take.id, "start_s": round(start_s, 3),
-            "end_s": round(end_s, 3), "speech_s": round(sl.speech_s, 3),
-            "loudness_in_lufs": round_finite(norm.loudness_before),
-            "loudness_lufs": round_finite(norm.loudness_after),
-            "gain_db": round_finite(norm.gain_db), "peak_limited": norm.peak_limited,
-            "snr_db": round_finite(snr), "take_snr_db": round_finite(take_snr),
-            "rt60_s": None if bg.rt60_s is None else round(bg.rt60_s, 2),
-            "pause_flatness": None if bg.flatness is None else round(bg.flatness, 3),
-            "music_bed": music, "clipped_samples": facts.clipped_samples,
-            "text_method": method, "style": style,
-            **({"speaker": speaker} if speaker is not None else {}),
-            **({"denoise": cleaned} if cleaned is not None else {}),
-        })
+        _prepare_clip(voice, sig, clip_id, sl, (text, who, method), out)
     return out
+
+
+def _clean_slice(sig: _TakeSignal, sl: Slice, text: str, who: str
+                 ) -> tuple[np.ndarray, float, dict[str, Any] | None]:
+    """The slice's samples and SNR, denoised where a noisy target slice gains by it
+    (the judges decide); the judgement, or None where none was asked."""
+    seg = sig.audio[sl.start:sl.end]
+    snr = slice_snr(sig.levels, sl.regions, sig.bg.noise_power)
+    if (sig.den is None or sig.judges is None or who != TARGET
+            or snr >= sig.cfg.min_snr_db + NOISY_MARGIN_DB):
+        return seg, snr, None
+    cleaned = judge_slice(sig.audio, sig.den, sig.levels, sig.bg.noise_power, sl, TARGET_SR,
+                          text, sig.judges)
+    if cleaned["applied"]:
+        seg = sig.den.audio[sl.start:sl.end]
+        snr = float(cleaned["snr_db"][1])
+    return seg, snr, cleaned
+
+
+def _prepare_clip(voice: Voice, sig: _TakeSignal, clip_id: str, sl: Slice,
+                  said: tuple[str, str, str], out: TakeOutcome) -> None:
+    """One slice as a staged clip, its manifest entry and its metrics row.
+    `said`: the slice's text, its speaker and how the text was found."""
+    text, who, method = said
+    cfg, take, bg = sig.cfg, sig.take, sig.bg
+    seg, snr, cleaned = _clean_slice(sig, sl, text, who)
+    # how it is spoken, before normalising takes its loudness away
+    style = measure_clip(seg, TARGET_SR, text).to_dict()
+    norm = normalize_loudness(seg, TARGET_SR, cfg.target_lufs, cfg.peak_dbfs)
+    shortfall = ((cfg.target_lufs - norm.loudness_after)
+                 if math.isfinite(norm.loudness_after) else 0.0)
+    facts = slice_facts(sl, sig.stats, sig.levels, bg, text=text, text_method=method,
+                        gain_shortfall_db=shortfall, snr=snr)
+    issues = check_clip(facts, cfg)
+    speaker = sig.heard.judge(sl, who) if sig.heard is not None else None
+    if speaker is not None:
+        issues = speaker_issues(speaker, sig.heard.source) + issues
+    if cleaned is not None and cleaned["applied"]:
+        issues.append(issue("denoised", "Denoised: " + describe_denoise(cleaned) + "."))
+    # staged: moved into clips/ only when the whole prepare is kept
+    write_wav(voice.prepared.staged_clip(clip_id), norm.audio, TARGET_SR, "PCM_16")
+    out.entries.append({
+        "id": clip_id, "path": voice.prepared.clip_entry(clip_id), "text": text,
+        "duration_s": round(len(seg) / TARGET_SR, 3), "sample_rate": TARGET_SR,
+        "usable": is_usable(issues), "issues": issues, "source_take": take.id,
+    })
+    out.metrics.append({
+        "id": clip_id, "source_take": take.id, "start_s": round(sl.start / TARGET_SR, 3),
+        "end_s": round(sl.end / TARGET_SR, 3), "speech_s": round(sl.speech_s, 3),
+        "loudness_in_lufs": round_finite(norm.loudness_before),
+        "loudness_lufs": round_finite(norm.loudness_after),
+        "gain_db": round_finite(norm.gain_db), "peak_limited": norm.peak_limited,
+        "snr_db": round_finite(snr), "take_snr_db": round_finite(sig.take_snr),
+        "rt60_s": None if bg.rt60_s is None else round(bg.rt60_s, 2),
+        "pause_flatness": None if bg.flatness is None else round(bg.flatness, 3),
+        "music_bed": sig.music, "clipped_samples": facts.clipped_samples,
+        "text_method": method, "style": style,
+        **({"speaker": speaker} if speaker is not None else {}),
+        **({"denoise": cleaned} if cleaned is not None else {}),
+    })
 
 
 
