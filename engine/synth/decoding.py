@@ -227,75 +227,99 @@ class _Stack:
         projection of this stack (`adapters.RowAdapters`; None: the base alone).
         """
         b, t, _ = h.shape
-        d = self.head_dim
         cos = cos.unsqueeze(1)
         sin = sin.unsqueeze(1)
         index = None
         if rows is not None:
-            index = rows.view(b, 1, 1, 1).expand(b, self.kv_heads, 1, d)
-        gqa = self.n_rep > 1
-        for i, (w, (k_cache, v_cache)) in enumerate(zip(self.layers, cache, strict=True)):
+            index = rows.view(b, 1, 1, 1).expand(b, self.kv_heads, 1, self.head_dim)
+        for i, (w, kv) in enumerate(zip(self.layers, cache, strict=True)):
             x = _rms(h, w.in_norm, w.in_eps)
-            if w.qkv is not None and w.qkv_split is not None:
-                q, k, v = linear(x, w.qkv, w.qkv_bias).split(w.qkv_split, dim=-1)
-            else:
-                q, k, v = (linear(x, w.q, w.q_bias), linear(x, w.k, w.k_bias),
-                           linear(x, w.v, w.v_bias))
-            if lora is not None:
-                q = q + lora.delta(i, Q_PROJ, x)
-                k = k + lora.delta(i, K_PROJ, x)
-                v = v + lora.delta(i, V_PROJ, x)
-            q = _rms(q.reshape(b, t, -1, d), w.q_norm, w.qk_eps)
-            k = _rms(k.reshape(b, t, -1, d), w.k_norm, w.qk_eps)
-            v = v.reshape(b, t, -1, d).transpose(1, 2)
-            q = q.transpose(1, 2)
-            k = k.transpose(1, 2)
-            q = (q * cos) + (_rotate_half(q) * sin)
-            k = (k * cos) + (_rotate_half(k) * sin)
-            if index is not None:
-                k_cache.scatter_(2, index, k)
-                v_cache.scatter_(2, index, v)
-                end = k_cache.shape[2] if span is None else span
-            else:
-                end = start + t
-                k_cache[:, :, start:end] = k
-                v_cache[:, :, start:end] = v
-                end = k_cache.shape[2] if full else end
-            keys = k_cache[:, :, :end]
-            values = v_cache[:, :, :end]
-            if mask is None:
-                out = F.scaled_dot_product_attention(q, keys, values, scale=self.scaling,
-                                                     is_causal=t > 1, enable_gqa=gqa)
-            elif index is not None:
-                # the talker's long cache: grouped heads read the shared K/V, never a copy
-                out = _grouped_attention(q, keys, values, mask, self.scaling, self.n_rep)
-            elif full and self.fold_full:
-                out = _grouped_attention(q, keys, values, mask, self.scaling, self.n_rep)
-            elif full:
-                # the predictor's 16-slot cache on the CPU (folding its queries would change
-                # rounding against the eager loop, and a K/V copy here is tiny)
-                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                                     scale=self.scaling, enable_gqa=gqa)
-            else:
-                # padded batch: the official sdpa path repeats K/V here (same rounding)
-                out = F.scaled_dot_product_attention(
-                    q, _repeat_kv(keys, self.n_rep), _repeat_kv(values, self.n_rep),
-                    attn_mask=mask, scale=self.scaling)
+            q, k, v = self._qkv(w, i, x, (cos, sin), lora)
+            keys, values = self._cached(kv, k, v, start, index, full, span)
+            out = self._attend(q, keys, values, mask, index is not None, full)
             out = out.transpose(1, 2).reshape(b, t, -1)
             o = linear(out, w.o, w.o_bias)
             h = h + (o if lora is None else o + lora.delta(i, O_PROJ, out))
-            x = _rms(h, w.post_norm, w.post_eps)
-            if w.gate_up is not None:
-                gate, up = linear(x, w.gate_up).chunk(2, dim=-1)
-            else:
-                gate, up = linear(x, w.gate), linear(x, w.up)
-            if lora is not None:
-                gate = gate + lora.delta(i, GATE_PROJ, x)
-                up = up + lora.delta(i, UP_PROJ, x)
-            mixed = w.act(gate) * up
-            down = linear(mixed, w.down)
-            h = h + (down if lora is None else down + lora.delta(i, DOWN_PROJ, mixed))
+            h = h + self._mlp(w, i, _rms(h, w.post_norm, w.post_eps), lora)
         return _rms(h, self.norm_w, self.norm_eps)
+
+    def _qkv(self, w: _Layer, i: int, x: torch.Tensor, rope: KV, lora: RowAdapters | None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Layer i's queries, keys and values of the normed input `x` [B, T, H], as
+        [B, heads, T, D], the queries and keys normed and rotated."""
+        b, t, _ = x.shape
+        d = self.head_dim
+        if w.qkv is not None and w.qkv_split is not None:
+            q, k, v = linear(x, w.qkv, w.qkv_bias).split(w.qkv_split, dim=-1)
+        else:
+            q, k, v = (linear(x, w.q, w.q_bias), linear(x, w.k, w.k_bias),
+                       linear(x, w.v, w.v_bias))
+        if lora is not None:
+            q = q + lora.delta(i, Q_PROJ, x)
+            k = k + lora.delta(i, K_PROJ, x)
+            v = v + lora.delta(i, V_PROJ, x)
+        q = _rms(q.reshape(b, t, -1, d), w.q_norm, w.qk_eps)
+        k = _rms(k.reshape(b, t, -1, d), w.k_norm, w.qk_eps)
+        v = v.reshape(b, t, -1, d).transpose(1, 2)
+        q = q.transpose(1, 2)
+        k = k.transpose(1, 2)
+        cos, sin = rope
+        q = (q * cos) + (_rotate_half(q) * sin)
+        k = (k * cos) + (_rotate_half(k) * sin)
+        return q, k, v
+
+    @staticmethod
+    def _cached(kv: KV, k: torch.Tensor, v: torch.Tensor, start: int,
+                index: torch.Tensor | None, full: bool, span: int | None) -> KV:
+        """The new keys and values written into the layer's cache; the cached keys and
+        values attention reads (see `forward` for the slots)."""
+        k_cache, v_cache = kv
+        if index is not None:
+            k_cache.scatter_(2, index, k)
+            v_cache.scatter_(2, index, v)
+            end = k_cache.shape[2] if span is None else span
+        else:
+            end = start + k.shape[2]
+            k_cache[:, :, start:end] = k
+            v_cache[:, :, start:end] = v
+            end = k_cache.shape[2] if full else end
+        return k_cache[:, :, :end], v_cache[:, :, :end]
+
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                mask: torch.Tensor | None, by_rows: bool, full: bool) -> torch.Tensor:
+        """Attention as each caller needs it, each kernel keeping its reference's rounding."""
+        if mask is None:
+            return F.scaled_dot_product_attention(q, keys, values, scale=self.scaling,
+                                                  is_causal=q.shape[2] > 1,
+                                                  enable_gqa=self.n_rep > 1)
+        if by_rows:
+            # the talker's long cache: grouped heads read the shared K/V, never a copy
+            return _grouped_attention(q, keys, values, mask, self.scaling, self.n_rep)
+        if full and self.fold_full:
+            return _grouped_attention(q, keys, values, mask, self.scaling, self.n_rep)
+        if full:
+            # the predictor's 16-slot cache on the CPU (folding its queries would change
+            # rounding against the eager loop, and a K/V copy here is tiny)
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                  scale=self.scaling, enable_gqa=self.n_rep > 1)
+        # padded batch: the official sdpa path repeats K/V here (same rounding)
+        return F.scaled_dot_product_attention(
+            q, _repeat_kv(keys, self.n_rep), _repeat_kv(values, self.n_rep),
+            attn_mask=mask, scale=self.scaling)
+
+    @staticmethod
+    def _mlp(w: _Layer, i: int, x: torch.Tensor, lora: RowAdapters | None) -> torch.Tensor:
+        """Layer i's feed-forward output for its normed input `x` (added to the stream)."""
+        if w.gate_up is not None:
+            gate, up = linear(x, w.gate_up).chunk(2, dim=-1)
+        else:
+            gate, up = linear(x, w.gate), linear(x, w.up)
+        if lora is not None:
+            gate = gate + lora.delta(i, GATE_PROJ, x)
+            up = up + lora.delta(i, UP_PROJ, x)
+        mixed = w.act(gate) * up
+        down = linear(mixed, w.down)
+        return down if lora is None else down + lora.delta(i, DOWN_PROJ, mixed)
 
 
 def graphs_enabled() -> bool:
@@ -315,6 +339,59 @@ def _rope_table(rotary: Any, length: int, like: torch.Tensor, axes: int) -> KV:
         return cos[0, 0], sin[0, 0]
     cos, sin = rotary(like, positions)
     return cos[0], sin[0]
+
+
+@dataclass
+class _Padding:
+    """A left-padded batch's positions and masks over the prefill (and, in `key_valid`, the
+    whole cache, filled frame by frame on the eager path)."""
+
+    pads: torch.Tensor  # [B] pad slots before each row's first token
+    pad_slot: torch.Tensor  # [B, t0] True at a pad slot
+    positions: torch.Tensor  # [B, t0] rotary position per slot
+    key_valid: torch.Tensor | None  # [B, total] slots a query may read; None: no row padded
+    mask: torch.Tensor | None  # [B, 1, t0, t0] the prefill's mask; None: no row padded
+
+    @staticmethod
+    def of(lengths: list[int], t0: int, total: int, device: torch.device) -> _Padding:
+        pads = torch.tensor([t0 - n for n in lengths], device=device)
+        # Rotary positions per row: real tokens count from 0 after the left padding
+        # (the official code parks pad slots at position 1).
+        slots = torch.arange(t0, device=device)
+        pad_slot = slots[None] < pads[:, None]
+        positions = (slots[None] - pads[:, None]).clamp_min(0)
+        positions = torch.where(pad_slot, torch.ones_like(positions), positions)
+        if not bool((pads > 0).any()):
+            return _Padding(pads, pad_slot, positions, None, None)
+        key_valid = torch.zeros(len(lengths), total, dtype=torch.bool, device=device)
+        key_valid[:, :t0] = ~pad_slot
+        causal = torch.ones(t0, t0, dtype=torch.bool, device=device).tril()
+        mask = causal[None] & key_valid[:, None, :t0]
+        # a pad query with nothing to attend would give NaN that then leaks
+        # through the values; let it see itself (its output is never used)
+        mask |= torch.eye(t0, dtype=torch.bool, device=device)[None]
+        return _Padding(pads, pad_slot, positions, key_valid, mask[:, None])
+
+
+@dataclass
+class _EagerRows:
+    """What the eager frame loop carries from the prefill: its settings, the caches and
+    rotary tables, the padding, the rows' voices and sampling noise, the text still to
+    feed, and the codes each row has seen (for the repetition penalty)."""
+
+    settings: DecodeSettings
+    t0: int
+    pad: _Padding
+    rope: tuple[torch.Tensor, torch.Tensor]
+    t_cache: list[KV]
+    p_cache: list[KV]
+    lora: RowAdapters | None
+    p_lora: Any
+    keys: Any
+    frame_noise: FrameNoise | None
+    trailing: torch.Tensor
+    tts_pad: torch.Tensor
+    seen: torch.Tensor
 
 
 class FastTalker:
@@ -459,7 +536,7 @@ class FastTalker:
 
     # -- main loop ---------------------------------------------------------------------
     @torch.inference_mode()
-    def generate(self, prefill: Prefill, max_frames: list[int], settings: DecodeSettings,  # noqa: C901, PLR0913
+    def generate(self, prefill: Prefill, max_frames: list[int], settings: DecodeSettings,  # noqa: PLR0913
                  seeds: list[int] | None = None,
                  on_frame: Callable[[int], None] | None = None,
                  should_stop: Callable[[], bool] | None = None,
@@ -486,17 +563,8 @@ class FastTalker:
         graphs = graphs and static and cuda
         embeds = prefill.embeds.to(self.device, self.dtype)
         batch, t0, _ = embeds.shape
-        if len(max_frames) != batch or min(max_frames) < 1:
-            raise ValueError("one max_frames >= 1 per row is required")
+        width, keys, frame_noise = self._row_noise(settings, batch, max_frames, seeds)
         limit = max(max_frames)
-        sampling = settings.talker.do_sample or settings.predictor.do_sample
-        if sampling and (seeds is None or len(seeds) != batch):
-            raise ValueError("sampling needs one seed per row")
-        width = max(noise_width(settings.talker, self.vocab),
-                    noise_width(settings.predictor, self.p_vocab), 1)
-        keys = row_keys(seeds, self.device) if sampling and seeds is not None else None
-        frame_noise = FrameNoise(self.groups, width, self.device) if keys is not None else None
-
         total = t0 + limit + 1
         cos_t, sin_t = self._talker_rope(total)
         rows = None
@@ -509,47 +577,57 @@ class FastTalker:
                 frame_noise = rows.frame_noise  # the same values; its table made once
         else:
             t_cache = self.t_stack.alloc(batch, total, embeds)
-        p_cache = self.p_stack.alloc(batch, PREDICTOR_POSITIONS, embeds)
-
-        pads = torch.tensor([t0 - n for n in prefill.lengths], device=self.device)
-        padded = bool((pads > 0).any())
-        # Rotary positions per row: real tokens count from 0 after the left padding
-        # (the official code parks pad slots at position 1).
-        slots = torch.arange(t0, device=self.device)
-        positions = (slots[None] - pads[:, None]).clamp_min(0)
-        positions = torch.where(slots[None] < pads[:, None], torch.ones_like(positions), positions)
-        key_valid = None
-        mask = None
-        if padded:
-            key_valid = torch.zeros(batch, total, dtype=torch.bool, device=self.device)
-            key_valid[:, :t0] = slots[None] >= pads[:, None]
-            causal = torch.ones(t0, t0, dtype=torch.bool, device=self.device).tril()
-            mask = causal[None] & key_valid[:, None, :t0]
-            # a pad query with nothing to attend would give NaN that then leaks
-            # through the values; let it see itself (its output is never used)
-            mask |= torch.eye(t0, dtype=torch.bool, device=self.device)[None]
-            mask = mask[:, None]
+        pad = _Padding.of(prefill.lengths, t0, total, self.device)
         slots_of = torch.tensor(adapters or [0] * batch, dtype=torch.long, device=self.device)
         lora = self.adapters.rows(slots_of) if adapters and any(adapters) else None
-        p_lora = None if lora is None else lora.predictor()
-        hidden = self.t_stack.forward(embeds, cos_t[positions], sin_t[positions], t_cache, 0, mask,
-                                      lora=lora)
-
-        seen = torch.zeros(batch, self.vocab, dtype=torch.bool, device=self.device)
+        hidden = self.t_stack.forward(embeds, cos_t[pad.positions], sin_t[pad.positions],
+                                      t_cache, 0, pad.mask, lora=lora)
+        st = _EagerRows(
+            settings, t0, pad, (cos_t, sin_t), t_cache,
+            self.p_stack.alloc(batch, PREDICTOR_POSITIONS, embeds), lora,
+            None if lora is None else lora.predictor(), keys, frame_noise,
+            prefill.trailing.to(self.device, self.dtype),
+            prefill.tts_pad.to(self.device, self.dtype),
+            torch.zeros(batch, self.vocab, dtype=torch.bool, device=self.device))
         # frame f's noise: codebook 0 of frame f (chosen after the talker step that
         # ends frame f-1, or after the prefill), then codebooks 1..15 of frame f
         noise = None if frame_noise is None else frame_noise.draw(keys, 0)
-        scores = self._talker_logits(hidden, seen, 0, settings)
+        scores = self._talker_logits(hidden, st.seen, 0, settings)
         token = choose(scores, settings.talker, None if noise is None else noise[:, 0])
-        past_hidden = hidden[:, -1:]
-
-        trailing = prefill.trailing.to(self.device, self.dtype)
-        tts_pad = prefill.tts_pad.to(self.device, self.dtype)
         if rows is not None:
-            rows.load_rows(slice(None), token, past_hidden, slots[None] >= pads[:, None], pads,
-                           trailing, tts_pad, settings, keys, slots_of)
+            rows.load_rows(slice(None), token, hidden[:, -1:], ~pad.pad_slot, pad.pads,
+                           st.trailing, st.tts_pad, settings, keys, slots_of)
             return self._loop_static(rows, t0, max_frames, settings, graphs, on_frame,
                                      should_stop, on_codes)
+        return self._loop_eager(st, (token, hidden[:, -1:], noise), max_frames,
+                                (on_frame, should_stop, on_codes))
+
+    def _row_noise(self, settings: DecodeSettings, batch: int, max_frames: list[int],
+                   seeds: list[int] | None) -> tuple[int, Any, FrameNoise | None]:
+        """The rows' limits and seeds checked; the noise width, the rows' keys and the
+        frame noise (None, None when nothing samples)."""
+        if len(max_frames) != batch or min(max_frames) < 1:
+            raise ValueError("one max_frames >= 1 per row is required")
+        sampling = settings.talker.do_sample or settings.predictor.do_sample
+        if sampling and (seeds is None or len(seeds) != batch):
+            raise ValueError("sampling needs one seed per row")
+        width = max(noise_width(settings.talker, self.vocab),
+                    noise_width(settings.predictor, self.p_vocab), 1)
+        keys = row_keys(seeds, self.device) if sampling and seeds is not None else None
+        frame_noise = FrameNoise(self.groups, width, self.device) if keys is not None else None
+        return width, keys, frame_noise
+
+    def _loop_eager(self, st: _EagerRows, first: tuple[torch.Tensor, torch.Tensor, Any],
+                    max_frames: list[int], calls: tuple[Callable[[int], None] | None,
+                                                        Callable[[], bool] | None,
+                                                        Callable[[int, torch.Tensor], None]
+                                                        | None]) -> list[torch.Tensor]:
+        """The frame loop with growing shapes (the CPU's): `first` is the prefill's
+        (token, last hidden state, noise); `calls` (on_frame, should_stop, on_codes)."""
+        on_frame, should_stop, on_codes = calls
+        token, past_hidden, noise = first
+        settings, seen = st.settings, st.seen
+        batch, limit = len(max_frames), max(max_frames)
         limits = torch.tensor(max_frames, device=self.device)
         codes = torch.zeros(batch, limit, self.groups, dtype=torch.long, device=self.device)
         ended = torch.full((batch,), limit, dtype=torch.long, device=self.device)
@@ -569,10 +647,10 @@ class FastTalker:
                 break
             seen[torch.arange(batch, device=self.device), token] = True
             frame_codes, summed = self.predict_codebooks(
-                past_hidden, token, p_cache,
+                past_hidden, token, st.p_cache,
                 lambda j, logits, noise=noise: choose(
                     logits, settings.predictor, None if noise is None else noise[:, 1 + j]),
-                lora=p_lora)
+                lora=st.p_lora)
             codes[:, frame] = frame_codes
             frames = frame + 1
             if on_codes is not None:
@@ -581,20 +659,10 @@ class FastTalker:
                 on_frame(frames)
             if frames >= limit:
                 break
-            text = trailing[:, frame:frame + 1] if frame < trailing.shape[1] else tts_pad
-            step_in = summed + text
-            slot = t0 + frame
-            pos = (slot - pads)[:, None]
-            step_mask = None
-            if key_valid is not None:
-                key_valid[:, slot] = True
-                step_mask = key_valid[:, None, None, :slot + 1]
-            hidden = self.t_stack.forward(step_in, cos_t[pos], sin_t[pos], t_cache, slot, step_mask,
-                                          lora=lora)
-            past_hidden = hidden
-            if frame_noise is not None:
-                noise = frame_noise.draw(keys, frames)
-            scores = self._talker_logits(hidden, seen, frames, settings)
+            past_hidden = self._eager_talker_step(st, frame, summed)
+            if st.frame_noise is not None:
+                noise = st.frame_noise.draw(st.keys, frames)
+            scores = self._talker_logits(past_hidden, seen, frames, settings)
             token = choose(scores, settings.talker, None if noise is None else noise[:, 0])
         # rows still running at the end stop at their own cap
         is_eos = token == self.eos
@@ -605,6 +673,21 @@ class FastTalker:
             self._watched(watch, codes, frames)
             lengths = [watch.length(b, n)[0] for b, n in enumerate(lengths)]
         return [codes[b, :n] for b, n in enumerate(lengths)]
+
+    def _eager_talker_step(self, st: _EagerRows, frame: int, summed: torch.Tensor
+                           ) -> torch.Tensor:
+        """The talker's step after frame `frame`: its codebooks' embeddings plus the next
+        text position in, the hidden state out (written at the frame's cache slot)."""
+        text = st.trailing[:, frame:frame + 1] if frame < st.trailing.shape[1] else st.tts_pad
+        slot = st.t0 + frame
+        pos = (slot - st.pad.pads)[:, None]
+        step_mask = None
+        if st.pad.key_valid is not None:
+            st.pad.key_valid[:, slot] = True
+            step_mask = st.pad.key_valid[:, None, None, :slot + 1]
+        cos_t, sin_t = st.rope
+        return self.t_stack.forward(summed + text, cos_t[pos], sin_t[pos], st.t_cache, slot,
+                                    step_mask, lora=st.lora)
 
     def _watched(self, watch: RunawayWatch, codes: torch.Tensor, made: int) -> torch.Tensor:
         """Feed the guard frames up to `made` (codes [B, frames, 16]); the rows it has cut."""
