@@ -382,7 +382,7 @@ class SpeechApp:
         audio = formats.time_stretch(audio, req.speed)
         return formats.encode(audio, req.response_format, rate), len(audio) / rate
 
-    async def _stream(self, request: Request, submit: Submit, req: SpeechRequest,  # noqa: C901
+    async def _stream(self, request: Request, submit: Submit, req: SpeechRequest,
                       deadline: float, began: float, release: Callable[[], None]) -> Response:
         worker, ticket = submit(True)
         try:
@@ -393,72 +393,7 @@ class SpeechApp:
             self.pool.finish(worker, ticket)
             raise
         self.pool.streams += 1
-        sent: dict[str, Any] = {"samples": 0, "first_byte_at": None}
-        sse = req.stream_format == "sse"
-
-        def cleanup() -> None:
-            left = not ticket.ended.is_set()
-            if left:
-                self.pool.cancel(worker, ticket)  # the client left: its rows go now
-            self.pool.finish(worker, ticket)
-            self.pool.streams -= 1
-            release()
-            status = 499 if left else 200 if ticket.result is not None else 500
-            lag = None
-            if sent["first_byte_at"] is not None and ticket.first_audio_at is not None:
-                # how long the worker's first audio took to leave the server
-                lag = round((sent["first_byte_at"] - ticket.first_audio_at) * 1000, 1)
-            cut = _cut(ticket.result)  # streamed: the log says what the headers could not
-            self._done(req, status, sent["samples"] / SAMPLE_RATE, began,
-                       first_byte_after_audio_ms=lag, **({"runaway": cut} if cut else {}),
-                       **ticket.said())
-
-        async def pieces() -> AsyncIterator[bytes]:
-            if req.response_format in formats.INCREMENTAL:
-                encoder = (formats.OggOpusStream() if req.response_format == "opus"
-                           else None)
-                if req.response_format == "wav":
-                    yield formats.streaming_wav_header()
-                async for pcm in self.pool.tail(worker, ticket, deadline):
-                    if sent["first_byte_at"] is None:
-                        sent["first_byte_at"] = time.time()
-                    sent["samples"] += len(pcm) // 2
-                    if encoder is None:
-                        yield pcm
-                    elif page := encoder.feed(pcm):
-                        yield page
-                if encoder is not None and (rest := encoder.close()):
-                    yield rest
-            else:
-                await self._wait(None, worker, ticket, ticket.ended, deadline)
-                if ticket.result is not None:
-                    body, seconds = await asyncio.get_running_loop().run_in_executor(
-                        None, self._encode_file, ticket.result["path"], req)
-                    sent["samples"] = round(seconds * SAMPLE_RATE)
-                    yield body
-
-        async def events() -> AsyncIterator[bytes]:
-            async for piece in pieces():
-                delta = {"type": "speech.audio.delta",
-                         "audio": base64.b64encode(piece).decode("ascii")}
-                yield f"data: {json.dumps(delta)}\n\n".encode()
-            if ticket.error is not None:
-                yield f"data: {json.dumps({'type': 'error', **_worker_error(ticket.error).body()})}\n\n".encode()  # noqa: E501
-                return
-            frames = sent["samples"] // SAMPLES_PER_FRAME
-            usage = {"input_tokens": len(req.text), "output_tokens": frames,
-                     "total_tokens": len(req.text) + frames}
-            done: dict[str, Any] = {"type": "speech.audio.done", "usage": usage}
-            if cut := _cut(ticket.result):  # streamed: the headers left before the cut
-                done["runaway"] = cut
-            yield f"data: {json.dumps(done)}\n\n".encode()
-
-        said = _headers(ticket, [])  # the instruction was settled before the first audio
-        if sse:
-            return _Stream(events(), cleanup, media_type="text/event-stream",
-                           headers={"Cache-Control": "no-cache", **said})
-        return _Stream(pieces(), cleanup, media_type=formats.MEDIA_TYPES[req.response_format],
-                       headers=said or None)
+        return _SpeechStream(self, worker, ticket, req, deadline, began, release).response()
 
     def _done(self, req: SpeechRequest | None, status: int, seconds: float,
               began: float, **extra: Any) -> None:
@@ -470,6 +405,95 @@ class SpeechApp:
                   "stream": (req.stream_format or "") if req else "",
                   "chars": len(req.text) if req else 0, "audio_s": round(seconds, 3),
                   "seconds": round(time.monotonic() - began, 3), **extra})
+
+
+@dataclass
+class _SpeechStream:
+    """One streamed answer: the worker's audio as it comes (bytes, or OpenAI's SSE events)
+    and, when the body ends or the client leaves, the worker freed and the request logged."""
+
+    app: SpeechApp
+    worker: VoiceWorker
+    ticket: Ticket
+    req: SpeechRequest
+    deadline: float
+    began: float
+    release: Callable[[], None]
+    samples: int = 0
+    first_byte_at: float | None = None
+
+    def response(self) -> Response:
+        said = _headers(self.ticket, [])  # the instruction was settled before the first audio
+        if self.req.stream_format == "sse":
+            return _Stream(self.events(), self.cleanup, media_type="text/event-stream",
+                           headers={"Cache-Control": "no-cache", **said})
+        return _Stream(self.pieces(), self.cleanup,
+                       media_type=formats.MEDIA_TYPES[self.req.response_format],
+                       headers=said or None)
+
+    def cleanup(self) -> None:
+        pool, ticket = self.app.pool, self.ticket
+        left = not ticket.ended.is_set()
+        if left:
+            pool.cancel(self.worker, ticket)  # the client left: its rows go now
+        pool.finish(self.worker, ticket)
+        pool.streams -= 1
+        self.release()
+        status = 499 if left else 200 if ticket.result is not None else 500
+        lag = None
+        if self.first_byte_at is not None and ticket.first_audio_at is not None:
+            # how long the worker's first audio took to leave the server
+            lag = round((self.first_byte_at - ticket.first_audio_at) * 1000, 1)
+        cut = _cut(ticket.result)  # streamed: the log says what the headers could not
+        self.app._done(self.req, status, self.samples / SAMPLE_RATE, self.began,
+                       first_byte_after_audio_ms=lag, **({"runaway": cut} if cut else {}),
+                       **ticket.said())
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        if self.req.response_format not in formats.INCREMENTAL:
+            async for body in self._whole_file():
+                yield body
+            return
+        fmt = self.req.response_format
+        encoder = formats.OggOpusStream() if fmt == "opus" else None
+        if fmt == "wav":
+            yield formats.streaming_wav_header()
+        async for pcm in self.app.pool.tail(self.worker, self.ticket, self.deadline):
+            if self.first_byte_at is None:
+                self.first_byte_at = time.time()
+            self.samples += len(pcm) // 2
+            if encoder is None:
+                yield pcm
+            elif page := encoder.feed(pcm):
+                yield page
+        if encoder is not None and (rest := encoder.close()):
+            yield rest
+
+    async def _whole_file(self) -> AsyncIterator[bytes]:
+        """A format encoded only when the render ends: the file, once written."""
+        await self.app._wait(None, self.worker, self.ticket, self.ticket.ended, self.deadline)
+        if self.ticket.result is not None:
+            body, seconds = await asyncio.get_running_loop().run_in_executor(
+                None, self.app._encode_file, self.ticket.result["path"], self.req)
+            self.samples = round(seconds * SAMPLE_RATE)
+            yield body
+
+    async def events(self) -> AsyncIterator[bytes]:
+        async for piece in self.pieces():
+            delta = {"type": "speech.audio.delta",
+                     "audio": base64.b64encode(piece).decode("ascii")}
+            yield f"data: {json.dumps(delta)}\n\n".encode()
+        if self.ticket.error is not None:
+            error = {"type": "error", **_worker_error(self.ticket.error).body()}
+            yield f"data: {json.dumps(error)}\n\n".encode()
+            return
+        text, frames = self.req.text, self.samples // SAMPLES_PER_FRAME
+        usage = {"input_tokens": len(text), "output_tokens": frames,
+                 "total_tokens": len(text) + frames}
+        done: dict[str, Any] = {"type": "speech.audio.done", "usage": usage}
+        if cut := _cut(self.ticket.result):  # streamed: the headers left before the cut
+            done["runaway"] = cut
+        yield f"data: {json.dumps(done)}\n\n".encode()
 
 
 def create_app(pool: Pool, config: ServeConfig,
