@@ -26,6 +26,7 @@ launcher, `engine.train.launch`), rollouts and scoring in one Ray actor beside t
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +158,78 @@ def _stage_resume(run_dir: Any, base: int) -> Any:
     return newest if newest is not None and (step_of(newest) or 0) > base else None
 
 
-def reinforce_loop(loop_config: dict[str, Any]) -> None:
-    """Every worker's entry point (given to training's launcher as its loop)."""
+@dataclass
+class _StageWorker:
+    """One worker's part of the stage: its rank, the sharded policy and its optimizer,
+    the checkpointer, and where the stage's steps start in the run (`base`)."""
+
+    rank: int
+    world: int
+    stage: ReinforceConfig
+    sender: MetricsSender
+    policy: Any
+    device: Any
+    optimizer: Any
+    ckpt: Checkpointer
+    base: int
+
+    def resume(self, run_dir: Any, done: int) -> int:
+        """The iterations done: the stage's own newest checkpoint's, where there is one
+        (--resume, or a group Ray restarted: a restart may have saved later ones than the
+        driver's resume_from), else `done`; its state is loaded."""
+        resume = _stage_resume(run_dir, self.base)
+        if resume is None:
+            return done
+        state = self.ckpt.load(resume, self.policy, self.optimizer, None)
+        done = int(state["iteration"])
+        if self.rank == 0:
+            self.sender.log(f"reinforce stage: continuing after iteration {done} "
+                            f"({resume.name})")
+        return done
+
+    def rollout(self, actor: Any, texts: list[str], it: int, stop: StopPoller
+                ) -> tuple[dict[str, Any], bool]:
+        """Iteration `it`'s rollout from the policy as it is now, and whether a Stop came:
+        the weights to the actor from rank 0, the renders and the Stop to every rank."""
+        weights = _full_weights(self.policy)
+        handle = None
+        if self.rank == 0:
+            actor_result(actor.load.remote(weights))
+            # the data itself to every rank (small: codes and their log-probabilities); an
+            # object ref pickled by torch would not be borrowed properly by the others
+            handle = [actor_result(actor.shards.remote(
+                it, iteration_texts(texts, self.stage, it), self.world)), stop()]
+        handle = _broadcast(handle, self.ckpt.group)
+        return handle[0], bool(handle[1])
+
+    def update(self, rollout: dict[str, Any]) -> dict[str, float]:
+        """The policy updated on this rank's share; the step's terms, averaged over ranks."""
+        mine = rollout["shards"][self.rank]
+        batch = batch_to_device(mine["batch"], self.device)
+        old, ref = (torch.from_numpy(mine[k]).to(self.device) for k in ("old", "ref"))
+        adv = torch.from_numpy(mine["adv"]).to(self.device)
+        policy = self.policy
+
+        def logprobs(batch: dict[str, torch.Tensor] = batch) -> CodeLogprobs:
+            out = policy(batch)
+            return CodeLogprobs(out["values"], out["render"])
+
+        terms = update(policy, self.optimizer, self.stage, logprobs, old, ref, adv)
+        return {"reinforce/kl": _mean(float(terms.kl), self.device),
+                "reinforce/clipped": _mean(float(terms.clipped), self.device),
+                "reinforce/loss": _mean(float(terms.loss.detach()), self.device)}
+
+    def save(self, n: int, extra: dict[str, Any]) -> None:
+        self.ckpt.save(self.base + n, self.policy, self.optimizer, None, {"iteration": n},
+                       extra={**extra, "iteration": n})
+        if self.rank == 0:
+            self.sender.send("state", {"state": "checkpoint", "step": self.base + n,
+                                       "detail": f"iteration {n}"})
+
+
+def _start_worker(loop_config: dict[str, Any]) -> _StageWorker:
+    """The worker announced, its policy sharded and the start checkpoint's weights in it
+    (the training optimizer's state is not the stage's)."""
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     cfg = TrainConfig.from_dict(loop_config["config"])
@@ -168,64 +239,36 @@ def reinforce_loop(loop_config: dict[str, Any]) -> None:
     # the launcher learns the pids (and counts a second start of rank 0 as a restart)
     sender.send("state", {"state": "worker_started", "detail": f"rank {rank}", "rank": rank,
                           "pid": os.getpid()})
-    stop = StopPoller(loop_config.get("stop_flag"))
     policy, device = _policy(cfg, loop_config)
     optimizer = make_optimizer(policy, stage)
     ckpt = Checkpointer(loop_config["run_dir"], rank, world)
-    # the start: its weights (the training optimizer's state is not the stage's)
     ckpt.load(loop_config["start"], policy, make_optimizer(policy, stage), None)
-    base = int(loop_config["base"])
-    done = int(loop_config["done"])
-    # --resume, or a group Ray restarted: the stage's own newest (the driver's resume_from
-    # is among them, and a restart may have saved later ones)
-    resume = _stage_resume(loop_config["run_dir"], base)
-    if resume is not None:
-        state = ckpt.load(resume, policy, optimizer, None)
-        done = int(state["iteration"])
-        if rank == 0:
-            sender.log(f"reinforce stage: continuing after iteration {done} ({resume.name})")
+    return _StageWorker(rank, world, stage, sender, policy, device, optimizer, ckpt,
+                        int(loop_config["base"]))
+
+
+def reinforce_loop(loop_config: dict[str, Any]) -> None:
+    """Every worker's entry point (given to training's launcher as its loop)."""
+    w = _start_worker(loop_config)
+    stop = StopPoller(loop_config.get("stop_flag"))
+    stage = w.stage
+    done = w.resume(loop_config["run_dir"], int(loop_config["done"]))
     actor, texts = loop_config["actor"], loop_config["texts"]
     extra = dict(loop_config["state"])  # what trainer.json says of the stage
     saved = done
     for it in range(done, int(stage.iterations)):
-        weights = _full_weights(policy)
-        handle = None
-        if rank == 0:
-            actor_result(actor.load.remote(weights))
-            # the data itself to every rank (small: codes and their log-probabilities); an
-            # object ref pickled by torch would not be borrowed properly by the others
-            handle = [actor_result(actor.shards.remote(it, iteration_texts(texts, stage, it),
-                                                      world)), stop()]
-        handle = _broadcast(handle, ckpt.group)
-        rollout = handle[0]
-        mine = rollout["shards"][rank]
-        batch = batch_to_device(mine["batch"], device)
-        old, ref = (torch.from_numpy(mine[k]).to(device) for k in ("old", "ref"))
-        adv = torch.from_numpy(mine["adv"]).to(device)
-
-        def logprobs(batch: dict[str, torch.Tensor] = batch) -> CodeLogprobs:
-            out = policy(batch)
-            return CodeLogprobs(out["values"], out["render"])
-
-        terms = update(policy, optimizer, stage, logprobs, old, ref, adv)
-        kl, clipped = _mean(float(terms.kl), device), _mean(float(terms.clipped), device)
-        loss = _mean(float(terms.loss.detach()), device)
+        rollout, stopping = w.rollout(actor, texts, it, stop)
+        terms = w.update(rollout)
         n = it + 1
-        if rank == 0:
+        if w.rank == 0:
             values = {f"reinforce/{k}": v for k, v in rollout["figures"].items()}
-            values.update({"reinforce/kl": kl, "reinforce/clipped": clipped,
-                           "reinforce/loss": loss})
-            sender.send("reinforce", {"step": base + n, "iteration": n, **values})
-        stopping = bool(handle[1])
+            w.sender.send("reinforce", {"step": w.base + n, "iteration": n, **values,
+                                        **terms})
         if n % int(stage.checkpoint_every) == 0 or n == stage.iterations or stopping:
-            ckpt.save(base + n, policy, optimizer, None, {"iteration": n},
-                      extra={**extra, "iteration": n})
+            w.save(n, extra)
             saved = n
-            if rank == 0:
-                sender.send("state", {"state": "checkpoint", "step": base + n,
-                                      "detail": f"iteration {n}"})
         if stopping:
             break
-    if rank == 0 and saved:
-        sender.log(f"reinforce stage: iteration {saved} saved")
-    ckpt.close()
+    if w.rank == 0 and saved:
+        w.sender.log(f"reinforce stage: iteration {saved} saved")
+    w.ckpt.close()
