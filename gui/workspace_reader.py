@@ -125,25 +125,25 @@ class WorkspaceReader(QObject):
         self.pool.start(_Read(key, work, self._relay))
 
     def _done(self, message: tuple[tuple[str, Path], str, Any]) -> None:
-        (kind, path), outcome, value = message
-        key = (kind, path)
+        (read, path), outcome, value = message
+        key = (read, path)
         self._inflight.discard(key)
         if self._closed:
             return
         if outcome == "error":
-            if kind == "voice":
+            if read == "voice":
                 self._cache.pop(path, None)
             self.failed.emit(path, str(value))
-        elif kind == "voice" and value is not None:
+        elif read == "voice" and value is not None:
             self.reads += 1
             self._cache[path] = value
             self.voice_loaded.emit(path, value)
-        elif kind == "voices":
+        elif read == "voices":
             self._voices[path] = value
             self.voices_loaded.emit(path, value)
         if key in self._again:
             self._again.discard(key)
-            (self.load_voice(path) if kind == "voice" else self.load_voices(path))
+            (self.load_voice(path) if read == "voice" else self.load_voices(path))
 
     # -- watching -----------------------------------------------------------------------
     def watch(self, voice: Path | None) -> None:

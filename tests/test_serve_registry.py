@@ -28,7 +28,7 @@ from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize
 
-from engine.layout.tiers import TIER_INSTANT
+from engine.core.kinds import Tier
 from tests.helpers.ray_cluster import SharedCluster
 from tests.helpers.serving import ROOT, Server, start_server
 
@@ -87,7 +87,7 @@ def test_serve_starts_on_an_empty_workspace_and_takes_its_first_voice(
                                               extra_body={"ref_text": WORDS})
         assert made.id == "nina"
         listed = {v["id"]: v for v in http.get("/v1/audio/voices").json()["data"]}
-        assert listed["nina"]["tier"] == TIER_INSTANT
+        assert listed["nina"]["tier"] == Tier.INSTANT
         speech = client.audio.speech.create(model="tts-1", voice="nina", input="Hi there.",
                                             response_format="wav", extra_body=SHORT)
         assert sf.read(io.BytesIO(speech.content))[1] == 24000

@@ -16,7 +16,8 @@ import openai
 import pytest
 import soundfile as sf
 
-from engine.layout.tiers import TIER_INSTANT, read_instant
+from engine.core.kinds import Tier
+from engine.layout.tiers import read_instant
 from engine.prepare.instant import make_instant_voice
 from tests.helpers.voices import copy_voice
 
@@ -63,7 +64,7 @@ def test_openai_client_registers_speaks_and_deletes_an_instant_voice(
         assert instant.base == str(tiny_model_dir)
         with httpx.Client(base_url=url, timeout=300) as http:
             listed = {v["id"]: v for v in http.get("/v1/audio/voices").json()["data"]}
-        assert listed["nina"]["tier"] == TIER_INSTANT
+        assert listed["nina"]["tier"] == Tier.INSTANT
         assert listed["nina"]["base"] == str(tiny_model_dir)
         speech = client.audio.speech.create(model="tts-1", voice="nina", input="Hello there.",
                                             response_format="wav",

@@ -34,6 +34,7 @@ from wyoming.tts import (
 from zeroconf import ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from engine.core.kinds import ServedKind, Tier
 from engine.serve.voices import ServedVoice
 from engine.serve.wyoming import (
     MODEL_LANGUAGES,
@@ -184,7 +185,7 @@ def test_home_assistant_lists_the_best_tier_first(server: Server) -> None:
 
 def test_a_voice_in_another_language_keeps_the_engine_offered() -> None:
     def voice(language: str) -> ServedVoice:
-        return ServedVoice("v", Path("v"), "voice", language, "full")
+        return ServedVoice("v", Path("v"), ServedKind.VOICE, language, Tier.FULL)
 
     # Home Assistant offers the engine for the languages its voices list together: a
     # German voice speaks English too, so an English assistant still finds it
@@ -194,10 +195,10 @@ def test_a_voice_in_another_language_keeps_the_engine_offered() -> None:
         assert languages_of(voice(unknown)) == MODEL_LANGUAGES
     # a tier sorts after its voice's plain name, and the next voice after both
     names = [voice_.name for voice_ in home_assistant_order([
-        ServedVoice("ada/instant", Path("i"), "instant", "en", "instant"),
-        ServedVoice("adam", Path("m"), "voice", "en", "full"),
-        ServedVoice("ada/ada-v1", Path("e"), "export", "en", "full"),
-        ServedVoice("ada", Path("a"), "voice", "en", "full")])]
+        ServedVoice("ada/instant", Path("i"), ServedKind.INSTANT, "en", Tier.INSTANT),
+        ServedVoice("adam", Path("m"), ServedKind.VOICE, "en", Tier.FULL),
+        ServedVoice("ada/ada-v1", Path("e"), ServedKind.EXPORT, "en", Tier.FULL),
+        ServedVoice("ada", Path("a"), ServedKind.VOICE, "en", Tier.FULL)])]
     assert names == ["ada", "ada/ada-v1", "ada/instant", "adam"]
 
 

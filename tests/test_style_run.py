@@ -26,6 +26,7 @@ import torch
 from engine.audio.io import read_mono
 from engine.config.reinforce import ReinforceConfig
 from engine.core.errors import InputError
+from engine.core.kinds import ServedKind
 from engine.data.layout import LayoutIds
 from engine.layout.exports import EXPORT_INFO
 from engine.layout.manifest import read_manifest, write_manifest
@@ -132,12 +133,12 @@ def test_wyoming_lists_a_voices_trained_styles_as_its_speakers(described_run: Pa
     """What Home Assistant sees: the run's and its export's styles as speakers; a request's
     speaker is the instruction its sentences are spoken with."""
     out = export(described_run, tmp_path / "export", run="r1")
-    for target, kind in ((described_run / "runs" / "r1", "run"),
-                         (Path(out["out_dir"]), "export")):
+    for target, kind in ((described_run / "runs" / "r1", ServedKind.RUN),
+                         (Path(out["out_dir"]), ServedKind.EXPORT)):
         served = ServedVoice("joe", target, kind, "english")
         assert set(served.styles) == set(STYLES)
         assert served.to_dict()["styles"] == served.styles
-    assert ServedVoice("base", described_run / "nowhere", "export", "english").styles == []
+    assert ServedVoice("base", described_run / "nowhere", ServedKind.EXPORT, "english").styles == []
     asked = {"text": "Hi.", "voice": {"name": "joe", "speaker": STYLES[0]}}
     assert style_for(asked) == STYLES[0]
     assert style_for({"text": "Hi.", "voice": {"name": "joe"}}) == ""

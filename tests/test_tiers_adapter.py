@@ -15,13 +15,12 @@ from engine.catalog import list_tiers
 from engine.cli.main import cli_words
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, ModelError
+from engine.core.kinds import Tier
 from engine.layout.checkpoints import checkpoint_name
 from engine.layout.tiers import (
     ADAPTER_WEIGHTS,
     PEFT_CONFIG,
     PEFT_WEIGHTS,
-    TIER_ADAPTER,
-    TIER_INSTANT,
     folder_size,
     run_adapter_dir,
 )
@@ -90,7 +89,7 @@ def test_a_lora_run_with_the_predictor_option_trains_the_code_predictor_s_adapte
 def test_adapter_voice_is_small_names_its_base_and_merges_to_the_full_export(
         adapter_voice: dict[str, Any], tiny_model_dir: Path) -> None:
     folder, full = adapter_voice["adapter"], adapter_voice["export"]
-    assert adapter_voice["result"]["tier"] == TIER_ADAPTER
+    assert adapter_voice["result"]["tier"] == Tier.ADAPTER
     voice = load_adapter(folder)
     assert voice.info["base"] == str(tiny_model_dir)
     assert voice.info["base_fingerprint"] == weights_fingerprint(tiny_model_dir)
@@ -110,8 +109,8 @@ def test_adapter_voice_is_small_names_its_base_and_merges_to_the_full_export(
     torch.testing.assert_close(voice.x_vector.to(exported[CODEC_EMBEDDING].dtype),
                                exported[CODEC_EMBEDDING][SPEAKER_ROW])
     tiers = {t["tier"]: t for t in list_tiers(adapter_voice["voice"])}
-    assert tiers[TIER_ADAPTER]["name"] == "joe-adapter"
-    assert tiers[TIER_ADAPTER]["base"] == str(tiny_model_dir)
+    assert tiers[Tier.ADAPTER]["name"] == "joe-adapter"
+    assert tiers[Tier.ADAPTER]["base"] == str(tiny_model_dir)
 
 
 def test_an_adapter_on_another_base_refuses_naming_the_one_it_needs(
@@ -238,8 +237,8 @@ def test_serve_lists_every_tier_with_its_base_and_speaks_them(
                     base_url="http://127.0.0.1") as http:
         listed = {v["id"]: v for v in http.get("/v1/audio/voices").json()["data"]}
         assert list(listed) == ["joe", "joe/joe-adapter", "joe/instant", "joe/lora"]
-        assert [listed[n]["tier"] for n in listed] == [TIER_ADAPTER, TIER_ADAPTER,
-                                                       TIER_INSTANT, None]
+        assert [listed[n]["tier"] for n in listed] == [Tier.ADAPTER, Tier.ADAPTER,
+                                                       Tier.INSTANT, None]
         base = str(tiny_model_dir)
         assert listed["joe/joe-adapter"]["base"] == listed["joe/instant"]["base"] == base
         spoken = {}

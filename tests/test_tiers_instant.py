@@ -15,8 +15,9 @@ from engine.catalog import list_tiers, voice_summary
 from engine.cli.main import main
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError
+from engine.core.kinds import Tier, VoiceKind
 from engine.layout.manifest import read_manifest, reference_clip
-from engine.layout.tiers import TIER_INSTANT, read_instant
+from engine.layout.tiers import read_instant
 from engine.model.speaker_encoder import load_speaker_encoder, x_vector
 from engine.prepare.instant import make_instant_voice
 from engine.serve.voices import discover
@@ -41,7 +42,7 @@ def test_instant_voice_takes_the_engines_reference_clip_its_words_and_vector(
     want = x_vector(load_speaker_encoder(tiny_model_dir), read_mono(chosen, 24000))
     np.testing.assert_array_equal(instant.x_vector(), want)
     tiers = list_tiers(voice)
-    assert [t["tier"] for t in tiers] == [TIER_INSTANT]
+    assert [t["tier"] for t in tiers] == [Tier.INSTANT]
     assert tiers[0]["base"] == str(tiny_model_dir) and tiers[0]["size_bytes"] > 0
     assert voice_summary(voice)["tiers"] == tiers
 
@@ -57,7 +58,7 @@ def test_prepare_saves_the_instant_voice_and_it_speaks_untrained(
     assert "instant  instant" in capfd.readouterr().err  # the human summary
     # the voice has no export and no run: it speaks its instant voice, in context
     source = resolve_source(voice)
-    assert source.kind == "zero_shot" and source.label == TIER_INSTANT
+    assert source.kind == VoiceKind.ZERO_SHOT and source.label == Tier.INSTANT
     assert source.reference == instant.clip and source.reference_text == instant.text
     assert resolve_source(instant.folder).to_dict() == source.to_dict()
     synth = Synthesizer.load(source, device="cpu", dtype="float32")
@@ -87,11 +88,11 @@ def test_an_instant_voice_speaks_on_the_base_its_runs_trained_from(
         capfd: pytest.CaptureFixture[str]) -> None:
     _prepared_then_trained(voice, trained_run)
     tiers = list_tiers(voice)
-    assert [(t["tier"], t["base"]) for t in tiers] == [(TIER_INSTANT, str(tiny_model_dir))]
+    assert [(t["tier"], t["base"]) for t in tiers] == [(Tier.INSTANT, str(tiny_model_dir))]
     assert main(["voice", "tiers", str(voice)]) == 0
     assert "base ?" not in capfd.readouterr().err
     source = resolve_source(voice / "instant")
-    assert source.kind == "zero_shot" and source.model_dir == tiny_model_dir
+    assert source.kind == VoiceKind.ZERO_SHOT and source.model_dir == tiny_model_dir
     # served: the instant voice is offered with its base, and it is the one a server loads
     served = discover([voice])
     assert served["joe/instant"].base == str(tiny_model_dir)

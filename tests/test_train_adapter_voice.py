@@ -24,8 +24,9 @@ from engine.catalog import list_tiers
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError
 from engine.core.events import Event
+from engine.core.kinds import Tier
 from engine.layout.checkpoints import checkpoint_name
-from engine.layout.tiers import ADAPTER_WEIGHTS, TIER_ADAPTER, read_adapter_info, run_adapter_dir
+from engine.layout.tiers import ADAPTER_WEIGHTS, read_adapter_info, run_adapter_dir
 from engine.model.adapter import weights_fingerprint
 from engine.quality.evaluate import HELD_OUT_SENTENCES, EvaluateRequest, evaluate
 from engine.serve.pool import voice_stamp
@@ -50,19 +51,19 @@ def test_a_finished_lora_run_has_written_its_adapter_voice_and_says_so(
     assert info["base_fingerprint"] == weights_fingerprint(tiny_model_dir)
     # the result (the CLI's JSON, the window's summary) and the event stream say so
     made = result["adapter_voice"]
-    assert made["tier"] == TIER_ADAPTER and Path(made["out_dir"]) == folder
+    assert made["tier"] == Tier.ADAPTER and Path(made["out_dir"]) == folder
     assert "adapter voice lora-adapter ready to speak" in result["summary"]
     adapters = [e.data["path"] for e in lora_run["events"]
                 if e.kind == "artifact" and e.data.get("role") == "adapter"]
     assert adapters == [str(folder)]
     # it is the voice's adapter tier at once, and what `speak VOICE` and `serve` take
-    assert [(t["tier"], t["name"]) for t in list_tiers(voice)] == [(TIER_ADAPTER,
+    assert [(t["tier"], t["name"]) for t in list_tiers(voice)] == [(Tier.ADAPTER,
                                                                     "lora-adapter")]
     source = resolve_source(voice)
     assert source.kind == "adapter" and source.label == "lora-adapter"
     served = discover([], voice.parent)
-    assert served["joe/lora-adapter"].tier == TIER_ADAPTER
-    assert served["joe"].tier == TIER_ADAPTER
+    assert served["joe/lora-adapter"].tier == Tier.ADAPTER
+    assert served["joe"].tier == Tier.ADAPTER
 
 
 def test_a_run_that_trains_no_adapters_writes_no_adapter_voice(

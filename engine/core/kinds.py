@@ -10,7 +10,8 @@ disk and to clients under different words:
 - `Tier`: what a voice keeps to speak with (`engine.layout.tiers`): instant, adapter,
   full. Written in adapter records and listed by the catalog, the window and servers.
 - `ServedKind`: what a name a server offers stands for (`engine.serve.voices`): a voice
-  (its best tier, else its latest run), one of its tiers, or a run's checkpoint.
+  (its best tier, else its latest run), one of its tiers, a run's checkpoint, or the
+  base a server clones a client's clip on.
 
 Each is a `StrEnum`: JSON, HTTP and the CLI read and write the same strings as before,
 and a value read back compares equal to its member. Values read from disk go through
@@ -61,6 +62,8 @@ class ServedKind(StrEnum):
     EXPORT = "export"
     ADAPTER = "adapter"
     INSTANT = "instant"
+    #: the server's reference base, cloning from a client's clip (never listed)
+    REFERENCE = "reference"
 
     @classmethod
     def of_tier(cls, tier: Tier) -> ServedKind:

@@ -41,6 +41,7 @@ from engine.config.layers import PROVENANCE_KEY
 from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError, WorkspaceError
 from engine.core.jsonl import append_jsonl, read_jsonl
+from engine.core.kinds import VoiceKind, parse_kind
 from engine.layout.checkpoints import (
     COMPLETE,
     MIN_KEEP,
@@ -204,6 +205,18 @@ def _mtime(path: Path) -> float | None:
         return path.stat().st_mtime
     except OSError:
         return None
+
+
+def read_evaluation(path: Path) -> dict[str, Any] | None:
+    """An evaluation.json (None: none yet), each entry's kind read as a `VoiceKind`; an
+    entry of a kind this version does not know is refused in one sentence."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        return None
+    for entry in data.get("entries") or []:
+        if isinstance(entry, dict) and "kind" in entry:
+            entry["kind"] = parse_kind(VoiceKind, entry["kind"], f"An entry of {path}")
+    return data
 
 
 @dataclass(frozen=True)
@@ -400,8 +413,7 @@ class Run:
         return self.evaluation_dir / REPORT_FILE
 
     def evaluation(self) -> dict[str, Any] | None:
-        data = read_json(self.evaluation_file)
-        return data if isinstance(data, dict) else None
+        return read_evaluation(self.evaluation_file)
 
     def trained_styles(self) -> list[str]:
         """The style descriptions the run trained with (data.json; [] for none or old runs)."""

@@ -24,7 +24,8 @@
   A LoRA run that finishes writes its own as `<voice>/exports/<run>-adapter`.
 - **full**: an official custom-voice model folder (`engine.layout.exports`).
 
-One home for the tier names and these file names; light (no torch, no Qt).
+One home for these file names (the tiers themselves: `engine.core.kinds.Tier`); light
+(no torch, no Qt).
 """
 
 from __future__ import annotations
@@ -41,11 +42,9 @@ import numpy as np
 
 from engine.core.atomic import atomic_folder, read_json, write_json
 from engine.core.errors import WorkspaceError
+from engine.core.kinds import Tier
 from engine.layout.exports import EXPORT_INFO, export_folders, exports_dir, list_exports
 from engine.layout.run import voice_base_model
-
-TIER_INSTANT, TIER_ADAPTER, TIER_FULL = "instant", "adapter", "full"
-TIERS = (TIER_INSTANT, TIER_ADAPTER, TIER_FULL)
 
 INSTANT_DIR = "instant"
 INSTANT_INFO = "instant.json"
@@ -64,7 +63,7 @@ SPEAKER_ROW_KEY = "voxshard.speaker_row"
 class VoiceTier:
     """One way a voice speaks: its tier, name, folder, size on disk and base model."""
 
-    tier: str
+    tier: Tier
     name: str
     path: Path
     size_bytes: int
@@ -205,17 +204,17 @@ def voice_tiers(voice_dir: str | os.PathLike[str]) -> list[VoiceTier]:
     out: list[VoiceTier] = []
     instant = read_instant(voice)
     if instant is not None:
-        out.append(VoiceTier(TIER_INSTANT, INSTANT_DIR, instant.folder,
+        out.append(VoiceTier(Tier.INSTANT, INSTANT_DIR, instant.folder,
                              folder_size(instant.folder), instant_base(voice, instant),
                              instant.speaker))
     for folder in list_adapters(voice):
         info = read_adapter_info(folder)
-        out.append(VoiceTier(TIER_ADAPTER, folder.name, folder, folder_size(folder),
+        out.append(VoiceTier(Tier.ADAPTER, folder.name, folder, folder_size(folder),
                              _text(info.get("base")), _text(info.get("speaker"))))
     for folder in list_exports(voice):
         info = read_json(folder / EXPORT_INFO)
         info = info if isinstance(info, dict) else {}
-        out.append(VoiceTier(TIER_FULL, folder.name, folder, folder_size(folder),
+        out.append(VoiceTier(Tier.FULL, folder.name, folder, folder_size(folder),
                              _text(info.get("base_model")), _text(info.get("speaker"))))
     return out
 

@@ -27,13 +27,13 @@ import numpy as np
 
 from engine.core.atomic import atomic_folder
 from engine.core.errors import InputError, ModelError
+from engine.core.kinds import Tier
 from engine.layout.tiers import (
     ADAPTER_INFO,
     ADAPTER_WEIGHTS,
     PEFT_CONFIG,
     PEFT_WEIGHTS,
     SPEAKER_ROW_KEY,
-    TIER_ADAPTER,
     read_adapter_info,
 )
 from engine.model.checkpoint_weights import LORA_A, LORA_B, merge_onto_base
@@ -128,7 +128,7 @@ def export_adapter(req: AdapterRequest, out_dir: str | Path, overwrite: bool = F
     tensors = {k: torch.as_tensor(v).detach().cpu().contiguous() for k, v in req.tensors.items()}
     tensors[SPEAKER_ROW_KEY] = torch.as_tensor(
         np.asarray(req.x_vector, dtype=np.float32)).flatten()
-    info = {"format": FORMAT, "tier": TIER_ADAPTER, "speaker": speaker_key(req.speaker),
+    info = {"format": FORMAT, "tier": Tier.ADAPTER, "speaker": speaker_key(req.speaker),
             "base": req.base, "base_fingerprint": weights_fingerprint(req.base_dir),
             "adapted_shapes": adapted_shapes(tensors), "rank": req.rank, "alpha": req.alpha,
             "speaker_row": SPEAKER_ROW, **req.info}

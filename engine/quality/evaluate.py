@@ -75,14 +75,15 @@ import numpy as np
 from engine.asr.recognizer import describe
 from engine.config.evaluate import EvaluateConfig
 from engine.config.speak import SpeakOptions
-from engine.core.atomic import locked, read_json, write_json, write_text
+from engine.core.atomic import locked, write_json, write_text
 from engine.core.errors import InputError, VoxshardError, WorkspaceError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.core.kinds import VoiceKind
 from engine.layout import run as run_layout
 from engine.layout.checkpoints import COMPLETE, HELD_DIR, kept_best, run_of, step_of
 from engine.layout.exports import latest_export
 from engine.layout.manifest import reference_clip
-from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run
+from engine.layout.run import EVALUATION_FILE, REPORT_FILE, Run, read_evaluation
 from engine.layout.tiers import is_adapter, read_adapter_info, run_adapter_dir
 from engine.layout.voice import Voice, now_iso, open_voice
 from engine.model.loading import resolve_model
@@ -153,7 +154,7 @@ def pick_run(voice: Voice, run: str | None, need_checkpoint: bool = True) -> Pat
 
 
 def _previous(out_dir: Path) -> dict[str, Any] | None:
-    data = read_json(out_dir / EVALUATION_FILE)
+    data = read_evaluation(out_dir / EVALUATION_FILE)
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
@@ -236,7 +237,7 @@ def _key(source: Any, sentences: list[str], options: dict[str, Any], asr_model: 
         stamp = marker.stat().st_mtime if marker.exists() else None
         # a copy kept under best/ or held/ has the same files (links, same times): one key
         ckpt = run_of(ckpt) / Path(ckpt).name
-    elif source.kind == "custom_voice":
+    elif source.kind == VoiceKind.CUSTOM_VOICE:
         cfg = Path(source.model_dir) / "config.json"
         stamp = cfg.stat().st_mtime if cfg.exists() else None
     blob = json.dumps({"v": FORMAT, "kind": source.kind, "model": str(source.model_dir),
@@ -363,7 +364,7 @@ class _Measuring:
 
     def styles_of(self, source: VoiceSource) -> list[str]:
         """The styles a checkpoint is checked for: those its run trained with."""
-        if source.kind != "checkpoint" or not self.style_sentences:
+        if source.kind != VoiceKind.CHECKPOINT or not self.style_sentences:
             return []
         return trained_styles(source)
 
@@ -416,7 +417,7 @@ class _Measuring:
             "checkpoint": (str(run_of(source.checkpoint) / Path(source.checkpoint).name)
                            if source.checkpoint else None),
             "model": str(source.model_dir),
-            "mode": zero_shot_mode(source) if source.kind == "zero_shot" else None,
+            "mode": zero_shot_mode(source) if source.kind == VoiceKind.ZERO_SHOT else None,
             "reference": str(source.reference) if source.reference else None,
             # the plain renders' time (the style renders report their own)
             "renders": renders, "render_s": round(done.render_s - (done.extra or {}).get(
@@ -629,7 +630,7 @@ def _skipped(before: list[dict[str, Any]], now: list[dict[str, Any]],
              entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Checkpoints never measured because training deleted them first, by step (one note
     each; a checkpoint measured after all is not listed)."""
-    measured = {e.get("step") for e in entries if e["kind"] == "checkpoint"}
+    measured = {e.get("step") for e in entries if e["kind"] == VoiceKind.CHECKPOINT}
     notes = {(n.get("step"), n.get("checkpoint")): n for n in [*before, *now]
              if isinstance(n, dict) and n.get("step") not in measured}
     return sorted(notes.values(), key=lambda n: n.get("step") or 0)
@@ -639,7 +640,7 @@ def _count(run: Run, entries: list[dict[str, Any]], skipped: list[dict[str, Any]
            ) -> dict[str, int]:
     """How many checkpoints were measured of how many there were: every one training
     recorded as written (`Run.written`), and any other measured or noted."""
-    measured = {e.get("step") for e in entries if e["kind"] == "checkpoint"}
+    measured = {e.get("step") for e in entries if e["kind"] == VoiceKind.CHECKPOINT}
     written = set(run.written().values()) | measured \
         | {n.get("step") for n in skipped if n.get("step") is not None}
     return {"measured": len(measured), "written": len(written), "skipped": len(skipped)}
@@ -650,7 +651,7 @@ def _merge(history: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> list[d
     (even once training pruned them), the fresh measurement of a voice replaces its old one;
     zero-shot first, then checkpoints by step, then exports."""
     def entry_key(e: dict[str, Any]) -> tuple[Any, ...]:
-        return (e["kind"], e.get("step") if e["kind"] == "checkpoint" else e.get("model"))
+        return (e["kind"], e.get("step") if e["kind"] == VoiceKind.CHECKPOINT else e.get("model"))
 
     merged = {entry_key(e): e for e in history}
     merged.update({entry_key(e): e for e in fresh})
@@ -684,7 +685,7 @@ def choose_best(entries: list[dict[str, Any]], style_weight: float = 0.0
     """The best checkpoint (see the module doc), or None without checkpoints.
     style_weight: `EvaluateConfig.style_weight` (a checkpoint without style figures
     scores none)."""
-    ckpts = [e for e in entries if e["kind"] == "checkpoint"
+    ckpts = [e for e in entries if e["kind"] == VoiceKind.CHECKPOINT
              and e["mean"].get("similarity") is not None]
     if not ckpts:
         return None
@@ -713,17 +714,17 @@ def choose_best(entries: list[dict[str, Any]], style_weight: float = 0.0
 
 def _warnings(entries: list[dict[str, Any]], ref: Reference) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    zero = next((e for e in entries if e["kind"] == "zero_shot"), None)
+    zero = next((e for e in entries if e["kind"] == VoiceKind.ZERO_SHOT), None)
     zs = zero["mean"].get("similarity") if zero else None
     zw = zero["mean"].get("wer") if zero else None
     for e in entries:
         m, label = e["mean"], e["label"]
-        if e["kind"] != "zero_shot" and zs is not None and m.get("similarity") is not None \
+        if e["kind"] != VoiceKind.ZERO_SHOT and zs is not None and m.get("similarity") is not None \
                 and m["similarity"] < zs - SIMILARITY_DROP:
             out.append({"label": label, "code": "below_zero_shot",
                         "message": f"{label} sounds less like the speaker than the zero-shot "
                                    f"clone (similarity {m['similarity']:.3f} < {zs:.3f})."})
-        if e["kind"] != "zero_shot" and zw is not None and m.get("wer") is not None \
+        if e["kind"] != VoiceKind.ZERO_SHOT and zw is not None and m.get("wer") is not None \
                 and m["wer"] > zw + 0.2:
             out.append({"label": label, "code": "wer_rose",
                         "message": f"{label} says the words worse than the zero-shot clone "
@@ -762,7 +763,7 @@ def _assemble(request: EvaluateRequest, voice: Voice, run_dir: Path, base_dir: P
               out: Path) -> dict[str, Any]:
     asr = request.asr
     asr_spec = describe(asr) if not hasattr(asr, "transcribe") else None
-    zero = next((e for e in entries if e["kind"] == "zero_shot"), None)
+    zero = next((e for e in entries if e["kind"] == VoiceKind.ZERO_SHOT), None)
     weight = (request.config or EvaluateConfig()).style_weight
     return {
         "format": FORMAT, "created": now_iso(), "voice": str(voice.path),

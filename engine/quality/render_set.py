@@ -27,6 +27,7 @@ from typing import Any
 from engine.config.speak import SpeakOptions
 from engine.core.errors import Cancelled, VoxshardError, WorkspaceError
 from engine.core.events import Emitter
+from engine.core.kinds import VoiceKind
 from engine.layout.checkpoints import is_complete, step_of
 from engine.layout.voice import slug
 from engine.synth.render import write_audio
@@ -184,4 +185,4 @@ def _same_model(loaded: VoiceSource, source: VoiceSource) -> bool:
     """Whether `source` can be switched in place of `loaded`: both on one base model (an
     export is a model of its own)."""
     return Path(loaded.model_dir) == Path(source.model_dir) \
-        and "custom_voice" not in (loaded.kind, source.kind)
+        and VoiceKind.CUSTOM_VOICE not in (loaded.kind, source.kind)

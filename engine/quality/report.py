@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from engine.core.kinds import VoiceKind
 from engine.layout.run import REPORT_FILE
 from engine.layout.voice import display_path
 from engine.prepare.styles import styles_obeyed
@@ -158,9 +159,9 @@ def line_plot(title: str, series: list[dict[str, Any]], hlines: list[dict[str, A
 
 def _plots(result: dict[str, Any]) -> list[str]:
     entries = result["entries"]
-    ckpts = [e for e in entries if e["kind"] == "checkpoint" and e.get("step") is not None]
-    zero = next((e for e in entries if e["kind"] == "zero_shot"), None)
-    export = next((e for e in entries if e["kind"] == "custom_voice"), None)
+    ckpts = [e for e in entries if e["kind"] == VoiceKind.CHECKPOINT and e.get("step") is not None]
+    zero = next((e for e in entries if e["kind"] == VoiceKind.ZERO_SHOT), None)
+    export = next((e for e in entries if e["kind"] == VoiceKind.CUSTOM_VOICE), None)
 
     def pts(key: str) -> list[tuple[float, float | None]]:
         return [(float(e["step"]), e["mean"].get(key)) for e in ckpts]

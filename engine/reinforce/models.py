@@ -16,6 +16,7 @@ import torch
 from engine.audio.timebase import SAMPLE_RATE
 from engine.config.train import ModelConfig, TrainConfig
 from engine.core.errors import InputError
+from engine.core.kinds import VoiceKind
 from engine.data.layout import LayoutIds
 from engine.layout.run import Run
 from engine.layout.voice import Voice
@@ -79,7 +80,7 @@ def load_stage_models(voice: Voice, run: Run, start: Any, trainable: str, device
         scaling = lora.lora_scaling
         _load_adapters(model, start)
     else:
-        load_checkpoint_weights(model, VoiceSource(kind="checkpoint", model_dir=base_dir,
+        load_checkpoint_weights(model, VoiceSource(kind=VoiceKind.CHECKPOINT, model_dir=base_dir,
                                                    label="start", checkpoint=start))
     policy = VoiceObjective(model.talker)
     set_trainable(policy, trainable)

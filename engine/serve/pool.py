@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 
 from engine.core.errors import VoxshardError
 from engine.core.events import Event
+from engine.core.kinds import ServedKind, VoiceKind
 from engine.layout.exports import exports_dir
 from engine.serve import formats
 from engine.serve.voices import ServedVoice
@@ -155,7 +156,7 @@ def voice_stamp(voice: ServedVoice) -> tuple[Any, ...]:
     folder also its exports/ folder's (an export written or rewritten there, such as a
     run's adapter voice from a new best checkpoint, changes what the voice speaks)."""
     stamp: tuple[Any, ...] = (str(voice.target), *_stat(voice.target))
-    if voice.kind == "voice":
+    if voice.kind == ServedKind.VOICE:
         stamp += _stat(exports_dir(voice.target))
     return stamp
 
@@ -167,7 +168,7 @@ def voice_identity(voice: ServedVoice) -> str:
         source = voice.source()
     except VoxshardError:
         return voice.name
-    if source.kind in ("adapter", "zero_shot"):
+    if source.kind in (VoiceKind.ADAPTER, VoiceKind.ZERO_SHOT):
         # on its base's worker, beside the other voices of that base (each request
         # names its voice, so none answers for another)
         return BASE_IDENTITY + str(source.model_dir)
@@ -437,7 +438,8 @@ class Pool:
         with its own clip whatever else is asked meanwhile."""
         assert self.reference_base is not None
         if self.cloner is None:
-            voice = ServedVoice("(reference)", Path(self.reference_base), "reference", "")
+            voice = ServedVoice("(reference)", Path(self.reference_base),
+                                ServedKind.REFERENCE, "")
             self.cloner = VoiceWorker(voice, self._make_worker)
         rid = f"r{next(self._ids)}"
         self.cloner.worker.submit({"op": "load", "id": f"load-{rid}",

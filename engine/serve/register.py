@@ -28,7 +28,8 @@ from engine.audio.resample import resample
 from engine.audio.timebase import SAMPLE_RATE
 from engine.core.atomic import read_json
 from engine.core.errors import VoxshardError
-from engine.layout.tiers import INSTANT_INFO, TIER_INSTANT, instant_dir, write_instant
+from engine.core.kinds import ServedKind, Tier
+from engine.layout.tiers import INSTANT_INFO, instant_dir, write_instant
 from engine.layout.voice import create_voice, delete_voice, now_iso
 from engine.serve.request import ApiError
 from engine.serve.voices import ServedVoice
@@ -116,7 +117,8 @@ def register_instant(workspace: Path, base: str, form: VoiceForm) -> ServedVoice
                                        "made_by": MADE_BY, "created": now_iso()}, clip, None)
     except VoxshardError as exc:
         raise ApiError(400, exc.message, code="invalid_value") from exc
-    return ServedVoice(form.name, voice.path, "voice", voice.language, TIER_INSTANT, base)
+    return ServedVoice(form.name, voice.path, ServedKind.VOICE, voice.language, Tier.INSTANT,
+                       base)
 
 
 def remove_registered(workspace: Path, name: str) -> None:

@@ -25,16 +25,10 @@ from typing import Any
 
 from engine import catalog
 from engine.core.errors import InputError, VoxshardError
+from engine.core.kinds import TIER_PREFERENCE, ServedKind, Tier
 from engine.layout.exports import EXPORTS_DIR, exports_dir, is_model_folder
 from engine.layout.run import Run, runs_dir
-from engine.layout.tiers import (
-    TIER_ADAPTER,
-    TIER_FULL,
-    TIER_INSTANT,
-    TIERS,
-    is_adapter,
-    read_adapter_info,
-)
+from engine.layout.tiers import is_adapter, read_adapter_info
 from engine.model.loading import DEFAULT_BASE_MODEL, download_model
 from engine.synth.voice import resolve_source, trained_styles
 
@@ -44,10 +38,10 @@ class ServedVoice:
     name: str
     #: what the warm worker loads (a voice, export or run folder)
     target: Path
-    kind: str  # "voice", "export", "run", "adapter" or "instant"
+    kind: ServedKind
     language: str
-    #: instant, adapter or full (`engine.layout.tiers`); None for a run's checkpoint
-    tier: str | None = None
+    #: what it speaks with (`engine.layout.tiers`); None for a run's checkpoint
+    tier: Tier | None = None
     #: the base model it speaks on (an adapter or instant voice) or was made from
     base: str | None = None
 
@@ -61,7 +55,7 @@ class ServedVoice:
     def load_options(self) -> dict[str, Any]:
         """What a load of this voice names besides its folder: an instant voice's base
         (its own, or the one it is served on: `speaking_tiers`)."""
-        return {"base": self.base} if self.tier == TIER_INSTANT and self.base else {}
+        return {"base": self.base} if self.tier == Tier.INSTANT and self.base else {}
 
     def source(self) -> Any:
         """What it speaks with (`engine.synth.voice.resolve_source`), on the base it is
@@ -117,9 +111,9 @@ def speaking_tiers(voice_dir: Path, base: str | None = None) -> list[dict[str, A
     its own base (recorded, or its runs'), else on `base`, the one the app speaks it on
     (the Listen page's Base field; a server's --reference-base or the default base model
     on this machine); with neither it cannot speak, and is left out."""
-    tiers = [dict(t, base=t["base"] or base) if t["tier"] == TIER_INSTANT else t
+    tiers = [dict(t, base=t["base"] or base) if t["tier"] == Tier.INSTANT else t
              for t in catalog.list_tiers(voice_dir)]
-    return [t for t in tiers if t["tier"] != TIER_INSTANT or t["base"]]
+    return [t for t in tiers if t["tier"] != Tier.INSTANT or t["base"]]
 
 
 def _of_voice(voice_dir: Path, base: str | None = None) -> list[ServedVoice]:
@@ -131,16 +125,17 @@ def _of_voice(voice_dir: Path, base: str | None = None) -> list[ServedVoice]:
     out: list[ServedVoice] = []
     if tiers or runs:
         # what `speak VOICE` takes: a full export, else an adapter, else the run, else instant
-        of = {tier: [t for t in tiers if t["tier"] == tier] for tier in TIERS}
-        spoken = of[TIER_FULL] or of[TIER_ADAPTER] or ([] if runs else of[TIER_INSTANT])
+        of = {tier: [t for t in tiers if t["tier"] == tier] for tier in Tier}
+        spoken = of[Tier.FULL] or of[Tier.ADAPTER] or ([] if runs else of[Tier.INSTANT])
         top = spoken[0] if spoken else {"tier": None, "base": None}
-        out.append(ServedVoice(voice_dir.name, voice_dir, "voice", language, top["tier"],
-                               top["base"]))
-    kinds = {TIER_FULL: "export", TIER_ADAPTER: "adapter", TIER_INSTANT: "instant"}
-    out += [ServedVoice(f"{voice_dir.name}/{t['name']}", Path(t["path"]), kinds[t["tier"]],
-                        language, t["tier"], t["base"])
-            for t in sorted(tiers, key=lambda t: TIERS.index(t["tier"]), reverse=True)]
-    out += [ServedVoice(f"{voice_dir.name}/{r.name}", r.path, "run", language) for r in runs]
+        out.append(ServedVoice(voice_dir.name, voice_dir, ServedKind.VOICE, language,
+                               top["tier"], top["base"]))
+    for t in sorted(tiers, key=lambda t: TIER_PREFERENCE.index(t["tier"])):
+        tier = Tier(t["tier"])
+        out.append(ServedVoice(f"{voice_dir.name}/{t['name']}", Path(t["path"]),
+                               ServedKind.of_tier(tier), language, tier, t["base"]))
+    out += [ServedVoice(f"{voice_dir.name}/{r.name}", r.path, ServedKind.RUN, language)
+            for r in runs]
     return out
 
 
@@ -180,7 +175,7 @@ def discover(targets: list[str | os.PathLike[str]],
         if (path / "voice.toml").is_file() or exports_dir(path).is_dir() \
                 or runs_dir(path).is_dir():
             mine = _of_voice(path, base)
-            if not mine and any(t["tier"] == TIER_INSTANT for t in catalog.list_tiers(path)):
+            if not mine and any(t["tier"] == Tier.INSTANT for t in catalog.list_tiers(path)):
                 raise InputError(f"The instant voice of {path.name} does not know its base "
                                  "model yet, so it cannot speak.",
                                  "Give it one (voxshard-engine voice instant VOICE --base "
@@ -191,14 +186,16 @@ def discover(targets: list[str | os.PathLike[str]],
                                  "voice), or train and export it.")
             found += mine
         elif _is_run(path):
-            found.append(ServedVoice(path.name, path, "run", _language(Run(path).voice_dir)))
+            found.append(ServedVoice(path.name, path, ServedKind.RUN,
+                                     _language(Run(path).voice_dir)))
         elif is_model_folder(path):
             voice = path.parent.parent if path.parent.name == EXPORTS_DIR else None
-            found.append(ServedVoice(path.name, path, "export", _language(voice), TIER_FULL))
+            found.append(ServedVoice(path.name, path, ServedKind.EXPORT, _language(voice),
+                                     Tier.FULL))
         elif is_adapter(path):
             voice = path.parent.parent if path.parent.name == EXPORTS_DIR else None
-            found.append(ServedVoice(path.name, path, "adapter", _language(voice),
-                                     TIER_ADAPTER, read_adapter_info(path).get("base")))
+            found.append(ServedVoice(path.name, path, ServedKind.ADAPTER, _language(voice),
+                                     Tier.ADAPTER, read_adapter_info(path).get("base")))
         else:
             raise InputError(f"{path} is not an exported voice, a voice folder or a run.",
                              "Give the folder that holds config.json, or a voice folder.")

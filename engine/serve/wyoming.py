@@ -66,7 +66,7 @@ from engine import __version__
 from engine.audio.timebase import SAMPLE_RATE
 from engine.config.speak import SpeakOptions
 from engine.core.errors import InputError, VoxshardError
-from engine.layout.tiers import TIER_ADAPTER, TIER_FULL, TIER_INSTANT
+from engine.core.kinds import ServedKind, Tier
 from engine.serve.pool import Busy, LoadFailed, Pool, Ticket, VoiceWorker
 from engine.serve.voices import ServedVoice
 from engine.serve.watch import VoiceWatch
@@ -95,8 +95,8 @@ MODEL_LANGUAGES = sorted(set(MODEL_LANGUAGE_NAMES.values()))
 #: silence between the sentences of one reply (what `speak` puts between sentences)
 PAUSE_BYTES = int(SpeakOptions().sentence_pause_s * RATE) * WIDTH
 #: what each served name is, after its name in its description
-TIER_WORDS = {TIER_FULL: "fine-tuned", TIER_ADAPTER: "adapter",
-              TIER_INSTANT: "instant, from a reference clip"}
+TIER_WORDS = {Tier.FULL: "fine-tuned", Tier.ADAPTER: "adapter",
+              Tier.INSTANT: "instant, from a reference clip"}
 #: the refusal of a request with no text (one-shot or streamed)
 EMPTY = "The text to speak is empty."
 #: how long a refused client may go on sending after the end (`_Connection._end`)
@@ -141,12 +141,12 @@ def description_of(voice: ServedVoice) -> str:
     """What Home Assistant shows for a voice, and sorts by: the name, then what it is.
     A name's description begins with the name and a space, which sorts before the "/" of
     its tiers, so the plain name (its best tier) is listed first."""
-    if voice.kind == "voice":
-        what = "best: " + TIER_WORDS.get(voice.tier or "", "its latest trained run")
-    elif voice.kind == "run":
+    if voice.kind == ServedKind.VOICE:
+        what = "best: " + (TIER_WORDS[voice.tier] if voice.tier else "its latest trained run")
+    elif voice.kind == ServedKind.RUN:
         what = "a trained run's checkpoint"
     else:
-        what = TIER_WORDS.get(voice.tier or "", voice.kind)
+        what = TIER_WORDS[voice.tier] if voice.tier else str(voice.kind)
     return f"{voice.name} ({what})"
 
 

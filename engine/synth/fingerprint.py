@@ -14,6 +14,7 @@ import hashlib
 from pathlib import Path
 
 from engine.core.errors import VoxshardError
+from engine.core.kinds import VoiceKind
 from engine.layout.tiers import instant_dir
 from engine.model.adapter import weights_fingerprint
 from engine.model.files import memo_per_version
@@ -53,11 +54,11 @@ def content_fingerprint(path: Path) -> str:
 
 def _own_part(source: VoiceSource) -> Path | None:
     """The files that make this voice more than its base model."""
-    if source.kind == "checkpoint":
+    if source.kind == VoiceKind.CHECKPOINT:
         return source.checkpoint
-    if source.kind == "adapter":
+    if source.kind == VoiceKind.ADAPTER:
         return Path(source.extra["adapter"])
-    if source.kind == "zero_shot":
+    if source.kind == VoiceKind.ZERO_SHOT:
         if source.voice_dir is not None and instant_dir(source.voice_dir).is_dir():
             return instant_dir(source.voice_dir)
         return source.reference

@@ -28,6 +28,7 @@ from engine.core.errors import (
     is_device_out_of_memory,
 )
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.core.kinds import VoiceKind
 from engine.model.checkpoint_weights import base_tensors
 from engine.model.dtypes import gpu_half
 from engine.model.loading import load_model
@@ -252,7 +253,7 @@ class Synthesizer:
         emitter = as_emitter(on_event)
         with self._lock:
             before = self.adapter
-            if source.kind == "checkpoint":
+            if source.kind == VoiceKind.CHECKPOINT:
                 assert source.checkpoint is not None
                 if source.voice_dir is None:
                     raise ModelError(f"The run of {source.checkpoint} is not inside a voice "
@@ -273,7 +274,7 @@ class Synthesizer:
                 voice = RowVoice(source, voice_x_vector(self.model, source.voice_dir))
             else:
                 voice = self._row_voice(source, emitter)  # a bad voice fails before any change
-                if source.kind != "custom_voice":
+                if source.kind != VoiceKind.CUSTOM_VOICE:
                     self._restore_base()  # a checkpoint's tensors go back to the base's
             self.source, self.speaker_vector = voice.source, voice.speaker_vector
             self.icl, self.adapter = voice.icl, voice.adapter
@@ -281,13 +282,13 @@ class Synthesizer:
 
     def _row_voice(self, source: VoiceSource, emitter: Emitter) -> RowVoice:
         """What `source` speaks as on this model, without changing the default voice."""
-        if source.kind == "custom_voice":
+        if source.kind == VoiceKind.CUSTOM_VOICE:
             if source.model_dir != self.source.model_dir:
                 raise InputError("A custom voice needs its own model; load it separately.")
             spk_id = self.model.config.talker_config.spk_id[source.speaker]
             embedding = self.model.talker.get_input_embeddings().weight
             return RowVoice(source, embedding[spk_id].detach().clone())
-        if source.kind == "zero_shot":
+        if source.kind == VoiceKind.ZERO_SHOT:
             assert source.reference is not None
             audio = reference_audio(source.reference)  # bad clips fail before any change
             if source.extra.get("transcribe"):
@@ -301,7 +302,7 @@ class Synthesizer:
             if source.extra.get("note"):
                 emitter.log(str(source.extra["note"]), level="warning")
             return RowVoice(source, vector, icl)
-        if source.kind == "adapter":
+        if source.kind == VoiceKind.ADAPTER:
             if source.model_dir != self.source.model_dir:
                 raise InputError("An adapter voice of another base needs that base; "
                                  "load it separately.")
@@ -318,7 +319,7 @@ class Synthesizer:
         an adapter voice takes a slot of the adapter pool, no model load; an instant
         (zero-shot) voice its speaker vector and prompt. Rows of every such voice share
         one batch (`BatchRequest.voice`)."""
-        if source.kind == "checkpoint" or self._overwritten:
+        if source.kind == VoiceKind.CHECKPOINT or self._overwritten:
             raise InputError("A run's checkpoint changes the base model's own weights, so it "
                              "cannot speak beside other voices of that base.",
                              "Export it with --adapter: an adapter voice speaks beside them.")
@@ -616,7 +617,7 @@ class Synthesizer:
                             options.paragraph_pause_s, max_frames=options.max_frames)
                  for t in texts]
         seed = options.seed if options.seed is not None else random.randrange(2**31)
-        if options.language.strip().lower() != "auto" and self.source.kind != "zero_shot":
+        if options.language.strip().lower() != "auto" and self.source.kind != VoiceKind.ZERO_SHOT:
             emitter.log("Fine-tuned voices are trained without a language tag; "
                         "--language auto usually sounds closer to the recordings.",
                         level="warning")

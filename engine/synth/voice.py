@@ -1,8 +1,9 @@
 """Which voice to speak with: resolve what the user named, then load it.
 
-Three kinds of voice:
+The kinds of voice (`engine.core.kinds.VoiceKind`):
 - ``custom_voice``: an exported model folder in the official format (a
   speaker row in the codec embedding);
+- ``adapter``: an adapter voice (LoRA and a speaker row) on its base model;
 - ``checkpoint``: a training run's checkpoint, built in memory from the base
   model plus the checkpoint's trained weights (no export step), speaking with
   the voice's x-vector in the speaker slot, exactly as training saw it;
@@ -29,6 +30,7 @@ from engine.audio.timebase import SAMPLE_RATE
 from engine.config.train import ModelConfig
 from engine.core.atomic import read_json
 from engine.core.errors import InputError, ModelError, VoxshardError, WorkspaceError
+from engine.core.kinds import Tier, VoiceKind
 from engine.data.codes import load_codes_index
 from engine.layout.checkpoints import holds_checkpoints, run_of, step_of
 from engine.layout.exports import (
@@ -43,8 +45,6 @@ from engine.layout.manifest import clip_voice, prepared_folder, read_manifest, r
 from engine.layout.run import Run, list_runs, pick_run, runs_dir, voice_base_model
 from engine.layout.tiers import (
     INSTANT_DIR,
-    TIER_ADAPTER,
-    TIER_INSTANT,
     instant_base,
     is_adapter,
     list_adapters,
@@ -63,7 +63,7 @@ from engine.synth.reference import with_silent_tail
 class VoiceSource:
     """A resolved voice, not loaded yet."""
 
-    kind: str  # "custom_voice" | "checkpoint" | "adapter" | "zero_shot"
+    kind: VoiceKind
     model_dir: Path  # what to load: the export, or the base model
     label: str  # short human name ("step 200", "zero-shot", export name)
     checkpoint: Path | None = None
@@ -82,7 +82,7 @@ class VoiceSource:
                 "checkpoint": str(self.checkpoint) if self.checkpoint else None,
                 "reference": str(self.reference) if self.reference else None,
                 "reference_text": self.reference_text,
-                "mode": (None if self.kind != "zero_shot"
+                "mode": (None if self.kind != VoiceKind.ZERO_SHOT
                          else "in_context" if self.reference_text else "x_vector"),
                 "speaker": self.speaker,
                 "voice": str(self.voice_dir) if self.voice_dir else None}
@@ -115,8 +115,9 @@ def _checkpoint_source(run_dir: Path, which: str | None, base: str | None) -> Vo
     if info.model_type != "base":
         raise ModelError(f"{model_dir} is not a base model, so it cannot host the checkpoint.",
                          "Give the run's base model with --base.")
-    return VoiceSource(kind="checkpoint", model_dir=model_dir, label=f"step {step_of(ckpt)}",
-                       checkpoint=ckpt, voice_dir=run.voice_dir, run_dir=run_dir,
+    return VoiceSource(kind=VoiceKind.CHECKPOINT, model_dir=model_dir,
+                       label=f"step {step_of(ckpt)}", checkpoint=ckpt,
+                       voice_dir=run.voice_dir, run_dir=run_dir,
                        speaker=run.speaker_name(), lora_scaling=_lora_scaling(run))
 
 
@@ -161,7 +162,7 @@ def reference_transcript(clip: Path) -> str | None:
     return None
 
 
-def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = None,  # noqa: C901
+def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = None,
                    reference: str | os.PathLike[str] | None = None, speaker: str | None = None,
                    base: str | None = None, reference_text: str | None = None,
                    x_vector_only: bool = False) -> VoiceSource:
@@ -172,10 +173,31 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
     transcript is known or `x_vector_only`.
     """
     text = str(target).strip()
-    if not text:
+    ref = _checked_reference(text, reference, reference_text)
+    path = Path(text).expanduser()
+    if ref is not None:
+        return _zero_shot_source(_zero_shot_base(path, text, base), ref, reference_text,
+                                 x_vector_only)
+    found = _folder_source(path, checkpoint, speaker, base)
+    if found is not None:
+        return found
+    if path.is_dir():
+        raise ModelError(f"{path} is not a model, voice, run or checkpoint folder.",
+                         "Point to an exported model (with config.json), a voice folder, "
+                         "or a run folder under <voice>/runs/.")
+    if path.exists():
+        raise ModelError(f"{path} is a file, not a model or voice folder.",
+                         "Point to the folder that holds config.json.")
+    model_dir = _resolve_model(text)  # a hub id, or a clear "does not exist"
+    return _custom_voice_source(model_dir, _model_info(model_dir), speaker)
+
+
+def _checked_reference(target: str, reference: str | os.PathLike[str] | None,
+                       reference_text: str | None) -> Path | None:
+    """The reference clip asked for (None: none), once the request is whole."""
+    if not target:
         raise InputError("No voice or model was given.",
                          "Give a voice folder, a run folder, an exported model or a base model.")
-    path = Path(text).expanduser()
     ref = Path(reference).expanduser() if reference else None
     if ref is not None and not ref.is_file():
         raise InputError(f"The reference clip {ref} does not exist.",
@@ -186,38 +208,52 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
     if reference_text is not None and not reference_text.strip():
         raise InputError("The reference text is empty.",
                          "Give what is said in the reference clip, or leave it out.")
+    return ref
 
-    if ref is not None:
-        # zero-shot: a base model, named directly or through a voice/run
-        if path.is_dir() and not is_model_folder(path):
-            # a voice: the base its runs trained from, as the window's Listen page reads it
-            base_name = base or (Run(path).base_model() if holds_checkpoints(path)
-                                 else voice_base_model(path))
-            if not base_name:
-                raise InputError(f"{path} is not a model folder, and no base model is known "
-                                 "for it.", "Give the base model with --base.")
-            model_dir = _resolve_model(base_name)
-        else:
-            model_dir = _resolve_model(text)
-        info = _model_info(model_dir)
-        if info.model_type != "base":
-            raise ModelError(f"{model_dir.name} is a {info.model_type} model; a zero-shot "
-                             "preview needs a base model.",
-                             "Give a base model such as Qwen/Qwen3-TTS-12Hz-1.7B-Base.")
-        extra: dict[str, Any] = {}
-        text = None
-        if not x_vector_only:
-            text = reference_text.strip() if reference_text else reference_transcript(ref)
-            if text is None:
-                # the synthesizer asks a recognizer when a good one is installed
-                extra["transcribe"] = True
-                extra["note"] = (f"No transcript is known for {ref.name}, so the preview clones "
-                                 "from its speaker vector only; give --reference-text for "
-                                 "in-context cloning, which sounds closer (or install a "
-                                 "Whisper model: it then transcribes the clip).")
-        return VoiceSource(kind="zero_shot", model_dir=model_dir, label="zero-shot",
-                           reference=ref, reference_text=text, extra=extra)
 
+def _zero_shot_base(path: Path, target: str, base: str | None) -> Path:
+    """The base model a zero-shot preview clones on: named directly, or through a voice
+    or run (the base its runs trained from, as the window's Listen page reads it)."""
+    if path.is_dir() and not is_model_folder(path):
+        base_name = base or (Run(path).base_model() if holds_checkpoints(path)
+                             else voice_base_model(path))
+        if not base_name:
+            raise InputError(f"{path} is not a model folder, and no base model is known "
+                             "for it.", "Give the base model with --base.")
+        model_dir = _resolve_model(base_name)
+    else:
+        model_dir = _resolve_model(target)
+    info = _model_info(model_dir)
+    if info.model_type != "base":
+        raise ModelError(f"{model_dir.name} is a {info.model_type} model; a zero-shot "
+                         "preview needs a base model.",
+                         "Give a base model such as Qwen/Qwen3-TTS-12Hz-1.7B-Base.")
+    return model_dir
+
+
+def _zero_shot_source(model_dir: Path, ref: Path, reference_text: str | None,
+                      x_vector_only: bool) -> VoiceSource:
+    """A preview cloning `ref` on `model_dir`: in context with its words (given, else the
+    workspace's), or from its speaker vector alone."""
+    extra: dict[str, Any] = {}
+    text = None
+    if not x_vector_only:
+        text = reference_text.strip() if reference_text else reference_transcript(ref)
+        if text is None:
+            # the synthesizer asks a recognizer when a good one is installed
+            extra["transcribe"] = True
+            extra["note"] = (f"No transcript is known for {ref.name}, so the preview clones "
+                             "from its speaker vector only; give --reference-text for "
+                             "in-context cloning, which sounds closer (or install a "
+                             "Whisper model: it then transcribes the clip).")
+    return VoiceSource(kind=VoiceKind.ZERO_SHOT, model_dir=model_dir, label="zero-shot",
+                       reference=ref, reference_text=text, extra=extra)
+
+
+def _folder_source(path: Path, checkpoint: str | None, speaker: str | None,
+                   base: str | None) -> VoiceSource | None:
+    """What a folder of the workspace speaks with: an adapter or instant voice, a
+    checkpoint, a run, a model folder or a voice (None: not one of these)."""
     if is_adapter(path) and not checkpoint:
         return adapter_source(path, base)
     if path.is_dir() and path.name == INSTANT_DIR and not checkpoint:
@@ -230,42 +266,40 @@ def resolve_source(target: str | os.PathLike[str], *, checkpoint: str | None = N
         if checkpoint:
             raise InputError(f"{path} is a model folder; --checkpoint needs a run or voice "
                              "folder.", "Pass the run folder (<voice>/runs/<run>) instead.")
-        info = _model_info(path)
-        return _custom_voice_source(path, info, speaker)
+        return _custom_voice_source(path, _model_info(path), speaker)
     if path.is_dir() and (is_voice_folder(path) or runs_dir(path).is_dir()
                           or exports_dir(path).is_dir()):
-        if checkpoint:
-            ckpt_path = Path(checkpoint).expanduser()
-            if ckpt_path.is_dir() and step_of(ckpt_path) is not None:
-                return _checkpoint_source(run_of(ckpt_path), str(ckpt_path), base)
-            run = pick_run(path, with_checkpoint=True)
-            if run is None:
-                raise WorkspaceError(f"The voice {path.name} has no training run with a "
-                                     "checkpoint.", "Train the voice first.")
-            return _checkpoint_source(run.path, checkpoint, base)
-        export = latest_export(path)
-        if export is not None:
-            return _custom_voice_source(export, _model_info(export), speaker, voice_dir=path)
-        adapters = list_adapters(path)
-        if adapters:
-            return adapter_source(adapters[0], base)
+        return _voice_source(path, checkpoint, speaker, base)
+    return None
+
+
+def _voice_source(path: Path, checkpoint: str | None, speaker: str | None,
+                  base: str | None) -> VoiceSource:
+    """What `speak VOICE` speaks with: the checkpoint asked for, else the voice's best
+    tier (its latest export, else adapter), else its latest run, else its instant voice."""
+    if checkpoint:
+        ckpt_path = Path(checkpoint).expanduser()
+        if ckpt_path.is_dir() and step_of(ckpt_path) is not None:
+            return _checkpoint_source(run_of(ckpt_path), str(ckpt_path), base)
         run = pick_run(path, with_checkpoint=True)
-        if run is not None:
-            return _checkpoint_source(run.path, None, base)
-        if read_instant(path) is not None:
-            return instant_source(path, base)
-        raise WorkspaceError(f"The voice {path.name} has no trained model yet.",
-                             "Train it first, or give --reference CLIP with a base model "
-                             "for a zero-shot preview.")
-    if path.is_dir():
-        raise ModelError(f"{path} is not a model, voice, run or checkpoint folder.",
-                         "Point to an exported model (with config.json), a voice folder, "
-                         "or a run folder under <voice>/runs/.")
-    if path.exists():
-        raise ModelError(f"{path} is a file, not a model or voice folder.",
-                         "Point to the folder that holds config.json.")
-    model_dir = _resolve_model(text)  # a hub id, or a clear "does not exist"
-    return _custom_voice_source(model_dir, _model_info(model_dir), speaker)
+        if run is None:
+            raise WorkspaceError(f"The voice {path.name} has no training run with a "
+                                 "checkpoint.", "Train the voice first.")
+        return _checkpoint_source(run.path, checkpoint, base)
+    export = latest_export(path)
+    if export is not None:
+        return _custom_voice_source(export, _model_info(export), speaker, voice_dir=path)
+    adapters = list_adapters(path)
+    if adapters:
+        return adapter_source(adapters[0], base)
+    run = pick_run(path, with_checkpoint=True)
+    if run is not None:
+        return _checkpoint_source(run.path, None, base)
+    if read_instant(path) is not None:
+        return instant_source(path, base)
+    raise WorkspaceError(f"The voice {path.name} has no trained model yet.",
+                         "Train it first, or give --reference CLIP with a base model "
+                         "for a zero-shot preview.")
 
 
 def adapter_source(folder: Path, base: str | None = None) -> VoiceSource:
@@ -277,19 +311,19 @@ def adapter_source(folder: Path, base: str | None = None) -> VoiceSource:
                          "Export the run again with --adapter.")
     model_dir = _resolve_model(str(base_name))
     voice_dir = folder.parent.parent if folder.parent.name == EXPORTS_DIR else None
-    return VoiceSource(kind="adapter", model_dir=model_dir, label=folder.name,
+    return VoiceSource(kind=VoiceKind.ADAPTER, model_dir=model_dir, label=folder.name,
                        speaker=info.get("speaker") or None, voice_dir=voice_dir,
-                       extra={"tier": TIER_ADAPTER, "adapter": str(folder)})
+                       extra={"tier": Tier.ADAPTER, "adapter": str(folder)})
 
 
 def trained_styles(source: VoiceSource) -> list[str]:
     """The style descriptions the voice was fine-tuned with ([]: none, or not a fine-tune):
     a run's data.json for a checkpoint, the export's or adapter voice's own record."""
-    if source.kind == "checkpoint" and source.run_dir is not None:
+    if source.kind == VoiceKind.CHECKPOINT and source.run_dir is not None:
         return styles_at(source.run_dir)
-    if source.kind == "adapter":
+    if source.kind == VoiceKind.ADAPTER:
         return styles_at(Path(source.extra["adapter"]))
-    if source.kind == "custom_voice":
+    if source.kind == VoiceKind.CUSTOM_VOICE:
         return styles_at(source.model_dir)
     return []
 
@@ -319,13 +353,13 @@ class InstructNote:
     ignored: bool
 
 
-def instruct_note(kind: str, styles: list[str], size: str | None,
+def instruct_note(kind: VoiceKind, styles: list[str], size: str | None,
                   speaker_ids: list[int]) -> InstructNote | None:
     """What an instruction comes to with a voice of `kind` (a `VoiceSource` kind) trained
     with `styles`, on a model of `size` (`tts_model_size`) whose speaker slots are
     `speaker_ids`; None: the model takes it. The engine warns with it when it speaks, the
     window as soon as one is typed."""
-    if kind == "zero_shot":
+    if kind == VoiceKind.ZERO_SHOT:
         return InstructNote("Base models take no instruction (the official voice clone has "
                             "none), so it is ignored.", ignored=True)
     if styles:
@@ -333,7 +367,7 @@ def instruct_note(kind: str, styles: list[str], size: str | None,
     if "0b6" in str(size or ""):
         return InstructNote("0.6B models take no instruction (the official code drops it), "
                             "so it is ignored.", ignored=True)
-    if kind in ("checkpoint", "adapter") or speaker_ids == [FINE_TUNE_SPEAKER_ID]:
+    if kind in (VoiceKind.CHECKPOINT, VoiceKind.ADAPTER) or speaker_ids == [FINE_TUNE_SPEAKER_ID]:
         return InstructNote("This voice was fine-tuned from a Base model, which was never "
                             "trained on instructions: expect little or no effect.",
                             ignored=False)
@@ -353,8 +387,8 @@ def style_note(source: VoiceSource, instruct: str) -> str | None:
     """What speaking `source` with the instruction `instruct` comes to, in words, read from
     its records before any model loads (`instruct_note`, else `untrained_style_note`);
     None: it takes it."""
-    own = {"checkpoint": source.checkpoint, "custom_voice": source.model_dir,
-           "adapter": Path(str(source.extra.get("adapter") or source.model_dir))}
+    own = {VoiceKind.CHECKPOINT: source.checkpoint, VoiceKind.CUSTOM_VOICE: source.model_dir,
+           VoiceKind.ADAPTER: Path(str(source.extra.get("adapter") or source.model_dir))}
     note = folder_instruct_note(own.get(source.kind))
     if note is not None:
         return note.message
@@ -372,18 +406,18 @@ def folder_instruct_note(folder: Path | None) -> InstructNote | None:
     """`instruct_note` of a checkpoint, run, adapter voice or export folder read from its
     records (None: a zero-shot or instant voice, which clones on a Base model)."""
     if folder is None:
-        return instruct_note("zero_shot", [], None, [])
+        return instruct_note(VoiceKind.ZERO_SHOT, [], None, [])
     styles = styles_at(folder)
     base = ""
     if is_adapter(folder):
         base = str(read_adapter_info(folder).get("base") or "")
-        kind, config = "adapter", _config_at(base)
+        kind, config = VoiceKind.ADAPTER, _config_at(base)
     elif (folder / EXPORT_INFO).is_file() or is_model_folder(folder):
-        kind, config = "custom_voice", _config_at(str(folder))
+        kind, config = VoiceKind.CUSTOM_VOICE, _config_at(str(folder))
     else:
         run = Run(run_of(folder) if step_of(folder) is not None else folder)
         base = run.base_model() or ""
-        kind, config = "checkpoint", _config_at(base)
+        kind, config = VoiceKind.CHECKPOINT, _config_at(base)
     size = config.get("tts_model_size")
     if size is None and "0.6B" in base:
         size = "0b6"  # a hub id, not looked up: its name says the size
@@ -421,10 +455,10 @@ def instant_source(voice_dir: Path, base: str | None = None) -> VoiceSource:
                          window_hint="Choose a base model in the Base field.")
     if base and not instant.base:
         record_instant_base(voice_dir, base)
-    return VoiceSource(kind="zero_shot", model_dir=model_dir, label=TIER_INSTANT,
+    return VoiceSource(kind=VoiceKind.ZERO_SHOT, model_dir=model_dir, label=Tier.INSTANT.value,
                        reference=instant.clip, reference_text=instant.text or None,
                        speaker=instant.speaker or None, voice_dir=voice_dir,
-                       extra={"tier": TIER_INSTANT})
+                       extra={"tier": Tier.INSTANT})
 
 
 def _custom_voice_source(path: Path, info: Any, speaker: str | None,
@@ -444,7 +478,7 @@ def _custom_voice_source(path: Path, info: Any, speaker: str | None,
     if name not in speakers:
         raise InputError(f"{path.name} has no speaker {speaker!r}.",
                          f"Its speakers: {', '.join(speakers)}.")
-    return VoiceSource(kind="custom_voice", model_dir=path, label=path.name, speaker=name,
+    return VoiceSource(kind=VoiceKind.CUSTOM_VOICE, model_dir=path, label=path.name, speaker=name,
                        voice_dir=voice_dir)
 
 
@@ -526,9 +560,9 @@ def available_sources(voice_dir: str | os.PathLike[str]) -> list[dict[str, Any]]
     root = Path(voice_dir).expanduser()
     found: list[dict[str, Any]] = []
     for folder in list_exports(root):
-        found.append({"kind": "custom_voice", "label": folder.name, "path": str(folder)})
+        found.append({"kind": VoiceKind.CUSTOM_VOICE, "label": folder.name, "path": str(folder)})
     for run in reversed(list_runs(root)):
         for ckpt in reversed(run.checkpoints()):
-            found.append({"kind": "checkpoint", "label": f"{run.name} step {step_of(ckpt)}",
+            found.append({"kind": VoiceKind.CHECKPOINT, "label": f"{run.name} step {step_of(ckpt)}",
                           "path": str(ckpt), "run": run.name, "step": step_of(ckpt)})
     return found

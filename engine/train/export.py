@@ -9,10 +9,11 @@ from typing import Any
 from engine.config.train import TrainConfig
 from engine.core.errors import InputError, VoxshardError
 from engine.core.events import Emitter, EventCallback, as_emitter
+from engine.core.kinds import Tier
 from engine.core.storage import user_path
 from engine.data.dataset import VoiceData
 from engine.layout.run import pick_run
-from engine.layout.tiers import TIER_ADAPTER, run_adapter_dir
+from engine.layout.tiers import run_adapter_dir
 from engine.layout.voice import open_voice
 from engine.model.adapter import AdapterRequest, export_adapter
 from engine.model.checkpoint_weights import checkpoint_tensors, trained_weights
@@ -77,7 +78,7 @@ def export(voice: str | Path, out_dir: Path, *, run: str | None = None, step: in
             overwrite=user_path(out_dir) == user_path(run_adapter_dir(v.path, run_dir.name)))
         emitter.artifact(str(out), "adapter")
         return {"out_dir": str(out), "run": run_dir.name, "checkpoint": ckpt.name,
-                "speaker": speaker, "tier": TIER_ADAPTER,
+                "speaker": speaker, "tier": Tier.ADAPTER,
                 "summary": f"Exported {run_dir.name}/{ckpt.name} as the adapter voice "
                            f"'{speaker}' on {cfg.model.base} to {out}."}
     # the rest of the tensors come from the base (export_custom_voice)

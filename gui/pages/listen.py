@@ -45,9 +45,9 @@ from engine.config.schema import flag_of, lookup
 from engine.config.speak import available_formats
 from engine.core.atomic import write_json
 from engine.core.errors import VoxshardError
+from engine.core.kinds import ServedKind, Tier, VoiceKind
 from engine.layout.exports import new_comparison_dir, new_render_path
 from engine.layout.manifest import row_is_usable
-from engine.layout.tiers import TIER_ADAPTER, TIER_INSTANT
 from engine.synth.render import write_audio
 from gui.context import AppContext
 from gui.jobs import EngineJob
@@ -289,37 +289,39 @@ class ListenPage(SnapshotPage):
         self.source.clear()
         voice = self.voice
         if voice is not None and snap is not None:
+            # each entry's kind: one tier of the voice named on its own (as a server names
+            # it), a checkpoint, or the zero-shot preview; a render's record keeps the word
             for export in reversed(snap.exports):
-                self.source.addItem(f"Exported: {export.name}", {"kind": "export",
+                self.source.addItem(f"Exported: {export.name}", {"kind": ServedKind.EXPORT,
                                                                   "path": str(export.path)})
             tiers = list(snap.summary.get("tiers") or [])
             # adapter and instant voices sit on a base: switching among them (and the
             # checkpoints and zero-shot of that base) swaps them in the warm worker's model
-            for tier in (t for t in tiers if t["tier"] == TIER_ADAPTER):
+            for tier in (t for t in tiers if t["tier"] == Tier.ADAPTER):
                 self.source.addItem(f"Adapter voice: {tier['name']}",
-                                    {"kind": TIER_ADAPTER, "path": str(tier["path"])})
+                                    {"kind": ServedKind.ADAPTER, "path": str(tier["path"])})
             for run in reversed(snap.runs):
                 best = run.best_step
                 if best is not None and best not in run.checkpoint_steps:
                     # training pruned it: the evaluation's copy under best/ speaks
                     self.source.addItem(best_label(run.name, best),
-                                        {"kind": "checkpoint", "path": str(run.best),
+                                        {"kind": VoiceKind.CHECKPOINT, "path": str(run.best),
                                          "run": run.name})
                 for ckpt, step in zip(reversed(run.checkpoints),
                                       reversed(run.checkpoint_steps), strict=True):
                     self.source.addItem(best_label(run.name, step) if step == best
                                         else f"Checkpoint: {run.name} · step {step}",
-                                        {"kind": "checkpoint", "path": str(ckpt),
+                                        {"kind": VoiceKind.CHECKPOINT, "path": str(ckpt),
                                          "run": run.name})
-            for tier in (t for t in tiers if t["tier"] == TIER_INSTANT):
+            for tier in (t for t in tiers if t["tier"] == Tier.INSTANT):
                 # no base known yet (none recorded, no run): it speaks on the Base field's
                 self.source.addItem("Instant voice (its reference clip, no training)"
                                     if tier["base"] else
                                     "Instant voice on the Base model (no training)",
-                                    {"kind": TIER_INSTANT, "path": str(tier["path"]),
+                                    {"kind": ServedKind.INSTANT, "path": str(tier["path"]),
                                      "base": tier["base"]})
             self.source.addItem("Zero-shot preview (base model + a reference clip)",
-                                {"kind": "zero_shot"})
+                                {"kind": VoiceKind.ZERO_SHOT})
             if current is not None:
                 for i in range(self.source.count()):
                     if self.source.itemData(i) == current:
@@ -365,9 +367,10 @@ class ListenPage(SnapshotPage):
     def _fill_styles(self) -> None:
         """The chosen source's trained styles in the list (the engine reads them from its
         records), what was typed kept."""
-        src = self.source.currentData() or {"kind": "zero_shot"}
+        src = self.source.currentData() or {"kind": VoiceKind.ZERO_SHOT}
         # a zero-shot or instant voice clones on a Base model: no folder of its own trained
-        folder = src.get("path") if src["kind"] not in ("zero_shot", TIER_INSTANT) else None
+        folder = src.get("path") if src["kind"] not in (VoiceKind.ZERO_SHOT,
+                                                     ServedKind.INSTANT) else None
         found = source_styles(folder)
         typed = self.style.currentText()
         self.style.blockSignals(True)
@@ -409,12 +412,13 @@ class ListenPage(SnapshotPage):
     def voice_spec(self) -> dict[str, Any]:
         """What the speech worker loads for the chosen source (a `load` request)."""
         assert self.voice is not None
-        src = self.source.currentData() or {"kind": "zero_shot"}
-        if src["kind"] == TIER_INSTANT and not src.get("base"):
+        src = self.source.currentData() or {"kind": VoiceKind.ZERO_SHOT}
+        if src["kind"] == ServedKind.INSTANT and not src.get("base"):
             # an instant voice that knows no base speaks on the one the Base field names
             # (the engine records it: the voice then speaks on it everywhere)
             return {"voice": src["path"], "base": self.base.currentText().strip() or None}
-        if src["kind"] in ("export", "checkpoint", TIER_ADAPTER, TIER_INSTANT):
+        if src["kind"] in (ServedKind.EXPORT, VoiceKind.CHECKPOINT, ServedKind.ADAPTER,
+                          ServedKind.INSTANT):
             # a checkpoint, adapter or instant folder speaks directly; the engine finds
             # its base model
             return {"voice": src["path"]}
@@ -434,8 +438,8 @@ class ListenPage(SnapshotPage):
         if self.snap is None:  # the sources are not known yet (Ctrl+Enter skips the button)
             self.ctx.status.emit("Still reading the voice; speak again in a moment.")
             return None
-        src = self.source.currentData() or {"kind": "zero_shot"}
-        if src["kind"] == "zero_shot" and self._engine_reference() is None:
+        src = self.source.currentData() or {"kind": VoiceKind.ZERO_SHOT}
+        if src["kind"] == VoiceKind.ZERO_SHOT and self._engine_reference() is None:
             show_error(self, "No reference clip", "The zero-shot preview needs a prepared clip.",
                        "Record or import some audio and run Prepare first.")
             return None
@@ -530,7 +534,8 @@ class ListenPage(SnapshotPage):
         self.last_render = out
         meta = out.with_suffix(".json")
         if not meta.exists():
-            label = self.source.currentText() if src["kind"] != "zero_shot" else "Zero-shot"
+            label = (self.source.currentText() if src["kind"] != VoiceKind.ZERO_SHOT
+                     else "Zero-shot")
             write_json(meta, {"text": text, "model": label, "source": src, "style": style,
                               "duration_s": result.get("duration_s"),
                               "created": time.strftime("%Y-%m-%d %H:%M:%S")})

@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
 
 from engine.catalog import VoiceEntry, VoiceSnapshot
 from engine.core.errors import VoxshardError
+from engine.core.kinds import TIER_PREFERENCE, Tier
 from engine.layout.prompts import languages_with_prompts
-from engine.layout.tiers import TIER_ADAPTER, TIER_FULL, TIER_INSTANT
 from engine.layout.voice import open_voice
 from gui.context import AppContext
 from gui.jobs import EngineJob
@@ -79,10 +79,6 @@ def next_steps(snap: VoiceSnapshot) -> str:
             "again to make it better.")
 
 
-#: the order the Voices page names a voice's tiers in: what it speaks with first leads
-TIER_ORDER = (TIER_FULL, TIER_ADAPTER, TIER_INSTANT)
-
-
 def tiers_text(tiers: list[dict[str, Any]]) -> str:
     """What a voice speaks with, one line per tier: its size on disk and its base model
     (the catalog's `list_tiers`: instant, adapter and full voices)."""
@@ -92,11 +88,11 @@ def tiers_text(tiers: list[dict[str, Any]]) -> str:
     lines = []
     # what the voice speaks with first (a full voice, then an adapter) leads; the instant
     # voice, what it speaks with before any training, comes last
-    for t in sorted(tiers, key=lambda t: TIER_ORDER.index(t["tier"])
-                    if t["tier"] in TIER_ORDER else len(TIER_ORDER)):
-        name = "" if t["tier"] == TIER_INSTANT else f" {t['name']}"
+    for t in sorted(tiers, key=lambda t: TIER_PREFERENCE.index(t["tier"])
+                    if t["tier"] in TIER_PREFERENCE else len(TIER_PREFERENCE)):
+        name = "" if t["tier"] == Tier.INSTANT else f" {t['name']}"
         base = f", on {Path(t['base']).name or t['base']}" if t.get("base") else ""
-        if t["tier"] == TIER_INSTANT and not t.get("base"):
+        if t["tier"] == Tier.INSTANT and not t.get("base"):
             # it cannot speak until a base is known: the one thing to do, in the window
             base = " (no base model yet: choose one in Listen's Base field and speak it)"
         lines.append(f"{t['tier']}{name}: {_size(int(t['size_bytes']))}{base}")

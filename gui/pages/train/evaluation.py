@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engine.core.errors import WorkspaceError
+from engine.core.kinds import VoiceKind
 from engine.layout.run import Run
 from engine.prepare.styles import styles_obeyed
 from gui.metrics import MetricsStore, Series
@@ -26,7 +28,10 @@ FORMAT = 1
 
 def catalog_evaluation(run_dir: Path) -> dict[str, Any] | None:
     """The run's evaluation, or None when it has none (or one this app cannot read)."""
-    data = Run(Path(run_dir)).evaluation()
+    try:
+        data = Run(Path(run_dir)).evaluation()
+    except WorkspaceError:
+        return None  # written by another version: it names a kind of voice this one lacks
     if data is None or data.get("format") != FORMAT \
             or not isinstance(data.get("entries"), list):
         return None
@@ -36,7 +41,7 @@ def catalog_evaluation(run_dir: Path) -> dict[str, Any] | None:
 def evaluation_summary(data: dict[str, Any]) -> str:
     """One line: what was measured, the best checkpoint, the baseline, what was skipped."""
     entries = data.get("entries") or []
-    ckpts = [e for e in entries if e.get("kind") == "checkpoint"]
+    ckpts = [e for e in entries if e.get("kind") == VoiceKind.CHECKPOINT]
     count = data.get("count") or {}
     written = count.get("written") if isinstance(count.get("written"), int) else None
     parts = [f"Evaluation: {len(ckpts)} of {max(written, len(ckpts))} checkpoints measured"
@@ -48,7 +53,7 @@ def evaluation_summary(data: dict[str, Any]) -> str:
             f"similarity {sim:.3f}" if isinstance(sim, int | float) else "",
             f"word errors {wer:.0%}" if isinstance(wer, int | float) else "") if x)
         parts.append(f"best {best['label']}" + (f" ({figures})" if figures else ""))
-    zero = next((e for e in entries if e.get("kind") == "zero_shot"), None)
+    zero = next((e for e in entries if e.get("kind") == VoiceKind.ZERO_SHOT), None)
     zsim = ((zero or {}).get("mean") or {}).get("similarity")
     if isinstance(zsim, int | float):
         parts.append(f"zero-shot clone {zsim:.3f}")
@@ -69,21 +74,22 @@ def style_lines(data: dict[str, Any]) -> list[tuple[int, str]]:
     trained with styles, by step; none for a run without."""
     return [(e["step"], f"step {e['step']}: {styles_obeyed(e['styles'])}")
             for e in sorted((e for e in data.get("entries") or []
-                             if e.get("kind") == "checkpoint" and isinstance(e.get("step"), int)
+                             if e.get("kind") == VoiceKind.CHECKPOINT
+                             and isinstance(e.get("step"), int)
                              and isinstance(e.get("styles"), dict)), key=lambda e: e["step"])]
 
 
 def measured_steps(data: dict[str, Any]) -> list[int]:
     """The checkpoint steps the evaluation measured, in order."""
     return sorted({e["step"] for e in data.get("entries") or []
-                   if e.get("kind") == "checkpoint" and isinstance(e.get("step"), int)})
+                   if e.get("kind") == VoiceKind.CHECKPOINT and isinstance(e.get("step"), int)})
 
 
 def put_quality(store: MetricsStore, data: dict[str, Any]) -> None:
     """The evaluation's figures into `store`: one point per measured checkpoint by step,
     replacing what was drawn before; the zero-shot clone's similarity as the baseline.
     The run's step counter stays where training put it."""
-    entries = sorted((e for e in data.get("entries") or [] if e.get("kind") == "checkpoint"
+    entries = sorted((e for e in data.get("entries") or [] if e.get("kind") == VoiceKind.CHECKPOINT
                       and isinstance(e.get("step"), int)), key=lambda e: e["step"])
     for key, figure in QUALITY_SERIES.items():
         old = store.series.pop(key, None)
@@ -98,7 +104,8 @@ def put_quality(store: MetricsStore, data: dict[str, Any]) -> None:
         # a chart redraws a series whose version moved: never the one it drew last
         series.version += old.version + 1 if old is not None else 0
         store.latest[key] = points[-1][1]
-    zero = next((e for e in data.get("entries") or [] if e.get("kind") == "zero_shot"), None)
+    zero = next((e for e in data.get("entries") or []
+                 if e.get("kind") == VoiceKind.ZERO_SHOT), None)
     sim = ((zero or {}).get("mean") or {}).get("similarity")
     if isinstance(sim, int | float):
         store.latest[ZERO_SHOT] = float(sim)
