@@ -47,7 +47,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from engine.cluster import connect
 from engine.core.errors import ClusterError, ModelError
 from engine.core.events import EventCallback, as_emitter
-from engine.core.storage import as_location, expand_arg, rmtree, run_location, storage_arg
+from engine.core.storage import (
+    Location,
+    as_location,
+    expand_arg,
+    rmtree,
+    run_location,
+    storage_arg,
+)
 from engine.layout.exports import is_model_folder
 from engine.layout.manifest import CODES_INDEX, prepared_folder
 from engine.layout.voice import open_voice
@@ -343,6 +350,73 @@ def check_node(storage: str | None, model_dir: str | None, model_spec: str | Non
             "storage": storage_note, "model": model_note}
 
 
+def _storage_folder(storage: str | None, token: str) -> Path | Location | None:
+    """This check's folder in the storage, with the driver's token written; None without
+    a storage. A storage this machine cannot write to is a ClusterError."""
+    if not storage:
+        return None
+    folder = as_location(storage) / PREFLIGHT_DIR / token
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "driver").write_text(token)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ClusterError(f"This machine cannot write to the storage {storage} "
+                           f"({type(exc).__name__}{': ' + first if first else ''}).",
+                           "Check the folder or bucket and its credentials (for s3:// "
+                           "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL).",
+                           ) from exc
+    return folder
+
+
+def _node_report(node: dict[str, Any], ref: Any, answered: bool, timeout_s: float,
+                 driver_node: str) -> NodeReport:
+    """One node's row: its task's answer, or why there is none."""
+    res = node.get("Resources", {})
+    rep = NodeReport(node_id=node["NodeID"], hostname=node.get("NodeManagerHostname", "?"),
+                     address=node.get("NodeManagerAddress", "?"),
+                     driver_node=node["NodeID"] == driver_node)
+    if not answered:
+        ray.cancel(ref, force=True)
+        rep.problems.append(f"did not answer within {timeout_s:.0f} s (no worker could start "
+                            "there: check its Python environment and logs)")
+    else:
+        try:
+            out = ray.get(ref)
+            rep.facts = out["facts"]
+            rep.hostname = out["facts"].get("hostname", rep.hostname)
+            rep.problems, rep.notes = out["problems"], out["notes"]
+            rep.storage, rep.model = out["storage"], out["model"]
+        except Exception as exc:
+            rep.problems.append(f"the check failed: {str(exc).strip().splitlines()[-1]}")
+    rep.facts["gpus"] = float(res.get("GPU", 0.0))
+    rep.facts["cpus"] = float(res.get("CPU", 0.0))
+    return rep
+
+
+def _check_shared(rep: NodeReport, folder: Path | Location | None,
+                  storage: str | None) -> None:
+    """The driver sees what the node wrote: the same storage, both ways."""
+    if folder is None or rep.problems or not rep.storage:
+        return
+    try:
+        if (folder / f"node-{rep.node_id}").read_text().strip() != rep.node_id:
+            raise ValueError("differs")
+    except Exception:
+        rep.problems.append(f"what this node wrote to {storage} is not visible from the "
+                            "driver: the storage is not shared")
+
+
+def _remove_folder(folder: Path | Location | None) -> None:
+    """This check's folder gone (and the preflight folder with it when it held no other)."""
+    if folder is None:
+        return
+    try:
+        rmtree(folder.parent if len(list(folder.parent.iterdir())) <= 1 else folder)
+    except Exception:
+        pass
+
+
 def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | None = None,
                   *, timeout_s: float = DEFAULT_TIMEOUT_S,
                   on_event: EventCallback | None = None) -> PreflightReport:
@@ -350,19 +424,7 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
     emitter = as_emitter(on_event)
     t0 = time.monotonic()
     token = uuid.uuid4().hex
-    folder = None
-    if storage:
-        folder = as_location(storage) / PREFLIGHT_DIR / token
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "driver").write_text(token)
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ClusterError(f"This machine cannot write to the storage {storage} "
-                               f"({type(exc).__name__}{': ' + first if first else ''}).",
-                               "Check the folder or bucket and its credentials (for s3:// "
-                               "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL).",
-                               ) from exc
+    folder = _storage_folder(storage, token)
     driver = node_facts()
     driver_node = ray.get_runtime_context().get_node_id()
     nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -377,39 +439,10 @@ def run_preflight(storage: str | None, model_dir: str | None, model_spec: str | 
     reports = []
     for n in nodes:
         ref = refs[n["NodeID"]]
-        res = n.get("Resources", {})
-        rep = NodeReport(node_id=n["NodeID"], hostname=n.get("NodeManagerHostname", "?"),
-                         address=n.get("NodeManagerAddress", "?"),
-                         driver_node=n["NodeID"] == driver_node)
-        if ref not in ready:
-            ray.cancel(ref, force=True)
-            rep.problems.append(f"did not answer within {timeout_s:.0f} s (no worker could start "
-                                "there: check its Python environment and logs)")
-        else:
-            try:
-                out = ray.get(ref)
-                rep.facts = out["facts"]
-                rep.hostname = out["facts"].get("hostname", rep.hostname)
-                rep.problems, rep.notes = out["problems"], out["notes"]
-                rep.storage, rep.model = out["storage"], out["model"]
-            except Exception as exc:
-                rep.problems.append(f"the check failed: {str(exc).strip().splitlines()[-1]}")
-        rep.facts["gpus"] = float(res.get("GPU", 0.0))
-        rep.facts["cpus"] = float(res.get("CPU", 0.0))
-        if folder is not None and not rep.problems and rep.storage:
-            # the driver sees what the node wrote: the same storage, both ways
-            try:
-                if (folder / f"node-{rep.node_id}").read_text().strip() != rep.node_id:
-                    raise ValueError("differs")
-            except Exception:
-                rep.problems.append(f"what this node wrote to {storage} is not visible from the "
-                                    "driver: the storage is not shared")
+        rep = _node_report(n, ref, ref in ready, timeout_s, driver_node)
+        _check_shared(rep, folder, storage)
         reports.append(rep)
-    if folder is not None:
-        try:
-            rmtree(folder.parent if len(list(folder.parent.iterdir())) <= 1 else folder)
-        except Exception:
-            pass
+    _remove_folder(folder)
     report = PreflightReport(reports, storage or "(none)", model_spec or model_dir or "(none)",
                              time.monotonic() - t0)
     # the table once for a person (the CLI's result shows it too when all is well)
