@@ -224,52 +224,63 @@ class SpeechWorker:
         req = job.request
         op = req["op"]
         if op == "ping":
-            raise _Done({"pong": True, "loaded": self._synth is not None,
-                         "batching": None if self._batcher is None else {
-                             "rows": self._batcher.size, "refills": self._batcher.refills,
-                             "frames": self._batcher.frames_run}})
+            raise _Done(self._ping())
         if op == "load":
-            voice = req.get("voice")
-            if not voice:
-                raise InputError("The load request has no voice.", "Add \"voice\": PATH.")
-            self._drain()  # speech asked of the previous voice is finished with it
-            try:
-                source = resolve_source(voice, checkpoint=req.get("checkpoint"),
-                                        reference=req.get("reference"),
-                                        speaker=req.get("speaker"), base=req.get("base"),
-                                        reference_text=req.get("reference_text"),
-                                        x_vector_only=bool(req.get("x_vector_only", False)))
-                same_base = (self._synth is not None and source.kind != VoiceKind.CUSTOM_VOICE
-                             and self._synth.source.kind != VoiceKind.CUSTOM_VOICE
-                             and source.model_dir == self._synth.source.model_dir)
-                if same_base:
-                    # checkpoint <-> checkpoint <-> zero-shot on one base: swap in place
-                    self._synth.use_source(source, on_event=emitter)
-                else:
-                    self._drop_voice()  # free the old model before loading the next
-                    self._synth = Synthesizer.load(source, device=self._device,
-                                                   dtype=self._dtype, on_event=emitter,
-                                                   quantize=self._quantize, fuse=self._fuse)
-            except BaseException as exc:
-                # never let the previous voice answer requests meant for this one
-                self._drop_voice()
-                self._load_error = getattr(exc, "message", None) or str(exc)
-                raise
-            self._load_error = None
-            if self._batcher is not None:
-                # same base, swapped in place: the old batcher's thread and caches go
-                # now (it is idle: drained above), never left beside the new one
-                self._batcher.close()
-            self._batcher = ContinuousBatcher(self._synth, rows=self._rows)
-            self._batcher.prepare()  # CUDA: frame graphs captured now, not mid-request
-            raise _Done({"loaded": source.to_dict(),
-                         "languages": ["auto", *self._synth.languages],
-                         "summary": f"Loaded {source.label}"})
+            raise _Done(self._load(req, emitter))
         if op == "voice":
             self._add_voice(req, emitter)
         if op == "forget":
             self._forget(req)
-        # speak
+        return self._speak(job, emitter)
+
+    def _ping(self) -> dict[str, Any]:
+        return {"pong": True, "loaded": self._synth is not None,
+                "batching": None if self._batcher is None else {
+                    "rows": self._batcher.size, "refills": self._batcher.refills,
+                    "frames": self._batcher.frames_run}}
+
+    def _load(self, req: dict[str, Any], emitter: Emitter) -> dict[str, Any]:
+        """Load the request's voice (swapped in place on the same base), and a new batcher
+        for it; what was loaded."""
+        voice = req.get("voice")
+        if not voice:
+            raise InputError("The load request has no voice.", "Add \"voice\": PATH.")
+        self._drain()  # speech asked of the previous voice is finished with it
+        try:
+            source = resolve_source(voice, checkpoint=req.get("checkpoint"),
+                                    reference=req.get("reference"),
+                                    speaker=req.get("speaker"), base=req.get("base"),
+                                    reference_text=req.get("reference_text"),
+                                    x_vector_only=bool(req.get("x_vector_only", False)))
+            same_base = (self._synth is not None and source.kind != VoiceKind.CUSTOM_VOICE
+                         and self._synth.source.kind != VoiceKind.CUSTOM_VOICE
+                         and source.model_dir == self._synth.source.model_dir)
+            if same_base:
+                # checkpoint <-> checkpoint <-> zero-shot on one base: swap in place
+                self._synth.use_source(source, on_event=emitter)
+            else:
+                self._drop_voice()  # free the old model before loading the next
+                self._synth = Synthesizer.load(source, device=self._device,
+                                               dtype=self._dtype, on_event=emitter,
+                                               quantize=self._quantize, fuse=self._fuse)
+        except BaseException as exc:
+            # never let the previous voice answer requests meant for this one
+            self._drop_voice()
+            self._load_error = getattr(exc, "message", None) or str(exc)
+            raise
+        self._load_error = None
+        if self._batcher is not None:
+            # same base, swapped in place: the old batcher's thread and caches go
+            # now (it is idle: drained above), never left beside the new one
+            self._batcher.close()
+        self._batcher = ContinuousBatcher(self._synth, rows=self._rows)
+        self._batcher.prepare()  # CUDA: frame graphs captured now, not mid-request
+        return {"loaded": source.to_dict(), "languages": ["auto", *self._synth.languages],
+                "summary": f"Loaded {source.label}"}
+
+    def _speak(self, job: _Job, emitter: Emitter) -> bool:
+        """The request checked and handed to the batcher, which ends the job."""
+        req = job.request
         if self._synth is None:
             if self._load_error:
                 raise InputError(f"No voice is loaded: the last load failed "
@@ -286,7 +297,6 @@ class SpeechWorker:
         fmt = audio_format(str(out), req.get("format"))
         named = req.get("voice")
         voice = self._synth.voice(str(named)) if named else None
-        stream = bool(req.get("stream"))
         self._say_instruction(options, voice, emitter)
         split_text(text, options.chunk_chars)  # bad text fails now, in order
         self._synth._language_id(options.language)
@@ -295,7 +305,7 @@ class SpeechWorker:
         self._batcher.submit(BatchRequest(
             rid=str(req.get("id", "")), text=text, out=str(out), fmt=fmt, options=options,
             emitter=emitter, done=lambda result, exc, job=job: self._end(job, result, exc),
-            voice=voice, stream=stream))
+            voice=voice, stream=bool(req.get("stream"))))
         if job.cancel.is_set():
             self._batcher.cancel(str(req.get("id", "")))
         return True
