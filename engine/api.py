@@ -97,7 +97,8 @@ def prepare(voice: Any, on_event: EventCallback | Emitter | None = None,
             **options: Any) -> dict[str, Any]:
     """24 kHz mono, loudness, trim, slice, quality report; returns the report.
 
-    `options`: speakers="auto"|"off", speaker_reference=CLIP, denoise=True
+    `options`: speakers="auto"|"off", speaker_reference=CLIP, denoise=True,
+    settings={"target_lufs": -20} (any `PrepareConfig` field, for this prepare)
     (engine.prepare.pipeline.prepare)."""
     from engine.prepare.pipeline import prepare as _prepare
 

@@ -364,6 +364,8 @@ class VoiceSnapshot:
     read_at_ns: int = 0  # wall clock when the signature was taken
     #: the groups of the prompt set chosen to read (Voice.prompt_groups; empty: all)
     prompt_groups: tuple[str, ...] = ()
+    #: the voice's [prepare] settings over the defaults (Voice.prepare_settings)
+    prepare_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def minutes_in_use(self) -> float:
@@ -419,7 +421,7 @@ def snapshot(voice: str | os.PathLike[str], take_cache: TakeCache | None = None
         clips=clips, report=report, runs=runs, exports=exports, renders=renders,
         comparisons=comparisons(v.path), reference=reference_clip(v.path, clips, report),
         base_model=voice_base_model(v.path), prompt_groups=tuple(v.prompt_groups),
-        signature=sig, read_at_ns=read_at)
+        prepare_settings=v.prepare_settings, signature=sig, read_at_ns=read_at)
 
 
 def voice_summary(voice: str | os.PathLike[str]) -> dict[str, Any]:

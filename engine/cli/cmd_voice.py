@@ -10,7 +10,7 @@
     voxshard-engine voice style VOICE CLIP [TEXT | --measured]
     voxshard-engine prompts next VOICE [--count N] [--set NAME]
     voxshard-engine import VOICE FILES_OR_FOLDERS... [--transcripts FILE]
-    voxshard-engine prepare VOICE
+    voxshard-engine prepare VOICE [--target-lufs L ...] [--save-settings]
 
 Each handler is a thin layer over the engine API and returns the result dict;
 its "summary" is what a person sees.
@@ -19,13 +19,14 @@ its "summary" is what a person sees.
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from engine.catalog import list_tiers
 from engine.cli.main import add_command
 from engine.cli.settings import add_field
-from engine.config import VAD_CHOICES, PrepareConfig
+from engine.config import PrepareConfig
 from engine.core.errors import AudioError, InputError, VoxshardError
 from engine.core.events import Emitter
 from engine.layout.manifest import read_manifest
@@ -134,9 +135,15 @@ def _prepare(args: argparse.Namespace, em: Emitter) -> dict[str, Any]:
     if not voice.list_takes() and not voice.problems():
         raise InputError(f"The voice at {voice.path} has no takes yet.",
                          "Record some, or add files with `voxshard-engine import`.")
+    given = {f.name: getattr(args, f.name) for f in fields(PrepareConfig)
+             if getattr(args, f.name) is not None}
+    if args.save_settings and given:
+        voice.update_settings(**given)
+        em.log("Kept as the voice's prepare settings: " + ", ".join(
+            f"{name} {value}" for name, value in given.items()) + ".")
     report = prepare(voice, on_event=em, speakers=args.speakers,
-                     speaker_reference=args.speaker_reference, denoise=args.denoise,
-                     vad=args.vad, speaker_encoder=args.speaker_encoder, base_model=args.base)
+                     speaker_reference=args.speaker_reference, settings=given,
+                     speaker_encoder=args.speaker_encoder, base_model=args.base)
     instant = _save_instant(voice.path, args.base, em)
     return {"report": str(voice.prepared.report), "manifest": str(voice.prepared.manifest),
             "instant": instant, "totals": report["totals"],
@@ -274,9 +281,12 @@ def register(sub: Any) -> None:
                         "runs); without one, the recorded takes or the dominant speaker")
     p.add_argument("--speakers", choices=("auto", "off"), default="auto",
                    help="auto: leave out other speakers and overlapped voices (default)")
-    # both default to the voice's [prepare] settings (PrepareConfig)
-    add_field(p, PrepareConfig, "denoise")
-    add_field(p, PrepareConfig, "vad", choices=VAD_CHOICES)
+    # each defaults to the voice's [prepare] settings (PrepareConfig)
+    for f in fields(PrepareConfig):
+        add_field(p, PrepareConfig, f.name)
+    p.add_argument("--save-settings", action="store_true",
+                   help="keep the settings given here as the voice's own ([prepare] of its "
+                        "voice.toml), for later prepares and the window")
     p.add_argument("--speaker-encoder", choices=("resemblyzer", "model"),
                    default="resemblyzer",
                    help="embedding that tells speakers apart: resemblyzer (default) or "

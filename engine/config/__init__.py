@@ -45,7 +45,7 @@ class PrepareConfig:
     #: longer clips train badly)
     max_clip_s: float = setting(15.0, label="Longest clip", unit="s", at_most=30)
     #: clips with a lower signal-to-noise estimate are unusable (dB)
-    min_snr_db: float = setting(15.0, label="Lowest signal-to-noise", unit="dB", at_least=0)
+    min_snr_db: float = setting(15.0, label="Lowest SNR", unit="dB", at_least=0)
     #: files longer than this are refused from their header, never decoded (minutes)
     max_file_minutes: float = setting(60.0, label="Longest file", unit="min", above=0)
     #: usable minutes the quality report measures a voice against

@@ -350,16 +350,27 @@ class Voice:
         self.config["voice"]["language"] = _check_language(language)
         self._save_config()
 
-    def update_settings(self, **values: Any) -> None:
-        unknown = set(values) - set(DEFAULT_PREPARE_SETTINGS)
+    def prepare_config_with(self, given: Mapping[str, Any]) -> PrepareConfig:
+        """The settings of one prepare: `given` (the request's, by field name) over the
+        voice's [prepare] over the defaults; InputError names a refused setting."""
+        unknown = set(given) - set(DEFAULT_PREPARE_SETTINGS)
         if unknown:
-            raise InputError(f"Unknown prepare setting(s): {', '.join(sorted(unknown))}.")
+            raise InputError(f"Unknown prepare setting(s): {', '.join(sorted(unknown))}.",
+                             f"Known: {', '.join(DEFAULT_PREPARE_SETTINGS)}.")
         try:
-            PrepareConfig.from_dict({**self.prepare_settings, **values})
+            return PrepareConfig.from_dict({**self.prepare_settings, **given})
         except SettingError as exc:  # the setting as data: each surface names it its way
+            if exc.path.rpartition(".")[2] not in given:  # voice.toml's own value
+                raise WorkspaceError(f"{self.voice_file} has an invalid [prepare] setting: "
+                                     f"{exc}.", "Fix or remove that line of voice.toml.",
+                                     ) from exc
             raise exc.as_input() from exc
         except ValueError as exc:
             raise InputError(f"Invalid prepare setting: {exc}.") from exc
+
+    def update_settings(self, **values: Any) -> None:
+        """Keep `values` as the voice's [prepare] settings (checked first)."""
+        self.prepare_config_with(values)
         self.config.setdefault("prepare", {}).update(values)
         self._save_config()
 

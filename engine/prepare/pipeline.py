@@ -34,6 +34,7 @@ import os
 import shutil
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +256,8 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,  # no
             speaker_reference: str | os.PathLike[str] | None = None,
             denoise: bool | None = None, vad: str | None = None,
             speaker_encoder: str = "resemblyzer",
-            base_model: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+            base_model: str | os.PathLike[str] | None = None,
+            settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Prepare every take of `voice`; returns the voice report (also in report.json).
 
     `cancel`: optional callable returning True when the user asked to stop.
@@ -268,7 +270,8 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,  # no
     similarity and recognised words do not get worse (engine/prepare/denoise_judge.py).
     `vad`: "silero" or the "energy" fallback (engine/audio/vad.py). `denoise` and
     `vad` (None: as the voice's [prepare] settings, `PrepareConfig`, say) override
-    the voice's settings for this run.
+    the voice's settings for this run, as does each of `settings` ({field: value} of
+    `PrepareConfig`, e.g. {"target_lufs": -20}); the voice's voice.toml is not changed.
     `speaker_encoder`: the embedding that decides who speaks: "resemblyzer" (the
     default) or "model", the speaker encoder of the Qwen3-TTS Base model `base_model`
     (a folder or a hub id already on this machine; default the standard Base model).
@@ -276,6 +279,9 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,  # no
     if vad is not None and vad not in VAD_METHODS:
         raise InputError(f"Unknown voice activity detector {vad!r}.",
                          f"Use one of: {', '.join(VAD_METHODS)}.")
+    given = {**(settings or {}), **({} if denoise is None else {"denoise": denoise}),
+             **({} if vad is None else {"vad": vad})}
+    cfg = voice.prepare_config_with(given)  # refused before anything is written
     if speakers not in ("auto", "off"):
         raise InputError(f"Unknown speakers mode {speakers!r}.", "Use 'auto' or 'off'.")
     _refuse_without_takes(voice)  # before anything is written
@@ -283,7 +289,7 @@ def prepare(voice: Voice, on_event: EventCallback | Emitter | None = None,  # no
     if speaker_reference is not None:
         set_speaker_reference(voice, Path(speaker_reference))
     with prepare_lock(voice.prepared):
-        return _prepare(voice, on_event, cancel, speakers, denoise, vad, encoder)
+        return _prepare(voice, on_event, cancel, cfg, speakers, encoder)
 
 
 def _refuse_without_takes(voice: Voice) -> None:
@@ -312,17 +318,12 @@ def _speaker_encoder(name: str, base_model: str | os.PathLike[str] | None) -> An
 
 
 def _prepare(voice: Voice, on_event: EventCallback | Emitter | None, cancel: Any,
-             speakers: str = "auto", denoise: bool | None = None,
-             vad: str | None = None, encoder: Any = None) -> dict[str, Any]:
+             cfg: PrepareConfig, speakers: str = "auto", encoder: Any = None
+             ) -> dict[str, Any]:
     em = as_emitter(on_event)
     t0 = time.perf_counter()
     takes = voice.list_takes()
     enrol = Enrolment(voice, takes, encoder) if speakers == "auto" else None
-    cfg = voice.prepare_config
-    if denoise is not None:
-        cfg = dataclasses.replace(cfg, denoise=denoise)
-    if vad is not None:
-        cfg = dataclasses.replace(cfg, vad=vad)
     settings = settings_record(cfg, enrol.key if enrol is not None else "off")
     prepared = voice.prepared
     em.state("preparing", detail=f"{len(takes)} takes")

@@ -11,6 +11,7 @@ from typing import Any
 from PySide6.QtCore import QModelIndex, QRect, QSize, Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QCheckBox,
     QGridLayout,
     QHeaderView,
     QLabel,
@@ -31,6 +32,7 @@ from engine.prepare.target import write_decision
 from gui.context import AppContext
 from gui.jobs import EngineJob
 from gui.pages.base import SnapshotPage
+from gui.settings_form import SettingField
 from gui.widgets import Card, StatCard, button, hbox
 
 # What a person can do about each issue code (engine/audio/checks.py codes).
@@ -62,6 +64,10 @@ WHAT_TO_DO = {
     "music_bed": "Music under the speech: use parts without music, or another recording.",
     "denoised": "Background noise was reduced where it helped (see the numbers).",
 }
+
+#: the prepare settings the page offers (the others stay the voice's: `prepare --set`)
+PREPARE_FIELDS = ("target_lufs", "peak_dbfs", "vad", "denoise", "min_clip_s", "max_clip_s",
+                  "min_snr_db")
 
 #: who was heard, in the report's words (engine/prepare/speakers.py)
 HEARD = {"target": "this voice", "another speaker": "another speaker",
@@ -107,6 +113,7 @@ class PreparePage(SnapshotPage):
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
         super().__init__(ctx, parent)
         self.job: EngineJob | None = None
+        self._snapshot: VoiceSnapshot | None = None
         self._shown: tuple[Path | None, dict[str, Any] | None] = (None, None)
         self.run_btn = button("Prepare now", "prepare", primary=True, slot=self.run)
         self.cancel_btn = button("Cancel", "stop", slot=self.cancel)
@@ -118,6 +125,7 @@ class PreparePage(SnapshotPage):
         self.state.setWordWrap(True)
         self.state.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         self.outer.addWidget(hbox(self.run_btn, self.cancel_btn, self.state))
+        self._build_settings()
         self.progress = QProgressBar()
         self.progress.setValue(0)
         self.progress.hide()  # only while preparing: never "0%" above a finished report
@@ -126,6 +134,44 @@ class PreparePage(SnapshotPage):
         self._build_report()
         self._build_lists()
         self._slice_buttons()
+
+    def _build_settings(self) -> None:
+        """The voice's prepare settings a person changes, as the schema's fields (range,
+        unit, help): shown as the voice keeps them; a change is sent with the next
+        prepare and kept as the voice's (`prepare --save-settings`)."""
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(8)
+        self.settings = {name: SettingField(PrepareConfig, name, decimals=1)
+                         for name in PREPARE_FIELDS}
+        for i, field in enumerate(self.settings.values()):
+            row, column = divmod(i, 4)
+            if isinstance(field.widget, QCheckBox):  # a switch carries its own label
+                grid.addWidget(field.widget, row, 2 * column, 1, 2)
+            else:
+                grid.addWidget(QLabel(field.label), row, 2 * column)
+                grid.addWidget(field.widget, row, 2 * column + 1)
+        for column in range(1, 8, 2):  # the fields share the width, the labels fit theirs
+            grid.setColumnStretch(column, 1)
+        box = QWidget()
+        box.setLayout(grid)
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.outer.addWidget(box)
+
+    def settings_args(self) -> list[str]:
+        """The flags of the fields that differ from the voice's settings, then
+        `--save-settings` (none: the voice's own settings are used as they are)."""
+        kept = self._snapshot.prepare_settings if self._snapshot is not None else {}
+        args = [arg for name, field in self.settings.items()
+                if field.value() != kept.get(name, field.default)
+                for arg in field.args(always=True)]
+        return [*args, "--save-settings"] if args else []
+
+    def _show_settings(self, snap: VoiceSnapshot | None) -> None:
+        if snap is None or (self._snapshot is not None and self._snapshot.path == snap.path
+                            and self._snapshot.prepare_settings == snap.prepare_settings):
+            return  # the same voice's same settings: a value being edited stays
+        for name, field in self.settings.items():
+            field.set_value(snap.prepare_settings.get(name, field.default))
 
     def _build_report(self) -> None:
         """The report's figures and what to do."""
@@ -198,7 +244,7 @@ class PreparePage(SnapshotPage):
     def run(self) -> EngineJob | None:
         if self.voice is None or self.job is not None:
             return None
-        job = self.start_job(["prepare", str(self.voice)], "Prepare")
+        job = self.start_job(["prepare", str(self.voice), *self.settings_args()], "Prepare")
         self.job = job
         self.progress.setRange(0, 0)
         self.progress.show()
@@ -241,6 +287,8 @@ class PreparePage(SnapshotPage):
         self.cancel_btn.setEnabled(self.job is not None)
 
     def _show_snapshot(self, snap: VoiceSnapshot | None) -> None:
+        self._show_settings(snap)
+        self._snapshot = snap
         self._buttons()
         self.show_report(snap.report if snap is not None else None)
 
