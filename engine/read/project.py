@@ -280,6 +280,15 @@ def _use_takes(planned: PlannedLine, project: Path) -> None:
     planned.chosen = chosen if chosen in planned.seeds else None
 
 
+def reread_line(plan: Plan, number: int) -> PlannedLine:
+    """Line `number` with its takes re-read from disk (what a finished take changed),
+    the rest of the plan as it was: a render's progress is shown line by line without
+    planning the whole book again."""
+    planned = plan.line(number)
+    _use_takes(planned, plan.project)
+    return planned
+
+
 def own_takes(plan: Plan, planned: PlannedLine) -> None:
     """Make a line that kept another model's takes use its own (a new take of it is
     the model's its voice speaks with now)."""

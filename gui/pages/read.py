@@ -40,11 +40,13 @@ from engine.core.errors import VoxshardError
 from engine.layout import reading
 from engine.read.project import (
     Plan,
+    PlannedLine,
     best_take,
     choose,
     flagged_lines,
     line_flagged,
     make_plan,
+    reread_line,
 )
 from engine.read.pronounce import add_respelling
 from engine.serve.voices import discover
@@ -287,21 +289,7 @@ class ReadPage(Page):
         if plan is None:
             return
         for row, planned in enumerate(plan.lines):
-            line = planned.line
-            cells = [str(line.number), plan.script.chapters[line.chapter].title,
-                     planned.voice.name, line.style or "", line.text,
-                     take_text(plan, line.number)]
-            for column, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                if column == 4:  # the whole line (the column may cut it), and how it is said
-                    item.setToolTip(line.text if planned.spoken == line.text
-                                    else f"Said as: {planned.spoken}")
-                if column == 5 and line_flagged(plan, planned):
-                    item.setIcon(icon("warning"))
-                    item.setToolTip("Every take of this line looped, stayed silent, ran to "
-                                    "its length cap or said other words than its line: "
-                                    "listen to it, or make a new take.")
-                self.table.setItem(row, column, item)
+            self._fill_row(row, planned)
         done = sum(1 for p in plan.lines if p.seeds)
         flagged = flagged_lines(plan)  # the project's, until a good take is used
         if self.job is None:
@@ -312,6 +300,39 @@ class ReadPage(Page):
         if selected is not None:
             self.table.selectRow(selected - 1)
         self._selected()  # the same row kept selected signals nothing: its takes may be new
+
+    def _fill_row(self, row: int, planned: PlannedLine) -> None:
+        plan = self.plan
+        assert plan is not None
+        line = planned.line
+        cells = [str(line.number), plan.script.chapters[line.chapter].title,
+                 planned.voice.name, line.style or "", line.text,
+                 take_text(plan, line.number)]
+        for column, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            if column == 4:  # the whole line (the column may cut it), and how it is said
+                item.setToolTip(line.text if planned.spoken == line.text
+                                else f"Said as: {planned.spoken}")
+            if column == 5 and line_flagged(plan, planned):
+                item.setIcon(icon("warning"))
+                item.setToolTip("Every take of this line looped, stayed silent, ran to "
+                                "its length cap or said other words than its line: "
+                                "listen to it, or make a new take.")
+            self.table.setItem(row, column, item)
+
+    def _line_finished(self, number: int) -> None:
+        """A take of line `number` is finished: its row (and its takes, if it is the one
+        selected) re-read from disk, not the whole book (the script stays as planned
+        until the render ends)."""
+        if self.plan is None:
+            return
+        try:
+            planned = reread_line(self.plan, number)
+        except VoxshardError:  # a line the page's plan does not have: shown at the end
+            return
+        self._fill_row(number - 1, planned)  # rows are the lines in order
+        if self._selected_number() == number:
+            self._selected()
 
     def _selected_number(self) -> int | None:
         rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
@@ -431,7 +452,8 @@ class ReadPage(Page):
             self.status.setText(f"Checking the words of the takes made before: {done} of "
                                 f"{total} lines")
             return
-        self.refresh()
+        if isinstance(event.get("line"), int):
+            self._line_finished(event["line"])
         if event.get("loading"):
             self.status.setText(f"Loading the voice's model ({done} of {total} lines done)...")
             return
