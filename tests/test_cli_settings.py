@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -81,6 +82,49 @@ def test_speak_flags_not_given_leave_the_options_defaults() -> None:
                               "--no-loudness", "--greedy"])
     assert _options(args) == SpeakOptions(chunk_chars=90, top_k=5, loudness_lufs=None,
                                           do_sample=False, subtalker_do_sample=False)
+
+
+def test_every_speech_option_is_a_flag_of_speak_and_compare() -> None:
+    """Sampling of codebooks 1..15 and the pauses were settable by the API and HTTP only."""
+    from engine.cli.cmd_speak import _options
+
+    parser = build_parser()
+    given = ["--subtalker-temperature", "0.5", "--subtalker-top-k", "20",
+             "--subtalker-top-p", "0.8", "--no-subtalker-do-sample", "--do-sample",
+             "--sentence-pause-s", "0.1", "--paragraph-pause-s", "1.5"]
+    want = SpeakOptions(subtalker_temperature=0.5, subtalker_top_k=20, subtalker_top_p=0.8,
+                        subtalker_do_sample=False, do_sample=True, sentence_pause_s=0.1,
+                        paragraph_pause_s=1.5)
+    assert _options(parser.parse_args(["speak", "voice", "hi", *given])) == want
+    assert _options(parser.parse_args(["compare", "voice", "out", *given, "--sentences", "hi"])) == want
+
+
+def test_every_setting_is_taken_by_some_command() -> None:
+    """Each setting of the schema is a flag of a command (or a --set path of train and
+    plan, which take any training setting); the few a command names its own way are
+    listed with that name, which must exist."""
+    from engine.cli.settings import _settings_of
+    from engine.config.layers import paths
+    from engine.config.schema import SECTIONS
+    from engine.config.train import TrainConfig
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction)).choices
+    flagged = {path for command in commands.values() for path in _settings_of(command)}
+    own_words = {"serve.targets": ("serve", "voices"), "read.script": ("read", "script"),
+                 "read.project": ("read", "project"), "read.cast": ("read", "cast"),
+                 "read.styles": ("read", "styles"), "read.regenerate": ("read", "regenerate"),
+                 "read.pick": ("read", "pick"), "read.out": ("read", "output"),
+                 "read.rms_db": ("read", "preset"),  # the ACX preset levels by RMS
+                 "cluster_serve.address": ("serve", "address")}
+    for path, (command, dest) in own_words.items():
+        assert dest in {a.dest for a in commands[command]._actions}, (path, command, dest)
+    every = [f"{name}.{f.name}" for name, cls in SECTIONS.items()
+             for f in dataclasses.fields(cls)]
+    missing = [p for p in every
+               if p not in flagged and p not in paths(TrainConfig) and p not in own_words]
+    assert missing == []
 
 
 def test_serve_flags_default_to_the_serve_settings() -> None:

@@ -55,12 +55,17 @@ class SpeakOptions:
     top_p: float | None = setting(None, label="Top-p", above=0, at_most=1)
     #: > 1 discourages repeating codes (stops stuck, droning output)
     repetition_penalty: float | None = setting(None, at_least=0.5, at_most=3)
-    #: False: always take the most likely code (deterministic, flatter)
+    #: sample codebook 0 (on), or always take its most likely code (off: deterministic,
+    #: flatter); not given: the model's own
     do_sample: bool | None = None
-    #: the same controls for codebooks 1..15 (timbre detail)
+    #: randomness of codebooks 1..15 (timbre detail), as temperature is of codebook 0
     subtalker_temperature: float | None = setting(None, above=0, at_most=5)
+    #: codebooks 1..15 sample only among the k most likely codes (0 = no limit)
     subtalker_top_k: int | None = setting(None, at_least=0, at_most=4096)
+    #: codebooks 1..15 sample only within this cumulative probability (1 = no limit)
     subtalker_top_p: float | None = setting(None, above=0, at_most=1)
+    #: sample codebooks 1..15 (on), or take their most likely codes (off); not given: the
+    #: model's own
     subtalker_do_sample: bool | None = None
     #: base seed: the same seed and text give the same audio; chunk i uses seed + i, so
     #: any chunk can be re-rendered alone. None picks one at random and reports it.
@@ -76,8 +81,9 @@ class SpeakOptions:
     runaway_loop_s: float = setting(4.0, unit="s", at_least=0, at_most=RUNAWAY_MAX_S)
     #: a chunk that stays silent for this many seconds ends there, reported as cut (0: never)
     runaway_silence_s: float = setting(5.0, unit="s", at_least=0, at_most=RUNAWAY_MAX_S)
-    #: silence between sentences / paragraphs, seconds
+    #: silence between the sentences of a paragraph, seconds
     sentence_pause_s: float = setting(0.3, unit="s", at_least=0, at_most=5)
+    #: silence between paragraphs (a blank line in the text), seconds
     paragraph_pause_s: float = setting(0.6, unit="s", at_least=0, at_most=5)
     #: integrated loudness of the output in LUFS; None leaves the level alone
     loudness_lufs: float | None = setting(-20.0, unit="LUFS", flag="--loudness", above=-70,
@@ -127,7 +133,9 @@ SPEAK_SETTINGS: tuple[str, ...] = (
     "speak.seed", "speak.temperature", "speak.top_k", "speak.top_p",
     "speak.repetition_penalty", "speak.language", "speak.chunk_chars", "speak.max_frames",
     "speak.runaway_loop_s", "speak.runaway_silence_s", "speak.batch_size",
-    "speak.loudness_lufs", "speak.non_streaming", "speak.instruct",
+    "speak.loudness_lufs", "speak.non_streaming", "speak.instruct", "speak.do_sample",
+    "speak.subtalker_temperature", "speak.subtalker_top_k", "speak.subtalker_top_p",
+    "speak.subtalker_do_sample", "speak.sentence_pause_s", "speak.paragraph_pause_s",
 )
 
 
