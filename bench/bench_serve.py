@@ -667,9 +667,7 @@ def bench_streams(server: Served, ks: list[int], frames: int, repeats: int,
     rows["streams"] = table
 
 
-def main() -> None:
-    import httpx2 as httpx
-
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--voice", help="an exported voice (default: the tiny test model)")
     parser.add_argument("--frames", type=int, default=24, help="codec frames per sentence")
@@ -700,113 +698,140 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", help="the model's dtype (--voices)")
     parser.add_argument("--predictor", action="store_true",
                         help="adapters on the code predictor's layers too (--voices)")
-    args = parser.parse_args()
-    if args.voices and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
-        # glibc keeps freed blocks under its (growing) mmap threshold, so resident memory
-        # would count every pool the voices grew out of; blocks over 1 MB go back at free
-        os.execve(sys.executable, [sys.executable, *sys.argv],
-                  {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)})
+    return parser
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
-    text = " ".join(SENTENCES[:2])
+
+def _run_voices(args: argparse.Namespace, tmp: Path, text: str) -> dict[str, Any]:
+    rows: dict[str, Any] = {"voices": args.voices, "layers": args.layers,
+                            "rank": args.rank, "frames": args.frames,
+                            "predictor": args.predictor}
+    try:
+        bench_voices(args, tmp, text, rows)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a 0.6B model and its adapters
+    return rows
+
+
+def _run_listings(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    server = Served(None, args.device, tmp, "--workspace",
+                    str(listing_workspace(tmp, args.listing_voices)),
+                    "--wyoming", "tcp://127.0.0.1:0")
+    rows: dict[str, Any] = {"listing_voices": args.listing_voices}
+    try:
+        bench_listings(server, args.repeats, rows)
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rows
+
+
+def _run_streams(args: argparse.Namespace, voice: Path, tmp: Path, rows: dict[str, Any]
+                 ) -> None:
+    server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0",
+                    "--rows", str(args.rows))
+    rows.update(rows=args.rows, real_size_layers=args.real_size or None)
+    try:
+        # Wyoming requests carry no options: at real size each sentence would run to
+        # the server's own frame limit, so the real-size table is OpenAI's alone
+        bench_streams(server, [int(k) for k in args.ks.split(",")], args.frames,
+                      max(1, args.repeats // 2), rows,
+                      ("openai",) if args.real_size else ("wyoming", "openai"))
+    finally:
+        server.stop()
+
+
+def _run_wyoming(args: argparse.Namespace, voice: Path, tmp: Path, text: str,
+                 rows: dict[str, Any]) -> None:
+    server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0")
+    try:
+        if not args.rooms_only:
+            bench_wyoming(server, text, rows)
+        bench_rooms(server, args.repeats, rows)
+    finally:
+        server.stop()
+
+
+def _http_first_audio(server: Served, args: argparse.Namespace, text: str,
+                      speak_first: list[float], rows: dict[str, Any]) -> None:
+    """`speak --stream`'s first audio (measured before the server started) beside the
+    server's first byte, and the server's lag."""
+    import httpx2 as httpx
+
+    with httpx.Client(base_url=server.url, timeout=600) as http:
+        first_byte(server, http, text, args.frames)  # warm-up
+        ttfb = [first_byte(server, http, text, args.frames) for _ in range(5)]
+    lags = [r["first_byte_after_audio_ms"] for r in server.logs[-5:]
+            if r.get("first_byte_after_audio_ms") is not None]
+    rows["speak_stream_first_audio_s"] = sorted(speak_first)[1]
+    rows["serve_first_byte_s"] = sorted(ttfb)[2]
+    rows["first_byte_after_worker_audio_ms"] = sorted(lags)[len(lags) // 2] if lags else None
+    print(f"first audio: speak --stream {rows['speak_stream_first_audio_s']:.3f} s "
+          f"(median of 3); server first byte {rows['serve_first_byte_s']:.3f} s at the client "
+          f"(median of 5); first byte left the server "
+          f"{rows['first_byte_after_worker_audio_ms']} ms after the worker's first audio")
+
+
+def _http_load(server: Served, args: argparse.Namespace, rows: dict[str, Any]) -> None:
+    """Throughput by clients, then resident memory along mixed requests."""
+    rates = {}
+    for clients in (1, 4, 16):
+        rates[clients] = throughput(server, clients, args.per_client, args.frames)
+        print(f"{clients:>2} client(s): {rates[clients]:.2f} audio s per s "
+              f"({rates[clients] / rates[1]:.2f} x one client)")
+    rows["throughput_audio_s_per_s"] = {str(k): round(v, 3) for k, v in rates.items()}
+    # resident memory along the way: growth that levels off is the allocator
+    # settling; growth in proportion to the requests would be a leak
+    done, marks = 0, sorted({10, args.requests // 4, args.requests // 2, args.requests})
+    rss: dict[int, float] = {}
+    for mark in marks:
+        mixed(server, mark - done, args.frames)
+        done = mark
+        rss[mark] = server.rss_mb()
+    rows["rss_mb_after"] = {str(k): round(v, 1) for k, v in rss.items()}
+    failed = [r for r in server.logs if r["status"] != 200]
+    rows["non_200"] = len(failed)
+    trail = ", ".join(f"{v:.0f} MB after {k}" for k, v in rss.items())
+    print(f"server memory: {trail} mixed requests ({rss[marks[-1]] - rss[10]:+.0f} MB "
+          f"from 10 to {marks[-1]}); {len(failed)} request(s) not answered 200")
+
+
+def _figures(args: argparse.Namespace, tmp: Path, text: str) -> dict[str, Any]:
+    """Run the table the arguments ask for; its figures."""
     if args.voices:
-        rows: dict[str, Any] = {"voices": args.voices, "layers": args.layers,
-                                "rank": args.rank, "frames": args.frames,
-                                "predictor": args.predictor}
-        try:
-            bench_voices(args, tmp, text, rows)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)  # a 0.6B model and its adapters
-        if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=2))
-        return
+        return _run_voices(args, tmp, text)
     if args.listings:
-        server = Served(None, args.device, tmp, "--workspace",
-                        str(listing_workspace(tmp, args.listing_voices)),
-                        "--wyoming", "tcp://127.0.0.1:0")
-        rows = {"listing_voices": args.listing_voices}
-        try:
-            bench_listings(server, args.repeats, rows)
-        finally:
-            server.stop()
-            shutil.rmtree(tmp, ignore_errors=True)
-        if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=2))
-        return
+        return _run_listings(args, tmp)
     if args.real_size:
         from bench import bench_synth  # the 0.6B-width random model the synthesis bench speaks with
 
         voice = bench_synth.voice_06b(tmp, args.real_size)
     else:
         voice = Path(args.voice) if args.voice else tiny_voice(tmp)
-    rows = {"voice": str(voice), "frames": args.frames}
-
+    rows: dict[str, Any] = {"voice": str(voice), "frames": args.frames}
     if args.streams:
-        server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0",
-                        "--rows", str(args.rows))
-        rows.update(rows=args.rows, real_size_layers=args.real_size or None)
+        _run_streams(args, voice, tmp, rows)
+    elif args.wyoming:
+        _run_wyoming(args, voice, tmp, text, rows)
+    else:
+        speak_first = [speak_stream_first_audio(voice, text, args.frames, args.device, tmp)
+                       for _ in range(3)]
+        server = Served(voice, args.device, tmp)
         try:
-            # Wyoming requests carry no options: at real size each sentence would run to
-            # the server's own frame limit, so the real-size table is OpenAI's alone
-            bench_streams(server, [int(k) for k in args.ks.split(",")], args.frames,
-                          max(1, args.repeats // 2), rows,
-                          ("openai",) if args.real_size else ("wyoming", "openai"))
+            _http_first_audio(server, args, text, speak_first, rows)
+            _http_load(server, args, rows)
         finally:
             server.stop()
-        if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=2))
-        return
-    if args.wyoming:
-        server = Served(voice, args.device, tmp, "--wyoming", "tcp://127.0.0.1:0")
-        try:
-            if not args.rooms_only:
-                bench_wyoming(server, text, rows)
-            bench_rooms(server, args.repeats, rows)
-        finally:
-            server.stop()
-        if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=2))
-        return
-    speak_first = [speak_stream_first_audio(voice, text, args.frames, args.device, tmp)
-                   for _ in range(3)]
-    server = Served(voice, args.device, tmp)
-    try:
-        with httpx.Client(base_url=server.url, timeout=600) as http:
-            first_byte(server, http, text, args.frames)  # warm-up
-            ttfb = [first_byte(server, http, text, args.frames) for _ in range(5)]
-        lags = [r["first_byte_after_audio_ms"] for r in server.logs[-5:]
-                if r.get("first_byte_after_audio_ms") is not None]
-        rows["speak_stream_first_audio_s"] = sorted(speak_first)[1]
-        rows["serve_first_byte_s"] = sorted(ttfb)[2]
-        rows["first_byte_after_worker_audio_ms"] = sorted(lags)[len(lags) // 2] if lags else None
-        print(f"first audio: speak --stream {rows['speak_stream_first_audio_s']:.3f} s "
-              f"(median of 3); server first byte {rows['serve_first_byte_s']:.3f} s at the client "
-              f"(median of 5); first byte left the server "
-              f"{rows['first_byte_after_worker_audio_ms']} ms after the worker's first audio")
+    return rows
 
-        rates = {}
-        for clients in (1, 4, 16):
-            rates[clients] = throughput(server, clients, args.per_client, args.frames)
-            print(f"{clients:>2} client(s): {rates[clients]:.2f} audio s per s "
-                  f"({rates[clients] / rates[1]:.2f} x one client)")
-        rows["throughput_audio_s_per_s"] = {str(k): round(v, 3) for k, v in rates.items()}
 
-        # resident memory along the way: growth that levels off is the allocator
-        # settling; growth in proportion to the requests would be a leak
-        done, marks = 0, sorted({10, args.requests // 4, args.requests // 2, args.requests})
-        rss: dict[int, float] = {}
-        for mark in marks:
-            mixed(server, mark - done, args.frames)
-            done = mark
-            rss[mark] = server.rss_mb()
-        rows["rss_mb_after"] = {str(k): round(v, 1) for k, v in rss.items()}
-        failed = [r for r in server.logs if r["status"] != 200]
-        rows["non_200"] = len(failed)
-        trail = ", ".join(f"{v:.0f} MB after {k}" for k, v in rss.items())
-        print(f"server memory: {trail} mixed requests ({rss[marks[-1]] - rss[10]:+.0f} MB "
-              f"from 10 to {marks[-1]}); {len(failed)} request(s) not answered 200")
-    finally:
-        server.stop()
+def main() -> None:
+    args = _parser().parse_args()
+    if args.voices and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        # glibc keeps freed blocks under its (growing) mmap threshold, so resident memory
+        # would count every pool the voices grew out of; blocks over 1 MB go back at free
+        os.execve(sys.executable, [sys.executable, *sys.argv],
+                  {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)})
+    rows = _figures(args, Path(tempfile.mkdtemp(prefix="bench-serve-")), " ".join(SENTENCES[:2]))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
 

@@ -629,67 +629,71 @@ def bench_cpu_options(name: str, folder: Path, wrapper: Any, synth: Any, source:
     gc.collect()
 
 
-def bench_soak(folder: Path, requests: int, tmp: Path) -> None:
-    """The warm worker for a long while: `requests` of mixed lengths from 1, 4 and 8
-    concurrent clients (each waits for its answer before asking again), process
-    memory and threads at the start and the end."""
-    import random
-    import threading
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
-    from engine.core.events import Event
-    from engine.synth.worker import SpeechWorker
 
-    def rss_mib() -> float:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+class _Soak:
+    """A warm worker and its answers by request id, for clients that each wait for their
+    answer before asking again."""
 
-    answers: dict[str, Event] = {}
-    cond = threading.Condition()
+    def __init__(self, texts: list[str], tmp: Path) -> None:
+        import threading
 
-    def collect(event: Event) -> None:
+        from engine.synth.worker import SpeechWorker
+
+        self.answers: dict[str, Any] = {}
+        self.cond = threading.Condition()
+        self.failures = 0
+        self.texts, self.tmp = texts, tmp
+        self.worker = SpeechWorker(self._collect, device="cpu", dtype="float32",
+                                   rows=8).start()
+
+    def _collect(self, event: Any) -> None:
         rid = event.data.get("request")
         if event.kind in ("result", "error") and rid:
-            with cond:
-                answers[rid] = event
-                cond.notify_all()
+            with self.cond:
+                self.answers[rid] = event
+                self.cond.notify_all()
 
-    worker = SpeechWorker(collect, device="cpu", dtype="float32", rows=8).start()
-    worker.submit({"op": "load", "id": "load", "voice": str(folder)})
-    with cond:
-        cond.wait_for(lambda: "load" in answers, 600)
-    rng = random.Random(0)
-    texts = [" ".join(rng.sample(SENTENCES, rng.randint(1, 3))) for _ in range(requests)]
-    start_rss, start_threads = rss_mib(), threading.active_count()
-    failures = 0
-    for clients in (1, 4, 8):
-        share = requests // 3
+    def load(self, folder: Path, ids: list[str]) -> None:
+        for rid in ids:
+            self.worker.submit({"op": "load", "id": rid, "voice": str(folder)})
+        with self.cond:
+            self.cond.wait_for(lambda: all(rid in self.answers for rid in ids), 600)
+
+    def ask(self, rid: str, c: int, i: int) -> Any:
+        self.worker.submit({"op": "speak", "id": rid, "text": self.texts[i],
+                            "out": str(self.tmp / f"soak-{c}.wav"),
+                            "options": {"seed": i, "max_frames": 12, "chunk_chars": 80,
+                                        "loudness_lufs": None}})
+        with self.cond:
+            self.cond.wait_for(lambda: rid in self.answers, 600)
+            return self.answers.pop(rid)
+
+    def round(self, clients: int, share: int) -> None:
+        """`share` requests from `clients` concurrent clients; its audio rate printed."""
+        import threading
+
         todo = list(range(share))
         lock = threading.Lock()
         audio = [0.0]
 
-        def client(c: int, clients: int = clients, todo: list[int] = todo,
-                   lock: threading.Lock = lock, audio: list[float] = audio) -> None:
-            nonlocal failures
+        def client(c: int) -> None:
             while True:
                 with lock:
                     if not todo:
                         return
                     i = todo.pop()
-                rid = f"s{clients}-{i}"
-                worker.submit({"op": "speak", "id": rid, "text": texts[i],
-                               "out": str(tmp / f"soak-{c}.wav"),
-                               "options": {"seed": i, "max_frames": 12, "chunk_chars": 80,
-                                           "loudness_lufs": None}})
-                with cond:
-                    cond.wait_for(lambda rid=rid: rid in answers, 600)
-                    event = answers.pop(rid)
-                if event.kind == "result":
-                    with lock:
+                event = self.ask(f"s{clients}-{i}", c, i)
+                with lock:
+                    if event.kind == "result":
                         audio[0] += event.data["duration_s"]
-                else:
-                    failures += 1
+                    else:
+                        self.failures += 1
 
         began = time.perf_counter()
         threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
@@ -700,16 +704,29 @@ def bench_soak(folder: Path, requests: int, tmp: Path) -> None:
         wall = time.perf_counter() - began
         print(f"tiny  warm worker soak, {clients} concurrent client(s): {share} requests in "
               f"{wall:.1f} s, {audio[0] / wall:.2f} audio s/s", flush=True)
-    end_rss, end_threads = rss_mib(), threading.active_count()
-    for i in range(5):
-        worker.submit({"op": "load", "id": f"again{i}", "voice": str(folder)})
-    with cond:
-        cond.wait_for(lambda: all(f"again{i}" in answers for i in range(5)), 600)
-    print(f"tiny  warm worker soak: {3 * (requests // 3)} requests ({failures} failed); "
+
+
+def bench_soak(folder: Path, requests: int, tmp: Path) -> None:
+    """The warm worker for a long while: `requests` of mixed lengths from 1, 4 and 8
+    concurrent clients (each waits for its answer before asking again), process
+    memory and threads at the start and the end."""
+    import random
+    import threading
+
+    rng = random.Random(0)
+    texts = [" ".join(rng.sample(SENTENCES, rng.randint(1, 3))) for _ in range(requests)]
+    soak = _Soak(texts, tmp)
+    soak.load(folder, ["load"])
+    start_rss, start_threads = _rss_mib(), threading.active_count()
+    for clients in (1, 4, 8):
+        soak.round(clients, requests // 3)
+    end_rss, end_threads = _rss_mib(), threading.active_count()
+    soak.load(folder, [f"again{i}" for i in range(5)])
+    print(f"tiny  warm worker soak: {3 * (requests // 3)} requests ({soak.failures} failed); "
           f"process memory {start_rss:.0f} -> {end_rss:.0f} MiB, threads {start_threads} -> "
-          f"{end_threads}; after 5 more loads of the same voice: {rss_mib():.0f} MiB, "
+          f"{end_threads}; after 5 more loads of the same voice: {_rss_mib():.0f} MiB, "
           f"{threading.active_count()} threads", flush=True)
-    worker.close(60)
+    soak.worker.close(60)
 
 
 def bench_model(name: str, folder: Path, frames: int, dtype: str,

@@ -75,57 +75,69 @@ def _bench_synth() -> Any:
     return module
 
 
-def prove(size: str, work: Path, frames: int) -> dict[str, Any]:
-    """One size, in this process: every figure of the module docstring, as one row."""
+class _Clock:
+    """Wall time after the device's queued work, and the peak memory (the GPU's, or on the
+    CPU the process's resident peak, which cannot be reset)."""
+
+    def __init__(self, cuda: bool) -> None:
+        import torch
+
+        self.cuda, self.torch = cuda, torch
+
+    def sync(self) -> float:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def peak_gib(self) -> float:
+        import resource
+
+        if self.cuda:
+            return round(self.torch.cuda.max_memory_allocated() / GIB, 2)
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20), 2)
+
+
+def _load(size: str, work: Path, clock: _Clock, bs: Any) -> tuple[Any, dict[str, Any]]:
+    """The size's voice loaded as the product loads it, with the real-size codec; the
+    synthesizer and the row's load figures."""
+    from engine.synth.synthesizer import Synthesizer
+    from engine.synth.voice import resolve_source
+
+    device = "cuda" if clock.cuda else "cpu"
+    folder = (bs.tiny_voice(work) if size == "tiny"
+              else bs.voice_06b(work, 28, SIZES[size], name=size.replace(".", "")))
+    began = clock.sync()
+    # dtype as the product chooses it (bf16 on a GPU)
+    synth = Synthesizer.load(resolve_source(folder), device=device)
+    load_s = clock.sync() - began
+    bs.use_real_codec(synth.model)
+    fast = synth.fast
+    codec_dtype = next(synth.model.speech_tokenizer.model.decoder.parameters()).dtype
+    return synth, {"size": size, "device": device, "dtype": str(fast.dtype),
+                   "codec_dtype": str(codec_dtype), "load_s": round(load_s, 2),
+                   "graphs_at_load": fast.graph_status, "peak_gib_after_load": clock.peak_gib()}
+
+
+def _captures(fast: Any) -> int:
+    batches = getattr(fast, "_row_batches", {})
+    return sum(getattr(rows, "capture_attempts", 0) for rows in batches.values())
+
+
+def _generation(synth: Any, bs: Any, frames: int, clock: _Clock, row: dict[str, Any]) -> None:
+    """A cold request's first audio, replayed codes against the eager frame and loop, and
+    generation's real-time factor (one sentence, fixed length)."""
     import dataclasses
-    import resource
 
     import torch
 
     from engine.config.speak import SpeakOptions
     from engine.synth.prompt import build_prefill
-    from engine.synth.synthesizer import Synthesizer
-    from engine.synth.voice import resolve_source
 
-    bs = _bench_synth()
-    cuda = size != "tiny"
-    device = "cuda" if cuda else "cpu"
-
-    def sync() -> float:
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-    def peak_gib() -> float:
-        if cuda:
-            return round(torch.cuda.max_memory_allocated() / GIB, 2)
-        # CPU: the process's resident peak (KiB on Linux), which cannot be reset
-        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20), 2)
-
-    folder = (bs.tiny_voice(work) if size == "tiny"
-              else bs.voice_06b(work, 28, SIZES[size], name=size.replace(".", "")))
-    began = sync()
-    # dtype as the product chooses it (bf16 on a GPU)
-    synth = Synthesizer.load(resolve_source(folder), device=device)
-    load_s = sync() - began
-    bs.use_real_codec(synth.model)
     fast = synth.fast
-    codec_dtype = next(synth.model.speech_tokenizer.model.decoder.parameters()).dtype
-    row: dict[str, Any] = {"size": size, "device": device, "dtype": str(fast.dtype),
-                           "codec_dtype": str(codec_dtype), "load_s": round(load_s, 2),
-                           "graphs_at_load": fast.graph_status,
-                           "peak_gib_after_load": peak_gib()}
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-
-    def captures() -> int:
-        batches = getattr(fast, "_row_batches", {})
-        return sum(getattr(rows, "capture_attempts", 0) for rows in batches.values())
-
     # a cold request: first audio with the graphs captured at load
-    before = captures()
+    before = _captures(fast)
     row["first_audio_s"] = round(bs._first_audio(synth, frames), 3)
-    row["captures_in_first_request"] = captures() - before
+    row["captures_in_first_request"] = _captures(fast) - before
     row["graphs_after_first_request"] = fast.graph_status
     # replayed codes against the same static frame run eagerly, greedy, fixed length
     greedy = synth.decode_settings(SpeakOptions(do_sample=False, subtalker_do_sample=False))
@@ -141,27 +153,43 @@ def prove(size: str, work: Path, frames: int) -> dict[str, Any]:
     # generation alone, one sentence, sampled with the defaults, fixed length
     settings = dataclasses.replace(synth.decode_settings(SpeakOptions()), stop_at_eos=False)
     fast.generate(prefill, [frames], settings, seeds=[0])  # same shape: replays
-    began = sync()
+    began = clock.sync()
     fast.generate(prefill, [frames], settings, seeds=[1])
-    gen_s = sync() - began
+    gen_s = clock.sync() - began
     row["generation_rtf"] = round(frames * bs.FRAME_S / gen_s, 2)
     row["graphs_after_runs"] = fast.graph_status
     row["kernels_per_frame"] = kernels_per_frame(fast, settings)
 
-    # end to end, streamed through the real-size codec
+
+def _serving(synth: Any, bs: Any, frames: int, work: Path, clock: _Clock,
+             row: dict[str, Any]) -> None:
+    """End to end streamed through the real-size codec, then the warm worker: 8
+    concurrent requests on 8 rows, against one row at a time."""
+    from engine.config.speak import SpeakOptions
+
     class Sink:
         def write(self, audio: Any) -> None:
             pass
 
-    began = sync()
+    began = clock.sync()
     speech = synth.speak_stream(bs.SENTENCES[1], Sink(), SpeakOptions(seed=2, max_frames=frames))
-    row["streamed_rtf"] = round(speech.duration_s / (sync() - began), 2)
-    # the warm worker: 8 concurrent requests on 8 rows, against one row at a time
+    row["streamed_rtf"] = round(speech.duration_s / (clock.sync() - began), 2)
     audio1, wall1 = bs._worker_throughput(synth, 1, 8, frames, work)
     audio8, wall8 = bs._worker_throughput(synth, 8, 8, frames, work)
     row["worker_1_row_audio_s_per_s"] = round(audio1 / wall1, 2)
     row["worker_8_rows_audio_s_per_s"] = round(audio8 / wall8, 2)
-    row["peak_gib_serving"] = peak_gib()
+    row["peak_gib_serving"] = clock.peak_gib()
+
+
+def prove(size: str, work: Path, frames: int) -> dict[str, Any]:
+    """One size, in this process: every figure of the module docstring, as one row."""
+    bs = _bench_synth()
+    clock = _Clock(size != "tiny")
+    synth, row = _load(size, work, clock, bs)
+    if clock.cuda:
+        clock.torch.cuda.reset_peak_memory_stats()
+    _generation(synth, bs, frames, clock, row)
+    _serving(synth, bs, frames, work, clock, row)
     return row
 
 
@@ -237,8 +265,7 @@ def _passed(row: dict[str, Any]) -> bool:
     return graphs and bool(row["replay_equals_static_eager"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    started = time.monotonic()
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="0.6b,1.7b")
     parser.add_argument("--tiny", action="store_true",
@@ -252,15 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the rows to this file at the end")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--row-file", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    args.frames = args.frames or (24 if args.tiny else 96)
-    if args.child:
-        return _child(args)
+    return parser
+
+
+def _cannot_measure(args: argparse.Namespace, sizes: list[str]) -> int | None:
+    """The exit code, said in one line, where this machine cannot run the proof: the kit
+    missing or an unknown size (2), no GPU (0); None where it can."""
     missing = check_environment(SPEECH_NEEDS)
     if missing:
         print(missing.replace("gpu_proof:", "gpu_speech_proof:", 1))
         return 2
-    sizes = ["tiny"] if args.tiny else [s for s in args.sizes.split(",") if s]
     unknown = [s for s in sizes if s != "tiny" and s not in SIZES]
     if unknown:
         print(f"gpu_speech_proof: unknown size {', '.join(unknown)}; use {', '.join(SIZES)} "
@@ -277,18 +305,13 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_speech_proof: no GPU here (torch.cuda.is_available() is False); "
               "nothing was measured (use --tiny for the CPU run of the same path).")
         return 0
-    from engine.train.gpus import visible_gpus
+    return None
 
-    gpus = [] if args.tiny else visible_gpus()  # NVML: no CUDA context in this process
-    print(f"gpu_speech_proof: torch {torch.__version__}, {gpus[0].name if gpus else 'CPU'}, "
-          f"{args.frames} frames per sentence, random weights", flush=True)
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / ROWS_FILE).write_text("")
-    budget = Budget(args.budget_s, started)
-    # a size not yet measured is estimated from a smaller one by the talker's parameters
-    budget.weights.update({"tiny": 1.0, "0.6b": 1.0, "1.7b": 2.8})
+
+def _run_sizes(sizes: list[str], args: argparse.Namespace, budget: Budget,
+               out: Path | None) -> list[dict[str, Any]]:
+    """Each size in its own process as the budget allows; each row printed and appended
+    to `out` the moment it ends."""
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gpu-speech-") as tmp:
         for size in sizes:
@@ -303,6 +326,34 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
             if out is not None:
                 append_jsonl(out / ROWS_FILE, row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
+    args = _parser().parse_args(argv)
+    args.frames = args.frames or (24 if args.tiny else 96)
+    if args.child:
+        return _child(args)
+    sizes = ["tiny"] if args.tiny else [s for s in args.sizes.split(",") if s]
+    refused = _cannot_measure(args, sizes)
+    if refused is not None:
+        return refused
+    import torch
+
+    from engine.train.gpus import visible_gpus
+
+    gpus = [] if args.tiny else visible_gpus()  # NVML: no CUDA context in this process
+    print(f"gpu_speech_proof: torch {torch.__version__}, {gpus[0].name if gpus else 'CPU'}, "
+          f"{args.frames} frames per sentence, random weights", flush=True)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ROWS_FILE).write_text("")
+    budget = Budget(args.budget_s, started)
+    # a size not yet measured is estimated from a smaller one by the talker's parameters
+    budget.weights.update({"tiny": 1.0, "0.6b": 1.0, "1.7b": 2.8})
+    rows = _run_sizes(sizes, args, budget, out)
     keys = list(dict.fromkeys(k for r in rows for k in r))
     print(" | ".join(keys))
     for r in rows:
