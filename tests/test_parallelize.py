@@ -197,74 +197,90 @@ VARIANTS = {
 TRAINABLE = {"code_predictor": "code_predictor"}
 
 
-def _rank_main(rank: int, world: int, model_dir: str, out: str, port: int) -> None:
+def _all_sum(t: torch.Tensor) -> torch.Tensor:
     import torch.distributed as dist
+
+    t = t.clone()
+    dist.all_reduce(t)
+    return t
+
+
+def _sharded(model_dir: str, mesh: Any, cfg: ParallelConfig, trainable: str = "talker"
+             ) -> Any:
+    """The tiny objective built on meta, sharded over `mesh` and filled with the base."""
+    device = torch.device("cpu")
+    objective = build_objective(model_dir, ModelConfig(trainable=trainable), device="meta")
+    parallelize(objective, mesh, cfg, device)
+    load_base_weights(objective, model_dir, device)
+    return objective
+
+
+def _variant(objective: Any, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """One variant trained on the rank's batch: its losses, gradients, state and dtypes."""
     from torch.distributed.tensor import DTensor
 
+    from engine.train.metrics import model_state_bytes
+
+    # runs after FSDP's own pre-forward hook: sees the batch as forward gets it
+    seen: list[torch.dtype] = []
+    objective.register_forward_pre_hook(
+        lambda _m, args, seen=seen: seen.append(args[0]["talker_norm"].dtype))
+    local = sum(p.to_local().numel() for p in objective.parameters()
+                if isinstance(p, DTensor))
+    total = sum(p.numel() for p in objective.parameters())
+    losses, grads = _train(objective, batch, _all_sum)
+    # the run's state metric, with the frozen text embedding kept gathered
+    state = model_state_bytes(objective)["params"]
+    # the state dict reshards every unit (the frozen one kept gathered too), so
+    # the parameters read after it are the fp32 shards the optimizer updates
+    sd = full_state_dict(objective)
+    dtypes = {str(p.dtype) for p in objective.parameters()}
+    return {"losses": losses, "sd": sd, "state": state, "local": local, "total": total,
+            "dtypes": sorted(dtypes), "norm_dtype": str(seen[0]), "grads": grads[0]}
+
+
+def _accumulation(model_dir: str, mesh: Any, batch: dict[str, torch.Tensor]
+                  ) -> dict[str, Any]:
+    """Gradient accumulation: the whole gradients FSDP keeps without reduction, and
+    ACCUM micro-steps with the parameters kept gathered between them or not."""
     from engine.train.metrics import model_state_bytes, unsharded_grad_bytes
+    from engine.train.parallelize import set_gradient_sync
+
+    results: dict[str, Any] = {}
+    objective = _sharded(model_dir, mesh, ParallelConfig(workers=2))
+    set_gradient_sync(objective, False)
+    objective(batch)["loss"].backward()
+    results["accum_last_bytes"] = unsharded_grad_bytes(objective)
+    objective.zero_grad(set_to_none=True)
+    set_gradient_sync(objective, True)
+    objective(batch)["loss"].backward()
+    results["accum_every_bytes"] = model_state_bytes(objective)["grads"]
+    results["accum_every_unsharded"] = unsharded_grad_bytes(objective)
+    for keep in (True, False):
+        objective = _sharded(model_dir, mesh, ParallelConfig(workers=2))
+        gathers = _count_all_gathers(objective)
+        losses, grads, held = _train_accumulated(objective, batch, _all_sum, keep)
+        results[f"accum_keep_{keep}"] = {
+            "losses": losses, "grads": grads, "sd": full_state_dict(objective),
+            "gathers": gathers[0], **held}
+    return results
+
+
+def _rank_main(rank: int, world: int, model_dir: str, out: str, port: int) -> None:
+    import torch.distributed as dist
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    results: dict[str, Any] = {}
     try:
-        device = torch.device("cpu")
-        mesh = make_mesh(device)
+        mesh = make_mesh(torch.device("cpu"))
         seqs, ids, xv = layout_sequences(Path(model_dir))
         batch = layout_batch(seqs, ids, xv, RANK_SPLIT[rank], world)
-
-        def all_sum(t: torch.Tensor) -> torch.Tensor:
-            t = t.clone()
-            dist.all_reduce(t)
-            return t
-
-        for name, cfg in VARIANTS.items():
-            objective = build_objective(model_dir, ModelConfig(trainable=TRAINABLE.get(
-                name, "talker")), device="meta")
-            parallelize(objective, mesh, cfg, device)
-            load_base_weights(objective, model_dir, device)
-            # runs after FSDP's own pre-forward hook: sees the batch as forward gets it
-            seen: list[torch.dtype] = []
-            objective.register_forward_pre_hook(
-                lambda _m, args, seen=seen: seen.append(args[0]["talker_norm"].dtype))
-            local = sum(p.to_local().numel() for p in objective.parameters()
-                        if isinstance(p, DTensor))
-            total = sum(p.numel() for p in objective.parameters())
-            losses, grads = _train(objective, batch, all_sum)
-            # the run's state metric, with the frozen text embedding kept gathered
-            state = model_state_bytes(objective)["params"]
-            # the state dict reshards every unit (the frozen one kept gathered too), so
-            # the parameters read after it are the fp32 shards the optimizer updates
-            sd = full_state_dict(objective)
-            dtypes = {str(p.dtype) for p in objective.parameters()}
-            results[name] = {"losses": losses, "sd": sd, "state": state,
-                             "local": local, "total": total, "dtypes": sorted(dtypes),
-                             "norm_dtype": str(seen[0]), "grads": grads[0]}
-        # gradient accumulation without reduction: count the whole gradients FSDP keeps
-        from engine.train.parallelize import set_gradient_sync
-
-        objective = build_objective(model_dir, ModelConfig(), device="meta")
-        parallelize(objective, mesh, ParallelConfig(workers=2), device)
-        load_base_weights(objective, model_dir, device)
-        set_gradient_sync(objective, False)
-        objective(batch)["loss"].backward()
-        results["accum_last_bytes"] = unsharded_grad_bytes(objective)
-        objective.zero_grad(set_to_none=True)
-        set_gradient_sync(objective, True)
-        objective(batch)["loss"].backward()
-        results["accum_every_bytes"] = model_state_bytes(objective)["grads"]
-        results["accum_every_unsharded"] = unsharded_grad_bytes(objective)
-        # accumulation over ACCUM micro-steps, parameters kept gathered between them or not
-        for keep in (True, False):
-            objective = build_objective(model_dir, ModelConfig(), device="meta")
-            parallelize(objective, mesh, ParallelConfig(workers=2), device)
-            load_base_weights(objective, model_dir, device)
-            gathers = _count_all_gathers(objective)
-            losses, grads, held = _train_accumulated(objective, batch, all_sum, keep)
-            results[f"accum_keep_{keep}"] = {
-                "losses": losses, "grads": grads, "sd": full_state_dict(objective),
-                "gathers": gathers[0], **held}
+        results: dict[str, Any] = {
+            name: _variant(_sharded(model_dir, mesh, cfg, TRAINABLE.get(name, "talker")), batch)
+            for name, cfg in VARIANTS.items()}
+        results.update(_accumulation(model_dir, mesh, batch))
         if rank == 0:
             torch.save(results, out)
         # nobody tears gloo down while the other rank still talks to it

@@ -39,66 +39,82 @@ def test_lr_schedule_warmup_then_cosine_to_floor() -> None:
 
 # -- two-rank FSDP worker (spawned) -------------------------------------------------------
 
-def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _stepped_objective(rank: int, world: int, model_dir: str) -> tuple[Any, Any, Any, int]:
+    """The tiny objective sharded over the group, one real optimizer step taken on every
+    shard (random gradients, no data); (objective, optimizer, scheduler, state bytes)."""
     import torch
-    import torch.distributed as dist
 
     from engine.config.train import TrainConfig
-    from engine.train.checkpoint import Checkpointer
     from engine.train.metrics import model_state_bytes
     from engine.train.objective import build_objective, load_base_weights
     from engine.train.parallelize import make_mesh, parallelize
     from engine.train.trainer import lr_lambda
 
+    cfg = TrainConfig().replace(parallel={"workers": world}, data={"batch_size": world})
+    device = torch.device("cpu")
+    obj = build_objective(model_dir, cfg.model, device="meta")
+    parallelize(obj, make_mesh(device), cfg.parallel, device)
+    load_base_weights(obj, model_dir, device)
+    params = [p for p in obj.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(2, 10, "cosine", 0.1))
+    g = torch.Generator().manual_seed(rank)
+    for p in params:
+        local = torch.randn(p.to_local().shape, generator=g)
+        p.grad = p.new_zeros(p.shape)
+        p.grad.to_local().copy_(local)
+    opt.step()
+    sched.step()
+    return obj, opt, sched, model_state_bytes(obj, opt)
+
+
+def _checkpoint_round_trip(rank: int, world: int, out_dir: str, obj: Any, opt: Any,
+                           sched: Any) -> dict[str, Any]:
+    """Save, wreck everything the checkpoint must restore, load; what came back, then two
+    more saves and the prune."""
+    import torch
+
+    from engine.train.checkpoint import Checkpointer
+
+    ckpt = Checkpointer(Path(out_dir) / "run", rank, world, keep=2)
+    torch.manual_seed(1234 + rank)
+    path = ckpt.save(1, obj, opt, sched, {"epoch": 0, "position": 1})
+    before = {n: p.to_local().clone() for n, p in obj.named_parameters()}
+    exp_avg = {i: s["exp_avg"].to_local().clone() for i, s in enumerate(opt.state.values())}
+    expect_rand = torch.rand(3)
+    with torch.no_grad():
+        for p in obj.parameters():
+            p.to_local().add_(1.0)
+    for s in opt.state.values():
+        s["exp_avg"].to_local().zero_()
+    sched.step()
+    sched.step()
+    torch.manual_seed(999)
+    state = ckpt.load(path, obj, opt, sched)
+    restored = all(torch.equal(before[n], p.to_local()) if p.requires_grad else True
+                   for n, p in obj.named_parameters())
+    opt_ok = all(torch.equal(exp_avg[i], s["exp_avg"].to_local())
+                 for i, s in enumerate(opt.state.values()))
+    rng_ok = torch.equal(torch.rand(3), expect_rand)
+    ckpt.save(2, obj, opt, sched, {"epoch": 0, "position": 2})
+    ckpt.save(3, obj, opt, sched, {"epoch": 0, "position": 3})
+    pruned = [p.name for p in ckpt.prune()]
+    ckpt.close()
+    return {"restored": restored, "opt_ok": opt_ok, "rng_ok": rng_ok,
+            "sched_epoch": sched.last_epoch, "state": state, "pruned": pruned}
+
+
+def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch
+    import torch.distributed as dist
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        cfg = TrainConfig().replace(parallel={"workers": world}, data={"batch_size": world})
-        device = torch.device("cpu")
-        obj = build_objective(model_dir, cfg.model, device="meta")
-        parallelize(obj, make_mesh(device), cfg.parallel, device)
-        load_base_weights(obj, model_dir, device)
-        params = [p for p in obj.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=1e-3)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(2, 10, "cosine", 0.1))
-        g = torch.Generator().manual_seed(rank)
-        for p in params:  # a real optimizer step on every shard, without data
-            local = torch.randn(p.to_local().shape, generator=g)
-            p.grad = p.new_zeros(p.shape)
-            p.grad.to_local().copy_(local)
-        opt.step()
-        sched.step()
-        measured = model_state_bytes(obj, opt)
-
-        ckpt = Checkpointer(Path(out_dir) / "run", rank, world, keep=2)
-        torch.manual_seed(1234 + rank)
-        path = ckpt.save(1, obj, opt, sched, {"epoch": 0, "position": 1})
-        before = {n: p.to_local().clone() for n, p in obj.named_parameters()}
-        exp_avg = {i: s["exp_avg"].to_local().clone() for i, s in enumerate(opt.state.values())}
-        expect_rand = torch.rand(3)
-        # wreck everything the checkpoint must restore
-        with torch.no_grad():
-            for p in obj.parameters():
-                p.to_local().add_(1.0)
-        for s in opt.state.values():
-            s["exp_avg"].to_local().zero_()
-        sched.step()
-        sched.step()
-        torch.manual_seed(999)
-        state = ckpt.load(path, obj, opt, sched)
-        restored = all(torch.equal(before[n], p.to_local()) if p.requires_grad else True
-                       for n, p in obj.named_parameters())
-        opt_ok = all(torch.equal(exp_avg[i], s["exp_avg"].to_local())
-                     for i, s in enumerate(opt.state.values()))
-        rng_ok = torch.equal(torch.rand(3), expect_rand)
-        ckpt.save(2, obj, opt, sched, {"epoch": 0, "position": 2})
-        ckpt.save(3, obj, opt, sched, {"epoch": 0, "position": 3})
-        pruned = [p.name for p in ckpt.prune()]
-        ckpt.close()
-        result = {"measured": measured, "restored": restored, "opt_ok": opt_ok,
-                  "rng_ok": rng_ok, "sched_epoch": sched.last_epoch, "state": state,
-                  "pruned": pruned}
+        obj, opt, sched, measured = _stepped_objective(rank, world, model_dir)
+        result = {"measured": measured,
+                  **_checkpoint_round_trip(rank, world, out_dir, obj, opt, sched)}
         (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(result, default=str))
     finally:
         dist.destroy_process_group()
