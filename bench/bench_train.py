@@ -788,7 +788,7 @@ def main_converge(args: argparse.Namespace) -> None:
         {"steps": args.converge_steps, "work": cost, "runs": runs}))
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=28, help="talker layers (real: 28)")
     ap.add_argument("--workers", default="1,2", help="worker counts to run")
@@ -820,7 +820,57 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1,
                     help="--mixed: run both sides this many times, prints the ratio's "
                     "spread; --converge: seeds")
-    args = ap.parse_args()
+    return ap
+
+
+def _print_state(args: argparse.Namespace, model_dir: Path, unsharded: dict[str, Any],
+                 ours: dict[int, dict[str, Any]]) -> None:
+    """Each rank's model state, unsharded and under FSDP, against the memory plan's."""
+    from engine.config.train import TrainConfig
+    from engine.train.plan import make_plan
+
+    cols = ["unsharded (1 proc)"] + [f"FSDP {w}w rank {r}" for w in ours
+                                     for r in sorted(ours[w]["state"])]
+    print("Per-rank model state, GiB  " + "".join(f"{c:>20}" for c in cols))
+    for key in ("params", "grads", "optimizer"):
+        row = [unsharded[key]] + [ours[w]["state"][r][key] for w in ours
+                                  for r in sorted(ours[w]["state"])]
+        print(f"  {key:<25}" + "".join(f"{v:20.3f}" for v in row))
+    tot = [unsharded["params"] + unsharded["grads"] + unsharded["optimizer"]]
+    tot += [sum(ours[w]["state"][r].values()) for w in ours for r in sorted(ours[w]["state"])]
+    print(f"  {'total':<25}" + "".join(f"{v:20.3f}" for v in tot))
+    for w in ours:
+        plan = make_plan(model_dir, TrainConfig().replace(
+            model={"base": str(model_dir)}, parallel={"workers": w},
+            data={"batch_size": max(args.clips, w)}), device="cpu", free=[1 << 45],
+            seq_len=int(args.seconds * 12.5 + args.seconds * 3 + 11),
+            frames=int(args.seconds * 12.5))
+        meas = sum(ours[w]["state"][0].values())
+        print(f"  plan, {w} worker(s), rank 0: {plan.model_state / GIB:.3f} GiB predicted vs "
+              f"{meas:.3f} measured; peak RSS per rank "
+              + ", ".join(f"{v:.2f}" for v in ours[w]["peak_rss_gib"].values())
+              + f" GiB (plan total {plan.total / GIB:.2f})")
+
+
+def _print_steps(upstream: dict[str, Any] | None, ours: dict[int, dict[str, Any]]) -> None:
+    """Step time, throughput, start-up and peak memory: upstream's structure and ours."""
+    print("\nStep                        step s    tokens/s   launch->1st metric s   "
+          "build s   peak RSS GiB")
+    if upstream:
+        print(f"  upstream structure, 1 proc {upstream['step_s']:8.2f} "
+              f"{upstream['tokens_per_s']:10.1f} {'-':>22} {'-':>9} "
+              f"{upstream['peak_rss_gib']:13.2f}")
+        up_state = sum(upstream["state"].values())
+        print(f"    (its model state: {up_state:.3f} GiB: AdamW over every parameter)")
+    for w, o in ours.items():
+        print(f"  ours, FSDP {w} worker(s)     {o['step_s']:8.2f} {o['tokens_per_s']:10.1f} "
+              f"{o['launch_to_first_metric_s']:22.1f} {o['build_s']:9.1f} "
+              f"{max(o['peak_rss_gib'].values()):13.2f}")
+        print(f"    losses: {', '.join(f'{x:.4f}' for x in o['losses'])}")
+
+
+def main() -> None:
+    args = _parser().parse_args()
     if args.converge:
         main_converge(args)
         return
@@ -848,49 +898,13 @@ def main() -> None:
     for w in (int(x) for x in args.workers.split(",")):
         ours[w] = run_ours(model_dir, w, args.steps, args.clips, args.seconds, work / "runs")
 
-    from engine.config.train import TrainConfig
-    from engine.train.plan import make_plan
-
     print(f"\nModel: 0.6B configuration, {args.layers} talker layers, random weights, fp32 on "
           f"CPU ({threads} cores); {unsharded['n_params'] / 1e6:,.1f}M parameters, "
           f"{unsharded['n_trainable'] / 1e6:,.1f}M trainable (text embedding frozen).")
     print(f"Batch: {args.clips} clips x {args.seconds:g} s per optimizer step; "
           f"{args.steps} steps per run (first excluded from timings).\n")
-    cols = ["unsharded (1 proc)"] + [f"FSDP {w}w rank {r}" for w in ours
-                                     for r in sorted(ours[w]["state"])]
-    print("Per-rank model state, GiB  " + "".join(f"{c:>20}" for c in cols))
-    for key in ("params", "grads", "optimizer"):
-        row = [unsharded[key]] + [ours[w]["state"][r][key] for w in ours
-                                  for r in sorted(ours[w]["state"])]
-        print(f"  {key:<25}" + "".join(f"{v:20.3f}" for v in row))
-    tot = [unsharded["params"] + unsharded["grads"] + unsharded["optimizer"]]
-    tot += [sum(ours[w]["state"][r].values()) for w in ours for r in sorted(ours[w]["state"])]
-    print(f"  {'total':<25}" + "".join(f"{v:20.3f}" for v in tot))
-    for w in ours:
-        plan = make_plan(model_dir, TrainConfig().replace(
-            model={"base": str(model_dir)}, parallel={"workers": w},
-            data={"batch_size": max(args.clips, w)}), device="cpu", free=[1 << 45],
-            seq_len=int(args.seconds * 12.5 + args.seconds * 3 + 11),
-            frames=int(args.seconds * 12.5))
-        meas = sum(ours[w]["state"][0].values())
-        print(f"  plan, {w} worker(s), rank 0: {plan.model_state / GIB:.3f} GiB predicted vs "
-              f"{meas:.3f} measured; peak RSS per rank "
-              + ", ".join(f"{v:.2f}" for v in ours[w]["peak_rss_gib"].values())
-              + f" GiB (plan total {plan.total / GIB:.2f})")
-
-    print("\nStep                        step s    tokens/s   launch->1st metric s   "
-          "build s   peak RSS GiB")
-    if upstream:
-        print(f"  upstream structure, 1 proc {upstream['step_s']:8.2f} "
-              f"{upstream['tokens_per_s']:10.1f} {'-':>22} {'-':>9} "
-              f"{upstream['peak_rss_gib']:13.2f}")
-        up_state = sum(upstream["state"].values())
-        print(f"    (its model state: {up_state:.3f} GiB: AdamW over every parameter)")
-    for w, o in ours.items():
-        print(f"  ours, FSDP {w} worker(s)     {o['step_s']:8.2f} {o['tokens_per_s']:10.1f} "
-              f"{o['launch_to_first_metric_s']:22.1f} {o['build_s']:9.1f} "
-              f"{max(o['peak_rss_gib'].values()):13.2f}")
-        print(f"    losses: {', '.join(f'{x:.4f}' for x in o['losses'])}")
+    _print_state(args, model_dir, unsharded, ours)
+    _print_steps(upstream, ours)
 
 
 if __name__ == "__main__":
