@@ -94,11 +94,11 @@ def _check_base(model: str) -> None:
     if not folder.exists():
         return
     try:
-        kind = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(
+        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(
             "tts_model_type")
     except (OSError, ValueError):
-        kind = None
-    if kind != "base":
+        model_type = None
+    if model_type != "base":
         raise InputError(f"{folder} is not a Qwen3-TTS Base model, so it cannot clone from a "
                          "reference clip.",
                          "Give {serve.reference_base} a Base model folder or hub id.")
