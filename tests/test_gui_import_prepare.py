@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QPoint, Qt
@@ -79,10 +80,41 @@ def _prepare(qtbot, window: MainWindow) -> PreparePage:
     return page
 
 
+def _untick(qtbot, window: MainWindow, page: ImportPage, voice: Path,
+            rows: Sequence[int], counted: bool = True) -> list[str]:
+    """Untick `rows` in turn, each with a click on its own row: no row moves (under Qt's
+    default sort by Use, the unticked take jumped to the top and the next click hit
+    another take); `counted`: the time in use changes at once. The takes left out."""
+    order = _shown(page)
+    left_out = []
+    for row in rows:
+        before = _in_use(page)
+        left_out.append(_click_use(qtbot, window, page, voice, row))
+        assert _shown(page) == order
+        assert not counted or _in_use(page) != before
+    return left_out
+
+
+def _empty_prepare_changes_nothing(qtbot, window: MainWindow, voice: Path) -> None:
+    """Prepare with every take left out would leave nothing: it changes nothing on disk
+    and says so, in its state and in a message box that says where to tick takes."""
+    on_disk = file_states(voice / "prepared")
+    assert len(list((voice / "prepared" / "clips").glob("*.wav"))) == 9
+    prepare_page = _prepare(qtbot, window)
+    sentence = ("Every take (12) is left out, so prepare would leave nothing to train on; "
+                "nothing was changed.")
+    assert prepare_page.state.text() == sentence
+    boxes = [b for b in prepare_page.findChildren(QMessageBox) if b.isVisible()]
+    assert [b.text() for b in boxes] == [sentence]
+    assert "Use column of the Import page" in boxes[0].informativeText()
+    boxes[0].accept()
+    assert file_states(voice / "prepared") == on_disk
+    assert prepare_page.cards["clips"].value.text() == "9 / 9"
+
+
 def test_ticks_keep_rows_in_place_and_an_empty_prepare_changes_nothing(
         qtbot, window: MainWindow, workspace: Path, prepared_voice: Path) -> None:
     voice = Path(shutil.copytree(prepared_voice, workspace / "joe"))
-    clips = voice / "prepared" / "clips"
     window.ctx.set_voice(voice)
     page = window.show_page(ImportPage)
     assert isinstance(page, ImportPage)
@@ -96,12 +128,7 @@ def test_ticks_keep_rows_in_place_and_an_empty_prepare_changes_nothing(
 
     # untick three takes, the last row first (under Qt's default sort by Use, the
     # unticked take jumped to the top and the next click hit another take)
-    left_out = []
-    for row in (11, 4, 0):
-        before = _in_use(page)
-        left_out.append(_click_use(qtbot, window, page, voice, row))
-        assert _shown(page) == order
-        assert _in_use(page) != before
+    left_out = _untick(qtbot, window, page, voice, (11, 4, 0))
     assert left_out == [order[11], order[4], order[0]]
 
     prepare_page = _prepare(qtbot, window)
@@ -126,26 +153,12 @@ def test_ticks_keep_rows_in_place_and_an_empty_prepare_changes_nothing(
     assert _shown(page) == order
 
     # untick every take, each with a click on its own row
-    for row in range(12):
-        if not page.model.takes[row].excluded:
-            _click_use(qtbot, window, page, voice, row)
-            assert _shown(page) == order
+    _untick(qtbot, window, page, voice,
+            [row for row in range(12) if not page.model.takes[row].excluded], counted=False)
     assert all(t.excluded for t in page.model.takes)
     assert _in_use(page) == "0:00 of speech in use"
 
-    # Prepare now would leave nothing: it changes nothing on disk and says so
-    on_disk = file_states(voice / "prepared")
-    assert len(list(clips.glob("*.wav"))) == 9
-    prepare_page = _prepare(qtbot, window)
-    sentence = ("Every take (12) is left out, so prepare would leave nothing to train on; "
-                "nothing was changed.")
-    assert prepare_page.state.text() == sentence
-    boxes = [b for b in prepare_page.findChildren(QMessageBox) if b.isVisible()]
-    assert [b.text() for b in boxes] == [sentence]
-    assert "Use column of the Import page" in boxes[0].informativeText()
-    boxes[0].accept()
-    assert file_states(voice / "prepared") == on_disk
-    assert prepare_page.cards["clips"].value.text() == "9 / 9"
+    _empty_prepare_changes_nothing(qtbot, window, voice)
 
     # a take ticked again counts at once (it read "0.0 min in use")
     window.show_page(ImportPage)

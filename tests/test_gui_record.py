@@ -34,19 +34,10 @@ def _speak(folder: Path, speech: np.ndarray, sr: int) -> subprocess.Popen:
     return subprocess.Popen(["paplay", "--device=vsink", "--latency-msec=1500", str(wav)])
 
 
-def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow, voice: Path,
-                                               piper_synth, tmp_path: Path) -> None:
-    assert au.input_devices() and au.output_devices()
-    window.ctx.set_voice(voice)
-    page = window.show_page(RecordPage)
-    assert isinstance(page, RecordPage)
-    qtbot.waitUntil(lambda: page.prompt is not None, timeout=10000)  # the reader's snapshot
-    prompt = page.prompt
-    assert prompt is not None and page.rec_btn.isEnabled()
-    speech, sr = _speech(piper_synth, prompt.text)
-
-    # keyboard first: Space starts recording from the default source (the sink's monitor);
-    # a pre-roll already captures while it says "Get ready", then "speak now"
+def _record_by_keyboard(qtbot, page: RecordPage, speech: np.ndarray, sr: int,
+                        tmp_path: Path) -> tuple[np.ndarray, int]:
+    """Space starts recording from the default source (the sink's monitor); a pre-roll
+    already captures while it says "Get ready", then "speak now"; Space stops. The take."""
     qtbot.keyClick(page, Qt.Key.Key_Space)
     assert page.recorder.active and page.rec_btn.text() == "Stop"
     assert page.rec_state.text() == "Get ready…" and page.preroll_timer.isActive()
@@ -57,7 +48,13 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
     with qtbot.waitSignal(page.recorder.stopped, timeout=10000) as blocker:
         qtbot.keyClick(page, Qt.Key.Key_Space)  # stop: the 300 ms hold keeps the tail
         assert page.recorder.stopping
-    audio, rate = blocker.args
+    return blocker.args
+
+
+def _judged_good(page: RecordPage, audio: np.ndarray, rate: int, speech: np.ndarray,
+                 sr: int) -> None:
+    """The whole speech came through, the waveform grew, and the verdict says so (or why
+    the device dropped samples)."""
     assert not page.recorder.active and not page.meter_timer.isActive()
     assert len(audio) / rate >= len(speech) / sr * 0.8
     assert float(np.max(np.abs(audio))) > 0.2  # speech came through, not silence
@@ -71,6 +68,38 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
         assert page.warnings == [] and page.clip_label.text() == ""  # loud and long enough
         assert page.rec_state.text().startswith("✓ Good take")
     assert page.accept_btn.isEnabled()
+
+
+def _retake_replaces(qtbot, page: RecordPage, voice: Path, prompt_id: str, first_take: str,
+                     speech: np.ndarray, sr: int, tmp_path: Path) -> None:
+    """B goes back to the accepted prompt; a new take of it replaces the old one."""
+    qtbot.keyClick(page, Qt.Key.Key_B)
+    assert page.prompt.id == prompt_id and "replaces" in page.prompt_meta.text()
+    with qtbot.waitSignal(page.recorder.stopped, timeout=20000):
+        page.toggle_record()
+        mouth = _speak(tmp_path, speech, sr)
+        qtbot.waitUntil(lambda: mouth.poll() is not None, timeout=30000)
+        page.toggle_record()
+    assert page.accept()
+    takes = sorted((voice / "takes").glob("*.json"))
+    metas = [json.loads(t.read_text()) for t in takes]
+    assert [m["prompt_id"] for m in metas] == [prompt_id]
+    assert takes[0].stem != first_take and not (voice / "takes" / f"{first_take}.wav").exists()
+    assert page.prompt is not None and page.prompt.id != prompt_id
+
+
+def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow, voice: Path,
+                                               piper_synth, tmp_path: Path) -> None:
+    assert au.input_devices() and au.output_devices()
+    window.ctx.set_voice(voice)
+    page = window.show_page(RecordPage)
+    assert isinstance(page, RecordPage)
+    qtbot.waitUntil(lambda: page.prompt is not None, timeout=10000)  # the reader's snapshot
+    prompt = page.prompt
+    assert prompt is not None and page.rec_btn.isEnabled()
+    speech, sr = _speech(piper_synth, prompt.text)
+    audio, rate = _record_by_keyboard(qtbot, page, speech, sr, tmp_path)
+    _judged_good(page, audio, rate, speech, sr)
 
     # Enter accepts: the take is on disk at once, with its prompt (as reviewed: the
     # silence around the speech cut to half a second)
@@ -86,22 +115,7 @@ def test_record_accept_through_the_real_device(qtbot, pulse, window: MainWindow,
     assert saved_sr == rate and abs(len(saved) - len(reviewed)) <= 1
     assert page.prompt is not None and page.prompt.id != prompt.id
     qtbot.waitUntil(lambda: "recorded" in page.progress_label.text(), timeout=10000)
-
-    # B goes back to the accepted prompt; a new take of it replaces the old one
-    first_take = takes[0].stem
-    qtbot.keyClick(page, Qt.Key.Key_B)
-    assert page.prompt.id == prompt.id and "replaces" in page.prompt_meta.text()
-    with qtbot.waitSignal(page.recorder.stopped, timeout=20000):
-        page.toggle_record()
-        mouth = _speak(tmp_path, speech, sr)
-        qtbot.waitUntil(lambda: mouth.poll() is not None, timeout=30000)
-        page.toggle_record()
-    assert page.accept()
-    takes = sorted((voice / "takes").glob("*.json"))
-    metas = [json.loads(t.read_text()) for t in takes]
-    assert [m["prompt_id"] for m in metas] == [prompt.id]
-    assert takes[0].stem != first_take and not (voice / "takes" / f"{first_take}.wav").exists()
-    assert page.prompt is not None and page.prompt.id != prompt.id
+    _retake_replaces(qtbot, page, voice, prompt.id, takes[0].stem, speech, sr, tmp_path)
 
 
 def test_quiet_and_cut_takes_are_flagged(piper_synth) -> None:

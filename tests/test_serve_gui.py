@@ -17,6 +17,51 @@ from wyoming.tts import Synthesize
 from tests.helpers.voices import make_voice, make_workspace
 
 
+def _examples_work_as_written(qtbot, page, tmp_path: Path, monkeypatch) -> None:
+    """The curl line and the Python snippet, run as shown, each write a WAV; both land in
+    the request log."""
+    curl = subprocess.run(["bash", "-e", "-c", page.curl.toPlainText()], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert curl.returncode == 0, curl.stderr
+    assert sf.read(tmp_path / "hello.wav")[1] == 24000
+    (tmp_path / "hello.wav").unlink()
+    monkeypatch.chdir(tmp_path)  # the snippet runs here as written (openai is imported already)
+    exec(compile(page.python.toPlainText(), "snippet", "exec"), {})
+    assert sf.read(tmp_path / "hello.wav")[1] == 24000
+    qtbot.waitUntil(lambda: page.log.rowCount() == 2, timeout=30000)
+    assert [page.log.item(r, 1).text() for r in range(2)] == ["200", "200"]
+    assert "audio s per s" in page.rate.text()
+
+
+def _home_assistant_speaks(qtbot, page) -> None:
+    """The address to type in, reached as the text says, in the same log."""
+    found = re.search(r"Wyoming Protocol, host (\S+), port (\d+)\.$", page.wyoming_info.text())
+    assert found, page.wyoming_info.text()
+    # announced at loopback: only a Home Assistant on this computer can connect, and the
+    # page says what lets one on another machine in
+    assert page.ha_note.text().startswith(
+        "Announced at 127.0.0.1: only a Home Assistant on this computer can connect. For one "
+        "on another machine, set Listen on to 'Other computers too"), page.ha_note.text()
+    # the address to type in, copied with one click, and the voices as Home Assistant lists
+    assert page.wyoming_field.text() == f"{found.group(1)}:{found.group(2)}"
+    qtbot.mouseClick(page.copy_wyoming, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == page.wyoming_field.text()
+    assert [page.ha_voices.item(i).text() for i in range(page.ha_voices.count())] == [
+        "ada (best: fine-tuned)", "ada/ada-v1 (fine-tuned)"]
+
+    async def speak() -> None:
+        async with AsyncTcpClient(found.group(1), int(found.group(2))) as client:
+            await client.write_event(Synthesize(text="Hello, Home Assistant.").event())
+            while (event := await client.read_event()) is not None:
+                if event.type == "audio-stop":
+                    return
+        raise AssertionError("no audio-stop")
+
+    asyncio.run(speak())
+    qtbot.waitUntil(lambda: page.log.rowCount() == 3, timeout=30000)
+    assert (page.log.item(2, 1).text(), page.log.item(2, 3).text()) == ("200", "pcm wyoming")
+
+
 def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Path,
                                                  tmp_path: Path, monkeypatch) -> None:
     from gui.pages.serve import WORD_JOINER, ServePage
@@ -49,44 +94,8 @@ def test_serve_page_starts_serves_logs_and_stops(qtbot, ctx, tiny_model_dir: Pat
     assert page.url not in page.state.text()
     assert key in page.curl.toPlainText() and page.url in page.python.toPlainText()
 
-    curl = subprocess.run(["bash", "-e", "-c", page.curl.toPlainText()], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    assert curl.returncode == 0, curl.stderr
-    assert sf.read(tmp_path / "hello.wav")[1] == 24000
-    (tmp_path / "hello.wav").unlink()
-    monkeypatch.chdir(tmp_path)  # the snippet runs here as written (openai is imported already)
-    exec(compile(page.python.toPlainText(), "snippet", "exec"), {})
-    assert sf.read(tmp_path / "hello.wav")[1] == 24000
-    qtbot.waitUntil(lambda: page.log.rowCount() == 2, timeout=30000)
-    assert [page.log.item(r, 1).text() for r in range(2)] == ["200", "200"]
-    assert "audio s per s" in page.rate.text()
-
-    # Home Assistant: the address to type in, reached as the text says, in the same log
-    found = re.search(r"Wyoming Protocol, host (\S+), port (\d+)\.$", page.wyoming_info.text())
-    assert found, page.wyoming_info.text()
-    # announced at loopback: only a Home Assistant on this computer can connect, and the
-    # page says what lets one on another machine in
-    assert page.ha_note.text().startswith(
-        "Announced at 127.0.0.1: only a Home Assistant on this computer can connect. For one "
-        "on another machine, set Listen on to 'Other computers too"), page.ha_note.text()
-    # the address to type in, copied with one click, and the voices as Home Assistant lists
-    assert page.wyoming_field.text() == f"{found.group(1)}:{found.group(2)}"
-    qtbot.mouseClick(page.copy_wyoming, Qt.MouseButton.LeftButton)
-    assert QGuiApplication.clipboard().text() == page.wyoming_field.text()
-    assert [page.ha_voices.item(i).text() for i in range(page.ha_voices.count())] == [
-        "ada (best: fine-tuned)", "ada/ada-v1 (fine-tuned)"]
-
-    async def speak() -> None:
-        async with AsyncTcpClient(found.group(1), int(found.group(2))) as client:
-            await client.write_event(Synthesize(text="Hello, Home Assistant.").event())
-            while (event := await client.read_event()) is not None:
-                if event.type == "audio-stop":
-                    return
-        raise AssertionError("no audio-stop")
-
-    asyncio.run(speak())
-    qtbot.waitUntil(lambda: page.log.rowCount() == 3, timeout=30000)
-    assert (page.log.item(2, 1).text(), page.log.item(2, 3).text()) == ("200", "pcm wyoming")
+    _examples_work_as_written(qtbot, page, tmp_path, monkeypatch)
+    _home_assistant_speaks(qtbot, page)
 
     page.stop()
     qtbot.waitUntil(lambda: not page.running, timeout=60000)
@@ -167,6 +176,26 @@ def test_home_assistant_panel_lists_the_voices_in_its_order(qtbot, ctx,
     assert not page.ha_panel.isVisible() and not page.zeroconf.isEnabled()
 
 
+def _serve_listens_voice(qtbot, ctx, listen):
+    """The Serve page started (with a key) on the voice Listen has chosen; the window's
+    worker lets its copy go once the server holds it."""
+    from gui.pages.serve import ServePage
+
+    speech = ctx.speech
+    serve = ServePage(ctx)
+    qtbot.addWidget(serve)
+    serve.refresh()
+    serve.port.setValue(0)
+    serve.use_key.setChecked(True)  # the key travels with Listen's requests
+    qtbot.mouseClick(serve.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: speech.endpoint is not None, timeout=180000)
+    # the server holds the same export: the window's copy is let go
+    qtbot.waitUntil(lambda: not speech.holds_model(), timeout=60000)
+    assert speech.served_name(listen.voice_spec()) in ("ada", "ada/ada-v1")
+    assert not speech.needs_load(listen.voice_spec())
+    return serve
+
+
 def test_listen_speaks_through_the_running_server(qtbot, ctx, tiny_model_dir: Path,
                                                   tmp_path: Path) -> None:
     """While the Serve page serves the source chosen on Listen, Listen's requests go to that
@@ -175,7 +204,6 @@ def test_listen_speaks_through_the_running_server(qtbot, ctx, tiny_model_dir: Pa
     server; the server's refusal is Listen's message; after Stop, the window's own worker
     speaks again."""
     from gui.pages.listen import ListenPage
-    from gui.pages.serve import ServePage
 
     ws = make_workspace(tmp_path, tiny_model_dir)
     ctx.set_workspace(ws)
@@ -198,17 +226,7 @@ def test_listen_speaks_through_the_running_server(qtbot, ctx, tiny_model_dir: Pa
     spoken("Hello from the window.")
     assert speech.holds_model() and speech.loaded == listen.voice_spec()
 
-    serve = ServePage(ctx)
-    qtbot.addWidget(serve)
-    serve.refresh()
-    serve.port.setValue(0)
-    serve.use_key.setChecked(True)  # the key travels with Listen's requests
-    qtbot.mouseClick(serve.start_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: speech.endpoint is not None, timeout=180000)
-    # the server holds the same export: the window's copy is let go
-    qtbot.waitUntil(lambda: not speech.holds_model(), timeout=60000)
-    assert speech.served_name(listen.voice_spec()) in ("ada", "ada/ada-v1")
-    assert not speech.needs_load(listen.voice_spec())
+    serve = _serve_listens_voice(qtbot, ctx, listen)
 
     result = spoken("Hello through the server, shared with other programs.")
     assert speech.job is None  # the window's own worker was never started again
