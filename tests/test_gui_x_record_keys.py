@@ -14,16 +14,15 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint
 from PySide6.QtWidgets import QMessageBox
 
+from gui.app import MainWindow
 from gui.pages.record import RecordPage
 from tests.helpers.voices import make_voice
-from tests.helpers.x_window import open_window, pump_until
+from tests.helpers.x_window import XDriver, open_window
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,66 +88,59 @@ def _run_window(laptop_xvfb: str, tmp_path: Path) -> None:
 
 # -- the window's side (run as a script under Xvfb) -------------------------------------
 
+def _box(drv: XDriver, window: MainWindow, text: str) -> QMessageBox | None:
+    """The visible message box that says `text`, once it shows (None after 10 s)."""
+    found: list[QMessageBox] = []
+    drv.wait(lambda: found.extend(b for b in window.findChildren(QMessageBox)
+                                  if b.isVisible() and text in b.text()) or found, 10)
+    return found[0] if found else None
+
+
+def _click(drv: XDriver, dialog: QMessageBox | None, label: str) -> None:
+    """A real click on the dialog's button `label`; the dialog closes."""
+    if dialog is None:
+        raise SystemExit(f"no dialog for {label!r}")
+    button = next(b for b in dialog.buttons() if b.text() == label)
+    drv.point_at(button)
+    drv.xdotool("click", 1)
+    drv.wait(lambda: not dialog.isVisible(), 10)
+    drv.wait(lambda: False, 0.3)
+
+
 def _drive(workspace: Path, out: Path) -> int:
     app, window = open_window(workspace, out)
-
-    def wait(cond: Callable[[], object], seconds: float = 15.0) -> bool:
-        return pump_until(app, cond, seconds)
-
-    def xdotool(*args: object) -> None:
-        subprocess.run(["xdotool", *map(str, args)], check=True, timeout=30)
-
-    def key(name: str) -> None:
-        xdotool("key", name)
-        wait(lambda: False, 0.3)  # what the key set off
-
-    def box(text: str) -> QMessageBox | None:
-        found: list[QMessageBox] = []
-        wait(lambda: found.extend(b for b in window.findChildren(QMessageBox)
-                                  if b.isVisible() and text in b.text()) or found, 10)
-        return found[0] if found else None
-
-    def click(dialog: QMessageBox | None, label: str) -> None:
-        if dialog is None:
-            raise SystemExit(f"no dialog for {label!r}")
-        button = next(b for b in dialog.buttons() if b.text() == label)
-        spot = button.mapToGlobal(QPoint(button.width() // 2, button.height() // 2))
-        xdotool("mousemove", "--sync", spot.x(), spot.y())
-        xdotool("click", 1)
-        wait(lambda: not dialog.isVisible(), 10)
-        wait(lambda: False, 0.3)
-
+    drv = XDriver(app)
     page = window.show_page(RecordPage)
     assert isinstance(page, RecordPage)
-    if not wait(lambda: window.isVisible() and page.prompt is not None, 60):
+    if not drv.wait(lambda: window.isVisible() and page.prompt is not None, 60):
         raise SystemExit("the Record page did not open its voice")
     window.activateWindow()
-    wait(lambda: app.focusWindow() is not None, 30)
+    drv.wait(lambda: app.focusWindow() is not None, 30)
     seen: dict[str, bool] = {}
-    key("space")
-    if not wait(lambda: "speak now" in page.rec_state.text()):
+    drv.key("space")
+    if not drv.wait(lambda: "speak now" in page.rec_state.text()):
         raise SystemExit(f"Space did not start a take: {page.rec_state.text()!r}")
-    key("ctrl+q")  # Quit, during the take
-    quit_box = box("was being recorded")
-    seen["stopped_as_quit_asks"] = wait(lambda: page.take_audio is not None, 10) \
+    drv.key("ctrl+q")  # Quit, during the take
+    quit_box = _box(drv, window, "was being recorded")
+    seen["stopped_as_quit_asks"] = drv.wait(lambda: page.take_audio is not None, 10) \
         and quit_box is not None and quit_box.isVisible()
-    click(quit_box, "Review it")
-    key("space")  # a new take of the same prompt
-    seen["space_after_quit"] = wait(lambda: "speak now" in page.rec_state.text(), 10)
-    key("space")
-    wait(lambda: page.take_audio is not None, 10)
-    key("Return")  # silent: it cannot train, Enter asks
-    click(box("This take cannot train"), "Re-take")
-    wait(lambda: "speak now" in page.rec_state.text(), 10)
-    key("space")
-    seen["space_after_retake"] = wait(lambda: page.take_audio is not None
-                                      and not page.recorder.active, 10)
-    key("Return")
-    click(box("This take cannot train"), "Keep anyway")
-    key("space")
-    seen["space_after_keep"] = wait(lambda: "speak now" in page.rec_state.text(), 10)
-    key("space")
-    wait(lambda: not page.recorder.active, 10)
+    _click(drv, quit_box, "Review it")
+    drv.key("space")  # a new take of the same prompt
+    seen["space_after_quit"] = drv.wait(lambda: "speak now" in page.rec_state.text(), 10)
+    drv.key("space")
+    drv.wait(lambda: page.take_audio is not None, 10)
+    drv.key("Return")  # silent: it cannot train, Enter asks
+    _click(drv, _box(drv, window, "This take cannot train"), "Re-take")
+    drv.wait(lambda: "speak now" in page.rec_state.text(), 10)
+    drv.key("space")
+    seen["space_after_retake"] = drv.wait(lambda: page.take_audio is not None
+                                          and not page.recorder.active, 10)
+    drv.key("Return")
+    _click(drv, _box(drv, window, "This take cannot train"), "Keep anyway")
+    drv.key("space")
+    seen["space_after_keep"] = drv.wait(lambda: "speak now" in page.rec_state.text(), 10)
+    drv.key("space")
+    drv.wait(lambda: not page.recorder.active, 10)
     seen["about_opened"] = window._about is not None
     out.write_text(json.dumps(seen))
     page.discard()

@@ -15,12 +15,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEvent, QEventLoop, QObject, QPoint, QRect, QSettings
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtCore import QEvent, QObject, QRect, QSettings
+from PySide6.QtWidgets import QApplication
 
 from engine.config.train import TrainConfig
 from engine.core.atomic import write_json
@@ -29,6 +28,7 @@ from gui.context import AppContext
 from gui.pages.train import TrainPage
 from gui.theme import ThemeManager
 from tests.helpers.voices import make_voice
+from tests.helpers.x_window import XDriver
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,6 +81,83 @@ def test_a_real_wheel_scrolls_the_form_and_changes_only_a_clicked_field(
 
 # -- the window's side (run as a script under Xvfb) -------------------------------------
 
+class _Wheels(QObject):
+    """Counts the real wheel events the X server delivered (to the widget under the
+    pointer; a parent's copy is not spontaneous)."""
+
+    seen = 0
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Wheel and event.spontaneous():
+            _Wheels.seen += 1
+        return False
+
+
+def _wheel_once(drv: XDriver, up: bool) -> None:
+    before = _Wheels.seen
+    drv.xdotool("click", 4 if up else 5)
+    drv.need(lambda: _Wheels.seen > before, "the wheel event")
+    for _ in range(5):  # what the wheel set off (a scroll, a changed value) settles
+        drv.app.processEvents()
+
+
+def _passed_over(drv: XDriver, page: TrainPage) -> dict[str, dict[str, object]]:
+    """The wheel over each field (not clicked) and over the run selector: before and
+    after, the form's scroll position, whether the field took the focus."""
+    s = page.settings
+    bar = s.scroll.verticalScrollBar()
+    value = {"trainable": s.trainable.currentIndex, "precision": s.precision.currentIndex,
+             "patience": s.patience.value, "ckpt_every": s.ckpt_every.value}
+    fields = {"trainable": s.trainable, "precision": s.precision, "patience": s.patience,
+              "ckpt_every": s.ckpt_every}
+    seen: dict[str, dict[str, object]] = {}
+    page.start_btn.setFocus()
+    for name, field in fields.items():
+        s.scroll.ensureWidgetVisible(field, 40, 60)
+        drv.app.processEvents()
+        drv.point_at(field)
+        record: dict[str, object] = {"before": value[name](), "scroll_before": bar.value()}
+        _wheel_once(drv, up=bar.value() >= bar.maximum())
+        record.update(after=value[name](), scroll_after=bar.value(), focused=field.hasFocus())
+        seen[name] = record
+    picker = page.run_picker
+    drv.point_at(picker)
+    seen["run_picker"] = {"before": picker.currentIndex()}
+    _wheel_once(drv, up=picker.currentIndex() > 0)
+    seen["run_picker"]["after"] = picker.currentIndex()
+    return seen
+
+
+def _clicked_into(drv: XDriver, page: TrainPage) -> dict[str, dict[str, object]]:
+    """The wheel over a spin box clicked into (its text, not its arrows) and over a combo
+    box whose list a click opened and Escape closed: the field is the user's to wheel."""
+    s = page.settings
+    seen: dict[str, dict[str, object]] = {}
+    spin = s.ckpt_every
+    spin.setValue(10)
+    s.scroll.ensureWidgetVisible(spin, 40, 60)
+    drv.app.processEvents()
+    drv.point_at(spin, 0.2)
+    drv.xdotool("click", 1)
+    drv.need(spin.hasFocus, "the clicked spin box's focus")
+    seen["clicked_spin"] = {"before": spin.value()}
+    _wheel_once(drv, up=True)
+    seen["clicked_spin"].update(after=spin.value(), focused=spin.hasFocus())
+    combo = s.precision
+    combo.setCurrentIndex(0)
+    s.scroll.ensureWidgetVisible(combo, 40, 60)
+    drv.app.processEvents()
+    drv.point_at(combo)
+    drv.xdotool("click", 1)
+    drv.need(lambda: combo.view().isVisible(), "the combo box's list")
+    drv.xdotool("key", "Escape")
+    drv.need(lambda: not combo.view().isVisible() and combo.hasFocus(), "the list to close")
+    seen["clicked_combo"] = {"before": combo.currentIndex()}
+    _wheel_once(drv, up=False)
+    seen["clicked_combo"].update(after=combo.currentIndex(), focused=combo.hasFocus())
+    return seen
+
+
 def _drive(workspace: Path, out: Path) -> int:
     app = QApplication([sys.argv[0]])
     theme = ThemeManager(app, "dark")
@@ -91,97 +168,17 @@ def _drive(workspace: Path, out: Path) -> int:
     window = MainWindow(AppContext(settings), theme=theme)
     window.setGeometry(QRect(0, 0, 1100, 760))  # the laptop screen, whatever it opens at
     window.show()
-
-    class Wheels(QObject):
-        """Counts the real wheel events the X server delivered (to the widget under the
-        pointer; a parent's copy is not spontaneous)."""
-        seen = 0
-
-        def eventFilter(self, obj: QObject, event: QEvent) -> bool:
-            if event.type() == QEvent.Type.Wheel and event.spontaneous():
-                Wheels.seen += 1
-            return False
-
-    wheels = Wheels()
+    wheels = _Wheels()
     app.installEventFilter(wheels)  # after the window's guard: it sees every wheel first
-
-    def wait(cond: object, what: str) -> None:
-        deadline = time.monotonic() + 60
-        while not cond():  # type: ignore[operator]
-            if time.monotonic() > deadline:
-                raise SystemExit(f"timed out waiting for {what}")
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-            time.sleep(0.01)
-
-    def xdotool(*args: object) -> None:
-        subprocess.run(["xdotool", *map(str, args)], check=True, timeout=30)
-
-    def point_at(widget: QWidget, x_fraction: float = 0.5) -> None:
-        spot = widget.mapToGlobal(QPoint(int(widget.width() * x_fraction), widget.height() // 2))
-        xdotool("mousemove", "--sync", spot.x(), spot.y())
-
-    def wheel_once(up: bool) -> None:
-        before = Wheels.seen
-        xdotool("click", 4 if up else 5)
-        wait(lambda: Wheels.seen > before, "the wheel event")
-        for _ in range(5):  # what the wheel set off (a scroll, a changed value) settles
-            app.processEvents()
-
+    drv = XDriver(app)
     page = window.show_page(TrainPage)
     assert isinstance(page, TrainPage)
-    wait(lambda: window.isVisible() and page._history is None and page.run_picker.count() >= 2,
-         "the Train page with both runs")
+    drv.need(lambda: window.isVisible() and page._history is None
+             and page.run_picker.count() >= 2, "the Train page with both runs")
     window.activateWindow()
-    wait(lambda: app.focusWindow() is not None, "the window's focus")
-    scroll = page.settings.scroll
-    bar = scroll.verticalScrollBar()
-    s = page.settings
-    value = {"trainable": s.trainable.currentIndex, "precision": s.precision.currentIndex,
-             "patience": s.patience.value, "ckpt_every": s.ckpt_every.value}
-    fields = {"trainable": s.trainable, "precision": s.precision, "patience": s.patience,
-              "ckpt_every": s.ckpt_every}
-    seen: dict[str, dict[str, object]] = {}
-    page.start_btn.setFocus()
-    for name, field in fields.items():
-        scroll.ensureWidgetVisible(field, 40, 60)
-        app.processEvents()
-        point_at(field)
-        record: dict[str, object] = {"before": value[name](), "scroll_before": bar.value()}
-        wheel_once(up=bar.value() >= bar.maximum())
-        record.update(after=value[name](), scroll_after=bar.value(), focused=field.hasFocus())
-        seen[name] = record
-    picker = page.run_picker
-    point_at(picker)
-    seen["run_picker"] = {"before": picker.currentIndex()}
-    wheel_once(up=picker.currentIndex() > 0)
-    seen["run_picker"]["after"] = picker.currentIndex()
-
-    # a click into the spin box's text (not its arrows), then the wheel changes it
-    spin = s.ckpt_every
-    spin.setValue(10)
-    scroll.ensureWidgetVisible(spin, 40, 60)
-    app.processEvents()
-    point_at(spin, 0.2)
-    xdotool("click", 1)
-    wait(spin.hasFocus, "the clicked spin box's focus")
-    seen["clicked_spin"] = {"before": spin.value()}
-    wheel_once(up=True)
-    seen["clicked_spin"].update(after=spin.value(), focused=spin.hasFocus())
-
-    # a click opens a combo box's list; Escape closes it and the box keeps the focus
-    combo = s.precision
-    combo.setCurrentIndex(0)
-    scroll.ensureWidgetVisible(combo, 40, 60)
-    app.processEvents()
-    point_at(combo)
-    xdotool("click", 1)
-    wait(lambda: combo.view().isVisible(), "the combo box's list")
-    xdotool("key", "Escape")
-    wait(lambda: not combo.view().isVisible() and combo.hasFocus(), "the list to close")
-    seen["clicked_combo"] = {"before": combo.currentIndex()}
-    wheel_once(up=False)
-    seen["clicked_combo"].update(after=combo.currentIndex(), focused=combo.hasFocus())
-
+    drv.need(lambda: app.focusWindow() is not None, "the window's focus")
+    seen = _passed_over(drv, page)
+    seen.update(_clicked_into(drv, page))
     out.write_text(json.dumps(seen))
     window.shutdown()
     window.close()
