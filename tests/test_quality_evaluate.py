@@ -220,6 +220,52 @@ def test_watch_evaluates_new_checkpoints_and_suggests_an_early_stop(
     assert rendered == ["step 30", "step 40"]
 
 
+class _RacingTraining:
+    """Training that moves on each time the watcher starts measuring: a checkpoint every
+    step (copies of `source`), recorded as the driver records them and pruned to the
+    newest two by training's own Checkpointer. It writes 1 once the baseline is in the
+    report, 2-4 as the watcher starts on 1, and 5 as it starts on 4."""
+
+    def __init__(self, source: Path, run: Path) -> None:
+        from engine.train.checkpoint import Checkpointer
+
+        self.source, self.run = source, run
+        self.trainer = Checkpointer(run, rank=0, world_size=1, keep=2)
+        self.written: list[int] = []
+        self.events: list[Event] = []
+        self.baseline_entries: list[list[str]] = []
+        self.gone_while_measured: list[bool] = []
+
+    def train_to(self, step: int) -> None:
+        import shutil
+
+        from engine.layout.checkpoints import checkpoint_name
+        from engine.layout.run import Run
+
+        while (self.written[-1] if self.written else 0) < step:
+            n = (self.written[-1] if self.written else 0) + 1
+            shutil.copytree(self.source, self.run / checkpoint_name(n))
+            Run(self.run).record_written(checkpoint_name(n))  # what the driver records
+            self.written.append(n)
+            self.trainer.prune()
+
+    def on_event(self, ev: Event) -> None:
+        from engine.layout.checkpoints import checkpoint_name
+
+        self.events.append(ev)
+        if ev.kind != "state":
+            return
+        if ev.data.get("state") == "evaluation_updated" and ev.data.get("detail") == "baseline":
+            data = json.loads((self.run / "evaluation" / "evaluation.json").read_text())
+            self.baseline_entries.append([e["label"] for e in data["entries"]])
+            self.train_to(1)
+        elif ev.data.get("state") == "evaluating" and ev.data.get("detail") == "step 1":
+            self.train_to(4)  # step 1 is deleted as the watcher starts on it
+            self.gone_while_measured.append(not (self.run / checkpoint_name(1)).exists())
+        elif ev.data.get("state") == "evaluating" and ev.data.get("detail") == "step 4":
+            self.train_to(5)
+
+
 def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
                                                evaluated: dict[str, Any]) -> None:
     """Training writes a checkpoint every step and keeps only the newest two; the watcher
@@ -236,55 +282,25 @@ def test_watch_never_loses_a_race_with_pruning(trained_run: dict[str, Any],
     import shutil
 
     from engine.layout.checkpoints import checkpoint_name, list_checkpoints
-    from engine.layout.run import Run
     from engine.quality.evaluate import EvaluateRequest
     from engine.quality.watch import watch
-    from engine.train.checkpoint import Checkpointer
 
-    source = trained_run["run"] / "checkpoint_step_0000020"
     run = trained_run["voice"] / "runs" / "r-race"
     run.mkdir()
     shutil.copy(trained_run["run"] / "config.json", run / "config.json")
-    trainer = Checkpointer(run, rank=0, world_size=1, keep=2)
-    written: list[int] = []
-
-    def train_to(step: int) -> None:
-        while (written[-1] if written else 0) < step:
-            n = (written[-1] if written else 0) + 1
-            shutil.copytree(source, run / checkpoint_name(n))
-            Run(run).record_written(checkpoint_name(n))  # what the driver records
-            written.append(n)
-            trainer.prune()
-
-    events: list[Event] = []
-    baseline_entries: list[list[str]] = []
-    gone_while_measured: list[bool] = []
-
-    def on_event(ev: Event) -> None:
-        events.append(ev)
-        if ev.kind != "state":
-            return
-        if ev.data.get("state") == "evaluation_updated" and ev.data.get("detail") == "baseline":
-            data = json.loads((run / "evaluation" / "evaluation.json").read_text())
-            baseline_entries.append([e["label"] for e in data["entries"]])
-            train_to(1)
-        elif ev.data.get("state") == "evaluating" and ev.data.get("detail") == "step 1":
-            train_to(4)  # step 1 is deleted as the watcher starts on it
-            gone_while_measured.append(not (run / checkpoint_name(1)).exists())
-        elif ev.data.get("state") == "evaluating" and ev.data.get("detail") == "step 4":
-            train_to(5)
-
+    training = _RacingTraining(trained_run["run"] / "checkpoint_step_0000020", run)
+    events = training.events
     request = EvaluateRequest(trained_run["voice"], "r-race", asr="pocketsphinx",
                               sentences=evaluated["result"]["sentences"][:1], options=FAST,
                               device="cpu", export=False)
-    result = watch(request, interval_s=0.01, idle_s=0.3, on_event=on_event)
+    result = watch(request, interval_s=0.01, idle_s=0.3, on_event=training.on_event)
     # the zero-shot baseline was in the report before the first checkpoint existed
-    assert baseline_entries == [["zero-shot"]]
+    assert training.baseline_entries == [["zero-shot"]]
     kept = [c.name for c in list_checkpoints(run)]
     assert kept == [checkpoint_name(4), checkpoint_name(5)]
     data = json.loads((run / "evaluation" / "evaluation.json").read_text())
     # 1 was deleted by training while it was measured, and measured all the same
-    assert gone_while_measured == [True]
+    assert training.gone_while_measured == [True]
     measured = [e["step"] for e in data["entries"] if e["kind"] == "checkpoint"]
     assert {1, 4, 5} <= set(measured)
     # 2 came and went within one look (written and pruned at once, while 1 was being
