@@ -55,7 +55,7 @@ def test_read_page_checks_the_takes_words_and_shows_each_takes_score(
     said: list[str] = []
     page.job.event.connect(lambda _event: said.append(page.status.text()))
     qtbot.waitUntil(lambda: page.job is None, timeout=JOB_S)
-    assert "Checking the words of the takes made before: 2 of 2 lines" in said, said
+    assert "Checking the words of the takes made before: 2 of 2 takes" in said, said
     assert page.status.text().endswith("lines 2 flagged"), page.status.text()
     right, wrong = page.table.item(0, 5).text(), page.table.item(1, 5).text()
     assert right.startswith("1, WER 0.") and "check it" not in right, right

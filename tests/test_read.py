@@ -518,9 +518,9 @@ def test_numbers_are_said_in_each_lines_language_and_the_voice_is_the_fallback(
 
 def test_the_time_left_is_the_render_rate_not_the_models_load(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 100 s model load, then a line of half the characters in 10 s: 10 s left (counting
-    the load gave 110 s, a hundred times the render on a real book); before any line, the
-    load is said as loading, with no estimate."""
+    """A 100 s model load, then a take (a part) of half the characters in 10 s: 10 s left
+    (counting the load gave 110 s, a hundred times the render on a real book); before any
+    take, the load is said as loading, with no estimate."""
     from types import SimpleNamespace
 
     from engine.read import render
@@ -528,13 +528,15 @@ def test_the_time_left_is_the_render_rate_not_the_models_load(
     clock = [0.0]
     monkeypatch.setattr(render.time, "perf_counter", lambda: clock[0])
     events: list[Event] = []
-    lines = [SimpleNamespace(number=n, spoken="x" * 50) for n in (1, 2)]
-    progress = render._Progress(Emitter(events.append), lines)
+    parts = [SimpleNamespace(index=0, text="x" * 50) for _ in (1, 2)]
+    attempts = [SimpleNamespace(planned=SimpleNamespace(number=n), part=part)
+                for n, part in zip((1, 2), parts, strict=True)]
+    progress = render._Progress(Emitter(events.append), parts)
     progress.loading()
     clock[0] = 100.0
     progress.loaded(100.0)
     clock[0] = 110.0
-    progress.line_done(lines[0], 3.0)
+    progress.part_done(attempts[0], 3.0)
     first, second = (e.data for e in events)
     assert first["loading"] is True and first["eta_s"] is None and first["done"] == 0
     assert second["eta_s"] == pytest.approx(10.0) and second["done"] == 1

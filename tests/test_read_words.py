@@ -1,5 +1,6 @@
 """Is every take saying its line? The word check of `read` (issue 52): each take
-transcribed by the offline recogniser and scored against its line's text.
+transcribed by the offline recogniser and scored against its part's text (a line is
+said in parts, sentence groups, each a take).
 
 The tiny model says no words, so a take of real speech is piper's 'joe' saying a line,
 put where the project keeps that line's take; the word check of a later read scores it.
@@ -99,3 +100,29 @@ def test_the_threshold_is_a_setting_of_the_project(tmp_path: Path) -> None:
     assert request.word_check and request.wer_max == 0.7
     with pytest.raises(InputError, match="wer_max"):
         ReadRequest(script="s.txt", wer_max=0.0)
+
+
+def test_each_part_of_a_line_is_scored_against_its_own_words(
+        workspace: Path, tmp_path: Path,
+        piper_synth: Callable[[str], tuple[np.ndarray, int]]) -> None:
+    """A line of two sentences is two takes: each scored against its part's words, and
+    the part whose take says other words flags the line alone."""
+    script = tmp_path / "two.txt"
+    script.write_text(f"{RIGHT} {OTHER}\n", encoding="utf-8")
+    request = tiny_request(script=str(script), workspace=str(workspace), voice="ada",
+                           max_frames=SHORT, retries=0, chunk_chars=80)
+    read_events(request)
+    plan = make_plan(request)
+    first, second = plan.line(1).parts
+    assert (first.text, second.text) == (RIGHT, OTHER)
+    for part in (first, second):  # both say the first sentence: part 2's is wrong
+        say_take(reading.take_audio(plan.project, part.key, 1), RIGHT, piper_synth)
+
+    checked, events = read_events(request.replace(word_check=True))
+    assert checked["rendered"] == 0 and checked["flagged"] == [1]
+    right, wrong = (part.record(plan.project, 1) for part in (first, second))
+    assert right["wer"] < 0.3 and right["problems"] == [], right
+    assert wrong["wer"] > 0.7 and wrong["problems"] == [WRONG_WORDS], wrong
+    scored = [(e.data["line"], e.data["part"]) for e in events if e.kind == "progress"
+              and e.data.get("stage") == "words"]
+    assert scored == [(1, 1), (1, 2)]

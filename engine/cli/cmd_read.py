@@ -1,12 +1,15 @@
 """CLI: `read`, a script or a book in your voices.
 
     voxshard-engine read SCRIPT -o book.m4b --workspace WS --voice ada [--cast Bob=bob/instant]
-    voxshard-engine read SCRIPT --regenerate 12          (a new take of line 12, chosen)
-    voxshard-engine read SCRIPT --pick 12=3              (line 12 uses its take of seed 3)
+    voxshard-engine read SCRIPT --regenerate 12          (new takes of line 12's parts, chosen)
+    voxshard-engine read SCRIPT --regenerate 12.2        (a new take of its second part)
+    voxshard-engine read SCRIPT --pick 12.2=3            (part 2 of line 12 uses seed 3;
+                                                          12=3 for a line said in one take)
     voxshard-engine read SCRIPT --say "Voxshard=vox shard" [--say-scope workspace]
 
-Run again after an edit: only the lines whose text, voice, style or pronunciation changed
-are rendered. Stopped (Ctrl+C, the window's Stop), it keeps every finished take and goes
+A line is said in parts (sentence groups of at most --chunk-chars, a take each). Run
+again after an edit: only the lines whose text, voice, style or pronunciation changed are
+rendered. Stopped (Ctrl+C, the window's Stop), it keeps every finished take and goes
 on from there the next time.
 """
 
@@ -83,10 +86,12 @@ def register(sub: Any) -> None:
     add_field(p, ReadRequest, "styles", action="append", metavar="STYLE",
               help="a style the script's [STYLE] sets, beyond its voices' trained ones "
               "(repeatable; any other bracket is words to say)", show_default=False)
-    p.add_argument("--regenerate", action="append", type=int, metavar="LINE",
-                   help="render a new take of this line and choose it (repeatable)")
-    p.add_argument("--pick", action="append", metavar="LINE=SEED",
-                   help="choose the take of this seed for the line (repeatable)")
+    p.add_argument("--regenerate", action="append", metavar="LINE[.PART]",
+                   help="render a new take of each part of this line (or of its part PART, "
+                   "from 1) and choose it (repeatable)")
+    p.add_argument("--pick", action="append", metavar="LINE[.PART]=SEED",
+                   help="choose the take of this seed for the part (LINE alone: a line "
+                   "said in one take) (repeatable)")
     p.add_argument("--say", action="append", metavar="WORD=RESPELLING",
                    help="add a pronunciation to the dictionary of --say-scope (repeatable)")
     p.add_argument("--say-scope", default="project",

@@ -4,6 +4,7 @@ builds these)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,19 @@ LOUDNESS_PRESETS = {"podcast": -16.0, "audiobook": -18.0, "quiet audiobook": -20
 #: chapter, measured on the written file
 EXPORT_PRESETS: dict[str, dict[str, float]] = {
     "acx": {"rms_db": -20.5, "peak_dbfs": -3.5, "room_tone_db": -65.0}}
+
+
+#: a line or a part of it: `12` or `12.2` (parts from 1)
+_PART = re.compile(r"^([1-9]\d*)(?:\.([1-9]\d*))?$")
+
+
+def line_part(item: str | int) -> tuple[int, int | None]:
+    """(line number, 0-based part or None for the whole line) of `N` or `N.K`."""
+    found = _PART.match(str(item).strip())
+    if found is None:
+        raise InputError(f"{item!r} is not LINE or LINE.PART.",
+                         "Write it as 12, or 12.2 for the second part of line 12.")
+    return int(found[1]), (int(found[2]) - 1 if found[2] else None)
 
 
 def _check(cond: bool, message: str, hint: str | None = None) -> None:
@@ -104,9 +118,11 @@ class ReadRequest:
     cover: str | None = None
     #: rows decoded together (lines and voices share them)
     rows: int = 8
-    #: lines (numbers) to render a new take of, with a seed not used yet
-    regenerate: tuple[int, ...] = ()
-    #: make a line's take the chosen one, as LINE=SEED
+    #: what to render a new take of, with a seed not used yet: LINE (each of its parts)
+    #: or LINE.PART (one part, from 1)
+    regenerate: tuple[int | str, ...] = ()
+    #: make a take the chosen one, as LINE=SEED (a line said in one take) or
+    #: LINE.PART=SEED
     pick: tuple[str, ...] = ()
     #: keep the takes of lines whose voice now speaks with another model (trained since,
     #: say) instead of rendering them again with it
@@ -143,8 +159,13 @@ class ReadRequest:
                    f"The cast {item!r} is not NAME=VOICE.", "Write it as Ada=ada/instant.")
         for item in self.pick:
             line, _, seed = item.partition("=")
-            _check(line.strip().isdigit() and seed.strip().isdigit(),
-                   f"The pick {item!r} is not LINE=SEED.", "Write it as 12=3.")
+            _check(_PART.match(line.strip()) is not None and seed.strip().isdigit(),
+                   f"The pick {item!r} is not LINE=SEED or LINE.PART=SEED.",
+                   "Write it as 12=3, or 12.2=3 for the second part of line 12.")
+        for item in self.regenerate:
+            _check(_PART.match(str(item).strip()) is not None,
+                   f"The new take {item!r} is not LINE or LINE.PART.",
+                   "Write it as 12, or 12.2 for the second part of line 12.")
         if self.out:
             suffix = self.out.rsplit(".", 1)[-1].lower() if "." in self.out else ""
             _check(suffix in READ_FORMATS, f"The export {self.out} does not end in "

@@ -1,18 +1,22 @@
-"""A read project's folder: the takes of each line, the chosen one, the export's state.
+"""A read project's folder: the takes of each part of a line, the chosen one, the export's
+state.
 
     <project>/
       project.json            what the last render was asked (script, voices, seed, ...)
       pronunciations.json     the project's own respellings (see `pronunciation_files`)
-      takes/<line key>/<seed>.wav    one rendered take of a line
-      takes/<line key>/<seed>.json   its record: text said, voice, style, flags
-      takes/<line key>/chosen.json   {"seed": N}: the take the export uses
+      takes/<part key>/<seed>.wav    one rendered take of a part of a line
+      takes/<part key>/<seed>.json   its record: line, part, text said, voice, style, flags
+      takes/<part key>/chosen.json   {"seed": N}: the take the export uses
       export.json             the last export: its file, format and chapters
 
-A line's key is a digest of the line (its text, voice, style, language, the text after
-pronunciations, and which of the lines that are all that alike it is) and of the model its
-voice speaks with (`engine.read.project.take_key`); the seed names the take, so an edited
-line, or a voice that now speaks with another model, gets a new key and only its lines are
-rendered again. Light: no torch.
+A line is said in parts, sentence groups of at most `chunk_chars` (the synthesizer's
+chunks, `engine.read.project.line_parts`); a part's key is a digest of its line (its
+text, voice, style, language, the text after pronunciations, and which of the lines
+that are all that alike it is), its place and words in the line, and the model its
+voice speaks with (`engine.read.project.take_key`); the seed names the take, so an
+edited line, or a voice that now speaks with another model, gets new keys and only its
+lines are rendered again. A line said in one part has the line's own key: the same
+folder a whole-line take of it had before lines were cut in parts. Light: no torch.
 """
 
 from __future__ import annotations
@@ -34,25 +38,26 @@ def default_project_dir(script: str | os.PathLike[str]) -> Path:
     return path.with_name(path.stem + PROJECT_SUFFIX)
 
 
-def takes_dir(project: Path, line_key: str) -> Path:
-    return project / TAKES_DIR / line_key
+def takes_dir(project: Path, key: str) -> Path:
+    return project / TAKES_DIR / key
 
 
-def take_audio(project: Path, line_key: str, seed: int) -> Path:
-    return takes_dir(project, line_key) / f"{seed}.wav"
+def take_audio(project: Path, key: str, seed: int) -> Path:
+    return takes_dir(project, key) / f"{seed}.wav"
 
 
-def take_record(project: Path, line_key: str, seed: int) -> Path:
-    return takes_dir(project, line_key) / f"{seed}.json"
+def take_record(project: Path, key: str, seed: int) -> Path:
+    return takes_dir(project, key) / f"{seed}.json"
 
 
-def chosen_file(project: Path, line_key: str) -> Path:
-    return takes_dir(project, line_key) / CHOSEN_FILE
+def chosen_file(project: Path, key: str) -> Path:
+    return takes_dir(project, key) / CHOSEN_FILE
 
 
-def take_seeds(project: Path, line_key: str) -> list[int]:
-    """The seeds of a line's finished takes (a take is finished once its record is written)."""
-    folder = takes_dir(project, line_key)
+def take_seeds(project: Path, key: str) -> list[int]:
+    """The seeds of a part's finished takes (a take is finished once its record is
+    written)."""
+    folder = takes_dir(project, key)
     if not folder.is_dir():
         return []
     seeds = [int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()

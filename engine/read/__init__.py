@@ -1,9 +1,10 @@
-"""Read a script or a book in cloned voices: a project of per-line takes, exported whole.
+"""Read a script or a book in cloned voices: a project of takes, exported whole.
 
-`read(request)` parses the script (`script`), plans each line's voice, text and key
-(`project`), renders the lines without a take on the warm worker (`render`), then writes
-the export (`export`). Each step keeps to its own module; only `render` and `export`
-load torch.
+`read(request)` parses the script (`script`), plans each line's voice, text and parts
+(`project`: a take is a sentence group of a line, its own key, seeds and chosen one),
+renders the parts without a take on the warm worker (`render`), then writes the export
+(`export`: each line its parts' chosen takes joined). Each step keeps to its own module;
+only `render` and `export` load torch.
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None 
         emitter.log(moved, level="warning", lines=plan.other_model)
     for number, words in style_notes(plan):
         emitter.log(words, level="warning", line=number)
+    whole = whole_note(plan)
+    if whole:
+        emitter.log(whole, level="info", lines=plan.whole_lines)
     for item in request.pick:
-        number, _, seed = item.partition("=")
-        choose(plan, int(number), int(seed))
+        target, _, seed = item.partition("=")
+        choose(plan, target, int(seed))
     rendered = render_missing(plan, emitter, cancel)
     result: dict[str, Any] = {"project": str(plan.project), "lines": len(plan.lines),
                               "chapters": len(plan.script.chapters), **rendered}
@@ -50,6 +54,18 @@ def read(request: ReadRequest, emitter: Emitter, cancel: threading.Event | None 
                          + (f"; {result['export']['check']['words']}"
                             if request.out and "check" in result["export"] else ""))
     return result
+
+
+def whole_note(plan: Plan) -> str:
+    """Which lines of several parts keep the whole-line take they were rendered as (before
+    takes were cut in parts), and how to have them in parts ("" for none)."""
+    lines = plan.whole_lines
+    if not lines:
+        return ""
+    shown = ", ".join(map(str, lines[:10])) + (", ..." if len(lines) > 10 else "")
+    return (f"{len(lines)} line{'s' if len(lines) != 1 else ''} ({shown}) keep the whole-line "
+            "take made before takes were cut into sentence groups; a new take of a line "
+            "(--regenerate N) makes its parts")
 
 
 def other_model_note(plan: Plan) -> str:

@@ -39,7 +39,7 @@ from engine.core.atomic import atomic_path, write_json, write_text
 from engine.core.errors import InputError
 from engine.layout import reading
 from engine.read.acx import check_chapters, check_words
-from engine.read.project import Plan, best_take
+from engine.read.project import Plan, line_takes
 from engine.synth.render import user_file_mode, write_audio_pieces
 
 #: bit rates of the compressed exports (mono speech)
@@ -65,7 +65,8 @@ _PEAK_CORRECTIONS = 2
 
 @dataclass
 class Placed:
-    """A line's take in the program: where it starts and ends, in samples."""
+    """A line in the program (its parts' takes and the pauses between them): where it
+    starts and ends, in samples."""
 
     number: int
     chapter: int
@@ -80,7 +81,8 @@ class Program:
     """Where every take and pause falls: the program is read from the takes in pieces
     (`pieces`), never held whole, so an export's memory does not grow with the book."""
 
-    #: (take file or None for a pause, samples), in order
+    #: (take file or None for a pause, samples), in order; a line's takes (its parts)
+    #: lie within its `Placed` start and end
     parts: list[tuple[Path | None, int]] = field(default_factory=list)
     lines: list[Placed] = field(default_factory=list)
     #: (title, start sample) of each chapter
@@ -98,17 +100,19 @@ class Program:
         """The program's samples in order, a take or at most `_SLICE` of pause at a time,
         times `gain` and held under `ceiling` by the limiter; pauses are room tone (in the
         mix) or silence; with `voice`, the other voices' lines are silence (a track)."""
-        voices = iter(p.voice for p in self.lines)
+        at, line = 0, 0
         for index, (path, n) in enumerate(self.parts):
-            if path is None or (voice is not None and next(voices) != voice):
+            # the line a take belongs to: a line is one take or several (its parts)
+            while line + 1 < len(self.lines) and self.lines[line + 1].start <= at:
+                line += 1
+            at += n
+            if path is None or (voice is not None and self.lines[line].voice != voice):
                 for begin in range(0, n, _SLICE):
                     size = min(_SLICE, n - begin)
                     yield (room_tone(size, self.tone_db, index * 1_000_003 + begin)
                            if path is None and voice is None and self.tone_db is not None
                            else np.zeros(size, dtype=np.float32))
                 continue
-            if voice is None:
-                next(voices)
             audio = _take(path)[:n]
             if gain != 1.0:
                 audio = (audio * np.float32(gain)).astype(np.float32)
@@ -142,29 +146,33 @@ def _pause_after(plan: Plan, index: int) -> float:
 
 
 def assemble(plan: Plan) -> Program:
-    """The chosen takes in order with their pauses (every line must have a take): each
-    chapter opens on `head_s` of room tone and closes on `chapter_pause_s` of it."""
+    """The chosen takes in order with their pauses (every part of every line must have a
+    take): each chapter opens on `head_s` of room tone and closes on `chapter_pause_s`
+    of it; a line's parts are joined with the pauses between them
+    (`project.line_takes`)."""
     request = plan.request.for_export()
     program = Program(tone_db=request.room_tone_db, ceiling=10 ** (request.peak_dbfs / 20))
     head = round(request.head_s * SAMPLE_RATE)
     at = 0
     for index, planned in enumerate(plan.lines):
-        seed = best_take(plan, planned)
-        if seed is None:
-            raise InputError(f"Line {planned.number} has no take yet.",
-                             "Render the project first (an export does).")
-        path = reading.take_audio(plan.project, planned.key, seed)
-        length = _take_samples(path)
+        takes = line_takes(plan, planned)
         line = planned.line
         if line.chapter == len(program.chapters):  # the chapter's first line
             program.chapters.append((plan.script.chapters[line.chapter].title, at))
             if head:
                 program.parts.append((None, head))
                 at += head
+        start = at
+        for path, pause_s in takes:
+            length = _take_samples(path)
+            program.parts.append((path, length))
+            at += length
+            between = round(pause_s * SAMPLE_RATE)
+            if between:
+                program.parts.append((None, between))
+                at += between
         program.lines.append(Placed(line.number, line.chapter, planned.voice.name, line.text,
-                                    at, at + length))
-        program.parts.append((path, length))
-        at += length
+                                    start, at))
         pause = round(_pause_after(plan, index) * SAMPLE_RATE)
         if pause:
             program.parts.append((None, pause))

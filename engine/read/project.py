@@ -1,6 +1,9 @@
-"""A read project: each script line with its voice, the text the model is given, its key,
-its takes and the chosen one (the folder: `engine.layout.reading`). Light: no torch, so
-the window reads a project through this module."""
+"""A read project: each script line with its voice, the text the model is given, and its
+parts: a line is cut where the synthesizer cuts a text into chunks (`line_parts`: sentence
+groups of at most `chunk_chars`), and each part is a take of its own, with its key, seeds,
+records and the chosen one (the folder: `engine.layout.reading`); a line is its parts'
+chosen takes in order. Light: no torch, so the window reads a project through this
+module."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config.read import ReadRequest
+from engine.config.read import ReadRequest, line_part
+from engine.config.speak import SpeakOptions
 from engine.core.atomic import read_json, write_json
 from engine.core.errors import InputError, VoxshardError
 from engine.layout import reading
@@ -19,38 +23,113 @@ from engine.read.script import Line, Script, ScriptNames, read_script
 from engine.serve.voices import ServedVoice, discover, serving_base
 from engine.synth.fingerprint import sound_fingerprint
 from engine.synth.voice import style_note
-from engine.text import spoken_text
+from engine.text import Chunk, split_text, spoken_text
+
+
+@dataclass
+class PlannedPart:
+    """A part of a line (`line_parts`): the unit of a take, a retry, a pick and a progress
+    step."""
+
+    #: its line's number
+    number: int
+    #: 0-based, in the line (said as `N.K`, K from 1: `part_name`)
+    index: int
+    #: what the model is told: this part of its line's text as given to the model
+    text: str
+    #: seconds of silence after it in its line (the synthesizer's own pause between
+    #: chunks; 0 after the line's last part)
+    pause_after_s: float
+    #: the folder of the takes it uses (`own_key`, or a key of another model of its voice
+    #: when the request keeps those)
+    key: str
+    #: its takes' key with the model its voice speaks with now (`take_key`)
+    own_key: str = ""
+    #: what it is, whatever model says it (`part_identity`)
+    identity: str = ""
+    #: seeds of its finished takes
+    seeds: list[int] = field(default_factory=list)
+    chosen: int | None = None
+    #: its takes came from another model of its voice: "kept" (asked) or "" (none)
+    other_model: str = ""
+
+    @property
+    def name(self) -> str:
+        return part_name(self.number, self.index)
+
+    def record(self, project: Path, seed: int) -> dict[str, Any]:
+        return read_json(reading.take_record(project, self.key, seed)) or {}
+
+
+def part_name(number: int, index: int) -> str:
+    """How a part is named to people and on the command line: `N.K`, K from 1."""
+    return f"{number}.{index + 1}"
 
 
 @dataclass
 class PlannedLine:
-    """A script line as rendered: its voice, what the model is told, its takes."""
+    """A script line as rendered: its voice, what the model is told, its parts."""
 
     line: Line
     voice: ServedVoice
     #: the text with the pronunciations applied (what the model is given)
     spoken: str
-    #: the folder of the takes it uses (`own_key`, or a key of another model of its voice
-    #: when the request keeps those)
-    key: str
-    #: seeds of its finished takes
-    seeds: list[int] = field(default_factory=list)
-    chosen: int | None = None
-    #: its takes' key with the model its voice speaks with now (`take_key`)
-    own_key: str = ""
     #: what it is, whatever model says it (`line_identity`)
     identity: str = ""
     #: the model its voice speaks with now (`engine.synth.fingerprint`)
     model: str = ""
-    #: its takes came from another model of its voice: "kept" (asked) or "" (none)
-    other_model: str = ""
+    #: the parts its export uses, in order: `cut`, or its one whole-line take made before
+    #: takes were cut in parts (`whole`)
+    parts: list[PlannedPart] = field(default_factory=list)
+    #: its parts as `line_parts` cuts it
+    cut: list[PlannedPart] = field(default_factory=list)
+    #: it keeps a whole-line take made before takes were cut in parts, until a new take of
+    #: it is asked for (it is never rendered again on its own)
+    whole: bool = False
 
     @property
     def number(self) -> int:
         return self.line.number
 
+    @property
+    def other_model(self) -> str:
+        """"kept" when a part uses another model's takes ("" for none)."""
+        return "kept" if any(p.other_model for p in self.parts) else ""
+
+    def part(self, index: int) -> PlannedPart:
+        if not 0 <= index < len(self.parts):
+            raise InputError(f"Line {self.number} has no part {index + 1}.",
+                             f"Its parts are {self.number}.1 to "
+                             f"{part_name(self.number, len(self.parts) - 1)}.")
+        return self.parts[index]
+
+    @property
+    def only(self) -> PlannedPart:
+        """Its one part (a line said in one take); a line of several names one."""
+        if len(self.parts) != 1:
+            raise InputError(f"Line {self.number} is said in {len(self.parts)} parts.",
+                             f"Name one as {self.number}.K, K from 1 to {len(self.parts)}.")
+        return self.parts[0]
+
+    # a line of one part: its take's key, seeds, chosen seed and records
+    @property
+    def key(self) -> str:
+        return self.only.key
+
+    @property
+    def own_key(self) -> str:
+        return self.only.own_key
+
+    @property
+    def seeds(self) -> list[int]:
+        return self.only.seeds
+
+    @property
+    def chosen(self) -> int | None:
+        return self.only.chosen
+
     def record(self, project: Path, seed: int) -> dict[str, Any]:
-        return read_json(reading.take_record(project, self.key, seed)) or {}
+        return self.only.record(project, seed)
 
 
 @dataclass
@@ -70,9 +149,14 @@ class Plan:
         raise InputError(f"The script has no line {number}.",
                          f"Its lines are numbered 1 to {len(self.lines)}.")
 
-    def missing(self) -> list[PlannedLine]:
-        """Lines with no take yet (an export renders these first)."""
-        return [p for p in self.lines if not p.seeds]
+    def missing(self) -> list[tuple[PlannedLine, PlannedPart]]:
+        """Parts with no take yet (an export renders these first)."""
+        return [(p, part) for p in self.lines for part in p.parts if not part.seeds]
+
+    @property
+    def whole_lines(self) -> list[int]:
+        """Lines that keep a whole-line take made before takes were cut in parts."""
+        return [p.number for p in self.lines if p.whole]
 
 
 def _digest(values: list[Any], size: int = 20) -> str:
@@ -89,8 +173,25 @@ def line_identity(line: Line, voice: str, spoken: str, request: ReadRequest,
                     request.chunk_chars, request.max_frames, occurrence])
 
 
+def part_identity(identity: str, index: int, text: str, parts: int) -> str:
+    """What a part is: its line (`line_identity`), its place and its words; the one part
+    of a line said in one take is the line itself (its takes are the line's, as they
+    were before lines were cut in parts)."""
+    return identity if parts == 1 else _digest([identity, index, text])
+
+
+def line_parts(spoken: str, request: ReadRequest) -> list[Chunk]:
+    """How a line is cut into takes: the chunks the synthesizer cuts its text into
+    (sentence groups of at most `chunk_chars`), with the pause it puts after each when
+    it joins them (its own defaults: a read asks the worker for no other)."""
+    speak = SpeakOptions()
+    chunks = split_text(spoken, request.chunk_chars, speak.sentence_pause_s,
+                        speak.paragraph_pause_s)
+    return chunks or [Chunk(0, spoken, 0.0, 0)]
+
+
 def take_key(identity: str, model: str) -> str:
-    """The folder of a line's takes: the line (`line_identity`) as said by one model
+    """The folder of a part's takes: the part (`part_identity`) as said by one model
     (`engine.synth.fingerprint.sound_fingerprint`); the seed names the take."""
     return _digest([identity, model])
 
@@ -112,7 +213,7 @@ def voice_model(voice: ServedVoice) -> str:
 
 
 def _earlier_keys(project: Path) -> dict[str, list[str]]:
-    """Line identity -> the keys of its takes by other models, newest first (from the
+    """Part identity -> the keys of its takes by other models, newest first (from the
     takes' records)."""
     found: dict[str, dict[str, str]] = {}
     for record_file in (project / reading.TAKES_DIR).glob("*/*.json"):
@@ -206,12 +307,17 @@ def _language(language: str) -> str | None:
     return None if language == "auto" else language
 
 
-def said_text(plan: Plan, planned: PlannedLine) -> str:
-    """What a listener should hear of a line: its text as it is spoken (numbers in words),
-    without the respellings that only steer the model (a take's words are checked
-    against it)."""
-    return spoken_text(planned.line.text, _language(plan.request.language),
+def said_text(plan: Plan, planned: PlannedLine, part: PlannedPart | None = None) -> str:
+    """What a listener should hear of a line (or of one of its parts): its text as it is
+    spoken (numbers in words), without the respellings that only steer the model (a
+    take's words are checked against it). A part's is the same cut of it, where it cuts
+    into as many parts; else the part's own text."""
+    said = spoken_text(planned.line.text, _language(plan.request.language),
                        fallback=planned.voice.language) or planned.line.text
+    if part is None or len(planned.parts) == 1:
+        return said
+    cut = line_parts(said, plan.request)
+    return cut[part.index].text if len(cut) == len(planned.cut) else part.text
 
 
 def titles_spoken(request: ReadRequest) -> bool:
@@ -254,47 +360,77 @@ def make_plan(request: ReadRequest) -> Plan:
         alike = _digest([line.text, voice.name, line.style, spoken])
         seen[alike] = seen.get(alike, 0) + 1
         identity = line_identity(line, voice.name, spoken, request, seen[alike] - 1)
-        own = take_key(identity, models[voice.name])
-        planned = PlannedLine(line, voice, spoken, own, own_key=own, identity=identity,
-                              model=models[voice.name])
-        _use_takes(planned, project)
-        if not planned.seeds:
-            earlier = _earlier_keys(project) if earlier is None else earlier
-            others = [k for k in earlier.get(identity, []) if k != own]
-            if seen[alike] == 1:
-                others.append(_unfingerprinted_key(line, voice.name, spoken, request))
-            other = next((k for k in others if reading.take_seeds(project, k)), None)
-            if other is not None:
-                plan.other_model.append(line.number)
-                if request.keep_other_models:
-                    planned.key, planned.other_model = other, "kept"
-                    _use_takes(planned, project)
+        model = models[voice.name]
+        planned = PlannedLine(line, voice, spoken, identity=identity, model=model)
+        chunks = line_parts(spoken, request)
+        other_model = False
+        for index, chunk in enumerate(chunks):
+            part_id = part_identity(identity, index, chunk.text, len(chunks))
+            own = take_key(part_id, model)
+            part = PlannedPart(line.number, index, chunk.text, chunk.pause_after_s, own,
+                               own_key=own, identity=part_id)
+            _use_takes(part, project)
+            if not part.seeds:
+                earlier = _earlier_keys(project) if earlier is None else earlier
+                others = [k for k in earlier.get(part_id, []) if k != own]
+                if seen[alike] == 1 and len(chunks) == 1:
+                    others.append(_unfingerprinted_key(line, voice.name, spoken, request))
+                other = next((k for k in others if reading.take_seeds(project, k)), None)
+                if other is not None:
+                    other_model = True
+                    if request.keep_other_models:
+                        part.key, part.other_model = other, "kept"
+                        _use_takes(part, project)
+            planned.cut.append(part)
+        planned.parts = list(planned.cut)
+        if len(chunks) > 1 and not any(p.seeds for p in planned.cut):
+            _keep_whole(planned, take_key(identity, model), project)
+        if other_model:
+            plan.other_model.append(line.number)
         plan.lines.append(planned)
     return plan
 
 
-def _use_takes(planned: PlannedLine, project: Path) -> None:
-    """Read the seeds and the chosen one of the takes under `planned.key`."""
-    planned.seeds = reading.take_seeds(project, planned.key)
-    chosen = (read_json(reading.chosen_file(project, planned.key)) or {}).get("seed")
-    planned.chosen = chosen if chosen in planned.seeds else None
+def _keep_whole(planned: PlannedLine, key: str, project: Path) -> None:
+    """A line of several parts whose takes were made whole (before lines were cut in
+    parts) keeps its whole-line take as its one part: nothing made is lost or made again
+    until a new take of it is asked for (`cut_line`)."""
+    if reading.take_seeds(project, key):
+        whole = PlannedPart(planned.number, 0, planned.spoken, 0.0, key, own_key=key,
+                            identity=planned.identity)
+        _use_takes(whole, project)
+        planned.parts, planned.whole = [whole], True
+
+
+def cut_line(planned: PlannedLine) -> None:
+    """A line that kept its whole-line take is said in its parts from now on."""
+    if planned.whole:
+        planned.parts, planned.whole = list(planned.cut), False
+
+
+def _use_takes(part: PlannedPart, project: Path) -> None:
+    """Read the seeds and the chosen one of the takes under `part.key`."""
+    part.seeds = reading.take_seeds(project, part.key)
+    chosen = (read_json(reading.chosen_file(project, part.key)) or {}).get("seed")
+    part.chosen = chosen if chosen in part.seeds else None
 
 
 def reread_line(plan: Plan, number: int) -> PlannedLine:
-    """Line `number` with its takes re-read from disk (what a finished take changed),
-    the rest of the plan as it was: a render's progress is shown line by line without
-    planning the whole book again."""
+    """Line `number` with its parts' takes re-read from disk (what a finished take
+    changed), the rest of the plan as it was: a render's progress is shown take by take
+    without planning the whole book again."""
     planned = plan.line(number)
-    _use_takes(planned, plan.project)
+    for part in planned.parts:
+        _use_takes(part, plan.project)
     return planned
 
 
-def own_takes(plan: Plan, planned: PlannedLine) -> None:
-    """Make a line that kept another model's takes use its own (a new take of it is
+def own_takes(plan: Plan, part: PlannedPart) -> None:
+    """Make a part that kept another model's takes use its own (a new take of it is
     the model's its voice speaks with now)."""
-    if planned.key != planned.own_key:
-        planned.key, planned.other_model = planned.own_key, ""
-        _use_takes(planned, plan.project)
+    if part.key != part.own_key:
+        part.key, part.other_model = part.own_key, ""
+        _use_takes(part, plan.project)
 
 
 def open_project(project: str | Path) -> Plan:
@@ -313,46 +449,83 @@ def save_request(plan: Plan) -> None:
     write_json(plan.project / reading.PROJECT_FILE, kept.to_dict())
 
 
-def choose(plan: Plan, number: int, seed: int) -> None:
-    """Make take `seed` the one line `number`'s export uses."""
+def targets(plan: Plan, item: str | int) -> tuple[PlannedLine, list[PlannedPart]]:
+    """The parts `item` names: `N`, every part of line N (a line said in one take: its
+    take); `N.K`, its part K. A line that kept a whole-line take is cut in parts first
+    when one part is named."""
+    number, index = line_part(item)
     planned = plan.line(number)
-    if seed not in planned.seeds:
-        raise InputError(f"Line {number} has no take with seed {seed}.",
-                         f"Its takes: {', '.join(map(str, planned.seeds)) or 'none yet'}.")
-    write_json(reading.chosen_file(plan.project, planned.key), {"seed": seed})
-    planned.chosen = seed
+    if index is None:
+        return planned, list(planned.parts)
+    cut_line(planned)
+    return planned, [planned.part(index)]
+
+
+def choose(plan: Plan, item: str | int, seed: int) -> None:
+    """Make take `seed` the one the export uses of part `item` (`N.K`, or `N` for a line
+    said in one take)."""
+    planned, parts = targets(plan, item)
+    part = parts[0] if len(parts) == 1 else planned.only
+    if seed not in part.seeds:
+        raise InputError(f"{'Part' if len(planned.parts) > 1 else 'Line'} {item} has no take "
+                         f"with seed {seed}.",
+                         f"Its takes: {', '.join(map(str, part.seeds)) or 'none yet'}.")
+    write_json(reading.chosen_file(plan.project, part.key), {"seed": seed})
+    part.chosen = seed
 
 
 def take_flagged(record: dict[str, Any]) -> bool:
     return bool(record.get("problems"))
 
 
-def line_flagged(plan: Plan, planned: PlannedLine) -> bool:
-    """A line is flagged while the take its export uses has a problem: every render of
+def part_flagged(plan: Plan, part: PlannedPart) -> bool:
+    """A part is flagged while the take its export uses has a problem: every render of
     it failed and no good take was picked (a project's flags outlive the run that made
     them)."""
-    used = best_take(plan, planned)
-    return used is not None and take_flagged(planned.record(plan.project, used))
+    used = best_take(plan, part)
+    return used is not None and take_flagged(part.record(plan.project, used))
+
+
+def line_flagged(plan: Plan, planned: PlannedLine) -> bool:
+    """A line is flagged while one of its parts is."""
+    return any(part_flagged(plan, part) for part in planned.parts)
 
 
 def flagged_lines(plan: Plan) -> list[int]:
     return [p.number for p in plan.lines if line_flagged(plan, p)]
 
 
-def retry_due(plan: Plan, planned: PlannedLine) -> bool:
-    """A flagged line has renders left (`ReadRequest.retries`) when none of its takes is
+def retry_due(plan: Plan, part: PlannedPart) -> bool:
+    """A flagged part has renders left (`ReadRequest.retries`) when none of its takes is
     good and none was picked: a render stopped before its retries goes on with them (not
     for takes of another model kept as they are)."""
-    return (planned.chosen is None and not planned.other_model
-            and 0 < len(planned.seeds) <= plan.request.retries and line_flagged(plan, planned))
+    return (part.chosen is None and not part.other_model
+            and 0 < len(part.seeds) <= plan.request.retries and part_flagged(plan, part))
 
 
-def best_take(plan: Plan, planned: PlannedLine) -> int | None:
-    """The take the export uses: the chosen one, else the first without a problem, else
-    the first (flagged)."""
-    if planned.chosen is not None:
-        return planned.chosen
-    for seed in planned.seeds:
-        if not take_flagged(planned.record(plan.project, seed)):
+def best_take(plan: Plan, part: PlannedPart) -> int | None:
+    """The take the export uses of a part: the chosen one, else the first without a
+    problem, else the first (flagged)."""
+    if part.chosen is not None:
+        return part.chosen
+    for seed in part.seeds:
+        if not take_flagged(part.record(plan.project, seed)):
             return seed
-    return planned.seeds[0] if planned.seeds else None
+    return part.seeds[0] if part.seeds else None
+
+
+def line_takes(plan: Plan, planned: PlannedLine) -> list[tuple[Path, float]]:
+    """A line's audio as it is joined: each part's take the export uses, in order, with
+    the pause after it (the synthesizer's own between chunks, `line_parts`; none after
+    the last). The export and the window's playing of a line join these."""
+    joined = []
+    for part in planned.parts:
+        seed = best_take(plan, part)
+        if seed is None:
+            where = (f"Line {planned.number}" if len(planned.parts) == 1
+                     else f"Line {planned.number}, part {part.index + 1},")
+            raise InputError(f"{where} has no take yet.",
+                             "Render the project first (an export does).")
+        pause = part.pause_after_s if part is not planned.parts[-1] else 0.0
+        joined.append((reading.take_audio(plan.project, part.key, seed), pause))
+    return joined

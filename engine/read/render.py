@@ -1,18 +1,21 @@
 """Render a project's missing takes on the warm synthesis worker, many lines and voices
 in one batch.
 
-Lines are grouped by what their voice loads (`serve.pool.voice_identity`): the adapter
-and instant voices of one base share one model and one continuous batch, each request
-naming its voice; a full export has its own. Every line of a group is submitted at once,
-so the batcher keeps its rows full across lines and voices; each line is one request,
-cut into short chunks at sentence and clause boundaries by the batcher, with the line's
-seed. A take is written the moment it is finished (its audio, then its record), so a
-render stopped half-way loses nothing finished and the next one goes on from there.
+A take is one part of a line (`project.line_parts`: a sentence group of at most
+`chunk_chars`, the chunk the synthesizer cuts). Parts are grouped by what their voice
+loads (`serve.pool.voice_identity`): the adapter and instant voices of one base share one
+model and one continuous batch, each request naming its voice; a full export has its
+own. Every missing part of a group is submitted at once, so the batcher keeps its rows
+full across lines and voices; each part is one request with its own seed. A take is
+written the moment it is finished (its audio, then its record), so a render stopped
+half-way loses nothing finished and the next one goes on from there. Progress counts
+parts (its events name the line and the part).
 
-A take whose chunks looped, stayed silent (the runaway guard) or reached their length
-cap, that is silent as a whole, or whose words are not its line's (the word check,
-`engine.read.words`), is rendered again with the next unused seed, up to `retries` times;
-every take is kept, and a line whose takes all failed is flagged.
+A take that looped, stayed silent (the runaway guard) or reached its length cap, that is
+silent as a whole, or whose words are not its part's (the word check,
+`engine.read.words`), is rendered again with the next unused seed, up to `retries` times,
+that part alone: the line's other takes stay. Every take is kept, and a part whose takes
+all failed flags its line.
 """
 
 from __future__ import annotations
@@ -34,7 +37,16 @@ from engine.core.errors import Cancelled, InputError
 from engine.core.events import Emitter, Event
 from engine.layout import reading
 from engine.layout.voice import now_iso
-from engine.read.project import Plan, PlannedLine, flagged_lines, own_takes, retry_due
+from engine.read.project import (
+    Plan,
+    PlannedLine,
+    PlannedPart,
+    cut_line,
+    flagged_lines,
+    own_takes,
+    retry_due,
+    targets,
+)
 from engine.read.words import Words
 from engine.serve.pool import voice_identity
 from engine.synth.worker import SpeechWorker
@@ -46,8 +58,9 @@ SILENT_RMS = 1e-4
 @dataclass
 class _Attempt:
     planned: PlannedLine
+    part: PlannedPart
     seed: int
-    #: renders of this line so far in this run (the first is 0)
+    #: renders of this part so far in this run (the first is 0)
     tries: int = 0
 
 
@@ -65,15 +78,15 @@ def take_problems(result: dict[str, Any], audio: np.ndarray, max_frames: int | N
     return list(dict.fromkeys(problems))
 
 
-def _next_seed(planned: PlannedLine, taken: set[int], first: int) -> int:
+def _next_seed(part: PlannedPart, first: int) -> int:
     seed = first
-    while seed in taken or seed in planned.seeds:
+    while seed in part.seeds:
         seed += 1
     return seed
 
 
 class _Group:
-    """The lines of one loaded model, rendered on one `SpeechWorker`."""
+    """The parts of one loaded model, rendered on one `SpeechWorker`."""
 
     def __init__(self, plan: Plan, attempts: list[_Attempt], emitter: Emitter,
                  progress: _Progress, words: Words | None) -> None:
@@ -130,13 +143,15 @@ class _Group:
             attempt = self.waiting.get(str(event.data.get("request")))
             if attempt is None:
                 continue
+            where = _where(attempt)
             if event.kind == "log" and event.data.get("level") == "warning" \
                     and "instruct" not in event.data:  # `read` said it of the line already
-                self.emitter.log(f"Line {attempt.planned.number}: {event.data.get('message')}",
-                                 level="warning", line=attempt.planned.number)
+                self.emitter.log(f"{where}: {event.data.get('message')}",
+                                 level="warning", line=attempt.planned.number,
+                                 part=attempt.part.index + 1)
             elif event.kind == "error":
                 self.waiting.pop(str(event.data["request"]))
-                raise InputError(f"Line {attempt.planned.number} could not be rendered: "
+                raise InputError(f"{where} could not be rendered: "
                                  f"{event.data.get('message')}", event.data.get("hint"))
             elif event.kind == "result":
                 self.waiting.pop(str(event.data["request"]))
@@ -144,29 +159,30 @@ class _Group:
 
     def _submit(self, attempt: _Attempt) -> None:
         request = self.plan.request
-        planned = attempt.planned
+        planned, part = attempt.planned, attempt.part
         self._ids += 1
-        rid = f"line-{planned.number}-{self._ids}"
-        out = reading.take_audio(self.plan.project, planned.key, attempt.seed)
+        rid = f"part-{part.name}-{self._ids}"
+        out = reading.take_audio(self.plan.project, part.key, attempt.seed)
         out.parent.mkdir(parents=True, exist_ok=True)
         options: dict[str, Any] = {"seed": attempt.seed, "language": request.language,
                                    "chunk_chars": request.chunk_chars,
                                    "max_frames": request.max_frames,
                                    "instruct": planned.line.style}
         self.waiting[rid] = attempt
-        self.worker.submit({"op": "speak", "id": rid, "text": planned.spoken, "out": str(out),
+        self.worker.submit({"op": "speak", "id": rid, "text": part.text, "out": str(out),
                             "voice": planned.voice.name if self.shared else None,
                             "options": options})
 
     def _finished(self, attempt: _Attempt, result: dict[str, Any]) -> None:
-        planned, project = attempt.planned, self.plan.project
-        audio = read_mono(reading.take_audio(project, planned.key, attempt.seed), SAMPLE_RATE)
+        planned, part, project = attempt.planned, attempt.part, self.plan.project
+        audio = read_mono(reading.take_audio(project, part.key, attempt.seed), SAMPLE_RATE)
         problems = take_problems(result, audio, self.plan.request.max_frames)
-        said = self.words.judge(planned, audio, problems) if self.words else {}
+        said = self.words.judge(planned, part, audio, problems) if self.words else {}
         line = planned.line
-        write_json(reading.take_record(project, planned.key, attempt.seed), {
-            "identity": planned.identity, "model": planned.model, "line": line.number,
-            "text": line.text, "spoken": planned.spoken,
+        write_json(reading.take_record(project, part.key, attempt.seed), {
+            "identity": part.identity, "model": planned.model, "line": line.number,
+            "part": part.index + 1, "parts": len(planned.parts),
+            "text": line.text, "spoken": part.text,
             "speaker": line.speaker, "voice": planned.voice.name, "style": line.style,
             "language": self.plan.request.language, "seed": attempt.seed,
             "duration_s": round(len(audio) / SAMPLE_RATE, 3), "problems": problems, **said,
@@ -175,35 +191,44 @@ class _Group:
                                               "runaway")}
                        for c in result.get("chunks") or []],
             "created": now_iso()})
-        planned.seeds = sorted({*planned.seeds, attempt.seed})
+        part.seeds = sorted({*part.seeds, attempt.seed})
+        where = _where(attempt)
         if problems and attempt.tries < self.plan.request.retries:
-            retry = _Attempt(planned, _next_seed(planned, set(), attempt.seed + 1),
+            retry = _Attempt(planned, part, _next_seed(part, attempt.seed + 1),
                              attempt.tries + 1)
-            self.emitter.log(f"Line {line.number} ({', '.join(problems)}) with seed "
-                             f"{attempt.seed}: trying seed {retry.seed}.", level="warning",
-                             line=line.number, problems=problems, retry_seed=retry.seed)
+            self.emitter.log(f"{where} ({', '.join(problems)}) with seed {attempt.seed}: "
+                             f"trying seed {retry.seed}.", level="warning",
+                             line=line.number, part=part.index + 1, problems=problems,
+                             retry_seed=retry.seed)
             self._submit(retry)
             return
         if problems:
-            self.emitter.log(f"Line {line.number} still has a problem ({', '.join(problems)}) "
-                             f"after {attempt.tries + 1} render(s); listen to it, or render "
-                             "a new take.", level="warning", line=line.number,
+            self.emitter.log(f"{where} still has a problem ({', '.join(problems)}) after "
+                             f"{attempt.tries + 1} render(s); listen to it, or render a new "
+                             "take.", level="warning", line=line.number, part=part.index + 1,
                              problems=problems, flagged=True)
-        self.progress.line_done(planned, len(audio) / SAMPLE_RATE)
+        self.progress.part_done(attempt, len(audio) / SAMPLE_RATE)
 
     def close(self, cancelled: bool) -> None:
         self.worker.close(timeout=60, cancel=cancelled)
 
 
+def _where(attempt: _Attempt) -> str:
+    """"Line N" for a line said in one take, else "Line N, part K"."""
+    planned = attempt.planned
+    return (f"Line {planned.number}" if len(planned.parts) == 1
+            else f"Line {planned.number}, part {attempt.part.index + 1}")
+
+
 class _Progress:
-    """Lines finished, audio made, and the time left: the characters still to say at the
-    rate measured since rendering began, the models' loads left out (a load is not
+    """Takes (parts) finished, audio made, and the time left: the characters still to say
+    at the rate measured since rendering began, the models' loads left out (a load is not
     render time: counted in, the first estimates were a hundred times the render)."""
 
-    def __init__(self, emitter: Emitter, lines: list[PlannedLine]) -> None:
+    def __init__(self, emitter: Emitter, parts: list[PlannedPart]) -> None:
         self.emitter = emitter
-        self.total = len(lines)
-        self.chars = sum(len(p.spoken) for p in lines) or 1
+        self.total = len(parts)
+        self.chars = sum(len(p.text) for p in parts) or 1
         self.done = 0
         self.chars_done = 0
         self.audio_s = 0.0
@@ -212,7 +237,7 @@ class _Progress:
         self.loads_s = 0.0
 
     def loading(self) -> None:
-        """A model loads: no estimate until lines render (said as loading)."""
+        """A model loads: no estimate until takes render (said as loading)."""
         self.emitter.progress("render", self.done, self.total, loading=True, eta_s=None,
                               audio_s=round(self.audio_s, 2))
 
@@ -225,12 +250,13 @@ class _Progress:
             return None
         return rendering / self.chars_done * (self.chars - self.chars_done)
 
-    def line_done(self, planned: PlannedLine, seconds: float) -> None:
+    def part_done(self, attempt: _Attempt, seconds: float) -> None:
         self.done += 1
-        self.chars_done += len(planned.spoken)
+        self.chars_done += len(attempt.part.text)
         self.audio_s += seconds
         left = self.eta_s()
-        self.emitter.progress("render", self.done, self.total, line=planned.number,
+        self.emitter.progress("render", self.done, self.total, line=attempt.planned.number,
+                              part=attempt.part.index + 1,
                               eta_s=None if left is None else round(left, 1),
                               audio_s=round(self.audio_s, 2))
 
@@ -243,32 +269,41 @@ def _dtype(name: str) -> Any:
 
 def render_missing(plan: Plan, emitter: Emitter, cancel: threading.Event | None = None
                    ) -> dict[str, Any]:
-    """Render every line without a take, and a new take of each line in
-    `plan.request.regenerate`; returns what was made (see the module doc)."""
+    """Render every part without a take, and a new take of each part that
+    `plan.request.regenerate` names; returns what was made (see the module doc)."""
     request = plan.request
-    for number in request.regenerate:  # a new take is the model's of the voice now
-        own_takes(plan, plan.line(number))
+    asked: list[tuple[PlannedLine, PlannedPart]] = []
+    for item in request.regenerate:  # a new take is the model's of the voice now, in parts
+        planned, parts = targets(plan, item)
+        if planned.whole:  # a line kept whole from before: its new takes are its parts
+            cut_line(planned)
+            parts = list(planned.parts)
+        for part in parts:
+            own_takes(plan, part)
+            asked.append((planned, part))
     words = Words(plan, emitter) if request.word_check else None
     if words is not None:  # takes made without the check: scored before retries are due
         words.score_kept()
     missing = plan.missing()
-    attempts = [_Attempt(p, _next_seed(p, set(), request.seed)) for p in missing]
+    attempts = [_Attempt(p, part, _next_seed(part, request.seed)) for p, part in missing]
     # a render stopped before its retries: they are still due (the takes say so)
-    retried = [p for p in plan.lines if p.number not in request.regenerate
-               and retry_due(plan, p)]
-    attempts += [_Attempt(p, _next_seed(p, set(), max(p.seeds) + 1), len(p.seeds))
-                 for p in retried]
-    for number in request.regenerate:
-        planned = plan.line(number)
-        if planned.seeds:  # a line without a take is rendered above already
-            attempts.append(_Attempt(planned, _next_seed(planned, set(),
-                                                         max(planned.seeds) + 1)))
+    regenerated = {id(part) for _, part in asked}
+    # (a line kept whole from before is never rendered again unasked: a new take of it
+    # is made in parts)
+    retried = [(p, part) for p in plan.lines if not p.whole for part in p.parts
+               if id(part) not in regenerated and retry_due(plan, part)]
+    attempts += [_Attempt(p, part, _next_seed(part, max(part.seeds) + 1), len(part.seeds))
+                 for p, part in retried]
+    for planned, part in asked:
+        if part.seeds:  # a part without a take is rendered above already
+            attempts.append(_Attempt(planned, part, _next_seed(part, max(part.seeds) + 1)))
     groups: dict[str, list[_Attempt]] = defaultdict(list)
     for attempt in attempts:
         groups[voice_identity(attempt.planned.voice)].append(attempt)
-    progress = _Progress(emitter, [a.planned for a in attempts])
-    emitter.state("rendering", lines=len(attempts), total_lines=len(plan.lines),
-                  models=len(groups))
+    progress = _Progress(emitter, [a.part for a in attempts])
+    emitter.state("rendering", takes=len(attempts),
+                  lines=len({a.planned.number for a in attempts}),
+                  total_lines=len(plan.lines), models=len(groups))
     load = 0.0
     started = time.perf_counter()
     for members in groups.values():
@@ -280,16 +315,16 @@ def render_missing(plan: Plan, emitter: Emitter, cancel: threading.Event | None 
         finally:
             group.close(cancelled)
         load += group.load_s
-    for number in request.regenerate:  # the new take is the one asked for
-        planned = plan.line(number)
-        newest = max(planned.seeds)
-        write_json(reading.chosen_file(plan.project, planned.key), {"seed": newest})
-        planned.chosen = newest
+    for _, part in asked:  # the new take is the one asked for
+        newest = max(part.seeds)
+        write_json(reading.chosen_file(plan.project, part.key), {"seed": newest})
+        part.chosen = newest
     rendering = time.perf_counter() - started - load
+    kept = sum(len(p.parts) for p in plan.lines) - len(missing) - len(retried)
     # audio per second of rendering: the loads (once per model) are counted apart
     # the project's flags, not this run's: a line stays flagged until a good take is used
-    return {"rendered": len(attempts), "reused": len(plan.lines) - len(missing) - len(retried),
-            "retried": [p.number for p in retried], "flagged": flagged_lines(plan),
+    return {"rendered": len(attempts), "reused": kept,
+            "retried": sorted({p.number for p, _ in retried}), "flagged": flagged_lines(plan),
             "audio_s": round(progress.audio_s, 3),
             "load_s": round(load, 3), "render_s": round(rendering, 3),
             "audio_per_s": round(progress.audio_s / rendering, 3) if rendering > 0 else 0.0}

@@ -1,10 +1,11 @@
 """Is every take saying its line? The word check of a read (`ReadRequest.word_check`).
 
 Each take is transcribed as it is finished (`Words.judge`, from `render`) and its word
-error rate against the line's text (`project.said_text`) kept in its record ("wer",
+error rate against its part's text (`project.said_text`) kept in its record ("wer",
 "heard"); above `ReadRequest.wer_max` the take has the problem `WRONG_WORDS`, so it is
 retried and flagged like a loop. Takes made before (the check off, or an older project)
-are scored when a read with the check on finds the take an export would use unscored
+are scored when a read with the check on finds the take an export would use of a part
+unscored
 (`Words.score_kept`), so turning the check on checks the book as it stands.
 """
 
@@ -20,7 +21,7 @@ from engine.core.atomic import write_json
 from engine.core.events import Emitter
 from engine.layout import reading
 from engine.quality.said import WRONG_WORDS, WordCheck, words_problem
-from engine.read.project import Plan, PlannedLine, best_take, said_text
+from engine.read.project import Plan, PlannedLine, PlannedPart, best_take, said_text
 from engine.read.pronounce import line_language
 
 
@@ -37,12 +38,14 @@ class Words:
     def language(self, planned: PlannedLine) -> str:
         return line_language(self.plan.request.language, planned.voice.language)
 
-    def judge(self, planned: PlannedLine, audio: np.ndarray, problems: list[str]
-              ) -> dict[str, Any]:
-        """Score a finished take (`audio`, 24 kHz); adds `WRONG_WORDS` to `problems` when
-        its words are not the line's. Returns what its record keeps ({} if unchecked)."""
+    def judge(self, planned: PlannedLine, part: PlannedPart, audio: np.ndarray,
+              problems: list[str]) -> dict[str, Any]:
+        """Score a finished take of `part` (`audio`, 24 kHz); adds `WRONG_WORDS` to
+        `problems` when its words are not the part's. Returns what its record keeps ({}
+        if unchecked)."""
         language = self.language(planned)
-        said = self.check.score(audio, SAMPLE_RATE, said_text(self.plan, planned), language)
+        said = self.check.score(audio, SAMPLE_RATE, said_text(self.plan, planned, part),
+                                language)
         if said is None:
             self._tell(language)
             return {}
@@ -59,29 +62,33 @@ class Words:
                              level="warning", word_check=False)
 
     def score_kept(self) -> list[int]:
-        """Score the take each line's export would use where it has no score yet (and the
+        """Score the take each part's export would use where it has no score yet (and the
         next one, while the used take says the wrong words); returns the lines scored."""
         plan = self.plan
-        due = [p for p in plan.lines if p.seeds and not p.other_model
-               and "wer" not in p.record(plan.project, best_take(plan, p) or p.seeds[0])]
-        scored = []
-        for done, planned in enumerate(due, 1):
+        due = [(p, part) for p in plan.lines for part in p.parts
+               if part.seeds and not part.other_model
+               and "wer" not in part.record(plan.project,
+                                            best_take(plan, part) or part.seeds[0])]
+        scored: list[int] = []
+        for done, (planned, part) in enumerate(due, 1):
             tried: set[int] = set()
-            while (seed := best_take(plan, planned)) is not None and seed not in tried:
+            while (seed := best_take(plan, part)) is not None and seed not in tried:
                 tried.add(seed)
-                record = planned.record(plan.project, seed)
+                record = part.record(plan.project, seed)
                 if "wer" in record:
                     break
-                audio = read_mono(reading.take_audio(plan.project, planned.key, seed),
+                audio = read_mono(reading.take_audio(plan.project, part.key, seed),
                                   SAMPLE_RATE)
                 problems = [str(p) for p in record.get("problems") or []]
-                said = self.judge(planned, audio, problems)
+                said = self.judge(planned, part, audio, problems)
                 if not said:
                     break
-                write_json(reading.take_record(plan.project, planned.key, seed),
+                write_json(reading.take_record(plan.project, part.key, seed),
                            {**record, **said, "problems": problems})
                 if WRONG_WORDS not in problems:
                     break
-            scored.append(planned.number)
-            self.emitter.progress("words", done, len(due), line=planned.number)
+            if planned.number not in scored:
+                scored.append(planned.number)
+            self.emitter.progress("words", done, len(due), line=planned.number,
+                                  part=part.index + 1)
         return scored

@@ -1,11 +1,12 @@
 """Read: a script or a book in your voices, line by line, exported with chapters.
 
 The page shows the script's lines as the engine plans them (`engine.read.project`: each
-line's voice, style and takes; torch-free), and runs `voxshard-engine --json read` as an
+line's voice, style and parts; torch-free), and runs `voxshard-engine --json read` as an
 `EngineJob` to render and export, so the window never waits on the model. Render again
-after editing the script: only the changed lines are rendered. A line's takes are played,
-picked (`choose`, a small file in the project) or made anew (`read --regenerate N`); two
-takes of a line are compared side by side (play A, play B, use B). How lines are cut and
+after editing the script: only the changed lines are rendered. A line is said in parts
+(sentence groups, each a take of its own); a part's takes are played, picked (`choose`, a
+small file in the project) or made anew (`read --regenerate N.K`); two takes of a part
+are compared side by side (play A, play B, use B). How lines are cut and
 checked (chunk length, frame cap, retries, the word check) is set on the page, in the
 engine's own fields (`gui.settings_form`), and kept with the project.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import soundfile as sf
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -34,6 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.audio.timebase import SAMPLE_RATE
 from engine.config.read import LOUDNESS_PRESETS, ReadRequest
 from engine.core.atomic import read_json
 from engine.core.errors import VoxshardError
@@ -41,11 +45,14 @@ from engine.layout import reading
 from engine.read.project import (
     Plan,
     PlannedLine,
+    PlannedPart,
     best_take,
     choose,
     flagged_lines,
     line_flagged,
+    line_takes,
     make_plan,
+    part_flagged,
     reread_line,
 )
 from engine.read.pronounce import add_respelling
@@ -73,22 +80,42 @@ def words_score(record: dict[str, Any]) -> str:
 
 
 def take_text(plan: Plan, number: int) -> str:
-    """A line's takes in a few words: how many, the one used, its word check, a flag."""
+    """A line's takes in a few words: a line said in one take, how many takes, the one
+    used and its word check; a line in parts, how many are rendered and the worst word
+    check; a flag."""
     planned = plan.line(number)
-    if not planned.seeds:
+    parts = planned.parts
+    done = [p for p in parts if p.seeds]
+    if not done:
         return "not rendered"
-    used = best_take(plan, planned)
-    text = f"{len(planned.seeds)} (seed {used})" if len(planned.seeds) > 1 else "1"
-    score = words_score(planned.record(plan.project, used)) if used is not None else ""
+    if len(parts) == 1:
+        part = parts[0]
+        used = best_take(plan, part)
+        text = f"{len(part.seeds)} (seed {used})" if len(part.seeds) > 1 else "1"
+        score = words_score(part.record(plan.project, used)) if used is not None else ""
+        if planned.whole:
+            text += ", whole line"
+    else:
+        text = f"{len(done)} of {len(parts)} parts"
+        scores = [r["wer"] for r in (p.record(plan.project, best_take(plan, p) or 0)
+                                     for p in done) if isinstance(r.get("wer"), (int, float))]
+        score = f"WER {max(scores):.2f} worst" if scores else ""
     return (text + (f", {score}" if score else "")
             + (" - check it" if line_flagged(plan, planned) else "")
             + (" (another model)" if planned.other_model else ""))
 
 
+def part_text(part: PlannedPart, parts: int, flagged: bool) -> str:
+    """A part as the part box lists it: its place, its first words, a flag."""
+    words = part.text if len(part.text) <= 48 else part.text[:47] + "..."
+    return (f"{part.index + 1}/{parts}: {words}" + (" - check it" if flagged else "")
+            + ("" if part.seeds else " (not rendered)"))
+
+
 class ReadPage(Page):
     title = "Read"
-    subtitle = ("Read a script or a book in your voices: each line a take you can replay "
-                "and redo, exported as an audiobook with chapters.")
+    subtitle = ("Read a script or a book in your voices: each sentence group a take you can "
+                "replay and redo, exported as an audiobook with chapters.")
     icon_name = "read"
 
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
@@ -198,38 +225,49 @@ class ReadPage(Page):
         for column in range(len(COLUMNS)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        # columns fit the rows on screen: measured over a whole book (Qt's default, its
+        # first thousand rows), each finished take's row cost a third of a second
+        header.setResizeContentsPrecision(0)
         self.table.itemSelectionChanged.connect(self._selected)
         self.outer.addWidget(self.table, 1)
 
 
     def _build_line_rows(self) -> None:
-        """The chosen line's takes (A, B, a new one) and its pronunciations."""
+        """The chosen line's parts, a part's takes (A, B, a new one), and the
+        pronunciations."""
+        self.part = QComboBox()
+        self.part.setToolTip("A part of the line (a sentence group, one take): its takes "
+                             "are beside it")
+        self.part.currentIndexChanged.connect(lambda _i: self._part_selected())
         self.takes = QComboBox()
-        self.takes.setToolTip("The take this line's export uses")
+        self.takes.setToolTip("The take this part's export uses")
         self.takes.activated.connect(self._pick)
         self.play_button = button("Play", "play", slot=self.play)
         self.other = QComboBox()
-        self.other.setToolTip("Another take of the line, to compare with the one used")
+        self.other.setToolTip("Another take of the part, to compare with the one used")
         self.play_other_button = button("Play B", "play", slot=self.play_other,
                                         tip="Play the other take, then the first again to "
                                             "hear them one after the other")
         self.use_other_button = button("Use B", "check", slot=self.use_other,
                                        tip="The export uses this take instead")
         self.again_button = button("New take", "retake", slot=self.regenerate,
-                                   tip="Render this line again with a new seed, and use it")
+                                   tip="Render this part again with a new seed, and use it")
         self.word = QLineEdit()
         self.word.setPlaceholderText("Word")
         self.respelling = QLineEdit()
         self.respelling.setPlaceholderText("say it as")
         # A (the take used) beside B (another), each played, B made the one used: a row of
         # its own, the pronunciations below it (together they are wider than 1100 px)
-        self.outer.addWidget(hbox(QLabel("Take A"), self.takes, self.play_button,
-                                  QLabel("B"), self.other, self.play_other_button,
-                                  self.use_other_button, self.again_button, stretch_at=8,
-                                  spacing=8))
-        self.outer.addWidget(hbox(QLabel("Pronounce"), self.word, self.respelling,
-                                  button("Add", "add", slot=self.add_word), stretch_at=4,
-                                  spacing=8))
+        self.outer.addWidget(hbox(QLabel("Part"), self.part, QLabel("Take A"), self.takes,
+                                  self.play_button, QLabel("B"), self.other,
+                                  self.play_other_button, self.use_other_button,
+                                  self.again_button, stretch_at=10, spacing=8))
+        self.play_line_button = button("Play line", "play", slot=self.play_line,
+                                       tip="Play the line as the export says it: its "
+                                           "parts' takes in order, with their pauses")
+        self.outer.addWidget(hbox(self.play_line_button, QLabel("Pronounce"), self.word,
+                                  self.respelling, button("Add", "add", slot=self.add_word),
+                                  stretch_at=5, spacing=8))
 
     # -- what the page shows -----------------------------------------------------------------
     def _request(self) -> ReadRequest | None:
@@ -288,9 +326,17 @@ class ReadPage(Page):
         self.table.setRowCount(0 if plan is None else len(plan.lines))
         if plan is None:
             return
+        # columns sized to their contents measure every row on each cell set: sized once,
+        # after the rows are filled (a 1,000-line book took minutes otherwise)
+        header = self.table.horizontalHeader()
+        modes = [header.sectionResizeMode(c) for c in range(len(COLUMNS))]
+        for column in range(len(COLUMNS)):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
         for row, planned in enumerate(plan.lines):
             self._fill_row(row, planned)
-        done = sum(1 for p in plan.lines if p.seeds)
+        for column, mode in enumerate(modes):
+            header.setSectionResizeMode(column, mode)
+        done = sum(1 for p in plan.lines if all(part.seeds for part in p.parts))
         flagged = flagged_lines(plan)  # the project's, until a good take is used
         if self.job is None:
             self.status.setText(f"{len(plan.lines)} lines in {len(plan.script.chapters)} "
@@ -315,8 +361,8 @@ class ReadPage(Page):
                                 else f"Said as: {planned.spoken}")
             if column == 5 and line_flagged(plan, planned):
                 item.setIcon(icon("warning"))
-                item.setToolTip("Every take of this line looped, stayed silent, ran to "
-                                "its length cap or said other words than its line: "
+                item.setToolTip("Every take of a part of this line looped, stayed silent, "
+                                "ran to its length cap or said other words than its part: "
                                 "listen to it, or make a new take.")
             self.table.setItem(row, column, item)
 
@@ -339,22 +385,52 @@ class ReadPage(Page):
         return rows[0].row() + 1 if rows else None
 
     def _line_buttons(self, on: bool) -> None:
+        line = self.plan is not None and (number := self._selected_number()) is not None \
+            and all(p.seeds for p in self.plan.line(number).parts)
+        self.play_line_button.setEnabled(bool(line))
         for widget in (self.takes, self.play_button, self.again_button):
             widget.setEnabled(on)
         for widget in (self.other, self.play_other_button, self.use_other_button):
             widget.setEnabled(on and self.other.count() > 0)
 
     def _selected(self) -> None:
+        """The selected line's parts (the part shown kept while the line stays selected)."""
         number = self._selected_number()
+        keep = self.part.currentIndex() if self.part.property("line") == number else 0
+        self.part.blockSignals(True)
+        self.part.clear()
+        self.part.setProperty("line", number)
+        if self.plan is not None and number is not None:
+            planned = self.plan.line(number)
+            for part in planned.parts:
+                self.part.addItem(part_text(part, len(planned.parts),
+                                            part_flagged(self.plan, part)), part.index)
+                self.part.setItemData(self.part.count() - 1, part.text,
+                                      Qt.ItemDataRole.ToolTipRole)
+            self.part.setCurrentIndex(min(keep, self.part.count() - 1))
+        self.part.setEnabled(self.part.count() > 1)
+        self.part.blockSignals(False)
+        self._part_selected()
+
+    def _current_part(self) -> tuple[PlannedLine, PlannedPart] | None:
+        number, index = self._selected_number(), self.part.currentData()
+        if self.plan is None or number is None or index is None:
+            return None
+        planned = self.plan.line(number)
+        return planned, planned.part(int(index))
+
+    def _part_selected(self) -> None:
+        """The takes of the part shown: A (the one used) and the others (B)."""
         self.takes.clear()
         self.other.clear()
-        if self.plan is None or number is None:
+        current = self._current_part()
+        if self.plan is None or current is None:
             self._line_buttons(False)
             return
-        planned = self.plan.line(number)
-        used = best_take(self.plan, planned)
-        for seed in planned.seeds:
-            record = planned.record(self.plan.project, seed)
+        _planned, part = current
+        used = best_take(self.plan, part)
+        for seed in part.seeds:
+            record = part.record(self.plan.project, seed)
             notes = [*(record.get("problems") or []), *filter(None, [words_score(record)])]
             text = f"seed {seed}" + (f" ({', '.join(notes)})" if notes else "")
             heard = f"Heard: {record['heard']}" if record.get("heard") else ""
@@ -365,7 +441,7 @@ class ReadPage(Page):
             if seed == used:
                 self.takes.setCurrentIndex(self.takes.count() - 1)
         self.other.setCurrentIndex(self.other.count() - 1)  # the newest of the others
-        self._line_buttons(bool(planned.seeds))
+        self._line_buttons(bool(part.seeds))
         self.again_button.setEnabled(self.job is None)
 
     # -- actions -----------------------------------------------------------------------------
@@ -431,10 +507,21 @@ class ReadPage(Page):
         if out:
             self._start(["-o", out], "Read and export")
 
+    def _target(self) -> tuple[str, str] | None:
+        """(`N` or `N.K`, how it is said) of the part shown: a line said in one take is
+        named by its number."""
+        current = self._current_part()
+        if current is None:
+            return None
+        planned, part = current
+        if len(planned.parts) == 1:
+            return str(planned.number), f"line {planned.number}"
+        return part.name, f"line {planned.number}, part {part.index + 1}"
+
     def regenerate(self) -> None:
-        number = self._selected_number()
-        if number is not None:
-            self._start(["--regenerate", str(number)], f"New take of line {number}")
+        target = self._target()
+        if target is not None:
+            self._start(["--regenerate", target[0]], f"New take of {target[1]}")
 
     def stop(self) -> None:
         if self.job is not None:
@@ -450,16 +537,16 @@ class ReadPage(Page):
         self.progress.setValue(done)
         if event.get("stage") == "words":
             self.status.setText(f"Checking the words of the takes made before: {done} of "
-                                f"{total} lines")
+                                f"{total} takes")
             return
         if isinstance(event.get("line"), int):
             self._line_finished(event["line"])
         if event.get("loading"):
-            self.status.setText(f"Loading the voice's model ({done} of {total} lines done)...")
+            self.status.setText(f"Loading the voice's model ({done} of {total} takes done)...")
             return
         eta = event.get("eta_s")
         left = f", about {fmt_duration(float(eta))} left" if eta else ""
-        self.status.setText(f"Rendering: {done} of {total} lines{left}")
+        self.status.setText(f"Rendering: {done} of {total} takes{left}")
 
     def _done(self) -> None:
         self.job = None
@@ -473,31 +560,49 @@ class ReadPage(Page):
         self.status.setText(status)
 
     def _play(self, box: QComboBox, which: str) -> None:
-        number, seed = self._selected_number(), box.currentData()
-        if self.plan is None or number is None or seed is None:
+        current, target, seed = self._current_part(), self._target(), box.currentData()
+        if self.plan is None or current is None or target is None or seed is None:
             return
-        if self.ctx.player.play_file(reading.take_audio(self.plan.project,
-                                                        self.plan.line(number).key, int(seed))):
-            self.status.setText(f"Playing line {number}, take {which} (seed {seed})")
+        if self.ctx.player.play_file(reading.take_audio(self.plan.project, current[1].key,
+                                                        int(seed))):
+            self.status.setText(f"Playing {target[1]}, take {which} (seed {seed})")
 
     def play(self) -> None:
         self._play(self.takes, "A")
+
+    def play_line(self) -> None:
+        """The selected line whole: its parts' takes joined as the export joins them."""
+        number = self._selected_number()
+        if self.plan is None or number is None:
+            return
+        try:
+            takes = line_takes(self.plan, self.plan.line(number))
+        except VoxshardError as exc:
+            self.status.setText(f"{exc.message} {exc.hint or ''}".strip())
+            return
+        pieces, rate = [], SAMPLE_RATE
+        for path, pause_s in takes:
+            audio, rate = sf.read(path, dtype="float32", always_2d=True)
+            pieces += [audio.mean(axis=1), np.zeros(round(pause_s * rate), np.float32)]
+        if self.ctx.player.play(np.concatenate(pieces), rate):
+            self.status.setText(f"Playing line {number}"
+                                + (f" ({len(takes)} parts)" if len(takes) > 1 else ""))
 
     def play_other(self) -> None:
         self._play(self.other, "B")
 
     def use_other(self) -> None:
-        """Take B becomes the line's take (A, in the export); the old one becomes B."""
-        number, seed = self._selected_number(), self.other.currentData()
-        if self.plan is not None and number is not None and seed is not None:
-            choose(self.plan, number, int(seed))
+        """Take B becomes the part's take (A, in the export); the old one becomes B."""
+        target, seed = self._target(), self.other.currentData()
+        if self.plan is not None and target is not None and seed is not None:
+            choose(self.plan, target[0], int(seed))
             self._fill()
-            self.status.setText(f"Line {number} uses take seed {seed}")
+            self.status.setText(f"{target[1].capitalize()} uses take seed {seed}")
 
     def _pick(self, _index: int) -> None:
-        number, seed = self._selected_number(), self.takes.currentData()
-        if self.plan is not None and number is not None and seed is not None:
-            choose(self.plan, number, int(seed))
+        target, seed = self._target(), self.takes.currentData()
+        if self.plan is not None and target is not None and seed is not None:
+            choose(self.plan, target[0], int(seed))
             self._fill()
 
     def add_word(self) -> None:
