@@ -133,6 +133,62 @@ class _Opened(QObject):
         self.urls.append(url)
 
 
+def _opened_by(qtbot, button) -> list[Path]:
+    """The files a click on `button` asked the desktop to open (none is opened)."""
+    opened = _Opened()
+    QDesktopServices.setUrlHandler("file", opened, "open")
+    try:
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    finally:
+        QDesktopServices.unsetUrlHandler("file")
+    return [Path(u.toLocalFile()) for u in opened.urls]
+
+
+def _evaluate_now(qtbot, page: TrainPage, voice: Path) -> dict:
+    """`Evaluate now` on the picked run (short: one sentence, few frames, the offline
+    recogniser); its evaluation in the quality chart and in words. The evaluation."""
+    page.evaluate_extra_args = ["--asr", "pocketsphinx", "--max-frames", "10", "--sentences",
+                                "Hello there.", "--device", "cpu"]
+    qtbot.mouseClick(page.evaluate_btn, Qt.MouseButton.LeftButton)
+    job = page.evaluate_job
+    assert job is not None and not page.evaluate_btn.isEnabled()
+    with qtbot.waitSignal(job.finished, timeout=300000):
+        pass
+    assert job.outcome == "succeeded", job.error
+    data = json.loads((voice / "runs" / "r1" / "evaluation" / "evaluation.json").read_text())
+    sim = page.store.series["quality/similarity"].data()
+    assert list(sim[0]) == [10.0, 20.0]
+    assert [round(v, 4) for v in sim[1]] == [e["mean"]["similarity"] for e in data["entries"]
+                                             if e["kind"] == "checkpoint"]
+    assert page.eval_note.isVisible()
+    assert f"best {data['best']['label']}" in page.eval_note.text()
+    assert page.report_btn.isEnabled()
+    return data
+
+
+def _export_best(qtbot, window: MainWindow, page: TrainPage, voice: Path, workspace: Path,
+                 best: int) -> None:
+    """Export asks where (the voice's exports/ is offered, named after the evaluation's
+    best checkpoint), then says where and how to use it; Open folder keeps it on screen."""
+    assert page.export() is None
+    dlg = page.export_dialog
+    assert Path(dlg.selectedFiles()[0]) == voice / "exports" / f"r1-step{best}"
+    dlg.selectFile(str(workspace / "joe-model"))
+    with qtbot.waitSignal(window.ctx.data_changed, timeout=300000):
+        dlg.accept()
+    assert page.export_job is None
+    box = page.export_box
+    assert box.isVisible() and str(workspace / "joe-model") in box.label.text()
+    how = box.howto.toPlainText()
+    assert "Exported: joe-model" in how and "voxshard-engine speak" in how
+    assert "from_pretrained" in how and 'speaker="joe"' in how and "serve" in how
+    assert (workspace / "joe-model" / "config.json").is_file()
+    open_btn = next(b for b in box.button_box.buttons() if b.text() == "Open folder")
+    assert _opened_by(qtbot, open_btn) == [workspace / "joe-model"]
+    assert box.isVisible()  # Open folder leaves the how-to on screen
+    box.close()
+
+
 @pytest.mark.slow
 def test_evaluate_now_export_and_the_evaluation_of_any_picked_run(
         qtbot, ctx, settings, trained_run: dict, tiny_model_dir: Path,
@@ -150,30 +206,8 @@ def test_evaluate_now_export_and_the_evaluation_of_any_picked_run(
     qtbot.waitUntil(lambda: page.selected_run() is not None, timeout=10000)
     assert page.selected_run().name == "r1" and page.evaluate_btn.isEnabled()
     assert not page.report_btn.isEnabled() and not page.eval_note.isVisible()
-    # a short evaluation: one sentence, few frames, the offline recogniser
-    page.evaluate_extra_args = ["--asr", "pocketsphinx", "--max-frames", "10", "--sentences",
-                                "Hello there.", "--device", "cpu"]
-    qtbot.mouseClick(page.evaluate_btn, Qt.MouseButton.LeftButton)
-    job = page.evaluate_job
-    assert job is not None and not page.evaluate_btn.isEnabled()
-    with qtbot.waitSignal(job.finished, timeout=300000):
-        pass
-    assert job.outcome == "succeeded", job.error
-    data = json.loads((voice / "runs" / "r1" / "evaluation" / "evaluation.json").read_text())
-    sim = page.store.series["quality/similarity"].data()
-    assert list(sim[0]) == [10.0, 20.0]
-    assert [round(v, 4) for v in sim[1]] == [e["mean"]["similarity"] for e in data["entries"]
-                                             if e["kind"] == "checkpoint"]
-    assert page.eval_note.isVisible()
-    assert f"best {data['best']['label']}" in page.eval_note.text()
-    assert page.report_btn.isEnabled()
-    opened = _Opened()
-    QDesktopServices.setUrlHandler("file", opened, "open")
-    try:
-        qtbot.mouseClick(page.report_btn, Qt.MouseButton.LeftButton)
-    finally:
-        QDesktopServices.unsetUrlHandler("file")
-    assert [Path(u.toLocalFile()) for u in opened.urls] == [
+    data = _evaluate_now(qtbot, page, voice)
+    assert _opened_by(qtbot, page.report_btn) == [
         voice / "runs" / "r1" / "evaluation" / "report.html"]
     # the memory plan in the page's words, not option names: the engine's own dry run
     # (in this process: the `plan` job's result is this dict; a second engine process
@@ -185,32 +219,7 @@ def test_evaluate_now_export_and_the_evaluation_of_any_picked_run(
     note = page.plan_note.text()
     assert page.plan_note.isVisible() and note.startswith("Memory plan: Each CPU worker needs")
     assert "--" not in note and ("it fits." in note or "it does not fit." in note)
-    # Export asks where (the voice's exports/ is offered), then says where and how to use it
-    assert page.export() is None
-    dlg = page.export_dialog
-    # the evaluation's best checkpoint is what Export offers
-    best = data["best"]["step"]
-    assert Path(dlg.selectedFiles()[0]) == voice / "exports" / f"r1-step{best}"
-    dlg.selectFile(str(workspace / "joe-model"))
-    with qtbot.waitSignal(window.ctx.data_changed, timeout=300000):
-        dlg.accept()
-    assert page.export_job is None
-    box = page.export_box
-    assert box.isVisible() and str(workspace / "joe-model") in box.label.text()
-    how = box.howto.toPlainText()
-    assert "Exported: joe-model" in how and "voxshard-engine speak" in how
-    assert "from_pretrained" in how and 'speaker="joe"' in how and "serve" in how
-    assert (workspace / "joe-model" / "config.json").is_file()
-    opened.urls.clear()
-    QDesktopServices.setUrlHandler("file", opened, "open")
-    try:
-        open_btn = next(b for b in box.button_box.buttons() if b.text() == "Open folder")
-        qtbot.mouseClick(open_btn, Qt.MouseButton.LeftButton)
-    finally:
-        QDesktopServices.unsetUrlHandler("file")
-    assert [Path(u.toLocalFile()) for u in opened.urls] == [workspace / "joe-model"]
-    assert box.isVisible()  # Open folder leaves the how-to on screen
-    box.close()
+    _export_best(qtbot, window, page, voice, workspace, data["best"]["step"])
     window.shutdown()
     # the next start of the app shows the run's evaluation without evaluating again
     from gui.context import AppContext
