@@ -120,6 +120,38 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _speak(http: httpx.Client) -> int:
+    return http.post("/v1/audio/speech", json={
+        "model": "tts-1", "voice": "nina", "input": "One of many.",
+        "response_format": "wav", **SHORT}).status_code
+
+
+def _served(http: httpx.Client) -> dict[str, int]:
+    """What each replica has served, from /health probes (the proxy picks one each)."""
+    seen: dict[str, int] = {}
+    for _ in range(64):
+        h = http.get("/health").json()
+        seen[h["replica"]] = h["served"]
+        if len(seen) == 2:
+            break
+    return seen
+
+
+def _every_replica_speaks(http: httpx.Client) -> dict[str, int]:
+    """Requests for the registered voice until each replica has served some; what each
+    served."""
+    answers: list[int] = []
+    seen: dict[str, int] = {}
+    with ThreadPoolExecutor(4) as pool:
+        while len(answers) < MAX_TRIES and not (
+                len(seen) == 2 and all(n > 0 for n in seen.values())):
+            answers += pool.map(lambda _: _speak(http), range(8))
+            seen = _served(http)
+    assert answers and set(answers) == {200}, answers
+    assert len(seen) == 2 and all(n > 0 for n in seen.values()), seen
+    return seen
+
+
 @pytest.mark.slow
 def test_ray_serve_replicas_share_registered_voices(
         tmp_path: Path, tiny_model_dir: Path, shared_cluster: SharedCluster) -> None:
@@ -148,22 +180,6 @@ def test_ray_serve_replicas_share_registered_voices(
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300)
-
-    def speak(_: int) -> int:
-        return http.post("/v1/audio/speech", json={
-            "model": "tts-1", "voice": "nina", "input": "One of many.",
-            "response_format": "wav", **SHORT}).status_code
-
-    def served() -> dict[str, int]:
-        """What each replica has served, from /health probes (the proxy picks one each)."""
-        seen: dict[str, int] = {}
-        for _ in range(64):
-            h = http.get("/health").json()
-            seen[h["replica"]] = h["served"]
-            if len(seen) == 2:
-                break
-        return seen
-
     try:
         while not any(e.data.get("state") == "serving" for e in events):
             assert not failed and thread.is_alive(), failed
@@ -173,24 +189,16 @@ def test_ray_serve_replicas_share_registered_voices(
         made = http.post("/v1/audio/voices", **_form(clip, "nina"))
         assert made.status_code == 200, made.text
         # every replica speaks the voice one of them registered
-        answers: list[int] = []
-        seen: dict[str, int] = {}
-        with ThreadPoolExecutor(4) as pool:
-            while len(answers) < MAX_TRIES and not (
-                    len(seen) == 2 and all(n > 0 for n in seen.values())):
-                answers += pool.map(speak, range(8))
-                seen = served()
-        assert answers and set(answers) == {200}, answers
-        assert len(seen) == 2 and all(n > 0 for n in seen.values()), seen
+        seen = _every_replica_speaks(http)
         # deleted through one replica: no replica speaks it or lists it any more
         gone = http.delete("/v1/audio/voices/nina")
         assert gone.status_code == 200, gone.text
         with ThreadPoolExecutor(4) as pool:
-            after = list(pool.map(speak, range(16)))
+            after = list(pool.map(lambda _: _speak(http), range(16)))
         assert set(after) == {404}, after
         assert all("nina" not in http.get("/v1/audio/voices").json()["voices"]
                    for _ in range(8))
-        assert served() == seen  # nothing more was spoken, by either replica
+        assert _served(http) == seen  # nothing more was spoken, by either replica
     finally:
         stop.set()
         thread.join(120)

@@ -1,11 +1,12 @@
 """End to end on a real local Ray cluster: 2 CPU workers (gloo), FSDP2, the tiny model,
 real speech (piper), real processes killed with SIGKILL and SIGTERM.
 
-Kept to two `fit()` calls in two tests (each costs ~20-30 s on 2 cores):
-1. API: trains (loss goes down), live metrics from both ranks within a second,
-   checkpoints (keeps the last 2), a worker killed with kill -9 mid-run makes
-   Ray restart the group from the last checkpoint and the replayed steps give
-   bit-identical losses (exact resume), the run finishes, no Ray process is left.
+Kept to two `fit()` calls (each costs ~20-30 s on 2 cores):
+1. API (one run in a module fixture, checked by several tests): trains (loss goes
+   down), live metrics from both ranks within a second, checkpoints (keeps the last
+   2), a worker killed with kill -9 mid-run makes Ray restart the group from the last
+   checkpoint and the replayed steps give bit-identical losses (exact resume), the run
+   finishes, no Ray process is left.
 2. CLI `--json`: metric events stream on stdout; SIGTERM saves a complete
    checkpoint and exits 130 with nothing left running.
 Covered elsewhere, not run again here: `--resume` of a run stopped with SIGTERM (the
@@ -59,52 +60,68 @@ def _children() -> set[int]:
             if p.status() != psutil.STATUS_ZOMBIE}
 
 
-def test_train_failover_exact_resume(prepared_voice: Path, tiny_model_dir: Path,
-                                     tmp_path: Path) -> None:
-    from engine.train.driver import train
+class _KillMidRun:
+    """The run's events, the workers' pids as they start, what they listen on at step 3,
+    and a real SIGKILL of rank 1's process once it reports step 6."""
 
-    voice = copy_voice(prepared_voice, tmp_path / "voice")
-    before = _children()
-    events: list[Event] = []
-    pids: dict[int, int] = {}
-    killed: dict[str, float] = {}
-    listening: list[str] = []
-    lock = threading.Lock()
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.pids: dict[int, int] = {}
+        self.killed: dict[str, float] = {}
+        self.listening: list[str] = []
+        self.lock = threading.Lock()
 
-    def on_event(ev: Event) -> None:
+    def __call__(self, ev: Event) -> None:
         if os.environ.get("VOXSHARD_TEST_VERBOSE") and ev.kind in ("state", "log", "error"):
             print(f"{ev.time % 1000:8.2f} {ev.kind} {ev.data}", flush=True)
-        with lock:
-            events.append(ev)
+        with self.lock:
+            self.events.append(ev)
             d = ev.data
             if ev.kind == "state" and d.get("state") == "worker_started":
-                pids[int(d["rank"])] = int(d["pid"])
+                self.pids[int(d["rank"])] = int(d["pid"])
             if (ev.kind == "metric" and d.get("rank") == 0 and d["values"].get("step") == 3
-                    and not listening):
+                    and not self.listening):
                 # what the training workers listen on while they train (ss -ltn's view)
-                listening.extend(_listening(set(pids.values())))
+                self.listening.extend(_listening(set(self.pids.values())))
             if (ev.kind == "metric" and d.get("rank") == 1 and d["values"].get("step") == 6
-                    and not killed):
-                # SIGKILL a real worker process in the middle of the run
-                os.kill(pids[1], signal.SIGKILL)
-                killed["t"] = time.time()
+                    and not self.killed):
+                os.kill(self.pids[1], signal.SIGKILL)
+                self.killed["t"] = time.time()
 
+    def rank0_train(self) -> list[tuple[int, float, float]]:
+        """(step, loss, time) of rank 0's training metrics, in order."""
+        return [(e.data["values"]["step"], e.data["values"]["loss/train"], e.time)
+                for e in self.train_metrics() if e.data["rank"] == 0]
+
+    def train_metrics(self) -> list[Event]:
+        return [e for e in self.events if e.kind == "metric" and e.data["split"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def failover(prepared_voice: Path, tiny_model_dir: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One 2-worker run of 12 steps whose rank 1 is killed with kill -9 at step 6, and the
+    processes of this test process it left behind."""
+    from engine.train.driver import train
+
+    voice = copy_voice(prepared_voice, tmp_path_factory.mktemp("failover") / "voice")
+    before = _children()
+    listener = _KillMidRun()
     t0 = time.time()
     result = train(voice, str(tiny_model_dir), workers=2, steps=12, checkpoint_every=4,
                    val_every=6, keep_checkpoints=2, lr=2e-3, max_failures=1,
-                   on_event=on_event)
-    wall = time.time() - t0
-    assert killed, "the run ended before the worker could be killed"
+                   on_event=listener)
+    return {"result": result, "run": listener, "wall": time.time() - t0,
+            "left": _children() - before}
+
+
+def test_a_killed_worker_restarts_the_group_and_the_replay_is_exact(
+        failover: dict[str, Any]) -> None:
+    run, result = failover["run"], failover["result"]
+    assert run.killed, "the run ended before the worker could be killed"
     assert result["steps"] == 12 and not result["stopped"]
     assert result["restarts"] == 1
-    # local means local: no rendezvous store on every interface, gloo on loopback
-    assert listening, "the workers listened on nothing (gloo pairs should be there)"
-    assert all(a.startswith(("127.0.0.1:", "::1:", "::ffff:127.0.0.1:")) for a in listening), \
-        listening
-
-    metrics = [e for e in events if e.kind == "metric" and e.data["split"] == "train"]
-    rank0 = [(e.data["values"]["step"], e.data["values"]["loss/train"], e.time)
-             for e in metrics if e.data["rank"] == 0]
+    rank0 = run.rank0_train()
     steps = [s for s, _, _ in rank0]
     # steps 5 and 6 ran before the kill and again after the restart from step 4
     assert steps.count(5) == 2 and steps.count(6) == 2, steps
@@ -113,42 +130,58 @@ def test_train_failover_exact_resume(prepared_voice: Path, tiny_model_dir: Path,
     for s in (5, 6):
         assert first_pass[s] == second_pass[s], f"step {s} replayed differently"
     assert sorted(second_pass) == list(range(5, 13))
-
     # it learns: the last steps' loss is clearly below the first steps'
     losses = [second_pass.get(s, first_pass.get(s)) for s in range(1, 13)]
     assert statistics.mean(losses[-3:]) < statistics.mean(losses[:3]) - 0.05, losses
-    val = [e.data["values"]["loss/val"] for e in events
-           if e.kind == "metric" and e.data["split"] == "val"]
-    assert val, "no validation loss was reported"
-
+    # recovery: from the kill to the first metric of the new worker group
+    recovered = min(t for s, _, t in rank0 if t > run.killed["t"] and s == 5)  # the replay
+    latency = [e.time - e.data["sent"] for e in run.train_metrics()]
     # how fast metrics reach the driver is printed (bench_train measures it), not asserted
-    latency = [e.time - e.data["sent"] for e in metrics]
+    print(f"\nmetric latency median {statistics.median(latency) * 1000:.0f} ms; "
+          f"failover: first metric {recovered - run.killed['t']:.1f} s after kill -9; "
+          f"fit()->first metric {result['launch_to_first_metric_s']:.1f} s; cluster start->"
+          f"first metric {result['start_to_first_metric_s']:.1f} s; wall "
+          f"{failover['wall']:.1f} s")
+
+
+def test_the_workers_listen_on_loopback_only(failover: dict[str, Any]) -> None:
+    """Local means local: no rendezvous store on every interface, gloo on loopback."""
+    listening = failover["run"].listening
+    assert listening, "the workers listened on nothing (gloo pairs should be there)"
+    assert all(a.startswith(("127.0.0.1:", "::1:", "::ffff:127.0.0.1:")) for a in listening), \
+        listening
+
+
+def test_both_ranks_report_training_validation_and_memory(failover: dict[str, Any]) -> None:
+    run = failover["run"]
+    metrics = run.train_metrics()
     assert {e.data["rank"] for e in metrics} == {0, 1}
     mem = metrics[0].data["values"]
     assert mem["memory/rss_gib"] > 0 and "memory/state_gib" in mem
-
-    # recovery: from the kill to the first metric of the new worker group
-    recovered = min(t for s, _, t in rank0 if t > killed["t"] and s == 5)  # the replay
-    print(f"\nmetric latency median {statistics.median(latency) * 1000:.0f} ms; "
-          f"failover: first metric {recovered - killed['t']:.1f} s after kill -9; "
-          f"fit()->first metric {result['launch_to_first_metric_s']:.1f} s; cluster start->"
-          f"first metric {result['start_to_first_metric_s']:.1f} s; wall {wall:.1f} s")
-
-    run_dir = Path(result["run"])
-    ckpts = sorted(p.name for p in run_dir.glob("checkpoint_step_*"))
-    assert ckpts == ["checkpoint_step_0000008", "checkpoint_step_0000012"], ckpts
-    assert all((run_dir / c / "COMPLETE").exists() for c in ckpts)
+    val = [e.data["values"]["loss/val"] for e in run.events
+           if e.kind == "metric" and e.data["split"] == "val"]
+    assert val, "no validation loss was reported"
+    run_dir = Path(failover["result"]["run"])
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {x["rank"] for x in lines if x["kind"] == "train"} == {0, 1}
     assert json.loads((run_dir / "config.json").read_text())["parallel"]["workers"] == 2
 
-    # Ray is gone: nothing this test process started is still running
-    assert _children() - before == set()
-    # nor the rendezvous files of the two worker groups (the killed one's included)
+
+def test_the_newest_two_checkpoints_are_kept_whole(failover: dict[str, Any]) -> None:
+    run_dir = Path(failover["result"]["run"])
+    ckpts = sorted(p.name for p in run_dir.glob("checkpoint_step_*"))
+    assert ckpts == ["checkpoint_step_0000008", "checkpoint_step_0000012"], ckpts
+    assert all((run_dir / c / "COMPLETE").exists() for c in ckpts)
+
+
+def test_nothing_of_the_run_is_left(failover: dict[str, Any]) -> None:
+    """Ray is gone: nothing this test process started is still running, nor are the
+    rendezvous files of the two worker groups (the killed one's included)."""
     from engine.core.storage import checkpoint_root
     from engine.train.pgroup import store_prefix
 
-    assert not glob.glob(store_prefix(str(checkpoint_root(result["run"]))) + "*")
+    assert failover["left"] == set()
+    assert not glob.glob(store_prefix(str(checkpoint_root(failover["result"]["run"]))) + "*")
 
 
 def _read_events(proc: subprocess.Popen[str], until: Any, timeout: float) -> list[dict]:
