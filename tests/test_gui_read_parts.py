@@ -13,6 +13,7 @@ from engine.core.events import Emitter
 from engine.layout import reading
 from engine.read import read
 from gui.pages.read import ReadPage
+from gui.placement import MINIMUM_SIZE
 from tests.helpers.reading import SHORT, read_workspace, tiny_request
 
 PARAGRAPH = ("The lamp was lit at dusk. The bay was calm all night. "
@@ -41,6 +42,12 @@ def test_read_page_lists_a_lines_parts_and_uses_b_of_one_part(
         "1/3: The lamp was lit at dusk.", "2/3: The bay was calm all night.",
         "3/3: Nobody spoke until the morning came."]
     assert page.takes.count() == 1 and page.other.count() == 0  # part 1: one take
+
+    # the row of a part's takes whole at the window's smallest width
+    window.resize(MINIMUM_SIZE)
+    again = page.again_button
+    qtbot.waitUntil(lambda: again.width() >= again.sizeHint().width())
+    assert again.mapTo(window, again.rect().topRight()).x() <= window.width()
 
     page.part.setCurrentIndex(1)
     assert page.takes.currentData() == 2

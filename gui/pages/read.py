@@ -239,6 +239,10 @@ class ReadPage(Page):
         self.part.setToolTip("A part of the line (a sentence group, one take): its takes "
                              "are beside it")
         self.part.currentIndexChanged.connect(lambda _i: self._part_selected())
+        # as wide as a part's first words, whatever it says (the whole is its tooltip)
+        self.part.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.part.setMinimumContentsLength(40)
         self.takes = QComboBox()
         self.takes.setToolTip("The take this part's export uses")
         self.takes.activated.connect(self._pick)
@@ -258,16 +262,20 @@ class ReadPage(Page):
         self.respelling.setPlaceholderText("say it as")
         # A (the take used) beside B (another), each played, B made the one used: a row of
         # its own, the pronunciations below it (together they are wider than 1100 px)
-        self.outer.addWidget(hbox(QLabel("Part"), self.part, QLabel("Take A"), self.takes,
-                                  self.play_button, QLabel("B"), self.other,
-                                  self.play_other_button, self.use_other_button,
-                                  self.again_button, stretch_at=10, spacing=8))
         self.play_line_button = button("Play line", "play", slot=self.play_line,
                                        tip="Play the line as the export says it: its "
                                            "parts' takes in order, with their pauses")
-        self.outer.addWidget(hbox(self.play_line_button, QLabel("Pronounce"), self.word,
-                                  self.respelling, button("Add", "add", slot=self.add_word),
-                                  stretch_at=5, spacing=8))
+        # the line's parts and the line whole on a row of their own: beside a part's takes
+        # they are wider than the window's smallest width leaves
+        self.outer.addWidget(hbox(QLabel("Part"), self.part, self.play_line_button,
+                                  stretch_at=3, spacing=8))
+        self.outer.addWidget(hbox(QLabel("Take A"), self.takes, self.play_button,
+                                  QLabel("B"), self.other, self.play_other_button,
+                                  self.use_other_button, self.again_button, stretch_at=8,
+                                  spacing=8))
+        self.outer.addWidget(hbox(QLabel("Pronounce"), self.word, self.respelling,
+                                  button("Add", "add", slot=self.add_word), stretch_at=4,
+                                  spacing=8))
 
     # -- what the page shows -----------------------------------------------------------------
     def _request(self) -> ReadRequest | None:
