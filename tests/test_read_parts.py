@@ -179,3 +179,30 @@ def test_a_part_is_named_as_line_dot_part() -> None:
         ReadRequest(script="a.txt", pick=("1.x=2",))
     assert ReadRequest(script="a.txt", regenerate=(3, "3.2"), pick=("3.2=1", "4=2"))
 
+
+
+def test_a_whole_line_take_of_another_model_is_kept_when_asked(
+        workspace: Path, tmp_path: Path) -> None:
+    """A line of several parts whose whole-line take another model of its voice made:
+    kept with `keep_other_models` (and said), else rendered again in parts."""
+    request = _request(workspace, tmp_path)
+    plan = make_plan(request)
+    first = plan.line(1)
+    other = take_key(first.identity, "another model")
+    reading.takes_dir(plan.project, other).mkdir(parents=True)
+    sf.write(reading.take_audio(plan.project, other, 1), np.full(2400, 0.1, np.float32),
+             SAMPLE_RATE)
+    write_json(reading.take_record(plan.project, other, 1),
+               {"identity": first.identity, "model": "another model", "line": 1,
+                "seed": 1, "problems": [], "created": "2026-01-01T00:00:00"})
+
+    kept = make_plan(request.replace(keep_other_models=True))
+    assert kept.other_model == [1] and kept.line(1).whole
+    assert [(p.key, p.seeds, p.other_model) for p in kept.line(1).parts] == [
+        (other, [1], "kept")]
+    result, _ = read_events(request.replace(keep_other_models=True))
+    assert result["rendered"] == 1 and result["other_model"] == [1]  # line 2 only
+
+    result, _ = read_events(request)
+    assert result["rendered"] == 3 and result["other_model"] == [1]
+    assert [p.seeds for p in make_plan(request).line(1).parts] == [[1], [1], [1]]

@@ -384,22 +384,39 @@ def make_plan(request: ReadRequest) -> Plan:
             planned.cut.append(part)
         planned.parts = list(planned.cut)
         if len(chunks) > 1 and not any(p.seeds for p in planned.cut):
-            _keep_whole(planned, take_key(identity, model), project)
+            earlier = _earlier_keys(project) if earlier is None else earlier
+            older = [k for k in earlier.get(identity, []) if k != take_key(identity, model)]
+            if seen[alike] == 1:
+                older.append(_unfingerprinted_key(line, voice.name, spoken, request))
+            other_model = _keep_whole(planned, take_key(identity, model), older,
+                                      plan) or other_model
         if other_model:
             plan.other_model.append(line.number)
         plan.lines.append(planned)
     return plan
 
 
-def _keep_whole(planned: PlannedLine, key: str, project: Path) -> None:
+def _keep_whole(planned: PlannedLine, key: str, older: list[str], plan: Plan) -> bool:
     """A line of several parts whose takes were made whole (before lines were cut in
     parts) keeps its whole-line take as its one part: nothing made is lost or made again
-    until a new take of it is asked for (`cut_line`)."""
-    if reading.take_seeds(project, key):
-        whole = PlannedPart(planned.number, 0, planned.spoken, 0.0, key, own_key=key,
-                            identity=planned.identity)
-        _use_takes(whole, project)
-        planned.parts, planned.whole = [whole], True
+    until a new take of it is asked for (`cut_line`). One made by another model of its
+    voice (`older`: its keys, newest first) is kept when the request says so, like a
+    part's. Returns whether the line's take is another model's."""
+    project = plan.project
+    other = False
+    if not reading.take_seeds(project, key):
+        found = next((k for k in older if reading.take_seeds(project, k)), None)
+        if found is None:
+            return False
+        other = True
+        if not plan.request.keep_other_models:
+            return True
+        key = found
+    whole = PlannedPart(planned.number, 0, planned.spoken, 0.0, key, own_key=key,
+                        identity=planned.identity, other_model="kept" if other else "")
+    _use_takes(whole, project)
+    planned.parts, planned.whole = [whole], True
+    return other
 
 
 def cut_line(planned: PlannedLine) -> None:
