@@ -35,22 +35,25 @@ def _points(curve) -> int:
     return 0 if x is None else len(x)
 
 
-def test_clone_a_voice_end_to_end(qtbot, sink, window: MainWindow, workspace: Path,
-                                  piper_synth, piper_sentences, tiny_model_dir: Path,
-                                  tmp_path: Path) -> None:
-    ctx = window.ctx
-    # 1. a new voice
+def _new_voice(qtbot, window: MainWindow) -> Path:
+    """1. A new voice, from the Voices page's dialog."""
     voices = window.show_page(VoicesPage)
     assert isinstance(voices, VoicesPage)
     dlg = voices.new_voice()
     dlg.speaker.setText("Journey")
-    with qtbot.waitSignal(ctx.voice_changed, timeout=30000):
+    with qtbot.waitSignal(window.ctx.voice_changed, timeout=30000):
         dlg.buttons.button(dlg.buttons.StandardButton.Ok).click()
-    voice = ctx.voice
+    voice = window.ctx.voice
     assert voice is not None and (voice / "voice.toml").is_file()
+    return voice
 
-    # 2. record two takes through the real device, every core busy as on a loaded CI
-    # machine (the input then begins seconds after Space: the reader waits for "speak now")
+
+def _record_import_prepare(qtbot, window: MainWindow, voice: Path, sink, piper_synth,
+                           piper_sentences, tmp_path: Path) -> None:
+    """2-4. Two takes recorded through the real device, every core busy as on a loaded CI
+    machine (the input then begins seconds after Space: the reader waits for "speak
+    now"); eight files imported with their transcripts; prepared."""
+    ctx = window.ctx
     record = window.show_page(RecordPage)
     assert isinstance(record, RecordPage)
     qtbot.waitUntil(window.isActiveWindow, timeout=5000)
@@ -58,8 +61,6 @@ def test_clone_a_voice_end_to_end(qtbot, sink, window: MainWindow, workspace: Pa
         for _ in range(2):
             record_prompt(qtbot, record, sink, tmp_path, piper_synth)
     assert len(list((voice / "takes").glob("*.json"))) == 2
-
-    # 3. import files with their transcripts
     importer = window.show_page(ImportPage)
     assert isinstance(importer, ImportPage)
     with qtbot.waitSignal(ctx.data_changed, timeout=60000):
@@ -67,8 +68,6 @@ def test_clone_a_voice_end_to_end(qtbot, sink, window: MainWindow, workspace: Pa
     assert job is not None and job.outcome == "succeeded"
     # the table refills from the background reader
     qtbot.waitUntil(lambda: importer.model.rowCount() == 10, timeout=30000)
-
-    # 4. prepare
     prepare = window.show_page(PreparePage)
     assert isinstance(prepare, PreparePage)
     with qtbot.waitSignal(ctx.data_changed, timeout=180000):
@@ -77,9 +76,10 @@ def test_clone_a_voice_end_to_end(qtbot, sink, window: MainWindow, workspace: Pa
     report = catalog.quality_report(voice)
     assert report is not None and report["totals"]["usable_clips"] >= 8
 
-    # 5. train two CPU workers while the charts update; stop; resume
-    train = window.show_page(TrainPage)
-    assert isinstance(train, TrainPage)
+
+def _train_and_stop(qtbot, train: TrainPage, voice: Path, tiny_model_dir: Path) -> int:
+    """5. Two CPU workers train while the charts update; stopped once the first periodic
+    checkpoint is saved. The step it stopped at."""
     train.base.setEditText(str(tiny_model_dir))
     train.workers.setValue(2)
     train.steps.setValue(12)
@@ -110,15 +110,20 @@ def test_clone_a_voice_end_to_end(qtbot, sink, window: MainWindow, workspace: Pa
     assert train.state_label.text().startswith("Stopped")
     runs = catalog.list_runs(voice)
     assert runs and runs[-1].checkpoints
-    stopped_at = step_of(runs[-1].checkpoints[-1]) or 0
     assert train.resume_btn.isEnabled()
-
     assert train.steps.isEnabled()
-    # resume; kill -9 one Ray worker mid-run: the page shows the recovery, the run goes on
+    return step_of(runs[-1].checkpoints[-1]) or 0
+
+
+def _resume_through_a_killed_worker(qtbot, train: TrainPage, voice: Path,
+                                    stopped_at: int) -> None:
+    """Resume; kill -9 one Ray worker mid-run: the page shows the recovery, the run goes
+    on to its last step."""
+    run_name = catalog.list_runs(voice)[-1].name
     job = train.start(resume=True)
     assert job is not None
     # Resume acted on the run on screen, and its curve keeps the steps before the resume
-    assert job.args[job.args.index("--run") + 1] == runs[-1].name
+    assert job.args[job.args.index("--run") + 1] == run_name
     assert "--base" not in job.args  # the run's own, the engine's rule (resume_base)
     qtbot.waitUntil(lambda: train._history is None, timeout=60000)  # read in slices
     assert train.store.series["loss/train"].data()[0].min() <= 1
@@ -134,14 +139,10 @@ def test_clone_a_voice_end_to_end(qtbot, sink, window: MainWindow, workspace: Pa
     last = catalog.list_runs(voice)[-1]
     assert step_of(last.checkpoints[-1]) == 12 > stopped_at
 
-    # 6. export
-    with qtbot.waitSignal(ctx.data_changed, timeout=300000):
-        job = train.export(voice / "exports" / "journey")  # the folder the dialog offers
-    assert job is not None and job.outcome == "succeeded", job.error
-    exports = catalog.list_exports(voice)
-    assert exports and json.loads((exports[0].path / "config.json").read_text())
 
-    # 7. speak with the exported model and play it
+def _speak_and_play(qtbot, window: MainWindow) -> None:
+    """7. Speak with the exported model; it plays as it is generated."""
+    ctx = window.ctx
     listen = window.show_page(ListenPage)
     assert isinstance(listen, ListenPage)
     assert listen.source.itemText(0).startswith("Exported:")
@@ -163,3 +164,20 @@ def test_clone_a_voice_end_to_end(qtbot, sink, window: MainWindow, workspace: Pa
         with qtbot.waitSignal(ctx.player.finished, timeout=60000):
             listen.stop()
 
+
+def test_clone_a_voice_end_to_end(qtbot, sink, window: MainWindow, workspace: Path,
+                                  piper_synth, piper_sentences, tiny_model_dir: Path,
+                                  tmp_path: Path) -> None:
+    voice = _new_voice(qtbot, window)
+    _record_import_prepare(qtbot, window, voice, sink, piper_synth, piper_sentences, tmp_path)
+    train = window.show_page(TrainPage)
+    assert isinstance(train, TrainPage)
+    stopped_at = _train_and_stop(qtbot, train, voice, tiny_model_dir)
+    _resume_through_a_killed_worker(qtbot, train, voice, stopped_at)
+    # 6. export, to the folder the dialog offers
+    with qtbot.waitSignal(window.ctx.data_changed, timeout=300000):
+        job = train.export(voice / "exports" / "journey")
+    assert job is not None and job.outcome == "succeeded", job.error
+    exports = catalog.list_exports(voice)
+    assert exports and json.loads((exports[0].path / "config.json").read_text())
+    _speak_and_play(qtbot, window)

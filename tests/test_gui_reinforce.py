@@ -43,6 +43,16 @@ def _open(qtbot, window: MainWindow, voice: Path) -> TrainPage:
     return page
 
 
+def _shots(qtbot, window: MainWindow, panel, shots: Path) -> None:
+    """What it looks like at a laptop's size: the charts, then the settings open over them."""
+    _click(qtbot, panel.more_btn)
+    qtbot.wait(200)
+    assert window.grab().save(str(shots / "train-reinforce.png"))
+    _click(qtbot, panel.more_btn)
+    qtbot.wait(200)
+    assert window.grab().save(str(shots / "train-reinforce-settings.png"))
+
+
 def test_reinforce_from_the_page_stop_refuse_resume(
         qtbot, window: MainWindow, workspace: Path, trained_run: dict[str, Any],
         tmp_path: Path) -> None:
@@ -79,13 +89,8 @@ def test_reinforce_from_the_page_stop_refuse_resume(
     assert panel.resume_btn.isEnabled() and page.start_btn.isEnabled()
 
     # a second stage on the same run: the engine refuses, the page says so in a sentence
-    _click(qtbot, panel.start_btn)
-    refused = panel.job
-    assert refused is not None
-    with qtbot.waitSignal(refused.finished, timeout=120000):
-        pass
-    assert refused.outcome == "failed"
-    assert "already has a reinforce stage" in panel.state.text(), panel.state.text()
+    state = _refused(qtbot, panel)
+    assert "already has a reinforce stage" in state, state
 
     # Resume: from the stage's checkpoint, one iteration more
     panel.iterations.setValue(done + 1)
@@ -105,14 +110,7 @@ def test_reinforce_from_the_page_stop_refuse_resume(
     assert {r["iteration"] for r in rows if r.get("kind") == "reinforce"} == \
         set(range(1, done + 2))
 
-    # what it looks like at a laptop's size: the charts, then the settings open over them
-    shots = Path(os.environ.get("VOXSHARD_SHOTS", tmp_path))
-    _click(qtbot, panel.more_btn)
-    qtbot.wait(200)
-    assert window.grab().save(str(shots / "train-reinforce.png"))
-    _click(qtbot, panel.more_btn)
-    qtbot.wait(200)
-    assert window.grab().save(str(shots / "train-reinforce-settings.png"))
+    _shots(qtbot, window, panel, Path(os.environ.get("VOXSHARD_SHOTS", tmp_path)))
 
 
 def test_a_run_without_checkpoint_cannot_be_reinforced(
