@@ -206,3 +206,26 @@ def test_a_whole_line_take_of_another_model_is_kept_when_asked(
     result, _ = read_events(request)
     assert result["rendered"] == 3 and result["other_model"] == [1]
     assert [p.seeds for p in make_plan(request).line(1).parts] == [[1], [1], [1]]
+
+
+def test_each_looping_part_is_retried_on_its_own_during_the_render(
+        workspace: Path, tmp_path: Path) -> None:
+    """The drone voice loops on every seed: each part of its line is retried with its
+    own next seed, said with its line and part, and flags the line."""
+    script = tmp_path / "drone.txt"
+    script.write_text("Drone: Hum along with me until the lamp is lit. "
+                      "Sing the old song again and again.\n",
+                      encoding="utf-8")
+    # long enough for the runaway guard's loop window (4 s) before the cap
+    request = tiny_request(script=str(script), workspace=str(workspace), max_frames=64,
+                           retries=1, chunk_chars=CHUNK)
+    result, events = read_events(request)
+    assert result["flagged"] == [1]
+    parts = make_plan(request).line(1).parts
+    assert [p.seeds for p in parts] == [[1, 2], [1, 2]]
+    retried = sorted((e.data["line"], e.data["part"]) for e in events
+                     if e.kind == "log" and e.data.get("retry_seed") == 2)
+    assert retried == [(1, 1), (1, 2)]
+    render = [e.data for e in events if e.kind == "progress" and e.data["stage"] == "render"
+              and not e.data.get("loading")]
+    assert [(e["done"], e["total"]) for e in render] == [(1, 2), (2, 2)]
