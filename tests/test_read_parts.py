@@ -108,6 +108,34 @@ def test_a_flagged_part_is_retried_alone(workspace: Path, tmp_path: Path) -> Non
     assert flagged_lines(make_plan(request)) == []
 
 
+def test_an_edit_of_one_sentence_renders_only_its_part(workspace: Path,
+                                                       tmp_path: Path) -> None:
+    """A long paragraph edited in one sentence: the other parts keep their takes (the
+    files are not written again), and a part that moved in its line is still itself."""
+    request = _request(workspace, tmp_path)
+    read_events(request)
+    plan = make_plan(request)
+    files = {p.text: reading.take_audio(plan.project, p.key, 1) for p in plan.line(1).parts}
+    stamps = {text: path.stat().st_mtime_ns for text, path in files.items()}
+    script = Path(request.script)
+    script.write_text(SCRIPT.replace("The bay was calm all night.", "The sea was calm at midnight.")
+                      .replace("The lamp was lit at dusk. ", "Rain fell on the roof all evening. "
+                               "The lamp was lit at dusk. "), encoding="utf-8")
+    result, events = read_events(request)
+    assert result["rendered"] == 2  # the new first sentence and the edited one
+    render = [e.data for e in events if e.kind == "progress" and e.data["stage"] == "render"
+              and not e.data.get("loading")]
+    assert sorted(e["part"] for e in render) == [1, 3]
+    parts = make_plan(request).line(1).parts
+    assert [p.text for p in parts] == ["Rain fell on the roof all evening.",
+                                       "The lamp was lit at dusk.",
+                                       "The sea was calm at midnight.",
+                                       "Nobody spoke until the morning came."]
+    kept = {p.text: reading.take_audio(plan.project, p.key, 1) for p in parts}
+    for text in ("The lamp was lit at dusk.", "Nobody spoke until the morning came."):
+        assert kept[text] == files[text] and kept[text].stat().st_mtime_ns == stamps[text]
+
+
 def test_regenerate_and_pick_one_part_from_the_command_line(
         workspace: Path, tmp_path: Path) -> None:
     request = _request(workspace, tmp_path)

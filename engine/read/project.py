@@ -173,11 +173,19 @@ def line_identity(line: Line, voice: str, spoken: str, request: ReadRequest,
                     request.chunk_chars, request.max_frames, occurrence])
 
 
-def part_identity(identity: str, index: int, text: str, parts: int) -> str:
-    """What a part is: its line (`line_identity`), its place and its words; the one part
-    of a line said in one take is the line itself (its takes are the line's, as they
-    were before lines were cut in parts)."""
-    return identity if parts == 1 else _digest([identity, index, text])
+def part_identity(line: Line, identity: str, text: str, parts: int, voice: str,
+                  request: ReadRequest, occurrence: int) -> str:
+    """What a part is, whatever model says it: its words as the model is given them, its
+    voice, style, language and frame cap; `occurrence` tells apart parts that are all
+    that alike in the book. Not its line's other words, nor the chunk length that cut
+    it: an edit of one sentence of a long paragraph, or a new chunk length, renders
+    again only the parts whose words changed. The one part of a line said in one take
+    is the line itself (`line_identity`: its takes are the line's, as they were before
+    lines were cut in parts)."""
+    if parts == 1:
+        return identity
+    return _digest(["part", text, voice, line.style, request.language, request.max_frames,
+                    occurrence])
 
 
 def line_parts(spoken: str, request: ReadRequest) -> list[Chunk]:
@@ -333,6 +341,82 @@ def project_dir(request: ReadRequest) -> Path:
         request.script)
 
 
+class _Planner:
+    """What planning a project's lines shares: the plan so far, the keys of takes by other
+    models (read once, when a part first has no take of its own) and how often alike lines
+    and parts came so far."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self._earlier: dict[str, list[str]] | None = None
+        self.seen_lines: dict[str, int] = {}
+        self.seen_parts: dict[str, int] = {}
+
+    def earlier(self) -> dict[str, list[str]]:
+        if self._earlier is None:
+            self._earlier = _earlier_keys(self.plan.project)
+        return self._earlier
+
+    @staticmethod
+    def occurrence(seen: dict[str, int], alike: str) -> int:
+        """How many alike ones came before this one (0: it is the first)."""
+        seen[alike] = seen.get(alike, 0) + 1
+        return seen[alike] - 1
+
+    def line(self, line: Line, voice: ServedVoice, spoken: str, model: str) -> bool:
+        """Plan `line` and its parts into the plan; returns whether its takes are another
+        model's of its voice."""
+        plan, request = self.plan, self.plan.request
+        occurrence = self.occurrence(self.seen_lines,
+                                     _digest([line.text, voice.name, line.style, spoken]))
+        first = occurrence == 0
+        identity = line_identity(line, voice.name, spoken, request, occurrence)
+        planned = PlannedLine(line, voice, spoken, identity=identity, model=model)
+        chunks = line_parts(spoken, request)
+        other_model = False
+        for index, chunk in enumerate(chunks):
+            seen = self.occurrence(self.seen_parts, _digest([chunk.text, voice.name,
+                                                             line.style]))
+            part_id = part_identity(line, identity, chunk.text, len(chunks), voice.name,
+                                    request, seen)
+            unfingerprinted = (_unfingerprinted_key(line, voice.name, spoken, request)
+                               if first and len(chunks) == 1 else None)
+            other_model = self._part(planned, index, chunk, part_id, unfingerprinted) \
+                or other_model
+        planned.parts = list(planned.cut)
+        if len(chunks) > 1 and not any(p.seeds for p in planned.cut):
+            own = take_key(identity, model)
+            older = [k for k in self.earlier().get(identity, []) if k != own]
+            if first:
+                older.append(_unfingerprinted_key(line, voice.name, spoken, request))
+            other_model = _keep_whole(planned, own, older, plan) or other_model
+        plan.lines.append(planned)
+        return other_model
+
+    def _part(self, planned: PlannedLine, index: int, chunk: Chunk, part_id: str,
+              unfingerprinted: str | None) -> bool:
+        """Plan one part of `planned` with its own takes, or another model's when the
+        request keeps those; returns whether another model's takes of it were found."""
+        project, request = self.plan.project, self.plan.request
+        own = take_key(part_id, planned.model)
+        part = PlannedPart(planned.number, index, chunk.text, chunk.pause_after_s, own,
+                           own_key=own, identity=part_id)
+        _use_takes(part, project)
+        planned.cut.append(part)
+        if part.seeds:
+            return False
+        others = [k for k in self.earlier().get(part_id, []) if k != own]
+        if unfingerprinted is not None:
+            others.append(unfingerprinted)
+        other = next((k for k in others if reading.take_seeds(project, k)), None)
+        if other is None:
+            return False
+        if request.keep_other_models:
+            part.key, part.other_model = other, "kept"
+            _use_takes(part, project)
+        return True
+
+
 def make_plan(request: ReadRequest) -> Plan:
     """The project's lines as `request` renders them (reads the script and the disk)."""
     voices = read_voices(request)
@@ -346,9 +430,8 @@ def make_plan(request: ReadRequest) -> Plan:
     folders = sorted({voice_folder(v, workspace) for v in chosen_voices.values()})
     dictionary = Dictionary.load(reading.pronunciation_files(project, workspace, folders))
     models = {v.name: voice_model(v) for v in chosen_voices.values()}
-    earlier: dict[str, list[str]] | None = None  # read once a line has no take of its own
-    seen: dict[str, int] = {}
     plan = Plan(project, request, script, [])
+    planner = _Planner(plan)
     for line in script.lines:
         voice = chosen_voices[line.speaker]
         respelled = dictionary.apply(line.text, voice_folder(voice, workspace).name,
@@ -357,42 +440,8 @@ def make_plan(request: ReadRequest) -> Plan:
         # form of text written to be read)
         spoken = spoken_text(respelled, _language(request.language),
                              fallback=voice.language) or respelled
-        alike = _digest([line.text, voice.name, line.style, spoken])
-        seen[alike] = seen.get(alike, 0) + 1
-        identity = line_identity(line, voice.name, spoken, request, seen[alike] - 1)
-        model = models[voice.name]
-        planned = PlannedLine(line, voice, spoken, identity=identity, model=model)
-        chunks = line_parts(spoken, request)
-        other_model = False
-        for index, chunk in enumerate(chunks):
-            part_id = part_identity(identity, index, chunk.text, len(chunks))
-            own = take_key(part_id, model)
-            part = PlannedPart(line.number, index, chunk.text, chunk.pause_after_s, own,
-                               own_key=own, identity=part_id)
-            _use_takes(part, project)
-            if not part.seeds:
-                earlier = _earlier_keys(project) if earlier is None else earlier
-                others = [k for k in earlier.get(part_id, []) if k != own]
-                if seen[alike] == 1 and len(chunks) == 1:
-                    others.append(_unfingerprinted_key(line, voice.name, spoken, request))
-                other = next((k for k in others if reading.take_seeds(project, k)), None)
-                if other is not None:
-                    other_model = True
-                    if request.keep_other_models:
-                        part.key, part.other_model = other, "kept"
-                        _use_takes(part, project)
-            planned.cut.append(part)
-        planned.parts = list(planned.cut)
-        if len(chunks) > 1 and not any(p.seeds for p in planned.cut):
-            earlier = _earlier_keys(project) if earlier is None else earlier
-            older = [k for k in earlier.get(identity, []) if k != take_key(identity, model)]
-            if seen[alike] == 1:
-                older.append(_unfingerprinted_key(line, voice.name, spoken, request))
-            other_model = _keep_whole(planned, take_key(identity, model), older,
-                                      plan) or other_model
-        if other_model:
+        if planner.line(line, voice, spoken, models[voice.name]):
             plan.other_model.append(line.number)
-        plan.lines.append(planned)
     return plan
 
 
