@@ -178,7 +178,7 @@ def test_home_assistant_lists_the_best_tier_first(server: Server) -> None:
     # the voice a new assistant picks is the first Home Assistant lists: the plain name
     # (its best tier); each export stays selectable after it
     assert listed["en"][0] == "ada"
-    assert {"ada/ada-v1", "ada/ada-v2"} <= set(listed["en"][1:])
+    assert "ada/ada-v1" in listed["en"][1:]  # the workspace's export (others may come)
     # Home Assistant never sends a language: every language listed is a BCP-47 code
     assert all(re.fullmatch(r"[a-z]{2,3}(-[A-Z]{2})?", code) for code in listed)
 
