@@ -147,8 +147,14 @@ def test_book_in_two_voices_with_a_style_a_pronunciation_and_chapters(
     assert records[5][0]["spoken"] == "vox shard kept the light burning."
     assert records[5][0]["text"] == "Voxshard kept the light burning."
     assert "Voxshard" in script.read_text(encoding="utf-8")
+    exported = _check_m4b(out, request, result)
+    _check_mp3_and_levels(out, request, result, exported)
+    _check_edits(script, request, Path(result["project"]))
 
-    # the M4B's chapters, read back by mutagen
+
+def _check_m4b(out: Path, request: ReadRequest, result: dict[str, Any]) -> dict[str, float]:
+    """The M4B's chapters (read back by mutagen), subtitles and tracks; returns each
+    chapter's start as the export says it."""
     mp4 = mutagen.mp4.MP4(out)
     chapters = [(c.title, c.start) for c in mp4.chapters]
     assert [t for t, _ in chapters] == ["The Lighthouse", "The Storm", "The Morning"]
@@ -166,7 +172,13 @@ def test_book_in_two_voices_with_a_style_a_pronunciation_and_chapters(
                                            f"{round(seconds * 1000) % 1000:03d}")
     assert sorted(p.name for p in (out.parent / "book-tracks").iterdir()) == ["ada.wav",
                                                                             "bob.wav"]
+    return exported
 
+
+def _check_mp3_and_levels(out: Path, request: ReadRequest, result: dict[str, Any],
+                          exported: dict[str, float]) -> None:
+    """The same takes as an MP3 (nothing rendered again), and both files' levels as
+    FFmpeg's own meter reads them."""
     # the same takes as an MP3: its chapters are ID3 CHAP frames; nothing is rendered again
     mp3 = out.with_suffix(".mp3")
     again, _ = _read(request.replace(out=str(mp3), subtitles=False, tracks=False))
@@ -186,8 +198,11 @@ def test_book_in_two_voices_with_a_style_a_pronunciation_and_chapters(
         assert f"{written['loudness_lufs']:.1f} LUFS, true peak" in written["level"]
     assert again["summary"].endswith(f"wrote {mp3} ({again['export']['level']})")
 
+
+def _check_edits(script: Path, request: ReadRequest, project: Path) -> None:
+    """An edit, a pronunciation, a new take and a pick each render only what they
+    change."""
     # an edit re-renders only its line; the other takes are the same files
-    project = Path(result["project"])
     before = {p: p.stat().st_mtime_ns for p in project.glob("takes/*/*.wav")}
     script.write_text(SCRIPT.replace("Then it fell.", "Then it calmed."), encoding="utf-8")
     again, _ = _read(request.replace(out=None))
