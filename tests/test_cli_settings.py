@@ -117,7 +117,6 @@ def test_every_setting_is_taken_by_some_command() -> None:
                  "read.project": ("read", "project"), "read.cast": ("read", "cast"),
                  "read.styles": ("read", "styles"), "read.regenerate": ("read", "regenerate"),
                  "read.pick": ("read", "pick"), "read.out": ("read", "output"),
-                 "read.rms_db": ("read", "preset"),  # the ACX preset levels by RMS
                  "cluster_serve.address": ("serve", "address")}
     for path, (command, dest) in own_words.items():
         assert dest in {a.dest for a in commands[command]._actions}, (path, command, dest)

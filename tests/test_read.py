@@ -600,6 +600,22 @@ def test_an_acx_export_passes_acx_per_chapter_as_ffmpeg_reads_the_file(
     assert ffmpeg_stats(flat, 0, None)["head"] < 0.5
 
 
+def test_a_preset_fills_only_what_the_request_leaves_at_its_defaults() -> None:
+    """`--preset acx --peak-dbfs -4` keeps -4 (the preset's -3.5 used to win, silently);
+    the RMS level is a setting of its own, by flag too."""
+    from engine.cli.main import build_parser
+
+    acx = ReadRequest(script="book.md", preset="acx").for_export()
+    assert (acx.rms_db, acx.peak_dbfs, acx.room_tone_db) == (-20.5, -3.5, -65.0)
+    args = build_parser().parse_args(["read", "book.md", "--preset", "acx",
+                                      "--peak-dbfs", "-4", "--rms-db", "-21"])
+    mine = ReadRequest(script="book.md", preset=args.preset, peak_dbfs=args.peak_dbfs,
+                       rms_db=args.rms_db).for_export()
+    assert (mine.rms_db, mine.peak_dbfs) == (-21.0, -4.0)
+    with pytest.raises(SystemExit):  # out of the setting's bounds, refused as it is read
+        build_parser().parse_args(["read", "book.md", "--rms-db", "3"])
+
+
 def test_one_loud_peak_is_limited_instead_of_lowering_the_whole_program(
         tmp_path: Path) -> None:
     """A take with one click at full scale: the program still reaches its loudness (read by

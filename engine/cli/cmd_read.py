@@ -27,7 +27,7 @@ from engine.core.events import Emitter
 
 _FLAGS = ("workspace", "language", "seed", "chunk_chars", "max_frames", "retries",
           "line_pause_s", "paragraph_pause_s", "chapter_pause_s", "head_s", "loudness_lufs",
-          "peak_dbfs", "room_tone_db", "preset", "subtitles", "tracks", "rows", "device",
+          "rms_db", "peak_dbfs", "room_tone_db", "preset", "subtitles", "tracks", "rows", "device",
           "dtype", "keep_other_models", "title", "author", "cover", "word_check",
           "wer_max", "asr", "chapter_titles", "title_pause_s")
 

@@ -98,7 +98,8 @@ class ReadRequest:
     #: integrated loudness of the export in LUFS (-16 podcast, -18/-20 audiobook)
     loudness_lufs: float | None = -18.0
     #: level the export by its RMS (dB) instead of its loudness (ACX measures RMS)
-    rms_db: float | None = None
+    rms_db: float | None = setting(None, label="RMS level", unit="dB", at_least=-40,
+                                   below=0)
     #: the sample peak (dBFS) a limiter holds the export under, instead of lowering it all
     peak_dbfs: float = -1.0
     #: the level (dBFS RMS) of the quiet noise in pauses, heads and tails, so they sound
@@ -144,8 +145,6 @@ class ReadRequest:
         _check(self.loudness_lufs is None or -40 <= self.loudness_lufs < 0,
                f"The loudness target must be between -40 and 0 LUFS (got {self.loudness_lufs}).",
                "-16 for a podcast, -18 or -20 for an audiobook.")
-        _check(self.rms_db is None or -40 <= self.rms_db < 0,
-               f"rms_db must be between -40 and 0 dB (got {self.rms_db}).")
         _check(-20 <= self.peak_dbfs <= 0,
                f"peak_dbfs must be between -20 and 0 dBFS (got {self.peak_dbfs}).")
         _check(self.room_tone_db is None or -96 <= self.room_tone_db <= -50,
@@ -177,8 +176,15 @@ class ReadRequest:
         return self.out.rsplit(".", 1)[-1].lower() if self.out else None
 
     def for_export(self) -> ReadRequest:
-        """The request with its preset's settings applied (its own when it has none)."""
-        return self.replace(**EXPORT_PRESETS[self.preset]) if self.preset else self
+        """The request with its preset's settings applied (its own when it has none): a
+        preset fills the settings the request leaves at their defaults; one it gives
+        (`--peak-dbfs -4` with `--preset acx`) is kept, and the preset's check says
+        whether the file still passes."""
+        if not self.preset:
+            return self
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return self.replace(**{name: value for name, value in EXPORT_PRESETS[self.preset].items()
+                               if getattr(self, name) == defaults[name]})
 
     def casting(self) -> dict[str, str]:
         """Speaker name (as the script writes it, any case) -> voice name."""
