@@ -219,7 +219,8 @@ def serve(settings: Any = None, *, on_event: EventCallback | Emitter | None = No
 def read(request: Any, on_event: EventCallback | Emitter | None = None,
          cancel: threading.Event | None = None) -> dict[str, Any]:
     """Read a script or a book in your voices (`engine.config.read.ReadRequest`): render
-    the lines without a take, then write `request.out` (WAV, FLAC, MP3 or M4B)."""
+    each part of a line (a sentence group) that has no take yet, then write
+    `request.out` (WAV, FLAC, MP3 or M4B)."""
     from engine.read import read as _read
 
     return _read(request, as_emitter(on_event), cancel)
