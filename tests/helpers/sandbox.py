@@ -42,8 +42,11 @@ def run_sandboxed(script: str, args: list[Any], timeout: float,
                   what: str) -> tuple[int, str, str]:
     """Run `script args` inside `unshare --net --mount` (a loopback-only network and a
     private mount namespace); (exit status, stdout, stderr). Fails the test on overrun."""
+    # the nodes' owner decides their authentication: none, so a token another Ray left in
+    # ~/.ray/ (a node that hides the home folder cannot read it) plays no part
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "disabled"}
     # its own session: if it overruns, the whole group (both nodes included) is ended
     proc = subprocess.Popen(
         ["unshare", "--net", "--mount", "--propagation", "private", "--",
