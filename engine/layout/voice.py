@@ -311,11 +311,7 @@ class Voice:
     @property
     def prepare_config(self) -> PrepareConfig:
         """The voice's [prepare] settings over the defaults, validated."""
-        try:
-            return PrepareConfig.from_dict(self.prepare_settings)
-        except ValueError as exc:
-            raise WorkspaceError(f"{self.voice_file} has an invalid [prepare] setting: {exc}.",
-                                 "Fix or remove that line of voice.toml.") from exc
+        return self.prepare_config_with({})
 
     @property
     def reinforce_config(self) -> ReinforceConfig:
@@ -359,13 +355,16 @@ class Voice:
                              f"Known: {', '.join(DEFAULT_PREPARE_SETTINGS)}.")
         try:
             return PrepareConfig.from_dict({**self.prepare_settings, **given})
-        except SettingError as exc:  # the setting as data: each surface names it its way
-            if exc.path.rpartition(".")[2] not in given:  # voice.toml's own value
+        except ValueError as exc:
+            # a value of the request is refused as the request's (a setting as data: each
+            # surface names it its way); one voice.toml holds, as that file's
+            path = exc.path.rpartition(".")[2] if isinstance(exc, SettingError) else None
+            if not given or (path is not None and path not in given):
                 raise WorkspaceError(f"{self.voice_file} has an invalid [prepare] setting: "
                                      f"{exc}.", "Fix or remove that line of voice.toml.",
                                      ) from exc
-            raise exc.as_input() from exc
-        except ValueError as exc:
+            if isinstance(exc, SettingError):
+                raise exc.as_input() from exc
             raise InputError(f"Invalid prepare setting: {exc}.") from exc
 
     def update_settings(self, **values: Any) -> None:
